@@ -1,0 +1,139 @@
+/*
+ * cli: error printing, option-value parsing and JSON output shared by every
+ * cmd_*.c. Messages follow git: "fidelity probe: cannot open 'x': reason".
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "core/xalloc.h"
+
+const struct cmd *cmd_find(const char *name)
+{
+    for (const struct cmd *c = commands; c->name; c++)
+        if (!strcmp(c->name, name))
+            return c;
+    return NULL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "fidelity %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nhint: see 'fidelity help %s'\n", cmd);
+    return EXIT_USAGE;
+}
+
+int cli_error(const char *cmd, int code, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "fidelity %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int cli_bad_option(const char *cmd, int c, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (c == ':')
+        return cli_usage_error(cmd, "option '%s' needs a value", arg);
+    if (optopt && optopt != '?' && strncmp(arg, "--", 2) != 0)
+        return cli_usage_error(cmd, "unknown option '-%c'", optopt);
+    return cli_usage_error(cmd, "unknown option '%s'", arg);
+}
+
+int cli_help(const char *name)
+{
+    const struct cmd *c = cmd_find(name);
+    if (!c)
+        return cli_usage_error("help", "'%s' is not a fidelity command",
+                               name);
+    fputs(c->help, stdout);
+    return EXIT_PASS;
+}
+
+int cli_parse_listen(const char *s, char **host, int *port, struct diag *d)
+{
+    const char *colon = strrchr(s, ':');
+    long p;
+    if (!colon)
+        return diag_set(d, EINVAL, "'%s' is not HOST:PORT", s);
+    if (cli_parse_long(colon + 1, 0, 65535, &p))
+        return diag_set(d, EINVAL, "'%s': port must be 0-65535", s);
+    if (colon == s)
+        *host = xstrdup("127.0.0.1");
+    else if (s[0] == '[' && colon[-1] == ']')
+        *host = xstrndup(s + 1, (size_t)(colon - s - 2));
+    else
+        *host = xstrndup(s, (size_t)(colon - s));
+    *port = (int)p;
+    return 0;
+}
+
+int cli_parse_long(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || isnan(v) || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int cli_json_write(json_t *j, const char *path, struct diag *d)
+{
+    size_t flags = JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10);
+    if (!strcmp(path, "-")) {
+        if (json_dumpf(j, stdout, flags) || fputc('\n', stdout) == EOF)
+            return diag_set(d, EIO, "cannot write JSON to standard output");
+        fflush(stdout);
+        return 0;
+    }
+    char *tmp = xasprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        int e = errno;
+        diag_set(d, e, "cannot open '%s': %s", tmp, strerror(e));
+        free(tmp);
+        return -e;
+    }
+    int bad = json_dumpf(j, f, flags) || fputc('\n', f) == EOF;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        free(tmp);
+        return diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
+    }
+    free(tmp);
+    return 0;
+}
+
+bool cli_is_tty(int fd)
+{
+    return isatty(fd) == 1;
+}

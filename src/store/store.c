@@ -1,0 +1,55 @@
+/*
+ * store: opening the SQLite file with the pragmas fidelity relies on.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+const char *store_default_path(void)
+{
+    const char *p = getenv("FIDELITY_DB");
+    return p && *p ? p : "fidelity.db";
+}
+
+int store_open(const char *path, sqlite3 **db, struct diag *d)
+{
+    int rc = sqlite3_open_v2(path, db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                 SQLITE_OPEN_FULLMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        diag_set(d, EIO, "cannot open '%s': %s", path,
+                 *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+        sqlite3_close(*db);
+        *db = NULL;
+        return -EIO;
+    }
+    sqlite3_busy_timeout(*db, 5000);
+    if (store_exec(*db,
+                   "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                   "PRAGMA foreign_keys=ON;",
+                   d)) {
+        diag_prefix(d, "cannot open '%s'", path);
+        sqlite3_close(*db);
+        *db = NULL;
+        return -EIO;
+    }
+    return 0;
+}
+
+void store_close(sqlite3 *db)
+{
+    sqlite3_close(db);
+}
+
+int store_exec(sqlite3 *db, const char *sql, struct diag *d)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        diag_set(d, EIO, "%s", err ? err : sqlite3_errmsg(db));
+        sqlite3_free(err);
+        return -EIO;
+    }
+    return 0;
+}

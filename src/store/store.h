@@ -1,0 +1,23 @@
+/*
+ * store: the embedded SQLite database every command shares (WAL mode, one
+ * file, default ./fidelity.db or $FIDELITY_DB). This file opens it and runs
+ * schema statements; each subsystem owns its own tables and keeps their
+ * CREATE statements beside its code.
+ */
+#ifndef STORE_STORE_H
+#define STORE_STORE_H
+
+#include <sqlite3.h>
+
+#include "core/diag.h"
+
+/* The path used when no --db is given: $FIDELITY_DB, else "fidelity.db". */
+const char *store_default_path(void);
+/* Opens (creating) path in WAL mode with a busy timeout. On error *db is
+ * NULL, d names the file and SQLite's reason, and -EIO is returned. */
+int store_open(const char *path, sqlite3 **db, struct diag *d);
+void store_close(sqlite3 *db);
+/* Runs one or more SQL statements with no results. */
+int store_exec(sqlite3 *db, const char *sql, struct diag *d);
+
+#endif

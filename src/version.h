@@ -1,0 +1,1 @@
+#define FIDELITY_VERSION "0.1.0"

@@ -1,0 +1,38 @@
+/*
+ * proc: what end-to-end tests need to run fidelity for real: start a server
+ * subcommand on an ephemeral 127.0.0.1 port and stop it (also when the test
+ * process dies), and run a CLI command to completion capturing its output.
+ */
+#ifndef TESTS_UTIL_PROC_H
+#define TESTS_UTIL_PROC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "core/buf.h"
+
+struct proc {
+    pid_t pid;
+    int port;
+    int out_fd; /* the server's stdout after its first line */
+};
+
+/* Path of the binary under test: $FIDELITY_BIN, else ./fidelity. */
+const char *fidelity_bin(void);
+/*
+ * Starts `fidelity ARGV...` (argv[0] is the subcommand, NULL-terminated),
+ * which must print "... listening on http://127.0.0.1:PORT" as its first
+ * stdout line within 10 s. Returns 0 and fills p, or -1.
+ */
+int proc_start(struct proc *p, const char *const argv[]);
+/* SIGTERM, wait up to 5 s, then SIGKILL. Returns the exit status or -1. */
+int proc_stop(struct proc *p);
+/* Runs `fidelity ARGV...` to completion (at most timeout_s), stdout and
+ * stderr into out and err (either may be NULL); returns the exit code, or
+ * -1 when it did not exit normally. stdin is /dev/null unless in_file. */
+int proc_run(const char *const argv[], const char *in_file, struct buf *out,
+             struct buf *err, int timeout_s);
+/* "http://127.0.0.1:PORT" into a static buffer. */
+const char *proc_url(const struct proc *p);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * xchg: one recorded HTTP exchange between a harness and a server, as the
+ * recording proxy stores it and audit/sessions/show read it back. This header
+ * is the contract between src/record/ (writer) and src/audit/ (reader);
+ * src/store/xchg.c implements it over the SQLite store.
+ *
+ * Storage grows with the conversation, not its square: chat messages are
+ * stored once, content-addressed by hash64 of their canonical JSON
+ * (json_dumps with JSON_COMPACT | JSON_SORT_KEYS), zlib-compressed; a request
+ * row keeps its other parameters and the ordered list of message hashes. A
+ * body that is not a JSON object with a `messages` array is stored raw.
+ */
+#ifndef STORE_XCHG_H
+#define STORE_XCHG_H
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/diag.h"
+
+enum xchg_end {
+    XCHG_COMPLETE = 0,  /* upstream answered and the client got all of it */
+    XCHG_UPSTREAM_ERROR, /* could not connect, or upstream protocol error */
+    XCHG_UPSTREAM_RESET, /* upstream closed mid-response */
+    XCHG_CLIENT_GONE,    /* client disconnected before the end */
+    XCHG_TIMEOUT
+};
+
+struct xchg {
+    int64_t id;          /* row id; 0 before it is stored */
+    char *session;       /* session key (header value or prefix hash) */
+    char *kind;          /* "main", "title", "compaction", "subagent", "other" */
+    double started;      /* unix time, seconds */
+    char *method;
+    char *path;          /* with query string */
+    json_t *req_headers; /* object name -> value, secrets already redacted */
+    json_t *req_body;    /* parsed request body, NULL when not JSON */
+    char *req_raw;       /* raw body when it was not a JSON object */
+    size_t req_raw_len;
+    bool req_malformed;  /* body was not valid JSON */
+    int status;          /* 0 when no response arrived */
+    json_t *resp_headers;
+    char *resp_raw;      /* raw response body or SSE stream, as received */
+    size_t resp_raw_len;
+    bool streamed;       /* response was text/event-stream */
+    /* Reply reassembled from the JSON body or the SSE deltas:
+     * {"content": str, "reasoning_content": str|null, "tool_calls": [...],
+     *  "usage": {...}|null, "finish_reason": str|null, "done": bool,
+     *  "chunks": n, "max_gap_ms": x} */
+    json_t *reply;
+    /* Timings in milliseconds since the request arrived at the proxy:
+     * upstream first byte and end, first byte and end as sent to the
+     * client. */
+    double up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms;
+    enum xchg_end end;
+};
+
+void xchg_init(struct xchg *x);
+void xchg_release(struct xchg *x);
+const char *xchg_end_name(enum xchg_end e);
+
+/* Creates the tables when missing. */
+int xchg_schema(sqlite3 *db, struct diag *d);
+/* Stores x in one transaction (sets x->id). Header redaction is the
+ * caller's job and has happened before this call. */
+int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d);
+/* Calls fn for each exchange in id order (session NULL: all sessions);
+ * x is valid only during the call. fn returning non-zero stops the walk and
+ * that value is returned. */
+int xchg_each(sqlite3 *db, const char *session,
+              int (*fn)(const struct xchg *x, void *ud), void *ud,
+              struct diag *d);
+/* Bytes used by distinct messages (compressed) and by request rows, for the
+ * storage-growth figure. */
+int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
+                       int64_t *request_bytes, struct diag *d);
+
+#endif

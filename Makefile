@@ -97,7 +97,7 @@ format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
 demo: fidelity
-	@sh bench/../tests/demo.sh ./fidelity
+	@sh scripts/demo.sh ./fidelity
 
 clean:
 	rm -rf build build-san fidelity

@@ -141,8 +141,7 @@ int cmd_record(int argc, char **argv)
         case 't':
             if (cli_parse_long(optarg, 0, 86400, &timeout_s))
                 return cli_usage_error(
-                    "record", "--timeout '%s' must be 0-86400 seconds",
-                    optarg);
+                    "record", "--timeout '%s' must be 0-86400 seconds", optarg);
             break;
         default:
             return cli_bad_option("record", c, argv);

@@ -19,14 +19,15 @@
 static const char *const SECRET_NAMES[] = {
     "authorization", "proxy-authorization", "cookie", "set-cookie",
     "api-key",       "x-api-key",           NULL};
-static const char *const SECRET_PARTS[] = {"api-key", "apikey",   "api_key",
-                                           "token",   "secret",   "password",
-                                           "auth",    "session-token", NULL};
+static const char *const SECRET_PARTS[] = {
+    "api-key",  "apikey", "api_key",       "token", "secret",
+    "password", "auth",   "session-token", NULL};
 static const char *const SECRET_PARAMS[] = {
-    "key",      "api_key", "apikey", "api-key",   "token", "access_token",
-    "password", "secret",  "sig",    "signature", "auth",  "code", NULL};
+    "key",          "api_key",  "apikey", "api-key", "token",
+    "access_token", "password", "secret", "sig",     "signature",
+    "auth",         "code",     NULL};
 /* Tool names harnesses use to hand a prompt to a subagent. */
-static const char *const TASK_TOOLS[] = {"task", "Task", "agent",
+static const char *const TASK_TOOLS[] = {"task",        "Task",     "agent",
                                          "spawn_agent", "subagent", NULL};
 
 static bool contains_ci(const char *hay, const char *needle)
@@ -174,8 +175,7 @@ static void learn_calls(struct classify_state *c, const json_t *calls)
         json_t *f = json_object_get(call, "function");
         if (!is_task_tool(json_string_value(json_object_get(f, "name"))))
             continue;
-        const char *args =
-            json_string_value(json_object_get(f, "arguments"));
+        const char *args = json_string_value(json_object_get(f, "arguments"));
         json_t *a = args ? json_loads(args, 0, NULL) : NULL;
         const char *prompt = json_string_value(json_object_get(a, "prompt"));
         if (prompt) {
@@ -221,8 +221,7 @@ static const char *header_ci(const json_t *headers, const char *name)
     json_t *v;
     json_object_foreach((json_t *)headers, k, v)
     {
-        if (!strcasecmp(k, name) && json_is_string(v) &&
-            json_string_length(v))
+        if (!strcasecmp(k, name) && json_is_string(v) && json_string_length(v))
             return json_string_value(v);
     }
     return NULL;

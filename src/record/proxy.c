@@ -71,7 +71,7 @@ struct ex {
     enum ex_state state;
     struct evhttp_request *req; /* NULL once evhttp has freed it */
     struct evhttp_connection *evcon;
-    bool own_req;    /* evhttp detached req: we free it */
+    bool own_req; /* evhttp detached req: we free it */
     CURL *easy;
     struct curl_slist *hdrs;
     char *url;
@@ -324,8 +324,8 @@ static const char *method_name(enum evhttp_cmd_type t)
 static void send_json_error(struct evhttp_request *req, int code,
                             const char *type, const char *msg)
 {
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
-                          msg, "type", type, "param", "code", type);
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg,
+                          "type", type, "param", "code", type);
     char *s = json_dumps(j, JSON_COMPACT);
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, s, strlen(s));
@@ -382,8 +382,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
         e->status = sp ? atoi(sp + 1) : 0;
         free(e->reason);
         e->reason = NULL;
-        const char *sp2 = sp ? memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p))
-                             : NULL;
+        const char *sp2 =
+            sp ? memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p)) : NULL;
         if (sp2) {
             size_t rl = len - (size_t)(sp2 + 1 - p);
             while (rl && (sp2[rl] == '\r' || sp2[rl] == '\n'))
@@ -428,8 +428,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     return sz * n;
 }
 
-static int on_event(const char *event, const char *data, size_t len,
-                    void *ud)
+static int on_event(const char *event, const char *data, size_t len, void *ud)
 {
     struct ex *e = ud;
     (void)event;
@@ -468,8 +467,8 @@ static void store_exchange(struct record *r, struct ex *e)
         r->stats.stored++;
         return;
     }
-    logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method,
-          e->x.path, d.msg, r->o.spill_path);
+    logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
+          d.msg, r->o.spill_path);
     rc = xchg_spill_append(r->o.spill_path, &e->x, &d);
     if (!rc) {
         r->stats.spilled++;
@@ -591,10 +590,9 @@ static void reply_error(struct ex *e, enum xchg_end end)
              e->r->upstream,
              end == XCHG_TIMEOUT ? "timed out" : "is unreachable",
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(e->req, end == XCHG_TIMEOUT ? 504 : 502,
-                    end == XCHG_TIMEOUT ? "upstream_timeout"
-                                        : "upstream_unreachable",
-                    msg);
+    send_json_error(
+        e->req, end == XCHG_TIMEOUT ? 504 : 502,
+        end == XCHG_TIMEOUT ? "upstream_timeout" : "upstream_unreachable", msg);
 }
 
 static void finish(struct ex *e, CURLcode res)
@@ -655,8 +653,7 @@ static void on_conn_close(struct evhttp_connection *c, void *arg)
     if (e) { /* closed before our own close: finish the job here */
         if (e->drain_cb) {
             struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
-            evbuffer_remove_cb_entry(bufferevent_get_output(bev),
-                                     e->drain_cb);
+            evbuffer_remove_cb_entry(bufferevent_get_output(bev), e->drain_cb);
             e->drain_cb = NULL;
         }
         e->evcon = NULL;
@@ -742,8 +739,8 @@ static void setup_easy(struct record *r, struct ex *e)
     curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 64L * 1024);
     if (cmd == EVHTTP_REQ_HEAD)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    else if (e->body.len || cmd == EVHTTP_REQ_POST ||
-             cmd == EVHTTP_REQ_PUT || cmd == EVHTTP_REQ_PATCH) {
+    else if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
+             cmd == EVHTTP_REQ_PATCH) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
                          (curl_off_t)e->body.len);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS,
@@ -760,8 +757,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 {
     struct record *r = arg;
     if (r->stopping) {
-        send_json_error(req, 503, "unavailable",
-                        "fidelity record is stopping");
+        send_json_error(req, 503, "unavailable", "fidelity record is stopping");
         return;
     }
     struct ex *e = xcalloc(1, sizeof(*e));
@@ -828,8 +824,8 @@ static int setup_http(struct record *r, struct diag *d)
         return diag_set(d, ENOMEM, "cannot create the HTTP server");
     evhttp_set_allowed_methods(
         r->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                     EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                     EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                     EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                     EVHTTP_REQ_PATCH);
     evhttp_set_max_body_size(r->http, (ev_ssize_t)r->o.max_body);
     evhttp_set_max_headers_size(r->http, 1 << 20);
     /* evhttp's connection timeout would cut long streams and slow
@@ -841,20 +837,19 @@ static int setup_http(struct record *r, struct diag *d)
     r->bound = evhttp_bind_socket_with_handle(r->http, r->o.host,
                                               (ev_uint16_t)r->o.port);
     if (!r->bound)
-        return diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s",
-                        r->o.host, r->o.port, strerror(errno));
+        return diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", r->o.host,
+                        r->o.port, strerror(errno));
     evutil_socket_t fd = evhttp_bound_socket_get_fd(r->bound);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     getsockname(fd, (struct sockaddr *)&ss, &sl);
-    r->port = ntohs(ss.ss_family == AF_INET6
-                        ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                        : ((struct sockaddr_in *)&ss)->sin_port);
+    r->port =
+        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                       : ((struct sockaddr_in *)&ss)->sin_port);
     return 0;
 }
 
-int record_new(const struct record_opts *o, struct record **out,
-               struct diag *d)
+int record_new(const struct record_opts *o, struct record **out, struct diag *d)
 {
     struct record *r = xcalloc(1, sizeof(*r));
     int rc;

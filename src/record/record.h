@@ -22,10 +22,10 @@ struct record_opts {
     const char *upstream; /* base URL: http[s]://host[:port][/prefix] */
     const char *db_path;
     const char *spill_path;
-    size_t max_body;     /* request body cap, bytes (413 above) */
-    size_t max_capture;  /* response bytes kept per exchange; 0: 256 MiB */
-    long timeout_ms;     /* whole upstream exchange; 0: none */
-    int handle_signals;  /* stop on SIGINT/SIGTERM */
+    size_t max_body;    /* request body cap, bytes (413 above) */
+    size_t max_capture; /* response bytes kept per exchange; 0: 256 MiB */
+    long timeout_ms;    /* whole upstream exchange; 0: none */
+    int handle_signals; /* stop on SIGINT/SIGTERM */
     /* Called for each failure worth a log line (store failed, spilled,
      * lost); msg has no newline. May be NULL. */
     void (*log)(void *ud, const char *msg);

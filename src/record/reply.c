@@ -78,9 +78,8 @@ static void merge_tool_calls(json_t *calls, json_t *deltas)
     json_array_foreach(deltas, i, d)
     {
         json_t *ix = json_object_get(d, "index");
-        json_t *c = call_at(calls, json_is_integer(ix)
-                                       ? json_integer_value(ix)
-                                       : (json_int_t)i);
+        json_t *c = call_at(calls, json_is_integer(ix) ? json_integer_value(ix)
+                                                       : (json_int_t)i);
         json_t *v;
         if ((v = json_object_get(d, "id")) && json_is_string(v))
             json_object_set(c, "id", v);
@@ -111,7 +110,8 @@ static void take_reasoning(struct reply_acc *a, json_t *obj)
 
 static void take_finish(struct reply_acc *a, json_t *choice)
 {
-    const char *fr = json_string_value(json_object_get(choice, "finish_reason"));
+    const char *fr =
+        json_string_value(json_object_get(choice, "finish_reason"));
     if (fr) {
         free(a->finish_reason);
         a->finish_reason = xstrdup(fr);
@@ -178,8 +178,8 @@ json_t *reply_finish(const struct reply_acc *a)
         json_object_set_new(r, "reasoning_field",
                             json_string(a->reasoning_field));
     json_object_set_new(r, "tool_calls", json_deep_copy(a->tool_calls));
-    json_object_set_new(r, "usage", a->usage ? json_deep_copy(a->usage)
-                                              : json_null());
+    json_object_set_new(r, "usage",
+                        a->usage ? json_deep_copy(a->usage) : json_null());
     json_object_set_new(r, "finish_reason",
                         a->finish_reason ? json_string(a->finish_reason)
                                          : json_null());

@@ -1109,8 +1109,8 @@ void record_free(struct record *r)
         event_free(r->timer);
     if (r->base)
         event_base_free(r->base);
+    xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
-    xchg_cache_free(r->cache);
     classify_free(r->cls);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);

@@ -207,7 +207,8 @@ json_t *simt_msg(const char *role, const char *content)
 
 json_t *simt_chat(json_t *messages)
 {
-    return json_pack("{s:s, s:o}", "model", "sim", "messages", messages);
+    return json_pack("{s:s, s:o, s:f}", "model", "sim", "messages", messages,
+                     "temperature", 0.0);
 }
 
 json_t *simt_chat1(const char *user_text)

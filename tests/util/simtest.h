@@ -75,9 +75,10 @@ void simt_assert_alive(struct simt *t, const struct proc *p);
 
 /* Request builders (new references). */
 json_t *simt_msg(const char *role, const char *content);
-/* {"model":"sim","messages":[{"role":"user","content":text}]} */
+/* {"model":"sim","messages":[{"role":"user","content":text}],
+ * "temperature":0} (temperature 0 so replies are the plain rule text) */
 json_t *simt_chat1(const char *user_text);
-/* {"model":"sim","messages":messages} (messages stolen) */
+/* {"model":"sim","messages":messages,"temperature":0} (messages stolen) */
 json_t *simt_chat(json_t *messages);
 
 /* choices[0].message.content, asserting it is a string. Borrowed from r. */

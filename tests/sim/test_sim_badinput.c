@@ -211,8 +211,8 @@ static void *conc_one(void *ud)
 {
     struct conc_arg *a = ud;
     struct http_client *c = http_client_new();
-    char *text = xasprintf("The code for door %d is %d. What is the code for "
-                           "door %d?",
+    char *text = xasprintf("The code for the door %d is %d. What is the code "
+                           "for the door %d?",
                            a->i, a->i * 7 + 1, a->i);
     json_t *body = simt_chat1(text);
     char *url = xasprintf("%s" CHAT, proc_url(a->p));
@@ -252,7 +252,7 @@ static void test_64_simultaneous_connections(void **state)
     int bad = 0;
     for (int i = 0; i < NCONC; i++) {
         char want[96];
-        snprintf(want, sizeof(want), "The code for door %d is %d.", i,
+        snprintf(want, sizeof(want), "The code for the door %d is %d.", i,
                  i * 7 + 1);
         if (args[i].status != 200 || !args[i].reply ||
             strcmp(args[i].reply, want)) {

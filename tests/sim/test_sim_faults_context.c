@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cmocka.h>
 
@@ -56,7 +57,7 @@ static char *ask_long(struct simt *t, const struct proc *p, size_t gap,
 
 static void expect(char *got, const char *want, const char *what)
 {
-    if (strcmp(got, want))
+    if (strcasecmp(got, want))
         fail_msg("%s: reply '%s', expected '%s'", what, got, want);
     free(got);
 }

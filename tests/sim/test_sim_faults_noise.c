@@ -32,13 +32,23 @@ struct lp {
     double v[MAXTOK];
 };
 
+/*
+ * A prompt of about ntok tokens: one short filler passage repeated, so that
+ * from its second copy on most tokens are the copy candidate. (A token in
+ * the tail of the distribution has a fixed logprob that logit noise does
+ * not move, so noise is only visible on candidates.)
+ */
 static struct lp *prompt(size_t ntok, unsigned salt)
 {
     struct lp *l = xcalloc(1, sizeof(*l));
-    char *text = simt_filler(ntok, salt);
-    l->n = simref_tokenize(text, strlen(text), l->ids, MAXTOK);
+    char *unit = simt_filler(40, salt);
+    struct buf b = BUF_INIT;
+    while (simref_tokenize(b.data, b.len, NULL, 0) < ntok)
+        buf_adds(&b, unit);
+    l->n = simref_tokenize(b.data, b.len, l->ids, MAXTOK);
     assert_true(l->n <= MAXTOK);
-    free(text);
+    buf_release(&b);
+    free(unit);
     return l;
 }
 
@@ -124,7 +134,7 @@ static void test_noise_grows_with_position(void **state)
                                 "1", NULL);
     struct lp *a = prompt_lp(t, h, 4000);
     struct lp *b = prompt_lp(t, p, 4000);
-    double early = mean_abs_diff(a, b, 1, 129);
+    double early = mean_abs_diff(a, b, 50, 178);
     double late = mean_abs_diff(a, b, a->n - 128, a->n);
     /* scale ((t+1)/1024)^1: about 0.06 early, about 4 late */
     if (!(late > 5 * early && late > 0))
@@ -282,6 +292,22 @@ static json_t *chat_tokens(struct simt *t, const struct proc *p)
     return toks;
 }
 
+/* The smallest period p such that tokens from `from` on repeat with
+ * period p for at least two full periods; 0 when there is none. */
+static size_t period_after(json_t *toks, size_t from)
+{
+    size_t n = json_array_size(toks);
+    for (size_t p = 1; from + 2 * p <= n; p++) {
+        bool ok = true;
+        for (size_t i = from; i + p < n && ok; i++)
+            ok = json_equal(json_array_get(toks, i),
+                            json_array_get(toks, i + p));
+        if (ok)
+            return p;
+    }
+    return 0;
+}
+
 static void test_collapse_after_repeats(void **state)
 {
     struct simt *t = *state;
@@ -290,21 +316,21 @@ static void test_collapse_after_repeats(void **state)
     json_t *good = chat_tokens(t, h);
     json_t *bad = chat_tokens(t, p);
     assert_true(json_array_size(good) > 6);
-    assert_true(json_array_size(bad) > 4);
     assert_false(json_equal(good, bad));
-    /* the first 4 tokens are the healthy ones; after them the reply only
-     * repeats what it already said */
+    /* the first 4 tokens are the healthy ones; after them the reply loops
+     * (checked a few tokens in, where the loop has started) until
+     * max_tokens */
     for (size_t i = 0; i < 4; i++)
         assert_true(json_equal(json_array_get(good, i),
                                json_array_get(bad, i)));
-    for (size_t i = 4; i < json_array_size(bad); i++) {
-        bool seen = false;
-        for (size_t k = 0; k < i && !seen; k++)
-            seen = json_equal(json_array_get(bad, k), json_array_get(bad, i));
-        if (!seen)
-            fail_msg("token %zu '%s' after the collapse is new", i,
-                     json_string_value(json_array_get(bad, i)));
-    }
+    assert_int_equal(json_array_size(bad), 24);
+    size_t per = 0;
+    for (size_t from = 4; from < 12 && !per; from++)
+        per = period_after(bad, from);
+    if (per == 0)
+        fail_msg("no repetition after the collapse point");
+    /* the healthy reply does not loop */
+    assert_int_equal(period_after(good, 4), 0);
     json_decref(good);
     json_decref(bad);
 }
@@ -449,7 +475,7 @@ static void test_presets(void **state)
      * untouched */
     assert_true(count_diff(a, m) > 0);
     assert_true(mean_abs_diff(a, m, a->n - 256, a->n) >
-                mean_abs_diff(a, m, 1, 257));
+                mean_abs_diff(a, m, 50, 306));
     assert_true(same_decode(t, h, mhc));
     /* routed-scaling: a small shift of every distribution */
     assert_true(count_diff(a, r) > a->n / 2);

@@ -347,7 +347,8 @@ char *simt_filler(size_t ntok, unsigned salt)
                 buf_printf(&b, " %s", word);
         }
         buf_adds(&b, ". ");
-        have += simref_tokenize(b.data + start, b.len - start, NULL, 0);
+        /* the trailing space joins the next sentence's first word */
+        have += simref_tokenize(b.data + start, b.len - start, NULL, 0) - 1;
     }
     return buf_detach(&b, NULL);
 }

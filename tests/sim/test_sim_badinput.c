@@ -55,11 +55,13 @@ static const struct bad_case cases[] = {
     {CHAT, "{" MSGS ",\"logprobs\":true,\"top_logprobs\":\"x\"}", 400,
      "top_logprobs"},
     {CHAT, "{" MSGS ",\"tools\":\"get_weather\"}", 400, "tools"},
-    {CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff\xfe "
-           "byte\"}]}",
+    {CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff\xfe "
+     "byte\"}]}",
      400, "UTF"},
-    {CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"overlong \xc0\xaf"
-           "\"}]}",
+    {CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"overlong \xc0\xaf"
+     "\"}]}",
      400, "UTF"},
     {CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"cut \xe6\x9d\"}]}",
      400, "UTF"},
@@ -78,8 +80,9 @@ static const struct bad_case cases[] = {
     {"/detokenize", "{\"tokens\":[99999999999]}", 400, NULL},
     {"/generate", "{}", 400, NULL},
     {"/generate", "{\"input_ids\":\"abc\"}", 400, "input_ids"},
-    {"/generate", "{\"text\":\"hi\",\"sampling_params\":{\"max_new_tokens\":"
-                  "\"x\"}}",
+    {"/generate",
+     "{\"text\":\"hi\",\"sampling_params\":{\"max_new_tokens\":"
+     "\"x\"}}",
      400, "max_new_tokens"},
     {"/sim/config", "{\"forget_after\":\"soon\"}", 400, "forget_after"},
     {"/sim/config", "{\"overflow\":\"sideways\"}", 400, "overflow"},

@@ -31,8 +31,7 @@ static void assert_usage(json_t *r)
     json_t *p = json_object_get(u, "prompt_tokens");
     json_t *c = json_object_get(u, "completion_tokens");
     json_t *t = json_object_get(u, "total_tokens");
-    assert_true(json_is_integer(p) && json_is_integer(c) &&
-                json_is_integer(t));
+    assert_true(json_is_integer(p) && json_is_integer(c) && json_is_integer(t));
     assert_true(json_integer_value(p) > 0);
     assert_int_equal(json_integer_value(t),
                      json_integer_value(p) + json_integer_value(c));
@@ -41,8 +40,8 @@ static void assert_usage(json_t *r)
 static void test_health_models_version_server_info(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--model", "sim-7b", "--max-model-len",
-                                "32768", NULL);
+    struct proc *p =
+        simt_start(t, "--model", "sim-7b", "--max-model-len", "32768", NULL);
     long st = 0;
     simt_assert_alive(t, p);
 
@@ -51,8 +50,7 @@ static void test_health_models_version_server_info(void **state)
     assert_string_equal(json_string_value(json_object_get(m, "object")),
                         "list");
     json_t *d0 = json_array_get(json_object_get(m, "data"), 0);
-    assert_string_equal(json_string_value(json_object_get(d0, "id")),
-                        "sim-7b");
+    assert_string_equal(json_string_value(json_object_get(d0, "id")), "sim-7b");
     assert_string_equal(json_string_value(json_object_get(d0, "object")),
                         "model");
     assert_int_equal(json_integer_value(json_object_get(d0, "max_model_len")),
@@ -94,8 +92,8 @@ static void test_chat_completion_shape(void **state)
     assert_string_equal(json_string_value(json_object_get(msg, "role")),
                         "assistant");
     assert_true(strlen(simt_reply(r)) > 0);
-    assert_string_equal(
-        json_string_value(json_object_get(c, "finish_reason")), "stop");
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")),
+                        "stop");
     /* logprobs not asked for: absent or null, as OpenAI answers. */
     json_t *lp = json_object_get(c, "logprobs");
     assert_true(lp == NULL || json_is_null(lp));
@@ -115,8 +113,8 @@ static void test_chat_max_tokens_gives_length(void **state)
     json_object_set_new(b, "max_tokens", json_integer(2));
     json_t *r = simt_ok(t, p, "/v1/chat/completions", b);
     json_t *c = choice0(r);
-    assert_string_equal(
-        json_string_value(json_object_get(c, "finish_reason")), "length");
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")),
+                        "length");
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(r, "usage"), "completion_tokens")),
                      2);
@@ -138,8 +136,8 @@ static void test_completions_text_and_ids(void **state)
     json_t *c = choice0(r);
     assert_true(json_is_string(json_object_get(c, "text")));
     assert_int_equal(json_integer_value(json_object_get(c, "index")), 0);
-    assert_string_equal(
-        json_string_value(json_object_get(c, "finish_reason")), "length");
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")),
+                        "length");
     assert_usage(r);
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(r, "usage"), "completion_tokens")),
@@ -157,8 +155,8 @@ static void test_completions_text_and_ids(void **state)
                           simt_ids(ids, n), "max_tokens", 5, "temperature",
                           0.0));
     assert_int_equal(simt_prompt_tokens(r), n);
-    assert_string_equal(
-        json_string_value(json_object_get(choice0(r), "text")), text1);
+    assert_string_equal(json_string_value(json_object_get(choice0(r), "text")),
+                        text1);
     free(text1);
     json_decref(r);
 }
@@ -170,11 +168,11 @@ static void test_completions_echo_logprobs_shape(void **state)
     const char *prompt = "Rain fell on quiet hills near town";
     int32_t ids[32];
     size_t n = simref_tokenize(prompt, strlen(prompt), ids, 32);
-    json_t *r = simt_ok(t, p, "/v1/completions",
-                        json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model",
-                                  "sim", "prompt", simt_ids(ids, n), "echo",
-                                  1, "logprobs", 3, "max_tokens", 2,
-                                  "temperature", 0.0));
+    json_t *r =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim",
+                          "prompt", simt_ids(ids, n), "echo", 1, "logprobs", 3,
+                          "max_tokens", 2, "temperature", 0.0));
     json_t *c = choice0(r);
     const char *text = json_string_value(json_object_get(c, "text"));
     assert_non_null(text);
@@ -215,9 +213,8 @@ static void test_completions_prompt_logprobs_vllm_shape(void **state)
     size_t n = simref_tokenize(prompt, strlen(prompt), ids, 32);
     json_t *r = simt_ok(t, p, "/v1/completions",
                         json_pack("{s:s, s:o, s:i, s:i, s:f}", "model", "sim",
-                                  "prompt", simt_ids(ids, n),
-                                  "prompt_logprobs", 2, "max_tokens", 1,
-                                  "temperature", 0.0));
+                                  "prompt", simt_ids(ids, n), "prompt_logprobs",
+                                  2, "max_tokens", 1, "temperature", 0.0));
     /* vLLM: choices[0].prompt_logprobs is a list with one entry per prompt
      * token: null for the first, then a dict keyed by token id (as a string)
      * of {"logprob", "rank", "decoded_token"}, which includes the actual
@@ -248,12 +245,12 @@ static void test_generate_sglang_shape(void **state)
     const char *prompt = "Kids ran home with warm bread";
     int32_t ids[32];
     size_t n = simref_tokenize(prompt, strlen(prompt), ids, 32);
-    json_t *r = simt_ok(
-        t, p, "/generate",
-        json_pack("{s:o, s:{s:i, s:f}, s:b, s:i, s:i}", "input_ids",
-                  simt_ids(ids, n), "sampling_params", "max_new_tokens", 3,
-                  "temperature", 0.0, "return_logprob", 1, "logprob_start_len",
-                  0, "top_logprobs_num", 2));
+    json_t *r =
+        simt_ok(t, p, "/generate",
+                json_pack("{s:o, s:{s:i, s:f}, s:b, s:i, s:i}", "input_ids",
+                          simt_ids(ids, n), "sampling_params", "max_new_tokens",
+                          3, "temperature", 0.0, "return_logprob", 1,
+                          "logprob_start_len", 0, "top_logprobs_num", 2));
     assert_true(json_is_string(json_object_get(r, "text")));
     json_t *mi = json_object_get(r, "meta_info");
     assert_true(json_is_object(mi));
@@ -300,8 +297,8 @@ static void test_generate_tgi_shape(void **state)
     struct proc *p = simt_start(t, NULL);
     json_t *r = simt_ok(t, p, "/generate",
                         json_pack("{s:s, s:{s:i}}", "inputs",
-                                  "Grey skies over green fields",
-                                  "parameters", "max_new_tokens", 4));
+                                  "Grey skies over green fields", "parameters",
+                                  "max_new_tokens", 4));
     /* TGI answers {"generated_text": ...} */
     assert_true(json_is_string(json_object_get(r, "generated_text")));
     assert_null(json_object_get(r, "meta_info"));
@@ -321,8 +318,8 @@ static void test_tokenize_detokenize_shape(void **state)
                      json_array_size(toks));
     assert_int_equal(json_integer_value(json_object_get(r, "max_model_len")),
                      16384);
-    json_t *d = simt_ok(t, p, "/detokenize",
-                        json_pack("{s:O}", "tokens", toks));
+    json_t *d =
+        simt_ok(t, p, "/detokenize", json_pack("{s:O}", "tokens", toks));
     assert_string_equal(json_string_value(json_object_get(d, "prompt")),
                         "hello world");
     json_decref(d);
@@ -340,15 +337,14 @@ static void test_sim_config_get_set_reset(void **state)
                      4096);
     json_decref(c);
 
-    c = simt_ok(t, p, "/sim/config",
-                json_pack("{s:i, s:f}", "forget_after", 100, "decode_noise",
-                          0.25));
+    c = simt_ok(
+        t, p, "/sim/config",
+        json_pack("{s:i, s:f}", "forget_after", 100, "decode_noise", 0.25));
     json_decref(c);
     c = simt_get(t, p, "/sim/config", &st);
     assert_int_equal(json_integer_value(json_object_get(c, "forget_after")),
                      100);
-    assert_true(json_number_value(json_object_get(c, "decode_noise")) ==
-                0.25);
+    assert_true(json_number_value(json_object_get(c, "decode_noise")) == 0.25);
     json_decref(c);
 
     c = simt_ok(t, p, "/sim/config", json_pack("{s:b}", "reset", 1));

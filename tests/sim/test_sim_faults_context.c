@@ -33,9 +33,9 @@ static json_t *long_chat(size_t gap, const char *question)
     char *f1 = simt_filler(gap, 11);
     char *f2 = simt_filler(gap, 12);
     char *text = xasprintf(FACT_A " %s " FACT_B " %s " FACT_C, f1, f2);
-    json_t *m = json_pack("[o,o,o]", simt_msg("user", text),
-                          simt_msg("assistant", "Noted."),
-                          simt_msg("user", question));
+    json_t *m =
+        json_pack("[o,o,o]", simt_msg("user", text),
+                  simt_msg("assistant", "Noted."), simt_msg("user", question));
     free(text);
     free(f1);
     free(f2);
@@ -76,16 +76,16 @@ static void test_healthy_sim_sees_all_three_facts(void **state)
 static void test_overflow_middle_removes_the_middle(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--context-limit", "8192", "--overflow",
-                                "middle", NULL);
+    struct proc *p =
+        simt_start(t, "--context-limit", "8192", "--overflow", "middle", NULL);
     long n = 0;
     expect(ask_long(t, p, 6000, ASK_A, &n), FACT_A, "A, at the start");
     assert_int_equal(n, 8192);
     expect(ask_long(t, p, 6000, ASK_B, NULL), SIM_DONT_SEE, "B, mid-prompt");
     expect(ask_long(t, p, 6000, ASK_C, NULL), FACT_C, "C, near the end");
     /* under the limit nothing changes */
-    json_t *r = simt_ok(t, p, "/v1/chat/completions",
-                        simt_chat1(FACT_A " " ASK_A));
+    json_t *r =
+        simt_ok(t, p, "/v1/chat/completions", simt_chat1(FACT_A " " ASK_A));
     assert_string_equal(simt_reply(r), FACT_A);
     assert_true(simt_prompt_tokens(r) < 100);
     json_decref(r);
@@ -94,17 +94,17 @@ static void test_overflow_middle_removes_the_middle(void **state)
 static void test_overflow_middle_on_completions_keeps_both_ends(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--context-limit", "8192", "--overflow",
-                                "middle", NULL);
+    struct proc *p =
+        simt_start(t, "--context-limit", "8192", "--overflow", "middle", NULL);
     char *fill = simt_filler(12000, 21);
     int32_t *ids = xcalloc(16384, sizeof(int32_t));
     size_t n = simref_tokenize(fill, strlen(fill), ids, 16384);
     assert_true(n > 12000 && n <= 16384);
-    json_t *r = simt_ok(t, p, "/v1/completions",
-                        json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model",
-                                  "sim", "prompt", simt_ids(ids, n), "echo",
-                                  1, "logprobs", 1, "max_tokens", 1,
-                                  "temperature", 0.0));
+    json_t *r =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim",
+                          "prompt", simt_ids(ids, n), "echo", 1, "logprobs", 1,
+                          "max_tokens", 1, "temperature", 0.0));
     assert_int_equal(simt_prompt_tokens(r), 8192);
     json_t *c = json_array_get(json_object_get(r, "choices"), 0);
     const char *text = json_string_value(json_object_get(c, "text"));
@@ -121,8 +121,9 @@ static void test_overflow_middle_on_completions_keeps_both_ends(void **state)
     struct buf lastp = BUF_INIT, lasto = BUF_INIT;
     for (size_t i = 8192 - 50; i < 8192; i++)
         buf_adds(&lastp, json_string_value(json_array_get(toks, i)));
-    json_t *d = simt_ok(t, p, "/detokenize",
-                        json_pack("{s:o}", "tokens", simt_ids(ids + n - 50, 50)));
+    json_t *d =
+        simt_ok(t, p, "/detokenize",
+                json_pack("{s:o}", "tokens", simt_ids(ids + n - 50, 50)));
     buf_adds(&lasto, json_string_value(json_object_get(d, "prompt")));
     assert_string_equal(buf_str(&lastp), buf_str(&lasto));
     buf_release(&lastp);
@@ -136,8 +137,8 @@ static void test_overflow_middle_on_completions_keeps_both_ends(void **state)
 static void test_overflow_oldest_drops_the_front(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--context-limit", "8192", "--overflow",
-                                "oldest", NULL);
+    struct proc *p =
+        simt_start(t, "--context-limit", "8192", "--overflow", "oldest", NULL);
     long n = 0;
     expect(ask_long(t, p, 6000, ASK_A, &n), SIM_DONT_SEE, "A, cut");
     assert_int_equal(n, 8192);
@@ -148,8 +149,8 @@ static void test_overflow_oldest_drops_the_front(void **state)
 static void test_overflow_newest_drops_the_question(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--context-limit", "8192", "--overflow",
-                                "newest", NULL);
+    struct proc *p =
+        simt_start(t, "--context-limit", "8192", "--overflow", "newest", NULL);
     long n = 0;
     char *r = ask_long(t, p, 6000, ASK_C, &n);
     assert_int_equal(n, 8192);
@@ -161,11 +162,11 @@ static void test_overflow_newest_drops_the_question(void **state)
 static void test_overflow_error_is_vllm_400(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--max-model-len", "8192", "--overflow",
-                                "error", NULL);
+    struct proc *p =
+        simt_start(t, "--max-model-len", "8192", "--overflow", "error", NULL);
     long st = 0;
-    json_t *r = simt_postj(t, p, "/v1/chat/completions",
-                           long_chat(6000, ASK_A), &st);
+    json_t *r =
+        simt_postj(t, p, "/v1/chat/completions", long_chat(6000, ASK_A), &st);
     assert_int_equal(st, 400);
     simt_assert_error(r, "This model's maximum context length is 8192 tokens. "
                          "However, you requested ");
@@ -210,9 +211,9 @@ static void test_keep_last_turns(void **state)
     long n = 0;
     expect(ask_turns(t, p, true, ASK_A, &n), SIM_DONT_SEE, "turn 1");
     expect(ask_turns(t, p, true, ASK_C, NULL), FACT_C, "turn 2");
-    expect(ask_turns(t, p, true, "What is the vault number for the bank?",
-                     NULL),
-           "The vault number for the bank is 77.", "system");
+    expect(
+        ask_turns(t, p, true, "What is the vault number for the bank?", NULL),
+        "The vault number for the bank is 77.", "system");
     expect(ask_turns(t, p, true, "What did my first message ask for?", NULL),
            "Your first message asked: \"" FACT_C "\".", "first visible");
     /* prompt_tokens counts only the system message and the last 2 turns */
@@ -243,18 +244,16 @@ static void test_ignore_system(void **state)
 
 static json_t *reasoning_chat(bool tools)
 {
-    json_t *m = json_pack("[o,{s:s,s:s,s:s},o]",
-                          simt_msg("user", "Think about the safe."), "role",
-                          "assistant", "content", "Done.",
-                          "reasoning_content", SAFE_FACT,
-                          simt_msg("user", "What is the PIN for the safe?"));
+    json_t *m = json_pack(
+        "[o,{s:s,s:s,s:s},o]", simt_msg("user", "Think about the safe."),
+        "role", "assistant", "content", "Done.", "reasoning_content", SAFE_FACT,
+        simt_msg("user", "What is the PIN for the safe?"));
     json_t *b = simt_chat(m);
     if (tools)
         json_object_set_new(
             b, "tools",
-            json_pack("[{s:s,s:{s:s,s:{s:s}}}]", "type", "function",
-                      "function", "name", "open_safe", "parameters", "type",
-                      "object"));
+            json_pack("[{s:s,s:{s:s,s:{s:s}}}]", "type", "function", "function",
+                      "name", "open_safe", "parameters", "type", "object"));
     return b;
 }
 
@@ -274,8 +273,8 @@ static void test_reasoning_history_policies(void **state)
     struct simt *t = *state;
     struct proc *keep = simt_start(t, NULL);
     struct proc *drop = simt_start(t, "--reasoning-history", "drop", NULL);
-    struct proc *kwt = simt_start(t, "--reasoning-history", "keep-with-tools",
-                                  NULL);
+    struct proc *kwt =
+        simt_start(t, "--reasoning-history", "keep-with-tools", NULL);
     long nk = 0, nd = 0;
     expect(ask_reasoning(t, keep, false, &nk), SAFE_FACT, "keep");
     expect(ask_reasoning(t, drop, false, &nd), SIM_DONT_SEE, "drop");
@@ -321,8 +320,8 @@ static void test_forget_after_at_run_time_and_reset(void **state)
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
     expect(ask_long(t, p, 3000, ASK_A, NULL), FACT_A, "healthy");
-    json_decref(simt_ok(t, p, "/sim/config",
-                        json_pack("{s:i}", "forget_after", 2048)));
+    json_decref(
+        simt_ok(t, p, "/sim/config", json_pack("{s:i}", "forget_after", 2048)));
     expect(ask_long(t, p, 3000, ASK_A, NULL), SIM_DONT_SEE, "configured");
     json_decref(simt_ok(t, p, "/sim/config", json_pack("{s:b}", "reset", 1)));
     expect(ask_long(t, p, 3000, ASK_A, NULL), FACT_A, "after reset");

@@ -22,8 +22,8 @@
 
 #define PROMPT_TOKENS 600
 #define MAXTOK 8192
-#define QA                                                                    \
-    "The access code for the blue door is 4812. What is the access code "    \
+#define QA                                                                     \
+    "The access code for the blue door is 4812. What is the access code "      \
     "for the blue door?"
 
 struct lp {
@@ -130,8 +130,8 @@ static void test_noise_grows_with_position(void **state)
 {
     struct simt *t = *state;
     struct proc *h = simt_start(t, NULL);
-    struct proc *p = simt_start(t, "--prefill-noise", "0.5", "--noise-growth",
-                                "1", NULL);
+    struct proc *p =
+        simt_start(t, "--prefill-noise", "0.5", "--noise-growth", "1", NULL);
     struct lp *a = prompt_lp(t, h, 4000);
     struct lp *b = prompt_lp(t, p, 4000);
     double early = mean_abs_diff(a, b, 50, 178);
@@ -152,9 +152,9 @@ static void test_logit_scale_keeps_the_argmax(void **state)
     struct lp *b = prompt_lp(t, p, PROMPT_TOKENS);
     assert_true(count_diff(a, b) > a->n / 2);
     /* greedy continuation is unchanged by a positive scale */
-    json_t *req = json_pack("{s:s, s:o, s:i, s:f}", "model", "sim", "prompt",
-                            simt_ids(a->ids, 200), "max_tokens", 16,
-                            "temperature", 0.0);
+    json_t *req =
+        json_pack("{s:s, s:o, s:i, s:f}", "model", "sim", "prompt",
+                  simt_ids(a->ids, 200), "max_tokens", 16, "temperature", 0.0);
     json_t *x = simt_ok(t, h, "/v1/completions", json_deep_copy(req));
     json_t *y = simt_ok(t, p, "/v1/completions", req);
     assert_string_equal(
@@ -172,11 +172,11 @@ static void test_logit_scale_keeps_the_argmax(void **state)
 static json_t *all_logprobs(struct simt *t, const struct proc *p,
                             const struct lp *l)
 {
-    json_t *r = simt_ok(t, p, "/v1/completions",
-                        json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model",
-                                  "sim", "prompt", simt_ids(l->ids, l->n),
-                                  "echo", 1, "logprobs", 1, "max_tokens", 4,
-                                  "temperature", 0.0));
+    json_t *r =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim",
+                          "prompt", simt_ids(l->ids, l->n), "echo", 1,
+                          "logprobs", 1, "max_tokens", 4, "temperature", 0.0));
     json_t *v = json_incref(json_object_get(
         json_object_get(json_array_get(json_object_get(r, "choices"), 0),
                         "logprobs"),
@@ -215,10 +215,10 @@ static void *batch_one(void *ud)
 {
     struct batch_arg *a = ud;
     struct http_client *c = http_client_new();
-    json_t *body = json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim",
-                             "prompt", simt_ids(a->l->ids, a->l->n), "echo", 1,
-                             "logprobs", 1, "max_tokens", 4, "temperature",
-                             0.0);
+    json_t *body =
+        json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim", "prompt",
+                  simt_ids(a->l->ids, a->l->n), "echo", 1, "logprobs", 1,
+                  "max_tokens", 4, "temperature", 0.0);
     char *url = xasprintf("%s/v1/completions", proc_url(a->p));
     long st = 0;
     json_t *out = NULL;
@@ -321,8 +321,8 @@ static void test_collapse_after_repeats(void **state)
      * (checked a few tokens in, where the loop has started) until
      * max_tokens */
     for (size_t i = 0; i < 4; i++)
-        assert_true(json_equal(json_array_get(good, i),
-                               json_array_get(bad, i)));
+        assert_true(
+            json_equal(json_array_get(good, i), json_array_get(bad, i)));
     assert_int_equal(json_array_size(bad), 24);
     size_t per = 0;
     for (size_t from = 4; from < 12 && !per; from++)
@@ -373,8 +373,8 @@ static void rate_all(struct simt *t, const char *opt, long want)
     struct proc *p = simt_start(t, opt, "1", NULL);
     for (int i = 0; i < 5; i++) {
         long st = 0;
-        json_t *r = simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA),
-                               &st);
+        json_t *r =
+            simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA), &st);
         assert_int_equal(st, want);
         simt_assert_error(r, NULL);
         json_decref(r);
@@ -396,8 +396,8 @@ static void test_error_rate_half(void **state)
     int fails = 0, oks = 0;
     for (int i = 0; i < 40; i++) {
         long st = 0;
-        json_t *r = simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA),
-                               &st);
+        json_t *r =
+            simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA), &st);
         if (st == 500) {
             simt_assert_error(r, NULL);
             fails++;
@@ -419,21 +419,19 @@ static void test_config_at_run_time_and_reset(void **state)
     struct proc *h = simt_start(t, NULL);
     struct proc *p = simt_start(t, NULL);
     assert_true(same_decode(t, h, p));
-    json_decref(simt_ok(t, p, "/sim/config",
-                        json_pack("{s:f}", "decode_noise", 0.5)));
+    json_decref(
+        simt_ok(t, p, "/sim/config", json_pack("{s:f}", "decode_noise", 0.5)));
     assert_false(same_decode(t, h, p));
-    json_decref(simt_ok(t, p, "/sim/config",
-                        json_pack("{s:b}", "reset", 1)));
+    json_decref(simt_ok(t, p, "/sim/config", json_pack("{s:b}", "reset", 1)));
     assert_true(same_decode(t, h, p));
     /* a rate set at run time */
-    json_decref(simt_ok(t, p, "/sim/config",
-                        json_pack("{s:f}", "rate_503", 1.0)));
+    json_decref(
+        simt_ok(t, p, "/sim/config", json_pack("{s:f}", "rate_503", 1.0)));
     long st = 0;
     json_t *r = simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA), &st);
     assert_int_equal(st, 503);
     json_decref(r);
-    json_decref(simt_ok(t, p, "/sim/config",
-                        json_pack("{s:b}", "reset", 1)));
+    json_decref(simt_ok(t, p, "/sim/config", json_pack("{s:b}", "reset", 1)));
     r = simt_postj(t, p, "/v1/chat/completions", simt_chat1(QA), &st);
     assert_int_equal(st, 200);
     json_decref(r);
@@ -489,8 +487,8 @@ static void test_presets(void **state)
 static void test_presets_combine_and_options_override(void **state)
 {
     struct simt *t = *state;
-    struct proc *p = simt_start(t, "--preset", "splitk-decode,sparse-indexer",
-                                NULL);
+    struct proc *p =
+        simt_start(t, "--preset", "splitk-decode,sparse-indexer", NULL);
     assert_true(config_num(t, p, "decode_noise") == 0.05);
     assert_true(config_num(t, p, "forget_after") == 2048);
     struct proc *q = simt_start(t, "--preset", "splitk-decode",

@@ -31,8 +31,9 @@ static void test_entity_without_article_is_answered_as_stated(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    expect(simt_ask(t, p, simt_chat1("The code for door 5 is 3. What is the "
-                                     "code for door 5?")),
+    expect(simt_ask(t, p,
+                    simt_chat1("The code for door 5 is 3. What is the "
+                               "code for door 5?")),
            "The code for door 5 is 3.");
 }
 
@@ -46,14 +47,14 @@ static void test_fact_in_tool_arguments_value_is_clean(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    json_t *msgs = json_pack(
-        "[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s},o]",
-        simt_msg("user", "Look it up."), "role", "assistant", "content",
-        "tool_calls", "id", "call_1", "type", "function", "function", "name",
-        "lookup", "arguments",
-        "{\"note\": \"The room number for the guest is 214.\"}", "role",
-        "tool", "tool_call_id", "call_1", "content", "done",
-        simt_msg("user", "What is the room number for the guest?"));
+    json_t *msgs =
+        json_pack("[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s},o]",
+                  simt_msg("user", "Look it up."), "role", "assistant",
+                  "content", "tool_calls", "id", "call_1", "type", "function",
+                  "function", "name", "lookup", "arguments",
+                  "{\"note\": \"The room number for the guest is 214.\"}",
+                  "role", "tool", "tool_call_id", "call_1", "content", "done",
+                  simt_msg("user", "What is the room number for the guest?"));
     expect(simt_ask(t, p, simt_chat(msgs)),
            "The room number for the guest is 214.");
 }

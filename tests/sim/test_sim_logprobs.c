@@ -41,8 +41,8 @@ static void test_chat_logprobs_shape(void **state)
     json_object_set_new(b, "top_logprobs", json_integer(3));
     json_t *r = simt_ok(t, p, "/v1/chat/completions", b);
     json_t *c = json_array_get(json_object_get(r, "choices"), 0);
-    json_t *content = json_object_get(json_object_get(c, "logprobs"),
-                                      "content");
+    json_t *content =
+        json_object_get(json_object_get(c, "logprobs"), "content");
     assert_true(json_array_size(content) > 0);
     assert_int_equal(json_array_size(content),
                      json_integer_value(json_object_get(
@@ -94,17 +94,16 @@ static void test_prompt_logprob_apis_agree(void **state)
 
     json_t *r = simt_ok(t, p, "/v1/completions",
                         json_pack("{s:s, s:o, s:i, s:i, s:f}", "model", "sim",
-                                  "prompt", simt_ids(ids, n),
-                                  "prompt_logprobs", 0, "max_tokens", 1,
-                                  "temperature", 0.0));
+                                  "prompt", simt_ids(ids, n), "prompt_logprobs",
+                                  0, "max_tokens", 1, "temperature", 0.0));
     json_t *pl = json_object_get(
         json_array_get(json_object_get(r, "choices"), 0), "prompt_logprobs");
     assert_int_equal(json_array_size(pl), n);
-    json_t *g = simt_ok(
-        t, p, "/generate",
-        json_pack("{s:o, s:{s:i}, s:b, s:i}", "input_ids", simt_ids(ids, n),
-                  "sampling_params", "max_new_tokens", 1, "return_logprob", 1,
-                  "logprob_start_len", 0));
+    json_t *g =
+        simt_ok(t, p, "/generate",
+                json_pack("{s:o, s:{s:i}, s:b, s:i}", "input_ids",
+                          simt_ids(ids, n), "sampling_params", "max_new_tokens",
+                          1, "return_logprob", 1, "logprob_start_len", 0));
     json_t *itl = json_object_get(json_object_get(g, "meta_info"),
                                   "input_token_logprobs");
     assert_int_equal(json_array_size(itl), n);
@@ -166,13 +165,12 @@ static void test_greedy_completion_is_argmax(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    json_t *r = simt_ok(t, p, "/v1/completions",
-                        json_pack("{s:s, s:s, s:i, s:i, s:f}", "model", "sim",
-                                  "prompt",
-                                  "Old boats drift past calm docks under grey "
-                                  "skies as kids ran home",
-                                  "logprobs", 5, "max_tokens", 12,
-                                  "temperature", 0.0));
+    json_t *r =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:s, s:i, s:i, s:f}", "model", "sim", "prompt",
+                          "Old boats drift past calm docks under grey "
+                          "skies as kids ran home",
+                          "logprobs", 5, "max_tokens", 12, "temperature", 0.0));
     json_t *lp = json_object_get(
         json_array_get(json_object_get(r, "choices"), 0), "logprobs");
     json_t *tlp = json_object_get(lp, "token_logprobs");

@@ -18,8 +18,8 @@
 #include "core/xalloc.h"
 #include "util/simtest.h"
 
-#define FOLLOWUP_FIRST                                                        \
-    "This is the very first message of our conversation, so I don't know " \
+#define FOLLOWUP_FIRST                                                         \
+    "This is the very first message of our conversation, so I don't know "     \
     "what \"that\" refers to."
 
 /* Sends user, assistant, user, ... (NULL-terminated) and returns the reply. */
@@ -30,8 +30,7 @@ static char *ask_turns(struct simt *t, const struct proc *p, ...)
     int i = 0;
     va_start(ap, p);
     for (const char *s; (s = va_arg(ap, const char *)); i++)
-        json_array_append_new(msgs,
-                              simt_msg(i % 2 ? "assistant" : "user", s));
+        json_array_append_new(msgs, simt_msg(i % 2 ? "assistant" : "user", s));
     va_end(ap);
     return simt_ask(t, p, simt_chat(msgs));
 }
@@ -47,11 +46,9 @@ static void test_fact_is_answered(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    assert_reply(ask_turns(t, p,
-                           "The access code for the blue door is 4812.",
+    assert_reply(ask_turns(t, p, "The access code for the blue door is 4812.",
                            "Noted.",
-                           "What is the access code for the blue door?",
-                           NULL),
+                           "What is the access code for the blue door?", NULL),
                  "The access code for the blue door is 4812.");
     /* "of" works like "for"; matching ignores case */
     char *r = ask_turns(t, p, "The Colour of the Old Car is red.", "Noted.",
@@ -87,8 +84,8 @@ static void test_fact_ordinals(void **state)
         snprintf(want, sizeof(want), " for the safe is %s.", cases[i].v);
         size_t rl = strlen(r), wl = strlen(want);
         if (rl < wl || strcmp(r + rl - wl, want) || strncmp(r, "The ", 4))
-            fail_msg("'%s': reply '%s', expected it to end '%s'", cases[i].q,
-                     r, want);
+            fail_msg("'%s': reply '%s', expected it to end '%s'", cases[i].q, r,
+                     want);
         free(r);
     }
 }
@@ -143,20 +140,21 @@ static void test_not_visible_replies(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    assert_reply(simt_ask(t, p, simt_chat1("What is the access code for the "
-                                           "blue door?")),
+    assert_reply(simt_ask(t, p,
+                          simt_chat1("What is the access code for the "
+                                     "blue door?")),
                  SIM_DONT_SEE);
     assert_reply(simt_ask(t, p, simt_chat1("What is the value of Q?")),
                  SIM_DONT_SEE);
-    assert_reply(simt_ask(t, p, simt_chat1("Now do the same for the red "
-                                           "door.")),
+    assert_reply(simt_ask(t, p,
+                          simt_chat1("Now do the same for the red "
+                                     "door.")),
                  FOLLOWUP_FIRST);
-    assert_reply(simt_ask(t, p, simt_chat1("and then what?")),
-                 FOLLOWUP_FIRST);
+    assert_reply(simt_ask(t, p, simt_chat1("and then what?")), FOLLOWUP_FIRST);
     /* a chain with a missing link */
-    assert_reply(ask_turns(t, p, "Let B = A.", "Ok.",
-                           "What is the value of B?", NULL),
-                 SIM_DONT_SEE);
+    assert_reply(
+        ask_turns(t, p, "Let B = A.", "Ok.", "What is the value of B?", NULL),
+        SIM_DONT_SEE);
     /* a follow-up with an earlier user message is not the "first" reply */
     char *r = ask_turns(t, p, "Rain fell on quiet hills.", "Ok.",
                         "Now say it again.", NULL);
@@ -215,16 +213,15 @@ static void test_tool_call_and_tool_result(void **state)
     const char *id = json_string_value(json_object_get(tc, "id"));
 
     /* after the tool's result */
-    json_t *msgs = json_pack(
-        "[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}]",
-        simt_msg("user", ask), "role", "assistant", "content", "tool_calls",
-        "id", id, "type", "function", "function", "name", "get_weather",
-        "arguments", args, "role", "tool", "tool_call_id", id, "content",
-        "sunny and 21 degrees");
+    json_t *msgs =
+        json_pack("[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s}]",
+                  simt_msg("user", ask), "role", "assistant", "content",
+                  "tool_calls", "id", id, "type", "function", "function",
+                  "name", "get_weather", "arguments", args, "role", "tool",
+                  "tool_call_id", id, "content", "sunny and 21 degrees");
     b = simt_chat(msgs);
     json_object_set_new(b, "tools", weather_tool());
-    assert_reply(simt_ask(t, p, b),
-                 "The tool returned: sunny and 21 degrees.");
+    assert_reply(simt_ask(t, p, b), "The tool returned: sunny and 21 degrees.");
     json_decref(r);
 
     /* no tools offered: no tool call */

@@ -20,7 +20,9 @@
 #include "core/xalloc.h"
 #include "util/simtest.h"
 
-#define QUESTION "The access code for the blue door is 4812. What is the access code for the blue door?"
+#define QUESTION                                                               \
+    "The access code for the blue door is 4812. What is the access code for "  \
+    "the blue door?"
 
 /* Splits an SSE body into its data payloads (a JSON array of strings),
  * asserting the framing: events separated by one blank line, each line of
@@ -67,13 +69,12 @@ static json_t *stream(struct simt *t, const struct proc *p, const char *path,
     json_t *ev = sse_events(buf_str(&r.body), r.body.len);
     size_t n = json_array_size(ev);
     assert_true(n >= 2);
-    assert_string_equal(json_string_value(json_array_get(ev, n - 1)),
-                        "[DONE]");
+    assert_string_equal(json_string_value(json_array_get(ev, n - 1)), "[DONE]");
     json_t *chunks = json_array();
     for (size_t i = 0; i + 1 < n; i++) {
         json_error_t jerr;
-        json_t *c = json_loads(json_string_value(json_array_get(ev, i)), 0,
-                               &jerr);
+        json_t *c =
+            json_loads(json_string_value(json_array_get(ev, i)), 0, &jerr);
         if (!c)
             fail_msg("SSE chunk %zu is not JSON: %s", i, jerr.text);
         json_array_append_new(chunks, c);
@@ -110,9 +111,9 @@ static void test_chat_stream_framing_and_content(void **state)
         assert_true(json_is_object(delta));
         if (i == 0)
             assert_string_equal(
-                json_string_value(json_object_get(delta, "role")),
-                "assistant");
-        const char *piece = json_string_value(json_object_get(delta, "content"));
+                json_string_value(json_object_get(delta, "role")), "assistant");
+        const char *piece =
+            json_string_value(json_object_get(delta, "content"));
         if (piece)
             buf_adds(&text, piece);
         json_t *fr = json_object_get(ch, "finish_reason");
@@ -195,11 +196,11 @@ static void test_completions_stream_refused_clearly(void **state)
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
     long st = 0;
-    json_t *r = simt_postj(t, p, "/v1/completions",
-                           json_pack("{s:s, s:s, s:i, s:b}", "model", "sim",
-                                     "prompt", "Rain fell", "max_tokens", 3,
-                                     "stream", 1),
-                           &st);
+    json_t *r =
+        simt_postj(t, p, "/v1/completions",
+                   json_pack("{s:s, s:s, s:i, s:b}", "model", "sim", "prompt",
+                             "Rain fell", "max_tokens", 3, "stream", 1),
+                   &st);
     assert_int_equal(st, 400);
     simt_assert_error(r, "stream");
     json_decref(r);
@@ -216,8 +217,8 @@ static void test_cut_stream_after_bytes(void **state)
     json_decref(b);
     struct http_resp r;
     http_resp_init(&r);
-    int ret = simt_raw(t, p, "POST", "/v1/chat/completions", text,
-                       strlen(text), "application/json", &r);
+    int ret = simt_raw(t, p, "POST", "/v1/chat/completions", text, strlen(text),
+                       "application/json", &r);
     /* the transfer is incomplete: curl reports an error, the body has
      * exactly the first 200 bytes and no [DONE] */
     assert_int_not_equal(ret, 0);

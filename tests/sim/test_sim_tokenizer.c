@@ -63,9 +63,9 @@ static void test_reference_matches_documented_numbers(void **state)
 
 static json_t *tokenize(struct simt *t, const struct proc *p, const char *s)
 {
-    json_t *r = simt_ok(
-        t, p, "/tokenize",
-        json_pack("{s:s, s:b}", "prompt", s, "add_special_tokens", 0));
+    json_t *r =
+        simt_ok(t, p, "/tokenize",
+                json_pack("{s:s, s:b}", "prompt", s, "add_special_tokens", 0));
     json_t *toks = json_incref(json_object_get(r, "tokens"));
     assert_true(json_is_array(toks));
     json_decref(r);
@@ -99,8 +99,8 @@ static void test_round_trip_including_non_ascii_and_specials(void **state)
     struct proc *p = simt_start(t, NULL);
     for (size_t k = 0; k < sizeof(samples) / sizeof(*samples); k++) {
         json_t *toks = tokenize(t, p, samples[k]);
-        json_t *d = simt_ok(t, p, "/detokenize",
-                            json_pack("{s:o}", "tokens", toks));
+        json_t *d =
+            simt_ok(t, p, "/detokenize", json_pack("{s:o}", "tokens", toks));
         const char *back = json_string_value(json_object_get(d, "prompt"));
         assert_non_null(back);
         assert_string_equal(back, samples[k]);
@@ -113,9 +113,9 @@ static void test_round_trip_including_non_ascii_and_specials(void **state)
 static char *random_text(uint32_t *x, size_t len)
 {
     static const char *const parts[] = {
-        "a",  "Z",       "9",     " ",   "  ",      "\n",  "é",    "ß",
-        "中", "🙂",      "<|",    "|>",  "<|end|>", "<",   "think", ">",
-        ".",  " word",   "\t",    "\"",  "\\",      "{}",  "Ω",    "x1y2"};
+        "a",  "Z",     "9",  " ",  "  ",      "\n", "é",     "ß",
+        "中", "🙂",  "<|", "|>", "<|end|>", "<",  "think", ">",
+        ".",  " word", "\t", "\"", "\\",      "{}", "Ω",     "x1y2"};
     struct buf b = BUF_INIT;
     for (size_t i = 0; i < len; i++) {
         *x ^= *x << 13;
@@ -135,10 +135,9 @@ static void test_round_trip_random_text(void **state)
         char *s = random_text(&x, 1 + (size_t)k * 7);
         json_t *toks = tokenize(t, p, s);
         assert_int_equal(json_array_size(toks), simref_count(s));
-        json_t *d = simt_ok(t, p, "/detokenize",
-                            json_pack("{s:o}", "tokens", toks));
-        assert_string_equal(json_string_value(json_object_get(d, "prompt")),
-                            s);
+        json_t *d =
+            simt_ok(t, p, "/detokenize", json_pack("{s:o}", "tokens", toks));
+        assert_string_equal(json_string_value(json_object_get(d, "prompt")), s);
         json_decref(d);
         free(s);
     }
@@ -164,8 +163,8 @@ static void test_prompt_tokens_equal_tokenize_count(void **state)
     struct proc *p = simt_start(t, NULL);
     json_t *msgs = conversation();
     long counted = simt_count_messages(t, p, msgs);
-    json_t *r = simt_ok(t, p, "/v1/chat/completions",
-                        simt_chat(json_incref(msgs)));
+    json_t *r =
+        simt_ok(t, p, "/v1/chat/completions", simt_chat(json_incref(msgs)));
     assert_int_equal(simt_prompt_tokens(r), counted);
     json_decref(r);
     json_decref(msgs);
@@ -178,8 +177,8 @@ static void test_template_renders_as_documented(void **state)
     json_t *msgs = conversation();
     char *text = simref_render(msgs, true);
     long want = (long)simref_count(text);
-    json_t *r = simt_ok(t, p, "/v1/chat/completions",
-                        simt_chat(json_incref(msgs)));
+    json_t *r =
+        simt_ok(t, p, "/v1/chat/completions", simt_chat(json_incref(msgs)));
     if (simt_prompt_tokens(r) != want)
         fail_msg("prompt_tokens %ld, the documented template gives %ld for "
                  "'%s'",
@@ -193,9 +192,9 @@ static void test_content_parts_render_like_a_string(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    json_t *parts = json_pack(
-        "[{s:s,s:s},{s:s,s:s}]", "type", "text", "text", "Rain fell on ",
-        "type", "text", "text", "quiet hills.");
+    json_t *parts =
+        json_pack("[{s:s,s:s},{s:s,s:s}]", "type", "text", "text",
+                  "Rain fell on ", "type", "text", "text", "quiet hills.");
     json_t *a = simt_ok(
         t, p, "/v1/chat/completions",
         simt_chat(json_pack("[{s:s,s:o}]", "role", "user", "content", parts)));

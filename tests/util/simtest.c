@@ -195,8 +195,7 @@ void simt_assert_alive(struct simt *t, const struct proc *p)
     long status = 0;
     json_t *j = simt_get(t, p, "/health", &status);
     assert_int_equal(status, 200);
-    assert_string_equal(json_string_value(json_object_get(j, "status")),
-                        "ok");
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
     json_decref(j);
 }
 
@@ -245,9 +244,9 @@ long simt_prompt_tokens(json_t *r)
 
 long simt_count(struct simt *t, const struct proc *p, const char *text)
 {
-    json_t *r = simt_ok(t, p, "/tokenize",
-                        json_pack("{s:s, s:b}", "prompt", text,
-                                  "add_special_tokens", 0));
+    json_t *r = simt_ok(
+        t, p, "/tokenize",
+        json_pack("{s:s, s:b}", "prompt", text, "add_special_tokens", 0));
     json_t *c = json_object_get(r, "count");
     assert_true(json_is_integer(c));
     long n = (long)json_integer_value(c);
@@ -255,13 +254,11 @@ long simt_count(struct simt *t, const struct proc *p, const char *text)
     return n;
 }
 
-long simt_count_messages(struct simt *t, const struct proc *p,
-                         json_t *messages)
+long simt_count_messages(struct simt *t, const struct proc *p, json_t *messages)
 {
     json_t *r = simt_ok(t, p, "/tokenize",
-                        json_pack("{s:s, s:O, s:b}", "model", "sim",
-                                  "messages", messages,
-                                  "add_generation_prompt", 1));
+                        json_pack("{s:s, s:O, s:b}", "model", "sim", "messages",
+                                  messages, "add_generation_prompt", 1));
     json_t *c = json_object_get(r, "count");
     assert_true(json_is_integer(c));
     long n = (long)json_integer_value(c);
@@ -280,15 +277,15 @@ json_t *simt_ids(const int32_t *ids, size_t n)
 void simt_prompt_logprobs(struct simt *t, const struct proc *p,
                           const int32_t *ids, size_t n, double *out)
 {
-    json_t *r = simt_ok(
-        t, p, "/v1/completions",
-        json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim", "prompt",
-                  simt_ids(ids, n), "echo", 1, "logprobs", 1, "max_tokens", 1,
-                  "temperature", 0.0));
+    json_t *r =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:o, s:b, s:i, s:i, s:f}", "model", "sim",
+                          "prompt", simt_ids(ids, n), "echo", 1, "logprobs", 1,
+                          "max_tokens", 1, "temperature", 0.0));
     assert_int_equal(simt_prompt_tokens(r), n);
     json_t *c = json_array_get(json_object_get(r, "choices"), 0);
-    json_t *tl = json_object_get(json_object_get(c, "logprobs"),
-                                 "token_logprobs");
+    json_t *tl =
+        json_object_get(json_object_get(c, "logprobs"), "token_logprobs");
     assert_true(json_is_array(tl));
     assert_true(json_array_size(tl) >= n);
     for (size_t i = 0; i < n; i++) {
@@ -303,14 +300,14 @@ void simt_prompt_logprobs(struct simt *t, const struct proc *p,
     json_decref(r);
 }
 
-size_t simt_decode_logprobs(struct simt *t, const struct proc *p,
-                            json_t *body, double *out, size_t max)
+size_t simt_decode_logprobs(struct simt *t, const struct proc *p, json_t *body,
+                            double *out, size_t max)
 {
     json_object_set_new(body, "logprobs", json_true());
     json_t *r = simt_ok(t, p, "/v1/chat/completions", body);
     json_t *c = json_array_get(json_object_get(r, "choices"), 0);
-    json_t *content = json_object_get(json_object_get(c, "logprobs"),
-                                      "content");
+    json_t *content =
+        json_object_get(json_object_get(c, "logprobs"), "content");
     assert_true(json_is_array(content));
     size_t n = 0;
     for (; n < json_array_size(content) && n < max; n++) {
@@ -325,11 +322,10 @@ size_t simt_decode_logprobs(struct simt *t, const struct proc *p,
 char *simt_filler(size_t ntok, unsigned salt)
 {
     static const char *const words[] = {
-        "rain",  "fell",  "on",    "quiet", "hills", "near",  "town",
-        "and",   "birds", "sang",  "over",  "green", "fields", "while",
-        "old",   "boats", "drift", "past",  "calm",  "docks", "under",
-        "grey",  "skies", "as",    "kids",  "ran",   "home",  "with",
-        "warm",  "bread", "slow",  "carts"};
+        "rain",  "fell", "on",   "quiet", "hills",  "near",  "town",  "and",
+        "birds", "sang", "over", "green", "fields", "while", "old",   "boats",
+        "drift", "past", "calm", "docks", "under",  "grey",  "skies", "as",
+        "kids",  "ran",  "home", "with",  "warm",   "bread", "slow",  "carts"};
     struct buf b = BUF_INIT;
     uint32_t x = 2463534242u ^ salt;
     size_t have = 0;
@@ -356,8 +352,8 @@ char *simt_filler(size_t ntok, unsigned salt)
 /* ---- reference tokenizer ---- */
 
 static const char *const specials[] = {
-    "<|bos|>", "<|system|>", "<|user|>",    "<|assistant|>", "<|tool|>",
-    "<|end|>", "<think>",    "</think>",    "<|tool_call|>",
+    "<|bos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>",
+    "<|end|>", "<think>",    "</think>", "<|tool_call|>",
 };
 
 static int char_index(unsigned char c)

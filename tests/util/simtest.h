@@ -24,8 +24,8 @@
 
 /* The reply the contract gives when a fact or an earlier message is not
  * visible (docs/SIM.md, "Not visible"). */
-#define SIM_DONT_SEE                                                          \
-    "I don't see any earlier message about that; this looks like the start " \
+#define SIM_DONT_SEE                                                           \
+    "I don't see any earlier message about that; this looks like the start "   \
     "of our conversation."
 
 struct simt {
@@ -104,8 +104,8 @@ void simt_prompt_logprobs(struct simt *t, const struct proc *p,
                           const int32_t *ids, size_t n, double *out);
 /* Decode logprobs of a chat reply (logprobs: true); returns how many were
  * written (at most max). body is stolen; "logprobs":true is added. */
-size_t simt_decode_logprobs(struct simt *t, const struct proc *p,
-                            json_t *body, double *out, size_t max);
+size_t simt_decode_logprobs(struct simt *t, const struct proc *p, json_t *body,
+                            double *out, size_t max);
 
 /* A JSON array of ints from ids. */
 json_t *simt_ids(const int32_t *ids, size_t n);

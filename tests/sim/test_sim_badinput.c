@@ -127,14 +127,28 @@ static void test_body_over_cap_is_413(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, "--max-body", "4096", NULL);
-    char *fill = simt_filler(3000, 1);
+    /* between the cap and twice the cap: the sim's own OpenAI-shaped 413 */
+    char *fill = simt_filler(1300, 1);
     json_t *b = simt_chat1(fill);
     free(fill);
+    char *text = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    assert_true(strlen(text) > 4096 && strlen(text) < 8192);
     long st = 0;
-    json_t *r = simt_postj(t, p, CHAT, b, &st);
+    json_t *r = simt_post(t, p, CHAT, text, &st);
+    free(text);
     assert_int_equal(st, 413);
     simt_assert_error(r, "4096");
     json_decref(r);
+    simt_assert_alive(t, p);
+    /* far over the cap: refused before it is read (413, any body) */
+    char *big = simt_filler(20000, 2);
+    struct http_resp hr;
+    http_resp_init(&hr);
+    simt_raw(t, p, "POST", CHAT, big, strlen(big), "application/json", &hr);
+    assert_int_equal(hr.status, 413);
+    http_resp_release(&hr);
+    free(big);
     simt_assert_alive(t, p);
     /* a body under the cap is served */
     char *s = simt_ask(t, p, simt_chat1("Describe a calm harbour."));

@@ -161,6 +161,37 @@ static void test_completions_text_and_ids(void **state)
     json_decref(r);
 }
 
+/* Defaults from docs/SIM.md: max_tokens 16 (completions), max_new_tokens
+ * 128 (sglang); completions decode greedily whatever the temperature. */
+static void test_generation_defaults(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *r = simt_ok(t, p, "/v1/completions",
+                        json_pack("{s:s}", "prompt", "Rain fell on quiet"));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(r, "usage"), "completion_tokens")),
+                     16);
+    const char *greedy = json_string_value(json_object_get(
+        json_array_get(json_object_get(r, "choices"), 0), "text"));
+    assert_non_null(greedy);
+    json_t *hot =
+        simt_ok(t, p, "/v1/completions",
+                json_pack("{s:s, s:f, s:i}", "prompt", "Rain fell on quiet",
+                          "temperature", 1.5, "seed", 3));
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(hot, "choices"), 0), "text")),
+        greedy);
+    json_decref(hot);
+    json_decref(r);
+    r = simt_ok(t, p, "/generate", json_pack("{s:s}", "text", "Rain fell"));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(r, "meta_info"), "completion_tokens")),
+                     128);
+    json_decref(r);
+}
+
 static void test_completions_echo_logprobs_shape(void **state)
 {
     struct simt *t = *state;
@@ -425,6 +456,7 @@ int main(void)
         T(test_chat_completion_shape),
         T(test_chat_max_tokens_gives_length),
         T(test_completions_text_and_ids),
+        T(test_generation_defaults),
         T(test_completions_echo_logprobs_shape),
         T(test_completions_prompt_logprobs_vllm_shape),
         T(test_generate_sglang_shape),

@@ -389,6 +389,34 @@ static void test_error_rates_all(void **state)
     rate_all(t, "--rate-503", 503);
 }
 
+/* Rate faults and latency touch the model endpoints only; /health,
+ * /tokenize and the /sim endpoints always answer (docs/SIM.md, "Details"). */
+static void test_rate_faults_spare_non_model_endpoints(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, "--rate-500", "1", NULL);
+    long st = 0;
+    json_t *r = simt_postj(
+        t, p, "/v1/completions",
+        json_pack("{s:s, s:i}", "prompt", "Rain fell", "max_tokens", 2), &st);
+    assert_int_equal(st, 500);
+    json_decref(r);
+    r = simt_postj(t, p, "/generate",
+                   json_pack("{s:s, s:{s:i}}", "text", "Rain fell",
+                             "sampling_params", "max_new_tokens", 2),
+                   &st);
+    assert_int_equal(st, 500);
+    json_decref(r);
+    simt_assert_alive(t, p);
+    assert_int_equal(simt_count(t, p, "Rain fell"), 2);
+    r = simt_get(t, p, "/sim/config", &st);
+    assert_int_equal(st, 200);
+    json_decref(r);
+    r = simt_get(t, p, "/sim/stats", &st);
+    assert_int_equal(st, 200);
+    json_decref(r);
+}
+
 static void test_error_rate_half(void **state)
 {
     struct simt *t = *state;
@@ -514,6 +542,7 @@ int main(void)
         T(test_collapse_after_repeats),
         T(test_no_prompt_logprobs_rejects_each_way),
         T(test_error_rates_all),
+        T(test_rate_faults_spare_non_model_endpoints),
         T(test_error_rate_half),
         T(test_config_at_run_time_and_reset),
         T(test_presets),

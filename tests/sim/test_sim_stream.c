@@ -133,6 +133,38 @@ static void test_chat_stream_framing_and_content(void **state)
     free(plain);
 }
 
+/* One chunk per token; a UTF-8 character split across tokens waits for
+ * the next chunk, so every chunk is valid JSON and the text adds up. */
+static void test_chat_stream_non_ascii(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *m = json_pack("[o,o,o]",
+                          simt_msg("user", "Plan a trip to Zürich, 東京 and "
+                                           "Ελλάδα 🙂."),
+                          simt_msg("assistant", "Sure."),
+                          simt_msg("user", "What did my first message ask "
+                                           "for?"));
+    char *plain = simt_ask(t, p, simt_chat(json_deep_copy(m)));
+    assert_non_null(strstr(plain, "東京"));
+    json_t *chunks = stream(t, p, "/v1/chat/completions", simt_chat(m));
+    struct buf text = BUF_INIT;
+    size_t i;
+    json_t *c;
+    json_array_foreach(chunks, i, c)
+    {
+        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        const char *piece = json_string_value(
+            json_object_get(json_object_get(ch, "delta"), "content"));
+        if (piece)
+            buf_adds(&text, piece);
+    }
+    assert_string_equal(buf_str(&text), plain);
+    buf_release(&text);
+    json_decref(chunks);
+    free(plain);
+}
+
 static void test_chat_stream_include_usage(void **state)
 {
     struct simt *t = *state;
@@ -282,6 +314,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, simt_setup, simt_teardown)
         T(test_chat_stream_framing_and_content),
+        T(test_chat_stream_non_ascii),
         T(test_chat_stream_include_usage),
         T(test_chat_stream_logprobs_match_non_stream),
         T(test_completions_stream_refused_clearly),

@@ -8,8 +8,10 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -57,9 +59,13 @@ static char *ask_long(struct simt *t, const struct proc *p, size_t gap,
 
 static void expect(char *got, const char *want, const char *what)
 {
-    if (strcasecmp(got, want))
-        fail_msg("%s: reply '%s', expected '%s'", what, got, want);
+    /* free before failing: fail_msg does not return */
+    char msg[1024];
+    bool bad = strcasecmp(got, want) != 0;
+    snprintf(msg, sizeof(msg), "%s", got);
     free(got);
+    if (bad)
+        fail_msg("%s: reply '%s', expected '%s'", what, msg, want);
 }
 
 static void test_healthy_sim_sees_all_three_facts(void **state)
@@ -281,6 +287,13 @@ static void test_reasoning_history_policies(void **state)
     expect(ask_reasoning(t, drop, true, NULL), SIM_DONT_SEE, "drop, tools");
     /* dropping removes exactly <think>REASONING</think> */
     assert_int_equal(nk - nd, 2 + (long)simref_count(SAFE_FACT));
+    /* /tokenize applies the template's own reasoning policy */
+    json_t *b = reasoning_chat(false);
+    assert_int_equal(
+        simt_count_messages(t, drop, json_object_get(b, "messages")), nd);
+    assert_int_equal(
+        simt_count_messages(t, keep, json_object_get(b, "messages")), nk);
+    json_decref(b);
     expect(ask_reasoning(t, kwt, false, NULL), SIM_DONT_SEE,
            "keep-with-tools, no tools");
     expect(ask_reasoning(t, kwt, true, NULL), SAFE_FACT,

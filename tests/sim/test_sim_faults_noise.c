@@ -104,6 +104,21 @@ static void test_decode_noise_leaves_prefill_identical(void **state)
     free(b);
 }
 
+/* --seed seeds every noise draw: the same seed gives the same noise in
+ * two processes, another seed other noise. */
+static void test_seed_reproduces_noise(void **state)
+{
+    struct simt *t = *state;
+    struct proc *a =
+        simt_start(t, "--decode-noise", "0.5", "--seed", "1", NULL);
+    struct proc *b =
+        simt_start(t, "--decode-noise", "0.5", "--seed", "1", NULL);
+    struct proc *c =
+        simt_start(t, "--decode-noise", "0.5", "--seed", "2", NULL);
+    assert_true(same_decode(t, a, b));
+    assert_false(same_decode(t, a, c));
+}
+
 static void test_prefill_noise_leaves_decode_identical(void **state)
 {
     struct simt *t = *state;
@@ -534,6 +549,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, simt_setup, simt_teardown)
         T(test_decode_noise_leaves_prefill_identical),
+        T(test_seed_reproduces_noise),
         T(test_prefill_noise_leaves_decode_identical),
         T(test_noise_grows_with_position),
         T(test_logit_scale_keeps_the_argmax),

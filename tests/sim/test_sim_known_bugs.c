@@ -6,8 +6,10 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +19,13 @@
 
 static void expect(char *got, const char *want)
 {
-    if (strcmp(got, want))
-        fail_msg("reply '%s', expected '%s'", got, want);
+    /* free before failing: fail_msg does not return */
+    char msg[1024];
+    bool bad = strcmp(got, want) != 0;
+    snprintf(msg, sizeof(msg), "%s", got);
     free(got);
+    if (bad)
+        fail_msg("reply '%s', expected '%s'", msg, want);
 }
 
 /*

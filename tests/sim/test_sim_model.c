@@ -7,8 +7,10 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -37,9 +39,13 @@ static char *ask_turns(struct simt *t, const struct proc *p, ...)
 
 static void assert_reply(char *got, const char *want)
 {
-    if (strcasecmp(got, want))
-        fail_msg("reply '%s', expected '%s'", got, want);
+    /* free before failing: fail_msg does not return */
+    char msg[1024];
+    bool bad = strcasecmp(got, want) != 0;
+    snprintf(msg, sizeof(msg), "%s", got);
     free(got);
+    if (bad)
+        fail_msg("reply '%s', expected '%s'", msg, want);
 }
 
 static void test_fact_is_answered(void **state)

@@ -170,6 +170,26 @@ static void test_prompt_tokens_equal_tokenize_count(void **state)
     json_decref(msgs);
 }
 
+/* The same with tool calls and tool results in the history. */
+static void test_prompt_tokens_with_tool_calls(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *msgs =
+        json_pack("[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s},o]",
+                  simt_msg("user", "What is the weather in Paris?"), "role",
+                  "assistant", "content", "tool_calls", "id", "call_1", "type",
+                  "function", "function", "name", "get_weather", "arguments",
+                  "{\"city\": \"Paris\"}", "role", "tool", "tool_call_id",
+                  "call_1", "content", "sunny", simt_msg("user", "Thanks."));
+    long counted = simt_count_messages(t, p, msgs);
+    json_t *r =
+        simt_ok(t, p, "/v1/chat/completions", simt_chat(json_incref(msgs)));
+    assert_int_equal(simt_prompt_tokens(r), counted);
+    json_decref(r);
+    json_decref(msgs);
+}
+
 static void test_template_renders_as_documented(void **state)
 {
     struct simt *t = *state;
@@ -228,6 +248,7 @@ int main(void)
         T(test_round_trip_including_non_ascii_and_specials),
         T(test_round_trip_random_text),
         T(test_prompt_tokens_equal_tokenize_count),
+        T(test_prompt_tokens_with_tool_calls),
         T(test_template_renders_as_documented),
         T(test_content_parts_render_like_a_string),
         T(test_two_sims_tokenize_identically),

@@ -65,12 +65,40 @@ static void test_fact_in_tool_arguments_value_is_clean(void **state)
            "The room number for the guest is 214.");
 }
 
+/*
+ * SIM.md, "Endpoints": over the limit the sim gives vLLM's 400, "you
+ * requested M tokens (P in the messages, C in the completion)". vLLM
+ * checks P + max_tokens against max_model_len; the sim checks only P, so
+ * a prompt that fits with a max_tokens that does not is served.
+ */
+static void test_overflow_error_counts_max_tokens(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p =
+        simt_start(t, "--max-model-len", "64", "--overflow", "error", NULL);
+    json_t *m = json_pack("[o]", simt_msg("user", "Rain fell on quiet hills."));
+    long prompt = simt_count_messages(t, p, m);
+    assert_true(prompt < 64);
+    json_t *b = simt_chat(m);
+    json_object_set_new(b, "max_tokens", json_integer(64 - prompt + 1));
+    long st = 0;
+    json_t *r = simt_postj(t, p, "/v1/chat/completions", b, &st);
+    if (st != 400) {
+        json_decref(r);
+        fail_msg("%ld prompt tokens + %ld max_tokens > 64 answered HTTP %ld",
+                 prompt, 64 - prompt + 1, st);
+    }
+    simt_assert_error(r, "maximum context length is 64 tokens");
+    json_decref(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, simt_setup, simt_teardown)
         T(test_entity_without_article_is_answered_as_stated),
         T(test_fact_in_tool_arguments_value_is_clean),
+        T(test_overflow_error_counts_max_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,9 @@
 const struct cmd commands[] = {
     {"sim", cmd_sim, "run a built-in OpenAI-compatible server with faults",
      CMD_SIM_HELP},
+    {"record", cmd_record,
+     "record what a harness sends and a server answers (a proxy)",
+     CMD_RECORD_HELP},
     {"help", cmd_help, "show help for fidelity or one command", CMD_HELP_HELP},
     {NULL, NULL, NULL, NULL},
 };

@@ -19,7 +19,10 @@ static const struct areq *source_of(struct actx *c, size_t i, json_t *m)
 {
     json_t *tc = json_array_get(json_object_get(m, "tool_calls"), 0);
     const char *id = json_string_value(json_object_get(tc, "id"));
-    json_t *content = json_object_get(m, "content");
+    const char *content = json_string_value(json_object_get(m, "content"));
+    const char *end = content ? strstr(content, "</think>") : NULL;
+    if (content && !strncmp(content, "<think>", 7) && end)
+        content = end + 8; /* inline reasoning before the answer */
     for (size_t j = i; j-- > 0;) {
         const struct areq *p = &c->r[j];
         if (id) {
@@ -27,8 +30,8 @@ static const struct areq *source_of(struct actx *c, size_t i, json_t *m)
             const char *pid = json_string_value(json_object_get(ptc, "id"));
             if (pid && !strcmp(pid, id))
                 return p;
-        } else if (json_is_string(content) && p->content && *p->content &&
-                   !strcmp(p->content, json_string_value(content))) {
+        } else if (content && p->content && *p->content &&
+                   !strcmp(p->content, content)) {
             return p;
         }
     }

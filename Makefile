@@ -69,7 +69,7 @@ $(BIN): $(BUILD)/src/main.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(PKGS)) -lm -lpthread
 
 fidelity: $(BIN)
-	@if [ "$(BUILD)" = build ]; then cp $(BIN) fidelity; fi
+	@if [ "$(BUILD)" = build ]; then cp $(BIN) fidelity.tmp && mv -f fidelity.tmp fidelity; fi
 
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(LIB) | $(STAMP)
 	@mkdir -p $(dir $@)

@@ -70,6 +70,22 @@ void audit_set_add(struct audit_set *set, const struct xchg *x);
 const struct audit_session *audit_set_find(const struct audit_set *set,
                                            const char *id);
 
+/* Adds the exchanges of the store (of one session when session is not
+ * NULL); *n gets how many. Store errors are returned with d filled. */
+int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
+                   size_t *n, struct diag *d);
+/* The same from a spill file (docs/RECORD.md); a missing file adds none. */
+int audit_set_load_spill(const char *path, const char *session,
+                         struct audit_set *set, size_t *n, struct diag *d);
+/* Puts each session's exchanges in the order they started. */
+void audit_set_order(struct audit_set *set);
+/* Opens the store at db_path, loads it and the spill file (NULL: none),
+ * orders the sessions. -ENOENT when neither file exists; other errors are
+ * the store's; d says which file and why. */
+int audit_load_paths(const char *db_path, const char *spill,
+                     const char *session, struct audit_set *set,
+                     struct diag *d);
+
 enum audit_policy {
     AUDIT_POLICY_NONE = 0, /* report what was sent back, check nothing */
     AUDIT_POLICY_DROP,

@@ -183,16 +183,7 @@ static struct xchg *xchg_copy(const struct xchg *x)
 
 static void xchg_copy_free(struct xchg *c)
 {
-    free(c->session);
-    free(c->kind);
-    free(c->method);
-    free(c->path);
-    json_decref(c->req_headers);
-    json_decref(c->req_body);
-    free(c->req_raw);
-    json_decref(c->resp_headers);
-    free(c->resp_raw);
-    json_decref(c->reply);
+    xchg_release(c);
     free(c);
 }
 

@@ -9,15 +9,6 @@
 
 #include "audit/audit_int.h"
 
-/* Names as xchg_end_name gives them; kept here so the rule needs nothing
- * from the store. */
-static const char *end_name(enum xchg_end e)
-{
-    static const char *const names[] = {"complete", "upstream_error",
-                                        "upstream_reset", "client_gone",
-                                        "timeout"};
-    return (unsigned)e < sizeof(names) / sizeof(*names) ? names[e] : "?";
-}
 
 static void integrity(struct actx *c, const struct areq *r)
 {
@@ -27,11 +18,11 @@ static void integrity(struct actx *c, const struct areq *r)
     bool done = json_is_true(json_object_get(reply, "done"));
     if (x->end != XCHG_COMPLETE)
         finding_add(c, AUDIT_ERROR, "stream.incomplete", r,
-                    json_pack("{s:s, s:b, s:I}", "end", end_name(x->end),
+                    json_pack("{s:s, s:b, s:I}", "end", xchg_end_name(x->end),
                               "done", done, "bytes",
                               (json_int_t)x->resp_raw_len),
                     "stream ended early (%s) after %zu bytes",
-                    end_name(x->end), x->resp_raw_len);
+                    xchg_end_name(x->end), x->resp_raw_len);
     else if (!done)
         finding_add(c, AUDIT_ERROR, "stream.no_done", r,
                     json_pack("{s:I, s:I}", "bytes",

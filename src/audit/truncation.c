@@ -35,23 +35,28 @@ static bool counted(const struct areq *r)
     return r->msgs && is_ok(r) && r->prompt_tokens > 0;
 }
 
-/* The lower quartile of the session's bytes per prompt token: truncated
- * requests have more bytes per reported token, so they pull it up least. */
-static double reference_ratio(struct actx *c, size_t *n)
+/* The lower quartile of bytes per prompt token over the session's
+ * requests of the same kind as r (side requests have other shapes):
+ * truncated requests have more bytes per reported token, so they pull it
+ * up least. */
+static double reference_ratio(struct actx *c, const struct areq *r,
+                              size_t *n)
 {
     double *v = xcalloc(c->n + 1, sizeof(*v));
     *n = 0;
     for (size_t i = 0; i < c->n; i++)
-        if (counted(&c->r[i]))
+        if (counted(&c->r[i]) && !strcmp(c->r[i].kind, r->kind))
             v[(*n)++] = prompt_bytes(&c->r[i]) / (double)c->r[i].prompt_tokens;
     double q = *n ? stats_quantile_sort(v, *n, 0.25) : 0;
     free(v);
     return q;
 }
 
-static void check_below(struct actx *c, size_t i, double ref, size_t nref)
+static void check_below(struct actx *c, size_t i)
 {
     const struct areq *r = &c->r[i];
+    size_t nref;
+    double ref = reference_ratio(c, r, &nref);
     const struct audit_thresholds *th = &c->o->th;
     char key[32];
     snprintf(key, sizeof(key), "%lld", (long long)r->x->id);
@@ -212,8 +217,6 @@ static void check_error(struct actx *c, size_t i)
 
 void rule_truncation(struct actx *c)
 {
-    size_t nref;
-    double ref = reference_ratio(c, &nref);
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->msgs)
@@ -221,7 +224,7 @@ void rule_truncation(struct actx *c)
         check_error(c, i);
         if (!counted(r))
             continue;
-        check_below(c, i, ref, nref);
+        check_below(c, i);
         if (is_main_kind(r->kind))
             check_flat(c, i);
         check_limits(c, i);

@@ -27,23 +27,6 @@ static json_t *tools(void)
                      "object");
 }
 
-/* Tokens a 4-bytes-per-token tokenizer would count for body. */
-static long tokens_for(json_t *body)
-{
-    size_t i, n = 0;
-    json_t *m;
-    json_array_foreach(json_object_get(body, "messages"), i, m)
-    {
-        char *s = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
-        n += strlen(s);
-        free(s);
-    }
-    char *t = json_dumps(json_object_get(body, "tools"), JSON_COMPACT);
-    n += t ? strlen(t) : 0;
-    free(t);
-    return (long)(n / 4);
-}
-
 static json_t *body(json_t *msgs)
 {
     json_t *b = xb_body("qwen3-test", msgs);
@@ -74,7 +57,7 @@ static void clean_session(struct xchg xs[N])
     xb_init(&xs[0], 1, "clean", body(json_deep_copy(m)));
     xb_reply(&xs[0], "I will remember the access code for the blue door.",
              "The user states a fact; acknowledge it.",
-             NULL, tokens_for(xs[0].req_body), 11, "stop");
+             NULL, xb_tokens(xs[0].req_body), 11, "stop");
     json_array_append_new(m, echo_with_reasoning(&xs[0]));
     json_array_append_new(m, xb_msg("user", "Call the lookup tool with "
                                             "{\"key\":\"door\"}."));
@@ -83,14 +66,14 @@ static void clean_session(struct xchg xs[N])
              json_pack("[{s:s, s:s, s:{s:s, s:s}}]", "id", "call_1", "type",
                        "function", "function", "name", "lookup", "arguments",
                        "{\"key\": \"door\"}"),
-             tokens_for(xs[1].req_body), 12, "tool_calls");
+             xb_tokens(xs[1].req_body), 12, "tool_calls");
     json_array_append_new(m, echo_with_reasoning(&xs[1]));
     json_array_append_new(m, json_pack("{s:s, s:s, s:s}", "role", "tool",
                                        "tool_call_id", "call_1", "content",
                                        "door: painted blue in 2021"));
     xb_init(&xs[2], 3, "clean", body(json_deep_copy(m)));
     xb_reply(&xs[2], "The tool returned: door: painted blue in 2021.",
-             "Report the tool result.", NULL, tokens_for(xs[2].req_body), 12,
+             "Report the tool result.", NULL, xb_tokens(xs[2].req_body), 12,
              "stop");
     json_array_append_new(m, echo_with_reasoning(&xs[2]));
     json_array_append_new(m, xb_msg("user", "What is the access code for "
@@ -98,7 +81,7 @@ static void clean_session(struct xchg xs[N])
     xb_init(&xs[3], 4, "clean", body(m));
     xb_reply(&xs[3], "The access code for the blue door is 4812.",
              "The fact was stated in the first message.", NULL,
-             tokens_for(xs[3].req_body), 12, "stop");
+             xb_tokens(xs[3].req_body), 12, "stop");
 }
 
 static void strict_opts(struct audit_opts *o)

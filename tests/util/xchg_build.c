@@ -73,17 +73,7 @@ void xb_reply(struct xchg *x, const char *content, const char *reasoning,
 
 void xb_release(struct xchg *x)
 {
-    free(x->session);
-    free(x->kind);
-    free(x->method);
-    free(x->path);
-    json_decref(x->req_headers);
-    json_decref(x->req_body);
-    free(x->req_raw);
-    json_decref(x->resp_headers);
-    free(x->resp_raw);
-    json_decref(x->reply);
-    memset(x, 0, sizeof(*x));
+    xchg_release(x);
 }
 
 json_t *xb_msg(const char *role, const char *content)
@@ -105,4 +95,20 @@ json_t *xb_echo(const struct xchg *x)
     if (tc)
         json_object_set(m, "tool_calls", tc);
     return m;
+}
+
+long xb_tokens(json_t *body)
+{
+    size_t i, n = 0;
+    json_t *m;
+    json_array_foreach(json_object_get(body, "messages"), i, m)
+    {
+        char *s = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+        n += strlen(s);
+        free(s);
+    }
+    char *t = json_dumps(json_object_get(body, "tools"), JSON_COMPACT);
+    n += t ? strlen(t) : 0;
+    free(t);
+    return (long)(n / 4);
 }

@@ -32,6 +32,9 @@ void xb_release(struct xchg *x);
 json_t *xb_msg(const char *role, const char *content);
 /* Body {"model": model, "stream": true, "messages": msgs (stolen)}. */
 json_t *xb_body(const char *model, json_t *msgs);
+/* Prompt tokens a 4-bytes-per-token tokenizer would count for body's
+ * messages and tools (compact JSON). */
+long xb_tokens(json_t *body);
 /* The assistant message echoing x's reply exactly. */
 json_t *xb_echo(const struct xchg *x);
 

@@ -27,7 +27,7 @@ int audit_sev_parse(const char *s, enum audit_sev *out);
 
 struct audit_finding {
     enum audit_sev sev;
-    char *rule;       /* "history.compaction", "sampling.expect", ... */
+    char *rule; /* "history.compaction", "sampling.expect", ... */
     char *session;
     int64_t request;  /* xchg id the finding is about */
     int turn;         /* user turn of the session (1-based), 0: none */
@@ -97,17 +97,17 @@ const char *audit_policy_name(enum audit_policy p);
 
 /* Thresholds, shown in every finding that uses one (docs/AUDIT.md). */
 struct audit_thresholds {
-    double token_deficit;    /* prompt tokens below (1 - x) * expected */
+    double token_deficit;     /* prompt tokens below (1 - x) * expected */
     double token_deficit_min; /* ... and at least this many tokens short */
-    double flat_growth;      /* request bytes grew by this share ... */
-    double flat_tokens;      /* ... while prompt tokens moved less */
-    double gzip_ratio;       /* raw / zlib-compressed bytes */
-    double ngram_share;      /* share of repeated word 4-grams */
-    size_t degen_min_bytes;  /* texts shorter than this are not judged */
-    double reasoning_ratio;  /* reasoning bytes / content bytes */
+    double flat_growth;       /* request bytes grew by this share ... */
+    double flat_tokens;       /* ... while prompt tokens moved less */
+    double gzip_ratio;        /* raw / zlib-compressed bytes */
+    double ngram_share;       /* share of repeated word 4-grams */
+    size_t degen_min_bytes;   /* texts shorter than this are not judged */
+    double reasoning_ratio;   /* reasoning bytes / content bytes */
     size_t reasoning_min_bytes;
-    double gap_ms;           /* longest pause between SSE chunks */
-    double added_ttfb_ms;    /* down_ttfb - up_ttfb */
+    double gap_ms;        /* longest pause between SSE chunks */
+    double added_ttfb_ms; /* down_ttfb - up_ttfb */
 };
 extern const struct audit_thresholds audit_default_thresholds;
 
@@ -154,11 +154,11 @@ enum audit_step_kind {
 };
 struct audit_step {
     enum audit_step_kind kind;
-    size_t expected;   /* messages of prev + reply */
-    size_t kept;       /* leading messages of next equal to those */
-    size_t added;      /* messages of next after the kept prefix */
-    size_t removed;    /* expected messages absent from next */
-    size_t changed;    /* expected messages present but altered */
+    size_t expected;    /* messages of prev + reply */
+    size_t kept;        /* leading messages of next equal to those */
+    size_t added;       /* messages of next after the kept prefix */
+    size_t removed;     /* expected messages absent from next */
+    size_t changed;     /* expected messages present but altered */
     int64_t bytes_lost; /* bytes of removed/changed content */
 };
 const char *audit_step_name(enum audit_step_kind k);

@@ -10,18 +10,18 @@
 
 struct areq {
     const struct xchg *x;
-    const char *kind;   /* x->kind, or classified from the body */
-    const char *model;  /* "" when absent */
-    json_t *msgs;       /* borrowed messages array, NULL when none */
+    const char *kind;  /* x->kind, or classified from the body */
+    const char *model; /* "" when absent */
+    json_t *msgs;      /* borrowed messages array, NULL when none */
     size_t nmsg;
-    uint64_t *mhash;    /* per message; reasoning fields left out */
-    size_t *mbytes;     /* canonical JSON bytes per message */
-    size_t msg_bytes;   /* sum of mbytes */
-    int users;          /* user messages in the request */
-    bool tools;         /* a non-empty tools array */
-    int turn;           /* session user turn, 1-based */
-    long prev;          /* predecessor in the same conversation, -1 none */
-    size_t new_msgs;    /* messages beyond what prev + reply explain */
+    uint64_t *mhash;  /* per message; reasoning fields left out */
+    size_t *mbytes;   /* canonical JSON bytes per message */
+    size_t msg_bytes; /* sum of mbytes */
+    int users;        /* user messages in the request */
+    bool tools;       /* a non-empty tools array */
+    int turn;         /* session user turn, 1-based */
+    long prev;        /* predecessor in the same conversation, -1 none */
+    size_t new_msgs;  /* messages beyond what prev + reply explain */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
     const char *reasoning;

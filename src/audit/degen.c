@@ -92,8 +92,7 @@ static void judge(struct actx *c, const struct areq *r, const char *what,
                           r->finish ? r->finish : ""),
                 "%s of %zu bytes looks degenerate: zlib ratio %.1f "
                 "(threshold %.1f), repeated 4-grams %.0f%% (threshold %.0f%%)",
-                what, len, gz, th->gzip_ratio, 100 * ng,
-                100 * th->ngram_share);
+                what, len, gz, th->gzip_ratio, 100 * ng, 100 * th->ngram_share);
 }
 
 static void reasoning_share(struct actx *c, const struct areq *r)
@@ -114,8 +113,8 @@ static void reasoning_share(struct actx *c, const struct areq *r)
                           (json_int_t)rb, "content_bytes", (json_int_t)cb,
                           "ratio", ratio, "threshold", th->reasoning_ratio,
                           "threshold_bytes",
-                          (json_int_t)th->reasoning_min_bytes,
-                          "finish_reason", r->finish ? r->finish : ""),
+                          (json_int_t)th->reasoning_min_bytes, "finish_reason",
+                          r->finish ? r->finish : ""),
                 cb ? "reasoning %zu bytes for a %zu-byte answer (ratio %.0f, "
                      "threshold %.0f)"
                    : "reasoning %zu bytes and no answer (%zu bytes of content, "

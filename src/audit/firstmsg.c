@@ -68,7 +68,8 @@ void rule_first_message(struct actx *c)
         const struct areq *r = &c->r[i];
         if (!r->msgs || !is_main_kind(r->kind))
             continue;
-        bool in_content = r->content && audit_is_first_message_claim(r->content);
+        bool in_content =
+            r->content && audit_is_first_message_claim(r->content);
         bool in_reason =
             r->reasoning && audit_is_first_message_claim(r->reasoning);
         if (!in_content && !in_reason)
@@ -79,10 +80,10 @@ void rule_first_message(struct actx *c)
             continue; /* truly the first message */
         finding_add(
             c, AUDIT_ERROR, "first_message.claim", r,
-            json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame,
-                      "where", in_content ? "content" : "reasoning",
-                      "user_turns_sent", r->users, "user_turns_before", before,
-                      "messages_sent", (json_int_t)r->nmsg, "reply",
+            json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame, "where",
+                      in_content ? "content" : "reasoning", "user_turns_sent",
+                      r->users, "user_turns_before", before, "messages_sent",
+                      (json_int_t)r->nmsg, "reply",
                       in_content ? r->content : r->reasoning),
             "reply claims no earlier conversation although %s; blame the %s",
             r->users >= 2 ? "the request carried the history"

@@ -115,12 +115,12 @@ static void echo_evidence(const struct areq *p, const struct areq *r,
                         json_integer((json_int_t)r->mbytes[idx]));
     json_object_set_new(ev, "streamed", json_string(a));
     json_object_set_new(ev, "sent", json_string(b));
-    json_object_set_new(ev, "streamed_tool_calls",
-                        json_integer((json_int_t)json_array_size(p->tool_calls)));
     json_object_set_new(
-        ev, "sent_tool_calls",
-        json_integer((json_int_t)json_array_size(
-            json_object_get(m, "tool_calls"))));
+        ev, "streamed_tool_calls",
+        json_integer((json_int_t)json_array_size(p->tool_calls)));
+    json_object_set_new(ev, "sent_tool_calls",
+                        json_integer((json_int_t)json_array_size(
+                            json_object_get(m, "tool_calls"))));
     free(a);
     free(b);
     free(sent);
@@ -153,11 +153,10 @@ static bool try_prune(const struct areq *p, const struct areq *r,
             goto no;
         char *ta = msg_text(a), *tb = msg_text(b), *ex = excerpt(tb, 80);
         json_array_append_new(
-            list, json_pack("{s:I, s:O, s:I, s:I, s:s}", "index",
-                            (json_int_t)i, "tool_call_id", ida,
-                            "bytes_before", (json_int_t)strlen(ta),
-                            "bytes_after", (json_int_t)strlen(tb), "now",
-                            ex));
+            list, json_pack("{s:I, s:O, s:I, s:I, s:s}", "index", (json_int_t)i,
+                            "tool_call_id", ida, "bytes_before",
+                            (json_int_t)strlen(ta), "bytes_after",
+                            (json_int_t)strlen(tb), "now", ex));
         st->bytes_lost += (int64_t)strlen(ta) - (int64_t)strlen(tb);
         st->changed++;
         free(ta);
@@ -246,8 +245,8 @@ static void step(const struct areq *p, const struct areq *r,
         k++;
     st->kept = k;
     if (k == np && (!has_reply(p) || r->nmsg > np)) {
-        const char *d = has_reply(p) ? echo_diff(p, json_array_get(r->msgs, np))
-                                     : NULL;
+        const char *d =
+            has_reply(p) ? echo_diff(p, json_array_get(r->msgs, np)) : NULL;
         st->kept = np + (has_reply(p) && !d);
         st->added = r->nmsg - st->kept;
         if (d && strcmp(d, "role")) {
@@ -277,8 +276,8 @@ static void step(const struct areq *p, const struct areq *r,
 
 static struct areq *view_alone(const struct xchg *x)
 {
-    struct audit_session s = {.id = (char *)"", .x = (struct xchg **)&x,
-                              .n = 1};
+    struct audit_session s = {
+        .id = (char *)"", .x = (struct xchg **)&x, .n = 1};
     return areqs_build(&s);
 }
 
@@ -436,9 +435,8 @@ void rule_history(struct actx *c)
                 if (c->r[j].content == sid) {
                     json_object_set_new(ev, "summary_request",
                                         json_integer(c->r[j].x->id));
-                    json_object_set_new(
-                        ev, "summary_bytes",
-                        json_integer((json_int_t)strlen(sid)));
+                    json_object_set_new(ev, "summary_bytes",
+                                        json_integer((json_int_t)strlen(sid)));
                     break;
                 }
         report_step(c, i, &st, ev);

@@ -72,8 +72,7 @@ void audit_set_order(struct audit_set *set)
 }
 
 int audit_load_paths(const char *db_path, const char *spill,
-                     const char *session, struct audit_set *set,
-                     struct diag *d)
+                     const char *session, struct audit_set *set, struct diag *d)
 {
     struct stat st;
     sqlite3 *db = NULL;

@@ -55,7 +55,8 @@ static enum audit_policy policy_for(struct actx *c, const char *model)
 {
     enum audit_policy p = c->o->policy;
     json_t *prof = profile_for(c->o->profile, model);
-    const char *s = json_string_value(json_object_get(prof, "reasoning_policy"));
+    const char *s =
+        json_string_value(json_object_get(prof, "reasoning_policy"));
     if (p == AUDIT_POLICY_NONE && s)
         audit_policy_parse(s, &p);
     return p;
@@ -63,8 +64,8 @@ static enum audit_policy policy_for(struct actx *c, const char *model)
 
 static bool violates(enum audit_policy p, bool tools, int st)
 {
-    bool keep = p == AUDIT_POLICY_KEEP ||
-                (p == AUDIT_POLICY_KEEP_WITH_TOOLS && tools);
+    bool keep =
+        p == AUDIT_POLICY_KEEP || (p == AUDIT_POLICY_KEEP_WITH_TOOLS && tools);
     if (p == AUDIT_POLICY_NONE)
         return false;
     if (keep)
@@ -93,20 +94,19 @@ static void one_request(struct actx *c, size_t i, unsigned counts[2][R_NSTATES])
         bool v = violates(pol, r->tools, st);
         bad += v;
         json_array_append_new(
-            turns, json_pack("{s:I, s:s, s:I, s:I, s:b}", "index",
-                             (json_int_t)m_i, "state", rstate_names[st],
-                             "from_request", (json_int_t)src->x->id,
-                             "reasoning_bytes",
-                             (json_int_t)strlen(src->reasoning), "violation",
-                             v));
+            turns,
+            json_pack("{s:I, s:s, s:I, s:I, s:b}", "index", (json_int_t)m_i,
+                      "state", rstate_names[st], "from_request",
+                      (json_int_t)src->x->id, "reasoning_bytes",
+                      (json_int_t)strlen(src->reasoning), "violation", v));
     }
     if (bad) {
         bool keep = pol == AUDIT_POLICY_KEEP ||
                     (pol == AUDIT_POLICY_KEEP_WITH_TOOLS && r->tools);
         finding_add(c, AUDIT_WARN, "reasoning.policy", r,
                     json_pack("{s:s, s:b, s:s, s:o}", "policy",
-                              audit_policy_name(pol), "tools", r->tools,
-                              "want", keep ? "keep" : "drop", "turns", turns),
+                              audit_policy_name(pol), "tools", r->tools, "want",
+                              keep ? "keep" : "drop", "turns", turns),
                     "policy %s (%s tools) wants earlier reasoning %s; %zu "
                     "assistant turn(s) disagree",
                     audit_policy_name(pol), r->tools ? "with" : "without",

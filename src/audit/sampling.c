@@ -14,12 +14,18 @@
 /* OpenAI, vLLM and sglang field names (OpenAI chat completions reference;
  * vLLM "Extra Parameters"; sglang sampling params). */
 static const char *const params[] = {
-    "temperature",       "top_p",
-    "top_k",             "min_p",
-    "presence_penalty",  "frequency_penalty",
-    "repetition_penalty", "max_tokens",
-    "max_completion_tokens", "reasoning_effort",
-    "chat_template_kwargs", "seed",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "max_tokens",
+    "max_completion_tokens",
+    "reasoning_effort",
+    "chat_template_kwargs",
+    "seed",
 };
 #define NPARAMS (sizeof(params) / sizeof(*params))
 
@@ -53,7 +59,8 @@ static bool matches(json_t *expected, json_t *actual)
 
 static void report_sent(struct actx *c, const char *model, const char *kind)
 {
-    json_t *sent = json_object(), *absent = json_array(), *varied = json_object();
+    json_t *sent = json_object(), *absent = json_array(),
+           *varied = json_object();
     const struct areq *first = NULL;
     size_t n = 0;
     struct buf line = BUF_INIT;
@@ -72,8 +79,7 @@ static void report_sent(struct actx *c, const char *model, const char *kind)
             json_t *vv = v ? v : json_null();
             any |= v != NULL;
             if (!json_array_size(vals) ||
-                !json_same(json_array_get(vals, json_array_size(vals) - 1),
-                           vv))
+                !json_same(json_array_get(vals, json_array_size(vals) - 1), vv))
                 json_array_append(vals, vv);
         }
         if (!any) {
@@ -92,16 +98,15 @@ static void report_sent(struct actx *c, const char *model, const char *kind)
     size_t nabsent = json_array_size(absent);
     finding_add(c, AUDIT_INFO, "sampling.sent", first,
                 json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "model", model,
-                          "kind", kind, "requests", (json_int_t)n, "sent",
-                          sent, "absent", absent, "varied", varied),
+                          "kind", kind, "requests", (json_int_t)n, "sent", sent,
+                          "absent", absent, "varied", varied),
                 "%s (%s, %zu request(s)) sent: %s; %zu parameter(s) left to "
                 "the server default",
                 model, kind, n, line.len ? line.data : "(none)", nabsent);
     buf_release(&line);
 }
 
-static void report_changes(struct actx *c, const char *model,
-                           const char *kind)
+static void report_changes(struct actx *c, const char *model, const char *kind)
 {
     for (size_t p = 0; p < NPARAMS; p++) {
         json_t *steps = json_array(), *last = NULL;
@@ -112,18 +117,18 @@ static void report_changes(struct actx *c, const char *model,
             if (strcmp(r->model, model) || strcmp(r->kind, kind))
                 continue;
             json_t *v = json_object_get(r->x->req_body, params[p]);
-            if (seen && !json_same(last ? last : json_null(),
-                                   v ? v : json_null())) {
+            if (seen &&
+                !json_same(last ? last : json_null(), v ? v : json_null())) {
                 at = at ? at : r;
-                json_array_append_new(
-                    steps, json_pack("{s:I, s:O}", "request",
-                                     (json_int_t)r->x->id, "value",
-                                     v ? v : json_null()));
+                json_array_append_new(steps,
+                                      json_pack("{s:I, s:O}", "request",
+                                                (json_int_t)r->x->id, "value",
+                                                v ? v : json_null()));
             } else if (!seen) {
-                json_array_append_new(
-                    steps, json_pack("{s:I, s:O}", "request",
-                                     (json_int_t)r->x->id, "value",
-                                     v ? v : json_null()));
+                json_array_append_new(steps,
+                                      json_pack("{s:I, s:O}", "request",
+                                                (json_int_t)r->x->id, "value",
+                                                v ? v : json_null()));
             }
             seen = true;
             last = v;

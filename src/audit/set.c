@@ -135,8 +135,7 @@ json_t *audit_finding_json(const struct audit_finding *f)
     return json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:O}", "severity",
                      audit_sev_name(f->sev), "rule", f->rule, "session",
                      f->session, "request", (json_int_t)f->request, "turn",
-                     f->turn, "summary", f->summary, "evidence",
-                     f->evidence);
+                     f->turn, "summary", f->summary, "evidence", f->evidence);
 }
 
 void audit_set_init(struct audit_set *set)
@@ -260,8 +259,7 @@ static int check_model_entry(const char *glob, json_t *m, struct diag *d)
         if (!strcmp(k, "params")) {
             if (!json_is_object(v))
                 return diag_set(d, EINVAL,
-                                "models.\"%s\".params must be an object",
-                                glob);
+                                "models.\"%s\".params must be an object", glob);
         } else if (!strcmp(k, "reasoning_policy")) {
             if (!json_is_string(v) ||
                 audit_policy_parse(json_string_value(v), &p))

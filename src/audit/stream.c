@@ -9,7 +9,6 @@
 
 #include "audit/audit_int.h"
 
-
 static void integrity(struct actx *c, const struct areq *r)
 {
     const struct xchg *x = r->x;
@@ -24,13 +23,13 @@ static void integrity(struct actx *c, const struct areq *r)
                     "stream ended early (%s) after %zu bytes",
                     xchg_end_name(x->end), x->resp_raw_len);
     else if (!done)
-        finding_add(c, AUDIT_ERROR, "stream.no_done", r,
-                    json_pack("{s:I, s:I}", "bytes",
-                              (json_int_t)x->resp_raw_len, "chunks",
-                              json_integer_value(
-                                  json_object_get(reply, "chunks"))),
-                    "stream closed without data: [DONE] after %zu bytes",
-                    x->resp_raw_len);
+        finding_add(
+            c, AUDIT_ERROR, "stream.no_done", r,
+            json_pack("{s:I, s:I}", "bytes", (json_int_t)x->resp_raw_len,
+                      "chunks",
+                      json_integer_value(json_object_get(reply, "chunks"))),
+            "stream closed without data: [DONE] after %zu bytes",
+            x->resp_raw_len);
     if (json_is_true(json_object_get(so, "include_usage")) && !r->usage)
         finding_add(c, AUDIT_WARN, "stream.no_usage", r,
                     json_pack("{s:b}", "include_usage", 1),
@@ -64,9 +63,8 @@ static void timing(struct actx *c, const struct areq *r)
     if (chunks >= 10 && x->up_total_ms > 500 &&
         x->up_ttfb_ms >= 0.9 * x->up_total_ms)
         finding_add(c, AUDIT_WARN, "stream.buffered", r,
-                    json_pack("{s:I, s:f, s:f}", "chunks", chunks,
-                              "up_ttfb_ms", x->up_ttfb_ms, "up_total_ms",
-                              x->up_total_ms),
+                    json_pack("{s:I, s:f, s:f}", "chunks", chunks, "up_ttfb_ms",
+                              x->up_ttfb_ms, "up_total_ms", x->up_total_ms),
                     "%lld chunks arrived at once after %.0f ms of a %.0f ms "
                     "stream: buffered upstream",
                     (long long)chunks, x->up_ttfb_ms, x->up_total_ms);

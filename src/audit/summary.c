@@ -63,10 +63,10 @@ json_t *audit_session_json(const struct audit_session *s,
     return json_pack("{s:s, s:o, s:o, s:i, s:I, s:o, s:I, s:I, "
                      "s:{s:i, s:i, s:i}}",
                      "session", s->id, "harness", harness(s), "models", models,
-                     "turns", turns, "exchanges", (json_int_t)s->n,
-                     "requests", kinds, "prompt_tokens", pt,
-                     "completion_tokens", ct, "findings", "info", sev[0],
-                     "warn", sev[1], "error", sev[2]);
+                     "turns", turns, "exchanges", (json_int_t)s->n, "requests",
+                     kinds, "prompt_tokens", pt, "completion_tokens", ct,
+                     "findings", "info", sev[0], "warn", sev[1], "error",
+                     sev[2]);
 }
 
 json_t *audit_session_turns(const struct audit_session *s)
@@ -89,18 +89,16 @@ json_t *audit_session_turns(const struct audit_session *s)
                       "s:s?, s:i, s:f, s:I, s:I, s:I}",
                       "request", (json_int_t)x->id, "kind", r[i].kind, "turn",
                       r[i].turn, "model", r[i].model, "path",
-                      x->path ? x->path : "", "messages",
-                      (json_int_t)r[i].nmsg, "new_messages",
-                      (json_int_t)r[i].new_msgs, "request_bytes",
-                      (json_int_t)r[i].msg_bytes, "prompt_tokens",
-                      (json_int_t)r[i].prompt_tokens, "completion_tokens",
-                      (json_int_t)r[i].completion_tokens, "finish_reason",
-                      r[i].finish, "status", x->status, "ttfb_ms",
-                      x->down_ttfb_ms, "reply_bytes",
+                      x->path ? x->path : "", "messages", (json_int_t)r[i].nmsg,
+                      "new_messages", (json_int_t)r[i].new_msgs,
+                      "request_bytes", (json_int_t)r[i].msg_bytes,
+                      "prompt_tokens", (json_int_t)r[i].prompt_tokens,
+                      "completion_tokens", (json_int_t)r[i].completion_tokens,
+                      "finish_reason", r[i].finish, "status", x->status,
+                      "ttfb_ms", x->down_ttfb_ms, "reply_bytes",
                       (json_int_t)(r[i].content ? strlen(r[i].content) : 0),
                       "reasoning_bytes",
-                      (json_int_t)(r[i].reasoning ? strlen(r[i].reasoning)
-                                                  : 0),
+                      (json_int_t)(r[i].reasoning ? strlen(r[i].reasoning) : 0),
                       "tool_calls",
                       (json_int_t)json_array_size(r[i].tool_calls)));
     }

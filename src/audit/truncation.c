@@ -39,8 +39,7 @@ static bool counted(const struct areq *r)
  * requests of the same kind as r (side requests have other shapes):
  * truncated requests have more bytes per reported token, so they pull it
  * up least. */
-static double reference_ratio(struct actx *c, const struct areq *r,
-                              size_t *n)
+static double reference_ratio(struct actx *c, const struct areq *r, size_t *n)
 {
     double *v = xcalloc(c->n + 1, sizeof(*v));
     *n = 0;
@@ -75,18 +74,17 @@ static void check_below(struct actx *c, size_t i)
     if (got >= (1 - th->token_deficit) * expected ||
         expected - got < th->token_deficit_min)
         return;
-    finding_add(c, AUDIT_ERROR, "truncation.below", r,
-                json_pack("{s:I, s:f, s:s, s:f, s:f, s:f, s:f}",
-                          "prompt_tokens", (json_int_t)r->prompt_tokens,
-                          "expected_tokens", expected, "source", source,
-                          "prompt_bytes", bytes, "bytes_per_token", ref,
-                          "threshold_share", th->token_deficit,
-                          "threshold_tokens", th->token_deficit_min),
-                "prompt_tokens %ld, expected about %.0f (%s): %.0f%% of the "
-                "prompt missing (threshold %.0f%% and %.0f tokens)",
-                r->prompt_tokens, expected, source,
-                100.0 * (expected - got) / expected, 100 * th->token_deficit,
-                th->token_deficit_min);
+    finding_add(
+        c, AUDIT_ERROR, "truncation.below", r,
+        json_pack("{s:I, s:f, s:s, s:f, s:f, s:f, s:f}", "prompt_tokens",
+                  (json_int_t)r->prompt_tokens, "expected_tokens", expected,
+                  "source", source, "prompt_bytes", bytes, "bytes_per_token",
+                  ref, "threshold_share", th->token_deficit, "threshold_tokens",
+                  th->token_deficit_min),
+        "prompt_tokens %ld, expected about %.0f (%s): %.0f%% of the "
+        "prompt missing (threshold %.0f%% and %.0f tokens)",
+        r->prompt_tokens, expected, source, 100.0 * (expected - got) / expected,
+        100 * th->token_deficit, th->token_deficit_min);
 }
 
 static void check_flat(struct actx *c, size_t i)
@@ -101,18 +99,16 @@ static void check_flat(struct actx *c, size_t i)
     double dt = t1 > t0 ? t1 - t0 : t0 - t1;
     if (b1 < (1 + th->flat_growth) * b0 || dt > th->flat_tokens * t0)
         return;
-    finding_add(c, AUDIT_ERROR, "truncation.flat", r,
-                json_pack("{s:I, s:f, s:f, s:I, s:I, s:f, s:f}",
-                          "prev_request", (json_int_t)p->x->id,
-                          "bytes_before", b0, "bytes_after", b1,
-                          "tokens_before", (json_int_t)p->prompt_tokens,
-                          "tokens_after", (json_int_t)r->prompt_tokens,
-                          "threshold_growth", th->flat_growth,
-                          "threshold_tokens", th->flat_tokens),
-                "request grew %.0f%% (%.0f -> %.0f bytes) but prompt_tokens "
-                "stayed at %ld -> %ld: the server keeps a fixed window",
-                100 * (b1 - b0) / b0, b0, b1, p->prompt_tokens,
-                r->prompt_tokens);
+    finding_add(
+        c, AUDIT_ERROR, "truncation.flat", r,
+        json_pack("{s:I, s:f, s:f, s:I, s:I, s:f, s:f}", "prev_request",
+                  (json_int_t)p->x->id, "bytes_before", b0, "bytes_after", b1,
+                  "tokens_before", (json_int_t)p->prompt_tokens, "tokens_after",
+                  (json_int_t)r->prompt_tokens, "threshold_growth",
+                  th->flat_growth, "threshold_tokens", th->flat_tokens),
+        "request grew %.0f%% (%.0f -> %.0f bytes) but prompt_tokens "
+        "stayed at %ld -> %ld: the server keeps a fixed window",
+        100 * (b1 - b0) / b0, b0, b1, p->prompt_tokens, r->prompt_tokens);
 }
 
 static long context_length(struct actx *c, const char *model)
@@ -160,8 +156,9 @@ static void check_limits(struct actx *c, size_t i)
 static bool is_context_error(const struct xchg *x)
 {
     static const char *const marks[] = {
-        "maximum context length", "context length", "context_length_exceeded",
-        "too many tokens", "prompt is too long", "exceeds the context"};
+        "maximum context length",  "context length",
+        "context_length_exceeded", "too many tokens",
+        "prompt is too long",      "exceeds the context"};
     if (x->status < 400 || !x->resp_raw)
         return false;
     char *body = xstrndup(x->resp_raw, x->resp_raw_len);

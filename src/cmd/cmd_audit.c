@@ -40,8 +40,10 @@ const char CMD_AUDIT_HELP[] =
     "  --expect KEY=VALUE   a parameter every main request should carry;\n"
     "                       VALUE is JSON (0.6, true, {\"a\":1}) or a string,\n"
     "                       null means 'must not be sent'; KEY may be dotted\n"
-    "                       (chat_template_kwargs.enable_thinking); repeatable\n"
-    "  --profile FILE       model profiles: expected params, reasoning policy,\n"
+    "                       (chat_template_kwargs.enable_thinking); "
+    "repeatable\n"
+    "  --profile FILE       model profiles: expected params, reasoning "
+    "policy,\n"
     "                       context length per model glob (docs/AUDIT.md)\n"
     "  --reasoning-policy P drop, keep, or keep-with-tools (DeepSeek V3.2/V4:\n"
     "                       earlier reasoning dropped unless tools are sent)\n"
@@ -89,12 +91,24 @@ static int parse(int argc, char **argv, struct audit_args *a)
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         switch (c) {
-        case 'd': a->db = optarg; break;
-        case 'S': a->spill = optarg; break;
-        case 's': a->session = optarg; break;
-        case 'p': a->profile = optarg; break;
-        case 't': a->tokenize_url = optarg; break;
-        case 'j': a->json = optarg; break;
+        case 'd':
+            a->db = optarg;
+            break;
+        case 'S':
+            a->spill = optarg;
+            break;
+        case 's':
+            a->session = optarg;
+            break;
+        case 'p':
+            a->profile = optarg;
+            break;
+        case 't':
+            a->tokenize_url = optarg;
+            break;
+        case 'j':
+            a->json = optarg;
+            break;
         case 'e':
             if (audit_expect_add(a->o.expect, optarg, &d))
                 return cli_usage_error("audit", "--expect %s", d.msg);
@@ -173,17 +187,17 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
                 fprintf(stderr, "\rtokenize %zu/%zu", ++done, total);
             if (!json_is_array(msgs))
                 continue;
-            json_t *req = json_pack(
-                "{s:O, s:O}", "model",
-                json_object_get(x->req_body, "model") ?: json_null(),
-                "messages", msgs);
+            json_t *req =
+                json_pack("{s:O, s:O}", "model",
+                          json_object_get(x->req_body, "model") ?: json_null(),
+                          "messages", msgs);
             int e = http_json(hc, a->tokenize_url, req, NULL, 30000, &status,
                               &out, &d);
             json_decref(req);
             json_t *count = json_object_get(out, "count");
             if (e == -ECONNREFUSED || e == -ETIMEDOUT)
-                rc = cli_error("audit", EXIT_UNREACHABLE,
-                               "--tokenize-url: %s", d.msg);
+                rc = cli_error("audit", EXIT_UNREACHABLE, "--tokenize-url: %s",
+                               d.msg);
             else if (status == 200 && json_is_integer(count)) {
                 char key[32];
                 snprintf(key, sizeof(key), "%lld", (long long)x->id);
@@ -206,8 +220,8 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
 
 static void print_evidence(json_t *ev)
 {
-    char *s = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS |
-                                 JSON_REAL_PRECISION(6));
+    char *s =
+        json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
     size_t n = s ? strlen(s) : 0;
     /* one or two lines of 100 columns, cut in the middle of longer ones */
     if (n > 200)
@@ -217,8 +231,7 @@ static void print_evidence(json_t *ev)
     free(s);
 }
 
-static void print_human(const struct audit_set *set,
-                        const struct audit_list *l)
+static void print_human(const struct audit_set *set, const struct audit_list *l)
 {
     for (size_t i = 0; i < set->n; i++) {
         const struct audit_session *s = &set->s[i];
@@ -234,8 +247,8 @@ static void print_human(const struct audit_set *set,
                 continue;
             if (f->request)
                 printf("  %-5s %s: request %lld turn %d: %s\n",
-                       audit_sev_name(f->sev), f->rule,
-                       (long long)f->request, f->turn, f->summary);
+                       audit_sev_name(f->sev), f->rule, (long long)f->request,
+                       f->turn, f->summary);
             else
                 printf("  %-5s %s: %s\n", audit_sev_name(f->sev), f->rule,
                        f->summary);
@@ -255,11 +268,10 @@ static json_t *thresholds_json(const struct audit_thresholds *t)
                      "s:f}",
                      "token_deficit", t->token_deficit, "token_deficit_min",
                      t->token_deficit_min, "flat_growth", t->flat_growth,
-                     "flat_tokens", t->flat_tokens, "gzip_ratio",
-                     t->gzip_ratio, "ngram_share", t->ngram_share,
-                     "degen_min_bytes", (json_int_t)t->degen_min_bytes,
-                     "reasoning_ratio", t->reasoning_ratio,
-                     "reasoning_min_bytes",
+                     "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
+                     "ngram_share", t->ngram_share, "degen_min_bytes",
+                     (json_int_t)t->degen_min_bytes, "reasoning_ratio",
+                     t->reasoning_ratio, "reasoning_min_bytes",
                      (json_int_t)t->reasoning_min_bytes, "gap_ms", t->gap_ms,
                      "added_ttfb_ms", t->added_ttfb_ms);
 }
@@ -280,8 +292,7 @@ static json_t *report_json(const struct audit_args *a,
         a->o.expect, "reasoning_policy", audit_policy_name(a->o.policy),
         "context_length", (json_int_t)a->o.context_length, "tokenize",
         a->tokenize_url != NULL, "thresholds", thresholds_json(&a->o.th),
-        "counts", "error", (json_int_t)audit_list_count(l, AUDIT_ERROR),
-        "warn",
+        "counts", "error", (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
         (json_int_t)(audit_list_count(l, AUDIT_WARN) -
                      audit_list_count(l, AUDIT_ERROR)),
         "info", (json_int_t)(l->n - audit_list_count(l, AUDIT_WARN)),
@@ -303,8 +314,9 @@ static int run(struct audit_args *a)
         goto out;
     }
     if (a->session && !set.n) {
-        rc = cli_usage_error("audit", "no session '%s' in '%s'; see "
-                                      "'fidelity sessions --db %s'",
+        rc = cli_usage_error("audit",
+                             "no session '%s' in '%s'; see "
+                             "'fidelity sessions --db %s'",
                              a->session, a->db, a->db);
         goto out;
     }
@@ -327,8 +339,7 @@ static int run(struct audit_args *a)
     }
     if (!a->json || strcmp(a->json, "-"))
         print_human(&set, &l);
-    rc = a->fail_on < 3 &&
-                 audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
+    rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
              ? EXIT_FAIL
              : EXIT_PASS;
 out:

@@ -68,18 +68,18 @@ static void print_table(json_t *rows)
         kinds_str(json_object_get(r, "requests"), &kinds);
         models_str(json_object_get(r, "models"), &models);
         const char *id = json_string_value(json_object_get(r, "session"));
-        printf("%-24s %-18s %-16s %5lld %-26s %9lld %9lld %lld error, %lld "
-               "warn\n",
-               *id ? id : "(none)",
-               json_string_value(json_object_get(r, "harness")), models.data,
-               (long long)json_integer_value(json_object_get(r, "turns")),
-               kinds.data,
-               (long long)json_integer_value(
-                   json_object_get(r, "prompt_tokens")),
-               (long long)json_integer_value(
-                   json_object_get(r, "completion_tokens")),
-               (long long)json_integer_value(json_object_get(f, "error")),
-               (long long)json_integer_value(json_object_get(f, "warn")));
+        printf(
+            "%-24s %-18s %-16s %5lld %-26s %9lld %9lld %lld error, %lld "
+            "warn\n",
+            *id ? id : "(none)",
+            json_string_value(json_object_get(r, "harness")), models.data,
+            (long long)json_integer_value(json_object_get(r, "turns")),
+            kinds.data,
+            (long long)json_integer_value(json_object_get(r, "prompt_tokens")),
+            (long long)json_integer_value(
+                json_object_get(r, "completion_tokens")),
+            (long long)json_integer_value(json_object_get(f, "error")),
+            (long long)json_integer_value(json_object_get(f, "warn")));
     }
     printf("%zu session(s)\n", json_array_size(rows));
     buf_release(&kinds);
@@ -131,9 +131,9 @@ int cmd_sessions(int argc, char **argv)
     if (json) {
         json_t *j = json_pack("{s:i, s:s, s:O}", "version", 1, "db", db,
                               "sessions", rows);
-        rc = cli_json_write(j, json, &d) ? cli_error("sessions", EXIT_INTERNAL,
-                                                     "%s", d.msg)
-                                         : EXIT_PASS;
+        rc = cli_json_write(j, json, &d)
+                 ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
+                 : EXIT_PASS;
         json_decref(j);
     }
     if (!json || strcmp(json, "-"))

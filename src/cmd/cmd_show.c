@@ -58,15 +58,15 @@ static void print_session(const struct audit_session *s, json_t *turns,
     print_findings(l, 0);
     json_array_foreach(turns, i, t)
     {
-        const char *fin = json_string_value(json_object_get(t, "finish_reason"));
+        const char *fin =
+            json_string_value(json_object_get(t, "finish_reason"));
         printf("#%-5lld %-10s turn %-3lld %3lld msgs (+%lld) %8lld B  "
                "prompt %6lld  compl %5lld  %-10s %3lld  ttfb %.0f ms\n",
                geti(t, "request"),
                json_string_value(json_object_get(t, "kind")), geti(t, "turn"),
                geti(t, "messages"), geti(t, "new_messages"),
                geti(t, "request_bytes"), geti(t, "prompt_tokens"),
-               geti(t, "completion_tokens"), fin ? fin : "-",
-               geti(t, "status"),
+               geti(t, "completion_tokens"), fin ? fin : "-", geti(t, "status"),
                json_number_value(json_object_get(t, "ttfb_ms")));
         print_findings(l, geti(t, "request"));
     }
@@ -108,13 +108,14 @@ int cmd_show(int argc, char **argv)
     audit_opts_init(&o);
     rc = audit_load_paths(db, spill, id, &set, &d);
     if (rc) {
-        rc = cli_error("show", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
-                       "%s", d.msg);
+        rc = cli_error("show", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
+                       d.msg);
         goto out;
     }
     if (!set.n) {
-        rc = cli_usage_error("show", "no session '%s' in '%s'; see "
-                                     "'fidelity sessions --db %s'",
+        rc = cli_usage_error("show",
+                             "no session '%s' in '%s'; see "
+                             "'fidelity sessions --db %s'",
                              id, db, db);
         goto out;
     }
@@ -124,8 +125,8 @@ int cmd_show(int argc, char **argv)
         json_t *f = json_array();
         for (size_t i = 0; i < l.n; i++)
             json_array_append_new(f, audit_finding_json(&l.v[i]));
-        json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1,
-                              "session", id, "turns", turns, "findings", f);
+        json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
+                              id, "turns", turns, "findings", f);
         rc = cli_json_write(j, json, &d)
                  ? cli_error("show", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;

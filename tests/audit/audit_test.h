@@ -25,8 +25,8 @@ static inline void run_audit(struct xchg *xs, size_t n,
 }
 
 /* The first finding of rule (exact name), or NULL. */
-static inline const struct audit_finding *
-find_rule(const struct audit_list *l, const char *rule)
+static inline const struct audit_finding *find_rule(const struct audit_list *l,
+                                                    const char *rule)
 {
     for (size_t i = 0; i < l->n; i++)
         if (!strcmp(l->v[i].rule, rule))

@@ -73,8 +73,8 @@ static int setup(void **state)
     add(db, 2, "ses_compact", "compaction",
         "compact-03-compaction-summary-request.json",
         json_string_value(json_object_get(sum, "content")));
-    add(db, 3, "ses_compact", "main",
-        "compact-04-post-compaction-request.json", "Done.");
+    add(db, 3, "ses_compact", "main", "compact-04-post-compaction-request.json",
+        "Done.");
     add(db, 4, "ses_plain", "title", "plain-01-title-request.json",
         "Tic tac toe in Python");
     add(db, 5, "ses_plain", "main", "plain-02-turn1-first-request.json",
@@ -146,9 +146,8 @@ static void test_audit_finds_compaction_in_store(void **state)
                 json_string_value(json_object_get(g, "severity")), "info");
     }
     assert_non_null(finding(j, "sampling.sent"));
-    assert_true(json_integer_value(
-                    json_object_get(json_object_get(j, "counts"), "warn")) >=
-                1);
+    assert_true(json_integer_value(json_object_get(json_object_get(j, "counts"),
+                                                   "warn")) >= 1);
     json_decref(j);
     buf_release(&out);
     buf_release(&err);
@@ -158,8 +157,8 @@ static void test_audit_human_output_and_exit_codes(void **state)
 {
     (void)state;
     struct buf out = BUF_INIT, err = BUF_INIT;
-    const char *clean[] = {"audit", "--db", db_path, "--session", "ses_plain",
-                           NULL};
+    const char *clean[] = {"audit",     "--db",      db_path,
+                           "--session", "ses_plain", NULL};
     assert_int_equal(run(clean, &out, &err), EXIT_PASS);
     assert_non_null(strstr(out.data, "session ses_plain (opencode/1.18.33"));
     assert_non_null(strstr(out.data, "0 error, 0 warn"));
@@ -170,11 +169,11 @@ static void test_audit_human_output_and_exit_codes(void **state)
     assert_non_null(c);
     assert_non_null(strstr(c, "\n      evidence: {"));
     assert_true(strstr(out.data, "session ses_compact") < c);
-    const char *never[] = {"audit", "--db", db_path, "--fail-on", "never",
-                           NULL};
+    const char *never[] = {"audit",     "--db",  db_path,
+                           "--fail-on", "never", NULL};
     assert_int_equal(run(never, &out, &err), EXIT_PASS);
-    const char *expect[] = {"audit",    "--db",     db_path,
-                            "--session", "ses_plain", "--expect",
+    const char *expect[] = {"audit",           "--db",      db_path,
+                            "--session",       "ses_plain", "--expect",
                             "temperature=0.6", NULL};
     assert_int_equal(run(expect, &out, &err), EXIT_FAIL);
     assert_non_null(strstr(out.data, "sampling.expect"));
@@ -190,12 +189,12 @@ static void test_bad_input_is_usage_error(void **state)
     const char *missing[] = {"audit", "--db", "/nonexistent/x.db", NULL};
     assert_int_equal(run(missing, &out, &err), EXIT_USAGE);
     assert_non_null(strstr(err.data, "'/nonexistent/x.db'"));
-    const char *bad_expect[] = {"audit", "--db", db_path, "--expect", "temp",
-                                NULL};
+    const char *bad_expect[] = {"audit",    "--db", db_path,
+                                "--expect", "temp", NULL};
     assert_int_equal(run(bad_expect, &out, &err), EXIT_USAGE);
     assert_non_null(strstr(err.data, "KEY=VALUE"));
-    const char *bad_policy[] = {"audit", "--db", db_path,
-                                "--reasoning-policy", "sometimes", NULL};
+    const char *bad_policy[] = {
+        "audit", "--db", db_path, "--reasoning-policy", "sometimes", NULL};
     assert_int_equal(run(bad_policy, &out, &err), EXIT_USAGE);
     const char *bad_opt[] = {"audit", "--frobnicate", NULL};
     assert_int_equal(run(bad_opt, &out, &err), EXIT_USAGE);
@@ -204,8 +203,8 @@ static void test_bad_input_is_usage_error(void **state)
     FILE *f = fopen(prof, "w");
     fputs("{\"models\": {\"qwen3*\": {\"temprature\": 0.6}}}", f);
     fclose(f);
-    const char *bad_prof[] = {"audit", "--db", db_path, "--profile", prof,
-                              NULL};
+    const char *bad_prof[] = {"audit",     "--db", db_path,
+                              "--profile", prof,   NULL};
     assert_int_equal(run(bad_prof, &out, &err), EXIT_USAGE);
     assert_non_null(strstr(err.data, "'temprature'"));
     free(prof);
@@ -229,8 +228,8 @@ static void test_profile_file(void **state)
           "\"note\": \"Qwen3 model card\"}}}",
           f);
     fclose(f);
-    const char *argv[] = {"audit",     "--db",      db_path,  "--session",
-                          "ses_plain", "--profile", prof,     "--json",
+    const char *argv[] = {"audit",     "--db",      db_path, "--session",
+                          "ses_plain", "--profile", prof,    "--json",
                           "-",         NULL};
     assert_int_equal(run(argv, &out, &err), EXIT_FAIL);
     json_t *j = json_loads(out.data, 0, NULL);
@@ -302,19 +301,20 @@ static void test_spill_file_is_audited(void **state)
     struct buf out = BUF_INIT, err = BUF_INIT;
     struct xchg x;
     struct diag d;
-    xb_init(&x, 0, "ses_spill",
-            xb_body("m", json_pack("[o, o, o]",
-                                   xb_msg("user", "The code is 4812."),
-                                   xb_msg("assistant", "Noted."),
-                                   xb_msg("user", "what was it?"))));
+    xb_init(
+        &x, 0, "ses_spill",
+        xb_body("m", json_pack("[o, o, o]", xb_msg("user", "The code is 4812."),
+                               xb_msg("assistant", "Noted."),
+                               xb_msg("user", "what was it?"))));
     x.kind = xstrdup("main");
-    xb_reply(&x, "This is the very first message of our conversation, so I "
-                 "don't know what \"that\" refers to.",
+    xb_reply(&x,
+             "This is the very first message of our conversation, so I "
+             "don't know what \"that\" refers to.",
              NULL, NULL, 30, 20, "stop");
     assert_int_equal(xchg_spill_append(spill_path, &x, &d), 0);
     xb_release(&x);
-    const char *argv[] = {"audit",   "--db",  db_path,   "--spill",
-                          spill_path, "--json", "-", NULL};
+    const char *argv[] = {"audit",    "--db",   db_path, "--spill",
+                          spill_path, "--json", "-",     NULL};
     assert_int_equal(run(argv, &out, &err), EXIT_FAIL);
     json_t *j = json_loads(out.data, 0, NULL);
     json_t *f = finding(j, "first_message.claim");

@@ -38,6 +38,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (getenv("AUDIT_TEST_KEEP")) /* to look at a failure */
+        return 0;
     char *cmd = xasprintf("rm -rf '%s'", dir);
     int rc = system(cmd);
     free(cmd);
@@ -124,7 +126,8 @@ static char *exchange(struct http_client *hc, sqlite3 *db, const char *url,
     x.up_total_ms = x.down_total_ms = resp.t_total * 1000;
     x.end = XCHG_COMPLETE;
     assert_int_equal(xchg_put(db, &x, &d), 0);
-    char *text = xstrdup(json_string_value(json_object_get(x.reply, "content")));
+    char *text =
+        xstrdup(json_string_value(json_object_get(x.reply, "content")));
     xchg_release(&x);
     http_resp_release(&resp);
     free(s);
@@ -153,11 +156,10 @@ static char *converse(const char *sim_url, const char *db_path,
                              "You are a helpful assistant.");
     for (int t = 0; t < 3; t++) {
         json_array_append_new(msgs, xb_msg("user", users[t]));
-        json_t *body = json_pack("{s:s, s:O, s:f, s:i, s:b, s:{s:b}}", "model",
-                                 "fidelity-sim", "messages", msgs,
-                                 "temperature", 0.0, "max_tokens", 256,
-                                 "stream", 1, "stream_options",
-                                 "include_usage", 1);
+        json_t *body = json_pack(
+            "{s:s, s:O, s:f, s:i, s:b, s:{s:b}}", "model", "fidelity-sim",
+            "messages", msgs, "temperature", 0.0, "max_tokens", 256, "stream",
+            1, "stream_options", "include_usage", 1);
         free(reply);
         reply = exchange(hc, db, url, session, body);
         json_decref(body);
@@ -239,8 +241,8 @@ static void test_keep_last_turns_gives_first_message_finding(void **state)
 {
     (void)state;
     struct proc sim;
-    const char *argv[] = {"sim", "--listen", "127.0.0.1:0",
-                          "--keep-last-turns", "1", NULL};
+    const char *argv[] = {"sim", "--listen", "127.0.0.1:0", "--keep-last-turns",
+                          "1",   NULL};
     char *db = xasprintf("%s/window.db", dir);
     assert_int_equal(proc_start(&sim, argv), 0);
     char *reply = converse(proc_url(&sim), db, "e2e-window", 0);
@@ -267,9 +269,8 @@ static void test_overflow_middle_gives_truncation_findings(void **state)
 {
     (void)state;
     struct proc sim;
-    const char *argv[] = {"sim",         "--listen",  "127.0.0.1:0",
-                          "--context-limit", "120", "--overflow",
-                          "middle",      NULL};
+    const char *argv[] = {"sim", "--listen",   "127.0.0.1:0", "--context-limit",
+                          "120", "--overflow", "middle",      NULL};
     char *db = xasprintf("%s/overflow.db", dir);
     assert_int_equal(proc_start(&sim, argv), 0);
     char *reply = converse(proc_url(&sim), db, "e2e-overflow", 20);

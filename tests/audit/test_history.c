@@ -105,7 +105,8 @@ static void test_prune_in_capture(void **state)
     struct audit_list l;
     plain_chain(xs);
     /* plain-06 with the write tool's result replaced in place */
-    json_t *tool = json_array_get(json_object_get(xs[3].req_body, "messages"), 5);
+    json_t *tool =
+        json_array_get(json_object_get(xs[3].req_body, "messages"), 5);
     json_object_set_new(tool, "content", json_string("[pruned]"));
     audit_history_step(&xs[2], &xs[3], NULL, &st);
     assert_int_equal(st.kind, AUDIT_STEP_PRUNE);
@@ -163,10 +164,9 @@ static void test_rewrite_and_orphan_in_capture(void **state)
     assert_true(ev_int(f, "bytes_lost") > 500);
     const struct audit_finding *o = find_rule(&l, "history.orphan");
     assert_non_null(o);
-    assert_string_equal(
-        json_string_value(
-            json_array_get(json_object_get(o->evidence, "orphans"), 0)),
-        "result:call_267fb068_0");
+    assert_string_equal(json_string_value(json_array_get(
+                            json_object_get(o->evidence, "orphans"), 0)),
+                        "result:call_267fb068_0");
     audit_list_release(&l);
     free_xs(xs, 4);
 }
@@ -252,10 +252,11 @@ static void test_crafted_window_is_rewrite(void **state)
     (void)state;
     struct xchg xs[2];
     struct audit_list l;
-    xb_init(&xs[0], 1, "w",
-            xb_body("m", json_pack("[o, o]",
-                                   xb_msg("user", "The code for the door is 4812."),
-                                   xb_msg("user", "Remember it."))));
+    xb_init(
+        &xs[0], 1, "w",
+        xb_body("m", json_pack("[o, o]",
+                               xb_msg("user", "The code for the door is 4812."),
+                               xb_msg("user", "Remember it."))));
     xb_reply(&xs[0], "Noted.", NULL, NULL, 20, 2, "stop");
     xb_init(&xs[1], 2, "w",
             xb_body("m", json_pack("[o, o, o]", xb_msg("user", "Remember it."),

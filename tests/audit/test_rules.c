@@ -4,11 +4,11 @@
  * session, which must give no finding at warn or above, and on copies of
  * it with one fault injected each.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <errno.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -50,14 +50,15 @@ static json_t *echo_with_reasoning(const struct xchg *x)
  * a fact, a tool round trip, the question. Reasoning is sent back. */
 static void clean_session(struct xchg xs[N])
 {
-    json_t *m = json_pack("[o, o]", xb_msg("system", "You are a helpful "
-                                                     "assistant."),
+    json_t *m = json_pack("[o, o]",
+                          xb_msg("system", "You are a helpful "
+                                           "assistant."),
                           xb_msg("user", "The access code for the blue door "
                                          "is 4812. Please remember it."));
     xb_init(&xs[0], 1, "clean", body(json_deep_copy(m)));
     xb_reply(&xs[0], "I will remember the access code for the blue door.",
-             "The user states a fact; acknowledge it.",
-             NULL, xb_tokens(xs[0].req_body), 11, "stop");
+             "The user states a fact; acknowledge it.", NULL,
+             xb_tokens(xs[0].req_body), 11, "stop");
     json_array_append_new(m, echo_with_reasoning(&xs[0]));
     json_array_append_new(m, xb_msg("user", "Call the lookup tool with "
                                             "{\"key\":\"door\"}."));
@@ -110,9 +111,9 @@ static void test_clean_session_has_no_findings(void **state)
     /* the rules did run: what was sent is reported at info level */
     const struct audit_finding *s = find_rule(&l, "sampling.sent");
     assert_non_null(s);
-    assert_true(json_real_value(json_object_get(
-                    json_object_get(s->evidence, "sent"), "temperature")) ==
-                0.6);
+    assert_true(
+        json_real_value(json_object_get(json_object_get(s->evidence, "sent"),
+                                        "temperature")) == 0.6);
     const struct audit_finding *r = find_rule(&l, "reasoning.sent");
     assert_non_null(r);
     /* requests 2-4 carry 1 + 2 + 3 earlier turns, all equal, with tools */
@@ -143,8 +144,9 @@ static void test_sampling_expect_and_change(void **state)
     json_t *sent = json_object_get(e->evidence, "sent");
     assert_true(json_is_null(json_array_get(sent, 0)));
     assert_true(json_real_value(json_array_get(sent, 1)) == 0.2);
-    assert_string_equal(json_string_value(json_object_get(e->evidence, "param")),
-                        "temperature");
+    assert_string_equal(
+        json_string_value(json_object_get(e->evidence, "param")),
+        "temperature");
     assert_string_equal(
         json_string_value(json_object_get(e->evidence, "source")), "--expect");
     const struct audit_finding *c = find_rule(&l, "sampling.changed");
@@ -168,9 +170,8 @@ static void test_sampling_profile_on_capture(void **state)
     struct audit_list l;
     struct audit_opts o;
     struct diag d;
-    json_t *cfg = json_load_file(OPENCODE_FIXTURES
-                                 "sampling-params-by-config.json",
-                                 0, NULL);
+    json_t *cfg = json_load_file(
+        OPENCODE_FIXTURES "sampling-params-by-config.json", 0, NULL);
     assert_non_null(cfg);
     json_t *sent = json_deep_copy(json_object_get(
         json_object_get(json_object_get(cfg, "tempT"), "sent_params"),
@@ -189,15 +190,15 @@ static void test_sampling_profile_on_capture(void **state)
     assert_int_equal(count_prefix(&l, "sampling.expect"), 2);
     for (size_t i = 0; i < l.n; i++)
         if (!strcmp(l.v[i].rule, "sampling.expect"))
-            assert_string_equal(json_string_value(json_object_get(
-                                    l.v[i].evidence, "source")),
-                                "profile");
+            assert_string_equal(
+                json_string_value(json_object_get(l.v[i].evidence, "source")),
+                "profile");
     const struct audit_finding *s = find_rule(&l, "sampling.sent");
     json_t *absent = json_object_get(s->evidence, "absent");
     bool top_k_absent = false;
     for (size_t i = 0; i < json_array_size(absent); i++)
-        top_k_absent |= !strcmp(json_string_value(json_array_get(absent, i)),
-                                "top_k");
+        top_k_absent |=
+            !strcmp(json_string_value(json_array_get(absent, i)), "top_k");
     assert_true(top_k_absent);
     audit_list_release(&l);
     json_decref(prof);
@@ -254,10 +255,9 @@ static void test_reasoning_policy(void **state)
     json_t *a = json_array_get(json_object_get(xs[3].req_body, "messages"), 2);
     json_object_set_new(a, "reasoning_content", json_string(""));
     json_t *a2 = json_array_get(json_object_get(xs[3].req_body, "messages"), 6);
-    char *inl = xasprintf("<think>%s</think>%s",
-                                   "Report the tool result.",
-                                   "The tool returned: door: painted blue in "
-                                   "2021.");
+    char *inl = xasprintf("<think>%s</think>%s", "Report the tool result.",
+                          "The tool returned: door: painted blue in "
+                          "2021.");
     json_object_set_new(a2, "content", json_string(inl));
     free(inl);
     json_object_set_new(xs[3].req_body, "tools", tools());
@@ -312,21 +312,21 @@ static void test_truncation_flat_and_below(void **state)
     /* with an exact /tokenize count for request 2 the expectation is
      * exact: 100 tokens short of 1000 is reported */
     o.tokenized = json_pack("{s:i}", "2", 1000);
-    json_object_set_new(json_object_get(xs[1].reply, "usage"),
-                        "prompt_tokens", json_integer(900));
+    json_object_set_new(json_object_get(xs[1].reply, "usage"), "prompt_tokens",
+                        json_integer(900));
     run_audit(xs, N, &o, &l);
     size_t hits = 0;
     for (size_t i = 0; i < l.n; i++)
         if (!strcmp(l.v[i].rule, "truncation.below") && l.v[i].request == 2) {
             hits++;
-            assert_string_equal(json_string_value(json_object_get(
-                                    l.v[i].evidence, "source")),
-                                "tokenize");
+            assert_string_equal(
+                json_string_value(json_object_get(l.v[i].evidence, "source")),
+                "tokenize");
         }
     assert_int_equal(hits, 0); /* 10% short is under the 25% threshold */
     audit_list_release(&l);
-    json_object_set_new(json_object_get(xs[1].reply, "usage"),
-                        "prompt_tokens", json_integer(500));
+    json_object_set_new(json_object_get(xs[1].reply, "usage"), "prompt_tokens",
+                        json_integer(500));
     run_audit(xs, N, &o, &l);
     for (size_t i = 0; i < l.n; i++)
         if (!strcmp(l.v[i].rule, "truncation.below") && l.v[i].request == 2)
@@ -347,8 +347,8 @@ static void test_truncation_limits_and_errors(void **state)
     audit_opts_init(&o);
     o.context_length = 4096;
     /* request 2: at the context length, reply cut at 100 of 1024 tokens */
-    json_object_set_new(json_object_get(xs[1].reply, "usage"),
-                        "prompt_tokens", json_integer(4096));
+    json_object_set_new(json_object_get(xs[1].reply, "usage"), "prompt_tokens",
+                        json_integer(4096));
     json_object_set_new(json_object_get(xs[1].reply, "usage"),
                         "completion_tokens", json_integer(100));
     json_object_set_new(xs[1].reply, "finish_reason", json_string("length"));
@@ -401,8 +401,8 @@ static void test_first_message_claims(void **state)
     const struct audit_finding *f = find_rule(&l, "first_message.claim");
     assert_non_null(f);
     assert_int_equal(f->request, 4);
-    assert_string_equal(json_string_value(json_object_get(f->evidence, "blame")),
-                        "server");
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "blame")), "server");
     assert_int_equal(ev_int(f, "user_turns_sent"), 3);
     audit_list_release(&l);
     /* the harness forgot: request 4 carried only the question */
@@ -412,8 +412,8 @@ static void test_first_message_claims(void **state)
     run_audit(xs, N, NULL, &l);
     f = find_rule(&l, "first_message.claim");
     assert_non_null(f);
-    assert_string_equal(json_string_value(json_object_get(f->evidence, "blame")),
-                        "harness");
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "blame")), "harness");
     audit_list_release(&l);
     free_xs(xs, N);
     /* a claim on a true first message is right */
@@ -447,8 +447,7 @@ static void test_degeneration(void **state)
 
     clean_session(xs);
     json_object_set_new(xs[3].reply, "content", json_string(b.data));
-    json_object_set_new(xs[1].reply, "reasoning_content",
-                        json_string(b.data));
+    json_object_set_new(xs[1].reply, "reasoning_content", json_string(b.data));
     json_object_set_new(xs[2].reply, "content", json_string(""));
     char *long_r = xmalloc(3001);
     for (int i = 0; i < 3000; i++)
@@ -461,8 +460,8 @@ static void test_degeneration(void **state)
     for (size_t i = 0; i < l.n; i++) {
         if (strcmp(l.v[i].rule, "degeneration.repetition"))
             continue;
-        const char *field = json_string_value(
-            json_object_get(l.v[i].evidence, "field"));
+        const char *field =
+            json_string_value(json_object_get(l.v[i].evidence, "field"));
         content += l.v[i].request == 4 && !strcmp(field, "content");
         reasoning += l.v[i].request == 2 && !strcmp(field, "reasoning");
         assert_true(json_real_value(json_object_get(l.v[i].evidence,
@@ -495,8 +494,9 @@ static void test_stream_integrity(void **state)
     assert_int_equal(find_rule(&l, "stream.no_done")->request, 1);
     const struct audit_finding *inc = find_rule(&l, "stream.incomplete");
     assert_int_equal(inc->request, 2);
-    assert_string_equal(json_string_value(json_object_get(inc->evidence, "end")),
-                        "upstream_reset");
+    assert_string_equal(
+        json_string_value(json_object_get(inc->evidence, "end")),
+        "upstream_reset");
     assert_int_equal(find_rule(&l, "stream.no_usage")->request, 3);
     assert_int_equal(find_rule(&l, "stream.gap")->request, 4);
     const struct audit_finding *t = find_rule(&l, "stream.added_ttfb");

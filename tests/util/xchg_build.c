@@ -54,7 +54,8 @@ void xb_reply(struct xchg *x, const char *content, const char *reasoning,
               json_t *tool_calls, long prompt_tokens, long completion_tokens,
               const char *finish)
 {
-    json_object_set_new(x->reply, "content", json_string(content ? content : ""));
+    json_object_set_new(x->reply, "content",
+                        json_string(content ? content : ""));
     if (reasoning)
         json_object_set_new(x->reply, "reasoning_content",
                             json_string(reasoning));
@@ -83,8 +84,8 @@ json_t *xb_msg(const char *role, const char *content)
 
 json_t *xb_body(const char *model, json_t *msgs)
 {
-    return json_pack("{s:s, s:b, s:o}", "model", model, "stream", 1,
-                     "messages", msgs);
+    return json_pack("{s:s, s:b, s:o}", "model", model, "stream", 1, "messages",
+                     msgs);
 }
 
 json_t *xb_echo(const struct xchg *x)

@@ -8,6 +8,9 @@
 const struct cmd commands[] = {
     {"sim", cmd_sim, "run a built-in OpenAI-compatible server with faults",
      CMD_SIM_HELP},
+    {"record", cmd_record,
+     "record what a harness sends and a server answers (a proxy)",
+     CMD_RECORD_HELP},
     {"audit", cmd_audit, "find history rewrites, truncation and more in "
      "recorded traffic", CMD_AUDIT_HELP},
     {"sessions", cmd_sessions, "list recorded sessions", CMD_SESSIONS_HELP},

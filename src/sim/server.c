@@ -64,6 +64,12 @@ static void on_conn_close(struct evhttp_connection *conn, void *arg)
 {
     struct out *o = arg;
     (void)conn;
+    /* When the client went away mid-answer, libevent 2.1 detaches the
+     * unfinished request from the connection and leaves it to us; when the
+     * server itself shuts down, the request is still attached and libevent
+     * frees it after this callback. */
+    if (!evhttp_request_get_connection(o->req))
+        evhttp_request_free(o->req);
     o->watching = false; /* the connection and request are going away */
     o->conn = NULL;
     struct server *srv = o->srv;

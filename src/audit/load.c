@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "audit/audit.h"
+#include "core/xalloc.h"
 #include "store/store.h"
 
 struct load_ctx {
@@ -76,22 +77,30 @@ int audit_load_paths(const char *db_path, const char *spill,
 {
     struct stat st;
     sqlite3 *db = NULL;
+    /* record's default spill file sits beside the store */
+    char *def = spill ? NULL : xasprintf("%s.spill.jsonl", db_path);
     bool have_db = stat(db_path, &st) == 0;
-    bool have_spill = spill && stat(spill, &st) == 0;
+    bool have_spill = stat(spill ? spill : def, &st) == 0;
     int rc = 0;
-    if (!have_db && !have_spill)
+    if (!spill)
+        spill = def;
+    if (!have_db && !have_spill) {
+        free(def);
         return diag_set(d, ENOENT,
                         "cannot open '%s': no such file; record traffic "
                         "first with 'fidelity record --db %s', or name the "
                         "store with --db",
                         db_path, db_path);
+    }
     if (have_db) {
         rc = store_open(db_path, &db, d);
         if (!rc)
             rc = audit_set_load(db, session, set, NULL, d);
         store_close(db);
-        if (rc)
+        if (rc) {
+            free(def);
             return rc;
+        }
     }
     if (have_spill) {
         rc = audit_set_load_spill(spill, session, set, NULL, d);
@@ -99,5 +108,6 @@ int audit_load_paths(const char *db_path, const char *spill,
             diag_prefix(d, "spill file '%s'", spill);
     }
     audit_set_order(set);
+    free(def);
     return rc;
 }

@@ -70,8 +70,28 @@ static void timing(struct actx *c, const struct areq *r)
                     (long long)chunks, x->up_ttfb_ms, x->up_total_ms);
 }
 
+/* Exchanges read from record's spill file have negative ids (xchg.h). */
+static void spilled(struct actx *c)
+{
+    size_t n = 0;
+    const struct areq *first = NULL;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->r[i].x->id < 0) {
+            first = first ? first : &c->r[i];
+            n++;
+        }
+    if (n)
+        finding_add(c, AUDIT_WARN, "record.spilled", first,
+                    json_pack("{s:I, s:I}", "spilled", (json_int_t)n,
+                              "exchanges", (json_int_t)c->n),
+                    "%zu of %zu exchange(s) came from the spill file: the "
+                    "store failed while recording",
+                    n, c->n);
+}
+
 void rule_stream(struct actx *c)
 {
+    spilled(c);
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->x->streamed || r->x->status < 200 || r->x->status >= 300)

@@ -322,7 +322,21 @@ static void test_spill_file_is_audited(void **state)
     assert_string_equal(json_string_value(json_object_get(f, "session")),
                         "ses_spill");
     assert_int_equal(json_integer_value(json_object_get(f, "request")), -1);
+    json_t *sp = finding(j, "record.spilled");
+    assert_non_null(sp);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(sp, "evidence"), "spilled")),
+                     1);
     json_decref(j);
+    /* without --spill, record's default beside the store is read */
+    char *def = xasprintf("%s.spill.jsonl", db_path);
+    assert_int_equal(rename(spill_path, def), 0);
+    const char *dflt[] = {"audit", "--db", db_path, "--json", "-", NULL};
+    assert_int_equal(run(dflt, &out, &err), EXIT_FAIL);
+    j = json_loads(out.data, 0, NULL);
+    assert_non_null(finding(j, "record.spilled"));
+    json_decref(j);
+    free(def);
     buf_release(&out);
     buf_release(&err);
 }

@@ -1,10 +1,10 @@
 /*
  * End-to-end: a scripted multi-turn client (libcurl) talks to a real
- * `fidelity sim` on 127.0.0.1, with and without a fault, then the real
- * `fidelity audit --json -` reads what was recorded. Until `fidelity
- * record` is in the tree the client records each exchange itself (request
- * body, the SSE stream reassembled, first-byte time) with xchg_put; the
- * analysis and the binary under test are the same either way.
+ * `fidelity sim` on 127.0.0.1 through a real `fidelity record`, with and
+ * without a fault; then `fidelity audit --json -` reads the store record
+ * wrote and must report the fault's finding, and nothing on the clean run.
+ * Also replays opencode's own compaction requests (the captures in
+ * ../shared/fixtures/) through record: audit must find the compaction.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -25,6 +26,7 @@
 #include "http/client.h"
 #include "store/store.h"
 #include "util/proc.h"
+#include "util/rec.h"
 
 static char dir[64];
 
@@ -46,61 +48,17 @@ static int teardown(void **state)
     return rc;
 }
 
-/* The reply reassembled from an OpenAI SSE stream, in xchg.h's shape. */
-static json_t *reassemble(const char *sse)
-{
-    struct buf content = BUF_INIT;
-    json_t *reply = json_object(), *usage = NULL;
-    const char *finish = NULL;
-    int chunks = 0;
-    bool done = false;
-    char *copy = xstrdup(sse), *save = NULL;
-    for (char *line = strtok_r(copy, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-        if (strncmp(line, "data: ", 6))
-            continue;
-        if (!strcmp(line + 6, "[DONE]")) {
-            done = true;
-            continue;
-        }
-        json_t *c = json_loads(line + 6, 0, NULL);
-        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
-        json_t *delta = json_object_get(ch, "delta");
-        const char *t = json_string_value(json_object_get(delta, "content"));
-        chunks++;
-        if (t)
-            buf_adds(&content, t);
-        if (json_is_string(json_object_get(ch, "finish_reason")))
-            finish = json_string_value(json_object_get(ch, "finish_reason"));
-        if (json_is_object(json_object_get(c, "usage"))) {
-            json_decref(usage);
-            usage = json_incref(json_object_get(c, "usage"));
-        }
-        if (finish)
-            json_object_set_new(reply, "finish_reason", json_string(finish));
-        finish = NULL;
-        json_decref(c);
-    }
-    json_object_set_new(reply, "content", json_string(buf_str(&content)));
-    json_object_set_new(reply, "usage", usage ? usage : json_null());
-    json_object_set_new(reply, "done", json_boolean(done));
-    json_object_set_new(reply, "chunks", json_integer(chunks));
-    json_object_set_new(reply, "max_gap_ms", json_real(0));
-    buf_release(&content);
-    free(copy);
-    return reply;
-}
-
-/* Sends body to the sim, stores the exchange, returns the reply text. */
-static char *exchange(struct http_client *hc, sqlite3 *db, const char *url,
+/* Sends body through record; returns the reply text from the SSE deltas. */
+static char *exchange(struct http_client *hc, const char *url,
                       const char *session, json_t *body)
 {
     struct http_resp resp;
     struct diag d;
-    struct xchg x;
+    struct buf text = BUF_INIT;
+    char *sid = xasprintf("X-Session-Id: %s", session);
     const char *hdr[] = {"Content-Type: application/json",
-                         "User-Agent: e2e-client/1.0", NULL};
-    char *s = json_dumps(body, JSON_COMPACT);
+                         "User-Agent: e2e-client/1.0", sid, NULL};
+    char *s = json_dumps(body, JSON_COMPACT), *save = NULL;
     struct http_req req = {.method = "POST",
                            .url = url,
                            .body = s,
@@ -110,39 +68,29 @@ static char *exchange(struct http_client *hc, sqlite3 *db, const char *url,
     http_resp_init(&resp);
     assert_int_equal(http_do(hc, &req, &resp, &d), 0);
     assert_int_equal(resp.status, 200);
-    xchg_init(&x);
-    x.session = xstrdup(session);
-    x.kind = xstrdup("main");
-    x.method = xstrdup("POST");
-    x.path = xstrdup("/v1/chat/completions");
-    x.req_headers = json_pack("{s:s}", "User-Agent", "e2e-client/1.0");
-    x.req_body = json_deep_copy(body);
-    x.status = (int)resp.status;
-    x.streamed = true;
-    x.resp_raw = xstrdup(buf_str(&resp.body));
-    x.resp_raw_len = resp.body.len;
-    x.reply = reassemble(buf_str(&resp.body));
-    x.up_ttfb_ms = x.down_ttfb_ms = resp.t_first_byte * 1000;
-    x.up_total_ms = x.down_total_ms = resp.t_total * 1000;
-    x.end = XCHG_COMPLETE;
-    assert_int_equal(xchg_put(db, &x, &d), 0);
-    char *text =
-        xstrdup(json_string_value(json_object_get(x.reply, "content")));
-    xchg_release(&x);
+    for (char *line = strtok_r(resp.body.data, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_t *c =
+            strncmp(line, "data: {", 7) ? NULL : json_loads(line + 6, 0, NULL);
+        json_t *delta = json_object_get(
+            json_array_get(json_object_get(c, "choices"), 0), "delta");
+        const char *t = json_string_value(json_object_get(delta, "content"));
+        if (t)
+            buf_adds(&text, t);
+        json_decref(c);
+    }
     http_resp_release(&resp);
     free(s);
-    return text;
+    free(sid);
+    return buf_detach(&text, NULL);
 }
 
-/* A three-turn conversation: a fact, filler that grows the prompt, the
- * question. Returns the last reply. */
-static char *converse(const char *sim_url, const char *db_path,
-                      const char *session, int filler)
+/* A three-turn conversation through record_url: a fact, filler that grows
+ * the prompt, the question. Returns the last reply. */
+static char *converse(const char *record_url, const char *session, int filler)
 {
     struct http_client *hc = http_client_new();
-    sqlite3 *db;
-    struct diag d;
-    char *url = xasprintf("%s/v1/chat/completions", sim_url);
+    char *url = xasprintf("%s/v1/chat/completions", record_url);
     char *reply = NULL;
     const char *users[] = {"The access code for the blue door is 4812.", NULL,
                            "What is the access code for the blue door?"};
@@ -150,8 +98,6 @@ static char *converse(const char *sim_url, const char *db_path,
     for (int i = 0; i < filler; i++)
         buf_printf(&pad, "Note %d: the meeting moved to room %d. ", i, 100 + i);
     users[1] = pad.len ? pad.data : "Let X = 123.";
-    assert_int_equal(store_open(db_path, &db, &d), 0);
-    assert_int_equal(xchg_schema(db, &d), 0);
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "system", "content",
                              "You are a helpful assistant.");
     for (int t = 0; t < 3; t++) {
@@ -161,16 +107,41 @@ static char *converse(const char *sim_url, const char *db_path,
             "messages", msgs, "temperature", 0.0, "max_tokens", 256, "stream",
             1, "stream_options", "include_usage", 1);
         free(reply);
-        reply = exchange(hc, db, url, session, body);
+        reply = exchange(hc, url, session, body);
         json_decref(body);
         json_array_append_new(msgs, xb_msg("assistant", reply));
     }
     json_decref(msgs);
-    store_close(db);
     buf_release(&pad);
     free(url);
     http_client_free(hc);
     return reply;
+}
+
+/* sim with fault options (NULL-terminated, may be NULL) and record in
+ * front of it storing into db. */
+static void start_pair(struct proc *sim, struct proc *rec,
+                       const char *const faults[], const char *db)
+{
+    const char *argv[16] = {"sim", "--listen", "127.0.0.1:0"};
+    int n = 3;
+    for (int i = 0; faults && faults[i]; i++)
+        argv[n++] = faults[i];
+    argv[n] = NULL;
+    assert_int_equal(proc_start(sim, argv), 0);
+    char *up = xstrdup(proc_url(sim));
+    if (rec_start_record(rec, up, db, NULL)) {
+        proc_stop(sim);
+        fail_msg("fidelity record did not start");
+    }
+    free(up);
+}
+
+/* Stops record first: it stores every finished exchange before exiting. */
+static void stop_pair(struct proc *sim, struct proc *rec)
+{
+    proc_stop(rec);
+    proc_stop(sim);
 }
 
 static json_t *audit_json(const char *db_path, const char *const extra[],
@@ -216,11 +187,11 @@ static size_t count_at_least_warn(json_t *report)
 static void test_clean_sim_session_has_no_findings(void **state)
 {
     (void)state;
-    struct proc sim;
-    const char *argv[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    struct proc sim, rec;
     char *db = xasprintf("%s/clean.db", dir);
-    assert_int_equal(proc_start(&sim, argv), 0);
-    char *reply = converse(proc_url(&sim), db, "e2e-clean", 0);
+    start_pair(&sim, &rec, NULL, db);
+    char *reply = converse(proc_url(&rec), "e2e-clean", 0);
+    proc_stop(&rec);
     char *tok = xasprintf("%s/tokenize", proc_url(&sim));
     const char *extra[] = {"--expect", "temperature=0", "--tokenize-url", tok,
                            NULL};
@@ -228,7 +199,15 @@ static void test_clean_sim_session_has_no_findings(void **state)
     proc_stop(&sim);
     assert_non_null(strstr(reply, "4812"));
     assert_int_equal(count_at_least_warn(j), 0);
-    assert_non_null(finding(j, "sampling.sent"));
+    /* the sampling parameters the client sent, as record stored them */
+    json_t *s = finding(j, "sampling.sent");
+    assert_non_null(s);
+    json_t *sent = json_object_get(json_object_get(s, "evidence"), "sent");
+    assert_true(json_number_value(json_object_get(sent, "temperature")) == 0);
+    assert_int_equal(json_integer_value(json_object_get(sent, "max_tokens")),
+                     256);
+    assert_string_equal(json_string_value(json_object_get(s, "session")),
+                        "e2e-clean");
     json_decref(j);
     free(tok);
     free(reply);
@@ -240,14 +219,13 @@ static void test_clean_sim_session_has_no_findings(void **state)
 static void test_keep_last_turns_gives_first_message_finding(void **state)
 {
     (void)state;
-    struct proc sim;
-    const char *argv[] = {"sim", "--listen", "127.0.0.1:0", "--keep-last-turns",
-                          "1",   NULL};
+    struct proc sim, rec;
+    const char *faults[] = {"--keep-last-turns", "1", NULL};
     char *db = xasprintf("%s/window.db", dir);
-    assert_int_equal(proc_start(&sim, argv), 0);
-    char *reply = converse(proc_url(&sim), db, "e2e-window", 0);
+    start_pair(&sim, &rec, faults, db);
+    char *reply = converse(proc_url(&rec), "e2e-window", 0);
+    stop_pair(&sim, &rec);
     json_t *j = audit_json(db, NULL, EXIT_FAIL);
-    proc_stop(&sim);
     assert_non_null(strstr(reply, "start of our conversation"));
     json_t *f = finding(j, "first_message.claim");
     assert_non_null(f);
@@ -258,6 +236,7 @@ static void test_keep_last_turns_gives_first_message_finding(void **state)
     assert_int_equal(json_integer_value(json_object_get(ev, "user_turns_sent")),
                      3);
     assert_null(finding(j, "history.rewrite"));
+    assert_null(finding(j, "history.echo"));
     json_decref(j);
     free(reply);
     free(db);
@@ -268,12 +247,13 @@ static void test_keep_last_turns_gives_first_message_finding(void **state)
 static void test_overflow_middle_gives_truncation_findings(void **state)
 {
     (void)state;
-    struct proc sim;
-    const char *argv[] = {"sim", "--listen",   "127.0.0.1:0", "--context-limit",
-                          "120", "--overflow", "middle",      NULL};
+    struct proc sim, rec;
+    const char *faults[] = {"--context-limit", "120", "--overflow", "middle",
+                            NULL};
     char *db = xasprintf("%s/overflow.db", dir);
-    assert_int_equal(proc_start(&sim, argv), 0);
-    char *reply = converse(proc_url(&sim), db, "e2e-overflow", 20);
+    start_pair(&sim, &rec, faults, db);
+    char *reply = converse(proc_url(&rec), "e2e-overflow", 20);
+    proc_stop(&rec);
     char *tok = xasprintf("%s/tokenize", proc_url(&sim));
     const char *extra[] = {"--tokenize-url", tok, "--context-length", "120",
                            NULL};
@@ -287,9 +267,67 @@ static void test_overflow_middle_gives_truncation_findings(void **state)
     assert_true(json_integer_value(json_object_get(ev, "prompt_tokens")) <=
                 120);
     assert_non_null(finding(j, "truncation.at_limit"));
+    assert_non_null(finding(j, "truncation.flat"));
     json_decref(j);
     free(tok);
     free(reply);
+    free(db);
+}
+
+/* opencode's last request before auto-compaction, its summary request and
+ * the request after it, sent through record with opencode's own headers. */
+static void test_opencode_compaction_through_record(void **state)
+{
+    (void)state;
+    static const char *const files[] = {
+        "compact-02-pre-compaction-request.json",
+        "compact-03-compaction-summary-request.json",
+        "compact-04-post-compaction-request.json"};
+    struct proc sim, rec;
+    char *db = xasprintf("%s/compact.db", dir);
+    start_pair(&sim, &rec, NULL, db);
+    char *url = xasprintf("%s/v1/chat/completions", proc_url(&rec));
+    for (int i = 0; i < 3; i++) {
+        json_t *h = fixture_headers(files[i]), *v;
+        json_t *b = fixture_body(files[i]);
+        const char *hdr[16], *k;
+        char *owned[16];
+        int n = 0;
+        json_object_foreach(h, k, v)
+        {
+            if (strcasecmp(k, "host") && strcasecmp(k, "content-length") &&
+                strcasecmp(k, "accept-encoding") && n < 15) {
+                owned[n] = xasprintf("%s: %s", k, json_string_value(v));
+                hdr[n] = owned[n];
+                n++;
+            }
+        }
+        hdr[n] = NULL;
+        char *body = json_dumps(b, JSON_COMPACT);
+        struct rec_resp r;
+        rec_resp_init(&r);
+        assert_int_equal(rec_fetch(url, body, strlen(body), hdr, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        rec_resp_release(&r);
+        free(body);
+        for (int k2 = 0; k2 < n; k2++)
+            free(owned[k2]);
+        json_decref(h);
+        json_decref(b);
+    }
+    stop_pair(&sim, &rec);
+    json_t *j = audit_json(db, NULL, EXIT_FAIL);
+    json_t *f = finding(j, "history.compaction");
+    assert_non_null(f);
+    assert_int_equal(json_integer_value(json_object_get(f, "request")), 3);
+    assert_string_equal(json_string_value(json_object_get(f, "session")),
+                        "ses_REDACTED");
+    json_t *ev = json_object_get(f, "evidence");
+    assert_int_equal(json_integer_value(json_object_get(ev, "prev_request")),
+                     1);
+    assert_true(json_is_true(json_object_get(ev, "continue_injected")));
+    json_decref(j);
+    free(url);
     free(db);
 }
 
@@ -299,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_clean_sim_session_has_no_findings),
         cmocka_unit_test(test_keep_last_turns_gives_first_message_finding),
         cmocka_unit_test(test_overflow_middle_gives_truncation_findings),
+        cmocka_unit_test(test_opencode_compaction_through_record),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,35 +91,53 @@ json_t *json_path(json_t *obj, const char *path)
     return cur;
 }
 
-static bool contains_ci(const char *hay, const char *needle)
+/* True when needle occurs in the first n bytes of s (case-insensitive). */
+static bool head_has(const char *s, size_t n, const char *needle)
 {
-    size_t n = strlen(needle);
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
+    size_t k = strlen(needle);
+    for (size_t i = 0; s[i] && i + k <= n; i++)
+        if (!strncasecmp(s + i, needle, k))
             return true;
     return false;
 }
 
-/* Kind when the recorder left none: opencode's title and compaction side
- * requests carry their own system prompts and no tools. */
+static char *text_with_role(json_t *msgs, const char *role, bool last)
+{
+    size_t n = json_array_size(msgs);
+    for (size_t k = 0; k < n; k++) {
+        json_t *m = json_array_get(msgs, last ? n - 1 - k : k);
+        const char *r = json_string_value(json_object_get(m, "role"));
+        if (r && !strcmp(r, role))
+            return msg_text(m);
+    }
+    return xstrdup("");
+}
+
+/* Kind when the recorder left none, by the rules record uses
+ * (docs/RECORD.md): side requests carry no tools; a title request says
+ * "title" early in its system prompt or asks to "generate a title"; a
+ * compaction request mentions a summary early in its system prompt or
+ * hands over the <conversation>. */
 static const char *classify(json_t *msgs, bool tools)
 {
-    json_t *first = json_array_get(msgs, 0);
-    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-    const char *role = json_string_value(json_object_get(first, "role"));
-    char *sys = role && !strcmp(role, "system") ? msg_text(first) : NULL;
-    char *lt = msg_text(last);
     const char *kind = "main";
-    if (!msgs)
-        kind = "other";
-    else if ((sys && contains_ci(sys, "title generator")) ||
-             contains_ci(lt, "generate a title"))
+    if (!msgs || !json_array_size(msgs))
+        return "other";
+    if (tools)
+        return kind;
+    char *sys = text_with_role(msgs, "system", false);
+    char *first = text_with_role(msgs, "user", false);
+    char *last = text_with_role(msgs, "user", true);
+    if (head_has(sys, 400, "title") || head_has(first, 200, "generate a title"))
         kind = "title";
-    else if (!tools &&
-             ((sys && contains_ci(sys, "summar")) || contains_ci(lt, "summar")))
+    else if (head_has(sys, 1000, "summar") ||
+             head_has(last, 400, "<conversation>") ||
+             head_has(last, SIZE_MAX, "summarize") ||
+             head_has(last, SIZE_MAX, "summary of"))
         kind = "compaction";
     free(sys);
-    free(lt);
+    free(first);
+    free(last);
     return kind;
 }
 

@@ -25,7 +25,7 @@ const char CMD_SESSIONS_HELP[] =
     "'fidelity audit' for them).\n"
     "\n"
     "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --spill FILE  also read record's spill file\n"
+    "  --spill FILE  record's spill file (default DB.spill.jsonl if any)\n"
     "  --json FILE   write the table as JSON ('-': stdout; docs/AUDIT.md)\n"
     "\n"
     "examples:\n"

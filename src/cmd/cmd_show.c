@@ -26,7 +26,7 @@ const char CMD_SHOW_HELP[] =
     "'fidelity sessions' lists the session ids.\n"
     "\n"
     "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --spill FILE  also read record's spill file\n"
+    "  --spill FILE  record's spill file (default DB.spill.jsonl if any)\n"
     "  --json FILE   write {\"session\", \"turns\", \"findings\"} as JSON\n"
     "\n"
     "examples:\n"

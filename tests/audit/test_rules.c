@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cmocka.h>
@@ -274,6 +275,82 @@ static void test_reasoning_policy(void **state)
         "inline");
     audit_list_release(&l);
     free_xs(xs, N);
+}
+
+/* The streamed reply of mock-sse-reply-reasoning-toolcall.txt (reasoning
+ * deltas and a write tool call) as a recorded exchange, and opencode's
+ * reason-06 request that sends it back. */
+static void reasoning_capture(struct xchg xs[2])
+{
+    FILE *f =
+        fopen(OPENCODE_FIXTURES "mock-sse-reply-reasoning-toolcall.txt", "r");
+    char line[8192];
+    struct buf reasoning = BUF_INIT;
+    json_t *calls = json_array();
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        json_t *c = strncmp(line, "data: {", 7)
+                        ? NULL
+                        : json_loads(line + 6, JSON_DISABLE_EOF_CHECK, NULL);
+        json_t *delta = json_object_get(
+            json_array_get(json_object_get(c, "choices"), 0), "delta");
+        const char *r =
+            json_string_value(json_object_get(delta, "reasoning_content"));
+        if (r)
+            buf_adds(&reasoning, r);
+        json_t *tc = json_object_get(delta, "tool_calls");
+        if (tc)
+            json_array_extend(calls, tc);
+        json_decref(c);
+    }
+    fclose(f);
+    json_t *first =
+        json_pack("[o, o, o, o]", xb_msg("system", "s"),
+                  xb_msg("user", "\"write a tic tac toe game in python\""),
+                  xb_msg("assistant", "Here is a game."),
+                  xb_msg("user", "\"to a file\""));
+    xb_init(&xs[0], 1, "ses_REDACTED", body(first));
+    xb_reply(&xs[0], "", reasoning.data, calls, 2685, 242, "tool_calls");
+    xb_init(&xs[1], 2, "ses_REDACTED",
+            fixture_body("reason-06-reasoning-model-final-request.json"));
+    buf_release(&reasoning);
+}
+
+static void test_reasoning_on_opencode_capture(void **state)
+{
+    (void)state;
+    struct xchg xs[2];
+    struct audit_list l;
+    struct audit_opts o;
+    reasoning_capture(xs);
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    run_audit(xs, 2, &o, &l);
+    /* opencode sent the streamed reasoning back verbatim */
+    assert_null(find_rule(&l, "reasoning.policy"));
+    const struct audit_finding *s = find_rule(&l, "reasoning.sent");
+    assert_non_null(s);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(s->evidence, "with_tools"), "equal")),
+                     1);
+    audit_list_release(&l);
+    /* the DeepSeek rule without tools wants it dropped */
+    json_object_del(xs[1].req_body, "tools");
+    o.policy = AUDIT_POLICY_KEEP_WITH_TOOLS;
+    run_audit(xs, 2, &o, &l);
+    const struct audit_finding *f = find_rule(&l, "reasoning.policy");
+    assert_non_null(f);
+    assert_int_equal(f->request, 2);
+    json_t *t = json_array_get(json_object_get(f->evidence, "turns"), 0);
+    assert_int_equal(json_integer_value(json_object_get(t, "index")), 4);
+    assert_string_equal(json_string_value(json_object_get(t, "state")),
+                        "equal");
+    assert_int_equal(json_integer_value(json_object_get(t, "reasoning_bytes")),
+                     strlen("The user wants the game saved to a file. I "
+                            "should call the write tool with tictactoe.py. "
+                            "SECRET-REASONING-TURN1-TOOLCALL"));
+    audit_list_release(&l);
+    free_xs(xs, 2);
 }
 
 static void test_truncation_flat_and_below(void **state)
@@ -547,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_sampling_expect_and_change),
         cmocka_unit_test(test_sampling_profile_on_capture),
         cmocka_unit_test(test_reasoning_policy),
+        cmocka_unit_test(test_reasoning_on_opencode_capture),
         cmocka_unit_test(test_truncation_flat_and_below),
         cmocka_unit_test(test_truncation_limits_and_errors),
         cmocka_unit_test(test_first_message_claims),

@@ -16,7 +16,8 @@ struct areq {
     size_t nmsg;
     uint64_t *mhash;  /* per message; reasoning fields left out */
     size_t *mbytes;   /* canonical JSON bytes per message */
-    size_t msg_bytes; /* sum of mbytes */
+    size_t msg_bytes;  /* sum of mbytes */
+    size_t tool_bytes; /* compact JSON bytes of the tools array */
     int users;        /* user messages in the request */
     bool tools;       /* a non-empty tools array */
     int turn;         /* session user turn, 1-based */

@@ -23,11 +23,7 @@ static bool is_ok(const struct areq *r)
 /* Bytes the prompt is rendered from: messages and tool schemas. */
 static double prompt_bytes(const struct areq *r)
 {
-    json_t *tools = json_object_get(r->x->req_body, "tools");
-    char *t = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
-    double n = (double)r->msg_bytes + (t ? (double)strlen(t) : 0);
-    free(t);
-    return n;
+    return (double)(r->msg_bytes + r->tool_bytes);
 }
 
 static bool counted(const struct areq *r)
@@ -35,51 +31,76 @@ static bool counted(const struct areq *r)
     return r->msgs && is_ok(r) && r->prompt_tokens > 0;
 }
 
-/* The lower quartile of bytes per prompt token over the session's
- * requests of the same kind as r (side requests have other shapes):
- * truncated requests have more bytes per reported token, so they pull it
- * up least. */
-static double reference_ratio(struct actx *c, const struct areq *r, size_t *n)
+/* The session's marginal bytes per prompt token for requests of r's kind
+ * (side requests have other shapes): over consecutive pairs of them whose
+ * bytes grew by at least 64 and whose tokens grew, the lower quartile of
+ * delta bytes / delta tokens. Differences cancel what every request of the
+ * session carries but the server may or may not count (tool schemas a
+ * template does not render, a fixed system prompt); truncated pairs grow
+ * in tokens least, so they pull the quartile up least. *anchor gets the
+ * first counted request of the kind. */
+static double marginal_ratio(struct actx *c, const struct areq *r,
+                             const struct areq **anchor, size_t *n)
 {
     double *v = xcalloc(c->n + 1, sizeof(*v));
+    const struct areq *last = NULL;
     *n = 0;
-    for (size_t i = 0; i < c->n; i++)
-        if (counted(&c->r[i]) && !strcmp(c->r[i].kind, r->kind))
-            v[(*n)++] = prompt_bytes(&c->r[i]) / (double)c->r[i].prompt_tokens;
-    double q = *n ? stats_quantile_sort(v, *n, 0.25) : 0;
+    *anchor = NULL;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct areq *q = &c->r[i];
+        if (!counted(q) || strcmp(q->kind, r->kind))
+            continue;
+        *anchor = *anchor ? *anchor : q;
+        if (last && prompt_bytes(q) >= prompt_bytes(last) + 64 &&
+            q->prompt_tokens > last->prompt_tokens)
+            v[(*n)++] = (prompt_bytes(q) - prompt_bytes(last)) /
+                        (double)(q->prompt_tokens - last->prompt_tokens);
+        last = q;
+    }
+    double m = *n ? stats_quantile_sort(v, *n, 0.25) : 0;
     free(v);
-    return q;
+    return m;
+}
+
+/* The expected prompt size of r: the /tokenize count when there is one,
+ * else the anchor's tokens plus r's extra bytes at the marginal ratio.
+ * 0 when there is not enough to say. */
+static double expected_tokens(struct actx *c, const struct areq *r,
+                              const char **source, double *ratio)
+{
+    char key[32];
+    const struct areq *anchor;
+    size_t n;
+    snprintf(key, sizeof(key), "%lld", (long long)r->x->id);
+    json_t *tok = json_object_get(c->o->tokenized, key);
+    *ratio = marginal_ratio(c, r, &anchor, &n);
+    *source = "tokenize";
+    if (json_is_integer(tok))
+        return (double)json_integer_value(tok);
+    *source = "bytes-per-token";
+    if (n < 2 || *ratio <= 0 || anchor == r)
+        return 0;
+    return (double)anchor->prompt_tokens +
+           (prompt_bytes(r) - prompt_bytes(anchor)) / *ratio;
 }
 
 static void check_below(struct actx *c, size_t i)
 {
     const struct areq *r = &c->r[i];
-    size_t nref;
-    double ref = reference_ratio(c, r, &nref);
     const struct audit_thresholds *th = &c->o->th;
-    char key[32];
-    snprintf(key, sizeof(key), "%lld", (long long)r->x->id);
-    json_t *tok = json_object_get(c->o->tokenized, key);
-    double bytes = prompt_bytes(r), expected;
-    const char *source = "tokenize";
-    if (json_is_integer(tok)) {
-        expected = (double)json_integer_value(tok);
-    } else {
-        if (nref < 3 || ref <= 0)
-            return;
-        expected = bytes / ref;
-        source = "bytes-per-token";
-    }
+    const char *source;
+    double ratio, expected = expected_tokens(c, r, &source, &ratio);
     double got = (double)r->prompt_tokens;
-    if (got >= (1 - th->token_deficit) * expected ||
+    if (expected <= 0 || got >= (1 - th->token_deficit) * expected ||
         expected - got < th->token_deficit_min)
         return;
     finding_add(
         c, AUDIT_ERROR, "truncation.below", r,
         json_pack("{s:I, s:f, s:s, s:f, s:f, s:f, s:f}", "prompt_tokens",
                   (json_int_t)r->prompt_tokens, "expected_tokens", expected,
-                  "source", source, "prompt_bytes", bytes, "bytes_per_token",
-                  ref, "threshold_share", th->token_deficit, "threshold_tokens",
+                  "source", source, "prompt_bytes", prompt_bytes(r),
+                  "bytes_per_token", ratio, "threshold_share",
+                  th->token_deficit, "threshold_tokens",
                   th->token_deficit_min),
         "prompt_tokens %ld, expected about %.0f (%s): %.0f%% of the "
         "prompt missing (threshold %.0f%% and %.0f tokens)",

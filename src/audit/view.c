@@ -173,6 +173,11 @@ static void view_one(struct areq *r, const struct xchg *x)
     r->msgs = json_is_array(msgs) ? msgs : NULL;
     r->nmsg = r->msgs ? json_array_size(msgs) : 0;
     r->tools = json_is_array(tools) && json_array_size(tools) > 0;
+    if (tools) {
+        char *t = json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY);
+        r->tool_bytes = t ? strlen(t) : 0;
+        free(t);
+    }
     r->model = model ? model : "";
     r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);
     r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));

@@ -414,6 +414,44 @@ static void test_truncation_flat_and_below(void **state)
     free_xs(xs, N);
 }
 
+/* Regression: a server whose template does not render the tool schemas
+ * (fidelity sim, some chat templates) counts far fewer tokens than the
+ * request's bytes suggest; that constant share is not truncation. The
+ * first estimate (bytes / a session ratio) reported every early request of
+ * an opencode-shaped session as 35% truncated. */
+static void test_unrendered_tools_are_not_truncation(void **state)
+{
+    (void)state;
+    struct xchg xs[N];
+    struct audit_list l;
+    struct buf desc = BUF_INIT;
+    clean_session(xs);
+    for (int i = 0; i < 200; i++)
+        buf_adds(&desc, "Runs a shell command in the project. ");
+    for (int i = 0; i < N; i++) {
+        json_t *t = json_object_get(xs[i].req_body, "tools");
+        for (int k = 0; k < 10; k++)
+            json_array_append_new(t,
+                                  json_pack("{s:s, s:{s:s, s:s}}", "type",
+                                            "function", "function", "name",
+                                            "bash", "description", desc.data));
+        /* the server counted the messages only, as before */
+    }
+    run_audit(xs, N, NULL, &l);
+    assert_null(find_rule(&l, "truncation.below"));
+    audit_list_release(&l);
+    /* ... while a request that loses its history still is reported */
+    json_object_set_new(json_object_get(xs[3].reply, "usage"), "prompt_tokens",
+                        json_integer(40));
+    run_audit(xs, N, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "truncation.below");
+    assert_non_null(f);
+    assert_int_equal(f->request, 4);
+    audit_list_release(&l);
+    buf_release(&desc);
+    free_xs(xs, N);
+}
+
 static void test_truncation_limits_and_errors(void **state)
 {
     (void)state;
@@ -626,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_reasoning_policy),
         cmocka_unit_test(test_reasoning_on_opencode_capture),
         cmocka_unit_test(test_truncation_flat_and_below),
+        cmocka_unit_test(test_unrendered_tools_are_not_truncation),
         cmocka_unit_test(test_truncation_limits_and_errors),
         cmocka_unit_test(test_first_message_claims),
         cmocka_unit_test(test_degeneration),

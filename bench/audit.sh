@@ -16,7 +16,12 @@ fx=../shared/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
 [ -x "$bin" ] || { echo "bench/audit.sh: build first: make" >&2; exit 2; }
 [ -r "$fx" ] || { echo "bench/audit.sh: cannot read '$fx'" >&2; exit 2; }
 dir=$(mktemp -d)
-trap 'kill $rec_pid $sim_pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+cleanup() {
+    kill "$sim_pid" ${rec_pid:+"$rec_pid"} 2>/dev/null || true
+    if [ -n "${AUDIT_BENCH_KEEP:-}" ]; then cp "$dir/b.db" "$AUDIT_BENCH_KEEP" || true; fi
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
 $bin sim --listen 127.0.0.1:0 >"$dir/sim.out" 2>/dev/null &
 sim_pid=$!
 while ! grep -q listening "$dir/sim.out" 2>/dev/null; do sleep 0.05; done
@@ -75,4 +80,4 @@ echo "fidelity audit:   ${audit_s} s, peak RSS $(rss "$dir/audit.time") KiB"
 echo "fidelity sessions: $(secs "$dir/sessions.time") s, peak RSS $(rss "$dir/sessions.time") KiB"
 echo "ratio audit / recording: $(echo "$audit_s / $rec_s" | bc -l | cut -c1-6)"
 tail -n 1 "$dir/audit.out"
-[ -n "${AUDIT_BENCH_SHOW:-}" ] && cat "$dir/audit.out"
+if [ -n "${AUDIT_BENCH_SHOW:-}" ]; then cat "$dir/audit.out"; fi

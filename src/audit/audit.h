@@ -60,12 +60,15 @@ struct audit_session {
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
+    json_t *interned; /* hash -> the one copy of a message or tool list */
 };
 
 void audit_set_init(struct audit_set *set);
 void audit_set_release(struct audit_set *set);
 /* Copies x into the session named x->session ("" when NULL), appending;
- * sessions keep the order of their first exchange. */
+ * sessions keep the order of their first exchange. Messages and tool
+ * lists equal to ones already in the set are shared (treat bodies as
+ * read-only); resp_raw is kept only for non-2xx responses. */
 void audit_set_add(struct audit_set *set, const struct xchg *x);
 const struct audit_session *audit_set_find(const struct audit_set *set,
                                            const char *id);

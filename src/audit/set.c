@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "audit/audit_int.h"
+#include "core/hash.h"
 #include "core/xalloc.h"
 
 const struct audit_thresholds audit_default_thresholds = {
@@ -141,6 +142,7 @@ json_t *audit_finding_json(const struct audit_finding *f)
 void audit_set_init(struct audit_set *set)
 {
     memset(set, 0, sizeof(*set));
+    set->interned = json_object();
 }
 
 static char *dup_or_null(const char *s)
@@ -163,19 +165,70 @@ static json_t *copy_json(json_t *j)
     return j ? json_deep_copy(j) : NULL;
 }
 
-static struct xchg *xchg_copy(const struct xchg *x)
+/* The one instance of v the set keeps: a session re-sends its history with
+ * every request, so messages (and tool lists) are shared between the
+ * copies, keyed by the hash of their canonical JSON; memory grows with the
+ * distinct messages, not with their square. Returns a new reference. */
+static json_t *intern(struct audit_set *set, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char key[17];
+    if (!s)
+        return json_deep_copy(v);
+    hash_hex(hash64(s, strlen(s), 0), key);
+    free(s);
+    json_t *have = json_object_get(set->interned, key);
+    if (!have) {
+        have = json_deep_copy(v);
+        json_object_set_new(set->interned, key, have);
+    }
+    return json_incref(have);
+}
+
+static json_t *copy_body(struct audit_set *set, json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *tools = json_object_get(body, "tools");
+    const char *k;
+    json_t *v;
+    if (!json_is_object(body))
+        return copy_json(body);
+    json_t *c = json_object();
+    json_object_foreach(body, k, v)
+    {
+        if (v == msgs && json_is_array(msgs)) {
+            json_t *a = json_array();
+            size_t i;
+            json_t *m;
+            json_array_foreach(msgs, i, m)
+                json_array_append_new(a, intern(set, m));
+            json_object_set_new(c, k, a);
+        } else if (v == tools) {
+            json_object_set_new(c, k, intern(set, v));
+        } else {
+            json_object_set_new(c, k, json_deep_copy(v));
+        }
+    }
+    return c;
+}
+
+/* Deep copies, but the raw response body only when it is an error (the
+ * rules read it for nothing else) and messages interned. */
+static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
 {
     struct xchg *c = xmalloc(sizeof(*c));
+    bool error = x->status < 200 || x->status >= 300;
     *c = *x;
     c->session = dup_or_null(x->session);
     c->kind = dup_or_null(x->kind);
     c->method = dup_or_null(x->method);
     c->path = dup_or_null(x->path);
     c->req_headers = copy_json(x->req_headers);
-    c->req_body = copy_json(x->req_body);
+    c->req_body = copy_body(set, x->req_body);
     c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
     c->resp_headers = copy_json(x->resp_headers);
-    c->resp_raw = dup_bytes(x->resp_raw, x->resp_raw_len);
+    c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
+    c->resp_raw_len = error ? x->resp_raw_len : 0;
     c->reply = copy_json(x->reply);
     return c;
 }
@@ -196,7 +249,8 @@ void audit_set_release(struct audit_set *set)
         free(s->id);
     }
     free(set->s);
-    audit_set_init(set);
+    json_decref(set->interned);
+    memset(set, 0, sizeof(*set));
 }
 
 const struct audit_session *audit_set_find(const struct audit_set *set,
@@ -225,7 +279,7 @@ void audit_set_add(struct audit_set *set, const struct xchg *x)
         s->alloc = s->alloc ? 2 * s->alloc : 16;
         s->x = xrealloc(s->x, s->alloc * sizeof(*s->x));
     }
-    s->x[s->n++] = xchg_copy(x);
+    s->x[s->n++] = xchg_copy(set, x);
 }
 
 int audit_expect_add(json_t *expect, const char *arg, struct diag *d)

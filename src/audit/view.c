@@ -143,9 +143,13 @@ static const char *classify(json_t *msgs, bool tools)
 
 static uint64_t message_hash(json_t *m, size_t *bytes)
 {
-    json_t *c = json_copy(m);
-    json_object_del(c, "reasoning_content");
-    json_object_del(c, "reasoning");
+    bool strip = json_object_get(m, "reasoning_content") ||
+                 json_object_get(m, "reasoning");
+    json_t *c = strip ? json_copy(m) : json_incref(m);
+    if (strip) {
+        json_object_del(c, "reasoning_content");
+        json_object_del(c, "reasoning");
+    }
     char *s = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
     size_t n = s ? strlen(s) : 0;
     uint64_t h = hash64(s ? s : "", n, 0);

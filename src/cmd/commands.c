@@ -11,6 +11,11 @@ const struct cmd commands[] = {
     {"record", cmd_record,
      "record what a harness sends and a server answers (a proxy)",
      CMD_RECORD_HELP},
+    {"audit", cmd_audit, "find history rewrites, truncation and more in "
+     "recorded traffic", CMD_AUDIT_HELP},
+    {"sessions", cmd_sessions, "list recorded sessions", CMD_SESSIONS_HELP},
+    {"show", cmd_show, "show one recorded session turn by turn",
+     CMD_SHOW_HELP},
     {"help", cmd_help, "show help for fidelity or one command", CMD_HELP_HELP},
     {NULL, NULL, NULL, NULL},
 };

@@ -7,8 +7,10 @@
 
 int cmd_help(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 
 extern const char CMD_HELP_HELP[];
 extern const char CMD_SIM_HELP[];
+extern const char CMD_PROBE_HELP[];
 
 #endif

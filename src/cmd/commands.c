@@ -8,6 +8,8 @@
 const struct cmd commands[] = {
     {"sim", cmd_sim, "run a built-in OpenAI-compatible server with faults",
      CMD_SIM_HELP},
+    {"probe", cmd_probe, "multi-turn context-fidelity tests of an endpoint",
+     CMD_PROBE_HELP},
     {"help", cmd_help, "show help for fidelity or one command", CMD_HELP_HELP},
     {NULL, NULL, NULL, NULL},
 };

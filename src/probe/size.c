@@ -22,7 +22,7 @@ static double aim_of(unsigned target)
 
 static bool in_range(unsigned t, unsigned target)
 {
-    return t <= target && t >= target * 0.98;
+    return t <= target && t >= target * 0.99;
 }
 
 size_t probe_filler_for(const struct probe_spec *spec)

@@ -6,6 +6,7 @@
  * code. See docs/PROBE.md.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -392,10 +393,13 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c,
     json_t *hello = json_pack("[{s:s, s:s}]", "role", "user", "content",
                               "Hello there.");
     unsigned n;
-    r = probe_tokenize(e, c, hello, NULL, &n, &d);
+    r = probe_tokenize(e, c, hello, NULL, 0, &n, &d);
     json_decref(hello);
     if (!r) {
         e->has_tokenize = true;
+        if (probe_size_prepare(e, c, &d))
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what,
+                             d.msg);
         return 0;
     }
     if (r != -ENOTSUP)
@@ -625,6 +629,10 @@ int cmd_probe(int argc, char **argv)
 {
     struct opts o;
     memset(&o, 0, sizeof(o));
+    /* Request bodies of long cases are megabytes: keep them on the heap
+     * for reuse instead of a fresh mmap (and its page faults) each time. */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
     int code = parse_opts(argc, argv, &o);
     if (code)
         return code;

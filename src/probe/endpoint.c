@@ -234,7 +234,7 @@ static int scan_count(const char *s, size_t len, unsigned *count)
 }
 
 int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
-                   const json_t *messages, const json_t *tools,
+                   const json_t *messages, const json_t *tools, size_t hint,
                    unsigned *count, struct diag *d)
 {
     json_t *body = json_object();
@@ -243,7 +243,8 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
     json_object_set_new(body, "add_generation_prompt", json_true());
     if (tools)
         json_object_set(body, "tools", (json_t *)tools);
-    char *text = json_dumps(body, JSON_COMPACT);
+    size_t tlen;
+    char *text = probe_json_dump(body, hint, &tlen);
     json_decref(body);
     char *url = xasprintf("%s/tokenize", e->url);
     const char *hdrs[64];
@@ -253,7 +254,7 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
         hdrs[n++] = *h;
     hdrs[n] = NULL;
     struct http_req req = {.method = "POST", .url = url, .body = text,
-                           .body_len = strlen(text), .headers = hdrs,
+                           .body_len = tlen, .headers = hdrs,
                            .timeout_ms = e->timeout_ms};
     struct http_resp resp;
     http_resp_init(&resp);
@@ -362,7 +363,8 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
                struct probe_reply *r, volatile sig_atomic_t *stop)
 {
     json_t *body = probe_chat_body(e, pc, max_tokens);
-    char *text = json_dumps(body, JSON_COMPACT);
+    size_t tlen;
+    char *text = probe_json_dump(body, pc->chars, &tlen);
     json_decref(body);
     char *url = xasprintf("%s/v1/chat/completions", e->url);
     const char *hdrs[64];
@@ -372,7 +374,7 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
         hdrs[n++] = *h;
     hdrs[n] = NULL;
     struct http_req req = {.method = "POST", .url = url, .body = text,
-                           .body_len = strlen(text), .headers = hdrs,
+                           .body_len = tlen, .headers = hdrs,
                            .timeout_ms = e->timeout_ms,
                            .max_body = 16u << 20};
     struct http_resp resp;

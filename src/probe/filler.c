@@ -57,79 +57,168 @@ static const char *const colour[] = {"red", "large", "fragile", "blue",
 
 #define PICK(r, a) ((a)[rng_below((r), N(a))])
 
-static int prose_line(struct buf *b, struct rng *r)
+/* Appenders without printf: filler is most of a case's bytes, and
+ * vsnprintf per field was most of the time to build one. The buffer has
+ * room (probe_filler grows it) so the appends cannot fail. */
+static void s_(struct buf *b, const char *s)
+{
+    buf_adds(b, s);
+}
+
+static void u_(struct buf *b, unsigned v, unsigned width, char pad)
+{
+    char tmp[12];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < 11);
+    while ((unsigned)n < width && n < 11)
+        tmp[n++] = pad;
+    while (n > 0)
+        buf_addch(b, tmp[--n]);
+}
+
+static void prose_line(struct buf *b, struct rng *r)
 {
     unsigned k = 2 + (unsigned)rng_below(r, 4);
     for (unsigned i = 0; i < k; i++) {
-        int e = buf_printf(b, "%s%s %s %s %s.", i ? " " : "", PICK(r, subj),
-                           PICK(r, verb), PICK(r, obj), PICK(r, tail));
-        if (e)
-            return e;
+        if (i)
+            buf_addch(b, ' ');
+        s_(b, PICK(r, subj));
+        buf_addch(b, ' ');
+        s_(b, PICK(r, verb));
+        buf_addch(b, ' ');
+        s_(b, PICK(r, obj));
+        buf_addch(b, ' ');
+        s_(b, PICK(r, tail));
+        buf_addch(b, '.');
     }
-    return buf_addch(b, '\n');
+    buf_addch(b, '\n');
 }
 
-static int code_line(struct buf *b, struct rng *r)
+static void code_line(struct buf *b, struct rng *r)
 {
     const char *w = PICK(r, word), *a = PICK(r, act);
     unsigned n = (unsigned)rng_below(r, 100), lim = (unsigned)rng_below(r, 64);
-    if (rng_below(r, 2))
-        return buf_printf(b,
-                          "def %s_%s_%u(items, limit=%u):\n"
-                          "    total = 0\n"
-                          "    for %s in items:\n"
-                          "        if %s.size > limit:\n"
-                          "            total += %s.size * %u\n"
-                          "    return total\n\n",
-                          a, w, n, lim, w, w, w, 1 + n % 7);
-    return buf_printf(b,
-                      "static int %s_%s_%u(const struct %s *p, size_t n)\n"
-                      "{\n"
-                      "    int acc = %u;\n"
-                      "    for (size_t i = 0; i < n; i++)\n"
-                      "        acc ^= p[i].id << %u;\n"
-                      "    return acc;\n"
-                      "}\n\n",
-                      a, w, n, w, lim, 1 + n % 13);
+    if (rng_below(r, 2)) {
+        s_(b, "def ");
+        s_(b, a);
+        buf_addch(b, '_');
+        s_(b, w);
+        buf_addch(b, '_');
+        u_(b, n, 1, '0');
+        s_(b, "(items, limit=");
+        u_(b, lim, 1, '0');
+        s_(b, "):\n    total = 0\n    for ");
+        s_(b, w);
+        s_(b, " in items:\n        if ");
+        s_(b, w);
+        s_(b, ".size > limit:\n            total += ");
+        s_(b, w);
+        s_(b, ".size * ");
+        u_(b, 1 + n % 7, 1, '0');
+        s_(b, "\n    return total\n\n");
+        return;
+    }
+    s_(b, "static int ");
+    s_(b, a);
+    buf_addch(b, '_');
+    s_(b, w);
+    buf_addch(b, '_');
+    u_(b, n, 1, '0');
+    s_(b, "(const struct ");
+    s_(b, w);
+    s_(b, " *p, size_t n)\n{\n    int acc = ");
+    u_(b, lim, 1, '0');
+    s_(b, ";\n    for (size_t i = 0; i < n; i++)\n        acc ^= p[i].id << ");
+    u_(b, 1 + n % 13, 1, '0');
+    s_(b, ";\n    return acc;\n}\n\n");
 }
 
-static int tool_line(struct buf *b, struct rng *r)
+static void tool_line(struct buf *b, struct rng *r)
 {
     unsigned h = (unsigned)rng_below(r, 24), m = (unsigned)rng_below(r, 60);
     unsigned s = (unsigned)rng_below(r, 60), id = (unsigned)rng_below(r, 9999);
     switch (rng_below(r, 3)) {
     case 0:
-        return buf_printf(b, "2026-03-14T%02u:%02u:%02uZ %-5s worker-%u %s "
-                             "%s %u in %u ms\n",
-                          h, m, s, PICK(r, lvl), (unsigned)rng_below(r, 16),
-                          PICK(r, act), PICK(r, word), id,
-                          (unsigned)rng_below(r, 2000));
+        s_(b, "2026-03-14T");
+        u_(b, h, 2, '0');
+        buf_addch(b, ':');
+        u_(b, m, 2, '0');
+        buf_addch(b, ':');
+        u_(b, s, 2, '0');
+        s_(b, "Z ");
+        s_(b, PICK(r, lvl));
+        s_(b, " worker-");
+        u_(b, (unsigned)rng_below(r, 16), 1, '0');
+        buf_addch(b, ' ');
+        s_(b, PICK(r, act));
+        buf_addch(b, ' ');
+        s_(b, PICK(r, word));
+        buf_addch(b, ' ');
+        u_(b, id, 1, '0');
+        s_(b, " in ");
+        u_(b, (unsigned)rng_below(r, 2000), 1, '0');
+        s_(b, " ms\n");
+        return;
     case 1:
-        return buf_printf(b, "-rw-r--r--  1 build staff %5u Mar 14 %02u:%02u "
-                             "%s_%u.dat\n",
-                          id, h, m, PICK(r, word), s);
+        s_(b, "-rw-r--r--  1 build staff ");
+        u_(b, id, 5, ' ');
+        s_(b, " Mar 14 ");
+        u_(b, h, 2, '0');
+        buf_addch(b, ':');
+        u_(b, m, 2, '0');
+        buf_addch(b, ' ');
+        s_(b, PICK(r, word));
+        buf_addch(b, '_');
+        u_(b, s, 1, '0');
+        s_(b, ".dat\n");
+        return;
     default:
-        return buf_printf(b, "%5u build  %2u.%u  %4u  %s-%s --workers %u\n",
-                          id, (unsigned)rng_below(r, 99), h % 10, s * 37,
-                          PICK(r, act), PICK(r, word), 1 + m % 8);
+        u_(b, id, 1, '0');
+        s_(b, " build  ");
+        u_(b, (unsigned)rng_below(r, 99), 1, '0');
+        buf_addch(b, '.');
+        u_(b, h % 10, 1, '0');
+        s_(b, "  ");
+        u_(b, s * 37, 1, '0');
+        s_(b, "  ");
+        s_(b, PICK(r, act));
+        buf_addch(b, '-');
+        s_(b, PICK(r, word));
+        s_(b, " --workers ");
+        u_(b, 1 + m % 8, 1, '0');
+        buf_addch(b, '\n');
     }
 }
 
-static int json_line(struct buf *b, struct rng *r)
+static void json_line(struct buf *b, struct rng *r)
 {
-    return buf_printf(b,
-                      "{\"id\": %u, \"name\": \"%s-%u\", \"status\": \"%s\", "
-                      "\"weight\": %u.%u, \"tags\": [\"%s\", \"%s\"]}\n",
-                      (unsigned)rng_below(r, 9999), PICK(r, word),
-                      (unsigned)rng_below(r, 100), PICK(r, state),
-                      (unsigned)rng_below(r, 90), (unsigned)rng_below(r, 10),
-                      PICK(r, colour), PICK(r, colour));
+    s_(b, "{\"id\": ");
+    u_(b, (unsigned)rng_below(r, 9999), 1, '0');
+    s_(b, ", \"name\": \"");
+    s_(b, PICK(r, word));
+    buf_addch(b, '-');
+    u_(b, (unsigned)rng_below(r, 100), 1, '0');
+    s_(b, "\", \"status\": \"");
+    s_(b, PICK(r, state));
+    s_(b, "\", \"weight\": ");
+    u_(b, (unsigned)rng_below(r, 90), 1, '0');
+    buf_addch(b, '.');
+    u_(b, (unsigned)rng_below(r, 10), 1, '0');
+    s_(b, ", \"tags\": [\"");
+    s_(b, PICK(r, colour));
+    s_(b, "\", \"");
+    s_(b, PICK(r, colour));
+    s_(b, "\"]}\n");
 }
 
 int probe_filler(struct buf *b, enum probe_filler src, uint64_t seed,
                  size_t want)
 {
-    static int (*const line[FILLER_NSOURCES])(struct buf *, struct rng *) = {
+    static void (*const line[FILLER_NSOURCES])(struct buf *,
+                                               struct rng *) = {
         [FILLER_PROSE] = prose_line,
         [FILLER_CODE] = code_line,
         [FILLER_TOOL] = tool_line,
@@ -142,9 +231,10 @@ int probe_filler(struct buf *b, enum probe_filler src, uint64_t seed,
         return e;
     rng_seed(&r, seed);
     while (b->len < end) {
-        e = line[src](b, &r);
-        if (e)
+        /* Lines are under 512 bytes: keep that much room. */
+        if (b->alloc - b->len < 512 && (e = buf_grow(b, 512)))
             return e;
+        line[src](b, &r);
     }
     b->len = end;
     b->data[end] = '\0';

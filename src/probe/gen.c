@@ -12,6 +12,7 @@
  * boundary, or in that turn's assistant message, reasoning or tool call.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -295,9 +296,13 @@ static void plan_variables(struct probe_case *c, struct layout *l,
 
 /* ---- rendering the layout into messages ---- */
 
+/* Every text gen.c writes is printable ASCII: no UTF-8 check needed. */
 static json_t *msg(const char *role, const char *content)
 {
-    return json_pack("{s:s, s:s}", "role", role, "content", content);
+    json_t *m = json_object();
+    json_object_set_new_nocheck(m, "role", json_string_nocheck(role));
+    json_object_set_new_nocheck(m, "content", json_string_nocheck(content));
+    return m;
 }
 
 static json_t *tool_call_pair(json_t *msgs, unsigned t, const char *name,
@@ -342,14 +347,34 @@ static void json_escape_into(struct buf *b, const char *s)
     }
 }
 
+/* The filler of turn t: a prefix of a seeded stream, so it is generated
+ * once per case and sliced by later builds of the same spec (sizing builds
+ * a case several times with different budgets). */
+static const char *turn_filler(struct probe_case *c, unsigned t,
+                               size_t budget)
+{
+    uint64_t s = c->spec.seed;
+    if (t >= c->n_cache) {
+        c->cache = xrealloc(c->cache, (t + 1) * sizeof(*c->cache));
+        for (unsigned i = c->n_cache; i <= t; i++)
+            buf_init(&c->cache[i], 0);
+        c->n_cache = t + 1;
+    }
+    struct buf *f = &c->cache[t];
+    if (f->len < budget) {
+        buf_reset(f);
+        probe_filler(f, (enum probe_filler)(mix2(s, 77 + t) % FILLER_NSOURCES),
+                     mix2(s, 1000 + t), budget + budget / 16);
+    }
+    return buf_str(f);
+}
+
 static void user_turn(struct probe_case *c, const struct layout *l,
-                      unsigned t, size_t budget, struct buf *b,
-                      struct buf *fill)
+                      unsigned t, size_t budget, struct buf *b)
 {
     uint64_t s = c->spec.seed;
     char ent[48];
     buf_reset(b);
-    buf_reset(fill);
     if (l->first && t == 0) {
         buf_printf(b, "Write a Python program for a %s that runs in the "
                       "terminal.", c->expect);
@@ -364,8 +389,7 @@ static void user_turn(struct probe_case *c, const struct layout *l,
                    canary_ent(PROBE_CV_USER, t, ent, sizeof(ent)),
                    (unsigned long long)canary_val(s, PROBE_CV_USER, t));
     buf_adds(b, "\n\n");
-    probe_filler(fill, (enum probe_filler)(mix2(s, 77 + t) % FILLER_NSOURCES),
-                 mix2(s, 1000 + t), budget);
+    const char *fill = turn_filler(c, t, budget);
     size_t at = 0;
     for (size_t i = 0; i < l->n_ins; i++) {
         const struct insert *in = &l->ins[i];
@@ -375,17 +399,17 @@ static void user_turn(struct probe_case *c, const struct layout *l,
         size_t off = (size_t)(frac * (double)budget);
         if (off < at)
             off = at;
-        if (off > fill->len)
-            off = fill->len;
-        while (off > 0 && off < fill->len && fill->data[off - 1] != '\n')
+        if (off > budget)
+            off = budget;
+        while (off > 0 && off < budget && fill[off - 1] != '\n')
             off++;
-        buf_add(b, fill->data + at, off - at);
-        if (off > 0 && fill->data[off - 1] != '\n')
+        buf_add(b, fill + at, off - at);
+        if (off > 0 && fill[off - 1] != '\n')
             buf_addch(b, '\n');
         buf_printf(b, "%s\n", in->text);
         at = off;
     }
-    buf_add(b, fill->data + at, fill->len - at);
+    buf_add(b, fill + at, budget - at);
     c->filler += budget;
 }
 
@@ -460,7 +484,7 @@ static void assistant_turn(struct probe_case *c, const struct layout *l,
 static void render(struct probe_case *c, const struct layout *l,
                    size_t filler)
 {
-    struct buf b = BUF_INIT, fill = BUF_INIT;
+    struct buf b = BUF_INIT;
     json_t *msgs = json_array();
     char sys[200];
     unsigned carriers = l->first ? l->turns - 1 : l->turns;
@@ -482,7 +506,7 @@ static void render(struct probe_case *c, const struct layout *l,
             budget = filler - each * (carriers - 1);
         if (l->first && t == 0)
             budget = 0;
-        user_turn(c, l, t, budget, &b, &fill);
+        user_turn(c, l, t, budget, &b);
         json_array_append_new(msgs, msg("user", buf_str(&b)));
         c->chars += b.len;
         assistant_turn(c, l, t, msgs, &b);
@@ -492,13 +516,15 @@ static void render(struct probe_case *c, const struct layout *l,
     c->messages = msgs;
     c->tools = l->tools ? tools_json() : NULL;
     buf_release(&b);
-    buf_release(&fill);
 }
 
 void probe_case_release(struct probe_case *c)
 {
     json_decref(c->messages);
     json_decref(c->tools);
+    for (unsigned i = 0; i < c->n_cache; i++)
+        buf_release(&c->cache[i]);
+    free(c->cache);
     memset(c, 0, sizeof(*c));
 }
 
@@ -509,7 +535,19 @@ void probe_case_build(struct probe_case *c, const struct probe_spec *spec,
     struct rng r;
     double d = spec->depth < 0 ? 0.5 : spec->depth / 100.0;
 
+    /* Keep the filler of an earlier build of the same case. */
+    struct buf *cache = c->cache;
+    unsigned n_cache = c->n_cache;
+    if (c->messages && c->spec.seed == spec->seed) {
+        c->cache = NULL;
+        c->n_cache = 0;
+    } else {
+        cache = NULL;
+        n_cache = 0;
+    }
     probe_case_release(c);
+    c->cache = cache;
+    c->n_cache = n_cache;
     c->spec = *spec;
     memset(&l, 0, sizeof(l));
     l.turns = probe_turns_for(spec->target);

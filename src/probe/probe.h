@@ -160,10 +160,14 @@ struct probe_case {
     size_t filler;     /* filler bytes the messages hold */
     size_t chars;      /* bytes of all message text */
     unsigned turns;
+    struct buf *cache; /* per-turn filler, kept across builds of one spec */
+    unsigned n_cache;
 };
 
 /* Builds the case for spec with `filler` bytes of filler in total. Any
- * previous contents of c are released first (c must be zeroed or built). */
+ * previous contents of c are released first (c must be zeroed or built);
+ * the filler generated for an earlier build of a spec with the same seed
+ * is reused. */
 void probe_case_build(struct probe_case *c, const struct probe_spec *spec,
                       size_t filler);
 void probe_case_release(struct probe_case *c);
@@ -186,7 +190,8 @@ struct probe_endpoint {
     char fp[17];                /* hash of url, model and info */
     bool has_tokenize;
     bool calibrated;            /* sized from usage.prompt_tokens */
-    double cal_a, cal_b;        /* tokens ~= cal_a + cal_b * chars */
+    double cal_a, cal_b;        /* tokens ~= cal_a + cal_b * units */
+    double tok_per_unit;        /* of filler, by /tokenize; 0: unknown */
 };
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url);
@@ -200,11 +205,12 @@ void probe_endpoint_release(struct probe_endpoint *e);
  */
 int probe_endpoint_fingerprint(struct probe_endpoint *e,
                                struct http_client *c, struct diag *d);
-/* Counts the tokens of messages with the server's POST /tokenize.
+/* Counts the tokens of messages with the server's POST /tokenize (hint:
+ * the bytes of text they hold, or 0).
  * -ENOTSUP when the server has no usable /tokenize (404, 405, 501, or an
  * answer without a count); other errors as http_do. */
 int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
-                   const json_t *messages, const json_t *tools,
+                   const json_t *messages, const json_t *tools, size_t hint,
                    unsigned *count, struct diag *d);
 
 struct probe_reply {
@@ -232,12 +238,24 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
 json_t *probe_chat_body(const struct probe_endpoint *e,
                         const struct probe_case *pc, unsigned max_tokens);
 
+/* ---- body.c ---- */
+
+/* Compact JSON of j, as json_dumps(j, JSON_COMPACT) means it, written with
+ * memcpy for runs that need no escape; hint is the expected size (0 if
+ * unknown). The caller frees it. */
+char *probe_json_dump(const json_t *j, size_t hint, size_t *len);
+
 /* ---- size.c ---- */
 
 /* Fits cal_a/cal_b from at most three chat requests (max_tokens 1) when
  * the endpoint has no /tokenize. */
 int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
                     struct diag *d);
+/* Measures the endpoint's tokens per unit of filler with two /tokenize
+ * calls, so that sizing's first guess usually lands (no-op without
+ * /tokenize). */
+int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
+                       struct diag *d);
 /* Builds c for spec sized so that its token count (by /tokenize, or the
  * calibration) is within [0.98 * target, target]; *tokens gets the count.
  * Uses at most 6 /tokenize calls. */

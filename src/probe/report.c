@@ -227,7 +227,7 @@ static json_t *endpoint_json(const struct probe_endpoint *e)
     if (e->calibrated)
         json_object_set_new(j, "calibration",
                             json_pack("{s:f, s:f}", "tokens_at_zero",
-                                      e->cal_a, "tokens_per_byte", e->cal_b));
+                                      e->cal_a, "tokens_per_unit", e->cal_b));
     json_object_set(j, "server_info", e->info ? e->info : json_null());
     return j;
 }

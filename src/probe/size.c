@@ -40,23 +40,34 @@ static size_t clamp_filler(double f)
  * the other whitespace bytes. */
 static double text_units(const char *p)
 {
+    /* 1: letter or digit. A table, not isalnum(): this runs over every
+     * byte of a case. */
+    static unsigned char al[256];
+    static volatile int ready;
+    if (!ready) {
+        for (int i = 0; i < 256; i++)
+            al[i] = (unsigned char)((i >= '0' && i <= '9') ||
+                                    (i >= 'a' && i <= 'z') ||
+                                    (i >= 'A' && i <= 'Z'));
+        ready = 1;
+    }
     double u = 0;
     if (!p)
         return 0;
-    while (*p) {
-        unsigned char ch = (unsigned char)*p;
-        if (isalnum(ch) || (ch == ' ' && isalnum((unsigned char)p[1]))) {
+    const unsigned char *q = (const unsigned char *)p;
+    while (*q) {
+        if (al[*q] || (*q == ' ' && al[q[1]])) {
             size_t run = 0;
-            p += ch == ' ';
-            while (isalnum((unsigned char)*p)) {
+            q += *q == ' ';
+            while (al[*q]) {
                 run++;
-                p++;
+                q++;
             }
             u += (double)((run + 3) / 4);
             continue;
         }
         u++;
-        p++;
+        q++;
     }
     return u;
 }
@@ -95,10 +106,26 @@ static int count(struct probe_endpoint *e, struct http_client *c,
                  const struct probe_case *pc, unsigned *t, struct diag *d)
 {
     if (e->has_tokenize)
-        return probe_tokenize(e, c, pc->messages, pc->tools, t, d);
+        return probe_tokenize(e, c, pc->messages, pc->tools, pc->chars, t, d);
     double v = e->cal_a + e->cal_b * units_of(pc);
     *t = v > 0 ? (unsigned)lround(v) : 0;
     return 0;
+}
+
+/* Filler bytes that should bring the case's units to `want`: units are
+ * linear in the filler up to line boundaries, so one trial build gives the
+ * slope (no request). */
+static size_t filler_for_units(const struct probe_spec *spec,
+                               struct probe_case *pc, double u0, double want)
+{
+    double f1 = (want - u0) * 2.0;
+    if (f1 <= 0)
+        return 0;
+    probe_case_build(pc, spec, clamp_filler(f1));
+    double u1 = units_of(pc);
+    if (u1 <= u0)
+        return clamp_filler(f1);
+    return clamp_filler((want - u0) * f1 / (u1 - u0));
 }
 
 int probe_size_case(struct probe_endpoint *e, struct http_client *c,
@@ -125,7 +152,11 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
         *tokens = t0;
         return 0;
     }
-    f1 = (aim - t0) * BYTES_PER_TOKEN;
+    /* First guess from units: the filler's tokens per unit were measured
+     * once for this endpoint (probe_size_prepare). */
+    double u0 = units_of(pc);
+    double k = e->tok_per_unit > 0 ? e->tok_per_unit : 1;
+    f1 = (double)filler_for_units(spec, pc, u0, u0 + (aim - t0) / k);
     for (int i = 1; i < MAX_COUNTS; i++) {
         probe_case_build(pc, spec, clamp_filler(f1));
         r = count(e, c, pc, &t1, d);
@@ -152,6 +183,30 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
     probe_case_build(pc, spec, best_f);
     *tokens = best_t;
     return 0;
+}
+
+int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
+                       struct diag *d)
+{
+    struct probe_spec s = {.kind = PROBE_NEEDLE, .length = 8192,
+                           .target = 8192, .depth = 50, .seed = 0x5eed};
+    struct probe_case pc;
+    unsigned t0, t1;
+    memset(&pc, 0, sizeof(pc));
+    e->tok_per_unit = 0;
+    if (!e->has_tokenize)
+        return 0;
+    probe_case_build(&pc, &s, 0);
+    double u0 = units_of(&pc);
+    int r = count(e, c, &pc, &t0, d);
+    probe_case_build(&pc, &s, 20000);
+    double u1 = units_of(&pc);
+    if (!r)
+        r = count(e, c, &pc, &t1, d);
+    if (!r && u1 > u0 && t1 > t0)
+        e->tok_per_unit = (t1 - t0) / (u1 - u0);
+    probe_case_release(&pc);
+    return r;
 }
 
 int probe_count_case(struct probe_endpoint *e, struct http_client *c,

@@ -518,6 +518,15 @@ static void render(struct probe_case *c, const struct layout *l,
     buf_release(&b);
 }
 
+void probe_case_drop_cache(struct probe_case *c)
+{
+    for (unsigned i = 0; i < c->n_cache; i++)
+        buf_release(&c->cache[i]);
+    free(c->cache);
+    c->cache = NULL;
+    c->n_cache = 0;
+}
+
 void probe_case_release(struct probe_case *c)
 {
     json_decref(c->messages);

@@ -171,6 +171,8 @@ struct probe_case {
 void probe_case_build(struct probe_case *c, const struct probe_spec *spec,
                       size_t filler);
 void probe_case_release(struct probe_case *c);
+/* Frees the filler kept for rebuilds; the messages stay. */
+void probe_case_drop_cache(struct probe_case *c);
 /* Number of user turns before the question for a target size. */
 unsigned probe_turns_for(unsigned target);
 

@@ -122,6 +122,7 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
         }
         return;
     }
+    probe_case_drop_cache(pc);
     if (!have_a) {
         send_one(sh, r->ep, ca, pc, tok, ra);
         store(sh, r->ep->fp, s, ra);

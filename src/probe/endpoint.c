@@ -199,10 +199,9 @@ out:
     return r;
 }
 
-/* The token count from a /tokenize answer without parsing the token list
- * (it can be a megabyte): vLLM and the sim give "count", llama.cpp only
- * "tokens". Returns 0 or -ENOTSUP. */
-static int scan_count(const char *s, size_t len, unsigned *count)
+/* See probe.h. Scans instead of parsing: the token list can be a
+ * megabyte. */
+int probe_scan_count(const char *s, size_t len, unsigned *count)
 {
     const char *p = strstr(s, "\"count\"");
     if (p) {
@@ -265,7 +264,7 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
         r = diag_set(d, ENOTSUP, "'%s' answered HTTP %ld", url, resp.status);
         goto out;
     }
-    r = scan_count(buf_str(&resp.body), resp.body.len, count);
+    r = probe_scan_count(buf_str(&resp.body), resp.body.len, count);
     if (r)
         diag_set(d, ENOTSUP, "'%s' answered without 'count' or 'tokens'",
                  url);

@@ -215,6 +215,11 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
                    const json_t *messages, const json_t *tools, size_t hint,
                    unsigned *count, struct diag *d);
 
+/* The token count from a /tokenize answer s (len bytes, NUL-terminated):
+ * the number after "count" (vLLM, sim), else the number of elements of
+ * "tokens" (llama.cpp). 0, or -ENOTSUP when there is neither. */
+int probe_scan_count(const char *s, size_t len, unsigned *count);
+
 struct probe_reply {
     long status;         /* last HTTP status; 0: no response */
     int err;             /* 0 or the last -errno */

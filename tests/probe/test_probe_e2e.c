@@ -565,6 +565,57 @@ static void test_api_key_never_printed_or_stored(void **state)
     proc_stop(&sim);
 }
 
+static void test_retries_then_server_error_and_clipped(void **state)
+{
+    (void)state;
+    struct proc sim;
+    struct run r;
+    size_t i, retried = 0;
+    json_t *c;
+    /* Half the model requests fail with 503: retried until they pass. */
+    start_sim(&sim, "--rate-503", "0.5", NULL);
+    char url[64];
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
+              "--depths", "0,25,50,75,100", "-j", "1", "--retries", "8",
+              NULL);
+    proc_stop(&sim);
+    assert_int_equal(r.code, 0);
+    json_array_foreach(cases(&r, "results"), i, c)
+    {
+        assert_string_equal(sget(c, "outcome"), "pass");
+        retried += iget(c, "attempts") > 1;
+    }
+    assert_true(retried > 0);
+    run_release(&r);
+    /* Every request fails: server-error after the retries, never missed. */
+    start_sim(&sim, "--rate-500", "1", NULL);
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    run_probe(&r, url, "retry.db", "--kinds", "needle,variables", "--lengths",
+              "1k", "--retries", "1", NULL);
+    proc_stop(&sim);
+    json_array_foreach(cases(&r, "results"), i, c)
+    {
+        assert_string_equal(sget(c, "outcome"), "server-error");
+        assert_int_equal(iget(c, "attempts"), 2);
+        assert_int_equal(iget(c, "http_status"), 500);
+    }
+    assert_non_null(strstr(buf_str(&r.out), "server-error"));
+    run_release(&r);
+    /* A reply cut at max_tokens is output-clipped. */
+    start_sim(&sim, NULL);
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
+              "--max-tokens", "3", NULL);
+    proc_stop(&sim);
+    json_array_foreach(cases(&r, "results"), i, c)
+    {
+        assert_string_equal(sget(c, "finish_reason"), "length");
+        assert_string_equal(sget(c, "outcome"), "output-clipped");
+    }
+    run_release(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -578,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_dry_run_sends_nothing),
         cmocka_unit_test(test_api_key_never_printed_or_stored),
+        cmocka_unit_test(test_retries_then_server_error_and_clipped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

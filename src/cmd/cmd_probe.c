@@ -83,10 +83,29 @@ static void on_sigint(int sig)
 }
 
 enum {
-    OPT_ENDPOINT = 256, OPT_BASELINE, OPT_MODEL, OPT_API_KEY, OPT_HEADER,
-    OPT_EXTRA, OPT_TIMEOUT, OPT_RETRIES, OPT_PROFILE, OPT_KINDS, OPT_LENGTHS,
-    OPT_DEPTHS, OPT_MAXCTX, OPT_TEMP, OPT_REPEATS, OPT_SEED, OPT_MAXTOK,
-    OPT_DRY, OPT_JSON, OPT_JUNIT, OPT_FAILUNDER, OPT_DB, OPT_FRESH
+    OPT_ENDPOINT = 256,
+    OPT_BASELINE,
+    OPT_MODEL,
+    OPT_API_KEY,
+    OPT_HEADER,
+    OPT_EXTRA,
+    OPT_TIMEOUT,
+    OPT_RETRIES,
+    OPT_PROFILE,
+    OPT_KINDS,
+    OPT_LENGTHS,
+    OPT_DEPTHS,
+    OPT_MAXCTX,
+    OPT_TEMP,
+    OPT_REPEATS,
+    OPT_SEED,
+    OPT_MAXTOK,
+    OPT_DRY,
+    OPT_JSON,
+    OPT_JUNIT,
+    OPT_FAILUNDER,
+    OPT_DB,
+    OPT_FRESH
 };
 
 struct opts {
@@ -109,7 +128,8 @@ static int parse_lengths(const char *s, struct opts *o)
     char *dup = xstrdup(s), *save = NULL;
     int r = 0;
     o->g.n_lengths = 0;
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
         size_t n = strlen(t);
         long mul = 1, v;
         if (n && (t[n - 1] == 'k' || t[n - 1] == 'K')) {
@@ -132,7 +152,8 @@ static int parse_depths(const char *s, struct opts *o)
     char *dup = xstrdup(s), *save = NULL;
     int r = 0;
     o->g.n_depths = 0;
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
         long v;
         size_t n = strlen(t);
         if (n && t[n - 1] == '%')
@@ -170,7 +191,8 @@ static int parse_kinds(const char *s, struct opts *o, const char **bad)
     char *dup = xstrdup(s), *save = NULL;
     int r = 0;
     o->g.kinds = 0;
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
         if (!strcmp(t, "all")) {
             o->g.kinds = (1u << PROBE_NKINDS) - 1;
             continue;
@@ -343,7 +365,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                argv[optind]);
     if (!o->endpoint)
         return cli_usage_error("probe", "--endpoint URL is required");
-    if (strncmp(o->endpoint, "http://", 7) && strncmp(o->endpoint, "https://", 8))
+    if (strncmp(o->endpoint, "http://", 7) &&
+        strncmp(o->endpoint, "https://", 8))
         return cli_usage_error("probe",
                                "invalid --endpoint '%s': expected an http:// "
                                "or https:// URL",
@@ -383,23 +406,22 @@ static void progress(void *ud, size_t done, size_t passed, size_t total)
 
 /* Fingerprints e and finds out how to count its tokens. 0, or an exit
  * code after printing why. */
-static int connect_ep(struct probe_endpoint *e, struct http_client *c,
-                      bool dry, const char *what)
+static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
+                      const char *what)
 {
     struct diag d;
     int r = probe_endpoint_fingerprint(e, c, &d);
     if (r)
         return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
-    json_t *hello = json_pack("[{s:s, s:s}]", "role", "user", "content",
-                              "Hello there.");
+    json_t *hello =
+        json_pack("[{s:s, s:s}]", "role", "user", "content", "Hello there.");
     unsigned n;
     r = probe_tokenize(e, c, hello, NULL, 0, &n, &d);
     json_decref(hello);
     if (!r) {
         e->has_tokenize = true;
         if (probe_size_prepare(e, c, &d))
-            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what,
-                             d.msg);
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
         return 0;
     }
     if (r != -ENOTSUP)
@@ -435,8 +457,9 @@ static void print_plan(FILE *out, const struct opts *o,
             L[nl++] = s[i].length;
     }
     unsigned ends = base ? 2 : 1;
-    fprintf(out, "plan: %zu cases x %u endpoint%s = %zu chat requests, "
-                 "%llu prompt tokens in all\n  kinds:",
+    fprintf(out,
+            "plan: %zu cases x %u endpoint%s = %zu chat requests, "
+            "%llu prompt tokens in all\n  kinds:",
             n, ends, ends > 1 ? "s" : "", n * ends, tokens * ends);
     for (int k = 0; k < PROBE_NKINDS; k++)
         if (per[k])
@@ -444,8 +467,9 @@ static void print_plan(FILE *out, const struct opts *o,
     fprintf(out, "\n  lengths:");
     for (size_t j = 0; j < nl; j++)
         fprintf(out, " %u", L[j]);
-    fprintf(out, "\n  model %s at %s (max_model_len %u), sizing by %s; "
-                 "max_tokens %ld, -j %ld, seed %llu\n",
+    fprintf(out,
+            "\n  model %s at %s (max_model_len %u), sizing by %s; "
+            "max_tokens %ld, -j %ld, seed %llu\n",
             ep->model ? ep->model : "?", ep->url, ep->max_model_len,
             ep->has_tokenize ? "/tokenize" : "calibration", o->max_tokens,
             o->jobs, o->seed);
@@ -455,9 +479,8 @@ static void print_plan(FILE *out, const struct opts *o,
     fflush(out);
 }
 
-static int dry_run(FILE *out, struct probe_endpoint *ep,
-                   struct http_client *c, const struct probe_spec *s,
-                   unsigned max_tokens)
+static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
+                   const struct probe_spec *s, unsigned max_tokens)
 {
     struct probe_case pc;
     struct diag d;
@@ -465,8 +488,9 @@ static int dry_run(FILE *out, struct probe_endpoint *ep,
     memset(&pc, 0, sizeof(pc));
     if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, &d))
         probe_case_build(&pc, s, probe_filler_for(s));
-    fprintf(out, "\nfirst case: %s, length %u, depth %d, variant %s (%s "
-                 "tokens: %u; expected answer: %s%s)\n",
+    fprintf(out,
+            "\nfirst case: %s, length %u, depth %d, variant %s (%s "
+            "tokens: %u; expected answer: %s%s)\n",
             probe_kind_name(s->kind), s->length, s->depth,
             probe_variant_name(s->kind, s->variant),
             tok ? "sized" : "estimated", tok ? tok : s->target, pc.expect,
@@ -483,11 +507,11 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
                            size_t n)
 {
     static const char *const prof[] = {"quick", "standard", "full"};
-    json_t *c = json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:b}", "profile",
-                          prof[o->g.profile], "seed", (json_int_t)o->seed,
-                          "max_tokens", (int)o->max_tokens, "jobs",
-                          (int)o->jobs, "timeout_ms", (int)o->timeout_ms,
-                          "cases", (int)n, "fresh", o->fresh);
+    json_t *c =
+        json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:b}", "profile",
+                  prof[o->g.profile], "seed", (json_int_t)o->seed, "max_tokens",
+                  (int)o->max_tokens, "jobs", (int)o->jobs, "timeout_ms",
+                  (int)o->timeout_ms, "cases", (int)n, "fresh", o->fresh);
     json_t *k = json_array(), *t = json_array();
     for (int i = 0; i < PROBE_NKINDS; i++)
         for (size_t j = 0; j < n; j++)
@@ -534,23 +558,26 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
             unreach += in->res[i].outcome == PROBE_ERROR &&
                        !strncmp(in->res[i].error, "cannot reach", 12);
         }
-    fprintf(out, "\n%zu of %zu cases finished (%zu from the store, %zu chat "
-                 "requests sent), pass rate %.1f%%\n",
+    fprintf(out,
+            "\n%zu of %zu cases finished (%zu from the store, %zu chat "
+            "requests sent), pass rate %.1f%%\n",
             done, in->n, run->cached, run->sent, rate);
     if (done && unreach == done)
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
     if (run->interrupted) {
-        fprintf(stderr, "fidelity probe: interrupted: %zu of %zu cases "
-                        "finished and stored; run the same command again "
-                        "to finish\n",
+        fprintf(stderr,
+                "fidelity probe: interrupted: %zu of %zu cases "
+                "finished and stored; run the same command again "
+                "to finish\n",
                 done, in->n);
         return EXIT_FAIL;
     }
     if (rate < o->fail_under) {
-        fprintf(stderr, "fidelity probe: pass rate %.1f%% is below "
-                        "--fail-under %.1f%%\n",
+        fprintf(stderr,
+                "fidelity probe: pass rate %.1f%% is below "
+                "--fail-under %.1f%%\n",
                 rate, o->fail_under);
         return EXIT_FAIL;
     }
@@ -575,7 +602,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     o->g.max_tokens = (unsigned)o->max_tokens;
     o->g.repeats = (unsigned)o->repeats;
     o->g.model_len = ep->max_model_len;
-    o->g.max_context = o->max_context ? (unsigned)o->max_context
+    o->g.max_context = o->max_context      ? (unsigned)o->max_context
                        : ep->max_model_len ? ep->max_model_len
                                            : 131072;
     if (probe_grid_build(&o->g, &specs, &n, &d)) {
@@ -597,21 +624,33 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     struct prog pg = {.tty = cli_is_tty(2)};
     clock_gettime(CLOCK_MONOTONIC, &pg.t0);
     struct probe_run run = {
-        .ep = ep, .base = base, .specs = specs, .n = n,
+        .ep = ep,
+        .base = base,
+        .specs = specs,
+        .n = n,
         .res = xcalloc(n, sizeof(struct probe_result)),
         .bres = base ? xcalloc(n, sizeof(struct probe_result)) : NULL,
-        .jobs = (unsigned)o->jobs, .max_tokens = (unsigned)o->max_tokens,
-        .extra_key = extra_key, .fresh = o->fresh,
-        .tol = ep->has_tokenize ? 0.02 : 0.08, .db = db, .stop = &stop_flag,
-        .progress = progress, .ud = &pg};
+        .jobs = (unsigned)o->jobs,
+        .max_tokens = (unsigned)o->max_tokens,
+        .extra_key = extra_key,
+        .fresh = o->fresh,
+        .tol = ep->has_tokenize ? 0.02 : 0.08,
+        .db = db,
+        .stop = &stop_flag,
+        .progress = progress,
+        .ud = &pg};
     signal(SIGINT, on_sigint);
     probe_run(&run);
     signal(SIGINT, SIG_DFL);
     if (pg.tty)
         fputc('\n', stderr);
     json_t *cfg = config_json(o, specs, n);
-    struct probe_report_in in = {.ep = ep, .base = base, .specs = specs,
-                                 .res = run.res, .bres = run.bres, .n = n,
+    struct probe_report_in in = {.ep = ep,
+                                 .base = base,
+                                 .specs = specs,
+                                 .res = run.res,
+                                 .bres = run.bres,
+                                 .n = n,
                                  .config = cfg,
                                  .interrupted = run.interrupted};
     code = finish(o, out, &run, &in, db);

@@ -43,8 +43,7 @@ void probe_endpoint_release(struct probe_endpoint *e)
 
 static long short_timeout(const struct probe_endpoint *e)
 {
-    return e->timeout_ms > 0 && e->timeout_ms < 30000 ? e->timeout_ms
-                                                        : 30000;
+    return e->timeout_ms > 0 && e->timeout_ms < 30000 ? e->timeout_ms : 30000;
 }
 
 /* Server info can echo the server's own arguments, keys included
@@ -83,8 +82,8 @@ static json_t *get_json(struct probe_endpoint *e, struct http_client *c,
     long status = 0;
     json_t *j = NULL;
     struct diag d;
-    int r = http_json(c, url, NULL, e->headers, short_timeout(e), &status,
-                      &j, &d);
+    int r =
+        http_json(c, url, NULL, e->headers, short_timeout(e), &status, &j, &d);
     free(url);
     if (r || status != 200 || !json_is_object(j)) {
         json_decref(j);
@@ -106,8 +105,8 @@ static int read_models(struct probe_endpoint *e, json_t *models,
 {
     json_t *data = json_object_get(models, "data");
     if (!json_is_array(data) || !json_array_size(data))
-        return diag_set(d, EPROTO,
-                        "'%s' lists no model; pass --model NAME", url);
+        return diag_set(d, EPROTO, "'%s' lists no model; pass --model NAME",
+                        url);
     json_t *pick = json_array_get(data, 0);
     if (e->model) {
         size_t i;
@@ -121,9 +120,8 @@ static int read_models(struct probe_endpoint *e, json_t *models,
     } else {
         const char *id = json_string_value(json_object_get(pick, "id"));
         if (!id)
-            return diag_set(d, EPROTO,
-                            "'%s': data[0] has no 'id'; pass --model NAME",
-                            url);
+            return diag_set(
+                d, EPROTO, "'%s': data[0] has no 'id'; pass --model NAME", url);
         e->model = xstrdup(id);
     }
     e->max_model_len = json_uint(json_object_get(pick, "max_model_len"));
@@ -145,8 +143,8 @@ static void fingerprint_hash(struct probe_endpoint *e)
     free(v);
 }
 
-int probe_endpoint_fingerprint(struct probe_endpoint *e,
-                               struct http_client *c, struct diag *d)
+int probe_endpoint_fingerprint(struct probe_endpoint *e, struct http_client *c,
+                               struct diag *d)
 {
     char *url = xasprintf("%s/v1/models", e->url);
     long status = 0;
@@ -161,8 +159,8 @@ int probe_endpoint_fingerprint(struct probe_endpoint *e,
     if (r)
         goto out;
     if (status != 200) {
-        const char *m = json_string_value(json_object_get(
-            json_object_get(models, "error"), "message"));
+        const char *m = json_string_value(
+            json_object_get(json_object_get(models, "error"), "message"));
         r = diag_set(d, EPROTO, "'%s' answered HTTP %ld%s%s%s", url, status,
                      m ? ": " : "", m ? m : "",
                      status == 401 || status == 403
@@ -252,8 +250,11 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
     for (const char *const *h = e->headers; h && *h && n < 63; h++)
         hdrs[n++] = *h;
     hdrs[n] = NULL;
-    struct http_req req = {.method = "POST", .url = url, .body = text,
-                           .body_len = tlen, .headers = hdrs,
+    struct http_req req = {.method = "POST",
+                           .url = url,
+                           .body = text,
+                           .body_len = tlen,
+                           .headers = hdrs,
                            .timeout_ms = e->timeout_ms};
     struct http_resp resp;
     http_resp_init(&resp);
@@ -266,8 +267,7 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
     }
     r = probe_scan_count(buf_str(&resp.body), resp.body.len, count);
     if (r)
-        diag_set(d, ENOTSUP, "'%s' answered without 'count' or 'tokens'",
-                 url);
+        diag_set(d, ENOTSUP, "'%s' answered without 'count' or 'tokens'", url);
 out:
     http_resp_release(&resp);
     free(url);
@@ -289,8 +289,7 @@ json_t *probe_chat_body(const struct probe_endpoint *e,
     json_object_set_new(b, "model", json_string(e->model ? e->model : ""));
     json_object_set(b, "messages", pc->messages);
     json_object_set_new(b, "max_tokens", json_integer(max_tokens));
-    json_object_set_new(b, "temperature",
-                        json_real(pc->spec.temperature));
+    json_object_set_new(b, "temperature", json_real(pc->spec.temperature));
     json_object_set_new(b, "seed",
                         json_integer((json_int_t)(pc->spec.seed & 0x7fffffff)));
     if (pc->tools)
@@ -325,8 +324,7 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
     json_t *m = json_object_get(ch, "message");
     if (!json_is_object(m)) {
         snprintf(r->error, sizeof(r->error), "%s",
-                 j ? "answer has no choices[0].message"
-                   : "answer is not JSON");
+                 j ? "answer has no choices[0].message" : "answer is not JSON");
         json_decref(j);
         return -EBADMSG;
     }
@@ -338,8 +336,7 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
              json_string_value(json_object_get(ch, "finish_reason"))
                  ? json_string_value(json_object_get(ch, "finish_reason"))
                  : "");
-    json_t *pt = json_object_get(json_object_get(j, "usage"),
-                                 "prompt_tokens");
+    json_t *pt = json_object_get(json_object_get(j, "usage"), "prompt_tokens");
     r->prompt_tokens = json_is_integer(pt) ? (long)json_integer_value(pt) : -1;
     json_decref(j);
     return 0;
@@ -372,8 +369,11 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
     for (const char *const *h = e->headers; h && *h && n < 63; h++)
         hdrs[n++] = *h;
     hdrs[n] = NULL;
-    struct http_req req = {.method = "POST", .url = url, .body = text,
-                           .body_len = tlen, .headers = hdrs,
+    struct http_req req = {.method = "POST",
+                           .url = url,
+                           .body = text,
+                           .body_len = tlen,
+                           .headers = hdrs,
                            .timeout_ms = e->timeout_ms,
                            .max_body = 16u << 20};
     struct http_resp resp;

@@ -16,31 +16,37 @@
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const subj[] = {
-    "Our team",        "The committee",     "A visiting engineer",
-    "The night shift", "Her grandmother",   "The museum staff",
-    "Two drivers",     "The new intern",    "Several neighbours",
-    "The harbour crew", "My cousin",        "The river authority",
-    "A small group",   "The choir",         "The caretaker",
+    "Our team",         "The committee",   "A visiting engineer",
+    "The night shift",  "Her grandmother", "The museum staff",
+    "Two drivers",      "The new intern",  "Several neighbours",
+    "The harbour crew", "My cousin",       "The river authority",
+    "A small group",    "The choir",       "The caretaker",
 };
 static const char *const verb[] = {
-    "reviewed",  "painted",   "discussed", "postponed", "measured",
-    "repaired",  "described", "sorted",    "delivered", "photographed",
-    "rebuilt",   "cleaned",   "counted",   "moved",     "catalogued",
+    "reviewed", "painted",   "discussed", "postponed", "measured",
+    "repaired", "described", "sorted",    "delivered", "photographed",
+    "rebuilt",  "cleaned",   "counted",   "moved",     "catalogued",
 };
 static const char *const obj[] = {
-    "the quarterly budget",   "the old bridge",      "a stack of letters",
-    "the garden fence",       "several broken lamps", "the weather report",
+    "the quarterly budget",      "the old bridge",        "a stack of letters",
+    "the garden fence",          "several broken lamps",  "the weather report",
     "a long list of complaints", "the library catalogue", "the spare tyres",
-    "the festival programme", "the kitchen shelves",  "a crate of apples",
-    "the station clock",      "the village map",     "the rowing boats",
+    "the festival programme",    "the kitchen shelves",   "a crate of apples",
+    "the station clock",         "the village map",       "the rowing boats",
 };
 static const char *const tail[] = {
-    "before lunch",          "after the storm had passed",
-    "without much enthusiasm", "in the early morning",
-    "while the market was closing", "with great care",
-    "during the long weekend", "despite the rain",
-    "as the light faded",    "for the third time that month",
-    "on a quiet afternoon",  "in record time",
+    "before lunch",
+    "after the storm had passed",
+    "without much enthusiasm",
+    "in the early morning",
+    "while the market was closing",
+    "with great care",
+    "during the long weekend",
+    "despite the rain",
+    "as the light faded",
+    "for the third time that month",
+    "on a quiet afternoon",
+    "in record time",
 };
 static const char *const word[] = {
     "item",   "batch", "node",  "entry", "frame", "token", "block",
@@ -51,8 +57,8 @@ static const char *const act[] = {
 };
 static const char *const lvl[] = {"INFO", "WARN", "DEBUG", "INFO", "ERROR"};
 static const char *const state[] = {"shipped", "pending", "returned",
-                                    "packed", "lost", "delayed"};
-static const char *const colour[] = {"red", "large", "fragile", "blue",
+                                    "packed",  "lost",    "delayed"};
+static const char *const colour[] = {"red",   "large", "fragile", "blue",
                                      "small", "green", "heavy"};
 
 #define PICK(r, a) ((a)[rng_below((r), N(a))])
@@ -217,8 +223,7 @@ static void json_line(struct buf *b, struct rng *r)
 int probe_filler(struct buf *b, enum probe_filler src, uint64_t seed,
                  size_t want)
 {
-    static void (*const line[FILLER_NSOURCES])(struct buf *,
-                                               struct rng *) = {
+    static void (*const line[FILLER_NSOURCES])(struct buf *, struct rng *) = {
         [FILLER_PROSE] = prose_line,
         [FILLER_CODE] = code_line,
         [FILLER_TOOL] = tool_line,

@@ -12,9 +12,9 @@
  * boundary, or in that turn's assistant message, reasoning or tool call.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/buf.h"
@@ -26,8 +26,14 @@
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_INS 12
 
-enum where { AT_USER, AT_ASSISTANT, AT_REASONING, AT_THINK, AT_TOOL_ARGS,
-             AT_TOOL_RESULT };
+enum where {
+    AT_USER,
+    AT_ASSISTANT,
+    AT_REASONING,
+    AT_THINK,
+    AT_TOOL_ARGS,
+    AT_TOOL_RESULT
+};
 
 struct insert {
     double pos;
@@ -39,10 +45,10 @@ struct layout {
     unsigned turns;
     struct insert ins[MAX_INS];
     size_t n_ins;
-    bool canary;      /* a nonce in every message */
-    bool first;       /* turn 1 is the request, later turns follow up */
-    bool tools;       /* offer tools in the request */
-    bool tool_turn0;  /* a tool exchange in the first turn */
+    bool canary;     /* a nonce in every message */
+    bool first;      /* turn 1 is the request, later turns follow up */
+    bool tools;      /* offer tools in the request */
+    bool tool_turn0; /* a tool exchange in the first turn */
     const char *question;
 };
 
@@ -51,7 +57,7 @@ static const char *const attrs[] = {
     "room number", "ticket number", "serial number", "pager number",
 };
 static const char *const ents[] = {
-    "the blue door",   "the north gate", "the red locker", "the server room",
+    "the blue door",   "the north gate", "the red locker",   "the server room",
     "the east wing",   "the green van",  "the loading dock", "the west tower",
     "the main office", "the cold store",
 };
@@ -63,12 +69,15 @@ static const char *const intros[] = {
     "Here is some more context for the task.",
 };
 static const char *const acks[] = {
-    "Got it.", "Thanks, noted.", "I have read it.", "Understood.",
+    "Got it.",
+    "Thanks, noted.",
+    "I have read it.",
+    "Understood.",
 };
 static const char *const programs[] = {
-    "tic-tac-toe game", "snake game",          "todo list manager",
-    "prime number sieve", "unit converter",   "password generator",
-    "hangman game",     "markdown previewer",
+    "tic-tac-toe game",   "snake game",         "todo list manager",
+    "prime number sieve", "unit converter",     "password generator",
+    "hangman game",       "markdown previewer",
 };
 static const char *const followups[] = {
     "Now make it save the results to a file.",
@@ -123,8 +132,10 @@ static uint64_t canary_val(uint64_t seed, int role, unsigned t)
 static const char *canary_ent(int role, unsigned t, char *out, size_t n)
 {
     static const char *const names[] = {
-        [PROBE_CV_USER] = "user turn",   [PROBE_CV_ASSISTANT] = "assistant turn",
-        [PROBE_CV_REASONING] = "reasoning turn", [PROBE_CV_TOOL] = "tool result",
+        [PROBE_CV_USER] = "user turn",
+        [PROBE_CV_ASSISTANT] = "assistant turn",
+        [PROBE_CV_REASONING] = "reasoning turn",
+        [PROBE_CV_TOOL] = "tool result",
     };
     if (role == PROBE_CV_SYSTEM)
         snprintf(out, n, "the system message");
@@ -144,8 +155,8 @@ static void plan_fact(struct probe_case *c, struct layout *l, struct rng *r,
     snprintf(c->expect, sizeof(c->expect), "%u", value6(r));
 }
 
-static void plan_needle(struct probe_case *c, struct layout *l,
-                        struct rng *r, double d)
+static void plan_needle(struct probe_case *c, struct layout *l, struct rng *r,
+                        double d)
 {
     const char *a, *e;
     plan_fact(c, l, r, &a, &e);
@@ -171,15 +182,15 @@ static void plan_multi(struct probe_case *c, struct layout *l, struct rng *r,
                 goto again;
     }
     for (unsigned i = 0; i < k; i++) {
-        double p = i == o   ? d
-                   : i < o  ? d * i / o
-                            : d + (1 - d) * (i - o) / (double)(k - 1 - o);
+        double p = i == o  ? d
+                   : i < o ? d * i / o
+                           : d + (1 - d) * (i - o) / (double)(k - 1 - o);
         add_ins(l, p, AT_USER, "The %s for %s is %u.", a, e, v[i]);
         if (i == o)
             snprintf(c->expect, sizeof(c->expect), "%u", v[i]);
         else
-            snprintf(c->distract[c->n_distract++], sizeof(c->distract[0]),
-                     "%u", v[i]);
+            snprintf(c->distract[c->n_distract++], sizeof(c->distract[0]), "%u",
+                     v[i]);
     }
     static _Thread_local char q[160];
     snprintf(q, sizeof(q), "What is the %s %s for %s?", ordinals[o], a, e);
@@ -190,9 +201,8 @@ static void plan_canary(struct probe_case *c, struct layout *l, int role,
                         double d)
 {
     uint64_t s = c->spec.seed;
-    unsigned j = role == PROBE_CV_SYSTEM
-                     ? 0
-                     : (unsigned)lround(d * (l->turns - 1));
+    unsigned j =
+        role == PROBE_CV_SYSTEM ? 0 : (unsigned)lround(d * (l->turns - 1));
     char ent[48];
     l->canary = true;
     l->tools = true;
@@ -311,14 +321,14 @@ static json_t *tool_call_pair(json_t *msgs, unsigned t, const char *name,
 {
     char id[32];
     snprintf(id, sizeof(id), "call_%u", t + 1);
-    json_t *call = json_pack(
-        "{s:s, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}", "role", "assistant",
-        "content", "", "tool_calls", "id", id, "type", "function",
-        "function", "name", name, "arguments", args);
+    json_t *call =
+        json_pack("{s:s, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}", "role",
+                  "assistant", "content", "", "tool_calls", "id", id, "type",
+                  "function", "function", "name", name, "arguments", args);
     json_array_append_new(msgs, call);
-    json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool",
-                                          "tool_call_id", id, "content",
-                                          result));
+    json_array_append_new(msgs,
+                          json_pack("{s:s, s:s, s:s}", "role", "tool",
+                                    "tool_call_id", id, "content", result));
     *chars += strlen(args) + strlen(result) + strlen(name);
     return msgs;
 }
@@ -329,11 +339,11 @@ static json_t *tools_json(void)
         "[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}}},"
         " {s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}}}]",
         "type", "function", "function", "name", "lookup", "description",
-        "Look up a record by a free-text query", "parameters", "type",
-        "object", "properties", "query", "type", "string", "required",
-        "query", "type", "function", "function", "name", "save_note",
-        "description", "Save a note for later", "parameters", "type",
-        "object", "properties", "note", "type", "string", "required", "note");
+        "Look up a record by a free-text query", "parameters", "type", "object",
+        "properties", "query", "type", "string", "required", "query", "type",
+        "function", "function", "name", "save_note", "description",
+        "Save a note for later", "parameters", "type", "object", "properties",
+        "note", "type", "string", "required", "note");
 }
 
 /* Escapes s as a JSON string body (the facts hold no quotes or
@@ -350,8 +360,7 @@ static void json_escape_into(struct buf *b, const char *s)
 /* The filler of turn t: a prefix of a seeded stream, so it is generated
  * once per case and sliced by later builds of the same spec (sizing builds
  * a case several times with different budgets). */
-static const char *turn_filler(struct probe_case *c, unsigned t,
-                               size_t budget)
+static const char *turn_filler(struct probe_case *c, unsigned t, size_t budget)
 {
     uint64_t s = c->spec.seed;
     if (t >= c->n_cache) {
@@ -369,15 +378,17 @@ static const char *turn_filler(struct probe_case *c, unsigned t,
     return buf_str(f);
 }
 
-static void user_turn(struct probe_case *c, const struct layout *l,
-                      unsigned t, size_t budget, struct buf *b)
+static void user_turn(struct probe_case *c, const struct layout *l, unsigned t,
+                      size_t budget, struct buf *b)
 {
     uint64_t s = c->spec.seed;
     char ent[48];
     buf_reset(b);
     if (l->first && t == 0) {
-        buf_printf(b, "Write a Python program for a %s that runs in the "
-                      "terminal.", c->expect);
+        buf_printf(b,
+                   "Write a Python program for a %s that runs in the "
+                   "terminal.",
+                   c->expect);
         return;
     }
     if (l->first)
@@ -481,8 +492,7 @@ static void assistant_turn(struct probe_case *c, const struct layout *l,
     buf_release(&reason);
 }
 
-static void render(struct probe_case *c, const struct layout *l,
-                   size_t filler)
+static void render(struct probe_case *c, const struct layout *l, size_t filler)
 {
     struct buf b = BUF_INIT;
     json_t *msgs = json_array();
@@ -492,11 +502,11 @@ static void render(struct probe_case *c, const struct layout *l,
 
     snprintf(sys, sizeof(sys), "You are a helpful assistant.");
     if (l->canary)
-        snprintf(sys, sizeof(sys),
-                 "You are a helpful assistant. The canary for the system "
-                 "message is %llu.",
-                 (unsigned long long)canary_val(c->spec.seed, PROBE_CV_SYSTEM,
-                                                0));
+        snprintf(
+            sys, sizeof(sys),
+            "You are a helpful assistant. The canary for the system "
+            "message is %llu.",
+            (unsigned long long)canary_val(c->spec.seed, PROBE_CV_SYSTEM, 0));
     json_array_append_new(msgs, msg("system", sys));
     c->chars = strlen(sys);
     c->filler = 0;

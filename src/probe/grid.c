@@ -38,7 +38,7 @@ static const char *const tv_names[PROBE_TV_COUNT] = {
     [PROBE_TV_RESULT] = "tool-result",
 };
 static const char *const cv_names[PROBE_CV_COUNT] = {
-    [PROBE_CV_USER] = "user",         [PROBE_CV_ASSISTANT] = "assistant",
+    [PROBE_CV_USER] = "user",           [PROBE_CV_ASSISTANT] = "assistant",
     [PROBE_CV_REASONING] = "reasoning", [PROBE_CV_TOOL] = "tool-result",
     [PROBE_CV_SYSTEM] = "system",
 };
@@ -216,8 +216,8 @@ int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
                         push(&g, k, len, o->depths ? D[di] : mid[0], v);
                 break;
             case PROBE_TOOL: {
-                const int *TD = o->depths || o->profile != PROBE_QUICK ? D
-                                                                       : mid;
+                const int *TD =
+                    o->depths || o->profile != PROBE_QUICK ? D : mid;
                 size_t tn = TD == mid ? 1 : nd;
                 for (size_t di = 0; di < tn; di++)
                     for (int v = 0; v < PROBE_TV_COUNT; v++)
@@ -238,8 +238,9 @@ int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
         }
     }
     if (!g.n)
-        return diag_set(d, EINVAL, "the grid is empty: no kind, length or "
-                                   "depth selected");
+        return diag_set(d, EINVAL,
+                        "the grid is empty: no kind, length or "
+                        "depth selected");
     *out = g.v;
     *n = g.n;
     return 0;
@@ -249,12 +250,12 @@ void probe_spec_key(const struct probe_spec *s, const char *model,
                     unsigned max_tokens, const char *extra_body,
                     const char *endpoint_fp, char out[17])
 {
-    char *cfg = xasprintf("probe-v1|%s|%u|%u|%d|%d|%.4f|%u|%llu|%s|%u|%s|%s",
-                          probe_kind_name(s->kind), s->length, s->target,
-                          s->depth, s->variant, s->temperature, s->rep,
-                          (unsigned long long)s->seed, model ? model : "",
-                          max_tokens, extra_body ? extra_body : "",
-                          endpoint_fp ? endpoint_fp : "");
+    char *cfg =
+        xasprintf("probe-v1|%s|%u|%u|%d|%d|%.4f|%u|%llu|%s|%u|%s|%s",
+                  probe_kind_name(s->kind), s->length, s->target, s->depth,
+                  s->variant, s->temperature, s->rep,
+                  (unsigned long long)s->seed, model ? model : "", max_tokens,
+                  extra_body ? extra_body : "", endpoint_fp ? endpoint_fp : "");
     hash_hex(hash64(cfg, strlen(cfg), 0x70726f6265ULL), out);
     free(cfg);
 }

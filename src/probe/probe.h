@@ -53,11 +53,11 @@ bool probe_kind_has_depth(enum probe_kind k);
  * the request offers tools. Tool: where the fact lives. Canary: which
  * message's nonce is asked for. */
 enum {
-    PROBE_RV_FIELD = 0,     /* reasoning_content field, no tools */
-    PROBE_RV_FIELD_TOOLS,   /* reasoning_content field, tools offered */
-    PROBE_RV_INLINE,        /* <think>...</think> inside content */
+    PROBE_RV_FIELD = 0,   /* reasoning_content field, no tools */
+    PROBE_RV_FIELD_TOOLS, /* reasoning_content field, tools offered */
+    PROBE_RV_INLINE,      /* <think>...</think> inside content */
     PROBE_RV_INLINE_TOOLS,
-    PROBE_RV_OMITTED,       /* control: reasoning not sent back */
+    PROBE_RV_OMITTED, /* control: reasoning not sent back */
     PROBE_RV_COUNT
 };
 enum { PROBE_TV_ARGS = 0, PROBE_TV_RESULT, PROBE_TV_COUNT };
@@ -104,17 +104,17 @@ int probe_profile_parse(const char *s);
 
 struct probe_grid_opts {
     enum probe_profile profile;
-    unsigned kinds;             /* bit mask of 1u << kind; 0: all */
-    const unsigned *lengths;    /* NULL: from the profile and max context */
+    unsigned kinds;          /* bit mask of 1u << kind; 0: all */
+    const unsigned *lengths; /* NULL: from the profile and max context */
     size_t n_lengths;
-    const int *depths;          /* NULL: from the profile */
+    const int *depths; /* NULL: from the profile */
     size_t n_depths;
-    const double *temps;        /* NULL: {0} */
+    const double *temps; /* NULL: {0} */
     size_t n_temps;
-    unsigned repeats;           /* 0: 1 at temperature 0, else 3 */
-    unsigned max_context;       /* longest length; 0: 131072 */
-    unsigned model_len;         /* server's max_model_len; 0: unknown */
-    unsigned max_tokens;        /* room kept for the reply */
+    unsigned repeats;     /* 0: 1 at temperature 0, else 3 */
+    unsigned max_context; /* longest length; 0: 131072 */
+    unsigned model_len;   /* server's max_model_len; 0: unknown */
+    unsigned max_tokens;  /* room kept for the reply */
     uint64_t seed;
 };
 
@@ -134,8 +134,13 @@ void probe_spec_key(const struct probe_spec *s, const char *model,
 
 /* ---- filler.c ---- */
 
-enum probe_filler { FILLER_PROSE, FILLER_CODE, FILLER_TOOL, FILLER_JSON,
-                    FILLER_NSOURCES };
+enum probe_filler {
+    FILLER_PROSE,
+    FILLER_CODE,
+    FILLER_TOOL,
+    FILLER_JSON,
+    FILLER_NSOURCES
+};
 /* Appends exactly `want` bytes of printable ASCII filler of one source,
  * seeded by seed, to b (lines end in '\n'; the last may be cut). The text
  * never contains a fact statement, "Let", or a number above 9999. Returns
@@ -179,21 +184,21 @@ unsigned probe_turns_for(unsigned target);
 /* ---- endpoint.c ---- */
 
 struct probe_endpoint {
-    char *url;    /* base URL without a trailing "/" or "/v1" */
-    char *model;  /* NULL until known */
+    char *url;                  /* base URL without a trailing "/" or "/v1" */
+    char *model;                /* NULL until known */
     const char *const *headers; /* borrowed; may hold secrets: never
                                    stored, printed or put in a diag */
     json_t *extra_body;         /* borrowed; merged into every request */
     long timeout_ms;
-    unsigned retries;           /* after the first attempt */
-    unsigned backoff_ms;        /* first retry delay; doubles each time */
-    unsigned max_model_len;     /* 0: unknown */
-    json_t *info;               /* owned: what each fingerprint URL said */
-    char fp[17];                /* hash of url, model and info */
+    unsigned retries;       /* after the first attempt */
+    unsigned backoff_ms;    /* first retry delay; doubles each time */
+    unsigned max_model_len; /* 0: unknown */
+    json_t *info;           /* owned: what each fingerprint URL said */
+    char fp[17];            /* hash of url, model and info */
     bool has_tokenize;
-    bool calibrated;            /* sized from usage.prompt_tokens */
-    double cal_a, cal_b;        /* tokens ~= cal_a + cal_b * units */
-    double tok_per_unit;        /* of filler, by /tokenize; 0: unknown */
+    bool calibrated;     /* sized from usage.prompt_tokens */
+    double cal_a, cal_b; /* tokens ~= cal_a + cal_b * units */
+    double tok_per_unit; /* of filler, by /tokenize; 0: unknown */
 };
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url);
@@ -205,8 +210,8 @@ void probe_endpoint_release(struct probe_endpoint *e);
  * -EBADMSG when /v1/models does not answer JSON, -EPROTO when it answers
  * an error or lists no model (d says which and what to do).
  */
-int probe_endpoint_fingerprint(struct probe_endpoint *e,
-                               struct http_client *c, struct diag *d);
+int probe_endpoint_fingerprint(struct probe_endpoint *e, struct http_client *c,
+                               struct diag *d);
 /* Counts the tokens of messages with the server's POST /tokenize (hint:
  * the bytes of text they hold, or 0).
  * -ENOTSUP when the server has no usable /tokenize (404, 405, 501, or an
@@ -221,15 +226,15 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
 int probe_scan_count(const char *s, size_t len, unsigned *count);
 
 struct probe_reply {
-    long status;         /* last HTTP status; 0: no response */
-    int err;             /* 0 or the last -errno */
+    long status; /* last HTTP status; 0: no response */
+    int err;     /* 0 or the last -errno */
     unsigned attempts;
-    long prompt_tokens;  /* -1: not reported */
+    long prompt_tokens; /* -1: not reported */
     char finish[16];
-    char *content;       /* owned, may be NULL */
-    char *reasoning;     /* owned, may be NULL */
-    double latency;      /* seconds, last attempt */
-    char error[256];     /* why it failed, when it did */
+    char *content;   /* owned, may be NULL */
+    char *reasoning; /* owned, may be NULL */
+    double latency;  /* seconds, last attempt */
+    char error[256]; /* why it failed, when it did */
 };
 void probe_reply_release(struct probe_reply *r);
 
@@ -293,7 +298,7 @@ enum probe_outcome probe_classify(bool passed, const struct probe_reply *r,
 
 struct probe_result {
     bool done;
-    bool cached;     /* read back from the store, not sent */
+    bool cached; /* read back from the store, not sent */
     enum probe_outcome outcome;
     bool no_context;
     unsigned expected; /* tokens by the sizing */
@@ -303,7 +308,7 @@ struct probe_result {
     double latency;
     char finish[16];
     char key[17];
-    char reply[241];  /* start of the reply (content) */
+    char reply[241]; /* start of the reply (content) */
     char error[160];
 };
 
@@ -321,8 +326,8 @@ int probe_store_put(sqlite3 *db, const char *endpoint_fp,
                     struct diag *d);
 /* Records a finished run and its JSON summary; *id gets its row id. */
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
-                    const char *baseline_fp, json_t *summary,
-                    long long *id, struct diag *d);
+                    const char *baseline_fp, json_t *summary, long long *id,
+                    struct diag *d);
 
 /* ---- run.c ---- */
 
@@ -331,23 +336,23 @@ struct probe_run {
     struct probe_endpoint *base; /* NULL: no baseline */
     const struct probe_spec *specs;
     size_t n;
-    struct probe_result *res;    /* n results for ep */
-    struct probe_result *bres;   /* n results for base, or NULL */
+    struct probe_result *res;  /* n results for ep */
+    struct probe_result *bres; /* n results for base, or NULL */
     unsigned jobs;
     unsigned max_tokens;
-    const char *extra_key;       /* canonical extra body for keys */
+    const char *extra_key; /* canonical extra body for keys */
     bool fresh;
-    double tol;                  /* truncation tolerance (share) */
-    sqlite3 *db;                 /* NULL: nothing stored */
+    double tol;  /* truncation tolerance (share) */
+    sqlite3 *db; /* NULL: nothing stored */
     volatile sig_atomic_t *stop;
     /* Called after each finished case, from a worker, serialised. */
     void (*progress)(void *ud, size_t done, size_t passed, size_t total);
     void *ud;
     /* Out. */
-    size_t sent;      /* chat requests made (both endpoints) */
+    size_t sent; /* chat requests made (both endpoints) */
     size_t cached;
     bool interrupted;
-    int store_err;    /* first store error, 0 if none */
+    int store_err; /* first store error, 0 if none */
     struct diag store_diag;
 };
 

@@ -36,8 +36,7 @@ int probe_store_init(sqlite3 *db, struct diag *d)
     return store_exec(db, schema, d);
 }
 
-static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st,
-                struct diag *d)
+static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, struct diag *d)
 {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
         return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
@@ -75,8 +74,8 @@ int probe_store_endpoint(sqlite3 *db, const struct probe_endpoint *e,
     if (r)
         return r;
     char *url = safe_url(e->url);
-    char *info = e->info ? json_dumps(e->info, JSON_COMPACT | JSON_SORT_KEYS)
-                         : NULL;
+    char *info =
+        e->info ? json_dumps(e->info, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_text(st, 1, e->fp, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, url, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, e->model, -1, SQLITE_STATIC);
@@ -179,13 +178,14 @@ int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     struct diag *d)
 {
     sqlite3_stmt *st;
-    int r = prep(db, "INSERT INTO probe_run(created, endpoint_fp,"
-                     " baseline_fp, summary) VALUES(?,?,?,?)",
+    int r = prep(db,
+                 "INSERT INTO probe_run(created, endpoint_fp,"
+                 " baseline_fp, summary) VALUES(?,?,?,?)",
                  &st, d);
     if (r)
         return r;
-    char *sum = summary ? json_dumps(summary, JSON_COMPACT | JSON_SORT_KEYS)
-                        : NULL;
+    char *sum =
+        summary ? json_dumps(summary, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)time(NULL));
     sqlite3_bind_text(st, 2, endpoint_fp, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, baseline_fp, -1, SQLITE_STATIC);

@@ -104,8 +104,8 @@ static size_t lengths_of(const struct probe_report_in *in, int k,
 }
 
 static void by_length(const struct probe_report_in *in,
-                      const struct probe_result *res, int k,
-                      const unsigned *L, size_t nl, struct tally *t)
+                      const struct probe_result *res, int k, const unsigned *L,
+                      size_t nl, struct tally *t)
 {
     memset(t, 0, nl * sizeof(*t));
     for (size_t i = 0; i < in->n; i++) {
@@ -143,15 +143,14 @@ static json_t *outcomes_json(const struct tally *t)
 {
     json_t *o = json_object();
     for (int i = 0; i < PROBE_NOUTCOMES; i++)
-        json_object_set_new(o, probe_outcome_name(i),
-                            json_integer(t->out[i]));
+        json_object_set_new(o, probe_outcome_name(i), json_integer(t->out[i]));
     return o;
 }
 
 static json_t *tally_json(const struct tally *t)
 {
-    return json_pack("{s:i, s:i, s:f, s:o, s:o, s:i}", "cases", t->n,
-                     "passed", t->pass, "pass_rate", rate_of(t), "wilson95",
+    return json_pack("{s:i, s:i, s:f, s:o, s:o, s:i}", "cases", t->n, "passed",
+                     t->pass, "pass_rate", rate_of(t), "wilson95",
                      wilson_json(t), "outcomes", outcomes_json(t),
                      "no_context_replies", t->no_ctx);
 }
@@ -226,8 +225,8 @@ static json_t *endpoint_json(const struct probe_endpoint *e)
                           e->has_tokenize ? "tokenize" : "calibrated");
     if (e->calibrated)
         json_object_set_new(j, "calibration",
-                            json_pack("{s:f, s:f}", "tokens_at_zero",
-                                      e->cal_a, "tokens_per_unit", e->cal_b));
+                            json_pack("{s:f, s:f}", "tokens_at_zero", e->cal_a,
+                                      "tokens_per_unit", e->cal_b));
     json_object_set(j, "server_info", e->info ? e->info : json_null());
     return j;
 }
@@ -239,8 +238,8 @@ static json_t *case_json(const struct probe_spec *s,
         "{s:s, s:s, s:i, s:i, s:i, s:s, s:f, s:i, s:s, s:b, s:b}", "key",
         r->key, "kind", probe_kind_name(s->kind), "length", s->length,
         "target_tokens", s->target, "depth", s->depth, "variant",
-        probe_variant_name(s->kind, s->variant), "temperature",
-        s->temperature, "repeat", s->rep, "outcome",
+        probe_variant_name(s->kind, s->variant), "temperature", s->temperature,
+        "repeat", s->rep, "outcome",
         r->done ? probe_outcome_name(r->outcome) : "not-run", "passed",
         r->done && r->outcome == PROBE_PASS, "cached", r->cached);
     char seed[24];
@@ -281,8 +280,8 @@ static json_t *cells_json(const struct probe_report_in *in,
         json_object_set_new(c, "kind", json_string(probe_kind_name(s->kind)));
         json_object_set_new(c, "length", json_integer(s->length));
         json_object_set_new(c, "depth", json_integer(s->depth));
-        json_object_set_new(c, "variant", json_string(probe_variant_name(
-                                              s->kind, s->variant)));
+        json_object_set_new(
+            c, "variant", json_string(probe_variant_name(s->kind, s->variant)));
         json_object_set_new(c, "temperature", json_real(s->temperature));
         json_array_append_new(cells, c);
         i = j;
@@ -317,11 +316,10 @@ static json_t *kinds_json(const struct probe_report_in *in,
         json_t *kj = tally_json(&all);
         json_object_set_new(kj, "kind", json_string(probe_kind_name(k)));
         json_object_set_new(kj, "by_length", bl);
-        json_object_set_new(
-            kj, "effective_length",
-            json_pack("{s:i, s:f, s:i, s:f}", "ruler", ruler,
-                      "ruler_threshold", PROBE_RULER_THRESHOLD, "nolima",
-                      nolima, "nolima_base", base));
+        json_object_set_new(kj, "effective_length",
+                            json_pack("{s:i, s:f, s:i, s:f}", "ruler", ruler,
+                                      "ruler_threshold", PROBE_RULER_THRESHOLD,
+                                      "nolima", nolima, "nolima_base", base));
         json_array_append_new(ks, kj);
     }
     return ks;
@@ -340,9 +338,9 @@ static json_t *side_json(const struct probe_report_in *in,
     by_length(in, res, -1, L, nl, t);
     effective(L, t, nl, &ruler, &nolima, &base);
     json_t *s = tally_json(&all);
-    json_object_set_new(s, "effective_length",
-                        json_pack("{s:i, s:i}", "ruler", ruler, "nolima",
-                                  nolima));
+    json_object_set_new(
+        s, "effective_length",
+        json_pack("{s:i, s:i}", "ruler", ruler, "nolima", nolima));
     json_object_set_new(s, "kinds", kinds_json(in, res));
     json_object_set_new(s, "cells", cells_json(in, res));
     json_t *cases = json_array();
@@ -370,8 +368,7 @@ json_t *probe_report_json(const struct probe_report_in *in)
 
 /* ---- text ---- */
 
-static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C', 'E',
-                                                     'M'};
+static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C', 'E', 'M'};
 
 static void fmt_len(unsigned l, char *out, size_t n)
 {
@@ -422,8 +419,7 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
     if (!nc)
         return;
     fprintf(out, "\n%s", probe_kind_name(k));
-    if (depth && k != PROBE_NEEDLE && k != PROBE_MULTI &&
-        k != PROBE_VARIABLES)
+    if (depth && k != PROBE_NEEDLE && k != PROBE_MULTI && k != PROBE_VARIABLES)
         fprintf(out, " [%s]", probe_variant_name(k, variant));
     fprintf(out, " (pass %% by length x %s)\n  length",
             depth ? (k == PROBE_CANARY ? "turn position" : "depth")
@@ -488,8 +484,8 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
         bool any = false;
         for (int o = 1; o < PROBE_NOUTCOMES; o++)
             if (all.out[o]) {
-                fprintf(out, "%s%s %u", any ? ", " : "",
-                        probe_outcome_name(o), all.out[o]);
+                fprintf(out, "%s%s %u", any ? ", " : "", probe_outcome_name(o),
+                        all.out[o]);
                 any = true;
             }
         fprintf(out, "%s\n", any ? "" : "-");
@@ -530,17 +526,20 @@ static void explain(FILE *out, const struct probe_report_in *in,
         fprintf(out, "  %s: fails from %s on (%u failed):", probe_kind_name(k),
                 fl, t.n);
         if (t.out[PROBE_TRUNCATED])
-            fprintf(out, " %u truncated-by-server (the server kept %ld of "
-                         "%ld prompt tokens: it drops context silently "
-                         "past about %ld tokens);",
+            fprintf(out,
+                    " %u truncated-by-server (the server kept %ld of "
+                    "%ld prompt tokens: it drops context silently "
+                    "past about %ld tokens);",
                     t.out[PROBE_TRUNCATED], max_kept, sent, max_kept);
         if (t.out[PROBE_MISSED])
-            fprintf(out, " %u missed (prompt tokens intact; the model did "
-                         "not recall);",
+            fprintf(out,
+                    " %u missed (prompt tokens intact; the model did "
+                    "not recall);",
                     t.out[PROBE_MISSED]);
         if (t.out[PROBE_CLIPPED])
-            fprintf(out, " %u output-clipped (finish_reason length; raise "
-                         "--max-tokens);",
+            fprintf(out,
+                    " %u output-clipped (finish_reason length; raise "
+                    "--max-tokens);",
                     t.out[PROBE_CLIPPED]);
         if (t.out[PROBE_ERROR])
             fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
@@ -558,8 +557,8 @@ static void side_text(FILE *out, const struct probe_report_in *in,
                       const struct probe_result *res,
                       const struct probe_endpoint *e, const char *who)
 {
-    fprintf(out, "\n== %s %s (model %s, max_model_len %u, tokens by %s)\n",
-            who, e->url, e->model ? e->model : "?", e->max_model_len,
+    fprintf(out, "\n== %s %s (model %s, max_model_len %u, tokens by %s)\n", who,
+            e->url, e->model ? e->model : "?", e->max_model_len,
             e->has_tokenize ? "/tokenize" : "calibration");
     summary_table(out, in, res);
     for (int k = 0; k < PROBE_NKINDS; k++) {
@@ -648,9 +647,10 @@ int probe_report_junit(const struct probe_report_in *in, const char *path,
             total++;
             fails += in->res[i].outcome != PROBE_PASS;
         }
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<testsuites name=\"fidelity probe\" tests=\"%u\" "
-               "failures=\"%u\">\n",
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<testsuites name=\"fidelity probe\" tests=\"%u\" "
+            "failures=\"%u\">\n",
             total, fails);
     for (int k = 0; k < PROBE_NKINDS; k++) {
         unsigned n = 0, nf = 0;

@@ -47,8 +47,8 @@ static void fail(struct probe_result *res, const char *why, unsigned expected)
     res->done = true;
 }
 
-static void store(struct shared *sh, const char *fp,
-                  const struct probe_spec *s, const struct probe_result *res)
+static void store(struct shared *sh, const char *fp, const struct probe_spec *s,
+                  const struct probe_result *res)
 {
     struct probe_run *r = sh->r;
     struct diag d;

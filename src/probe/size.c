@@ -9,8 +9,8 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <stdlib.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "probe/probe.h"
@@ -94,8 +94,7 @@ static double units_of(const struct probe_case *pc)
             json_t *f = json_object_get(tc, "function");
             u += 12;
             u += text_units(json_string_value(json_object_get(f, "name")));
-            u += text_units(
-                json_string_value(json_object_get(f, "arguments")));
+            u += text_units(json_string_value(json_object_get(f, "arguments")));
         }
     }
     return u;
@@ -134,8 +133,7 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
 {
     /* The calibrated line misses by about 1%: aim lower so that a case
      * stays under its target. */
-    double aim = e->has_tokenize ? aim_of(spec->target)
-                                 : spec->target * 0.985;
+    double aim = e->has_tokenize ? aim_of(spec->target) : spec->target * 0.985;
     double lo = e->has_tokenize ? 0.99 : 0.97;
     double f0 = 0, f1;
     unsigned t0, t1;
@@ -171,8 +169,8 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
             best_t = t1;
             best_f = clamp_filler(f1);
         }
-        double slope = t1 != t0 ? (f1 - f0) / ((double)t1 - t0)
-                                : BYTES_PER_TOKEN;
+        double slope =
+            t1 != t0 ? (f1 - f0) / ((double)t1 - t0) : BYTES_PER_TOKEN;
         if (slope <= 0 || slope > 64)
             slope = BYTES_PER_TOKEN;
         double next = f1 + (aim - t1) * slope;
@@ -188,8 +186,11 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
 int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
                        struct diag *d)
 {
-    struct probe_spec s = {.kind = PROBE_NEEDLE, .length = 8192,
-                           .target = 8192, .depth = 50, .seed = 0x5eed};
+    struct probe_spec s = {.kind = PROBE_NEEDLE,
+                           .length = 8192,
+                           .target = 8192,
+                           .depth = 50,
+                           .seed = 0x5eed};
     struct probe_case pc;
     unsigned t0, t1;
     memset(&pc, 0, sizeof(pc));
@@ -229,16 +230,17 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
     for (size_t i = 0; i < 3; i++) {
         if (i && sizes[i] / 3 > cap / 2)
             break;
-        struct probe_spec s = {.kind = PROBE_NEEDLE, .length = 2048,
-                               .target = 2048, .depth = 50,
+        struct probe_spec s = {.kind = PROBE_NEEDLE,
+                               .length = 2048,
+                               .target = 2048,
+                               .depth = 50,
                                .seed = 0xca11b8a7e + i};
         struct probe_reply rep;
         probe_case_build(&pc, &s, sizes[i]);
         int r = probe_chat(e, c, &pc, 1, &rep, NULL);
         if (r || rep.prompt_tokens <= 0) {
             r = r ? r : -EPROTO;
-            diag_set(d, -r,
-                     "cannot calibrate token counts: %s",
+            diag_set(d, -r, "cannot calibrate token counts: %s",
                      rep.prompt_tokens <= 0 && !rep.error[0]
                          ? "the answer has no usage.prompt_tokens"
                          : rep.error);
@@ -253,8 +255,9 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
     }
     probe_case_release(&pc);
     if (n < 2)
-        return diag_set(d, EPROTO, "cannot calibrate token counts: the "
-                                   "context is too small for two samples");
+        return diag_set(d, EPROTO,
+                        "cannot calibrate token counts: the "
+                        "context is too small for two samples");
     double mx = 0, my = 0, sxx = 0, sxy = 0;
     for (size_t i = 0; i < n; i++) {
         mx += x[i] / n;

@@ -24,8 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = strlen(s);
 
     unsigned n = 0;
-    if (probe_scan_count(s, len, &n) == 0 && !strstr(s, "\"count\"") &&
-        n > len)
+    if (probe_scan_count(s, len, &n) == 0 && !strstr(s, "\"count\"") && n > len)
         abort();
 
     struct probe_case c;
@@ -42,8 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             p++;
         }
     }
-    if (strstr(s, "555111") && !strstr(s, "5551110") &&
-        !strstr(s, "1555111") && probe_score(&c, s))
+    if (strstr(s, "555111") && !strstr(s, "5551110") && !strstr(s, "1555111") &&
+        probe_score(&c, s))
         abort();
     c.control = true;
     (void)probe_score(&c, s);

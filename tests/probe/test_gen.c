@@ -68,8 +68,11 @@ static void test_filler_sources_differ_and_hold_no_facts(void **state)
 static struct probe_spec spec(enum probe_kind k, unsigned target, int depth,
                               int variant)
 {
-    struct probe_spec s = {.kind = k, .length = target, .target = target,
-                           .depth = depth, .variant = variant,
+    struct probe_spec s = {.kind = k,
+                           .length = target,
+                           .target = target,
+                           .depth = depth,
+                           .variant = variant,
                            .seed = 0x1234 + (uint64_t)k * 7 + (uint64_t)depth};
     return s;
 }
@@ -90,8 +93,8 @@ static void test_needle_fact_at_depth(void **state)
         double at = (double)(strstr(t, fact) - t) / strlen(t);
         assert_true(at > depth / 100.0 - 0.12 && at < depth / 100.0 + 0.12);
         /* The question is the last user message, in the sim's grammar. */
-        json_t *last = json_array_get(c.messages,
-                                      json_array_size(c.messages) - 1);
+        json_t *last =
+            json_array_get(c.messages, json_array_size(c.messages) - 1);
         const char *q = json_string_value(json_object_get(last, "content"));
         assert_true(!strncmp(q, "What is the ", 12));
         assert_int_equal(c.filler, 24000);
@@ -124,8 +127,8 @@ static void test_multi_needle_ordinal_and_distractors(void **state)
         const char *vals[4] = {NULL};
         size_t k = 0;
         const char *want = ord[(depth * 3 + 50) / 100];
-        json_t *last = json_array_get(c.messages,
-                                      json_array_size(c.messages) - 1);
+        json_t *last =
+            json_array_get(c.messages, json_array_size(c.messages) - 1);
         const char *q = json_string_value(json_object_get(last, "content"));
         assert_non_null(strstr(q, want));
         for (size_t i = 0; i < 3; i++)
@@ -201,13 +204,14 @@ static void test_kinds_build(void **state)
     {
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *ct = json_string_value(json_object_get(m, "content"));
-        if (i + 1 == json_array_size(c.messages) || json_object_get(m, "tool_calls"))
+        if (i + 1 == json_array_size(c.messages) ||
+            json_object_get(m, "tool_calls"))
             continue;
         assert_non_null(strstr(ct, "The canary for"));
         if (!strcmp(role, "assistant"))
-            assert_non_null(strstr(json_string_value(json_object_get(
-                                       m, "reasoning_content")),
-                                   "The canary for reasoning turn"));
+            assert_non_null(strstr(
+                json_string_value(json_object_get(m, "reasoning_content")),
+                "The canary for reasoning turn"));
     }
     /* Variables: a chain of assignments and a distractor chain. */
     s = spec(PROBE_VARIABLES, 4096, 0, 0);
@@ -280,8 +284,10 @@ static void test_classify(void **state)
 static void test_grid_profiles(void **state)
 {
     (void)state;
-    struct probe_grid_opts o = {.profile = PROBE_QUICK, .max_context = 131072,
-                                .max_tokens = 256, .seed = 1,
+    struct probe_grid_opts o = {.profile = PROBE_QUICK,
+                                .max_context = 131072,
+                                .max_tokens = 256,
+                                .seed = 1,
                                 .model_len = 131072};
     struct probe_spec *s;
     size_t n, nq, ns;

@@ -82,7 +82,7 @@ static void run_release(struct run *r)
 /* Runs `fidelity probe --endpoint URL --db DB --json FILE ARGS...`. */
 static void run_probe(struct run *r, const char *url, const char *db, ...)
 {
-    const char *argv[48] = {"probe", "--endpoint", url, "--db", tpath(db),
+    const char *argv[48] = {"probe",  "--endpoint",     url, "--db", tpath(db),
                             "--json", tpath("out.json")};
     int n = 7;
     va_list ap;
@@ -127,8 +127,8 @@ static long sim_chat_count(const struct proc *p)
     snprintf(url, sizeof(url), "%s/sim/stats", proc_url(p));
     int r = http_json(c, url, NULL, NULL, 5000, &status, &j, &d);
     long n = r ? -1
-               : (long)json_integer_value(json_object_get(
-                     json_object_get(j, "requests"), "chat"));
+               : (long)json_integer_value(
+                     json_object_get(json_object_get(j, "requests"), "chat"));
     json_decref(j);
     http_client_free(c);
     return n;
@@ -142,8 +142,8 @@ static void test_healthy_sim_passes_every_kind(void **state)
     start_sim(&sim, NULL);
     char url[64];
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
-    run_probe(&r, url, "healthy.db", "--lengths", "1k,2k,4k,8k",
-              "--fail-under", "100", "--junit", tpath("junit.xml"), NULL);
+    run_probe(&r, url, "healthy.db", "--lengths", "1k,2k,4k,8k", "--fail-under",
+              "100", "--junit", tpath("junit.xml"), NULL);
     proc_stop(&sim);
     assert_int_equal(r.code, 0);
     size_t i;
@@ -163,8 +163,8 @@ static void test_healthy_sim_passes_every_kind(void **state)
                          !strcmp(sget(c, "variant"), "omitted(control)"));
         const char *k = sget(c, "kind");
         static const char *const names[] = {
-            "needle", "multi-needle", "canary", "first-message",
-            "reasoning", "tool", "variables"};
+            "needle",    "multi-needle", "canary",   "first-message",
+            "reasoning", "tool",         "variables"};
         for (unsigned x = 0; x < 7; x++)
             if (!strcmp(k, names[x]))
                 kinds |= 1u << x;
@@ -249,10 +249,11 @@ static void test_forget_window_is_missed_with_tokens_intact(void **state)
     }
     assert_true(fails >= 6);
     /* the depth-0 needle at 16k is beyond the window */
-    json_array_foreach(cases(&r, "results"), i, c) if (
-        !strcmp(sget(c, "kind"), "needle") && iget(c, "length") == 16384 &&
-        iget(c, "depth") == 0) assert_string_equal(sget(c, "outcome"),
-                                                   "missed");
+    json_array_foreach(cases(&r, "results"), i,
+                       c) if (!strcmp(sget(c, "kind"), "needle") &&
+                              iget(c, "length") == 16384 &&
+                              iget(c, "depth") == 0)
+        assert_string_equal(sget(c, "outcome"), "missed");
     run_release(&r);
 }
 
@@ -310,8 +311,7 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
 
 static double overall_p(const struct run *r, bool *sig)
 {
-    json_t *o = json_object_get(json_object_get(r->j, "comparison"),
-                                "overall");
+    json_t *o = json_object_get(json_object_get(r->j, "comparison"), "overall");
     assert_non_null(o);
     *sig = json_is_true(json_object_get(o, "significant"));
     return json_real_value(json_object_get(o, "p_value"));
@@ -330,24 +330,22 @@ static void test_baseline_comparison(void **state)
     snprintf(ua, sizeof(ua), "%s", proc_url(&a));
     snprintf(ub, sizeof(ub), "%s", proc_url(&b));
     snprintf(uf, sizeof(uf), "%s", proc_url(&f));
-    run_probe(&r, ua, "cmp.db", "--baseline", ub, "--kinds",
-              "needle,variables", "--lengths", "2k,16k", NULL);
+    run_probe(&r, ua, "cmp.db", "--baseline", ub, "--kinds", "needle,variables",
+              "--lengths", "2k,16k", NULL);
     assert_int_equal(r.code, 0);
     assert_true(overall_p(&r, &sig) == 1.0);
     assert_false(sig);
     assert_non_null(strstr(buf_str(&r.out), "no significant difference"));
     run_release(&r);
 
-    run_probe(&r, uf, "cmp.db", "--baseline", ua, "--kinds",
-              "needle,variables", "--lengths", "2k,16k,32k", "--depths",
-              "0,20,40,60,80,100", NULL);
+    run_probe(&r, uf, "cmp.db", "--baseline", ua, "--kinds", "needle,variables",
+              "--lengths", "2k,16k,32k", "--depths", "0,20,40,60,80,100", NULL);
     double p = overall_p(&r, &sig);
     assert_true(sig);
     assert_true(p > 0 && p < 0.05);
     assert_non_null(strstr(buf_str(&r.out), "the endpoint and the baseline "
                                             "differ (p = "));
-    json_t *o = json_object_get(json_object_get(r.j, "comparison"),
-                                "overall");
+    json_t *o = json_object_get(json_object_get(r.j, "comparison"), "overall");
     assert_int_equal(iget(o, "endpoint_only_pass"), 0);
     assert_true(iget(o, "baseline_only_pass") >= 6);
     run_release(&r);
@@ -363,10 +361,21 @@ static void test_interrupt_then_resume_sends_nothing_twice(void **state)
     start_sim(&sim, "--latency-ms", "150", NULL);
     char url[64];
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
-    const char *argv[] = {fidelity_bin(), "probe", "--endpoint", url, "--db",
-                          tpath("resume.db"), "--kinds", "needle",
-                          "--lengths", "1k,2k", "--depths", "0,25,50,75,100",
-                          "-j", "1", NULL};
+    const char *argv[] = {fidelity_bin(),
+                          "probe",
+                          "--endpoint",
+                          url,
+                          "--db",
+                          tpath("resume.db"),
+                          "--kinds",
+                          "needle",
+                          "--lengths",
+                          "1k,2k",
+                          "--depths",
+                          "0,25,50,75,100",
+                          "-j",
+                          "1",
+                          NULL};
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -438,9 +447,12 @@ static void no_tokenize(void *ud, const char *method, const char *path,
     char url[600];
     snprintf(url, sizeof(url), "%s%s", proc_url(sim), path);
     const char *h[] = {"Content-Type: application/json", NULL};
-    struct http_req req = {.method = method, .url = url,
-                           .body = len ? body : NULL, .body_len = len,
-                           .headers = h, .timeout_ms = 30000};
+    struct http_req req = {.method = method,
+                           .url = url,
+                           .body = len ? body : NULL,
+                           .body_len = len,
+                           .headers = h,
+                           .timeout_ms = 30000};
     struct http_resp resp;
     struct diag d;
     http_resp_init(&resp);
@@ -466,10 +478,14 @@ static void test_bad_input(void **state)
     run_release(&r);
     /* invalid option values and unknown options */
     static const char *const bad[][2] = {
-        {"--depths", "0,150"}, {"--kinds", "needle,bogus"},
-        {"--lengths", "1k,x"}, {"--profile", "huge"},
-        {"-j", "0"},           {"--extra-body", "[1]"},
-        {"--temperature", "-1"}, {"--frobnicate", "1"},
+        {"--depths", "0,150"},
+        {"--kinds", "needle,bogus"},
+        {"--lengths", "1k,x"},
+        {"--profile", "huge"},
+        {"-j", "0"},
+        {"--extra-body", "[1]"},
+        {"--temperature", "-1"},
+        {"--frobnicate", "1"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_probe(&r, "http://127.0.0.1:1", "bad.db", bad[i][0], bad[i][1],
@@ -504,15 +520,15 @@ static void test_bad_input(void **state)
     assert_int_equal(r.code, 0);
     assert_non_null(strstr(buf_str(&r.err), "tokenize' answered HTTP 404"));
     assert_non_null(strstr(buf_str(&r.err), "calibration"));
-    assert_string_equal(
-        sget(json_object_get(r.j, "endpoint"), "tokenizer"), "calibrated");
+    assert_string_equal(sget(json_object_get(r.j, "endpoint"), "tokenizer"),
+                        "calibrated");
     size_t i;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
     {
         assert_string_equal(sget(c, "outcome"), "pass");
-        double ratio = (double)iget(c, "prompt_tokens") /
-                       (double)iget(c, "target_tokens");
+        double ratio =
+            (double)iget(c, "prompt_tokens") / (double)iget(c, "target_tokens");
         /* sized by the line fitted from usage.prompt_tokens */
         assert_true(ratio >= 0.97 && ratio <= 1.0);
     }
@@ -577,8 +593,7 @@ static void test_retries_then_server_error_and_clipped(void **state)
     char url[64];
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
     run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
-              "--depths", "0,25,50,75,100", "-j", "1", "--retries", "8",
-              NULL);
+              "--depths", "0,25,50,75,100", "-j", "1", "--retries", "8", NULL);
     proc_stop(&sim);
     assert_int_equal(r.code, 0);
     json_array_foreach(cases(&r, "results"), i, c)

@@ -68,8 +68,7 @@ static void serve_one(struct fakesrv *s, int c)
     }
     long status = 200;
     const char *ctype = "application/json";
-    s->fn(s->ud, method, path, in.data + hdr_end, clen, &status, &ctype,
-          &out);
+    s->fn(s->ud, method, path, in.data + hdr_end, clen, &status, &ctype, &out);
     char head[256];
     int hn = snprintf(head, sizeof(head),
                       "HTTP/1.1 %ld X\r\nContent-Type: %s\r\n"
@@ -107,8 +106,7 @@ struct fakesrv *fakesrv_start(fakesrv_fn fn, void *ud, int *port)
     s->ud = ud;
     s->fd = socket(AF_INET, SOCK_STREAM, 0);
     if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&a, sizeof(a)) ||
-        listen(s->fd, 16) ||
-        getsockname(s->fd, (struct sockaddr *)&a, &al) ||
+        listen(s->fd, 16) || getsockname(s->fd, (struct sockaddr *)&a, &al) ||
         pthread_create(&s->th, NULL, loop, s)) {
         if (s->fd >= 0)
             close(s->fd);

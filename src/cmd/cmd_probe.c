@@ -521,6 +521,23 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
             }
     for (size_t i = 0; i < (o->g.temps ? o->g.n_temps : 1); i++)
         json_array_append_new(t, json_real(o->g.temps ? o->g.temps[i] : 0));
+    json_t *L = json_array(), *D = json_array();
+    for (size_t j = 0; j < n; j++) {
+        json_t *l = json_integer(s[j].length), *d = json_integer(s[j].depth);
+        size_t i;
+        json_t *x;
+        bool hl = false, hd = false;
+        json_array_foreach(L, i, x) hl |= json_equal(x, l);
+        json_array_foreach(D, i, x) hd |= json_equal(x, d);
+        if (!hl)
+            json_array_append(L, l);
+        if (!hd && s[j].depth >= 0)
+            json_array_append(D, d);
+        json_decref(l);
+        json_decref(d);
+    }
+    json_object_set_new(c, "lengths", L);
+    json_object_set_new(c, "depths", D);
     json_object_set_new(c, "kinds", k);
     json_object_set_new(c, "temperatures", t);
     json_object_set_new(c, "extra_body", json_boolean(o->extra != NULL));

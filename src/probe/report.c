@@ -245,6 +245,12 @@ static json_t *case_json(const struct probe_spec *s,
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
     json_object_set_new(c, "seed", json_string(seed));
+    if (s->kind == PROBE_CANARY && s->depth >= 0) {
+        unsigned n = probe_turns_for(s->target);
+        json_object_set_new(
+            c, "turn", json_integer(lround(s->depth / 100.0 * (n - 1)) + 1));
+        json_object_set_new(c, "turns", json_integer(n));
+    }
     if (!r->done)
         return c;
     json_object_set_new(c, "expected_tokens", json_integer(r->expected));
@@ -560,6 +566,18 @@ static void side_text(FILE *out, const struct probe_report_in *in,
     fprintf(out, "\n== %s %s (model %s, max_model_len %u, tokens by %s)\n", who,
             e->url, e->model ? e->model : "?", e->max_model_len,
             e->has_tokenize ? "/tokenize" : "calibration");
+    double lo = 2, hi = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (res[i].done && res[i].expected) {
+            double q = (double)res[i].expected / in->specs[i].target;
+            lo = q < lo ? q : lo;
+            hi = q > hi ? q : hi;
+        }
+    if (hi > 0)
+        fprintf(out,
+                "sizing: achieved %.1f%% to %.1f%% of the target "
+                "tokens\n",
+                100 * lo, 100 * hi);
     summary_table(out, in, res);
     for (int k = 0; k < PROBE_NKINDS; k++) {
         if (probe_kind_has_depth(k)) {

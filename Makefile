@@ -6,7 +6,7 @@
 PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
-            zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make
+            zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl
 
 CC      ?= cc
 ifdef SANITIZE
@@ -69,7 +69,7 @@ $(BIN): $(BUILD)/src/main.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs $(PKGS)) -lm -lpthread
 
 fidelity: $(BIN)
-	@if [ "$(BUILD)" = build ]; then cp $(BIN) fidelity; fi
+	@if [ "$(BUILD)" = build ]; then cp $(BIN) fidelity.tmp && mv -f fidelity.tmp fidelity; fi
 
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(LIB) | $(STAMP)
 	@mkdir -p $(dir $@)
@@ -97,7 +97,7 @@ format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
 demo: fidelity
-	@sh bench/../tests/demo.sh ./fidelity
+	@sh scripts/demo.sh ./fidelity
 
 clean:
 	rm -rf build build-san fidelity

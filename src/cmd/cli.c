@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
+#include "core/num.h"
 #include "core/xalloc.h"
 
 const struct cmd *cmd_find(const char *name)
@@ -84,24 +85,12 @@ int cli_parse_listen(const char *s, char **host, int *port, struct diag *d)
 
 int cli_parse_long(const char *s, long min, long max, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return -EINVAL;
-    *out = v;
-    return 0;
+    return num_parse_long(s, min, max, out);
 }
 
 int cli_parse_double(const char *s, double min, double max, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || isnan(v) || v < min || v > max)
-        return -EINVAL;
-    *out = v;
-    return 0;
+    return num_parse_double(s, min, max, out);
 }
 
 int cli_json_write(json_t *j, const char *path, struct diag *d)

@@ -1,14 +1,116 @@
 /*
- * cmd_sim: placeholder until the simulator lands (see docs/SIM.md).
+ * cmd_sim: `fidelity sim`, the built-in OpenAI-compatible server with
+ * injectable faults (docs/SIM.md). Parses the listen address, presets and
+ * fault options through the sim config table, then serves until a signal.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "sim/sim.h"
 
-const char CMD_SIM_HELP[] = "usage: fidelity sim [options]\n";
+const char CMD_SIM_HELP[] =
+    "usage: fidelity sim [--listen HOST:PORT] [--model NAME] [--preset P,...]\n"
+    "                    [fault options]\n"
+    "\n"
+    "A deterministic OpenAI-compatible server (chat, completions, sglang and\n"
+    "TGI /generate, /tokenize) that answers questions about facts stated in\n"
+    "the conversation it can see, and fails on purpose in the ways real\n"
+    "deployments fail. The default target for trying every command.\n"
+    "\n"
+    "  --listen HOST:PORT     where to listen (default 127.0.0.1:8000;\n"
+    "                         port 0 picks a free one). Prints\n"
+    "                         'fidelity sim: listening on http://HOST:PORT'.\n"
+    "  --model NAME           model id to report (default fidelity-sim)\n"
+    "  --preset LIST          mhc-bf16, splitk-decode, sparse-indexer,\n"
+    "                         routed-scaling (comma-separated)\n"
+    "\n"
+    "Faults (also settable at run time with POST /sim/config):\n"
+    "  --max-model-len N      --context-limit N\n"
+    "  --overflow error|oldest|middle|newest\n"
+    "  --keep-last-turns N    --ignore-system\n"
+    "  --reasoning-history keep|drop|keep-with-tools\n"
+    "  --forget-after N       --prefill-noise S   --decode-noise S\n"
+    "  --noise-growth P       --logit-scale F     --nondeterminism S\n"
+    "  --batch-variance S     --batch-window-ms N --collapse-after N\n"
+    "  --ignore-temperature   --no-prompt-logprobs\n"
+    "  --latency-ms N         --token-interval-ms N\n"
+    "  --rate-429 R  --rate-500 R  --rate-503 R   --cut-stream-after N\n"
+    "  --reasoning            --seed N            --max-body BYTES\n"
+    "See docs/SIM.md for what each one does and which real failure it\n"
+    "stands for.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity sim\n"
+    "  fidelity sim --listen 127.0.0.1:0 --context-limit 8192 "
+    "--overflow middle\n"
+    "  fidelity sim --preset mhc-bf16,splitk-decode\n"
+    "  curl -s localhost:8000/sim/config -d '{\"forget_after\": 4096}'\n";
+
+static void ready(int port, void *ud)
+{
+    printf("fidelity sim: listening on http://%s:%d\n", (const char *)ud,
+           port);
+    fflush(stdout);
+}
+
+static int parse(int argc, char **argv, struct sim_config *c, char **host,
+                 int *port)
+{
+    struct diag d = {""};
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i], *val = NULL, name[64];
+        if (strncmp(a, "--", 2) || strlen(a) < 3)
+            return cli_usage_error("sim", "unexpected argument '%s'", a);
+        char *eq = strchr(a, '=');
+        snprintf(name, sizeof(name), "%.*s",
+                 (int)(eq ? eq - a - 2 : (long)strlen(a) - 2), a + 2);
+        bool flag = sim_config_is_flag(name);
+        if (eq)
+            val = eq + 1;
+        else if (!flag && i + 1 < argc)
+            val = argv[++i];
+        if (!flag && !val)
+            return cli_usage_error("sim", "option '--%s' needs a value",
+                                   name);
+        int r = 0;
+        if (!strcmp(name, "listen")) {
+            free(*host);
+            r = cli_parse_listen(val, host, port, &d);
+        } else if (!strcmp(name, "preset")) {
+            r = sim_config_preset(c, val, &d);
+        } else {
+            r = sim_config_set(c, name, val, &d);
+            if (r == -ENOENT)
+                return cli_usage_error("sim", "unknown option '--%s'", name);
+        }
+        if (r)
+            return cli_usage_error("sim", "%s", d.msg);
+    }
+    return 0;
+}
 
 int cmd_sim(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("sim", EXIT_INTERNAL, "not built yet");
+    struct sim_config c;
+    struct sim *s;
+    struct diag d = {""};
+    char *host = strdup("127.0.0.1");
+    int port = 8000, r;
+    sim_config_defaults(&c);
+    if ((r = parse(argc, argv, &c, &host, &port))) {
+        free(host);
+        return r;
+    }
+    s = calloc(1, sizeof(*s));
+    sim_init(s, &c);
+    r = sim_serve(s, host, port, ready, host, &d);
+    free(s);
+    free(host);
+    if (r)
+        return cli_error("sim", EXIT_INTERNAL, "%s", d.msg);
+    return EXIT_PASS;
 }

@@ -1,0 +1,68 @@
+/*
+ * sim config: the simulator's fault settings (docs/SIM.md, "Faults"), one
+ * table that serves the command-line options, POST /sim/config, GET
+ * /sim/config and the presets, so the three can never disagree.
+ */
+#ifndef SIM_CONFIG_H
+#define SIM_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/diag.h"
+
+enum sim_overflow {
+    OVERFLOW_ERROR,
+    OVERFLOW_OLDEST,
+    OVERFLOW_MIDDLE,
+    OVERFLOW_NEWEST
+};
+enum sim_rhist { RHIST_KEEP, RHIST_DROP, RHIST_KEEP_WITH_TOOLS };
+
+struct sim_config {
+    char model[128];
+    long max_model_len;
+    long context_limit; /* 0: max_model_len */
+    long overflow;      /* enum sim_overflow */
+    long keep_last_turns;
+    bool ignore_system;
+    long reasoning_history; /* enum sim_rhist */
+    long forget_after;
+    double prefill_noise;
+    double decode_noise;
+    double noise_growth;
+    double logit_scale;
+    double nondeterminism;
+    double batch_variance;
+    long batch_window_ms;
+    long collapse_after;
+    bool ignore_temperature;
+    bool no_prompt_logprobs;
+    long latency_ms;
+    long token_interval_ms;
+    double rate_429;
+    double rate_500;
+    double rate_503;
+    long cut_stream_after;
+    bool reasoning;
+    long seed;
+    long max_body;
+};
+
+void sim_config_defaults(struct sim_config *c);
+/* Sets one field by option name ("context-limit" or "context_limit") from
+ * text. value is NULL for a flag. -ENOENT for an unknown name, -EINVAL for
+ * a bad value; d says which and what is allowed. */
+int sim_config_set(struct sim_config *c, const char *name, const char *value,
+                   struct diag *d);
+/* True when name is a flag that takes no value. */
+bool sim_config_is_flag(const char *name);
+/* Applies every key of obj; on error c is unaltered. */
+int sim_config_apply_json(struct sim_config *c, json_t *obj, struct diag *d);
+/* Applies the comma-separated presets; on error c may be partly changed. */
+int sim_config_preset(struct sim_config *c, const char *list, struct diag *d);
+json_t *sim_config_to_json(const struct sim_config *c);
+/* The tokens the server keeps: context_limit or max_model_len. */
+long sim_config_limit(const struct sim_config *c);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * reply: the simulator's rule-based chat answers (docs/SIM.md, "The
+ * model"). It reads the prompt tokens the model saw, finds the facts,
+ * variables and user messages that are visible (inside --forget-after of the
+ * end), and writes the reply a real model would give, or the "I don't see
+ * any earlier message" reply when what was asked for is not visible.
+ */
+#ifndef SIM_REPLY_H
+#define SIM_REPLY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+
+struct reply_in {
+    const int32_t *toks; /* the prompt as the model saw it */
+    size_t n;
+    size_t window;       /* forget-after; 0: everything is visible */
+    json_t *tools;       /* the request's tools array, or NULL */
+    int variant;         /* 0: plain; 1, 2: phrasing variants */
+    bool want_reasoning;
+};
+
+struct reply_out {
+    struct buf content;
+    struct buf reasoning;
+    char *tool_name;   /* set when the reply is a tool call */
+    char *tool_args;   /* JSON text of its arguments */
+};
+
+void reply_out_init(struct reply_out *r);
+void reply_out_release(struct reply_out *r);
+void reply_write(const struct reply_in *in, struct reply_out *out);
+
+/* The "not visible" answers, exposed for tests and for docs. */
+extern const char REPLY_NOT_SEEN[];
+extern const char REPLY_FIRST_MESSAGE[];
+
+#endif

@@ -131,8 +131,8 @@ static void worst_push(struct drift_analysis *a, const struct drift_worst *w)
 {
     struct drift_worst *h = a->worst;
     size_t i;
-    if (a->worst_cap == 0)
-        return;
+    if (a->worst_cap == 0 || !(w->kl > 0))
+        return; /* positions that agree exactly are not "worst" */
     if (a->n_worst < a->worst_cap) {
         i = a->n_worst++;
         while (i > 0 && h[(i - 1) / 2].kl > w->kl) {
@@ -173,6 +173,7 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
     c->n++;
     c->pos_sum += pos;
     c->kl_sum += m->kl;
+    c->kl_sq += m->kl * m->kl;
     if (m->kl > c->kl_max)
         c->kl_max = m->kl;
     drift_sketch_add(&c->kl, m->kl);
@@ -180,6 +181,7 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
     c->nll_c -= m->lp_c;
     c->dp_sum += m->dp;
     c->dp_sq += m->dp * m->dp;
+    c->dp_q += m->dp * m->dp * m->dp * m->dp;
     if (m->has_top) {
         c->top_n++;
         c->top1_agree += m->top1_agree;
@@ -225,6 +227,15 @@ void drift_bucket_summary(const struct drift_acc *c, struct drift_bsum *s)
     s->dp_mean = c->dp_sum / n;
     s->dp_rms = sqrt(c->dp_sq / n);
     s->top1 = c->top_n ? (double)c->top1_agree / (double)c->top_n : 1;
+    double var = c->n > 1 ? (c->kl_sq - n * s->kl_mean * s->kl_mean) /
+                                (n - 1)
+                          : 0;
+    s->kl_se = var > 0 ? sqrt(var / n) : 0;
+    double ms = c->dp_sq / n;
+    double var2 = c->n > 1 ? (c->dp_q - n * ms * ms) / (n - 1) : 0;
+    s->dp_ms_se = var2 > 0 ? sqrt(var2 / n) : 0;
+    s->top1_se = c->top_n ? sqrt(s->top1 * (1 - s->top1) / (double)c->top_n)
+                          : 0;
     s->flips = c->flips;
     s->overlap = c->top_n ? c->overlap_sum / (double)c->top_n : 1;
 }
@@ -238,12 +249,14 @@ void drift_analysis_total(const struct drift_analysis *a, enum drift_arm arm,
         out->n += c->n;
         out->pos_sum += c->pos_sum;
         out->kl_sum += c->kl_sum;
+        out->kl_sq += c->kl_sq;
         if (c->kl_max > out->kl_max)
             out->kl_max = c->kl_max;
         out->nll_g += c->nll_g;
         out->nll_c += c->nll_c;
         out->dp_sum += c->dp_sum;
         out->dp_sq += c->dp_sq;
+        out->dp_q += c->dp_q;
         out->top_n += c->top_n;
         out->top1_agree += c->top1_agree;
         out->flips += c->flips;
@@ -297,6 +310,16 @@ void drift_bucket_excess(const struct drift_bsum *cand,
     out->top1 = 1 - (dis > base_dis ? dis - base_dis : 0);
     double f = (double)cand->flips - BASE(flips);
     out->flips = f > 0 ? (uint64_t)llround(f) : 0;
+    double wt = w * w, ws = has_self ? 0.25 : 0;
+    out->kl_se = sqrt(nz(cand->kl_se) * nz(cand->kl_se) +
+                      wt * nz(ctrl->kl_se) * nz(ctrl->kl_se) +
+                      ws * nz(self->kl_se) * nz(self->kl_se));
+    out->dp_ms_se = sqrt(nz(cand->dp_ms_se) * nz(cand->dp_ms_se) +
+                         wt * nz(ctrl->dp_ms_se) * nz(ctrl->dp_ms_se) +
+                         ws * nz(self->dp_ms_se) * nz(self->dp_ms_se));
+    out->top1_se = sqrt(nz(cand->top1_se) * nz(cand->top1_se) +
+                        wt * nz(ctrl->top1_se) * nz(ctrl->top1_se) +
+                        ws * nz(self->top1_se) * nz(self->top1_se));
     out->overlap = 1 - sub0(1 - nz(cand->overlap),
                             w * (ctrl->n ? 1 - nz(ctrl->overlap) : 0) +
                                 (has_self && self->n
@@ -327,11 +350,16 @@ enum drift_verdict drift_bucket_verdict(const struct drift_bsum *x,
 {
     if (x->n == 0)
         return DRIFT_NA;
-    enum drift_verdict v = above(x->kl_mean, th->kl_mean);
-    v = drift_verdict_worse(v, above(x->kl_p999, th->kl_p999));
-    v = drift_verdict_worse(v, above(x->dp_rms, th->dp_rms));
+    enum drift_verdict v = above(x->kl_mean - 2 * x->kl_se, th->kl_mean);
+    /* below 1,000 positions the 99.9th percentile is the sample maximum,
+     * which noise alone drives up: it is shown but not judged */
+    if (x->n >= 1000)
+        v = drift_verdict_worse(v, above(x->kl_p999, th->kl_p999));
+    double ms_lo = x->dp_rms * x->dp_rms - 2 * x->dp_ms_se;
+    v = drift_verdict_worse(v, above(ms_lo > 0 ? sqrt(ms_lo) : 0,
+                                     th->dp_rms));
     double dis[2] = {1 - th->top1[0], 1 - th->top1[1]};
-    v = drift_verdict_worse(v, above(1 - x->top1, dis));
+    v = drift_verdict_worse(v, above(1 - x->top1 - 2 * x->top1_se, dis));
     return v;
 }
 

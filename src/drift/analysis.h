@@ -53,9 +53,9 @@ double drift_sketch_quantile(const struct drift_sketch *s, double q);
 struct drift_acc {
     uint64_t n;
     double pos_sum; /* sum of positions, for the bucket's mean position */
-    double kl_sum, kl_max;
+    double kl_sum, kl_sq, kl_max;
     double nll_g, nll_c; /* sums of -lp(x), -lq(x) */
-    double dp_sum, dp_sq;
+    double dp_sum, dp_sq, dp_q; /* sums of dp, dp^2, dp^4 */
     uint64_t top_n, top1_agree, flips;
     double overlap_sum;
     struct drift_sketch kl;
@@ -68,6 +68,9 @@ struct drift_bsum {
     double log_ppl_ratio; /* mean(-lq(x)) - mean(-lp(x)) = ln(PPL_Q/PPL_P) */
     double dp_mean, dp_rms;
     double top1;  /* agreement in [0, 1]; 1 when no top-k was given */
+    double kl_se;   /* standard error of kl_mean */
+    double top1_se; /* standard error of top1 */
+    double dp_ms_se; /* standard error of dp_rms^2 (mean of dp^2) */
     uint64_t flips;
     double overlap;
 };
@@ -156,12 +159,18 @@ void drift_analysis_total(const struct drift_analysis *a, enum drift_arm arm,
  * run-to-run noise on both sides (see docs/DRIFT.md); without one it is
  * ctrl. Mean and quantile KL, log-PPL and disagreement subtract; RMS
  * delta-p subtracts in squares. Excess values are clamped at 0 (top1 at 1).
+ * kl_se and top1_se of the excess combine the arms' standard errors, so
+ * that a verdict can ask whether the excess stands out of the noise.
  */
 void drift_bucket_excess(const struct drift_bsum *cand,
                          const struct drift_bsum *ctrl,
                          const struct drift_bsum *self, bool has_self,
                          struct drift_bsum *out);
-/* Verdict of one bucket's excess; NA when it has no positions. */
+/* Verdict of one bucket's excess; NA when it has no positions. Mean KL
+ * and top-1 agreement are judged on their lower confidence bound (excess
+ * minus 2 standard errors), so run-to-run noise alone does not WARN;
+ * so is RMS delta-p (through the standard error of its square). p99.9 is
+ * judged only for buckets of 1,000 positions or more. */
 enum drift_verdict drift_bucket_verdict(const struct drift_bsum *excess,
                                         const struct drift_thresholds *th);
 

@@ -5,8 +5,11 @@
  * candidate prefill vs candidate decode (DP), golden prefill vs candidate
  * decode (DG). PP shows prefill kernels; DG shows decode kernels (the
  * decode path against the reference); DP, the candidate against itself,
- * moves with either. Attribution: prefill when PP is not PASS, decode when
- * DG is not PASS while PP is, both when both are off with DP also off.
+ * moves with either. Attribution: prefill kernels when PP is off and DG
+ * is not; decode kernels when DG is off and PP is not; when both are off,
+ * "shared" if the candidate's decode agrees with its own prefill (DP
+ * passes: a change common to both paths, such as weights or scaling), else
+ * both kernels.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +42,7 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_item *it, struct drift_analysis an[3],
                    struct diag *d)
 {
-    struct drift_lp dec, gp, cp, dshift;
+    struct drift_lp dec, gp, cp, dshift, gp2, cp2;
     uint32_t prompt = (uint32_t)(it->n < o->decode_prompt ? it->n
                                                           : o->decode_prompt);
     unsigned max_new = o->decode_tokens ? o->decode_tokens : 32;
@@ -50,6 +53,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     drift_lp_init(&gp);
     drift_lp_init(&cp);
     drift_lp_init(&dshift);
+    drift_lp_init(&gp2);
+    drift_lp_init(&cp2);
     ret = drift_side_generate(c, it->ids, prompt, max_new, &dec, d);
     if (ret)
         goto out;
@@ -60,6 +65,11 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     ret = drift_side_score(g, full, n, &gp, d);
     if (!ret && r->dec.have_pp)
         ret = drift_side_score(c, full, n, &cp, d);
+    /* second passes: the noise baseline on these very positions */
+    if (!ret && r->has_control)
+        ret = drift_side_score(g, full, n, &gp2, d);
+    if (!ret && r->has_self)
+        ret = drift_side_score(c, full, n, &cp2, d);
     if (ret)
         goto out;
     /* decode entries name the generated token by id (or text in echo);
@@ -79,6 +89,12 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
         drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &cp,
                          &dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
     }
+    if (r->has_control)
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &gp, &gp2,
+                         prompt, n, o, "decode-control");
+    if (r->has_self)
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, seq[0], &cp, &cp2,
+                         prompt, n, o, "decode-self");
     drift_compare_lp(&an[DRIFT_DP_DG], DRIFT_ARM_CAND, seq[2], &gp, &dshift,
                      prompt, n, o, dp_names[DRIFT_DP_DG]);
     r->dec.generated += dec.n;
@@ -91,6 +107,8 @@ out:
     drift_lp_release(&gp);
     drift_lp_release(&cp);
     drift_lp_release(&dshift);
+    drift_lp_release(&gp2);
+    drift_lp_release(&cp2);
     return ret;
 }
 
@@ -102,8 +120,8 @@ static enum drift_attr attribute(const struct drift_decode *dc)
               dc->verdict[DRIFT_DP_DG] != DRIFT_NA;
     bool dp = dc->have_pp && dc->verdict[DRIFT_DP_DP] != DRIFT_PASS &&
               dc->verdict[DRIFT_DP_DP] != DRIFT_NA;
-    if (pp && dg && dp)
-        return DRIFT_ATTR_BOTH;
+    if (pp && dg)
+        return dp ? DRIFT_ATTR_BOTH : DRIFT_ATTR_SHARED;
     if (pp)
         return DRIFT_ATTR_PREFILL;
     if (dg)
@@ -130,11 +148,28 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
             o->on_progress(o->ud, "decode", i, nseq);
         ret = one_seq(g, c, o, r, &r->corpus.items[i], an, d);
     }
+    /* the noise baseline: second prefill passes over the same generated
+     * positions (golden run to run, candidate run to run); DP compares
+     * two candidate samples, so its baseline is the whole self figure */
+    struct drift_acc tc, ts;
+    struct drift_bsum bc, bs, zero = {0};
+    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, &tc);
+    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, &ts);
+    drift_bucket_summary(&tc, &bc);
+    drift_bucket_summary(&ts, &bs);
+    if (!r->has_control)
+        bc = zero;
     for (int k = 0; k < 3; k++) {
         struct drift_acc tot;
         drift_analysis_total(&an[k], DRIFT_ARM_CAND, &tot);
         drift_bucket_summary(&tot, &r->dec.sum[k]);
-        r->dec.verdict[k] = drift_bucket_verdict(&r->dec.sum[k], &o->th);
+        if (k == DRIFT_DP_DP)
+            drift_bucket_excess(&r->dec.sum[k], r->has_self ? &bs : &zero,
+                                &bs, r->has_self, &r->dec.excess[k]);
+        else
+            drift_bucket_excess(&r->dec.sum[k], &bc, &bs, r->has_self,
+                                &r->dec.excess[k]);
+        r->dec.verdict[k] = drift_bucket_verdict(&r->dec.excess[k], &o->th);
         drift_analysis_release(&an[k]);
     }
     if (!r->dec.have_pp) {

@@ -57,7 +57,7 @@ static void one_request(struct det_one *o)
 
     drift_lp_init(&lp);
     enum drift_dialect dl = o->side.dialect;
-    if (!o->want_prompt)
+    if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
         o->side.dialect = DRIFT_DIALECT_ECHO; /* plain OpenAI generation */
     o->ret = drift_side_request(&o->side, &r, &out, &o->d);
     if (!o->ret && o->want_prompt) {
@@ -83,36 +83,40 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-/* Fills distinct / first_diff / prompt_identical for one phase. */
-static void tally(struct det_one *v, unsigned n, int phase,
-                  struct drift_det_side *out)
+/* Fills distinct / first_diff / prompt_identical for one phase. The
+ * reference is the first good answer sent alone (ref_v), so answers under
+ * load that agree with each other but not with it still count. */
+static void tally(struct det_one *v, unsigned n, const struct det_one *ref_v,
+                  int phase, struct drift_det_side *out)
 {
-    uint64_t seen[DET_MAX];
+    uint64_t seen[DET_MAX + 1];
     unsigned nd = 0;
     long first = -1;
     bool same_prompt = true;
-    int ref = -1;
-    for (unsigned i = 0; i < n; i++) {
-        if (v[i].ret) {
-            out->failed++;
+    const struct det_one *ref = ref_v;
+    for (unsigned i = 0; i < n + 1; i++) {
+        const struct det_one *x = i == 0 ? ref_v : &v[i - 1];
+        if (!x)
+            continue;
+        if (x->ret) {
+            out->failed += i > 0;
             continue;
         }
-        uint64_t h = hash64(v[i].out, v[i].n_out * sizeof(uint32_t),
-                            v[i].n_out);
+        uint64_t h = hash64(x->out, x->n_out * sizeof(uint32_t), x->n_out);
         bool dup = false;
         for (unsigned k = 0; k < nd && !dup; k++)
             dup = seen[k] == h;
         if (!dup)
             seen[nd++] = h;
-        if (ref < 0) {
-            ref = (int)i;
+        if (!ref || ref->ret) {
+            ref = x;
             continue;
         }
-        long at = drift_ids_first_diff(v[ref].out, v[ref].n_out, v[i].out,
-                                       v[i].n_out);
+        long at = drift_ids_first_diff(ref->out, ref->n_out, x->out,
+                                       x->n_out);
         if (at >= 0 && (first < 0 || at < first))
             first = at;
-        if (v[i].prompt_hash != v[ref].prompt_hash)
+        if (x->prompt_hash != ref->prompt_hash)
             same_prompt = false;
     }
     out->distinct[phase] = nd;
@@ -130,6 +134,13 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
+    /* one generation first settles which dialect returns generated ids */
+    struct drift_lp probe;
+    drift_lp_init(&probe);
+    ret = drift_side_generate(s, ids, n, max_new, &probe, d);
+    drift_lp_release(&probe);
+    if (ret)
+        return ret;
     if (count < 2)
         count = 2;
     if (count > DET_MAX)
@@ -138,13 +149,16 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
         max_new = 512;
     out->ran = true;
     out->n = count;
+    enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
     out->prompt_checked = s->dialect != DRIFT_DIALECT_NONE &&
                           s->dialect != DRIFT_DIALECT_AUTO;
     v = xcalloc(count, sizeof(*v));
+    struct det_one *alone = xcalloc(count, sizeof(*alone));
     for (int phase = 0; phase < 2; phase++) {
         pthread_barrier_init(&start, NULL, count);
         for (unsigned i = 0; i < count; i++) {
             drift_side_clone(&v[i].side, s);
+            v[i].side.dialect = dl;
             v[i].ids = ids;
             v[i].n = n;
             v[i].max_new = max_new;
@@ -166,7 +180,13 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
             pthread_join(th[i], NULL);
         pthread_barrier_destroy(&start);
         unsigned failed_before = out->failed;
-        tally(v, count, phase, out);
+        const struct det_one *ref = NULL;
+        for (unsigned i = 0; phase == 1 && i < count && !ref; i++)
+            if (!alone[i].ret)
+                ref = &alone[i];
+        tally(v, count, ref, phase, out);
+        if (phase == 0)
+            memcpy(alone, v, count * sizeof(*v));
         if (out->failed - failed_before == count && !ret)
             ret = diag_set(d, EPROTO,
                            "%s: every determinism request failed: %s",
@@ -177,5 +197,6 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
             break;
     }
     free(v);
+    free(alone);
     return ret;
 }

@@ -447,6 +447,8 @@ static int parse_sglang(const json_t *resp, const struct drift_req *r,
     const json_t *tl = json_object_get(m, "input_token_logprobs");
     const json_t *top = json_object_get(m, "input_top_logprobs");
     const json_t *ex = json_object_get(m, "input_token_ids_logprobs");
+    if (!ex) /* the spelling some sglang versions (and the sim) use */
+        ex = json_object_get(m, "input_token_ids_logprob");
     if (!json_is_array(tl))
         return diag_set(dg, EBADMSG,
                         "answer has no 'meta_info.input_token_logprobs'");
@@ -544,7 +546,7 @@ static int decode_completions(const json_t *resp, struct drift_lp *lp,
         const json_t *v = json_array_get(tids, i);
         uint64_t id;
         if (!get_id(v, &id))
-            return diag_set(dg, EBADMSG,
+            return diag_set(dg, ENOKEY,
                             "cannot tell the id of generated token %u: the "
                             "server gives neither 'token_id:N' tokens "
                             "(return_tokens_as_token_ids) nor "

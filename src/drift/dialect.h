@@ -107,7 +107,9 @@ int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
 /*
  * Reads the generated tokens of an answer: their ids into lp->ids and their
  * decode-time distributions into lp->pos. lp->n becomes the number of
- * generated tokens. -EBADMSG as above, also when ids cannot be recovered.
+ * generated tokens. -EBADMSG as above; -ENOKEY when the answer does not
+ * say which token ids were generated (OpenAI completions without vLLM's
+ * return_tokens_as_token_ids or token_ids).
  */
 int drift_parse_decode(enum drift_dialect d, const json_t *resp,
                        struct drift_lp *lp, struct diag *dg);

@@ -63,7 +63,8 @@ enum drift_attr {
     DRIFT_ATTR_NONE,
     DRIFT_ATTR_PREFILL,
     DRIFT_ATTR_DECODE,
-    DRIFT_ATTR_BOTH,
+    DRIFT_ATTR_BOTH,   /* each path differs in its own way */
+    DRIFT_ATTR_SHARED, /* both paths alike: weights, scaling, config */
     DRIFT_ATTR_UNKNOWN /* not run */
 };
 const char *drift_attr_name(enum drift_attr a);
@@ -73,6 +74,7 @@ struct drift_decode {
     bool have_pp; /* false when the candidate has no prompt logprobs */
     unsigned seqs, generated;
     struct drift_bsum sum[DRIFT_DPATHS];
+    struct drift_bsum excess[DRIFT_DPATHS]; /* over the prefill arms' noise */
     enum drift_verdict verdict[DRIFT_DPATHS];
     enum drift_attr attribution;
 };

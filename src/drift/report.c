@@ -190,9 +190,10 @@ static void decode_block(const struct drift_result *r, struct buf *b)
             continue;
         }
         buf_printf(b, "%-36s: KL mean %.3e  max %.3e  top1 %.3f%%  dp rms "
-                      "%.4f%%  %s\n",
+                      "%.4f%%  %s (excess KL %.2e)\n",
                    nm[k], s->kl_mean, s->kl_max, 100 * s->top1,
-                   100 * s->dp_rms, arm_verdict(dc->verdict[k]));
+                   100 * s->dp_rms, arm_verdict(dc->verdict[k]),
+                   dc->excess[k].kl_mean);
     }
     buf_printf(b, "attribution: %s\n", drift_attr_name(dc->attribution));
 }
@@ -364,6 +365,7 @@ static json_t *decode_json(const struct drift_decode *dc)
     json_object_set_new(o, "generated", json_integer(dc->generated));
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         json_t *s = bsum_json(&dc->sum[k]);
+        json_object_set_new(s, "excess", bsum_json(&dc->excess[k]));
         json_object_set_new(s, "verdict", json_string(drift_verdict_name(
                                               dc->verdict[k])));
         json_object_set_new(o, nm[k], s);

@@ -36,6 +36,7 @@ const char *drift_attr_name(enum drift_attr a)
         [DRIFT_ATTR_PREFILL] = "prefill kernels",
         [DRIFT_ATTR_DECODE] = "decode kernels",
         [DRIFT_ATTR_BOTH] = "prefill and decode kernels",
+        [DRIFT_ATTR_SHARED] = "shared by both paths (weights, scaling)",
         [DRIFT_ATTR_UNKNOWN] = "not run",
     };
     return n[a];

@@ -76,6 +76,7 @@ void drift_side_clone(struct drift_side *dst, const struct drift_side *src)
     dst->extra_body = src->extra_body ? json_deep_copy(src->extra_body)
                                       : NULL;
     dst->dialect = src->dialect;
+    dst->gen_dialect = src->gen_dialect;
     dst->top_k = src->top_k;
     dst->timeout_ms = src->timeout_ms;
 }
@@ -243,25 +244,53 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
     return ret;
 }
 
-int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                        unsigned max_new, struct drift_lp *lp,
-                        struct diag *d)
+static int generate_in(struct drift_side *s, enum drift_dialect dl,
+                       const uint32_t *ids, size_t n, unsigned max_new,
+                       struct drift_lp *lp, struct diag *d)
 {
     struct drift_req r = {.ids = ids, .n = n, .max_new = max_new};
     enum drift_dialect keep = s->dialect;
     json_t *out;
-    /* a server without prompt logprobs still generates like OpenAI */
-    if (s->dialect == DRIFT_DIALECT_NONE || s->dialect == DRIFT_DIALECT_AUTO)
-        s->dialect = DRIFT_DIALECT_ECHO;
+    s->dialect = dl;
     int ret = drift_side_request(s, &r, &out, d);
     if (!ret) {
-        ret = drift_parse_decode(s->dialect, out, lp, d);
+        ret = drift_parse_decode(dl, out, lp, d);
         if (ret)
-            diag_prefix(d, "%s generation", s->label);
+            diag_prefix(d, "%s generation (%s dialect)", s->label,
+                        drift_dialect_name(dl));
     }
     s->dialect = keep;
     json_decref(out);
     return ret;
+}
+
+int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
+                        unsigned max_new, struct drift_lp *lp,
+                        struct diag *d)
+{
+    static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
+                                                  DRIFT_DIALECT_TGI};
+    enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
+    /* a server without prompt logprobs still generates like OpenAI */
+    if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
+        dl = DRIFT_DIALECT_ECHO;
+    int ret = generate_in(s, dl, ids, n, max_new, lp, d);
+    if (ret != -ENOKEY || s->gen_dialect)
+        return ret;
+    /* OpenAI completions may name generated tokens only by text: ask the
+     * dialects that return ids, and remember the one that works */
+    char first[sizeof(d->msg)];
+    snprintf(first, sizeof(first), "%s", d->msg);
+    for (size_t i = 0; i < 2; i++) {
+        ret = generate_in(s, with_ids[i], ids, n, max_new, lp, d);
+        if (!ret) {
+            s->gen_dialect = with_ids[i];
+            return 0;
+        }
+        if (ret == -ECONNREFUSED || ret == -ETIMEDOUT)
+            return ret;
+    }
+    return diag_set(d, ENOKEY, "%.500s", first);
 }
 
 /* One detection attempt: does dialect dl return prompt logprobs? */

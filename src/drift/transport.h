@@ -31,6 +31,7 @@ struct drift_side {
     size_t n_headers;
     json_t *extra_body; /* merged into every request; may be NULL */
     enum drift_dialect dialect;
+    enum drift_dialect gen_dialect; /* generation, when it differs; AUTO 0 */
     unsigned top_k;
     long timeout_ms;
     struct http_client *http;
@@ -72,7 +73,9 @@ int drift_side_detect(struct drift_side *s, const uint32_t *probe,
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
                      struct drift_lp *lp, struct diag *d);
 /* Greedy generation of up to max_new tokens after ids; lp gets the
- * generated ids and their decode-time distributions. */
+ * generated ids and their decode-time distributions. When the side's
+ * dialect names generated tokens only by text (-ENOKEY), sglang and TGI
+ * generation are tried and the first that works is kept in gen_dialect. */
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
                         unsigned max_new, struct drift_lp *lp,
                         struct diag *d);

@@ -195,11 +195,16 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
                  : (p[0] & 0xf0) == 0xe0                ? 3
                  : (p[0] & 0xf8) == 0xf0                ? 4
                                                         : 0;
-    if (!len || len > n || (len == 2 && p[0] < 0xc2))
+    if (!len || len > n || (len == 2 && p[0] < 0xc2) || p[0] > 0xf4)
         return 0;
     for (size_t i = 1; i < len; i++)
         if ((p[i] & 0xc0) != 0x80)
             return 0;
+    /* RFC 3629 section 4: no overlong forms, surrogates or code points
+     * above U+10FFFF */
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+        return 0;
     return len;
 }
 
@@ -293,9 +298,7 @@ int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
                     struct sim_resp *r)
 {
     long limit = sim_config_limit(&s->cfg);
-    if ((long)toks->n <= limit)
-        return 0;
-    if (s->cfg.overflow == OVERFLOW_ERROR) {
+    if (s->cfg.overflow == OVERFLOW_ERROR && (long)toks->n + max_new > limit) {
         sim_error(r, 400, "messages",
                   "This model's maximum context length is %ld tokens. "
                   "However, you requested %ld tokens (%zu in the messages, "
@@ -304,7 +307,8 @@ int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
                   limit, (long)toks->n + max_new, toks->n, max_new);
         return -1;
     }
-    tmpl_truncate(toks, (size_t)limit, s->cfg.overflow);
+    if ((long)toks->n > limit)
+        tmpl_truncate(toks, (size_t)limit, s->cfg.overflow);
     return 0;
 }
 

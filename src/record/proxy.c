@@ -1019,6 +1019,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
     curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
     curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+    /* keep upstream connections for as many clients as are likely to be
+     * open at once; curl's default cache closes them under load */
+    curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 1024L);
     rc = open_store(r, d);
     if (rc)
         goto fail;

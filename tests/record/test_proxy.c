@@ -7,13 +7,13 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -651,8 +651,8 @@ static void test_cli(void **state)
     const char *const scheme[] = {"record", "--upstream", "ftp://x", NULL};
     assert_int_equal(proc_run(scheme, NULL, &out, &err, 10), 2);
     buf_reset(&err);
-    const char *const size[] = {"record", "--upstream", "http://x",
-                                "--max-body", "12Q", NULL};
+    const char *const size[] = {"record",     "--upstream", "http://x",
+                                "--max-body", "12Q",        NULL};
     assert_int_equal(proc_run(size, NULL, &out, &err, 10), 2);
     assert_non_null(strstr(buf_str(&err), "--max-body '12Q'"));
     buf_release(&out);
@@ -661,8 +661,7 @@ static void test_cli(void **state)
     char *dir = rec_tmpdir();
     char *db = xasprintf("%s/c.db", dir);
     struct proc p;
-    assert_int_equal(
-        rec_start_record(&p, "http://127.0.0.1:9", db, NULL), 0);
+    assert_int_equal(rec_start_record(&p, "http://127.0.0.1:9", db, NULL), 0);
     kill(p.pid, SIGINT);
     int status = -1;
     for (int i = 0; i < 300; i++) {
@@ -701,8 +700,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_header_and_kinds, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_keep_alive, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_upstream_timeout,
-                                        fx_setup_timeout, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_upstream_timeout, fx_setup_timeout,
+                                        fx_teardown),
         cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

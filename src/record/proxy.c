@@ -13,7 +13,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/thread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -25,6 +24,7 @@
 #include <strings.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
@@ -69,6 +69,8 @@ struct record {
     struct ex *d_head, *d_tail; /* stored, back to the loop */
     bool quit;
     struct event *done_ev;
+    int wake[2]; /* writer -> loop: a byte per handed-back batch; a pipe
+                  * rather than event_active keeps libevent lock-free */
     int stopping;
     struct record_stats stats;
     CURL *pool[EASY_POOL];
@@ -833,7 +835,9 @@ static void *writer_main(void *arg)
             r->d_tail = batch[i];
         }
         pthread_mutex_unlock(&r->mu);
-        event_active(r->done_ev, EV_READ, 0);
+        if (write(r->wake[1], "x", 1) < 0) {
+            /* full pipe: the loop has wake-ups pending already */
+        }
     }
     return NULL;
 }
@@ -842,8 +846,10 @@ static void *writer_main(void *arg)
 static void on_stored(evutil_socket_t fd, short what, void *arg)
 {
     struct record *r = arg;
-    (void)fd;
+    char drain[256];
     (void)what;
+    while (fd >= 0 && read(fd, drain, sizeof(drain)) > 0)
+        ;
     pthread_mutex_lock(&r->mu);
     struct ex *e = r->d_head;
     r->d_head = r->d_tail = NULL;
@@ -1025,6 +1031,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
 
     *out = NULL;
     r->o = *o;
+    r->wake[0] = r->wake[1] = -1;
     if (!r->o.max_capture)
         r->o.max_capture = (size_t)256 << 20;
     r->upstream = xstrdup(o->upstream);
@@ -1032,7 +1039,6 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     while (ul && r->upstream[ul - 1] == '/')
         r->upstream[--ul] = '\0';
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    evthread_use_pthreads();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->base = event_base_new();
@@ -1058,7 +1064,15 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     rc = setup_http(r, d);
     if (rc)
         goto fail;
-    r->done_ev = event_new(r->base, -1, 0, on_stored, r);
+    if (pipe(r->wake)) {
+        rc = diag_set(d, errno, "cannot create a pipe: %s", strerror(errno));
+        goto fail;
+    }
+    evutil_make_socket_nonblocking(r->wake[0]);
+    evutil_make_socket_nonblocking(r->wake[1]);
+    r->done_ev =
+        event_new(r->base, r->wake[0], EV_READ | EV_PERSIST, on_stored, r);
+    event_add(r->done_ev, NULL);
     if (pthread_create(&r->writer, NULL, writer_main, r)) {
         rc = diag_set(d, EAGAIN, "cannot start the store writer thread");
         goto fail;
@@ -1128,6 +1142,10 @@ void record_free(struct record *r)
     }
     if (r->done_ev)
         event_free(r->done_ev);
+    if (r->wake[0] >= 0) {
+        close(r->wake[0]);
+        close(r->wake[1]);
+    }
     while (r->closing) {
         struct ex *e = r->closing;
         list_del(&r->closing, e);

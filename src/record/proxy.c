@@ -770,6 +770,19 @@ static json_t *stream_reply(const struct ex *e, size_t cap)
     return r;
 }
 
+/* Appends an exchange the store refused to the spill file: 1, or 2 when
+ * that fails too (lost). */
+static int spill(struct record *r, struct ex *e, const char *why)
+{
+    struct diag sd = {{0}};
+    logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
+          why, r->o.spill_path);
+    if (!xchg_spill_append(r->o.spill_path, &e->x, &sd))
+        return 1;
+    logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
+    return 2;
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file. */
 static void store_batch(struct record *r, struct ex **batch, size_t n)
 {
@@ -791,18 +804,13 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
-        e->outcome = 0;
-        if (!rcs[i])
-            continue;
-        logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method,
-              e->x.path, d.msg, r->o.spill_path);
-        struct diag sd = {{0}};
-        if (xchg_spill_append(r->o.spill_path, &e->x, &sd)) {
-            e->outcome = 2;
-            logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
-        } else {
-            e->outcome = 1;
-        }
+        e->outcome = rcs[i] ? spill(r, e, d.msg) : 0;
+        /* free the recorded copy here, off the forwarding loop; the loop
+         * needs only how it ended */
+        enum xchg_end end = e->x.end;
+        xchg_release(&e->x);
+        e->x.end = end;
+        buf_release(&e->body);
     }
 }
 

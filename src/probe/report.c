@@ -352,7 +352,7 @@ static json_t *side_json(const struct probe_report_in *in,
     json_t *cases = json_array();
     for (size_t i = 0; i < in->n; i++)
         json_array_append_new(cases, case_json(&in->specs[i], &res[i]));
-    json_object_set_new(s, "cases", cases);
+    json_object_set_new(s, "case_results", cases);
     return s;
 }
 

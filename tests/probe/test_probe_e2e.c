@@ -101,7 +101,7 @@ static void run_probe(struct run *r, const char *url, const char *db, ...)
 
 static json_t *cases(const struct run *r, const char *side)
 {
-    json_t *c = json_object_get(json_object_get(r->j, side), "cases");
+    json_t *c = json_object_get(json_object_get(r->j, side), "case_results");
     assert_true(json_is_array(c) && json_array_size(c) > 0);
     return c;
 }
@@ -617,18 +617,23 @@ static void test_retries_then_server_error_and_clipped(void **state)
     }
     assert_non_null(strstr(buf_str(&r.out), "server-error"));
     run_release(&r);
-    /* A reply cut at max_tokens is output-clipped. */
+    /* A reply cut at max_tokens is output-clipped; --extra-body is merged
+     * into every request (here it overrides max_tokens). */
     start_sim(&sim, NULL);
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
-    run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
-              "--max-tokens", "3", NULL);
-    proc_stop(&sim);
-    json_array_foreach(cases(&r, "results"), i, c)
-    {
-        assert_string_equal(sget(c, "finish_reason"), "length");
-        assert_string_equal(sget(c, "outcome"), "output-clipped");
+    static const char *const clip[][2] = {
+        {"--max-tokens", "3"}, {"--extra-body", "{\"max_tokens\": 3}"}};
+    for (size_t k = 0; k < 2; k++) {
+        run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
+                  clip[k][0], clip[k][1], NULL);
+        json_array_foreach(cases(&r, "results"), i, c)
+        {
+            assert_string_equal(sget(c, "finish_reason"), "length");
+            assert_string_equal(sget(c, "outcome"), "output-clipped");
+        }
+        run_release(&r);
     }
-    run_release(&r);
+    proc_stop(&sim);
 }
 
 int main(void)

@@ -36,7 +36,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test check-format format demo clean bench fuzz-build
+.PHONY: all deps test check-format format demo demo-sim clean
 all: fidelity
 
 $(STAMP):
@@ -96,7 +96,11 @@ check-format:
 format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
+# The main job: probe a faulty sim against a healthy one, say where and why
+# it breaks. `make demo-sim` tours the sim's endpoints one request each.
 demo: fidelity
+	@sh scripts/probe_demo.sh
+demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:

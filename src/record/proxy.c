@@ -518,12 +518,9 @@ static void fill_response(struct ex *e, double t)
     e->resp_headers = NULL;
     x->resp_raw_len = e->resp.len;
     x->resp_raw = e->resp.len ? buf_detach(&e->resp, NULL) : NULL;
+    /* a JSON body is parsed by the writer thread (see store_batch) */
     if (x->streamed)
         x->reply = reply_finish(&e->acc);
-    else if (x->resp_raw)
-        x->reply = reply_from_body(x->resp_raw, x->resp_raw_len);
-    if (x->reply && e->resp_capped)
-        json_object_set_new(x->reply, "resp_truncated", json_true());
     x->up_ttfb_ms = e->up_first;
     x->up_total_ms = t;
     x->down_ttfb_ms = e->down_first;
@@ -750,9 +747,14 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
     for (size_t i = 0; i < n; i++) {
+        struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
-        classify_learn(r->cls, NULL, batch[i]->x.reply);
-        xs[i] = &batch[i]->x;
+        if (!x->streamed && x->resp_raw)
+            x->reply = reply_from_body(x->resp_raw, x->resp_raw_len);
+        if (x->reply && batch[i]->resp_capped)
+            json_object_set_new(x->reply, "resp_truncated", json_true());
+        classify_learn(r->cls, NULL, x->reply);
+        xs[i] = x;
     }
     xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     for (size_t i = 0; i < n; i++) {
@@ -1017,6 +1019,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
     curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
     curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+    /* keep upstream connections for as many clients as are likely to be
+     * open at once; curl's default cache closes them under load */
+    curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 1024L);
     rc = open_store(r, d);
     if (rc)
         goto fail;
@@ -1109,8 +1114,8 @@ void record_free(struct record *r)
         event_free(r->timer);
     if (r->base)
         event_base_free(r->base);
+    xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
-    xchg_cache_free(r->cache);
     classify_free(r->cls);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);

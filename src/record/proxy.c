@@ -13,7 +13,10 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@
 
 #define EASY_POOL 64
 #define STOP_GRACE_S 5
+#define BATCH_MAX 256
 
 struct ex;
 
@@ -52,7 +56,19 @@ struct record {
     struct classify_state *cls;
     struct ex *active;  /* in flight, doubly linked */
     struct ex *closing; /* reset replies draining before the close */
-    size_t nactive;
+    struct ex *storing; /* finished, with the writer thread */
+    size_t nactive, nstoring;
+    /* The writer thread: parses requests, classifies and commits finished
+     * exchanges in batches (one transaction each); the loop completes the
+     * client side of each once it is stored. */
+    pthread_t writer;
+    bool writer_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ex *q_head, *q_tail; /* to store */
+    struct ex *d_head, *d_tail; /* stored, back to the loop */
+    bool quit;
+    struct event *done_ev;
     int stopping;
     struct record_stats stats;
     CURL *pool[EASY_POOL];
@@ -68,7 +84,10 @@ enum ex_state { EX_ACTIVE, EX_CLOSING };
 struct ex {
     struct record *r;
     struct ex *prev, *next;
+    struct ex *wnext; /* writer queues */
     enum ex_state state;
+    bool ct_json;               /* request Content-Type mentions json */
+    int outcome;                /* 0 stored, 1 spilled, 2 lost */
     struct evhttp_request *req; /* NULL once evhttp has freed it */
     struct evhttp_connection *evcon;
     bool own_req; /* evhttp detached req: we free it */
@@ -87,8 +106,7 @@ struct ex {
     json_t *resp_headers;
     int64_t content_length; /* -1: none */
     int64_t forwarded;
-    char held;
-    bool has_held;
+    struct buf held; /* the end of a sized body, sent once stored */
     struct evbuffer *chunk;
     struct evbuffer_cb_entry *drain_cb;
     struct event *close_ev;
@@ -163,6 +181,7 @@ static void ex_free(struct ex *e)
     buf_release(&e->body);
     xchg_release(&e->x);
     buf_release(&e->resp);
+    buf_release(&e->held);
     sse_release(&e->sse);
     reply_release(&e->acc);
     free(e->reason);
@@ -350,25 +369,31 @@ static void start_reply(struct ex *e)
     evhttp_send_reply_start(e->req, e->status ? e->status : 200, e->reason);
 }
 
-static void forward(struct ex *e, const char *p, size_t n)
+static void send_now(struct ex *e, const char *p, size_t n)
 {
-    if (!client_ok(e) || !n)
-        return;
-    /* Hold back the last byte of a sized body until the exchange is
-     * stored: the client must not see the response complete first. */
-    if (e->content_length >= 0 &&
-        e->forwarded + (int64_t)n >= e->content_length) {
-        n--;
-        e->held = p[n];
-        e->has_held = true;
-    }
     if (!n)
         return;
     evbuffer_add(e->chunk, p, n);
     evhttp_send_reply_chunk(e->req, e->chunk);
-    e->forwarded += (int64_t)n;
     if (!e->down_first)
         e->down_first = now_ms() - e->t0;
+}
+
+static void forward(struct ex *e, const char *p, size_t n)
+{
+    if (!client_ok(e) || !n)
+        return;
+    /* The piece that completes a sized body waits until the exchange is
+     * stored: the client must not see the response complete first. It is
+     * sent whole, in one write, by complete(). */
+    if (e->content_length >= 0 &&
+        e->forwarded + (int64_t)n >= e->content_length) {
+        buf_add(&e->held, p, n);
+        e->forwarded += (int64_t)n;
+        return;
+    }
+    send_now(e, p, n);
+    e->forwarded += (int64_t)n;
 }
 
 /* ---- curl callbacks ---- */
@@ -457,26 +482,6 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud)
 }
 
 /* ---- finishing an exchange ---- */
-
-static void store_exchange(struct record *r, struct ex *e)
-{
-    struct diag d = {{0}};
-    int rc = r->db ? xchg_put_cached(r->db, r->cache, &e->x, &d)
-                   : diag_set(&d, EIO, "store is not open");
-    if (!rc) {
-        r->stats.stored++;
-        return;
-    }
-    logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
-          d.msg, r->o.spill_path);
-    rc = xchg_spill_append(r->o.spill_path, &e->x, &d);
-    if (!rc) {
-        r->stats.spilled++;
-        return;
-    }
-    r->stats.lost++;
-    logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, d.msg);
-}
 
 static void release_easy(struct record *r, struct ex *e)
 {
@@ -577,7 +582,7 @@ static void on_close_now(evutil_socket_t fd, short what, void *arg)
 
 static void maybe_exit(struct record *r)
 {
-    if (r->stopping && r->nactive == 0) {
+    if (r->stopping && r->nactive == 0 && r->nstoring == 0) {
         struct timeval tv = {0, 100000}; /* let the last replies flush */
         event_base_loopexit(r->base, &tv);
     }
@@ -595,6 +600,42 @@ static void reply_error(struct ex *e, enum xchg_end end)
         end == XCHG_TIMEOUT ? "upstream_timeout" : "upstream_unreachable", msg);
 }
 
+/* The client side of a stored exchange: its last byte, an error reply, or
+ * the close after an upstream reset. */
+static void complete(struct record *r, struct ex *e)
+{
+    if (!e->req) {
+        ex_free(e);
+    } else if (e->client_gone) {
+        if (e->own_req)
+            evhttp_request_free(e->req);
+        ex_free(e);
+    } else if (e->x.end == XCHG_COMPLETE) {
+        start_reply(e);
+        send_now(e, e->held.data, e->held.len);
+        evhttp_send_reply_end(e->req);
+        ex_free(e);
+    } else if (!e->reply_started) {
+        reply_error(e, e->x.end);
+        ex_free(e);
+    } else {
+        close_after_drain(r, e);
+    }
+}
+
+static void enqueue(struct record *r, struct ex *e)
+{
+    e->wnext = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (r->q_tail)
+        r->q_tail->wnext = e;
+    else
+        r->q_head = e;
+    r->q_tail = e;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void finish(struct ex *e, CURLcode res)
 {
     struct record *r = e->r;
@@ -605,31 +646,13 @@ static void finish(struct ex *e, CURLcode res)
     release_easy(r, e);
     e->x.end = end_of(e, res);
     fill_response(e, t);
-    classify_learn(r->cls, NULL, e->x.reply);
     r->stats.exchanges++;
-    store_exchange(r, e); /* before the client sees the end */
-
-    if (!e->req) {
-        ex_free(e);
-    } else if (e->client_gone) {
-        if (e->own_req)
-            evhttp_request_free(e->req);
-        ex_free(e);
-    } else if (e->x.end == XCHG_COMPLETE) {
-        start_reply(e);
-        if (e->has_held) {
-            evbuffer_add(e->chunk, &e->held, 1);
-            evhttp_send_reply_chunk(e->req, e->chunk);
-        }
-        evhttp_send_reply_end(e->req);
-        ex_free(e);
-    } else if (!e->reply_started) {
-        reply_error(e, e->x.end);
-        ex_free(e);
-    } else {
-        close_after_drain(r, e);
-    }
-    maybe_exit(r);
+    list_add(&r->storing, e);
+    r->nstoring++;
+    /* stored before the client sees the end: complete() runs when the
+     * writer hands it back */
+    if (r->writer_started)
+        enqueue(r, e);
 }
 
 static void check_done(struct record *r)
@@ -664,6 +687,16 @@ static void on_conn_close(struct evhttp_connection *c, void *arg)
         }
         return;
     }
+    e = find_by_conn(r->storing, c);
+    if (e) { /* gone while its exchange is being stored */
+        e->client_gone = true;
+        if (evhttp_request_get_connection(e->req) == NULL)
+            e->own_req = true;
+        else
+            e->req = NULL;
+        e->evcon = NULL;
+        return;
+    }
     e = find_by_conn(r->active, c);
     if (!e)
         return;
@@ -682,9 +715,7 @@ static void on_conn_close(struct evhttp_connection *c, void *arg)
 
 static bool looks_json(const struct ex *e)
 {
-    const char *ct = evhttp_find_header(
-        evhttp_request_get_input_headers(e->req), "Content-Type");
-    return ct ? strstr(ct, "json") != NULL : e->body.len > 0;
+    return e->ct_json || e->body.len == 0;
 }
 
 static void parse_request(struct record *r, struct ex *e)
@@ -708,6 +739,107 @@ static void parse_request(struct record *r, struct ex *e)
     x->kind = xstrdup(classify_kind(r->cls, j));
     if (chat)
         classify_learn(r->cls, j, NULL);
+}
+
+/* ---- the writer thread ---- */
+
+/* Parses, classifies and stores a batch; failures go to the spill file. */
+static void store_batch(struct record *r, struct ex **batch, size_t n)
+{
+    struct xchg *xs[BATCH_MAX];
+    int rcs[BATCH_MAX];
+    struct diag d = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        parse_request(r, batch[i]);
+        classify_learn(r->cls, NULL, batch[i]->x.reply);
+        xs[i] = &batch[i]->x;
+    }
+    xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    for (size_t i = 0; i < n; i++) {
+        struct ex *e = batch[i];
+        e->outcome = 0;
+        if (!rcs[i])
+            continue;
+        logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method,
+              e->x.path, d.msg, r->o.spill_path);
+        struct diag sd = {{0}};
+        if (xchg_spill_append(r->o.spill_path, &e->x, &sd)) {
+            e->outcome = 2;
+            logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
+        } else {
+            e->outcome = 1;
+        }
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    struct record *r = arg;
+    struct ex *batch[BATCH_MAX];
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&r->mu);
+        while (!r->q_head && !r->quit)
+            pthread_cond_wait(&r->cv, &r->mu);
+        while (r->q_head && n < BATCH_MAX) {
+            batch[n++] = r->q_head;
+            r->q_head = r->q_head->wnext;
+        }
+        if (!r->q_head)
+            r->q_tail = NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (!n)
+            break; /* quit with an empty queue */
+        store_batch(r, batch, n);
+        pthread_mutex_lock(&r->mu);
+        for (size_t i = 0; i < n; i++) {
+            batch[i]->wnext = NULL;
+            if (r->d_tail)
+                r->d_tail->wnext = batch[i];
+            else
+                r->d_head = batch[i];
+            r->d_tail = batch[i];
+        }
+        pthread_mutex_unlock(&r->mu);
+        event_active(r->done_ev, EV_READ, 0);
+    }
+    return NULL;
+}
+
+/* Loop side: exchanges the writer has stored (or spilled). */
+static void on_stored(evutil_socket_t fd, short what, void *arg)
+{
+    struct record *r = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&r->mu);
+    struct ex *e = r->d_head;
+    r->d_head = r->d_tail = NULL;
+    pthread_mutex_unlock(&r->mu);
+    while (e) {
+        struct ex *next = e->wnext;
+        list_del(&r->storing, e);
+        r->nstoring--;
+        r->stats.stored += e->outcome == 0;
+        r->stats.spilled += e->outcome == 1;
+        r->stats.lost += e->outcome == 2;
+        complete(r, e);
+        e = next;
+    }
+    maybe_exit(r);
+}
+
+static void writer_stop(struct record *r)
+{
+    if (!r->writer_started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->quit = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->writer, NULL);
+    r->writer_started = false;
+    on_stored(-1, 0, r);
 }
 
 static CURL *get_easy(struct record *r)
@@ -736,7 +868,6 @@ static void setup_easy(struct record *r, struct ex *e)
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
-    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 64L * 1024);
     if (cmd == EVHTTP_REQ_HEAD)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     else if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
@@ -784,7 +915,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     e->body.len = n;
     e->body.data[n] = '\0';
     take_req_headers(e);
-    parse_request(r, e);
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                        "Content-Type");
+    e->ct_json = ct ? strstr(ct, "json") != NULL : n > 0;
     e->url = xasprintf("%s%s%s", r->upstream, uri[0] == '/' ? "" : "/", uri);
     evhttp_connection_set_closecb(e->evcon, on_conn_close, r);
     setup_easy(r, e);
@@ -840,6 +973,10 @@ static int setup_http(struct record *r, struct diag *d)
         return diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", r->o.host,
                         r->o.port, strerror(errno));
     evutil_socket_t fd = evhttp_bound_socket_get_fd(r->bound);
+    /* accepted sockets inherit TCP_NODELAY on Linux: small SSE events and
+     * the held end of a body must not wait for delayed ACKs */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     getsockname(fd, (struct sockaddr *)&ss, &sl);
@@ -863,6 +1000,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     while (ul && r->upstream[ul - 1] == '/')
         r->upstream[--ul] = '\0';
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    evthread_use_pthreads();
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
     r->base = event_base_new();
     r->multi = curl_multi_init();
     r->cache = xchg_cache_new();
@@ -883,6 +1023,12 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     rc = setup_http(r, d);
     if (rc)
         goto fail;
+    r->done_ev = event_new(r->base, -1, 0, on_stored, r);
+    if (pthread_create(&r->writer, NULL, writer_main, r)) {
+        rc = diag_set(d, EAGAIN, "cannot start the store writer thread");
+        goto fail;
+    }
+    r->writer_started = true;
     if (o->handle_signals) {
         r->sig[0] = evsignal_new(r->base, SIGINT, on_signal, r);
         r->sig[1] = evsignal_new(r->base, SIGTERM, on_signal, r);
@@ -939,6 +1085,14 @@ void record_free(struct record *r)
         evhttp_free(r->http);
     while (r->active)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
+    writer_stop(r);      /* stores what is queued, completes it */
+    while (r->storing) { /* the writer never started */
+        struct ex *e = r->storing;
+        list_del(&r->storing, e);
+        ex_free(e);
+    }
+    if (r->done_ev)
+        event_free(r->done_ev);
     while (r->closing) {
         struct ex *e = r->closing;
         list_del(&r->closing, e);
@@ -958,6 +1112,8 @@ void record_free(struct record *r)
     store_close(r->db);
     xchg_cache_free(r->cache);
     classify_free(r->cls);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
     free(r->upstream);
     free(r);
 }

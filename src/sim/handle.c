@@ -293,9 +293,7 @@ int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
                     struct sim_resp *r)
 {
     long limit = sim_config_limit(&s->cfg);
-    if ((long)toks->n <= limit)
-        return 0;
-    if (s->cfg.overflow == OVERFLOW_ERROR) {
+    if (s->cfg.overflow == OVERFLOW_ERROR && (long)toks->n + max_new > limit) {
         sim_error(r, 400, "messages",
                   "This model's maximum context length is %ld tokens. "
                   "However, you requested %ld tokens (%zu in the messages, "
@@ -304,7 +302,8 @@ int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
                   limit, (long)toks->n + max_new, toks->n, max_new);
         return -1;
     }
-    tmpl_truncate(toks, (size_t)limit, s->cfg.overflow);
+    if ((long)toks->n > limit)
+        tmpl_truncate(toks, (size_t)limit, s->cfg.overflow);
     return 0;
 }
 

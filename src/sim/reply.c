@@ -179,7 +179,9 @@ static size_t value_len(const char *p, const char *end)
         char c = p[k];
         if (c == '\n' || c == '?' || c == '"')
             break;
-        if (c == '.' && (p + k + 1 == end || isspace((unsigned char)p[k + 1])))
+        /* a full stop ends the value unless a digit or letter follows, so
+         * "3.14" stays whole and "214.\"" (inside JSON) ends at 214 */
+        if (c == '.' && (p + k + 1 == end || !isalnum((unsigned char)p[k + 1])))
             break;
         k++;
     }
@@ -329,10 +331,17 @@ static void answer_fact(const struct view *v, const char *q, const char *end,
     size_t olen = 0;
     int ord = ordinal(q, end, &olen);
     char *attr, *ent;
-    if (!split_attr(q + olen, end, &attr, &ent)) {
+    const char *as = q + olen;
+    if (!split_attr(as, end, &attr, &ent)) {
         buf_adds(out, REPLY_NOT_SEEN);
         return;
     }
+    /* Answer in the question's own words: "ATTR for ENTITY" as asked. */
+    const char *f = find_ci(as, end, " for "), *o = find_ci(as, end, " of ");
+    const char *sep = f && (!o || f < o) ? f : o;
+    int alen = (int)(sep - as);
+    const char *es = sep + (sep == f ? 5 : 4);
+    int elen = (int)(end - es);
     struct facts fs;
     collect_facts(v, &fs);
     size_t match[4096], n = 0;
@@ -342,14 +351,15 @@ static void answer_fact(const struct view *v, const char *q, const char *end,
     if (n == 0) {
         buf_adds(out, REPLY_NOT_SEEN);
     } else if (ord > 0 && (size_t)ord > n) {
-        buf_printf(out, "I only see %zu %s for the %s.", n, attr, ent);
+        buf_printf(out, "I only see %zu %.*s for %.*s.", n, alen, as, elen,
+                   es);
     } else {
         size_t pick = ord > 0 ? match[ord - 1] : match[n - 1];
         if (ord > 0)
-            buf_printf(out, "The %d%s %s for the %s is %s.", ord,
-                       ord_suffix(ord), attr, ent, fs.v[pick].value);
+            buf_printf(out, "The %d%s %.*s for %.*s is %s.", ord,
+                       ord_suffix(ord), alen, as, elen, es, fs.v[pick].value);
         else
-            buf_printf(out, "The %s for the %s is %s.", attr, ent,
+            buf_printf(out, "The %.*s for %.*s is %s.", alen, as, elen, es,
                        fs.v[pick].value);
     }
     facts_release(&fs);

@@ -57,6 +57,16 @@ static const char SCHEMA[] =
     " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
+static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
+static const char SQL_BLOB_INSERT[] =
+    "INSERT INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, ?, ?, ?)";
+static const char SQL_LIST_LOAD[] =
+    "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
+    " WHERE id=? AND req_params IS NOT NULL";
+static const char SQL_RECENT[] =
+    "SELECT id FROM xchg WHERE session=? AND req_params IS NOT NULL"
+    " ORDER BY id DESC LIMIT 3";
+
 /* A message list as stored for one exchange, fully resolved. */
 struct list_ent {
     int64_t id; /* 0: empty slot */
@@ -65,8 +75,16 @@ struct list_ent {
     uint64_t *h;
 };
 
+#define STMT_SLOTS 8
+
 struct xchg_cache {
     struct list_ent e[CACHE_SLOTS];
+    /* prepared statements by SQL text (string literals: compared by
+     * address); the cache belongs to one db connection */
+    const char *sql[STMT_SLOTS];
+    sqlite3_stmt *st[STMT_SLOTS];
+    z_stream zs; /* reused: deflateInit costs more than small inputs */
+    bool zs_ready;
 };
 
 void xchg_init(struct xchg *x)
@@ -107,6 +125,10 @@ void xchg_cache_free(struct xchg_cache *c)
         return;
     for (int i = 0; i < CACHE_SLOTS; i++)
         free(c->e[i].h);
+    if (c->zs_ready)
+        deflateEnd(&c->zs);
+    for (int i = 0; i < STMT_SLOTS; i++)
+        sqlite3_finalize(c->st[i]);
     free(c);
 }
 
@@ -129,6 +151,39 @@ static struct list_ent *cache_put(struct xchg_cache *c, int64_t id, int depth,
     return e;
 }
 
+/* A prepared statement for sql, from c when it has it. NULL on error. */
+static sqlite3_stmt *prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    for (int i = 0; c && i < STMT_SLOTS; i++)
+        if (c->sql[i] == sql)
+            return c->st[i];
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
+        SQLITE_OK)
+        return NULL;
+    for (int i = 0; c && i < STMT_SLOTS; i++) {
+        if (!c->sql[i]) {
+            c->sql[i] = sql;
+            c->st[i] = st;
+            break;
+        }
+    }
+    return st;
+}
+
+/* Done with st: reset when c keeps it, else finalized. */
+static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
+{
+    for (int i = 0; c && i < STMT_SLOTS; i++) {
+        if (c->st[i] == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            return;
+        }
+    }
+    sqlite3_finalize(st);
+}
+
 static int sql_fail(sqlite3 *db, struct diag *d, const char *what)
 {
     return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
@@ -149,12 +204,34 @@ int xchg_schema(sqlite3 *db, struct diag *d)
 /* ---- compression ---- */
 
 /* Compresses data when that saves bytes. *out is fresh; *zip says which. */
-static void pack(const void *data, size_t len, void **out, size_t *out_len,
-                 int *zip)
+static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
+                        unsigned char *z, uLongf *zlen)
+{
+    if (!c)
+        return compress2(z, zlen, data, (uLong)len, 6);
+    if (!c->zs_ready) {
+        if (deflateInit(&c->zs, 6) != Z_OK)
+            return Z_MEM_ERROR;
+        c->zs_ready = true;
+    } else {
+        deflateReset(&c->zs);
+    }
+    c->zs.next_in = (Bytef *)data;
+    c->zs.avail_in = (uInt)len;
+    c->zs.next_out = z;
+    c->zs.avail_out = (uInt)*zlen;
+    if (deflate(&c->zs, Z_FINISH) != Z_STREAM_END)
+        return Z_BUF_ERROR;
+    *zlen = c->zs.total_out;
+    return Z_OK;
+}
+
+static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
+                 size_t *out_len, int *zip)
 {
     uLongf zlen = compressBound((uLong)len);
     unsigned char *z = xmalloc(zlen ? zlen : 1);
-    if (len > 32 && compress2(z, &zlen, data, (uLong)len, 6) == Z_OK &&
+    if (len > 32 && deflate_with(c, data, len, z, &zlen) == Z_OK &&
         zlen < len) {
         *out = z;
         *out_len = zlen;
@@ -201,8 +278,8 @@ static char *canonical(const json_t *v, size_t *len)
     return s;
 }
 
-static int blob_put(sqlite3 *db, enum blob_kind kind, const json_t *v,
-                    int64_t *hash, struct diag *d)
+static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                    const json_t *v, int64_t *hash, struct diag *d)
 {
     size_t len;
     char *s = canonical(v, &len);
@@ -211,12 +288,11 @@ static int blob_put(sqlite3 *db, enum blob_kind kind, const json_t *v,
     int rc = -EIO;
 
     *hash = h;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM xchg_blob WHERE h=?", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
     int step = sqlite3_step(st);
-    sqlite3_finalize(st);
+    unprep(c, st);
     st = NULL;
     if (step == SQLITE_ROW) {
         rc = 0;
@@ -227,11 +303,8 @@ static int blob_put(sqlite3 *db, enum blob_kind kind, const json_t *v,
     void *z;
     size_t zlen;
     int zip;
-    pack(s, len, &z, &zlen, &zip);
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO xchg_blob(h, kind, raw_len, zip, z)"
-                           " VALUES (?, ?, ?, ?, ?)",
-                           -1, &st, NULL) != SQLITE_OK) {
+    pack(c, s, len, &z, &zlen, &zip);
+    if (!(st = prep(c, db, SQL_BLOB_INSERT))) {
         free(z);
         goto out;
     }
@@ -245,7 +318,8 @@ static int blob_put(sqlite3 *db, enum blob_kind kind, const json_t *v,
 out:
     if (rc)
         sql_fail(db, d, "cannot store a message");
-    sqlite3_finalize(st);
+    if (st)
+        unprep(c, st);
     free(s);
     return rc;
 }
@@ -300,14 +374,11 @@ static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
     if (guard > XCHG_MAX_DEPTH + 1)
         return NULL;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT req_base, req_prefix, req_depth, req_msgs"
-                           " FROM xchg WHERE id=? AND req_params IS NOT NULL",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (!(st = prep(c, db, SQL_LIST_LOAD)))
         return NULL;
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        unprep(c, st);
         return NULL;
     }
     int64_t base = sqlite3_column_int64(st, 0);
@@ -318,7 +389,7 @@ static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
     uint64_t *h = xmalloc((prefix + own + 1) * sizeof(*h));
     for (size_t i = 0; i < own; i++)
         h[prefix + i] = get_be64(p + 8 * i);
-    sqlite3_finalize(st);
+    unprep(c, st);
     if (prefix) {
         struct list_ent *b = base ? list_load(db, c, base, guard + 1) : NULL;
         if (!b || b->n < prefix) {
@@ -356,15 +427,12 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
     int nid = 0;
 
     memset(bp, 0, sizeof(*bp));
-    if (sqlite3_prepare_v2(db,
-                           "SELECT id FROM xchg WHERE session=? AND"
-                           " req_params IS NOT NULL ORDER BY id DESC LIMIT 3",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (!(st = prep(c, db, SQL_RECENT)))
         return sql_fail(db, d, "cannot read recent exchanges");
     sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
     while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
         ids[nid++] = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+    unprep(c, st);
     for (int i = 0; i < nid; i++) {
         struct list_ent *e = list_load(db, c, ids[i], 0);
         if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
@@ -408,13 +476,13 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
 
     json_object_del(params, "messages");
     json_object_del(params, "tools");
-    rc = blob_put(db, BLOB_PARAMS, params, &r->params, d);
+    rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
     json_decref(params);
     if (rc)
         return rc;
     if (tools) {
         r->has_tools = true;
-        rc = blob_put(db, BLOB_TOOLS, tools, &r->tools, d);
+        rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
         if (rc)
             return rc;
     }
@@ -422,7 +490,7 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
     for (size_t i = 0; i < r->n; i++) {
         int64_t h;
-        rc = blob_put(db, BLOB_MESSAGE, json_array_get(msgs, i), &h, d);
+        rc = blob_put(db, c, BLOB_MESSAGE, json_array_get(msgs, i), &h, d);
         if (rc)
             return rc;
         r->h[i] = (uint64_t)h;
@@ -448,7 +516,8 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
         sqlite3_bind_null(st, i);
 }
 
-static void bind_packed(sqlite3_stmt *st, int i, const void *data, size_t len)
+static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
+                        const void *data, size_t len)
 {
     void *z;
     size_t zlen;
@@ -459,7 +528,7 @@ static void bind_packed(sqlite3_stmt *st, int i, const void *data, size_t len)
         sqlite3_bind_null(st, i + 2);
         return;
     }
-    pack(data, len, &z, &zlen, &zip);
+    pack(c, data, len, &z, &zlen, &zip);
     sqlite3_bind_blob(st, i, z, (int)zlen, free);
     sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
     sqlite3_bind_int(st, i + 2, zip);
@@ -474,11 +543,11 @@ static const char INSERT_SQL[] =
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
     " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
 
-static int insert_row(sqlite3 *db, const struct xchg *x,
+static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                       const struct row_req *r, bool chat, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, INSERT_SQL, -1, &st, NULL) != SQLITE_OK)
+    if (!(st = prep(c, db, INSERT_SQL)))
         return sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, x->kind ? x->kind : "other", -1, SQLITE_STATIC);
@@ -496,17 +565,17 @@ static int insert_row(sqlite3 *db, const struct xchg *x,
             sqlite3_bind_int64(st, 9, r->base.id);
         sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
     } else if (x->req_raw) {
-        bind_packed(st, 13, x->req_raw, x->req_raw_len);
+        bind_packed(c, st, 13, x->req_raw, x->req_raw_len);
     } else if (x->req_body) {
         size_t len;
         char *s = canonical(x->req_body, &len);
-        bind_packed(st, 13, s, len);
+        bind_packed(c, st, 13, s, len);
         free(s);
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
     bind_json(st, 18, x->resp_headers);
-    bind_packed(st, 19, x->resp_raw, x->resp_raw_len);
+    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len);
     sqlite3_bind_int(st, 22, x->streamed);
     bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
@@ -517,7 +586,77 @@ static int insert_row(sqlite3 *db, const struct xchg *x,
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
                  : sql_fail(db, d, "cannot store an exchange");
-    sqlite3_finalize(st);
+    unprep(c, st);
+    return rc;
+}
+
+static void cache_clear(struct xchg_cache *c)
+{
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        free(c->e[i].h);
+        memset(&c->e[i], 0, sizeof(c->e[i]));
+    }
+}
+
+/* Stores x inside the caller's transaction; x->id is set on success. */
+static int put_one(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+                   struct row_req *r, struct diag *d)
+{
+    bool chat = is_chat(x->req_body);
+    int rc = chat ? put_request(db, c, x, r, d) : 0;
+    if (!rc)
+        rc = insert_row(db, c, x, r, chat, d);
+    x->id = rc ? 0 : sqlite3_last_insert_rowid(db);
+    return rc;
+}
+
+static void row_req_release(struct row_req *r)
+{
+    free(r->h);
+    free(r->msgs);
+    memset(r, 0, sizeof(*r));
+}
+
+int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                   size_t n, int *rcs, struct diag *d)
+{
+    struct row_req *rr = xcalloc(n ? n : 1, sizeof(*rr));
+    int rc = 0;
+
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot begin a transaction");
+        goto fail_all;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_exec(db, "SAVEPOINT one", NULL, NULL, NULL);
+        rcs[i] = put_one(db, c, xs[i], &rr[i], d);
+        if (rcs[i])
+            sqlite3_exec(db, "ROLLBACK TO one", NULL, NULL, NULL);
+        sqlite3_exec(db, "RELEASE one", NULL, NULL, NULL);
+    }
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot commit exchanges");
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        /* lists read inside the lost transaction may name lost rows */
+        cache_clear(c);
+        goto fail_all;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!rcs[i] && rr[i].h) {
+            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
+            rr[i].h = NULL;
+        }
+    }
+    goto out;
+fail_all:
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = rc;
+        xs[i]->id = 0;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        row_req_release(&rr[i]);
+    free(rr);
     return rc;
 }
 
@@ -525,36 +664,10 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d)
 {
     struct xchg_cache *own = c ? NULL : xchg_cache_new();
-    struct row_req r;
-    bool chat = is_chat(x->req_body);
-    int rc;
-
-    if (own)
-        c = own;
-    memset(&r, 0, sizeof(r));
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        rc = sql_fail(db, d, "cannot begin a transaction");
-        goto out;
-    }
-    rc = chat ? put_request(db, c, x, &r, d) : 0;
-    if (!rc)
-        rc = insert_row(db, x, &r, chat, d);
-    if (!rc && sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        rc = sql_fail(db, d, "cannot commit an exchange");
-    if (rc) {
-        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        goto out;
-    }
-    x->id = sqlite3_last_insert_rowid(db);
-    if (chat) {
-        cache_put(c, x->id, r.base.depth, r.h, r.n);
-        r.h = NULL;
-    }
-out:
-    free(r.h);
-    free(r.msgs);
+    int one_rc = 0;
+    int rc = xchg_put_batch(db, own ? own : c, &x, 1, &one_rc, d);
     xchg_cache_free(own);
-    return rc;
+    return rc ? rc : one_rc;
 }
 
 int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d)

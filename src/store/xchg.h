@@ -88,6 +88,12 @@ struct xchg_cache *xchg_cache_new(void);
 void xchg_cache_free(struct xchg_cache *c);
 int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d);
+/* Stores n exchanges in one transaction (group commit), each under its own
+ * savepoint: rcs[i] is 0 when xs[i] is stored (xs[i]->id set) or its own
+ * error. Returns 0 when the transaction committed, else the error, with
+ * every rcs[i] set to it and nothing stored. A cache belongs to one db. */
+int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                   size_t n, int *rcs, struct diag *d);
 
 /*
  * The spill file: when the store fails, record appends each exchange as one

@@ -40,9 +40,8 @@ static const struct {
 
 static bool skip_header(const char *name)
 {
-    static const char *const skip[] = {"host", "content-length",
-                                       "connection", "accept-encoding",
-                                       NULL};
+    static const char *const skip[] = {"host", "content-length", "connection",
+                                       "accept-encoding", NULL};
     for (int i = 0; skip[i]; i++)
         if (!strcasecmp(name, skip[i]))
             return true;
@@ -125,9 +124,8 @@ static void test_replay_opencode_fixtures(void **state)
                         json_object_get(fx, "body")))
             fail_msg("%s: stored body differs from the one sent",
                      CASES[i].file);
-        assert_string_equal(
-            json_string_value(json_object_get(x, "session")),
-            "ses_REDACTED");
+        assert_string_equal(json_string_value(json_object_get(x, "session")),
+                            "ses_REDACTED");
         if (strcmp(json_string_value(json_object_get(x, "kind")),
                    CASES[i].kind))
             fail_msg("%s: kind %s, expected %s", CASES[i].file,
@@ -137,8 +135,8 @@ static void test_replay_opencode_fixtures(void **state)
         assert_true(json_is_true(json_object_get(reply, "done")));
         assert_true(json_is_object(json_object_get(reply, "usage")));
         assert_string_equal(
-            json_string_value(json_object_get(
-                json_object_get(x, "req_headers"), "Authorization")),
+            json_string_value(json_object_get(json_object_get(x, "req_headers"),
+                                              "Authorization")),
             "[redacted]");
     }
     /* the stored turns keep opencode's prefix relation: turn 2 starts with

@@ -1,0 +1,151 @@
+/*
+ * drift_bench: analysis throughput of `fidelity drift` with top-20
+ * logprobs, parsing included. Builds one golden and one candidate answer
+ * of SEQ positions in a server dialect (vLLM prompt_logprobs or sglang),
+ * then parses both (sanitize, jansson, dialect parser) and folds every
+ * position into a struct drift_analysis, TOTAL / SEQ times. Prints
+ * positions per second; run under /usr/bin/time -v for peak memory.
+ * With --dump FILE it only writes the golden answer (for the peer run).
+ *
+ *   drift_bench vllm|sglang TOTAL SEQ [--dump FILE]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/rng.h"
+#include "drift/analysis.h"
+#include "drift/dialect.h"
+#include "drift/drift.h"
+
+static json_t *answer(enum drift_dialect dl, const uint32_t *ids, size_t n,
+                      double noise, uint64_t seed)
+{
+    struct rng r;
+    rng_seed(&r, seed);
+    json_t *in_lp = json_array(), *in_top = json_array();
+    json_t *plps = json_array();
+    json_array_append_new(plps, json_null());
+    json_array_append_new(in_lp, json_pack("[n,i,n]", ids[0]));
+    json_array_append_new(in_top, json_null());
+    for (size_t t = 1; t < n; t++) {
+        json_t *dict = json_object(), *top = json_array();
+        double z = 0, lg[20];
+        for (int k = 0; k < 20; k++) {
+            lg[k] = 4.0 - 0.3 * k + noise * (rng_unit(&r) - 0.5);
+            z += exp(lg[k]);
+        }
+        for (int k = 0; k < 20; k++) {
+            uint32_t id = (uint32_t)(1000 + (t * 7 + (size_t)k * 13) % 50000);
+            if (k == 3)
+                id = ids[t];
+            double lp = lg[k] - log(z * 1.03);
+            char key[16];
+            snprintf(key, sizeof(key), "%u", id);
+            json_object_set_new(dict, key,
+                                json_pack("{s:f,s:i,s:s}", "logprob", lp,
+                                          "rank", k + 1, "decoded_token",
+                                          "tok"));
+            json_array_append_new(top, json_pack("[f,i,n]", lp, id));
+            if (k == 3)
+                json_array_append_new(in_lp, json_pack("[f,i,n]", lp, id));
+        }
+        json_array_append_new(plps, dict);
+        json_array_append_new(in_top, top);
+    }
+    if (dl == DRIFT_DIALECT_SGLANG) {
+        json_decref(plps);
+        return json_pack("{s:{s:o,s:o}}", "meta_info", "input_token_logprobs",
+                         in_lp, "input_top_logprobs", in_top);
+    }
+    json_decref(in_lp);
+    json_decref(in_top);
+    return json_pack("{s:[{s:o}]}", "choices", "prompt_logprobs", plps);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int parse(enum drift_dialect dl, char *text, size_t len,
+                 const struct drift_req *r, struct drift_lp *lp)
+{
+    struct diag d;
+    json_error_t e;
+    drift_json_sanitize(text, len);
+    json_t *j = json_loadb(text, len, 0, &e);
+    if (!j)
+        return -1;
+    int ret = drift_parse_prompt(dl, j, r, lp, &d);
+    json_decref(j);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: drift_bench vllm|sglang TOTAL SEQ "
+                        "[--dump FILE]\n");
+        return 2;
+    }
+    enum drift_dialect dl = strcmp(argv[1], "sglang") ? DRIFT_DIALECT_VLLM
+                                                      : DRIFT_DIALECT_SGLANG;
+    size_t total = strtoull(argv[2], NULL, 10), seq = strtoull(argv[3], NULL,
+                                                               10);
+    uint32_t *ids = malloc(seq * sizeof(*ids));
+    for (size_t i = 0; i < seq; i++)
+        ids[i] = (uint32_t)(500 + i % 977);
+    json_t *g = answer(dl, ids, seq, 0, 1), *c = answer(dl, ids, seq, 0.05, 2);
+    char *gt = json_dumps(g, JSON_COMPACT), *ct = json_dumps(c, JSON_COMPACT);
+    json_decref(g);
+    json_decref(c);
+    size_t gl = strlen(gt), cl = strlen(ct);
+    if (argc > 5 && !strcmp(argv[4], "--dump")) {
+        FILE *f = fopen(argv[5], "w");
+        fwrite(gt, 1, gl, f);
+        fclose(f);
+        return 0;
+    }
+    char *gb = malloc(gl + 1), *cb = malloc(cl + 1);
+    struct drift_req r = {.ids = ids, .n = seq, .top_k = 20, .max_new = 1,
+                          .prompt_logprobs = true};
+    struct drift_lp lg, lc;
+    static struct drift_analysis an;
+    struct drift_opts o;
+    drift_opts_default(&o);
+    drift_lp_init(&lg);
+    drift_lp_init(&lc);
+    drift_analysis_init(&an, 64, (uint32_t)seq, NULL, 0, 50, NULL);
+    size_t rounds = (total + seq - 2) / (seq - 1), done = 0;
+    double t0 = now();
+    for (size_t k = 0; k < rounds; k++) {
+        memcpy(gb, gt, gl + 1);
+        memcpy(cb, ct, cl + 1);
+        if (parse(dl, gb, gl, &r, &lg) || parse(dl, cb, cl, &r, &lc))
+            return 1;
+        uint32_t s = drift_analysis_begin_seq(&an);
+        drift_compare_lp(&an, DRIFT_ARM_CAND, s, &lg, &lc, 1, (uint32_t)seq,
+                         &o, "candidate");
+        done += seq - 1;
+    }
+    double dt = now() - t0;
+    struct drift_acc tot;
+    drift_analysis_total(&an, DRIFT_ARM_CAND, &tot);
+    printf("dialect %s: %zu positions (x2 answers, %zu bytes each) in %.3f s"
+           " = %.0f positions/s (mean KL %.3e)\n",
+           argv[1], done, gl, dt, done / dt, tot.kl_sum / tot.n);
+    drift_analysis_release(&an);
+    drift_lp_release(&lg);
+    drift_lp_release(&lc);
+    free(gb);
+    free(cb);
+    free(gt);
+    free(ct);
+    free(ids);
+    return 0;
+}

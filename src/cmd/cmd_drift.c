@@ -1,0 +1,512 @@
+/*
+ * cmd_drift: `fidelity drift`, teacher-forced comparison of a candidate
+ * server with a golden reference. Parses options into two struct
+ * drift_side and a struct drift_opts, calls drift_run() (src/drift/),
+ * prints the report, writes --json / --jsonl, saves the run in the store
+ * and maps the outcome to an exit code.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/buf.h"
+#include "core/xalloc.h"
+#include "drift/drift.h"
+#include "drift/dstore.h"
+#include "drift/report.h"
+#include "store/store.h"
+
+const char CMD_DRIFT_HELP[] =
+    "usage: fidelity drift --golden URL --candidate URL [options]\n"
+    "\n"
+    "Sends the same token ids to a golden (reference) server and a\n"
+    "candidate, reads both servers' next-token log-probabilities at every\n"
+    "position (teacher forcing) and reports where they diverge: KL (a lower\n"
+    "bound over the golden's top-k), forced-token deltas, top-1 agreement\n"
+    "and decisive flips, by position bucket, with growth, a control arm\n"
+    "(golden against itself), the decode path and determinism.\n"
+    "\n"
+    "servers (each option also exists as --golden-X / --candidate-X):\n"
+    "  --golden URL, --candidate URL   base URLs (http:// or https://)\n"
+    "  --api-key KEY         Bearer token (--golden-api-key, ...)\n"
+    "  --header 'N: V'       extra header, repeatable\n"
+    "  --extra-body JSON     object merged into every request\n"
+    "  --model NAME          model field of requests\n"
+    "  --dialect D           auto (default), vllm, echo, sglang, tgi\n"
+    "  --timeout SECONDS     per request (default 600)\n"
+    "corpus:\n"
+    "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
+    "  --sequences N         built-in conversations (default 4)\n"
+    "  --max-context N       tokens per sequence (default 4096)\n"
+    "  --seed N              built-in corpus and bootstrap seed (default 1)\n"
+    "  --from-db             not built yet\n"
+    "analysis:\n"
+    "  --top-k K             top logprobs per position, 1-64 (default 20)\n"
+    "  --boundaries LIST     extra bucket edges, e.g. 2048,8192\n"
+    "  --min-bucket N        first power-of-two edge (default 64)\n"
+    "  --no-control          skip golden pass 2 (control arm)\n"
+    "  --no-self             skip candidate pass 2 (its own noise)\n"
+    "  --decode-tokens N     decode-path tokens per sequence (default 32; 0\n"
+    "                        skips the decode path)\n"
+    "  --decode-seqs N       sequences for the decode path (default 2)\n"
+    "  --decode-prompt N     prompt tokens for it (default 512)\n"
+    "  --determinism N       N identical requests alone, then at once\n"
+    "  --bootstrap N         growth bootstrap replicates (default 200)\n"
+    "  --worst N             worst positions listed (default 50)\n"
+    "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
+    "  --kl-mean W,F (1e-4,1e-3)    --kl-p999 W,F (1e-3,1e-2)\n"
+    "  --top1 W,F (0.995,0.975)     --dp-rms W,F (0.003,0.012)\n"
+    "  --growth W,F (1.5,2)         --growth-floor X (1e-5)\n"
+    "  --flip-margin X (0.2)\n"
+    "output:\n"
+    "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
+    "  --jsonl FILE          one record per compared position\n"
+    "  --db PATH             store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --no-store            do not save the run\n"
+    "\n"
+    "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
+    "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"
+    "4 store or I/O error.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity drift --golden http://ref:8000 --candidate http://new:8000\n"
+    "  fidelity drift --golden http://a:30000 --candidate http://b:30000 \\\n"
+    "      --max-context 16384 --boundaries 2048,8192 --json drift.json\n"
+    "  fidelity drift --golden URL --candidate URL --corpus convs.jsonl \\\n"
+    "      --determinism 8 --jsonl positions.jsonl\n";
+
+enum {
+    O_GOLDEN = 256, O_CAND, O_API_KEY, O_G_API_KEY, O_C_API_KEY, O_HEADER,
+    O_G_HEADER, O_C_HEADER, O_EXTRA, O_G_EXTRA, O_C_EXTRA, O_MODEL,
+    O_G_MODEL, O_C_MODEL, O_DIALECT, O_G_DIALECT, O_C_DIALECT, O_TIMEOUT,
+    O_CORPUS, O_SEQS, O_MAXCTX, O_SEED, O_FROMDB, O_TOPK, O_BOUND,
+    O_MINB, O_NOCTRL, O_NOSELF, O_DTOK, O_DSEQ, O_DPROMPT, O_DET, O_BOOT,
+    O_WORST, O_KLM, O_KLP, O_TOP1, O_DPR, O_GROW, O_GFLOOR, O_FLIP, O_JSON,
+    O_JSONL, O_DB, O_NOSTORE
+};
+
+static const struct option longopts[] = {
+    {"golden", required_argument, NULL, O_GOLDEN},
+    {"candidate", required_argument, NULL, O_CAND},
+    {"api-key", required_argument, NULL, O_API_KEY},
+    {"golden-api-key", required_argument, NULL, O_G_API_KEY},
+    {"candidate-api-key", required_argument, NULL, O_C_API_KEY},
+    {"header", required_argument, NULL, O_HEADER},
+    {"golden-header", required_argument, NULL, O_G_HEADER},
+    {"candidate-header", required_argument, NULL, O_C_HEADER},
+    {"extra-body", required_argument, NULL, O_EXTRA},
+    {"golden-extra-body", required_argument, NULL, O_G_EXTRA},
+    {"candidate-extra-body", required_argument, NULL, O_C_EXTRA},
+    {"model", required_argument, NULL, O_MODEL},
+    {"golden-model", required_argument, NULL, O_G_MODEL},
+    {"candidate-model", required_argument, NULL, O_C_MODEL},
+    {"dialect", required_argument, NULL, O_DIALECT},
+    {"golden-dialect", required_argument, NULL, O_G_DIALECT},
+    {"candidate-dialect", required_argument, NULL, O_C_DIALECT},
+    {"timeout", required_argument, NULL, O_TIMEOUT},
+    {"corpus", required_argument, NULL, O_CORPUS},
+    {"sequences", required_argument, NULL, O_SEQS},
+    {"max-context", required_argument, NULL, O_MAXCTX},
+    {"seed", required_argument, NULL, O_SEED},
+    {"from-db", no_argument, NULL, O_FROMDB},
+    {"top-k", required_argument, NULL, O_TOPK},
+    {"boundaries", required_argument, NULL, O_BOUND},
+    {"min-bucket", required_argument, NULL, O_MINB},
+    {"no-control", no_argument, NULL, O_NOCTRL},
+    {"no-self", no_argument, NULL, O_NOSELF},
+    {"decode-tokens", required_argument, NULL, O_DTOK},
+    {"decode-seqs", required_argument, NULL, O_DSEQ},
+    {"decode-prompt", required_argument, NULL, O_DPROMPT},
+    {"determinism", required_argument, NULL, O_DET},
+    {"bootstrap", required_argument, NULL, O_BOOT},
+    {"worst", required_argument, NULL, O_WORST},
+    {"kl-mean", required_argument, NULL, O_KLM},
+    {"kl-p999", required_argument, NULL, O_KLP},
+    {"top1", required_argument, NULL, O_TOP1},
+    {"dp-rms", required_argument, NULL, O_DPR},
+    {"growth", required_argument, NULL, O_GROW},
+    {"growth-floor", required_argument, NULL, O_GFLOOR},
+    {"flip-margin", required_argument, NULL, O_FLIP},
+    {"json", required_argument, NULL, O_JSON},
+    {"jsonl", required_argument, NULL, O_JSONL},
+    {"db", required_argument, NULL, O_DB},
+    {"no-store", no_argument, NULL, O_NOSTORE},
+    {NULL, 0, NULL, 0},
+};
+
+struct ctx {
+    struct drift_side g, c;
+    struct drift_opts o;
+    const char *json_path, *jsonl_path, *db_path;
+    bool no_store;
+    FILE *jsonl;
+    struct buf line;
+    bool tty;
+    int jsonl_err;
+};
+
+static void on_rec(void *ud, const struct drift_rec *r)
+{
+    struct ctx *x = ud;
+    if (!x->jsonl)
+        return;
+    buf_reset(&x->line);
+    drift_report_rec(r, &x->line);
+    buf_addch(&x->line, '\n');
+    if (fwrite(x->line.data, 1, x->line.len, x->jsonl) != x->line.len)
+        x->jsonl_err = errno ? errno : EIO;
+}
+
+static void on_progress(void *ud, const char *what, size_t done,
+                        size_t total)
+{
+    struct ctx *x = ud;
+    if (x->tty)
+        fprintf(stderr, "\rdrift: %s %zu/%zu   ", what, done + 1, total);
+}
+
+static int set_pair(const char *s, double lo, double hi, double out[2])
+{
+    char tmp[128];
+    snprintf(tmp, sizeof(tmp), "%s", s);
+    char *comma = strchr(tmp, ',');
+    if (!comma)
+        return -EINVAL;
+    *comma = '\0';
+    if (cli_parse_double(tmp, lo, hi, &out[0]) ||
+        cli_parse_double(comma + 1, lo, hi, &out[1]))
+        return -EINVAL;
+    return 0;
+}
+
+static int set_extra(struct drift_side *s, const char *v, struct diag *d)
+{
+    json_error_t e;
+    json_t *j = json_loads(v, 0, &e);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return diag_set(d, EINVAL,
+                        "--extra-body '%s' is not a JSON object (%s)", v,
+                        j ? "not an object" : e.text);
+    }
+    json_decref(s->extra_body);
+    s->extra_body = j;
+    return 0;
+}
+
+static int set_boundaries(struct drift_opts *o, const char *v)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s", v);
+    o->n_boundaries = 0;
+    for (char *t = strtok(tmp, ","); t; t = strtok(NULL, ",")) {
+        long x;
+        if (cli_parse_long(t, 2, 1L << 30, &x) ||
+            o->n_boundaries >= DRIFT_BOUNDARIES_MAX)
+            return -EINVAL;
+        o->boundaries[o->n_boundaries++] = (uint32_t)x;
+    }
+    return o->n_boundaries ? 0 : -EINVAL;
+}
+
+#define BAD(fmt, ...) cli_usage_error("drift", fmt, __VA_ARGS__)
+
+/* Options that set something on one side or both. */
+static int side_opt(struct ctx *x, int c, const char *v)
+{
+    struct drift_side *both[2] = {&x->g, &x->c};
+    struct diag d = {{0}};
+    int base = c, lo = 0, hi = 2;
+    enum drift_dialect dl;
+    long n;
+
+    if (c == O_G_API_KEY || c == O_G_HEADER || c == O_G_EXTRA ||
+        c == O_G_MODEL || c == O_G_DIALECT)
+        base = c - 1, hi = 1;
+    else if (c == O_C_API_KEY || c == O_C_HEADER || c == O_C_EXTRA ||
+             c == O_C_MODEL || c == O_C_DIALECT)
+        base = c - 2, lo = 1;
+    for (int i = lo; i < hi; i++) {
+        struct drift_side *s = both[i];
+        switch (base) {
+        case O_API_KEY:
+            free(s->api_key);
+            s->api_key = xstrdup(v);
+            break;
+        case O_HEADER:
+            if (drift_side_add_header(s, v, &d))
+                return BAD("%s", d.msg);
+            break;
+        case O_EXTRA:
+            if (set_extra(s, v, &d))
+                return BAD("%s", d.msg);
+            break;
+        case O_MODEL:
+            free(s->model);
+            s->model = xstrdup(v);
+            break;
+        case O_DIALECT:
+            if (drift_dialect_parse(v, &dl))
+                return BAD("dialect '%s' is not one of auto, vllm, echo, "
+                           "sglang, tgi",
+                           v);
+            s->dialect = dl;
+            break;
+        case O_TIMEOUT:
+            if (cli_parse_long(v, 1, 86400, &n))
+                return BAD("--timeout '%s' must be 1-86400 seconds", v);
+            s->timeout_ms = n * 1000;
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static const char *opt_name(int c)
+{
+    for (const struct option *o = longopts; o->name; o++)
+        if (o->val == c)
+            return o->name;
+    return "?";
+}
+
+static int num_opt(struct ctx *x, int c, const char *v)
+{
+    struct drift_opts *o = &x->o;
+    struct drift_thresholds *th = &o->th;
+    long n;
+    int bad = 0;
+    switch (c) {
+#define LONGOPT(code, lo, hi, dst)                                           \
+    case code:                                                               \
+        bad = cli_parse_long(v, lo, hi, &n);                                 \
+        if (!bad)                                                            \
+            dst = n;                                                         \
+        break;
+        LONGOPT(O_SEQS, 0, 100000, o->sequences)
+        LONGOPT(O_MAXCTX, 2, 1L << 30, o->max_context)
+        LONGOPT(O_MINB, 2, 1L << 30, o->min_bucket)
+        LONGOPT(O_DTOK, 0, 512, o->decode_tokens)
+        LONGOPT(O_DSEQ, 1, 100000, o->decode_seqs)
+        LONGOPT(O_DPROMPT, 1, 1L << 30, o->decode_prompt)
+        LONGOPT(O_DET, 2, 64, o->determinism)
+        LONGOPT(O_BOOT, 0, 100000, o->bootstrap)
+        LONGOPT(O_WORST, 0, DRIFT_WORST_MAX, o->worst)
+#undef LONGOPT
+    case O_SEED:
+        bad = cli_parse_long(v, 0, LONG_MAX, &n);
+        o->seed = (uint64_t)n;
+        break;
+    case O_TOPK:
+        bad = cli_parse_long(v, 1, DRIFT_TOPK_MAX, &n);
+        x->g.top_k = x->c.top_k = (unsigned)n;
+        break;
+    case O_BOUND:
+        bad = set_boundaries(o, v);
+        break;
+    case O_KLM:
+        bad = set_pair(v, 0, 1e3, th->kl_mean);
+        break;
+    case O_KLP:
+        bad = set_pair(v, 0, 1e3, th->kl_p999);
+        break;
+    case O_TOP1:
+        bad = set_pair(v, 0, 1, th->top1);
+        break;
+    case O_DPR:
+        bad = set_pair(v, 0, 1, th->dp_rms);
+        break;
+    case O_GROW:
+        bad = set_pair(v, 1, 1e9, th->growth);
+        break;
+    case O_GFLOOR:
+        bad = cli_parse_double(v, 0, 1e3, &th->growth_floor);
+        break;
+    case O_FLIP:
+        bad = cli_parse_double(v, 0, 1, &th->flip_margin);
+        break;
+    default:
+        return -1;
+    }
+    if (bad)
+        return BAD("bad value '%s' for '--%s'", v, opt_name(c));
+    return 0;
+}
+
+static int parse(struct ctx *x, int argc, char **argv)
+{
+    struct diag d = {{0}};
+    int c, r;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_GOLDEN:
+        case O_CAND:
+            if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg,
+                                   &d))
+                return BAD("%s", d.msg);
+            break;
+        case O_CORPUS:
+            x->o.corpus_file = optarg;
+            break;
+        case O_FROMDB:
+            return BAD("%s", "--from-db is not built yet; export the "
+                             "sessions as JSONL and use --corpus");
+        case O_NOCTRL:
+            x->o.control = false;
+            break;
+        case O_NOSELF:
+            x->o.self = false;
+            break;
+        case O_JSON:
+            x->json_path = optarg;
+            break;
+        case O_JSONL:
+            x->jsonl_path = optarg;
+            break;
+        case O_DB:
+            x->db_path = optarg;
+            break;
+        case O_NOSTORE:
+            x->no_store = true;
+            break;
+        case '?':
+        case ':':
+            return cli_bad_option("drift", c, argv);
+        default:
+            r = side_opt(x, c, optarg);
+            if (r < 0)
+                r = num_opt(x, c, optarg);
+            if (r)
+                return r;
+        }
+    }
+    if (optind < argc)
+        return BAD("unexpected argument '%s'", argv[optind]);
+    if (!x->g.url || !x->c.url)
+        return BAD("%s", "both --golden URL and --candidate URL are needed");
+    return 0;
+}
+
+static int exit_for(int err)
+{
+    switch (err) {
+    case -ECONNREFUSED:
+    case -ETIMEDOUT:
+        return EXIT_UNREACHABLE;
+    case -EINVAL:
+    case -ENODATA:
+    case -ENOENT:
+    case -ENOTSUP:
+    case -EACCES:
+        return EXIT_USAGE;
+    case -EILSEQ:
+    case -EPROTO:
+    case -EBADMSG:
+        return EXIT_FAIL;
+    default:
+        return EXIT_INTERNAL;
+    }
+}
+
+static int save(struct ctx *x, json_t *summary)
+{
+    struct diag d = {{0}};
+    sqlite3 *db;
+    int64_t id;
+    const char *path = x->db_path ? x->db_path : store_default_path();
+    if (store_open(path, &db, &d))
+        return cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
+    int r = drift_store_save(db, summary, &id, &d);
+    store_close(db);
+    if (r)
+        return cli_error("drift", EXIT_INTERNAL,
+                         "cannot save the run in '%s': %s", path, d.msg);
+    return 0;
+}
+
+static int finish(struct ctx *x, struct drift_result *r)
+{
+    struct drift_worst w[DRIFT_WORST_MAX];
+    struct drift_worst_text wt[DRIFT_WORST_MAX];
+    struct buf out = BUF_INIT;
+    struct diag d = {{0}};
+    int code = r->verdict == DRIFT_FAIL ? EXIT_FAIL : EXIT_PASS;
+
+    size_t nw = drift_worst_sorted(&r->an, w, x->o.worst);
+    drift_worst_texts(&x->g, r, w, nw, wt);
+    json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
+    bool json_stdout = x->json_path && !strcmp(x->json_path, "-");
+    drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
+    fputs(buf_str(&out), json_stdout ? stderr : stdout);
+    if (x->json_path && cli_json_write(summary, x->json_path, &d))
+        code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
+    if (!x->no_store) {
+        int s = save(x, summary);
+        if (s)
+            code = s;
+    }
+    json_decref(summary);
+    drift_worst_texts_free(wt, nw);
+    buf_release(&out);
+    return code;
+}
+
+int cmd_drift(int argc, char **argv)
+{
+    struct ctx x;
+    struct drift_result r;
+    struct diag d = {{0}};
+    int code;
+
+    memset(&x, 0, sizeof(x));
+    drift_side_init(&x.g, "golden");
+    drift_side_init(&x.c, "candidate");
+    drift_opts_default(&x.o);
+    buf_init(&x.line, 0);
+    drift_result_init(&r);
+    code = parse(&x, argc, argv);
+    if (code)
+        goto out;
+    x.tty = cli_is_tty(2);
+    x.o.ud = &x;
+    x.o.on_progress = on_progress;
+    if (x.jsonl_path) {
+        x.jsonl = strcmp(x.jsonl_path, "-") ? fopen(x.jsonl_path, "w")
+                                            : stdout;
+        if (!x.jsonl) {
+            code = cli_error("drift", EXIT_USAGE, "cannot open '%s': %s",
+                             x.jsonl_path, strerror(errno));
+            goto out;
+        }
+        x.o.on_rec = on_rec;
+    }
+    int ret = drift_run(&x.g, &x.c, &x.o, &r, &d);
+    if (x.tty)
+        fputs("\r\033[K", stderr);
+    if (ret) {
+        code = cli_error("drift", exit_for(ret), "%s", d.msg);
+        goto out;
+    }
+    code = finish(&x, &r);
+    if (x.jsonl_err)
+        code = cli_error("drift", EXIT_INTERNAL, "cannot write '%s': %s",
+                         x.jsonl_path, strerror(x.jsonl_err));
+out:
+    if (x.jsonl && x.jsonl != stdout && fclose(x.jsonl) && !code)
+        code = cli_error("drift", EXIT_INTERNAL, "cannot write '%s'",
+                         x.jsonl_path);
+    drift_result_release(&r);
+    drift_side_release(&x.g);
+    drift_side_release(&x.c);
+    buf_release(&x.line);
+    return code;
+}

@@ -1,0 +1,142 @@
+/*
+ * drift: the teacher-forced comparison of a candidate server with a golden
+ * reference. drift_run() renders the corpus on both servers (checking that
+ * they tokenize it identically), detects each side's dialect, scores every
+ * sequence by prefill on golden (twice: the control arm), candidate (twice:
+ * its own noise) and folds the positions into a struct drift_analysis; then
+ * the decode path (decode.c) and the determinism check (determinism.c).
+ * Called by cmd_drift.c only; never prints: per-position records and
+ * progress go through callbacks.
+ */
+#ifndef DRIFT_DRIFT_H
+#define DRIFT_DRIFT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "drift/analysis.h"
+#include "drift/corpus.h"
+#include "drift/transport.h"
+
+#define DRIFT_BOUNDARIES_MAX 16
+
+/* One compared position, for --jsonl. */
+struct drift_rec {
+    const char *arm; /* "candidate", "control", "self", "decode-..." */
+    uint32_t seq, pos;
+    uint64_t token;
+    const struct drift_pm *m;
+};
+
+struct drift_opts {
+    unsigned sequences;   /* built-in conversations */
+    unsigned max_context; /* tokens per sequence (cut) */
+    uint64_t seed;
+    const char *corpus_file; /* NULL: built-in */
+    uint32_t min_bucket;
+    uint32_t boundaries[DRIFT_BOUNDARIES_MAX];
+    size_t n_boundaries;
+    bool control;  /* golden pass 2 (default on) */
+    bool self;     /* candidate pass 2 (default on) */
+    unsigned decode_tokens;  /* 0: no decode path */
+    unsigned decode_seqs;    /* sequences used by the decode path */
+    unsigned decode_prompt;  /* prompt tokens for the decode path */
+    unsigned determinism;    /* N requests; 0: off */
+    unsigned bootstrap;
+    size_t worst;
+    struct drift_thresholds th;
+    void (*on_rec)(void *ud, const struct drift_rec *r);
+    void (*on_progress)(void *ud, const char *what, size_t done,
+                        size_t total);
+    void *ud;
+};
+void drift_opts_default(struct drift_opts *o);
+
+/* The decode-path comparison: three analyses over generated positions. */
+enum drift_dpath {
+    DRIFT_DP_PP, /* golden prefill vs candidate prefill */
+    DRIFT_DP_DP, /* candidate prefill vs candidate decode */
+    DRIFT_DP_DG, /* golden prefill vs candidate decode */
+    DRIFT_DPATHS
+};
+enum drift_attr {
+    DRIFT_ATTR_NONE,
+    DRIFT_ATTR_PREFILL,
+    DRIFT_ATTR_DECODE,
+    DRIFT_ATTR_BOTH,   /* each path differs in its own way */
+    DRIFT_ATTR_SHARED, /* both paths alike: weights, scaling, config */
+    DRIFT_ATTR_UNKNOWN /* not run */
+};
+const char *drift_attr_name(enum drift_attr a);
+
+struct drift_decode {
+    bool ran;
+    bool have_pp; /* false when the candidate has no prompt logprobs */
+    unsigned seqs, generated;
+    struct drift_bsum sum[DRIFT_DPATHS];
+    struct drift_bsum excess[DRIFT_DPATHS]; /* over the prefill arms' noise */
+    enum drift_verdict verdict[DRIFT_DPATHS];
+    enum drift_attr attribution;
+};
+
+/* Determinism of one side: N identical requests alone, then at once. */
+struct drift_det_side {
+    bool ran;
+    unsigned n;
+    unsigned distinct[2];      /* [0] alone, [1] under load */
+    long first_diff[2];        /* first differing generated token; -1 */
+    bool prompt_identical[2];  /* prompt logprobs bit-identical */
+    bool prompt_checked;       /* the side returns prompt logprobs */
+    unsigned failed;           /* requests that failed */
+};
+struct drift_det {
+    bool ran;
+    struct drift_det_side side[2]; /* [0] golden, [1] candidate */
+};
+
+struct drift_result {
+    struct drift_analysis an;
+    bool has_control, has_self;
+    bool prefill; /* false: candidate has no prompt logprobs (fallback) */
+    char fallback_why[512];
+    struct drift_growth growth;
+    struct drift_decode dec;
+    struct drift_det det;
+    unsigned sequences;
+    uint64_t positions;
+    enum drift_verdict bucket_verdict[DRIFT_BUCKETS_MAX];
+    struct drift_bsum excess[DRIFT_BUCKETS_MAX];
+    enum drift_verdict verdict; /* overall */
+    struct drift_corpus corpus; /* rendered ids, for the worst positions */
+};
+
+void drift_result_init(struct drift_result *r);
+void drift_result_release(struct drift_result *r);
+
+/*
+ * Runs the comparison. Returns 0 when it ran (the verdict is in r), or:
+ * -ECONNREFUSED/-ETIMEDOUT (a server unreachable), -EILSEQ (tokenizers
+ * differ; d names the sequence and first differing position), -EINVAL /
+ * -ENODATA (bad corpus), -ENOTSUP (the golden has no prompt logprobs),
+ * -EPROTO/-EBADMSG (a server answered wrongly), with d saying what.
+ */
+int drift_run(struct drift_side *golden, struct drift_side *cand,
+              const struct drift_opts *o, struct drift_result *r,
+              struct diag *d);
+
+/* Compares two prefill answers position by position into arm of a,
+ * counting skips; calls o->on_rec. Exposed for tests. */
+void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
+                      uint32_t seq, const struct drift_lp *g,
+                      const struct drift_lp *c, uint32_t from, uint32_t to,
+                      const struct drift_opts *o, const char *arm_name);
+
+/* Decode path and determinism (decode.c, determinism.c). */
+int drift_decode_run(struct drift_side *golden, struct drift_side *cand,
+                     const struct drift_opts *o, struct drift_result *r,
+                     struct diag *d);
+int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
+                          size_t n, unsigned count, unsigned max_new,
+                          struct drift_det_side *out, struct diag *d);
+
+#endif

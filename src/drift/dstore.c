@@ -1,0 +1,162 @@
+/*
+ * drift store: drift_runs and drift_buckets. Contract in dstore.h.
+ */
+#include "drift/dstore.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/xalloc.h"
+#include "store/store.h"
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS drift_runs ("
+    " id INTEGER PRIMARY KEY,"
+    " started_at INTEGER NOT NULL,"
+    " golden_url TEXT NOT NULL, candidate_url TEXT NOT NULL,"
+    " golden_dialect TEXT, candidate_dialect TEXT,"
+    " golden_fingerprint TEXT, candidate_fingerprint TEXT,"
+    " sequences INTEGER, positions INTEGER,"
+    " verdict TEXT NOT NULL, summary TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS drift_buckets ("
+    " run_id INTEGER NOT NULL REFERENCES drift_runs(id) ON DELETE CASCADE,"
+    " pos_from INTEGER NOT NULL, pos_to INTEGER NOT NULL,"
+    " count INTEGER, kl_mean REAL, kl_p999 REAL, kl_max REAL,"
+    " excess_kl_mean REAL, top1_agreement REAL, dp_rms REAL,"
+    " verdict TEXT, PRIMARY KEY (run_id, pos_from));";
+
+int drift_store_schema(sqlite3 *db, struct diag *d)
+{
+    return store_exec(db, schema, d);
+}
+
+char *drift_url_redact(const char *url)
+{
+    const char *s = strstr(url, "://");
+    const char *start = s ? s + 3 : url;
+    const char *end = start + strcspn(start, "/?#");
+    const char *at = NULL;
+    for (const char *p = start; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return xstrdup(url);
+    return xasprintf("%.*s***%s", (int)(start - url), url, at);
+}
+
+static const char *sget(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(json_object_get(o, a), b);
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+static double rget(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = a ? json_object_get(json_object_get(o, a), b)
+                        : json_object_get(o, b);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+static int bind_text_fresh(sqlite3_stmt *st, int i, char *s)
+{
+    return sqlite3_bind_text(st, i, s, -1, free);
+}
+
+static int save_buckets(sqlite3 *db, const json_t *summary, int64_t id,
+                        struct diag *d)
+{
+    sqlite3_stmt *st;
+    const json_t *b = json_object_get(summary, "buckets");
+    size_t i;
+    const json_t *x;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO drift_buckets VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+    json_array_foreach(b, i, x)
+    {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, (int64_t)rget(x, NULL, "from"));
+        sqlite3_bind_int64(st, 3, (int64_t)rget(x, NULL, "to"));
+        sqlite3_bind_int64(st, 4, (int64_t)rget(x, "candidate", "count"));
+        sqlite3_bind_double(st, 5, rget(x, "candidate", "kl_mean"));
+        sqlite3_bind_double(st, 6, rget(x, "candidate", "kl_p999"));
+        sqlite3_bind_double(st, 7, rget(x, "candidate", "kl_max"));
+        sqlite3_bind_double(st, 8, rget(x, "excess", "kl_mean"));
+        sqlite3_bind_double(st, 9, rget(x, "candidate", "top1_agreement"));
+        sqlite3_bind_double(st, 10, rget(x, "candidate", "dp_rms"));
+        const json_t *v = json_object_get(x, "verdict");
+        sqlite3_bind_text(st, 11, json_is_string(v) ? json_string_value(v)
+                                                    : "",
+                          -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+            sqlite3_finalize(st);
+            return -EIO;
+        }
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
+                     struct diag *d)
+{
+    sqlite3_stmt *st;
+    int ret = drift_store_schema(db, d);
+    if (ret)
+        return ret;
+    if (store_exec(db, "BEGIN", d))
+        return -EIO;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO drift_runs (started_at, golden_url,"
+                           " candidate_url, golden_dialect,"
+                           " candidate_dialect, golden_fingerprint,"
+                           " candidate_fingerprint, sequences, positions,"
+                           " verdict, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK) {
+        diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+        store_exec(db, "ROLLBACK", NULL);
+        return -EIO;
+    }
+    sqlite3_bind_int64(st, 1, (int64_t)time(NULL));
+    bind_text_fresh(st, 2, drift_url_redact(sget(summary, "golden", "url")));
+    bind_text_fresh(st, 3,
+                    drift_url_redact(sget(summary, "candidate", "url")));
+    sqlite3_bind_text(st, 4, sget(summary, "golden", "dialect"), -1,
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, sget(summary, "candidate", "dialect"), -1,
+                      SQLITE_TRANSIENT);
+    const json_t *gf = json_object_get(json_object_get(summary, "golden"),
+                                       "fingerprint");
+    const json_t *cf = json_object_get(json_object_get(summary, "candidate"),
+                                       "fingerprint");
+    bind_text_fresh(st, 6, json_dumps(gf, JSON_COMPACT | JSON_SORT_KEYS |
+                                              JSON_ENCODE_ANY));
+    bind_text_fresh(st, 7, json_dumps(cf, JSON_COMPACT | JSON_SORT_KEYS |
+                                              JSON_ENCODE_ANY));
+    sqlite3_bind_int64(st, 8, (int64_t)rget(summary, NULL, "sequences"));
+    sqlite3_bind_int64(st, 9, (int64_t)rget(summary, NULL, "positions"));
+    const json_t *v = json_object_get(summary, "verdict");
+    sqlite3_bind_text(st, 10, json_is_string(v) ? json_string_value(v) : "",
+                      -1, SQLITE_TRANSIENT);
+    bind_text_fresh(st, 11, json_dumps(summary, JSON_COMPACT |
+                                                    JSON_SORT_KEYS));
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+        ret = -EIO;
+    }
+    sqlite3_finalize(st);
+    if (!ret) {
+        *run_id = sqlite3_last_insert_rowid(db);
+        ret = save_buckets(db, summary, *run_id, d);
+    }
+    if (ret) {
+        store_exec(db, "ROLLBACK", NULL);
+        return ret;
+    }
+    return store_exec(db, "COMMIT", d);
+}

@@ -1,0 +1,150 @@
+/*
+ * drift growth: does the candidate's excess KL grow with position? The
+ * least-squares slope of ln(excess mean KL) on ln(mean position) over the
+ * buckets, a percentile bootstrap interval that resamples whole sequences
+ * (positions within a sequence are correlated, so resampling tokens would
+ * give intervals that are too narrow), and the last/first bucket ratio.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/stats.h"
+#include "core/xalloc.h"
+#include "drift/analysis.h"
+
+#define TINY 1e-12
+
+/* Excess mean KL per bucket from (sum, n) per arm; NAN when empty. */
+static void excess_means(const double *sums, size_t nb, bool has_self,
+                         double *ex)
+{
+    for (size_t b = 0; b < nb; b++) {
+        const double *s = sums + b * DRIFT_ARMS * 2;
+        double nc = s[DRIFT_ARM_CAND * 2 + 1];
+        if (nc == 0) {
+            ex[b] = NAN;
+            continue;
+        }
+        double c = s[DRIFT_ARM_CAND * 2] / nc;
+        double nt = s[DRIFT_ARM_CTRL * 2 + 1], ns = s[DRIFT_ARM_SELF * 2 + 1];
+        double ct = nt ? s[DRIFT_ARM_CTRL * 2] / nt : 0;
+        double se = ns ? s[DRIFT_ARM_SELF * 2] / ns : 0;
+        double base = has_self ? 0.5 * ct + 0.5 * se : ct;
+        ex[b] = c - base > 0 ? c - base : 0;
+    }
+}
+
+static double slope_of(const double *ex, const double *lx, size_t nb,
+                       unsigned *points)
+{
+    double x[DRIFT_BUCKETS_MAX], y[DRIFT_BUCKETS_MAX];
+    size_t n = 0;
+    for (size_t b = 0; b < nb; b++)
+        if (!isnan(ex[b]) && ex[b] > TINY && !isnan(lx[b])) {
+            x[n] = lx[b];
+            y[n] = log(ex[b]);
+            n++;
+        }
+    if (points)
+        *points = (unsigned)n;
+    return stats_slope(x, y, n);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void ratio_of(const double *ex, size_t nb, struct drift_growth *g)
+{
+    size_t first = nb, last = nb;
+    for (size_t b = 0; b < nb; b++)
+        if (!isnan(ex[b])) {
+            if (first == nb)
+                first = b;
+            last = b;
+        }
+    g->first = first < nb ? ex[first] : NAN;
+    g->last = last < nb ? ex[last] : NAN;
+    if (first == nb || first == last)
+        g->ratio = NAN;
+    else if (g->first > TINY)
+        g->ratio = g->last / g->first;
+    else
+        g->ratio = g->last > TINY ? INFINITY : NAN;
+}
+
+static void bootstrap(const struct drift_analysis *a, bool has_self,
+                      unsigned reps, uint64_t seed, const double *lx,
+                      struct drift_growth *g)
+{
+    size_t nb = a->n_buckets, stride = nb * DRIFT_ARMS * 2;
+    double *sums = xmalloc(stride * sizeof(double));
+    double *slopes = xmalloc((reps ? reps : 1) * sizeof(double));
+    double ex[DRIFT_BUCKETS_MAX];
+    struct rng r;
+    unsigned ok = 0;
+
+    rng_seed(&r, seed);
+    for (unsigned k = 0; k < reps; k++) {
+        memset(sums, 0, stride * sizeof(double));
+        for (size_t i = 0; i < a->n_seq; i++) {
+            const double *s = a->seq_sums + rng_below(&r, a->n_seq) * stride;
+            for (size_t j = 0; j < stride; j++)
+                sums[j] += s[j];
+        }
+        excess_means(sums, nb, has_self, ex);
+        double sl = slope_of(ex, lx, nb, NULL);
+        if (!isnan(sl))
+            slopes[ok++] = sl;
+    }
+    g->replicates = ok;
+    g->lo = g->hi = NAN;
+    if (ok >= 2) {
+        qsort(slopes, ok, sizeof(double), cmp_double);
+        g->lo = slopes[(size_t)floor(0.025 * (ok - 1))];
+        g->hi = slopes[(size_t)ceil(0.975 * (ok - 1))];
+    }
+    free(slopes);
+    free(sums);
+}
+
+void drift_growth_compute(const struct drift_analysis *a, bool has_self,
+                          unsigned replicates, uint64_t seed,
+                          struct drift_growth *g)
+{
+    size_t nb = a->n_buckets;
+    double sums[DRIFT_BUCKETS_MAX * DRIFT_ARMS * 2] = {0};
+    double ex[DRIFT_BUCKETS_MAX], lx[DRIFT_BUCKETS_MAX] = {0};
+
+    memset(g, 0, sizeof(*g));
+    for (size_t b = 0; b < nb; b++) {
+        const struct drift_acc *c = &a->acc[DRIFT_ARM_CAND][b];
+        lx[b] = c->n ? log(c->pos_sum / (double)c->n) : NAN;
+        for (int arm = 0; arm < DRIFT_ARMS; arm++) {
+            sums[(b * DRIFT_ARMS + arm) * 2] = a->acc[arm][b].kl_sum;
+            sums[(b * DRIFT_ARMS + arm) * 2 + 1] = (double)a->acc[arm][b].n;
+        }
+    }
+    excess_means(sums, nb, has_self, ex);
+    g->slope = slope_of(ex, lx, nb, &g->points);
+    ratio_of(ex, nb, g);
+    bootstrap(a, has_self, a->n_seq >= 2 ? replicates : 0, seed, lx, g);
+
+    /* Growth is judged only when the late excess is above the floor and,
+     * with enough sequences for an interval, the interval excludes 0. */
+    const struct drift_thresholds *th = &a->th;
+    g->verdict = DRIFT_NA;
+    if (isnan(g->ratio) || !(g->last >= th->growth_floor))
+        return;
+    g->verdict = DRIFT_PASS;
+    if (!isnan(g->lo) && !(g->lo > 0))
+        return;
+    if (g->ratio > th->growth[1])
+        g->verdict = DRIFT_FAIL;
+    else if (g->ratio > th->growth[0])
+        g->verdict = DRIFT_WARN;
+}

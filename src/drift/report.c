@@ -1,0 +1,501 @@
+/*
+ * drift report: text and JSON renderings of a struct drift_result.
+ * Numbers use fixed formats so the output is stable for golden tests.
+ */
+#include "drift/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+#include "drift/dstore.h"
+
+void drift_worst_texts(struct drift_side *golden,
+                       const struct drift_result *r,
+                       const struct drift_worst *w, size_t n,
+                       struct drift_worst_text *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct drift_worst_text *t = &out[i];
+        struct diag d;
+        uint32_t one;
+        memset(t, 0, sizeof(*t));
+        t->offset = -1;
+        const uint64_t keys[3] = {w[i].forced, w[i].top1_g, w[i].top1_c};
+        char **dst[3] = {&t->token, &t->top1_g, &t->top1_c};
+        for (int k = 0; k < 3; k++) {
+            if (keys[k] & DRIFT_KEY_TEXT || (k > 0 && keys[k] == 0 &&
+                                             w[i].top1_g == w[i].top1_c))
+                continue;
+            one = (uint32_t)keys[k];
+            if (drift_side_detokenize(golden, &one, 1, dst[k], &d))
+                *dst[k] = NULL;
+        }
+        if (w[i].seq < r->corpus.n) {
+            const struct drift_item *it = &r->corpus.items[w[i].seq];
+            char *pre = NULL;
+            if (w[i].pos <= it->n &&
+                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d))
+                t->offset = (long)strlen(pre);
+            free(pre);
+        }
+    }
+}
+
+void drift_worst_texts_free(struct drift_worst_text *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(t[i].token);
+        free(t[i].top1_g);
+        free(t[i].top1_c);
+    }
+}
+
+/* A token's text made printable on one line: escapes and a length cap. */
+static void show_tok(struct buf *b, const char *s)
+{
+    if (!s) {
+        buf_adds(b, "?");
+        return;
+    }
+    buf_addch(b, '\'');
+    for (size_t i = 0; s[i] && i < 24; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n')
+            buf_adds(b, "\\n");
+        else if (c == '\'' || c == '\\')
+            buf_printf(b, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            buf_printf(b, "\\x%02x", c);
+        else
+            buf_addch(b, (char)c);
+    }
+    buf_addch(b, '\'');
+}
+
+static const char *arm_verdict(enum drift_verdict v)
+{
+    return drift_verdict_name(v);
+}
+
+static void stats_block(const struct drift_result *r, struct buf *b)
+{
+    struct drift_acc tot, ctl;
+    struct drift_bsum s, t;
+    drift_analysis_total(&r->an, DRIFT_ARM_CAND, &tot);
+    drift_analysis_total(&r->an, DRIFT_ARM_CTRL, &ctl);
+    drift_bucket_summary(&tot, &s);
+    drift_bucket_summary(&ctl, &t);
+    double n = tot.n ? (double)tot.n : NAN;
+    buf_printf(b, "====== Perplexity statistics (teacher-forced) ======\n");
+    buf_printf(b, "Positions compared            : %llu\n",
+               (unsigned long long)tot.n);
+    buf_printf(b, "Mean PPL(golden)              : %10.4f\n",
+               exp(tot.nll_g / n));
+    buf_printf(b, "Mean PPL(candidate)           : %10.4f\n",
+               exp(tot.nll_c / n));
+    buf_printf(b, "Mean ln(PPL(cand)/PPL(golden)): %+.6e\n", s.log_ppl_ratio);
+    buf_printf(b, "\n====== KL divergence statistics (lower bound: golden "
+                  "top-k + forced + tail) ======\n");
+    buf_printf(b, "Mean    KLD: %.6e   (control %.6e)\n", s.kl_mean,
+               t.kl_mean);
+    buf_printf(b, "Maximum KLD: %.6e\n", s.kl_max);
+    buf_printf(b, "99.9%%   KLD: %.6e\n", s.kl_p999);
+    buf_printf(b, "99.0%%   KLD: %.6e\n", s.kl_p99);
+    buf_printf(b, "Median  KLD: %.6e\n", s.kl_p50);
+    buf_printf(b, "\n====== Token probability statistics ======\n");
+    buf_printf(b, "Mean    dp : %+.5f%%\n", 100 * s.dp_mean);
+    buf_printf(b, "RMS     dp : %.5f%%\n", 100 * s.dp_rms);
+    buf_printf(b, "Same top p : %.4f%%   decisive flips: %llu\n",
+               100 * s.top1, (unsigned long long)s.flips);
+    buf_printf(b, "Top-k overlap: %.4f%%\n\n", 100 * s.overlap);
+}
+
+static void bucket_table(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_analysis *a = &r->an;
+    buf_printf(b, "%-13s %7s %10s %10s %10s %10s %10s %10s %9s %8s %6s %8s "
+                  "%s\n",
+               "positions", "count", "KL mean", "KL p50", "KL p99",
+               "KL p99.9", "KL max", "lnPPL", "dp rms%", "top1%", "flips",
+               "overlap", "verdict (on excess)");
+    for (size_t k = 0; k < a->n_buckets; k++) {
+        struct drift_bsum s;
+        drift_bucket_summary(&a->acc[DRIFT_ARM_CAND][k], &s);
+        const struct drift_bsum *x = &r->excess[k];
+        char range[32];
+        snprintf(range, sizeof(range), "[%u,%u)", a->edges[k],
+                 a->edges[k + 1]);
+        if (s.n == 0) {
+            buf_printf(b, "%-13s %7d %10s\n", range, 0, "-");
+            continue;
+        }
+        buf_printf(b, "%-13s %7llu %10.3e %10.3e %10.3e %10.3e %10.3e "
+                      "%+10.3e %9.4f %8.3f %6llu %8.4f %s (excess KL %.2e)\n",
+                   range, (unsigned long long)s.n, s.kl_mean, s.kl_p50,
+                   s.kl_p99, s.kl_p999, s.kl_max, s.log_ppl_ratio,
+                   100 * s.dp_rms, 100 * s.top1, (unsigned long long)s.flips,
+                   s.overlap, arm_verdict(r->bucket_verdict[k]), x->kl_mean);
+    }
+}
+
+static void growth_block(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_growth *g = &r->growth;
+    buf_printf(b, "\ngrowth: slope of ln(excess KL) on ln(position) ");
+    if (isnan(g->slope))
+        buf_printf(b, "n/a (fewer than 2 buckets with excess KL)");
+    else
+        buf_printf(b, "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
+                      "replicates over whole sequences)",
+                   g->slope, g->lo, g->hi, g->points, g->replicates);
+    buf_printf(b, "\ngrowth: last/first bucket excess KL ratio ");
+    if (isnan(g->ratio))
+        buf_printf(b, "n/a");
+    else
+        buf_printf(b, "%.3f (%.3e / %.3e)", g->ratio, g->last, g->first);
+    buf_printf(b, " -> %s\n", arm_verdict(g->verdict));
+}
+
+static void skips(const struct drift_result *r, struct buf *b)
+{
+    static const char *const arm[] = {"candidate", "control", "self"};
+    static const char *const why[] = {"invalid (NaN, >0 or missing)",
+                                      "not returned (short answer)",
+                                      "echoed a different token"};
+    for (int a = 0; a < DRIFT_ARMS; a++)
+        for (int k = 0; k < DRIFT_SKIPS; k++)
+            if (r->an.skipped[a][k])
+                buf_printf(b, "skipped: %s arm, %llu positions %s\n", arm[a],
+                           (unsigned long long)r->an.skipped[a][k], why[k]);
+}
+
+static void decode_block(const struct drift_result *r, struct buf *b)
+{
+    static const char *const nm[] = {"prefill vs prefill (golden, cand)",
+                                     "decode vs prefill (candidate)",
+                                     "decode (cand) vs prefill (golden)"};
+    const struct drift_decode *dc = &r->dec;
+    if (!dc->ran)
+        return;
+    buf_printf(b, "\n====== Decode path (%u sequences, %u generated tokens) "
+                  "======\n",
+               dc->seqs, dc->generated);
+    for (int k = 0; k < DRIFT_DPATHS; k++) {
+        const struct drift_bsum *s = &dc->sum[k];
+        if (dc->verdict[k] == DRIFT_NA) {
+            buf_printf(b, "%-36s: n/a\n", nm[k]);
+            continue;
+        }
+        buf_printf(b, "%-36s: KL mean %.3e  max %.3e  top1 %.3f%%  dp rms "
+                      "%.4f%%  %s (excess KL %.2e)\n",
+                   nm[k], s->kl_mean, s->kl_max, 100 * s->top1,
+                   100 * s->dp_rms, arm_verdict(dc->verdict[k]),
+                   dc->excess[k].kl_mean);
+    }
+    buf_printf(b, "attribution: %s\n", drift_attr_name(dc->attribution));
+}
+
+static void det_block(const struct drift_result *r, struct buf *b)
+{
+    static const char *const side[] = {"golden", "candidate"};
+    if (!r->det.ran)
+        return;
+    buf_printf(b, "\n====== Determinism (temperature 0; apart from drift) "
+                  "======\n");
+    for (int k = 0; k < 2; k++) {
+        const struct drift_det_side *s = &r->det.side[k];
+        if (!s->ran)
+            continue;
+        for (int ph = 0; ph < 2; ph++) {
+            buf_printf(b, "%-9s %-10s: %u requests, %u distinct outputs", side[k],
+                       ph ? "under load" : "alone", s->n, s->distinct[ph]);
+            if (s->first_diff[ph] >= 0)
+                buf_printf(b, ", first differing token %ld",
+                           s->first_diff[ph]);
+            if (s->prompt_checked)
+                buf_printf(b, ", prompt logprobs %s",
+                           s->prompt_identical[ph] ? "bit-identical"
+                                                   : "differ");
+            buf_printf(b, "\n");
+        }
+        bool nd = s->distinct[0] > 1 ||
+                  (s->prompt_checked && !s->prompt_identical[0]);
+        bool bv = !nd && (s->distinct[1] > 1 ||
+                          (s->prompt_checked && !s->prompt_identical[1]));
+        buf_printf(b, "%-9s verdict   : %s\n", side[k],
+                   nd   ? "NONDETERMINISTIC (differs with no other load)"
+                   : bv ? "BATCH-VARIANT (differs only under load)"
+                        : "deterministic");
+        if (s->failed)
+            buf_printf(b, "%-9s failures  : %u requests failed\n", side[k],
+                       s->failed);
+    }
+}
+
+void drift_report_text(const struct drift_result *r,
+                       const struct drift_side *g, const struct drift_side *c,
+                       const struct drift_worst *w,
+                       const struct drift_worst_text *wt, size_t nw,
+                       struct buf *b)
+{
+    buf_printf(b, "golden   : %s (%s dialect)\n", g->url,
+               drift_dialect_name(g->dialect));
+    buf_printf(b, "candidate: %s (%s dialect)\n", c->url,
+               drift_dialect_name(c->dialect));
+    buf_printf(b, "corpus   : %u sequences, %llu positions\n", r->sequences,
+               (unsigned long long)r->positions);
+    if (!r->prefill)
+        buf_printf(b, "note     : %s\n", r->fallback_why);
+    buf_printf(b, "\n");
+    if (r->prefill) {
+        stats_block(r, b);
+        bucket_table(r, b);
+        growth_block(r, b);
+        skips(r, b);
+    }
+    decode_block(r, b);
+    det_block(r, b);
+    if (nw) {
+        buf_printf(b, "\n%zu worst positions (candidate KL):\n", nw);
+        buf_printf(b, "%4s %8s %8s %11s %10s  %s\n", "seq", "pos", "offset",
+                   "KL", "dlogp", "token -> golden top1 / candidate top1");
+    }
+    for (size_t i = 0; i < nw; i++) {
+        buf_printf(b, "%4u %8u %8ld %11.4e %+10.4f  ", w[i].seq, w[i].pos,
+                   wt ? wt[i].offset : -1L, w[i].kl, w[i].dlp);
+        show_tok(b, wt ? wt[i].token : NULL);
+        buf_adds(b, " -> ");
+        show_tok(b, wt ? wt[i].top1_g : NULL);
+        buf_adds(b, " / ");
+        show_tok(b, wt ? wt[i].top1_c : NULL);
+        buf_addch(b, '\n');
+    }
+    buf_printf(b, "\nverdict: %s\n", drift_verdict_name(r->verdict));
+}
+
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *bsum_json(const struct drift_bsum *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "count", json_integer((json_int_t)s->n));
+    json_object_set_new(o, "kl_mean", jnum(s->kl_mean));
+    json_object_set_new(o, "kl_p50", jnum(s->kl_p50));
+    json_object_set_new(o, "kl_p99", jnum(s->kl_p99));
+    json_object_set_new(o, "kl_p999", jnum(s->kl_p999));
+    json_object_set_new(o, "kl_max", jnum(s->kl_max));
+    json_object_set_new(o, "log_ppl_ratio", jnum(s->log_ppl_ratio));
+    json_object_set_new(o, "dp_mean", jnum(s->dp_mean));
+    json_object_set_new(o, "dp_rms", jnum(s->dp_rms));
+    json_object_set_new(o, "top1_agreement", jnum(s->top1));
+    json_object_set_new(o, "decisive_flips", json_integer((json_int_t)s->flips));
+    json_object_set_new(o, "topk_overlap", jnum(s->overlap));
+    return o;
+}
+
+static json_t *side_json(const struct drift_side *s)
+{
+    json_t *o = json_object();
+    char *url = drift_url_redact(s->url ? s->url : "");
+    json_object_set_new(o, "url", json_string(url));
+    free(url);
+    json_object_set_new(o, "dialect",
+                        json_string(drift_dialect_name(s->dialect)));
+    if (s->model)
+        json_object_set_new(o, "model", json_string(s->model));
+    json_object_set_new(o, "fingerprint", s->fingerprint
+                                              ? json_incref(s->fingerprint)
+                                              : json_null());
+    return o;
+}
+
+static json_t *buckets_json(const struct drift_result *r)
+{
+    const struct drift_analysis *a = &r->an;
+    json_t *arr = json_array();
+    static const char *const arm[] = {"candidate", "control", "self"};
+    for (size_t k = 0; k < a->n_buckets; k++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "from", json_integer(a->edges[k]));
+        json_object_set_new(o, "to", json_integer(a->edges[k + 1]));
+        for (int m = 0; m < DRIFT_ARMS; m++) {
+            struct drift_bsum s;
+            drift_bucket_summary(&a->acc[m][k], &s);
+            if (m == DRIFT_ARM_CAND || (m == DRIFT_ARM_CTRL && r->has_control) ||
+                (m == DRIFT_ARM_SELF && r->has_self))
+                json_object_set_new(o, arm[m], bsum_json(&s));
+        }
+        json_object_set_new(o, "excess", bsum_json(&r->excess[k]));
+        json_object_set_new(o, "verdict", json_string(drift_verdict_name(
+                                              r->bucket_verdict[k])));
+        json_array_append_new(arr, o);
+    }
+    return arr;
+}
+
+static json_t *growth_json(const struct drift_growth *g)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "slope", jnum(g->slope));
+    json_object_set_new(o, "slope_lo", jnum(g->lo));
+    json_object_set_new(o, "slope_hi", jnum(g->hi));
+    json_object_set_new(o, "ratio", jnum(g->ratio));
+    json_object_set_new(o, "first_excess_kl", jnum(g->first));
+    json_object_set_new(o, "last_excess_kl", jnum(g->last));
+    json_object_set_new(o, "buckets", json_integer(g->points));
+    json_object_set_new(o, "replicates", json_integer(g->replicates));
+    json_object_set_new(o, "verdict",
+                        json_string(drift_verdict_name(g->verdict)));
+    return o;
+}
+
+static json_t *decode_json(const struct drift_decode *dc)
+{
+    static const char *const nm[] = {"prefill_vs_prefill",
+                                     "decode_vs_prefill",
+                                     "decode_vs_golden_prefill"};
+    json_t *o = json_object();
+    json_object_set_new(o, "sequences", json_integer(dc->seqs));
+    json_object_set_new(o, "generated", json_integer(dc->generated));
+    for (int k = 0; k < DRIFT_DPATHS; k++) {
+        json_t *s = bsum_json(&dc->sum[k]);
+        json_object_set_new(s, "excess", bsum_json(&dc->excess[k]));
+        json_object_set_new(s, "verdict", json_string(drift_verdict_name(
+                                              dc->verdict[k])));
+        json_object_set_new(o, nm[k], s);
+    }
+    json_object_set_new(o, "attribution",
+                        json_string(drift_attr_name(dc->attribution)));
+    return o;
+}
+
+static json_t *det_json(const struct drift_det_side *s)
+{
+    json_t *o = json_object();
+    static const char *const ph[] = {"alone", "under_load"};
+    json_object_set_new(o, "requests", json_integer(s->n));
+    json_object_set_new(o, "failed", json_integer(s->failed));
+    for (int k = 0; k < 2; k++) {
+        json_t *p = json_object();
+        json_object_set_new(p, "distinct_outputs",
+                            json_integer(s->distinct[k]));
+        json_object_set_new(p, "first_differing_token",
+                            s->first_diff[k] >= 0
+                                ? json_integer(s->first_diff[k])
+                                : json_null());
+        json_object_set_new(p, "prompt_logprobs_identical",
+                            s->prompt_checked
+                                ? json_boolean(s->prompt_identical[k])
+                                : json_null());
+        json_object_set_new(o, ph[k], p);
+    }
+    bool nd = s->distinct[0] > 1 ||
+              (s->prompt_checked && !s->prompt_identical[0]);
+    bool bv = !nd && (s->distinct[1] > 1 ||
+                      (s->prompt_checked && !s->prompt_identical[1]));
+    json_object_set_new(o, "verdict",
+                        json_string(nd   ? "nondeterministic"
+                                    : bv ? "batch-variant"
+                                         : "deterministic"));
+    return o;
+}
+
+static json_t *skips_json(const struct drift_result *r)
+{
+    static const char *const arm[] = {"candidate", "control", "self"};
+    static const char *const why[] = {"invalid", "short", "token_mismatch"};
+    json_t *o = json_object();
+    for (int a = 0; a < DRIFT_ARMS; a++) {
+        json_t *x = json_object();
+        for (int k = 0; k < DRIFT_SKIPS; k++)
+            json_object_set_new(x, why[k], json_integer((json_int_t)
+                                                            r->an.skipped[a][k]));
+        json_object_set_new(o, arm[a], x);
+    }
+    return o;
+}
+
+json_t *drift_report_json(const struct drift_result *r,
+                          const struct drift_side *g,
+                          const struct drift_side *c,
+                          const struct drift_worst *w,
+                          const struct drift_worst_text *wt, size_t nw)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "schema", json_string("fidelity.drift/1"));
+    json_object_set_new(o, "golden", side_json(g));
+    json_object_set_new(o, "candidate", side_json(c));
+    json_object_set_new(o, "sequences", json_integer(r->sequences));
+    json_object_set_new(o, "positions", json_integer((json_int_t)r->positions));
+    json_object_set_new(o, "prefill", json_boolean(r->prefill));
+    if (!r->prefill)
+        json_object_set_new(o, "fallback", json_string(r->fallback_why));
+    json_object_set_new(o, "control", json_boolean(r->has_control));
+    json_object_set_new(o, "self", json_boolean(r->has_self));
+    if (r->prefill) {
+        struct drift_acc tot;
+        struct drift_bsum s;
+        drift_analysis_total(&r->an, DRIFT_ARM_CAND, &tot);
+        drift_bucket_summary(&tot, &s);
+        json_object_set_new(o, "total", bsum_json(&s));
+        drift_analysis_total(&r->an, DRIFT_ARM_CTRL, &tot);
+        drift_bucket_summary(&tot, &s);
+        json_object_set_new(o, "control_total", bsum_json(&s));
+        json_object_set_new(o, "buckets", buckets_json(r));
+        json_object_set_new(o, "growth", growth_json(&r->growth));
+        json_object_set_new(o, "skipped", skips_json(r));
+    }
+    if (r->dec.ran)
+        json_object_set_new(o, "decode", decode_json(&r->dec));
+    if (r->det.ran) {
+        json_t *d = json_object();
+        json_object_set_new(d, "golden", det_json(&r->det.side[0]));
+        json_object_set_new(d, "candidate", det_json(&r->det.side[1]));
+        json_object_set_new(o, "determinism", d);
+    }
+    json_t *wa = json_array();
+    for (size_t i = 0; i < nw; i++) {
+        json_t *x = json_object();
+        json_object_set_new(x, "seq", json_integer(w[i].seq));
+        json_object_set_new(x, "pos", json_integer(w[i].pos));
+        json_object_set_new(x, "token", json_integer((json_int_t)w[i].forced));
+        json_object_set_new(x, "kl", jnum(w[i].kl));
+        json_object_set_new(x, "dlogp", jnum(w[i].dlp));
+        json_object_set_new(x, "dp", jnum(w[i].dp));
+        if (wt) {
+            json_object_set_new(x, "offset", json_integer(wt[i].offset));
+            if (wt[i].token)
+                json_object_set_new(x, "text", json_string(wt[i].token));
+            if (wt[i].top1_g)
+                json_object_set_new(x, "golden_top1", json_string(wt[i].top1_g));
+            if (wt[i].top1_c)
+                json_object_set_new(x, "candidate_top1",
+                                    json_string(wt[i].top1_c));
+        }
+        json_array_append_new(wa, x);
+    }
+    json_object_set_new(o, "worst", wa);
+    json_object_set_new(o, "verdict",
+                        json_string(drift_verdict_name(r->verdict)));
+    return o;
+}
+
+void drift_report_rec(const struct drift_rec *rec, struct buf *out)
+{
+    const struct drift_pm *m = rec->m;
+    buf_printf(out,
+               "{\"arm\":\"%s\",\"seq\":%u,\"pos\":%u,\"token\":%llu,"
+               "\"kl\":%.9g,\"dlogp\":%.9g,\"dp\":%.9g,\"lp_golden\":%.9g,"
+               "\"lp_candidate\":%.9g,\"top1_agree\":%s,\"decisive_flip\":%s,"
+               "\"overlap\":%.6g}",
+               rec->arm, rec->seq, rec->pos, (unsigned long long)rec->token,
+               m->kl, m->dlp, m->dp, m->lp_g, m->lp_c,
+               m->top1_agree ? "true" : "false",
+               m->decisive_flip ? "true" : "false", m->overlap);
+}

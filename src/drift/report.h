@@ -1,0 +1,43 @@
+/*
+ * drift report: the human summary (a llama.cpp-style statistics block, the
+ * per-bucket table with verdicts, the decode path, determinism and the
+ * worst positions) and the JSON summary whose schema docs/DRIFT.md gives.
+ * Pure formatting into a struct buf / json_t; cmd_drift.c writes them.
+ */
+#ifndef DRIFT_REPORT_H
+#define DRIFT_REPORT_H
+
+#include <jansson.h>
+
+#include "core/buf.h"
+#include "drift/drift.h"
+
+/* Text of one worst position, looked up by drift_worst_texts(). */
+struct drift_worst_text {
+    char *token, *top1_g, *top1_c; /* fresh, may be NULL */
+    long offset;                   /* byte offset in the sequence; -1 */
+};
+
+/* Detokenizes the forced and top-1 tokens of w[0..n) and the prefix up to
+ * each position (for its byte offset) through the golden's /detokenize.
+ * Failures leave NULL / -1 entries; never fails as a whole. */
+void drift_worst_texts(struct drift_side *golden,
+                       const struct drift_result *r,
+                       const struct drift_worst *w, size_t n,
+                       struct drift_worst_text *out);
+void drift_worst_texts_free(struct drift_worst_text *t, size_t n);
+
+void drift_report_text(const struct drift_result *r,
+                       const struct drift_side *g, const struct drift_side *c,
+                       const struct drift_worst *w,
+                       const struct drift_worst_text *wt, size_t nw,
+                       struct buf *out);
+json_t *drift_report_json(const struct drift_result *r,
+                          const struct drift_side *g,
+                          const struct drift_side *c,
+                          const struct drift_worst *w,
+                          const struct drift_worst_text *wt, size_t nw);
+/* One --jsonl record (a JSON object on one line, no newline). */
+void drift_report_rec(const struct drift_rec *rec, struct buf *out);
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * drift run: corpus rendering with the tokenizer check, dialect detection,
+ * the prefill arms (candidate, control, self) and the final verdict.
+ * Contract in drift.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+#include "drift/drift.h"
+
+void drift_opts_default(struct drift_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->sequences = 4;
+    o->max_context = 4096;
+    o->seed = 1;
+    o->min_bucket = 64;
+    o->control = true;
+    o->self = true;
+    o->decode_tokens = 32;
+    o->decode_seqs = 2;
+    o->decode_prompt = 512;
+    o->bootstrap = 200;
+    o->worst = 50;
+    drift_thresholds_default(&o->th);
+}
+
+const char *drift_attr_name(enum drift_attr a)
+{
+    static const char *const n[] = {
+        [DRIFT_ATTR_NONE] = "none",
+        [DRIFT_ATTR_PREFILL] = "prefill kernels",
+        [DRIFT_ATTR_DECODE] = "decode kernels",
+        [DRIFT_ATTR_BOTH] = "prefill and decode kernels",
+        [DRIFT_ATTR_SHARED] = "shared by both paths (weights, scaling)",
+        [DRIFT_ATTR_UNKNOWN] = "not run",
+    };
+    return n[a];
+}
+
+void drift_result_init(struct drift_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    drift_corpus_init(&r->corpus);
+    r->dec.attribution = DRIFT_ATTR_UNKNOWN;
+}
+
+void drift_result_release(struct drift_result *r)
+{
+    drift_analysis_release(&r->an);
+    drift_corpus_release(&r->corpus);
+}
+
+void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
+                      uint32_t seq, const struct drift_lp *g,
+                      const struct drift_lp *c, uint32_t from, uint32_t to,
+                      const struct drift_opts *o, const char *arm_name)
+{
+    uint32_t ret_g = g->n_returned, ret_c = c->n_returned;
+    for (uint32_t t = from; t < to; t++) {
+        if (t >= ret_g || t >= ret_c) {
+            drift_analysis_skip(a, arm, DRIFT_SKIP_SHORT, 1);
+            continue;
+        }
+        if (g->mismatch[t] || c->mismatch[t]) {
+            drift_analysis_skip(a, arm, DRIFT_SKIP_TOKEN, 1);
+            continue;
+        }
+        struct drift_pm m;
+        if (!g->valid[t] || !c->valid[t] ||
+            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin,
+                              &m)) {
+            drift_analysis_skip(a, arm, DRIFT_SKIP_INVALID, 1);
+            continue;
+        }
+        drift_analysis_add(a, arm, seq, t, g->pos[t].forced, &m);
+        if (o->on_rec) {
+            struct drift_rec rec = {arm_name, seq, t, g->pos[t].forced, &m};
+            o->on_rec(o->ud, &rec);
+        }
+    }
+}
+
+/* Renders item i on both servers and checks the ids agree. */
+static int render(struct drift_side *g, struct drift_side *c,
+                  struct drift_item *it, unsigned max_context,
+                  struct diag *d)
+{
+    uint32_t *gi = NULL, *ci = NULL;
+    size_t gn = 0, cn = 0;
+    int ret = drift_side_tokenize(g, it->messages, NULL, &gi, &gn, d);
+    if (ret)
+        return ret;
+    ret = drift_side_tokenize(c, it->messages, NULL, &ci, &cn, d);
+    if (ret) {
+        free(gi);
+        return ret;
+    }
+    long at = drift_ids_first_diff(gi, gn, ci, cn);
+    if (at >= 0 && (size_t)at < max_context) {
+        diag_set(d, EILSEQ,
+                 "golden and candidate tokenize %s differently: first "
+                 "difference at position %ld (golden %s%u, candidate %s%u); "
+                 "drift needs identical token ids on both sides",
+                 it->name, at, (size_t)at < gn ? "token " : "end ",
+                 (size_t)at < gn ? gi[at] : 0,
+                 (size_t)at < cn ? "token " : "end ",
+                 (size_t)at < cn ? ci[at] : 0);
+        free(gi);
+        free(ci);
+        return -EILSEQ;
+    }
+    free(ci);
+    it->ids = gi;
+    it->n = gn < max_context ? gn : max_context;
+    return 0;
+}
+
+static int build_corpus(struct drift_side *g, struct drift_side *c,
+                        const struct drift_opts *o, struct drift_result *r,
+                        struct diag *d)
+{
+    int ret;
+    if (o->corpus_file) {
+        ret = drift_corpus_load(&r->corpus, o->corpus_file, d);
+        if (ret)
+            return ret;
+    } else {
+        if (o->sequences == 0)
+            return diag_set(d, ENODATA, "--sequences is 0: nothing to send");
+        drift_corpus_builtin(&r->corpus, o->seed, o->sequences,
+                             o->max_context);
+    }
+    for (size_t i = 0; i < r->corpus.n; i++) {
+        struct drift_item *it = &r->corpus.items[i];
+        if (o->on_progress)
+            o->on_progress(o->ud, "tokenize", i, r->corpus.n);
+        if (it->messages) {
+            ret = render(g, c, it, o->max_context, d);
+            if (ret)
+                return ret;
+        } else if (it->n > o->max_context) {
+            it->n = o->max_context;
+        }
+    }
+    return 0;
+}
+
+static int detect(struct drift_side *g, struct drift_side *c,
+                  struct drift_result *r, struct diag *d)
+{
+    const struct drift_item *it = &r->corpus.items[0];
+    size_t n = it->n < 16 ? it->n : 16;
+    int ret = drift_side_detect(g, it->ids, n, d);
+    if (ret)
+        return ret;
+    if (g->dialect == DRIFT_DIALECT_NONE) {
+        char why[sizeof(d->msg)];
+        snprintf(why, sizeof(why), "%s", d->msg);
+        return diag_set(d, ENOTSUP,
+                        "the golden server gives no prompt logprobs, which "
+                        "drift needs from the reference (%.400s)",
+                        why);
+    }
+    ret = drift_side_detect(c, it->ids, n, d);
+    if (ret)
+        return ret;
+    r->prefill = c->dialect != DRIFT_DIALECT_NONE;
+    if (!r->prefill)
+        snprintf(r->fallback_why, sizeof(r->fallback_why),
+                 "the candidate gives no prompt logprobs (like llama.cpp "
+                 "server or Ollama); falling back to the decode-path "
+                 "comparison: its generated tokens' logprobs against the "
+                 "golden's prefill scoring");
+    return 0;
+}
+
+static int score_seq(struct drift_side *g, struct drift_side *c,
+                     const struct drift_opts *o, struct drift_result *r,
+                     size_t i, struct drift_lp lp[4], struct diag *d)
+{
+    const struct drift_item *it = &r->corpus.items[i];
+    uint32_t seq = drift_analysis_begin_seq(&r->an);
+    int ret = drift_side_score(g, it->ids, it->n, &lp[0], d);
+    if (!ret && r->has_control)
+        ret = drift_side_score(g, it->ids, it->n, &lp[1], d);
+    if (!ret)
+        ret = drift_side_score(c, it->ids, it->n, &lp[2], d);
+    if (!ret && r->has_self)
+        ret = drift_side_score(c, it->ids, it->n, &lp[3], d);
+    if (ret) {
+        diag_prefix(d, "%s", it->name);
+        return ret;
+    }
+    uint32_t n = (uint32_t)it->n;
+    drift_compare_lp(&r->an, DRIFT_ARM_CAND, seq, &lp[0], &lp[2], 1, n, o,
+                     "candidate");
+    if (r->has_control)
+        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n,
+                         o, "control");
+    if (r->has_self)
+        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n,
+                         o, "self");
+    r->positions += n - 1;
+    return 0;
+}
+
+static void verdicts(const struct drift_opts *o, struct drift_result *r)
+{
+    struct drift_analysis *a = &r->an;
+    enum drift_verdict v = DRIFT_NA;
+    for (size_t b = 0; b < a->n_buckets; b++) {
+        struct drift_bsum c, t, s;
+        drift_bucket_summary(&a->acc[DRIFT_ARM_CAND][b], &c);
+        drift_bucket_summary(&a->acc[DRIFT_ARM_CTRL][b], &t);
+        drift_bucket_summary(&a->acc[DRIFT_ARM_SELF][b], &s);
+        drift_bucket_excess(&c, &t, &s, r->has_self, &r->excess[b]);
+        r->bucket_verdict[b] = drift_bucket_verdict(&r->excess[b], &o->th);
+        v = drift_verdict_worse(v, r->bucket_verdict[b]);
+    }
+    drift_growth_compute(a, r->has_self, o->bootstrap, o->seed, &r->growth);
+    v = drift_verdict_worse(v, r->growth.verdict);
+    if (r->dec.ran)
+        for (int k = 0; k < DRIFT_DPATHS; k++)
+            if (k != DRIFT_DP_DP)
+                v = drift_verdict_worse(v, r->dec.verdict[k]);
+    r->verdict = v == DRIFT_NA ? DRIFT_PASS : v;
+}
+
+int drift_run(struct drift_side *g, struct drift_side *c,
+              const struct drift_opts *o, struct drift_result *r,
+              struct diag *d)
+{
+    struct drift_lp lp[4];
+    int ret;
+
+    ret = drift_side_fingerprint(g, d);
+    if (!ret)
+        ret = drift_side_fingerprint(c, d);
+    if (!ret)
+        ret = build_corpus(g, c, o, r, d);
+    if (!ret)
+        ret = detect(g, c, r, d);
+    if (ret)
+        return ret;
+    uint32_t max_pos = 1;
+    for (size_t i = 0; i < r->corpus.n; i++)
+        if (r->corpus.items[i].n > max_pos)
+            max_pos = (uint32_t)r->corpus.items[i].n;
+    drift_analysis_init(&r->an, o->min_bucket, max_pos - 1, o->boundaries,
+                        o->n_boundaries, o->worst, &o->th);
+    r->has_control = o->control && r->prefill;
+    r->has_self = o->self && r->prefill;
+    r->sequences = (unsigned)r->corpus.n;
+    for (int k = 0; k < 4; k++)
+        drift_lp_init(&lp[k]);
+    for (size_t i = 0; r->prefill && i < r->corpus.n && !ret; i++) {
+        if (o->on_progress)
+            o->on_progress(o->ud, "score", i, r->corpus.n);
+        ret = score_seq(g, c, o, r, i, lp, d);
+    }
+    for (int k = 0; k < 4; k++)
+        drift_lp_release(&lp[k]);
+    if (ret)
+        return ret;
+    if (o->decode_tokens > 0 || !r->prefill) {
+        ret = drift_decode_run(g, c, o, r, d);
+        if (ret)
+            return ret;
+    }
+    if (o->determinism > 0) {
+        const struct drift_item *it = &r->corpus.items[0];
+        size_t n = it->n < o->decode_prompt ? it->n : o->decode_prompt;
+        unsigned mn = o->decode_tokens ? o->decode_tokens : 16;
+        r->det.ran = true;
+        ret = drift_determinism_run(g, it->ids, n, o->determinism, mn,
+                                    &r->det.side[0], d);
+        if (!ret)
+            ret = drift_determinism_run(c, it->ids, n, o->determinism, mn,
+                                        &r->det.side[1], d);
+        if (ret)
+            return ret;
+    }
+    verdicts(o, r);
+    return 0;
+}

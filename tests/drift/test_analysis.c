@@ -1,0 +1,185 @@
+/*
+ * Tests for drift/analysis, sketch and growth: bucket edges, the quantile
+ * sketch's stated error bound, excess over the noise baseline, verdicts,
+ * the worst-positions heap and the growth bootstrap on synthetic data.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "core/rng.h"
+#include "core/stats.h"
+#include "drift/analysis.h"
+
+static void test_bucket_edges(void **state)
+{
+    (void)state;
+    struct drift_analysis a;
+    uint32_t extra[] = {100, 2048, 100};
+    assert_int_equal(drift_analysis_init(&a, 64, 1000, extra, 3, 50, NULL),
+                     0);
+    /* 1, 64, 100, 128, 256, 512, 1024, 2048 */
+    assert_int_equal(a.n_buckets, 7);
+    assert_int_equal(a.edges[0], 1);
+    assert_int_equal(a.edges[2], 100);
+    assert_int_equal(drift_bucket_of(&a, 1), 0);
+    assert_int_equal(drift_bucket_of(&a, 63), 0);
+    assert_int_equal(drift_bucket_of(&a, 64), 1);
+    assert_int_equal(drift_bucket_of(&a, 100), 2);
+    assert_int_equal(drift_bucket_of(&a, 1023), 5);
+    assert_int_equal(drift_bucket_of(&a, 0), -1);
+    drift_analysis_release(&a);
+}
+
+static void test_sketch_error_bound(void **state)
+{
+    (void)state;
+    static struct drift_sketch s;
+    double *v = malloc(20000 * sizeof(double));
+    struct rng r;
+    rng_seed(&r, 3);
+    drift_sketch_init(&s);
+    for (int i = 0; i < 20000; i++) {
+        v[i] = i < 5000 ? 0 : exp(-20 * rng_unit(&r)); /* 2e-9 .. 1 */
+        drift_sketch_add(&s, v[i]);
+    }
+    double qs[] = {0.1, 0.5, 0.9, 0.99, 0.999};
+    stats_quantile_sort(v, 20000, 0.5); /* sorts v */
+    for (int k = 0; k < 5; k++) {
+        double got = drift_sketch_quantile(&s, qs[k]);
+        size_t rank = (size_t)ceil(qs[k] * 20000) - 1;
+        double want = v[rank];
+        if (want == 0)
+            assert_true(got == 0);
+        else
+            assert_true(fabs(got / want - 1) <= 0.0293);
+    }
+    assert_true(drift_sketch_quantile(&s, 1.0) == v[19999]);
+    free(v);
+}
+
+static struct drift_pm pm_kl(double kl)
+{
+    struct drift_pm m = {0};
+    m.kl = kl;
+    m.lp_g = m.lp_c = log(0.5);
+    m.has_top = true;
+    m.top1_agree = true;
+    m.overlap = 1;
+    return m;
+}
+
+static void test_excess_and_verdicts(void **state)
+{
+    (void)state;
+    struct drift_analysis a;
+    drift_analysis_init(&a, 64, 127, NULL, 0, 50, NULL);
+    uint32_t s = drift_analysis_begin_seq(&a);
+    for (uint32_t t = 1; t < 128; t++) {
+        struct drift_pm c = pm_kl(t < 64 ? 5e-5 : 3e-3), n = pm_kl(4e-5);
+        drift_analysis_add(&a, DRIFT_ARM_CAND, s, t, 0, &c);
+        drift_analysis_add(&a, DRIFT_ARM_CTRL, s, t, 0, &n);
+        drift_analysis_add(&a, DRIFT_ARM_SELF, s, t, 0, &n);
+    }
+    struct drift_bsum bc, bt, bs, ex;
+    for (size_t b = 0; b < 2; b++) {
+        drift_bucket_summary(&a.acc[DRIFT_ARM_CAND][b], &bc);
+        drift_bucket_summary(&a.acc[DRIFT_ARM_CTRL][b], &bt);
+        drift_bucket_summary(&a.acc[DRIFT_ARM_SELF][b], &bs);
+        drift_bucket_excess(&bc, &bt, &bs, true, &ex);
+        if (b == 0) {
+            assert_true(fabs(ex.kl_mean - 1e-5) < 1e-12);
+            assert_int_equal(drift_bucket_verdict(&ex, &a.th), DRIFT_PASS);
+        } else {
+            assert_true(fabs(ex.kl_mean - (3e-3 - 4e-5)) < 1e-12);
+            assert_int_equal(drift_bucket_verdict(&ex, &a.th), DRIFT_FAIL);
+        }
+    }
+    /* worst positions: the heap holds the 50 largest, sorted */
+    struct drift_worst w[50];
+    size_t n = drift_worst_sorted(&a, w, 50);
+    assert_int_equal(n, 50);
+    assert_true(w[0].kl == 3e-3 && w[0].pos == 64);
+    assert_true(w[49].kl == 3e-3);
+    drift_analysis_release(&a);
+}
+
+static void test_top1_verdict(void **state)
+{
+    (void)state;
+    struct drift_thresholds th;
+    drift_thresholds_default(&th);
+    struct drift_bsum x = {.n = 100, .kl_mean = 0, .kl_p999 = 0,
+                           .dp_rms = 0, .top1 = 0.99};
+    assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_WARN);
+    x.top1 = 0.97;
+    assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_FAIL);
+    x.top1 = 1;
+    x.dp_rms = 0.005;
+    assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_WARN);
+    x.n = 0;
+    assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_NA);
+}
+
+/* kl(t) = scale * (t / 1024)^power * noise, over nseq sequences. */
+static void fill(struct drift_analysis *a, double scale, double power,
+                 int nseq)
+{
+    struct rng r;
+    rng_seed(&r, 11);
+    drift_analysis_init(a, 64, 4095, NULL, 0, 50, NULL);
+    for (int k = 0; k < nseq; k++) {
+        uint32_t s = drift_analysis_begin_seq(a);
+        for (uint32_t t = 1; t < 4096; t++) {
+            double kl = scale * pow(t / 1024.0, power) *
+                        (0.5 + rng_unit(&r));
+            struct drift_pm c = pm_kl(kl), z = pm_kl(0);
+            drift_analysis_add(a, DRIFT_ARM_CAND, s, t, 0, &c);
+            drift_analysis_add(a, DRIFT_ARM_CTRL, s, t, 0, &z);
+        }
+    }
+}
+
+static void test_growth_detects_growth(void **state)
+{
+    (void)state;
+    struct drift_analysis a;
+    struct drift_growth g;
+    fill(&a, 1e-3, 2, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(g.slope > 1.5 && g.slope < 2.5);
+    assert_true(g.lo > 0 && g.lo <= g.slope && g.hi >= g.slope);
+    assert_true(g.ratio > 100);
+    assert_int_equal(g.verdict, DRIFT_FAIL);
+    drift_analysis_release(&a);
+
+    fill(&a, 1e-3, 0, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(fabs(g.slope) < 0.1);
+    assert_true(g.ratio < 1.5);
+    assert_int_equal(g.verdict, DRIFT_PASS);
+    drift_analysis_release(&a);
+
+    fill(&a, 0, 0, 3); /* healthy: nothing to judge */
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(isnan(g.slope));
+    assert_int_equal(g.verdict, DRIFT_NA);
+    drift_analysis_release(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bucket_edges),
+        cmocka_unit_test(test_sketch_error_bound),
+        cmocka_unit_test(test_excess_and_verdicts),
+        cmocka_unit_test(test_top1_verdict),
+        cmocka_unit_test(test_growth_detects_growth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,199 @@
+/*
+ * Tests for drift/dialect: each server family's answer shape parses into
+ * the same positions; short answers, NaN, null and missing logprobs are
+ * counted, not read as numbers; request bodies carry the dialect's fields.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "drift/analysis.h"
+#include "drift/dialect.h"
+#include "drift/drift.h"
+
+static const uint32_t ids[3] = {0, 300, 301};
+
+static json_t *load(const char *s)
+{
+    json_error_t e;
+    json_t *j = json_loads(s, 0, &e);
+    assert_non_null(j);
+    return j;
+}
+
+static const char vllm_ans[] =
+    "{\"choices\":[{\"prompt_logprobs\":[null,"
+    "{\"300\":{\"logprob\":-0.5,\"rank\":1},\"7\":{\"logprob\":-1.5}},"
+    "{\"301\":{\"logprob\":-2.0,\"rank\":2},\"9\":{\"logprob\":-0.2}}]}]}";
+static const char sglang_ans[] =
+    "{\"meta_info\":{\"input_token_logprobs\":[[null,0,null],[-0.5,300,null],"
+    "[-2.0,301,null]],\"input_top_logprobs\":[null,[[-0.5,300,null],[-1.5,7,"
+    "null]],[[-0.2,9,null],[-2.0,301,null]]]}}";
+static const char echo_ans[] =
+    "{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:0\",\"token_id:300\","
+    "\"token_id:301\"],\"token_logprobs\":[null,-0.5,-2.0],"
+    "\"top_logprobs\":[null,{\"token_id:300\":-0.5,\"token_id:7\":-1.5},"
+    "{\"token_id:9\":-0.2,\"token_id:301\":-2.0}]}}]}";
+
+static void parse_one(enum drift_dialect dl, const char *text,
+                      struct drift_lp *lp)
+{
+    struct drift_req r = {.ids = ids, .n = 3, .top_k = 20, .max_new = 1,
+                          .prompt_logprobs = true};
+    struct diag d;
+    json_t *j = load(text);
+    assert_int_equal(drift_parse_prompt(dl, j, &r, lp, &d), 0);
+    json_decref(j);
+}
+
+static void test_dialects_parse_alike(void **state)
+{
+    (void)state;
+    struct drift_lp a, b, c;
+    drift_lp_init(&a);
+    drift_lp_init(&b);
+    drift_lp_init(&c);
+    parse_one(DRIFT_DIALECT_VLLM, vllm_ans, &a);
+    parse_one(DRIFT_DIALECT_SGLANG, sglang_ans, &b);
+    parse_one(DRIFT_DIALECT_ECHO, echo_ans, &c);
+    const struct drift_lp *all[3] = {&a, &b, &c};
+    for (int k = 0; k < 3; k++) {
+        const struct drift_lp *x = all[k];
+        assert_int_equal(x->n_returned, 3);
+        assert_false(x->valid[0]);
+        assert_true(x->valid[1] && x->valid[2]);
+        assert_true(x->pos[1].forced == 300 && x->pos[1].forced_lp == -0.5);
+        assert_int_equal(x->pos[2].n_top, 2);
+        assert_true(x->pos[2].top[0].key == 9); /* sorted by logprob */
+        struct drift_pm m;
+        assert_int_equal(drift_pos_compare(&a.pos[2], &x->pos[2], 0.2, &m),
+                         0);
+        assert_true(m.kl == 0);
+    }
+    drift_lp_release(&a);
+    drift_lp_release(&b);
+    drift_lp_release(&c);
+}
+
+static void test_short_and_bad_entries_are_counted(void **state)
+{
+    (void)state;
+    struct drift_lp lp;
+    struct drift_analysis an;
+    struct drift_opts o;
+    drift_opts_default(&o);
+    drift_lp_init(&lp);
+    /* two positions of three, the second with a null logprob */
+    parse_one(DRIFT_DIALECT_SGLANG,
+              "{\"meta_info\":{\"input_token_logprobs\":[[null,0,null],"
+              "[null,300,null]]}}",
+              &lp);
+    assert_int_equal(lp.n_returned, 2);
+    assert_false(lp.valid[1]);
+    drift_analysis_init(&an, 64, 2, NULL, 0, 10, NULL);
+    uint32_t s = drift_analysis_begin_seq(&an);
+    drift_compare_lp(&an, DRIFT_ARM_CAND, s, &lp, &lp, 1, 3, &o, "t");
+    assert_int_equal(an.skipped[DRIFT_ARM_CAND][DRIFT_SKIP_INVALID], 1);
+    assert_int_equal(an.skipped[DRIFT_ARM_CAND][DRIFT_SKIP_SHORT], 1);
+    assert_int_equal(an.acc[DRIFT_ARM_CAND][0].n, 0);
+    drift_analysis_release(&an);
+
+    /* a server echoing a different token than was sent */
+    parse_one(DRIFT_DIALECT_SGLANG,
+              "{\"meta_info\":{\"input_token_logprobs\":[[null,0,null],"
+              "[-1.0,999,null],[-1.0,301,null]]}}",
+              &lp);
+    assert_true(lp.mismatch[1]);
+    assert_true(lp.valid[2]);
+    drift_lp_release(&lp);
+}
+
+static void test_nan_and_infinity_are_sanitized(void **state)
+{
+    (void)state;
+    char text[] = "{\"choices\":[{\"prompt_logprobs\":[null,"
+                  "{\"300\":{\"logprob\":NaN}},"
+                  "{\"301\":{\"logprob\":-Infinity},\"9\":{\"logprob\":"
+                  "-0.1}}]}],\"note\":\"NaN stays in strings\"}";
+    assert_int_equal(drift_json_sanitize(text, strlen(text)), 2);
+    assert_non_null(strstr(text, "\"NaN stays in strings\""));
+    struct drift_lp lp;
+    drift_lp_init(&lp);
+    parse_one(DRIFT_DIALECT_VLLM, text, &lp);
+    assert_false(lp.valid[1]); /* NaN: counted invalid, not a number */
+    assert_true(lp.valid[2]);  /* -Infinity: probability 0 */
+    assert_true(lp.pos[2].forced_lp < -1e299);
+    drift_lp_release(&lp);
+}
+
+static void test_wrong_shape_is_an_error(void **state)
+{
+    (void)state;
+    struct drift_req r = {.ids = ids, .n = 3, .top_k = 20};
+    struct drift_lp lp;
+    struct diag d;
+    drift_lp_init(&lp);
+    json_t *j = load("{\"choices\":[{\"text\":\"x\"}]}");
+    assert_int_equal(drift_parse_prompt(DRIFT_DIALECT_VLLM, j, &r, &lp, &d),
+                     -EBADMSG);
+    assert_non_null(strstr(d.msg, "prompt_logprobs"));
+    assert_int_equal(drift_parse_prompt(DRIFT_DIALECT_TGI, j, &r, &lp, &d),
+                     -EBADMSG);
+    /* decode answers without token ids say so */
+    json_decref(j);
+    j = load("{\"choices\":[{\"logprobs\":{\"tokens\":[\"ab\"],"
+             "\"token_logprobs\":[-0.1],\"top_logprobs\":[{\"ab\":-0.1}]}}]}");
+    assert_int_equal(drift_parse_decode(DRIFT_DIALECT_ECHO, j, &lp, &d),
+                     -ENOKEY);
+    json_decref(j);
+    drift_lp_release(&lp);
+}
+
+static void test_request_bodies(void **state)
+{
+    (void)state;
+    struct drift_req r = {.ids = ids, .n = 3, .top_k = 5, .max_new = 1,
+                          .prompt_logprobs = true};
+    json_t *extra = load("{\"priority\":3}");
+    r.extra_body = extra;
+    json_t *v = drift_request_build(DRIFT_DIALECT_VLLM, &r);
+    assert_int_equal(json_integer_value(json_object_get(v, "prompt_logprobs")),
+                     5);
+    assert_int_equal(json_integer_value(json_object_get(v, "priority")), 3);
+    json_decref(v);
+    v = drift_request_build(DRIFT_DIALECT_SGLANG, &r);
+    assert_true(json_is_true(json_object_get(v, "return_logprob")));
+    assert_int_equal(
+        json_integer_value(json_object_get(v, "logprob_start_len")), 0);
+    assert_int_equal(json_array_size(json_object_get(v, "input_ids")), 3);
+    json_decref(v);
+    r.text = "abc";
+    v = drift_request_build(DRIFT_DIALECT_TGI, &r);
+    assert_true(json_is_true(json_object_get(json_object_get(v, "parameters"),
+                                             "decoder_input_details")));
+    assert_string_equal(json_string_value(json_object_get(v, "inputs")),
+                        "abc");
+    json_decref(v);
+    json_decref(extra);
+    assert_string_equal(drift_dialect_path(DRIFT_DIALECT_ECHO),
+                        "/v1/completions");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dialects_parse_alike),
+        cmocka_unit_test(test_short_and_bad_entries_are_counted),
+        cmocka_unit_test(test_nan_and_infinity_are_sanitized),
+        cmocka_unit_test(test_wrong_shape_is_an_error),
+        cmocka_unit_test(test_request_bodies),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

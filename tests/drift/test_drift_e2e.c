@@ -1,0 +1,439 @@
+/*
+ * End-to-end tests of `fidelity drift` against pairs of `fidelity sim`
+ * servers on ephemeral 127.0.0.1 ports, one healthy golden and a candidate
+ * with the fault under test. Each test reads the --json summary. Corpora
+ * are small (2-3 sequences of at most 1,024 tokens) to keep `make test`
+ * fast; every server is stopped, also when an assertion fails.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "util/proc.h"
+
+struct pair {
+    struct proc g, c;
+    bool up;
+};
+
+static struct pair P; /* stopped by teardown, also after a failure */
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (P.up) {
+        proc_stop(&P.g);
+        proc_stop(&P.c);
+    }
+    P.up = false;
+    return 0;
+}
+
+/* Starts a healthy golden and a candidate with the given sim options. */
+static void start(const char *const *cand_opts)
+{
+    const char *ga[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    const char *ca[32] = {"sim", "--listen", "127.0.0.1:0"};
+    size_t n = 3;
+    for (size_t i = 0; cand_opts && cand_opts[i] && n < 31; i++)
+        ca[n++] = cand_opts[i];
+    ca[n] = NULL;
+    assert_int_equal(proc_start(&P.g, ga), 0);
+    if (proc_start(&P.c, ca)) {
+        proc_stop(&P.g);
+        fail_msg("candidate sim did not start");
+    }
+    P.up = true;
+}
+
+struct run {
+    int rc;
+    struct buf out, err;
+    json_t *j;
+};
+
+/* Runs drift golden vs candidate with extra options; reads --json. */
+static void drift(struct run *r, const char *const *opts)
+{
+    char gurl[64], curl[64], json[] = "/tmp/drift-e2e-XXXXXX";
+    int fd = mkstemp(json);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
+    snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
+    const char *av[48] = {"drift", "--golden", gurl, "--candidate", curl,
+                          "--no-store", "--json", json, "--bootstrap", "100"};
+    size_t n = 10;
+    for (size_t i = 0; opts && opts[i] && n < 47; i++)
+        av[n++] = opts[i];
+    av[n] = NULL;
+    buf_init(&r->out, 0);
+    buf_init(&r->err, 0);
+    r->rc = proc_run(av, NULL, &r->out, &r->err, 120);
+    json_error_t e;
+    r->j = json_load_file(json, 0, &e);
+    unlink(json);
+}
+
+static void run_free(struct run *r)
+{
+    json_decref(r->j);
+    buf_release(&r->out);
+    buf_release(&r->err);
+}
+
+static double num(const json_t *j, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(a ? json_object_get(j, a) : j, b);
+    assert_true(json_is_number(v));
+    return json_number_value(v);
+}
+
+static const char *str(const json_t *j, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(a ? json_object_get(j, a) : j, b);
+    assert_true(json_is_string(v));
+    return json_string_value(v);
+}
+
+static const char *bucket_verdict(const json_t *j, size_t i)
+{
+    return json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "buckets"), i),
+                        "verdict"));
+}
+
+static void test_healthy_pair_passes_with_zero_kl(void **state)
+{
+    (void)state;
+    struct run r;
+    start(NULL);
+    const char *o[] = {"--sequences", "2", "--max-context", "512", NULL};
+    drift(&r, o);
+    assert_int_equal(r.rc, 0);
+    assert_non_null(r.j);
+    size_t nb = json_array_size(json_object_get(r.j, "buckets"));
+    assert_true(nb >= 4);
+    for (size_t i = 0; i < nb; i++)
+        assert_string_equal(bucket_verdict(r.j, i), "PASS");
+    assert_true(num(r.j, "total", "kl_mean") == 0.0);
+    assert_true(num(r.j, "total", "kl_max") == 0.0);
+    assert_true(num(r.j, "total", "count") == 1022);
+    assert_true(num(r.j, "control_total", "kl_max") == 0.0);
+    assert_true(num(r.j, "control_total", "top1_agreement") == 1.0);
+    assert_string_equal(str(r.j, "decode", "attribution"), "none");
+    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    assert_non_null(strstr(r.out.data, "Mean    KLD: 0.000000e+00"));
+    run_free(&r);
+}
+
+static void test_growing_prefill_noise_fails_late(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1",
+                       NULL};
+    start(f);
+    const char *o[] = {"--sequences", "3", "--max-context", "1024", NULL};
+    drift(&r, o);
+    assert_int_equal(r.rc, 1);
+    assert_non_null(r.j);
+    size_t nb = json_array_size(json_object_get(r.j, "buckets"));
+    assert_string_equal(bucket_verdict(r.j, 0), "PASS");
+    assert_string_equal(bucket_verdict(r.j, 1), "PASS");
+    assert_string_equal(bucket_verdict(r.j, nb - 1), "FAIL");
+    double slope = num(r.j, "growth", "slope");
+    double lo = num(r.j, "growth", "slope_lo");
+    assert_true(slope > 1.0);
+    assert_true(lo > 0.0); /* the interval excludes 0 */
+    assert_true(num(r.j, "growth", "ratio") > 2);
+    assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
+    assert_string_equal(str(r.j, "decode", "attribution"),
+                        "prefill kernels");
+    run_free(&r);
+}
+
+static void test_decode_only_noise_is_caught_by_decode_path(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--decode-noise", "0.2", NULL};
+    start(f);
+    const char *o[] = {"--sequences", "2", "--max-context", "512",
+                       "--decode-tokens", "48", NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    assert_true(num(r.j, "total", "kl_max") == 0.0); /* prefill identical */
+    const json_t *dc = json_object_get(r.j, "decode");
+    assert_true(num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 1e-4);
+    assert_string_not_equal(str(dc, "decode_vs_golden_prefill", "verdict"),
+                            "PASS");
+    assert_string_equal(str(r.j, "decode", "attribution"), "decode kernels");
+    run_free(&r);
+}
+
+static void test_nondeterminism_is_not_drift(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--nondeterminism", "0.05", NULL};
+    start(f);
+    const char *o[] = {"--sequences", "3", "--max-context", "1024",
+                       "--determinism", "3", NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    /* the raw KL is well above the threshold, yet no bucket fails ... */
+    assert_true(num(r.j, "total", "kl_mean") > 3e-4);
+    size_t nb = json_array_size(json_object_get(r.j, "buckets"));
+    for (size_t i = 0; i < nb; i++)
+        assert_string_equal(bucket_verdict(r.j, i), "PASS");
+    assert_int_equal(r.rc, 0);
+    /* ... because it is reported as the candidate's nondeterminism */
+    const json_t *det = json_object_get(r.j, "determinism");
+    assert_string_equal(str(det, "candidate", "verdict"), "nondeterministic");
+    assert_string_equal(str(det, "golden", "verdict"), "deterministic");
+    assert_non_null(strstr(r.out.data, "NONDETERMINISTIC"));
+    run_free(&r);
+}
+
+static void test_batch_variance_is_reported_apart(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--batch-variance", "0.05", NULL};
+    start(f);
+    const char *o[] = {"--sequences", "1", "--max-context", "256",
+                       "--decode-tokens", "0", "--determinism", "4", NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    assert_int_equal(r.rc, 0);
+    assert_true(num(r.j, "total", "kl_max") == 0.0); /* sequential: no drift */
+    const json_t *det = json_object_get(r.j, "determinism");
+    assert_string_equal(str(det, "candidate", "verdict"), "batch-variant");
+    run_free(&r);
+}
+
+static void test_constant_noise_warns_without_growth(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--logit-scale", "1.02", NULL};
+    start(f);
+    const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(str(r.j, NULL, "verdict"), "WARN");
+    size_t nb = json_array_size(json_object_get(r.j, "buckets"));
+    for (size_t i = 0; i < nb; i++)
+        assert_string_equal(bucket_verdict(r.j, i), "WARN");
+    assert_true(fabs(num(r.j, "growth", "slope")) < 0.2);
+    assert_true(num(r.j, "growth", "ratio") < 1.5);
+    assert_string_equal(str(r.j, "growth", "verdict"), "PASS");
+    run_free(&r);
+}
+
+static void test_dialects_give_identical_metrics(void **state)
+{
+    (void)state;
+    static const char *const dl[] = {"vllm", "sglang", "echo", "tgi"};
+    double kl[4], dp[4], ppl[4], top1[4];
+    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1",
+                       NULL};
+    start(f);
+    for (int k = 0; k < 4; k++) {
+        struct run r;
+        const char *o[] = {"--sequences", "2",         "--max-context",
+                           "512",         "--dialect", dl[k],
+                           "--decode-tokens", "0",     NULL};
+        drift(&r, o);
+        assert_non_null(r.j);
+        assert_string_equal(str(r.j, "candidate", "dialect"), dl[k]);
+        kl[k] = num(r.j, "total", "kl_mean");
+        dp[k] = num(r.j, "total", "dp_rms");
+        ppl[k] = num(r.j, "total", "log_ppl_ratio");
+        top1[k] = num(r.j, "total", "top1_agreement");
+        assert_true(num(r.j, "total", "count") == 1022);
+        run_free(&r);
+    }
+    for (int k = 1; k < 3; k++) {
+        assert_true(kl[k] == kl[0]);
+        assert_true(dp[k] == dp[0]);
+        assert_true(ppl[k] == ppl[0]);
+        assert_true(top1[k] == top1[0]);
+    }
+    /* TGI gives no prompt top-k: forced-token figures are identical, KL is
+     * the coarser {x, rest} bound, never above the top-k bound */
+    assert_true(dp[3] == dp[0] && ppl[3] == ppl[0]);
+    assert_true(kl[3] > 0 && kl[3] <= kl[0]);
+}
+
+static void test_no_prompt_logprobs_falls_back_to_decode(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--no-prompt-logprobs", NULL};
+    start(f);
+    const char *o[] = {"--sequences", "2", "--max-context", "256", NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    assert_int_equal(r.rc, 0);
+    assert_true(json_is_false(json_object_get(r.j, "prefill")));
+    assert_non_null(strstr(str(r.j, NULL, "fallback"), "decode-path"));
+    assert_string_equal(str(r.j, "candidate", "dialect"), "none");
+    const json_t *dc = json_object_get(r.j, "decode");
+    assert_true(num(dc, "decode_vs_golden_prefill", "count") > 0);
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_max") == 0.0);
+    assert_non_null(strstr(r.out.data, "no prompt logprobs"));
+    run_free(&r);
+}
+
+static void test_golden_without_prompt_logprobs_is_usage(void **state)
+{
+    (void)state;
+    struct run r;
+    start(NULL);
+    char gurl[64], curl[64];
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
+    snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
+    /* swap: the faulty server as golden */
+    proc_stop(&P.g);
+    const char *ga[] = {"sim", "--listen", "127.0.0.1:0",
+                        "--no-prompt-logprobs", NULL};
+    assert_int_equal(proc_start(&P.g, ga), 0);
+    drift(&r, NULL);
+    assert_int_equal(r.rc, 2);
+    assert_non_null(strstr(r.err.data, "golden server gives no prompt"));
+    run_free(&r);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_bad_corpus_and_unreachable(void **state)
+{
+    (void)state;
+    struct run r;
+    start(NULL);
+    write_file("/tmp/drift-e2e-bad.jsonl", "[1, 300, 301]\nnot json\n");
+    const char *o1[] = {"--corpus", "/tmp/drift-e2e-bad.jsonl", NULL};
+    drift(&r, o1);
+    assert_int_equal(r.rc, 2);
+    assert_non_null(strstr(r.err.data, "drift-e2e-bad.jsonl:2: not JSON"));
+    run_free(&r);
+    write_file("/tmp/drift-e2e-bad.jsonl", "\n\n");
+    drift(&r, o1);
+    assert_int_equal(r.rc, 2);
+    assert_non_null(strstr(r.err.data, "is empty"));
+    run_free(&r);
+    unlink("/tmp/drift-e2e-bad.jsonl");
+
+    const char *av[] = {"drift", "--golden", proc_url(&P.g), "--candidate",
+                        "http://127.0.0.1:1", "--no-store", NULL};
+    struct buf err = BUF_INIT;
+    assert_int_equal(proc_run(av, NULL, NULL, &err, 60), 3);
+    assert_non_null(strstr(err.data, "candidate"));
+    buf_release(&err);
+}
+
+static void test_tokenizer_mismatch_names_position(void **state)
+{
+    (void)state;
+    struct run r;
+    /* the candidate's template drops prior reasoning: /tokenize renders
+     * the same conversation to different ids */
+    const char *f[] = {"--reasoning-history", "drop", NULL};
+    start(f);
+    write_file("/tmp/drift-e2e-tok.jsonl",
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello "
+               "there.\"},{\"role\":\"assistant\",\"content\":\"Hi.\","
+               "\"reasoning_content\":\"Greet back.\"},{\"role\":\"user\","
+               "\"content\":\"Bye.\"}]}\n");
+    const char *o[] = {"--corpus", "/tmp/drift-e2e-tok.jsonl", NULL};
+    drift(&r, o);
+    unlink("/tmp/drift-e2e-tok.jsonl");
+    assert_int_equal(r.rc, 1);
+    assert_non_null(strstr(r.err.data, "tokenize"));
+    assert_non_null(strstr(r.err.data, "first difference at position"));
+    assert_non_null(strstr(r.err.data, "drift-e2e-tok.jsonl:1"));
+    run_free(&r);
+}
+
+static void test_store_keeps_no_secret(void **state)
+{
+    (void)state;
+    start(NULL);
+    char db[] = "/tmp/drift-e2e-db-XXXXXX";
+    int fd = mkstemp(db);
+    assert_true(fd >= 0);
+    close(fd);
+    char gurl[64], curl[64];
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
+    snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
+    const char *av[] = {"drift", "--golden", gurl, "--candidate", curl,
+                        "--db", db, "--sequences", "1", "--max-context",
+                        "128", "--candidate-api-key", "sk-SECRET-drift-42",
+                        "--header", "X-Api-Key: hdr-SECRET-7", NULL};
+    assert_int_equal(proc_run(av, NULL, NULL, NULL, 60), 0);
+    FILE *f = fopen(db, "rb");
+    assert_non_null(f);
+    char *all = calloc(1, 1 << 22);
+    size_t n = fread(all, 1, (1 << 22) - 1, f);
+    fclose(f);
+    assert_true(n > 0);
+    assert_null(memmem(all, n, "SECRET", 6));
+    assert_non_null(memmem(all, n, "drift_runs", 10));
+    assert_non_null(memmem(all, n, "fidelity.drift/1", 16));
+    free(all);
+    unlink(db);
+    char wal[64];
+    snprintf(wal, sizeof(wal), "%s-wal", db);
+    unlink(wal);
+    snprintf(wal, sizeof(wal), "%s-shm", db);
+    unlink(wal);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_healthy_pair_passes_with_zero_kl,
+                                  teardown),
+        cmocka_unit_test_teardown(test_growing_prefill_noise_fails_late,
+                                  teardown),
+        cmocka_unit_test_teardown(
+            test_decode_only_noise_is_caught_by_decode_path, teardown),
+        cmocka_unit_test_teardown(test_nondeterminism_is_not_drift,
+                                  teardown),
+        cmocka_unit_test_teardown(test_batch_variance_is_reported_apart,
+                                  teardown),
+        cmocka_unit_test_teardown(test_constant_noise_warns_without_growth,
+                                  teardown),
+        cmocka_unit_test_teardown(test_dialects_give_identical_metrics,
+                                  teardown),
+        cmocka_unit_test_teardown(
+            test_no_prompt_logprobs_falls_back_to_decode, teardown),
+        cmocka_unit_test_teardown(
+            test_golden_without_prompt_logprobs_is_usage, teardown),
+        cmocka_unit_test_teardown(test_bad_corpus_and_unreachable, teardown),
+        cmocka_unit_test_teardown(test_tokenizer_mismatch_names_position,
+                                  teardown),
+        cmocka_unit_test_teardown(test_store_keeps_no_secret, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

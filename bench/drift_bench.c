@@ -76,14 +76,8 @@ static int parse(enum drift_dialect dl, char *text, size_t len,
                  const struct drift_req *r, struct drift_lp *lp)
 {
     struct diag d;
-    json_error_t e;
-    drift_json_sanitize(text, len);
-    json_t *j = json_loadb(text, len, 0, &e);
-    if (!j)
-        return -1;
-    int ret = drift_parse_prompt(dl, j, r, lp, &d);
-    json_decref(j);
-    return ret;
+    drift_json_sanitize(text, len); /* what transport.c does */
+    return drift_parse_prompt_text(dl, text, len, r, lp, &d);
 }
 
 int main(int argc, char **argv)

@@ -105,6 +105,16 @@ int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
                        const struct drift_req *r, struct drift_lp *lp,
                        struct diag *dg);
 /*
+ * The same from the answer's text (len bytes, NUL-terminated, already
+ * through drift_json_sanitize): the allocation-free reader for vllm and
+ * sglang when the text is ordinary, jansson otherwise. Results are the same
+ * either way (the fuzz harness checks). -EBADMSG also when it is not JSON.
+ */
+int drift_parse_prompt_text(enum drift_dialect d, const char *text,
+                            size_t len, const struct drift_req *r,
+                            struct drift_lp *lp, struct diag *dg);
+
+/*
  * Reads the generated tokens of an answer: their ids into lp->ids and their
  * decode-time distributions into lp->pos. lp->n becomes the number of
  * generated tokens. -EBADMSG as above; -ENOKEY when the answer does not

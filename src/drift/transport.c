@@ -97,17 +97,16 @@ static const char *err_text(const json_t *j)
     return json_is_string(m) ? json_string_value(m) : "";
 }
 
-int drift_side_call(struct drift_side *s, const char *path, json_t *body,
-                    json_t **out, long *status, struct diag *d)
+/* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
+ * A non-2xx status gives -EPROTO with the server's message. */
+static int call_raw(struct drift_side *s, const char *path, json_t *body,
+                    struct http_resp *resp, struct diag *d)
 {
     const char *hdrs[DRIFT_HEADERS_MAX + 4];
     size_t nh = 0;
     char *auth = NULL, *text = NULL, *url;
-    struct http_resp resp;
     int ret;
 
-    *out = NULL;
-    *status = 0;
     if (!s->http)
         s->http = http_client_new();
     hdrs[nh++] = "Content-Type: application/json";
@@ -128,36 +127,47 @@ int drift_side_call(struct drift_side *s, const char *path, json_t *body,
         req.body = text;
         req.body_len = strlen(text);
     }
-    http_resp_init(&resp);
     s->requests++;
-    ret = http_do(s->http, &req, &resp, d);
-    *status = resp.status;
+    ret = http_do(s->http, &req, resp, d);
     if (ret) {
         diag_prefix(d, "%s", s->label);
-        goto out;
-    }
-    drift_json_sanitize(resp.body.data, resp.body.len);
-    json_error_t jerr;
-    *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len, 0,
-                      &jerr);
-    if (resp.status < 200 || resp.status > 299) {
+    } else if (resp->status < 200 || resp->status > 299) {
+        json_error_t jerr;
+        json_t *e = json_loadb(resp->body.data ? resp->body.data : "",
+                               resp->body.len, 0, &jerr);
         ret = diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s",
-                       s->label, url, resp.status,
-                       *out ? err_text(*out) : buf_str(&resp.body));
-        json_decref(*out);
-        *out = NULL;
-    } else if (!*out) {
-        ret = diag_set(d, EBADMSG,
-                       "%s: %s answered with a body that is not JSON (%s)",
-                       s->label, url, jerr.text);
+                       s->label, url, resp->status,
+                       e ? err_text(e) : buf_str(&resp->body));
+        json_decref(e);
     }
-out:
     if (auth) {
         memset(auth, 0, strlen(auth));
         free(auth);
     }
     free(text);
     free(url);
+    return ret;
+}
+
+int drift_side_call(struct drift_side *s, const char *path, json_t *body,
+                    json_t **out, long *status, struct diag *d)
+{
+    struct http_resp resp;
+    json_error_t jerr;
+    http_resp_init(&resp);
+    *out = NULL;
+    int ret = call_raw(s, path, body, &resp, d);
+    *status = resp.status;
+    if (!ret) {
+        drift_json_sanitize(resp.body.data, resp.body.len);
+        *out = json_loadb(resp.body.data ? resp.body.data : "",
+                          resp.body.len, 0, &jerr);
+        if (!*out)
+            ret = diag_set(d, EBADMSG,
+                           "%s: %s%s answered with a body that is not JSON "
+                           "(%s)",
+                           s->label, s->url, path, jerr.text);
+    }
     http_resp_release(&resp);
     return ret;
 }
@@ -232,15 +242,34 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
 {
     struct drift_req r = {.ids = ids, .n = n, .max_new = 1,
                           .prompt_logprobs = true};
-    json_t *out;
-    int ret = drift_side_request(s, &r, &out, d);
-    if (ret)
-        return ret;
-    ret = drift_parse_prompt(s->dialect, out, &r, lp, d);
-    if (ret)
-        diag_prefix(d, "%s (%s dialect)", s->label,
-                    drift_dialect_name(s->dialect));
-    json_decref(out);
+    char *text = NULL;
+    struct http_resp resp;
+    int ret;
+
+    r.model = s->model;
+    r.top_k = s->top_k;
+    r.extra_body = s->extra_body;
+    if (s->dialect == DRIFT_DIALECT_TGI) {
+        ret = drift_side_detokenize(s, ids, n, &text, d);
+        if (ret)
+            return ret;
+        r.text = text;
+    }
+    json_t *body = drift_request_build(s->dialect, &r);
+    http_resp_init(&resp);
+    ret = call_raw(s, drift_dialect_path(s->dialect), body, &resp, d);
+    json_decref(body);
+    r.text = NULL;
+    free(text);
+    if (!ret) {
+        drift_json_sanitize(resp.body.data, resp.body.len);
+        ret = drift_parse_prompt_text(s->dialect, buf_str(&resp.body),
+                                      resp.body.len, &r, lp, d);
+        if (ret)
+            diag_prefix(d, "%s (%s dialect)", s->label,
+                        drift_dialect_name(s->dialect));
+    }
+    http_resp_release(&resp);
     return ret;
 }
 

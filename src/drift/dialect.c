@@ -15,9 +15,9 @@
 #include "drift/dialect_int.h"
 
 static const char *const names[DRIFT_DIALECTS] = {
-    [DRIFT_DIALECT_AUTO] = "auto",     [DRIFT_DIALECT_VLLM] = "vllm",
-    [DRIFT_DIALECT_ECHO] = "echo",     [DRIFT_DIALECT_SGLANG] = "sglang",
-    [DRIFT_DIALECT_TGI] = "tgi",       [DRIFT_DIALECT_NONE] = "none",
+    [DRIFT_DIALECT_AUTO] = "auto", [DRIFT_DIALECT_VLLM] = "vllm",
+    [DRIFT_DIALECT_ECHO] = "echo", [DRIFT_DIALECT_SGLANG] = "sglang",
+    [DRIFT_DIALECT_TGI] = "tgi",   [DRIFT_DIALECT_NONE] = "none",
 };
 
 const char *drift_dialect_name(enum drift_dialect d)
@@ -113,9 +113,8 @@ void drift_lp_finish(struct drift_lp *lp)
 {
     lp->n_invalid = 0;
     for (uint32_t i = 0; i < lp->n; i++) {
-        lp->pos[i].top = lp->pool && lp->pos[i].n_known
-                             ? lp->pool + lp->off[i]
-                             : NULL;
+        lp->pos[i].top =
+            lp->pool && lp->pos[i].n_known ? lp->pool + lp->off[i] : NULL;
         if (!lp->valid[i])
             lp->n_invalid++;
         if (!lp->valid[i])
@@ -298,8 +297,8 @@ static void vllm_dict(struct drift_lp *lp, uint32_t i, const json_t *dict,
         unsigned long long id = strtoull(k, &end, 10);
         if (end == k || *end)
             continue;
-        double x = json_is_object(v) ? num(json_object_get(v, "logprob"))
-                                     : num(v);
+        double x =
+            json_is_object(v) ? num(json_object_get(v, "logprob")) : num(v);
         if ((uint64_t)id == forced)
             lp->pos[i].forced_lp = x;
         drift_lp_pool_add(lp, id, x);
@@ -335,8 +334,8 @@ static int parse_vllm(const json_t *resp, const struct drift_req *r,
 /* Reads logprobs.{tokens, token_logprobs, top_logprobs}[from..from+n) into
  * entries 0..n of lp; ids (may be NULL) are the expected tokens. */
 static int echo_block(const json_t *lpo, size_t from, uint32_t n,
-                      const uint32_t *ids, unsigned top_k,
-                      struct drift_lp *lp, struct diag *dg)
+                      const uint32_t *ids, unsigned top_k, struct drift_lp *lp,
+                      struct diag *dg)
 {
     const json_t *toks = json_object_get(lpo, "tokens");
     const json_t *tlp = json_object_get(lpo, "token_logprobs");
@@ -350,13 +349,13 @@ static int echo_block(const json_t *lpo, size_t from, uint32_t n,
     lp->n_returned = (uint32_t)(avail < n ? avail : n);
     for (uint32_t i = 0; i < lp->n_returned; i++) {
         const json_t *t = json_array_get(toks, from + i);
-        const json_t *d = json_is_array(top) ? json_array_get(top, from + i)
-                                              : NULL;
+        const json_t *d =
+            json_is_array(top) ? json_array_get(top, from + i) : NULL;
         lp->off[i] = lp->pool_len;
         if (!json_is_string(t))
             continue;
-        uint64_t key = drift_key_text(json_string_value(t),
-                                      json_string_length(t));
+        uint64_t key =
+            drift_key_text(json_string_value(t), json_string_length(t));
         if (ids)
             lp->ids[i] = ids[i];
         else if (!(key & DRIFT_KEY_TEXT))
@@ -476,11 +475,12 @@ static int parse_tgi(const json_t *resp, const struct drift_req *r,
 {
     if (json_is_array(resp) && json_array_size(resp) > 0)
         resp = json_array_get(resp, 0);
-    const json_t *pre = json_object_get(json_object_get(resp, "details"),
-                                        "prefill");
+    const json_t *pre =
+        json_object_get(json_object_get(resp, "details"), "prefill");
     if (!json_is_array(pre))
-        return diag_set(dg, EBADMSG, "answer has no 'details.prefill' array"
-                                     " (is decoder_input_details honoured?)");
+        return diag_set(dg, EBADMSG,
+                        "answer has no 'details.prefill' array"
+                        " (is decoder_input_details honoured?)");
     size_t cnt = json_array_size(pre);
     lp->n_returned = (uint32_t)(cnt < r->n ? cnt : r->n);
     for (uint32_t i = 0; i < lp->n_returned; i++) {
@@ -578,18 +578,16 @@ static int decode_sglang(const json_t *resp, struct drift_lp *lp,
     drift_lp_reset(lp, (uint32_t)json_array_size(tl));
     lp->n_returned = lp->n;
     for (uint32_t i = 0; i < lp->n; i++) {
-        sglang_pos(lp, i, json_array_get(tl, i), json_array_get(top, i),
-                   NULL, NULL, DRIFT_TOPK_MAX);
+        sglang_pos(lp, i, json_array_get(tl, i), json_array_get(top, i), NULL,
+                   NULL, DRIFT_TOPK_MAX);
         if (!lp->valid[i] && !json_is_array(json_array_get(tl, i)))
             return diag_set(dg, EBADMSG,
-                            "generated token %u has no [logprob, id] pair",
-                            i);
+                            "generated token %u has no [logprob, id] pair", i);
     }
     return 0;
 }
 
-static int decode_tgi(const json_t *resp, struct drift_lp *lp,
-                      struct diag *dg)
+static int decode_tgi(const json_t *resp, struct drift_lp *lp, struct diag *dg)
 {
     if (json_is_array(resp) && json_array_size(resp) > 0)
         resp = json_array_get(resp, 0);
@@ -644,9 +642,9 @@ int drift_parse_decode(enum drift_dialect d, const json_t *resp,
     return 0;
 }
 
-int drift_parse_prompt_text(enum drift_dialect d, const char *text,
-                            size_t len, const struct drift_req *r,
-                            struct drift_lp *lp, struct diag *dg)
+int drift_parse_prompt_text(enum drift_dialect d, const char *text, size_t len,
+                            const struct drift_req *r, struct drift_lp *lp,
+                            struct diag *dg)
 {
     json_error_t e;
     if (!drift_fast_prompt(d, text, len, r, lp))

@@ -25,8 +25,8 @@ struct sc {
 
 static void ws(struct sc *s)
 {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' ||
-                             *s->p == '\r' || *s->p == '\t'))
+    while (s->p < s->end &&
+           (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
 }
 
@@ -104,8 +104,8 @@ static int str(struct sc *s, const char **b, const char **e, bool *plain)
                     return -1;
                 if (v >= 0xd800 && v <= 0xdbff) {
                     if (s->end - s->p < 6 || s->p[0] != '\\' ||
-                        s->p[1] != 'u' || hex4(s->p + 2, &w) ||
-                        w < 0xdc00 || w > 0xdfff)
+                        s->p[1] != 'u' || hex4(s->p + 2, &w) || w < 0xdc00 ||
+                        w > 0xdfff)
                         return -1;
                     s->p += 6;
                 }
@@ -316,8 +316,7 @@ static const char *find_key(const char *text, size_t len, const char *key)
     const char *hit = NULL, *p = text, *end = text + len;
     while ((p = memmem(p, (size_t)(end - p), key, kl))) {
         const char *q = p + kl;
-        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' ||
-                           *q == '\t'))
+        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
             q++;
         if (q < end && *q == ':') {
             if (hit)
@@ -453,8 +452,8 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     return 0;
 }
 
-static int fast_vllm(const char *text, size_t len,
-                     const struct drift_req *r, struct drift_lp *lp)
+static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
+                     struct drift_lp *lp)
 {
     const char *at = find_key(text, len, "\"prompt_logprobs\"");
     if (!at)
@@ -514,8 +513,8 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
     return 0;
 }
 
-static int fast_sglang(const char *text, size_t len,
-                       const struct drift_req *r, struct drift_lp *lp)
+static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
+                       struct drift_lp *lp)
 {
     if (find_key(text, len, "\"input_token_ids_logprob\"") ||
         find_key(text, len, "\"input_token_ids_logprobs\""))

@@ -72,8 +72,7 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
         }
         struct drift_pm m;
         if (!g->valid[t] || !c->valid[t] ||
-            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin,
-                              &m)) {
+            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin, &m)) {
             drift_analysis_skip(a, arm, DRIFT_SKIP_INVALID, 1);
             continue;
         }
@@ -87,8 +86,7 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
 
 /* Renders item i on both servers and checks the ids agree. */
 static int render(struct drift_side *g, struct drift_side *c,
-                  struct drift_item *it, unsigned max_context,
-                  struct diag *d)
+                  struct drift_item *it, unsigned max_context, struct diag *d)
 {
     uint32_t *gi = NULL, *ci = NULL;
     size_t gn = 0, cn = 0;
@@ -132,8 +130,7 @@ static int build_corpus(struct drift_side *g, struct drift_side *c,
     } else {
         if (o->sequences == 0)
             return diag_set(d, ENODATA, "--sequences is 0: nothing to send");
-        drift_corpus_builtin(&r->corpus, o->seed, o->sequences,
-                             o->max_context);
+        drift_corpus_builtin(&r->corpus, o->seed, o->sequences, o->max_context);
     }
     for (size_t i = 0; i < r->corpus.n; i++) {
         struct drift_item *it = &r->corpus.items[i];
@@ -200,11 +197,11 @@ static int score_seq(struct drift_side *g, struct drift_side *c,
     drift_compare_lp(&r->an, DRIFT_ARM_CAND, seq, &lp[0], &lp[2], 1, n, o,
                      "candidate");
     if (r->has_control)
-        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n,
-                         o, "control");
+        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n, o,
+                         "control");
     if (r->has_self)
-        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n,
-                         o, "self");
+        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n, o,
+                         "self");
     r->positions += n - 1;
     return 0;
 }

@@ -38,8 +38,7 @@ void drift_side_release(struct drift_side *s)
     s->label = label;
 }
 
-int drift_side_set_url(struct drift_side *s, const char *url,
-                       struct diag *d)
+int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d)
 {
     if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
         return diag_set(d, EINVAL,
@@ -53,8 +52,7 @@ int drift_side_set_url(struct drift_side *s, const char *url,
     return 0;
 }
 
-int drift_side_add_header(struct drift_side *s, const char *h,
-                          struct diag *d)
+int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d)
 {
     if (!strchr(h, ':'))
         return diag_set(d, EINVAL, "header '%s' is not 'Name: value'", h);
@@ -73,8 +71,7 @@ void drift_side_clone(struct drift_side *dst, const struct drift_side *src)
     dst->api_key = src->api_key ? xstrdup(src->api_key) : NULL;
     for (size_t i = 0; i < src->n_headers; i++)
         dst->headers[dst->n_headers++] = xstrdup(src->headers[i]);
-    dst->extra_body = src->extra_body ? json_deep_copy(src->extra_body)
-                                      : NULL;
+    dst->extra_body = src->extra_body ? json_deep_copy(src->extra_body) : NULL;
     dst->dialect = src->dialect;
     dst->gen_dialect = src->gen_dialect;
     dst->top_k = src->top_k;
@@ -135,9 +132,9 @@ static int call_raw(struct drift_side *s, const char *path, json_t *body,
         json_error_t jerr;
         json_t *e = json_loadb(resp->body.data ? resp->body.data : "",
                                resp->body.len, 0, &jerr);
-        ret = diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s",
-                       s->label, url, resp->status,
-                       e ? err_text(e) : buf_str(&resp->body));
+        ret =
+            diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s", s->label,
+                     url, resp->status, e ? err_text(e) : buf_str(&resp->body));
         json_decref(e);
     }
     if (auth) {
@@ -160,8 +157,8 @@ int drift_side_call(struct drift_side *s, const char *path, json_t *body,
     *status = resp.status;
     if (!ret) {
         drift_json_sanitize(resp.body.data, resp.body.len);
-        *out = json_loadb(resp.body.data ? resp.body.data : "",
-                          resp.body.len, 0, &jerr);
+        *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len,
+                          0, &jerr);
         if (!*out)
             ret = diag_set(d, EBADMSG,
                            "%s: %s%s answered with a body that is not JSON "
@@ -209,8 +206,8 @@ static json_t *ids_json(const uint32_t *ids, size_t n)
     return a;
 }
 
-int drift_side_request(struct drift_side *s, struct drift_req *r,
-                       json_t **out, struct diag *d)
+int drift_side_request(struct drift_side *s, struct drift_req *r, json_t **out,
+                       struct diag *d)
 {
     char *text = NULL;
     long st;
@@ -227,8 +224,7 @@ int drift_side_request(struct drift_side *s, struct drift_req *r,
         r->text = text;
     }
     json_t *body = drift_request_build(s->dialect, r);
-    ret = drift_side_call(s, drift_dialect_path(s->dialect), body, out, &st,
-                          d);
+    ret = drift_side_call(s, drift_dialect_path(s->dialect), body, out, &st, d);
     json_decref(body);
     if (text) {
         r->text = NULL;
@@ -240,8 +236,8 @@ int drift_side_request(struct drift_side *s, struct drift_req *r,
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
                      struct drift_lp *lp, struct diag *d)
 {
-    struct drift_req r = {.ids = ids, .n = n, .max_new = 1,
-                          .prompt_logprobs = true};
+    struct drift_req r = {
+        .ids = ids, .n = n, .max_new = 1, .prompt_logprobs = true};
     char *text = NULL;
     struct http_resp resp;
     int ret;
@@ -294,8 +290,7 @@ static int generate_in(struct drift_side *s, enum drift_dialect dl,
 }
 
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                        unsigned max_new, struct drift_lp *lp,
-                        struct diag *d)
+                        unsigned max_new, struct drift_lp *lp, struct diag *d)
 {
     static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
                                                   DRIFT_DIALECT_TGI};
@@ -345,8 +340,8 @@ static int try_dialect(struct drift_side *s, enum drift_dialect dl,
     return ret;
 }
 
-int drift_side_detect(struct drift_side *s, const uint32_t *probe,
-                      size_t n, struct diag *d)
+int drift_side_detect(struct drift_side *s, const uint32_t *probe, size_t n,
+                      struct diag *d)
 {
     static const enum drift_dialect order[] = {
         DRIFT_DIALECT_VLLM, DRIFT_DIALECT_SGLANG, DRIFT_DIALECT_ECHO,
@@ -419,8 +414,8 @@ int drift_side_tokenize(struct drift_side *s, const json_t *messages,
     return 0;
 }
 
-int drift_side_detokenize(struct drift_side *s, const uint32_t *ids,
-                          size_t n, char **text, struct diag *d)
+int drift_side_detokenize(struct drift_side *s, const uint32_t *ids, size_t n,
+                          char **text, struct diag *d)
 {
     json_t *body = json_object(), *out;
     long st;

@@ -45,8 +45,8 @@ static const char echo_ans[] =
 static void parse_one(enum drift_dialect dl, const char *text,
                       struct drift_lp *lp)
 {
-    struct drift_req r = {.ids = ids, .n = 3, .top_k = 20, .max_new = 1,
-                          .prompt_logprobs = true};
+    struct drift_req r = {
+        .ids = ids, .n = 3, .top_k = 20, .max_new = 1, .prompt_logprobs = true};
     struct diag d;
     json_t *j = load(text);
     assert_int_equal(drift_parse_prompt(dl, j, &r, lp, &d), 0);
@@ -73,8 +73,7 @@ static void test_dialects_parse_alike(void **state)
         assert_int_equal(x->pos[2].n_top, 2);
         assert_true(x->pos[2].top[0].key == 9); /* sorted by logprob */
         struct drift_pm m;
-        assert_int_equal(drift_pos_compare(&a.pos[2], &x->pos[2], 0.2, &m),
-                         0);
+        assert_int_equal(drift_pos_compare(&a.pos[2], &x->pos[2], 0.2, &m), 0);
         assert_true(m.kl == 0);
     }
     drift_lp_release(&a);
@@ -159,8 +158,8 @@ static void test_wrong_shape_is_an_error(void **state)
 static void test_request_bodies(void **state)
 {
     (void)state;
-    struct drift_req r = {.ids = ids, .n = 3, .top_k = 5, .max_new = 1,
-                          .prompt_logprobs = true};
+    struct drift_req r = {
+        .ids = ids, .n = 3, .top_k = 5, .max_new = 1, .prompt_logprobs = true};
     json_t *extra = load("{\"priority\":3}");
     r.extra_body = extra;
     json_t *v = drift_request_build(DRIFT_DIALECT_VLLM, &r);
@@ -178,8 +177,7 @@ static void test_request_bodies(void **state)
     v = drift_request_build(DRIFT_DIALECT_TGI, &r);
     assert_true(json_is_true(json_object_get(json_object_get(v, "parameters"),
                                              "decoder_input_details")));
-    assert_string_equal(json_string_value(json_object_get(v, "inputs")),
-                        "abc");
+    assert_string_equal(json_string_value(json_object_get(v, "inputs")), "abc");
     json_decref(v);
     json_decref(extra);
     assert_string_equal(drift_dialect_path(DRIFT_DIALECT_ECHO),

@@ -20,10 +20,10 @@
 #include "drift/dialect_int.h"
 #include "drift/metrics.h"
 
-#define CHECK(x)                                                             \
-    do {                                                                     \
-        if (!(x))                                                            \
-            abort();                                                         \
+#define CHECK(x)                                                               \
+    do {                                                                       \
+        if (!(x))                                                              \
+            abort();                                                           \
     } while (0)
 
 static void same_lp(const struct drift_lp *a, const struct drift_lp *b)
@@ -86,7 +86,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_error_t e;
     json_t *j = json_loadb(text, len, 0, &e);
     if (j) {
-        struct drift_req r = {.ids = ids, .n = 6, .top_k = 20, .max_new = 1,
+        struct drift_req r = {.ids = ids,
+                              .n = 6,
+                              .top_k = 20,
+                              .max_new = 1,
                               .prompt_logprobs = true};
         struct drift_lp lp, fast;
         drift_lp_init(&lp);

@@ -241,10 +241,14 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
                        const struct drift_worst_text *wt, size_t nw,
                        struct buf *b)
 {
-    buf_printf(b, "golden   : %s (%s dialect)\n", g->url,
+    char *gu = drift_url_redact(g->url ? g->url : "");
+    char *cu = drift_url_redact(c->url ? c->url : "");
+    buf_printf(b, "golden   : %s (%s dialect)\n", gu,
                drift_dialect_name(g->dialect));
-    buf_printf(b, "candidate: %s (%s dialect)\n", c->url,
+    buf_printf(b, "candidate: %s (%s dialect)\n", cu,
                drift_dialect_name(c->dialect));
+    free(gu);
+    free(cu);
     buf_printf(b, "corpus   : %u sequences, %llu positions\n", r->sequences,
                (unsigned long long)r->positions);
     if (!r->prefill)

@@ -94,6 +94,24 @@ static const char *err_text(const json_t *j)
     return json_is_string(m) ? json_string_value(m) : "";
 }
 
+/* Replaces the side's URL in d's message by its redacted form, so a
+ * user:password part never reaches the terminal. */
+static void redact_msg(const struct drift_side *s, struct diag *d)
+{
+    if (!d || !s->url)
+        return;
+    char *red = drift_url_redact(s->url);
+    size_t ul = strlen(s->url);
+    char *at = strstr(d->msg, s->url);
+    if (at && strcmp(red, s->url)) {
+        char out[sizeof(d->msg)];
+        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, red,
+                 at + ul);
+        memcpy(d->msg, out, sizeof(out));
+    }
+    free(red);
+}
+
 /* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
  * A non-2xx status gives -EPROTO with the server's message. */
 static int call_raw(struct drift_side *s, const char *path, json_t *body,
@@ -137,6 +155,8 @@ static int call_raw(struct drift_side *s, const char *path, json_t *body,
                      url, resp->status, e ? err_text(e) : buf_str(&resp->body));
         json_decref(e);
     }
+    if (ret)
+        redact_msg(s, d);
     if (auth) {
         memset(auth, 0, strlen(auth));
         free(auth);

@@ -117,10 +117,33 @@ static void test_healthy_pair_passes_with_zero_kl(void **state)
     (void)state;
     struct run r;
     start(NULL);
-    const char *o[] = {"--sequences", "2", "--max-context", "512", NULL};
+    const char *o[] = {"--sequences", "2",       "--max-context",
+                       "512",         "--jsonl", "/tmp/drift-e2e-pos.jsonl",
+                       NULL};
     drift(&r, o);
     assert_int_equal(r.rc, 0);
     assert_non_null(r.j);
+    /* one JSONL record per compared position and arm */
+    FILE *f = fopen("/tmp/drift-e2e-pos.jsonl", "r");
+    assert_non_null(f);
+    char line[1024];
+    int cand = 0, ctrl = 0, bad = 0;
+    while (fgets(line, sizeof(line), f)) {
+        json_error_t e;
+        json_t *rec = json_loads(line, 0, &e);
+        bad += !rec;
+        const char *arm = json_string_value(json_object_get(rec, "arm"));
+        cand += arm && !strcmp(arm, "candidate");
+        ctrl += arm && !strcmp(arm, "control");
+        if (arm && !strcmp(arm, "candidate"))
+            bad += json_number_value(json_object_get(rec, "kl")) != 0.0;
+        json_decref(rec);
+    }
+    fclose(f);
+    unlink("/tmp/drift-e2e-pos.jsonl");
+    assert_int_equal(bad, 0);
+    assert_int_equal(cand, 1022);
+    assert_int_equal(ctrl, 1022);
     size_t nb = json_array_size(json_object_get(r.j, "buckets"));
     assert_true(nb >= 4);
     for (size_t i = 0; i < nb; i++)
@@ -157,6 +180,19 @@ static void test_growing_prefill_noise_fails_late(void **state)
     assert_true(num(r.j, "growth", "ratio") > 2);
     assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
     assert_string_equal(str(r.j, "decode", "attribution"), "prefill kernels");
+    /* the 50 worst positions, highest KL first, with text and offsets */
+    const json_t *w = json_object_get(r.j, "worst");
+    assert_int_equal(json_array_size(w), 50);
+    double prev = INFINITY;
+    for (size_t i = 0; i < 50; i++) {
+        const json_t *x = json_array_get(w, i);
+        assert_true(num(x, NULL, "kl") <= prev);
+        prev = num(x, NULL, "kl");
+        assert_true(num(x, NULL, "pos") >= 256); /* late positions */
+        assert_true(num(x, NULL, "offset") > 0);
+        assert_true(json_is_string(json_object_get(x, "text")));
+    }
+    assert_non_null(strstr(r.out.data, "50 worst positions"));
     run_free(&r);
 }
 
@@ -329,15 +365,15 @@ static void test_short_answers_are_counted_skips(void **state)
     struct run r;
     /* the candidate silently keeps only 300 tokens: its answers have
      * fewer prompt positions than were sent */
-    const char *f[] = {"--context-limit", "300", "--overflow", "newest",
-                       NULL};
+    const char *f[] = {"--context-limit", "300", "--overflow", "newest", NULL};
     start(f);
-    const char *o[] = {"--sequences", "1", "--max-context", "512",
-                       "--decode-tokens", "0", NULL};
+    const char *o[] = {
+        "--sequences", "1", "--max-context", "512", "--decode-tokens",
+        "0",           NULL};
     drift(&r, o);
     assert_non_null(r.j);
-    const json_t *sk = json_object_get(json_object_get(r.j, "skipped"),
-                                       "candidate");
+    const json_t *sk =
+        json_object_get(json_object_get(r.j, "skipped"), "candidate");
     double shortn = num(sk, NULL, "short");
     assert_true(shortn >= 200 && shortn <= 212);
     assert_true(num(r.j, "total", "count") + shortn == 511);

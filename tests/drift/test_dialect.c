@@ -9,13 +9,17 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "core/buf.h"
+#include "core/rng.h"
 #include "drift/analysis.h"
 #include "drift/dialect.h"
+#include "drift/dialect_int.h"
 #include "drift/drift.h"
 
 static const uint32_t ids[3] = {0, 300, 301};
@@ -184,6 +188,52 @@ static void test_request_bodies(void **state)
                         "/v1/completions");
 }
 
+/* The allocation-free reader converts decimals exactly as strtod does
+ * (Clinger's fast path, the extended-precision path, strtod fallback). */
+static void test_fast_reader_numbers_match_strtod(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static uint32_t nids[N];
+    static char num[N][40];
+    struct buf b = BUF_INIT;
+    struct rng r;
+    rng_seed(&r, 5);
+    buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":[[null,1,null]");
+    nids[0] = 1;
+    for (int i = 1; i < N; i++) {
+        double x = -30 * rng_unit(&r) * rng_unit(&r);
+        int prec = 1 + (int)rng_below(&r, 17);
+        if (i % 7 == 0)
+            snprintf(num[i], sizeof(num[i]), "-%llu.%llue-%d",
+                     (unsigned long long)rng_below(&r, 1000),
+                     (unsigned long long)rng_next(&r) % 100000000000000ULL,
+                     (int)rng_below(&r, 30));
+        else
+            snprintf(num[i], sizeof(num[i]), "%.*g", prec, x);
+        nids[i] = 16 + (uint32_t)i;
+        buf_printf(&b, ",[%s,%u,null]", num[i], nids[i]);
+    }
+    buf_adds(&b, "]}}");
+    struct drift_req rq = {.ids = nids, .n = N, .top_k = 20};
+    struct drift_lp lp;
+    drift_lp_init(&lp);
+    assert_int_equal(
+        drift_fast_prompt(DRIFT_DIALECT_SGLANG, b.data, b.len, &rq, &lp), 0);
+    int checked = 0;
+    for (int i = 1; i < N; i++) {
+        double want = strtod(num[i], NULL);
+        if (!(want <= 1e-6))
+            continue;
+        assert_true(lp.valid[i]);
+        assert_memory_equal(&lp.pos[i].forced_lp, &want, sizeof(double));
+        checked++;
+    }
+    assert_true(checked > N / 2);
+    drift_lp_release(&lp);
+    buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),
         cmocka_unit_test(test_wrong_shape_is_an_error),
         cmocka_unit_test(test_request_bodies),
+        cmocka_unit_test(test_fast_reader_numbers_match_strtod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,8 @@ const char CMD_DRIFT_HELP[] =
     "  --decode-seqs N       sequences for the decode path (default 2)\n"
     "  --decode-prompt N     prompt tokens for it (default 512)\n"
     "  --determinism N       N identical requests alone, then at once\n"
+    "  --token-ids-logprob N sglang candidates: also ask for the golden's\n"
+    "                        N highest-ranked token ids (token_ids_logprob)\n"
     "  --bootstrap N         growth bootstrap replicates (default 200)\n"
     "  --worst N             worst positions listed (default 50)\n"
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
@@ -115,6 +117,7 @@ enum {
     O_DET,
     O_BOOT,
     O_WORST,
+    O_TIDS,
     O_KLM,
     O_KLP,
     O_TOP1,
@@ -163,6 +166,7 @@ static const struct option longopts[] = {
     {"determinism", required_argument, NULL, O_DET},
     {"bootstrap", required_argument, NULL, O_BOOT},
     {"worst", required_argument, NULL, O_WORST},
+    {"token-ids-logprob", required_argument, NULL, O_TIDS},
     {"kl-mean", required_argument, NULL, O_KLM},
     {"kl-p999", required_argument, NULL, O_KLP},
     {"top1", required_argument, NULL, O_TOP1},
@@ -336,6 +340,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         LONGOPT(O_DET, 2, 64, o->determinism)
         LONGOPT(O_BOOT, 0, 100000, o->bootstrap)
         LONGOPT(O_WORST, 0, DRIFT_WORST_MAX, o->worst)
+        LONGOPT(O_TIDS, 0, 1024, o->token_ids)
 #undef LONGOPT
     case O_SEED:
         bad = cli_parse_long(v, 0, LONG_MAX, &n);

@@ -42,6 +42,7 @@ struct drift_opts {
     unsigned decode_seqs;   /* sequences used by the decode path */
     unsigned decode_prompt; /* prompt tokens for the decode path */
     unsigned determinism;   /* N requests; 0: off */
+    unsigned token_ids;     /* sglang token_ids_logprob list size; 0 off */
     unsigned bootstrap;
     size_t worst;
     struct drift_thresholds th;

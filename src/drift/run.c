@@ -176,6 +176,28 @@ static int detect(struct drift_side *g, struct drift_side *c,
     return 0;
 }
 
+/* Up to cap distinct token ids from the golden's top lists, rank by rank
+ * (every top-1 first, then every top-2, ...): the list sent as sglang's
+ * token_ids_logprob, so the candidate reports its probability of tokens
+ * the golden ranks high even where they fall out of its own top-k. */
+static size_t golden_top_ids(const struct drift_lp *g, uint32_t *out,
+                             size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < DRIFT_TOPK_MAX && n < cap; k++)
+        for (uint32_t t = 1; t < g->n && n < cap; t++) {
+            if (!g->valid[t] || k >= g->pos[t].n_top)
+                continue;
+            uint64_t key = g->pos[t].top[k].key;
+            bool seen = key > UINT32_MAX;
+            for (size_t j = 0; j < n && !seen; j++)
+                seen = out[j] == key;
+            if (!seen)
+                out[n++] = (uint32_t)key;
+        }
+    return n;
+}
+
 static int score_seq(struct drift_side *g, struct drift_side *c,
                      const struct drift_opts *o, struct drift_result *r,
                      size_t i, struct drift_lp lp[4], struct diag *d)
@@ -185,10 +207,19 @@ static int score_seq(struct drift_side *g, struct drift_side *c,
     int ret = drift_side_score(g, it->ids, it->n, &lp[0], d);
     if (!ret && r->has_control)
         ret = drift_side_score(g, it->ids, it->n, &lp[1], d);
+    uint32_t *extra = NULL;
+    if (!ret && o->token_ids && c->dialect == DRIFT_DIALECT_SGLANG) {
+        extra = xmalloc(o->token_ids * sizeof(*extra));
+        c->n_extra_ids = golden_top_ids(&lp[0], extra, o->token_ids);
+        c->extra_ids = extra;
+    }
     if (!ret)
         ret = drift_side_score(c, it->ids, it->n, &lp[2], d);
     if (!ret && r->has_self)
         ret = drift_side_score(c, it->ids, it->n, &lp[3], d);
+    c->extra_ids = NULL;
+    c->n_extra_ids = 0;
+    free(extra);
     if (ret) {
         diag_prefix(d, "%s", it->name);
         return ret;

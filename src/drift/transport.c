@@ -265,6 +265,10 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
     r.model = s->model;
     r.top_k = s->top_k;
     r.extra_body = s->extra_body;
+    if (s->dialect == DRIFT_DIALECT_SGLANG && s->extra_ids) {
+        r.extra_ids = s->extra_ids;
+        r.n_extra = s->n_extra_ids;
+    }
     if (s->dialect == DRIFT_DIALECT_TGI) {
         ret = drift_side_detokenize(s, ids, n, &text, d);
         if (ret)

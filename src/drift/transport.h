@@ -36,6 +36,10 @@ struct drift_side {
     long timeout_ms;
     struct http_client *http;
     json_t *fingerprint; /* what the server says about itself */
+    /* sglang token_ids_logprob for the next scoring requests (borrowed;
+     * set by run.c to the golden's top tokens, NULL otherwise) */
+    const uint32_t *extra_ids;
+    size_t n_extra_ids;
     uint64_t requests;
 };
 

@@ -171,7 +171,12 @@ static void test_request_bodies(void **state)
                      5);
     assert_int_equal(json_integer_value(json_object_get(v, "priority")), 3);
     json_decref(v);
+    static const uint32_t extra_ids[2] = {7, 9};
+    r.extra_ids = extra_ids;
+    r.n_extra = 2;
     v = drift_request_build(DRIFT_DIALECT_SGLANG, &r);
+    assert_int_equal(json_array_size(json_object_get(v, "token_ids_logprob")),
+                     2);
     assert_true(json_is_true(json_object_get(v, "return_logprob")));
     assert_int_equal(
         json_integer_value(json_object_get(v, "logprob_start_len")), 0);

@@ -314,6 +314,28 @@ static void test_dialects_give_identical_metrics(void **state)
         assert_true(ppl[k] == ppl[0]);
         assert_true(top1[k] == top1[0]);
     }
+    /* sglang with token_ids_logprob: the candidate also reports the
+     * golden's top tokens; the bound can only tighten */
+    {
+        struct run r;
+        const char *o[] = {"--sequences",
+                           "2",
+                           "--max-context",
+                           "512",
+                           "--dialect",
+                           "sglang",
+                           "--decode-tokens",
+                           "0",
+                           "--token-ids-logprob",
+                           "64",
+                           NULL};
+        drift(&r, o);
+        assert_non_null(r.j);
+        assert_true(num(r.j, "total", "count") == 1022);
+        assert_true(num(r.j, "total", "kl_mean") >= kl[1] * (1 - 1e-12));
+        assert_true(num(r.j, "total", "dp_rms") == dp[1]);
+        run_free(&r);
+    }
     /* TGI gives no prompt top-k: forced-token figures are identical, KL is
      * the coarser {x, rest} bound, never above the top-k bound */
     assert_true(dp[3] == dp[0] && ppl[3] == ppl[0]);

@@ -12,7 +12,7 @@ TOTAL=${1:-1000000}
 SEQ=${2:-4096}
 make -s build/libfidelity.a
 PKGS="libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash"
-cc -O2 -Isrc bench/drift_bench.c build/libfidelity.a \
+cc -O2 -Wall -Werror -Isrc bench/drift_bench.c build/libfidelity.a \
    $(pkg-config --cflags --libs $PKGS) -lm -lpthread -o build/drift_bench
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for dl in sglang vllm; do

@@ -140,14 +140,14 @@ int main(int argc, char **argv)
         done += seq - 1;
     }
     double dt = clk(CLOCK_MONOTONIC) - t0;
-    double ct = clk(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double cpu = clk(CLOCK_PROCESS_CPUTIME_ID) - c0;
     struct drift_acc tot;
     drift_analysis_total(&an, DRIFT_ARM_CAND, &tot);
     /* CPU time is the figure on a shared machine; wall time beside it */
     printf("dialect %s: %zu positions (x2 answers, %zu bytes each): %.3f s "
            "CPU = %.0f positions/s per core (wall %.3f s = %.0f/s) "
            "(mean KL %.3e)\n",
-           argv[1], done, gl, ct, done / ct, dt, done / dt, tot.kl_sum / tot.n);
+           argv[1], done, gl, cpu, done / cpu, dt, done / dt, tot.kl_sum / tot.n);
     drift_analysis_release(&an);
     drift_lp_release(&lg);
     drift_lp_release(&lc);

@@ -31,7 +31,8 @@ const char CMD_DRIFT_HELP[] =
     "and decisive flips, by position bucket, with growth, a control arm\n"
     "(golden against itself), the decode path and determinism.\n"
     "\n"
-    "servers (each option also exists as --golden-X / --candidate-X):\n"
+    "servers (api-key, header, extra-body, model and dialect also exist\n"
+    "per side as --golden-X / --candidate-X):\n"
     "  --golden URL, --candidate URL   base URLs (http:// or https://)\n"
     "  --api-key KEY         Bearer token (--golden-api-key, ...)\n"
     "  --header 'N: V'       extra header, repeatable\n"
@@ -56,6 +57,8 @@ const char CMD_DRIFT_HELP[] =
     "  --decode-seqs N       sequences for the decode path (default 2)\n"
     "  --decode-prompt N     prompt tokens for it (default 512)\n"
     "  --determinism N       N identical requests alone, then at once\n"
+    "  --token-ids-logprob N sglang candidates: also ask for the golden's\n"
+    "                        N highest-ranked token ids (token_ids_logprob)\n"
     "  --bootstrap N         growth bootstrap replicates (default 200)\n"
     "  --worst N             worst positions listed (default 50)\n"
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
@@ -81,13 +84,52 @@ const char CMD_DRIFT_HELP[] =
     "      --determinism 8 --jsonl positions.jsonl\n";
 
 enum {
-    O_GOLDEN = 256, O_CAND, O_API_KEY, O_G_API_KEY, O_C_API_KEY, O_HEADER,
-    O_G_HEADER, O_C_HEADER, O_EXTRA, O_G_EXTRA, O_C_EXTRA, O_MODEL,
-    O_G_MODEL, O_C_MODEL, O_DIALECT, O_G_DIALECT, O_C_DIALECT, O_TIMEOUT,
-    O_CORPUS, O_SEQS, O_MAXCTX, O_SEED, O_FROMDB, O_TOPK, O_BOUND,
-    O_MINB, O_NOCTRL, O_NOSELF, O_DTOK, O_DSEQ, O_DPROMPT, O_DET, O_BOOT,
-    O_WORST, O_KLM, O_KLP, O_TOP1, O_DPR, O_GROW, O_GFLOOR, O_FLIP, O_JSON,
-    O_JSONL, O_DB, O_NOSTORE
+    O_GOLDEN = 256,
+    O_CAND,
+    O_API_KEY,
+    O_G_API_KEY,
+    O_C_API_KEY,
+    O_HEADER,
+    O_G_HEADER,
+    O_C_HEADER,
+    O_EXTRA,
+    O_G_EXTRA,
+    O_C_EXTRA,
+    O_MODEL,
+    O_G_MODEL,
+    O_C_MODEL,
+    O_DIALECT,
+    O_G_DIALECT,
+    O_C_DIALECT,
+    O_TIMEOUT,
+    O_CORPUS,
+    O_SEQS,
+    O_MAXCTX,
+    O_SEED,
+    O_FROMDB,
+    O_TOPK,
+    O_BOUND,
+    O_MINB,
+    O_NOCTRL,
+    O_NOSELF,
+    O_DTOK,
+    O_DSEQ,
+    O_DPROMPT,
+    O_DET,
+    O_BOOT,
+    O_WORST,
+    O_TIDS,
+    O_KLM,
+    O_KLP,
+    O_TOP1,
+    O_DPR,
+    O_GROW,
+    O_GFLOOR,
+    O_FLIP,
+    O_JSON,
+    O_JSONL,
+    O_DB,
+    O_NOSTORE
 };
 
 static const struct option longopts[] = {
@@ -125,6 +167,7 @@ static const struct option longopts[] = {
     {"determinism", required_argument, NULL, O_DET},
     {"bootstrap", required_argument, NULL, O_BOOT},
     {"worst", required_argument, NULL, O_WORST},
+    {"token-ids-logprob", required_argument, NULL, O_TIDS},
     {"kl-mean", required_argument, NULL, O_KLM},
     {"kl-p999", required_argument, NULL, O_KLP},
     {"top1", required_argument, NULL, O_TOP1},
@@ -162,8 +205,7 @@ static void on_rec(void *ud, const struct drift_rec *r)
         x->jsonl_err = errno ? errno : EIO;
 }
 
-static void on_progress(void *ud, const char *what, size_t done,
-                        size_t total)
+static void on_progress(void *ud, const char *what, size_t done, size_t total)
 {
     struct ctx *x = ud;
     if (x->tty)
@@ -284,11 +326,11 @@ static int num_opt(struct ctx *x, int c, const char *v)
     long n;
     int bad = 0;
     switch (c) {
-#define LONGOPT(code, lo, hi, dst)                                           \
-    case code:                                                               \
-        bad = cli_parse_long(v, lo, hi, &n);                                 \
-        if (!bad)                                                            \
-            dst = n;                                                         \
+#define LONGOPT(code, lo, hi, dst)                                             \
+    case code:                                                                 \
+        bad = cli_parse_long(v, lo, hi, &n);                                   \
+        if (!bad)                                                              \
+            dst = n;                                                           \
         break;
         LONGOPT(O_SEQS, 0, 100000, o->sequences)
         LONGOPT(O_MAXCTX, 2, 1L << 30, o->max_context)
@@ -299,6 +341,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         LONGOPT(O_DET, 2, 64, o->determinism)
         LONGOPT(O_BOOT, 0, 100000, o->bootstrap)
         LONGOPT(O_WORST, 0, DRIFT_WORST_MAX, o->worst)
+        LONGOPT(O_TIDS, 0, 1024, o->token_ids)
 #undef LONGOPT
     case O_SEED:
         bad = cli_parse_long(v, 0, LONG_MAX, &n);
@@ -350,8 +393,7 @@ static int parse(struct ctx *x, int argc, char **argv)
         switch (c) {
         case O_GOLDEN:
         case O_CAND:
-            if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg,
-                                   &d))
+            if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg, &d))
                 return BAD("%s", d.msg);
             break;
         case O_CORPUS:
@@ -480,8 +522,7 @@ int cmd_drift(int argc, char **argv)
     x.o.ud = &x;
     x.o.on_progress = on_progress;
     if (x.jsonl_path) {
-        x.jsonl = strcmp(x.jsonl_path, "-") ? fopen(x.jsonl_path, "w")
-                                            : stdout;
+        x.jsonl = strcmp(x.jsonl_path, "-") ? fopen(x.jsonl_path, "w") : stdout;
         if (!x.jsonl) {
             code = cli_error("drift", EXIT_USAGE, "cannot open '%s': %s",
                              x.jsonl_path, strerror(errno));

@@ -33,6 +33,7 @@ TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL:= $(filter-out $(TEST_SRC),$(wildcard tests/util/*.c))
 TEST_UOBJ:= $(TEST_UTIL:%.c=$(BUILD)/%.o)
+.SECONDARY: $(TEST_UOBJ)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok

@@ -486,7 +486,8 @@ static int finish(struct ctx *x, struct drift_result *r)
     size_t nw = drift_worst_sorted(&r->an, w, x->o.worst);
     drift_worst_texts(&x->g, r, w, nw, wt);
     json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
-    bool json_stdout = x->json_path && !strcmp(x->json_path, "-");
+    bool json_stdout = (x->json_path && !strcmp(x->json_path, "-")) ||
+                       x->jsonl == stdout;
     drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))

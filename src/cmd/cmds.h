@@ -8,9 +8,19 @@
 int cmd_drift(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_record(int argc, char **argv);
+int cmd_audit(int argc, char **argv);
+int cmd_sessions(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
 extern const char CMD_SIM_HELP[];
+extern const char CMD_RECORD_HELP[];
+extern const char CMD_AUDIT_HELP[];
+extern const char CMD_SESSIONS_HELP[];
+extern const char CMD_SHOW_HELP[];
+extern const char CMD_PROBE_HELP[];
 
 #endif

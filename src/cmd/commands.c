@@ -6,11 +6,22 @@
 #include "cmd/cmds.h"
 
 const struct cmd commands[] = {
+    {"record", cmd_record,
+     "record what a harness sends and a server answers (a proxy)",
+     CMD_RECORD_HELP},
+    {"audit", cmd_audit,
+     "find history rewrites, truncation and more in recorded traffic",
+     CMD_AUDIT_HELP},
+    {"sessions", cmd_sessions, "list recorded sessions", CMD_SESSIONS_HELP},
+    {"show", cmd_show, "show one recorded session turn by turn",
+     CMD_SHOW_HELP},
+    {"probe", cmd_probe, "multi-turn context-fidelity tests of an endpoint",
+     CMD_PROBE_HELP},
+    {"drift", cmd_drift,
+     "teacher-forced logprob comparison of a candidate with a golden server",
+     CMD_DRIFT_HELP},
     {"sim", cmd_sim, "run a built-in OpenAI-compatible server with faults",
      CMD_SIM_HELP},
-    {"drift", cmd_drift,
-     "compare a candidate server with a golden one, position by position",
-     CMD_DRIFT_HELP},
     {"help", cmd_help, "show help for fidelity or one command", CMD_HELP_HELP},
     {NULL, NULL, NULL, NULL},
 };

@@ -21,7 +21,7 @@
 #include "core/diag.h"
 
 enum xchg_end {
-    XCHG_COMPLETE = 0,  /* upstream answered and the client got all of it */
+    XCHG_COMPLETE = 0,   /* upstream answered and the client got all of it */
     XCHG_UPSTREAM_ERROR, /* could not connect, or upstream protocol error */
     XCHG_UPSTREAM_RESET, /* upstream closed mid-response */
     XCHG_CLIENT_GONE,    /* client disconnected before the end */
@@ -29,22 +29,22 @@ enum xchg_end {
 };
 
 struct xchg {
-    int64_t id;          /* row id; 0 before it is stored */
-    char *session;       /* session key (header value or prefix hash) */
-    char *kind;          /* "main", "title", "compaction", "subagent", "other" */
-    double started;      /* unix time, seconds */
+    int64_t id;     /* row id; 0 before it is stored */
+    char *session;  /* session key (header value or prefix hash) */
+    char *kind;     /* "main", "title", "compaction", "subagent", "other" */
+    double started; /* unix time, seconds */
     char *method;
     char *path;          /* with query string */
     json_t *req_headers; /* object name -> value, secrets already redacted */
     json_t *req_body;    /* parsed request body, NULL when not JSON */
     char *req_raw;       /* raw body when it was not a JSON object */
     size_t req_raw_len;
-    bool req_malformed;  /* body was not valid JSON */
-    int status;          /* 0 when no response arrived */
+    bool req_malformed; /* body was not valid JSON */
+    int status;         /* 0 when no response arrived */
     json_t *resp_headers;
-    char *resp_raw;      /* raw response body or SSE stream, as received */
+    char *resp_raw; /* raw response body or SSE stream, as received */
     size_t resp_raw_len;
-    bool streamed;       /* response was text/event-stream */
+    bool streamed; /* response was text/event-stream */
     /* Reply reassembled from the JSON body or the SSE deltas:
      * {"content": str, "reasoning_content": str|null, "tool_calls": [...],
      *  "usage": {...}|null, "finish_reason": str|null, "done": bool,
@@ -76,5 +76,48 @@ int xchg_each(sqlite3 *db, const char *session,
  * storage-growth figure. */
 int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
                        int64_t *request_bytes, struct diag *d);
+
+/*
+ * Additions (record branch). A writer that stores many exchanges keeps an
+ * xchg_cache: the message lists it stored last, so that a request's list is
+ * stored as "the first K messages of exchange B, then these hashes" without
+ * reading B back. xchg_put() is xchg_put_cached() with no cache.
+ */
+struct xchg_cache;
+struct xchg_cache *xchg_cache_new(void);
+void xchg_cache_free(struct xchg_cache *c);
+int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+                    struct diag *d);
+/* Stores n exchanges in one transaction (group commit), each under its own
+ * savepoint: rcs[i] is 0 when xs[i] is stored (xs[i]->id set) or its own
+ * error. Returns 0 when the transaction committed, else the error, with
+ * every rcs[i] set to it and nothing stored. A cache belongs to one db
+ * and holds prepared statements: free it before closing the db. */
+int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                   size_t n, int *rcs, struct diag *d);
+
+/*
+ * The spill file: when the store fails, record appends each exchange as one
+ * JSON object per line (xchg_to_json's shape; docs/RECORD.md). Raw bodies
+ * that are not valid UTF-8 are base64 under "req_raw_b64" / "resp_raw_b64".
+ */
+/* A new JSON object describing x (all fields). */
+json_t *xchg_to_json(const struct xchg *x);
+/* Fills x (initialised by the caller) from j. -EBADMSG when j lacks the
+ * required fields (method, path), with d saying which. */
+int xchg_from_json(const json_t *j, struct xchg *x, struct diag *d);
+/* Appends x as one line to the file at path (created 0600 when missing) with
+ * a single write(2). */
+int xchg_spill_append(const char *path, const struct xchg *x, struct diag *d);
+/* Calls fn for each exchange in the spill file, in file order (ids are the
+ * line numbers, negative: -1, -2, ...). A torn last line (a crash mid-write)
+ * is skipped; any other bad line is an error naming the line. A missing file
+ * is not an error (no calls, 0). */
+int xchg_spill_each(const char *path, int (*fn)(const struct xchg *x, void *ud),
+                    void *ud, struct diag *d);
+
+/* Bytes of the response side (raw bodies, compressed, and replies), for the
+ * documentation of the storage figure. */
+int xchg_storage_response_bytes(sqlite3 *db, int64_t *bytes, struct diag *d);
 
 #endif

@@ -184,6 +184,34 @@ static void test_overflow_error_is_vllm_400(void **state)
     json_decref(r);
 }
 
+/*
+ * SIM.md, "Endpoints": over the limit the sim gives vLLM's 400, "you
+ * requested M tokens (P in the messages, C in the completion)". vLLM
+ * checks P + max_tokens against max_model_len. Regression: the sim once
+ * checked only P and served a prompt that fits with a max_tokens that does
+ * not.
+ */
+static void test_overflow_error_counts_max_tokens(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p =
+        simt_start(t, "--max-model-len", "64", "--overflow", "error", NULL);
+    json_t *m = json_pack("[o]", simt_msg("user", "Rain fell on quiet hills."));
+    long prompt = simt_count_messages(t, p, m);
+    assert_true(prompt < 64);
+    json_t *b = simt_chat(m);
+    json_object_set_new(b, "max_tokens", json_integer(64 - prompt + 1));
+    long st = 0;
+    json_t *r = simt_postj(t, p, "/v1/chat/completions", b, &st);
+    if (st != 400) {
+        json_decref(r);
+        fail_msg("%ld prompt tokens + %ld max_tokens > 64 answered HTTP %ld",
+                 prompt, 64 - prompt + 1, st);
+    }
+    simt_assert_error(r, "maximum context length is 64 tokens");
+    json_decref(r);
+}
+
 static json_t *turns(bool with_system)
 {
     json_t *m = json_array();
@@ -350,6 +378,7 @@ int main(void)
         T(test_overflow_oldest_drops_the_front),
         T(test_overflow_newest_drops_the_question),
         T(test_overflow_error_is_vllm_400),
+        T(test_overflow_error_counts_max_tokens),
         T(test_keep_last_turns),
         T(test_ignore_system),
         T(test_reasoning_history_policies),

@@ -256,6 +256,42 @@ static void test_facts_in_tool_results(void **state)
                  "The floor for the guest is 2.");
 }
 
+/*
+ * SIM.md, "Facts": the answer is "The ATTRIBUTE for ENTITY is VALUE." with
+ * the entity as stated. Regression: "door 5" once came back as "the door 5".
+ */
+static void test_entity_without_article_is_answered_as_stated(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    assert_reply(simt_ask(t, p,
+                          simt_chat1("The code for door 5 is 3. What is the "
+                                     "code for door 5?")),
+                 "The code for door 5 is 3.");
+}
+
+/*
+ * SIM.md, "Facts": a statement inside tool-call arguments is visible. The
+ * arguments are rendered as JSON, so the statement's closing quote is
+ * escaped; VALUE still ends at the full stop. Regression: the sim once
+ * answered "The room number for the guest is 214.\.".
+ */
+static void test_fact_in_tool_arguments_value_is_clean(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *msgs =
+        json_pack("[o,{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]},{s:s,s:s,s:s},o]",
+                  simt_msg("user", "Look it up."), "role", "assistant",
+                  "content", "tool_calls", "id", "call_1", "type", "function",
+                  "function", "name", "lookup", "arguments",
+                  "{\"note\": \"The room number for the guest is 214.\"}",
+                  "role", "tool", "tool_call_id", "call_1", "content", "done",
+                  simt_msg("user", "What is the room number for the guest?"));
+    assert_reply(simt_ask(t, p, simt_chat(msgs)),
+                 "The room number for the guest is 214.");
+}
+
 static json_t *reasoning_of(json_t *r)
 {
     json_t *m = json_object_get(
@@ -361,6 +397,8 @@ int main(void)
         T(test_other_requests_get_a_deterministic_reply),
         T(test_tool_call_and_tool_result),
         T(test_facts_in_tool_results),
+        T(test_entity_without_article_is_answered_as_stated),
+        T(test_fact_in_tool_arguments_value_is_clean),
         T(test_reasoning_when_asked),
         T(test_temperature_prefixes_and_seed),
         T(test_ignore_temperature),

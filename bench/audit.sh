@@ -1,0 +1,83 @@
+#!/bin/sh
+# bench/audit.sh: how long `fidelity audit` takes on a long recorded
+# session, against the time the session itself took to record.
+# An opencode-shaped conversation (the captured 9.5k-char system prompt and
+# 10 tool schemas from ../shared/fixtures/opencode-1.18.33/) of TURNS user
+# turns, each followed by one tool round trip, goes through `fidelity
+# record` to `fidelity sim`; then `fidelity audit` and `fidelity sessions`
+# read the store under /usr/bin/time -v. Prints the seconds, the peak RSS
+# and the ratio audit time / recording time.
+#
+# usage: sh bench/audit.sh [TURNS]    (default 100; run from the repo root)
+set -eu
+turns=${1:-100}
+bin=./fidelity
+fx=../shared/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
+[ -x "$bin" ] || { echo "bench/audit.sh: build first: make" >&2; exit 2; }
+[ -r "$fx" ] || { echo "bench/audit.sh: cannot read '$fx'" >&2; exit 2; }
+dir=$(mktemp -d)
+cleanup() {
+    kill "$sim_pid" ${rec_pid:+"$rec_pid"} 2>/dev/null || true
+    if [ -n "${AUDIT_BENCH_KEEP:-}" ]; then cp "$dir/b.db" "$AUDIT_BENCH_KEEP" || true; fi
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+$bin sim --listen 127.0.0.1:0 >"$dir/sim.out" 2>/dev/null &
+sim_pid=$!
+while ! grep -q listening "$dir/sim.out" 2>/dev/null; do sleep 0.05; done
+sim_url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$dir/sim.out")
+$bin record --listen 127.0.0.1:0 --upstream "$sim_url" --db "$dir/b.db" \
+    >"$dir/rec.out" 2>/dev/null &
+rec_pid=$!
+while ! grep -q listening "$dir/rec.out" 2>/dev/null; do sleep 0.05; done
+rec_url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$dir/rec.out")
+
+start=$(date +%s.%N)
+python3 - "$rec_url" "$fx" "$turns" <<'PY'
+import json, sys, urllib.request
+url, fx, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = json.load(open(fx))["body"]
+msgs = body["messages"][:1]
+def send(msgs):
+    b = dict(body, messages=msgs)
+    req = urllib.request.Request(url + "/v1/chat/completions",
+        data=json.dumps(b).encode(), headers={
+            "Content-Type": "application/json",
+            "X-Session-Id": "ses_bench", "User-Agent": "bench/1.0"})
+    out = ""
+    for line in urllib.request.urlopen(req).read().decode().splitlines():
+        if line.startswith("data: {"):
+            d = json.loads(line[6:])
+            for c in d.get("choices", []):
+                out += c.get("delta", {}).get("content") or ""
+    return out
+for t in range(turns):
+    msgs.append({"role": "user", "content":
+                 "The code for door %d is %d. Please note it." % (t, 1000 + t)})
+    msgs.append({"role": "assistant", "content": send(msgs)})
+    cid = "call_%d" % t
+    msgs.append({"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {
+            "name": "bash", "arguments": json.dumps({"command": "ls"})}}]})
+    msgs.append({"role": "tool", "tool_call_id": cid,
+                 "content": "file%d.txt" % t})
+    msgs.append({"role": "assistant", "content": send(msgs)})
+PY
+end=$(date +%s.%N)
+kill -TERM $rec_pid; wait $rec_pid 2>/dev/null || true
+
+/usr/bin/time -v $bin audit --db "$dir/b.db" --fail-on never \
+    >"$dir/audit.out" 2>"$dir/audit.time"
+/usr/bin/time -v $bin sessions --db "$dir/b.db" >/dev/null 2>"$dir/sessions.time"
+secs() { sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$1" |
+         awk -F: '{ if (NF == 3) print $1*3600+$2*60+$3; else print $1*60+$2 }'; }
+rss() { sed -n 's/.*Maximum resident set size (kbytes): //p' "$1"; }
+rec_s=$(echo "$end - $start" | bc -l)
+audit_s=$(secs "$dir/audit.time")
+echo "exchanges:        $((turns * 2)) in one session ($(du -k "$dir/b.db" | cut -f1) KiB store)"
+echo "recording:        ${rec_s} s (client + record + sim)"
+echo "fidelity audit:   ${audit_s} s, peak RSS $(rss "$dir/audit.time") KiB"
+echo "fidelity sessions: $(secs "$dir/sessions.time") s, peak RSS $(rss "$dir/sessions.time") KiB"
+echo "ratio audit / recording: $(echo "$audit_s / $rec_s" | bc -l | cut -c1-6)"
+tail -n 1 "$dir/audit.out"
+if [ -n "${AUDIT_BENCH_SHOW:-}" ]; then cat "$dir/audit.out"; fi

@@ -1,0 +1,75 @@
+#!/bin/sh
+# bench/probe.sh: what `fidelity probe` costs the client, against a
+# `fidelity sim` on a free port, next to curl sending the same request.
+#
+# 1. CPU per 128k-token case (generate, size with /tokenize, send, score,
+#    store): /usr/bin/time -v of runs with 1 and N+1 cases at -j 1, the
+#    difference divided by N. Peer: one curl posting the same chat body
+#    (taken from --dry-run) to 1 and N+1 URLs.
+# 2. Resident memory of CASES 128k-token cases at -j 16: maximum RSS from
+#    /usr/bin/time -v. Peer: curl posting the body once.
+#
+# Usage: sh bench/probe.sh        (N=40 CASES=1000 by default)
+set -eu
+cd "$(dirname "$0")/.."
+N=${N:-40}
+CASES=${CASES:-1000}
+make -s fidelity >/dev/null
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+./fidelity sim --listen 127.0.0.1:0 >"$tmp/sim.log" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q listening "$tmp/sim.log" && break; sleep 0.1; done
+url=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$tmp/sim.log")
+[ -n "$url" ] || { echo "bench: sim did not start"; exit 1; }
+
+# tv CMD...: runs CMD under /usr/bin/time -v; sets cpu (s) and rss (KiB)
+tv() {
+    /usr/bin/time -v "$@" >/dev/null 2>"$tmp/tv" || {
+        echo "bench: '$*' failed"; tail -5 "$tmp/tv"; exit 1; }
+    cpu=$(awk -F': ' '/User time/{u=$2} /System time/{s=$2} END{print u+s}' "$tmp/tv")
+    rss=$(awk -F': ' '/Maximum resident/{print $2}' "$tmp/tv")
+}
+# the probe command (word-split on purpose: no spaces in its parts)
+probe="./fidelity probe --endpoint $url --kinds needle --lengths 128k --depths 50 --db $tmp/bench.db --fresh"
+
+# shellcheck disable=SC2086
+echo "== client CPU per 128k-token case (sim at $url, N=$N)"
+tv $probe --repeats 1 -j 1
+p1=$cpu
+tv $probe --repeats $((N + 1)) -j 1
+pn=$cpu
+per=$(awk -v a="$p1" -v b="$pn" -v n="$N" 'BEGIN{printf "%.2f", (b-a)/n*1000}')
+
+$probe --dry-run >"$tmp/dry"
+sed -n '/^first case:/,$p' "$tmp/dry" | tail -n +2 >"$tmp/body.json"
+bytes=$(wc -c <"$tmp/body.json")
+urls=""
+for _ in $(seq $((N + 1))); do urls="$urls $url/v1/chat/completions"; done
+tv curl -sS -H 'Content-Type: application/json' --data-binary @"$tmp/body.json" "$url/v1/chat/completions"
+c1=$cpu
+crss=$rss
+# shellcheck disable=SC2086
+tv curl -sS -H 'Content-Type: application/json' --data-binary @"$tmp/body.json" $urls
+cn=$cpu
+cper=$(awk -v a="$c1" -v b="$cn" -v n="$N" 'BEGIN{printf "%.2f", (b-a)/n*1000}')
+echo "fidelity probe: $per ms CPU per case (generate + size + send + score + store)"
+echo "curl, same $bytes-byte body: $cper ms CPU per request (send only)"
+awk -v p="$per" -v c="$cper" 'BEGIN{ if (c > 0) printf "ratio probe/curl: %.2f\n", p/c; else print "ratio probe/curl: curl below timer resolution" }'
+awk -v p="$per" 'BEGIN{ printf "target <= 5 ms: %s\n", p <= 5 ? "met" : "NOT met" }'
+
+echo
+echo "== resident memory, $CASES cases of 128k tokens at -j 16"
+tv $probe --repeats "$CASES" -j 16
+prss=$rss
+echo "fidelity probe: $((prss / 1024)) MiB maximum resident ($cpu s CPU)"
+echo "curl, one request of the same body: $((crss / 1024)) MiB maximum resident"
+awk -v p="$prss" -v c="$crss" 'BEGIN{ printf "ratio probe/curl: %.1f\n", p/c }'
+awk -v p="$prss" 'BEGIN{ printf "target < 64 MiB: %s\n", p < 65536 ? "met" : "NOT met" }'

@@ -1,0 +1,55 @@
+#!/bin/sh
+# The probe part of `make demo`: builds fidelity, starts two `fidelity sim`
+# processes on free ports (a healthy one, and one that silently drops the
+# middle of any prompt past 8k tokens), runs `fidelity probe` with the
+# faulty one as endpoint and the healthy one as baseline on a small grid,
+# prints where the faulty one breaks and why, and stops both sims (also on
+# Ctrl-C or failure).
+set -eu
+cd "$(dirname "$0")/.."
+make -s fidelity >/dev/null
+bin=./fidelity
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start NAME [sim options]: sets $url to the new sim's base URL
+start() {
+    name=$1
+    shift
+    "$bin" sim --listen 127.0.0.1:0 "$@" >"$tmp/$name.log" 2>&1 &
+    pids="$pids $!"
+    for _ in $(seq 50); do
+        grep -q listening "$tmp/$name.log" && break
+        sleep 0.1
+    done
+    url=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$tmp/$name.log")
+    [ -n "$url" ] || { echo "demo: sim '$name' did not start"; cat "$tmp/$name.log"; exit 1; }
+}
+
+start healthy
+healthy=$url
+start faulty --context-limit 8192 --overflow middle
+faulty=$url
+echo "== healthy sim: $healthy"
+echo "== faulty sim:  $faulty (--context-limit 8192 --overflow middle)"
+echo
+"$bin" probe --endpoint "$faulty" --baseline "$healthy" \
+    --kinds needle,multi-needle,canary,first-message,variables \
+    --lengths 2k,4k,8k,16k,32k --depths 0,25,50,75,100 \
+    --db "$tmp/demo.db" --json "$tmp/probe.json"
+echo
+echo "== in short"
+jq_missing=1
+command -v jq >/dev/null 2>&1 && jq_missing=0
+if [ $jq_missing = 0 ]; then
+    jq -r '.results.kinds[] | "\(.kind): pass \(.passed)/\(.cases), effective length (RULER) \(.effective_length.ruler) tokens, truncated-by-server \(.outcomes["truncated-by-server"]), missed \(.outcomes.missed)"' "$tmp/probe.json"
+    jq -r '"endpoint vs baseline: p = \(.comparison.overall.p_value) (\(if .comparison.overall.significant then "significant" else "not significant" end))"' "$tmp/probe.json"
+else
+    echo "(install jq for a one-line summary per kind; the report above has it all)"
+fi

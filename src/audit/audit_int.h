@@ -1,0 +1,76 @@
+/*
+ * audit_int: what the rule files of src/audit/ share and nobody else sees:
+ * a per-request view computed once per session (kind, model, message
+ * hashes, turn, predecessor in the conversation) and the finding builder.
+ */
+#ifndef AUDIT_AUDIT_INT_H
+#define AUDIT_AUDIT_INT_H
+
+#include "audit/audit.h"
+
+struct areq {
+    const struct xchg *x;
+    const char *kind;  /* x->kind, or classified from the body */
+    const char *model; /* "" when absent */
+    json_t *msgs;      /* borrowed messages array, NULL when none */
+    size_t nmsg;
+    uint64_t *mhash;  /* per message; reasoning fields left out */
+    size_t *mbytes;   /* canonical JSON bytes per message */
+    size_t msg_bytes;  /* sum of mbytes */
+    size_t tool_bytes; /* compact JSON bytes of the tools array */
+    int users;        /* user messages in the request */
+    bool tools;       /* a non-empty tools array */
+    int turn;         /* session user turn, 1-based */
+    long prev;        /* predecessor in the same conversation, -1 none */
+    size_t new_msgs;  /* messages beyond what prev + reply explain */
+    /* The reply (from x->reply), borrowed; "" / NULL when absent. */
+    const char *content;
+    const char *reasoning;
+    json_t *tool_calls;
+    json_t *usage;
+    const char *finish;
+    long prompt_tokens; /* -1 when not reported */
+    long completion_tokens;
+};
+
+struct actx {
+    const struct audit_opts *o;
+    struct audit_list *out;
+    const struct audit_session *s;
+    struct areq *r;
+    size_t n;
+};
+
+/* Builds the view of session s; free with areqs_free. */
+struct areq *areqs_build(const struct audit_session *s);
+void areqs_free(struct areq *r, size_t n);
+
+/* Appends a finding about r (NULL: the session) taking evidence. */
+void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
+                 const struct areq *r, json_t *evidence, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* Text of a message's content: the string, or the concatenated "text" of
+ * content parts; "" otherwise. Fresh string. */
+char *msg_text(json_t *msg);
+/* Reasoning sent with an assistant message (reasoning_content, else
+ * reasoning) or NULL when neither key is present. */
+json_t *msg_reasoning(json_t *msg);
+bool is_main_kind(const char *kind);
+/* Numbers compare by value (1 == 1.0); objects and arrays recursively. */
+bool json_same(json_t *a, json_t *b);
+/* Dotted path lookup ("chat_template_kwargs.enable_thinking"). */
+json_t *json_path(json_t *obj, const char *path);
+
+/* The --profile entry for model (exact key, else first matching glob). */
+json_t *profile_for(json_t *profile, const char *model);
+
+void rule_history(struct actx *c);
+void rule_sampling(struct actx *c);
+void rule_reasoning(struct actx *c);
+void rule_truncation(struct actx *c);
+void rule_first_message(struct actx *c);
+void rule_degeneration(struct actx *c);
+void rule_stream(struct actx *c);
+
+#endif

@@ -1,0 +1,448 @@
+/*
+ * history: rule 1. Request N+1 of a conversation should be request N's
+ * messages, plus the reply as it was streamed, plus new tool and user
+ * messages. Each step that is not is classified: compaction (history
+ * replaced by a summary, "continue" injected), pruning (tool results
+ * replaced in place, same tool_call_id), echo error (the assistant message
+ * sent back differs from the stream) or rewrite; tool calls and results
+ * left without their partner are reported as orphans.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "audit/audit_int.h"
+#include "core/xalloc.h"
+
+static const char *const step_names[] = {"prefix", "echo", "prune",
+                                         "compaction", "rewrite"};
+
+const char *audit_step_name(enum audit_step_kind k)
+{
+    return step_names[k];
+}
+
+static const char *role_of(json_t *m)
+{
+    const char *r = json_string_value(json_object_get(m, "role"));
+    return r ? r : "";
+}
+
+static bool has_reply(const struct areq *p)
+{
+    return (p->content && *p->content) || json_array_size(p->tool_calls) > 0;
+}
+
+static size_t reply_bytes(const struct areq *p)
+{
+    size_t n = p->content ? strlen(p->content) : 0;
+    char *tc = p->tool_calls ? json_dumps(p->tool_calls, JSON_COMPACT) : NULL;
+    n += tc ? strlen(tc) : 0;
+    free(tc);
+    return n;
+}
+
+static bool same_arguments(json_t *a, json_t *b)
+{
+    const char *sa = json_string_value(a), *sb = json_string_value(b);
+    if (!sa || !sb)
+        return json_same(a, b);
+    if (!strcmp(sa, sb))
+        return true;
+    /* Harnesses re-serialise arguments ({"a": 1} -> {"a":1}). */
+    json_t *ja = json_loads(sa, JSON_DECODE_ANY, NULL);
+    json_t *jb = json_loads(sb, JSON_DECODE_ANY, NULL);
+    bool same = ja && jb && json_same(ja, jb);
+    json_decref(ja);
+    json_decref(jb);
+    return same;
+}
+
+static bool same_tool_calls(json_t *a, json_t *b)
+{
+    if (json_array_size(a) != json_array_size(b))
+        return false;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
+        json_t *fx = json_object_get(x, "function");
+        json_t *fy = json_object_get(y, "function");
+        if (!json_same(json_object_get(x, "id"), json_object_get(y, "id")) ||
+            !json_same(json_object_get(fx, "name"),
+                       json_object_get(fy, "name")) ||
+            !same_arguments(json_object_get(fx, "arguments"),
+                            json_object_get(fy, "arguments")))
+            return false;
+    }
+    return true;
+}
+
+/* Which part of the echoed assistant message m differs from p's reply:
+ * NULL when none. */
+static const char *echo_diff(const struct areq *p, json_t *m)
+{
+    if (strcmp(role_of(m), "assistant"))
+        return "role";
+    char *sent = msg_text(m);
+    const char *body = sent, *end = strstr(sent, "</think>");
+    /* reasoning sent inline before the answer is rule 3's business */
+    if (!strncmp(sent, "<think>", 7) && end)
+        body = end + 8;
+    bool same = !strcmp(body, p->content ? p->content : "");
+    free(sent);
+    if (!same)
+        return "content";
+    if (!same_tool_calls(p->tool_calls, json_object_get(m, "tool_calls")))
+        return "tool_calls";
+    return NULL;
+}
+
+static char *excerpt(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n <= max)
+        return xstrdup(s);
+    return xasprintf("%.*s...", (int)max, s);
+}
+
+static void echo_evidence(const struct areq *p, const struct areq *r,
+                          size_t idx, const char *field, json_t *ev)
+{
+    json_t *m = json_array_get(r->msgs, idx);
+    char *sent = msg_text(m);
+    const char *streamed = p->content ? p->content : "";
+    char *a = excerpt(streamed, 120), *b = excerpt(sent, 120);
+    json_object_set_new(ev, "index", json_integer((json_int_t)idx));
+    json_object_set_new(ev, "field", json_string(field));
+    json_object_set_new(ev, "streamed_bytes",
+                        json_integer((json_int_t)reply_bytes(p)));
+    json_object_set_new(ev, "sent_bytes",
+                        json_integer((json_int_t)r->mbytes[idx]));
+    json_object_set_new(ev, "streamed", json_string(a));
+    json_object_set_new(ev, "sent", json_string(b));
+    json_object_set_new(
+        ev, "streamed_tool_calls",
+        json_integer((json_int_t)json_array_size(p->tool_calls)));
+    json_object_set_new(ev, "sent_tool_calls",
+                        json_integer((json_int_t)json_array_size(
+                            json_object_get(m, "tool_calls"))));
+    free(a);
+    free(b);
+    free(sent);
+}
+
+static bool has_hash(const struct areq *r, uint64_t h)
+{
+    for (size_t i = 0; i < r->nmsg; i++)
+        if (r->mhash[i] == h)
+            return true;
+    return false;
+}
+
+/* Pruning: every differing message of prev is a tool result whose
+ * tool_call_id is unchanged at the same index. */
+static bool try_prune(const struct areq *p, const struct areq *r,
+                      struct audit_step *st, json_t *ev)
+{
+    json_t *list = json_array();
+    if (r->nmsg < p->nmsg)
+        goto no;
+    for (size_t i = 0; i < p->nmsg; i++) {
+        if (p->mhash[i] == r->mhash[i])
+            continue;
+        json_t *a = json_array_get(p->msgs, i), *b = json_array_get(r->msgs, i);
+        json_t *ida = json_object_get(a, "tool_call_id");
+        if (strcmp(role_of(a), "tool") || strcmp(role_of(b), "tool") ||
+            !json_is_string(ida) ||
+            !json_same(ida, json_object_get(b, "tool_call_id")))
+            goto no;
+        char *ta = msg_text(a), *tb = msg_text(b), *ex = excerpt(tb, 80);
+        json_array_append_new(
+            list, json_pack("{s:I, s:O, s:I, s:I, s:s}", "index", (json_int_t)i,
+                            "tool_call_id", ida, "bytes_before",
+                            (json_int_t)strlen(ta), "bytes_after",
+                            (json_int_t)strlen(tb), "now", ex));
+        st->bytes_lost += (int64_t)strlen(ta) - (int64_t)strlen(tb);
+        st->changed++;
+        free(ta);
+        free(tb);
+        free(ex);
+    }
+    st->kind = AUDIT_STEP_PRUNE;
+    if (ev)
+        json_object_set(ev, "pruned", list);
+    json_decref(list);
+    return true;
+no:
+    json_decref(list);
+    st->changed = 0;
+    st->bytes_lost = 0;
+    return false;
+}
+
+static bool is_continue_injection(const char *t)
+{
+    static const char *const starts[] = {"continue if you have next steps",
+                                         "continue from where",
+                                         "please continue", "continue."};
+    for (size_t i = 0; i < sizeof(starts) / sizeof(*starts); i++)
+        if (!strncasecmp(t, starts[i], strlen(starts[i])))
+            return true;
+    return false;
+}
+
+/* Messages of prev (and its reply) that next no longer carries, and the
+ * signs of a compaction: the summary, an injected "continue", a new
+ * assistant message that no stream produced. */
+static void removal(const struct areq *p, const struct areq *r,
+                    const char *summary, struct audit_step *st, json_t *ev)
+{
+    json_t *removed = json_array();
+    bool reply_kept = !has_reply(p), summary_seen = false, injected = false;
+    bool new_assistant = false;
+    for (size_t i = 0; i < p->nmsg; i++)
+        if (!has_hash(r, p->mhash[i])) {
+            st->removed++;
+            st->bytes_lost += (int64_t)p->mbytes[i];
+            json_array_append_new(removed, json_integer((json_int_t)i));
+        }
+    for (size_t i = 0; i < r->nmsg; i++) {
+        json_t *m = json_array_get(r->msgs, i);
+        char *t = msg_text(m);
+        bool from_prev = has_hash(p, r->mhash[i]);
+        if (!reply_kept && !echo_diff(p, m))
+            reply_kept = true; /* what follows continues normally */
+        else if (!from_prev && summary && *summary && strstr(t, summary))
+            summary_seen = true;
+        else if (!from_prev && !strcmp(role_of(m), "user") &&
+                 is_continue_injection(t))
+            injected = true;
+        else if (!from_prev && !reply_kept &&
+                 !strcmp(role_of(m), "assistant") &&
+                 !json_object_get(m, "tool_calls") && i + 1 < r->nmsg)
+            new_assistant = true; /* a summary no stream produced */
+        free(t);
+    }
+    if (!reply_kept) {
+        st->removed++;
+        st->bytes_lost += (int64_t)reply_bytes(p);
+        json_array_append_new(removed, json_string("reply"));
+    }
+    st->kind = (summary_seen || injected || (new_assistant && st->removed))
+                   ? AUDIT_STEP_COMPACTION
+                   : AUDIT_STEP_REWRITE;
+    if (ev) {
+        json_object_set_new(ev, "removed", removed);
+        json_object_set_new(ev, "summary_found", json_boolean(summary_seen));
+        json_object_set_new(ev, "continue_injected", json_boolean(injected));
+    } else {
+        json_decref(removed);
+    }
+}
+
+static void step(const struct areq *p, const struct areq *r,
+                 const char *summary, struct audit_step *st, json_t *ev)
+{
+    size_t np = p->nmsg, k = 0;
+    memset(st, 0, sizeof(*st));
+    st->expected = np + has_reply(p);
+    while (k < np && k < r->nmsg && p->mhash[k] == r->mhash[k])
+        k++;
+    st->kept = k;
+    if (k == np && (!has_reply(p) || r->nmsg > np)) {
+        const char *d =
+            has_reply(p) ? echo_diff(p, json_array_get(r->msgs, np)) : NULL;
+        st->kept = np + (has_reply(p) && !d);
+        st->added = r->nmsg - st->kept;
+        if (d && strcmp(d, "role")) {
+            st->kind = AUDIT_STEP_ECHO;
+            st->changed = 1;
+            st->added--;
+            st->bytes_lost = (int64_t)reply_bytes(p) - (int64_t)r->mbytes[np];
+            if (ev)
+                echo_evidence(p, r, np, d, ev);
+            return;
+        }
+        if (!d)
+            return; /* AUDIT_STEP_PREFIX */
+        st->kept = np;
+        st->added = r->nmsg - np;
+    }
+    if (k == np || !try_prune(p, r, st, ev)) {
+        st->added = r->nmsg > k ? r->nmsg - k : 0;
+        removal(p, r, summary, st, ev);
+        if (ev)
+            json_object_set_new(ev, "first_divergence",
+                                json_integer((json_int_t)k));
+    } else {
+        st->added = r->nmsg - np;
+    }
+}
+
+static struct areq *view_alone(const struct xchg *x)
+{
+    struct audit_session s = {
+        .id = (char *)"", .x = (struct xchg **)&x, .n = 1};
+    return areqs_build(&s);
+}
+
+void audit_history_step(const struct xchg *prev, const struct xchg *next,
+                        const char *summary, struct audit_step *out)
+{
+    struct areq *p = view_alone(prev), *r = view_alone(next);
+    step(p, r, summary, out, NULL);
+    areqs_free(p, 1);
+    areqs_free(r, 1);
+}
+
+/* Reply of the latest compaction request between prev and i. */
+static const char *summary_between(struct actx *c, long prev, size_t i)
+{
+    for (size_t j = i; j-- > (size_t)(prev + 1);)
+        if (!strcmp(c->r[j].kind, "compaction") && c->r[j].content)
+            return c->r[j].content;
+    return NULL;
+}
+
+static void report_step(struct actx *c, size_t i, const struct audit_step *st,
+                        json_t *ev)
+{
+    struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    json_object_set_new(ev, "prev_request", json_integer(p->x->id));
+    json_object_set_new(ev, "expected_messages",
+                        json_integer((json_int_t)st->expected));
+    json_object_set_new(ev, "messages", json_integer((json_int_t)r->nmsg));
+    json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
+    json_object_set_new(ev, "bytes_lost", json_integer(st->bytes_lost));
+    json_object_set_new(ev, "bytes_before",
+                        json_integer((json_int_t)(p->msg_bytes)));
+    json_object_set_new(ev, "bytes_after",
+                        json_integer((json_int_t)r->msg_bytes));
+    switch (st->kind) {
+    case AUDIT_STEP_PREFIX:
+        json_decref(ev);
+        break;
+    case AUDIT_STEP_ECHO:
+        finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
+                    "assistant message %zu sent back differs from the "
+                    "streamed reply of request %lld (%s)",
+                    st->kept, (long long)p->x->id,
+                    json_string_value(json_object_get(ev, "field")));
+        break;
+    case AUDIT_STEP_PRUNE:
+        finding_add(c, AUDIT_WARN, "history.prune", r, ev,
+                    "%zu tool result(s) replaced in place, %lld bytes lost",
+                    st->changed, (long long)st->bytes_lost);
+        break;
+    case AUDIT_STEP_COMPACTION:
+        finding_add(c, AUDIT_WARN, "history.compaction", r, ev,
+                    "history compacted: %zu of %zu messages removed, "
+                    "%zu -> %zu bytes",
+                    st->removed, st->expected, p->msg_bytes, r->msg_bytes);
+        break;
+    case AUDIT_STEP_REWRITE:
+        finding_add(c, AUDIT_ERROR, "history.rewrite", r, ev,
+                    "history rewritten: %zu message(s) removed from %zu, "
+                    "first difference at message %zu, %lld bytes lost",
+                    st->removed, st->expected, st->kept,
+                    (long long)st->bytes_lost);
+        break;
+    }
+}
+
+/* Tool-call ids of r without a result after them, and tool results whose
+ * id no earlier assistant message called, as "call:ID" / "result:ID". */
+static json_t *orphans(const struct areq *r)
+{
+    json_t *out = json_array(), *calls = json_object();
+    for (size_t i = 0; i < r->nmsg; i++) {
+        json_t *m = json_array_get(r->msgs, i), *tc;
+        size_t k;
+        const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+        if (!strcmp(role_of(m), "tool")) {
+            if (!id || !json_object_get(calls, id))
+                json_array_append_new(
+                    out, json_sprintf("result:%s", id ? id : "(none)"));
+            else
+                json_object_set_new(calls, id, json_true());
+        }
+        json_array_foreach(json_object_get(m, "tool_calls"), k, tc)
+        {
+            const char *cid = json_string_value(json_object_get(tc, "id"));
+            if (cid)
+                json_object_set_new(calls, cid, json_false());
+        }
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(calls, k, v)
+    {
+        if (json_is_false(v))
+            json_array_append_new(out, json_sprintf("call:%s", k));
+    }
+    json_decref(calls);
+    return out;
+}
+
+static bool in_array(json_t *a, json_t *v)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_equal(x, v))
+            return true;
+    }
+    return false;
+}
+
+static void check_orphans(struct actx *c, size_t i)
+{
+    struct areq *r = &c->r[i];
+    json_t *now = orphans(r), *before = NULL, *fresh = json_array();
+    size_t k;
+    json_t *v;
+    if (r->prev >= 0)
+        before = orphans(&c->r[r->prev]);
+    json_array_foreach(now, k, v)
+    {
+        if (!before || !in_array(before, v))
+            json_array_append(fresh, v);
+    }
+    if (json_array_size(fresh))
+        finding_add(c, AUDIT_ERROR, "history.orphan", r,
+                    json_pack("{s:O}", "orphans", fresh),
+                    "%zu tool call(s)/result(s) without their partner",
+                    json_array_size(fresh));
+    json_decref(now);
+    json_decref(before);
+    json_decref(fresh);
+}
+
+void rule_history(struct actx *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        struct areq *r = &c->r[i];
+        if (!r->msgs || !is_main_kind(r->kind))
+            continue;
+        check_orphans(c, i);
+        if (r->prev < 0) {
+            r->new_msgs = r->nmsg;
+            continue;
+        }
+        struct audit_step st;
+        json_t *ev = json_object();
+        step(&c->r[r->prev], r, summary_between(c, r->prev, i), &st, ev);
+        r->new_msgs = st.added;
+        const char *sid = summary_between(c, r->prev, i);
+        if (st.kind == AUDIT_STEP_COMPACTION && sid)
+            for (size_t j = i; j-- > (size_t)(r->prev + 1);)
+                if (c->r[j].content == sid) {
+                    json_object_set_new(ev, "summary_request",
+                                        json_integer(c->r[j].x->id));
+                    json_object_set_new(ev, "summary_bytes",
+                                        json_integer((json_int_t)strlen(sid)));
+                    break;
+                }
+        report_step(c, i, &st, ev);
+    }
+}

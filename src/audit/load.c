@@ -1,0 +1,111 @@
+/*
+ * load: fills an audit_set from the recorder's store (xchg_each) and its
+ * spill file (xchg_spill_each), the only part of src/audit/ that touches
+ * storage. Exchanges of a session are put in the order they started, so
+ * spilled ones fall between the stored ones they were recorded among.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "audit/audit.h"
+#include "core/xalloc.h"
+#include "store/store.h"
+
+struct load_ctx {
+    struct audit_set *set;
+    const char *session;
+    size_t n;
+};
+
+static int add_one(const struct xchg *x, void *ud)
+{
+    struct load_ctx *c = ud;
+    if (c->session && (!x->session || strcmp(c->session, x->session)))
+        return 0;
+    audit_set_add(c->set, x);
+    c->n++;
+    return 0;
+}
+
+int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
+                   size_t *n, struct diag *d)
+{
+    struct load_ctx c = {set, session, 0};
+    int rc = xchg_schema(db, d);
+    if (!rc)
+        rc = xchg_each(db, session, add_one, &c, d);
+    if (n)
+        *n = c.n;
+    return rc;
+}
+
+int audit_set_load_spill(const char *path, const char *session,
+                         struct audit_set *set, size_t *n, struct diag *d)
+{
+    struct load_ctx c = {set, session, 0};
+    int rc = xchg_spill_each(path, add_one, &c, d);
+    if (n)
+        *n = c.n;
+    return rc;
+}
+
+static int by_start(const void *pa, const void *pb)
+{
+    const struct xchg *a = *(struct xchg *const *)pa;
+    const struct xchg *b = *(struct xchg *const *)pb;
+    if (a->started != b->started && a->started > 0 && b->started > 0)
+        return a->started < b->started ? -1 : 1;
+    /* stored ids count up, spilled ids count down from -1 */
+    if ((a->id < 0) != (b->id < 0))
+        return a->id < 0 ? 1 : -1;
+    if (a->id < 0)
+        return a->id > b->id ? -1 : a->id < b->id;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+void audit_set_order(struct audit_set *set)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (set->s[i].n > 1)
+            qsort(set->s[i].x, set->s[i].n, sizeof(*set->s[i].x), by_start);
+}
+
+int audit_load_paths(const char *db_path, const char *spill,
+                     const char *session, struct audit_set *set, struct diag *d)
+{
+    struct stat st;
+    sqlite3 *db = NULL;
+    /* record's default spill file sits beside the store */
+    char *def = spill ? NULL : xasprintf("%s.spill.jsonl", db_path);
+    bool have_db = stat(db_path, &st) == 0;
+    bool have_spill = stat(spill ? spill : def, &st) == 0;
+    int rc = 0;
+    if (!spill)
+        spill = def;
+    if (!have_db && !have_spill) {
+        free(def);
+        return diag_set(d, ENOENT,
+                        "cannot open '%s': no such file; record traffic "
+                        "first with 'fidelity record --db %s', or name the "
+                        "store with --db",
+                        db_path, db_path);
+    }
+    if (have_db) {
+        rc = store_open(db_path, &db, d);
+        if (!rc)
+            rc = audit_set_load(db, session, set, NULL, d);
+        store_close(db);
+        if (rc) {
+            free(def);
+            return rc;
+        }
+    }
+    if (have_spill) {
+        rc = audit_set_load_spill(spill, session, set, NULL, d);
+    }
+    audit_set_order(set);
+    free(def);
+    return rc;
+}

@@ -1,0 +1,373 @@
+/*
+ * set: the containers of audit (sessions of copied exchanges, the finding
+ * list) and the parsing of its options (--expect, --profile,
+ * --reasoning-policy). See audit.h for the contract.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit_int.h"
+#include "core/hash.h"
+#include "core/xalloc.h"
+
+const struct audit_thresholds audit_default_thresholds = {
+    .token_deficit = 0.25,
+    .token_deficit_min = 64,
+    .flat_growth = 0.10,
+    .flat_tokens = 0.01,
+    .gzip_ratio = 6.0,
+    .ngram_share = 0.60,
+    .degen_min_bytes = 400,
+    .reasoning_ratio = 20.0,
+    .reasoning_min_bytes = 2000,
+    .gap_ms = 5000,
+    .added_ttfb_ms = 50,
+};
+
+static const char *const sev_names[] = {"info", "warn", "error"};
+
+const char *audit_sev_name(enum audit_sev s)
+{
+    return sev_names[s];
+}
+
+int audit_sev_parse(const char *s, enum audit_sev *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, sev_names[i])) {
+            *out = (enum audit_sev)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+static const char *const policy_names[] = {"none", "drop", "keep",
+                                           "keep-with-tools"};
+
+const char *audit_policy_name(enum audit_policy p)
+{
+    return policy_names[p];
+}
+
+int audit_policy_parse(const char *s, enum audit_policy *out)
+{
+    for (int i = 1; i < 4; i++)
+        if (!strcmp(s, policy_names[i])) {
+            *out = (enum audit_policy)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+void audit_opts_init(struct audit_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->th = audit_default_thresholds;
+}
+
+void audit_list_init(struct audit_list *l)
+{
+    memset(l, 0, sizeof(*l));
+}
+
+void audit_list_release(struct audit_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].rule);
+        free(l->v[i].session);
+        free(l->v[i].summary);
+        json_decref(l->v[i].evidence);
+    }
+    free(l->v);
+    audit_list_init(l);
+}
+
+size_t audit_list_count(const struct audit_list *l, enum audit_sev min)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++)
+        k += l->v[i].sev >= min;
+    return k;
+}
+
+static const char *const *sort_order;
+static size_t sort_norder;
+
+static size_t session_rank(const char *s)
+{
+    for (size_t i = 0; i < sort_norder; i++)
+        if (!strcmp(sort_order[i], s))
+            return i;
+    return sort_norder;
+}
+
+static int cmp_finding(const void *pa, const void *pb)
+{
+    const struct audit_finding *a = pa, *b = pb;
+    size_t ra = session_rank(a->session), rb = session_rank(b->session);
+    if (ra != rb)
+        return ra < rb ? -1 : 1;
+    if (ra == sort_norder && strcmp(a->session, b->session))
+        return strcmp(a->session, b->session);
+    if (a->sev != b->sev)
+        return a->sev > b->sev ? -1 : 1;
+    if (a->request != b->request)
+        return a->request < b->request ? -1 : 1;
+    return strcmp(a->rule, b->rule);
+}
+
+void audit_list_sort(struct audit_list *l, const char *const *session_order,
+                     size_t nsessions)
+{
+    /* qsort has no context argument in C17; the order is set for the call
+     * only and the library holds no other global state. */
+    sort_order = session_order;
+    sort_norder = nsessions;
+    if (l->n > 1)
+        qsort(l->v, l->n, sizeof(*l->v), cmp_finding);
+    sort_order = NULL;
+    sort_norder = 0;
+}
+
+json_t *audit_finding_json(const struct audit_finding *f)
+{
+    return json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:O}", "severity",
+                     audit_sev_name(f->sev), "rule", f->rule, "session",
+                     f->session, "request", (json_int_t)f->request, "turn",
+                     f->turn, "summary", f->summary, "evidence", f->evidence);
+}
+
+void audit_set_init(struct audit_set *set)
+{
+    memset(set, 0, sizeof(*set));
+    set->interned = json_object();
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+static char *dup_bytes(const char *s, size_t len)
+{
+    if (!s)
+        return NULL;
+    char *p = xmalloc(len + 1);
+    memcpy(p, s, len);
+    p[len] = 0;
+    return p;
+}
+
+static json_t *copy_json(json_t *j)
+{
+    return j ? json_deep_copy(j) : NULL;
+}
+
+/* The one instance of v the set keeps: a session re-sends its history with
+ * every request, so messages (and tool lists) are shared between the
+ * copies, keyed by the hash of their canonical JSON; memory grows with the
+ * distinct messages, not with their square. Returns a new reference. */
+static json_t *intern(struct audit_set *set, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char key[17];
+    if (!s)
+        return json_deep_copy(v);
+    hash_hex(hash64(s, strlen(s), 0), key);
+    free(s);
+    json_t *have = json_object_get(set->interned, key);
+    if (!have) {
+        have = json_deep_copy(v);
+        json_object_set_new(set->interned, key, have);
+    }
+    return json_incref(have);
+}
+
+static json_t *copy_body(struct audit_set *set, json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *tools = json_object_get(body, "tools");
+    const char *k;
+    json_t *v;
+    if (!json_is_object(body))
+        return copy_json(body);
+    json_t *c = json_object();
+    json_object_foreach(body, k, v)
+    {
+        if (v == msgs && json_is_array(msgs)) {
+            json_t *a = json_array();
+            size_t i;
+            json_t *m;
+            json_array_foreach(msgs, i, m)
+                json_array_append_new(a, intern(set, m));
+            json_object_set_new(c, k, a);
+        } else if (v == tools) {
+            json_object_set_new(c, k, intern(set, v));
+        } else {
+            json_object_set_new(c, k, json_deep_copy(v));
+        }
+    }
+    return c;
+}
+
+/* Deep copies, but the raw response body only when it is an error (the
+ * rules read it for nothing else) and messages interned. */
+static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
+{
+    struct xchg *c = xmalloc(sizeof(*c));
+    bool error = x->status < 200 || x->status >= 300;
+    *c = *x;
+    c->session = dup_or_null(x->session);
+    c->kind = dup_or_null(x->kind);
+    c->method = dup_or_null(x->method);
+    c->path = dup_or_null(x->path);
+    c->req_headers = copy_json(x->req_headers);
+    c->req_body = copy_body(set, x->req_body);
+    c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
+    c->resp_headers = copy_json(x->resp_headers);
+    c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
+    c->resp_raw_len = error ? x->resp_raw_len : 0;
+    c->reply = copy_json(x->reply);
+    return c;
+}
+
+static void xchg_copy_free(struct xchg *c)
+{
+    xchg_release(c);
+    free(c);
+}
+
+void audit_set_release(struct audit_set *set)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        struct audit_session *s = &set->s[i];
+        for (size_t j = 0; j < s->n; j++)
+            xchg_copy_free(s->x[j]);
+        free(s->x);
+        free(s->id);
+    }
+    free(set->s);
+    json_decref(set->interned);
+    memset(set, 0, sizeof(*set));
+}
+
+const struct audit_session *audit_set_find(const struct audit_set *set,
+                                           const char *id)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (!strcmp(set->s[i].id, id))
+            return &set->s[i];
+    return NULL;
+}
+
+void audit_set_add(struct audit_set *set, const struct xchg *x)
+{
+    const char *id = x->session ? x->session : "";
+    struct audit_session *s = (struct audit_session *)audit_set_find(set, id);
+    if (!s) {
+        if (set->n == set->alloc) {
+            set->alloc = set->alloc ? 2 * set->alloc : 8;
+            set->s = xrealloc(set->s, set->alloc * sizeof(*set->s));
+        }
+        s = &set->s[set->n++];
+        memset(s, 0, sizeof(*s));
+        s->id = xstrdup(id);
+    }
+    if (s->n == s->alloc) {
+        s->alloc = s->alloc ? 2 * s->alloc : 16;
+        s->x = xrealloc(s->x, s->alloc * sizeof(*s->x));
+    }
+    s->x[s->n++] = xchg_copy(set, x);
+}
+
+int audit_expect_add(json_t *expect, const char *arg, struct diag *d)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return diag_set(d, EINVAL,
+                        "'%s' is not KEY=VALUE (e.g. temperature=0.6)", arg);
+    char *key = xstrndup(arg, (size_t)(eq - arg));
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!v)
+        v = json_string(eq + 1);
+    if (!v) {
+        free(key);
+        return diag_set(d, EINVAL, "'%s': value is not valid UTF-8", arg);
+    }
+    json_object_set_new(expect, key, v);
+    free(key);
+    return 0;
+}
+
+static int check_model_entry(const char *glob, json_t *m, struct diag *d)
+{
+    const char *k;
+    json_t *v;
+    enum audit_policy p;
+    if (!json_is_object(m))
+        return diag_set(d, EINVAL, "models.\"%s\" must be an object", glob);
+    json_object_foreach(m, k, v)
+    {
+        if (!strcmp(k, "params")) {
+            if (!json_is_object(v))
+                return diag_set(d, EINVAL,
+                                "models.\"%s\".params must be an object", glob);
+        } else if (!strcmp(k, "reasoning_policy")) {
+            if (!json_is_string(v) ||
+                audit_policy_parse(json_string_value(v), &p))
+                return diag_set(d, EINVAL,
+                                "models.\"%s\".reasoning_policy must be "
+                                "drop, keep or keep-with-tools",
+                                glob);
+        } else if (!strcmp(k, "context_length")) {
+            if (!json_is_integer(v) || json_integer_value(v) <= 0)
+                return diag_set(d, EINVAL,
+                                "models.\"%s\".context_length must be a "
+                                "positive integer",
+                                glob);
+        } else if (strcmp(k, "note")) {
+            return diag_set(d, EINVAL,
+                            "models.\"%s\": unknown key '%s' (params, "
+                            "reasoning_policy, context_length, note)",
+                            glob, k);
+        }
+    }
+    return 0;
+}
+
+int audit_profile_check(json_t *doc, struct diag *d)
+{
+    json_t *models = json_object_get(doc, "models");
+    const char *k;
+    json_t *v;
+    if (!json_is_object(doc) || !json_is_object(models))
+        return diag_set(d, EINVAL, "top level must be {\"models\": {...}}");
+    json_object_foreach(models, k, v)
+    {
+        int rc = check_model_entry(k, v, d);
+        if (rc)
+            return rc;
+    }
+    json_incref(doc);
+    return 0;
+}
+
+/* The profile entry for model: an exact key first, else the first glob
+ * (fnmatch) in key order that matches. */
+json_t *profile_for(json_t *profile, const char *model)
+{
+    json_t *models = json_object_get(profile, "models");
+    json_t *m = json_object_get(models, model);
+    const char *k;
+    json_t *v;
+    if (m || !models)
+        return m;
+    json_object_foreach(models, k, v)
+    {
+        if (!fnmatch(k, model, 0))
+            return v;
+    }
+    return NULL;
+}

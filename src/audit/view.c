@@ -1,0 +1,370 @@
+/*
+ * view: the per-request view every rule reads (struct areq), computed once
+ * per session: kind, model, per-message hashes with reasoning left out,
+ * the conversation predecessor of each request and its user turn. Also
+ * audit_run, which builds the view and calls the rules in order, and the
+ * small JSON helpers the rules share.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "audit/audit_int.h"
+#include "core/buf.h"
+#include "core/hash.h"
+#include "core/xalloc.h"
+
+bool is_main_kind(const char *kind)
+{
+    return !strcmp(kind, "main") || !strcmp(kind, "subagent");
+}
+
+char *msg_text(json_t *msg)
+{
+    json_t *c = json_object_get(msg, "content");
+    struct buf b = BUF_INIT;
+    size_t i;
+    json_t *part;
+    if (json_is_string(c))
+        return xstrdup(json_string_value(c));
+    json_array_foreach(c, i, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        if (json_is_string(t))
+            buf_adds(&b, json_string_value(t));
+    }
+    if (!b.data)
+        return xstrdup("");
+    return buf_detach(&b, NULL);
+}
+
+json_t *msg_reasoning(json_t *msg)
+{
+    json_t *r = json_object_get(msg, "reasoning_content");
+    return r ? r : json_object_get(msg, "reasoning");
+}
+
+bool json_same(json_t *a, json_t *b)
+{
+    if (!a || !b)
+        return a == b;
+    if (json_is_number(a) && json_is_number(b)) {
+        double x = json_number_value(a), y = json_number_value(b);
+        double d = x > y ? x - y : y - x;
+        return d <= 1e-9 * (1 + (x > 0 ? x : -x));
+    }
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        if (json_object_size(a) != json_object_size(b))
+            return false;
+        json_object_foreach(a, k, v)
+        {
+            if (!json_same(v, json_object_get(b, k)))
+                return false;
+        }
+        return true;
+    }
+    if (json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) != json_array_size(b))
+            return false;
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (!json_same(json_array_get(a, i), json_array_get(b, i)))
+                return false;
+        return true;
+    }
+    return json_equal(a, b);
+}
+
+json_t *json_path(json_t *obj, const char *path)
+{
+    char *p = xstrdup(path), *save = NULL;
+    json_t *cur = obj;
+    for (char *k = strtok_r(p, ".", &save); k && cur;
+         k = strtok_r(NULL, ".", &save))
+        cur = json_object_get(cur, k);
+    free(p);
+    return cur;
+}
+
+/* True when needle occurs in the first n bytes of s (case-insensitive). */
+static bool head_has(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; s[i] && i + k <= n; i++)
+        if (!strncasecmp(s + i, needle, k))
+            return true;
+    return false;
+}
+
+static char *text_with_role(json_t *msgs, const char *role, bool last)
+{
+    size_t n = json_array_size(msgs);
+    for (size_t k = 0; k < n; k++) {
+        json_t *m = json_array_get(msgs, last ? n - 1 - k : k);
+        const char *r = json_string_value(json_object_get(m, "role"));
+        if (r && !strcmp(r, role))
+            return msg_text(m);
+    }
+    return xstrdup("");
+}
+
+/* Kind when the recorder left none, by the rules record uses
+ * (docs/RECORD.md): side requests carry no tools; a title request says
+ * "title" early in its system prompt or asks to "generate a title"; a
+ * compaction request mentions a summary early in its system prompt or
+ * hands over the <conversation>. */
+static const char *classify(json_t *msgs, bool tools)
+{
+    const char *kind = "main";
+    if (!msgs || !json_array_size(msgs))
+        return "other";
+    if (tools)
+        return kind;
+    char *sys = text_with_role(msgs, "system", false);
+    char *first = text_with_role(msgs, "user", false);
+    char *last = text_with_role(msgs, "user", true);
+    if (head_has(sys, 400, "title") || head_has(first, 200, "generate a title"))
+        kind = "title";
+    else if (head_has(sys, 1000, "summar") ||
+             head_has(last, 400, "<conversation>") ||
+             head_has(last, SIZE_MAX, "summarize") ||
+             head_has(last, SIZE_MAX, "summary of"))
+        kind = "compaction";
+    free(sys);
+    free(first);
+    free(last);
+    return kind;
+}
+
+static uint64_t message_hash(json_t *m, size_t *bytes)
+{
+    bool strip = json_object_get(m, "reasoning_content") ||
+                 json_object_get(m, "reasoning");
+    json_t *c = strip ? json_copy(m) : json_incref(m);
+    if (strip) {
+        json_object_del(c, "reasoning_content");
+        json_object_del(c, "reasoning");
+    }
+    char *s = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+    size_t n = s ? strlen(s) : 0;
+    uint64_t h = hash64(s ? s : "", n, 0);
+    free(s);
+    json_decref(c);
+    *bytes = n;
+    return h;
+}
+
+static long usage_tokens(json_t *usage, const char *key)
+{
+    json_t *v = json_object_get(usage, key);
+    return json_is_integer(v) ? (long)json_integer_value(v) : -1;
+}
+
+/* Hashes of messages already seen in this build, by address: the set
+ * shares equal messages (audit_set_add), so a session's history is hashed
+ * once, not once per request that re-sends it. Open addressing. */
+struct memo {
+    json_t **key;
+    uint64_t *hash;
+    size_t *bytes;
+    size_t n, cap;
+};
+
+static void memo_grow(struct memo *mm)
+{
+    struct memo old = *mm;
+    mm->cap = old.cap ? 2 * old.cap : 1024;
+    mm->n = 0;
+    mm->key = xcalloc(mm->cap, sizeof(*mm->key));
+    mm->hash = xcalloc(mm->cap, sizeof(*mm->hash));
+    mm->bytes = xcalloc(mm->cap, sizeof(*mm->bytes));
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.key[i]) {
+            size_t j = mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
+            while (mm->key[j])
+                j = (j + 1) & (mm->cap - 1);
+            mm->key[j] = old.key[i];
+            mm->hash[j] = old.hash[i];
+            mm->bytes[j] = old.bytes[i];
+            mm->n++;
+        }
+    free(old.key);
+    free(old.hash);
+    free(old.bytes);
+}
+
+static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
+{
+    if (2 * (mm->n + 1) > mm->cap)
+        memo_grow(mm);
+    size_t j = mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
+    while (mm->key[j] && mm->key[j] != m)
+        j = (j + 1) & (mm->cap - 1);
+    if (!mm->key[j]) {
+        mm->key[j] = m;
+        mm->hash[j] = message_hash(m, &mm->bytes[j]);
+        mm->n++;
+    }
+    *bytes = mm->bytes[j];
+    return mm->hash[j];
+}
+
+static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
+{
+    json_t *body = x->req_body;
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *tools = json_object_get(body, "tools");
+    json_t *reply = x->reply;
+    const char *model = json_string_value(json_object_get(body, "model"));
+    r->x = x;
+    r->prev = -1;
+    r->msgs = json_is_array(msgs) ? msgs : NULL;
+    r->nmsg = r->msgs ? json_array_size(msgs) : 0;
+    r->tools = json_is_array(tools) && json_array_size(tools) > 0;
+    if (tools) {
+        char *t = json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY);
+        r->tool_bytes = t ? strlen(t) : 0;
+        free(t);
+    }
+    r->model = model ? model : "";
+    r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);
+    r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));
+    r->mbytes = xcalloc(r->nmsg + 1, sizeof(*r->mbytes));
+    for (size_t i = 0; i < r->nmsg; i++) {
+        json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i]);
+        r->msg_bytes += r->mbytes[i];
+        r->users += role && !strcmp(role, "user");
+    }
+    r->content = json_string_value(json_object_get(reply, "content"));
+    r->reasoning =
+        json_string_value(json_object_get(reply, "reasoning_content"));
+    if (!r->reasoning)
+        r->reasoning = json_string_value(json_object_get(reply, "reasoning"));
+    r->tool_calls = json_object_get(reply, "tool_calls");
+    r->usage = json_object_get(reply, "usage");
+    if (!json_is_object(r->usage))
+        r->usage = NULL;
+    r->finish = json_string_value(json_object_get(reply, "finish_reason"));
+    r->prompt_tokens = usage_tokens(r->usage, "prompt_tokens");
+    r->completion_tokens = usage_tokens(r->usage, "completion_tokens");
+}
+
+static size_t common_prefix(const struct areq *a, const struct areq *b)
+{
+    size_t k = 0;
+    while (k < a->nmsg && k < b->nmsg && a->mhash[k] == b->mhash[k])
+        k++;
+    return k;
+}
+
+/* The earlier request of the same kind sharing the longest message prefix
+ * (latest on ties); for "main" the latest main request when none shares
+ * any, since compaction may replace even the first message. */
+static long find_prev(const struct areq *r, size_t i)
+{
+    long best = -1, latest = -1;
+    size_t best_k = 0;
+    for (size_t j = 0; j < i; j++) {
+        if (strcmp(r[j].kind, r[i].kind) || !r[j].msgs)
+            continue;
+        size_t k = common_prefix(&r[j], &r[i]);
+        latest = (long)j;
+        if (k >= 1 && k >= best_k) {
+            best = (long)j;
+            best_k = k;
+        }
+    }
+    if (best < 0 && !strcmp(r[i].kind, "main"))
+        best = latest;
+    return best;
+}
+
+static bool last_is_user(const struct areq *r)
+{
+    json_t *m = json_array_get(r->msgs, r->nmsg ? r->nmsg - 1 : 0);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    return r->nmsg && role && !strcmp(role, "user");
+}
+
+struct areq *areqs_build(const struct audit_session *s)
+{
+    struct areq *r = xcalloc(s->n + 1, sizeof(*r));
+    struct memo mm = {0};
+    int main_turn = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        view_one(&r[i], s->x[i], &mm);
+        if (!r[i].msgs || !is_main_kind(r[i].kind)) {
+            r[i].turn = main_turn ? main_turn : 1;
+            continue;
+        }
+        r[i].prev = find_prev(r, i);
+        if (r[i].prev < 0)
+            r[i].turn = main_turn ? main_turn : 1;
+        else
+            r[i].turn = r[r[i].prev].turn + (last_is_user(&r[i]) ? 1 : 0);
+        if (!strcmp(r[i].kind, "main"))
+            main_turn = r[i].turn;
+    }
+    free(mm.key);
+    free(mm.hash);
+    free(mm.bytes);
+    return r;
+}
+
+void areqs_free(struct areq *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(r[i].mhash);
+        free(r[i].mbytes);
+    }
+    free(r);
+}
+
+void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
+                 const struct areq *r, json_t *evidence, const char *fmt, ...)
+{
+    struct audit_list *l = c->out;
+    va_list ap;
+    if (l->n == l->alloc) {
+        l->alloc = l->alloc ? 2 * l->alloc : 16;
+        l->v = xrealloc(l->v, l->alloc * sizeof(*l->v));
+    }
+    struct audit_finding *f = &l->v[l->n++];
+    f->sev = sev;
+    f->rule = xstrdup(rule);
+    f->session = xstrdup(c->s->id);
+    f->request = r ? r->x->id : 0;
+    f->turn = r ? r->turn : 0;
+    va_start(ap, fmt);
+    struct buf b = BUF_INIT;
+    buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    f->summary = buf_detach(&b, NULL);
+    if (!f->summary)
+        f->summary = xstrdup("");
+    f->evidence = evidence ? evidence : json_object();
+}
+
+void audit_run(const struct audit_set *set, const struct audit_opts *o,
+               struct audit_list *out)
+{
+    static void (*const rules[])(struct actx *) = {
+        rule_history,       rule_sampling,     rule_reasoning, rule_truncation,
+        rule_first_message, rule_degeneration, rule_stream,
+    };
+    for (size_t i = 0; i < set->n; i++) {
+        struct actx c = {.o = o, .out = out, .s = &set->s[i]};
+        c.n = set->s[i].n;
+        c.r = areqs_build(&set->s[i]);
+        for (size_t k = 0; k < sizeof(rules) / sizeof(*rules); k++)
+            rules[k](&c);
+        areqs_free(c.r, c.n);
+    }
+}

@@ -1,0 +1,374 @@
+/*
+ * cmd_audit: `fidelity audit`, the findings of src/audit/ over what
+ * `fidelity record` stored: loads the store (and spill file), optionally
+ * asks the server's /tokenize for exact prompt sizes, runs the rules, and
+ * prints findings grouped by session, most severe first, or writes them as
+ * JSON (docs/AUDIT.md).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/xalloc.h"
+#include "http/client.h"
+#include "store/store.h"
+
+const char CMD_AUDIT_HELP[] =
+    "usage: fidelity audit [--db FILE] [--spill FILE] [--session ID]\n"
+    "                      [--expect KEY=VALUE ...] [--profile FILE]\n"
+    "                      [--reasoning-policy drop|keep|keep-with-tools]\n"
+    "                      [--context-length N] [--tokenize-url URL]\n"
+    "                      [--fail-on error|warn|never] [--json FILE]\n"
+    "\n"
+    "Reads the exchanges 'fidelity record' stored and reports findings,\n"
+    "each with a severity (info, warn, error), the session, the request id,\n"
+    "the user turn and the evidence: history rewrites (compaction, pruning,\n"
+    "echo errors, orphaned tool calls), sampling parameters sent, reasoning\n"
+    "sent back, silent truncation, replies claiming a first message,\n"
+    "degenerate replies and stream integrity. docs/AUDIT.md lists every\n"
+    "rule, its thresholds and the JSON schema.\n"
+    "\n"
+    "  --db FILE            the store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --spill FILE         record's spill file (default DB.spill.jsonl when\n"
+    "                       it exists): exchanges stored while the store "
+    "failed\n"
+    "  --session ID         only this session\n"
+    "  --expect KEY=VALUE   a parameter every main request should carry;\n"
+    "                       VALUE is JSON (0.6, true, {\"a\":1}) or a string,\n"
+    "                       null means 'must not be sent'; KEY may be dotted\n"
+    "                       (chat_template_kwargs.enable_thinking); "
+    "repeatable\n"
+    "  --profile FILE       model profiles: expected params, reasoning "
+    "policy,\n"
+    "                       context length per model glob (docs/AUDIT.md)\n"
+    "  --reasoning-policy P drop, keep, or keep-with-tools (DeepSeek V3.2/V4:\n"
+    "                       earlier reasoning dropped unless tools are sent)\n"
+    "  --context-length N   the server's context length in tokens (default:\n"
+    "                       max_model_len from --tokenize-url, else the\n"
+    "                       profile's)\n"
+    "  --tokenize-url URL   POST each request's messages to this /tokenize\n"
+    "                       (vLLM, fidelity sim) for exact prompt sizes\n"
+    "  --fail-on LEVEL      exit 1 when a finding is at LEVEL or above\n"
+    "                       (default warn; never: always 0)\n"
+    "  --json FILE          write the findings as JSON ('-': stdout)\n"
+    "\n"
+    "Exit status: 0 no finding at the --fail-on level, 1 findings at it,\n"
+    "2 usage or bad input file, 3 --tokenize-url unreachable, 4 store error.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity audit --db run.db\n"
+    "  fidelity audit --db run.db --expect temperature=0.6 --expect top_k=20\n"
+    "  fidelity audit --db run.db --reasoning-policy keep-with-tools \\\n"
+    "      --tokenize-url http://127.0.0.1:8000/tokenize --json audit.json\n";
+
+struct audit_args {
+    const char *db, *spill, *session, *profile, *tokenize_url, *json;
+    int fail_on; /* enum audit_sev, or 3 for never */
+    struct audit_opts o;
+};
+
+static int parse(int argc, char **argv, struct audit_args *a)
+{
+    static const struct option longopts[] = {
+        {"db", required_argument, NULL, 'd'},
+        {"spill", required_argument, NULL, 'S'},
+        {"session", required_argument, NULL, 's'},
+        {"expect", required_argument, NULL, 'e'},
+        {"profile", required_argument, NULL, 'p'},
+        {"reasoning-policy", required_argument, NULL, 'r'},
+        {"context-length", required_argument, NULL, 'c'},
+        {"tokenize-url", required_argument, NULL, 't'},
+        {"fail-on", required_argument, NULL, 'f'},
+        {"json", required_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    struct diag d;
+    enum audit_sev sev;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            a->db = optarg;
+            break;
+        case 'S':
+            a->spill = optarg;
+            break;
+        case 's':
+            a->session = optarg;
+            break;
+        case 'p':
+            a->profile = optarg;
+            break;
+        case 't':
+            a->tokenize_url = optarg;
+            break;
+        case 'j':
+            a->json = optarg;
+            break;
+        case 'e':
+            if (audit_expect_add(a->o.expect, optarg, &d))
+                return cli_usage_error("audit", "--expect %s", d.msg);
+            break;
+        case 'r':
+            if (audit_policy_parse(optarg, &a->o.policy))
+                return cli_usage_error("audit",
+                                       "--reasoning-policy '%s': use drop, "
+                                       "keep or keep-with-tools",
+                                       optarg);
+            break;
+        case 'c':
+            if (cli_parse_long(optarg, 1, 1L << 40, &a->o.context_length))
+                return cli_usage_error("audit",
+                                       "--context-length '%s' is not a "
+                                       "positive number of tokens",
+                                       optarg);
+            break;
+        case 'f':
+            if (!strcmp(optarg, "never"))
+                a->fail_on = 3;
+            else if (audit_sev_parse(optarg, &sev) || sev == AUDIT_INFO)
+                return cli_usage_error("audit",
+                                       "--fail-on '%s': use error, warn or "
+                                       "never",
+                                       optarg);
+            else
+                a->fail_on = (int)sev;
+            break;
+        default:
+            return cli_bad_option("audit", c, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("audit", "unexpected argument '%s'",
+                               argv[optind]);
+    return 0;
+}
+
+static int load_profile(struct audit_args *a)
+{
+    json_error_t je;
+    struct diag d;
+    json_t *doc = json_load_file(a->profile, 0, &je);
+    if (!doc)
+        return cli_usage_error("audit", "--profile '%s': line %d: %s",
+                               a->profile, je.line, je.text);
+    int rc = audit_profile_check(doc, &d);
+    json_decref(doc);
+    if (rc)
+        return cli_usage_error("audit", "--profile '%s': %s", a->profile,
+                               d.msg);
+    a->o.profile = doc;
+    return 0;
+}
+
+/* Exact prompt sizes from the server: POST {"model","messages"} per
+ * request; requests the server refuses keep the ratio estimate. */
+static int tokenize_all(struct audit_args *a, const struct audit_set *set)
+{
+    struct http_client *hc = http_client_new();
+    struct diag d;
+    size_t total = 0, done = 0, refused = 0;
+    bool tty = cli_is_tty(2);
+    int rc = 0;
+    a->o.tokenized = json_object();
+    for (size_t i = 0; i < set->n; i++)
+        total += set->s[i].n;
+    for (size_t i = 0; i < set->n && !rc; i++)
+        for (size_t j = 0; j < set->s[i].n && !rc; j++) {
+            const struct xchg *x = set->s[i].x[j];
+            json_t *msgs = json_object_get(x->req_body, "messages");
+            json_t *out = NULL;
+            long status = 0;
+            if (tty)
+                fprintf(stderr, "\rtokenize %zu/%zu", ++done, total);
+            if (!json_is_array(msgs))
+                continue;
+            json_t *req =
+                json_pack("{s:O, s:O}", "model",
+                          json_object_get(x->req_body, "model") ?: json_null(),
+                          "messages", msgs);
+            int e = http_json(hc, a->tokenize_url, req, NULL, 30000, &status,
+                              &out, &d);
+            json_decref(req);
+            json_t *count = json_object_get(out, "count");
+            json_t *mml = json_object_get(out, "max_model_len");
+            /* vLLM and sim report the context length with the count */
+            if (!a->o.context_length && json_is_integer(mml) &&
+                json_integer_value(mml) > 0)
+                a->o.context_length = (long)json_integer_value(mml);
+            if (e == -ECONNREFUSED || e == -ETIMEDOUT)
+                rc = cli_error("audit", EXIT_UNREACHABLE, "--tokenize-url: %s",
+                               d.msg);
+            else if (status == 200 && json_is_integer(count)) {
+                char key[32];
+                snprintf(key, sizeof(key), "%lld", (long long)x->id);
+                json_object_set(a->o.tokenized, key, count);
+            } else {
+                refused++;
+            }
+            json_decref(out);
+        }
+    if (tty)
+        fputc('\n', stderr);
+    if (refused && !rc)
+        fprintf(stderr,
+                "fidelity audit: %s gave no count for %zu request(s); "
+                "those use the bytes-per-token estimate\n",
+                a->tokenize_url, refused);
+    http_client_free(hc);
+    return rc;
+}
+
+static void print_evidence(json_t *ev)
+{
+    char *s =
+        json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
+    size_t n = s ? strlen(s) : 0;
+    /* one or two lines of 100 columns, cut in the middle of longer ones */
+    if (n > 200)
+        printf("      evidence: %.*s ... %s\n", 150, s, s + n - 40);
+    else
+        printf("      evidence: %s\n", s ? s : "{}");
+    free(s);
+}
+
+static void print_human(const struct audit_set *set, const struct audit_list *l)
+{
+    for (size_t i = 0; i < set->n; i++) {
+        const struct audit_session *s = &set->s[i];
+        json_t *row = audit_session_json(s, l);
+        printf("session %s (%s, %zu exchange(s), %d turn(s))\n",
+               *s->id ? s->id : "(none)",
+               json_string_value(json_object_get(row, "harness")), s->n,
+               (int)json_integer_value(json_object_get(row, "turns")));
+        json_decref(row);
+        for (size_t k = 0; k < l->n; k++) {
+            const struct audit_finding *f = &l->v[k];
+            if (strcmp(f->session, s->id))
+                continue;
+            if (f->request)
+                printf("  %-5s %s: request %lld turn %d: %s\n",
+                       audit_sev_name(f->sev), f->rule, (long long)f->request,
+                       f->turn, f->summary);
+            else
+                printf("  %-5s %s: %s\n", audit_sev_name(f->sev), f->rule,
+                       f->summary);
+            print_evidence(f->evidence);
+        }
+    }
+    printf("%zu finding(s): %zu error, %zu warn, %zu info in %zu "
+           "session(s)\n",
+           l->n, audit_list_count(l, AUDIT_ERROR),
+           audit_list_count(l, AUDIT_WARN) - audit_list_count(l, AUDIT_ERROR),
+           l->n - audit_list_count(l, AUDIT_WARN), set->n);
+}
+
+static json_t *thresholds_json(const struct audit_thresholds *t)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:I, s:f, "
+                     "s:f}",
+                     "token_deficit", t->token_deficit, "token_deficit_min",
+                     t->token_deficit_min, "flat_growth", t->flat_growth,
+                     "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
+                     "ngram_share", t->ngram_share, "degen_min_bytes",
+                     (json_int_t)t->degen_min_bytes, "reasoning_ratio",
+                     t->reasoning_ratio, "reasoning_min_bytes",
+                     (json_int_t)t->reasoning_min_bytes, "gap_ms", t->gap_ms,
+                     "added_ttfb_ms", t->added_ttfb_ms);
+}
+
+static json_t *report_json(const struct audit_args *a,
+                           const struct audit_set *set,
+                           const struct audit_list *l)
+{
+    json_t *findings = json_array(), *sessions = json_array();
+    for (size_t i = 0; i < l->n; i++)
+        json_array_append_new(findings, audit_finding_json(&l->v[i]));
+    for (size_t i = 0; i < set->n; i++)
+        json_array_append_new(sessions, audit_session_json(&set->s[i], l));
+    return json_pack(
+        "{s:i, s:s, s:s?, s:{s:O, s:s, s:I, s:b}, s:o, s:{s:I, s:I, s:I}, "
+        "s:o, s:o}",
+        "version", 1, "db", a->db, "spill", a->spill, "options", "expect",
+        a->o.expect, "reasoning_policy", audit_policy_name(a->o.policy),
+        "context_length", (json_int_t)a->o.context_length, "tokenize",
+        a->tokenize_url != NULL, "thresholds", thresholds_json(&a->o.th),
+        "counts", "error", (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
+        (json_int_t)(audit_list_count(l, AUDIT_WARN) -
+                     audit_list_count(l, AUDIT_ERROR)),
+        "info", (json_int_t)(l->n - audit_list_count(l, AUDIT_WARN)),
+        "sessions", sessions, "findings", findings);
+}
+
+static int run(struct audit_args *a)
+{
+    struct audit_set set;
+    struct audit_list l;
+    struct diag d;
+    int rc;
+    audit_set_init(&set);
+    audit_list_init(&l);
+    rc = audit_load_paths(a->db, a->spill, a->session, &set, &d);
+    if (rc) {
+        rc = cli_error("audit", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
+                       "%s", d.msg);
+        goto out;
+    }
+    if (a->session && !set.n) {
+        rc = cli_usage_error("audit",
+                             "no session '%s' in '%s'; see "
+                             "'fidelity sessions --db %s'",
+                             a->session, a->db, a->db);
+        goto out;
+    }
+    if (a->tokenize_url && (rc = tokenize_all(a, &set)))
+        goto out;
+    audit_run(&set, &a->o, &l);
+    const char **order = xcalloc(set.n + 1, sizeof(*order));
+    for (size_t i = 0; i < set.n; i++)
+        order[i] = set.s[i].id;
+    audit_list_sort(&l, order, set.n);
+    free(order);
+    if (a->json) {
+        json_t *j = report_json(a, &set, &l);
+        rc = cli_json_write(j, a->json, &d);
+        json_decref(j);
+        if (rc) {
+            rc = cli_error("audit", EXIT_INTERNAL, "%s", d.msg);
+            goto out;
+        }
+    }
+    if (!a->json || strcmp(a->json, "-"))
+        print_human(&set, &l);
+    rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
+             ? EXIT_FAIL
+             : EXIT_PASS;
+out:
+    audit_list_release(&l);
+    audit_set_release(&set);
+    return rc;
+}
+
+int cmd_audit(int argc, char **argv)
+{
+    struct audit_args a = {.db = store_default_path(), .fail_on = AUDIT_WARN};
+    int rc;
+    audit_opts_init(&a.o);
+    a.o.expect = json_object();
+    rc = parse(argc, argv, &a);
+    if (!rc && a.profile)
+        rc = load_profile(&a);
+    if (!rc)
+        rc = run(&a);
+    json_decref(a.o.expect);
+    json_decref(a.o.profile);
+    json_decref(a.o.tokenized);
+    return rc;
+}

@@ -1,0 +1,745 @@
+/*
+ * cmd_probe: `fidelity probe`, multi-turn context-fidelity tests of a live
+ * OpenAI-compatible endpoint. Parses options, fingerprints the endpoint(s),
+ * prints the plan, runs the cases through src/probe/run.c, stores them and
+ * prints the report. The only file of probe that prints or chooses an exit
+ * code. See docs/PROBE.md.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/hash.h"
+#include "core/xalloc.h"
+#include "probe/probe.h"
+#include "store/store.h"
+
+const char CMD_PROBE_HELP[] =
+    "usage: fidelity probe --endpoint URL [options]\n"
+    "\n"
+    "Sends seeded multi-turn conversations to an OpenAI-compatible endpoint,\n"
+    "scores the replies deterministically, and reports where recall breaks\n"
+    "and why: truncated-by-server, output-clipped, server-error or missed.\n"
+    "\n"
+    "connection:\n"
+    "  --endpoint URL        base URL (http://host:port or .../v1)\n"
+    "  --baseline URL        send the same cases here too; McNemar per kind\n"
+    "  --model NAME          default: the first model /v1/models lists\n"
+    "  --api-key KEY         default: $OPENAI_API_KEY (never printed/stored)\n"
+    "  --header 'N: v'       extra request header (repeatable)\n"
+    "  --extra-body JSON     object merged into every chat request\n"
+    "  --timeout SEC         per request (default 300)\n"
+    "  --retries N           on 429, 5xx and connection errors (default 3)\n"
+    "  -j, --jobs N          concurrent requests (default 4)\n"
+    "grid:\n"
+    "  --profile P           quick (default, ~60 requests), standard, full\n"
+    "  --kinds LIST          needle,multi-needle,canary,first-message,\n"
+    "                        reasoning,tool,variables (default all)\n"
+    "  --lengths LIST        tokens, e.g. 1k,4k,16k (default: powers of two\n"
+    "                        up to max_model_len or --max-context)\n"
+    "  --depths LIST         percent, e.g. 0,50,100\n"
+    "  --max-context N       longest default length\n"
+    "  --temperature LIST    e.g. 0,0.6 (default 0)\n"
+    "  --repeats N           per cell (default 1 at temperature 0, else 3)\n"
+    "  --seed N              default 1\n"
+    "  --max-tokens N        reply budget (default 256)\n"
+    "output:\n"
+    "  --dry-run             print the plan and the first case; send nothing\n"
+    "  --json FILE           machine-readable report ('-' = stdout)\n"
+    "  --junit FILE          JUnit XML, one testcase per case\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
+    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --fresh               redo cases already in the store\n"
+    "\n"
+    "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
+    "interrupted, 2 usage or config error, 3 endpoint unreachable or not\n"
+    "OpenAI-compatible, 4 store or I/O failure.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity probe --endpoint http://127.0.0.1:8000\n"
+    "  fidelity probe --endpoint http://gpu1:8000 --baseline http://gpu2:8000 "
+    "\\\n"
+    "      --kinds needle,canary --lengths 4k,32k,128k --depths 0,50,100\n"
+    "  fidelity probe --endpoint https://api.example.com/v1 --model m \\\n"
+    "      --extra-body '{\"chat_template_kwargs\": {\"thinking\": true}}' "
+    "\\\n"
+    "      --temperature 0,0.6 --json probe.json --fail-under 90\n";
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process */
+}
+
+enum {
+    OPT_ENDPOINT = 256,
+    OPT_BASELINE,
+    OPT_MODEL,
+    OPT_API_KEY,
+    OPT_HEADER,
+    OPT_EXTRA,
+    OPT_TIMEOUT,
+    OPT_RETRIES,
+    OPT_PROFILE,
+    OPT_KINDS,
+    OPT_LENGTHS,
+    OPT_DEPTHS,
+    OPT_MAXCTX,
+    OPT_TEMP,
+    OPT_REPEATS,
+    OPT_SEED,
+    OPT_MAXTOK,
+    OPT_DRY,
+    OPT_JSON,
+    OPT_JUNIT,
+    OPT_FAILUNDER,
+    OPT_DB,
+    OPT_FRESH
+};
+
+struct opts {
+    const char *endpoint, *baseline, *model, *api_key, *extra, *json;
+    const char *junit, *db;
+    const char *headers[48];
+    size_t n_headers;
+    long timeout_ms, retries, jobs, repeats, max_tokens, max_context;
+    unsigned long long seed;
+    double fail_under;
+    bool dry, fresh;
+    struct probe_grid_opts g;
+    unsigned lengths[32];
+    int depths[32];
+    double temps[16];
+};
+
+static int parse_lengths(const char *s, struct opts *o)
+{
+    char *dup = xstrdup(s), *save = NULL;
+    int r = 0;
+    o->g.n_lengths = 0;
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        size_t n = strlen(t);
+        long mul = 1, v;
+        if (n && (t[n - 1] == 'k' || t[n - 1] == 'K')) {
+            mul = 1024;
+            t[n - 1] = '\0';
+        }
+        if (cli_parse_long(t, 1, 16L << 20, &v) || o->g.n_lengths >= 32) {
+            r = -EINVAL;
+            break;
+        }
+        o->lengths[o->g.n_lengths++] = (unsigned)(v * mul);
+    }
+    free(dup);
+    o->g.lengths = o->lengths;
+    return r || !o->g.n_lengths ? -EINVAL : 0;
+}
+
+static int parse_depths(const char *s, struct opts *o)
+{
+    char *dup = xstrdup(s), *save = NULL;
+    int r = 0;
+    o->g.n_depths = 0;
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        long v;
+        size_t n = strlen(t);
+        if (n && t[n - 1] == '%')
+            t[n - 1] = '\0';
+        if (cli_parse_long(t, 0, 100, &v) || o->g.n_depths >= 32) {
+            r = -EINVAL;
+            break;
+        }
+        o->depths[o->g.n_depths++] = (int)v;
+    }
+    free(dup);
+    o->g.depths = o->depths;
+    return r || !o->g.n_depths ? -EINVAL : 0;
+}
+
+static int parse_temps(const char *s, struct opts *o)
+{
+    char *dup = xstrdup(s), *save = NULL;
+    int r = 0;
+    o->g.n_temps = 0;
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (o->g.n_temps >= 16 ||
+            cli_parse_double(t, 0, 2, &o->temps[o->g.n_temps++])) {
+            r = -EINVAL;
+            break;
+        }
+    free(dup);
+    o->g.temps = o->temps;
+    return r || !o->g.n_temps ? -EINVAL : 0;
+}
+
+static int parse_kinds(const char *s, struct opts *o, const char **bad)
+{
+    static char badbuf[64];
+    char *dup = xstrdup(s), *save = NULL;
+    int r = 0;
+    o->g.kinds = 0;
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "all")) {
+            o->g.kinds = (1u << PROBE_NKINDS) - 1;
+            continue;
+        }
+        int k = probe_kind_parse(t);
+        if (k < 0) {
+            snprintf(badbuf, sizeof(badbuf), "%s", t);
+            *bad = badbuf;
+            r = -EINVAL;
+            break;
+        }
+        o->g.kinds |= 1u << k;
+    }
+    free(dup);
+    return r || !o->g.kinds ? -EINVAL : 0;
+}
+
+#define BAD(what, hint)                                                        \
+    cli_usage_error("probe", "invalid value '%s' for %s: %s", optarg, what,    \
+                    hint)
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        {"endpoint", required_argument, NULL, OPT_ENDPOINT},
+        {"baseline", required_argument, NULL, OPT_BASELINE},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"api-key", required_argument, NULL, OPT_API_KEY},
+        {"header", required_argument, NULL, OPT_HEADER},
+        {"extra-body", required_argument, NULL, OPT_EXTRA},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"retries", required_argument, NULL, OPT_RETRIES},
+        {"jobs", required_argument, NULL, 'j'},
+        {"profile", required_argument, NULL, OPT_PROFILE},
+        {"kinds", required_argument, NULL, OPT_KINDS},
+        {"lengths", required_argument, NULL, OPT_LENGTHS},
+        {"depths", required_argument, NULL, OPT_DEPTHS},
+        {"max-context", required_argument, NULL, OPT_MAXCTX},
+        {"temperature", required_argument, NULL, OPT_TEMP},
+        {"repeats", required_argument, NULL, OPT_REPEATS},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"max-tokens", required_argument, NULL, OPT_MAXTOK},
+        {"dry-run", no_argument, NULL, OPT_DRY},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"junit", required_argument, NULL, OPT_JUNIT},
+        {"fail-under", required_argument, NULL, OPT_FAILUNDER},
+        {"db", required_argument, NULL, OPT_DB},
+        {"fresh", no_argument, NULL, OPT_FRESH},
+        {NULL, 0, NULL, 0},
+    };
+    const char *bad = NULL;
+    long v;
+    double dv;
+    int c;
+
+    o->timeout_ms = 300000;
+    o->retries = 3;
+    o->jobs = 4;
+    o->max_tokens = 256;
+    o->seed = 1;
+    o->api_key = getenv("OPENAI_API_KEY");
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":j:", lo, NULL)) != -1) {
+        switch (c) {
+        case OPT_ENDPOINT:
+            o->endpoint = optarg;
+            break;
+        case OPT_BASELINE:
+            o->baseline = optarg;
+            break;
+        case OPT_MODEL:
+            o->model = optarg;
+            break;
+        case OPT_API_KEY:
+            o->api_key = optarg;
+            break;
+        case OPT_HEADER:
+            if (!strchr(optarg, ':') || optarg[0] == ':')
+                return cli_usage_error("probe",
+                                       "invalid --header: expected 'Name: "
+                                       "value'");
+            if (o->n_headers >= 40)
+                return cli_usage_error("probe", "too many --header options "
+                                                "(at most 40)");
+            o->headers[o->n_headers++] = optarg;
+            break;
+        case OPT_EXTRA:
+            o->extra = optarg;
+            break;
+        case OPT_TIMEOUT:
+            if (cli_parse_double(optarg, 0.1, 86400, &dv))
+                return BAD("--timeout", "seconds between 0.1 and 86400");
+            o->timeout_ms = lround(dv * 1000);
+            break;
+        case OPT_RETRIES:
+            if (cli_parse_long(optarg, 0, 10, &o->retries))
+                return BAD("--retries", "a whole number 0-10");
+            break;
+        case 'j':
+            if (cli_parse_long(optarg, 1, 256, &o->jobs))
+                return BAD("--jobs", "a whole number 1-256");
+            break;
+        case OPT_PROFILE:
+            if ((v = probe_profile_parse(optarg)) < 0)
+                return BAD("--profile", "one of quick, standard, full");
+            o->g.profile = (enum probe_profile)v;
+            break;
+        case OPT_KINDS:
+            if (parse_kinds(optarg, o, &bad))
+                return BAD("--kinds",
+                           "a comma list of needle, multi-needle, canary, "
+                           "first-message, reasoning, tool, variables");
+            break;
+        case OPT_LENGTHS:
+            if (parse_lengths(optarg, o))
+                return BAD("--lengths", "a comma list of token counts such "
+                                        "as 1k,4096,32k");
+            break;
+        case OPT_DEPTHS:
+            if (parse_depths(optarg, o))
+                return BAD("--depths", "a comma list of percentages 0-100");
+            break;
+        case OPT_MAXCTX:
+            if (cli_parse_long(optarg, 1024, 16L << 20, &o->max_context))
+                return BAD("--max-context", "a token count of at least 1024");
+            break;
+        case OPT_TEMP:
+            if (parse_temps(optarg, o))
+                return BAD("--temperature", "a comma list of numbers 0-2");
+            break;
+        case OPT_REPEATS:
+            if (cli_parse_long(optarg, 1, 1000, &o->repeats))
+                return BAD("--repeats", "a whole number 1-1000");
+            break;
+        case OPT_SEED:
+            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
+                return BAD("--seed", "a whole number 0-2147483647");
+            o->seed = (unsigned long long)v;
+            break;
+        case OPT_MAXTOK:
+            if (cli_parse_long(optarg, 1, 1 << 20, &o->max_tokens))
+                return BAD("--max-tokens", "a whole number of at least 1");
+            break;
+        case OPT_DRY:
+            o->dry = true;
+            break;
+        case OPT_JSON:
+            o->json = optarg;
+            break;
+        case OPT_JUNIT:
+            o->junit = optarg;
+            break;
+        case OPT_FAILUNDER:
+            if (cli_parse_double(optarg, 0, 100, &o->fail_under))
+                return BAD("--fail-under", "a percentage 0-100");
+            break;
+        case OPT_DB:
+            o->db = optarg;
+            break;
+        case OPT_FRESH:
+            o->fresh = true;
+            break;
+        default:
+            return cli_bad_option("probe", c, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("probe", "unexpected argument '%s'",
+                               argv[optind]);
+    if (!o->endpoint)
+        return cli_usage_error("probe", "--endpoint URL is required");
+    if (strncmp(o->endpoint, "http://", 7) &&
+        strncmp(o->endpoint, "https://", 8))
+        return cli_usage_error("probe",
+                               "invalid --endpoint '%s': expected an http:// "
+                               "or https:// URL",
+                               o->endpoint);
+    if (o->baseline && strncmp(o->baseline, "http://", 7) &&
+        strncmp(o->baseline, "https://", 8))
+        return cli_usage_error("probe",
+                               "invalid --baseline '%s': expected an http:// "
+                               "or https:// URL",
+                               o->baseline);
+    return 0;
+}
+
+struct prog {
+    bool tty;
+    struct timespec t0;
+};
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void progress(void *ud, size_t done, size_t passed, size_t total)
+{
+    struct prog *p = ud;
+    if (!p->tty)
+        return;
+    double el = since(&p->t0), eta = done ? el / done * (total - done) : 0;
+    fprintf(stderr, "\r%zu/%zu cases  pass %.0f%%  eta %ld:%02ld   ", done,
+            total, done ? 100.0 * passed / done : 0.0, (long)eta / 60,
+            (long)eta % 60);
+    fflush(stderr);
+}
+
+/* Fingerprints e and finds out how to count its tokens. 0, or an exit
+ * code after printing why. */
+static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
+                      const char *what)
+{
+    struct diag d;
+    int r = probe_endpoint_fingerprint(e, c, &d);
+    if (r)
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    json_t *hello =
+        json_pack("[{s:s, s:s}]", "role", "user", "content", "Hello there.");
+    unsigned n;
+    r = probe_tokenize(e, c, hello, NULL, 0, &n, &d);
+    json_decref(hello);
+    if (!r) {
+        e->has_tokenize = true;
+        if (probe_size_prepare(e, c, &d))
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+        return 0;
+    }
+    if (r != -ENOTSUP)
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    fprintf(stderr,
+            "fidelity probe: note: %s; sizing the %s's cases by calibration "
+            "from usage.prompt_tokens (at most 3 requests)\n",
+            d.msg, what);
+    if (dry)
+        return 0;
+    r = probe_calibrate(e, c, &d);
+    if (r)
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    return 0;
+}
+
+static void print_plan(FILE *out, const struct opts *o,
+                       const struct probe_spec *s, size_t n,
+                       const struct probe_endpoint *ep,
+                       const struct probe_endpoint *base)
+{
+    size_t per[PROBE_NKINDS] = {0};
+    unsigned long long tokens = 0;
+    unsigned L[32];
+    size_t nl = 0;
+    for (size_t i = 0; i < n; i++) {
+        per[s[i].kind]++;
+        tokens += s[i].target;
+        size_t j = 0;
+        while (j < nl && L[j] != s[i].length)
+            j++;
+        if (j == nl && nl < 32)
+            L[nl++] = s[i].length;
+    }
+    unsigned ends = base ? 2 : 1;
+    fprintf(out,
+            "plan: %zu cases x %u endpoint%s = %zu chat requests, "
+            "%llu prompt tokens in all\n  kinds:",
+            n, ends, ends > 1 ? "s" : "", n * ends, tokens * ends);
+    for (int k = 0; k < PROBE_NKINDS; k++)
+        if (per[k])
+            fprintf(out, " %s %zu", probe_kind_name(k), per[k]);
+    fprintf(out, "\n  lengths:");
+    for (size_t j = 0; j < nl; j++)
+        fprintf(out, " %u", L[j]);
+    fprintf(out,
+            "\n  model %s at %s (max_model_len %u), sizing by %s; "
+            "max_tokens %ld, -j %ld, seed %llu\n",
+            ep->model ? ep->model : "?", ep->url, ep->max_model_len,
+            ep->has_tokenize ? "/tokenize" : "calibration", o->max_tokens,
+            o->jobs, o->seed);
+    if (base)
+        fprintf(out, "  baseline %s at %s\n", base->model ? base->model : "?",
+                base->url);
+    fflush(out);
+}
+
+static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
+                   const struct probe_spec *s, unsigned max_tokens)
+{
+    struct probe_case pc;
+    struct diag d;
+    unsigned tok = 0;
+    memset(&pc, 0, sizeof(pc));
+    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, &d))
+        probe_case_build(&pc, s, probe_filler_for(s));
+    fprintf(out,
+            "\nfirst case: %s, length %u, depth %d, variant %s (%s "
+            "tokens: %u; expected answer: %s%s)\n",
+            probe_kind_name(s->kind), s->length, s->depth,
+            probe_variant_name(s->kind, s->variant),
+            tok ? "sized" : "estimated", tok ? tok : s->target, pc.expect,
+            pc.control ? ", must NOT appear" : "");
+    json_t *body = probe_chat_body(ep, &pc, max_tokens);
+    json_dumpf(body, out, JSON_INDENT(2));
+    fputc('\n', out);
+    json_decref(body);
+    probe_case_release(&pc);
+    return EXIT_PASS;
+}
+
+static json_t *config_json(const struct opts *o, const struct probe_spec *s,
+                           size_t n)
+{
+    static const char *const prof[] = {"quick", "standard", "full"};
+    json_t *c =
+        json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:b}", "profile",
+                  prof[o->g.profile], "seed", (json_int_t)o->seed, "max_tokens",
+                  (int)o->max_tokens, "jobs", (int)o->jobs, "timeout_ms",
+                  (int)o->timeout_ms, "cases", (int)n, "fresh", o->fresh);
+    json_t *k = json_array(), *t = json_array();
+    for (int i = 0; i < PROBE_NKINDS; i++)
+        for (size_t j = 0; j < n; j++)
+            if ((int)s[j].kind == i) {
+                json_array_append_new(k, json_string(probe_kind_name(i)));
+                break;
+            }
+    for (size_t i = 0; i < (o->g.temps ? o->g.n_temps : 1); i++)
+        json_array_append_new(t, json_real(o->g.temps ? o->g.temps[i] : 0));
+    json_t *L = json_array(), *D = json_array();
+    for (size_t j = 0; j < n; j++) {
+        json_t *l = json_integer(s[j].length), *d = json_integer(s[j].depth);
+        size_t i;
+        json_t *x;
+        bool hl = false, hd = false;
+        json_array_foreach(L, i, x) hl |= json_equal(x, l);
+        json_array_foreach(D, i, x) hd |= json_equal(x, d);
+        if (!hl)
+            json_array_append(L, l);
+        if (!hd && s[j].depth >= 0)
+            json_array_append(D, d);
+        json_decref(l);
+        json_decref(d);
+    }
+    json_object_set_new(c, "lengths", L);
+    json_object_set_new(c, "depths", D);
+    json_object_set_new(c, "kinds", k);
+    json_object_set_new(c, "temperatures", t);
+    json_object_set_new(c, "extra_body", json_boolean(o->extra != NULL));
+    return c;
+}
+
+static int finish(const struct opts *o, FILE *out, struct probe_run *run,
+                  struct probe_report_in *in, sqlite3 *db)
+{
+    struct diag d;
+    int code = EXIT_PASS;
+    probe_report_text(in, out);
+    json_t *j = probe_report_json(in);
+    if (o->json && cli_json_write(j, o->json, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (o->junit && probe_report_junit(in, o->junit, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    json_t *sum = json_deep_copy(json_object_get(j, "results"));
+    json_object_del(sum, "case_results");
+    json_object_del(sum, "cells");
+    if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
+                              sum, NULL, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    json_decref(sum);
+    json_decref(j);
+    if (run->store_err)
+        code = cli_error("probe", EXIT_INTERNAL, "%s", run->store_diag.msg);
+    if (code)
+        return code;
+    double rate = 100 * probe_pass_rate(in->res, in->n);
+    size_t done = 0, unreach = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (in->res[i].done) {
+            done++;
+            unreach += in->res[i].outcome == PROBE_ERROR &&
+                       !strncmp(in->res[i].error, "cannot reach", 12);
+        }
+    fprintf(out,
+            "\n%zu of %zu cases finished (%zu from the store, %zu chat "
+            "requests sent), pass rate %.1f%%\n",
+            done, in->n, run->cached, run->sent, rate);
+    if (done && unreach == done)
+        return cli_error("probe", EXIT_UNREACHABLE,
+                         "the endpoint stopped answering: %s",
+                         in->res[0].error);
+    if (run->interrupted) {
+        fprintf(stderr,
+                "fidelity probe: interrupted: %zu of %zu cases "
+                "finished and stored; run the same command again "
+                "to finish\n",
+                done, in->n);
+        return EXIT_FAIL;
+    }
+    if (rate < o->fail_under) {
+        fprintf(stderr,
+                "fidelity probe: pass rate %.1f%% is below "
+                "--fail-under %.1f%%\n",
+                rate, o->fail_under);
+        return EXIT_FAIL;
+    }
+    return EXIT_PASS;
+}
+
+static int run_probe(struct opts *o, struct probe_endpoint *ep,
+                     struct probe_endpoint *base, char *extra_key)
+{
+    FILE *out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
+    struct http_client *c = http_client_new();
+    struct probe_spec *specs = NULL;
+    size_t n = 0;
+    struct diag d;
+    sqlite3 *db = NULL;
+    int code = connect_ep(ep, c, o->dry, "endpoint");
+    if (!code && base)
+        code = connect_ep(base, c, o->dry, "baseline");
+    if (code)
+        goto out;
+    o->g.seed = o->seed;
+    o->g.max_tokens = (unsigned)o->max_tokens;
+    o->g.repeats = (unsigned)o->repeats;
+    o->g.model_len = ep->max_model_len;
+    o->g.max_context = o->max_context      ? (unsigned)o->max_context
+                       : ep->max_model_len ? ep->max_model_len
+                                           : 131072;
+    if (probe_grid_build(&o->g, &specs, &n, &d)) {
+        code = cli_usage_error("probe", "%s", d.msg);
+        goto out;
+    }
+    print_plan(out, o, specs, n, ep, base);
+    if (o->dry) {
+        code = dry_run(out, ep, c, &specs[0], (unsigned)o->max_tokens);
+        goto out;
+    }
+    const char *path = o->db ? o->db : store_default_path();
+    if (store_open(path, &db, &d) || probe_store_init(db, &d) ||
+        probe_store_endpoint(db, ep, &d) ||
+        (base && probe_store_endpoint(db, base, &d))) {
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    struct prog pg = {.tty = cli_is_tty(2)};
+    clock_gettime(CLOCK_MONOTONIC, &pg.t0);
+    struct probe_run run = {
+        .ep = ep,
+        .base = base,
+        .specs = specs,
+        .n = n,
+        .res = xcalloc(n, sizeof(struct probe_result)),
+        .bres = base ? xcalloc(n, sizeof(struct probe_result)) : NULL,
+        .jobs = (unsigned)o->jobs,
+        .max_tokens = (unsigned)o->max_tokens,
+        .extra_key = extra_key,
+        .fresh = o->fresh,
+        .tol = ep->has_tokenize ? 0.02 : 0.08,
+        .db = db,
+        .stop = &stop_flag,
+        .progress = progress,
+        .ud = &pg};
+    signal(SIGINT, on_sigint);
+    probe_run(&run);
+    signal(SIGINT, SIG_DFL);
+    if (pg.tty)
+        fputc('\n', stderr);
+    json_t *cfg = config_json(o, specs, n);
+    struct probe_report_in in = {.ep = ep,
+                                 .base = base,
+                                 .specs = specs,
+                                 .res = run.res,
+                                 .bres = run.bres,
+                                 .n = n,
+                                 .config = cfg,
+                                 .interrupted = run.interrupted};
+    code = finish(o, out, &run, &in, db);
+    json_decref(cfg);
+    free(run.res);
+    free(run.bres);
+out:
+    store_close(db);
+    free(specs);
+    http_client_free(c);
+    return code;
+}
+
+int cmd_probe(int argc, char **argv)
+{
+    struct opts o;
+    memset(&o, 0, sizeof(o));
+    /* Request bodies of long cases are megabytes: keep them on the heap
+     * for reuse instead of a fresh mmap (and its page faults) each time. */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
+    int code = parse_opts(argc, argv, &o);
+    if (code)
+        return code;
+    json_t *extra = NULL;
+    char *extra_key = NULL, *auth = NULL;
+    if (o.extra) {
+        json_error_t je;
+        extra = json_loads(o.extra, 0, &je);
+        if (!json_is_object(extra)) {
+            json_decref(extra);
+            return cli_usage_error("probe",
+                                   "invalid --extra-body: expected a JSON "
+                                   "object (%s)",
+                                   extra ? "got another JSON value" : je.text);
+        }
+        extra_key = json_dumps(extra, JSON_COMPACT | JSON_SORT_KEYS);
+    }
+    const char *hdrs[50];
+    size_t nh = 0;
+    if (o.api_key && *o.api_key) {
+        auth = xasprintf("Authorization: Bearer %s", o.api_key);
+        hdrs[nh++] = auth;
+    }
+    for (size_t i = 0; i < o.n_headers; i++)
+        hdrs[nh++] = o.headers[i];
+    hdrs[nh] = NULL;
+
+    struct probe_endpoint ep, base;
+    probe_endpoint_init(&ep, o.endpoint);
+    if (o.baseline)
+        probe_endpoint_init(&base, o.baseline);
+    struct probe_endpoint *eps[2] = {&ep, o.baseline ? &base : NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!eps[i])
+            continue;
+        eps[i]->headers = hdrs;
+        eps[i]->extra_body = extra;
+        eps[i]->timeout_ms = o.timeout_ms;
+        eps[i]->retries = (unsigned)o.retries;
+        if (o.model)
+            eps[i]->model = xstrdup(o.model);
+    }
+    code = run_probe(&o, &ep, o.baseline ? &base : NULL, extra_key);
+    probe_endpoint_release(&ep);
+    if (o.baseline)
+        probe_endpoint_release(&base);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    free(extra_key);
+    json_decref(extra);
+    return code;
+}

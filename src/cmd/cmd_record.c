@@ -1,0 +1,198 @@
+/*
+ * cmd_record: `fidelity record`, the recording proxy. Parses options,
+ * starts src/record/ on the listen address, prints the one line tests and
+ * scripts wait for, and reports what was stored when it stops.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/xalloc.h"
+#include "record/record.h"
+#include "store/store.h"
+
+const char CMD_RECORD_HELP[] =
+    "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db FILE]\n"
+    "                       [--spill FILE] [--max-body BYTES] [--timeout S]\n"
+    "\n"
+    "A transparent reverse proxy between a harness (opencode, a script, an\n"
+    "SDK) and an OpenAI-compatible server. Every method and path is\n"
+    "forwarded with its bytes untouched; server-sent events pass chunk by\n"
+    "chunk. Each exchange is stored in the SQLite store (--db) before the\n"
+    "client receives its last byte: request headers (Authorization, api-key\n"
+    "and similar redacted), body, response, the reply reassembled from the\n"
+    "stream, timings on both sides and how it ended. Messages are stored\n"
+    "once, content-addressed and compressed. If the store fails, exchanges\n"
+    "go to the spill file (JSON lines) and proxying continues. Read the\n"
+    "recordings with 'fidelity sessions', 'fidelity show' and 'fidelity\n"
+    "audit'. docs/RECORD.md describes the storage and the classification.\n"
+    "\n"
+    "options:\n"
+    "  --upstream URL      the server to forward to (http:// or https://;\n"
+    "                      a path prefix is kept: http://h:8000/api)\n"
+    "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0\n"
+    "                      picks a free one)\n"
+    "  --db FILE           the store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --spill FILE        where exchanges go when the store fails\n"
+    "                      (default FILE.spill.jsonl beside --db)\n"
+    "  --max-body BYTES    largest request body; 413 above (default 64M;\n"
+    "                      suffixes K, M, G)\n"
+    "  --timeout S         whole-exchange upstream timeout in seconds, 0 for\n"
+    "                      none (default 600)\n"
+    "\n"
+    "The first line on standard output is\n"
+    "  fidelity record: listening on http://HOST:PORT -> URL\n"
+    "SIGINT or SIGTERM stops it after in-flight exchanges finish (at most\n"
+    "5 s), with every finished exchange stored.\n"
+    "\n"
+    "examples:\n"
+    "  # record opencode talking to a local vLLM\n"
+    "  fidelity record --listen 127.0.0.1:8081 --upstream "
+    "http://127.0.0.1:8000 \\\n"
+    "      --db opencode.db\n"
+    "  # then point the provider's baseURL at http://127.0.0.1:8081/v1\n"
+    "\n"
+    "  # record against the built-in simulator, then audit\n"
+    "  fidelity sim --listen 127.0.0.1:9000 &\n"
+    "  fidelity record --listen 127.0.0.1:9001 --upstream "
+    "http://127.0.0.1:9000\n"
+    "  fidelity audit --db fidelity.db\n"
+    "\n"
+    "exit status: 0 stopped cleanly, 2 bad option, 4 store or listen\n"
+    "failure (or exchanges lost because both store and spill failed).\n";
+
+static void log_line(void *ud, const char *msg)
+{
+    (void)ud;
+    fprintf(stderr, "fidelity record: %s\n", msg);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned long long mul = 1;
+    if (end == s || *s == '-')
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1ULL << 10;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1ULL << 20;
+    else if (*end == 'g' || *end == 'G')
+        mul = 1ULL << 30;
+    else if (*end)
+        return -1;
+    if (mul > 1 && end[1])
+        return -1;
+    if (v == 0 || v > (1ULL << 40) / mul)
+        return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static const struct option OPTS[] = {
+    {"upstream", required_argument, NULL, 'u'},
+    {"listen", required_argument, NULL, 'l'},
+    {"db", required_argument, NULL, 'd'},
+    {"spill", required_argument, NULL, 's'},
+    {"max-body", required_argument, NULL, 'm'},
+    {"timeout", required_argument, NULL, 't'},
+    {NULL, 0, NULL, 0},
+};
+
+int cmd_record(int argc, char **argv)
+{
+    struct record_opts o = {0};
+    const char *listen = "127.0.0.1:8080";
+    char *spill = NULL, *host = NULL;
+    struct diag d = {{0}};
+    long timeout_s = 600;
+    int c, rc;
+
+    o.max_body = (size_t)64 << 20;
+    o.db_path = store_default_path();
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", OPTS, NULL)) != -1) {
+        switch (c) {
+        case 'u':
+            o.upstream = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'd':
+            o.db_path = optarg;
+            break;
+        case 's':
+            o.spill_path = optarg;
+            break;
+        case 'm':
+            if (parse_size(optarg, &o.max_body))
+                return cli_usage_error("record",
+                                       "--max-body '%s' is not a size in "
+                                       "bytes (e.g. 1048576 or 64M)",
+                                       optarg);
+            break;
+        case 't':
+            if (cli_parse_long(optarg, 0, 86400, &timeout_s))
+                return cli_usage_error(
+                    "record", "--timeout '%s' must be 0-86400 seconds", optarg);
+            break;
+        default:
+            return cli_bad_option("record", c, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("record", "unexpected argument '%s'",
+                               argv[optind]);
+    if (!o.upstream)
+        return cli_usage_error("record", "--upstream URL is required (the "
+                                         "server to forward to)");
+    if (strncmp(o.upstream, "http://", 7) && strncmp(o.upstream, "https://", 8))
+        return cli_usage_error("record",
+                               "--upstream '%s' must start with http:// or "
+                               "https://",
+                               o.upstream);
+    if (cli_parse_listen(listen, &host, &o.port, &d))
+        return cli_usage_error("record", "--listen %s", d.msg);
+    if (!o.spill_path)
+        o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
+    o.host = host;
+    o.timeout_ms = timeout_s * 1000;
+    o.handle_signals = 1;
+    o.log = log_line;
+    signal(SIGPIPE, SIG_IGN);
+
+    struct record *r;
+    rc = record_new(&o, &r, &d);
+    if (rc) {
+        rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    printf("fidelity record: listening on http://%s:%d -> %s\n", host,
+           record_port(r), o.upstream);
+    fflush(stdout);
+    rc = record_run(r, &d);
+    struct record_stats st;
+    record_get_stats(r, &st);
+    record_free(r);
+    fprintf(stderr,
+            "fidelity record: stopped; %llu exchanges, %llu stored, %llu "
+            "spilled to '%s', %llu lost\n",
+            (unsigned long long)st.exchanges, (unsigned long long)st.stored,
+            (unsigned long long)st.spilled, o.spill_path,
+            (unsigned long long)st.lost);
+    if (rc)
+        rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
+    else
+        rc = st.lost ? EXIT_INTERNAL : EXIT_PASS;
+out:
+    free(spill);
+    free(host);
+    return rc;
+}

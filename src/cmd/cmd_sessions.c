@@ -1,0 +1,146 @@
+/*
+ * cmd_sessions: `fidelity sessions`, one line per recorded session: the
+ * harness (User-Agent), models, user turns, requests by kind, tokens and
+ * the audit's findings with default options.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/buf.h"
+#include "store/store.h"
+
+const char CMD_SESSIONS_HELP[] =
+    "usage: fidelity sessions [--db FILE] [--spill FILE] [--json FILE]\n"
+    "\n"
+    "Lists the sessions 'fidelity record' stored: the harness (from the\n"
+    "User-Agent), the models, user turns, requests by kind (main, title,\n"
+    "compaction, subagent, other), prompt and completion tokens reported by\n"
+    "the server, and the number of audit findings (default options; run\n"
+    "'fidelity audit' for them).\n"
+    "\n"
+    "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --spill FILE  record's spill file (default DB.spill.jsonl if any)\n"
+    "  --json FILE   write the table as JSON ('-': stdout; docs/AUDIT.md)\n"
+    "\n"
+    "examples:\n"
+    "  fidelity sessions --db run.db\n"
+    "  fidelity sessions --db run.db --json - | jq '.sessions[].session'\n";
+
+static void kinds_str(json_t *kinds, struct buf *b)
+{
+    const char *k;
+    json_t *v;
+    buf_reset(b);
+    json_object_foreach(kinds, k, v)
+    {
+        buf_printf(b, "%s%s %lld", b->len ? ", " : "", k,
+                   (long long)json_integer_value(v));
+    }
+}
+
+static void models_str(json_t *models, struct buf *b)
+{
+    size_t i;
+    json_t *m;
+    buf_reset(b);
+    json_array_foreach(models, i, m)
+        buf_printf(b, "%s%s", i ? "," : "", json_string_value(m));
+    if (!b->len)
+        buf_adds(b, "-");
+}
+
+static void print_table(json_t *rows)
+{
+    struct buf kinds = BUF_INIT, models = BUF_INIT;
+    size_t i;
+    json_t *r;
+    printf("%-24s %-18s %-16s %5s %-26s %9s %9s %s\n", "SESSION", "HARNESS",
+           "MODEL", "TURNS", "REQUESTS", "PROMPT", "COMPL", "FINDINGS");
+    json_array_foreach(rows, i, r)
+    {
+        json_t *f = json_object_get(r, "findings");
+        kinds_str(json_object_get(r, "requests"), &kinds);
+        models_str(json_object_get(r, "models"), &models);
+        const char *id = json_string_value(json_object_get(r, "session"));
+        printf(
+            "%-24s %-18s %-16s %5lld %-26s %9lld %9lld %lld error, %lld "
+            "warn\n",
+            *id ? id : "(none)",
+            json_string_value(json_object_get(r, "harness")), models.data,
+            (long long)json_integer_value(json_object_get(r, "turns")),
+            kinds.data,
+            (long long)json_integer_value(json_object_get(r, "prompt_tokens")),
+            (long long)json_integer_value(
+                json_object_get(r, "completion_tokens")),
+            (long long)json_integer_value(json_object_get(f, "error")),
+            (long long)json_integer_value(json_object_get(f, "warn")));
+    }
+    printf("%zu session(s)\n", json_array_size(rows));
+    buf_release(&kinds);
+    buf_release(&models);
+}
+
+int cmd_sessions(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"db", required_argument, NULL, 'd'},
+        {"spill", required_argument, NULL, 'S'},
+        {"json", required_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *db = store_default_path(), *spill = NULL, *json = NULL;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    struct diag d;
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'S')
+            spill = optarg;
+        else if (c == 'j')
+            json = optarg;
+        else
+            return cli_bad_option("sessions", c, argv);
+    }
+    if (optind < argc)
+        return cli_usage_error("sessions", "unexpected argument '%s'",
+                               argv[optind]);
+    audit_set_init(&set);
+    audit_list_init(&l);
+    audit_opts_init(&o);
+    rc = audit_load_paths(db, spill, NULL, &set, &d);
+    if (rc) {
+        rc = cli_error("sessions", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
+                       "%s", d.msg);
+        goto out;
+    }
+    audit_run(&set, &o, &l);
+    json_t *rows = json_array();
+    for (size_t i = 0; i < set.n; i++)
+        json_array_append_new(rows, audit_session_json(&set.s[i], &l));
+    if (json) {
+        json_t *j = json_pack("{s:i, s:s, s:O}", "version", 1, "db", db,
+                              "sessions", rows);
+        rc = cli_json_write(j, json, &d)
+                 ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
+                 : EXIT_PASS;
+        json_decref(j);
+    }
+    if (!json || strcmp(json, "-"))
+        print_table(rows);
+    json_decref(rows);
+out:
+    audit_list_release(&l);
+    audit_set_release(&set);
+    return rc;
+}

@@ -1,0 +1,142 @@
+/*
+ * cmd_show: `fidelity show SESSION`, one recorded session request by
+ * request (kind, user turn, messages and how many are new, sizes, tokens,
+ * finish reason, status, time to first byte) with the audit's findings
+ * under the request they are about.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit/audit.h"
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "store/store.h"
+
+const char CMD_SHOW_HELP[] =
+    "usage: fidelity show SESSION [--db FILE] [--spill FILE] [--json FILE]\n"
+    "\n"
+    "Prints one recorded session turn by turn: for each exchange its id,\n"
+    "kind (main, title, compaction, subagent, other), user turn, number of\n"
+    "messages (+ new ones), request bytes, prompt and completion tokens,\n"
+    "finish reason, HTTP status and time to first byte, with the audit's\n"
+    "findings (default options) under the request they are about.\n"
+    "'fidelity sessions' lists the session ids.\n"
+    "\n"
+    "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --spill FILE  record's spill file (default DB.spill.jsonl if any)\n"
+    "  --json FILE   write {\"session\", \"turns\", \"findings\"} as JSON\n"
+    "\n"
+    "examples:\n"
+    "  fidelity show ses_4f2a --db run.db\n"
+    "  fidelity show ses_4f2a --db run.db --json - | jq '.turns[].kind'\n";
+
+static long long geti(json_t *o, const char *k)
+{
+    return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static void print_findings(const struct audit_list *l, long long request)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].request == request)
+            printf("        %-5s %s: %s\n", audit_sev_name(l->v[i].sev),
+                   l->v[i].rule, l->v[i].summary);
+}
+
+static void print_session(const struct audit_session *s, json_t *turns,
+                          const struct audit_list *l)
+{
+    json_t *sum = audit_session_json(s, l);
+    size_t i;
+    json_t *t;
+    printf("session %s  harness %s  %zu exchange(s)\n", s->id,
+           json_string_value(json_object_get(sum, "harness")), s->n);
+    json_decref(sum);
+    print_findings(l, 0);
+    json_array_foreach(turns, i, t)
+    {
+        const char *fin =
+            json_string_value(json_object_get(t, "finish_reason"));
+        printf("#%-5lld %-10s turn %-3lld %3lld msgs (+%lld) %8lld B  "
+               "prompt %6lld  compl %5lld  %-10s %3lld  ttfb %.0f ms\n",
+               geti(t, "request"),
+               json_string_value(json_object_get(t, "kind")), geti(t, "turn"),
+               geti(t, "messages"), geti(t, "new_messages"),
+               geti(t, "request_bytes"), geti(t, "prompt_tokens"),
+               geti(t, "completion_tokens"), fin ? fin : "-", geti(t, "status"),
+               json_number_value(json_object_get(t, "ttfb_ms")));
+        print_findings(l, geti(t, "request"));
+    }
+}
+
+int cmd_show(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"db", required_argument, NULL, 'd'},
+        {"spill", required_argument, NULL, 'S'},
+        {"json", required_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *db = store_default_path(), *spill = NULL, *json = NULL;
+    const char *id = NULL;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    struct diag d;
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'S')
+            spill = optarg;
+        else if (c == 'j')
+            json = optarg;
+        else
+            return cli_bad_option("show", c, argv);
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("show", "needs one SESSION id (see 'fidelity "
+                                       "sessions')");
+    id = argv[optind];
+    audit_set_init(&set);
+    audit_list_init(&l);
+    audit_opts_init(&o);
+    rc = audit_load_paths(db, spill, id, &set, &d);
+    if (rc) {
+        rc = cli_error("show", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
+                       d.msg);
+        goto out;
+    }
+    if (!set.n) {
+        rc = cli_usage_error("show",
+                             "no session '%s' in '%s'; see "
+                             "'fidelity sessions --db %s'",
+                             id, db, db);
+        goto out;
+    }
+    audit_run(&set, &o, &l);
+    json_t *turns = audit_session_turns(&set.s[0]);
+    if (json) {
+        json_t *f = json_array();
+        for (size_t i = 0; i < l.n; i++)
+            json_array_append_new(f, audit_finding_json(&l.v[i]));
+        json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
+                              id, "turns", turns, "findings", f);
+        rc = cli_json_write(j, json, &d)
+                 ? cli_error("show", EXIT_INTERNAL, "%s", d.msg)
+                 : EXIT_PASS;
+        json_decref(j);
+    }
+    if (!json || strcmp(json, "-"))
+        print_session(&set.s[0], turns, &l);
+    json_decref(turns);
+out:
+    audit_list_release(&l);
+    audit_set_release(&set);
+    return rc;
+}

@@ -1,0 +1,724 @@
+/*
+ * report: what a probe run found. Pass rates per cell with 95% Wilson
+ * intervals (Wilson 1927), effective context length by RULER's rule (Hsieh
+ * et al. 2024, "RULER: What's the Real Context Size of Your Long-Context
+ * Language Models?": the longest length whose score stays above 85.6%, the
+ * Llama-2-7B score at 4k) and by NoLiMa's (Modarressi et al. 2025: at
+ * least 85% of the mean score at the three shortest lengths), McNemar's
+ * exact test between endpoint and baseline, and the renderings: text
+ * table, heatmaps, JSON (docs/PROBE.md) and JUnit XML.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+#include "core/xalloc.h"
+#include "probe/probe.h"
+
+#define Z95 1.959964
+#define MAXL 32
+
+unsigned probe_effective_ruler(const unsigned *lengths, const double *rate,
+                               size_t n, double threshold)
+{
+    unsigned eff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rate[i] < threshold)
+            break;
+        eff = lengths[i];
+    }
+    return eff;
+}
+
+unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
+                                size_t n, double *base)
+{
+    size_t k = n < 3 ? n : 3;
+    double b = 0;
+    for (size_t i = 0; i < k; i++)
+        b += rate[i] / k;
+    if (base)
+        *base = b;
+    if (!k || b <= 0)
+        return 0;
+    return probe_effective_ruler(lengths, rate, n, PROBE_NOLIMA_SHARE * b);
+}
+
+double probe_pass_rate(const struct probe_result *res, size_t n)
+{
+    size_t done = 0, pass = 0;
+    for (size_t i = 0; i < n; i++)
+        if (res[i].done) {
+            done++;
+            pass += res[i].outcome == PROBE_PASS;
+        }
+    return done ? (double)pass / done : 0;
+}
+
+/* ---- aggregation ---- */
+
+struct tally {
+    unsigned n, pass, out[PROBE_NOUTCOMES], no_ctx;
+};
+
+static void tally_add(struct tally *t, const struct probe_result *r)
+{
+    if (!r->done)
+        return;
+    t->n++;
+    t->pass += r->outcome == PROBE_PASS;
+    t->out[r->outcome]++;
+    t->no_ctx += r->no_context;
+}
+
+static double rate_of(const struct tally *t)
+{
+    return t->n ? (double)t->pass / t->n : 0;
+}
+
+/* The distinct lengths of a kind (or of all kinds when k < 0), ascending. */
+static size_t lengths_of(const struct probe_report_in *in, int k,
+                         unsigned out[MAXL])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        if (k >= 0 && (int)in->specs[i].kind != k)
+            continue;
+        unsigned l = in->specs[i].length;
+        size_t j = 0;
+        while (j < n && out[j] != l)
+            j++;
+        if (j == n && n < MAXL) {
+            size_t p = n++;
+            while (p > 0 && out[p - 1] > l) {
+                out[p] = out[p - 1];
+                p--;
+            }
+            out[p] = l;
+        }
+    }
+    return n;
+}
+
+static void by_length(const struct probe_report_in *in,
+                      const struct probe_result *res, int k, const unsigned *L,
+                      size_t nl, struct tally *t)
+{
+    memset(t, 0, nl * sizeof(*t));
+    for (size_t i = 0; i < in->n; i++) {
+        if (k >= 0 && (int)in->specs[i].kind != k)
+            continue;
+        for (size_t j = 0; j < nl; j++)
+            if (L[j] == in->specs[i].length)
+                tally_add(&t[j], &res[i]);
+    }
+}
+
+static void effective(const unsigned *L, const struct tally *t, size_t nl,
+                      unsigned *ruler, unsigned *nolima, double *base)
+{
+    double rate[MAXL];
+    unsigned LL[MAXL];
+    size_t m = 0;
+    for (size_t i = 0; i < nl; i++)
+        if (t[i].n) {
+            LL[m] = L[i];
+            rate[m++] = rate_of(&t[i]);
+        }
+    *ruler = probe_effective_ruler(LL, rate, m, PROBE_RULER_THRESHOLD);
+    *nolima = probe_effective_nolima(LL, rate, m, base);
+}
+
+static json_t *wilson_json(const struct tally *t)
+{
+    double lo, hi;
+    stats_wilson(t->pass, t->n, Z95, &lo, &hi);
+    return json_pack("[f, f]", lo, hi);
+}
+
+static json_t *outcomes_json(const struct tally *t)
+{
+    json_t *o = json_object();
+    for (int i = 0; i < PROBE_NOUTCOMES; i++)
+        json_object_set_new(o, probe_outcome_name(i), json_integer(t->out[i]));
+    return o;
+}
+
+static json_t *tally_json(const struct tally *t)
+{
+    return json_pack("{s:i, s:i, s:f, s:o, s:o, s:i}", "cases", t->n, "passed",
+                     t->pass, "pass_rate", rate_of(t), "wilson95",
+                     wilson_json(t), "outcomes", outcomes_json(t),
+                     "no_context_replies", t->no_ctx);
+}
+
+/* ---- McNemar between endpoint and baseline ---- */
+
+struct pairs {
+    unsigned both, a_only, b_only, neither;
+};
+
+static void pair_add(struct pairs *p, const struct probe_result *a,
+                     const struct probe_result *b)
+{
+    if (!a->done || !b->done)
+        return;
+    bool pa = a->outcome == PROBE_PASS, pb = b->outcome == PROBE_PASS;
+    if (pa && pb)
+        p->both++;
+    else if (pa)
+        p->a_only++;
+    else if (pb)
+        p->b_only++;
+    else
+        p->neither++;
+}
+
+static json_t *pairs_json(const struct pairs *p)
+{
+    double pv = stats_mcnemar_exact(p->a_only, p->b_only);
+    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:b}", "both_pass", p->both,
+                     "endpoint_only_pass", p->a_only, "baseline_only_pass",
+                     p->b_only, "both_fail", p->neither, "p_value", pv,
+                     "significant", pv < 0.05);
+}
+
+static json_t *comparison_json(const struct probe_report_in *in)
+{
+    struct pairs all = {0}, kind[PROBE_NKINDS] = {{0}}, len[MAXL] = {{0}};
+    unsigned L[MAXL];
+    size_t nl = lengths_of(in, -1, L);
+    for (size_t i = 0; i < in->n; i++) {
+        pair_add(&all, &in->res[i], &in->bres[i]);
+        pair_add(&kind[in->specs[i].kind], &in->res[i], &in->bres[i]);
+        for (size_t j = 0; j < nl; j++)
+            if (L[j] == in->specs[i].length)
+                pair_add(&len[j], &in->res[i], &in->bres[i]);
+    }
+    json_t *c = json_object(), *bk = json_object(), *bl = json_array();
+    json_object_set_new(c, "overall", pairs_json(&all));
+    for (int k = 0; k < PROBE_NKINDS; k++)
+        if (kind[k].both + kind[k].a_only + kind[k].b_only + kind[k].neither)
+            json_object_set_new(bk, probe_kind_name(k), pairs_json(&kind[k]));
+    for (size_t j = 0; j < nl; j++) {
+        json_t *p = pairs_json(&len[j]);
+        json_object_set_new(p, "length", json_integer(L[j]));
+        json_array_append_new(bl, p);
+    }
+    json_object_set_new(c, "by_kind", bk);
+    json_object_set_new(c, "by_length", bl);
+    return c;
+}
+
+/* ---- JSON ---- */
+
+static json_t *endpoint_json(const struct probe_endpoint *e)
+{
+    if (!e)
+        return json_null();
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:s}", "url", e->url, "model",
+                          e->model ? e->model : "", "fingerprint", e->fp,
+                          "max_model_len", e->max_model_len, "tokenizer",
+                          e->has_tokenize ? "tokenize" : "calibrated");
+    if (e->calibrated)
+        json_object_set_new(j, "calibration",
+                            json_pack("{s:f, s:f}", "tokens_at_zero", e->cal_a,
+                                      "tokens_per_unit", e->cal_b));
+    json_object_set(j, "server_info", e->info ? e->info : json_null());
+    return j;
+}
+
+static json_t *case_json(const struct probe_spec *s,
+                         const struct probe_result *r)
+{
+    json_t *c = json_pack(
+        "{s:s, s:s, s:i, s:i, s:i, s:s, s:f, s:i, s:s, s:b, s:b}", "key",
+        r->key, "kind", probe_kind_name(s->kind), "length", s->length,
+        "target_tokens", s->target, "depth", s->depth, "variant",
+        probe_variant_name(s->kind, s->variant), "temperature", s->temperature,
+        "repeat", s->rep, "outcome",
+        r->done ? probe_outcome_name(r->outcome) : "not-run", "passed",
+        r->done && r->outcome == PROBE_PASS, "cached", r->cached);
+    char seed[24];
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
+    json_object_set_new(c, "seed", json_string(seed));
+    if (s->kind == PROBE_CANARY && s->depth >= 0) {
+        unsigned n = probe_turns_for(s->target);
+        json_object_set_new(
+            c, "turn", json_integer(lround(s->depth / 100.0 * (n - 1)) + 1));
+        json_object_set_new(c, "turns", json_integer(n));
+    }
+    if (!r->done)
+        return c;
+    json_object_set_new(c, "expected_tokens", json_integer(r->expected));
+    json_object_set_new(c, "prompt_tokens", json_integer(r->prompt_tokens));
+    json_object_set_new(c, "finish_reason", json_string(r->finish));
+    json_object_set_new(c, "no_context", json_boolean(r->no_context));
+    json_object_set_new(c, "http_status", json_integer(r->status));
+    json_object_set_new(c, "attempts", json_integer(r->attempts));
+    json_object_set_new(c, "reply", json_string(r->reply));
+    if (r->error[0])
+        json_object_set_new(c, "error", json_string(r->error));
+    return c;
+}
+
+static bool same_cell(const struct probe_spec *a, const struct probe_spec *b)
+{
+    return a->kind == b->kind && a->length == b->length &&
+           a->depth == b->depth && a->variant == b->variant &&
+           a->temperature == b->temperature;
+}
+
+static json_t *cells_json(const struct probe_report_in *in,
+                          const struct probe_result *res)
+{
+    json_t *cells = json_array();
+    for (size_t i = 0; i < in->n;) {
+        struct tally t = {0};
+        size_t j = i;
+        while (j < in->n && same_cell(&in->specs[i], &in->specs[j]))
+            tally_add(&t, &res[j++]);
+        const struct probe_spec *s = &in->specs[i];
+        json_t *c = tally_json(&t);
+        json_object_set_new(c, "kind", json_string(probe_kind_name(s->kind)));
+        json_object_set_new(c, "length", json_integer(s->length));
+        json_object_set_new(c, "depth", json_integer(s->depth));
+        json_object_set_new(
+            c, "variant", json_string(probe_variant_name(s->kind, s->variant)));
+        json_object_set_new(c, "temperature", json_real(s->temperature));
+        json_array_append_new(cells, c);
+        i = j;
+    }
+    return cells;
+}
+
+static json_t *kinds_json(const struct probe_report_in *in,
+                          const struct probe_result *res)
+{
+    json_t *ks = json_array();
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        unsigned L[MAXL], ruler, nolima;
+        struct tally t[MAXL], all = {0};
+        double base;
+        size_t nl = lengths_of(in, k, L);
+        if (!nl)
+            continue;
+        by_length(in, res, k, L, nl, t);
+        effective(L, t, nl, &ruler, &nolima, &base);
+        json_t *bl = json_array();
+        for (size_t j = 0; j < nl; j++) {
+            json_t *x = tally_json(&t[j]);
+            json_object_set_new(x, "length", json_integer(L[j]));
+            json_array_append_new(bl, x);
+            all.n += t[j].n;
+            all.pass += t[j].pass;
+            all.no_ctx += t[j].no_ctx;
+            for (int o = 0; o < PROBE_NOUTCOMES; o++)
+                all.out[o] += t[j].out[o];
+        }
+        json_t *kj = tally_json(&all);
+        json_object_set_new(kj, "kind", json_string(probe_kind_name(k)));
+        json_object_set_new(kj, "by_length", bl);
+        json_object_set_new(kj, "effective_length",
+                            json_pack("{s:i, s:f, s:i, s:f}", "ruler", ruler,
+                                      "ruler_threshold", PROBE_RULER_THRESHOLD,
+                                      "nolima", nolima, "nolima_base", base));
+        json_array_append_new(ks, kj);
+    }
+    return ks;
+}
+
+static json_t *side_json(const struct probe_report_in *in,
+                         const struct probe_result *res)
+{
+    struct tally all = {0};
+    unsigned L[MAXL], ruler, nolima;
+    struct tally t[MAXL];
+    double base;
+    for (size_t i = 0; i < in->n; i++)
+        tally_add(&all, &res[i]);
+    size_t nl = lengths_of(in, -1, L);
+    by_length(in, res, -1, L, nl, t);
+    effective(L, t, nl, &ruler, &nolima, &base);
+    json_t *s = tally_json(&all);
+    json_object_set_new(
+        s, "effective_length",
+        json_pack("{s:i, s:i}", "ruler", ruler, "nolima", nolima));
+    json_object_set_new(s, "kinds", kinds_json(in, res));
+    json_object_set_new(s, "cells", cells_json(in, res));
+    json_t *cases = json_array();
+    for (size_t i = 0; i < in->n; i++)
+        json_array_append_new(cases, case_json(&in->specs[i], &res[i]));
+    json_object_set_new(s, "case_results", cases);
+    return s;
+}
+
+json_t *probe_report_json(const struct probe_report_in *in)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "format", json_string("fidelity-probe/1"));
+    json_object_set_new(j, "endpoint", endpoint_json(in->ep));
+    json_object_set_new(j, "baseline", endpoint_json(in->base));
+    json_object_set(j, "config", in->config ? in->config : json_null());
+    json_object_set_new(j, "interrupted", json_boolean(in->interrupted));
+    json_object_set_new(j, "results", side_json(in, in->res));
+    if (in->base && in->bres) {
+        json_object_set_new(j, "baseline_results", side_json(in, in->bres));
+        json_object_set_new(j, "comparison", comparison_json(in));
+    }
+    return j;
+}
+
+/* ---- text ---- */
+
+static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C', 'E', 'M'};
+
+static void fmt_len(unsigned l, char *out, size_t n)
+{
+    if (l % 1024 == 0)
+        snprintf(out, n, "%uk", l / 1024);
+    else
+        snprintf(out, n, "%u", l);
+}
+
+static char dominant(const struct tally *t)
+{
+    int best = 0;
+    for (int o = 1; o < PROBE_NOUTCOMES; o++)
+        if (t->out[o] > (best ? t->out[best] : 0))
+            best = o;
+    return best ? outcome_letter[best] : ' ';
+}
+
+static void print_cell(FILE *out, const struct tally *t)
+{
+    if (!t->n)
+        fprintf(out, " %5s", "-");
+    else
+        fprintf(out, " %4.0f%c", 100.0 * rate_of(t), dominant(t));
+}
+
+/* One heatmap: rows are lengths; columns are depths (variant fixed) or,
+ * for kinds without depth, variants. */
+static void heatmap(FILE *out, const struct probe_report_in *in,
+                    const struct probe_result *res, int k, int variant)
+{
+    bool depth = probe_kind_has_depth(k);
+    int cols[16];
+    size_t nc = 0;
+    unsigned L[MAXL];
+    size_t nl = lengths_of(in, k, L);
+    for (size_t i = 0; i < in->n && nc < 16; i++) {
+        const struct probe_spec *s = &in->specs[i];
+        if ((int)s->kind != k || (depth && s->variant != variant))
+            continue;
+        int c = depth ? s->depth : s->variant;
+        size_t j = 0;
+        while (j < nc && cols[j] != c)
+            j++;
+        if (j == nc)
+            cols[nc++] = c;
+    }
+    if (!nc)
+        return;
+    fprintf(out, "\n%s", probe_kind_name(k));
+    if (depth && k != PROBE_NEEDLE && k != PROBE_MULTI && k != PROBE_VARIABLES)
+        fprintf(out, " [%s]", probe_variant_name(k, variant));
+    fprintf(out, " (pass %% by length x %s)\n  length",
+            depth ? (k == PROBE_CANARY ? "turn position" : "depth")
+                  : "variant");
+    for (size_t c = 0; c < nc; c++) {
+        char h[32];
+        if (depth)
+            snprintf(h, sizeof(h), cols[c] < 0 ? "-" : "%d%%", cols[c]);
+        else
+            snprintf(h, sizeof(h), "v%d", cols[c]);
+        fprintf(out, " %5s", h);
+    }
+    fputc('\n', out);
+    for (size_t l = 0; l < nl; l++) {
+        char ls[16];
+        fmt_len(L[l], ls, sizeof(ls));
+        fprintf(out, "  %6s", ls);
+        for (size_t c = 0; c < nc; c++) {
+            struct tally t = {0};
+            for (size_t i = 0; i < in->n; i++) {
+                const struct probe_spec *s = &in->specs[i];
+                if ((int)s->kind == k && s->length == L[l] &&
+                    (depth ? s->variant == variant && s->depth == cols[c]
+                           : s->variant == cols[c]))
+                    tally_add(&t, &res[i]);
+            }
+            print_cell(out, &t);
+        }
+        fputc('\n', out);
+    }
+    if (!depth && k != PROBE_FIRST)
+        for (size_t c = 0; c < nc; c++)
+            fprintf(out, "  v%d = %s\n", cols[c],
+                    probe_variant_name(k, cols[c]));
+}
+
+static void summary_table(FILE *out, const struct probe_report_in *in,
+                          const struct probe_result *res)
+{
+    fprintf(out, "%-14s %6s %6s %7s  %-13s %7s %7s  %s\n", "kind", "cases",
+            "passed", "rate", "95% CI", "ruler", "nolima", "failures");
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        unsigned L[MAXL], ruler, nolima;
+        struct tally t[MAXL], all = {0};
+        double base, lo, hi;
+        size_t nl = lengths_of(in, k, L);
+        if (!nl)
+            continue;
+        by_length(in, res, k, L, nl, t);
+        effective(L, t, nl, &ruler, &nolima, &base);
+        for (size_t i = 0; i < in->n; i++)
+            if ((int)in->specs[i].kind == k)
+                tally_add(&all, &res[i]);
+        stats_wilson(all.pass, all.n, Z95, &lo, &hi);
+        char r1[16], r2[16], ci[32];
+        fmt_len(ruler, r1, sizeof(r1));
+        fmt_len(nolima, r2, sizeof(r2));
+        snprintf(ci, sizeof(ci), "[%.0f%%, %.0f%%]", 100 * lo, 100 * hi);
+        fprintf(out, "%-14s %6u %6u %6.1f%%  %-13s %7s %7s  ",
+                probe_kind_name(k), all.n, all.pass, 100 * rate_of(&all), ci,
+                ruler ? r1 : "<min", nolima ? r2 : "<min");
+        bool any = false;
+        for (int o = 1; o < PROBE_NOUTCOMES; o++)
+            if (all.out[o]) {
+                fprintf(out, "%s%s %u", any ? ", " : "", probe_outcome_name(o),
+                        all.out[o]);
+                any = true;
+            }
+        fprintf(out, "%s\n", any ? "" : "-");
+    }
+}
+
+/* Where recall breaks and why: per kind, the shortest failing length and
+ * the class that dominates beyond it. */
+static void explain(FILE *out, const struct probe_report_in *in,
+                    const struct probe_result *res, const char *who)
+{
+    bool any = false;
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        unsigned first = 0;
+        struct tally t = {0};
+        long max_kept = -1, min_kept = -1, sent = 0;
+        const char *err = NULL;
+        for (size_t i = 0; i < in->n; i++) {
+            const struct probe_spec *s = &in->specs[i];
+            const struct probe_result *r = &res[i];
+            if ((int)s->kind != k || !r->done || r->outcome == PROBE_PASS)
+                continue;
+            if (!first || s->length < first)
+                first = s->length;
+            tally_add(&t, r);
+            if (r->outcome == PROBE_TRUNCATED && r->prompt_tokens > max_kept) {
+                max_kept = r->prompt_tokens;
+                sent = r->expected;
+            }
+            if (r->outcome == PROBE_TRUNCATED &&
+                (min_kept < 0 || r->prompt_tokens < min_kept))
+                min_kept = r->prompt_tokens;
+            if (r->outcome == PROBE_ERROR && !err)
+                err = r->error;
+        }
+        if (!t.n)
+            continue;
+        any = true;
+        char fl[16];
+        fmt_len(first, fl, sizeof(fl));
+        fprintf(out, "  %s: fails from %s on (%u failed):", probe_kind_name(k),
+                fl, t.n);
+        /* A token limit keeps about the same count whatever was sent; a
+         * history window by turns keeps varying counts. */
+        if (t.out[PROBE_TRUNCATED] && max_kept - min_kept <= max_kept / 20)
+            fprintf(out,
+                    " %u truncated-by-server (the server kept %ld of "
+                    "%ld prompt tokens: it drops context silently "
+                    "past about %ld tokens);",
+                    t.out[PROBE_TRUNCATED], max_kept, sent, max_kept);
+        else if (t.out[PROBE_TRUNCATED])
+            fprintf(out,
+                    " %u truncated-by-server (the server kept between %ld "
+                    "and %ld prompt tokens, not a fixed limit: a history "
+                    "window by turns or messages drops the front; see the "
+                    "canary map);",
+                    t.out[PROBE_TRUNCATED], min_kept, max_kept);
+        if (t.out[PROBE_MISSED])
+            fprintf(out,
+                    " %u missed (prompt tokens intact; the model did "
+                    "not recall);",
+                    t.out[PROBE_MISSED]);
+        if (t.out[PROBE_CLIPPED])
+            fprintf(out,
+                    " %u output-clipped (finish_reason length; raise "
+                    "--max-tokens);",
+                    t.out[PROBE_CLIPPED]);
+        if (t.out[PROBE_ERROR])
+            fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
+                    err ? err : "?");
+        if (t.no_ctx)
+            fprintf(out, " %u replies said there was no earlier context;",
+                    t.no_ctx);
+        fputc('\n', out);
+    }
+    if (!any)
+        fprintf(out, "  %s: every finished case passed\n", who);
+}
+
+static void side_text(FILE *out, const struct probe_report_in *in,
+                      const struct probe_result *res,
+                      const struct probe_endpoint *e, const char *who)
+{
+    fprintf(out, "\n== %s %s (model %s, max_model_len %u, tokens by %s)\n", who,
+            e->url, e->model ? e->model : "?", e->max_model_len,
+            e->has_tokenize ? "/tokenize" : "calibration");
+    double lo = 2, hi = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (res[i].done && res[i].expected) {
+            double q = (double)res[i].expected / in->specs[i].target;
+            lo = q < lo ? q : lo;
+            hi = q > hi ? q : hi;
+        }
+    if (hi > 0)
+        fprintf(out,
+                "sizing: achieved %.1f%% to %.1f%% of the target "
+                "tokens\n",
+                100 * lo, 100 * hi);
+    summary_table(out, in, res);
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        if (probe_kind_has_depth(k)) {
+            for (int v = 0; v < PROBE_CV_COUNT; v++)
+                heatmap(out, in, res, k, v);
+        } else {
+            heatmap(out, in, res, k, 0);
+        }
+    }
+    fprintf(out, "\nlegend: cell = pass %%, letter = most common failure: "
+                 "T truncated-by-server, M missed, C output-clipped, "
+                 "E server-error\n");
+    fprintf(out, "\nwhere it breaks and why (%s):\n", who);
+    explain(out, in, res, who);
+}
+
+void probe_report_text(const struct probe_report_in *in, FILE *out)
+{
+    side_text(out, in, in->res, in->ep, "endpoint");
+    if (!in->base || !in->bres)
+        return;
+    side_text(out, in, in->bres, in->base, "baseline");
+    struct pairs all = {0}, kind[PROBE_NKINDS] = {{0}};
+    for (size_t i = 0; i < in->n; i++) {
+        pair_add(&all, &in->res[i], &in->bres[i]);
+        pair_add(&kind[in->specs[i].kind], &in->res[i], &in->bres[i]);
+    }
+    fprintf(out, "\n== endpoint vs baseline (paired cases, McNemar exact)\n");
+    fprintf(out, "%-14s %6s %9s %9s %6s %9s\n", "kind", "both", "end-only",
+            "base-only", "none", "p-value");
+    for (int k = -1; k < PROBE_NKINDS; k++) {
+        const struct pairs *p = k < 0 ? &all : &kind[k];
+        if (k >= 0 && !(p->both + p->a_only + p->b_only + p->neither))
+            continue;
+        double pv = stats_mcnemar_exact(p->a_only, p->b_only);
+        fprintf(out, "%-14s %6u %9u %9u %6u %9.3g%s\n",
+                k < 0 ? "all" : probe_kind_name(k), p->both, p->a_only,
+                p->b_only, p->neither, pv, pv < 0.05 ? "  significant" : "");
+    }
+    double pv = stats_mcnemar_exact(all.a_only, all.b_only);
+    fprintf(out, "%s (p = %.3g)\n",
+            pv < 0.05 ? "the endpoint and the baseline differ"
+                      : "no significant difference between endpoint and "
+                        "baseline",
+            pv);
+}
+
+/* ---- JUnit ---- */
+
+static void xml_escape(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        default:
+            if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
+                fputc('?', f);
+            else
+                fputc(*s, f);
+        }
+    }
+}
+
+int probe_report_junit(const struct probe_report_in *in, const char *path,
+                       struct diag *d)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    if (!f)
+        return diag_set(d, errno, "cannot open '%s': %s", path,
+                        strerror(errno));
+    unsigned fails = 0, total = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (in->res[i].done) {
+            total++;
+            fails += in->res[i].outcome != PROBE_PASS;
+        }
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<testsuites name=\"fidelity probe\" tests=\"%u\" "
+            "failures=\"%u\">\n",
+            total, fails);
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        unsigned n = 0, nf = 0;
+        for (size_t i = 0; i < in->n; i++)
+            if ((int)in->specs[i].kind == k && in->res[i].done) {
+                n++;
+                nf += in->res[i].outcome != PROBE_PASS;
+            }
+        if (!n)
+            continue;
+        fprintf(f, "  <testsuite name=\"%s\" tests=\"%u\" failures=\"%u\">\n",
+                probe_kind_name(k), n, nf);
+        for (size_t i = 0; i < in->n; i++) {
+            const struct probe_spec *s = &in->specs[i];
+            const struct probe_result *r = &in->res[i];
+            if ((int)s->kind != k || !r->done)
+                continue;
+            fprintf(f,
+                    "    <testcase classname=\"probe.%s\" name=\"len=%u "
+                    "depth=%d variant=%s temp=%g rep=%u\" time=\"%.3f\"",
+                    probe_kind_name(k), s->length, s->depth,
+                    probe_variant_name(k, s->variant), s->temperature, s->rep,
+                    r->latency);
+            if (r->outcome == PROBE_PASS) {
+                fputs("/>\n", f);
+                continue;
+            }
+            fprintf(f, ">\n      <failure type=\"%s\" message=\"",
+                    probe_outcome_name(r->outcome));
+            fprintf(f, "prompt_tokens %ld of %u expected; ", r->prompt_tokens,
+                    r->expected);
+            xml_escape(f, r->error[0] ? r->error : r->reply);
+            fputs("\"/>\n    </testcase>\n", f);
+        }
+        fputs("  </testsuite>\n", f);
+    }
+    fputs("</testsuites>\n", f);
+    if (f != stdout && fclose(f))
+        return diag_set(d, EIO, "cannot write '%s'", path);
+    return 0;
+}

@@ -1,0 +1,199 @@
+/*
+ * run: the worker pool. Each of -j threads has its own http_client and
+ * takes the next case index under a mutex; for each case it looks the key
+ * up in the store (skipping finished cases unless --fresh), sizes the case
+ * against the endpoint's tokenizer, sends it to the endpoint and the
+ * baseline, scores and classifies the replies and stores the results. A
+ * stop request (Ctrl-C) ends the handing out of cases; cases in flight
+ * finish and are kept.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "probe/probe.h"
+
+struct shared {
+    struct probe_run *r;
+    pthread_mutex_t mu;
+    size_t next, done, passed;
+};
+
+static void fill(struct probe_result *res, const struct probe_case *pc,
+                 const struct probe_reply *rep, unsigned expected, double tol)
+{
+    bool passed = rep->err == 0 && probe_score(pc, rep->content);
+    res->outcome = probe_classify(passed, rep, expected, tol);
+    res->no_context = probe_has_no_context(rep->content);
+    res->expected = expected;
+    res->prompt_tokens = rep->prompt_tokens;
+    res->status = rep->status;
+    res->attempts = rep->attempts;
+    res->latency = rep->latency;
+    snprintf(res->finish, sizeof(res->finish), "%s", rep->finish);
+    snprintf(res->reply, sizeof(res->reply), "%s",
+             rep->content ? rep->content : "");
+    snprintf(res->error, sizeof(res->error), "%s", rep->error);
+    res->done = true;
+}
+
+static void fail(struct probe_result *res, const char *why, unsigned expected)
+{
+    res->outcome = PROBE_ERROR;
+    res->expected = expected;
+    res->prompt_tokens = -1;
+    snprintf(res->error, sizeof(res->error), "%s", why);
+    res->done = true;
+}
+
+static void store(struct shared *sh, const char *fp, const struct probe_spec *s,
+                  const struct probe_result *res)
+{
+    struct probe_run *r = sh->r;
+    struct diag d;
+    if (!r->db)
+        return;
+    if (probe_store_put(r->db, fp, s, res, &d)) {
+        pthread_mutex_lock(&sh->mu);
+        if (!r->store_err) {
+            r->store_err = -EIO;
+            r->store_diag = d;
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+}
+
+static bool lookup(struct shared *sh, const char *key, struct probe_result *res)
+{
+    struct probe_run *r = sh->r;
+    struct diag d;
+    snprintf(res->key, sizeof(res->key), "%s", key);
+    if (!r->db || r->fresh)
+        return false;
+    return probe_store_get(r->db, key, res, &d) == 1;
+}
+
+/* Sends pc to one endpoint and fills res. */
+static void send_one(struct shared *sh, struct probe_endpoint *e,
+                     struct http_client *c, const struct probe_case *pc,
+                     unsigned expected, struct probe_result *res)
+{
+    struct probe_run *r = sh->r;
+    struct probe_reply rep;
+    probe_chat(e, c, pc, r->max_tokens, &rep, r->stop);
+    fill(res, pc, &rep, expected, r->tol);
+    unsigned attempts = rep.attempts;
+    probe_reply_release(&rep);
+    pthread_mutex_lock(&sh->mu);
+    r->sent += attempts;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void run_one(struct shared *sh, size_t i, struct http_client *ca,
+                    struct http_client *cb, struct probe_case *pc)
+{
+    struct probe_run *r = sh->r;
+    const struct probe_spec *s = &r->specs[i];
+    struct probe_result *ra = &r->res[i], *rb = r->bres ? &r->bres[i] : NULL;
+    char key[17];
+    struct diag d;
+    unsigned tok = 0;
+
+    probe_spec_key(s, r->ep->model, r->max_tokens, r->extra_key, r->ep->fp,
+                   key);
+    bool have_a = lookup(sh, key, ra);
+    bool have_b = true;
+    if (rb) {
+        probe_spec_key(s, r->base->model, r->max_tokens, r->extra_key,
+                       r->base->fp, key);
+        have_b = lookup(sh, key, rb);
+    }
+    if (have_a && have_b)
+        return;
+    if (probe_size_case(r->ep, ca, s, pc, &tok, &d)) {
+        if (!have_a) {
+            fail(ra, d.msg, 0);
+            store(sh, r->ep->fp, s, ra);
+        }
+        if (!have_b) {
+            fail(rb, d.msg, 0);
+            store(sh, r->base->fp, s, rb);
+        }
+        return;
+    }
+    probe_case_drop_cache(pc);
+    if (!have_a) {
+        send_one(sh, r->ep, ca, pc, tok, ra);
+        store(sh, r->ep->fp, s, ra);
+    }
+    if (!have_b) {
+        unsigned btok = 0;
+        if (probe_count_case(r->base, cb, pc, &btok, &d))
+            btok = 0;
+        send_one(sh, r->base, cb, pc, btok, rb);
+        store(sh, r->base->fp, s, rb);
+    }
+}
+
+static void *worker(void *arg)
+{
+    struct shared *sh = arg;
+    struct probe_run *r = sh->r;
+    struct http_client *ca = http_client_new();
+    struct http_client *cb = r->base ? http_client_new() : NULL;
+    struct probe_case pc;
+    memset(&pc, 0, sizeof(pc));
+    for (;;) {
+        pthread_mutex_lock(&sh->mu);
+        if (r->stop && *r->stop) {
+            r->interrupted = sh->next < r->n;
+            pthread_mutex_unlock(&sh->mu);
+            break;
+        }
+        size_t i = sh->next++;
+        pthread_mutex_unlock(&sh->mu);
+        if (i >= r->n)
+            break;
+        run_one(sh, i, ca, cb, &pc);
+        probe_case_release(&pc);
+        pthread_mutex_lock(&sh->mu);
+        sh->done++;
+        if (r->res[i].cached && (!r->bres || r->bres[i].cached))
+            r->cached++;
+        if (r->res[i].outcome == PROBE_PASS)
+            sh->passed++;
+        if (r->progress)
+            r->progress(r->ud, sh->done, sh->passed, r->n);
+        pthread_mutex_unlock(&sh->mu);
+    }
+    probe_case_release(&pc);
+    http_client_free(ca);
+    http_client_free(cb);
+    return NULL;
+}
+
+int probe_run(struct probe_run *r)
+{
+    struct shared sh = {.r = r};
+    unsigned j = r->jobs ? r->jobs : 4;
+    pthread_t th[256];
+    if (j > 256)
+        j = 256;
+    if (j > r->n && r->n)
+        j = (unsigned)r->n;
+    pthread_mutex_init(&sh.mu, NULL);
+    r->sent = 0;
+    r->cached = 0;
+    r->interrupted = false;
+    unsigned started = 0;
+    for (; started < j; started++)
+        if (pthread_create(&th[started], NULL, worker, &sh))
+            break;
+    if (!started)
+        worker(&sh);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&sh.mu);
+    return 0;
+}

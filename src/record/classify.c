@@ -1,0 +1,299 @@
+/*
+ * classify: secret names, session keys and request kinds, from the request
+ * alone plus the task prompts seen so far.
+ */
+#include "record/classify.h"
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/buf.h"
+#include "core/hash.h"
+#include "core/xalloc.h"
+
+#define TASK_PROMPTS_MAX 4096
+
+static const char *const SECRET_NAMES[] = {
+    "authorization", "proxy-authorization", "cookie", "set-cookie",
+    "api-key",       "x-api-key",           NULL};
+static const char *const SECRET_PARTS[] = {
+    "api-key",  "apikey", "api_key",       "token", "secret",
+    "password", "auth",   "session-token", NULL};
+static const char *const SECRET_PARAMS[] = {
+    "key",          "api_key",  "apikey", "api-key", "token",
+    "access_token", "password", "secret", "sig",     "signature",
+    "auth",         "code",     NULL};
+/* Tool names harnesses use to hand a prompt to a subagent. */
+static const char *const TASK_TOOLS[] = {"task",        "Task",     "agent",
+                                         "spawn_agent", "subagent", NULL};
+
+static bool contains_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++)
+        if (!strncasecmp(hay, needle, n))
+            return true;
+    return false;
+}
+
+bool is_secret_header(const char *name)
+{
+    if (contains_ci(name, "ratelimit")) /* x-ratelimit-remaining-tokens */
+        return false;
+    for (int i = 0; SECRET_NAMES[i]; i++)
+        if (!strcasecmp(name, SECRET_NAMES[i]))
+            return true;
+    for (int i = 0; SECRET_PARTS[i]; i++)
+        if (contains_ci(name, SECRET_PARTS[i]))
+            return true;
+    return false;
+}
+
+static bool is_secret_param(const char *name, size_t n)
+{
+    for (int i = 0; SECRET_PARAMS[i]; i++)
+        if (strlen(SECRET_PARAMS[i]) == n &&
+            !strncasecmp(name, SECRET_PARAMS[i], n))
+            return true;
+    return false;
+}
+
+char *redact_path(const char *path)
+{
+    const char *q = strchr(path, '?');
+    if (!q)
+        return xstrdup(path);
+    struct buf b = BUF_INIT;
+    buf_add(&b, path, (size_t)(q - path) + 1);
+    const char *p = q + 1;
+    while (*p) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (eq && is_secret_param(p, (size_t)(eq - p))) {
+            buf_add(&b, p, (size_t)(eq - p) + 1);
+            buf_adds(&b, REDACTED);
+        } else {
+            buf_add(&b, p, len);
+        }
+        if (!amp)
+            break;
+        buf_addch(&b, '&');
+        p = amp + 1;
+    }
+    return buf_detach(&b, NULL);
+}
+
+/* ---- message text ---- */
+
+/* The text of a message's content: the string, or the concatenated text of
+ * its parts. Fresh string. */
+static char *msg_text(const json_t *m)
+{
+    json_t *c = json_object_get(m, "content");
+    if (json_is_string(c))
+        return xstrdup(json_string_value(c));
+    struct buf b = BUF_INIT;
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part)
+    {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (t)
+            buf_adds(&b, t);
+    }
+    return buf_detach(&b, NULL);
+}
+
+static const char *role_of(const json_t *m)
+{
+    const char *r = json_string_value(json_object_get(m, "role"));
+    return r ? r : "";
+}
+
+static const json_t *first_with_role(const json_t *msgs, const char *role)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if (!strcmp(role_of(m), role))
+            return m;
+    }
+    return NULL;
+}
+
+static const json_t *last_with_role(const json_t *msgs, const char *role)
+{
+    for (size_t i = json_array_size(msgs); i-- > 0;) {
+        json_t *m = json_array_get(msgs, i);
+        if (!strcmp(role_of(m), role))
+            return m;
+    }
+    return NULL;
+}
+
+static uint64_t text_hash(const char *s)
+{
+    return hash64(s, strlen(s), 0x7461736b);
+}
+
+/* ---- subagent prompts ---- */
+
+struct classify_state {
+    uint64_t prompts[TASK_PROMPTS_MAX]; /* ring of task prompt hashes */
+    size_t n;
+};
+
+struct classify_state *classify_new(void)
+{
+    return xcalloc(1, sizeof(struct classify_state));
+}
+
+void classify_free(struct classify_state *c)
+{
+    free(c);
+}
+
+static bool is_task_tool(const char *name)
+{
+    for (int i = 0; name && TASK_TOOLS[i]; i++)
+        if (!strcmp(name, TASK_TOOLS[i]))
+            return true;
+    return false;
+}
+
+static void learn_calls(struct classify_state *c, const json_t *calls)
+{
+    size_t i;
+    json_t *call;
+    json_array_foreach(calls, i, call)
+    {
+        json_t *f = json_object_get(call, "function");
+        if (!is_task_tool(json_string_value(json_object_get(f, "name"))))
+            continue;
+        const char *args = json_string_value(json_object_get(f, "arguments"));
+        json_t *a = args ? json_loads(args, 0, NULL) : NULL;
+        const char *prompt = json_string_value(json_object_get(a, "prompt"));
+        if (prompt) {
+            uint64_t h = text_hash(prompt);
+            bool seen = false;
+            for (size_t k = 0; k < c->n && k < TASK_PROMPTS_MAX; k++)
+                seen |= c->prompts[k] == h;
+            if (!seen)
+                c->prompts[c->n++ % TASK_PROMPTS_MAX] = h;
+        }
+        json_decref(a);
+    }
+}
+
+void classify_learn(struct classify_state *c, const json_t *body,
+                    const json_t *reply)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(body, "messages"), i, m)
+    {
+        if (!strcmp(role_of(m), "assistant"))
+            learn_calls(c, json_object_get(m, "tool_calls"));
+    }
+    if (reply)
+        learn_calls(c, json_object_get(reply, "tool_calls"));
+}
+
+static bool is_task_prompt(const struct classify_state *c, const char *text)
+{
+    uint64_t h = text_hash(text);
+    for (size_t k = 0; k < c->n && k < TASK_PROMPTS_MAX; k++)
+        if (c->prompts[k] == h)
+            return true;
+    return false;
+}
+
+/* ---- session and kind ---- */
+
+static const char *header_ci(const json_t *headers, const char *name)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)headers, k, v)
+    {
+        if (!strcasecmp(k, name) && json_is_string(v) && json_string_length(v))
+            return json_string_value(v);
+    }
+    return NULL;
+}
+
+char *classify_session(const json_t *headers, const json_t *body)
+{
+    const char *h = header_ci(headers, "x-session-id");
+    if (!h)
+        h = header_ci(headers, "x-session-affinity");
+    if (h)
+        return xstrdup(h);
+    const json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || !json_array_size(msgs))
+        return xstrdup("-");
+    json_t *key = json_array();
+    const json_t *sys = first_with_role(msgs, "system");
+    const json_t *user = first_with_role(msgs, "user");
+    json_array_append(key, sys ? (json_t *)sys : json_null());
+    json_array_append(key, user ? (json_t *)user : json_null());
+    char *s = json_dumps(key, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(key);
+    char hex[17];
+    hash_hex(hash64(s, strlen(s), 0), hex);
+    free(s);
+    return xasprintf("p:%s", hex);
+}
+
+static bool has_tools(const json_t *body)
+{
+    json_t *t = json_object_get(body, "tools");
+    json_t *f = json_object_get(body, "functions");
+    return json_array_size(t) > 0 || json_array_size(f) > 0;
+}
+
+/* First n bytes of m's text, lowercase-insensitive search for needle. */
+static bool text_has(const json_t *m, const char *needle, size_t n)
+{
+    if (!m)
+        return false;
+    char *t = msg_text(m);
+    if (strlen(t) > n)
+        t[n] = '\0';
+    bool r = contains_ci(t, needle);
+    free(t);
+    return r;
+}
+
+const char *classify_kind(struct classify_state *c, const json_t *body)
+{
+    const json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || !json_array_size(msgs))
+        return "other";
+    const json_t *sys = first_with_role(msgs, "system");
+    const json_t *first_user = first_with_role(msgs, "user");
+    const json_t *last_user = last_with_role(msgs, "user");
+    if (!has_tools(body)) {
+        if (text_has(sys, "title", 400) ||
+            text_has(first_user, "generate a title", 200))
+            return "title";
+        if (text_has(sys, "summar", 1000) ||
+            text_has(last_user, "<conversation>", 400) ||
+            text_has(last_user, "summarize", 100000) ||
+            text_has(last_user, "summary of", 100000))
+            return "compaction";
+    }
+    if (first_user && c) {
+        char *t = msg_text(first_user);
+        bool sub = is_task_prompt(c, t);
+        free(t);
+        if (sub)
+            return "subagent";
+    }
+    return "main";
+}

@@ -1,0 +1,44 @@
+/*
+ * classify: what the recording proxy decides about a request before it is
+ * stored: which headers and query parameters are secrets (redacted before
+ * anything reaches disk), which session the request belongs to, and what
+ * kind of request it is (main, title, compaction, subagent, other). The
+ * rules are documented in docs/RECORD.md.
+ */
+#ifndef RECORD_CLASSIFY_H
+#define RECORD_CLASSIFY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#define REDACTED "[redacted]"
+
+/* True for a header whose value is a credential (case-insensitive name):
+ * Authorization, Proxy-Authorization, Cookie, Set-Cookie, api-key,
+ * x-api-key and any name containing "api-key", "apikey", "token",
+ * "secret", "password" or "auth". */
+bool is_secret_header(const char *name);
+/* A fresh copy of path with the values of secret query parameters (key,
+ * api_key, apikey, token, access_token, password, secret, sig, signature,
+ * auth...) replaced by [redacted]. */
+char *redact_path(const char *path);
+
+/* Remembers the prompts the main agent handed to subagents (arguments of
+ * "task"-like tool calls), so that a subagent's first request is recognised. */
+struct classify_state;
+struct classify_state *classify_new(void);
+void classify_free(struct classify_state *c);
+/* Learns task prompts from a reply's tool_calls (reply as in xchg.h) and
+ * from the assistant tool calls in a request body. */
+void classify_learn(struct classify_state *c, const json_t *body,
+                    const json_t *reply);
+
+/* The session key: the X-Session-Id header, else x-session-affinity, else
+ * "p:" and 16 hex digits hashing the first system and the first user message
+ * (canonical JSON), else "-" for requests without messages. headers is an
+ * object name -> value. Fresh string. */
+char *classify_session(const json_t *headers, const json_t *body);
+/* "main", "title", "compaction", "subagent" or "other" (static string). */
+const char *classify_kind(struct classify_state *c, const json_t *body);
+
+#endif

@@ -1,0 +1,1124 @@
+/*
+ * proxy: the event loop of `fidelity record`. Client side: evhttp, replies
+ * streamed with evhttp_send_reply_start/chunk/end. Upstream side: a curl
+ * multi handle driven by libevent (curl_multi_socket_action with one event
+ * per socket and one timer, the pattern of curl's hiperfifo example).
+ * One struct ex follows an exchange from the request callback to the moment
+ * it is stored and the client has its last byte.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "core/buf.h"
+#include "core/xalloc.h"
+#include "record/classify.h"
+#include "record/record.h"
+#include "record/reply.h"
+#include "record/sse.h"
+#include "store/store.h"
+#include "store/xchg.h"
+
+#define EASY_POOL 64
+#define STOP_GRACE_S 5
+#define BATCH_MAX 256
+
+struct ex;
+
+struct record {
+    struct record_opts o;
+    char *upstream; /* without a trailing slash */
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    int port;
+    CURLM *multi;
+    struct event *timer;
+    struct event *sig[2];
+    sqlite3 *db;
+    struct xchg_cache *cache;
+    struct classify_state *cls;
+    struct ex *active;  /* in flight, doubly linked */
+    struct ex *closing; /* reset replies draining before the close */
+    struct ex *storing; /* finished, with the writer thread */
+    size_t nactive, nstoring;
+    /* The writer thread: parses requests, classifies and commits finished
+     * exchanges in batches (one transaction each); the loop completes the
+     * client side of each once it is stored. */
+    pthread_t writer;
+    bool writer_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ex *q_head, *q_tail; /* to store */
+    struct ex *d_head, *d_tail; /* stored, back to the loop */
+    bool quit;
+    struct event *done_ev;
+    int stopping;
+    struct record_stats stats;
+    CURL *pool[EASY_POOL];
+    int npool;
+};
+
+struct sock {
+    struct event *ev;
+};
+
+enum ex_state { EX_ACTIVE, EX_CLOSING };
+
+struct ex {
+    struct record *r;
+    struct ex *prev, *next;
+    struct ex *wnext; /* writer queues */
+    enum ex_state state;
+    bool ct_json;               /* request Content-Type mentions json */
+    int outcome;                /* 0 stored, 1 spilled, 2 lost */
+    struct evhttp_request *req; /* NULL once evhttp has freed it */
+    struct evhttp_connection *evcon;
+    bool own_req; /* evhttp detached req: we free it */
+    CURL *easy;
+    struct curl_slist *hdrs;
+    char *url;
+    struct buf body;
+    struct xchg x;
+    struct buf resp;
+    bool resp_capped;
+    struct sse_parser sse;
+    struct reply_acc acc;
+    bool headers_done, reply_started, client_gone;
+    int status;
+    char *reason;
+    json_t *resp_headers;
+    int64_t content_length; /* -1: none */
+    int64_t forwarded;
+    struct buf held; /* the end of a sized body, sent once stored */
+    struct evbuffer *chunk;
+    struct evbuffer_cb_entry *drain_cb;
+    struct event *close_ev;
+    double t0, up_first, down_first;
+    char curl_err[CURL_ERROR_SIZE];
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void logf_(struct record *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void logf_(struct record *r, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    if (!r->o.log)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    r->o.log(r->o.log_ud, msg);
+}
+
+/* ---- lists ---- */
+
+static void list_add(struct ex **head, struct ex *e)
+{
+    e->prev = NULL;
+    e->next = *head;
+    if (*head)
+        (*head)->prev = e;
+    *head = e;
+}
+
+static void list_del(struct ex **head, struct ex *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        *head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static struct ex *find_by_conn(struct ex *head, struct evhttp_connection *c)
+{
+    for (; head; head = head->next)
+        if (head->evcon == c)
+            return head;
+    return NULL;
+}
+
+static void ex_free(struct ex *e)
+{
+    if (!e)
+        return;
+    curl_slist_free_all(e->hdrs);
+    free(e->url);
+    buf_release(&e->body);
+    xchg_release(&e->x);
+    buf_release(&e->resp);
+    buf_release(&e->held);
+    sse_release(&e->sse);
+    reply_release(&e->acc);
+    free(e->reason);
+    json_decref(e->resp_headers);
+    if (e->chunk)
+        evbuffer_free(e->chunk);
+    if (e->close_ev)
+        event_free(e->close_ev);
+    free(e);
+}
+
+/* ---- curl multi driven by libevent ---- */
+
+static void check_done(struct record *r);
+
+static void on_sock_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct record *r = arg;
+    int running;
+    int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) |
+                (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    curl_multi_socket_action(r->multi, fd, flags, &running);
+    check_done(r);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct record *r = arg;
+    int running;
+    (void)fd;
+    (void)what;
+    curl_multi_socket_action(r->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(r);
+}
+
+static int curl_sock_cb(CURL *easy, curl_socket_t s, int what, void *userp,
+                        void *socketp)
+{
+    struct record *r = userp;
+    struct sock *sk = socketp;
+    (void)easy;
+    if (what == CURL_POLL_REMOVE) {
+        if (sk) {
+            event_free(sk->ev);
+            free(sk);
+            curl_multi_assign(r->multi, s, NULL);
+        }
+        return 0;
+    }
+    short kind = (short)((what & CURL_POLL_IN ? EV_READ : 0) |
+                         (what & CURL_POLL_OUT ? EV_WRITE : 0) | EV_PERSIST);
+    if (!sk) {
+        sk = xcalloc(1, sizeof(*sk));
+        curl_multi_assign(r->multi, s, sk);
+    } else {
+        event_free(sk->ev);
+    }
+    sk->ev = event_new(r->base, s, kind, on_sock_event, r);
+    event_add(sk->ev, NULL);
+    return 0;
+}
+
+static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    struct record *r = userp;
+    (void)multi;
+    if (timeout_ms < 0) {
+        evtimer_del(r->timer);
+        return 0;
+    }
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    evtimer_add(r->timer, &tv);
+    return 0;
+}
+
+/* ---- request headers ---- */
+
+static bool is_hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {
+        "connection", "keep-alive",        "proxy-connection", "te",
+        "trailer",    "transfer-encoding", "upgrade",          NULL};
+    for (int i = 0; hop[i]; i++)
+        if (!strcasecmp(name, hop[i]))
+            return true;
+    return false;
+}
+
+static void json_add_header(json_t *o, const char *name, const char *value)
+{
+    const char *v = is_secret_header(name) ? REDACTED : value;
+    json_t *old = json_object_get(o, name);
+    if (json_is_string(old)) { /* repeated header: join as RFC 9110 5.3 */
+        char *j = xasprintf("%s, %s", json_string_value(old), v);
+        json_object_set_new(o, name, json_string(j));
+        free(j);
+        return;
+    }
+    json_object_set_new(o, name, json_string(v));
+}
+
+/* Copies the client's headers into e->hdrs (for curl) and e->x.req_headers
+ * (redacted). */
+static void take_req_headers(struct ex *e)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(e->req);
+    struct evkeyval *kv;
+    bool has_accept = false, has_ctype = false;
+
+    e->x.req_headers = json_object();
+    for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        json_add_header(e->x.req_headers, kv->key, kv->value);
+        if (is_hop_by_hop(kv->key) || !strcasecmp(kv->key, "host") ||
+            !strcasecmp(kv->key, "content-length") ||
+            !strcasecmp(kv->key, "expect"))
+            continue;
+        has_accept |= !strcasecmp(kv->key, "accept");
+        has_ctype |= !strcasecmp(kv->key, "content-type");
+        char *line = *kv->value ? xasprintf("%s: %s", kv->key, kv->value)
+                                : xasprintf("%s;", kv->key);
+        e->hdrs = curl_slist_append(e->hdrs, line);
+        free(line);
+    }
+    /* headers curl would add on its own */
+    e->hdrs = curl_slist_append(e->hdrs, "Expect:");
+    if (!has_accept)
+        e->hdrs = curl_slist_append(e->hdrs, "Accept:");
+    if (!has_ctype)
+        e->hdrs = curl_slist_append(e->hdrs, "Content-Type:");
+}
+
+static const char *method_name(enum evhttp_cmd_type t)
+{
+    switch (t) {
+    case EVHTTP_REQ_GET:
+        return "GET";
+    case EVHTTP_REQ_POST:
+        return "POST";
+    case EVHTTP_REQ_HEAD:
+        return "HEAD";
+    case EVHTTP_REQ_PUT:
+        return "PUT";
+    case EVHTTP_REQ_DELETE:
+        return "DELETE";
+    case EVHTTP_REQ_OPTIONS:
+        return "OPTIONS";
+    case EVHTTP_REQ_TRACE:
+        return "TRACE";
+    case EVHTTP_REQ_CONNECT:
+        return "CONNECT";
+    case EVHTTP_REQ_PATCH:
+        return "PATCH";
+    }
+    return "GET";
+}
+
+/* ---- client side ---- */
+
+static void send_json_error(struct evhttp_request *req, int code,
+                            const char *type, const char *msg)
+{
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg,
+                          "type", type, "param", "code", type);
+    char *s = json_dumps(j, JSON_COMPACT);
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, s, strlen(s));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "application/json");
+    evhttp_send_reply(req, code, NULL, b);
+    evbuffer_free(b);
+    free(s);
+    json_decref(j);
+}
+
+static bool client_ok(const struct ex *e)
+{
+    return e->req && !e->client_gone;
+}
+
+static void start_reply(struct ex *e)
+{
+    if (e->reply_started || !client_ok(e))
+        return;
+    e->reply_started = true;
+    evhttp_send_reply_start(e->req, e->status ? e->status : 200, e->reason);
+}
+
+static void send_now(struct ex *e, const char *p, size_t n)
+{
+    if (!n)
+        return;
+    evbuffer_add(e->chunk, p, n);
+    evhttp_send_reply_chunk(e->req, e->chunk);
+    if (!e->down_first)
+        e->down_first = now_ms() - e->t0;
+}
+
+static void forward(struct ex *e, const char *p, size_t n)
+{
+    if (!client_ok(e) || !n)
+        return;
+    /* The piece that completes a sized body waits until the exchange is
+     * stored: the client must not see the response complete first. It is
+     * sent whole, in one write, by complete(). */
+    if (e->content_length >= 0 &&
+        e->forwarded + (int64_t)n >= e->content_length) {
+        buf_add(&e->held, p, n);
+        e->forwarded += (int64_t)n;
+        return;
+    }
+    send_now(e, p, n);
+    e->forwarded += (int64_t)n;
+}
+
+/* ---- curl callbacks ---- */
+
+static size_t on_header(char *p, size_t sz, size_t n, void *ud)
+{
+    struct ex *e = ud;
+    size_t len = sz * n;
+    if (len >= 5 && !memcmp(p, "HTTP/", 5)) {
+        const char *sp = memchr(p, ' ', len);
+        e->status = sp ? atoi(sp + 1) : 0;
+        free(e->reason);
+        e->reason = NULL;
+        const char *sp2 =
+            sp ? memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p)) : NULL;
+        if (sp2) {
+            size_t rl = len - (size_t)(sp2 + 1 - p);
+            while (rl && (sp2[rl] == '\r' || sp2[rl] == '\n'))
+                rl--;
+            e->reason = rl ? xstrndup(sp2 + 1, rl) : NULL;
+        }
+        json_decref(e->resp_headers);
+        e->resp_headers = json_object();
+        e->content_length = -1;
+        e->x.streamed = false;
+        if (e->req)
+            evhttp_clear_headers(evhttp_request_get_output_headers(e->req));
+        return len;
+    }
+    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n'))
+        len--;
+    if (!len) {
+        if (e->status >= 200 && !e->headers_done) {
+            e->headers_done = true;
+            start_reply(e);
+        }
+        return sz * n;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon || !e->resp_headers)
+        return sz * n;
+    char *name = xstrndup(p, (size_t)(colon - p));
+    const char *v = colon + 1;
+    while (v < p + len && (*v == ' ' || *v == '\t'))
+        v++;
+    char *value = xstrndup(v, (size_t)(p + len - v));
+    json_add_header(e->resp_headers, name, value);
+    if (!strcasecmp(name, "content-type"))
+        e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
+    if (!strcasecmp(name, "content-length"))
+        e->content_length = strtoll(value, NULL, 10);
+    if (!is_hop_by_hop(name) && e->req)
+        evhttp_add_header(evhttp_request_get_output_headers(e->req), name,
+                          value);
+    free(name);
+    free(value);
+    return sz * n;
+}
+
+static int on_event(const char *event, const char *data, size_t len, void *ud)
+{
+    struct ex *e = ud;
+    (void)event;
+    reply_chunk(&e->acc, data, len, now_ms() - e->t0);
+    return 0;
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+{
+    struct ex *e = ud;
+    size_t len = sz * n;
+    if (e->client_gone)
+        return 0; /* aborts the transfer */
+    if (!e->headers_done) {
+        e->headers_done = true;
+        start_reply(e);
+    }
+    if (!e->up_first)
+        e->up_first = now_ms() - e->t0;
+    if (!e->resp_capped && buf_add(&e->resp, p, len))
+        e->resp_capped = true;
+    if (e->x.streamed)
+        sse_feed(&e->sse, p, len, on_event, e);
+    forward(e, p, len);
+    return len;
+}
+
+/* ---- finishing an exchange ---- */
+
+static void release_easy(struct record *r, struct ex *e)
+{
+    if (!e->easy)
+        return;
+    curl_multi_remove_handle(r->multi, e->easy);
+    if (r->npool < EASY_POOL && !r->stopping) {
+        curl_easy_reset(e->easy);
+        r->pool[r->npool++] = e->easy;
+    } else {
+        curl_easy_cleanup(e->easy);
+    }
+    e->easy = NULL;
+}
+
+static enum xchg_end end_of(const struct ex *e, CURLcode res)
+{
+    if (e->client_gone)
+        return XCHG_CLIENT_GONE;
+    if (res == CURLE_OK)
+        return XCHG_COMPLETE;
+    if (res == CURLE_OPERATION_TIMEDOUT)
+        return XCHG_TIMEOUT;
+    if (!e->headers_done)
+        return XCHG_UPSTREAM_ERROR;
+    return XCHG_UPSTREAM_RESET;
+}
+
+static void fill_response(struct ex *e, double t)
+{
+    struct xchg *x = &e->x;
+    x->status = e->headers_done ? e->status : 0;
+    x->resp_headers = e->resp_headers;
+    e->resp_headers = NULL;
+    x->resp_raw_len = e->resp.len;
+    x->resp_raw = e->resp.len ? buf_detach(&e->resp, NULL) : NULL;
+    /* a JSON body is parsed by the writer thread (see store_batch) */
+    if (x->streamed)
+        x->reply = reply_finish(&e->acc);
+    x->up_ttfb_ms = e->up_first;
+    x->up_total_ms = t;
+    x->down_ttfb_ms = e->down_first;
+    x->down_total_ms = t;
+}
+
+static void on_close_now(evutil_socket_t fd, short what, void *arg);
+static void on_drained(struct evbuffer *b, const struct evbuffer_cb_info *i,
+                       void *arg);
+
+/* After an upstream reset: let the client have what was forwarded, then
+ * close its connection without ending the response. */
+static void close_after_drain(struct record *r, struct ex *e)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(e->evcon);
+    struct evbuffer *out = bufferevent_get_output(bev);
+    e->state = EX_CLOSING;
+    list_add(&r->closing, e);
+    e->close_ev = evtimer_new(r->base, on_close_now, e);
+    if (evbuffer_get_length(out) == 0) {
+        struct timeval tv = {0, 0};
+        evtimer_add(e->close_ev, &tv);
+        return;
+    }
+    e->drain_cb = evbuffer_add_cb(out, on_drained, e);
+}
+
+static void on_drained(struct evbuffer *b, const struct evbuffer_cb_info *i,
+                       void *arg)
+{
+    struct ex *e = arg;
+    (void)i;
+    if (evbuffer_get_length(b) || !e->drain_cb)
+        return;
+    evbuffer_remove_cb_entry(b, e->drain_cb);
+    e->drain_cb = NULL;
+    struct timeval tv = {0, 0};
+    evtimer_add(e->close_ev, &tv);
+}
+
+static void on_close_now(evutil_socket_t fd, short what, void *arg)
+{
+    struct ex *e = arg;
+    struct record *r = e->r;
+    (void)fd;
+    (void)what;
+    list_del(&r->closing, e);
+    if (e->evcon) {
+        struct evhttp_connection *c = e->evcon;
+        e->evcon = NULL;
+        e->req = NULL; /* freed with its connection */
+        evhttp_connection_free(c);
+    }
+    ex_free(e);
+}
+
+static void maybe_exit(struct record *r)
+{
+    if (r->stopping && r->nactive == 0 && r->nstoring == 0) {
+        struct timeval tv = {0, 100000}; /* let the last replies flush */
+        event_base_loopexit(r->base, &tv);
+    }
+}
+
+static void reply_error(struct ex *e, enum xchg_end end)
+{
+    char msg[CURL_ERROR_SIZE + 300];
+    snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
+             e->r->upstream,
+             end == XCHG_TIMEOUT ? "timed out" : "is unreachable",
+             e->curl_err[0] ? e->curl_err : "no response");
+    send_json_error(
+        e->req, end == XCHG_TIMEOUT ? 504 : 502,
+        end == XCHG_TIMEOUT ? "upstream_timeout" : "upstream_unreachable", msg);
+}
+
+/* The client side of a stored exchange: its last byte, an error reply, or
+ * the close after an upstream reset. */
+static void complete(struct record *r, struct ex *e)
+{
+    if (!e->req) {
+        ex_free(e);
+    } else if (e->client_gone) {
+        if (e->own_req)
+            evhttp_request_free(e->req);
+        ex_free(e);
+    } else if (e->x.end == XCHG_COMPLETE) {
+        start_reply(e);
+        send_now(e, e->held.data, e->held.len);
+        evhttp_send_reply_end(e->req);
+        ex_free(e);
+    } else if (!e->reply_started) {
+        reply_error(e, e->x.end);
+        ex_free(e);
+    } else {
+        close_after_drain(r, e);
+    }
+}
+
+static void enqueue(struct record *r, struct ex *e)
+{
+    e->wnext = NULL;
+    pthread_mutex_lock(&r->mu);
+    if (r->q_tail)
+        r->q_tail->wnext = e;
+    else
+        r->q_head = e;
+    r->q_tail = e;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void finish(struct ex *e, CURLcode res)
+{
+    struct record *r = e->r;
+    double t = now_ms() - e->t0;
+
+    list_del(&r->active, e);
+    r->nactive--;
+    release_easy(r, e);
+    e->x.end = end_of(e, res);
+    fill_response(e, t);
+    r->stats.exchanges++;
+    list_add(&r->storing, e);
+    r->nstoring++;
+    /* stored before the client sees the end: complete() runs when the
+     * writer hands it back */
+    if (r->writer_started)
+        enqueue(r, e);
+}
+
+static void check_done(struct record *r)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(r->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        struct ex *e = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&e);
+        finish(e, m->data.result);
+    }
+}
+
+/* evhttp calls this when a client connection closes. */
+static void on_conn_close(struct evhttp_connection *c, void *arg)
+{
+    struct record *r = arg;
+    struct ex *e = find_by_conn(r->closing, c);
+    if (e) { /* closed before our own close: finish the job here */
+        if (e->drain_cb) {
+            struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+            evbuffer_remove_cb_entry(bufferevent_get_output(bev), e->drain_cb);
+            e->drain_cb = NULL;
+        }
+        e->evcon = NULL;
+        e->req = NULL;
+        if (!evtimer_pending(e->close_ev, NULL)) {
+            struct timeval tv = {0, 0};
+            evtimer_add(e->close_ev, &tv);
+        }
+        return;
+    }
+    e = find_by_conn(r->storing, c);
+    if (e) { /* gone while its exchange is being stored */
+        e->client_gone = true;
+        if (evhttp_request_get_connection(e->req) == NULL)
+            e->own_req = true;
+        else
+            e->req = NULL;
+        e->evcon = NULL;
+        return;
+    }
+    e = find_by_conn(r->active, c);
+    if (!e)
+        return;
+    e->client_gone = true;
+    /* evhttp detaches a request whose reply is unfinished and leaves it to
+     * us; one still attached is freed with the connection. */
+    if (evhttp_request_get_connection(e->req) == NULL)
+        e->own_req = true;
+    else
+        e->req = NULL;
+    e->evcon = NULL;
+    finish(e, CURLE_OK);
+}
+
+/* ---- request intake ---- */
+
+static bool looks_json(const struct ex *e)
+{
+    return e->ct_json || e->body.len == 0;
+}
+
+static void parse_request(struct record *r, struct ex *e)
+{
+    struct xchg *x = &e->x;
+    json_t *j = NULL;
+    if (e->body.len) {
+        j = json_loadb(e->body.data, e->body.len, JSON_ALLOW_NUL, NULL);
+        if (!j && looks_json(e))
+            x->req_malformed = true;
+    }
+    bool chat =
+        json_is_object(j) && json_is_array(json_object_get(j, "messages"));
+    if (!chat && e->body.len) {
+        x->req_raw = xmalloc(e->body.len + 1);
+        memcpy(x->req_raw, e->body.data, e->body.len + 1);
+        x->req_raw_len = e->body.len;
+    }
+    x->req_body = j;
+    x->session = classify_session(x->req_headers, j);
+    x->kind = xstrdup(classify_kind(r->cls, j));
+    if (chat)
+        classify_learn(r->cls, j, NULL);
+}
+
+/* ---- the writer thread ---- */
+
+/* Parses, classifies and stores a batch; failures go to the spill file. */
+static void store_batch(struct record *r, struct ex **batch, size_t n)
+{
+    struct xchg *xs[BATCH_MAX];
+    int rcs[BATCH_MAX];
+    struct diag d = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        struct xchg *x = &batch[i]->x;
+        parse_request(r, batch[i]);
+        if (!x->streamed && x->resp_raw)
+            x->reply = reply_from_body(x->resp_raw, x->resp_raw_len);
+        if (x->reply && batch[i]->resp_capped)
+            json_object_set_new(x->reply, "resp_truncated", json_true());
+        classify_learn(r->cls, NULL, x->reply);
+        xs[i] = x;
+    }
+    xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    for (size_t i = 0; i < n; i++) {
+        struct ex *e = batch[i];
+        e->outcome = 0;
+        if (!rcs[i])
+            continue;
+        logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method,
+              e->x.path, d.msg, r->o.spill_path);
+        struct diag sd = {{0}};
+        if (xchg_spill_append(r->o.spill_path, &e->x, &sd)) {
+            e->outcome = 2;
+            logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
+        } else {
+            e->outcome = 1;
+        }
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    struct record *r = arg;
+    struct ex *batch[BATCH_MAX];
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&r->mu);
+        while (!r->q_head && !r->quit)
+            pthread_cond_wait(&r->cv, &r->mu);
+        while (r->q_head && n < BATCH_MAX) {
+            batch[n++] = r->q_head;
+            r->q_head = r->q_head->wnext;
+        }
+        if (!r->q_head)
+            r->q_tail = NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (!n)
+            break; /* quit with an empty queue */
+        store_batch(r, batch, n);
+        pthread_mutex_lock(&r->mu);
+        for (size_t i = 0; i < n; i++) {
+            batch[i]->wnext = NULL;
+            if (r->d_tail)
+                r->d_tail->wnext = batch[i];
+            else
+                r->d_head = batch[i];
+            r->d_tail = batch[i];
+        }
+        pthread_mutex_unlock(&r->mu);
+        event_active(r->done_ev, EV_READ, 0);
+    }
+    return NULL;
+}
+
+/* Loop side: exchanges the writer has stored (or spilled). */
+static void on_stored(evutil_socket_t fd, short what, void *arg)
+{
+    struct record *r = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&r->mu);
+    struct ex *e = r->d_head;
+    r->d_head = r->d_tail = NULL;
+    pthread_mutex_unlock(&r->mu);
+    while (e) {
+        struct ex *next = e->wnext;
+        list_del(&r->storing, e);
+        r->nstoring--;
+        r->stats.stored += e->outcome == 0;
+        r->stats.spilled += e->outcome == 1;
+        r->stats.lost += e->outcome == 2;
+        complete(r, e);
+        e = next;
+    }
+    maybe_exit(r);
+}
+
+static void writer_stop(struct record *r)
+{
+    if (!r->writer_started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->quit = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->writer, NULL);
+    r->writer_started = false;
+    on_stored(-1, 0, r);
+}
+
+static CURL *get_easy(struct record *r)
+{
+    if (r->npool)
+        return r->pool[--r->npool];
+    CURL *c = curl_easy_init();
+    if (!c)
+        abort();
+    return c;
+}
+
+static void setup_easy(struct record *r, struct ex *e)
+{
+    CURL *c = e->easy = get_easy(r);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(e->req);
+    curl_easy_setopt(c, CURLOPT_URL, e->url);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, e);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, e->hdrs);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, e);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, e->curl_err);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
+    if (cmd == EVHTTP_REQ_HEAD)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    else if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
+             cmd == EVHTTP_REQ_PATCH) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)e->body.len);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS,
+                         e->body.data ? e->body.data : "");
+    }
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_POST &&
+        cmd != EVHTTP_REQ_HEAD)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method_name(cmd));
+    else if (cmd == EVHTTP_REQ_GET && e->body.len)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    struct record *r = arg;
+    if (r->stopping) {
+        send_json_error(req, 503, "unavailable", "fidelity record is stopping");
+        return;
+    }
+    struct ex *e = xcalloc(1, sizeof(*e));
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    const char *uri = evhttp_request_get_uri(req);
+
+    e->r = r;
+    e->req = req;
+    e->evcon = evhttp_request_get_connection(req);
+    e->t0 = now_ms();
+    e->content_length = -1;
+    e->chunk = evbuffer_new();
+    buf_init(&e->body, 0);
+    buf_init(&e->resp, r->o.max_capture);
+    sse_init(&e->sse, r->o.max_capture);
+    reply_init(&e->acc);
+    xchg_init(&e->x);
+    e->x.started = wall_s();
+    e->x.method = xstrdup(method_name(evhttp_request_get_command(req)));
+    e->x.path = redact_path(uri);
+    size_t n = evbuffer_get_length(in);
+    buf_grow(&e->body, n);
+    evbuffer_remove(in, e->body.data, n);
+    e->body.len = n;
+    e->body.data[n] = '\0';
+    take_req_headers(e);
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                        "Content-Type");
+    e->ct_json = ct ? strstr(ct, "json") != NULL : n > 0;
+    e->url = xasprintf("%s%s%s", r->upstream, uri[0] == '/' ? "" : "/", uri);
+    evhttp_connection_set_closecb(e->evcon, on_conn_close, r);
+    setup_easy(r, e);
+    list_add(&r->active, e);
+    r->nactive++;
+    curl_multi_add_handle(r->multi, e->easy);
+}
+
+/* ---- lifecycle ---- */
+
+static void on_signal(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    record_stop(arg);
+}
+
+static int open_store(struct record *r, struct diag *d)
+{
+    int rc = store_open(r->o.db_path, &r->db, d);
+    if (rc)
+        return rc;
+    /* A locked store must not stall the proxy: fail fast and spill. */
+    sqlite3_busy_timeout(r->db, 200);
+    rc = xchg_schema(r->db, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", r->o.db_path);
+        return rc;
+    }
+    return 0;
+}
+
+static int setup_http(struct record *r, struct diag *d)
+{
+    r->http = evhttp_new(r->base);
+    if (!r->http)
+        return diag_set(d, ENOMEM, "cannot create the HTTP server");
+    evhttp_set_allowed_methods(
+        r->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                     EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                     EVHTTP_REQ_PATCH);
+    evhttp_set_max_body_size(r->http, (ev_ssize_t)r->o.max_body);
+    evhttp_set_max_headers_size(r->http, 1 << 20);
+    /* evhttp's connection timeout would cut long streams and slow
+     * non-streamed generations: keep it above the upstream timeout. */
+    evhttp_set_timeout(r->http, r->o.timeout_ms
+                                    ? (int)(r->o.timeout_ms / 1000 + 60)
+                                    : 24 * 3600);
+    evhttp_set_gencb(r->http, on_request, r);
+    r->bound = evhttp_bind_socket_with_handle(r->http, r->o.host,
+                                              (ev_uint16_t)r->o.port);
+    if (!r->bound)
+        return diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", r->o.host,
+                        r->o.port, strerror(errno));
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(r->bound);
+    /* accepted sockets inherit TCP_NODELAY on Linux: small SSE events and
+     * the held end of a body must not wait for delayed ACKs */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    r->port =
+        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                       : ((struct sockaddr_in *)&ss)->sin_port);
+    return 0;
+}
+
+int record_new(const struct record_opts *o, struct record **out, struct diag *d)
+{
+    struct record *r = xcalloc(1, sizeof(*r));
+    int rc;
+
+    *out = NULL;
+    r->o = *o;
+    if (!r->o.max_capture)
+        r->o.max_capture = (size_t)256 << 20;
+    r->upstream = xstrdup(o->upstream);
+    size_t ul = strlen(r->upstream);
+    while (ul && r->upstream[ul - 1] == '/')
+        r->upstream[--ul] = '\0';
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    evthread_use_pthreads();
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->base = event_base_new();
+    r->multi = curl_multi_init();
+    r->cache = xchg_cache_new();
+    r->cls = classify_new();
+    if (!r->base || !r->multi) {
+        rc = diag_set(d, ENOMEM, "cannot create the event loop");
+        goto fail;
+    }
+    r->timer = evtimer_new(r->base, on_timer, r);
+    curl_multi_setopt(r->multi, CURLMOPT_SOCKETFUNCTION, curl_sock_cb);
+    curl_multi_setopt(r->multi, CURLMOPT_SOCKETDATA, r);
+    curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
+    curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
+    curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+    /* keep upstream connections for as many clients as are likely to be
+     * open at once; curl's default cache closes them under load */
+    curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    rc = open_store(r, d);
+    if (rc)
+        goto fail;
+    rc = setup_http(r, d);
+    if (rc)
+        goto fail;
+    r->done_ev = event_new(r->base, -1, 0, on_stored, r);
+    if (pthread_create(&r->writer, NULL, writer_main, r)) {
+        rc = diag_set(d, EAGAIN, "cannot start the store writer thread");
+        goto fail;
+    }
+    r->writer_started = true;
+    if (o->handle_signals) {
+        r->sig[0] = evsignal_new(r->base, SIGINT, on_signal, r);
+        r->sig[1] = evsignal_new(r->base, SIGTERM, on_signal, r);
+        event_add(r->sig[0], NULL);
+        event_add(r->sig[1], NULL);
+        signal(SIGPIPE, SIG_IGN);
+    }
+    *out = r;
+    return 0;
+fail:
+    record_free(r);
+    return rc;
+}
+
+int record_port(const struct record *r)
+{
+    return r->port;
+}
+
+void record_stop(struct record *r)
+{
+    if (r->stopping)
+        return;
+    r->stopping = 1;
+    if (r->bound) {
+        evhttp_del_accept_socket(r->http, r->bound);
+        r->bound = NULL;
+    }
+    struct timeval grace = {STOP_GRACE_S, 0};
+    event_base_loopexit(r->base, &grace);
+    maybe_exit(r);
+}
+
+int record_run(struct record *r, struct diag *d)
+{
+    if (event_base_dispatch(r->base) < 0)
+        return diag_set(d, EIO, "event loop failed");
+    return 0;
+}
+
+void record_get_stats(const struct record *r, struct record_stats *s)
+{
+    *s = r->stats;
+}
+
+void record_free(struct record *r)
+{
+    if (!r)
+        return;
+    r->stopping = 1;
+    /* Exchanges still in flight are finished (stored) as the connections
+     * close. */
+    if (r->http)
+        evhttp_free(r->http);
+    while (r->active)
+        finish(r->active, CURLE_OPERATION_TIMEDOUT);
+    writer_stop(r);      /* stores what is queued, completes it */
+    while (r->storing) { /* the writer never started */
+        struct ex *e = r->storing;
+        list_del(&r->storing, e);
+        ex_free(e);
+    }
+    if (r->done_ev)
+        event_free(r->done_ev);
+    while (r->closing) {
+        struct ex *e = r->closing;
+        list_del(&r->closing, e);
+        ex_free(e);
+    }
+    for (int i = 0; i < r->npool; i++)
+        curl_easy_cleanup(r->pool[i]);
+    if (r->multi)
+        curl_multi_cleanup(r->multi);
+    for (int i = 0; i < 2; i++)
+        if (r->sig[i])
+            event_free(r->sig[i]);
+    if (r->timer)
+        event_free(r->timer);
+    if (r->base)
+        event_base_free(r->base);
+    xchg_cache_free(r->cache); /* finalizes its statements first */
+    store_close(r->db);
+    classify_free(r->cls);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->upstream);
+    free(r);
+}

@@ -1,0 +1,59 @@
+/*
+ * record: the transparent recording proxy behind `fidelity record`. A
+ * libevent evhttp server takes the harness's requests; a libcurl multi
+ * handle, driven by the same event loop, forwards them to the upstream
+ * (TLS, HTTP/2 and keep-alive come from libcurl). Bytes are forwarded as
+ * they arrive; a copy is parsed (sse.h, reply.h, classify.h) and each
+ * exchange is committed to the store (store/xchg.h), or appended to the
+ * spill file when the store fails, before the last byte of its response is
+ * handed to the client.
+ */
+#ifndef RECORD_RECORD_H
+#define RECORD_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/diag.h"
+
+struct record_opts {
+    const char *host;     /* listen address, e.g. "127.0.0.1" */
+    int port;             /* 0: pick a free port */
+    const char *upstream; /* base URL: http[s]://host[:port][/prefix] */
+    const char *db_path;
+    const char *spill_path;
+    size_t max_body;    /* request body cap, bytes (413 above) */
+    size_t max_capture; /* response bytes kept per exchange; 0: 256 MiB */
+    long timeout_ms;    /* whole upstream exchange; 0: none */
+    int handle_signals; /* stop on SIGINT/SIGTERM */
+    /* Called for each failure worth a log line (store failed, spilled,
+     * lost); msg has no newline. May be NULL. */
+    void (*log)(void *ud, const char *msg);
+    void *log_ud;
+};
+
+struct record_stats {
+    uint64_t exchanges; /* finished */
+    uint64_t stored;    /* committed to the store */
+    uint64_t spilled;   /* appended to the spill file */
+    uint64_t lost;      /* neither (both failed) */
+};
+
+struct record;
+
+/* Opens the store (creating its tables), binds the listening socket and
+ * prepares the upstream side. On error *out is NULL and d says what. */
+int record_new(const struct record_opts *o, struct record **out,
+               struct diag *d);
+/* The port actually bound. */
+int record_port(const struct record *r);
+/* Serves until record_stop() or a handled signal; in-flight exchanges are
+ * given a few seconds to finish and every finished one is stored. */
+int record_run(struct record *r, struct diag *d);
+/* Asks record_run to stop; call from the loop's thread or a signal-free
+ * context (tests use a signal). */
+void record_stop(struct record *r);
+void record_get_stats(const struct record *r, struct record_stats *s);
+void record_free(struct record *r);
+
+#endif

@@ -1,0 +1,227 @@
+/*
+ * reply: merging streamed deltas into one answer. Field names follow the
+ * OpenAI chat completions API (choices[].delta, tool_calls[].index,
+ * usage) and the reasoning extensions of vLLM/sglang (reasoning_content)
+ * and OpenRouter/llama.cpp (reasoning).
+ */
+#include "record/reply.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/xalloc.h"
+
+#define REPLY_TEXT_MAX ((size_t)256 << 20)
+
+void reply_init(struct reply_acc *a)
+{
+    memset(a, 0, sizeof(*a));
+    buf_init(&a->content, REPLY_TEXT_MAX);
+    buf_init(&a->reasoning, REPLY_TEXT_MAX);
+    a->tool_calls = json_array();
+    a->last_ms = -1;
+}
+
+void reply_release(struct reply_acc *a)
+{
+    buf_release(&a->content);
+    buf_release(&a->reasoning);
+    json_decref(a->tool_calls);
+    json_decref(a->usage);
+    json_decref(a->error);
+    free(a->finish_reason);
+    memset(a, 0, sizeof(*a));
+}
+
+static void append_str(struct buf *b, json_t *s)
+{
+    if (json_is_string(s))
+        buf_add(b, json_string_value(s), json_string_length(s));
+}
+
+/* Appends s's string to the string member key of o (creating it). */
+static void concat_member(json_t *o, const char *key, json_t *s)
+{
+    if (!json_is_string(s))
+        return;
+    json_t *old = json_object_get(o, key);
+    if (!json_is_string(old)) {
+        json_object_set(o, key, s);
+        return;
+    }
+    size_t n1 = json_string_length(old), n2 = json_string_length(s);
+    char *cat = xmalloc(n1 + n2 + 1);
+    memcpy(cat, json_string_value(old), n1);
+    memcpy(cat + n1, json_string_value(s), n2);
+    json_object_set_new(o, key, json_stringn_nocheck(cat, n1 + n2));
+    free(cat);
+}
+
+static json_t *call_at(json_t *calls, json_int_t index)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c)
+    {
+        if (json_integer_value(json_object_get(c, "index")) == index)
+            return c;
+    }
+    c = json_pack("{s:I, s:{}}", "index", index, "function");
+    json_array_append_new(calls, c);
+    return c;
+}
+
+static void merge_tool_calls(json_t *calls, json_t *deltas)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(deltas, i, d)
+    {
+        json_t *ix = json_object_get(d, "index");
+        json_t *c = call_at(calls, json_is_integer(ix) ? json_integer_value(ix)
+                                                       : (json_int_t)i);
+        json_t *v;
+        if ((v = json_object_get(d, "id")) && json_is_string(v))
+            json_object_set(c, "id", v);
+        if ((v = json_object_get(d, "type")) && json_is_string(v))
+            json_object_set(c, "type", v);
+        json_t *f = json_object_get(d, "function");
+        json_t *cf = json_object_get(c, "function");
+        if (json_is_object(f)) {
+            concat_member(cf, "name", json_object_get(f, "name"));
+            concat_member(cf, "arguments", json_object_get(f, "arguments"));
+        }
+    }
+}
+
+static void take_reasoning(struct reply_acc *a, json_t *obj)
+{
+    json_t *r = json_object_get(obj, "reasoning_content");
+    const char *field = "reasoning_content";
+    if (!json_is_string(r)) {
+        r = json_object_get(obj, "reasoning");
+        field = "reasoning";
+    }
+    if (json_is_string(r)) {
+        a->reasoning_field = field;
+        append_str(&a->reasoning, r);
+    }
+}
+
+static void take_finish(struct reply_acc *a, json_t *choice)
+{
+    const char *fr =
+        json_string_value(json_object_get(choice, "finish_reason"));
+    if (fr) {
+        free(a->finish_reason);
+        a->finish_reason = xstrdup(fr);
+    }
+}
+
+void reply_chunk(struct reply_acc *a, const char *data, size_t len,
+                 double now_ms)
+{
+    if (a->last_ms >= 0 && now_ms - a->last_ms > a->max_gap_ms)
+        a->max_gap_ms = now_ms - a->last_ms;
+    a->last_ms = now_ms;
+    if (len == 6 && !memcmp(data, "[DONE]", 6)) {
+        a->done = true;
+        return;
+    }
+    json_t *j = json_loadb(data, len, 0, NULL);
+    if (!json_is_object(j)) {
+        a->bad++;
+        json_decref(j);
+        return;
+    }
+    a->chunks++;
+    json_t *v = json_object_get(j, "usage");
+    if (json_is_object(v)) {
+        json_decref(a->usage);
+        a->usage = json_incref(v);
+    }
+    if ((v = json_object_get(j, "error")) && !json_is_null(v)) {
+        json_decref(a->error);
+        a->error = json_incref(v);
+    }
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    if (json_is_object(choice)) {
+        json_t *delta = json_object_get(choice, "delta");
+        if (json_is_object(delta)) {
+            append_str(&a->content, json_object_get(delta, "content"));
+            take_reasoning(a, delta);
+            json_t *tc = json_object_get(delta, "tool_calls");
+            if (json_is_array(tc))
+                merge_tool_calls(a->tool_calls, tc);
+        }
+        append_str(&a->content, json_object_get(choice, "text"));
+        take_finish(a, choice);
+    }
+    json_decref(j);
+}
+
+static json_t *str_or_null(const struct buf *b, bool present)
+{
+    if (!present)
+        return json_null();
+    json_t *s = json_stringn(b->data ? b->data : "", b->len);
+    return s ? s : json_null(); /* invalid UTF-8 cannot come from JSON */
+}
+
+json_t *reply_finish(const struct reply_acc *a)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "content", str_or_null(&a->content, true));
+    json_object_set_new(r, "reasoning_content",
+                        str_or_null(&a->reasoning, a->reasoning_field));
+    if (a->reasoning_field)
+        json_object_set_new(r, "reasoning_field",
+                            json_string(a->reasoning_field));
+    json_object_set_new(r, "tool_calls", json_deep_copy(a->tool_calls));
+    json_object_set_new(r, "usage",
+                        a->usage ? json_deep_copy(a->usage) : json_null());
+    json_object_set_new(r, "finish_reason",
+                        a->finish_reason ? json_string(a->finish_reason)
+                                         : json_null());
+    json_object_set_new(r, "done", json_boolean(a->done));
+    json_object_set_new(r, "chunks", json_integer(a->chunks));
+    json_object_set_new(r, "max_gap_ms", json_real(a->max_gap_ms));
+    if (a->bad)
+        json_object_set_new(r, "bad_chunks", json_integer(a->bad));
+    if (a->error)
+        json_object_set_new(r, "error", json_deep_copy(a->error));
+    return r;
+}
+
+json_t *reply_from_body(const char *body, size_t len)
+{
+    json_t *j = json_loadb(body, len, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return NULL;
+    }
+    struct reply_acc a;
+    reply_init(&a);
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(choice, "message");
+    if (json_is_object(msg)) {
+        append_str(&a.content, json_object_get(msg, "content"));
+        take_reasoning(&a, msg);
+        json_t *tc = json_object_get(msg, "tool_calls");
+        if (json_is_array(tc)) {
+            json_decref(a.tool_calls);
+            a.tool_calls = json_deep_copy(tc);
+        }
+    }
+    append_str(&a.content, json_object_get(choice, "text"));
+    take_finish(&a, choice);
+    json_t *v = json_object_get(j, "usage");
+    if (json_is_object(v))
+        a.usage = json_incref(v);
+    if ((v = json_object_get(j, "error")) && !json_is_null(v))
+        a.error = json_incref(v);
+    json_decref(j);
+    json_t *r = reply_finish(&a);
+    reply_release(&a);
+    return r;
+}

@@ -1,0 +1,46 @@
+/*
+ * reply: the model's answer reassembled from what the upstream sent, in the
+ * shape xchg.h documents for struct xchg.reply. For a stream, each SSE
+ * event's data goes to reply_chunk() as it is forwarded (OpenAI
+ * chat.completion.chunk: choices[0].delta.content, .reasoning_content or
+ * .reasoning, .tool_calls merged by index, finish_reason, usage; "[DONE]";
+ * /v1/completions chunks' choices[0].text). A JSON body goes to
+ * reply_from_body() at the end.
+ */
+#ifndef RECORD_REPLY_H
+#define RECORD_REPLY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/buf.h"
+
+struct reply_acc {
+    struct buf content;
+    struct buf reasoning;
+    const char *reasoning_field; /* "reasoning_content" or "reasoning" */
+    json_t *tool_calls;          /* array, merged by index */
+    json_t *usage;
+    json_t *error; /* an {"error": ...} event, as sent */
+    char *finish_reason;
+    bool done;      /* a data: [DONE] event arrived */
+    long chunks;    /* JSON data events */
+    long bad;       /* data events that were not JSON */
+    double last_ms; /* arrival of the previous event */
+    double max_gap_ms;
+};
+
+void reply_init(struct reply_acc *a);
+void reply_release(struct reply_acc *a);
+/* One SSE data payload that arrived at now_ms. Never fails: what is not
+ * understood is counted in a->bad. */
+void reply_chunk(struct reply_acc *a, const char *data, size_t len,
+                 double now_ms);
+/* The reply object for a stream (new reference). */
+json_t *reply_finish(const struct reply_acc *a);
+/* The reply object for a non-streamed JSON response, or NULL when the body
+ * is not a JSON object. */
+json_t *reply_from_body(const char *body, size_t len);
+
+#endif

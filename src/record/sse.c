@@ -1,0 +1,99 @@
+/*
+ * sse: event-stream parsing, one byte class at a time, over chunks that may
+ * split lines (and CRLF pairs) anywhere.
+ */
+#include "record/sse.h"
+
+#include <errno.h>
+#include <string.h>
+
+void sse_init(struct sse_parser *p, size_t max)
+{
+    memset(p, 0, sizeof(*p));
+    if (!max)
+        max = (size_t)64 << 20;
+    buf_init(&p->line, max);
+    buf_init(&p->data, max);
+    buf_init(&p->event, 4096);
+}
+
+void sse_release(struct sse_parser *p)
+{
+    buf_release(&p->line);
+    buf_release(&p->data);
+    buf_release(&p->event);
+}
+
+/* One complete line (without its terminator). */
+static int on_line(struct sse_parser *p, sse_event_fn fn, void *ud)
+{
+    const char *s = buf_str(&p->line);
+    size_t n = p->line.len;
+    int rc = 0;
+
+    if (n == 0) { /* blank line: dispatch */
+        if (p->has_data)
+            rc = fn(buf_str(&p->event), buf_str(&p->data), p->data.len, ud);
+        buf_reset(&p->data);
+        buf_reset(&p->event);
+        p->has_data = false;
+        return rc;
+    }
+    if (s[0] == ':') /* comment */
+        goto out;
+    const char *colon = memchr(s, ':', n);
+    size_t name_len = colon ? (size_t)(colon - s) : n;
+    const char *val = colon ? colon + 1 : s + n;
+    if (colon && *val == ' ')
+        val++;
+    size_t val_len = n - (size_t)(val - s);
+    if (name_len == 4 && !memcmp(s, "data", 4)) {
+        if (p->has_data && buf_addch(&p->data, '\n'))
+            return -ENOBUFS;
+        if (buf_add(&p->data, val, val_len))
+            return -ENOBUFS;
+        p->has_data = true;
+    } else if (name_len == 5 && !memcmp(s, "event", 5)) {
+        buf_reset(&p->event);
+        if (buf_add(&p->event, val, val_len))
+            return -ENOBUFS;
+    }
+out:
+    buf_reset(&p->line);
+    return 0;
+}
+
+int sse_feed(struct sse_parser *p, const char *s, size_t n, sse_event_fn fn,
+             void *ud)
+{
+    if (p->failed)
+        return -ENOBUFS;
+    size_t i = 0;
+    while (i < n) {
+        if (p->after_cr && s[i] == '\n') {
+            p->after_cr = false;
+            i++;
+            continue;
+        }
+        p->after_cr = false;
+        /* copy the run up to the next terminator in one append */
+        size_t j = i;
+        while (j < n && s[j] != '\n' && s[j] != '\r')
+            j++;
+        if (j > i && buf_add(&p->line, s + i, j - i)) {
+            p->failed = true;
+            return -ENOBUFS;
+        }
+        if (j == n)
+            break;
+        p->after_cr = s[j] == '\r';
+        i = j + 1;
+        int rc = on_line(p, fn, ud);
+        if (rc == -ENOBUFS)
+            p->failed = true;
+        if (rc)
+            return rc;
+        buf_reset(&p->line);
+    }
+    return 0;
+}

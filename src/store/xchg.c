@@ -1,0 +1,872 @@
+/*
+ * xchg: recorded exchanges in the SQLite store (contract in xchg.h).
+ *
+ * Two tables. xchg_blob holds content-addressed JSON values (chat messages,
+ * request parameters, tool lists), keyed by hash64 of their canonical JSON,
+ * zlib-compressed when that is smaller. xchg holds one row per exchange; a
+ * chat request is its parameter and tool blob hashes plus its message list,
+ * stored as "the first K messages of exchange B, then these hashes", so a
+ * session that re-sends its history costs a few bytes per turn. Chains are
+ * cut every XCHG_MAX_DEPTH links so reading one row stays cheap.
+ */
+#include "store/xchg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "core/hash.h"
+#include "core/xalloc.h"
+
+#define XCHG_MAX_DEPTH 32
+#define CACHE_SLOTS 256
+#define BASE_CANDIDATES 3
+
+enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
+
+static const char *const end_names[] = {
+    [XCHG_COMPLETE] = "complete",
+    [XCHG_UPSTREAM_ERROR] = "upstream_error",
+    [XCHG_UPSTREAM_RESET] = "upstream_reset",
+    [XCHG_CLIENT_GONE] = "client_gone",
+    [XCHG_TIMEOUT] = "timeout",
+};
+
+static const char SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS xchg_blob ("
+    " h INTEGER PRIMARY KEY," /* hash64 of the canonical JSON */
+    " kind INTEGER NOT NULL," /* 0 message, 1 params, 2 tools */
+    " raw_len INTEGER NOT NULL,"
+    " zip INTEGER NOT NULL," /* 1: z is zlib data, 0: z is the JSON */
+    " z BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS xchg ("
+    " id INTEGER PRIMARY KEY,"
+    " session TEXT NOT NULL, kind TEXT NOT NULL, started REAL NOT NULL,"
+    " method TEXT NOT NULL, path TEXT NOT NULL, req_headers TEXT,"
+    " req_params INTEGER, req_tools INTEGER," /* blob hashes */
+    " req_base INTEGER, req_prefix INTEGER NOT NULL DEFAULT 0,"
+    " req_depth INTEGER NOT NULL DEFAULT 0,"
+    " req_msgs BLOB," /* 8-byte big-endian hashes after the prefix */
+    " req_raw BLOB, req_raw_len INTEGER, req_raw_zip INTEGER,"
+    " req_malformed INTEGER NOT NULL DEFAULT 0,"
+    " status INTEGER NOT NULL DEFAULT 0, resp_headers TEXT,"
+    " resp_raw BLOB, resp_raw_len INTEGER, resp_raw_zip INTEGER,"
+    " streamed INTEGER NOT NULL DEFAULT 0, reply TEXT,"
+    " up_ttfb_ms REAL, up_total_ms REAL, down_ttfb_ms REAL,"
+    " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
+
+static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
+static const char SQL_BLOB_INSERT[] =
+    "INSERT INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, ?, ?, ?)";
+static const char SQL_LIST_LOAD[] =
+    "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
+    " WHERE id=? AND req_params IS NOT NULL";
+static const char SQL_RECENT[] =
+    "SELECT id FROM xchg WHERE session=? AND req_params IS NOT NULL"
+    " ORDER BY id DESC LIMIT 3";
+
+/* A message list as stored for one exchange, fully resolved. */
+struct list_ent {
+    int64_t id; /* 0: empty slot */
+    int depth;
+    size_t n;
+    uint64_t *h;
+};
+
+#define STMT_SLOTS 8
+
+struct xchg_cache {
+    struct list_ent e[CACHE_SLOTS];
+    /* prepared statements by SQL text (string literals: compared by
+     * address); the cache belongs to one db connection */
+    const char *sql[STMT_SLOTS];
+    sqlite3_stmt *st[STMT_SLOTS];
+    z_stream zs; /* reused: deflateInit costs more than small inputs */
+    bool zs_ready;
+};
+
+void xchg_init(struct xchg *x)
+{
+    memset(x, 0, sizeof(*x));
+}
+
+void xchg_release(struct xchg *x)
+{
+    free(x->session);
+    free(x->kind);
+    free(x->method);
+    free(x->path);
+    json_decref(x->req_headers);
+    json_decref(x->req_body);
+    free(x->req_raw);
+    json_decref(x->resp_headers);
+    free(x->resp_raw);
+    json_decref(x->reply);
+    xchg_init(x);
+}
+
+const char *xchg_end_name(enum xchg_end e)
+{
+    if ((unsigned)e < sizeof(end_names) / sizeof(end_names[0]))
+        return end_names[e];
+    return "unknown";
+}
+
+struct xchg_cache *xchg_cache_new(void)
+{
+    return xcalloc(1, sizeof(struct xchg_cache));
+}
+
+void xchg_cache_free(struct xchg_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        free(c->e[i].h);
+    if (c->zs_ready)
+        deflateEnd(&c->zs);
+    for (int i = 0; i < STMT_SLOTS; i++)
+        sqlite3_finalize(c->st[i]);
+    free(c);
+}
+
+static struct list_ent *cache_get(struct xchg_cache *c, int64_t id)
+{
+    struct list_ent *e = &c->e[(uint64_t)id % CACHE_SLOTS];
+    return e->id == id ? e : NULL;
+}
+
+/* Takes ownership of h. */
+static struct list_ent *cache_put(struct xchg_cache *c, int64_t id, int depth,
+                                  uint64_t *h, size_t n)
+{
+    struct list_ent *e = &c->e[(uint64_t)id % CACHE_SLOTS];
+    free(e->h);
+    e->id = id;
+    e->depth = depth;
+    e->h = h;
+    e->n = n;
+    return e;
+}
+
+/* A prepared statement for sql, from c when it has it. NULL on error. */
+static sqlite3_stmt *prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    for (int i = 0; c && i < STMT_SLOTS; i++)
+        if (c->sql[i] == sql)
+            return c->st[i];
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
+        SQLITE_OK)
+        return NULL;
+    for (int i = 0; c && i < STMT_SLOTS; i++) {
+        if (!c->sql[i]) {
+            c->sql[i] = sql;
+            c->st[i] = st;
+            break;
+        }
+    }
+    return st;
+}
+
+/* Done with st: reset when c keeps it, else finalized. */
+static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
+{
+    for (int i = 0; c && i < STMT_SLOTS; i++) {
+        if (c->st[i] == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            return;
+        }
+    }
+    sqlite3_finalize(st);
+}
+
+static int sql_fail(sqlite3 *db, struct diag *d, const char *what)
+{
+    return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
+}
+
+int xchg_schema(sqlite3 *db, struct diag *d)
+{
+    char *err = NULL;
+    if (sqlite3_exec(db, SCHEMA, NULL, NULL, &err) != SQLITE_OK) {
+        diag_set(d, EIO, "store: cannot create the exchange tables: %s",
+                 err ? err : sqlite3_errmsg(db));
+        sqlite3_free(err);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* ---- compression ---- */
+
+/* Compresses data when that saves bytes. *out is fresh; *zip says which. */
+static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
+                        unsigned char *z, uLongf *zlen)
+{
+    if (!c)
+        return compress2(z, zlen, data, (uLong)len, 6);
+    if (!c->zs_ready) {
+        /* level 1: several times faster than 6 on small JSON, a few
+         * percent larger */
+        if (deflateInit(&c->zs, 1) != Z_OK)
+            return Z_MEM_ERROR;
+        c->zs_ready = true;
+    } else {
+        deflateReset(&c->zs);
+    }
+    c->zs.next_in = (Bytef *)data;
+    c->zs.avail_in = (uInt)len;
+    c->zs.next_out = z;
+    c->zs.avail_out = (uInt)*zlen;
+    if (deflate(&c->zs, Z_FINISH) != Z_STREAM_END)
+        return Z_BUF_ERROR;
+    *zlen = c->zs.total_out;
+    return Z_OK;
+}
+
+static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
+                 size_t *out_len, int *zip)
+{
+    uLongf zlen = compressBound((uLong)len);
+    unsigned char *z = xmalloc(zlen ? zlen : 1);
+    if (len > 32 && deflate_with(c, data, len, z, &zlen) == Z_OK &&
+        zlen < len) {
+        *out = z;
+        *out_len = zlen;
+        *zip = 1;
+        return;
+    }
+    free(z);
+    *out = xmalloc(len + 1);
+    memcpy(*out, data, len);
+    *out_len = len;
+    *zip = 0;
+}
+
+/* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
+static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
+{
+    char *out = xmalloc(raw_len + 1);
+    if (zip) {
+        uLongf n = (uLongf)raw_len;
+        if (uncompress((Bytef *)out, &n, z, (uLong)zlen) != Z_OK ||
+            n != raw_len) {
+            free(out);
+            return NULL;
+        }
+    } else {
+        if (zlen != raw_len) {
+            free(out);
+            return NULL;
+        }
+        memcpy(out, z, zlen);
+    }
+    out[raw_len] = '\0';
+    return out;
+}
+
+/* ---- blobs ---- */
+
+static char *canonical(const json_t *v, size_t *len)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    if (!s)
+        abort(); /* jansson fails here only when out of memory */
+    *len = strlen(s);
+    return s;
+}
+
+static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                    const json_t *v, int64_t *hash, struct diag *d)
+{
+    size_t len;
+    char *s = canonical(v, &len);
+    int64_t h = (int64_t)hash64(s, len, 0);
+    sqlite3_stmt *st = NULL;
+    int rc = -EIO;
+
+    *hash = h;
+    if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
+        goto out;
+    sqlite3_bind_int64(st, 1, h);
+    int step = sqlite3_step(st);
+    unprep(c, st);
+    st = NULL;
+    if (step == SQLITE_ROW) {
+        rc = 0;
+        goto out;
+    }
+    if (step != SQLITE_DONE)
+        goto out;
+    void *z;
+    size_t zlen;
+    int zip;
+    pack(c, s, len, &z, &zlen, &zip);
+    if (!(st = prep(c, db, SQL_BLOB_INSERT))) {
+        free(z);
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, h);
+    sqlite3_bind_int(st, 2, kind);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)len);
+    sqlite3_bind_int(st, 4, zip);
+    sqlite3_bind_blob(st, 5, z, (int)zlen, free);
+    if (sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+out:
+    if (rc)
+        sql_fail(db, d, "cannot store a message");
+    if (st)
+        unprep(c, st);
+    free(s);
+    return rc;
+}
+
+/* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
+static json_t *blob_get(sqlite3 *db, int64_t h)
+{
+    sqlite3_stmt *st = NULL;
+    json_t *v = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT raw_len, zip, z FROM xchg_blob"
+                           " WHERE h=?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, h);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        char *s = unpack(
+            sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
+            (size_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1));
+        if (s)
+            v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        free(s);
+    }
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* ---- message lists ---- */
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Resolves the message list of exchange id through the cache; NULL when the
+ * row is missing or not a chat request. */
+static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+                                  int guard)
+{
+    struct list_ent *e = cache_get(c, id);
+    if (e)
+        return e;
+    if (guard > XCHG_MAX_DEPTH + 1)
+        return NULL;
+    sqlite3_stmt *st = NULL;
+    if (!(st = prep(c, db, SQL_LIST_LOAD)))
+        return NULL;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        unprep(c, st);
+        return NULL;
+    }
+    int64_t base = sqlite3_column_int64(st, 0);
+    size_t prefix = (size_t)sqlite3_column_int64(st, 1);
+    int depth = sqlite3_column_int(st, 2);
+    size_t own = (size_t)sqlite3_column_bytes(st, 3) / 8;
+    const unsigned char *p = sqlite3_column_blob(st, 3);
+    uint64_t *h = xmalloc((prefix + own + 1) * sizeof(*h));
+    for (size_t i = 0; i < own; i++)
+        h[prefix + i] = get_be64(p + 8 * i);
+    unprep(c, st);
+    if (prefix) {
+        struct list_ent *b = base ? list_load(db, c, base, guard + 1) : NULL;
+        if (!b || b->n < prefix) {
+            free(h);
+            return NULL;
+        }
+        memcpy(h, b->h, prefix * sizeof(*h));
+    }
+    return cache_put(c, id, depth, h, prefix + own);
+}
+
+static size_t common_prefix(const uint64_t *a, size_t na, const uint64_t *b,
+                            size_t nb)
+{
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i])
+        i++;
+    return i;
+}
+
+struct base_pick {
+    int64_t id;
+    size_t prefix;
+    int depth;
+};
+
+/* Picks the recent exchange of the same session sharing the longest prefix
+ * of messages with h[0..n). */
+static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
+                     const uint64_t *h, size_t n, struct base_pick *bp,
+                     struct diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t ids[BASE_CANDIDATES];
+    int nid = 0;
+
+    memset(bp, 0, sizeof(*bp));
+    if (!(st = prep(c, db, SQL_RECENT)))
+        return sql_fail(db, d, "cannot read recent exchanges");
+    sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+    while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
+        ids[nid++] = sqlite3_column_int64(st, 0);
+    unprep(c, st);
+    for (int i = 0; i < nid; i++) {
+        struct list_ent *e = list_load(db, c, ids[i], 0);
+        if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
+            continue;
+        size_t k = common_prefix(e->h, e->n, h, n);
+        if (k > bp->prefix) {
+            bp->id = ids[i];
+            bp->prefix = k;
+            bp->depth = e->depth + 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- put ---- */
+
+static bool is_chat(const json_t *body)
+{
+    return json_is_object(body) &&
+           json_is_array(json_object_get(body, "messages"));
+}
+
+struct row_req {
+    int64_t params, tools;
+    bool has_tools;
+    struct base_pick base;
+    unsigned char *msgs;
+    size_t msgs_len;
+    uint64_t *h; /* the full list, for the cache */
+    size_t n;
+};
+
+static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+                       struct row_req *r, struct diag *d)
+{
+    const json_t *body = x->req_body;
+    const json_t *msgs = json_object_get(body, "messages");
+    json_t *params = json_copy((json_t *)body);
+    json_t *tools = json_object_get(body, "tools");
+    int rc;
+
+    json_object_del(params, "messages");
+    json_object_del(params, "tools");
+    rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
+    json_decref(params);
+    if (rc)
+        return rc;
+    if (tools) {
+        r->has_tools = true;
+        rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
+        if (rc)
+            return rc;
+    }
+    r->n = json_array_size(msgs);
+    r->h = xmalloc((r->n + 1) * sizeof(*r->h));
+    for (size_t i = 0; i < r->n; i++) {
+        int64_t h;
+        rc = blob_put(db, c, BLOB_MESSAGE, json_array_get(msgs, i), &h, d);
+        if (rc)
+            return rc;
+        r->h[i] = (uint64_t)h;
+    }
+    rc =
+        pick_base(db, c, x->session ? x->session : "", r->h, r->n, &r->base, d);
+    if (rc)
+        return rc;
+    size_t own = r->n - r->base.prefix;
+    r->msgs_len = own * 8;
+    r->msgs = xmalloc(r->msgs_len + 1);
+    for (size_t i = 0; i < own; i++)
+        put_be64(r->msgs + 8 * i, r->h[r->base.prefix + i]);
+    return 0;
+}
+
+static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, free);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
+                        const void *data, size_t len)
+{
+    void *z;
+    size_t zlen;
+    int zip;
+    if (!data) {
+        sqlite3_bind_null(st, i);
+        sqlite3_bind_null(st, i + 1);
+        sqlite3_bind_null(st, i + 2);
+        return;
+    }
+    pack(c, data, len, &z, &zlen, &zip);
+    sqlite3_bind_blob(st, i, z, (int)zlen, free);
+    sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
+    sqlite3_bind_int(st, i + 2, zip);
+}
+
+static const char INSERT_SQL[] =
+    "INSERT INTO xchg(session, kind, started, method, path, req_headers,"
+    " req_params, req_tools, req_base, req_prefix, req_depth, req_msgs,"
+    " req_raw, req_raw_len, req_raw_zip, req_malformed, status,"
+    " resp_headers, resp_raw, resp_raw_len, resp_raw_zip, streamed, reply,"
+    " up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms, ending)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
+    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
+
+static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+                      const struct row_req *r, bool chat, struct diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    if (!(st = prep(c, db, INSERT_SQL)))
+        return sql_fail(db, d, "cannot store an exchange");
+    sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, x->kind ? x->kind : "other", -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 3, x->started);
+    sqlite3_bind_text(st, 4, x->method ? x->method : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, x->path ? x->path : "", -1, SQLITE_STATIC);
+    bind_json(st, 6, x->req_headers);
+    sqlite3_bind_int64(st, 10, (sqlite3_int64)r->base.prefix);
+    sqlite3_bind_int(st, 11, r->base.depth);
+    if (chat) {
+        sqlite3_bind_int64(st, 7, r->params);
+        if (r->has_tools)
+            sqlite3_bind_int64(st, 8, r->tools);
+        if (r->base.id)
+            sqlite3_bind_int64(st, 9, r->base.id);
+        sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
+    } else if (x->req_raw) {
+        bind_packed(c, st, 13, x->req_raw, x->req_raw_len);
+    } else if (x->req_body) {
+        size_t len;
+        char *s = canonical(x->req_body, &len);
+        bind_packed(c, st, 13, s, len);
+        free(s);
+    }
+    sqlite3_bind_int(st, 16, x->req_malformed);
+    sqlite3_bind_int(st, 17, x->status);
+    bind_json(st, 18, x->resp_headers);
+    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len);
+    sqlite3_bind_int(st, 22, x->streamed);
+    bind_json(st, 23, x->reply);
+    sqlite3_bind_double(st, 24, x->up_ttfb_ms);
+    sqlite3_bind_double(st, 25, x->up_total_ms);
+    sqlite3_bind_double(st, 26, x->down_ttfb_ms);
+    sqlite3_bind_double(st, 27, x->down_total_ms);
+    sqlite3_bind_int(st, 28, (int)x->end);
+    int rc = sqlite3_step(st) == SQLITE_DONE
+                 ? 0
+                 : sql_fail(db, d, "cannot store an exchange");
+    unprep(c, st);
+    return rc;
+}
+
+static void cache_clear(struct xchg_cache *c)
+{
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        free(c->e[i].h);
+        memset(&c->e[i], 0, sizeof(c->e[i]));
+    }
+}
+
+/* Stores x inside the caller's transaction; x->id is set on success. */
+static int put_one(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+                   struct row_req *r, struct diag *d)
+{
+    bool chat = is_chat(x->req_body);
+    int rc = chat ? put_request(db, c, x, r, d) : 0;
+    if (!rc)
+        rc = insert_row(db, c, x, r, chat, d);
+    x->id = rc ? 0 : sqlite3_last_insert_rowid(db);
+    return rc;
+}
+
+static void row_req_release(struct row_req *r)
+{
+    free(r->h);
+    free(r->msgs);
+    memset(r, 0, sizeof(*r));
+}
+
+int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                   size_t n, int *rcs, struct diag *d)
+{
+    struct row_req *rr = xcalloc(n ? n : 1, sizeof(*rr));
+    int rc = 0;
+
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot begin a transaction");
+        goto fail_all;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_exec(db, "SAVEPOINT one", NULL, NULL, NULL);
+        rcs[i] = put_one(db, c, xs[i], &rr[i], d);
+        if (rcs[i])
+            sqlite3_exec(db, "ROLLBACK TO one", NULL, NULL, NULL);
+        sqlite3_exec(db, "RELEASE one", NULL, NULL, NULL);
+    }
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot commit exchanges");
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        /* lists read inside the lost transaction may name lost rows */
+        cache_clear(c);
+        goto fail_all;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!rcs[i] && rr[i].h) {
+            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
+            rr[i].h = NULL;
+        }
+    }
+    goto out;
+fail_all:
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = rc;
+        xs[i]->id = 0;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        row_req_release(&rr[i]);
+    free(rr);
+    return rc;
+}
+
+int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+                    struct diag *d)
+{
+    struct xchg_cache *own = c ? NULL : xchg_cache_new();
+    int one_rc = 0;
+    int rc = xchg_put_batch(db, own ? own : c, &x, 1, &one_rc, d);
+    xchg_cache_free(own);
+    return rc ? rc : one_rc;
+}
+
+int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d)
+{
+    return xchg_put_cached(db, NULL, x, d);
+}
+
+/* ---- read ---- */
+
+static char *col_str(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? xstrdup((const char *)s) : NULL;
+}
+
+static json_t *col_json(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? json_loads((const char *)s, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                          NULL)
+             : NULL;
+}
+
+static char *col_packed(sqlite3_stmt *st, int i, size_t *len)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+        *len = 0;
+        return NULL;
+    }
+    *len = (size_t)sqlite3_column_int64(st, i + 1);
+    return unpack(sqlite3_column_blob(st, i),
+                  (size_t)sqlite3_column_bytes(st, i), *len,
+                  sqlite3_column_int(st, i + 2));
+}
+
+/* Rebuilds the chat request body of row st (columns as in SELECT_SQL). */
+static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
+                        struct xchg *x, struct diag *d)
+{
+    json_t *body = blob_get(db, sqlite3_column_int64(st, 6));
+    struct list_ent *e = list_load(db, c, x->id, 0);
+    if (!json_is_object(body) || !e) {
+        json_decref(body);
+        return diag_set(d, EIO, "store: exchange %lld: request is corrupt",
+                        (long long)x->id);
+    }
+    if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
+        json_t *tools = blob_get(db, sqlite3_column_int64(st, 7));
+        if (!tools) {
+            json_decref(body);
+            return diag_set(d, EIO, "store: exchange %lld: tools missing",
+                            (long long)x->id);
+        }
+        json_object_set_new(body, "tools", tools);
+    }
+    json_t *msgs = json_array();
+    for (size_t i = 0; i < e->n; i++) {
+        json_t *m = blob_get(db, (int64_t)e->h[i]);
+        if (!m) {
+            json_decref(msgs);
+            json_decref(body);
+            return diag_set(d, EIO,
+                            "store: exchange %lld: message %zu"
+                            " missing",
+                            (long long)x->id, i);
+        }
+        json_array_append_new(msgs, m);
+    }
+    json_object_set_new(body, "messages", msgs);
+    x->req_body = body;
+    return 0;
+}
+
+static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
+                    struct xchg *x, struct diag *d)
+{
+    x->id = sqlite3_column_int64(st, 0);
+    x->session = col_str(st, 1);
+    x->kind = col_str(st, 2);
+    x->started = sqlite3_column_double(st, 3);
+    x->method = col_str(st, 4);
+    x->path = col_str(st, 5);
+    x->req_headers = col_json(st, 8);
+    x->req_malformed = sqlite3_column_int(st, 12);
+    x->status = sqlite3_column_int(st, 13);
+    x->resp_headers = col_json(st, 14);
+    x->resp_raw = col_packed(st, 15, &x->resp_raw_len);
+    x->streamed = sqlite3_column_int(st, 18);
+    x->reply = col_json(st, 19);
+    x->up_ttfb_ms = sqlite3_column_double(st, 20);
+    x->up_total_ms = sqlite3_column_double(st, 21);
+    x->down_ttfb_ms = sqlite3_column_double(st, 22);
+    x->down_total_ms = sqlite3_column_double(st, 23);
+    x->end = (enum xchg_end)sqlite3_column_int(st, 24);
+    if (sqlite3_column_type(st, 6) != SQLITE_NULL)
+        return rebuild_body(db, c, st, x, d);
+    x->req_raw = col_packed(st, 9, &x->req_raw_len);
+    if (x->req_raw && !x->req_malformed)
+        x->req_body = json_loadb(x->req_raw, x->req_raw_len,
+                                 JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    return 0;
+}
+
+static const char SELECT_SQL[] =
+    "SELECT id, session, kind, started, method, path, req_params,"
+    " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
+    " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
+    " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
+    " down_total_ms, ending FROM xchg";
+
+int xchg_each(sqlite3 *db, const char *session,
+              int (*fn)(const struct xchg *x, void *ud), void *ud,
+              struct diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    char *sql = xasprintf("%s%s ORDER BY id", SELECT_SQL,
+                          session ? " WHERE session=?" : "");
+    int rc = 0;
+
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot read exchanges");
+        free(sql);
+        return rc;
+    }
+    free(sql);
+    if (session)
+        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+    struct xchg_cache *c = xchg_cache_new();
+    for (;;) {
+        int step = sqlite3_step(st);
+        if (step == SQLITE_DONE)
+            break;
+        if (step != SQLITE_ROW) {
+            rc = sql_fail(db, d, "cannot read exchanges");
+            break;
+        }
+        struct xchg x;
+        xchg_init(&x);
+        rc = read_row(db, c, st, &x, d);
+        if (!rc)
+            rc = fn(&x, ud);
+        xchg_release(&x);
+        if (rc)
+            break;
+    }
+    xchg_cache_free(c);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int sum_query(sqlite3 *db, const char *sql, int64_t *out, struct diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, d, "cannot measure storage");
+    int rc = sqlite3_step(st) == SQLITE_ROW
+                 ? 0
+                 : sql_fail(db, d, "cannot measure storage");
+    *out = rc ? 0 : sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
+                       int64_t *request_bytes, struct diag *d)
+{
+    int64_t rows = 0, blobs = 0;
+    int rc = sum_query(db,
+                       "SELECT COALESCE(SUM(length(z)), 0) FROM xchg_blob"
+                       " WHERE kind=0",
+                       message_bytes, d);
+    if (rc)
+        return rc;
+    rc = sum_query(db,
+                   "SELECT COALESCE(SUM(length(z)), 0) FROM xchg_blob"
+                   " WHERE kind<>0",
+                   &blobs, d);
+    if (rc)
+        return rc;
+    /* Request-side payload of each row: text and blob columns, and 8 bytes
+     * for each number. */
+    rc = sum_query(db,
+                   "SELECT COALESCE(SUM(length(session) + length(kind) +"
+                   " length(method) + length(path) +"
+                   " COALESCE(length(req_headers), 0) +"
+                   " COALESCE(length(req_msgs), 0) +"
+                   " COALESCE(length(req_raw), 0) + 8 * 9), 0) FROM xchg",
+                   &rows, d);
+    *request_bytes = rows + blobs;
+    return rc;
+}
+
+int xchg_storage_response_bytes(sqlite3 *db, int64_t *bytes, struct diag *d)
+{
+    return sum_query(db,
+                     "SELECT COALESCE(SUM(COALESCE(length(resp_headers), 0) +"
+                     " COALESCE(length(resp_raw), 0) +"
+                     " COALESCE(length(reply), 0) + 8 * 7), 0) FROM xchg",
+                     bytes, d);
+}

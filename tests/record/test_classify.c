@@ -1,0 +1,152 @@
+/*
+ * Tests for record/classify: which headers and query parameters count as
+ * secrets, how sessions are keyed, and the request kinds on real opencode
+ * requests (../shared/fixtures/opencode-1.18.33/) and crafted ones,
+ * including a subagent recognised from the task prompt its parent sent.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "record/classify.h"
+
+#define FIXTURES "../shared/fixtures/opencode-1.18.33/"
+
+static void test_secret_headers(void **state)
+{
+    (void)state;
+    static const char *const secret[] = {
+        "Authorization",     "authorization",   "Proxy-Authorization",
+        "api-key",           "X-Api-Key",       "Cookie",
+        "Set-Cookie",        "x-goog-api-key",  "X-Auth-Token",
+        "anthropic-api-key", "X-Client-Secret", NULL};
+    static const char *const plain[] = {
+        "Content-Type",       "User-Agent", "x-session-id",
+        "x-session-affinity", "Accept",     "x-ratelimit-remaining-tokens",
+        "Content-Length",     NULL};
+    for (int i = 0; secret[i]; i++)
+        if (!is_secret_header(secret[i]))
+            fail_msg("'%s' should be secret", secret[i]);
+    for (int i = 0; plain[i]; i++)
+        if (is_secret_header(plain[i]))
+            fail_msg("'%s' should not be secret", plain[i]);
+}
+
+static void test_redact_path(void **state)
+{
+    (void)state;
+    char *p = redact_path("/v1/models?key=abc&alt=sse&api_key=x&token=");
+    assert_string_equal(p, "/v1/models?key=[redacted]&alt=sse&api_key="
+                           "[redacted]&token=[redacted]");
+    free(p);
+    p = redact_path("/v1/chat/completions");
+    assert_string_equal(p, "/v1/chat/completions");
+    free(p);
+    p = redact_path("/x?monkey=1&Key=2");
+    assert_string_equal(p, "/x?monkey=1&Key=[redacted]");
+    free(p);
+}
+
+static json_t *fixture(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), FIXTURES "%s", name);
+    json_t *j = json_load_file(path, 0, NULL);
+    if (!j)
+        fail_msg("cannot read '%s'", path);
+    return j;
+}
+
+static void test_opencode_kinds_and_session(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file, *kind;
+    } cases[] = {
+        {"plain-01-title-request.json", "title"},
+        {"plain-02-turn1-first-request.json", "main"},
+        {"plain-06-turn3-after-bash-tool-result.json", "main"},
+        {"reasoninter-06-interleaved-reasoning_content-final-request.json",
+         "main"},
+        {"compact-03-compaction-summary-request.json", "compaction"},
+        {"compact-04-post-compaction-request.json", "main"},
+    };
+    struct classify_state *c = classify_new();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *fx = fixture(cases[i].file);
+        json_t *body = json_object_get(fx, "body");
+        const char *k = classify_kind(c, body);
+        if (strcmp(k, cases[i].kind))
+            fail_msg("%s: %s, expected %s", cases[i].file, k, cases[i].kind);
+        char *s = classify_session(json_object_get(fx, "headers"), body);
+        assert_string_equal(s, "ses_REDACTED");
+        free(s);
+        /* without the header: the prefix hash, equal across turns of one
+         * conversation and different for the title request */
+        json_t *none = json_object();
+        char *a = classify_session(none, body);
+        assert_int_equal(strncmp(a, "p:", 2), 0);
+        assert_int_equal(strlen(a), 18);
+        json_t *turn1 = fixture("plain-02-turn1-first-request.json");
+        char *b = classify_session(none, json_object_get(turn1, "body"));
+        if (i == 2 || i == 3)
+            assert_string_equal(a, b);
+        if (i == 0)
+            assert_string_not_equal(a, b);
+        free(a);
+        free(b);
+        json_decref(turn1);
+        json_decref(none);
+        json_decref(fx);
+    }
+    classify_free(c);
+}
+
+static void test_subagent_from_task_prompt(void **state)
+{
+    (void)state;
+    struct classify_state *c = classify_new();
+    json_t *child =
+        json_pack("{s:[{s:s}], s:[{s:s, s:s}, {s:s, s:s}]}", "tools", "type",
+                  "function", "messages", "role", "system", "content",
+                  "You are a "
+                  "subagent.",
+                  "role", "user", "content", "Find every TODO in src/");
+    assert_string_equal(classify_kind(c, child), "main");
+    json_t *reply =
+        json_pack("{s:[{s:s, s:{s:s, s:s}}]}", "tool_calls", "id", "t1",
+                  "function", "name", "task", "arguments",
+                  "{\"description\":\"todos\",\"prompt\":\"Find every TODO in "
+                  "src/\",\"subagent_type\":\"general\"}");
+    classify_learn(c, NULL, reply);
+    assert_string_equal(classify_kind(c, child), "subagent");
+    /* a different first message is still main */
+    json_t *other =
+        json_pack("{s:[{s:s}], s:[{s:s, s:s}]}", "tools", "type", "function",
+                  "messages", "role", "user", "content", "Find every FIXME");
+    assert_string_equal(classify_kind(c, other), "main");
+    json_t *empty = json_object();
+    assert_string_equal(classify_kind(c, empty), "other");
+    json_decref(empty);
+    json_decref(child);
+    json_decref(reply);
+    json_decref(other);
+    classify_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_secret_headers),
+        cmocka_unit_test(test_redact_path),
+        cmocka_unit_test(test_opencode_kinds_and_session),
+        cmocka_unit_test(test_subagent_from_task_prompt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

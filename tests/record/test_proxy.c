@@ -1,0 +1,631 @@
+/*
+ * End-to-end tests of `fidelity record`: the real binary on an ephemeral
+ * 127.0.0.1 port in front of a scripted upstream in this process (whose
+ * exact bytes are known) or of `fidelity sim`. Byte-exactness, secrets,
+ * each fault of issue 3, the spill file, and what the store holds.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/xalloc.h"
+#include "store/store.h"
+#include "store/xchg.h"
+#include "util/rec.h"
+#include "util/upstream.h"
+
+struct fx {
+    struct upstream *up;
+    char *dir;
+    char db[256];
+    char spill[256];
+    struct proc rec;
+    char url[64];
+};
+
+static int fx_setup_with(void **state, const char *const extra[],
+                         const char *upstream)
+{
+    struct fx *f = xcalloc(1, sizeof(*f));
+    f->up = upstream_start();
+    f->dir = rec_tmpdir();
+    if (!f->up || !f->dir)
+        return -1;
+    snprintf(f->db, sizeof(f->db), "%s/r.db", f->dir);
+    snprintf(f->spill, sizeof(f->spill), "%s/r.db.spill.jsonl", f->dir);
+    if (rec_start_record(&f->rec, upstream ? upstream : upstream_url(f->up),
+                         f->db, extra))
+        return -1;
+    snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d", f->rec.port);
+    *state = f;
+    return 0;
+}
+
+static int fx_setup(void **state)
+{
+    return fx_setup_with(state, NULL, NULL);
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    if (!f)
+        return 0;
+    if (f->rec.pid > 0)
+        proc_stop(&f->rec);
+    upstream_stop(f->up);
+    rec_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* Stops record (SIGTERM: it must exit 0 with everything stored) and loads
+ * the store. */
+static json_t *stop_and_load(struct fx *f)
+{
+    assert_int_equal(proc_stop(&f->rec), 0);
+    json_t *all = rec_load(f->db);
+    assert_non_null(all);
+    return all;
+}
+
+static const char *jstr(json_t *o, const char *path1, const char *path2)
+{
+    json_t *v = json_object_get(o, path1);
+    if (path2)
+        v = json_object_get(v, path2);
+    return json_string_value(v);
+}
+
+static char *url_of(const struct fx *f, const char *path)
+{
+    return xasprintf("%s%s", f->url, path);
+}
+
+static void fetch_ok(const char *url, const char *body, struct rec_resp *r)
+{
+    rec_resp_init(r);
+    assert_int_equal(rec_fetch(url, body, body ? strlen(body) : 0, NULL, 0, r),
+                     0);
+    assert_int_equal(r->status, 200);
+}
+
+/* What a client receives through record equals what the upstream sent,
+ * byte for byte, for a sized JSON body, a chunked SSE stream and 1 MiB. */
+static void test_byte_exact_scripted(void **state)
+{
+    struct fx *f = *state;
+    static const char *const routes[] = {"/json", "/sse", "/big"};
+    for (int i = 0; i < 3; i++) {
+        struct rec_resp direct, proxied;
+        char *u1 = xasprintf("%s%s", upstream_url(f->up), routes[i]);
+        char *u2 = url_of(f, routes[i]);
+        size_t n;
+        char *expect = upstream_body(routes[i], &n);
+        fetch_ok(u1, "{}", &direct);
+        fetch_ok(u2, "{}", &proxied);
+        assert_int_equal(direct.body.len, n);
+        assert_int_equal(proxied.body.len, n);
+        assert_memory_equal(proxied.body.data, expect, n);
+        assert_memory_equal(direct.body.data, proxied.body.data, n);
+        assert_true(rec_contains(proxied.headers.data, proxied.headers.len,
+                                 "X-Test: yes") ||
+                    i == 1);
+        free(expect);
+        free(u1);
+        free(u2);
+        rec_resp_release(&direct);
+        rec_resp_release(&proxied);
+    }
+    /* the request body reaches the upstream untouched too */
+    static const char odd[] = "{ \"z\":1,\"messages\" :[ {\"role\":\"user\","
+                              "\"content\":\"\\u00e9 \xc3\xa9\"}],\"a\":1.50}";
+    struct rec_resp echo;
+    char *u = url_of(f, "/echo?x=1");
+    fetch_ok(u, odd, &echo);
+    assert_true(echo.body.len > strlen(odd));
+    assert_memory_equal(echo.body.data + echo.body.len - strlen(odd), odd,
+                        strlen(odd));
+    assert_true(
+        rec_contains(echo.body.data, echo.body.len, "POST /echo?x=1 HTTP/1.1"));
+    free(u);
+    rec_resp_release(&echo);
+
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 4);
+    /* the SSE exchange: stored raw and reassembled */
+    json_t *sse = json_array_get(all, 1);
+    size_t n;
+    char *expect = upstream_body("/sse", &n);
+    assert_string_equal(jstr(sse, "resp_raw", NULL), expect);
+    free(expect);
+    assert_true(json_is_true(json_object_get(sse, "streamed")));
+    assert_string_equal(jstr(sse, "end", NULL), "complete");
+    json_t *reply = json_object_get(sse, "reply");
+    assert_string_equal(jstr(reply, "content", NULL), "Hello world");
+    assert_string_equal(jstr(reply, "reasoning_content", NULL),
+                        "think \xc3\xa9");
+    assert_string_equal(jstr(reply, "finish_reason", NULL), "tool_calls");
+    assert_true(json_is_true(json_object_get(reply, "done")));
+    assert_int_equal(json_integer_value(json_object_get(reply, "chunks")), 5);
+    json_t *call = json_array_get(json_object_get(reply, "tool_calls"), 0);
+    assert_string_equal(jstr(call, "id", NULL), "call_1");
+    assert_string_equal(jstr(call, "function", "name"), "write");
+    assert_string_equal(jstr(call, "function", "arguments"), "{\"a\":1}");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(reply, "usage"), "prompt_tokens")),
+                     7);
+    assert_true(json_number_value(json_object_get(sse, "up_ttfb_ms")) > 0);
+    assert_true(json_number_value(json_object_get(sse, "down_total_ms")) >=
+                json_number_value(json_object_get(sse, "down_ttfb_ms")));
+    /* the JSON exchange */
+    json_t *js = json_array_get(all, 0);
+    assert_false(json_is_true(json_object_get(js, "streamed")));
+    assert_string_equal(jstr(json_object_get(js, "reply"), "content", NULL),
+                        "caf\xc3\xa9 \xc3\xa9");
+    /* the echo request: a chat body, rebuilt from its messages */
+    json_t *ec = json_array_get(all, 3);
+    assert_string_equal(jstr(ec, "path", NULL), "/echo?x=1");
+    json_t *want = json_loads(odd, 0, NULL);
+    assert_true(json_equal(json_object_get(ec, "req_body"), want));
+    json_decref(want);
+    json_decref(all);
+}
+
+/* Zeroes the digits of every "created":N (the sim stamps wall-clock
+ * seconds), leaving every other byte as it was. */
+static void mask_created(struct buf *b)
+{
+    char *p = b->data;
+    while (p && (p = strstr(p, "\"created\":"))) {
+        p += 10;
+        while (*p >= '0' && *p <= '9')
+            *p++ = '0';
+    }
+}
+
+static int start_sim(struct proc *p, char url[64])
+{
+    const char *const av[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    if (proc_start(p, av))
+        return -1;
+    snprintf(url, 64, "http://127.0.0.1:%d", p->port);
+    return 0;
+}
+
+/* Through record, sim's answers are byte-identical to direct ones. Two
+ * fresh sims get the same sequence of requests, one directly and one
+ * through record (sim numbers its responses); only the wall-clock
+ * "created" seconds are masked before comparing. */
+static void test_byte_exact_sim(void **state)
+{
+    struct fx *f = *state;
+    struct proc sim_a, sim_b, rec;
+    char url_a[64], url_b[64], db[300];
+    assert_int_equal(start_sim(&sim_a, url_a), 0);
+    assert_int_equal(start_sim(&sim_b, url_b), 0);
+    snprintf(db, sizeof(db), "%s/sim.db", f->dir);
+    assert_int_equal(rec_start_record(&rec, url_b, db, NULL), 0);
+
+    static const char *const bodies[] = {
+        "{\"model\":\"m\",\"temperature\":0,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"The access code for the blue door is 4812. What is "
+        "the access code for the blue door?\"}]}",
+        "{\"model\":\"m\",\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"Let X = 5. What is the value of X?\"}]}",
+        "{\"model\":\"m\",\"stream\":true,\"reasoning_effort\":\"high\","
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}]}",
+        NULL};
+    for (int i = 0; bodies[i]; i++) {
+        struct rec_resp d, p;
+        char *ud = xasprintf("%s/v1/chat/completions", url_a);
+        char *up =
+            xasprintf("http://127.0.0.1:%d/v1/chat/completions", rec.port);
+        const char *const h[] = {"Content-Type: application/json", NULL};
+        rec_resp_init(&d);
+        rec_resp_init(&p);
+        assert_int_equal(rec_fetch(ud, bodies[i], strlen(bodies[i]), h, 0, &d),
+                         0);
+        assert_int_equal(rec_fetch(up, bodies[i], strlen(bodies[i]), h, 0, &p),
+                         0);
+        assert_int_equal(p.status, 200);
+        assert_true(p.body.len > 20);
+        mask_created(&d.body);
+        mask_created(&p.body);
+        if (p.body.len != d.body.len ||
+            memcmp(p.body.data, d.body.data, p.body.len))
+            fprintf(stderr, "direct: %s\nproxied: %s\n", d.body.data,
+                    p.body.data);
+        assert_int_equal(p.body.len, d.body.len);
+        assert_memory_equal(p.body.data, d.body.data, p.body.len);
+        free(ud);
+        free(up);
+        rec_resp_release(&d);
+        rec_resp_release(&p);
+    }
+    assert_int_equal(proc_stop(&rec), 0);
+    proc_stop(&sim_a);
+    proc_stop(&sim_b);
+    json_t *all = rec_load(db);
+    assert_int_equal(json_array_size(all), 3);
+    json_t *r0 = json_object_get(json_array_get(all, 0), "reply");
+    assert_non_null(strstr(jstr(r0, "content", NULL), "4812"));
+    json_t *r1 = json_object_get(json_array_get(all, 1), "reply");
+    assert_non_null(strstr(jstr(r1, "content", NULL), "5"));
+    assert_true(json_is_true(json_object_get(r1, "done")));
+    assert_true(json_is_object(json_object_get(r1, "usage")));
+    json_t *r2 = json_object_get(json_array_get(all, 2), "reply");
+    assert_true(json_string_length(json_object_get(r2, "reasoning_content")) >
+                0);
+    json_decref(all);
+}
+
+/* Hold an exclusive lock on the store so that record must spill. */
+static sqlite3 *lock_store(const char *db)
+{
+    sqlite3 *s = NULL;
+    struct diag d = {{0}};
+    assert_int_equal(store_open(db, &s, &d), 0);
+    assert_int_equal(store_exec(s, "BEGIN EXCLUSIVE", &d), 0);
+    return s;
+}
+
+static void unlock_store(sqlite3 *s)
+{
+    store_exec(s, "COMMIT", NULL);
+    store_close(s);
+}
+
+/* A sent API key reaches the upstream but never the store, its WAL, or
+ * the spill file. */
+static void test_secrets_never_stored(void **state)
+{
+    struct fx *f = *state;
+    const char *const h[] = {"Authorization: Bearer sk-test-SECRET-4242",
+                             "x-api-key: SECRET-4243",
+                             "api-key: SECRET-4244",
+                             "Cookie: session=SECRET-4245",
+                             "Proxy-Authorization: Basic SECRET-4246",
+                             "X-Goog-Api-Key: SECRET-4247",
+                             NULL};
+    static const char body[] = "{\"messages\":[{\"role\":\"user\","
+                               "\"content\":\"hi\"}]}";
+    struct rec_resp r;
+    /* forwarded untouched: the upstream sees the credentials */
+    char *u = url_of(f, "/echo");
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, body, strlen(body), h, 0, &r), 0);
+    assert_true(rec_contains(r.body.data, r.body.len, "sk-test-SECRET-4242"));
+    rec_resp_release(&r);
+    free(u);
+    /* stored redacted, in the store and (with the store locked) spilled */
+    u = url_of(f, "/sse?key=SECRET-4248&x=1");
+    for (int i = 0; i < 2; i++) {
+        sqlite3 *lock = i ? lock_store(f->db) : NULL;
+        rec_resp_init(&r);
+        assert_int_equal(rec_fetch(u, body, strlen(body), h, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        rec_resp_release(&r);
+        if (lock)
+            unlock_store(lock);
+    }
+    free(u);
+    json_t *all = stop_and_load(f);
+    struct buf bytes = BUF_INIT;
+    const char *const suffixes[] = {"", "-wal", "-shm", ".spill.jsonl"};
+    for (int i = 0; i < 4; i++) {
+        char *p = xasprintf("%s%s", f->db, suffixes[i]);
+        rec_read_file(p, &bytes);
+        free(p);
+    }
+    assert_true(bytes.len > 1000);
+    assert_false(rec_contains(bytes.data, bytes.len, "SECRET-42"));
+    buf_release(&bytes);
+    /* the echo one is in the store (its response echoes the key, so it is
+     * left out of the byte grep above), then the one stored redacted */
+    assert_int_equal(json_array_size(all), 2);
+    json_t *x = json_array_get(all, 1);
+    assert_string_equal(jstr(x, "req_headers", "Authorization"), "[redacted]");
+    assert_string_equal(jstr(x, "req_headers", "x-api-key"), "[redacted]");
+    assert_string_equal(jstr(x, "path", NULL), "/sse?key=[redacted]&x=1");
+    json_decref(all);
+}
+
+static void test_upstream_down_gives_502_json(void **state)
+{
+    (void)state;
+    char *dir = rec_tmpdir();
+    char *db = xasprintf("%s/r.db", dir);
+    struct proc rec;
+    /* a port nobody listens on: bind one, then close it */
+    struct upstream *u = upstream_start();
+    char *down = xstrdup(upstream_url(u));
+    upstream_stop(u);
+    assert_int_equal(rec_start_record(&rec, down, db, NULL), 0);
+    char *url = xasprintf("http://127.0.0.1:%d/v1/chat/completions", rec.port);
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(url, "{\"messages\":[]}", 15, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 502);
+    json_t *j = json_loadb(r.body.data, r.body.len, 0, NULL);
+    assert_non_null(j);
+    const char *msg = jstr(json_object_get(j, "error"), "message", NULL);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "unreachable"));
+    assert_non_null(strstr(msg, down));
+    assert_string_equal(jstr(json_object_get(j, "error"), "type", NULL),
+                        "upstream_unreachable");
+    json_decref(j);
+    rec_resp_release(&r);
+    assert_int_equal(proc_stop(&rec), 0);
+    json_t *all = rec_load(db);
+    assert_int_equal(json_array_size(all), 1);
+    assert_string_equal(jstr(json_array_get(all, 0), "end", NULL),
+                        "upstream_error");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(all, 0), "status")),
+        0);
+    json_decref(all);
+    free(url);
+    free(down);
+    free(db);
+    rec_rmdir(dir);
+}
+
+static int fx_setup_small_body(void **state)
+{
+    const char *const extra[] = {"--max-body", "1000", NULL};
+    return fx_setup_with(state, extra, NULL);
+}
+
+static void test_oversize_request_413(void **state)
+{
+    struct fx *f = *state;
+    char big[2001], ok[901];
+    memset(big, 'a', 2000);
+    big[2000] = '\0';
+    memset(ok, 'a', 900);
+    ok[900] = '\0';
+    char *u = url_of(f, "/json");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, big, 2000, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 413);
+    rec_resp_release(&r);
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, ok, 900, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    rec_resp_release(&r);
+    free(u);
+    assert_int_equal(upstream_requests(f->up), 1);
+}
+
+static void test_malformed_json_forwarded_and_flagged(void **state)
+{
+    struct fx *f = *state;
+    static const char bad[] = "{\"messages\": [{\"role\": \"user\", oops";
+    const char *const h[] = {"Content-Type: application/json", NULL};
+    char *u = url_of(f, "/echo");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, bad, strlen(bad), h, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_memory_equal(r.body.data + r.body.len - strlen(bad), bad,
+                        strlen(bad));
+    rec_resp_release(&r);
+    free(u);
+    json_t *all = stop_and_load(f);
+    json_t *x = json_array_get(all, 0);
+    assert_true(json_is_true(json_object_get(x, "req_malformed")));
+    assert_string_equal(jstr(x, "req_raw", NULL), bad);
+    assert_null(json_object_get(x, "req_body"));
+    assert_string_equal(jstr(x, "end", NULL), "complete");
+    json_decref(all);
+}
+
+/* The upstream closes mid-stream: the client gets every byte the upstream
+ * sent, then the connection closes without the end of the response. */
+static void test_upstream_reset_mid_stream(void **state)
+{
+    struct fx *f = *state;
+    size_t n;
+    char *sent = upstream_body("/reset", &n);
+    char *u = url_of(f, "/reset");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    int rc = rec_fetch(u, "{}", 2, NULL, 0, &r);
+    assert_true(rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body.len, n);
+    assert_memory_equal(r.body.data, sent, n);
+    rec_resp_release(&r);
+    /* the proxy keeps serving */
+    char *u2 = url_of(f, "/json");
+    fetch_ok(u2, NULL, &r);
+    rec_resp_release(&r);
+    free(u2);
+    free(u);
+    json_t *all = stop_and_load(f);
+    json_t *x = json_array_get(all, 0);
+    assert_string_equal(jstr(x, "end", NULL), "upstream_reset");
+    assert_string_equal(jstr(x, "resp_raw", NULL), sent);
+    assert_false(
+        json_is_true(json_object_get(json_object_get(x, "reply"), "done")));
+    assert_string_equal(jstr(json_array_get(all, 1), "end", NULL), "complete");
+    free(sent);
+    json_decref(all);
+}
+
+/* The client goes away mid-stream: record cancels the upstream transfer
+ * (the upstream sees its peer close) and stores the exchange. */
+static void test_client_gone_cancels_upstream(void **state)
+{
+    struct fx *f = *state;
+    char *u = url_of(f, "/slow");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    int rc = rec_fetch(u, "{}", 2, NULL, 100, &r);
+    assert_int_equal(rc, CURLE_WRITE_ERROR);
+    rec_resp_release(&r);
+    free(u);
+    /* /slow would stream for 10 s; the cancellation must reach it soon */
+    for (int i = 0; i < 300 && upstream_peer_gone(f->up) == 0; i++)
+        usleep(10000);
+    assert_int_equal(upstream_peer_gone(f->up), 1);
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 1);
+    json_t *x = json_array_get(all, 0);
+    assert_string_equal(jstr(x, "end", NULL), "client_gone");
+    assert_true(json_integer_value(json_object_get(json_object_get(x, "reply"),
+                                                   "chunks")) >= 1);
+    json_decref(all);
+}
+
+struct spill_count {
+    int n;
+    int complete;
+};
+
+static int count_fn(const struct xchg *x, void *ud)
+{
+    struct spill_count *c = ud;
+    c->n++;
+    c->complete +=
+        x->end == XCHG_COMPLETE && x->status == 200 && x->reply != NULL;
+    return 0;
+}
+
+/* With the store locked, proxying goes on and exchanges go to the spill
+ * file, which xchg_spill_each reads back. */
+static void test_store_locked_spills(void **state)
+{
+    struct fx *f = *state;
+    struct rec_resp r;
+    char *u = url_of(f, "/json");
+    fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &r);
+    rec_resp_release(&r);
+    sqlite3 *lock = lock_store(f->db);
+    for (int i = 0; i < 3; i++) {
+        fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}",
+                 &r);
+        size_t n;
+        char *expect = upstream_body("/json", &n);
+        assert_int_equal(r.body.len, n);
+        free(expect);
+        rec_resp_release(&r);
+    }
+    unlock_store(lock);
+    free(u);
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 1);
+    json_decref(all);
+    struct spill_count c = {0};
+    struct diag d = {{0}};
+    assert_int_equal(xchg_spill_each(f->spill, count_fn, &c, &d), 0);
+    assert_int_equal(c.n, 3);
+    assert_int_equal(c.complete, 3);
+}
+
+/* Session header and request kinds. */
+static void test_session_header_and_kinds(void **state)
+{
+    struct fx *f = *state;
+    const char *const h[] = {"x-session-affinity: ses_abc",
+                             "Content-Type: application/json", NULL};
+    static const char title[] =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a title "
+        "generator. You output ONLY a thread title.\"},{\"role\":\"user\","
+        "\"content\":\"Generate a title for this conversation:\\n\"}]}";
+    static const char main_req[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"task\"}}"
+        "],\"messages\":[{\"role\":\"system\",\"content\":\"You are an "
+        "agent.\"},{\"role\":\"user\",\"content\":\"hello\"}]}";
+    char *u = url_of(f, "/json");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, title, strlen(title), h, 0, &r), 0);
+    rec_resp_release(&r);
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, main_req, strlen(main_req), NULL, 0, &r), 0);
+    rec_resp_release(&r);
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, NULL, 0, NULL, 0, &r), 0);
+    rec_resp_release(&r);
+    free(u);
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 3);
+    assert_string_equal(jstr(json_array_get(all, 0), "session", NULL),
+                        "ses_abc");
+    assert_string_equal(jstr(json_array_get(all, 0), "kind", NULL), "title");
+    assert_int_equal(
+        strncmp(jstr(json_array_get(all, 1), "session", NULL), "p:", 2), 0);
+    assert_string_equal(jstr(json_array_get(all, 1), "kind", NULL), "main");
+    assert_string_equal(jstr(json_array_get(all, 2), "kind", NULL), "other");
+    assert_string_equal(jstr(json_array_get(all, 2), "method", NULL), "GET");
+    json_decref(all);
+}
+
+static size_t discard(char *p, size_t sz, size_t n, void *ud)
+{
+    (void)p;
+    (void)ud;
+    return sz * n;
+}
+
+/* Keep-alive on the client side: a second request reuses the connection. */
+static void test_keep_alive(void **state)
+{
+    struct fx *f = *state;
+    char *u = url_of(f, "/json");
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    long connects = -1;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(curl_easy_perform(c), CURLE_OK);
+        curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+        assert_int_equal(connects, i == 0 ? 1 : 0);
+    }
+    curl_easy_cleanup(c);
+    free(u);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_byte_exact_scripted, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_byte_exact_sim, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secrets_never_stored, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test(test_upstream_down_gives_502_json),
+        cmocka_unit_test_setup_teardown(test_oversize_request_413,
+                                        fx_setup_small_body, fx_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_malformed_json_forwarded_and_flagged, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_upstream_reset_mid_stream,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_client_gone_cancels_upstream,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_store_locked_spills, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_session_header_and_kinds, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_keep_alive, fx_setup, fx_teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,440 @@
+/*
+ * Tests for store/xchg: exchanges survive the round trip through SQLite
+ * field by field, chat requests are rebuilt exactly from content-addressed
+ * messages, a 100-turn session grows linearly (the storage figure), and the
+ * spill file reads back what was appended, skipping a torn last line.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "core/rng.h"
+#include "core/xalloc.h"
+#include "store/store.h"
+#include "store/xchg.h"
+
+struct tmpdb {
+    char dir[64];
+    char path[128];
+    sqlite3 *db;
+};
+
+static void tmpdb_open(struct tmpdb *t)
+{
+    struct diag d = {{0}};
+    strcpy(t->dir, "/tmp/fidelity-xchg-XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->path, sizeof(t->path), "%s/t.db", t->dir);
+    assert_int_equal(store_open(t->path, &t->db, &d), 0);
+    assert_int_equal(xchg_schema(t->db, &d), 0);
+}
+
+static void tmpdb_close(struct tmpdb *t)
+{
+    char cmd[128];
+    store_close(t->db);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void fill(struct xchg *x, const char *session, json_t *body)
+{
+    xchg_init(x);
+    x->session = xstrdup(session);
+    x->kind = xstrdup("main");
+    x->started = 1790000000.25;
+    x->method = xstrdup("POST");
+    x->path = xstrdup("/v1/chat/completions?a=1");
+    x->req_headers = json_pack("{s:s, s:s}", "Content-Type", "application/json",
+                               "Authorization", "[redacted]");
+    x->req_body = body;
+    x->status = 200;
+    x->resp_headers = json_pack("{s:s}", "Content-Type", "text/event-stream");
+    x->resp_raw = xstrdup("data: {}\n\ndata: [DONE]\n\n");
+    x->resp_raw_len = strlen(x->resp_raw);
+    x->streamed = true;
+    x->reply = json_pack("{s:s, s:n, s:b, s:i}", "content", "hi",
+                         "reasoning_content", "done", 1, "chunks", 1);
+    x->up_ttfb_ms = 1.5;
+    x->up_total_ms = 9.0;
+    x->down_ttfb_ms = 1.75;
+    x->down_total_ms = 9.5;
+    x->end = XCHG_COMPLETE;
+}
+
+struct collect {
+    int n;
+    struct xchg got[8];
+};
+
+static int collect_fn(const struct xchg *x, void *ud)
+{
+    struct collect *c = ud;
+    struct xchg *g = &c->got[c->n++];
+    json_t *j = xchg_to_json(x);
+    struct diag d = {{0}};
+    xchg_init(g);
+    assert_int_equal(xchg_from_json(j, g, &d), 0);
+    g->id = x->id;
+    json_decref(j);
+    return c->n == 8;
+}
+
+static void collect_release(struct collect *c)
+{
+    for (int i = 0; i < c->n; i++)
+        xchg_release(&c->got[i]);
+}
+
+static void test_roundtrip_chat(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg x;
+    struct collect c = {0};
+
+    tmpdb_open(&t);
+    json_t *body =
+        json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:s}], s:b, s:[{s:s}], s:f}",
+                  "model", "m", "messages", "role", "system", "content",
+                  "be brief", "role", "user", "content", "hello \xc3\xa9",
+                  "stream", 1, "tools", "type", "function", "temperature", 0.6);
+    fill(&x, "s1", body);
+    assert_int_equal(xchg_put(t.db, &x, &d), 0);
+    assert_true(x.id > 0);
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 1);
+    struct xchg *g = &c.got[0];
+    assert_int_equal(g->id, x.id);
+    assert_string_equal(g->session, "s1");
+    assert_string_equal(g->kind, "main");
+    assert_string_equal(g->method, "POST");
+    assert_string_equal(g->path, "/v1/chat/completions?a=1");
+    assert_true(json_equal(g->req_body, x.req_body));
+    assert_true(json_equal(g->req_headers, x.req_headers));
+    assert_true(json_equal(g->resp_headers, x.resp_headers));
+    assert_true(json_equal(g->reply, x.reply));
+    assert_int_equal(g->resp_raw_len, x.resp_raw_len);
+    assert_memory_equal(g->resp_raw, x.resp_raw, x.resp_raw_len);
+    assert_null(g->req_raw);
+    assert_int_equal(g->status, 200);
+    assert_true(g->streamed);
+    assert_false(g->req_malformed);
+    assert_true(g->started == 1790000000.25);
+    assert_true(g->down_total_ms == 9.5 && g->up_ttfb_ms == 1.5);
+    assert_int_equal(g->end, XCHG_COMPLETE);
+    collect_release(&c);
+    xchg_release(&x);
+    tmpdb_close(&t);
+}
+
+static void test_raw_bodies_and_session_filter(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg x;
+    struct collect c = {0};
+    static const char bad[] = "{\"messages\": [ oops";
+    static const char bin[] = "a\0b\xff\xfe";
+
+    tmpdb_open(&t);
+    /* malformed JSON: stored raw, flagged */
+    fill(&x, "s1", NULL);
+    x.req_raw = xstrdup(bad);
+    x.req_raw_len = strlen(bad);
+    x.req_malformed = true;
+    free(x.resp_raw);
+    x.resp_raw = xmalloc(sizeof(bin));
+    memcpy(x.resp_raw, bin, sizeof(bin));
+    x.resp_raw_len = sizeof(bin);
+    x.end = XCHG_UPSTREAM_RESET;
+    assert_int_equal(xchg_put(t.db, &x, &d), 0);
+    xchg_release(&x);
+    /* valid JSON that is not a chat request, in another session */
+    fill(&x, "s2", NULL);
+    x.req_raw = xstrdup("{\"prompt\": \"2+2=\", \"max_tokens\": 3}");
+    x.req_raw_len = strlen(x.req_raw);
+    assert_int_equal(xchg_put(t.db, &x, &d), 0);
+    xchg_release(&x);
+
+    assert_int_equal(xchg_each(t.db, "s1", collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 1);
+    assert_true(c.got[0].req_malformed);
+    assert_null(c.got[0].req_body);
+    assert_int_equal(c.got[0].req_raw_len, strlen(bad));
+    assert_memory_equal(c.got[0].req_raw, bad, strlen(bad));
+    assert_int_equal(c.got[0].resp_raw_len, sizeof(bin));
+    assert_memory_equal(c.got[0].resp_raw, bin, sizeof(bin));
+    assert_int_equal(c.got[0].end, XCHG_UPSTREAM_RESET);
+    collect_release(&c);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, "s2", collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(c.got[0].req_body, "max_tokens")),
+        3);
+    collect_release(&c);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, "nope", collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 0);
+    tmpdb_close(&t);
+}
+
+/* ---- a 100-turn session ---- */
+
+static const char *const WORDS[] = {
+    "the",    "file",  "function", "returns", "error", "value", "we",
+    "should", "check", "test",     "build",   "index", "loop",  "because",
+    "python", "board", "player",   "move",    "state", "write", "read",
+    "cache",  "line",  "a",        "is",      "to",    "and",   "in"};
+
+static char *prose(struct rng *r, size_t bytes)
+{
+    struct buf b = BUF_INIT;
+    while (b.len < bytes) {
+        buf_adds(&b, WORDS[rng_below(r, sizeof(WORDS) / sizeof(WORDS[0]))]);
+        buf_addch(&b, rng_below(r, 12) ? ' ' : '\n');
+        if (!rng_below(r, 40))
+            buf_printf(&b, "%llu ", (unsigned long long)rng_below(r, 100000));
+    }
+    return buf_detach(&b, NULL);
+}
+
+static json_t *text_msg(const char *role, char *text)
+{
+    json_t *m = json_pack("{s:s, s:s}", "role", role, "content", text);
+    free(text);
+    return m;
+}
+
+/* Appends turn i's user message (and tool round trip every 4th turn). */
+static void add_turn(json_t *msgs, struct rng *r, int i)
+{
+    json_array_append_new(msgs, text_msg("user", prose(r, 200)));
+    if (i % 4 == 3) {
+        char id[32];
+        snprintf(id, sizeof(id), "call_%d", i);
+        char *args = prose(r, 300);
+        json_array_append_new(
+            msgs, json_pack("{s:s, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}", "role",
+                            "assistant", "content", "", "tool_calls", "id", id,
+                            "type", "function", "function", "name", "write",
+                            "arguments", args));
+        free(args);
+        json_t *tool = text_msg("tool", prose(r, 400));
+        json_object_set_new(tool, "tool_call_id", json_string(id));
+        json_array_append_new(msgs, tool);
+    }
+}
+
+static void test_storage_growth_100_turns(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct rng r;
+    struct xchg_cache *cache = xchg_cache_new();
+    json_t *msgs = json_array();
+    json_t *tools = json_array();
+    json_t *seen = json_object(); /* distinct messages by canonical JSON */
+    int64_t whole = 0, distinct = 0;
+
+    rng_seed(&r, 7);
+    tmpdb_open(&t);
+    for (int k = 0; k < 10; k++) {
+        char *desc = prose(&r, 600);
+        json_array_append_new(tools, json_pack("{s:s, s:{s:s, s:s}}", "type",
+                                               "function", "function", "name",
+                                               "t", "description", desc));
+        free(desc);
+    }
+    json_array_append_new(msgs, text_msg("system", prose(&r, 9000)));
+    for (int i = 0; i < 100; i++) {
+        add_turn(msgs, &r, i);
+        json_t *body = json_pack("{s:s, s:i, s:O, s:O, s:b}", "model", "qwen3",
+                                 "max_tokens", 32000, "messages", msgs, "tools",
+                                 tools, "stream", 1);
+        /* the second turn of each ten also sends a title request */
+        struct xchg x;
+        fill(&x, "ses_1", json_deep_copy(body));
+        int rc = i % 2 ? xchg_put_cached(t.db, cache, &x, &d)
+                       : xchg_put(t.db, &x, &d);
+        assert_int_equal(rc, 0);
+        xchg_release(&x);
+        if (i % 10 == 1) {
+            fill(&x, "ses_1",
+                 json_pack("{s:s, s:[{s:s, s:s}]}", "model", "qwen3",
+                           "messages", "role", "system", "content",
+                           "You are a title generator"));
+            assert_int_equal(xchg_put_cached(t.db, cache, &x, &d), 0);
+            xchg_release(&x);
+        }
+        char *s = json_dumps(body, JSON_COMPACT);
+        whole += (int64_t)strlen(s);
+        free(s);
+        json_decref(body);
+        /* the reply as the next request will carry it */
+        json_array_append_new(msgs, text_msg("assistant", prose(&r, 1200)));
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        char *s = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!json_object_get(seen, s)) {
+            json_object_set_new(seen, s, json_true());
+            distinct += (int64_t)strlen(s);
+        }
+        free(s);
+    }
+    int64_t mb, rb;
+    assert_int_equal(xchg_storage_bytes(t.db, &mb, &rb, &d), 0);
+    double ratio = (double)(mb + rb) / (double)distinct;
+    printf("storage, 100-turn session: distinct messages %lld B; stored "
+           "%lld B (messages %lld compressed + requests %lld) = %.3fx; "
+           "each request whole %lld B = %.1fx\n",
+           (long long)distinct, (long long)(mb + rb), (long long)mb,
+           (long long)rb, ratio, (long long)whole,
+           (double)whole / (double)distinct);
+    assert_true(ratio <= 1.2);
+    assert_true(whole > 20 * (mb + rb));
+    json_decref(seen);
+    json_decref(tools);
+    json_decref(msgs);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
+struct check_session {
+    json_t *expect; /* array of bodies, in order */
+    size_t n;
+};
+
+static int check_fn(const struct xchg *x, void *ud)
+{
+    struct check_session *c = ud;
+    assert_true(c->n < json_array_size(c->expect));
+    assert_true(json_equal(x->req_body, json_array_get(c->expect, c->n)));
+    c->n++;
+    return 0;
+}
+
+/* Every stored request is rebuilt exactly, across chains longer than the
+ * depth cap, branches (an edited history) and interleaved side requests. */
+static void test_rebuild_exact(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct rng r;
+    struct xchg_cache *cache = xchg_cache_new();
+    struct check_session c = {json_array(), 0};
+    json_t *msgs = json_array();
+
+    rng_seed(&r, 11);
+    tmpdb_open(&t);
+    json_array_append_new(msgs, text_msg("system", prose(&r, 300)));
+    for (int i = 0; i < 80; i++) {
+        add_turn(msgs, &r, i);
+        if (i == 40) /* pruning: an old message replaced in place */
+            json_array_set_new(msgs, 1, text_msg("user", prose(&r, 20)));
+        if (i == 60) /* compaction: history dropped */
+            json_array_remove(msgs, 2);
+        json_t *body =
+            json_pack("{s:o, s:i}", "messages", json_deep_copy(msgs), "n", i);
+        json_array_append(c.expect, body);
+        struct xchg x;
+        fill(&x, i % 3 ? "a" : "b", body);
+        assert_int_equal(xchg_put_cached(t.db, cache, &x, &d), 0);
+        xchg_release(&x);
+        json_array_append_new(msgs, text_msg("assistant", prose(&r, 50)));
+    }
+    assert_int_equal(xchg_each(t.db, NULL, check_fn, &c, &d), 0);
+    assert_int_equal(c.n, 80);
+    json_decref(c.expect);
+    json_decref(msgs);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
+static int spill_fn(const struct xchg *x, void *ud)
+{
+    struct collect *c = ud;
+    struct xchg *g = &c->got[c->n++];
+    json_t *j = xchg_to_json(x);
+    xchg_init(g);
+    assert_int_equal(xchg_from_json(j, g, NULL), 0);
+    g->id = x->id;
+    json_decref(j);
+    return 0;
+}
+
+static void test_spill_roundtrip_and_torn_line(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/fidelity-spill-XXXXXX";
+    char path[128];
+    struct diag d = {{0}};
+    struct collect c = {0};
+    static const char bin[] = "\x00\x01\xff data";
+    struct xchg x;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+    assert_int_equal(xchg_spill_each(path, spill_fn, &c, &d), 0);
+    assert_int_equal(c.n, 0);
+    fill(&x, "s", json_pack("{s:[]}", "messages"));
+    free(x.resp_raw);
+    x.resp_raw = xmalloc(sizeof(bin));
+    memcpy(x.resp_raw, bin, sizeof(bin));
+    x.resp_raw_len = sizeof(bin);
+    x.end = XCHG_CLIENT_GONE;
+    assert_int_equal(xchg_spill_append(path, &x, &d), 0);
+    assert_int_equal(xchg_spill_append(path, &x, &d), 0);
+    FILE *f = fopen(path, "a");
+    fputs("{\"method\":\"POST\",\"pa", f); /* torn by a crash */
+    fclose(f);
+    assert_int_equal(xchg_spill_each(path, spill_fn, &c, &d), 0);
+    assert_int_equal(c.n, 2);
+    assert_int_equal(c.got[1].id, -2);
+    assert_int_equal(c.got[0].resp_raw_len, sizeof(bin));
+    assert_memory_equal(c.got[0].resp_raw, bin, sizeof(bin));
+    assert_true(json_equal(c.got[0].req_body, x.req_body));
+    assert_true(json_equal(c.got[0].reply, x.reply));
+    assert_int_equal(c.got[0].end, XCHG_CLIENT_GONE);
+    collect_release(&c);
+    /* a bad line that is not the last one is an error naming the line */
+    f = fopen(path, "a");
+    fputs("\n{}\n", f);
+    fclose(f);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_spill_each(path, spill_fn, &c, &d), -EBADMSG);
+    assert_non_null(strstr(d.msg, "line 3"));
+    collect_release(&c);
+    xchg_release(&x);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_chat),
+        cmocka_unit_test(test_raw_bodies_and_session_filter),
+        cmocka_unit_test(test_storage_growth_100_turns),
+        cmocka_unit_test(test_rebuild_exact),
+        cmocka_unit_test(test_spill_roundtrip_and_torn_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,302 @@
+/*
+ * upstream: the scripted test server (see upstream.h).
+ */
+#define _GNU_SOURCE
+#include "util/upstream.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/xalloc.h"
+
+struct upstream {
+    int fd;
+    int port;
+    char url[64];
+    pthread_t thr;
+    atomic_int stop;
+    atomic_int peer_gone;
+    atomic_int requests;
+    atomic_int live; /* connection threads running */
+    pthread_mutex_t lock;
+    int conns[256]; /* open connection sockets, -1 when free */
+};
+
+static const char *const SSE_EVENTS[] = {
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+    "\"reasoning_content\":\"think \\u00e9\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},"
+    "\"finish_reason\":null}]}\r\n\r\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\","
+    "\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\","
+    "\"function\":{\"name\":\"write\",\"arguments\":\"{\\\"a\\\":\"}}]},"
+    "\"finish_reason\":null}]}\n\n",
+    ": keep-alive comment\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
+    "\"function\":{\"arguments\":\"1}\"}}]},\"finish_reason\":"
+    "\"tool_calls\"}]}\n\n",
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+    "\"completion_tokens\":5,\"total_tokens\":12}}\n\n",
+    "data: [DONE]\n\n",
+    NULL};
+
+static const char JSON_BODY[] =
+    "{\"id\": \"x\",  \"choices\": [{\"index\": 0, \"message\": {\"role\": "
+    "\"assistant\", \"content\": \"caf\\u00e9 \xc3\xa9\"}, \"finish_reason\":"
+    " \"stop\"}], \"usage\": {\"prompt_tokens\": 3, \"completion_tokens\": "
+    "2}}\n";
+
+char *upstream_body(const char *route, size_t *len)
+{
+    struct buf b = BUF_INIT;
+    if (!strcmp(route, "/json")) {
+        buf_adds(&b, JSON_BODY);
+    } else if (!strcmp(route, "/sse")) {
+        for (int i = 0; SSE_EVENTS[i]; i++)
+            buf_adds(&b, SSE_EVENTS[i]);
+    } else if (!strcmp(route, "/reset")) {
+        buf_adds(&b, SSE_EVENTS[0]);
+        buf_adds(&b, SSE_EVENTS[1]);
+    } else if (!strcmp(route, "/big")) {
+        buf_adds(&b, "{\"pad\": \"");
+        for (int i = 0; i < (1 << 20) / 64; i++)
+            buf_printf(&b, "%063d.", i);
+        buf_adds(&b, "\"}");
+    }
+    return buf_detach(&b, len);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int send_chunk(int fd, const char *s, size_t n)
+{
+    char head[32];
+    int hl = snprintf(head, sizeof(head), "%zx\r\n", n);
+    if (write_all(fd, head, (size_t)hl) || write_all(fd, s, n) ||
+        write_all(fd, "\r\n", 2))
+        return -1;
+    return 0;
+}
+
+static int send_sized(int fd, const char *ctype, const char *body, size_t n)
+{
+    char head[256];
+    int hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
+                      "Content-Length: %zu\r\nX-Test: yes\r\n\r\n",
+                      ctype, n);
+    return write_all(fd, head, (size_t)hl) || write_all(fd, body, n) ? -1 : 0;
+}
+
+static const char SSE_HEAD[] =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+/* Serves one request; returns 0 to keep the connection, -1 to close. */
+static int serve(struct upstream *u, int fd, const char *path, const char *raw,
+                 size_t raw_len)
+{
+    size_t n;
+    char *body;
+    atomic_fetch_add(&u->requests, 1);
+    if (!strncmp(path, "/json", 5) || !strncmp(path, "/big", 4)) {
+        body = upstream_body(!strncmp(path, "/json", 5) ? "/json" : "/big", &n);
+        int rc = send_sized(fd, "application/json", body, n);
+        free(body);
+        return rc;
+    }
+    if (!strncmp(path, "/echo", 5))
+        return send_sized(fd, "application/octet-stream", raw, raw_len);
+    if (!strncmp(path, "/sse", 4) || !strncmp(path, "/reset", 6)) {
+        bool reset = path[1] == 'r';
+        if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1))
+            return -1;
+        for (int i = 0; SSE_EVENTS[i] && (!reset || i < 2); i++) {
+            if (send_chunk(fd, SSE_EVENTS[i], strlen(SSE_EVENTS[i])))
+                return -1;
+            usleep(5000);
+        }
+        if (reset)
+            return -1; /* close without the last chunk */
+        return write_all(fd, "0\r\n\r\n", 5);
+    }
+    if (!strncmp(path, "/slow", 5)) {
+        if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1))
+            return -1;
+        for (int i = 0; i < 500; i++) {
+            if (send_chunk(fd, SSE_EVENTS[1], strlen(SSE_EVENTS[1]))) {
+                atomic_fetch_add(&u->peer_gone, 1);
+                return -1;
+            }
+            usleep(20000);
+        }
+        return write_all(fd, "0\r\n\r\n", 5);
+    }
+    static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0"
+                             "\r\n\r\n";
+    return write_all(fd, nf, sizeof(nf) - 1);
+}
+
+struct conn {
+    struct upstream *u;
+    int fd;
+};
+
+static void *conn_main(void *arg)
+{
+    struct conn *c = arg;
+    struct buf in = BUF_INIT;
+    char tmp[65536];
+    for (;;) {
+        char *end = in.len ? strstr(in.data, "\r\n\r\n") : NULL;
+        if (end) {
+            size_t head = (size_t)(end - in.data) + 4;
+            const char *cl = strcasestr(in.data, "\r\nContent-Length:");
+            size_t body = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
+            if (in.len >= head + body) {
+                char path[256] = "";
+                sscanf(in.data, "%*s %255s", path);
+                if (serve(c->u, c->fd, path, in.data, head + body))
+                    break;
+                memmove(in.data, in.data + head + body, in.len - head - body);
+                in.len -= head + body;
+                in.data[in.len] = '\0';
+                continue;
+            }
+        }
+        ssize_t n = recv(c->fd, tmp, sizeof(tmp), 0);
+        if (n <= 0)
+            break;
+        buf_add(&in, tmp, (size_t)n);
+    }
+    pthread_mutex_lock(&c->u->lock);
+    for (int i = 0; i < 256; i++)
+        if (c->u->conns[i] == c->fd)
+            c->u->conns[i] = -1;
+    pthread_mutex_unlock(&c->u->lock);
+    close(c->fd);
+    buf_release(&in);
+    atomic_fetch_sub(&c->u->live, 1);
+    free(c);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    struct upstream *u = arg;
+    while (!atomic_load(&u->stop)) {
+        struct pollfd p = {.fd = u->fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(u->fd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        pthread_mutex_lock(&u->lock);
+        for (int i = 0; i < 256; i++)
+            if (u->conns[i] < 0) {
+                u->conns[i] = fd;
+                break;
+            }
+        pthread_mutex_unlock(&u->lock);
+        atomic_fetch_add(&u->live, 1);
+        struct conn *c = xcalloc(1, sizeof(*c));
+        c->u = u;
+        c->fd = fd;
+        pthread_t t;
+        pthread_create(&t, NULL, conn_main, c);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+struct upstream *upstream_start(void)
+{
+    struct upstream *u = xcalloc(1, sizeof(*u));
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof(a);
+    int one = 1;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    pthread_mutex_init(&u->lock, NULL);
+    for (int i = 0; i < 256; i++)
+        u->conns[i] = -1;
+    u->fd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(u->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(u->fd, (struct sockaddr *)&a, sizeof(a)) || listen(u->fd, 128) ||
+        getsockname(u->fd, (struct sockaddr *)&a, &al)) {
+        close(u->fd);
+        free(u);
+        return NULL;
+    }
+    u->port = ntohs(a.sin_port);
+    snprintf(u->url, sizeof(u->url), "http://127.0.0.1:%d", u->port);
+    pthread_create(&u->thr, NULL, accept_main, u);
+    return u;
+}
+
+int upstream_port(const struct upstream *u)
+{
+    return u->port;
+}
+
+const char *upstream_url(const struct upstream *u)
+{
+    return u->url;
+}
+
+int upstream_peer_gone(struct upstream *u)
+{
+    return atomic_load(&u->peer_gone);
+}
+
+int upstream_requests(struct upstream *u)
+{
+    return atomic_load(&u->requests);
+}
+
+void upstream_stop(struct upstream *u)
+{
+    if (!u)
+        return;
+    atomic_store(&u->stop, 1);
+    pthread_join(u->thr, NULL);
+    close(u->fd);
+    pthread_mutex_lock(&u->lock);
+    for (int i = 0; i < 256; i++)
+        if (u->conns[i] >= 0)
+            shutdown(u->conns[i], SHUT_RDWR);
+    pthread_mutex_unlock(&u->lock);
+    for (int i = 0; i < 500 && atomic_load(&u->live) > 0; i++)
+        usleep(10000);
+    if (atomic_load(&u->live) > 0)
+        return; /* a thread is stuck: leak rather than free under it */
+    pthread_mutex_destroy(&u->lock);
+    free(u);
+}

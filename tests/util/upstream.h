@@ -1,0 +1,33 @@
+/*
+ * upstream: a scripted HTTP/1.1 server inside the test process, for the
+ * recording proxy's tests: it knows exactly which bytes it sent, can reset
+ * a stream midway, and notices when its peer goes away. One thread per
+ * connection, keep-alive, 127.0.0.1 on an ephemeral port.
+ *
+ * Routes (any method): /json (sized JSON), /sse (chunked event stream with
+ * reasoning, content, a tool call, usage, [DONE]), /reset (two events, then
+ * the connection closes), /slow (an event every 20 ms for 10 s), /echo (the
+ * raw request it received, headers and body, as the body), /big (1 MiB
+ * sized JSON). Anything else: 404.
+ */
+#ifndef TESTS_UTIL_UPSTREAM_H
+#define TESTS_UTIL_UPSTREAM_H
+
+#include <stddef.h>
+
+struct upstream;
+
+struct upstream *upstream_start(void);
+int upstream_port(const struct upstream *u);
+/* "http://127.0.0.1:PORT" (static buffer per server). */
+const char *upstream_url(const struct upstream *u);
+void upstream_stop(struct upstream *u);
+/* How many /slow streams ended because the peer closed. */
+int upstream_peer_gone(struct upstream *u);
+/* How many requests it served. */
+int upstream_requests(struct upstream *u);
+/* The exact body bytes the route sends (for /json, /sse, /big; for /reset
+ * the bytes sent before the close). Fresh, caller frees. */
+char *upstream_body(const char *route, size_t *len);
+
+#endif

@@ -45,7 +45,9 @@ const char CMD_DRIFT_HELP[] =
     "  --sequences N         built-in conversations (default 4)\n"
     "  --max-context N       tokens per sequence (default 4096)\n"
     "  --seed N              built-in corpus and bootstrap seed (default 1)\n"
-    "  --from-db             not built yet\n"
+    "  --from-db             sessions recorded by 'fidelity record' in the\n"
+    "                        store (--db): one conversation per session\n"
+    "  --session KEY         with --from-db: only that session\n"
     "analysis:\n"
     "  --top-k K             top logprobs per position, 1-64 (default 20)\n"
     "  --boundaries LIST     extra bucket edges, e.g. 2048,8192\n"
@@ -107,6 +109,7 @@ enum {
     O_MAXCTX,
     O_SEED,
     O_FROMDB,
+    O_SESSION,
     O_TOPK,
     O_BOUND,
     O_MINB,
@@ -156,6 +159,7 @@ static const struct option longopts[] = {
     {"max-context", required_argument, NULL, O_MAXCTX},
     {"seed", required_argument, NULL, O_SEED},
     {"from-db", no_argument, NULL, O_FROMDB},
+    {"session", required_argument, NULL, O_SESSION},
     {"top-k", required_argument, NULL, O_TOPK},
     {"boundaries", required_argument, NULL, O_BOUND},
     {"min-bucket", required_argument, NULL, O_MINB},
@@ -186,7 +190,7 @@ struct ctx {
     struct drift_side g, c;
     struct drift_opts o;
     const char *json_path, *jsonl_path, *db_path;
-    bool no_store;
+    bool no_store, from_db;
     FILE *jsonl;
     struct buf line;
     bool tty;
@@ -400,8 +404,11 @@ static int parse(struct ctx *x, int argc, char **argv)
             x->o.corpus_file = optarg;
             break;
         case O_FROMDB:
-            return BAD("%s", "--from-db is not built yet; export the "
-                             "sessions as JSONL and use --corpus");
+            x->from_db = true;
+            break;
+        case O_SESSION:
+            x->o.session = optarg;
+            break;
         case O_NOCTRL:
             x->o.control = false;
             break;
@@ -435,6 +442,12 @@ static int parse(struct ctx *x, int argc, char **argv)
         return BAD("unexpected argument '%s'", argv[optind]);
     if (!x->g.url || !x->c.url)
         return BAD("%s", "both --golden URL and --candidate URL are needed");
+    if (x->from_db && x->o.corpus_file)
+        return BAD("%s", "--from-db and --corpus are exclusive");
+    if (x->o.session && !x->from_db)
+        return BAD("%s", "--session needs --from-db");
+    if (x->from_db)
+        x->o.from_db = x->db_path ? x->db_path : store_default_path();
     return 0;
 }
 
@@ -486,7 +499,8 @@ static int finish(struct ctx *x, struct drift_result *r)
     size_t nw = drift_worst_sorted(&r->an, w, x->o.worst);
     drift_worst_texts(&x->g, r, w, nw, wt);
     json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
-    bool json_stdout = x->json_path && !strcmp(x->json_path, "-");
+    bool json_stdout =
+        (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
     drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))

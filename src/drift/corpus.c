@@ -33,7 +33,7 @@ void drift_corpus_release(struct drift_corpus *c)
     drift_corpus_init(c);
 }
 
-static struct drift_item *corpus_push(struct drift_corpus *c)
+struct drift_item *drift_corpus_push(struct drift_corpus *c)
 {
     if (c->n == c->alloc) {
         c->alloc = c->alloc ? c->alloc * 2 : 8;
@@ -126,7 +126,7 @@ void drift_corpus_builtin(struct drift_corpus *c, uint64_t seed, unsigned count,
      * the rendered ids to max_context */
     size_t chars = (size_t)max_context * 9 / 2 + 64;
     for (unsigned i = 0; i < count; i++) {
-        struct drift_item *it = corpus_push(c);
+        struct drift_item *it = drift_corpus_push(c);
         it->messages = drift_corpus_conversation(seed, i, chars);
         snprintf(it->name, sizeof(it->name), "builtin#%u", i);
     }
@@ -218,7 +218,7 @@ int drift_corpus_load(struct drift_corpus *c, const char *path, struct diag *d)
         }
         if (ret)
             break;
-        *corpus_push(c) = it;
+        *drift_corpus_push(c) = it;
     }
     if (!ret && ferror(f))
         ret = diag_set(d, EIO, "cannot read corpus '%s'", path);

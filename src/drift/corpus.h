@@ -58,6 +58,18 @@ int drift_corpus_parse_line(const char *line, size_t len, const char *where,
  * it has no entries. */
 int drift_corpus_load(struct drift_corpus *c, const char *path, struct diag *d);
 
+/* Appends an empty item and returns it (owned by c). */
+struct drift_item *drift_corpus_push(struct drift_corpus *c);
+
+/*
+ * Sessions recorded by `fidelity record` in the store at path (session NULL:
+ * every session): one conversation per session, the messages of its last
+ * chat request (kind "main" preferred) plus the recorded reply. -ENODATA when
+ * there is none; -EIO when the store cannot be read (d says why).
+ */
+int drift_corpus_from_db(struct drift_corpus *c, const char *path,
+                         const char *session, struct diag *d);
+
 /* First position where a and b differ (also a length difference: the
  * shorter length), or -1 when they are identical. */
 long drift_ids_first_diff(const uint32_t *a, size_t na, const uint32_t *b,

@@ -33,6 +33,8 @@ struct drift_opts {
     unsigned max_context; /* tokens per sequence (cut) */
     uint64_t seed;
     const char *corpus_file; /* NULL: built-in */
+    const char *from_db;     /* store of recorded sessions, or NULL */
+    const char *session;     /* with from_db: one session, NULL all */
     uint32_t min_bucket;
     uint32_t boundaries[DRIFT_BOUNDARIES_MAX];
     size_t n_boundaries;

@@ -123,8 +123,10 @@ static int build_corpus(struct drift_side *g, struct drift_side *c,
                         struct diag *d)
 {
     int ret;
-    if (o->corpus_file) {
-        ret = drift_corpus_load(&r->corpus, o->corpus_file, d);
+    if (o->corpus_file || o->from_db) {
+        ret = o->from_db
+                  ? drift_corpus_from_db(&r->corpus, o->from_db, o->session, d)
+                  : drift_corpus_load(&r->corpus, o->corpus_file, d);
         if (ret)
             return ret;
     } else {

@@ -21,9 +21,11 @@ for t in "$@"; do
         continue;;
     esac
     echo "== $name"
+    start=$(date +%s)
     timeout "$limit" "$t" >"$log" 2>&1
     rc=$?
     cat "$log"
+    echo "-- $name: $(($(date +%s) - start))s"
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
     passed=$((passed + p)); failed=$((failed + f))

@@ -13,7 +13,6 @@ int cmd_audit(int argc, char **argv);
 int cmd_sessions(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
-int cmd_drift(int argc, char **argv);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
@@ -23,6 +22,5 @@ extern const char CMD_AUDIT_HELP[];
 extern const char CMD_SESSIONS_HELP[];
 extern const char CMD_SHOW_HELP[];
 extern const char CMD_PROBE_HELP[];
-extern const char CMD_DRIFT_HELP[];
 
 #endif

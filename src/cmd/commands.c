@@ -22,9 +22,6 @@ const struct cmd commands[] = {
      CMD_DRIFT_HELP},
     {"sim", cmd_sim, "run a built-in OpenAI-compatible server with faults",
      CMD_SIM_HELP},
-    {"drift", cmd_drift,
-     "compare a candidate server with a golden one, position by position",
-     CMD_DRIFT_HELP},
     {"help", cmd_help, "show help for fidelity or one command", CMD_HELP_HELP},
     {NULL, NULL, NULL, NULL},
 };

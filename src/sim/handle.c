@@ -195,11 +195,16 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
                  : (p[0] & 0xf0) == 0xe0                ? 3
                  : (p[0] & 0xf8) == 0xf0                ? 4
                                                         : 0;
-    if (!len || len > n || (len == 2 && p[0] < 0xc2))
+    if (!len || len > n || (len == 2 && p[0] < 0xc2) || p[0] > 0xf4)
         return 0;
     for (size_t i = 1; i < len; i++)
         if ((p[i] & 0xc0) != 0x80)
             return 0;
+    /* RFC 3629 section 4: no overlong forms, surrogates or code points
+     * above U+10FFFF */
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+        return 0;
     return len;
 }
 

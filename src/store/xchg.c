@@ -210,7 +210,9 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
     if (!c)
         return compress2(z, zlen, data, (uLong)len, 6);
     if (!c->zs_ready) {
-        if (deflateInit(&c->zs, 6) != Z_OK)
+        /* level 1: several times faster than 6 on small JSON, a few
+         * percent larger */
+        if (deflateInit(&c->zs, 1) != Z_OK)
             return Z_MEM_ERROR;
         c->zs_ready = true;
     } else {

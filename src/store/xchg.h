@@ -91,7 +91,8 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
 /* Stores n exchanges in one transaction (group commit), each under its own
  * savepoint: rcs[i] is 0 when xs[i] is stored (xs[i]->id set) or its own
  * error. Returns 0 when the transaction committed, else the error, with
- * every rcs[i] set to it and nothing stored. A cache belongs to one db. */
+ * every rcs[i] set to it and nothing stored. A cache belongs to one db
+ * and holds prepared statements: free it before closing the db. */
 int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d);
 

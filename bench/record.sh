@@ -1,0 +1,216 @@
+#!/bin/sh
+# bench/record.sh: `fidelity record` against nginx (proxy_pass,
+# proxy_buffering off) and mitmproxy (reverse mode), all three in front of
+# the same `fidelity sim`, measured side by side with wrk at 64 connections
+# for small JSON and for SSE responses. Prints requests/s, p99 latency, the
+# ratios record/nginx and record/mitmproxy, the p99 added over the direct
+# path, and record's resident memory with 1,000 open streams.
+#
+#   sh bench/record.sh            # DUR=10 CONNS=64 STREAMS=1000
+#   DUR=5 sh bench/record.sh
+#
+# nginx and mitmproxy are installed with apt-get when missing and running
+# as root; otherwise their rows are skipped. wrk and python3 are required.
+set -eu
+cd "$(dirname "$0")/.."
+DUR=${DUR:-10}
+CONNS=${CONNS:-64}
+STREAMS=${STREAMS:-1000}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need mitmdump || ! need wrk; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light \
+            mitmproxy wrk >/dev/null
+    fi
+fi
+need wrk || { echo "bench/record.sh: wrk is required (apt-get install wrk)" >&2; exit 2; }
+need python3 || { echo "bench/record.sh: python3 is required" >&2; exit 2; }
+PATH=$PATH:/usr/sbin
+make -s fidelity >/dev/null
+
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+    sleep 0.3
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+freeport() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_server OUTFILE CMD...: runs CMD, waits for its "listening on" line,
+# prints the port
+start_server() {
+    out=$1; shift
+    "$@" >"$out" 2>"$out.err" &
+    pids="$pids $!"
+    for _ in $(seq 100); do
+        if grep -q "listening on" "$out" 2>/dev/null; then
+            # the first URL on the line (record prints two)
+            sed -n '1s|^[^/]*//[^:]*:\([0-9]*\).*|\1|p' "$out"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "bench/record.sh: '$*' did not start" >&2
+    cat "$out.err" >&2
+    exit 4
+}
+
+wait_port() {
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "http://127.0.0.1:$1/health" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+SIM=$(start_server "$tmp/sim.out" ./fidelity sim --listen 127.0.0.1:0)
+REC=$(start_server "$tmp/rec.out" ./fidelity record --listen 127.0.0.1:0 \
+    --upstream "http://127.0.0.1:$SIM" --db "$tmp/record.db")
+
+NGX=""
+if need nginx; then
+    NGX=$(freeport)
+    cat >"$tmp/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $tmp/nginx.pid;
+error_log $tmp/nginx.err;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $tmp;
+    proxy_temp_path $tmp;
+    upstream sim { server 127.0.0.1:$SIM; keepalive 128; }
+    server {
+        listen 127.0.0.1:$NGX;
+        location / {
+            proxy_pass http://sim;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+EOF
+    nginx -c "$tmp/nginx.conf" -p "$tmp" &
+    pids="$pids $!"
+    wait_port "$NGX" || { echo "nginx did not start" >&2; NGX=""; }
+fi
+
+MITM=""
+if need mitmdump; then
+    MITM=$(freeport)
+    mitmdump -q --mode "reverse:http://127.0.0.1:$SIM" --listen-host 127.0.0.1 \
+        --listen-port "$MITM" --set stream_large_bodies=1 \
+        >"$tmp/mitm.out" 2>&1 &
+    pids="$pids $!"
+    wait_port "$MITM" || { echo "mitmproxy did not start" >&2; MITM=""; }
+fi
+
+cat >"$tmp/json.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench"
+wrk.body = '{"model":"m","temperature":0,"max_tokens":16,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
+EOF
+cat >"$tmp/sse.lua" <<'EOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench"
+wrk.body = '{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
+EOF
+
+# run KIND PORT -> "rps p99ms"
+run() {
+    wrk -t2 -c"$CONNS" -d"${DUR}s" --latency -s "$tmp/$1.lua" \
+        "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
+    awk '
+        /Requests\/sec:/ { rps = $2 }
+        $1 == "99%" {
+            v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
+            if (u == "us") v /= 1000; else if (u == "s") v *= 1000
+            p99 = v
+        }
+        /Non-2xx/ { bad = $NF }
+        END { printf "%s %s %s\n", rps + 0, p99 + 0, bad + 0 }' "$tmp/wrk.out"
+}
+
+echo "machine: $(nproc) cores, $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker"
+for kind in json sse; do
+    printf '\n%s responses\n%-10s %12s %10s %8s\n' "$kind" target req/s p99_ms non2xx
+    set -- direct "$SIM" record "$REC"
+    [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
+    [ -n "$MITM" ] && set -- "$@" mitmproxy "$MITM"
+    while [ $# -gt 0 ]; do
+        r=$(run "$kind" "$2")
+        echo "$1 $r" >>"$tmp/results.$kind"
+        printf '%-10s %12s %10s %8s\n' "$1" $r
+        shift 2
+    done
+    awk -v kind="$kind" '
+        { rps[$1] = $2; p99[$1] = $3 }
+        END {
+            if (rps["nginx"] > 0)
+                printf "record/nginx req/s: %.2fx (goal >= 0.8)\n", rps["record"] / rps["nginx"]
+            if (rps["mitmproxy"] > 0)
+                printf "record/mitmproxy req/s: %.1fx (goal >= 10)\n", rps["record"] / rps["mitmproxy"]
+            printf "p99 added over direct: record %.2f ms", p99["record"] - p99["direct"]
+            if (rps["nginx"] > 0)
+                printf ", nginx %.2f ms", p99["nginx"] - p99["direct"]
+            printf " (goal < 1 ms)\n"
+        }' "$tmp/results.$kind"
+done
+echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
+
+# Resident memory with STREAMS open streams: a slow sim (one token every
+# 500 ms), record in front, STREAMS clients that read the first event and
+# hold on.
+SLOW=$(start_server "$tmp/slow.out" ./fidelity sim --listen 127.0.0.1:0 \
+    --token-interval-ms 500)
+REC2=$(start_server "$tmp/rec2.out" ./fidelity record --listen 127.0.0.1:0 \
+    --upstream "http://127.0.0.1:$SLOW" --db "$tmp/streams.db")
+REC2_PID=$(echo $pids | awk '{print $NF}')
+python3 - "$REC2" "$STREAMS" "$REC2_PID" <<'EOF'
+import asyncio, sys
+port, n, pid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"Tell me a long story about the sea and the wind please."}]}'
+req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\n\r\n" % len(body)) + body
+def rss():
+    d = {}
+    for line in open("/proc/%s/status" % pid):
+        k, v = line.split(":", 1)
+        d[k] = v.strip()
+    return d["VmRSS"], d["VmHWM"]
+async def one(opened):
+    r, w = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    w.write(req)
+    await w.drain()
+    got = await r.readuntil(b"data:")
+    opened.append(1)
+    await asyncio.sleep(6)
+    w.close()
+async def main():
+    opened = []
+    tasks = [asyncio.create_task(one(opened)) for _ in range(n)]
+    for _ in range(100):
+        await asyncio.sleep(0.1)
+        if len(opened) >= n:
+            break
+    await asyncio.sleep(1)
+    cur, peak = rss()
+    print("open streams through record: %d of %d; record RSS %s (peak %s) (goal < 100 MB)" % (len(opened), n, cur, peak))
+    for t in tasks:
+        t.cancel()
+asyncio.run(main())
+EOF

@@ -98,8 +98,8 @@ struct ex {
     struct xchg x;
     struct buf resp;
     bool resp_capped;
-    struct sse_parser sse;
-    struct reply_acc acc;
+    struct sse_parser sse; /* event boundaries, for the gaps */
+    double last_event_ms, max_gap_ms;
     bool headers_done, reply_started, client_gone;
     int status;
     char *reason;
@@ -183,7 +183,6 @@ static void ex_free(struct ex *e)
     buf_release(&e->resp);
     buf_release(&e->held);
     sse_release(&e->sse);
-    reply_release(&e->acc);
     free(e->reason);
     json_decref(e->resp_headers);
     if (e->chunk)
@@ -457,7 +456,14 @@ static int on_event(const char *event, const char *data, size_t len, void *ud)
 {
     struct ex *e = ud;
     (void)event;
-    reply_chunk(&e->acc, data, len, now_ms() - e->t0);
+    (void)data;
+    (void)len;
+    /* only the timing here; the writer thread reassembles the reply from
+     * the captured stream, keeping JSON parsing off the forwarding path */
+    double t = now_ms() - e->t0;
+    if (e->last_event_ms >= 0 && t - e->last_event_ms > e->max_gap_ms)
+        e->max_gap_ms = t - e->last_event_ms;
+    e->last_event_ms = t;
     return 0;
 }
 
@@ -518,9 +524,7 @@ static void fill_response(struct ex *e, double t)
     e->resp_headers = NULL;
     x->resp_raw_len = e->resp.len;
     x->resp_raw = e->resp.len ? buf_detach(&e->resp, NULL) : NULL;
-    /* a JSON body is parsed by the writer thread (see store_batch) */
-    if (x->streamed)
-        x->reply = reply_finish(&e->acc);
+    /* the reply is assembled by the writer thread (see store_batch) */
     x->up_ttfb_ms = e->up_first;
     x->up_total_ms = t;
     x->down_ttfb_ms = e->down_first;
@@ -740,6 +744,30 @@ static void parse_request(struct record *r, struct ex *e)
 
 /* ---- the writer thread ---- */
 
+static int acc_event(const char *event, const char *data, size_t len, void *ud)
+{
+    (void)event;
+    reply_chunk(ud, data, len, 0);
+    return 0;
+}
+
+/* The reply reassembled from the captured stream, with the gaps the loop
+ * measured as the events arrived. */
+static json_t *stream_reply(const struct ex *e, size_t cap)
+{
+    struct sse_parser p;
+    struct reply_acc a;
+    sse_init(&p, cap);
+    reply_init(&a);
+    if (e->x.resp_raw)
+        sse_feed(&p, e->x.resp_raw, e->x.resp_raw_len, acc_event, &a);
+    json_t *r = reply_finish(&a);
+    json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
+    reply_release(&a);
+    sse_release(&p);
+    return r;
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file. */
 static void store_batch(struct record *r, struct ex **batch, size_t n)
 {
@@ -749,7 +777,9 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
-        if (!x->streamed && x->resp_raw)
+        if (x->streamed)
+            x->reply = stream_reply(batch[i], r->o.max_capture);
+        else if (x->resp_raw)
             x->reply = reply_from_body(x->resp_raw, x->resp_raw_len);
         if (x->reply && batch[i]->resp_capped)
             json_object_set_new(x->reply, "resp_truncated", json_true());
@@ -906,7 +936,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     buf_init(&e->body, 0);
     buf_init(&e->resp, r->o.max_capture);
     sse_init(&e->sse, r->o.max_capture);
-    reply_init(&e->acc);
+    e->last_event_ms = -1;
     xchg_init(&e->x);
     e->x.started = wall_s();
     e->x.method = xstrdup(method_name(evhttp_request_get_command(req)));

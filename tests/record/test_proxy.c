@@ -7,12 +7,14 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -600,6 +602,80 @@ static void test_keep_alive(void **state)
     free(u);
 }
 
+static int fx_setup_timeout(void **state)
+{
+    const char *const extra[] = {"--timeout", "1", NULL};
+    return fx_setup_with(state, extra, NULL);
+}
+
+/* An upstream slower than --timeout: the client gets what arrived, then
+ * the connection closes; stored as a timeout. */
+static void test_upstream_timeout(void **state)
+{
+    struct fx *f = *state;
+    char *u = url_of(f, "/slow");
+    struct rec_resp r;
+    rec_resp_init(&r);
+    int rc = rec_fetch(u, "{}", 2, NULL, 0, &r);
+    assert_true(rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR);
+    assert_int_equal(r.status, 200);
+    assert_true(r.body.len > 0);
+    rec_resp_release(&r);
+    free(u);
+    json_t *all = stop_and_load(f);
+    assert_string_equal(jstr(json_array_get(all, 0), "end", NULL), "timeout");
+    json_decref(all);
+}
+
+/* --help teaches with examples; usage errors exit 2 with a hint; SIGINT
+ * stops cleanly (exit 0) with the first line in the documented form. */
+static void test_cli(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *const help[] = {"record", "--help", NULL};
+    assert_int_equal(proc_run(help, NULL, &out, &err, 10), 0);
+    assert_non_null(strstr(buf_str(&out), "examples:"));
+    assert_non_null(strstr(buf_str(&out), "--upstream URL"));
+    buf_reset(&out);
+    const char *const bad[] = {"record", "--upstream", "http://x", "--nope",
+                               NULL};
+    assert_int_equal(proc_run(bad, NULL, &out, &err, 10), 2);
+    assert_non_null(strstr(buf_str(&err), "unknown option '--nope'"));
+    assert_non_null(strstr(buf_str(&err), "hint:"));
+    buf_reset(&err);
+    const char *const none[] = {"record", NULL};
+    assert_int_equal(proc_run(none, NULL, &out, &err, 10), 2);
+    assert_non_null(strstr(buf_str(&err), "--upstream URL is required"));
+    buf_reset(&err);
+    const char *const scheme[] = {"record", "--upstream", "ftp://x", NULL};
+    assert_int_equal(proc_run(scheme, NULL, &out, &err, 10), 2);
+    buf_reset(&err);
+    const char *const size[] = {"record",     "--upstream", "http://x",
+                                "--max-body", "12Q",        NULL};
+    assert_int_equal(proc_run(size, NULL, &out, &err, 10), 2);
+    assert_non_null(strstr(buf_str(&err), "--max-body '12Q'"));
+    buf_release(&out);
+    buf_release(&err);
+
+    char *dir = rec_tmpdir();
+    char *db = xasprintf("%s/c.db", dir);
+    struct proc p;
+    assert_int_equal(rec_start_record(&p, "http://127.0.0.1:9", db, NULL), 0);
+    kill(p.pid, SIGINT);
+    int status = -1;
+    for (int i = 0; i < 300; i++) {
+        if (waitpid(p.pid, &status, WNOHANG) == p.pid)
+            break;
+        usleep(10000);
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(p.out_fd);
+    free(db);
+    rec_rmdir(dir);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -624,6 +700,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_header_and_kinds, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_keep_alive, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_upstream_timeout, fx_setup_timeout,
+                                        fx_teardown),
+        cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -32,11 +32,13 @@ BIN      := $(BUILD)/fidelity
 TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL:= $(filter-out $(TEST_SRC),$(wildcard tests/util/*.c))
+TEST_UOBJ:= $(TEST_UTIL:%.c=$(BUILD)/%.o)
+.SECONDARY: $(TEST_UOBJ)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test check-format format demo clean bench fuzz-build
+.PHONY: all deps test check-format format demo demo-sim clean
 all: fidelity
 
 $(STAMP):
@@ -71,10 +73,14 @@ $(BIN): $(BUILD)/src/main.o $(LIB)
 fidelity: $(BIN)
 	@if [ "$(BUILD)" = build ]; then cp $(BIN) fidelity.tmp && mv -f fidelity.tmp fidelity; fi
 
-$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(LIB) | $(STAMP)
+$(BUILD)/tests/util/%.o: tests/util/%.c | $(STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $(shell pkg-config --cflags $(PKGS) $(TESTPKGS)) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(TEST_UOBJ) $(LIB) | $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $(shell pkg-config --cflags $(PKGS) $(TESTPKGS)) \
-	  $(LDFLAGS) -o $@ $< $(TEST_UTIL) $(LIB) \
+	  $(LDFLAGS) -o $@ $< $(TEST_UOBJ) $(LIB) \
 	  $(shell pkg-config --libs $(PKGS) $(TESTPKGS)) -lm -lpthread
 
 # Fuzz harnesses: LLVMFuzzerTestOneInput linked with a plain replay driver
@@ -96,10 +102,14 @@ check-format:
 format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
+# The main job: probe a faulty sim against a healthy one, say where and why
+# it breaks. `make demo-sim` tours the sim's endpoints one request each.
 demo: fidelity
+	@sh scripts/probe_demo.sh
+demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:
 	rm -rf build build-san fidelity
 
--include $(OBJ:.o=.d) $(BUILD)/src/main.d
+-include $(OBJ:.o=.d) $(BUILD)/src/main.d $(TEST_UOBJ:.o=.d)

@@ -83,8 +83,9 @@ int audit_set_load_spill(const char *path, const char *session,
 /* Puts each session's exchanges in the order they started. */
 void audit_set_order(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
- * default, db_path + ".spill.jsonl", when it exists), orders the sessions. -ENOENT when neither file exists; other errors are
- * the store's; d says which file and why. */
+ * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
+ * -ENOENT when neither file exists; other errors are the store's; d says which
+ * file and why. */
 int audit_load_paths(const char *db_path, const char *spill,
                      const char *session, struct audit_set *set,
                      struct diag *d);

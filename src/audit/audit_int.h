@@ -14,15 +14,15 @@ struct areq {
     const char *model; /* "" when absent */
     json_t *msgs;      /* borrowed messages array, NULL when none */
     size_t nmsg;
-    uint64_t *mhash;  /* per message; reasoning fields left out */
-    size_t *mbytes;   /* canonical JSON bytes per message */
+    uint64_t *mhash;   /* per message; reasoning fields left out */
+    size_t *mbytes;    /* canonical JSON bytes per message */
     size_t msg_bytes;  /* sum of mbytes */
     size_t tool_bytes; /* compact JSON bytes of the tools array */
-    int users;        /* user messages in the request */
-    bool tools;       /* a non-empty tools array */
-    int turn;         /* session user turn, 1-based */
-    long prev;        /* predecessor in the same conversation, -1 none */
-    size_t new_msgs;  /* messages beyond what prev + reply explain */
+    int users;         /* user messages in the request */
+    bool tools;        /* a non-empty tools array */
+    int turn;          /* session user turn, 1-based */
+    long prev;         /* predecessor in the same conversation, -1 none */
+    size_t new_msgs;   /* messages beyond what prev + reply explain */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
     const char *reasoning;

@@ -83,7 +83,11 @@ static const char *echo_diff(const struct areq *p, json_t *m)
     if (strcmp(role_of(m), "assistant"))
         return "role";
     char *sent = msg_text(m);
-    bool same = !strcmp(sent, p->content ? p->content : "");
+    const char *body = sent, *end = strstr(sent, "</think>");
+    /* reasoning sent inline before the answer is rule 3's business */
+    if (!strncmp(sent, "<think>", 7) && end)
+        body = end + 8;
+    bool same = !strcmp(body, p->content ? p->content : "");
     free(sent);
     if (!same)
         return "content";

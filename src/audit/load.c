@@ -104,8 +104,6 @@ int audit_load_paths(const char *db_path, const char *spill,
     }
     if (have_spill) {
         rc = audit_set_load_spill(spill, session, set, NULL, d);
-        if (rc)
-            diag_prefix(d, "spill file '%s'", spill);
     }
     audit_set_order(set);
     free(def);

@@ -5,37 +5,64 @@
  * split by whether the request offered tools, and checked against the
  * policy the user names (--reasoning-policy, or the model's profile).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "audit/audit_int.h"
+#include "core/hash.h"
 
 enum rstate { R_EQUAL, R_DROPPED, R_EMPTY, R_INLINE, R_CHANGED, R_NSTATES };
 static const char *const rstate_names[] = {"equal", "dropped", "empty",
                                            "inline", "changed"};
 
-/* The earlier reply (before request index i) that m echoes: by tool-call
- * id when m calls tools, else by equal non-empty content. */
-static const struct areq *source_of(struct actx *c, size_t i, json_t *m)
+/* Key of a reply or of an assistant message echoing it: its first
+ * tool-call id, else its content (without an inline <think> block), hashed;
+ * NULL when it has neither. Writes into key[40]. */
+static const char *reply_key(json_t *calls, const char *content, char key[40])
 {
-    json_t *tc = json_array_get(json_object_get(m, "tool_calls"), 0);
+    json_t *tc = json_array_get(calls, 0);
     const char *id = json_string_value(json_object_get(tc, "id"));
-    const char *content = json_string_value(json_object_get(m, "content"));
     const char *end = content ? strstr(content, "</think>") : NULL;
+    char hex[17];
+    if (id) {
+        hash_hex(hash64(id, strlen(id), 1), hex);
+        snprintf(key, 40, "id:%s", hex);
+        return key;
+    }
     if (content && !strncmp(content, "<think>", 7) && end)
         content = end + 8; /* inline reasoning before the answer */
-    for (size_t j = i; j-- > 0;) {
-        const struct areq *p = &c->r[j];
-        if (id) {
-            json_t *ptc = json_array_get(p->tool_calls, 0);
-            const char *pid = json_string_value(json_object_get(ptc, "id"));
-            if (pid && !strcmp(pid, id))
-                return p;
-        } else if (content && p->content && *p->content &&
-                   !strcmp(p->content, content)) {
-            return p;
-        }
+    if (!content || !*content)
+        return NULL;
+    hash_hex(hash64(content, strlen(content), 2), hex);
+    snprintf(key, 40, "c:%s", hex);
+    return key;
+}
+
+/* key -> index of the first request whose reply has that key. */
+static json_t *index_replies(struct actx *c)
+{
+    json_t *idx = json_object();
+    char key[40];
+    for (size_t j = 0; j < c->n; j++) {
+        const char *k = reply_key(c->r[j].tool_calls, c->r[j].content, key);
+        if (k && !json_object_get(idx, k))
+            json_object_set_new(idx, k, json_integer((json_int_t)j));
     }
-    return NULL;
+    return idx;
+}
+
+/* The earlier reply (before request index i) that m echoes. */
+static const struct areq *source_of(struct actx *c, json_t *idx, size_t i,
+                                    json_t *m)
+{
+    char key[40];
+    const char *k =
+        reply_key(json_object_get(m, "tool_calls"),
+                  json_string_value(json_object_get(m, "content")), key);
+    json_t *j = k ? json_object_get(idx, k) : NULL;
+    if (!j || (size_t)json_integer_value(j) >= i)
+        return NULL;
+    return &c->r[json_integer_value(j)];
 }
 
 static int classify(json_t *m, const char *streamed)
@@ -74,7 +101,8 @@ static bool violates(enum audit_policy p, bool tools, int st)
 }
 
 /* counts[tools][state] over the session, for the summary finding. */
-static void one_request(struct actx *c, size_t i, unsigned counts[2][R_NSTATES])
+static void one_request(struct actx *c, json_t *idx, size_t i,
+                        unsigned counts[2][R_NSTATES])
 {
     struct areq *r = &c->r[i];
     enum audit_policy pol = policy_for(c, r->model);
@@ -86,7 +114,7 @@ static void one_request(struct actx *c, size_t i, unsigned counts[2][R_NSTATES])
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || strcmp(role, "assistant"))
             continue;
-        const struct areq *src = source_of(c, i, m);
+        const struct areq *src = source_of(c, idx, i, m);
         if (!src || !src->reasoning || !*src->reasoning)
             continue;
         int st = classify(m, src->reasoning);
@@ -120,9 +148,11 @@ void rule_reasoning(struct actx *c)
 {
     unsigned counts[2][R_NSTATES] = {{0}};
     unsigned total = 0;
+    json_t *idx = index_replies(c);
     for (size_t i = 0; i < c->n; i++)
         if (c->r[i].msgs && is_main_kind(c->r[i].kind))
-            one_request(c, i, counts);
+            one_request(c, idx, i, counts);
+    json_decref(idx);
     json_t *ev = json_object();
     for (int t = 0; t < 2; t++) {
         json_t *o = json_object();

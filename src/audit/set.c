@@ -3,6 +3,7 @@
  * list) and the parsing of its options (--expect, --profile,
  * --reasoning-policy). See audit.h for the contract.
  */
+#define _GNU_SOURCE /* qsort_r */
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdlib.h>
@@ -92,24 +93,27 @@ size_t audit_list_count(const struct audit_list *l, enum audit_sev min)
     return k;
 }
 
-static const char *const *sort_order;
-static size_t sort_norder;
+struct sort_ctx {
+    const char *const *order;
+    size_t n;
+};
 
-static size_t session_rank(const char *s)
+static size_t session_rank(const struct sort_ctx *c, const char *s)
 {
-    for (size_t i = 0; i < sort_norder; i++)
-        if (!strcmp(sort_order[i], s))
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->order[i], s))
             return i;
-    return sort_norder;
+    return c->n;
 }
 
-static int cmp_finding(const void *pa, const void *pb)
+static int cmp_finding(const void *pa, const void *pb, void *ctx)
 {
     const struct audit_finding *a = pa, *b = pb;
-    size_t ra = session_rank(a->session), rb = session_rank(b->session);
+    const struct sort_ctx *c = ctx;
+    size_t ra = session_rank(c, a->session), rb = session_rank(c, b->session);
     if (ra != rb)
         return ra < rb ? -1 : 1;
-    if (ra == sort_norder && strcmp(a->session, b->session))
+    if (ra == c->n && strcmp(a->session, b->session))
         return strcmp(a->session, b->session);
     if (a->sev != b->sev)
         return a->sev > b->sev ? -1 : 1;
@@ -121,14 +125,9 @@ static int cmp_finding(const void *pa, const void *pb)
 void audit_list_sort(struct audit_list *l, const char *const *session_order,
                      size_t nsessions)
 {
-    /* qsort has no context argument in C17; the order is set for the call
-     * only and the library holds no other global state. */
-    sort_order = session_order;
-    sort_norder = nsessions;
-    if (l->n > 1)
-        qsort(l->v, l->n, sizeof(*l->v), cmp_finding);
-    sort_order = NULL;
-    sort_norder = 0;
+    struct sort_ctx c = {session_order, nsessions};
+    if (l->n > 1) /* glibc qsort_r: the order travels with the call */
+        qsort_r(l->v, l->n, sizeof(*l->v), cmp_finding, &c);
 }
 
 json_t *audit_finding_json(const struct audit_finding *f)

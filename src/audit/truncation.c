@@ -100,8 +100,7 @@ static void check_below(struct actx *c, size_t i)
                   (json_int_t)r->prompt_tokens, "expected_tokens", expected,
                   "source", source, "prompt_bytes", prompt_bytes(r),
                   "bytes_per_token", ratio, "threshold_share",
-                  th->token_deficit, "threshold_tokens",
-                  th->token_deficit_min),
+                  th->token_deficit, "threshold_tokens", th->token_deficit_min),
         "prompt_tokens %ld, expected about %.0f (%s): %.0f%% of the "
         "prompt missing (threshold %.0f%% and %.0f tokens)",
         r->prompt_tokens, expected, source, 100.0 * (expected - got) / expected,

@@ -165,7 +165,56 @@ static long usage_tokens(json_t *usage, const char *key)
     return json_is_integer(v) ? (long)json_integer_value(v) : -1;
 }
 
-static void view_one(struct areq *r, const struct xchg *x)
+/* Hashes of messages already seen in this build, by address: the set
+ * shares equal messages (audit_set_add), so a session's history is hashed
+ * once, not once per request that re-sends it. Open addressing. */
+struct memo {
+    json_t **key;
+    uint64_t *hash;
+    size_t *bytes;
+    size_t n, cap;
+};
+
+static void memo_grow(struct memo *mm)
+{
+    struct memo old = *mm;
+    mm->cap = old.cap ? 2 * old.cap : 1024;
+    mm->n = 0;
+    mm->key = xcalloc(mm->cap, sizeof(*mm->key));
+    mm->hash = xcalloc(mm->cap, sizeof(*mm->hash));
+    mm->bytes = xcalloc(mm->cap, sizeof(*mm->bytes));
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.key[i]) {
+            size_t j = mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
+            while (mm->key[j])
+                j = (j + 1) & (mm->cap - 1);
+            mm->key[j] = old.key[i];
+            mm->hash[j] = old.hash[i];
+            mm->bytes[j] = old.bytes[i];
+            mm->n++;
+        }
+    free(old.key);
+    free(old.hash);
+    free(old.bytes);
+}
+
+static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
+{
+    if (2 * (mm->n + 1) > mm->cap)
+        memo_grow(mm);
+    size_t j = mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
+    while (mm->key[j] && mm->key[j] != m)
+        j = (j + 1) & (mm->cap - 1);
+    if (!mm->key[j]) {
+        mm->key[j] = m;
+        mm->hash[j] = message_hash(m, &mm->bytes[j]);
+        mm->n++;
+    }
+    *bytes = mm->bytes[j];
+    return mm->hash[j];
+}
+
+static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
 {
     json_t *body = x->req_body;
     json_t *msgs = json_object_get(body, "messages");
@@ -189,7 +238,7 @@ static void view_one(struct areq *r, const struct xchg *x)
     for (size_t i = 0; i < r->nmsg; i++) {
         json_t *m = json_array_get(msgs, i);
         const char *role = json_string_value(json_object_get(m, "role"));
-        r->mhash[i] = message_hash(m, &r->mbytes[i]);
+        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i]);
         r->msg_bytes += r->mbytes[i];
         r->users += role && !strcmp(role, "user");
     }
@@ -247,9 +296,10 @@ static bool last_is_user(const struct areq *r)
 struct areq *areqs_build(const struct audit_session *s)
 {
     struct areq *r = xcalloc(s->n + 1, sizeof(*r));
+    struct memo mm = {0};
     int main_turn = 0;
     for (size_t i = 0; i < s->n; i++) {
-        view_one(&r[i], s->x[i]);
+        view_one(&r[i], s->x[i], &mm);
         if (!r[i].msgs || !is_main_kind(r[i].kind)) {
             r[i].turn = main_turn ? main_turn : 1;
             continue;
@@ -262,6 +312,9 @@ struct areq *areqs_build(const struct audit_session *s)
         if (!strcmp(r[i].kind, "main"))
             main_turn = r[i].turn;
     }
+    free(mm.key);
+    free(mm.hash);
+    free(mm.bytes);
     return r;
 }
 

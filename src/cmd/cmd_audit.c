@@ -35,7 +35,8 @@ const char CMD_AUDIT_HELP[] =
     "\n"
     "  --db FILE            the store (default $FIDELITY_DB or fidelity.db)\n"
     "  --spill FILE         record's spill file (default DB.spill.jsonl when\n"
-    "                       it exists): exchanges stored while the store failed\n"
+    "                       it exists): exchanges stored while the store "
+    "failed\n"
     "  --session ID         only this session\n"
     "  --expect KEY=VALUE   a parameter every main request should carry;\n"
     "                       VALUE is JSON (0.6, true, {\"a\":1}) or a string,\n"
@@ -47,7 +48,9 @@ const char CMD_AUDIT_HELP[] =
     "                       context length per model glob (docs/AUDIT.md)\n"
     "  --reasoning-policy P drop, keep, or keep-with-tools (DeepSeek V3.2/V4:\n"
     "                       earlier reasoning dropped unless tools are sent)\n"
-    "  --context-length N   the server's context length in tokens\n"
+    "  --context-length N   the server's context length in tokens (default:\n"
+    "                       max_model_len from --tokenize-url, else the\n"
+    "                       profile's)\n"
     "  --tokenize-url URL   POST each request's messages to this /tokenize\n"
     "                       (vLLM, fidelity sim) for exact prompt sizes\n"
     "  --fail-on LEVEL      exit 1 when a finding is at LEVEL or above\n"
@@ -195,6 +198,11 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
                               &out, &d);
             json_decref(req);
             json_t *count = json_object_get(out, "count");
+            json_t *mml = json_object_get(out, "max_model_len");
+            /* vLLM and sim report the context length with the count */
+            if (!a->o.context_length && json_is_integer(mml) &&
+                json_integer_value(mml) > 0)
+                a->o.context_length = (long)json_integer_value(mml);
             if (e == -ECONNREFUSED || e == -ETIMEDOUT)
                 rc = cli_error("audit", EXIT_UNREACHABLE, "--tokenize-url: %s",
                                d.msg);

@@ -31,7 +31,8 @@ const char CMD_DRIFT_HELP[] =
     "and decisive flips, by position bucket, with growth, a control arm\n"
     "(golden against itself), the decode path and determinism.\n"
     "\n"
-    "servers (each option also exists as --golden-X / --candidate-X):\n"
+    "servers (api-key, header, extra-body, model and dialect also exist\n"
+    "per side as --golden-X / --candidate-X):\n"
     "  --golden URL, --candidate URL   base URLs (http:// or https://)\n"
     "  --api-key KEY         Bearer token (--golden-api-key, ...)\n"
     "  --header 'N: V'       extra header, repeatable\n"
@@ -44,7 +45,9 @@ const char CMD_DRIFT_HELP[] =
     "  --sequences N         built-in conversations (default 4)\n"
     "  --max-context N       tokens per sequence (default 4096)\n"
     "  --seed N              built-in corpus and bootstrap seed (default 1)\n"
-    "  --from-db             not built yet\n"
+    "  --from-db             sessions recorded by 'fidelity record' in the\n"
+    "                        store (--db): one conversation per session\n"
+    "  --session KEY         with --from-db: only that session\n"
     "analysis:\n"
     "  --top-k K             top logprobs per position, 1-64 (default 20)\n"
     "  --boundaries LIST     extra bucket edges, e.g. 2048,8192\n"
@@ -56,6 +59,8 @@ const char CMD_DRIFT_HELP[] =
     "  --decode-seqs N       sequences for the decode path (default 2)\n"
     "  --decode-prompt N     prompt tokens for it (default 512)\n"
     "  --determinism N       N identical requests alone, then at once\n"
+    "  --token-ids-logprob N sglang candidates: also ask for the golden's\n"
+    "                        N highest-ranked token ids (token_ids_logprob)\n"
     "  --bootstrap N         growth bootstrap replicates (default 200)\n"
     "  --worst N             worst positions listed (default 50)\n"
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
@@ -81,13 +86,53 @@ const char CMD_DRIFT_HELP[] =
     "      --determinism 8 --jsonl positions.jsonl\n";
 
 enum {
-    O_GOLDEN = 256, O_CAND, O_API_KEY, O_G_API_KEY, O_C_API_KEY, O_HEADER,
-    O_G_HEADER, O_C_HEADER, O_EXTRA, O_G_EXTRA, O_C_EXTRA, O_MODEL,
-    O_G_MODEL, O_C_MODEL, O_DIALECT, O_G_DIALECT, O_C_DIALECT, O_TIMEOUT,
-    O_CORPUS, O_SEQS, O_MAXCTX, O_SEED, O_FROMDB, O_TOPK, O_BOUND,
-    O_MINB, O_NOCTRL, O_NOSELF, O_DTOK, O_DSEQ, O_DPROMPT, O_DET, O_BOOT,
-    O_WORST, O_KLM, O_KLP, O_TOP1, O_DPR, O_GROW, O_GFLOOR, O_FLIP, O_JSON,
-    O_JSONL, O_DB, O_NOSTORE
+    O_GOLDEN = 256,
+    O_CAND,
+    O_API_KEY,
+    O_G_API_KEY,
+    O_C_API_KEY,
+    O_HEADER,
+    O_G_HEADER,
+    O_C_HEADER,
+    O_EXTRA,
+    O_G_EXTRA,
+    O_C_EXTRA,
+    O_MODEL,
+    O_G_MODEL,
+    O_C_MODEL,
+    O_DIALECT,
+    O_G_DIALECT,
+    O_C_DIALECT,
+    O_TIMEOUT,
+    O_CORPUS,
+    O_SEQS,
+    O_MAXCTX,
+    O_SEED,
+    O_FROMDB,
+    O_SESSION,
+    O_TOPK,
+    O_BOUND,
+    O_MINB,
+    O_NOCTRL,
+    O_NOSELF,
+    O_DTOK,
+    O_DSEQ,
+    O_DPROMPT,
+    O_DET,
+    O_BOOT,
+    O_WORST,
+    O_TIDS,
+    O_KLM,
+    O_KLP,
+    O_TOP1,
+    O_DPR,
+    O_GROW,
+    O_GFLOOR,
+    O_FLIP,
+    O_JSON,
+    O_JSONL,
+    O_DB,
+    O_NOSTORE
 };
 
 static const struct option longopts[] = {
@@ -114,6 +159,7 @@ static const struct option longopts[] = {
     {"max-context", required_argument, NULL, O_MAXCTX},
     {"seed", required_argument, NULL, O_SEED},
     {"from-db", no_argument, NULL, O_FROMDB},
+    {"session", required_argument, NULL, O_SESSION},
     {"top-k", required_argument, NULL, O_TOPK},
     {"boundaries", required_argument, NULL, O_BOUND},
     {"min-bucket", required_argument, NULL, O_MINB},
@@ -125,6 +171,7 @@ static const struct option longopts[] = {
     {"determinism", required_argument, NULL, O_DET},
     {"bootstrap", required_argument, NULL, O_BOOT},
     {"worst", required_argument, NULL, O_WORST},
+    {"token-ids-logprob", required_argument, NULL, O_TIDS},
     {"kl-mean", required_argument, NULL, O_KLM},
     {"kl-p999", required_argument, NULL, O_KLP},
     {"top1", required_argument, NULL, O_TOP1},
@@ -143,7 +190,7 @@ struct ctx {
     struct drift_side g, c;
     struct drift_opts o;
     const char *json_path, *jsonl_path, *db_path;
-    bool no_store;
+    bool no_store, from_db;
     FILE *jsonl;
     struct buf line;
     bool tty;
@@ -162,8 +209,7 @@ static void on_rec(void *ud, const struct drift_rec *r)
         x->jsonl_err = errno ? errno : EIO;
 }
 
-static void on_progress(void *ud, const char *what, size_t done,
-                        size_t total)
+static void on_progress(void *ud, const char *what, size_t done, size_t total)
 {
     struct ctx *x = ud;
     if (x->tty)
@@ -284,11 +330,11 @@ static int num_opt(struct ctx *x, int c, const char *v)
     long n;
     int bad = 0;
     switch (c) {
-#define LONGOPT(code, lo, hi, dst)                                           \
-    case code:                                                               \
-        bad = cli_parse_long(v, lo, hi, &n);                                 \
-        if (!bad)                                                            \
-            dst = n;                                                         \
+#define LONGOPT(code, lo, hi, dst)                                             \
+    case code:                                                                 \
+        bad = cli_parse_long(v, lo, hi, &n);                                   \
+        if (!bad)                                                              \
+            dst = n;                                                           \
         break;
         LONGOPT(O_SEQS, 0, 100000, o->sequences)
         LONGOPT(O_MAXCTX, 2, 1L << 30, o->max_context)
@@ -299,6 +345,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         LONGOPT(O_DET, 2, 64, o->determinism)
         LONGOPT(O_BOOT, 0, 100000, o->bootstrap)
         LONGOPT(O_WORST, 0, DRIFT_WORST_MAX, o->worst)
+        LONGOPT(O_TIDS, 0, 1024, o->token_ids)
 #undef LONGOPT
     case O_SEED:
         bad = cli_parse_long(v, 0, LONG_MAX, &n);
@@ -350,16 +397,18 @@ static int parse(struct ctx *x, int argc, char **argv)
         switch (c) {
         case O_GOLDEN:
         case O_CAND:
-            if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg,
-                                   &d))
+            if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg, &d))
                 return BAD("%s", d.msg);
             break;
         case O_CORPUS:
             x->o.corpus_file = optarg;
             break;
         case O_FROMDB:
-            return BAD("%s", "--from-db is not built yet; export the "
-                             "sessions as JSONL and use --corpus");
+            x->from_db = true;
+            break;
+        case O_SESSION:
+            x->o.session = optarg;
+            break;
         case O_NOCTRL:
             x->o.control = false;
             break;
@@ -393,6 +442,12 @@ static int parse(struct ctx *x, int argc, char **argv)
         return BAD("unexpected argument '%s'", argv[optind]);
     if (!x->g.url || !x->c.url)
         return BAD("%s", "both --golden URL and --candidate URL are needed");
+    if (x->from_db && x->o.corpus_file)
+        return BAD("%s", "--from-db and --corpus are exclusive");
+    if (x->o.session && !x->from_db)
+        return BAD("%s", "--session needs --from-db");
+    if (x->from_db)
+        x->o.from_db = x->db_path ? x->db_path : store_default_path();
     return 0;
 }
 
@@ -444,7 +499,8 @@ static int finish(struct ctx *x, struct drift_result *r)
     size_t nw = drift_worst_sorted(&r->an, w, x->o.worst);
     drift_worst_texts(&x->g, r, w, nw, wt);
     json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
-    bool json_stdout = x->json_path && !strcmp(x->json_path, "-");
+    bool json_stdout =
+        (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
     drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
@@ -480,8 +536,7 @@ int cmd_drift(int argc, char **argv)
     x.o.ud = &x;
     x.o.on_progress = on_progress;
     if (x.jsonl_path) {
-        x.jsonl = strcmp(x.jsonl_path, "-") ? fopen(x.jsonl_path, "w")
-                                            : stdout;
+        x.jsonl = strcmp(x.jsonl_path, "-") ? fopen(x.jsonl_path, "w") : stdout;
         if (!x.jsonl) {
             code = cli_error("drift", EXIT_USAGE, "cannot open '%s': %s",
                              x.jsonl_path, strerror(errno));

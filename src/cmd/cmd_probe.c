@@ -556,7 +556,7 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     json_t *sum = json_deep_copy(json_object_get(j, "results"));
-    json_object_del(sum, "cases");
+    json_object_del(sum, "case_results");
     json_object_del(sum, "cells");
     if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
                               sum, NULL, &d))

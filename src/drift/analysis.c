@@ -42,9 +42,8 @@ static int cmp_u32(const void *a, const void *b)
 }
 
 int drift_analysis_init(struct drift_analysis *a, uint32_t min_bucket,
-                        uint32_t max_pos, const uint32_t *extra,
-                        size_t n_extra, size_t worst_cap,
-                        const struct drift_thresholds *th)
+                        uint32_t max_pos, const uint32_t *extra, size_t n_extra,
+                        size_t worst_cap, const struct drift_thresholds *th)
 {
     uint32_t e[DRIFT_BUCKETS_MAX * 2 + 2];
     size_t n = 0, cap = sizeof(e) / sizeof(e[0]);
@@ -103,8 +102,8 @@ uint32_t drift_analysis_begin_seq(struct drift_analysis *a)
     size_t stride = SEQ_STRIDE(a);
     if (a->n_seq == a->seq_alloc) {
         a->seq_alloc = a->seq_alloc ? a->seq_alloc * 2 : 16;
-        a->seq_sums = xrealloc(a->seq_sums,
-                               a->seq_alloc * stride * sizeof(double));
+        a->seq_sums =
+            xrealloc(a->seq_sums, a->seq_alloc * stride * sizeof(double));
     }
     memset(a->seq_sums + a->n_seq * stride, 0, stride * sizeof(double));
     return (uint32_t)a->n_seq++;
@@ -195,8 +194,8 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
         s[1] += 1;
     }
     if (arm == DRIFT_ARM_CAND) {
-        struct drift_worst w = {seq,    pos,      m->kl,     m->dlp,
-                                m->dp,  forced,   m->top1_g, m->top1_c};
+        struct drift_worst w = {seq,   pos,    m->kl,     m->dlp,
+                                m->dp, forced, m->top1_g, m->top1_c};
         worst_push(a, &w);
     }
 }
@@ -227,15 +226,14 @@ void drift_bucket_summary(const struct drift_acc *c, struct drift_bsum *s)
     s->dp_mean = c->dp_sum / n;
     s->dp_rms = sqrt(c->dp_sq / n);
     s->top1 = c->top_n ? (double)c->top1_agree / (double)c->top_n : 1;
-    double var = c->n > 1 ? (c->kl_sq - n * s->kl_mean * s->kl_mean) /
-                                (n - 1)
-                          : 0;
+    double var =
+        c->n > 1 ? (c->kl_sq - n * s->kl_mean * s->kl_mean) / (n - 1) : 0;
     s->kl_se = var > 0 ? sqrt(var / n) : 0;
     double ms = c->dp_sq / n;
     double var2 = c->n > 1 ? (c->dp_q - n * ms * ms) / (n - 1) : 0;
     s->dp_ms_se = var2 > 0 ? sqrt(var2 / n) : 0;
-    s->top1_se = c->top_n ? sqrt(s->top1 * (1 - s->top1) / (double)c->top_n)
-                          : 0;
+    s->top1_se =
+        c->top_n ? sqrt(s->top1 * (1 - s->top1) / (double)c->top_n) : 0;
     s->flips = c->flips;
     s->overlap = c->top_n ? c->overlap_sum / (double)c->top_n : 1;
 }
@@ -320,11 +318,10 @@ void drift_bucket_excess(const struct drift_bsum *cand,
     out->top1_se = sqrt(nz(cand->top1_se) * nz(cand->top1_se) +
                         wt * nz(ctrl->top1_se) * nz(ctrl->top1_se) +
                         ws * nz(self->top1_se) * nz(self->top1_se));
-    out->overlap = 1 - sub0(1 - nz(cand->overlap),
-                            w * (ctrl->n ? 1 - nz(ctrl->overlap) : 0) +
-                                (has_self && self->n
-                                     ? 0.5 * (1 - nz(self->overlap))
-                                     : 0));
+    out->overlap =
+        1 - sub0(1 - nz(cand->overlap),
+                 w * (ctrl->n ? 1 - nz(ctrl->overlap) : 0) +
+                     (has_self && self->n ? 0.5 * (1 - nz(self->overlap)) : 0));
 #undef BASE
 }
 
@@ -356,8 +353,7 @@ enum drift_verdict drift_bucket_verdict(const struct drift_bsum *x,
     if (x->n >= 1000)
         v = drift_verdict_worse(v, above(x->kl_p999, th->kl_p999));
     double ms_lo = x->dp_rms * x->dp_rms - 2 * x->dp_ms_se;
-    v = drift_verdict_worse(v, above(ms_lo > 0 ? sqrt(ms_lo) : 0,
-                                     th->dp_rms));
+    v = drift_verdict_worse(v, above(ms_lo > 0 ? sqrt(ms_lo) : 0, th->dp_rms));
     double dis[2] = {1 - th->top1[0], 1 - th->top1[1]};
     v = drift_verdict_worse(v, above(1 - x->top1 - 2 * x->top1_se, dis));
     return v;

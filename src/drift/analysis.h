@@ -54,7 +54,7 @@ struct drift_acc {
     uint64_t n;
     double pos_sum; /* sum of positions, for the bucket's mean position */
     double kl_sum, kl_sq, kl_max;
-    double nll_g, nll_c; /* sums of -lp(x), -lq(x) */
+    double nll_g, nll_c;        /* sums of -lp(x), -lq(x) */
     double dp_sum, dp_sq, dp_q; /* sums of dp, dp^2, dp^4 */
     uint64_t top_n, top1_agree, flips;
     double overlap_sum;
@@ -67,9 +67,9 @@ struct drift_bsum {
     double kl_mean, kl_p50, kl_p99, kl_p999, kl_max;
     double log_ppl_ratio; /* mean(-lq(x)) - mean(-lp(x)) = ln(PPL_Q/PPL_P) */
     double dp_mean, dp_rms;
-    double top1;  /* agreement in [0, 1]; 1 when no top-k was given */
-    double kl_se;   /* standard error of kl_mean */
-    double top1_se; /* standard error of top1 */
+    double top1;     /* agreement in [0, 1]; 1 when no top-k was given */
+    double kl_se;    /* standard error of kl_mean */
+    double top1_se;  /* standard error of top1 */
     double dp_ms_se; /* standard error of dp_rms^2 (mean of dp^2) */
     uint64_t flips;
     double overlap;
@@ -133,9 +133,8 @@ struct drift_analysis {
  * worst_cap <= DRIFT_WORST_MAX. th may be NULL for the defaults.
  */
 int drift_analysis_init(struct drift_analysis *a, uint32_t min_bucket,
-                        uint32_t max_pos, const uint32_t *extra,
-                        size_t n_extra, size_t worst_cap,
-                        const struct drift_thresholds *th);
+                        uint32_t max_pos, const uint32_t *extra, size_t n_extra,
+                        size_t worst_cap, const struct drift_thresholds *th);
 void drift_analysis_release(struct drift_analysis *a);
 /* Starts a new sequence; returns its index. */
 uint32_t drift_analysis_begin_seq(struct drift_analysis *a);

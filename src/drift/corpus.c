@@ -33,7 +33,7 @@ void drift_corpus_release(struct drift_corpus *c)
     drift_corpus_init(c);
 }
 
-static struct drift_item *corpus_push(struct drift_corpus *c)
+struct drift_item *drift_corpus_push(struct drift_corpus *c)
 {
     if (c->n == c->alloc) {
         c->alloc = c->alloc ? c->alloc * 2 : 8;
@@ -51,12 +51,12 @@ static const char *const things[] = {"door",   "locker", "vault", "gate",
 static const char *const attrs[] = {"access code", "room number", "pin",
                                     "serial",      "budget",      "owner id"};
 static const char *const words[] = {
-    "the",     "report",  "shows",   "that",    "our",     "team",
-    "moved",   "quickly", "through", "several", "steps",   "before",
-    "lunch",   "while",   "weather", "stayed",  "mild",    "and",
-    "nobody",  "noticed", "a",       "small",   "change",  "in",
-    "plans",   "so",      "we",      "wrote",   "notes",   "about",
-    "budgets", "tickets", "meetings", "drafts", "ideas",   "later"};
+    "the",     "report",  "shows",    "that",    "our",    "team",
+    "moved",   "quickly", "through",  "several", "steps",  "before",
+    "lunch",   "while",   "weather",  "stayed",  "mild",   "and",
+    "nobody",  "noticed", "a",        "small",   "change", "in",
+    "plans",   "so",      "we",       "wrote",   "notes",  "about",
+    "budgets", "tickets", "meetings", "drafts",  "ideas",  "later"};
 
 #define PICK(r, a) (a[rng_below(r, sizeof(a) / sizeof(a[0]))])
 
@@ -102,12 +102,10 @@ json_t *drift_corpus_conversation(uint64_t seed, unsigned idx, size_t chars)
                  PICK(&r, things));
         buf_printf(&b, "The %s for %s is %u. ", at, ent, v);
         if (nfacts < 16)
-            snprintf(facts[nfacts++], sizeof(facts[0]), "%s for %s", at,
-                     ent);
+            snprintf(facts[nfacts++], sizeof(facts[0]), "%s for %s", at, ent);
         filler(&r, &b, 200 + rng_below(&r, 600));
         if (nfacts > 1 && rng_below(&r, 2))
-            buf_printf(&b, " What is the %s?",
-                       facts[rng_below(&r, nfacts)]);
+            buf_printf(&b, " What is the %s?", facts[rng_below(&r, nfacts)]);
         json_array_append_new(a, msg("user", buf_str(&b)));
         total += b.len;
         buf_reset(&b);
@@ -120,22 +118,22 @@ json_t *drift_corpus_conversation(uint64_t seed, unsigned idx, size_t chars)
     return a;
 }
 
-void drift_corpus_builtin(struct drift_corpus *c, uint64_t seed,
-                          unsigned count, unsigned max_context)
+void drift_corpus_builtin(struct drift_corpus *c, uint64_t seed, unsigned count,
+                          unsigned max_context)
 {
     /* about 3.5 characters per token in the sim's tokenizer, and real
      * tokenizers are denser: 4.5 per token overshoots, then run.c cuts
      * the rendered ids to max_context */
     size_t chars = (size_t)max_context * 9 / 2 + 64;
     for (unsigned i = 0; i < count; i++) {
-        struct drift_item *it = corpus_push(c);
+        struct drift_item *it = drift_corpus_push(c);
         it->messages = drift_corpus_conversation(seed, i, chars);
         snprintf(it->name, sizeof(it->name), "builtin#%u", i);
     }
 }
 
-static int ids_from(const json_t *a, const char *where,
-                    struct drift_item *item, struct diag *d)
+static int ids_from(const json_t *a, const char *where, struct drift_item *item,
+                    struct diag *d)
 {
     size_t n = json_array_size(a);
     if (n < 2)
@@ -167,8 +165,8 @@ int drift_corpus_parse_line(const char *line, size_t len, const char *where,
     int ret = 0;
 
     memset(item, 0, sizeof(*item));
-    while (i < len && (line[i] == ' ' || line[i] == '\t' ||
-                       line[i] == '\r' || line[i] == '\n'))
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' ||
+                       line[i] == '\n'))
         i++;
     if (i == len)
         return -ENODATA;
@@ -197,8 +195,7 @@ int drift_corpus_parse_line(const char *line, size_t len, const char *where,
     return ret;
 }
 
-int drift_corpus_load(struct drift_corpus *c, const char *path,
-                      struct diag *d)
+int drift_corpus_load(struct drift_corpus *c, const char *path, struct diag *d)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
     char *line = NULL, where[64];
@@ -208,8 +205,7 @@ int drift_corpus_load(struct drift_corpus *c, const char *path,
 
     if (!f) {
         int e = errno;
-        return diag_set(d, e, "cannot open corpus '%s': %s", path,
-                        strerror(e));
+        return diag_set(d, e, "cannot open corpus '%s': %s", path, strerror(e));
     }
     while ((got = getline(&line, &cap, f)) >= 0) {
         struct drift_item it;
@@ -222,7 +218,7 @@ int drift_corpus_load(struct drift_corpus *c, const char *path,
         }
         if (ret)
             break;
-        *corpus_push(c) = it;
+        *drift_corpus_push(c) = it;
     }
     if (!ret && ferror(f))
         ret = diag_set(d, EIO, "cannot read corpus '%s'", path);

@@ -41,8 +41,8 @@ void drift_corpus_release(struct drift_corpus *c);
 json_t *drift_corpus_conversation(uint64_t seed, unsigned idx, size_t chars);
 
 /* Appends `count` built-in conversations sized for max_context tokens. */
-void drift_corpus_builtin(struct drift_corpus *c, uint64_t seed,
-                          unsigned count, unsigned max_context);
+void drift_corpus_builtin(struct drift_corpus *c, uint64_t seed, unsigned count,
+                          unsigned max_context);
 
 /*
  * Parses one JSONL line (not NUL-terminated) into item. Blank lines give
@@ -56,8 +56,19 @@ int drift_corpus_parse_line(const char *line, size_t len, const char *where,
 /* Reads a JSONL file (path "-" is standard input). -ENOENT / -EIO when it
  * cannot be read, -EINVAL on a bad line (d names file:line), -ENODATA when
  * it has no entries. */
-int drift_corpus_load(struct drift_corpus *c, const char *path,
-                      struct diag *d);
+int drift_corpus_load(struct drift_corpus *c, const char *path, struct diag *d);
+
+/* Appends an empty item and returns it (owned by c). */
+struct drift_item *drift_corpus_push(struct drift_corpus *c);
+
+/*
+ * Sessions recorded by `fidelity record` in the store at path (session NULL:
+ * every session): one conversation per session, the messages of its last
+ * chat request (kind "main" preferred) plus the recorded reply. -ENODATA when
+ * there is none; -EIO when the store cannot be read (d says why).
+ */
+int drift_corpus_from_db(struct drift_corpus *c, const char *path,
+                         const char *session, struct diag *d);
 
 /* First position where a and b differ (also a length difference: the
  * shorter length), or -1 when they are identical. */

@@ -18,8 +18,8 @@
 #include "core/xalloc.h"
 #include "drift/drift.h"
 
-static const char *const dp_names[DRIFT_DPATHS] = {
-    "decode-pp", "decode-dp", "decode-dg"};
+static const char *const dp_names[DRIFT_DPATHS] = {"decode-pp", "decode-dp",
+                                                   "decode-dg"};
 
 /* Copies decode entries into prefill layout: position prompt + i. */
 static void shift_decode(const struct drift_lp *dec, uint32_t prompt,
@@ -43,8 +43,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                    struct diag *d)
 {
     struct drift_lp dec, gp, cp, dshift, gp2, cp2;
-    uint32_t prompt = (uint32_t)(it->n < o->decode_prompt ? it->n
-                                                          : o->decode_prompt);
+    uint32_t prompt =
+        (uint32_t)(it->n < o->decode_prompt ? it->n : o->decode_prompt);
     unsigned max_new = o->decode_tokens ? o->decode_tokens : 32;
     uint32_t *full = NULL;
     int ret;
@@ -86,8 +86,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     if (r->dec.have_pp) {
         drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CAND, seq[0], &gp, &cp,
                          prompt, n, o, dp_names[DRIFT_DP_PP]);
-        drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &cp,
-                         &dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
+        drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &cp, &dshift,
+                         prompt, n, o, dp_names[DRIFT_DP_DP]);
     }
     if (r->has_control)
         drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &gp, &gp2,
@@ -164,8 +164,8 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
         drift_analysis_total(&an[k], DRIFT_ARM_CAND, &tot);
         drift_bucket_summary(&tot, &r->dec.sum[k]);
         if (k == DRIFT_DP_DP)
-            drift_bucket_excess(&r->dec.sum[k], r->has_self ? &bs : &zero,
-                                &bs, r->has_self, &r->dec.excess[k]);
+            drift_bucket_excess(&r->dec.sum[k], r->has_self ? &bs : &zero, &bs,
+                                r->has_self, &r->dec.excess[k]);
         else
             drift_bucket_excess(&r->dec.sum[k], &bc, &bs, r->has_self,
                                 &r->dec.excess[k]);

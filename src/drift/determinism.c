@@ -50,7 +50,9 @@ static uint64_t prompt_hash(const struct drift_lp *lp)
 
 static void one_request(struct det_one *o)
 {
-    struct drift_req r = {.ids = o->ids, .n = o->n, .max_new = o->max_new,
+    struct drift_req r = {.ids = o->ids,
+                          .n = o->n,
+                          .max_new = o->max_new,
                           .prompt_logprobs = o->want_prompt};
     struct drift_lp lp;
     json_t *out = NULL;
@@ -112,8 +114,7 @@ static void tally(struct det_one *v, unsigned n, const struct det_one *ref_v,
             ref = x;
             continue;
         }
-        long at = drift_ids_first_diff(ref->out, ref->n_out, x->out,
-                                       x->n_out);
+        long at = drift_ids_first_diff(ref->out, ref->n_out, x->out, x->n_out);
         if (at >= 0 && (first < 0 || at < first))
             first = at;
         if (x->prompt_hash != ref->prompt_hash)
@@ -124,8 +125,8 @@ static void tally(struct det_one *v, unsigned n, const struct det_one *ref_v,
     out->prompt_identical[phase] = same_prompt;
 }
 
-int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
-                          size_t n, unsigned count, unsigned max_new,
+int drift_determinism_run(struct drift_side *s, const uint32_t *ids, size_t n,
+                          unsigned count, unsigned max_new,
                           struct drift_det_side *out, struct diag *d)
 {
     struct det_one *v;
@@ -150,8 +151,8 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
     out->ran = true;
     out->n = count;
     enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
-    out->prompt_checked = s->dialect != DRIFT_DIALECT_NONE &&
-                          s->dialect != DRIFT_DIALECT_AUTO;
+    out->prompt_checked =
+        s->dialect != DRIFT_DIALECT_NONE && s->dialect != DRIFT_DIALECT_AUTO;
     v = xcalloc(count, sizeof(*v));
     struct det_one *alone = xcalloc(count, sizeof(*alone));
     for (int phase = 0; phase < 2; phase++) {
@@ -188,9 +189,9 @@ int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
         if (phase == 0)
             memcpy(alone, v, count * sizeof(*v));
         if (out->failed - failed_before == count && !ret)
-            ret = diag_set(d, EPROTO,
-                           "%s: every determinism request failed: %s",
-                           s->label, v[0].d.msg);
+            ret =
+                diag_set(d, EPROTO, "%s: every determinism request failed: %s",
+                         s->label, v[0].d.msg);
         for (unsigned i = 0; i < count; i++)
             drift_side_release(&v[i].side);
         if (ret)

@@ -12,11 +12,12 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "drift/dialect_int.h"
 
 static const char *const names[DRIFT_DIALECTS] = {
-    [DRIFT_DIALECT_AUTO] = "auto",     [DRIFT_DIALECT_VLLM] = "vllm",
-    [DRIFT_DIALECT_ECHO] = "echo",     [DRIFT_DIALECT_SGLANG] = "sglang",
-    [DRIFT_DIALECT_TGI] = "tgi",       [DRIFT_DIALECT_NONE] = "none",
+    [DRIFT_DIALECT_AUTO] = "auto", [DRIFT_DIALECT_VLLM] = "vllm",
+    [DRIFT_DIALECT_ECHO] = "echo", [DRIFT_DIALECT_SGLANG] = "sglang",
+    [DRIFT_DIALECT_TGI] = "tgi",   [DRIFT_DIALECT_NONE] = "none",
 };
 
 const char *drift_dialect_name(enum drift_dialect d)
@@ -72,7 +73,7 @@ void drift_lp_reset(struct drift_lp *lp, uint32_t n)
     }
 }
 
-static void pool_add(struct drift_lp *lp, uint64_t key, double v)
+void drift_lp_pool_add(struct drift_lp *lp, uint64_t key, double v)
 {
     if (lp->pool_len == lp->pool_alloc) {
         lp->pool_alloc = lp->pool_alloc ? lp->pool_alloc * 2 : 1024;
@@ -81,10 +82,13 @@ static void pool_add(struct drift_lp *lp, uint64_t key, double v)
     lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
 }
 
-/* Sorts the entries added since off[i], keeps at most top_k as the top. */
-static void pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
+size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
 {
     size_t n = lp->pool_len - lp->off[i];
+    if (n == 0) {
+        lp->pos[i].n_top = lp->pos[i].n_known = 0;
+        return 0;
+    }
     drift_tok_sort(lp->pool + lp->off[i], n);
     /* drop duplicate keys (a server listing the forced token twice) */
     size_t m = 0;
@@ -97,21 +101,23 @@ static void pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
             t[m++] = t[k];
     }
     lp->pool_len = lp->off[i] + m;
+    size_t dups = n - m;
     if (m > top_k)
         m = top_k;
     lp->pos[i].n_top = (uint32_t)m;
     lp->pos[i].n_known = (uint32_t)(lp->pool_len - lp->off[i]);
+    return dups;
 }
 
-/* Points every pos[].top into the (now stable) pool; counts invalid. */
-static void lp_finish(struct drift_lp *lp)
+void drift_lp_finish(struct drift_lp *lp)
 {
     lp->n_invalid = 0;
     for (uint32_t i = 0; i < lp->n; i++) {
-        lp->pos[i].top = lp->pool ? lp->pool + lp->off[i] : NULL;
+        lp->pos[i].top =
+            lp->pool && lp->pos[i].n_known ? lp->pool + lp->off[i] : NULL;
         if (!lp->valid[i])
             lp->n_invalid++;
-        if (!lp->valid[i] || !lp->pos[i].n_known)
+        if (!lp->valid[i])
             continue;
         /* an entry whose logprobs are NaN or above 0 is invalid */
         if (isnan(lp->pos[i].forced_lp) || lp->pos[i].forced_lp > 1e-6) {
@@ -128,7 +134,7 @@ static void lp_finish(struct drift_lp *lp)
     }
 }
 
-static void mark_mismatch(struct drift_lp *lp, uint32_t i)
+void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i)
 {
     lp->valid[i] = 0;
     lp->mismatch[i] = 1;
@@ -291,13 +297,13 @@ static void vllm_dict(struct drift_lp *lp, uint32_t i, const json_t *dict,
         unsigned long long id = strtoull(k, &end, 10);
         if (end == k || *end)
             continue;
-        double x = json_is_object(v) ? num(json_object_get(v, "logprob"))
-                                     : num(v);
+        double x =
+            json_is_object(v) ? num(json_object_get(v, "logprob")) : num(v);
         if ((uint64_t)id == forced)
             lp->pos[i].forced_lp = x;
-        pool_add(lp, id, x);
+        drift_lp_pool_add(lp, id, x);
     }
-    pos_close(lp, i, top_k);
+    drift_lp_pos_close(lp, i, top_k);
     lp->valid[i] = !isnan(lp->pos[i].forced_lp);
 }
 
@@ -328,8 +334,8 @@ static int parse_vllm(const json_t *resp, const struct drift_req *r,
 /* Reads logprobs.{tokens, token_logprobs, top_logprobs}[from..from+n) into
  * entries 0..n of lp; ids (may be NULL) are the expected tokens. */
 static int echo_block(const json_t *lpo, size_t from, uint32_t n,
-                      const uint32_t *ids, unsigned top_k,
-                      struct drift_lp *lp, struct diag *dg)
+                      const uint32_t *ids, unsigned top_k, struct drift_lp *lp,
+                      struct diag *dg)
 {
     const json_t *toks = json_object_get(lpo, "tokens");
     const json_t *tlp = json_object_get(lpo, "token_logprobs");
@@ -343,19 +349,19 @@ static int echo_block(const json_t *lpo, size_t from, uint32_t n,
     lp->n_returned = (uint32_t)(avail < n ? avail : n);
     for (uint32_t i = 0; i < lp->n_returned; i++) {
         const json_t *t = json_array_get(toks, from + i);
-        const json_t *d = json_is_array(top) ? json_array_get(top, from + i)
-                                              : NULL;
+        const json_t *d =
+            json_is_array(top) ? json_array_get(top, from + i) : NULL;
         lp->off[i] = lp->pool_len;
         if (!json_is_string(t))
             continue;
-        uint64_t key = drift_key_text(json_string_value(t),
-                                      json_string_length(t));
+        uint64_t key =
+            drift_key_text(json_string_value(t), json_string_length(t));
         if (ids)
             lp->ids[i] = ids[i];
         else if (!(key & DRIFT_KEY_TEXT))
             lp->ids[i] = (uint32_t)key;
         if (ids && !(key & DRIFT_KEY_TEXT) && key != ids[i]) {
-            mark_mismatch(lp, i);
+            drift_lp_mark_mismatch(lp, i);
             continue;
         }
         lp->pos[i].forced = key;
@@ -364,8 +370,8 @@ static int echo_block(const json_t *lpo, size_t from, uint32_t n,
         json_t *v;
         if (json_is_object(d))
             json_object_foreach((json_t *)d, k, v)
-                pool_add(lp, drift_key_text(k, strlen(k)), num(v));
-        pos_close(lp, i, top_k);
+                drift_lp_pool_add(lp, drift_key_text(k, strlen(k)), num(v));
+        drift_lp_pos_close(lp, i, top_k);
         lp->valid[i] = !isnan(lp->pos[i].forced_lp);
     }
     return 0;
@@ -397,7 +403,7 @@ static void sglang_list(struct drift_lp *lp, const json_t *list)
     {
         uint64_t id;
         if (json_is_array(e) && get_id(json_array_get(e, 1), &id))
-            pool_add(lp, id, num(json_array_get(e, 0)));
+            drift_lp_pool_add(lp, id, num(json_array_get(e, 0)));
     }
 }
 
@@ -411,7 +417,7 @@ static void sglang_pos(struct drift_lp *lp, uint32_t i, const json_t *tok,
     if (!json_is_array(tok) || !get_id(json_array_get(tok, 1), &id))
         return;
     if (expect && id != expect[i]) {
-        mark_mismatch(lp, i);
+        drift_lp_mark_mismatch(lp, i);
         return;
     }
     lp->ids[i] = (uint32_t)id;
@@ -420,7 +426,7 @@ static void sglang_pos(struct drift_lp *lp, uint32_t i, const json_t *tok,
     if (json_is_array(top))
         sglang_list(lp, top);
     size_t before = lp->pool_len;
-    pos_close(lp, i, top_k);
+    drift_lp_pos_close(lp, i, top_k);
     if (json_is_array(extra)) {
         sglang_list(lp, extra); /* lookups only, after the top */
         lp->pos[i].n_known += (uint32_t)(lp->pool_len - before);
@@ -469,11 +475,12 @@ static int parse_tgi(const json_t *resp, const struct drift_req *r,
 {
     if (json_is_array(resp) && json_array_size(resp) > 0)
         resp = json_array_get(resp, 0);
-    const json_t *pre = json_object_get(json_object_get(resp, "details"),
-                                        "prefill");
+    const json_t *pre =
+        json_object_get(json_object_get(resp, "details"), "prefill");
     if (!json_is_array(pre))
-        return diag_set(dg, EBADMSG, "answer has no 'details.prefill' array"
-                                     " (is decoder_input_details honoured?)");
+        return diag_set(dg, EBADMSG,
+                        "answer has no 'details.prefill' array"
+                        " (is decoder_input_details honoured?)");
     size_t cnt = json_array_size(pre);
     lp->n_returned = (uint32_t)(cnt < r->n ? cnt : r->n);
     for (uint32_t i = 0; i < lp->n_returned; i++) {
@@ -483,7 +490,7 @@ static int parse_tgi(const json_t *resp, const struct drift_req *r,
         if (!get_id(json_object_get(e, "id"), &id))
             continue;
         if (id != r->ids[i]) {
-            mark_mismatch(lp, i);
+            drift_lp_mark_mismatch(lp, i);
             continue;
         }
         lp->pos[i].forced = id;
@@ -518,7 +525,7 @@ int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
     }
     for (uint32_t i = lp->n_returned; i < lp->n; i++)
         lp->off[i] = lp->pool_len;
-    lp_finish(lp);
+    drift_lp_finish(lp);
     return ret;
 }
 
@@ -571,18 +578,16 @@ static int decode_sglang(const json_t *resp, struct drift_lp *lp,
     drift_lp_reset(lp, (uint32_t)json_array_size(tl));
     lp->n_returned = lp->n;
     for (uint32_t i = 0; i < lp->n; i++) {
-        sglang_pos(lp, i, json_array_get(tl, i), json_array_get(top, i),
-                   NULL, NULL, DRIFT_TOPK_MAX);
+        sglang_pos(lp, i, json_array_get(tl, i), json_array_get(top, i), NULL,
+                   NULL, DRIFT_TOPK_MAX);
         if (!lp->valid[i] && !json_is_array(json_array_get(tl, i)))
             return diag_set(dg, EBADMSG,
-                            "generated token %u has no [logprob, id] pair",
-                            i);
+                            "generated token %u has no [logprob, id] pair", i);
     }
     return 0;
 }
 
-static int decode_tgi(const json_t *resp, struct drift_lp *lp,
-                      struct diag *dg)
+static int decode_tgi(const json_t *resp, struct drift_lp *lp, struct diag *dg)
 {
     if (json_is_array(resp) && json_array_size(resp) > 0)
         resp = json_array_get(resp, 0);
@@ -608,9 +613,9 @@ static int decode_tgi(const json_t *resp, struct drift_lp *lp,
         {
             uint64_t xid;
             if (get_id(json_object_get(x, "id"), &xid))
-                pool_add(lp, xid, num(json_object_get(x, "logprob")));
+                drift_lp_pool_add(lp, xid, num(json_object_get(x, "logprob")));
         }
-        pos_close(lp, i, DRIFT_TOPK_MAX);
+        drift_lp_pos_close(lp, i, DRIFT_TOPK_MAX);
         lp->valid[i] = !isnan(lp->pos[i].forced_lp);
     }
     return 0;
@@ -633,6 +638,22 @@ int drift_parse_decode(enum drift_dialect d, const json_t *resp,
     }
     if (ret)
         return ret;
-    lp_finish(lp);
+    drift_lp_finish(lp);
     return 0;
+}
+
+int drift_parse_prompt_text(enum drift_dialect d, const char *text, size_t len,
+                            const struct drift_req *r, struct drift_lp *lp,
+                            struct diag *dg)
+{
+    json_error_t e;
+    if (!drift_fast_prompt(d, text, len, r, lp))
+        return 0;
+    json_t *j = json_loadb(text, len, 0, &e);
+    if (!j)
+        return diag_set(dg, EBADMSG, "answer is not JSON (%s at byte %d)",
+                        e.text, e.position);
+    int ret = drift_parse_prompt(d, j, r, lp, dg);
+    json_decref(j);
+    return ret;
 }

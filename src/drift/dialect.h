@@ -79,13 +79,13 @@ size_t drift_json_sanitize(char *s, size_t len);
 
 /* Parameters of one request. */
 struct drift_req {
-    const char *model;      /* may be NULL */
-    const uint32_t *ids;    /* the prompt */
+    const char *model;   /* may be NULL */
+    const uint32_t *ids; /* the prompt */
     size_t n;
-    const char *text;       /* TGI: the prompt as text (from /detokenize) */
-    unsigned top_k;         /* top logprobs per position, 1..DRIFT_TOPK_MAX */
-    unsigned max_new;       /* tokens to generate; 1 for pure scoring */
-    bool prompt_logprobs;   /* false: decode-only request */
+    const char *text;     /* TGI: the prompt as text (from /detokenize) */
+    unsigned top_k;       /* top logprobs per position, 1..DRIFT_TOPK_MAX */
+    unsigned max_new;     /* tokens to generate; 1 for pure scoring */
+    bool prompt_logprobs; /* false: decode-only request */
     const uint32_t *extra_ids; /* sglang token_ids_logprob, may be NULL */
     size_t n_extra;
     const json_t *extra_body; /* merged into the request (may be NULL) */
@@ -104,6 +104,16 @@ json_t *drift_request_build(enum drift_dialect d, const struct drift_req *r);
 int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
                        const struct drift_req *r, struct drift_lp *lp,
                        struct diag *dg);
+/*
+ * The same from the answer's text (len bytes, NUL-terminated, already
+ * through drift_json_sanitize): the allocation-free reader for vllm and
+ * sglang when the text is ordinary, jansson otherwise. Results are the same
+ * either way (the fuzz harness checks). -EBADMSG also when it is not JSON.
+ */
+int drift_parse_prompt_text(enum drift_dialect d, const char *text, size_t len,
+                            const struct drift_req *r, struct drift_lp *lp,
+                            struct diag *dg);
+
 /*
  * Reads the generated tokens of an answer: their ids into lp->ids and their
  * decode-time distributions into lp->pos. lp->n becomes the number of

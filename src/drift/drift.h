@@ -33,21 +33,23 @@ struct drift_opts {
     unsigned max_context; /* tokens per sequence (cut) */
     uint64_t seed;
     const char *corpus_file; /* NULL: built-in */
+    const char *from_db;     /* store of recorded sessions, or NULL */
+    const char *session;     /* with from_db: one session, NULL all */
     uint32_t min_bucket;
     uint32_t boundaries[DRIFT_BOUNDARIES_MAX];
     size_t n_boundaries;
-    bool control;  /* golden pass 2 (default on) */
-    bool self;     /* candidate pass 2 (default on) */
-    unsigned decode_tokens;  /* 0: no decode path */
-    unsigned decode_seqs;    /* sequences used by the decode path */
-    unsigned decode_prompt;  /* prompt tokens for the decode path */
-    unsigned determinism;    /* N requests; 0: off */
+    bool control;           /* golden pass 2 (default on) */
+    bool self;              /* candidate pass 2 (default on) */
+    unsigned decode_tokens; /* 0: no decode path */
+    unsigned decode_seqs;   /* sequences used by the decode path */
+    unsigned decode_prompt; /* prompt tokens for the decode path */
+    unsigned determinism;   /* N requests; 0: off */
+    unsigned token_ids;     /* sglang token_ids_logprob list size; 0 off */
     unsigned bootstrap;
     size_t worst;
     struct drift_thresholds th;
     void (*on_rec)(void *ud, const struct drift_rec *r);
-    void (*on_progress)(void *ud, const char *what, size_t done,
-                        size_t total);
+    void (*on_progress)(void *ud, const char *what, size_t done, size_t total);
     void *ud;
 };
 void drift_opts_default(struct drift_opts *o);
@@ -83,11 +85,11 @@ struct drift_decode {
 struct drift_det_side {
     bool ran;
     unsigned n;
-    unsigned distinct[2];      /* [0] alone, [1] under load */
-    long first_diff[2];        /* first differing generated token; -1 */
-    bool prompt_identical[2];  /* prompt logprobs bit-identical */
-    bool prompt_checked;       /* the side returns prompt logprobs */
-    unsigned failed;           /* requests that failed */
+    unsigned distinct[2];     /* [0] alone, [1] under load */
+    long first_diff[2];       /* first differing generated token; -1 */
+    bool prompt_identical[2]; /* prompt logprobs bit-identical */
+    bool prompt_checked;      /* the side returns prompt logprobs */
+    unsigned failed;          /* requests that failed */
 };
 struct drift_det {
     bool ran;
@@ -135,8 +137,8 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
 int drift_decode_run(struct drift_side *golden, struct drift_side *cand,
                      const struct drift_opts *o, struct drift_result *r,
                      struct diag *d);
-int drift_determinism_run(struct drift_side *s, const uint32_t *ids,
-                          size_t n, unsigned count, unsigned max_new,
+int drift_determinism_run(struct drift_side *s, const uint32_t *ids, size_t n,
+                          unsigned count, unsigned max_new,
                           struct drift_det_side *out, struct diag *d);
 
 #endif

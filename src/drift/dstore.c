@@ -53,8 +53,8 @@ static const char *sget(const json_t *o, const char *a, const char *b)
 
 static double rget(const json_t *o, const char *a, const char *b)
 {
-    const json_t *v = a ? json_object_get(json_object_get(o, a), b)
-                        : json_object_get(o, b);
+    const json_t *v =
+        a ? json_object_get(json_object_get(o, a), b) : json_object_get(o, b);
     return json_is_number(v) ? json_number_value(v) : 0;
 }
 
@@ -89,8 +89,7 @@ static int save_buckets(sqlite3 *db, const json_t *summary, int64_t id,
         sqlite3_bind_double(st, 9, rget(x, "candidate", "top1_agreement"));
         sqlite3_bind_double(st, 10, rget(x, "candidate", "dp_rms"));
         const json_t *v = json_object_get(x, "verdict");
-        sqlite3_bind_text(st, 11, json_is_string(v) ? json_string_value(v)
-                                                    : "",
+        sqlite3_bind_text(st, 11, json_is_string(v) ? json_string_value(v) : "",
                           -1, SQLITE_TRANSIENT);
         if (sqlite3_step(st) != SQLITE_DONE) {
             diag_set(d, EIO, "%s", sqlite3_errmsg(db));
@@ -124,27 +123,25 @@ int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
     }
     sqlite3_bind_int64(st, 1, (int64_t)time(NULL));
     bind_text_fresh(st, 2, drift_url_redact(sget(summary, "golden", "url")));
-    bind_text_fresh(st, 3,
-                    drift_url_redact(sget(summary, "candidate", "url")));
+    bind_text_fresh(st, 3, drift_url_redact(sget(summary, "candidate", "url")));
     sqlite3_bind_text(st, 4, sget(summary, "golden", "dialect"), -1,
                       SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, sget(summary, "candidate", "dialect"), -1,
                       SQLITE_TRANSIENT);
-    const json_t *gf = json_object_get(json_object_get(summary, "golden"),
-                                       "fingerprint");
-    const json_t *cf = json_object_get(json_object_get(summary, "candidate"),
-                                       "fingerprint");
-    bind_text_fresh(st, 6, json_dumps(gf, JSON_COMPACT | JSON_SORT_KEYS |
-                                              JSON_ENCODE_ANY));
-    bind_text_fresh(st, 7, json_dumps(cf, JSON_COMPACT | JSON_SORT_KEYS |
-                                              JSON_ENCODE_ANY));
+    const json_t *gf =
+        json_object_get(json_object_get(summary, "golden"), "fingerprint");
+    const json_t *cf =
+        json_object_get(json_object_get(summary, "candidate"), "fingerprint");
+    bind_text_fresh(
+        st, 6, json_dumps(gf, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY));
+    bind_text_fresh(
+        st, 7, json_dumps(cf, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY));
     sqlite3_bind_int64(st, 8, (int64_t)rget(summary, NULL, "sequences"));
     sqlite3_bind_int64(st, 9, (int64_t)rget(summary, NULL, "positions"));
     const json_t *v = json_object_get(summary, "verdict");
-    sqlite3_bind_text(st, 10, json_is_string(v) ? json_string_value(v) : "",
-                      -1, SQLITE_TRANSIENT);
-    bind_text_fresh(st, 11, json_dumps(summary, JSON_COMPACT |
-                                                    JSON_SORT_KEYS));
+    sqlite3_bind_text(st, 10, json_is_string(v) ? json_string_value(v) : "", -1,
+                      SQLITE_TRANSIENT);
+    bind_text_fresh(st, 11, json_dumps(summary, JSON_COMPACT | JSON_SORT_KEYS));
     if (sqlite3_step(st) != SQLITE_DONE) {
         diag_set(d, EIO, "%s", sqlite3_errmsg(db));
         ret = -EIO;

@@ -45,7 +45,7 @@ struct drift_pm {
     double lp_c;    /* lq(x) */
     double margin;  /* golden p(top1) - p(top2) */
     double overlap; /* |topk(P) and topk(Q)| / min(kP, kQ), 1 when empty */
-    bool has_top;       /* both sides gave a top-k (TGI prefill does not) */
+    bool has_top;   /* both sides gave a top-k (TGI prefill does not) */
     bool top1_agree;
     bool decisive_flip; /* disagreement where margin > flip_margin */
     uint64_t top1_g, top1_c;

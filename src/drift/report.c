@@ -12,8 +12,7 @@
 #include "core/xalloc.h"
 #include "drift/dstore.h"
 
-void drift_worst_texts(struct drift_side *golden,
-                       const struct drift_result *r,
+void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
                        const struct drift_worst *w, size_t n,
                        struct drift_worst_text *out)
 {
@@ -26,8 +25,8 @@ void drift_worst_texts(struct drift_side *golden,
         const uint64_t keys[3] = {w[i].forced, w[i].top1_g, w[i].top1_c};
         char **dst[3] = {&t->token, &t->top1_g, &t->top1_c};
         for (int k = 0; k < 3; k++) {
-            if (keys[k] & DRIFT_KEY_TEXT || (k > 0 && keys[k] == 0 &&
-                                             w[i].top1_g == w[i].top1_c))
+            if (keys[k] & DRIFT_KEY_TEXT ||
+                (k > 0 && keys[k] == 0 && w[i].top1_g == w[i].top1_c))
                 continue;
             one = (uint32_t)keys[k];
             if (drift_side_detokenize(golden, &one, 1, dst[k], &d))
@@ -99,8 +98,7 @@ static void stats_block(const struct drift_result *r, struct buf *b)
     buf_printf(b, "Mean ln(PPL(cand)/PPL(golden)): %+.6e\n", s.log_ppl_ratio);
     buf_printf(b, "\n====== KL divergence statistics (lower bound: golden "
                   "top-k + forced + tail) ======\n");
-    buf_printf(b, "Mean    KLD: %.6e   (control %.6e)\n", s.kl_mean,
-               t.kl_mean);
+    buf_printf(b, "Mean    KLD: %.6e   (control %.6e)\n", s.kl_mean, t.kl_mean);
     buf_printf(b, "Maximum KLD: %.6e\n", s.kl_max);
     buf_printf(b, "99.9%%   KLD: %.6e\n", s.kl_p999);
     buf_printf(b, "99.0%%   KLD: %.6e\n", s.kl_p99);
@@ -108,32 +106,33 @@ static void stats_block(const struct drift_result *r, struct buf *b)
     buf_printf(b, "\n====== Token probability statistics ======\n");
     buf_printf(b, "Mean    dp : %+.5f%%\n", 100 * s.dp_mean);
     buf_printf(b, "RMS     dp : %.5f%%\n", 100 * s.dp_rms);
-    buf_printf(b, "Same top p : %.4f%%   decisive flips: %llu\n",
-               100 * s.top1, (unsigned long long)s.flips);
+    buf_printf(b, "Same top p : %.4f%%   decisive flips: %llu\n", 100 * s.top1,
+               (unsigned long long)s.flips);
     buf_printf(b, "Top-k overlap: %.4f%%\n\n", 100 * s.overlap);
 }
 
 static void bucket_table(const struct drift_result *r, struct buf *b)
 {
     const struct drift_analysis *a = &r->an;
-    buf_printf(b, "%-13s %7s %10s %10s %10s %10s %10s %10s %9s %8s %6s %8s "
-                  "%s\n",
-               "positions", "count", "KL mean", "KL p50", "KL p99",
-               "KL p99.9", "KL max", "lnPPL", "dp rms%", "top1%", "flips",
-               "overlap", "verdict (on excess)");
+    buf_printf(b,
+               "%-13s %7s %10s %10s %10s %10s %10s %10s %9s %8s %6s %8s "
+               "%s\n",
+               "positions", "count", "KL mean", "KL p50", "KL p99", "KL p99.9",
+               "KL max", "lnPPL", "dp rms%", "top1%", "flips", "overlap",
+               "verdict (on excess)");
     for (size_t k = 0; k < a->n_buckets; k++) {
         struct drift_bsum s;
         drift_bucket_summary(&a->acc[DRIFT_ARM_CAND][k], &s);
         const struct drift_bsum *x = &r->excess[k];
         char range[32];
-        snprintf(range, sizeof(range), "[%u,%u)", a->edges[k],
-                 a->edges[k + 1]);
+        snprintf(range, sizeof(range), "[%u,%u)", a->edges[k], a->edges[k + 1]);
         if (s.n == 0) {
             buf_printf(b, "%-13s %7d %10s\n", range, 0, "-");
             continue;
         }
-        buf_printf(b, "%-13s %7llu %10.3e %10.3e %10.3e %10.3e %10.3e "
-                      "%+10.3e %9.4f %8.3f %6llu %8.4f %s (excess KL %.2e)\n",
+        buf_printf(b,
+                   "%-13s %7llu %10.3e %10.3e %10.3e %10.3e %10.3e "
+                   "%+10.3e %9.4f %8.3f %6llu %8.4f %s (excess KL %.2e)\n",
                    range, (unsigned long long)s.n, s.kl_mean, s.kl_p50,
                    s.kl_p99, s.kl_p999, s.kl_max, s.log_ppl_ratio,
                    100 * s.dp_rms, 100 * s.top1, (unsigned long long)s.flips,
@@ -148,8 +147,9 @@ static void growth_block(const struct drift_result *r, struct buf *b)
     if (isnan(g->slope))
         buf_printf(b, "n/a (fewer than 2 buckets with excess KL)");
     else
-        buf_printf(b, "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
-                      "replicates over whole sequences)",
+        buf_printf(b,
+                   "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
+                   "replicates over whole sequences)",
                    g->slope, g->lo, g->hi, g->points, g->replicates);
     buf_printf(b, "\ngrowth: last/first bucket excess KL ratio ");
     if (isnan(g->ratio))
@@ -180,8 +180,9 @@ static void decode_block(const struct drift_result *r, struct buf *b)
     const struct drift_decode *dc = &r->dec;
     if (!dc->ran)
         return;
-    buf_printf(b, "\n====== Decode path (%u sequences, %u generated tokens) "
-                  "======\n",
+    buf_printf(b,
+               "\n====== Decode path (%u sequences, %u generated tokens) "
+               "======\n",
                dc->seqs, dc->generated);
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         const struct drift_bsum *s = &dc->sum[k];
@@ -189,11 +190,11 @@ static void decode_block(const struct drift_result *r, struct buf *b)
             buf_printf(b, "%-36s: n/a\n", nm[k]);
             continue;
         }
-        buf_printf(b, "%-36s: KL mean %.3e  max %.3e  top1 %.3f%%  dp rms "
-                      "%.4f%%  %s (excess KL %.2e)\n",
-                   nm[k], s->kl_mean, s->kl_max, 100 * s->top1,
-                   100 * s->dp_rms, arm_verdict(dc->verdict[k]),
-                   dc->excess[k].kl_mean);
+        buf_printf(b,
+                   "%-36s: KL mean %.3e  max %.3e  top1 %.3f%%  dp rms "
+                   "%.4f%%  %s (excess KL %.2e)\n",
+                   nm[k], s->kl_mean, s->kl_max, 100 * s->top1, 100 * s->dp_rms,
+                   arm_verdict(dc->verdict[k]), dc->excess[k].kl_mean);
     }
     buf_printf(b, "attribution: %s\n", drift_attr_name(dc->attribution));
 }
@@ -210,11 +211,11 @@ static void det_block(const struct drift_result *r, struct buf *b)
         if (!s->ran)
             continue;
         for (int ph = 0; ph < 2; ph++) {
-            buf_printf(b, "%-9s %-10s: %u requests, %u distinct outputs", side[k],
-                       ph ? "under load" : "alone", s->n, s->distinct[ph]);
+            buf_printf(b, "%-9s %-10s: %u requests, %u distinct outputs",
+                       side[k], ph ? "under load" : "alone", s->n,
+                       s->distinct[ph]);
             if (s->first_diff[ph] >= 0)
-                buf_printf(b, ", first differing token %ld",
-                           s->first_diff[ph]);
+                buf_printf(b, ", first differing token %ld", s->first_diff[ph]);
             if (s->prompt_checked)
                 buf_printf(b, ", prompt logprobs %s",
                            s->prompt_identical[ph] ? "bit-identical"
@@ -235,16 +236,19 @@ static void det_block(const struct drift_result *r, struct buf *b)
     }
 }
 
-void drift_report_text(const struct drift_result *r,
-                       const struct drift_side *g, const struct drift_side *c,
-                       const struct drift_worst *w,
+void drift_report_text(const struct drift_result *r, const struct drift_side *g,
+                       const struct drift_side *c, const struct drift_worst *w,
                        const struct drift_worst_text *wt, size_t nw,
                        struct buf *b)
 {
-    buf_printf(b, "golden   : %s (%s dialect)\n", g->url,
+    char *gu = drift_url_redact(g->url ? g->url : "");
+    char *cu = drift_url_redact(c->url ? c->url : "");
+    buf_printf(b, "golden   : %s (%s dialect)\n", gu,
                drift_dialect_name(g->dialect));
-    buf_printf(b, "candidate: %s (%s dialect)\n", c->url,
+    buf_printf(b, "candidate: %s (%s dialect)\n", cu,
                drift_dialect_name(c->dialect));
+    free(gu);
+    free(cu);
     buf_printf(b, "corpus   : %u sequences, %llu positions\n", r->sequences,
                (unsigned long long)r->positions);
     if (!r->prefill)
@@ -294,7 +298,8 @@ static json_t *bsum_json(const struct drift_bsum *s)
     json_object_set_new(o, "dp_mean", jnum(s->dp_mean));
     json_object_set_new(o, "dp_rms", jnum(s->dp_rms));
     json_object_set_new(o, "top1_agreement", jnum(s->top1));
-    json_object_set_new(o, "decisive_flips", json_integer((json_int_t)s->flips));
+    json_object_set_new(o, "decisive_flips",
+                        json_integer((json_int_t)s->flips));
     json_object_set_new(o, "topk_overlap", jnum(s->overlap));
     return o;
 }
@@ -309,9 +314,9 @@ static json_t *side_json(const struct drift_side *s)
                         json_string(drift_dialect_name(s->dialect)));
     if (s->model)
         json_object_set_new(o, "model", json_string(s->model));
-    json_object_set_new(o, "fingerprint", s->fingerprint
-                                              ? json_incref(s->fingerprint)
-                                              : json_null());
+    json_object_set_new(o, "fingerprint",
+                        s->fingerprint ? json_incref(s->fingerprint)
+                                       : json_null());
     return o;
 }
 
@@ -327,13 +332,15 @@ static json_t *buckets_json(const struct drift_result *r)
         for (int m = 0; m < DRIFT_ARMS; m++) {
             struct drift_bsum s;
             drift_bucket_summary(&a->acc[m][k], &s);
-            if (m == DRIFT_ARM_CAND || (m == DRIFT_ARM_CTRL && r->has_control) ||
+            if (m == DRIFT_ARM_CAND ||
+                (m == DRIFT_ARM_CTRL && r->has_control) ||
                 (m == DRIFT_ARM_SELF && r->has_self))
                 json_object_set_new(o, arm[m], bsum_json(&s));
         }
         json_object_set_new(o, "excess", bsum_json(&r->excess[k]));
-        json_object_set_new(o, "verdict", json_string(drift_verdict_name(
-                                              r->bucket_verdict[k])));
+        json_object_set_new(
+            o, "verdict",
+            json_string(drift_verdict_name(r->bucket_verdict[k])));
         json_array_append_new(arr, o);
     }
     return arr;
@@ -357,8 +364,7 @@ static json_t *growth_json(const struct drift_growth *g)
 
 static json_t *decode_json(const struct drift_decode *dc)
 {
-    static const char *const nm[] = {"prefill_vs_prefill",
-                                     "decode_vs_prefill",
+    static const char *const nm[] = {"prefill_vs_prefill", "decode_vs_prefill",
                                      "decode_vs_golden_prefill"};
     json_t *o = json_object();
     json_object_set_new(o, "sequences", json_integer(dc->seqs));
@@ -366,8 +372,8 @@ static json_t *decode_json(const struct drift_decode *dc)
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         json_t *s = bsum_json(&dc->sum[k]);
         json_object_set_new(s, "excess", bsum_json(&dc->excess[k]));
-        json_object_set_new(s, "verdict", json_string(drift_verdict_name(
-                                              dc->verdict[k])));
+        json_object_set_new(s, "verdict",
+                            json_string(drift_verdict_name(dc->verdict[k])));
         json_object_set_new(o, nm[k], s);
     }
     json_object_set_new(o, "attribution",
@@ -395,8 +401,8 @@ static json_t *det_json(const struct drift_det_side *s)
                                 : json_null());
         json_object_set_new(o, ph[k], p);
     }
-    bool nd = s->distinct[0] > 1 ||
-              (s->prompt_checked && !s->prompt_identical[0]);
+    bool nd =
+        s->distinct[0] > 1 || (s->prompt_checked && !s->prompt_identical[0]);
     bool bv = !nd && (s->distinct[1] > 1 ||
                       (s->prompt_checked && !s->prompt_identical[1]));
     json_object_set_new(o, "verdict",
@@ -414,8 +420,8 @@ static json_t *skips_json(const struct drift_result *r)
     for (int a = 0; a < DRIFT_ARMS; a++) {
         json_t *x = json_object();
         for (int k = 0; k < DRIFT_SKIPS; k++)
-            json_object_set_new(x, why[k], json_integer((json_int_t)
-                                                            r->an.skipped[a][k]));
+            json_object_set_new(x, why[k],
+                                json_integer((json_int_t)r->an.skipped[a][k]));
         json_object_set_new(o, arm[a], x);
     }
     return o;
@@ -473,7 +479,8 @@ json_t *drift_report_json(const struct drift_result *r,
             if (wt[i].token)
                 json_object_set_new(x, "text", json_string(wt[i].token));
             if (wt[i].top1_g)
-                json_object_set_new(x, "golden_top1", json_string(wt[i].top1_g));
+                json_object_set_new(x, "golden_top1",
+                                    json_string(wt[i].top1_g));
             if (wt[i].top1_c)
                 json_object_set_new(x, "candidate_top1",
                                     json_string(wt[i].top1_c));

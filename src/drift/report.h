@@ -21,15 +21,13 @@ struct drift_worst_text {
 /* Detokenizes the forced and top-1 tokens of w[0..n) and the prefix up to
  * each position (for its byte offset) through the golden's /detokenize.
  * Failures leave NULL / -1 entries; never fails as a whole. */
-void drift_worst_texts(struct drift_side *golden,
-                       const struct drift_result *r,
+void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
                        const struct drift_worst *w, size_t n,
                        struct drift_worst_text *out);
 void drift_worst_texts_free(struct drift_worst_text *t, size_t n);
 
-void drift_report_text(const struct drift_result *r,
-                       const struct drift_side *g, const struct drift_side *c,
-                       const struct drift_worst *w,
+void drift_report_text(const struct drift_result *r, const struct drift_side *g,
+                       const struct drift_side *c, const struct drift_worst *w,
                        const struct drift_worst_text *wt, size_t nw,
                        struct buf *out);
 json_t *drift_report_json(const struct drift_result *r,

@@ -72,8 +72,7 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
         }
         struct drift_pm m;
         if (!g->valid[t] || !c->valid[t] ||
-            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin,
-                              &m)) {
+            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin, &m)) {
             drift_analysis_skip(a, arm, DRIFT_SKIP_INVALID, 1);
             continue;
         }
@@ -87,8 +86,7 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
 
 /* Renders item i on both servers and checks the ids agree. */
 static int render(struct drift_side *g, struct drift_side *c,
-                  struct drift_item *it, unsigned max_context,
-                  struct diag *d)
+                  struct drift_item *it, unsigned max_context, struct diag *d)
 {
     uint32_t *gi = NULL, *ci = NULL;
     size_t gn = 0, cn = 0;
@@ -125,15 +123,16 @@ static int build_corpus(struct drift_side *g, struct drift_side *c,
                         struct diag *d)
 {
     int ret;
-    if (o->corpus_file) {
-        ret = drift_corpus_load(&r->corpus, o->corpus_file, d);
+    if (o->corpus_file || o->from_db) {
+        ret = o->from_db
+                  ? drift_corpus_from_db(&r->corpus, o->from_db, o->session, d)
+                  : drift_corpus_load(&r->corpus, o->corpus_file, d);
         if (ret)
             return ret;
     } else {
         if (o->sequences == 0)
             return diag_set(d, ENODATA, "--sequences is 0: nothing to send");
-        drift_corpus_builtin(&r->corpus, o->seed, o->sequences,
-                             o->max_context);
+        drift_corpus_builtin(&r->corpus, o->seed, o->sequences, o->max_context);
     }
     for (size_t i = 0; i < r->corpus.n; i++) {
         struct drift_item *it = &r->corpus.items[i];
@@ -179,6 +178,28 @@ static int detect(struct drift_side *g, struct drift_side *c,
     return 0;
 }
 
+/* Up to cap distinct token ids from the golden's top lists, rank by rank
+ * (every top-1 first, then every top-2, ...): the list sent as sglang's
+ * token_ids_logprob, so the candidate reports its probability of tokens
+ * the golden ranks high even where they fall out of its own top-k. */
+static size_t golden_top_ids(const struct drift_lp *g, uint32_t *out,
+                             size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < DRIFT_TOPK_MAX && n < cap; k++)
+        for (uint32_t t = 1; t < g->n && n < cap; t++) {
+            if (!g->valid[t] || k >= g->pos[t].n_top)
+                continue;
+            uint64_t key = g->pos[t].top[k].key;
+            bool seen = key > UINT32_MAX;
+            for (size_t j = 0; j < n && !seen; j++)
+                seen = out[j] == key;
+            if (!seen)
+                out[n++] = (uint32_t)key;
+        }
+    return n;
+}
+
 static int score_seq(struct drift_side *g, struct drift_side *c,
                      const struct drift_opts *o, struct drift_result *r,
                      size_t i, struct drift_lp lp[4], struct diag *d)
@@ -188,10 +209,19 @@ static int score_seq(struct drift_side *g, struct drift_side *c,
     int ret = drift_side_score(g, it->ids, it->n, &lp[0], d);
     if (!ret && r->has_control)
         ret = drift_side_score(g, it->ids, it->n, &lp[1], d);
+    uint32_t *extra = NULL;
+    if (!ret && o->token_ids && c->dialect == DRIFT_DIALECT_SGLANG) {
+        extra = xmalloc(o->token_ids * sizeof(*extra));
+        c->n_extra_ids = golden_top_ids(&lp[0], extra, o->token_ids);
+        c->extra_ids = extra;
+    }
     if (!ret)
         ret = drift_side_score(c, it->ids, it->n, &lp[2], d);
     if (!ret && r->has_self)
         ret = drift_side_score(c, it->ids, it->n, &lp[3], d);
+    c->extra_ids = NULL;
+    c->n_extra_ids = 0;
+    free(extra);
     if (ret) {
         diag_prefix(d, "%s", it->name);
         return ret;
@@ -200,11 +230,11 @@ static int score_seq(struct drift_side *g, struct drift_side *c,
     drift_compare_lp(&r->an, DRIFT_ARM_CAND, seq, &lp[0], &lp[2], 1, n, o,
                      "candidate");
     if (r->has_control)
-        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n,
-                         o, "control");
+        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n, o,
+                         "control");
     if (r->has_self)
-        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n,
-                         o, "self");
+        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n, o,
+                         "self");
     r->positions += n - 1;
     return 0;
 }

@@ -58,7 +58,7 @@ double drift_sketch_quantile(const struct drift_sketch *s, double q)
     seen += s->under;
     if (rank <= seen)
         return pow(10, DRIFT_SK_LO_EXP) < s->max ? pow(10, DRIFT_SK_LO_EXP)
-                                                  : s->max;
+                                                 : s->max;
     for (size_t i = 0; i < DRIFT_SK_BINS; i++) {
         seen += s->bin[i];
         if (rank <= seen) {

@@ -38,8 +38,7 @@ void drift_side_release(struct drift_side *s)
     s->label = label;
 }
 
-int drift_side_set_url(struct drift_side *s, const char *url,
-                       struct diag *d)
+int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d)
 {
     if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
         return diag_set(d, EINVAL,
@@ -53,8 +52,7 @@ int drift_side_set_url(struct drift_side *s, const char *url,
     return 0;
 }
 
-int drift_side_add_header(struct drift_side *s, const char *h,
-                          struct diag *d)
+int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d)
 {
     if (!strchr(h, ':'))
         return diag_set(d, EINVAL, "header '%s' is not 'Name: value'", h);
@@ -73,8 +71,7 @@ void drift_side_clone(struct drift_side *dst, const struct drift_side *src)
     dst->api_key = src->api_key ? xstrdup(src->api_key) : NULL;
     for (size_t i = 0; i < src->n_headers; i++)
         dst->headers[dst->n_headers++] = xstrdup(src->headers[i]);
-    dst->extra_body = src->extra_body ? json_deep_copy(src->extra_body)
-                                      : NULL;
+    dst->extra_body = src->extra_body ? json_deep_copy(src->extra_body) : NULL;
     dst->dialect = src->dialect;
     dst->gen_dialect = src->gen_dialect;
     dst->top_k = src->top_k;
@@ -97,17 +94,34 @@ static const char *err_text(const json_t *j)
     return json_is_string(m) ? json_string_value(m) : "";
 }
 
-int drift_side_call(struct drift_side *s, const char *path, json_t *body,
-                    json_t **out, long *status, struct diag *d)
+/* Replaces the side's URL in d's message by its redacted form, so a
+ * user:password part never reaches the terminal. */
+static void redact_msg(const struct drift_side *s, struct diag *d)
+{
+    if (!d || !s->url)
+        return;
+    char *red = drift_url_redact(s->url);
+    size_t ul = strlen(s->url);
+    char *at = strstr(d->msg, s->url);
+    if (at && strcmp(red, s->url)) {
+        char out[sizeof(d->msg)];
+        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, red,
+                 at + ul);
+        memcpy(d->msg, out, sizeof(out));
+    }
+    free(red);
+}
+
+/* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
+ * A non-2xx status gives -EPROTO with the server's message. */
+static int call_raw(struct drift_side *s, const char *path, json_t *body,
+                    struct http_resp *resp, struct diag *d)
 {
     const char *hdrs[DRIFT_HEADERS_MAX + 4];
     size_t nh = 0;
     char *auth = NULL, *text = NULL, *url;
-    struct http_resp resp;
     int ret;
 
-    *out = NULL;
-    *status = 0;
     if (!s->http)
         s->http = http_client_new();
     hdrs[nh++] = "Content-Type: application/json";
@@ -128,36 +142,49 @@ int drift_side_call(struct drift_side *s, const char *path, json_t *body,
         req.body = text;
         req.body_len = strlen(text);
     }
-    http_resp_init(&resp);
     s->requests++;
-    ret = http_do(s->http, &req, &resp, d);
-    *status = resp.status;
+    ret = http_do(s->http, &req, resp, d);
     if (ret) {
         diag_prefix(d, "%s", s->label);
-        goto out;
+    } else if (resp->status < 200 || resp->status > 299) {
+        json_error_t jerr;
+        json_t *e = json_loadb(resp->body.data ? resp->body.data : "",
+                               resp->body.len, 0, &jerr);
+        ret =
+            diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s", s->label,
+                     url, resp->status, e ? err_text(e) : buf_str(&resp->body));
+        json_decref(e);
     }
-    drift_json_sanitize(resp.body.data, resp.body.len);
-    json_error_t jerr;
-    *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len, 0,
-                      &jerr);
-    if (resp.status < 200 || resp.status > 299) {
-        ret = diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s",
-                       s->label, url, resp.status,
-                       *out ? err_text(*out) : buf_str(&resp.body));
-        json_decref(*out);
-        *out = NULL;
-    } else if (!*out) {
-        ret = diag_set(d, EBADMSG,
-                       "%s: %s answered with a body that is not JSON (%s)",
-                       s->label, url, jerr.text);
-    }
-out:
+    if (ret)
+        redact_msg(s, d);
     if (auth) {
         memset(auth, 0, strlen(auth));
         free(auth);
     }
     free(text);
     free(url);
+    return ret;
+}
+
+int drift_side_call(struct drift_side *s, const char *path, json_t *body,
+                    json_t **out, long *status, struct diag *d)
+{
+    struct http_resp resp;
+    json_error_t jerr;
+    http_resp_init(&resp);
+    *out = NULL;
+    int ret = call_raw(s, path, body, &resp, d);
+    *status = resp.status;
+    if (!ret) {
+        drift_json_sanitize(resp.body.data, resp.body.len);
+        *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len,
+                          0, &jerr);
+        if (!*out)
+            ret = diag_set(d, EBADMSG,
+                           "%s: %s%s answered with a body that is not JSON "
+                           "(%s)",
+                           s->label, s->url, path, jerr.text);
+    }
     http_resp_release(&resp);
     return ret;
 }
@@ -199,8 +226,8 @@ static json_t *ids_json(const uint32_t *ids, size_t n)
     return a;
 }
 
-int drift_side_request(struct drift_side *s, struct drift_req *r,
-                       json_t **out, struct diag *d)
+int drift_side_request(struct drift_side *s, struct drift_req *r, json_t **out,
+                       struct diag *d)
 {
     char *text = NULL;
     long st;
@@ -217,8 +244,7 @@ int drift_side_request(struct drift_side *s, struct drift_req *r,
         r->text = text;
     }
     json_t *body = drift_request_build(s->dialect, r);
-    ret = drift_side_call(s, drift_dialect_path(s->dialect), body, out, &st,
-                          d);
+    ret = drift_side_call(s, drift_dialect_path(s->dialect), body, out, &st, d);
     json_decref(body);
     if (text) {
         r->text = NULL;
@@ -230,17 +256,40 @@ int drift_side_request(struct drift_side *s, struct drift_req *r,
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
                      struct drift_lp *lp, struct diag *d)
 {
-    struct drift_req r = {.ids = ids, .n = n, .max_new = 1,
-                          .prompt_logprobs = true};
-    json_t *out;
-    int ret = drift_side_request(s, &r, &out, d);
-    if (ret)
-        return ret;
-    ret = drift_parse_prompt(s->dialect, out, &r, lp, d);
-    if (ret)
-        diag_prefix(d, "%s (%s dialect)", s->label,
-                    drift_dialect_name(s->dialect));
-    json_decref(out);
+    struct drift_req r = {
+        .ids = ids, .n = n, .max_new = 1, .prompt_logprobs = true};
+    char *text = NULL;
+    struct http_resp resp;
+    int ret;
+
+    r.model = s->model;
+    r.top_k = s->top_k;
+    r.extra_body = s->extra_body;
+    if (s->dialect == DRIFT_DIALECT_SGLANG && s->extra_ids) {
+        r.extra_ids = s->extra_ids;
+        r.n_extra = s->n_extra_ids;
+    }
+    if (s->dialect == DRIFT_DIALECT_TGI) {
+        ret = drift_side_detokenize(s, ids, n, &text, d);
+        if (ret)
+            return ret;
+        r.text = text;
+    }
+    json_t *body = drift_request_build(s->dialect, &r);
+    http_resp_init(&resp);
+    ret = call_raw(s, drift_dialect_path(s->dialect), body, &resp, d);
+    json_decref(body);
+    r.text = NULL;
+    free(text);
+    if (!ret) {
+        drift_json_sanitize(resp.body.data, resp.body.len);
+        ret = drift_parse_prompt_text(s->dialect, buf_str(&resp.body),
+                                      resp.body.len, &r, lp, d);
+        if (ret)
+            diag_prefix(d, "%s (%s dialect)", s->label,
+                        drift_dialect_name(s->dialect));
+    }
+    http_resp_release(&resp);
     return ret;
 }
 
@@ -265,8 +314,7 @@ static int generate_in(struct drift_side *s, enum drift_dialect dl,
 }
 
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                        unsigned max_new, struct drift_lp *lp,
-                        struct diag *d)
+                        unsigned max_new, struct drift_lp *lp, struct diag *d)
 {
     static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
                                                   DRIFT_DIALECT_TGI};
@@ -316,8 +364,8 @@ static int try_dialect(struct drift_side *s, enum drift_dialect dl,
     return ret;
 }
 
-int drift_side_detect(struct drift_side *s, const uint32_t *probe,
-                      size_t n, struct diag *d)
+int drift_side_detect(struct drift_side *s, const uint32_t *probe, size_t n,
+                      struct diag *d)
 {
     static const enum drift_dialect order[] = {
         DRIFT_DIALECT_VLLM, DRIFT_DIALECT_SGLANG, DRIFT_DIALECT_ECHO,
@@ -390,8 +438,8 @@ int drift_side_tokenize(struct drift_side *s, const json_t *messages,
     return 0;
 }
 
-int drift_side_detokenize(struct drift_side *s, const uint32_t *ids,
-                          size_t n, char **text, struct diag *d)
+int drift_side_detokenize(struct drift_side *s, const uint32_t *ids, size_t n,
+                          char **text, struct diag *d)
 {
     json_t *body = json_object(), *out;
     long st;

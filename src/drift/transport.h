@@ -23,10 +23,10 @@
 struct http_client;
 
 struct drift_side {
-    const char *label;  /* "golden", "candidate" */
-    char *url;          /* base URL without a trailing slash */
-    char *model;        /* may be NULL */
-    char *api_key;      /* may be NULL; sent as a Bearer token, never kept */
+    const char *label; /* "golden", "candidate" */
+    char *url;         /* base URL without a trailing slash */
+    char *model;       /* may be NULL */
+    char *api_key;     /* may be NULL; sent as a Bearer token, never kept */
     char *headers[DRIFT_HEADERS_MAX + 2]; /* "Name: value"; NULL-terminated */
     size_t n_headers;
     json_t *extra_body; /* merged into every request; may be NULL */
@@ -36,18 +36,20 @@ struct drift_side {
     long timeout_ms;
     struct http_client *http;
     json_t *fingerprint; /* what the server says about itself */
+    /* sglang token_ids_logprob for the next scoring requests (borrowed;
+     * set by run.c to the golden's top tokens, NULL otherwise) */
+    const uint32_t *extra_ids;
+    size_t n_extra_ids;
     uint64_t requests;
 };
 
 void drift_side_init(struct drift_side *s, const char *label);
 void drift_side_release(struct drift_side *s);
 /* Sets the URL (http:// or https://; trailing slashes dropped). */
-int drift_side_set_url(struct drift_side *s, const char *url,
-                       struct diag *d);
+int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d);
 /* Adds a "Name: value" header; -E2BIG past DRIFT_HEADERS_MAX, -EINVAL when
  * it has no colon. */
-int drift_side_add_header(struct drift_side *s, const char *h,
-                          struct diag *d);
+int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d);
 /* A fresh connection for another thread, with the same options. */
 void drift_side_clone(struct drift_side *dst, const struct drift_side *src);
 
@@ -66,8 +68,8 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d);
  * logprobs; DRIFT_DIALECT_NONE when none does (d then says what each
  * answered). A forced dialect is checked the same way and kept.
  */
-int drift_side_detect(struct drift_side *s, const uint32_t *probe,
-                      size_t n, struct diag *d);
+int drift_side_detect(struct drift_side *s, const uint32_t *probe, size_t n,
+                      struct diag *d);
 
 /* Prompt log-probabilities of ids[0..n) into lp. */
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
@@ -77,13 +79,12 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
  * dialect names generated tokens only by text (-ENOKEY), sglang and TGI
  * generation are tried and the first that works is kept in gen_dialect. */
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                        unsigned max_new, struct drift_lp *lp,
-                        struct diag *d);
+                        unsigned max_new, struct drift_lp *lp, struct diag *d);
 /* Sends r (model, top_k and extra body from s) in s's dialect and returns
  * the parsed answer in *out (for the determinism check, which parses
  * prompt and decode parts of one answer). */
-int drift_side_request(struct drift_side *s, struct drift_req *r,
-                       json_t **out, struct diag *d);
+int drift_side_request(struct drift_side *s, struct drift_req *r, json_t **out,
+                       struct diag *d);
 
 /* POST /tokenize with `messages` (chat template applied by the server) or
  * `prompt`; *ids is fresh. */
@@ -91,7 +92,7 @@ int drift_side_tokenize(struct drift_side *s, const json_t *messages,
                         const char *prompt, uint32_t **ids, size_t *n,
                         struct diag *d);
 /* POST /detokenize; *text is fresh. */
-int drift_side_detokenize(struct drift_side *s, const uint32_t *ids,
-                          size_t n, char **text, struct diag *d);
+int drift_side_detokenize(struct drift_side *s, const uint32_t *ids, size_t n,
+                          char **text, struct diag *d);
 
 #endif

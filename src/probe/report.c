@@ -352,7 +352,7 @@ static json_t *side_json(const struct probe_report_in *in,
     json_t *cases = json_array();
     for (size_t i = 0; i < in->n; i++)
         json_array_append_new(cases, case_json(&in->specs[i], &res[i]));
-    json_object_set_new(s, "cases", cases);
+    json_object_set_new(s, "case_results", cases);
     return s;
 }
 
@@ -507,7 +507,7 @@ static void explain(FILE *out, const struct probe_report_in *in,
     for (int k = 0; k < PROBE_NKINDS; k++) {
         unsigned first = 0;
         struct tally t = {0};
-        long max_kept = -1, sent = 0;
+        long max_kept = -1, min_kept = -1, sent = 0;
         const char *err = NULL;
         for (size_t i = 0; i < in->n; i++) {
             const struct probe_spec *s = &in->specs[i];
@@ -521,6 +521,9 @@ static void explain(FILE *out, const struct probe_report_in *in,
                 max_kept = r->prompt_tokens;
                 sent = r->expected;
             }
+            if (r->outcome == PROBE_TRUNCATED &&
+                (min_kept < 0 || r->prompt_tokens < min_kept))
+                min_kept = r->prompt_tokens;
             if (r->outcome == PROBE_ERROR && !err)
                 err = r->error;
         }
@@ -531,12 +534,21 @@ static void explain(FILE *out, const struct probe_report_in *in,
         fmt_len(first, fl, sizeof(fl));
         fprintf(out, "  %s: fails from %s on (%u failed):", probe_kind_name(k),
                 fl, t.n);
-        if (t.out[PROBE_TRUNCATED])
+        /* A token limit keeps about the same count whatever was sent; a
+         * history window by turns keeps varying counts. */
+        if (t.out[PROBE_TRUNCATED] && max_kept - min_kept <= max_kept / 20)
             fprintf(out,
                     " %u truncated-by-server (the server kept %ld of "
                     "%ld prompt tokens: it drops context silently "
                     "past about %ld tokens);",
                     t.out[PROBE_TRUNCATED], max_kept, sent, max_kept);
+        else if (t.out[PROBE_TRUNCATED])
+            fprintf(out,
+                    " %u truncated-by-server (the server kept between %ld "
+                    "and %ld prompt tokens, not a fixed limit: a history "
+                    "window by turns or messages drops the front; see the "
+                    "canary map);",
+                    t.out[PROBE_TRUNCATED], min_kept, max_kept);
         if (t.out[PROBE_MISSED])
             fprintf(out,
                     " %u missed (prompt tokens intact; the model did "

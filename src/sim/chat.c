@@ -61,6 +61,12 @@ static int parse(struct sim *s, struct chat *c, struct sim_resp *r)
                                             "object");
         return -1;
     }
+    json_t *n = json_object_get(b, "n");
+    if (n && !json_is_null(n) &&
+        (!json_is_integer(n) || json_integer_value(n) != 1)) {
+        sim_error(r, 400, "n", "'n' must be 1: the sim returns one choice");
+        return -1;
+    }
     c->max_tokens = mt2 ? mt2 : mt1;
     c->tools = json_object_get(b, "tools");
     if (c->tools && !json_is_array(c->tools) && !json_is_null(c->tools)) {

@@ -143,7 +143,11 @@ static bool split_attr(const char *p, const char *end, char **attr,
         return false;
     *attr = norm(p, (size_t)(s - p));
     *ent = norm(s + skip, (size_t)(end - s - skip));
-    return **attr && **ent;
+    if (**attr && **ent)
+        return true;
+    free(*attr);
+    free(*ent);
+    return false;
 }
 
 struct fact {
@@ -190,7 +194,7 @@ static size_t value_len(const char *p, const char *end)
 
 static void scan_statement(struct facts *fs, const struct seg *s, size_t i)
 {
-    const char *t = s->text.data, *end = t + s->text.len, *p = t + i + 4;
+    const char *t = buf_str(&s->text), *end = t + s->text.len, *p = t + i + 4;
     const char *stop = p, *is;
     while (stop < end && !is_stop(*stop))
         stop++;
@@ -219,7 +223,7 @@ static void collect_facts(const struct view *v, struct facts *fs)
     memset(fs, 0, sizeof(*fs));
     for (size_t k = 0; k < v->n; k++) {
         const struct seg *s = &v->segs[k];
-        const char *t = s->text.data;
+        const char *t = buf_str(&s->text);
         for (size_t i = 0; i + 4 < s->text.len; i++) {
             if ((t[i] != 'T' && t[i] != 't') || strncmp(t + i + 1, "he ", 3))
                 continue;
@@ -276,7 +280,7 @@ static char *assignment(const struct view *v, const char *name)
     size_t nl = strlen(name);
     for (size_t k = 0; k < v->n; k++) {
         const struct seg *s = &v->segs[k];
-        const char *t = s->text.data, *end = t + s->text.len;
+        const char *t = buf_str(&s->text), *end = t + s->text.len;
         for (const char *p = t; (p = find_ci(p, end, "let ")); p += 4) {
             const char *q = p + 4;
             if ((p > t && isalnum((unsigned char)p[-1])) ||
@@ -413,7 +417,7 @@ static bool is_follow_up(const char *t)
 static bool tool_call(const struct reply_in *in, const struct seg *q,
                       struct reply_out *out)
 {
-    const char *t = q->text.data, *end = t + q->text.len;
+    const char *t = buf_str(&q->text), *end = t + q->text.len;
     const char *p = find_ci(t, end, "Call the ");
     if (!p || !json_is_array(in->tools))
         return false;
@@ -463,7 +467,7 @@ static void answer(const struct reply_in *in, const struct view *v,
         return;
     }
     const struct seg *q = &v->segs[qi];
-    const char *t = q->text.data ? q->text.data : "", *end = t + q->text.len;
+    const char *t = buf_str(&q->text), *end = t + q->text.len;
     const char *w = find_ci(t, end, "what is the ");
     const char *qm = w ? memchr(w, '?', (size_t)(end - w)) : NULL;
     long first = first_user(v, qi);

@@ -87,8 +87,8 @@ static int add_tool_calls(json_t *calls, size_t i, struct tokv *out,
                             "messages[%zu].tool_calls[%zu].function.name must "
                             "be a string",
                             i, k);
-        json_t *o = json_pack("{s:O,s:O}", "name", name, "arguments",
-                              args ? args : json_string(""));
+        json_t *o = json_pack("{s:O,s:o}", "name", name, "arguments",
+                              args ? json_incref(args) : json_string(""));
         char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
         tokv_push(out, TOK_TOOL_CALL);
         tok_encode(text, strlen(text), out);

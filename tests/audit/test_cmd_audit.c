@@ -217,6 +217,33 @@ static void test_bad_input_is_usage_error(void **state)
     buf_release(&err);
 }
 
+static void test_store_errors_exit_4(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    char *bad = xasprintf("%s/garbage.db", dir);
+    char *spill = xasprintf("%s/bad.spill.jsonl", dir);
+    FILE *f = fopen(bad, "w");
+    for (int i = 0; i < 4096; i++)
+        fputc("not a database "[i % 15], f);
+    fclose(f);
+    const char *a[] = {"audit", "--db", bad, NULL};
+    assert_int_equal(run(a, &out, &err), EXIT_INTERNAL);
+    assert_non_null(strstr(err.data, bad));
+    const char *s[] = {"sessions", "--db", bad, NULL};
+    assert_int_equal(run(s, &out, &err), EXIT_INTERNAL);
+    f = fopen(spill, "w");
+    fputs("not json\n{\"method\":\"POST\"}\n", f);
+    fclose(f);
+    const char *b[] = {"audit", "--db", db_path, "--spill", spill, NULL};
+    assert_int_equal(run(b, &out, &err), EXIT_INTERNAL);
+    assert_non_null(strstr(err.data, "line 1"));
+    free(bad);
+    free(spill);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_profile_file(void **state)
 {
     (void)state;
@@ -347,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_audit_finds_compaction_in_store),
         cmocka_unit_test(test_audit_human_output_and_exit_codes),
         cmocka_unit_test(test_bad_input_is_usage_error),
+        cmocka_unit_test(test_store_errors_exit_4),
         cmocka_unit_test(test_profile_file),
         cmocka_unit_test(test_sessions_and_show),
         cmocka_unit_test(test_spill_file_is_audited),

@@ -208,6 +208,10 @@ static void test_clean_sim_session_has_no_findings(void **state)
                      256);
     assert_string_equal(json_string_value(json_object_get(s, "session")),
                         "e2e-clean");
+    /* the context length came from the sim's /tokenize answer */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "options"), "context_length")),
+                     131072);
     json_decref(j);
     free(tok);
     free(reply);

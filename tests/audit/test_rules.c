@@ -273,6 +273,8 @@ static void test_reasoning_policy(void **state)
     assert_string_equal(
         json_string_value(json_object_get(json_array_get(turns, 2), "state")),
         "inline");
+    /* the answer itself was sent back as streamed: no echo error */
+    assert_null(find_rule(&l, "history.echo"));
     audit_list_release(&l);
     free_xs(xs, N);
 }

@@ -21,8 +21,7 @@ static void test_bucket_edges(void **state)
     (void)state;
     struct drift_analysis a;
     uint32_t extra[] = {100, 2048, 100};
-    assert_int_equal(drift_analysis_init(&a, 64, 1000, extra, 3, 50, NULL),
-                     0);
+    assert_int_equal(drift_analysis_init(&a, 64, 1000, extra, 3, 50, NULL), 0);
     /* 1, 64, 100, 128, 256, 512, 1024, 2048 */
     assert_int_equal(a.n_buckets, 7);
     assert_int_equal(a.edges[0], 1);
@@ -114,8 +113,8 @@ static void test_top1_verdict(void **state)
     (void)state;
     struct drift_thresholds th;
     drift_thresholds_default(&th);
-    struct drift_bsum x = {.n = 100, .kl_mean = 0, .kl_p999 = 0,
-                           .dp_rms = 0, .top1 = 0.99};
+    struct drift_bsum x = {
+        .n = 100, .kl_mean = 0, .kl_p999 = 0, .dp_rms = 0, .top1 = 0.99};
     assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_WARN);
     x.top1 = 0.97;
     assert_int_equal(drift_bucket_verdict(&x, &th), DRIFT_FAIL);
@@ -127,8 +126,7 @@ static void test_top1_verdict(void **state)
 }
 
 /* kl(t) = scale * (t / 1024)^power * noise, over nseq sequences. */
-static void fill(struct drift_analysis *a, double scale, double power,
-                 int nseq)
+static void fill(struct drift_analysis *a, double scale, double power, int nseq)
 {
     struct rng r;
     rng_seed(&r, 11);
@@ -136,8 +134,7 @@ static void fill(struct drift_analysis *a, double scale, double power,
     for (int k = 0; k < nseq; k++) {
         uint32_t s = drift_analysis_begin_seq(a);
         for (uint32_t t = 1; t < 4096; t++) {
-            double kl = scale * pow(t / 1024.0, power) *
-                        (0.5 + rng_unit(&r));
+            double kl = scale * pow(t / 1024.0, power) * (0.5 + rng_unit(&r));
             struct drift_pm c = pm_kl(kl), z = pm_kl(0);
             drift_analysis_add(a, DRIFT_ARM_CAND, s, t, 0, &c);
             drift_analysis_add(a, DRIFT_ARM_CTRL, s, t, 0, &z);

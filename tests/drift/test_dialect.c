@@ -9,13 +9,17 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "core/buf.h"
+#include "core/rng.h"
 #include "drift/analysis.h"
 #include "drift/dialect.h"
+#include "drift/dialect_int.h"
 #include "drift/drift.h"
 
 static const uint32_t ids[3] = {0, 300, 301};
@@ -45,8 +49,8 @@ static const char echo_ans[] =
 static void parse_one(enum drift_dialect dl, const char *text,
                       struct drift_lp *lp)
 {
-    struct drift_req r = {.ids = ids, .n = 3, .top_k = 20, .max_new = 1,
-                          .prompt_logprobs = true};
+    struct drift_req r = {
+        .ids = ids, .n = 3, .top_k = 20, .max_new = 1, .prompt_logprobs = true};
     struct diag d;
     json_t *j = load(text);
     assert_int_equal(drift_parse_prompt(dl, j, &r, lp, &d), 0);
@@ -73,8 +77,7 @@ static void test_dialects_parse_alike(void **state)
         assert_int_equal(x->pos[2].n_top, 2);
         assert_true(x->pos[2].top[0].key == 9); /* sorted by logprob */
         struct drift_pm m;
-        assert_int_equal(drift_pos_compare(&a.pos[2], &x->pos[2], 0.2, &m),
-                         0);
+        assert_int_equal(drift_pos_compare(&a.pos[2], &x->pos[2], 0.2, &m), 0);
         assert_true(m.kl == 0);
     }
     drift_lp_release(&a);
@@ -159,8 +162,8 @@ static void test_wrong_shape_is_an_error(void **state)
 static void test_request_bodies(void **state)
 {
     (void)state;
-    struct drift_req r = {.ids = ids, .n = 3, .top_k = 5, .max_new = 1,
-                          .prompt_logprobs = true};
+    struct drift_req r = {
+        .ids = ids, .n = 3, .top_k = 5, .max_new = 1, .prompt_logprobs = true};
     json_t *extra = load("{\"priority\":3}");
     r.extra_body = extra;
     json_t *v = drift_request_build(DRIFT_DIALECT_VLLM, &r);
@@ -168,7 +171,12 @@ static void test_request_bodies(void **state)
                      5);
     assert_int_equal(json_integer_value(json_object_get(v, "priority")), 3);
     json_decref(v);
+    static const uint32_t extra_ids[2] = {7, 9};
+    r.extra_ids = extra_ids;
+    r.n_extra = 2;
     v = drift_request_build(DRIFT_DIALECT_SGLANG, &r);
+    assert_int_equal(json_array_size(json_object_get(v, "token_ids_logprob")),
+                     2);
     assert_true(json_is_true(json_object_get(v, "return_logprob")));
     assert_int_equal(
         json_integer_value(json_object_get(v, "logprob_start_len")), 0);
@@ -178,12 +186,57 @@ static void test_request_bodies(void **state)
     v = drift_request_build(DRIFT_DIALECT_TGI, &r);
     assert_true(json_is_true(json_object_get(json_object_get(v, "parameters"),
                                              "decoder_input_details")));
-    assert_string_equal(json_string_value(json_object_get(v, "inputs")),
-                        "abc");
+    assert_string_equal(json_string_value(json_object_get(v, "inputs")), "abc");
     json_decref(v);
     json_decref(extra);
     assert_string_equal(drift_dialect_path(DRIFT_DIALECT_ECHO),
                         "/v1/completions");
+}
+
+/* The allocation-free reader converts decimals exactly as strtod does
+ * (Clinger's fast path, the extended-precision path, strtod fallback). */
+static void test_fast_reader_numbers_match_strtod(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static uint32_t nids[N];
+    static char num[N][40];
+    struct buf b = BUF_INIT;
+    struct rng r;
+    rng_seed(&r, 5);
+    buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":[[null,1,null]");
+    nids[0] = 1;
+    for (int i = 1; i < N; i++) {
+        double x = -30 * rng_unit(&r) * rng_unit(&r);
+        int prec = 1 + (int)rng_below(&r, 17);
+        if (i % 7 == 0)
+            snprintf(num[i], sizeof(num[i]), "-%llu.%llue-%d",
+                     (unsigned long long)rng_below(&r, 1000),
+                     (unsigned long long)rng_next(&r) % 100000000000000ULL,
+                     (int)rng_below(&r, 30));
+        else
+            snprintf(num[i], sizeof(num[i]), "%.*g", prec, x);
+        nids[i] = 16 + (uint32_t)i;
+        buf_printf(&b, ",[%s,%u,null]", num[i], nids[i]);
+    }
+    buf_adds(&b, "]}}");
+    struct drift_req rq = {.ids = nids, .n = N, .top_k = 20};
+    struct drift_lp lp;
+    drift_lp_init(&lp);
+    assert_int_equal(
+        drift_fast_prompt(DRIFT_DIALECT_SGLANG, b.data, b.len, &rq, &lp), 0);
+    int checked = 0;
+    for (int i = 1; i < N; i++) {
+        double want = strtod(num[i], NULL);
+        if (!(want <= 1e-6))
+            continue;
+        assert_true(lp.valid[i]);
+        assert_memory_equal(&lp.pos[i].forced_lp, &want, sizeof(double));
+        checked++;
+    }
+    assert_true(checked > N / 2);
+    drift_lp_release(&lp);
+    buf_release(&b);
 }
 
 int main(void)
@@ -194,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),
         cmocka_unit_test(test_wrong_shape_is_an_error),
         cmocka_unit_test(test_request_bodies),
+        cmocka_unit_test(test_fast_reader_numbers_match_strtod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

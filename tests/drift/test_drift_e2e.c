@@ -71,8 +71,8 @@ static void drift(struct run *r, const char *const *opts)
     close(fd);
     snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
     snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
-    const char *av[48] = {"drift", "--golden", gurl, "--candidate", curl,
-                          "--no-store", "--json", json, "--bootstrap", "100"};
+    const char *av[48] = {"drift",      "--golden", gurl, "--candidate", curl,
+                          "--no-store", "--json",   json, "--bootstrap", "100"};
     size_t n = 10;
     for (size_t i = 0; opts && opts[i] && n < 47; i++)
         av[n++] = opts[i];
@@ -108,9 +108,8 @@ static const char *str(const json_t *j, const char *a, const char *b)
 
 static const char *bucket_verdict(const json_t *j, size_t i)
 {
-    return json_string_value(
-        json_object_get(json_array_get(json_object_get(j, "buckets"), i),
-                        "verdict"));
+    return json_string_value(json_object_get(
+        json_array_get(json_object_get(j, "buckets"), i), "verdict"));
 }
 
 static void test_healthy_pair_passes_with_zero_kl(void **state)
@@ -118,10 +117,33 @@ static void test_healthy_pair_passes_with_zero_kl(void **state)
     (void)state;
     struct run r;
     start(NULL);
-    const char *o[] = {"--sequences", "2", "--max-context", "512", NULL};
+    const char *o[] = {"--sequences", "2",       "--max-context",
+                       "512",         "--jsonl", "/tmp/drift-e2e-pos.jsonl",
+                       NULL};
     drift(&r, o);
     assert_int_equal(r.rc, 0);
     assert_non_null(r.j);
+    /* one JSONL record per compared position and arm */
+    FILE *f = fopen("/tmp/drift-e2e-pos.jsonl", "r");
+    assert_non_null(f);
+    char line[1024];
+    int cand = 0, ctrl = 0, bad = 0;
+    while (fgets(line, sizeof(line), f)) {
+        json_error_t e;
+        json_t *rec = json_loads(line, 0, &e);
+        bad += !rec;
+        const char *arm = json_string_value(json_object_get(rec, "arm"));
+        cand += arm && !strcmp(arm, "candidate");
+        ctrl += arm && !strcmp(arm, "control");
+        if (arm && !strcmp(arm, "candidate"))
+            bad += json_number_value(json_object_get(rec, "kl")) != 0.0;
+        json_decref(rec);
+    }
+    fclose(f);
+    unlink("/tmp/drift-e2e-pos.jsonl");
+    assert_int_equal(bad, 0);
+    assert_int_equal(cand, 1022);
+    assert_int_equal(ctrl, 1022);
     size_t nb = json_array_size(json_object_get(r.j, "buckets"));
     assert_true(nb >= 4);
     for (size_t i = 0; i < nb; i++)
@@ -141,8 +163,7 @@ static void test_growing_prefill_noise_fails_late(void **state)
 {
     (void)state;
     struct run r;
-    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1",
-                       NULL};
+    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1", NULL};
     start(f);
     const char *o[] = {"--sequences", "3", "--max-context", "1024", NULL};
     drift(&r, o);
@@ -158,8 +179,20 @@ static void test_growing_prefill_noise_fails_late(void **state)
     assert_true(lo > 0.0); /* the interval excludes 0 */
     assert_true(num(r.j, "growth", "ratio") > 2);
     assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
-    assert_string_equal(str(r.j, "decode", "attribution"),
-                        "prefill kernels");
+    assert_string_equal(str(r.j, "decode", "attribution"), "prefill kernels");
+    /* the 50 worst positions, highest KL first, with text and offsets */
+    const json_t *w = json_object_get(r.j, "worst");
+    assert_int_equal(json_array_size(w), 50);
+    double prev = INFINITY;
+    for (size_t i = 0; i < 50; i++) {
+        const json_t *x = json_array_get(w, i);
+        assert_true(num(x, NULL, "kl") <= prev);
+        prev = num(x, NULL, "kl");
+        assert_true(num(x, NULL, "pos") >= 256); /* late positions */
+        assert_true(num(x, NULL, "offset") > 0);
+        assert_true(json_is_string(json_object_get(x, "text")));
+    }
+    assert_non_null(strstr(r.out.data, "50 worst positions"));
     run_free(&r);
 }
 
@@ -169,8 +202,9 @@ static void test_decode_only_noise_is_caught_by_decode_path(void **state)
     struct run r;
     const char *f[] = {"--decode-noise", "0.2", NULL};
     start(f);
-    const char *o[] = {"--sequences", "2", "--max-context", "512",
-                       "--decode-tokens", "48", NULL};
+    const char *o[] = {
+        "--sequences", "2", "--max-context", "512", "--decode-tokens",
+        "48",          NULL};
     drift(&r, o);
     assert_non_null(r.j);
     assert_true(num(r.j, "total", "kl_max") == 0.0); /* prefill identical */
@@ -189,8 +223,9 @@ static void test_nondeterminism_is_not_drift(void **state)
     struct run r;
     const char *f[] = {"--nondeterminism", "0.05", NULL};
     start(f);
-    const char *o[] = {"--sequences", "3", "--max-context", "1024",
-                       "--determinism", "3", NULL};
+    const char *o[] = {
+        "--sequences", "3", "--max-context", "1024", "--determinism",
+        "3",           NULL};
     drift(&r, o);
     assert_non_null(r.j);
     /* the raw KL is well above the threshold, yet no bucket fails ... */
@@ -213,8 +248,15 @@ static void test_batch_variance_is_reported_apart(void **state)
     struct run r;
     const char *f[] = {"--batch-variance", "0.05", NULL};
     start(f);
-    const char *o[] = {"--sequences", "1", "--max-context", "256",
-                       "--decode-tokens", "0", "--determinism", "4", NULL};
+    const char *o[] = {"--sequences",
+                       "1",
+                       "--max-context",
+                       "256",
+                       "--decode-tokens",
+                       "0",
+                       "--determinism",
+                       "4",
+                       NULL};
     drift(&r, o);
     assert_non_null(r.j);
     assert_int_equal(r.rc, 0);
@@ -249,14 +291,13 @@ static void test_dialects_give_identical_metrics(void **state)
     (void)state;
     static const char *const dl[] = {"vllm", "sglang", "echo", "tgi"};
     double kl[4], dp[4], ppl[4], top1[4];
-    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1",
-                       NULL};
+    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1", NULL};
     start(f);
     for (int k = 0; k < 4; k++) {
         struct run r;
-        const char *o[] = {"--sequences", "2",         "--max-context",
-                           "512",         "--dialect", dl[k],
-                           "--decode-tokens", "0",     NULL};
+        const char *o[] = {"--sequences", "2",   "--max-context",   "512",
+                           "--dialect",   dl[k], "--decode-tokens", "0",
+                           NULL};
         drift(&r, o);
         assert_non_null(r.j);
         assert_string_equal(str(r.j, "candidate", "dialect"), dl[k]);
@@ -272,6 +313,28 @@ static void test_dialects_give_identical_metrics(void **state)
         assert_true(dp[k] == dp[0]);
         assert_true(ppl[k] == ppl[0]);
         assert_true(top1[k] == top1[0]);
+    }
+    /* sglang with token_ids_logprob: the candidate also reports the
+     * golden's top tokens; the bound can only tighten */
+    {
+        struct run r;
+        const char *o[] = {"--sequences",
+                           "2",
+                           "--max-context",
+                           "512",
+                           "--dialect",
+                           "sglang",
+                           "--decode-tokens",
+                           "0",
+                           "--token-ids-logprob",
+                           "64",
+                           NULL};
+        drift(&r, o);
+        assert_non_null(r.j);
+        assert_true(num(r.j, "total", "count") == 1022);
+        assert_true(num(r.j, "total", "kl_mean") >= kl[1] * (1 - 1e-12));
+        assert_true(num(r.j, "total", "dp_rms") == dp[1]);
+        run_free(&r);
     }
     /* TGI gives no prompt top-k: forced-token figures are identical, KL is
      * the coarser {x, rest} bound, never above the top-k bound */
@@ -318,6 +381,28 @@ static void test_golden_without_prompt_logprobs_is_usage(void **state)
     run_free(&r);
 }
 
+static void test_short_answers_are_counted_skips(void **state)
+{
+    (void)state;
+    struct run r;
+    /* the candidate silently keeps only 300 tokens: its answers have
+     * fewer prompt positions than were sent */
+    const char *f[] = {"--context-limit", "300", "--overflow", "newest", NULL};
+    start(f);
+    const char *o[] = {
+        "--sequences", "1", "--max-context", "512", "--decode-tokens",
+        "0",           NULL};
+    drift(&r, o);
+    assert_non_null(r.j);
+    const json_t *sk =
+        json_object_get(json_object_get(r.j, "skipped"), "candidate");
+    double shortn = num(sk, NULL, "short");
+    assert_true(shortn >= 200 && shortn <= 212);
+    assert_true(num(r.j, "total", "count") + shortn == 511);
+    assert_non_null(strstr(r.out.data, "not returned (short answer)"));
+    run_free(&r);
+}
+
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -344,8 +429,9 @@ static void test_bad_corpus_and_unreachable(void **state)
     run_free(&r);
     unlink("/tmp/drift-e2e-bad.jsonl");
 
-    const char *av[] = {"drift", "--golden", proc_url(&P.g), "--candidate",
-                        "http://127.0.0.1:1", "--no-store", NULL};
+    const char *av[] = {"drift",       "--golden",           proc_url(&P.g),
+                        "--candidate", "http://127.0.0.1:1", "--no-store",
+                        NULL};
     struct buf err = BUF_INIT;
     assert_int_equal(proc_run(av, NULL, NULL, &err, 60), 3);
     assert_non_null(strstr(err.data, "candidate"));
@@ -386,10 +472,22 @@ static void test_store_keeps_no_secret(void **state)
     char gurl[64], curl[64];
     snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
     snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
-    const char *av[] = {"drift", "--golden", gurl, "--candidate", curl,
-                        "--db", db, "--sequences", "1", "--max-context",
-                        "128", "--candidate-api-key", "sk-SECRET-drift-42",
-                        "--header", "X-Api-Key: hdr-SECRET-7", NULL};
+    const char *av[] = {"drift",
+                        "--golden",
+                        gurl,
+                        "--candidate",
+                        curl,
+                        "--db",
+                        db,
+                        "--sequences",
+                        "1",
+                        "--max-context",
+                        "128",
+                        "--candidate-api-key",
+                        "sk-SECRET-drift-42",
+                        "--header",
+                        "X-Api-Key: hdr-SECRET-7",
+                        NULL};
     assert_int_equal(proc_run(av, NULL, NULL, NULL, 60), 0);
     FILE *f = fopen(db, "rb");
     assert_non_null(f);
@@ -418,19 +516,20 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(
             test_decode_only_noise_is_caught_by_decode_path, teardown),
-        cmocka_unit_test_teardown(test_nondeterminism_is_not_drift,
-                                  teardown),
+        cmocka_unit_test_teardown(test_nondeterminism_is_not_drift, teardown),
         cmocka_unit_test_teardown(test_batch_variance_is_reported_apart,
                                   teardown),
         cmocka_unit_test_teardown(test_constant_noise_warns_without_growth,
                                   teardown),
         cmocka_unit_test_teardown(test_dialects_give_identical_metrics,
                                   teardown),
-        cmocka_unit_test_teardown(
-            test_no_prompt_logprobs_falls_back_to_decode, teardown),
-        cmocka_unit_test_teardown(
-            test_golden_without_prompt_logprobs_is_usage, teardown),
+        cmocka_unit_test_teardown(test_no_prompt_logprobs_falls_back_to_decode,
+                                  teardown),
+        cmocka_unit_test_teardown(test_golden_without_prompt_logprobs_is_usage,
+                                  teardown),
         cmocka_unit_test_teardown(test_bad_corpus_and_unreachable, teardown),
+        cmocka_unit_test_teardown(test_short_answers_are_counted_skips,
+                                  teardown),
         cmocka_unit_test_teardown(test_tokenizer_mismatch_names_position,
                                   teardown),
         cmocka_unit_test_teardown(test_store_keeps_no_secret, teardown),

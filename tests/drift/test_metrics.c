@@ -99,8 +99,8 @@ static void test_forced_outside_topk_and_no_topk(void **state)
 {
     (void)state;
     /* TGI-like: no top-k, only the forced token: KL over {x, rest} */
-    struct drift_pos g = mk(NULL, 0, 4, log(0.5)), c = mk(NULL, 0, 4,
-                                                           log(0.25));
+    struct drift_pos g = mk(NULL, 0, 4, log(0.5)),
+                     c = mk(NULL, 0, 4, log(0.25));
     struct drift_pm m;
     assert_int_equal(drift_pos_compare(&g, &c, 0.2, &m), 0);
     double want = 0.5 * log(0.5 / 0.25) + 0.5 * log(0.5 / 0.75);

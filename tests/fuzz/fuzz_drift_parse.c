@@ -5,7 +5,9 @@
  * sanitizer keeps the length and leaves no bare NaN outside strings that
  * jansson would reject; n_returned never exceeds the ids sent; every valid
  * entry has a finite logprob <= 1e-6 and a top list sorted by logprob;
- * comparing a parsed answer with itself gives KL 0 exactly.
+ * comparing a parsed answer with itself gives KL 0 exactly; and when the
+ * allocation-free reader (fastparse.c) and the jansson parser both accept
+ * an answer, they read the same positions bit for bit.
  * The first byte picks the dialect; the rest is the answer.
  */
 #include <math.h>
@@ -15,13 +17,32 @@
 
 #include "drift/corpus.h"
 #include "drift/dialect.h"
+#include "drift/dialect_int.h"
 #include "drift/metrics.h"
 
-#define CHECK(x)                                                             \
-    do {                                                                     \
-        if (!(x))                                                            \
-            abort();                                                         \
+#define CHECK(x)                                                               \
+    do {                                                                       \
+        if (!(x))                                                              \
+            abort();                                                           \
     } while (0)
+
+static void same_lp(const struct drift_lp *a, const struct drift_lp *b)
+{
+    CHECK(a->n == b->n && a->n_returned == b->n_returned);
+    for (uint32_t i = 0; i < a->n; i++) {
+        CHECK(a->valid[i] == b->valid[i]);
+        CHECK(a->mismatch[i] == b->mismatch[i]);
+        if (!a->valid[i])
+            continue;
+        const struct drift_pos *p = &a->pos[i], *q = &b->pos[i];
+        CHECK(p->forced == q->forced && p->n_top == q->n_top &&
+              p->n_known == q->n_known);
+        CHECK(!memcmp(&p->forced_lp, &q->forced_lp, sizeof(double)));
+        for (uint32_t k = 0; k < p->n_known; k++)
+            CHECK(p->top[k].key == q->top[k].key &&
+                  !memcmp(&p->top[k].lp, &q->top[k].lp, sizeof(double)));
+    }
+}
 
 static void check_lp(const struct drift_lp *lp, uint32_t n)
 {
@@ -65,12 +86,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_error_t e;
     json_t *j = json_loadb(text, len, 0, &e);
     if (j) {
-        struct drift_req r = {.ids = ids, .n = 6, .top_k = 20, .max_new = 1,
+        struct drift_req r = {.ids = ids,
+                              .n = 6,
+                              .top_k = 20,
+                              .max_new = 1,
                               .prompt_logprobs = true};
-        struct drift_lp lp;
+        struct drift_lp lp, fast;
         drift_lp_init(&lp);
-        if (!drift_parse_prompt(dl, j, &r, &lp, &d))
+        drift_lp_init(&fast);
+        int slow_ok = !drift_parse_prompt(dl, j, &r, &lp, &d);
+        if (slow_ok)
             check_lp(&lp, 6);
+        if (!drift_fast_prompt(dl, text, len, &r, &fast)) {
+            check_lp(&fast, 6);
+            if (slow_ok)
+                same_lp(&fast, &lp);
+        }
+        drift_lp_release(&fast);
         if (!drift_parse_decode(dl, j, &lp, &d))
             check_lp(&lp, lp.n);
         drift_lp_release(&lp);

@@ -6,6 +6,8 @@
  * small (1k-32k tokens) to keep `make test` fast.
  */
 #include <errno.h>
+#include <poll.h>
+#include <pty.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -101,7 +103,7 @@ static void run_probe(struct run *r, const char *url, const char *db, ...)
 
 static json_t *cases(const struct run *r, const char *side)
 {
-    json_t *c = json_object_get(json_object_get(r->j, side), "cases");
+    json_t *c = json_object_get(json_object_get(r->j, side), "case_results");
     assert_true(json_is_array(c) && json_array_size(c) > 0);
     return c;
 }
@@ -306,6 +308,8 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
     const char *map = strstr(out, "canary [user] (pass % by length x turn");
     assert_non_null(map);
     assert_non_null(strstr(map, "16k    0T    0T    0T  100"));
+    /* and the explanation says it is a window, not a token limit */
+    assert_non_null(strstr(out, "not a fixed limit"));
     run_release(&r);
 }
 
@@ -617,18 +621,69 @@ static void test_retries_then_server_error_and_clipped(void **state)
     }
     assert_non_null(strstr(buf_str(&r.out), "server-error"));
     run_release(&r);
-    /* A reply cut at max_tokens is output-clipped. */
+    /* A reply cut at max_tokens is output-clipped; --extra-body is merged
+     * into every request (here it overrides max_tokens). */
     start_sim(&sim, NULL);
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
-    run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
-              "--max-tokens", "3", NULL);
-    proc_stop(&sim);
-    json_array_foreach(cases(&r, "results"), i, c)
-    {
-        assert_string_equal(sget(c, "finish_reason"), "length");
-        assert_string_equal(sget(c, "outcome"), "output-clipped");
+    static const char *const clip[][2] = {
+        {"--max-tokens", "3"}, {"--extra-body", "{\"max_tokens\": 3}"}};
+    for (size_t k = 0; k < 2; k++) {
+        run_probe(&r, url, "retry.db", "--kinds", "needle", "--lengths", "1k",
+                  clip[k][0], clip[k][1], NULL);
+        json_array_foreach(cases(&r, "results"), i, c)
+        {
+            assert_string_equal(sget(c, "finish_reason"), "length");
+            assert_string_equal(sget(c, "outcome"), "output-clipped");
+        }
+        run_release(&r);
     }
+    proc_stop(&sim);
+}
+
+/* The progress line is drawn on a terminal only. */
+static void test_progress_line_on_tty_only(void **state)
+{
+    (void)state;
+    struct proc sim;
+    start_sim(&sim, NULL);
+    char url[64];
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    const char *argv[] = {
+        fidelity_bin(), "probe",  "--endpoint", url,  "--db", tpath("tty.db"),
+        "--kinds",      "needle", "--lengths",  "1k", NULL};
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    struct buf out = BUF_INIT;
+    char tmp[4096];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 30000) <= 0)
+            break;
+        ssize_t n = read(fd, tmp, sizeof(tmp));
+        if (n <= 0)
+            break;
+        buf_add(&out, tmp, (size_t)n);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    close(fd);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_non_null(strstr(buf_str(&out), "\r3/3 cases  pass 100%  eta"));
+    buf_release(&out);
+    /* and none through pipes */
+    struct run r;
+    run_probe(&r, url, "tty.db", "--kinds", "needle", "--lengths", "1k",
+              "--fresh", NULL);
+    assert_int_equal(r.code, 0);
+    assert_null(strstr(buf_str(&r.err), "eta"));
+    assert_null(strstr(buf_str(&r.out), "eta"));
     run_release(&r);
+    proc_stop(&sim);
 }
 
 int main(void)
@@ -645,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_dry_run_sends_nothing),
         cmocka_unit_test(test_api_key_never_printed_or_stored),
         cmocka_unit_test(test_retries_then_server_error_and_clipped),
+        cmocka_unit_test(test_progress_line_on_tty_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,671 @@
+/*
+ * fastparse: the allocation-free reader of drift's hot path. A prompt
+ * answer of a few thousand positions with top-20 logprobs is megabytes of
+ * JSON; building a jansson tree for it costs a malloc per value. This file
+ * validates the text as jansson would (grammar of RFC 8259, UTF-8, no
+ * \u0000, nesting under 2048, integers that fit, reals that do not
+ * overflow, one top-level object or array) in one pass without a tree, then
+ * reads the single array it needs by its key. Anything unusual returns
+ * -EAGAIN and the jansson parser in dialect.c decides. The fuzz harness
+ * checks both paths agree.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "drift/dialect_int.h"
+
+struct sc {
+    const char *p, *end;
+    int depth;
+};
+
+static void ws(struct sc *s)
+{
+    while (s->p < s->end &&
+           (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
+        s->p++;
+}
+
+static int utf8_len(const unsigned char *p, const unsigned char *end)
+{
+    unsigned c = p[0];
+    int n;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, min = 0x10000;
+    else
+        return -1;
+    if (end - p < n)
+        return -1;
+    unsigned v = c & (0x3f >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return -1;
+        v = v << 6 | (p[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return -1;
+    return n;
+}
+
+static int hex4(const char *p, unsigned *v)
+{
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16;
+        if (d > 15)
+            return -1;
+        *v = *v << 4 | d;
+    }
+    return 0;
+}
+
+/* A string; *plain says whether it had no escapes (then [*b, *e) is it). */
+static int str(struct sc *s, const char **b, const char **e, bool *plain)
+{
+    if (s->p >= s->end || *s->p != '"')
+        return -1;
+    s->p++;
+    *b = s->p;
+    *plain = true;
+    while (s->p < s->end) {
+        unsigned char c = (unsigned char)*s->p;
+        if (c == '"') {
+            *e = s->p++;
+            return 0;
+        }
+        if (c < 0x20)
+            return -1;
+        if (c == '\\') {
+            *plain = false;
+            if (s->end - s->p < 2)
+                return -1;
+            char x = s->p[1];
+            if (x == 'u') {
+                unsigned v, w;
+                if (s->end - s->p < 6 || hex4(s->p + 2, &v) || v == 0)
+                    return -1;
+                s->p += 6;
+                if (v >= 0xdc00 && v <= 0xdfff)
+                    return -1;
+                if (v >= 0xd800 && v <= 0xdbff) {
+                    if (s->end - s->p < 6 || s->p[0] != '\\' ||
+                        s->p[1] != 'u' || hex4(s->p + 2, &w) || w < 0xdc00 ||
+                        w > 0xdfff)
+                        return -1;
+                    s->p += 6;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", x) || !x)
+                return -1;
+            s->p += 2;
+            continue;
+        }
+        int n = utf8_len((const unsigned char *)s->p,
+                         (const unsigned char *)s->end);
+        if (n < 0)
+            return -1;
+        s->p += n;
+    }
+    return -1;
+}
+
+static const double pow10_exact[23] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/*
+ * m * 10^e10 correctly rounded to double, through x87 extended precision
+ * where it is exact enough to tell: m (< 2^64) and 10^|e10| (|e10| <= 27,
+ * 5^27 < 2^64) are exact in a 64-bit mantissa, so their quotient or product
+ * is one correctly rounded extended operation; rounding that to double is
+ * then correct unless the 11 bits dropped lie within one unit of a halfway
+ * point (double rounding), in which case false is returned and strtod
+ * decides. Elsewhere (no 64-bit long double) it always returns false.
+ */
+static bool ld_convert(uint64_t m, int e10, double *out)
+{
+#if defined(__x86_64__) && LDBL_MANT_DIG == 64
+    static const long double pw[28] = {
+        1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+    long double p = pw[e10 < 0 ? -e10 : e10];
+    long double x = e10 < 0 ? (long double)m / p : (long double)m * p;
+    uint64_t mant;
+    memcpy(&mant, &x, sizeof(mant)); /* x87: the 64-bit significand */
+    unsigned low = (unsigned)(mant & 0x7ff);
+    if (low >= 0x3ff && low <= 0x401)
+        return false;
+    if (x != 0 && (x < 0x1p-1020L || x > 0x1p1020L))
+        return false; /* near subnormals or overflow: leave to strtod */
+    *out = (double)x;
+    return true;
+#else
+    (void)m;
+    (void)e10;
+    (void)out;
+    return false;
+#endif
+}
+
+/*
+ * A number per RFC 8259. With want, *v is its value exactly as jansson
+ * gives it: integers through long long, reals correctly rounded (Clinger's
+ * fast path when the decimal mantissa fits in 53 bits and the power of ten
+ * is exact, strtod otherwise). Integers of more than 18 digits and reals
+ * that overflow return -2 (left to jansson).
+ */
+static int number_v(struct sc *s, double *v, bool want, long long *iv)
+{
+    const char *b = s->p, *p = s->p;
+    bool real = false, neg = false;
+    uint64_t m = 0;
+    int sig = 0, frac = 0, ex = 0, idig = 0;
+    if (p < s->end && *p == '-')
+        p++, neg = true;
+    if (p >= s->end)
+        return -1;
+    if (*p == '0') {
+        p++;
+        idig = 1;
+    } else if (*p >= '1' && *p <= '9') {
+        for (; p < s->end && *p >= '0' && *p <= '9'; p++, idig++)
+            if (sig < 20)
+                m = m * 10 + (uint64_t)(*p - '0'), sig++;
+            else
+                sig++;
+    } else {
+        return -1;
+    }
+    if (p < s->end && *p == '.') {
+        real = true;
+        p++;
+        if (p >= s->end || *p < '0' || *p > '9')
+            return -1;
+        for (; p < s->end && *p >= '0' && *p <= '9'; p++) {
+            if (sig == 0 && *p == '0') {
+                frac++;
+                continue;
+            }
+            if (sig < 20)
+                m = m * 10 + (uint64_t)(*p - '0'), frac++;
+            sig++;
+        }
+    }
+    if (p < s->end && (*p == 'e' || *p == 'E')) {
+        bool eneg = false;
+        real = true;
+        p++;
+        if (p < s->end && (*p == '+' || *p == '-'))
+            eneg = *p++ == '-';
+        if (p >= s->end || *p < '0' || *p > '9')
+            return -1;
+        for (; p < s->end && *p >= '0' && *p <= '9'; p++)
+            if (ex < 100000)
+                ex = ex * 10 + (*p - '0');
+        ex = eneg ? -ex : ex;
+    }
+    if (!real && p - b > 18)
+        return -2;
+    if (real && idig + ex > 300) {
+        /* might overflow: jansson rejects those, let it */
+        double x = strtod(b, NULL);
+        if (isinf(x))
+            return -2;
+    }
+    s->p = p;
+    if (!want)
+        return 0;
+    if (!real) {
+        long long x = neg ? -(long long)m : (long long)m;
+        *v = (double)x;
+        if (iv)
+            *iv = x;
+        return 0;
+    }
+    int e10 = ex - frac;
+    if (sig <= 19 && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+        double x = (double)m;
+        x = e10 < 0 ? x / pow10_exact[-e10] : x * pow10_exact[e10];
+        *v = neg ? -x : x;
+        return 0;
+    }
+    if (sig <= 19 && e10 >= -27 && e10 <= 27 && ld_convert(m, e10, v)) {
+        *v = neg ? -*v : *v;
+        return 0;
+    }
+    *v = strtod(b, NULL); /* the text is NUL-terminated and validated */
+    return 0;
+}
+
+static int number(struct sc *s, double *v)
+{
+    return number_v(s, v, true, NULL);
+}
+
+static int lit(struct sc *s, const char *w, size_t n)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n))
+        return -1;
+    s->p += n;
+    return 0;
+}
+
+static int value(struct sc *s);
+
+static int container(struct sc *s, char open)
+{
+    char close = open == '{' ? '}' : ']';
+    if (++s->depth > 2048)
+        return -2;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    for (;;) {
+        int r;
+        if (open == '{') {
+            const char *b, *e;
+            bool plain;
+            if (str(s, &b, &e, &plain))
+                return -1;
+            ws(s);
+            if (s->p >= s->end || *s->p++ != ':')
+                return -1;
+            ws(s);
+        }
+        r = value(s);
+        if (r)
+            return r;
+        ws(s);
+        if (s->p >= s->end)
+            return -1;
+        if (*s->p == ',') {
+            s->p++;
+            ws(s);
+            continue;
+        }
+        if (*s->p++ != close)
+            return -1;
+        s->depth--;
+        return 0;
+    }
+}
+
+static int value(struct sc *s)
+{
+    const char *b, *e;
+    bool plain;
+    double v;
+    if (s->p >= s->end)
+        return -1;
+    switch (*s->p) {
+    case '{':
+    case '[':
+        return container(s, *s->p);
+    case '"':
+        return str(s, &b, &e, &plain);
+    case 't':
+        return lit(s, "true", 4);
+    case 'f':
+        return lit(s, "false", 5);
+    case 'n':
+        return lit(s, "null", 4);
+    default:
+        return number_v(s, &v, false, NULL);
+    }
+}
+
+/* Is text one valid JSON object or array, as jansson would accept it? */
+static bool valid_doc(const char *text, size_t len)
+{
+    struct sc s = {text, text + len, 0};
+    ws(&s);
+    if (s.p >= s.end || (*s.p != '{' && *s.p != '['))
+        return false;
+    if (value(&s))
+        return false;
+    ws(&s);
+    return s.p == s.end;
+}
+
+/* Position after `"key":` when the key occurs exactly once, else NULL. */
+static const char *find_key(const char *text, size_t len, const char *key)
+{
+    size_t kl = strlen(key);
+    const char *hit = NULL, *p = text, *end = text + len;
+    while ((p = memmem(p, (size_t)(end - p), key, kl))) {
+        const char *q = p + kl;
+        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+            q++;
+        if (q < end && *q == ':') {
+            if (hit)
+                return NULL;
+            hit = q + 1;
+        }
+        p += kl;
+    }
+    return hit;
+}
+
+/* A value that jansson's num() reads: a number, else NAN (any value). */
+static int num_or_nan(struct sc *s, double *v)
+{
+    ws(s);
+    if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')))
+        return number(s, v);
+    *v = NAN;
+    return value(s);
+}
+
+/* An integer id >= 0 as jansson's get_id() reads it; -1 when it is not. */
+static int id_of(struct sc *s, uint64_t *id, bool *ok)
+{
+    ws(s);
+    const char *b = s->p;
+    double v;
+    *ok = false;
+    if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
+        long long x = -1;
+        int r = number_v(s, &v, true, &x);
+        if (r)
+            return r;
+        bool integer = !memchr(b, '.', (size_t)(s->p - b)) &&
+                       !memchr(b, 'e', (size_t)(s->p - b)) &&
+                       !memchr(b, 'E', (size_t)(s->p - b));
+        if (integer && x >= 0) {
+            *id = (uint64_t)x;
+            *ok = true;
+        }
+        return 0;
+    }
+    return value(s);
+}
+
+static int next(struct sc *s, char close, bool *more)
+{
+    ws(s);
+    if (s->p >= s->end)
+        return -1;
+    if (*s->p == ',') {
+        s->p++;
+        *more = true;
+        return 0;
+    }
+    if (*s->p == close) {
+        s->p++;
+        *more = false;
+        return 0;
+    }
+    return -1;
+}
+
+/* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
+static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
+                    uint64_t forced, unsigned top_k)
+{
+    bool more = true;
+    lp->off[i] = lp->pool_len;
+    lp->pos[i].forced = forced;
+    lp->pos[i].forced_lp = NAN;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        more = false;
+    }
+    while (more) {
+        const char *kb, *ke;
+        bool plain;
+        double x = NAN;
+        ws(s);
+        if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
+            return -2;
+        ws(s);
+        if (s->p >= s->end || *s->p++ != ':')
+            return -1;
+        ws(s);
+        if (s->p < s->end && *s->p == '{') {
+            bool m2 = true;
+            s->p++;
+            ws(s);
+            if (s->p < s->end && *s->p == '}') {
+                s->p++;
+                m2 = false;
+            }
+            while (m2) {
+                const char *fb, *fe;
+                bool fp;
+                ws(s);
+                if (str(s, &fb, &fe, &fp) || !fp)
+                    return -2;
+                ws(s);
+                if (s->p >= s->end || *s->p++ != ':')
+                    return -1;
+                int r;
+                if (fe - fb == 7 && !memcmp(fb, "logprob", 7))
+                    r = num_or_nan(s, &x);
+                else
+                    r = (ws(s), value(s));
+                if (r || next(s, '}', &m2))
+                    return -2;
+            }
+        } else if (num_or_nan(s, &x)) {
+            return -2;
+        }
+        char key[64];
+        memcpy(key, kb, (size_t)(ke - kb));
+        key[ke - kb] = '\0';
+        char *end;
+        unsigned long long id = strtoull(key, &end, 10);
+        if (end != key && !*end) {
+            if ((uint64_t)id == forced)
+                lp->pos[i].forced_lp = x;
+            drift_lp_pool_add(lp, id, x);
+        }
+        if (next(s, '}', &more))
+            return -2;
+    }
+    if (drift_lp_pos_close(lp, i, top_k))
+        return -2; /* duplicate keys: jansson keeps the last one */
+    lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+    return 0;
+}
+
+static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
+                     struct drift_lp *lp)
+{
+    const char *at = find_key(text, len, "\"prompt_logprobs\"");
+    if (!at)
+        return -2;
+    struct sc s = {at, text + len, 0};
+    ws(&s);
+    if (s.p >= s.end || *s.p != '[')
+        return -2;
+    s.p++;
+    ws(&s);
+    bool more = !(s.p < s.end && *s.p == ']');
+    if (!more)
+        s.p++;
+    uint32_t i = 0;
+    for (; more; i++) {
+        ws(&s);
+        if (i >= 1 && i < r->n && s.p < s.end && *s.p == '{') {
+            if (vllm_obj(&s, lp, i, r->ids[i], r->top_k))
+                return -2;
+        } else {
+            if (i < r->n)
+                lp->off[i] = lp->pool_len;
+            if (value(&s))
+                return -2;
+        }
+        if (next(&s, ']', &more))
+            return -2;
+    }
+    lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    return 0;
+}
+
+/* One sglang [lp, id, ...] triple; *ok false when it has no valid id. */
+static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
+{
+    bool more;
+    *ok = false;
+    *lp = NAN;
+    ws(s);
+    if (s->p >= s->end || *s->p != '[')
+        return value(s) ? -2 : 0;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    if (num_or_nan(s, lp) || next(s, ']', &more))
+        return -2;
+    if (!more)
+        return 0;
+    if (id_of(s, id, ok) || next(s, ']', &more))
+        return -2;
+    while (more)
+        if ((ws(s), value(s)) || next(s, ']', &more))
+            return -2;
+    return 0;
+}
+
+static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
+                       struct drift_lp *lp)
+{
+    if (find_key(text, len, "\"input_token_ids_logprob\"") ||
+        find_key(text, len, "\"input_token_ids_logprobs\""))
+        return -2;
+    if (text[0] != '{')
+        return -2; /* batched answers: let jansson pick the first */
+    const char *at = find_key(text, len, "\"input_token_logprobs\"");
+    const char *tp = find_key(text, len, "\"input_top_logprobs\"");
+    if (!at)
+        return -2;
+    struct sc s = {at, text + len, 0};
+    ws(&s);
+    if (s.p >= s.end || *s.p != '[')
+        return -2;
+    s.p++;
+    ws(&s);
+    bool more = !(s.p < s.end && *s.p == ']');
+    if (!more)
+        s.p++;
+    uint32_t i = 0;
+    for (; more; i++) {
+        double x;
+        uint64_t id;
+        bool ok;
+        if (triple(&s, &x, &id, &ok) || next(&s, ']', &more))
+            return -2;
+        if (i >= r->n)
+            continue;
+        lp->off[i] = lp->pool_len;
+        if (!ok)
+            continue;
+        if (id != r->ids[i]) {
+            drift_lp_mark_mismatch(lp, i);
+            continue;
+        }
+        lp->ids[i] = (uint32_t)id;
+        lp->pos[i].forced = id;
+        lp->pos[i].forced_lp = x;
+        lp->valid[i] = 2; /* provisional: top to come */
+    }
+    lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    /* the top lists, in a second pass, position by position */
+    struct sc t = {tp ? tp : text + len, text + len, 0};
+    bool have = false;
+    if (tp) {
+        ws(&t);
+        if (t.p >= t.end)
+            return -2;
+        if (*t.p == '[') {
+            t.p++;
+            ws(&t);
+            have = !(t.p < t.end && *t.p == ']');
+        } else if (value(&t)) {
+            return -2;
+        }
+    }
+    for (uint32_t k = 0; k < lp->n_returned; k++) {
+        bool is_list = false;
+        if (have) {
+            ws(&t);
+            is_list = t.p < t.end && *t.p == '[';
+        }
+        if (lp->valid[k] == 2) {
+            lp->off[k] = lp->pool_len;
+            if (is_list) {
+                bool m2 = true;
+                t.p++;
+                ws(&t);
+                if (t.p < t.end && *t.p == ']') {
+                    t.p++;
+                    m2 = false;
+                }
+                while (m2) {
+                    double x;
+                    uint64_t id;
+                    bool ok;
+                    if (triple(&t, &x, &id, &ok) || next(&t, ']', &m2))
+                        return -2;
+                    if (ok)
+                        drift_lp_pool_add(lp, id, x);
+                }
+            } else if (have && value(&t)) {
+                return -2;
+            }
+            drift_lp_pos_close(lp, k, r->top_k);
+            lp->valid[k] = !isnan(lp->pos[k].forced_lp);
+        } else if (have && value(&t)) {
+            return -2;
+        }
+        if (have && next(&t, ']', &have))
+            return -2;
+    }
+    if (lp->n)
+        lp->valid[0] = 0;
+    return 0;
+}
+
+int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
+                      const struct drift_req *r, struct drift_lp *lp)
+{
+    int ret;
+    if ((d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG) ||
+        !valid_doc(text, len))
+        return -EAGAIN;
+    drift_lp_reset(lp, (uint32_t)r->n);
+    ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp)
+                                  : fast_sglang(text, len, r, lp);
+    if (ret)
+        return -EAGAIN;
+    for (uint32_t i = lp->n_returned; i < lp->n; i++)
+        lp->off[i] = lp->pool_len;
+    drift_lp_finish(lp);
+    return 0;
+}

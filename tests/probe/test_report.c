@@ -1,0 +1,191 @@
+/*
+ * Tests for src/probe/report.c on synthetic results (no server): the text
+ * report against a golden file, and the statistics the JSON carries (per
+ * cell Wilson intervals, RULER and NoLiMa effective lengths, McNemar
+ * against a baseline). Regenerate the golden file with
+ * FIDELITY_GOLDEN_UPDATE=1 after a deliberate change of the layout.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "probe/probe.h"
+
+#define GOLDEN "tests/probe/golden/report.txt"
+
+/* needle at 4k, 8k, 16k x depths 0, 50, 100; the endpoint loses the
+ * middle beyond 8k (truncated), the baseline passes everything. */
+static void fixture(struct probe_spec **specs, size_t *n,
+                    struct probe_result **res, struct probe_result **bres)
+{
+    unsigned L[] = {4096, 8192, 16384, 32768};
+    int D[] = {0, 50, 100};
+    struct probe_grid_opts o = {.profile = PROBE_QUICK,
+                                .kinds = 1u << PROBE_NEEDLE,
+                                .lengths = L,
+                                .n_lengths = 4,
+                                .depths = D,
+                                .n_depths = 3,
+                                .repeats = 2,
+                                .seed = 7};
+    struct diag d;
+    assert_int_equal(probe_grid_build(&o, specs, n, &d), 0);
+    assert_int_equal(*n, 24);
+    *res = calloc(*n, sizeof(**res));
+    *bres = calloc(*n, sizeof(**bres));
+    for (size_t i = 0; i < *n; i++) {
+        const struct probe_spec *s = &(*specs)[i];
+        struct probe_result *r = &(*res)[i], *b = &(*bres)[i];
+        r->done = b->done = true;
+        r->expected = b->expected = s->target - 10;
+        r->prompt_tokens = b->prompt_tokens = s->target - 10;
+        b->outcome = PROBE_PASS;
+        r->outcome = PROBE_PASS;
+        snprintf(r->key, sizeof(r->key), "%016zx", i);
+        if (s->length > 8192 && s->depth == 50) {
+            r->outcome = PROBE_TRUNCATED;
+            r->prompt_tokens = 8192;
+            r->no_context = true;
+        }
+        if (s->length == 32768 && s->depth == 0 && s->rep == 1)
+            r->outcome = PROBE_MISSED;
+    }
+}
+
+static char *render(const struct probe_report_in *in)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    probe_report_text(in, f);
+    fclose(f);
+    return text;
+}
+
+static void test_text_report_matches_golden(void **state)
+{
+    (void)state;
+    struct probe_spec *specs;
+    struct probe_result *res, *bres;
+    size_t n;
+    fixture(&specs, &n, &res, &bres);
+    struct probe_endpoint ep, base;
+    probe_endpoint_init(&ep, "http://127.0.0.1:8000/v1/");
+    probe_endpoint_init(&base, "http://127.0.0.1:8001");
+    ep.model = strdup("m");
+    base.model = strdup("m");
+    ep.max_model_len = base.max_model_len = 32768;
+    ep.has_tokenize = base.has_tokenize = true;
+    struct probe_report_in in = {.ep = &ep,
+                                 .base = &base,
+                                 .specs = specs,
+                                 .res = res,
+                                 .bres = bres,
+                                 .n = n};
+    char *text = render(&in);
+    if (getenv("FIDELITY_GOLDEN_UPDATE")) {
+        FILE *g = fopen(GOLDEN, "w");
+        assert_non_null(g);
+        fputs(text, g);
+        fclose(g);
+    }
+    FILE *g = fopen(GOLDEN, "r");
+    assert_non_null(g);
+    char want[16384];
+    size_t got = fread(want, 1, sizeof(want) - 1, g);
+    want[got] = '\0';
+    fclose(g);
+    assert_string_equal(text, want);
+    free(text);
+    probe_endpoint_release(&ep);
+    probe_endpoint_release(&base);
+    free(specs);
+    free(res);
+    free(bres);
+}
+
+static json_t *find_cell(json_t *cells, long len, long depth)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(
+        cells, i,
+        c) if (json_integer_value(json_object_get(c, "length")) == len &&
+               json_integer_value(json_object_get(c, "depth")) ==
+                   depth) return c;
+    return NULL;
+}
+
+static void test_json_statistics(void **state)
+{
+    (void)state;
+    struct probe_spec *specs;
+    struct probe_result *res, *bres;
+    size_t n;
+    fixture(&specs, &n, &res, &bres);
+    struct probe_endpoint ep, base;
+    probe_endpoint_init(&ep, "http://127.0.0.1:8000");
+    probe_endpoint_init(&base, "http://127.0.0.1:8001");
+    struct probe_report_in in = {.ep = &ep,
+                                 .base = &base,
+                                 .specs = specs,
+                                 .res = res,
+                                 .bres = bres,
+                                 .n = n};
+    json_t *j = probe_report_json(&in);
+    json_t *side = json_object_get(j, "results");
+    /* 24 cases, 4 truncated (16k and 32k at depth 50, 2 repeats), 1 missed */
+    assert_int_equal(json_integer_value(json_object_get(side, "cases")), 24);
+    assert_int_equal(json_integer_value(json_object_get(side, "passed")), 19);
+    json_t *out = json_object_get(side, "outcomes");
+    assert_int_equal(
+        json_integer_value(json_object_get(out, "truncated-by-server")), 4);
+    assert_int_equal(json_integer_value(json_object_get(out, "missed")), 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(side, "no_context_replies")), 4);
+    /* per cell Wilson: 0 of 2 at 16k/50% is [0, 0.658] */
+    json_t *cell = find_cell(json_object_get(side, "cells"), 16384, 50);
+    assert_non_null(cell);
+    json_t *w = json_object_get(cell, "wilson95");
+    assert_true(json_real_value(json_array_get(w, 0)) == 0.0);
+    assert_true(fabs(json_real_value(json_array_get(w, 1)) - 0.6576) < 1e-3);
+    /* by length 1, 1, 4/6, 3/6: RULER (85.6%) stops at 8k; NoLiMa's base
+     * is the mean of the three shortest, (1 + 1 + 0.667) / 3 = 0.889, its
+     * threshold 0.756: also 8k. */
+    json_t *k = json_array_get(json_object_get(side, "kinds"), 0);
+    json_t *eff = json_object_get(k, "effective_length");
+    assert_int_equal(json_integer_value(json_object_get(eff, "ruler")), 8192);
+    assert_int_equal(json_integer_value(json_object_get(eff, "nolima")), 8192);
+    assert_true(fabs(json_real_value(json_object_get(eff, "nolima_base")) -
+                     0.8889) < 1e-3);
+    /* McNemar: 5 pairs where only the baseline passed, none the other way:
+     * p = 2 * 0.5^5 = 0.0625, not significant. */
+    json_t *o = json_object_get(json_object_get(j, "comparison"), "overall");
+    assert_int_equal(
+        json_integer_value(json_object_get(o, "baseline_only_pass")), 5);
+    assert_true(fabs(json_real_value(json_object_get(o, "p_value")) - 0.0625) <
+                1e-12);
+    assert_false(json_is_true(json_object_get(o, "significant")));
+    json_decref(j);
+    probe_endpoint_release(&ep);
+    probe_endpoint_release(&base);
+    free(specs);
+    free(res);
+    free(bres);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_report_matches_golden),
+        cmocka_unit_test(test_json_statistics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -72,7 +72,9 @@ int proc_start(struct proc *p, const char *const argv[])
         if (line[len] == '\n' || len + 2 >= sizeof(line)) {
             line[len] = '\0';
             const char *u = strstr(line, "http://");
-            const char *colon = u ? strrchr(u + 7, ':') : NULL;
+            /* the first URL on the line is the server's own; record's
+             * line names its upstream after it */
+            const char *colon = u ? strchr(u + 7, ':') : NULL;
             if (colon)
                 p->port = atoi(colon + 1);
             return p->port > 0 ? 0 : (proc_stop(p), -1);

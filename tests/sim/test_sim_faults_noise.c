@@ -258,7 +258,7 @@ static void test_batch_variance_alone_vs_concurrent(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, "--batch-variance", "0.3",
-                                "--batch-window-ms", "300", NULL);
+                                "--batch-window-ms", "1000", NULL);
     struct lp *l = prompt(300, 4);
     /* alone, one after the other: batch size 1 each time, identical */
     json_t *a1 = all_logprobs(t, p, l), *a2 = all_logprobs(t, p, l);

@@ -59,8 +59,7 @@ int cli_help(const char *name)
 {
     const struct cmd *c = cmd_find(name);
     if (!c)
-        return cli_usage_error("help", "'%s' is not a fidelity command",
-                               name);
+        return cli_usage_error("help", "'%s' is not a fidelity command", name);
     fputs(c->help, stdout);
     return EXIT_PASS;
 }

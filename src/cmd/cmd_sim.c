@@ -52,8 +52,7 @@ const char CMD_SIM_HELP[] =
 
 static void ready(int port, void *ud)
 {
-    printf("fidelity sim: listening on http://%s:%d\n", (const char *)ud,
-           port);
+    printf("fidelity sim: listening on http://%s:%d\n", (const char *)ud, port);
     fflush(stdout);
 }
 
@@ -74,8 +73,7 @@ static int parse(int argc, char **argv, struct sim_config *c, char **host,
         else if (!flag && i + 1 < argc)
             val = argv[++i];
         if (!flag && !val)
-            return cli_usage_error("sim", "option '--%s' needs a value",
-                                   name);
+            return cli_usage_error("sim", "option '--%s' needs a value", name);
         int r = 0;
         if (!strcmp(name, "listen")) {
             free(*host);

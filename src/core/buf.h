@@ -21,7 +21,10 @@ struct buf {
     size_t max; /* 0: no cap */
 };
 
-#define BUF_INIT {NULL, 0, 0, 0}
+#define BUF_INIT                                                               \
+    {                                                                          \
+        NULL, 0, 0, 0                                                          \
+    }
 
 void buf_init(struct buf *b, size_t max);
 void buf_release(struct buf *b);

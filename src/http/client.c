@@ -117,16 +117,14 @@ int http_do(struct http_client *c, const struct http_req *req,
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        ret = diag_set(d, ECONNREFUSED, "cannot reach '%s': %s", req->url,
-                       why);
+        ret = diag_set(d, ECONNREFUSED, "cannot reach '%s': %s", req->url, why);
         break;
     case CURLE_OPERATION_TIMEDOUT:
         ret = diag_set(d, ETIMEDOUT, "'%s' timed out: %s", req->url, why);
         break;
     case CURLE_WRITE_ERROR:
-        ret = diag_set(d, ENOBUFS,
-                       "answer from '%s' is larger than %zu bytes", req->url,
-                       resp->body.max);
+        ret = diag_set(d, ENOBUFS, "answer from '%s' is larger than %zu bytes",
+                       req->url, resp->body.max);
         break;
     default:
         ret = diag_set(d, EIO, "request to '%s' failed: %s", req->url, why);

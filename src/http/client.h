@@ -16,13 +16,13 @@
 struct http_client;
 
 struct http_req {
-    const char *method;        /* "GET", "POST"; NULL means GET */
+    const char *method; /* "GET", "POST"; NULL means GET */
     const char *url;
-    const char *body;          /* may be NULL */
+    const char *body; /* may be NULL */
     size_t body_len;
     const char *const *headers; /* "Name: value" strings, NULL-terminated */
-    long timeout_ms;           /* whole request; 0 means 300 s */
-    size_t max_body;           /* cap on the response body; 0: 256 MiB */
+    long timeout_ms;            /* whole request; 0 means 300 s */
+    size_t max_body;            /* cap on the response body; 0: 256 MiB */
 };
 
 struct http_resp {

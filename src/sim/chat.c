@@ -57,8 +57,9 @@ static int parse(struct sim *s, struct chat *c, struct sim_resp *r)
         sim_get_num(b, "temperature", 0, 2, 1.0, &c->temperature, r))
         return -1;
     if (so && !json_is_object(so) && !json_is_null(so)) {
-        sim_error(r, 400, "stream_options", "'stream_options' must be an "
-                                            "object");
+        sim_error(r, 400, "stream_options",
+                  "'stream_options' must be an "
+                  "object");
         return -1;
     }
     json_t *n = json_object_get(b, "n");
@@ -87,8 +88,8 @@ static int variant(const struct sim *s, const struct chat *c)
 {
     if (c->temperature <= 0 || s->cfg.ignore_temperature)
         return 0;
-    uint64_t h = json_object_get(c->body, "seed") ? (uint64_t)c->seed
-                                                   : s->counter;
+    uint64_t h =
+        json_object_get(c->body, "seed") ? (uint64_t)c->seed : s->counter;
     return 1 + (int)(mix64(h ^ 0x76617269ULL) % 2);
 }
 
@@ -175,9 +176,8 @@ static json_t *usage(const struct chat *c)
     size_t gen = c->reasoning_toks.n + c->content_toks.n;
     if (c->out.tool_name)
         gen += strlen(c->out.tool_args) / 3 + 1;
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens",
-                     (json_int_t)c->prompt.n, "completion_tokens",
-                     (json_int_t)gen, "total_tokens",
+    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)c->prompt.n,
+                     "completion_tokens", (json_int_t)gen, "total_tokens",
                      (json_int_t)(c->prompt.n + gen));
 }
 
@@ -186,9 +186,8 @@ static json_t *tool_calls(const struct chat *c, bool with_args)
     char id[48];
     snprintf(id, sizeof(id), "call_%.16s", c->id + 9);
     return json_pack("[{s:i,s:s,s:s,s:{s:s,s:s}}]", "index", 0, "id", id,
-                     "type", "function", "function", "name",
-                     c->out.tool_name, "arguments",
-                     with_args ? c->out.tool_args : "");
+                     "type", "function", "function", "name", c->out.tool_name,
+                     "arguments", with_args ? c->out.tool_args : "");
 }
 
 static json_t *text_of(const struct tokv *t)
@@ -200,8 +199,8 @@ static json_t *text_of(const struct tokv *t)
     return j;
 }
 
-static void whole(const struct sim *s, const struct sim_req *rq,
-                  struct chat *c, struct sim_resp *r)
+static void whole(const struct sim *s, const struct sim_req *rq, struct chat *c,
+                  struct sim_resp *r)
 {
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     json_object_set_new(msg, "content",
@@ -213,15 +212,14 @@ static void whole(const struct sim *s, const struct sim_req *rq,
                             text_of(&c->reasoning_toks));
     if (c->out.tool_name)
         json_object_set_new(msg, "tool_calls", tool_calls(c, true));
-    json_t *lp = c->logprobs ? json_pack("{s:o}", "content",
-                                         content_logprobs(s, rq, c))
-                             : json_null();
-    sim_json(r, json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}",
-                          "id", c->id, "object", "chat.completion",
-                          "created", c->created, "model", s->cfg.model,
-                          "choices", "index", 0, "message", msg, "logprobs",
-                          lp, "finish_reason", c->finish, "usage",
-                          usage(c)));
+    json_t *lp = c->logprobs
+                     ? json_pack("{s:o}", "content", content_logprobs(s, rq, c))
+                     : json_null();
+    sim_json(r, json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id",
+                          c->id, "object", "chat.completion", "created",
+                          c->created, "model", s->cfg.model, "choices", "index",
+                          0, "message", msg, "logprobs", lp, "finish_reason",
+                          c->finish, "usage", usage(c)));
 }
 
 static void event(struct sim_resp *r, json_t *j)
@@ -247,18 +245,18 @@ static json_t *chunk(const struct sim *s, const struct chat *c, json_t *delta,
 /* One chunk per token; bytes of a split UTF-8 character wait for the next
  * token so that every chunk is valid UTF-8. */
 static void stream_tokens(const struct sim *s, const struct chat *c,
-                          const struct tokv *t, const char *field,
-                          json_t *lps, struct sim_resp *r)
+                          const struct tokv *t, const char *field, json_t *lps,
+                          struct sim_resp *r)
 {
     struct buf pend = BUF_INIT;
     char piece[16];
     for (size_t i = 0; i < t->n; i++) {
         buf_add(&pend, piece, tok_piece(t->v[i], piece));
-        size_t ok = i + 1 == t->n ? pend.len
-                                  : sim_utf8_whole(pend.data, pend.len);
-        json_t *lp = lps ? json_pack("{s:[O]}", "content",
-                                     json_array_get(lps, i))
-                         : NULL;
+        size_t ok =
+            i + 1 == t->n ? pend.len : sim_utf8_whole(pend.data, pend.len);
+        json_t *lp =
+            lps ? json_pack("{s:[O]}", "content", json_array_get(lps, i))
+                : NULL;
         json_t *delta = json_pack("{s:o}", field, sim_jstr(pend.data, ok));
         event(r, chunk(s, c, delta, lp, NULL));
         memmove(pend.data, pend.data + ok, pend.len - ok);
@@ -276,14 +274,14 @@ static void streamed(const struct sim *s, const struct sim_req *rq,
     r->reason = "OK";
     r->interval_ms = s->cfg.token_interval_ms;
     r->cut_after = s->cfg.cut_stream_after;
-    event(r, chunk(s, c, json_pack("{s:s,s:s}", "role", "assistant",
-                                   "content", ""),
+    event(r, chunk(s, c,
+                   json_pack("{s:s,s:s}", "role", "assistant", "content", ""),
                    NULL, NULL));
     stream_tokens(s, c, &c->reasoning_toks, "reasoning_content", NULL, r);
     stream_tokens(s, c, &c->content_toks, "content", lps, r);
     if (c->out.tool_name) {
-        event(r, chunk(s, c, json_pack("{s:o}", "tool_calls",
-                                       tool_calls(c, false)),
+        event(r, chunk(s, c,
+                       json_pack("{s:o}", "tool_calls", tool_calls(c, false)),
                        NULL, NULL));
         const char *a = c->out.tool_args;
         for (size_t off = 0, n = strlen(a); off < n; off += 16) {
@@ -297,10 +295,10 @@ static void streamed(const struct sim *s, const struct sim_req *rq,
     }
     event(r, chunk(s, c, json_object(), NULL, c->finish));
     if (c->include_usage)
-        event(r, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", c->id,
-                           "object", "chat.completion.chunk", "created",
-                           c->created, "model", s->cfg.model, "choices",
-                           "usage", usage(c)));
+        event(r,
+              json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", c->id, "object",
+                        "chat.completion.chunk", "created", c->created, "model",
+                        s->cfg.model, "choices", "usage", usage(c)));
     r->events = xrealloc(r->events, (r->nevents + 1) * sizeof(*r->events));
     r->events[r->nevents++] = xstrdup("data: [DONE]\n\n");
     json_decref(lps);

@@ -29,11 +29,22 @@ static const char *const overflow_names[] = {"error", "oldest", "middle",
 static const char *const rhist_names[] = {"keep", "drop", "keep-with-tools",
                                           NULL};
 
-#define L(n, lo, hi) {#n, F_LONG, offsetof(struct sim_config, n), lo, hi, NULL}
-#define D(n, lo, hi)                                                         \
-    {#n, F_DOUBLE, offsetof(struct sim_config, n), lo, hi, NULL}
-#define B(n) {#n, F_BOOL, offsetof(struct sim_config, n), 0, 1, NULL}
-#define E(n, v) {#n, F_ENUM, offsetof(struct sim_config, n), 0, 0, v}
+#define L(n, lo, hi)                                                           \
+    {                                                                          \
+#n, F_LONG, offsetof(struct sim_config, n), lo, hi, NULL               \
+    }
+#define D(n, lo, hi)                                                           \
+    {                                                                          \
+#n, F_DOUBLE, offsetof(struct sim_config, n), lo, hi, NULL             \
+    }
+#define B(n)                                                                   \
+    {                                                                          \
+#n, F_BOOL, offsetof(struct sim_config, n), 0, 1, NULL                 \
+    }
+#define E(n, v)                                                                \
+    {                                                                          \
+#n, F_ENUM, offsetof(struct sim_config, n), 0, 0, v                    \
+    }
 
 static const struct field fields[] = {
     {"model", F_STRING, offsetof(struct sim_config, model), 0, 0, NULL},

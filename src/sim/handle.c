@@ -32,9 +32,9 @@ enum ep {
 };
 
 static const char *const ep_names[EP_N] = {
-    "health",   "models",     "version", "get_server_info",
-    "chat",     "completions", "generate", "tokenize",
-    "detokenize", "sim_config", "sim_stats", "other"};
+    "health",     "models",      "version",   "get_server_info",
+    "chat",       "completions", "generate",  "tokenize",
+    "detokenize", "sim_config",  "sim_stats", "other"};
 
 void sim_init(struct sim *s, const struct sim_config *c)
 {
@@ -62,15 +62,24 @@ void sim_resp_release(struct sim_resp *r)
 static const char *reason_of(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
     }
 }
 
@@ -86,10 +95,10 @@ void sim_error(struct sim_resp *r, int status, const char *param,
                        : status >= 500 ? "server_error"
                        : status == 404 ? "not_found_error"
                                        : "invalid_request_error";
-    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:i}}", "error", "message",
-                          sim_jstr(msg, strlen(msg)), "type", type, "param",
-                          param ? json_string(param) : json_null(), "code",
-                          status);
+    json_t *e =
+        json_pack("{s:{s:o,s:s,s:o,s:i}}", "error", "message",
+                  sim_jstr(msg, strlen(msg)), "type", type, "param",
+                  param ? json_string(param) : json_null(), "code", status);
     buf_reset(&r->body);
     char *text = json_dumps(e, JSON_COMPACT);
     buf_adds(&r->body, text);
@@ -191,10 +200,11 @@ int sim_get_num(json_t *o, const char *k, double min, double max, double def,
 /* Length of the UTF-8 sequence starting at p (1-4), 0 when invalid. */
 static size_t utf8_seq(const unsigned char *p, size_t n)
 {
-    size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2
-                 : (p[0] & 0xf0) == 0xe0                ? 3
-                 : (p[0] & 0xf8) == 0xf0                ? 4
-                                                        : 0;
+    size_t len = p[0] < 0x80             ? 1
+                 : (p[0] & 0xe0) == 0xc0 ? 2
+                 : (p[0] & 0xf0) == 0xe0 ? 3
+                 : (p[0] & 0xf8) == 0xf0 ? 4
+                                         : 0;
     if (!len || len > n || (len == 2 && p[0] < 0xc2) || p[0] > 0xf4)
         return 0;
     for (size_t i = 1; i < len; i++)
@@ -331,11 +341,11 @@ static void h_models(struct sim *s, const struct sim_req *rq,
                      struct sim_resp *r)
 {
     (void)rq;
-    sim_json(r, json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:I}]}", "object",
-                          "list", "data", "id", s->cfg.model, "object",
-                          "model", "created", 0, "owned_by", "fidelity",
-                          "root", s->cfg.model, "max_model_len",
-                          (json_int_t)s->cfg.max_model_len));
+    sim_json(r,
+             json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:I}]}", "object", "list",
+                       "data", "id", s->cfg.model, "object", "model", "created",
+                       0, "owned_by", "fidelity", "root", s->cfg.model,
+                       "max_model_len", (json_int_t)s->cfg.max_model_len));
 }
 
 static void h_version(struct sim *s, const struct sim_req *rq,
@@ -343,17 +353,16 @@ static void h_version(struct sim *s, const struct sim_req *rq,
 {
     (void)s;
     (void)rq;
-    sim_json(r, json_pack("{s:s}", "version",
-                          "fidelity-sim " FIDELITY_VERSION));
+    sim_json(r,
+             json_pack("{s:s}", "version", "fidelity-sim " FIDELITY_VERSION));
 }
 
 static void h_server_info(struct sim *s, const struct sim_req *rq,
                           struct sim_resp *r)
 {
     (void)rq;
-    sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path",
-                          s->cfg.model, "context_length",
-                          (json_int_t)s->cfg.max_model_len,
+    sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
+                          "context_length", (json_int_t)s->cfg.max_model_len,
                           "max_total_num_tokens",
                           (json_int_t)sim_config_limit(&s->cfg), "version",
                           "fidelity-sim " FIDELITY_VERSION, "sim_config",
@@ -380,8 +389,7 @@ static void h_config(struct sim *s, const struct sim_req *rq,
     sim_json(r, sim_config_to_json(&s->cfg));
 }
 
-static void h_stats(struct sim *s, const struct sim_req *rq,
-                    struct sim_resp *r)
+static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     (void)rq;
     json_t *by = json_object();
@@ -425,15 +433,15 @@ static bool inject(struct sim *s, struct sim_resp *r)
 {
     const struct sim_config *c = &s->cfg;
     double u = hash_unit(mix2((uint64_t)c->seed ^ 0x72617465ULL, s->counter));
-    int status = u < c->rate_429                             ? 429
-                 : u < c->rate_429 + c->rate_500             ? 500
+    int status = u < c->rate_429                               ? 429
+                 : u < c->rate_429 + c->rate_500               ? 500
                  : u < c->rate_429 + c->rate_500 + c->rate_503 ? 503
                                                                : 0;
     if (!status)
         return false;
     s->injected++;
-    sim_error(r, status, NULL, "injected fault: HTTP %d (sim rate_%d)",
-              status, status);
+    sim_error(r, status, NULL, "injected fault: HTTP %d (sim rate_%d)", status,
+              status);
     return true;
 }
 

@@ -125,11 +125,11 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
         for (long k = -1; k < c->prompt_logprobs && k < d->n; k++) {
             int32_t kid = k < 0 ? id : d->id[k];
             snprintf(key, sizeof(key), "%d", kid);
-            json_object_set_new(
-                o, key,
-                json_pack("{s:f,s:i,s:o}", "logprob", dist_logprob(d, kid),
-                          "rank", k < 0 ? rank_of(d, id) : (int)k + 1,
-                          "decoded_token", sim_tok_json(kid)));
+            json_object_set_new(o, key,
+                                json_pack("{s:f,s:i,s:o}", "logprob",
+                                          dist_logprob(d, kid), "rank",
+                                          k < 0 ? rank_of(d, id) : (int)k + 1,
+                                          "decoded_token", sim_tok_json(kid)));
         }
         json_array_append_new(c->plps, o);
     }
@@ -218,9 +218,9 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     char id[48];
     sim_id(s, "cmpl", id);
     size_t from = c.echo ? 0 : p.prompt_n;
-    json_t *choice = json_pack(
-        "{s:i,s:o,s:s}", "index", 0, "text",
-        text_of(p.seq.v + from, p.seq.n - from), "finish_reason", finish);
+    json_t *choice = json_pack("{s:i,s:o,s:s}", "index", 0, "text",
+                               text_of(p.seq.v + from, p.seq.n - from),
+                               "finish_reason", finish);
     json_object_set_new(choice, "logprobs",
                         c.tokens ? json_pack("{s:o,s:o,s:o,s:o}", "tokens",
                                              c.tokens, "token_logprobs",
@@ -230,13 +230,13 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     if (c.plps)
         json_object_set_new(choice, "prompt_logprobs", c.plps);
     c.tokens = c.token_lps = c.tops = c.offsets = c.plps = NULL;
-    sim_json(r, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:I,s:I,s:I}}", "id", id,
-                          "object", "text_completion", "created",
-                          (json_int_t)time(NULL), "model", s->cfg.model,
-                          "choices", choice, "usage", "prompt_tokens",
-                          (json_int_t)p.prompt_n, "completion_tokens",
-                          (json_int_t)(p.seq.n - p.prompt_n), "total_tokens",
-                          (json_int_t)p.seq.n));
+    sim_json(r,
+             json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:I,s:I,s:I}}", "id", id,
+                       "object", "text_completion", "created",
+                       (json_int_t)time(NULL), "model", s->cfg.model, "choices",
+                       choice, "usage", "prompt_tokens", (json_int_t)p.prompt_n,
+                       "completion_tokens", (json_int_t)(p.seq.n - p.prompt_n),
+                       "total_tokens", (json_int_t)p.seq.n));
 out:
     json_decref(c.tokens);
     json_decref(c.token_lps);
@@ -293,8 +293,9 @@ static int sgl_parse(const struct sim *s, json_t *b, struct sgl *g,
 {
     json_t *sp = json_object_get(b, "sampling_params");
     if (sp && !json_is_object(sp)) {
-        sim_error(r, 400, "sampling_params", "'sampling_params' must be an "
-                                             "object");
+        sim_error(r, 400, "sampling_params",
+                  "'sampling_params' must be an "
+                  "object");
         return -1;
     }
     if (json_object_get(b, "input_ids")) {
@@ -305,8 +306,9 @@ static int sgl_parse(const struct sim *s, json_t *b, struct sgl *g,
         json_t *t = json_object_get(b, "text");
         tok_encode(json_string_value(t), json_string_length(t), &p->seq);
     } else {
-        sim_error(r, 400, "text", "'text' (a string) or 'input_ids' is "
-                                  "required");
+        sim_error(r, 400, "text",
+                  "'text' (a string) or 'input_ids' is "
+                  "required");
         return -1;
     }
     g->ids_asked = json_object_get(b, "token_ids_logprob");
@@ -333,16 +335,15 @@ static void sgl_answer(struct sim *s, struct sgl *g, struct lm_pass *p,
 {
     char id[48];
     sim_id(s, "gen", id);
-    json_t *fin = !strcmp(finish, "stop")
-                      ? json_pack("{s:s,s:i}", "type", "stop", "matched",
-                                  TOK_END)
-                      : json_pack("{s:s,s:I}", "type", "length", "length",
-                                  (json_int_t)p->max_new);
-    json_t *meta = json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id,
-                             "finish_reason", fin, "prompt_tokens",
-                             (json_int_t)p->prompt_n, "completion_tokens",
-                             (json_int_t)(p->seq.n - p->prompt_n),
-                             "cached_tokens", 0);
+    json_t *fin =
+        !strcmp(finish, "stop")
+            ? json_pack("{s:s,s:i}", "type", "stop", "matched", TOK_END)
+            : json_pack("{s:s,s:I}", "type", "length", "length",
+                        (json_int_t)p->max_new);
+    json_t *meta =
+        json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason", fin,
+                  "prompt_tokens", (json_int_t)p->prompt_n, "completion_tokens",
+                  (json_int_t)(p->seq.n - p->prompt_n), "cached_tokens", 0);
     if (g->want) {
         json_object_set_new(meta, "input_token_logprobs", g->in_lp);
         json_object_set_new(meta, "input_top_logprobs", g->in_top);
@@ -359,10 +360,10 @@ static void sgl_answer(struct sim *s, struct sgl *g, struct lm_pass *p,
     json_t *ids = json_array();
     for (size_t i = p->prompt_n; i < p->seq.n; i++)
         json_array_append_new(ids, json_integer(p->seq.v[i]));
-    sim_json(r, json_pack("{s:o,s:o,s:o}", "text",
-                          text_of(p->seq.v + p->prompt_n,
-                                  p->seq.n - p->prompt_n),
-                          "output_ids", ids, "meta_info", meta));
+    sim_json(r,
+             json_pack("{s:o,s:o,s:o}", "text",
+                       text_of(p->seq.v + p->prompt_n, p->seq.n - p->prompt_n),
+                       "output_ids", ids, "meta_info", meta));
 }
 
 static void sglang(struct sim *s, const struct sim_req *rq, json_t *b,
@@ -459,21 +460,20 @@ static void tgi(struct sim *s, const struct sim_req *rq, json_t *b,
     g.top = json_array();
     if (dec_details && p.seq.n) {
         p.from = 1;
-        json_array_append_new(g.prefill,
-                              json_pack("{s:i,s:o,s:n}", "id", p.seq.v[0],
-                                        "text", sim_tok_json(p.seq.v[0]),
-                                        "logprob"));
+        json_array_append_new(
+            g.prefill, json_pack("{s:i,s:o,s:n}", "id", p.seq.v[0], "text",
+                                 sim_tok_json(p.seq.v[0]), "logprob"));
     }
     const char *finish = lm_run(s, rq, &p);
-    json_t *out = json_pack("{s:o}", "generated_text",
-                            text_of(p.seq.v + p.prompt_n,
-                                    p.seq.n - p.prompt_n));
+    json_t *out =
+        json_pack("{s:o}", "generated_text",
+                  text_of(p.seq.v + p.prompt_n, p.seq.n - p.prompt_n));
     if (details || dec_details) {
-        json_t *det = json_pack(
-            "{s:s,s:I,s:n,s:O,s:O}", "finish_reason",
-            !strcmp(finish, "stop") ? "eos_token" : "length",
-            "generated_tokens", (json_int_t)(p.seq.n - p.prompt_n), "seed",
-            "prefill", g.prefill, "tokens", g.tokens);
+        json_t *det =
+            json_pack("{s:s,s:I,s:n,s:O,s:O}", "finish_reason",
+                      !strcmp(finish, "stop") ? "eos_token" : "length",
+                      "generated_tokens", (json_int_t)(p.seq.n - p.prompt_n),
+                      "seed", "prefill", g.prefill, "tokens", g.tokens);
         if (g.topn)
             json_object_set(det, "top_tokens", g.top);
         json_object_set_new(out, "details", det);
@@ -543,8 +543,7 @@ out:
     json_decref(b);
 }
 
-void sim_detokenize(struct sim *s, const struct sim_req *rq,
-                    struct sim_resp *r)
+void sim_detokenize(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     (void)s;
     json_t *b = sim_body(rq, r);

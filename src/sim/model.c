@@ -115,8 +115,8 @@ void model_dist(struct model *m, const int32_t *toks, size_t t,
     for (int j = 0; j < n; j++) {
         lg[j][0] *= scale;
         if (sigma > 0)
-            lg[j][0] += sigma * hash_normal(mix2(nz->seed, mix2(t, (uint64_t)
-                                                          lg[j][1])));
+            lg[j][0] += sigma * hash_normal(mix2(nz->seed,
+                                                 mix2(t, (uint64_t)lg[j][1])));
         if (jitter > 0)
             lg[j][0] += jitter * hash_normal(mix2(nz->jitter_seed,
                                                   mix2(t, (uint64_t)lg[j][1])));

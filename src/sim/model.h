@@ -17,11 +17,11 @@
 #define MODEL_CAND 25
 
 struct model_noise {
-    double sigma;   /* logit noise scale at position 1023; 0: none */
-    double growth;  /* scale *= ((t + 1) / 1024)^growth */
-    double scale;   /* every logit multiplied by this (1: none) */
-    uint64_t seed;  /* which noise */
-    double jitter;  /* run-to-run noise scale (nondeterminism, batches) */
+    double sigma;  /* logit noise scale at position 1023; 0: none */
+    double growth; /* scale *= ((t + 1) / 1024)^growth */
+    double scale;  /* every logit multiplied by this (1: none) */
+    uint64_t seed; /* which noise */
+    double jitter; /* run-to-run noise scale (nondeterminism, batches) */
     uint64_t jitter_seed;
 };
 
@@ -36,7 +36,7 @@ struct model_slot;
 
 struct model {
     struct model_slot *tab;
-    size_t cap;      /* power of two */
+    size_t cap; /* power of two */
     size_t used;
     size_t inserted; /* followers inserted: positions 1..inserted-1 */
     size_t window;   /* copy lookups reach back this far; 0: all */

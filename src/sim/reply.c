@@ -131,8 +131,7 @@ static const char *find_ci(const char *h, const char *end, const char *n)
 }
 
 /* Splits "ATTR for|of ENTITY" at its first " for " or " of ". */
-static bool split_attr(const char *p, const char *end, char **attr,
-                       char **ent)
+static bool split_attr(const char *p, const char *end, char **attr, char **ent)
 {
     const char *f = find_ci(p, end, " for "), *o = find_ci(p, end, " of ");
     const char *s = f && (!o || f < o) ? f : o;
@@ -214,8 +213,7 @@ static void scan_statement(struct facts *fs, const struct seg *s, size_t i)
         fs->cap = fs->cap ? fs->cap * 2 : 16;
         fs->v = xrealloc(fs->v, fs->cap * sizeof(*fs->v));
     }
-    fs->v[fs->n++] = (struct fact){attr, ent, xstrndup(is + 4, vl),
-                                   s->at[i]};
+    fs->v[fs->n++] = (struct fact){attr, ent, xstrndup(is + 4, vl), s->at[i]};
 }
 
 static void collect_facts(const struct view *v, struct facts *fs)
@@ -239,9 +237,9 @@ static void collect_facts(const struct view *v, struct facts *fs)
  * *len gets the length of the word and its space. */
 static int ordinal(const char *p, const char *end, size_t *len)
 {
-    static const char *const words[] = {
-        "first",   "second", "third", "fourth", "fifth", "sixth",
-        "seventh", "eighth", "ninth", "tenth",  NULL};
+    static const char *const words[] = {"first", "second", "third",   "fourth",
+                                        "fifth", "sixth",  "seventh", "eighth",
+                                        "ninth", "tenth",  NULL};
     size_t w = 0;
     while (p + w < end && isalnum((unsigned char)p[w]))
         w++;
@@ -285,8 +283,7 @@ static char *assignment(const struct view *v, const char *name)
             const char *q = p + 4;
             if ((p > t && isalnum((unsigned char)p[-1])) ||
                 (size_t)(end - q) < nl + 4 || strncmp(q, name, nl) ||
-                strncmp(q + nl, " = ", 3) ||
-                !visible(v, s->at[p - t]))
+                strncmp(q + nl, " = ", 3) || !visible(v, s->at[p - t]))
                 continue;
             const char *val = q + nl + 3, *e = val;
             while (e < end && (isalnum((unsigned char)*e) || *e == '_'))
@@ -355,8 +352,7 @@ static void answer_fact(const struct view *v, const char *q, const char *end,
     if (n == 0) {
         buf_adds(out, REPLY_NOT_SEEN);
     } else if (ord > 0 && (size_t)ord > n) {
-        buf_printf(out, "I only see %zu %.*s for %.*s.", n, alen, as, elen,
-                   es);
+        buf_printf(out, "I only see %zu %.*s for %.*s.", n, alen, as, elen, es);
     } else {
         size_t pick = ord > 0 ? match[ord - 1] : match[n - 1];
         if (ord > 0)
@@ -435,8 +431,8 @@ static bool tool_call(const struct reply_in *in, const struct seg *q,
     json_array_foreach(in->tools, i, tool)
     {
         json_t *n = json_object_get(json_object_get(tool, "function"), "name");
-        if (!json_is_string(n) || strlen(json_string_value(n)) !=
-                                      (size_t)(sp - name) ||
+        if (!json_is_string(n) ||
+            strlen(json_string_value(n)) != (size_t)(sp - name) ||
             strncmp(json_string_value(n), name, (size_t)(sp - name)))
             continue;
         const char *args = with + 11;

@@ -18,17 +18,17 @@
 struct reply_in {
     const int32_t *toks; /* the prompt as the model saw it */
     size_t n;
-    size_t window;       /* forget-after; 0: everything is visible */
-    json_t *tools;       /* the request's tools array, or NULL */
-    int variant;         /* 0: plain; 1, 2: phrasing variants */
+    size_t window; /* forget-after; 0: everything is visible */
+    json_t *tools; /* the request's tools array, or NULL */
+    int variant;   /* 0: plain; 1, 2: phrasing variants */
     bool want_reasoning;
 };
 
 struct reply_out {
     struct buf content;
     struct buf reasoning;
-    char *tool_name;   /* set when the reply is a tool call */
-    char *tool_args;   /* JSON text of its arguments */
+    char *tool_name; /* set when the reply is a tool call */
+    char *tool_args; /* JSON text of its arguments */
 };
 
 void reply_out_init(struct reply_out *r);

@@ -43,8 +43,8 @@ struct out {
     size_t len;
     struct sim_resp resp;
     struct event *timer;
-    size_t next; /* next SSE event */
-    long sent;   /* SSE body bytes sent */
+    size_t next;   /* next SSE event */
+    long sent;     /* SSE body bytes sent */
     bool watching; /* close callback installed */
 };
 
@@ -187,14 +187,22 @@ static void on_batch(evutil_socket_t fd, short what, void *arg)
 static const char *method_name(enum evhttp_cmd_type t)
 {
     switch (t) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    default: return "OTHER";
+    case EVHTTP_REQ_GET:
+        return "GET";
+    case EVHTTP_REQ_POST:
+        return "POST";
+    case EVHTTP_REQ_HEAD:
+        return "HEAD";
+    case EVHTTP_REQ_PUT:
+        return "PUT";
+    case EVHTTP_REQ_DELETE:
+        return "DELETE";
+    case EVHTTP_REQ_OPTIONS:
+        return "OPTIONS";
+    case EVHTTP_REQ_PATCH:
+        return "PATCH";
+    default:
+        return "OTHER";
     }
 }
 
@@ -216,8 +224,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (srv->sim->cfg.batch_variance > 0 && sim_is_model_path(o->path)) {
         if (srv->nbatch == srv->batch_cap) {
             srv->batch_cap = srv->batch_cap ? srv->batch_cap * 2 : 16;
-            srv->batch = xrealloc(srv->batch,
-                                  srv->batch_cap * sizeof(*srv->batch));
+            srv->batch =
+                xrealloc(srv->batch, srv->batch_cap * sizeof(*srv->batch));
         }
         srv->batch[srv->nbatch++] = o;
         watch(o);
@@ -246,23 +254,22 @@ int sim_serve(struct sim *s, const char *host, int port,
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
     srv.http = evhttp_new(srv.base);
-    evhttp_set_allowed_methods(srv.http,
-                               EVHTTP_REQ_GET | EVHTTP_REQ_POST |
-                                   EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                   EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
-                                   EVHTTP_REQ_PATCH);
+    evhttp_set_allowed_methods(
+        srv.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                      EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                      EVHTTP_REQ_PATCH);
     /* Bodies up to twice the cap are read so that sim_handle can answer
      * 413 in the OpenAI shape; beyond that evhttp refuses on its own. */
-    evhttp_set_max_body_size(srv.http, (ev_ssize_t)(2 * s->cfg.max_body +
-                                                    65536));
+    evhttp_set_max_body_size(srv.http,
+                             (ev_ssize_t)(2 * s->cfg.max_body + 65536));
     evhttp_set_timeout(srv.http, 300);
     evhttp_set_gencb(srv.http, on_request, &srv);
     srv.batch_ev = evtimer_new(srv.base, on_batch, &srv);
     struct evhttp_bound_socket *bs =
         evhttp_bind_socket_with_handle(srv.http, host, (ev_uint16_t)port);
     if (!bs) {
-        ret = diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", host,
-                       port, strerror(errno ? errno : EADDRINUSE));
+        ret = diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", host, port,
+                       strerror(errno ? errno : EADDRINUSE));
         goto out;
     }
     struct sockaddr_storage ss;

@@ -34,13 +34,13 @@ struct sim_req {
 struct sim_resp {
     int status;
     const char *reason;
-    struct buf body;     /* JSON body when !stream */
-    bool stream;         /* text/event-stream: send events */
-    char **events;       /* each a full "data: ...\n\n" event */
+    struct buf body; /* JSON body when !stream */
+    bool stream;     /* text/event-stream: send events */
+    char **events;   /* each a full "data: ...\n\n" event */
     size_t nevents;
-    long latency_ms;     /* delay before the first byte */
-    long interval_ms;    /* delay between events */
-    long cut_after;      /* close after this many body bytes; 0: never */
+    long latency_ms;  /* delay before the first byte */
+    long interval_ms; /* delay between events */
+    long cut_after;   /* close after this many body bytes; 0: never */
 };
 
 void sim_init(struct sim *s, const struct sim_config *c);

@@ -54,10 +54,8 @@ void sim_id(const struct sim *s, const char *prefix, char out[48]);
 void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r);
 void sim_completions(struct sim *s, const struct sim_req *rq,
                      struct sim_resp *r);
-void sim_generate(struct sim *s, const struct sim_req *rq,
-                  struct sim_resp *r);
-void sim_tokenize(struct sim *s, const struct sim_req *rq,
-                  struct sim_resp *r);
+void sim_generate(struct sim *s, const struct sim_req *rq, struct sim_resp *r);
+void sim_tokenize(struct sim *s, const struct sim_req *rq, struct sim_resp *r);
 void sim_detokenize(struct sim *s, const struct sim_req *rq,
                     struct sim_resp *r);
 

@@ -12,7 +12,7 @@ static const struct {
     const char *name;
     int32_t tok;
 } roles[] = {
-    {"system", TOK_SYSTEM}, {"developer", TOK_SYSTEM}, {"user", TOK_USER},
+    {"system", TOK_SYSTEM},       {"developer", TOK_SYSTEM}, {"user", TOK_USER},
     {"assistant", TOK_ASSISTANT}, {"tool", TOK_TOOL},
 };
 
@@ -26,8 +26,7 @@ static int role_token(const char *name)
 
 /* Appends the text of a content field: a string, null, or an array of
  * parts whose `text` members are concatenated (images are skipped). */
-static int add_content(json_t *content, size_t i, struct buf *b,
-                       struct diag *d)
+static int add_content(json_t *content, size_t i, struct buf *b, struct diag *d)
 {
     if (!content || json_is_null(content))
         return 0;
@@ -46,8 +45,8 @@ static int add_content(json_t *content, size_t i, struct buf *b,
         json_t *t = json_object_get(part, "text");
         if (!json_is_object(part))
             return diag_set(d, EINVAL,
-                            "messages[%zu].content[%zu] must be an object",
-                            i, k);
+                            "messages[%zu].content[%zu] must be an object", i,
+                            k);
         if (t && !json_is_string(t))
             return diag_set(d, EINVAL,
                             "messages[%zu].content[%zu].text must be a string",
@@ -64,7 +63,7 @@ static const char *reasoning_of(json_t *m)
     if (!json_is_string(r))
         r = json_object_get(m, "reasoning");
     return json_is_string(r) && json_string_length(r) ? json_string_value(r)
-                                                       : NULL;
+                                                      : NULL;
 }
 
 static int add_tool_calls(json_t *calls, size_t i, struct tokv *out,
@@ -143,9 +142,9 @@ int tmpl_render(json_t *messages, bool has_tools, bool add_generation_prompt,
     size_t i, start;
     json_t *m;
     int r = 0;
-    bool keep_reasoning = c->reasoning_history == RHIST_KEEP ||
-                          (c->reasoning_history == RHIST_KEEP_WITH_TOOLS &&
-                           has_tools);
+    bool keep_reasoning =
+        c->reasoning_history == RHIST_KEEP ||
+        (c->reasoning_history == RHIST_KEEP_WITH_TOOLS && has_tools);
 
     if (!json_is_array(messages))
         return diag_set(d, EINVAL, "'messages' must be an array");

@@ -10,7 +10,7 @@
 #include "core/xalloc.h"
 
 static const char *const specials[] = {
-    "<|bos|>", "<|system|>", "<|user|>",  "<|assistant|>", "<|tool|>",
+    "<|bos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>",
     "<|end|>", "<think>",    "</think>", "<|tool_call|>",
 };
 #define NSPEC (sizeof(specials) / sizeof(specials[0]))

@@ -28,8 +28,8 @@ static void ask(const char *msgs, const struct sim_config *cfg, size_t limit,
     assert_int_equal(tmpl_render(m, false, true, cfg, &t, &d), 0);
     if (limit)
         tmpl_truncate(&t, limit, overflow);
-    struct reply_in in = {.toks = t.v, .n = t.n,
-                          .window = (size_t)cfg->forget_after};
+    struct reply_in in = {
+        .toks = t.v, .n = t.n, .window = (size_t)cfg->forget_after};
     reply_out_init(out);
     reply_write(&in, out);
     tokv_release(&t);

@@ -158,74 +158,104 @@ static bool get_id(const json_t *v, uint64_t *id)
     return true;
 }
 
-/*
- * The first index >= i of a byte equal to a, b or c, else len. Sixteen
- * bytes at a time with SSE2 where the compiler has it (every x86-64),
- * a byte at a time otherwise and for the tail.
- */
-static size_t find_any3(const char *s, size_t i, size_t len, char a, char b,
-                        char c)
+/* Replaces NaN / Infinity / -Infinity at s[i] (outside strings), which is
+ * 'N' or 'I'; returns 1 when it did. */
+static size_t sanitize_at(char *s, size_t i, size_t len)
 {
-#if defined(__SSE2__)
-    const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b),
-                  vc = _mm_set1_epi8(c);
-    for (; len - i >= 16; i += 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i hit = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(x, va), _mm_cmpeq_epi8(x, vb)),
-            _mm_cmpeq_epi8(x, vc));
-        unsigned mask = (unsigned)_mm_movemask_epi8(hit);
-        if (mask)
-            return i + (size_t)__builtin_ctz(mask);
+    if (s[i] == 'N') {
+        if (len - i >= 3 && !memcmp(s + i, "NaN", 3)) {
+            memcpy(s + i, "1e9", 3); /* positive: read back as invalid */
+            return 1;
+        }
+    } else if (s[i] == 'I' && len - i >= 8 && !memcmp(s + i, "Infinity", 8)) {
+        /* a '-' before an outside byte is outside too: the byte before
+         * one is outside or a closing quote */
+        if (i > 0 && s[i - 1] == '-')
+            memcpy(s + i - 1, "-1e300   ", 9);
+        else
+            memcpy(s + i, "1e300   ", 8);
+        return 1;
     }
-#endif
-    for (; i < len; i++)
-        if (s[i] == a || s[i] == b || s[i] == c)
-            return i;
-    return len;
+    return 0;
 }
 
+#if defined(__SSE2__)
+/* Bit k set where s[k] == c, for the 64 bytes at s. */
+static uint64_t eq_mask64(const char *s, char c)
+{
+    const __m128i v = _mm_set1_epi8(c);
+    uint64_t m = 0;
+    for (int k = 0; k < 4; k++) {
+        __m128i x =
+            _mm_loadu_si128((const __m128i *)(const void *)(s + 16 * k));
+        m |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, v))
+             << (16 * k);
+    }
+    return m;
+}
+#endif
+
 /*
- * Outside strings only '"', 'N' (NaN) and 'I' (Infinity, or -Infinity
- * when a '-' stands before it, which is then outside a string too: the
- * byte before an outside byte is outside or a closing quote) matter;
- * inside, only '"' and '\\'. Both are found with find_any3.
+ * Outside strings only 'N' (NaN) and 'I' (Infinity, -Infinity) matter;
+ * inside, only '"' and '\\'. Blocks of 64 bytes without a backslash are
+ * done with bit masks (the bytes inside strings are the prefix XOR of the
+ * quotes); the rest a byte at a time, as before. Replacements write
+ * neither quotes nor 'N'/'I', so masks taken before them stay right for
+ * quotes, and each 'N'/'I' is checked again in place.
  */
 size_t drift_json_sanitize(char *s, size_t len)
 {
     size_t n = 0, i = 0;
-    for (;;) {
-        i = find_any3(s, i, len, '"', 'N', 'I');
-        if (i >= len)
-            return n;
-        char c = s[i];
-        if (c == '"') {
-            /* in a string: up to its closing quote, skipping escapes */
-            for (i++;;) {
-                i = find_any3(s, i, len, '"', '\\', '"');
-                if (i >= len)
-                    return n;
-                if (s[i] == '"')
-                    break;
-                i += 2;
-                if (i >= len)
-                    return n;
+    bool in_str = false, esc = false;
+#if defined(__SSE2__)
+    for (; len - i >= 64; i += 64) {
+        uint64_t bs = eq_mask64(s + i, '\\');
+        if (bs || esc) {
+            for (size_t k = i; k < i + 64; k++) {
+                if (esc) {
+                    esc = false;
+                } else if (in_str) {
+                    if (s[k] == '\\')
+                        esc = true;
+                    else if (s[k] == '"')
+                        in_str = false;
+                } else if (s[k] == '"') {
+                    in_str = true;
+                } else {
+                    n += sanitize_at(s, k, len);
+                }
             }
-        } else if (c == 'N') {
-            if (len - i >= 3 && !memcmp(s + i, "NaN", 3)) {
-                memcpy(s + i, "1e9", 3); /* positive: read back as invalid */
-                n++;
-            }
-        } else if (len - i >= 8 && !memcmp(s + i, "Infinity", 8)) {
-            if (i > 0 && s[i - 1] == '-') {
-                memcpy(s + i - 1, "-1e300   ", 9);
-            } else {
-                memcpy(s + i, "1e300   ", 8);
-            }
-            n++;
+            continue;
         }
-        i++;
+        uint64_t q = eq_mask64(s + i, '"');
+        uint64_t sp = eq_mask64(s + i, 'N') | eq_mask64(s + i, 'I');
+        uint64_t inside = q;
+        for (int sh = 1; sh < 64; sh <<= 1)
+            inside ^= inside << sh;
+        if (in_str)
+            inside = ~inside;
+        in_str = inside >> 63;
+        /* a quote's own bit: opening ones read as inside, closing ones as
+         * outside; neither is 'N' or 'I', so sp & ~inside is exact */
+        for (uint64_t m = sp & ~inside; m; m &= m - 1)
+            n += sanitize_at(s, i + (size_t)__builtin_ctzll(m), len);
     }
+#endif
+    for (; i < len; i++) {
+        if (esc) {
+            esc = false;
+        } else if (in_str) {
+            if (s[i] == '\\')
+                esc = true;
+            else if (s[i] == '"')
+                in_str = false;
+        } else if (s[i] == '"') {
+            in_str = true;
+        } else {
+            n += sanitize_at(s, i, len);
+        }
+    }
+    return n;
 }
 
 const char *drift_dialect_path(enum drift_dialect d)

@@ -19,10 +19,22 @@
 
 #include "drift/dialect_int.h"
 
+/*
+ * A scanner. The validator may jump over spans [skip_b, skip_e) that the
+ * reader has already consumed with the same grammar (arrays it read to
+ * their closing bracket), when it meets them at a shallow depth.
+ */
 struct sc {
     const char *p, *end;
     int depth;
+    int n_skip;
+    const char *skip_b[2], *skip_e[2];
 };
+
+/* The reader starts its depth count here: whatever it accepts is then
+ * nested at most 2048 - READ_DEPTH deep inside its array, which the
+ * validator may skip only at a depth under READ_DEPTH / 2. */
+#define READ_DEPTH 64
 
 static void ws(struct sc *s)
 {
@@ -369,8 +381,14 @@ static int value(struct sc *s)
     if (s->p >= s->end)
         return -1;
     switch (*s->p) {
-    case '{':
     case '[':
+        for (int j = 0; j < s->n_skip; j++)
+            if (s->p == s->skip_b[j] && s->depth < READ_DEPTH / 2) {
+                s->p = s->skip_e[j];
+                return 0;
+            }
+        return container(s, '[');
+    case '{':
         return container(s, *s->p);
     case '"':
         return str(s, &b, &e, &plain);
@@ -386,9 +404,12 @@ static int value(struct sc *s)
 }
 
 /* Is text one valid JSON object or array, as jansson would accept it? */
-static bool valid_doc(const char *text, size_t len)
+static bool valid_doc(const char *text, size_t len, const struct sc *read)
 {
-    struct sc s = {text, text + len, 0};
+    struct sc s = *read;
+    s.p = text;
+    s.end = text + len;
+    s.depth = 0;
     ws(&s);
     if (s.p >= s.end || (*s.p != '{' && *s.p != '['))
         return false;
@@ -547,17 +568,24 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     return 0;
 }
 
+/* Notes [b, e) as a span the validator may skip. */
+static void add_skip(struct sc *read, const char *b, const char *e)
+{
+    read->skip_b[read->n_skip] = b;
+    read->skip_e[read->n_skip++] = e;
+}
+
 static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
-                     struct drift_lp *lp)
+                     struct drift_lp *lp, struct sc *read)
 {
     const char *at = find_key(text, len, "\"prompt_logprobs\"");
     if (!at)
         return -2;
-    struct sc s = {at, text + len, 0};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
     ws(&s);
     if (s.p >= s.end || *s.p != '[')
         return -2;
-    s.p++;
+    const char *arr = s.p++;
     ws(&s);
     bool more = !(s.p < s.end && *s.p == ']');
     if (!more)
@@ -578,6 +606,7 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
             return -2;
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    add_skip(read, arr, s.p);
     return 0;
 }
 
@@ -609,7 +638,7 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
 }
 
 static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
-                       struct drift_lp *lp)
+                       struct drift_lp *lp, struct sc *read)
 {
     if (find_key(text, len, "\"input_token_ids_logprob\"") ||
         find_key(text, len, "\"input_token_ids_logprobs\""))
@@ -620,11 +649,11 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     const char *tp = find_key(text, len, "\"input_top_logprobs\"");
     if (!at)
         return -2;
-    struct sc s = {at, text + len, 0};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
     ws(&s);
     if (s.p >= s.end || *s.p != '[')
         return -2;
-    s.p++;
+    const char *arr = s.p++;
     ws(&s);
     bool more = !(s.p < s.end && *s.p == ']');
     if (!more)
@@ -651,17 +680,21 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         lp->valid[i] = 2; /* provisional: top to come */
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    add_skip(read, arr, s.p);
     /* the top lists, in a second pass, position by position */
-    struct sc t = {tp ? tp : text + len, text + len, 0};
+    struct sc t = {tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}};
     bool have = false;
+    const char *top = NULL;
     if (tp) {
         ws(&t);
         if (t.p >= t.end)
             return -2;
         if (*t.p == '[') {
-            t.p++;
+            top = t.p++;
             ws(&t);
             have = !(t.p < t.end && *t.p == ']');
+            if (!have)
+                top = NULL;
         } else if (value(&t)) {
             return -2;
         }
@@ -704,6 +737,8 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     }
     if (lp->n)
         lp->valid[0] = 0;
+    if (top && !have) /* read to its closing bracket */
+        add_skip(read, top, t.p);
     return 0;
 }
 
@@ -711,13 +746,15 @@ int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
                       const struct drift_req *r, struct drift_lp *lp)
 {
     int ret;
-    if ((d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG) ||
-        !valid_doc(text, len))
+    struct sc read = {0};
+    if (d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG)
         return -EAGAIN;
+    /* read first, then validate the rest of the document: what the
+     * reader consumed it checked with the validator's own grammar */
     drift_lp_reset(lp, (uint32_t)r->n);
-    ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp)
-                                  : fast_sglang(text, len, r, lp);
-    if (ret)
+    ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp, &read)
+                                  : fast_sglang(text, len, r, lp, &read);
+    if (ret || !valid_doc(text, len, &read))
         return -EAGAIN;
     for (uint32_t i = lp->n_returned; i < lp->n; i++)
         lp->off[i] = lp->pool_len;

@@ -96,10 +96,16 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
     /* drop duplicate keys (a server listing the forced token twice) */
     size_t m = 0;
     struct drift_tok *t = lp->pool + lp->off[i];
+    /* a 64-bit filter of the kept keys: the pairwise look only when the
+     * key's bit is already set (a bit clear means no kept key equals it) */
+    uint64_t seen = 0;
     for (size_t k = 0; k < n; k++) {
         bool dup = false;
-        for (size_t j = 0; j < m && !dup; j++)
-            dup = t[j].key == t[k].key;
+        uint64_t bit = 1ULL << ((t[k].key * 0x9E3779B97F4A7C15ULL) >> 58);
+        if (seen & bit)
+            for (size_t j = 0; j < m && !dup; j++)
+                dup = t[j].key == t[k].key;
+        seen |= bit;
         if (!dup)
             t[m++] = t[k];
     }

@@ -16,6 +16,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "drift/dialect_int.h"
 
@@ -419,22 +422,77 @@ static bool valid_doc(const char *text, size_t len, const struct sc *read)
     return s.p == s.end;
 }
 
+/*
+ * The first occurrence of needle (nl >= 4 bytes) in [p, end), as memmem.
+ * With SSE2 the candidates are the places where the needle's second and
+ * next-to-last bytes both match, 16 at a time (its first and last are the
+ * key's quotes, too common to filter on); each is then compared whole.
+ */
+static const char *find_sub(const char *p, const char *end, const char *nd,
+                            size_t nl)
+{
+#if defined(__SSE2__)
+    const __m128i a = _mm_set1_epi8(nd[1]), b = _mm_set1_epi8(nd[nl - 2]);
+    while ((size_t)(end - p) >= nl + 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 1));
+        __m128i y =
+            _mm_loadu_si128((const __m128i *)(const void *)(p + nl - 2));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_and_si128(_mm_cmpeq_epi8(x, a), _mm_cmpeq_epi8(y, b)));
+        for (; m; m &= m - 1) {
+            const char *c = p + __builtin_ctz(m);
+            if (!memcmp(c, nd, nl))
+                return c;
+        }
+        p += 16;
+    }
+#endif
+    return memmem(p, (size_t)(end - p), nd, nl);
+}
+
+/*
+ * For each of n (<= 4) keys that all begin with prefix (which either
+ * cannot overlap itself or is the only key), the position after `"key":` when the key occurs exactly once
+ * (counting occurrences as memmem from the start, each search going on
+ * after the previous occurrence), else NULL; one pass over the text.
+ */
+static void find_keys(const char *text, size_t len, const char *prefix,
+                      const char *const *keys, size_t n, const char **hit)
+{
+    const char *end = text + len, *p = text, *h;
+    const char *next_ok[4];
+    size_t pl = strlen(prefix);
+    bool dup[4] = {false};
+    for (size_t j = 0; j < n; j++)
+        hit[j] = NULL, next_ok[j] = text;
+    while ((h = find_sub(p, end, prefix, pl))) {
+        for (size_t j = 0; j < n; j++) {
+            size_t kl = strlen(keys[j]);
+            if (h < next_ok[j] || (size_t)(end - h) < kl ||
+                memcmp(h, keys[j], kl))
+                continue;
+            next_ok[j] = h + kl;
+            const char *q = h + kl;
+            while (q < end &&
+                   (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+                q++;
+            if (q < end && *q == ':') {
+                dup[j] = dup[j] || hit[j];
+                hit[j] = q + 1;
+            }
+        }
+        p = h + pl;
+    }
+    for (size_t j = 0; j < n; j++)
+        if (dup[j])
+            hit[j] = NULL;
+}
+
 /* Position after `"key":` when the key occurs exactly once, else NULL. */
 static const char *find_key(const char *text, size_t len, const char *key)
 {
-    size_t kl = strlen(key);
-    const char *hit = NULL, *p = text, *end = text + len;
-    while ((p = memmem(p, (size_t)(end - p), key, kl))) {
-        const char *q = p + kl;
-        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
-            q++;
-        if (q < end && *q == ':') {
-            if (hit)
-                return NULL;
-            hit = q + 1;
-        }
-        p += kl;
-    }
+    const char *hit;
+    find_keys(text, len, key, &key, 1, &hit);
     return hit;
 }
 
@@ -640,13 +698,16 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
 static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                        struct drift_lp *lp, struct sc *read)
 {
-    if (find_key(text, len, "\"input_token_ids_logprob\"") ||
-        find_key(text, len, "\"input_token_ids_logprobs\""))
-        return -2;
+    static const char *const keys[4] = {
+        "\"input_token_ids_logprob\"", "\"input_token_ids_logprobs\"",
+        "\"input_token_logprobs\"", "\"input_top_logprobs\""};
+    const char *hit[4];
     if (text[0] != '{')
         return -2; /* batched answers: let jansson pick the first */
-    const char *at = find_key(text, len, "\"input_token_logprobs\"");
-    const char *tp = find_key(text, len, "\"input_top_logprobs\"");
+    find_keys(text, len, "\"input_to", keys, 4, hit);
+    if (hit[0] || hit[1])
+        return -2;
+    const char *at = hit[2], *tp = hit[3];
     if (!at)
         return -2;
     struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};

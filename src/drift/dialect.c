@@ -186,18 +186,24 @@ static size_t sanitize_at(char *s, size_t i, size_t len)
 }
 
 #if defined(__SSE2__)
-/* Bit k set where s[k] == c, for the 64 bytes at s. */
-static uint64_t eq_mask64(const char *s, char c)
+/* For the 64 bytes at s, bit k set where s[k] is a backslash (*bs), a
+ * quote (*q), 'N' or 'I' (*sp). */
+static void masks64(const char *s, uint64_t *bs, uint64_t *q, uint64_t *sp)
 {
-    const __m128i v = _mm_set1_epi8(c);
-    uint64_t m = 0;
+    const __m128i vb = _mm_set1_epi8('\\'), vq = _mm_set1_epi8('"'),
+                  vn = _mm_set1_epi8('N'), vi = _mm_set1_epi8('I');
+    *bs = *q = *sp = 0;
     for (int k = 0; k < 4; k++) {
         __m128i x =
             _mm_loadu_si128((const __m128i *)(const void *)(s + 16 * k));
-        m |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, v))
-             << (16 * k);
+        *bs |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb))
+               << (16 * k);
+        *q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq))
+              << (16 * k);
+        *sp |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(
+                   _mm_cmpeq_epi8(x, vn), _mm_cmpeq_epi8(x, vi)))
+               << (16 * k);
     }
-    return m;
 }
 #endif
 
@@ -215,7 +221,8 @@ size_t drift_json_sanitize(char *s, size_t len)
     bool in_str = false, esc = false;
 #if defined(__SSE2__)
     for (; len - i >= 64; i += 64) {
-        uint64_t bs = eq_mask64(s + i, '\\');
+        uint64_t bs, q, sp;
+        masks64(s + i, &bs, &q, &sp);
         if (bs || esc) {
             for (size_t k = i; k < i + 64; k++) {
                 if (esc) {
@@ -233,8 +240,6 @@ size_t drift_json_sanitize(char *s, size_t len)
             }
             continue;
         }
-        uint64_t q = eq_mask64(s + i, '"');
-        uint64_t sp = eq_mask64(s + i, 'N') | eq_mask64(s + i, 'I');
         uint64_t inside = q;
         for (int sh = 1; sh < 64; sh <<= 1)
             inside ^= inside << sh;

@@ -39,9 +39,9 @@ struct sc {
  * validator may skip only at a depth under READ_DEPTH / 2. */
 #define READ_DEPTH 64
 
-static void ws(struct sc *s)
+static inline __attribute__((always_inline)) void ws(struct sc *s)
 {
-    while (s->p < s->end &&
+    while (s->p < s->end && (unsigned char)*s->p <= ' ' &&
            (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
 }

@@ -545,6 +545,19 @@ static int next(struct sc *s, char close, bool *more)
     return -1;
 }
 
+/* When the text at s is the plain string literal k (n bytes with its
+ * quotes), steps over it, sets [*b, *e) to its contents and says true. */
+static inline bool lit_key(struct sc *s, const char *k, size_t n,
+                           const char **b, const char **e)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, k, n))
+        return false;
+    *b = s->p + 1;
+    *e = s->p + n - 1;
+    s->p += n;
+    return true;
+}
+
 /* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
 static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                     uint64_t forced, unsigned top_k)
@@ -582,7 +595,11 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 const char *fb, *fe;
                 bool fp;
                 ws(s);
-                if (str(s, &fb, &fe, &fp) || !fp)
+                /* vLLM's own keys at once: the same slice str() gives */
+                if (!lit_key(s, "\"logprob\"", 9, &fb, &fe) &&
+                    !lit_key(s, "\"rank\"", 6, &fb, &fe) &&
+                    !lit_key(s, "\"decoded_token\"", 15, &fb, &fe) &&
+                    (str(s, &fb, &fe, &fp) || !fp))
                     return -2;
                 ws(s);
                 if (s->p >= s->end || *s->p++ != ':')

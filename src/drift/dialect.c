@@ -200,8 +200,8 @@ static void masks64(const char *s, uint64_t *bs, uint64_t *q, uint64_t *sp)
                << (16 * k);
         *q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq))
               << (16 * k);
-        *sp |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(
-                   _mm_cmpeq_epi8(x, vn), _mm_cmpeq_epi8(x, vi)))
+        *sp |= (uint64_t)(unsigned)_mm_movemask_epi8(
+                   _mm_or_si128(_mm_cmpeq_epi8(x, vn), _mm_cmpeq_epi8(x, vi)))
                << (16 * k);
     }
 }

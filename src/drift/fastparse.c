@@ -4,8 +4,10 @@
  * JSON; building a jansson tree for it costs a malloc per value. This file
  * validates the text as jansson would (grammar of RFC 8259, UTF-8, no
  * \u0000, nesting under 2048, integers that fit, reals that do not
- * overflow, one top-level object or array) in one pass without a tree, then
- * reads the single array it needs by its key. Anything unusual returns
+ * overflow, one top-level object or array) without a tree: it first reads
+ * the arrays it needs, found by their keys, with the validator's own grammar
+ * functions, then validates the rest of the document, jumping over the
+ * arrays already read. Anything unusual returns
  * -EAGAIN and the jansson parser in dialect.c decides. The fuzz harness
  * checks both paths agree.
  */
@@ -452,9 +454,10 @@ static const char *find_sub(const char *p, const char *end, const char *nd,
 
 /*
  * For each of n (<= 4) keys that all begin with prefix (which either
- * cannot overlap itself or is the only key), the position after `"key":` when the key occurs exactly once
- * (counting occurrences as memmem from the start, each search going on
- * after the previous occurrence), else NULL; one pass over the text.
+ * cannot overlap itself or is the only key), the position after `"key":` when
+ * the key occurs exactly once (counting occurrences as memmem from the start,
+ * each search going on after the previous occurrence), else NULL; one pass over
+ * the text.
  */
 static void find_keys(const char *text, size_t len, const char *prefix,
                       const char *const *keys, size_t n, const char **hit)

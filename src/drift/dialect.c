@@ -6,6 +6,9 @@
 #include "drift/dialect.h"
 
 #include <errno.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,10 +96,16 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
     /* drop duplicate keys (a server listing the forced token twice) */
     size_t m = 0;
     struct drift_tok *t = lp->pool + lp->off[i];
+    /* a 64-bit filter of the kept keys: the pairwise look only when the
+     * key's bit is already set (a bit clear means no kept key equals it) */
+    uint64_t seen = 0;
     for (size_t k = 0; k < n; k++) {
         bool dup = false;
-        for (size_t j = 0; j < m && !dup; j++)
-            dup = t[j].key == t[k].key;
+        uint64_t bit = 1ULL << ((t[k].key * 0x9E3779B97F4A7C15ULL) >> 58);
+        if (seen & bit)
+            for (size_t j = 0; j < m && !dup; j++)
+                dup = t[j].key == t[k].key;
+        seen |= bit;
         if (!dup)
             t[m++] = t[k];
     }
@@ -155,30 +164,106 @@ static bool get_id(const json_t *v, uint64_t *id)
     return true;
 }
 
+/* Replaces NaN / Infinity / -Infinity at s[i] (outside strings), which is
+ * 'N' or 'I'; returns 1 when it did. */
+static size_t sanitize_at(char *s, size_t i, size_t len)
+{
+    if (s[i] == 'N') {
+        if (len - i >= 3 && !memcmp(s + i, "NaN", 3)) {
+            memcpy(s + i, "1e9", 3); /* positive: read back as invalid */
+            return 1;
+        }
+    } else if (s[i] == 'I' && len - i >= 8 && !memcmp(s + i, "Infinity", 8)) {
+        /* a '-' before an outside byte is outside too: the byte before
+         * one is outside or a closing quote */
+        if (i > 0 && s[i - 1] == '-')
+            memcpy(s + i - 1, "-1e300   ", 9);
+        else
+            memcpy(s + i, "1e300   ", 8);
+        return 1;
+    }
+    return 0;
+}
+
+#if defined(__SSE2__)
+/* For the 64 bytes at s, bit k set where s[k] is a backslash (*bs), a
+ * quote (*q), 'N' or 'I' (*sp). */
+static void masks64(const char *s, uint64_t *bs, uint64_t *q, uint64_t *sp)
+{
+    const __m128i vb = _mm_set1_epi8('\\'), vq = _mm_set1_epi8('"'),
+                  vn = _mm_set1_epi8('N'), vi = _mm_set1_epi8('I');
+    *bs = *q = *sp = 0;
+    for (int k = 0; k < 4; k++) {
+        __m128i x =
+            _mm_loadu_si128((const __m128i *)(const void *)(s + 16 * k));
+        *bs |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb))
+               << (16 * k);
+        *q |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq))
+              << (16 * k);
+        *sp |= (uint64_t)(unsigned)_mm_movemask_epi8(
+                   _mm_or_si128(_mm_cmpeq_epi8(x, vn), _mm_cmpeq_epi8(x, vi)))
+               << (16 * k);
+    }
+}
+#endif
+
+/*
+ * Outside strings only 'N' (NaN) and 'I' (Infinity, -Infinity) matter;
+ * inside, only '"' and '\\'. Blocks of 64 bytes without a backslash are
+ * done with bit masks (the bytes inside strings are the prefix XOR of the
+ * quotes); the rest a byte at a time, as before. Replacements write
+ * neither quotes nor 'N'/'I', so masks taken before them stay right for
+ * quotes, and each 'N'/'I' is checked again in place.
+ */
 size_t drift_json_sanitize(char *s, size_t len)
 {
-    size_t n = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = false;
+    size_t n = 0, i = 0;
+    bool in_str = false, esc = false;
+#if defined(__SSE2__)
+    for (; len - i >= 64; i += 64) {
+        uint64_t bs, q, sp;
+        masks64(s + i, &bs, &q, &sp);
+        if (bs || esc) {
+            for (size_t k = i; k < i + 64; k++) {
+                if (esc) {
+                    esc = false;
+                } else if (in_str) {
+                    if (s[k] == '\\')
+                        esc = true;
+                    else if (s[k] == '"')
+                        in_str = false;
+                } else if (s[k] == '"') {
+                    in_str = true;
+                } else {
+                    n += sanitize_at(s, k, len);
+                }
+            }
             continue;
         }
-        if (c == '"') {
+        uint64_t inside = q;
+        for (int sh = 1; sh < 64; sh <<= 1)
+            inside ^= inside << sh;
+        if (in_str)
+            inside = ~inside;
+        in_str = inside >> 63;
+        /* a quote's own bit: opening ones read as inside, closing ones as
+         * outside; neither is 'N' or 'I', so sp & ~inside is exact */
+        for (uint64_t m = sp & ~inside; m; m &= m - 1)
+            n += sanitize_at(s, i + (size_t)__builtin_ctzll(m), len);
+    }
+#endif
+    for (; i < len; i++) {
+        if (esc) {
+            esc = false;
+        } else if (in_str) {
+            if (s[i] == '\\')
+                esc = true;
+            else if (s[i] == '"')
+                in_str = false;
+        } else if (s[i] == '"') {
             in_str = true;
-        } else if (c == 'N' && len - i >= 3 && !memcmp(s + i, "NaN", 3)) {
-            memcpy(s + i, "1e9", 3); /* positive: read back as invalid */
-            n++;
-        } else if (len - i >= 9 && !memcmp(s + i, "-Infinity", 9)) {
-            memcpy(s + i, "-1e300   ", 9);
-            n++;
-        } else if (len - i >= 8 && !memcmp(s + i, "Infinity", 8)) {
-            memcpy(s + i, "1e300   ", 8);
-            n++;
+        } else {
+            n += sanitize_at(s, i, len);
         }
     }
     return n;

@@ -4,8 +4,10 @@
  * JSON; building a jansson tree for it costs a malloc per value. This file
  * validates the text as jansson would (grammar of RFC 8259, UTF-8, no
  * \u0000, nesting under 2048, integers that fit, reals that do not
- * overflow, one top-level object or array) in one pass without a tree, then
- * reads the single array it needs by its key. Anything unusual returns
+ * overflow, one top-level object or array) without a tree: it first reads
+ * the arrays it needs, found by their keys, with the validator's own grammar
+ * functions, then validates the rest of the document, jumping over the
+ * arrays already read. Anything unusual returns
  * -EAGAIN and the jansson parser in dialect.c decides. The fuzz harness
  * checks both paths agree.
  */
@@ -16,17 +18,32 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "drift/dialect_int.h"
 
+/*
+ * A scanner. The validator may jump over spans [skip_b, skip_e) that the
+ * reader has already consumed with the same grammar (arrays it read to
+ * their closing bracket), when it meets them at a shallow depth.
+ */
 struct sc {
     const char *p, *end;
     int depth;
+    int n_skip;
+    const char *skip_b[2], *skip_e[2];
 };
 
-static void ws(struct sc *s)
+/* The reader starts its depth count here: whatever it accepts is then
+ * nested at most 2048 - READ_DEPTH deep inside its array, which the
+ * validator may skip only at a depth under READ_DEPTH / 2. */
+#define READ_DEPTH 64
+
+static inline __attribute__((always_inline)) void ws(struct sc *s)
 {
-    while (s->p < s->end &&
+    while (s->p < s->end && (unsigned char)*s->p <= ' ' &&
            (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
 }
@@ -75,6 +92,10 @@ static int hex4(const char *p, unsigned *v)
     return 0;
 }
 
+/* Bytes that a string holds as they are: printable ASCII but '"', '\\'. */
+static const unsigned char str_plain[256] = {
+    [0x20 ... 0x21] = 1, [0x23 ... 0x5b] = 1, [0x5d ... 0x7f] = 1};
+
 /* A string; *plain says whether it had no escapes (then [*b, *e) is it). */
 static int str(struct sc *s, const char **b, const char **e, bool *plain)
 {
@@ -84,6 +105,10 @@ static int str(struct sc *s, const char **b, const char **e, bool *plain)
     *b = s->p;
     *plain = true;
     while (s->p < s->end) {
+        while (s->p < s->end && str_plain[(unsigned char)*s->p])
+            s->p++;
+        if (s->p >= s->end)
+            break;
         unsigned char c = (unsigned char)*s->p;
         if (c == '"') {
             *e = s->p++;
@@ -166,6 +191,35 @@ static bool ld_convert(uint64_t m, int e10, double *out)
 }
 
 /*
+ * Eight ASCII digits at p as their value, or false when one is not a
+ * digit: the classic SWAR conversion (three multiplies for eight digits)
+ * on little-endian machines, false elsewhere (the caller goes on a digit
+ * at a time).
+ */
+static bool eight_digits(const char *p, uint64_t *v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+    memcpy(&x, p, sizeof(x));
+    if (((x & 0xF0F0F0F0F0F0F0F0ULL) |
+         (((x + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) !=
+        0x3333333333333333ULL)
+        return false;
+    x -= 0x3030303030303030ULL;
+    x = x * 10 + (x >> 8);
+    x = ((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
+         ((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >>
+        32;
+    *v = (uint32_t)x;
+    return true;
+#else
+    (void)p;
+    (void)v;
+    return false;
+#endif
+}
+
+/*
  * A number per RFC 8259. With want, *v is its value exactly as jansson
  * gives it: integers through long long, reals correctly rounded (Clinger's
  * fast path when the decimal mantissa fits in 53 bits and the power of ten
@@ -200,6 +254,18 @@ static int number_v(struct sc *s, double *v, bool want, long long *iv)
         if (p >= s->end || *p < '0' || *p > '9')
             return -1;
         for (; p < s->end && *p >= '0' && *p <= '9'; p++) {
+            uint64_t d8;
+            /* eight at once while they all fit in m's 19 digits; the
+             * same m, frac and sig as a digit at a time */
+            while (sig > 0 && sig <= 11 && s->end - p >= 8 &&
+                   eight_digits(p, &d8)) {
+                m = m * 100000000 + d8;
+                frac += 8;
+                sig += 8;
+                p += 8;
+            }
+            if (p >= s->end || *p < '0' || *p > '9')
+                break;
             if (sig == 0 && *p == '0') {
                 frac++;
                 continue;
@@ -320,8 +386,14 @@ static int value(struct sc *s)
     if (s->p >= s->end)
         return -1;
     switch (*s->p) {
-    case '{':
     case '[':
+        for (int j = 0; j < s->n_skip; j++)
+            if (s->p == s->skip_b[j] && s->depth < READ_DEPTH / 2) {
+                s->p = s->skip_e[j];
+                return 0;
+            }
+        return container(s, '[');
+    case '{':
         return container(s, *s->p);
     case '"':
         return str(s, &b, &e, &plain);
@@ -337,9 +409,12 @@ static int value(struct sc *s)
 }
 
 /* Is text one valid JSON object or array, as jansson would accept it? */
-static bool valid_doc(const char *text, size_t len)
+static bool valid_doc(const char *text, size_t len, const struct sc *read)
 {
-    struct sc s = {text, text + len, 0};
+    struct sc s = *read;
+    s.p = text;
+    s.end = text + len;
+    s.depth = 0;
     ws(&s);
     if (s.p >= s.end || (*s.p != '{' && *s.p != '['))
         return false;
@@ -349,22 +424,78 @@ static bool valid_doc(const char *text, size_t len)
     return s.p == s.end;
 }
 
+/*
+ * The first occurrence of needle (nl >= 4 bytes) in [p, end), as memmem.
+ * With SSE2 the candidates are the places where the needle's second and
+ * next-to-last bytes both match, 16 at a time (its first and last are the
+ * key's quotes, too common to filter on); each is then compared whole.
+ */
+static const char *find_sub(const char *p, const char *end, const char *nd,
+                            size_t nl)
+{
+#if defined(__SSE2__)
+    const __m128i a = _mm_set1_epi8(nd[1]), b = _mm_set1_epi8(nd[nl - 2]);
+    while ((size_t)(end - p) >= nl + 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 1));
+        __m128i y =
+            _mm_loadu_si128((const __m128i *)(const void *)(p + nl - 2));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_and_si128(_mm_cmpeq_epi8(x, a), _mm_cmpeq_epi8(y, b)));
+        for (; m; m &= m - 1) {
+            const char *c = p + __builtin_ctz(m);
+            if (!memcmp(c, nd, nl))
+                return c;
+        }
+        p += 16;
+    }
+#endif
+    return memmem(p, (size_t)(end - p), nd, nl);
+}
+
+/*
+ * For each of n (<= 4) keys that all begin with prefix (which either
+ * cannot overlap itself or is the only key), the position after `"key":` when
+ * the key occurs exactly once (counting occurrences as memmem from the start,
+ * each search going on after the previous occurrence), else NULL; one pass over
+ * the text.
+ */
+static void find_keys(const char *text, size_t len, const char *prefix,
+                      const char *const *keys, size_t n, const char **hit)
+{
+    const char *end = text + len, *p = text, *h;
+    const char *next_ok[4];
+    size_t pl = strlen(prefix);
+    bool dup[4] = {false};
+    for (size_t j = 0; j < n; j++)
+        hit[j] = NULL, next_ok[j] = text;
+    while ((h = find_sub(p, end, prefix, pl))) {
+        for (size_t j = 0; j < n; j++) {
+            size_t kl = strlen(keys[j]);
+            if (h < next_ok[j] || (size_t)(end - h) < kl ||
+                memcmp(h, keys[j], kl))
+                continue;
+            next_ok[j] = h + kl;
+            const char *q = h + kl;
+            while (q < end &&
+                   (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+                q++;
+            if (q < end && *q == ':') {
+                dup[j] = dup[j] || hit[j];
+                hit[j] = q + 1;
+            }
+        }
+        p = h + pl;
+    }
+    for (size_t j = 0; j < n; j++)
+        if (dup[j])
+            hit[j] = NULL;
+}
+
 /* Position after `"key":` when the key occurs exactly once, else NULL. */
 static const char *find_key(const char *text, size_t len, const char *key)
 {
-    size_t kl = strlen(key);
-    const char *hit = NULL, *p = text, *end = text + len;
-    while ((p = memmem(p, (size_t)(end - p), key, kl))) {
-        const char *q = p + kl;
-        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
-            q++;
-        if (q < end && *q == ':') {
-            if (hit)
-                return NULL;
-            hit = q + 1;
-        }
-        p += kl;
-    }
+    const char *hit;
+    find_keys(text, len, key, &key, 1, &hit);
     return hit;
 }
 
@@ -382,7 +513,6 @@ static int num_or_nan(struct sc *s, double *v)
 static int id_of(struct sc *s, uint64_t *id, bool *ok)
 {
     ws(s);
-    const char *b = s->p;
     double v;
     *ok = false;
     if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
@@ -390,10 +520,8 @@ static int id_of(struct sc *s, uint64_t *id, bool *ok)
         int r = number_v(s, &v, true, &x);
         if (r)
             return r;
-        bool integer = !memchr(b, '.', (size_t)(s->p - b)) &&
-                       !memchr(b, 'e', (size_t)(s->p - b)) &&
-                       !memchr(b, 'E', (size_t)(s->p - b));
-        if (integer && x >= 0) {
+        /* number_v sets x only for integers (no '.', 'e' or 'E') */
+        if (x >= 0) {
             *id = (uint64_t)x;
             *ok = true;
         }
@@ -418,6 +546,19 @@ static int next(struct sc *s, char close, bool *more)
         return 0;
     }
     return -1;
+}
+
+/* When the text at s is the plain string literal k (n bytes with its
+ * quotes), steps over it, sets [*b, *e) to its contents and says true. */
+static inline bool lit_key(struct sc *s, const char *k, size_t n,
+                           const char **b, const char **e)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, k, n))
+        return false;
+    *b = s->p + 1;
+    *e = s->p + n - 1;
+    s->p += n;
+    return true;
 }
 
 /* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
@@ -457,7 +598,11 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 const char *fb, *fe;
                 bool fp;
                 ws(s);
-                if (str(s, &fb, &fe, &fp) || !fp)
+                /* vLLM's own keys at once: the same slice str() gives */
+                if (!lit_key(s, "\"logprob\"", 9, &fb, &fe) &&
+                    !lit_key(s, "\"rank\"", 6, &fb, &fe) &&
+                    !lit_key(s, "\"decoded_token\"", 15, &fb, &fe) &&
+                    (str(s, &fb, &fe, &fp) || !fp))
                     return -2;
                 ws(s);
                 if (s->p >= s->end || *s->p++ != ':')
@@ -473,12 +618,21 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
         } else if (num_or_nan(s, &x)) {
             return -2;
         }
-        char key[64];
-        memcpy(key, kb, (size_t)(ke - kb));
-        key[ke - kb] = '\0';
-        char *end;
-        unsigned long long id = strtoull(key, &end, 10);
-        if (end != key && !*end) {
+        unsigned long long id = 0;
+        bool is_id = ke > kb && ke - kb <= 19;
+        for (const char *q = kb; is_id && q < ke; q++)
+            if (*q >= '0' && *q <= '9')
+                id = id * 10 + (unsigned long long)(*q - '0');
+            else
+                is_id = false;
+        if (!is_id) { /* anything else as strtoull reads it */
+            char key[64], *end;
+            memcpy(key, kb, (size_t)(ke - kb));
+            key[ke - kb] = '\0';
+            id = strtoull(key, &end, 10);
+            is_id = end != key && !*end;
+        }
+        if (is_id) {
             if ((uint64_t)id == forced)
                 lp->pos[i].forced_lp = x;
             drift_lp_pool_add(lp, id, x);
@@ -492,17 +646,24 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     return 0;
 }
 
+/* Notes [b, e) as a span the validator may skip. */
+static void add_skip(struct sc *read, const char *b, const char *e)
+{
+    read->skip_b[read->n_skip] = b;
+    read->skip_e[read->n_skip++] = e;
+}
+
 static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
-                     struct drift_lp *lp)
+                     struct drift_lp *lp, struct sc *read)
 {
     const char *at = find_key(text, len, "\"prompt_logprobs\"");
     if (!at)
         return -2;
-    struct sc s = {at, text + len, 0};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
     ws(&s);
     if (s.p >= s.end || *s.p != '[')
         return -2;
-    s.p++;
+    const char *arr = s.p++;
     ws(&s);
     bool more = !(s.p < s.end && *s.p == ']');
     if (!more)
@@ -523,6 +684,7 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
             return -2;
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    add_skip(read, arr, s.p);
     return 0;
 }
 
@@ -554,22 +716,25 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
 }
 
 static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
-                       struct drift_lp *lp)
+                       struct drift_lp *lp, struct sc *read)
 {
-    if (find_key(text, len, "\"input_token_ids_logprob\"") ||
-        find_key(text, len, "\"input_token_ids_logprobs\""))
-        return -2;
+    static const char *const keys[4] = {
+        "\"input_token_ids_logprob\"", "\"input_token_ids_logprobs\"",
+        "\"input_token_logprobs\"", "\"input_top_logprobs\""};
+    const char *hit[4];
     if (text[0] != '{')
         return -2; /* batched answers: let jansson pick the first */
-    const char *at = find_key(text, len, "\"input_token_logprobs\"");
-    const char *tp = find_key(text, len, "\"input_top_logprobs\"");
+    find_keys(text, len, "\"input_to", keys, 4, hit);
+    if (hit[0] || hit[1])
+        return -2;
+    const char *at = hit[2], *tp = hit[3];
     if (!at)
         return -2;
-    struct sc s = {at, text + len, 0};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
     ws(&s);
     if (s.p >= s.end || *s.p != '[')
         return -2;
-    s.p++;
+    const char *arr = s.p++;
     ws(&s);
     bool more = !(s.p < s.end && *s.p == ']');
     if (!more)
@@ -596,17 +761,21 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         lp->valid[i] = 2; /* provisional: top to come */
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
+    add_skip(read, arr, s.p);
     /* the top lists, in a second pass, position by position */
-    struct sc t = {tp ? tp : text + len, text + len, 0};
+    struct sc t = {tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}};
     bool have = false;
+    const char *top = NULL;
     if (tp) {
         ws(&t);
         if (t.p >= t.end)
             return -2;
         if (*t.p == '[') {
-            t.p++;
+            top = t.p++;
             ws(&t);
             have = !(t.p < t.end && *t.p == ']');
+            if (!have)
+                top = NULL;
         } else if (value(&t)) {
             return -2;
         }
@@ -649,6 +818,8 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     }
     if (lp->n)
         lp->valid[0] = 0;
+    if (top && !have) /* read to its closing bracket */
+        add_skip(read, top, t.p);
     return 0;
 }
 
@@ -656,13 +827,15 @@ int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
                       const struct drift_req *r, struct drift_lp *lp)
 {
     int ret;
-    if ((d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG) ||
-        !valid_doc(text, len))
+    struct sc read = {0};
+    if (d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG)
         return -EAGAIN;
+    /* read first, then validate the rest of the document: what the
+     * reader consumed it checked with the validator's own grammar */
     drift_lp_reset(lp, (uint32_t)r->n);
-    ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp)
-                                  : fast_sglang(text, len, r, lp);
-    if (ret)
+    ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp, &read)
+                                  : fast_sglang(text, len, r, lp, &read);
+    if (ret || !valid_doc(text, len, &read))
         return -EAGAIN;
     for (uint32_t i = lp->n_returned; i < lp->n; i++)
         lp->off[i] = lp->pool_len;

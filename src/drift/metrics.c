@@ -105,15 +105,15 @@ static int validate(const struct drift_pos *p)
     return 0;
 }
 
-/* One term p * (lp - lq) of the KL sum; 0 when p is 0. */
-static double kl_term(double lp, double lq)
+/* One term p * (lp - lq) of the KL sum; 0 when p is 0. p = exp(lp) and
+ * q = exp(lq), which the caller has already computed. */
+static double kl_term(double lp, double lq, double p, double q)
 {
-    double p = exp(lp);
     if (p == 0)
         return 0;
     if (lq == lp)
         return 0;
-    if (!(exp(lq) > DRIFT_Q_FLOOR))
+    if (!(q > DRIFT_Q_FLOOR))
         lq = log(DRIFT_Q_FLOOR);
     return p * (lp - lq);
 }
@@ -140,14 +140,16 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
         } else {
             continue; /* unknown on the candidate: merged into the tail */
         }
-        sp += exp(lp);
-        sq += exp(lq);
-        kl += kl_term(lp, lq);
+        double ep = exp(lp), eq = exp(lq);
+        sp += ep;
+        sq += eq;
+        kl += kl_term(lp, lq, ep, eq);
     }
     if (!x_in_top) {
-        sp += exp(lpx);
-        sq += exp(lqx);
-        kl += kl_term(lpx, lqx);
+        double ep = exp(lpx), eq = exp(lqx);
+        sp += ep;
+        sq += eq;
+        kl += kl_term(lpx, lqx, ep, eq);
     }
     double pt = 1 - sp, qt = 1 - sq;
     if (pt > 0 && pt != qt) {

@@ -609,6 +609,22 @@ static void run_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
     unprep(c, st);
 }
 
+static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
+static const char SQL_COMMIT[] = "COMMIT";
+
+/* Like run_stmt, with sqlite3_step's result: BEGIN and COMMIT run once per
+ * batch, and a batch under load is often one or two exchanges, so their
+ * parsing (sqlite3_exec) was a visible part of storing one. */
+static int step_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = prep(c, db, sql);
+    if (!st)
+        return SQLITE_ERROR;
+    int rc = sqlite3_step(st);
+    unprep(c, st);
+    return rc;
+}
+
 static void cache_clear(struct xchg_cache *c)
 {
     for (int i = 0; i < CACHE_SLOTS; i++) {
@@ -642,7 +658,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     struct row_req *rr = xcalloc(n ? n : 1, sizeof(*rr));
     int rc = 0;
 
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
@@ -653,7 +669,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
             run_stmt(c, db, SQL_ROLLBACK_TO);
         run_stmt(c, db, SQL_RELEASE);
     }
-    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot commit exchanges");
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
         /* lists read inside the lost transaction may name lost rows */

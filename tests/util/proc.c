@@ -22,7 +22,7 @@ const char *fidelity_bin(void)
 }
 
 static void exec_child(const char *const argv[], int out_fd, int err_fd,
-                       const char *in_file)
+                       const char *in_file, const char *err_path)
 {
     const char *av[64];
     int n = 0;
@@ -36,6 +36,8 @@ static void exec_child(const char *const argv[], int out_fd, int err_fd,
         dup2(in, 0);
     if (out_fd >= 0)
         dup2(out_fd, 1);
+    if (err_path)
+        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (err_fd >= 0)
         dup2(err_fd, 2);
     execv(av[0], (char *const *)av);
@@ -44,6 +46,12 @@ static void exec_child(const char *const argv[], int out_fd, int err_fd,
 }
 
 int proc_start(struct proc *p, const char *const argv[])
+{
+    return proc_start_err(p, argv, NULL);
+}
+
+int proc_start_err(struct proc *p, const char *const argv[],
+                   const char *err_path)
 {
     int fds[2];
     char line[512];
@@ -58,7 +66,7 @@ int proc_start(struct proc *p, const char *const argv[])
         return -1;
     if (p->pid == 0) {
         close(fds[0]);
-        exec_child(argv, fds[1], -1, NULL);
+        exec_child(argv, fds[1], -1, NULL, err_path);
     }
     close(fds[1]);
     p->out_fd = fds[0];
@@ -133,7 +141,7 @@ int proc_run(const char *const argv[], const char *in_file, struct buf *out,
     if (pid == 0) {
         close(o[0]);
         close(e[0]);
-        exec_child(argv, o[1], e[1], in_file);
+        exec_child(argv, o[1], e[1], in_file, NULL);
     }
     close(o[1]);
     close(e[1]);

@@ -25,6 +25,9 @@ const char *fidelity_bin(void);
  * stdout line within 10 s. Returns 0 and fills p, or -1.
  */
 int proc_start(struct proc *p, const char *const argv[]);
+/* The same, with the server's stderr appended to err_path (NULL: kept). */
+int proc_start_err(struct proc *p, const char *const argv[],
+                   const char *err_path);
 /* SIGTERM, wait up to 5 s, then SIGKILL. Returns the exit status or -1. */
 int proc_stop(struct proc *p);
 /* Runs `fidelity ARGV...` to completion (at most timeout_s), stdout and

@@ -23,59 +23,7 @@
 
 int rec_start(struct proc *p, const char *const argv[], const char *err_path)
 {
-    int fds[2];
-    char line[1024];
-    size_t len = 0;
-
-    memset(p, 0, sizeof(*p));
-    p->out_fd = -1;
-    if (pipe(fds))
-        return -1;
-    p->pid = fork();
-    if (p->pid < 0)
-        return -1;
-    if (p->pid == 0) {
-        const char *av[64];
-        int n = 0;
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        av[n++] = fidelity_bin();
-        for (int i = 0; argv[i] && n < 63; i++)
-            av[n++] = argv[i];
-        av[n] = NULL;
-        close(fds[0]);
-        dup2(fds[1], 1);
-        int in = open("/dev/null", O_RDONLY);
-        dup2(in, 0);
-        if (err_path) {
-            int e = open(err_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-            if (e >= 0)
-                dup2(e, 2);
-        }
-        execv(av[0], (char *const *)av);
-        _exit(127);
-    }
-    close(fds[1]);
-    p->out_fd = fds[0];
-    for (;;) {
-        struct pollfd pfd = {.fd = p->out_fd, .events = POLLIN};
-        if (poll(&pfd, 1, 10000) <= 0)
-            break;
-        if (read(p->out_fd, line + len, 1) <= 0)
-            break;
-        if (line[len] == '\n' || len + 2 >= sizeof(line)) {
-            line[len] = '\0';
-            const char *u = strstr(line, "http://");
-            const char *colon = u ? strchr(u + 7, ':') : NULL;
-            if (colon)
-                p->port = atoi(colon + 1);
-            if (p->port > 0)
-                return 0;
-            break;
-        }
-        len++;
-    }
-    proc_stop(p);
-    return -1;
+    return proc_start_err(p, argv, err_path);
 }
 
 int rec_start_record(struct proc *p, const char *upstream, const char *db,

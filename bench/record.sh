@@ -33,7 +33,11 @@ make -s fidelity >/dev/null
 tmp=$(mktemp -d)
 pids=""
 cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    # start_server runs in a command substitution (a subshell): its
+    # servers' pids are in $tmp/pids, not in $pids
+    for p in $pids $(cat "$tmp/pids" 2>/dev/null); do
+        kill "$p" 2>/dev/null || true
+    done
     [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
     sleep 0.3
     rm -rf "$tmp"
@@ -49,7 +53,7 @@ freeport() {
 start_server() {
     out=$1; shift
     "$@" >"$out" 2>"$out.err" &
-    pids="$pids $!"
+    echo $! >>"$tmp/pids"
     for _ in $(seq 100); do
         if grep -q "listening on" "$out" 2>/dev/null; then
             # the first URL on the line (record prints two)
@@ -179,7 +183,7 @@ SLOW=$(start_server "$tmp/slow.out" ./fidelity sim --listen 127.0.0.1:0 \
     --token-interval-ms 500)
 REC2=$(start_server "$tmp/rec2.out" ./fidelity record --listen 127.0.0.1:0 \
     --upstream "http://127.0.0.1:$SLOW" --db "$tmp/streams.db")
-REC2_PID=$(echo $pids | awk '{print $NF}')
+REC2_PID=$(tail -n 1 "$tmp/pids")
 python3 - "$REC2" "$STREAMS" "$REC2_PID" <<'EOF'
 import asyncio, sys
 port, n, pid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

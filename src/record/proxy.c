@@ -11,6 +11,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/event_struct.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
@@ -78,7 +79,8 @@ struct record {
 };
 
 struct sock {
-    struct event *ev;
+    struct event ev; /* embedded: reassigned, never reallocated */
+    short kind;      /* what ev waits for; 0: not added yet */
 };
 
 enum ex_state { EX_ACTIVE, EX_CLOSING };
@@ -226,7 +228,7 @@ static int curl_sock_cb(CURL *easy, curl_socket_t s, int what, void *userp,
     (void)easy;
     if (what == CURL_POLL_REMOVE) {
         if (sk) {
-            event_free(sk->ev);
+            event_del(&sk->ev);
             free(sk);
             curl_multi_assign(r->multi, s, NULL);
         }
@@ -237,11 +239,14 @@ static int curl_sock_cb(CURL *easy, curl_socket_t s, int what, void *userp,
     if (!sk) {
         sk = xcalloc(1, sizeof(*sk));
         curl_multi_assign(r->multi, s, sk);
+    } else if (sk->kind == kind) {
+        return 0; /* already waiting for that */
     } else {
-        event_free(sk->ev);
+        event_del(&sk->ev);
     }
-    sk->ev = event_new(r->base, s, kind, on_sock_event, r);
-    event_add(sk->ev, NULL);
+    event_assign(&sk->ev, r->base, s, kind, on_sock_event, r);
+    event_add(&sk->ev, NULL);
+    sk->kind = kind;
     return 0;
 }
 
@@ -370,10 +375,22 @@ static void start_reply(struct ex *e)
     evhttp_send_reply_start(e->req, e->status ? e->status : 200, e->reason);
 }
 
+/* At the end of the upstream's headers. A sized body's status line and
+ * headers wait for its first forwarded byte, or for complete() when the
+ * whole body is held: they then leave in the same write as the body (one
+ * writev and one segment instead of two per small JSON reply). A stream's
+ * go at once. */
+static void start_reply_unless_sized(struct ex *e)
+{
+    if (e->content_length < 0)
+        start_reply(e);
+}
+
 static void send_now(struct ex *e, const char *p, size_t n)
 {
     if (!n)
         return;
+    start_reply(e);
     evbuffer_add(e->chunk, p, n);
     evhttp_send_reply_chunk(e->req, e->chunk);
     if (!e->down_first)
@@ -429,7 +446,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     if (!len) {
         if (e->status >= 200 && !e->headers_done) {
             e->headers_done = true;
-            start_reply(e);
+            start_reply_unless_sized(e);
         }
         return sz * n;
     }
@@ -477,7 +494,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud)
         return 0; /* aborts the transfer */
     if (!e->headers_done) {
         e->headers_done = true;
-        start_reply(e);
+        start_reply_unless_sized(e);
     }
     if (!e->up_first)
         e->up_first = now_ms() - e->t0;
@@ -618,10 +635,11 @@ static void complete(struct record *r, struct ex *e)
         send_now(e, e->held.data, e->held.len);
         evhttp_send_reply_end(e->req);
         ex_free(e);
-    } else if (!e->reply_started) {
+    } else if (!e->headers_done) {
         reply_error(e, e->x.end);
         ex_free(e);
-    } else {
+    } else { /* the status line and headers, then the close */
+        start_reply(e);
         close_after_drain(r, e);
     }
 }
@@ -1049,7 +1067,16 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    r->base = event_base_new();
+    /* The epoll changelist folds the enable/disable pairs evhttp and the
+     * curl socket callback make within one loop pass into at most one
+     * epoll_ctl per descriptor (libevent retries a MOD on a descriptor that
+     * was closed and reopened as an ADD). */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+        r->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
     r->multi = curl_multi_init();
     r->cache = xchg_cache_new();
     r->cls = classify_new();

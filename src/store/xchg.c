@@ -85,7 +85,18 @@ struct xchg_cache {
     sqlite3_stmt *st[STMT_SLOTS];
     z_stream zs; /* reused: deflateInit costs more than small inputs */
     bool zs_ready;
+    /* Blob hashes known to be committed (open addressing, 0 = empty), so a
+     * session re-sending its history skips a SELECT per message. Hashes
+     * seen inside the open transaction wait in pend until its COMMIT; an
+     * exchange rolled back to its savepoint drops its own. */
+    uint64_t *known;
+    size_t known_cap, known_n;
+    uint64_t *pend;
+    size_t pend_n, pend_cap;
 };
+
+#define KNOWN_MIN 1024
+#define KNOWN_MAX ((size_t)1 << 18)
 
 void xchg_init(struct xchg *x)
 {
@@ -127,6 +138,8 @@ void xchg_cache_free(struct xchg_cache *c)
         free(c->e[i].h);
     if (c->zs_ready)
         deflateEnd(&c->zs);
+    free(c->known);
+    free(c->pend);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
@@ -283,6 +296,54 @@ static char *canonical(const json_t *v, size_t *len)
     return s;
 }
 
+static bool known_has(const struct xchg_cache *c, uint64_t h)
+{
+    if (!c || !c->known || !h)
+        return false;
+    for (size_t i = h & (c->known_cap - 1);; i = (i + 1) & (c->known_cap - 1)) {
+        if (c->known[i] == h)
+            return true;
+        if (!c->known[i])
+            return false;
+    }
+}
+
+static void known_add(struct xchg_cache *c, uint64_t h)
+{
+    if (!h || known_has(c, h))
+        return;
+    if ((c->known_n + 1) * 4 > c->known_cap * 3) {
+        size_t old_cap = c->known_cap;
+        uint64_t *old = c->known;
+        /* a full table at the largest size starts over: it is a cache */
+        c->known_cap = !old_cap               ? KNOWN_MIN
+                       : old_cap >= KNOWN_MAX ? old_cap
+                                              : old_cap * 2;
+        c->known = xcalloc(c->known_cap, sizeof(*c->known));
+        c->known_n = 0;
+        for (size_t i = 0; old_cap < KNOWN_MAX && i < old_cap; i++)
+            if (old[i])
+                known_add(c, old[i]);
+        free(old);
+    }
+    size_t i = h & (c->known_cap - 1);
+    while (c->known[i])
+        i = (i + 1) & (c->known_cap - 1);
+    c->known[i] = h;
+    c->known_n++;
+}
+
+static void pend_add(struct xchg_cache *c, uint64_t h)
+{
+    if (!c)
+        return;
+    if (c->pend_n == c->pend_cap) {
+        c->pend_cap = c->pend_cap ? c->pend_cap * 2 : 64;
+        c->pend = xrealloc(c->pend, c->pend_cap * sizeof(*c->pend));
+    }
+    c->pend[c->pend_n++] = h;
+}
+
 static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
                     const json_t *v, int64_t *hash, struct diag *d)
 {
@@ -293,6 +354,10 @@ static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     int rc = -EIO;
 
     *hash = h;
+    if (known_has(c, (uint64_t)h)) {
+        rc = 0;
+        goto out;
+    }
     if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
@@ -301,6 +366,7 @@ static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     st = NULL;
     if (step == SQLITE_ROW) {
         rc = 0;
+        pend_add(c, (uint64_t)h);
         goto out;
     }
     if (step != SQLITE_DONE)
@@ -318,8 +384,10 @@ static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     sqlite3_bind_int64(st, 3, (sqlite3_int64)len);
     sqlite3_bind_int(st, 4, zip);
     sqlite3_bind_blob(st, 5, z, (int)zlen, free);
-    if (sqlite3_step(st) == SQLITE_DONE)
+    if (sqlite3_step(st) == SQLITE_DONE) {
         rc = 0;
+        pend_add(c, (uint64_t)h);
+    }
 out:
     if (rc)
         sql_fail(db, d, "cannot store a message");
@@ -609,6 +677,22 @@ static void run_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
     unprep(c, st);
 }
 
+static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
+static const char SQL_COMMIT[] = "COMMIT";
+
+/* Like run_stmt, with sqlite3_step's result: BEGIN and COMMIT run once per
+ * batch, and a batch under load is often one or two exchanges, so their
+ * parsing (sqlite3_exec) was a visible part of storing one. */
+static int step_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = prep(c, db, sql);
+    if (!st)
+        return SQLITE_ERROR;
+    int rc = sqlite3_step(st);
+    unprep(c, st);
+    return rc;
+}
+
 static void cache_clear(struct xchg_cache *c)
 {
     for (int i = 0; i < CACHE_SLOTS; i++) {
@@ -642,24 +726,32 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     struct row_req *rr = xcalloc(n ? n : 1, sizeof(*rr));
     int rc = 0;
 
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    c->pend_n = 0;
+    if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
     for (size_t i = 0; i < n; i++) {
+        size_t mark = c->pend_n;
         run_stmt(c, db, SQL_SAVEPOINT);
         rcs[i] = put_one(db, c, xs[i], &rr[i], d);
-        if (rcs[i])
+        if (rcs[i]) {
             run_stmt(c, db, SQL_ROLLBACK_TO);
+            c->pend_n = mark; /* its blobs went with it */
+        }
         run_stmt(c, db, SQL_RELEASE);
     }
-    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot commit exchanges");
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
         /* lists read inside the lost transaction may name lost rows */
         cache_clear(c);
+        c->pend_n = 0;
         goto fail_all;
     }
+    for (size_t i = 0; i < c->pend_n; i++)
+        known_add(c, c->pend[i]);
+    c->pend_n = 0;
     for (size_t i = 0; i < n; i++) {
         if (!rcs[i] && rr[i].h) {
             cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);

@@ -29,6 +29,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "http/method.h"
 #include "record/classify.h"
 #include "record/record.h"
 #include "record/reply.h"
@@ -317,31 +318,6 @@ static void take_req_headers(struct ex *e)
         e->hdrs = curl_slist_append(e->hdrs, "Accept:");
     if (!has_ctype)
         e->hdrs = curl_slist_append(e->hdrs, "Content-Type:");
-}
-
-static const char *method_name(enum evhttp_cmd_type t)
-{
-    switch (t) {
-    case EVHTTP_REQ_GET:
-        return "GET";
-    case EVHTTP_REQ_POST:
-        return "POST";
-    case EVHTTP_REQ_HEAD:
-        return "HEAD";
-    case EVHTTP_REQ_PUT:
-        return "PUT";
-    case EVHTTP_REQ_DELETE:
-        return "DELETE";
-    case EVHTTP_REQ_OPTIONS:
-        return "OPTIONS";
-    case EVHTTP_REQ_TRACE:
-        return "TRACE";
-    case EVHTTP_REQ_CONNECT:
-        return "CONNECT";
-    case EVHTTP_REQ_PATCH:
-        return "PATCH";
-    }
-    return "GET";
 }
 
 /* ---- client side ---- */
@@ -943,7 +919,7 @@ static void setup_easy(struct record *r, struct ex *e)
     }
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_POST &&
         cmd != EVHTTP_REQ_HEAD)
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method_name(cmd));
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, http_method_name(cmd));
     else if (cmd == EVHTTP_REQ_GET && e->body.len)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
 }
@@ -971,7 +947,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     e->last_event_ms = -1;
     xchg_init(&e->x);
     e->x.started = wall_s();
-    e->x.method = xstrdup(method_name(evhttp_request_get_command(req)));
+    e->x.method = xstrdup(http_method_name(evhttp_request_get_command(req)));
     e->x.path = redact_path(uri);
     size_t n = evbuffer_get_length(in);
     buf_grow(&e->body, n);

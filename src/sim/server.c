@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include "core/xalloc.h"
+#include "http/method.h"
 #include "sim/sim.h"
 
 struct server {
@@ -184,28 +185,6 @@ static void on_batch(evutil_socket_t fd, short what, void *arg)
     free(list);
 }
 
-static const char *method_name(enum evhttp_cmd_type t)
-{
-    switch (t) {
-    case EVHTTP_REQ_GET:
-        return "GET";
-    case EVHTTP_REQ_POST:
-        return "POST";
-    case EVHTTP_REQ_HEAD:
-        return "HEAD";
-    case EVHTTP_REQ_PUT:
-        return "PUT";
-    case EVHTTP_REQ_DELETE:
-        return "DELETE";
-    case EVHTTP_REQ_OPTIONS:
-        return "OPTIONS";
-    case EVHTTP_REQ_PATCH:
-        return "PATCH";
-    default:
-        return "OTHER";
-    }
-}
-
 static void on_request(struct evhttp_request *req, void *arg)
 {
     struct server *srv = arg;
@@ -214,7 +193,8 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     o->srv = srv;
     o->req = req;
-    snprintf(o->method, 15, "%s", method_name(evhttp_request_get_command(req)));
+    snprintf(o->method, 15, "%s",
+             http_method_name(evhttp_request_get_command(req)));
     o->path = xstrdup(path && *path ? path : "/");
     o->len = evbuffer_get_length(in);
     o->body = xmalloc(o->len + 1);

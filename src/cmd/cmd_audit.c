@@ -14,6 +14,7 @@
 #include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "cmd/recorded.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 #include "store/store.h"
@@ -67,7 +68,8 @@ const char CMD_AUDIT_HELP[] =
     "      --tokenize-url http://127.0.0.1:8000/tokenize --json audit.json\n";
 
 struct audit_args {
-    const char *db, *spill, *session, *profile, *tokenize_url, *json;
+    struct recorded_args rec; /* --db, --spill, --json */
+    const char *session, *profile, *tokenize_url;
     int fail_on; /* enum audit_sev, or 3 for never */
     struct audit_opts o;
 };
@@ -75,8 +77,7 @@ struct audit_args {
 static int parse(int argc, char **argv, struct audit_args *a)
 {
     static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"spill", required_argument, NULL, 'S'},
+        RECORDED_LONGOPTS,
         {"session", required_argument, NULL, 's'},
         {"expect", required_argument, NULL, 'e'},
         {"profile", required_argument, NULL, 'p'},
@@ -84,7 +85,6 @@ static int parse(int argc, char **argv, struct audit_args *a)
         {"context-length", required_argument, NULL, 'c'},
         {"tokenize-url", required_argument, NULL, 't'},
         {"fail-on", required_argument, NULL, 'f'},
-        {"json", required_argument, NULL, 'j'},
         {NULL, 0, NULL, 0},
     };
     struct diag d;
@@ -93,13 +93,9 @@ static int parse(int argc, char **argv, struct audit_args *a)
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        if (recorded_take_opt(&a->rec, c, optarg))
+            continue;
         switch (c) {
-        case 'd':
-            a->db = optarg;
-            break;
-        case 'S':
-            a->spill = optarg;
-            break;
         case 's':
             a->session = optarg;
             break;
@@ -108,9 +104,6 @@ static int parse(int argc, char **argv, struct audit_args *a)
             break;
         case 't':
             a->tokenize_url = optarg;
-            break;
-        case 'j':
-            a->json = optarg;
             break;
         case 'e':
             if (audit_expect_add(a->o.expect, optarg, &d))
@@ -296,11 +289,12 @@ static json_t *report_json(const struct audit_args *a,
     return json_pack(
         "{s:i, s:s, s:s?, s:{s:O, s:s, s:I, s:b}, s:o, s:{s:I, s:I, s:I}, "
         "s:o, s:o}",
-        "version", 1, "db", a->db, "spill", a->spill, "options", "expect",
-        a->o.expect, "reasoning_policy", audit_policy_name(a->o.policy),
-        "context_length", (json_int_t)a->o.context_length, "tokenize",
-        a->tokenize_url != NULL, "thresholds", thresholds_json(&a->o.th),
-        "counts", "error", (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
+        "version", 1, "db", a->rec.db, "spill", a->rec.spill, "options",
+        "expect", a->o.expect, "reasoning_policy",
+        audit_policy_name(a->o.policy), "context_length",
+        (json_int_t)a->o.context_length, "tokenize", a->tokenize_url != NULL,
+        "thresholds", thresholds_json(&a->o.th), "counts", "error",
+        (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
         (json_int_t)(audit_list_count(l, AUDIT_WARN) -
                      audit_list_count(l, AUDIT_ERROR)),
         "info", (json_int_t)(l->n - audit_list_count(l, AUDIT_WARN)),
@@ -315,19 +309,8 @@ static int run(struct audit_args *a)
     int rc;
     audit_set_init(&set);
     audit_list_init(&l);
-    rc = audit_load_paths(a->db, a->spill, a->session, &set, &d);
-    if (rc) {
-        rc = cli_error("audit", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
-                       "%s", d.msg);
+    if ((rc = recorded_load("audit", &a->rec, a->session, &set)))
         goto out;
-    }
-    if (a->session && !set.n) {
-        rc = cli_usage_error("audit",
-                             "no session '%s' in '%s'; see "
-                             "'fidelity sessions --db %s'",
-                             a->session, a->db, a->db);
-        goto out;
-    }
     if (a->tokenize_url && (rc = tokenize_all(a, &set)))
         goto out;
     audit_run(&set, &a->o, &l);
@@ -336,16 +319,16 @@ static int run(struct audit_args *a)
         order[i] = set.s[i].id;
     audit_list_sort(&l, order, set.n);
     free(order);
-    if (a->json) {
+    if (a->rec.json) {
         json_t *j = report_json(a, &set, &l);
-        rc = cli_json_write(j, a->json, &d);
+        rc = cli_json_write(j, a->rec.json, &d);
         json_decref(j);
         if (rc) {
             rc = cli_error("audit", EXIT_INTERNAL, "%s", d.msg);
             goto out;
         }
     }
-    if (!a->json || strcmp(a->json, "-"))
+    if (!a->rec.json || strcmp(a->rec.json, "-"))
         print_human(&set, &l);
     rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
              ? EXIT_FAIL
@@ -358,8 +341,9 @@ out:
 
 int cmd_audit(int argc, char **argv)
 {
-    struct audit_args a = {.db = store_default_path(), .fail_on = AUDIT_WARN};
+    struct audit_args a = {.fail_on = AUDIT_WARN};
     int rc;
+    recorded_args_init(&a.rec);
     audit_opts_init(&a.o);
     a.o.expect = json_object();
     rc = parse(argc, argv, &a);

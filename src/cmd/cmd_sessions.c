@@ -12,6 +12,7 @@
 #include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "cmd/recorded.h"
 #include "core/buf.h"
 #include "store/store.h"
 
@@ -89,12 +90,10 @@ static void print_table(json_t *rows)
 int cmd_sessions(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"spill", required_argument, NULL, 'S'},
-        {"json", required_argument, NULL, 'j'},
+        RECORDED_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    const char *db = store_default_path(), *spill = NULL, *json = NULL;
+    struct recorded_args a;
     struct audit_set set;
     struct audit_list l;
     struct audit_opts o;
@@ -102,14 +101,9 @@ int cmd_sessions(int argc, char **argv)
     int c, rc;
     opterr = 0;
     optind = 1;
+    recorded_args_init(&a);
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        if (c == 'd')
-            db = optarg;
-        else if (c == 'S')
-            spill = optarg;
-        else if (c == 'j')
-            json = optarg;
-        else
+        if (!recorded_take_opt(&a, c, optarg))
             return cli_bad_option("sessions", c, argv);
     }
     if (optind < argc)
@@ -118,25 +112,21 @@ int cmd_sessions(int argc, char **argv)
     audit_set_init(&set);
     audit_list_init(&l);
     audit_opts_init(&o);
-    rc = audit_load_paths(db, spill, NULL, &set, &d);
-    if (rc) {
-        rc = cli_error("sessions", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
-                       "%s", d.msg);
+    if ((rc = recorded_load("sessions", &a, NULL, &set)))
         goto out;
-    }
     audit_run(&set, &o, &l);
     json_t *rows = json_array();
     for (size_t i = 0; i < set.n; i++)
         json_array_append_new(rows, audit_session_json(&set.s[i], &l));
-    if (json) {
-        json_t *j = json_pack("{s:i, s:s, s:O}", "version", 1, "db", db,
+    if (a.json) {
+        json_t *j = json_pack("{s:i, s:s, s:O}", "version", 1, "db", a.db,
                               "sessions", rows);
-        rc = cli_json_write(j, json, &d)
+        rc = cli_json_write(j, a.json, &d)
                  ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;
         json_decref(j);
     }
-    if (!json || strcmp(json, "-"))
+    if (!a.json || strcmp(a.json, "-"))
         print_table(rows);
     json_decref(rows);
 out:

@@ -13,6 +13,7 @@
 #include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "cmd/recorded.h"
 #include "store/store.h"
 
 const char CMD_SHOW_HELP[] =
@@ -75,12 +76,10 @@ static void print_session(const struct audit_session *s, json_t *turns,
 int cmd_show(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"spill", required_argument, NULL, 'S'},
-        {"json", required_argument, NULL, 'j'},
+        RECORDED_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    const char *db = store_default_path(), *spill = NULL, *json = NULL;
+    struct recorded_args a;
     const char *id = NULL;
     struct audit_set set;
     struct audit_list l;
@@ -89,14 +88,9 @@ int cmd_show(int argc, char **argv)
     int c, rc;
     opterr = 0;
     optind = 1;
+    recorded_args_init(&a);
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        if (c == 'd')
-            db = optarg;
-        else if (c == 'S')
-            spill = optarg;
-        else if (c == 'j')
-            json = optarg;
-        else
+        if (!recorded_take_opt(&a, c, optarg))
             return cli_bad_option("show", c, argv);
     }
     if (optind != argc - 1)
@@ -106,33 +100,22 @@ int cmd_show(int argc, char **argv)
     audit_set_init(&set);
     audit_list_init(&l);
     audit_opts_init(&o);
-    rc = audit_load_paths(db, spill, id, &set, &d);
-    if (rc) {
-        rc = cli_error("show", rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
-                       d.msg);
+    if ((rc = recorded_load("show", &a, id, &set)))
         goto out;
-    }
-    if (!set.n) {
-        rc = cli_usage_error("show",
-                             "no session '%s' in '%s'; see "
-                             "'fidelity sessions --db %s'",
-                             id, db, db);
-        goto out;
-    }
     audit_run(&set, &o, &l);
     json_t *turns = audit_session_turns(&set.s[0]);
-    if (json) {
+    if (a.json) {
         json_t *f = json_array();
         for (size_t i = 0; i < l.n; i++)
             json_array_append_new(f, audit_finding_json(&l.v[i]));
         json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
                               id, "turns", turns, "findings", f);
-        rc = cli_json_write(j, json, &d)
+        rc = cli_json_write(j, a.json, &d)
                  ? cli_error("show", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;
         json_decref(j);
     }
-    if (!json || strcmp(json, "-"))
+    if (!a.json || strcmp(a.json, "-"))
         print_session(&set.s[0], turns, &l);
     json_decref(turns);
 out:

@@ -1,0 +1,46 @@
+/*
+ * recorded: the options and the loading that `audit`, `sessions` and `show`
+ * share (recorded.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+
+#include "cmd/cmd.h"
+#include "cmd/recorded.h"
+#include "store/store.h"
+
+void recorded_args_init(struct recorded_args *a)
+{
+    a->db = store_default_path();
+    a->spill = NULL;
+    a->json = NULL;
+}
+
+bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
+{
+    if (c == 'd')
+        a->db = optarg_;
+    else if (c == 'S')
+        a->spill = optarg_;
+    else if (c == 'j')
+        a->json = optarg_;
+    else
+        return false;
+    return true;
+}
+
+int recorded_load(const char *cmd, const struct recorded_args *a,
+                  const char *session, struct audit_set *set)
+{
+    struct diag d;
+    int rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    if (rc)
+        return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
+                         d.msg);
+    if (session && !set->n)
+        return cli_usage_error(cmd,
+                               "no session '%s' in '%s'; see "
+                               "'fidelity sessions --db %s'",
+                               session, a->db, a->db);
+    return 0;
+}

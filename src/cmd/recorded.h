@@ -1,0 +1,34 @@
+/*
+ * recorded: what `audit`, `sessions` and `show` share: their --db, --spill
+ * and --json options and loading what `record` stored into an audit_set,
+ * with the one error message each failure gets.
+ */
+#ifndef CMD_RECORDED_H
+#define CMD_RECORDED_H
+
+#include "audit/audit.h"
+
+struct recorded_args {
+    const char *db; /* default: $FIDELITY_DB or fidelity.db */
+    const char *spill;
+    const char *json;
+};
+
+void recorded_args_init(struct recorded_args *a);
+/* Takes getopt_long's result c if it is one of the options above
+ * ('d' --db, 'S' --spill, 'j' --json): true when taken. */
+bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_);
+/* Loads a->db and a->spill (only session when not NULL) into an initialised
+ * set. 0, or the exit code after the error was printed: usage for a store
+ * that does not exist or a session that is not in it, internal otherwise. */
+int recorded_load(const char *cmd, const struct recorded_args *a,
+                  const char *session, struct audit_set *set);
+
+#define RECORDED_LONGOPTS                                                      \
+    {"db", required_argument, NULL, 'd'},                                      \
+        {"spill", required_argument, NULL, 'S'},                               \
+    {                                                                          \
+        "json", required_argument, NULL, 'j'                                   \
+    }
+
+#endif

@@ -13,6 +13,7 @@
 #include "core/buf.h"
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "store/jdump.h"
 
 #define TASK_PROMPTS_MAX 4096
 
@@ -249,10 +250,13 @@ char *classify_session(const json_t *headers, const json_t *body)
     const json_t *user = first_with_role(msgs, "user");
     json_array_append(key, sys ? (json_t *)sys : json_null());
     json_array_append(key, user ? (json_t *)user : json_null());
-    char *s = json_dumps(key, JSON_COMPACT | JSON_SORT_KEYS);
+    size_t len = 0;
+    char *s = jdump_str(key, true, &len); /* json_dumps' canonical text */
     json_decref(key);
+    if (!s)
+        abort(); /* values parsed by jansson always dump */
     char hex[17];
-    hash_hex(hash64(s, strlen(s), 0), hex);
+    hash_hex(hash64(s, len, 0), hex);
     free(s);
     return xasprintf("p:%s", hex);
 }

@@ -18,6 +18,7 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "store/jdump.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -244,19 +245,27 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
     return Z_OK;
 }
 
+/* Values shorter than this are stored as they are: deflate costs about 78k
+ * instructions per call whatever the input (building the block's Huffman
+ * trees), which was a quarter of the writer's work on a small exchange,
+ * to save a few hundred bytes (docs/PERFORMANCE.md, "writer"). */
+#define PACK_MIN 1024
+
 static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
                  size_t *out_len, int *zip)
 {
+    if (len < PACK_MIN)
+        goto raw;
     uLongf zlen = compressBound((uLong)len);
     unsigned char *z = xmalloc(zlen ? zlen : 1);
-    if (len > 32 && deflate_with(c, data, len, z, &zlen) == Z_OK &&
-        zlen < len) {
+    if (deflate_with(c, data, len, z, &zlen) == Z_OK && zlen < len) {
         *out = z;
         *out_len = zlen;
         *zip = 1;
         return;
     }
     free(z);
+raw:
     *out = xmalloc(len + 1);
     memcpy(*out, data, len);
     *out_len = len;
@@ -287,12 +296,13 @@ static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 
 /* ---- blobs ---- */
 
+/* json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY), the
+ * text a blob is addressed by (store/jdump.h) */
 static char *canonical(const json_t *v, size_t *len)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char *s = jdump_str(v, true, len);
     if (!s)
-        abort(); /* jansson fails here only when out of memory */
-    *len = strlen(s);
+        abort(); /* values parsed by jansson always dump */
     return s;
 }
 
@@ -582,9 +592,10 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
 
 static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    size_t len = 0;
+    char *s = j ? jdump_str(j, false, &len) : NULL;
     if (s)
-        sqlite3_bind_text(st, i, s, -1, free);
+        sqlite3_bind_text(st, i, s, (int)len, free);
     else
         sqlite3_bind_null(st, i);
 }

@@ -32,7 +32,8 @@ struct upstream {
     atomic_int requests;
     atomic_int live; /* connection threads running */
     pthread_mutex_t lock;
-    int conns[256]; /* open connection sockets, -1 when free */
+    int conns[256];  /* open connection sockets, -1 when free */
+    struct buf last; /* the raw bytes of the last request (under lock) */
 };
 
 static const char *const SSE_EVENTS[] = {
@@ -125,6 +126,10 @@ static int serve(struct upstream *u, int fd, const char *path, const char *raw,
     size_t n;
     char *body;
     atomic_fetch_add(&u->requests, 1);
+    pthread_mutex_lock(&u->lock);
+    buf_reset(&u->last);
+    buf_add(&u->last, raw, raw_len);
+    pthread_mutex_unlock(&u->lock);
     if (!strncmp(path, "/json", 5) || !strncmp(path, "/big", 4)) {
         body = upstream_body(!strncmp(path, "/json", 5) ? "/json" : "/big", &n);
         int rc = send_sized(fd, "application/json", body, n);
@@ -281,6 +286,16 @@ int upstream_requests(struct upstream *u)
     return atomic_load(&u->requests);
 }
 
+char *upstream_last_request(struct upstream *u, size_t *len)
+{
+    pthread_mutex_lock(&u->lock);
+    char *s = xmalloc(u->last.len + 1);
+    memcpy(s, buf_str(&u->last), u->last.len + 1);
+    *len = u->last.len;
+    pthread_mutex_unlock(&u->lock);
+    return s;
+}
+
 void upstream_stop(struct upstream *u)
 {
     if (!u)
@@ -298,5 +313,6 @@ void upstream_stop(struct upstream *u)
     if (atomic_load(&u->live) > 0)
         return; /* a thread is stuck: leak rather than free under it */
     pthread_mutex_destroy(&u->lock);
+    buf_release(&u->last);
     free(u);
 }

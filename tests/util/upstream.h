@@ -26,6 +26,9 @@ void upstream_stop(struct upstream *u);
 int upstream_peer_gone(struct upstream *u);
 /* How many requests it served. */
 int upstream_requests(struct upstream *u);
+/* The raw bytes (request line, headers, body) of the last request it
+ * served. Fresh, caller frees. */
+char *upstream_last_request(struct upstream *u, size_t *len);
 /* The exact body bytes the route sends (for /json, /sse, /big; for /reset
  * the bytes sent before the close). Fresh, caller frees. */
 char *upstream_body(const char *route, size_t *len);

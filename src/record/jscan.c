@@ -7,6 +7,8 @@
 #include "record/jscan.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct scan {
@@ -277,6 +279,56 @@ int jscan_doc(const char *str, size_t n, struct jspan *v)
     return s.p == s.end ? 0 : -1;
 }
 
+/* Past the value at s->p inside a span jscan_doc validated: strings by
+ * their closing quote, containers by bracket depth, scalars by their
+ * delimiter. Fills v like scan_value. */
+static void skip_valid(struct scan *s, struct jspan *v)
+{
+    const char *start = s->p;
+    char c = *s->p;
+    v->esc = false;
+    if (c == '"') {
+        s->p++;
+        for (;;) {
+            const char *q = memchr(s->p, '"', (size_t)(s->end - s->p));
+            size_t bs = 0;
+            while (q - bs > s->p && q[-1 - (ptrdiff_t)bs] == '\\')
+                bs++;
+            if (memchr(s->p, '\\', (size_t)(q - s->p)))
+                v->esc = true;
+            s->p = q + 1;
+            if (!(bs & 1))
+                break;
+        }
+        v->t = JS_STRING;
+    } else if (c == '{' || c == '[') {
+        int depth = 0;
+        do {
+            c = *s->p++;
+            if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                depth--;
+            } else if (c == '"') {
+                struct jspan str;
+                s->p--;
+                skip_valid(s, &str);
+            }
+        } while (depth);
+        v->t = start[0] == '{' ? JS_OBJECT : JS_ARRAY;
+    } else {
+        while (s->p < s->end && *s->p != ',' && *s->p != '}' && *s->p != ']' &&
+               *s->p != ' ' && *s->p != '\n' && *s->p != '\r' && *s->p != '\t')
+            s->p++;
+        v->t = c == 't'   ? JS_TRUE
+               : c == 'f' ? JS_FALSE
+               : c == 'n' ? JS_NULL
+                          : JS_NUMBER;
+    }
+    v->p = start;
+    v->n = (size_t)(s->p - start);
+}
+
 int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
                   struct jspan *out)
 {
@@ -290,12 +342,13 @@ int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
         skip_ws(&s);
         if (s.p >= s.end)
             return 0;
-        if (scan_string(&s, &k) || k.esc)
+        skip_valid(&s, &k);
+        if (k.esc)
             return -1;
         skip_ws(&s);
         s.p++; /* ':' (validated) */
-        if (scan_value(&s, &val, 1))
-            return -1;
+        skip_ws(&s);
+        skip_valid(&s, &val);
         for (size_t i = 0; i < nk; i++) {
             size_t kl = strlen(keys[i]);
             if (k.n == kl + 2 && !memcmp(k.p + 1, keys[i], kl))
@@ -318,8 +371,7 @@ int jscan_index(const struct jspan *arr, size_t i, struct jspan *out)
         skip_ws(&s);
         if (s.p >= s.end)
             return 0;
-        if (scan_value(&s, &val, 1))
-            return -1;
+        skip_valid(&s, &val);
         if (k == i) {
             *out = val;
             return 0;
@@ -401,4 +453,101 @@ int jscan_str(const struct jspan *v, struct buf *b)
     b->len += n;
     b->data[b->len] = '\0';
     return 0;
+}
+
+static json_t *build(struct scan *s);
+
+static json_t *build_string(const struct jspan *v)
+{
+    if (!v->esc)
+        return json_stringn_nocheck(v->p + 1, v->n - 2);
+    struct buf b = BUF_INIT;
+    jscan_str(v, &b);
+    json_t *j = json_stringn_nocheck(b.data ? b.data : "", b.len);
+    buf_release(&b);
+    return j;
+}
+
+/* A number as jansson reads it: integers with strtoll, the rest with
+ * strtod (no exponent and at most 18 integer digits: no overflow). */
+static json_t *build_number(const struct jspan *v)
+{
+    char tmp[64];
+    char *t = v->n < sizeof(tmp) ? tmp : malloc(v->n + 1);
+    if (!t)
+        abort();
+    memcpy(t, v->p, v->n);
+    t[v->n] = '\0';
+    json_t *j = memchr(v->p, '.', v->n)
+                    ? json_real(strtod(t, NULL))
+                    : json_integer((json_int_t)strtoll(t, NULL, 10));
+    if (t != tmp)
+        free(t);
+    return j;
+}
+
+static json_t *build_container(struct scan *s, bool obj)
+{
+    json_t *j = obj ? json_object() : json_array();
+    s->p++;
+    for (;;) {
+        skip_ws(s);
+        if (*s->p == ']' || *s->p == '}') {
+            s->p++;
+            return j;
+        }
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (!obj) {
+            json_array_append_new(j, build(s));
+            continue;
+        }
+        struct jspan k;
+        skip_valid(s, &k);
+        skip_ws(s);
+        s->p++; /* ':' */
+        json_t *v = build(s);
+        if (!k.esc) {
+            json_object_setn_new_nocheck(j, k.p + 1, k.n - 2, v);
+        } else {
+            struct buf b = BUF_INIT;
+            jscan_str(&k, &b);
+            json_object_setn_new_nocheck(j, b.data ? b.data : "", b.len, v);
+            buf_release(&b);
+        }
+    }
+}
+
+static json_t *build(struct scan *s)
+{
+    struct jspan v;
+    skip_ws(s);
+    switch (*s->p) {
+    case '{':
+        return build_container(s, true);
+    case '[':
+        return build_container(s, false);
+    default:
+        skip_valid(s, &v);
+        switch (v.t) {
+        case JS_STRING:
+            return build_string(&v);
+        case JS_NUMBER:
+            return build_number(&v);
+        case JS_TRUE:
+            return json_true();
+        case JS_FALSE:
+            return json_false();
+        default:
+            return json_null();
+        }
+    }
+}
+
+json_t *jscan_json(const struct jspan *v)
+{
+    struct scan s = {v->p, v->p + v->n};
+    return build(&s);
 }

@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "core/buf.h"
 
 #define JSCAN_MAX_DEPTH 64
@@ -50,6 +52,9 @@ int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
                   struct jspan *out);
 /* Element i of an array span (t == JS_NONE when out of range). 0 or -1. */
 int jscan_index(const struct jspan *arr, size_t i, struct jspan *out);
+/* A span of a document jscan_doc accepted as the jansson value json_loadb
+ * would have built for it (new reference). */
+json_t *jscan_json(const struct jspan *v);
 /* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
 int jscan_str(const struct jspan *s, struct buf *b);
 

@@ -173,7 +173,7 @@ static int scan_reply(const char *data, size_t len, const char *msg_key,
 /* A validated span as a jansson value (new reference). */
 static json_t *span_json(const struct jspan *v)
 {
-    return json_loadb(v->p, v->n, JSON_DECODE_ANY, NULL);
+    return jscan_json(v);
 }
 
 static void span_str(struct buf *b, const struct jspan *v)

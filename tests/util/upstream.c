@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
@@ -60,10 +61,39 @@ static const char JSON_BODY[] =
     " \"stop\"}], \"usage\": {\"prompt_tokens\": 3, \"completion_tokens\": "
     "2}}\n";
 
+/* The events of /sse (or the /json body when json) gzip-compressed as
+ * one stream, flushed after each event; ends[i] is where piece i ends. */
+static void gzip_pieces(bool json, struct buf *out, size_t *ends, int *n)
+{
+    z_stream z;
+    unsigned char tmp[4096];
+    memset(&z, 0, sizeof(z));
+    deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    *n = 0;
+    for (int i = 0; json ? i < 1 : SSE_EVENTS[i] != NULL; i++) {
+        const char *ev = json ? JSON_BODY : SSE_EVENTS[i];
+        bool last = json || !SSE_EVENTS[i + 1];
+        z.next_in = (Bytef *)ev;
+        z.avail_in = (uInt)strlen(ev);
+        do {
+            z.next_out = tmp;
+            z.avail_out = sizeof(tmp);
+            deflate(&z, last ? Z_FINISH : Z_SYNC_FLUSH);
+            buf_add(out, tmp, sizeof(tmp) - z.avail_out);
+        } while (z.avail_out == 0);
+        ends[(*n)++] = out->len;
+    }
+    deflateEnd(&z);
+}
+
 char *upstream_body(const char *route, size_t *len)
 {
     struct buf b = BUF_INIT;
-    if (!strcmp(route, "/json")) {
+    size_t ends[16];
+    int n;
+    if (!strcmp(route, "/gzip/json") || !strcmp(route, "/gzip/sse")) {
+        gzip_pieces(route[6] == 'j', &b, ends, &n);
+    } else if (!strcmp(route, "/json")) {
         buf_adds(&b, JSON_BODY);
     } else if (!strcmp(route, "/sse")) {
         for (int i = 0; SSE_EVENTS[i]; i++)
@@ -119,6 +149,40 @@ static const char SSE_HEAD[] =
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
 
+/* /gzip/json (sized) or /gzip/sse (one chunk per event, as a server that
+ * compresses a stream and flushes after each event sends it). */
+static int send_gzip(int fd, bool json)
+{
+    struct buf z = BUF_INIT;
+    size_t ends[16];
+    int n, rc = 0;
+    gzip_pieces(json, &z, ends, &n);
+    char head[256];
+    int hl;
+    if (json) {
+        hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      "Content-Encoding: gzip\r\nContent-Length: %zu\r\n\r\n",
+                      z.len);
+        rc = write_all(fd, head, (size_t)hl) || write_all(fd, z.data, z.len);
+    } else {
+        hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                      "Content-Encoding: gzip\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n");
+        rc = write_all(fd, head, (size_t)hl);
+        for (int i = 0; !rc && i < n; i++) {
+            size_t from = i ? ends[i - 1] : 0;
+            rc = send_chunk(fd, z.data + from, ends[i] - from);
+            usleep(2000);
+        }
+        if (!rc)
+            rc = write_all(fd, "0\r\n\r\n", 5);
+    }
+    buf_release(&z);
+    return rc ? -1 : 0;
+}
+
 /* Serves one request; returns 0 to keep the connection, -1 to close. */
 static int serve(struct upstream *u, int fd, const char *path, const char *raw,
                  size_t raw_len)
@@ -138,6 +202,8 @@ static int serve(struct upstream *u, int fd, const char *path, const char *raw,
     }
     if (!strncmp(path, "/echo", 5))
         return send_sized(fd, "application/octet-stream", raw, raw_len);
+    if (!strncmp(path, "/gzip/", 6))
+        return send_gzip(fd, path[6] == 'j');
     if (!strncmp(path, "/sse", 4) || !strncmp(path, "/reset", 6)) {
         bool reset = path[1] == 'r';
         if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1))

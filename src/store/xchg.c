@@ -94,6 +94,17 @@ struct xchg_cache {
     size_t known_cap, known_n;
     uint64_t *pend;
     size_t pend_n, pend_cap;
+    /* Reading (xchg_each): blobs parsed so far by hash (open addressing,
+     * h 0 = empty), so a message re-sent by N requests is decompressed and
+     * parsed once, not N times. */
+    struct blob_ent *blobs;
+    size_t blobs_cap, blobs_n;
+    json_t *blob0; /* the blob whose hash is 0, which marks empty slots */
+};
+
+struct blob_ent {
+    uint64_t h;
+    json_t *v;
 };
 
 #define KNOWN_MIN 1024
@@ -141,6 +152,10 @@ void xchg_cache_free(struct xchg_cache *c)
         deflateEnd(&c->zs);
     free(c->known);
     free(c->pend);
+    for (size_t i = 0; i < c->blobs_cap; i++)
+        json_decref(c->blobs[i].v);
+    free(c->blobs);
+    json_decref(c->blob0);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
@@ -407,15 +422,15 @@ out:
     return rc;
 }
 
+static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
+                                   " WHERE h=?";
+
 /* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
-static json_t *blob_get(sqlite3 *db, int64_t h)
+static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
 {
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st = prep(c, db, SQL_BLOB_GET);
     json_t *v = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT raw_len, zip, z FROM xchg_blob"
-                           " WHERE h=?",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, h);
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -426,7 +441,51 @@ static json_t *blob_get(sqlite3 *db, int64_t h)
             v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         free(s);
     }
-    sqlite3_finalize(st);
+    unprep(c, st);
+    return v;
+}
+
+static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
+{
+    size_t i = mix64(h) & (cap - 1);
+    while (t[i].h && t[i].h != h)
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+/* Blob h through c's cache of parsed blobs: a borrowed reference, shared
+ * by every exchange of the walk that names h, or NULL when missing or
+ * corrupt (not cached: each try reports it). */
+static json_t *blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
+{
+    if (!h) {
+        if (!c->blob0)
+            c->blob0 = blob_load(db, c, h);
+        return c->blob0;
+    }
+    if (c->blobs_cap) {
+        struct blob_ent *e = blob_slot(c->blobs, c->blobs_cap, (uint64_t)h);
+        if (e->h)
+            return e->v;
+    }
+    json_t *v = blob_load(db, c, h);
+    if (!v)
+        return NULL;
+    if (2 * (c->blobs_n + 1) > c->blobs_cap) {
+        size_t cap = c->blobs_cap ? 2 * c->blobs_cap : 1024;
+        struct blob_ent *t = xcalloc(cap, sizeof(*t));
+        for (size_t i = 0; i < c->blobs_cap; i++)
+            if (c->blobs[i].h)
+                *blob_slot(t, cap, c->blobs[i].h) = c->blobs[i];
+        free(c->blobs);
+        json_decref(c->blob0);
+        c->blobs = t;
+        c->blobs_cap = cap;
+    }
+    struct blob_ent *e = blob_slot(c->blobs, c->blobs_cap, (uint64_t)h);
+    e->h = (uint64_t)h;
+    e->v = v;
+    c->blobs_n++;
     return v;
 }
 
@@ -825,29 +884,30 @@ static char *col_packed(sqlite3_stmt *st, int i, size_t *len)
                   sqlite3_column_int(st, i + 2));
 }
 
-/* Rebuilds the chat request body of row st (columns as in SELECT_SQL). */
+/* Rebuilds the chat request body of row st (columns as in SELECT_SQL).
+ * The body object is x's own; its messages and tools are shared with the
+ * cache (xchg_each: read-only). */
 static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
                         struct xchg *x, struct diag *d)
 {
-    json_t *body = blob_get(db, sqlite3_column_int64(st, 6));
+    json_t *params = blob_get(db, c, sqlite3_column_int64(st, 6));
     struct list_ent *e = list_load(db, c, x->id, 0);
-    if (!json_is_object(body) || !e) {
-        json_decref(body);
+    if (!json_is_object(params) || !e)
         return diag_set(d, EIO, "store: exchange %lld: request is corrupt",
                         (long long)x->id);
-    }
+    json_t *body = json_copy(params);
     if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
-        json_t *tools = blob_get(db, sqlite3_column_int64(st, 7));
+        json_t *tools = blob_get(db, c, sqlite3_column_int64(st, 7));
         if (!tools) {
             json_decref(body);
             return diag_set(d, EIO, "store: exchange %lld: tools missing",
                             (long long)x->id);
         }
-        json_object_set_new(body, "tools", tools);
+        json_object_set(body, "tools", tools);
     }
     json_t *msgs = json_array();
     for (size_t i = 0; i < e->n; i++) {
-        json_t *m = blob_get(db, (int64_t)e->h[i]);
+        json_t *m = blob_get(db, c, (int64_t)e->h[i]);
         if (!m) {
             json_decref(msgs);
             json_decref(body);
@@ -856,7 +916,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
                             " missing",
                             (long long)x->id, i);
         }
-        json_array_append_new(msgs, m);
+        json_array_append(msgs, m);
     }
     json_object_set_new(body, "messages", msgs);
     x->req_body = body;

@@ -67,8 +67,10 @@ int xchg_schema(sqlite3 *db, struct diag *d);
  * caller's job and has happened before this call. */
 int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d);
 /* Calls fn for each exchange in id order (session NULL: all sessions);
- * x is valid only during the call. fn returning non-zero stops the walk and
- * that value is returned. */
+ * x is valid only during the call and read-only: the messages and tools of
+ * its req_body are shared with the other exchanges of the walk (each
+ * distinct message is read and parsed once). fn returning non-zero stops the
+ * walk and that value is returned. */
 int xchg_each(sqlite3 *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d);

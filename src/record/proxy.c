@@ -32,10 +32,10 @@
 #include "core/xalloc.h"
 #include "http/method.h"
 #include "record/classify.h"
-#include "record/jscan.h"
 #include "record/record.h"
 #include "record/reply.h"
 #include "record/sse.h"
+#include "store/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -725,10 +725,14 @@ static void parse_request(struct record *r, struct ex *e)
         /* in place when the scanner is sure, else jansson (same value) */
         struct jspan doc;
         if (!jscan_doc(e->body.data, e->body.len, &doc) &&
-            (doc.t == JS_OBJECT || doc.t == JS_ARRAY))
+            (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
             j = jscan_json(&doc);
-        else
+            /* the store hashes messages by these bytes */
+            x->req_src = e->body.data;
+            x->req_src_len = e->body.len;
+        } else {
             j = json_loadb(e->body.data, e->body.len, JSON_ALLOW_NUL, NULL);
+        }
         if (!j && looks_json(e))
             x->req_malformed = true;
     }

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "record/jscan.h"
+#include "store/jscan.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
 

@@ -27,7 +27,7 @@ struct reply_acc {
     bool done;      /* a data: [DONE] event arrived */
     long chunks;    /* JSON data events */
     long bad;       /* data events that were not JSON */
-    long scanned;   /* of chunks, those read in place (record/jscan.h) */
+    long scanned;   /* of chunks, those read in place (store/jscan.h) */
     double last_ms; /* arrival of the previous event */
     double max_gap_ms;
 };
@@ -36,7 +36,7 @@ void reply_init(struct reply_acc *a);
 void reply_release(struct reply_acc *a);
 /* One SSE data payload that arrived at now_ms. Never fails: what is not
  * understood is counted in a->bad. A chunk of the common shape is read in
- * place (record/jscan.h); anything else goes to reply_chunk_jansson. */
+ * place (store/jscan.h); anything else goes to reply_chunk_jansson. */
 void reply_chunk(struct reply_acc *a, const char *data, size_t len,
                  double now_ms);
 /* The reference: the same, always through a jansson tree. reply_chunk must

@@ -14,11 +14,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <zlib.h>
 
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "store/jdump.h"
+#include "store/jscan.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -100,7 +102,21 @@ struct xchg_cache {
     struct blob_ent *blobs;
     size_t blobs_cap, blobs_n;
     json_t *blob0; /* the blob whose hash is 0, which marks empty slots */
+    /* Writing: the canonical hash of messages by the XXH3-128 of the exact
+     * bytes they arrived as (open addressing, all-zero key = empty), so a
+     * history re-sent unchanged is not dumped and hashed again. Cleared
+     * when full. */
+    struct memo_ent *memo;
+    size_t memo_cap, memo_n, memo_hits;
 };
+
+struct memo_ent {
+    XXH128_hash_t raw;
+    uint64_t h;
+};
+
+#define MEMO_MIN 4096
+#define MEMO_MAX ((size_t)1 << 18)
 
 struct blob_ent {
     uint64_t h;
@@ -156,9 +172,15 @@ void xchg_cache_free(struct xchg_cache *c)
         json_decref(c->blobs[i].v);
     free(c->blobs);
     json_decref(c->blob0);
+    free(c->memo);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
+}
+
+size_t xchg_cache_memo_hits(const struct xchg_cache *c)
+{
+    return c->memo_hits;
 }
 
 static struct list_ent *cache_get(struct xchg_cache *c, int64_t id)
@@ -369,20 +391,16 @@ static void pend_add(struct xchg_cache *c, uint64_t h)
     c->pend[c->pend_n++] = h;
 }
 
-static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
-                    const json_t *v, int64_t *hash, struct diag *d)
+/* Stores blob v (canonical text s[0..len), hash h) unless it is known or
+ * already in the store. */
+static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                      const char *s, size_t len, int64_t h, struct diag *d)
 {
-    size_t len;
-    char *s = canonical(v, &len);
-    int64_t h = (int64_t)hash64(s, len, 0);
     sqlite3_stmt *st = NULL;
     int rc = -EIO;
 
-    *hash = h;
-    if (known_has(c, (uint64_t)h)) {
-        rc = 0;
-        goto out;
-    }
+    if (known_has(c, (uint64_t)h))
+        return 0;
     if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
@@ -418,8 +436,90 @@ out:
         sql_fail(db, d, "cannot store a message");
     if (st)
         unprep(c, st);
+    return rc;
+}
+
+static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                    const json_t *v, int64_t *hash, struct diag *d)
+{
+    size_t len;
+    char *s = canonical(v, &len);
+    int64_t h = (int64_t)hash64(s, len, 0);
+    *hash = h;
+    int rc = blob_store(db, c, kind, s, len, h, d);
     free(s);
     return rc;
+}
+
+/* ---- message hashes by their bytes ---- */
+
+static bool raw_empty(XXH128_hash_t k)
+{
+    return !k.low64 && !k.high64;
+}
+
+static struct memo_ent *memo_slot(struct memo_ent *t, size_t cap,
+                                  XXH128_hash_t k)
+{
+    size_t i = k.low64 & (cap - 1);
+    while (!raw_empty(t[i].raw) && !XXH128_isEqual(t[i].raw, k))
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void memo_add(struct xchg_cache *c, XXH128_hash_t k, uint64_t h)
+{
+    if (raw_empty(k))
+        return;
+    if (2 * (c->memo_n + 1) > c->memo_cap) {
+        size_t cap = c->memo_cap ? 2 * c->memo_cap : MEMO_MIN;
+        if (cap > MEMO_MAX) { /* full: start over rather than grow */
+            memset(c->memo, 0, c->memo_cap * sizeof(*c->memo));
+            c->memo_n = 0;
+        } else {
+            struct memo_ent *t = xcalloc(cap, sizeof(*t));
+            for (size_t i = 0; i < c->memo_cap; i++)
+                if (!raw_empty(c->memo[i].raw))
+                    *memo_slot(t, cap, c->memo[i].raw) = c->memo[i];
+            free(c->memo);
+            c->memo = t;
+            c->memo_cap = cap;
+        }
+    }
+    struct memo_ent *e = memo_slot(c->memo, c->memo_cap, k);
+    if (raw_empty(e->raw))
+        c->memo_n++;
+    e->raw = k;
+    e->h = h;
+}
+
+/* The hash of a message whose bytes were seen before and whose blob is
+ * committed, else 0 (the caller dumps and stores it). */
+static uint64_t memo_known(const struct xchg_cache *c, XXH128_hash_t k)
+{
+    if (!c->memo_cap || raw_empty(k))
+        return 0;
+    const struct memo_ent *e = memo_slot(c->memo, c->memo_cap, k);
+    return !raw_empty(e->raw) && known_has(c, e->h) ? e->h : 0;
+}
+
+/* The spans of x's messages in the bytes it was parsed from, when there
+ * are exactly n of them (fresh array), else NULL. */
+static struct jspan *message_spans(const struct xchg *x, size_t n)
+{
+    static const char *const key[] = {"messages"};
+    struct jspan doc, msgs;
+    if (!x->req_src || !n)
+        return NULL;
+    jscan_trusted(x->req_src, x->req_src_len, &doc);
+    if (jscan_members(&doc, key, 1, &msgs))
+        return NULL;
+    struct jspan *sp = xmalloc(n * sizeof(*sp));
+    if (jscan_elements(&msgs, sp, n) != (long)n) {
+        free(sp);
+        return NULL;
+    }
+    return sp;
 }
 
 static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
@@ -630,13 +730,27 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     }
     r->n = json_array_size(msgs);
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
+    struct jspan *sp = c ? message_spans(x, r->n) : NULL;
     for (size_t i = 0; i < r->n; i++) {
+        XXH128_hash_t raw = {0, 0};
+        if (sp) {
+            raw = XXH3_128bits(sp[i].p, sp[i].n);
+            if ((r->h[i] = memo_known(c, raw))) {
+                c->memo_hits++;
+                continue;
+            }
+        }
         int64_t h;
         rc = blob_put(db, c, BLOB_MESSAGE, json_array_get(msgs, i), &h, d);
         if (rc)
-            return rc;
+            break;
         r->h[i] = (uint64_t)h;
+        if (sp)
+            memo_add(c, raw, (uint64_t)h);
     }
+    free(sp);
+    if (rc)
+        return rc;
     rc =
         pick_base(db, c, x->session ? x->session : "", r->h, r->n, &r->base, d);
     if (rc)

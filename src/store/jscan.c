@@ -4,7 +4,7 @@
  * escapes \" \\ \/ \b \f \n \r \t \uXXXX with paired surrogates), minus
  * the cases listed in jscan.h where it answers "unsure" instead.
  */
-#include "record/jscan.h"
+#include "store/jscan.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -103,12 +103,24 @@ static int scan_uescape(struct scan *s, unsigned long *cp)
     return 0;
 }
 
+/* 1: a byte that needs no look in a string (printable ASCII but the quote
+ * and the backslash) */
+static const unsigned char plain[256] = {
+    [0x20 ... 0x21] = 1, /* 0x22 is '"' */
+    [0x23 ... 0x5b] = 1, /* 0x5c is '\\' */
+    [0x5d ... 0x7f] = 1,
+};
+
 /* A string at s->p (on the opening quote). */
 static int scan_string(struct scan *s, struct jspan *v)
 {
     const char *start = s->p++;
     bool esc = false;
     while (s->p < s->end) {
+        while (s->p < s->end && plain[(unsigned char)*s->p])
+            s->p++;
+        if (s->p >= s->end)
+            break;
         unsigned char c = (unsigned char)*s->p;
         if (c == '"') {
             s->p++;
@@ -329,6 +341,13 @@ static void skip_valid(struct scan *s, struct jspan *v)
     v->n = (size_t)(s->p - start);
 }
 
+void jscan_trusted(const char *str, size_t n, struct jspan *v)
+{
+    struct scan s = {str, str + n};
+    skip_ws(&s);
+    skip_valid(&s, v);
+}
+
 int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
                   struct jspan *out)
 {
@@ -376,6 +395,27 @@ int jscan_index(const struct jspan *arr, size_t i, struct jspan *out)
             *out = val;
             return 0;
         }
+        skip_ws(&s);
+        if (s.p < s.end)
+            s.p++; /* ',' */
+    }
+}
+
+long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max)
+{
+    if (arr->t != JS_ARRAY)
+        return -1;
+    struct scan s = {arr->p + 1, arr->p + arr->n - 1};
+    struct jspan val;
+    long n = 0;
+    for (;;) {
+        skip_ws(&s);
+        if (s.p >= s.end)
+            return n;
+        skip_valid(&s, &val);
+        if ((size_t)n < max)
+            out[n] = val;
+        n++;
         skip_ws(&s);
         if (s.p < s.end)
             s.p++; /* ',' */

@@ -922,6 +922,12 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
         if (rcs[i]) {
             run_stmt(c, db, SQL_ROLLBACK_TO);
             c->pend_n = mark; /* its blobs went with it */
+        } else if (rr[i].h) {
+            /* the next exchange of the batch may take this one as its
+             * base: known now, not read back (a failed commit clears the
+             * cache below) */
+            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
+            rr[i].h = NULL;
         }
         run_stmt(c, db, SQL_RELEASE);
     }
@@ -936,12 +942,6 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     for (size_t i = 0; i < c->pend_n; i++)
         known_add(c, c->pend[i]);
     c->pend_n = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!rcs[i] && rr[i].h) {
-            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
-            rr[i].h = NULL;
-        }
-    }
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++) {

@@ -9,9 +9,12 @@
 # and the ratio audit time / recording time.
 #
 # usage: sh bench/audit.sh [TURNS]    (default 100; run from the repo root)
+#   AUDIT_BENCH_KEEP=FILE     keep the recorded store in FILE
+#   AUDIT_BENCH_DB=FILE       audit a copy of FILE instead of recording one
+#   FIDELITY=BIN              the binary to audit with (default ./fidelity)
 set -eu
 turns=${1:-100}
-bin=./fidelity
+bin=${FIDELITY:-./fidelity}
 fx=../shared/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
 [ -x "$bin" ] || { echo "bench/audit.sh: build first: make" >&2; exit 2; }
 [ -r "$fx" ] || { echo "bench/audit.sh: cannot read '$fx'" >&2; exit 2; }
@@ -22,6 +25,11 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
+sim_pid=""
+if [ -n "${AUDIT_BENCH_DB:-}" ]; then
+    cp "$AUDIT_BENCH_DB" "$dir/b.db"
+    start=0; end=0
+else
 $bin sim --listen 127.0.0.1:0 >"$dir/sim.out" 2>/dev/null &
 sim_pid=$!
 while ! grep -q listening "$dir/sim.out" 2>/dev/null; do sleep 0.05; done
@@ -65,6 +73,7 @@ for t in range(turns):
 PY
 end=$(date +%s.%N)
 kill -TERM $rec_pid; wait $rec_pid 2>/dev/null || true
+fi
 
 /usr/bin/time -v $bin audit --db "$dir/b.db" --fail-on never \
     >"$dir/audit.out" 2>"$dir/audit.time"
@@ -72,12 +81,16 @@ kill -TERM $rec_pid; wait $rec_pid 2>/dev/null || true
 secs() { sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$1" |
          awk -F: '{ if (NF == 3) print $1*3600+$2*60+$3; else print $1*60+$2 }'; }
 rss() { sed -n 's/.*Maximum resident set size (kbytes): //p' "$1"; }
+cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
 rec_s=$(echo "$end - $start" | bc -l)
 audit_s=$(secs "$dir/audit.time")
-echo "exchanges:        $((turns * 2)) in one session ($(du -k "$dir/b.db" | cut -f1) KiB store)"
-echo "recording:        ${rec_s} s (client + record + sim)"
-echo "fidelity audit:   ${audit_s} s, peak RSS $(rss "$dir/audit.time") KiB"
-echo "fidelity sessions: $(secs "$dir/sessions.time") s, peak RSS $(rss "$dir/sessions.time") KiB"
-echo "ratio audit / recording: $(echo "$audit_s / $rec_s" | bc -l | cut -c1-6)"
+n=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$dir/b.db")
+echo "exchanges:        $n in one session ($(du -k "$dir/b.db" | cut -f1) KiB store)"
+echo "fidelity audit:   ${audit_s} s, CPU $(cpu "$dir/audit.time") s, peak RSS $(rss "$dir/audit.time") KiB"
+echo "fidelity sessions: $(secs "$dir/sessions.time") s, CPU $(cpu "$dir/sessions.time") s, peak RSS $(rss "$dir/sessions.time") KiB"
+if [ -z "${AUDIT_BENCH_DB:-}" ]; then
+    echo "recording:        ${rec_s} s (client + record + sim)"
+    echo "ratio audit / recording: $(echo "$audit_s / $rec_s" | bc -l | cut -c1-6)"
+fi
 tail -n 1 "$dir/audit.out"
 if [ -n "${AUDIT_BENCH_SHOW:-}" ]; then cat "$dir/audit.out"; fi

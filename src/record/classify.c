@@ -13,6 +13,7 @@
 #include "core/buf.h"
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "store/jdump.h"
 
 #define TASK_PROMPTS_MAX 4096
 
@@ -30,12 +31,18 @@ static const char *const SECRET_PARAMS[] = {
 static const char *const TASK_TOOLS[] = {"task",        "Task",     "agent",
                                          "spawn_agent", "subagent", NULL};
 
-static bool contains_ci(const char *hay, const char *needle)
+/* Whether hay[0..hn) holds needle (lower case ASCII), ignoring case. */
+static bool contains_ci(const char *hay, size_t hn, const char *needle)
 {
     size_t n = strlen(needle);
-    for (; *hay; hay++)
-        if (!strncasecmp(hay, needle, n))
+    unsigned char lo = (unsigned char)needle[0];
+    unsigned char up = (unsigned char)toupper(lo);
+    for (size_t i = 0; i + n <= hn; i++) {
+        unsigned char c = (unsigned char)hay[i];
+        if ((c == lo || c == up) &&
+            !strncasecmp(hay + i + 1, needle + 1, n - 1))
             return true;
+    }
     return false;
 }
 
@@ -249,10 +256,13 @@ char *classify_session(const json_t *headers, const json_t *body)
     const json_t *user = first_with_role(msgs, "user");
     json_array_append(key, sys ? (json_t *)sys : json_null());
     json_array_append(key, user ? (json_t *)user : json_null());
-    char *s = json_dumps(key, JSON_COMPACT | JSON_SORT_KEYS);
+    size_t len = 0;
+    char *s = jdump_str(key, true, &len); /* json_dumps' canonical text */
     json_decref(key);
+    if (!s)
+        abort(); /* values parsed by jansson always dump */
     char hex[17];
-    hash_hex(hash64(s, strlen(s), 0), hex);
+    hash_hex(hash64(s, len, 0), hex);
     free(s);
     return xasprintf("p:%s", hex);
 }
@@ -264,15 +274,18 @@ static bool has_tools(const json_t *body)
     return json_array_size(t) > 0 || json_array_size(f) > 0;
 }
 
-/* First n bytes of m's text, lowercase-insensitive search for needle. */
+/* First n bytes of m's text (up to a NUL), case-insensitive search for
+ * needle; a string content is searched in place. */
 static bool text_has(const json_t *m, const char *needle, size_t n)
 {
     if (!m)
         return false;
+    json_t *c = json_object_get(m, "content");
+    if (json_is_string(c))
+        return contains_ci(json_string_value(c),
+                           strnlen(json_string_value(c), n), needle);
     char *t = msg_text(m);
-    if (strlen(t) > n)
-        t[n] = '\0';
-    bool r = contains_ci(t, needle);
+    bool r = contains_ci(t, strnlen(t, n), needle);
     free(t);
     return r;
 }
@@ -295,7 +308,7 @@ const char *classify_kind(struct classify_state *c, const json_t *body)
             text_has(last_user, "summary of", 100000))
             return "compaction";
     }
-    if (first_user && c) {
+    if (first_user && c && c->n) {
         char *t = msg_text(first_user);
         bool sub = is_task_prompt(c, t);
         free(t);

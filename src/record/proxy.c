@@ -26,6 +26,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
@@ -34,6 +35,7 @@
 #include "record/record.h"
 #include "record/reply.h"
 #include "record/sse.h"
+#include "store/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -720,7 +722,17 @@ static void parse_request(struct record *r, struct ex *e)
     struct xchg *x = &e->x;
     json_t *j = NULL;
     if (e->body.len) {
-        j = json_loadb(e->body.data, e->body.len, JSON_ALLOW_NUL, NULL);
+        /* in place when the scanner is sure, else jansson (same value) */
+        struct jspan doc;
+        if (!jscan_doc(e->body.data, e->body.len, &doc) &&
+            (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
+            j = jscan_json(&doc);
+            /* the store hashes messages by these bytes */
+            x->req_src = e->body.data;
+            x->req_src_len = e->body.len;
+        } else {
+            j = json_loadb(e->body.data, e->body.len, JSON_ALLOW_NUL, NULL);
+        }
         if (!j && looks_json(e))
             x->req_malformed = true;
     }
@@ -747,21 +759,95 @@ static int acc_event(const char *event, const char *data, size_t len, void *ud)
     return 0;
 }
 
-/* The reply reassembled from the captured stream, with the gaps the loop
- * measured as the events arrived. */
-static json_t *stream_reply(const struct ex *e, size_t cap)
+/* The reply reassembled from the captured stream (body[0..len)), with the
+ * gaps the loop measured as the events arrived. */
+static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
+                            size_t cap)
 {
     struct sse_parser p;
     struct reply_acc a;
     sse_init(&p, cap);
     reply_init(&a);
-    if (e->x.resp_raw)
-        sse_feed(&p, e->x.resp_raw, e->x.resp_raw_len, acc_event, &a);
+    if (body)
+        sse_feed(&p, body, len, acc_event, &a);
     json_t *r = reply_finish(&a);
     json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
     reply_release(&a);
     sse_release(&p);
     return r;
+}
+
+/* The response's Content-Encoding when it is one record can undo (RFC
+ * 9110 8.4.1: gzip, x-gzip, deflate), else NULL. */
+static const char *body_coding(const struct xchg *x)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(x->resp_headers, k, v)
+    {
+        if (strcasecmp(k, "content-encoding"))
+            continue;
+        const char *c = json_string_value(v);
+        if (c && (!strcasecmp(c, "gzip") || !strcasecmp(c, "x-gzip") ||
+                  !strcasecmp(c, "deflate")))
+            return c;
+    }
+    return NULL;
+}
+
+/* Inflates src into out with windowBits wb. 0, 1 when out's cap cut it
+ * short, or -2 when src is not that format. A stream cut short (upstream
+ * reset) gives what was decoded up to the cut. */
+static int inflate_into(const char *src, size_t len, int wb, struct buf *out)
+{
+    z_stream z;
+    unsigned char tmp[16384];
+    int rc = 0;
+    memset(&z, 0, sizeof(z));
+    if (inflateInit2(&z, wb) != Z_OK)
+        return -2;
+    z.next_in = (Bytef *)src;
+    z.avail_in = (uInt)len;
+    for (;;) {
+        z.next_out = tmp;
+        z.avail_out = sizeof(tmp);
+        int zr = inflate(&z, Z_NO_FLUSH);
+        size_t got = sizeof(tmp) - z.avail_out;
+        if (got && buf_add(out, tmp, got)) {
+            rc = 1;
+            break;
+        }
+        if (zr == Z_STREAM_END && z.avail_in) { /* gzip members, RFC 1952 */
+            inflateReset(&z);
+            continue;
+        }
+        if (zr == Z_STREAM_END || (zr == Z_BUF_ERROR && !z.avail_in))
+            break;
+        if (zr != Z_OK) {
+            rc = out->len ? 0 : -2;
+            break;
+        }
+    }
+    inflateEnd(&z);
+    return rc;
+}
+
+/* The response body decoded into out when the upstream compressed it: 0,
+ * 1 (cut at the capture cap), -1 (not compressed: use resp_raw as it is)
+ * or -2 (compressed but undecodable). */
+static int decode_body(const struct xchg *x, struct buf *out)
+{
+    const char *coding = body_coding(x);
+    if (!coding || !x->resp_raw)
+        return -1;
+    /* 15 + 32: zlib or gzip by their header; "deflate" is sometimes sent
+     * as a raw deflate stream */
+    int rc = inflate_into(x->resp_raw, x->resp_raw_len, 15 + 32, out);
+    if (rc == -2 && !strcasecmp(coding, "deflate")) {
+        buf_reset(out);
+        rc = inflate_into(x->resp_raw, x->resp_raw_len, -15, out);
+    }
+    return rc;
 }
 
 /* Appends an exchange the store refused to the spill file: 1, or 2 when
@@ -786,12 +872,26 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
+        /* the reply is read from an inflated copy when the upstream
+         * compressed the body; the stored body stays as it was sent */
+        struct buf plain;
+        buf_init(&plain, r->o.max_capture);
+        const char *body = x->resp_raw;
+        size_t len = x->resp_raw_len;
+        int dec = decode_body(x, &plain);
+        if (dec >= 0) {
+            body = buf_str(&plain);
+            len = plain.len;
+        }
         if (x->streamed)
-            x->reply = stream_reply(batch[i], r->o.max_capture);
-        else if (x->resp_raw)
-            x->reply = reply_from_body(x->resp_raw, x->resp_raw_len);
-        if (x->reply && batch[i]->resp_capped)
+            x->reply = stream_reply(batch[i], body, len, r->o.max_capture);
+        else if (body)
+            x->reply = reply_from_body(body, len);
+        if (x->reply && (batch[i]->resp_capped || dec == 1))
             json_object_set_new(x->reply, "resp_truncated", json_true());
+        if (x->reply && dec < -1)
+            json_object_set_new(x->reply, "resp_undecodable", json_true());
+        buf_release(&plain);
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "store/jscan.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
 
@@ -118,12 +119,126 @@ static void take_finish(struct reply_acc *a, json_t *choice)
     }
 }
 
-void reply_chunk(struct reply_acc *a, const char *data, size_t len,
-                 double now_ms)
+static void note_time(struct reply_acc *a, double now_ms)
 {
     if (a->last_ms >= 0 && now_ms - a->last_ms > a->max_gap_ms)
         a->max_gap_ms = now_ms - a->last_ms;
     a->last_ms = now_ms;
+}
+
+/* The spans of one chunk or body that the reply is made of. */
+struct scanned {
+    struct jspan usage, error, choice, msg, text, finish;
+    struct jspan content, rc, r, tool_calls;
+};
+
+/* Finds the reply's fields in data without building a tree; msg_key is
+ * "delta" (a stream chunk) or "message" (a whole response). -1: not the
+ * common shape, or not sure to read it as jansson would. */
+static int scan_reply(const char *data, size_t len, const char *msg_key,
+                      struct scanned *sc)
+{
+    static const char *const top_keys[] = {"usage", "error", "choices"};
+    static const char *const msg_keys[] = {"content", "reasoning_content",
+                                           "reasoning", "tool_calls"};
+    const char *const choice_keys[] = {msg_key, "text", "finish_reason"};
+    struct jspan doc, top[3], ch[3], m[4];
+
+    memset(sc, 0, sizeof(*sc));
+    if (jscan_doc(data, len, &doc) || doc.t != JS_OBJECT ||
+        jscan_members(&doc, top_keys, 3, top))
+        return -1;
+    sc->usage = top[0];
+    sc->error = top[1];
+    if (top[2].t == JS_ARRAY && jscan_index(&top[2], 0, &sc->choice))
+        return -1;
+    if (sc->choice.t != JS_OBJECT)
+        return 0;
+    if (jscan_members(&sc->choice, choice_keys, 3, ch))
+        return -1;
+    sc->msg = ch[0];
+    sc->text = ch[1];
+    sc->finish = ch[2];
+    if (sc->msg.t != JS_OBJECT)
+        return 0;
+    if (jscan_members(&sc->msg, msg_keys, 4, m))
+        return -1;
+    sc->content = m[0];
+    sc->rc = m[1];
+    sc->r = m[2];
+    sc->tool_calls = m[3];
+    return 0;
+}
+
+/* A validated span as a jansson value (new reference). */
+static json_t *span_json(const struct jspan *v)
+{
+    return jscan_json(v);
+}
+
+static void span_str(struct buf *b, const struct jspan *v)
+{
+    if (v->t == JS_STRING)
+        jscan_str(v, b);
+}
+
+/* The fields of sc common to chunks and bodies, as reply_chunk_jansson
+ * and reply_from_body_jansson take them. */
+static void take_scanned(struct reply_acc *a, const struct scanned *sc)
+{
+    if (sc->usage.t == JS_OBJECT) {
+        json_decref(a->usage);
+        a->usage = span_json(&sc->usage);
+    }
+    if (sc->error.t != JS_NONE && sc->error.t != JS_NULL) {
+        json_decref(a->error);
+        a->error = span_json(&sc->error);
+    }
+    if (sc->msg.t == JS_OBJECT) {
+        span_str(&a->content, &sc->content);
+        if (sc->rc.t == JS_STRING || sc->r.t == JS_STRING) {
+            bool rc = sc->rc.t == JS_STRING;
+            a->reasoning_field = rc ? "reasoning_content" : "reasoning";
+            span_str(&a->reasoning, rc ? &sc->rc : &sc->r);
+        }
+    }
+    span_str(&a->content, &sc->text);
+    if (sc->finish.t == JS_STRING) {
+        struct buf f = BUF_INIT;
+        jscan_str(&sc->finish, &f);
+        free(a->finish_reason);
+        a->finish_reason = f.data ? buf_detach(&f, NULL) : xstrdup("");
+    }
+}
+
+void reply_chunk(struct reply_acc *a, const char *data, size_t len,
+                 double now_ms)
+{
+    struct scanned sc;
+    if (len == 6 && !memcmp(data, "[DONE]", 6)) {
+        note_time(a, now_ms);
+        a->done = true;
+        return;
+    }
+    if (scan_reply(data, len, "delta", &sc)) {
+        reply_chunk_jansson(a, data, len, now_ms);
+        return;
+    }
+    note_time(a, now_ms);
+    a->chunks++;
+    a->scanned++;
+    take_scanned(a, &sc);
+    if (sc.msg.t == JS_OBJECT && sc.tool_calls.t == JS_ARRAY) {
+        json_t *tc = span_json(&sc.tool_calls);
+        merge_tool_calls(a->tool_calls, tc);
+        json_decref(tc);
+    }
+}
+
+void reply_chunk_jansson(struct reply_acc *a, const char *data, size_t len,
+                         double now_ms)
+{
+    note_time(a, now_ms);
     if (len == 6 && !memcmp(data, "[DONE]", 6)) {
         a->done = true;
         return;
@@ -194,6 +309,23 @@ json_t *reply_finish(const struct reply_acc *a)
 }
 
 json_t *reply_from_body(const char *body, size_t len)
+{
+    struct scanned sc;
+    if (scan_reply(body, len, "message", &sc))
+        return reply_from_body_jansson(body, len);
+    struct reply_acc a;
+    reply_init(&a);
+    take_scanned(&a, &sc);
+    if (sc.msg.t == JS_OBJECT && sc.tool_calls.t == JS_ARRAY) {
+        json_decref(a.tool_calls);
+        a.tool_calls = span_json(&sc.tool_calls);
+    }
+    json_t *r = reply_finish(&a);
+    reply_release(&a);
+    return r;
+}
+
+json_t *reply_from_body_jansson(const char *body, size_t len)
 {
     json_t *j = json_loadb(body, len, 0, NULL);
     if (!json_is_object(j)) {

@@ -27,6 +27,7 @@ struct reply_acc {
     bool done;      /* a data: [DONE] event arrived */
     long chunks;    /* JSON data events */
     long bad;       /* data events that were not JSON */
+    long scanned;   /* of chunks, those read in place (store/jscan.h) */
     double last_ms; /* arrival of the previous event */
     double max_gap_ms;
 };
@@ -34,13 +35,21 @@ struct reply_acc {
 void reply_init(struct reply_acc *a);
 void reply_release(struct reply_acc *a);
 /* One SSE data payload that arrived at now_ms. Never fails: what is not
- * understood is counted in a->bad. */
+ * understood is counted in a->bad. A chunk of the common shape is read in
+ * place (store/jscan.h); anything else goes to reply_chunk_jansson. */
 void reply_chunk(struct reply_acc *a, const char *data, size_t len,
                  double now_ms);
+/* The reference: the same, always through a jansson tree. reply_chunk must
+ * leave a in the state this one does (tests/record/test_replyacc.c and
+ * tests/fuzz/fuzz_reply.c compare them). */
+void reply_chunk_jansson(struct reply_acc *a, const char *data, size_t len,
+                         double now_ms);
 /* The reply object for a stream (new reference). */
 json_t *reply_finish(const struct reply_acc *a);
 /* The reply object for a non-streamed JSON response, or NULL when the body
  * is not a JSON object. */
 json_t *reply_from_body(const char *body, size_t len);
+/* The reference for reply_from_body, always through a jansson tree. */
+json_t *reply_from_body_jansson(const char *body, size_t len);
 
 #endif

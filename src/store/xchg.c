@@ -14,10 +14,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <zlib.h>
 
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "store/jdump.h"
+#include "store/jscan.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -93,6 +96,31 @@ struct xchg_cache {
     size_t known_cap, known_n;
     uint64_t *pend;
     size_t pend_n, pend_cap;
+    /* Reading (xchg_each): blobs parsed so far by hash (open addressing,
+     * h 0 = empty), so a message re-sent by N requests is decompressed and
+     * parsed once, not N times. */
+    struct blob_ent *blobs;
+    size_t blobs_cap, blobs_n;
+    json_t *blob0; /* the blob whose hash is 0, which marks empty slots */
+    /* Writing: the canonical hash of messages by the XXH3-128 of the exact
+     * bytes they arrived as (open addressing, all-zero key = empty), so a
+     * history re-sent unchanged is not dumped and hashed again. Cleared
+     * when full. */
+    struct memo_ent *memo;
+    size_t memo_cap, memo_n, memo_hits;
+};
+
+struct memo_ent {
+    XXH128_hash_t raw;
+    uint64_t h;
+};
+
+#define MEMO_MIN 4096
+#define MEMO_MAX ((size_t)1 << 18)
+
+struct blob_ent {
+    uint64_t h;
+    json_t *v;
 };
 
 #define KNOWN_MIN 1024
@@ -140,9 +168,19 @@ void xchg_cache_free(struct xchg_cache *c)
         deflateEnd(&c->zs);
     free(c->known);
     free(c->pend);
+    for (size_t i = 0; i < c->blobs_cap; i++)
+        json_decref(c->blobs[i].v);
+    free(c->blobs);
+    json_decref(c->blob0);
+    free(c->memo);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
+}
+
+size_t xchg_cache_memo_hits(const struct xchg_cache *c)
+{
+    return c->memo_hits;
 }
 
 static struct list_ent *cache_get(struct xchg_cache *c, int64_t id)
@@ -244,19 +282,27 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
     return Z_OK;
 }
 
+/* Values shorter than this are stored as they are: deflate costs about 78k
+ * instructions per call whatever the input (building the block's Huffman
+ * trees), which was a quarter of the writer's work on a small exchange,
+ * to save a few hundred bytes (docs/PERFORMANCE.md, "writer"). */
+#define PACK_MIN 1024
+
 static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
                  size_t *out_len, int *zip)
 {
+    if (len < PACK_MIN)
+        goto raw;
     uLongf zlen = compressBound((uLong)len);
     unsigned char *z = xmalloc(zlen ? zlen : 1);
-    if (len > 32 && deflate_with(c, data, len, z, &zlen) == Z_OK &&
-        zlen < len) {
+    if (deflate_with(c, data, len, z, &zlen) == Z_OK && zlen < len) {
         *out = z;
         *out_len = zlen;
         *zip = 1;
         return;
     }
     free(z);
+raw:
     *out = xmalloc(len + 1);
     memcpy(*out, data, len);
     *out_len = len;
@@ -287,12 +333,13 @@ static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 
 /* ---- blobs ---- */
 
+/* json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY), the
+ * text a blob is addressed by (store/jdump.h) */
 static char *canonical(const json_t *v, size_t *len)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    char *s = jdump_str(v, true, len);
     if (!s)
-        abort(); /* jansson fails here only when out of memory */
-    *len = strlen(s);
+        abort(); /* values parsed by jansson always dump */
     return s;
 }
 
@@ -344,20 +391,16 @@ static void pend_add(struct xchg_cache *c, uint64_t h)
     c->pend[c->pend_n++] = h;
 }
 
-static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
-                    const json_t *v, int64_t *hash, struct diag *d)
+/* Stores blob v (canonical text s[0..len), hash h) unless it is known or
+ * already in the store. */
+static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                      const char *s, size_t len, int64_t h, struct diag *d)
 {
-    size_t len;
-    char *s = canonical(v, &len);
-    int64_t h = (int64_t)hash64(s, len, 0);
     sqlite3_stmt *st = NULL;
     int rc = -EIO;
 
-    *hash = h;
-    if (known_has(c, (uint64_t)h)) {
-        rc = 0;
-        goto out;
-    }
+    if (known_has(c, (uint64_t)h))
+        return 0;
     if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
@@ -393,19 +436,101 @@ out:
         sql_fail(db, d, "cannot store a message");
     if (st)
         unprep(c, st);
+    return rc;
+}
+
+static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+                    const json_t *v, int64_t *hash, struct diag *d)
+{
+    size_t len;
+    char *s = canonical(v, &len);
+    int64_t h = (int64_t)hash64(s, len, 0);
+    *hash = h;
+    int rc = blob_store(db, c, kind, s, len, h, d);
     free(s);
     return rc;
 }
 
-/* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
-static json_t *blob_get(sqlite3 *db, int64_t h)
+/* ---- message hashes by their bytes ---- */
+
+static bool raw_empty(XXH128_hash_t k)
 {
-    sqlite3_stmt *st = NULL;
+    return !k.low64 && !k.high64;
+}
+
+static struct memo_ent *memo_slot(struct memo_ent *t, size_t cap,
+                                  XXH128_hash_t k)
+{
+    size_t i = k.low64 & (cap - 1);
+    while (!raw_empty(t[i].raw) && !XXH128_isEqual(t[i].raw, k))
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void memo_add(struct xchg_cache *c, XXH128_hash_t k, uint64_t h)
+{
+    if (raw_empty(k))
+        return;
+    if (2 * (c->memo_n + 1) > c->memo_cap) {
+        size_t cap = c->memo_cap ? 2 * c->memo_cap : MEMO_MIN;
+        if (cap > MEMO_MAX) { /* full: start over rather than grow */
+            memset(c->memo, 0, c->memo_cap * sizeof(*c->memo));
+            c->memo_n = 0;
+        } else {
+            struct memo_ent *t = xcalloc(cap, sizeof(*t));
+            for (size_t i = 0; i < c->memo_cap; i++)
+                if (!raw_empty(c->memo[i].raw))
+                    *memo_slot(t, cap, c->memo[i].raw) = c->memo[i];
+            free(c->memo);
+            c->memo = t;
+            c->memo_cap = cap;
+        }
+    }
+    struct memo_ent *e = memo_slot(c->memo, c->memo_cap, k);
+    if (raw_empty(e->raw))
+        c->memo_n++;
+    e->raw = k;
+    e->h = h;
+}
+
+/* The hash of a message whose bytes were seen before and whose blob is
+ * committed, else 0 (the caller dumps and stores it). */
+static uint64_t memo_known(const struct xchg_cache *c, XXH128_hash_t k)
+{
+    if (!c->memo_cap || raw_empty(k))
+        return 0;
+    const struct memo_ent *e = memo_slot(c->memo, c->memo_cap, k);
+    return !raw_empty(e->raw) && known_has(c, e->h) ? e->h : 0;
+}
+
+/* The spans of x's messages in the bytes it was parsed from, when there
+ * are exactly n of them (fresh array), else NULL. */
+static struct jspan *message_spans(const struct xchg *x, size_t n)
+{
+    static const char *const key[] = {"messages"};
+    struct jspan doc, msgs;
+    if (!x->req_src || !n)
+        return NULL;
+    jscan_trusted(x->req_src, x->req_src_len, &doc);
+    if (jscan_members(&doc, key, 1, &msgs))
+        return NULL;
+    struct jspan *sp = xmalloc(n * sizeof(*sp));
+    if (jscan_elements(&msgs, sp, n) != (long)n) {
+        free(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
+                                   " WHERE h=?";
+
+/* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
+static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
+{
+    sqlite3_stmt *st = prep(c, db, SQL_BLOB_GET);
     json_t *v = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT raw_len, zip, z FROM xchg_blob"
-                           " WHERE h=?",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, h);
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -416,7 +541,51 @@ static json_t *blob_get(sqlite3 *db, int64_t h)
             v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         free(s);
     }
-    sqlite3_finalize(st);
+    unprep(c, st);
+    return v;
+}
+
+static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
+{
+    size_t i = mix64(h) & (cap - 1);
+    while (t[i].h && t[i].h != h)
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+/* Blob h through c's cache of parsed blobs: a borrowed reference, shared
+ * by every exchange of the walk that names h, or NULL when missing or
+ * corrupt (not cached: each try reports it). */
+static json_t *blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
+{
+    if (!h) {
+        if (!c->blob0)
+            c->blob0 = blob_load(db, c, h);
+        return c->blob0;
+    }
+    if (c->blobs_cap) {
+        struct blob_ent *e = blob_slot(c->blobs, c->blobs_cap, (uint64_t)h);
+        if (e->h)
+            return e->v;
+    }
+    json_t *v = blob_load(db, c, h);
+    if (!v)
+        return NULL;
+    if (2 * (c->blobs_n + 1) > c->blobs_cap) {
+        size_t cap = c->blobs_cap ? 2 * c->blobs_cap : 1024;
+        struct blob_ent *t = xcalloc(cap, sizeof(*t));
+        for (size_t i = 0; i < c->blobs_cap; i++)
+            if (c->blobs[i].h)
+                *blob_slot(t, cap, c->blobs[i].h) = c->blobs[i];
+        free(c->blobs);
+        json_decref(c->blob0);
+        c->blobs = t;
+        c->blobs_cap = cap;
+    }
+    struct blob_ent *e = blob_slot(c->blobs, c->blobs_cap, (uint64_t)h);
+    e->h = (uint64_t)h;
+    e->v = v;
+    c->blobs_n++;
     return v;
 }
 
@@ -561,13 +730,27 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     }
     r->n = json_array_size(msgs);
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
+    struct jspan *sp = c ? message_spans(x, r->n) : NULL;
     for (size_t i = 0; i < r->n; i++) {
+        XXH128_hash_t raw = {0, 0};
+        if (sp) {
+            raw = XXH3_128bits(sp[i].p, sp[i].n);
+            if ((r->h[i] = memo_known(c, raw))) {
+                c->memo_hits++;
+                continue;
+            }
+        }
         int64_t h;
         rc = blob_put(db, c, BLOB_MESSAGE, json_array_get(msgs, i), &h, d);
         if (rc)
-            return rc;
+            break;
         r->h[i] = (uint64_t)h;
+        if (sp)
+            memo_add(c, raw, (uint64_t)h);
     }
+    free(sp);
+    if (rc)
+        return rc;
     rc =
         pick_base(db, c, x->session ? x->session : "", r->h, r->n, &r->base, d);
     if (rc)
@@ -582,9 +765,10 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
 
 static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    size_t len = 0;
+    char *s = j ? jdump_str(j, false, &len) : NULL;
     if (s)
-        sqlite3_bind_text(st, i, s, -1, free);
+        sqlite3_bind_text(st, i, s, (int)len, free);
     else
         sqlite3_bind_null(st, i);
 }
@@ -738,6 +922,12 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
         if (rcs[i]) {
             run_stmt(c, db, SQL_ROLLBACK_TO);
             c->pend_n = mark; /* its blobs went with it */
+        } else if (rr[i].h) {
+            /* the next exchange of the batch may take this one as its
+             * base: known now, not read back (a failed commit clears the
+             * cache below) */
+            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
+            rr[i].h = NULL;
         }
         run_stmt(c, db, SQL_RELEASE);
     }
@@ -752,12 +942,6 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     for (size_t i = 0; i < c->pend_n; i++)
         known_add(c, c->pend[i]);
     c->pend_n = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!rcs[i] && rr[i].h) {
-            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
-            rr[i].h = NULL;
-        }
-    }
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++) {
@@ -814,29 +998,30 @@ static char *col_packed(sqlite3_stmt *st, int i, size_t *len)
                   sqlite3_column_int(st, i + 2));
 }
 
-/* Rebuilds the chat request body of row st (columns as in SELECT_SQL). */
+/* Rebuilds the chat request body of row st (columns as in SELECT_SQL).
+ * The body object is x's own; its messages and tools are shared with the
+ * cache (xchg_each: read-only). */
 static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
                         struct xchg *x, struct diag *d)
 {
-    json_t *body = blob_get(db, sqlite3_column_int64(st, 6));
+    json_t *params = blob_get(db, c, sqlite3_column_int64(st, 6));
     struct list_ent *e = list_load(db, c, x->id, 0);
-    if (!json_is_object(body) || !e) {
-        json_decref(body);
+    if (!json_is_object(params) || !e)
         return diag_set(d, EIO, "store: exchange %lld: request is corrupt",
                         (long long)x->id);
-    }
+    json_t *body = json_copy(params);
     if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
-        json_t *tools = blob_get(db, sqlite3_column_int64(st, 7));
+        json_t *tools = blob_get(db, c, sqlite3_column_int64(st, 7));
         if (!tools) {
             json_decref(body);
             return diag_set(d, EIO, "store: exchange %lld: tools missing",
                             (long long)x->id);
         }
-        json_object_set_new(body, "tools", tools);
+        json_object_set(body, "tools", tools);
     }
     json_t *msgs = json_array();
     for (size_t i = 0; i < e->n; i++) {
-        json_t *m = blob_get(db, (int64_t)e->h[i]);
+        json_t *m = blob_get(db, c, (int64_t)e->h[i]);
         if (!m) {
             json_decref(msgs);
             json_decref(body);
@@ -845,7 +1030,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
                             " missing",
                             (long long)x->id, i);
         }
-        json_array_append_new(msgs, m);
+        json_array_append(msgs, m);
     }
     json_object_set_new(body, "messages", msgs);
     x->req_body = body;

@@ -40,7 +40,13 @@ struct xchg {
     char *req_raw;       /* raw body when it was not a JSON object */
     size_t req_raw_len;
     bool req_malformed; /* body was not valid JSON */
-    int status;         /* 0 when no response arrived */
+    /* The bytes req_body was read from when store/jscan.h read them
+     * (jscan_doc accepted them; borrowed, not freed by xchg_release; may be
+     * NULL): the store reuses a message's hash when the same bytes came
+     * before, instead of dumping its canonical JSON again. */
+    const char *req_src;
+    size_t req_src_len;
+    int status; /* 0 when no response arrived */
     json_t *resp_headers;
     char *resp_raw; /* raw response body or SSE stream, as received */
     size_t resp_raw_len;
@@ -67,8 +73,10 @@ int xchg_schema(sqlite3 *db, struct diag *d);
  * caller's job and has happened before this call. */
 int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d);
 /* Calls fn for each exchange in id order (session NULL: all sessions);
- * x is valid only during the call. fn returning non-zero stops the walk and
- * that value is returned. */
+ * x is valid only during the call and read-only: the messages and tools of
+ * its req_body are shared with the other exchanges of the walk (each
+ * distinct message is read and parsed once). fn returning non-zero stops the
+ * walk and that value is returned. */
 int xchg_each(sqlite3 *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d);
@@ -88,6 +96,9 @@ struct xchg_cache *xchg_cache_new(void);
 void xchg_cache_free(struct xchg_cache *c);
 int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d);
+/* Messages whose hash c took from their bytes (xchg.req_src) rather than
+ * from a canonical dump, since c was made. */
+size_t xchg_cache_memo_hits(const struct xchg_cache *c);
 /* Stores n exchanges in one transaction (group commit), each under its own
  * savepoint: rcs[i] is 0 when xs[i] is stored (xs[i]->id set) or its own
  * error. Returns 0 when the transaction committed, else the error, with

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -141,12 +142,149 @@ static void test_non_streamed_body(void **state)
     json_decref(r);
 }
 
+/* reply_chunk and its jansson reference leave the same reply, byte for
+ * byte, on the fixture stream; every chunk of it is read in place. */
+static int feed_both(const char *event, const char *data, size_t len, void *ud)
+{
+    struct reply_acc *a = ud;
+    (void)event;
+    reply_chunk(&a[0], data, len, 0);
+    reply_chunk_jansson(&a[1], data, len, 0);
+    return 0;
+}
+
+static char *reply_text(const struct reply_acc *a)
+{
+    json_t *r = reply_finish(a);
+    char *s = json_dumps(r, JSON_COMPACT);
+    json_decref(r);
+    return s;
+}
+
+static void assert_same_reply(struct reply_acc *a)
+{
+    char *fast = reply_text(&a[0]), *ref = reply_text(&a[1]);
+    assert_string_equal(fast, ref);
+    free(fast);
+    free(ref);
+}
+
+static void test_in_place_matches_jansson_on_fixture(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT;
+    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
+                                   "mock-sse-reply-reasoning-toolcall.txt",
+                                   &b),
+                     0);
+    struct sse_parser p;
+    struct reply_acc a[2];
+    sse_init(&p, 0);
+    reply_init(&a[0]);
+    reply_init(&a[1]);
+    assert_int_equal(sse_feed(&p, b.data, b.len, feed_both, a), 0);
+    assert_int_equal(a[0].chunks, 7); /* and [DONE] */
+    assert_int_equal(a[0].scanned, a[0].chunks);
+    assert_int_equal(a[1].scanned, 0);
+    assert_same_reply(a);
+    reply_release(&a[0]);
+    reply_release(&a[1]);
+    sse_release(&p);
+    buf_release(&b);
+}
+
+/* Chunks outside the common shape, each with whether the scanner reads it
+ * itself (1) or hands it to jansson (0). */
+static const struct {
+    const char *data;
+    int scanned;
+} odd_chunks[] = {
+    {"{\"choices\":[{\"delta\":{\"content\":\"a\\u0000b\"}}]}", 0},
+    {"{\"choices\":[{\"delta\":{\"content\":\"\\ud800x\"}}]}", 0},
+    {"{\"choices\":[{\"delta\":{\"content\":\"\\ud83d\\ude00\"}}]}", 1},
+    {"{\"choices\":[{\"delta\":{\"content\":\"x\",\"content\":\"y\"}}],"
+     "\"choices\":[{\"delta\":{\"content\":\"z\"}}]}",
+     1},
+    {"{\"choices\":[{\"delta\":{\"reasoning_content\":null,"
+     "\"reasoning\":\"r\"}}]}",
+     1},
+    {"{\"choices\":[{\"delta\":{\"content\":1}}],\"x\":1.5E3}", 0},
+    {"{\"n\":1234567890123456789012,\"choices\":[]}", 0},
+    {"{\"\\u0063hoices\":[{\"delta\":{\"content\":\"k\"}}]}", 0},
+    {"{\"choices\":[{\"delta\":{\"content\":\"\xc0\xaf\"}}]}", 0},
+    {"{\"choices\":[{\"delta\":{\"content\":\"\xed\xa0\x80\"}}]}", 0},
+    {"{\"choices\":[{\"delta\":{\"content\":\"\x01\"}}]}", 0},
+    {"{\"choices\":[]} x", 0},
+    {" {\"choices\" : [ {\"text\" : \"t\", \"finish_reason\":\"s\\u0074op\"} ] "
+     "}\r\n",
+     1},
+    {"{\"usage\":{\"prompt_tokens\":1},\"usage\":[1],\"error\":null}", 1},
+    {"{\"error\":{\"message\":\"boom\"}}", 1},
+    {"[1]", 0},
+    {"", 0},
+};
+
+static void test_in_place_matches_jansson_on_odd_chunks(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(odd_chunks) / sizeof(odd_chunks[0]); i++) {
+        struct reply_acc a[2];
+        reply_init(&a[0]);
+        reply_init(&a[1]);
+        const char *d = odd_chunks[i].data;
+        reply_chunk(&a[0], d, strlen(d), 1);
+        reply_chunk_jansson(&a[1], d, strlen(d), 1);
+        if (a[0].scanned != odd_chunks[i].scanned)
+            fail_msg("chunk %zu: scanned %ld, want %d", i, a[0].scanned,
+                     odd_chunks[i].scanned);
+        assert_int_equal(a[0].chunks, a[1].chunks);
+        assert_int_equal(a[0].bad, a[1].bad);
+        assert_same_reply(a);
+        reply_release(&a[0]);
+        reply_release(&a[1]);
+    }
+}
+
+static void test_in_place_body_matches_jansson(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"id\":\"x\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+        "\"assistant\",\"content\":\"caf\\u00e9 \xc3\xa9\"},"
+        "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}",
+        "{\"choices\":[{\"message\":{\"content\":null,\"reasoning\":\"r\","
+        "\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\"}}]}}],"
+        "\"error\":\"e\"}",
+        "{\"choices\":[{\"text\":\"4\",\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":{}}",
+        "{\"choices\":[1e3]}",
+        "[1]",
+        "<html>",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *f = reply_from_body(bodies[i], strlen(bodies[i]));
+        json_t *r = reply_from_body_jansson(bodies[i], strlen(bodies[i]));
+        char *fs = f ? json_dumps(f, JSON_COMPACT) : NULL;
+        char *rs = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        if ((fs == NULL) != (rs == NULL) || (fs && strcmp(fs, rs)))
+            fail_msg("body %zu: %s vs %s", i, fs ? fs : "NULL",
+                     rs ? rs : "NULL");
+        free(fs);
+        free(rs);
+        json_decref(f);
+        json_decref(r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixture_reasoning_and_tool_call),
         cmocka_unit_test(test_parallel_calls_reasoning_field_gaps),
         cmocka_unit_test(test_non_streamed_body),
+        cmocka_unit_test(test_in_place_matches_jansson_on_fixture),
+        cmocka_unit_test(test_in_place_matches_jansson_on_odd_chunks),
+        cmocka_unit_test(test_in_place_body_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -427,6 +427,64 @@ static void test_spill_roundtrip_and_torn_line(void **state)
     rmdir(dir);
 }
 
+/* Messages hashed by the bytes they arrived as (xchg.req_src): the same
+ * bytes again reuse the hash, other bytes for an equal message still get
+ * the canonical hash (content addressing), and every request rebuilds
+ * exactly. */
+static void test_message_hash_by_bytes(void **state)
+{
+    (void)state;
+    static const char *const srcs[] = {
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\","
+        "\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]}",
+        /* the same two messages as other bytes, then a new one */
+        "{\"model\":\"m\",\"messages\":[ {\"content\":\"be brief\","
+        "\"role\":\"system\"}, {\"role\":\"user\",\"content\":\"h\\u0069\"},"
+        "{\"role\":\"assistant\",\"content\":\"hello\"}]}",
+        /* the first request's bytes again, plus the new message */
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\","
+        "\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":\"hello\"}]}",
+    };
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    tmpdb_open(&t);
+    for (size_t i = 0; i < 3; i++) {
+        struct xchg x;
+        fill(&x, "ses", json_loads(srcs[i], 0, NULL));
+        x.req_src = srcs[i];
+        x.req_src_len = strlen(srcs[i]);
+        assert_int_equal(xchg_put_cached(t.db, cache, &x, &d), 0);
+        xchg_release(&x);
+    }
+    /* request 2's messages came as new bytes (dumped and hashed); all three
+     * of request 3's are bytes seen before (two from request 1, one from
+     * request 2) */
+    assert_int_equal(xchg_cache_memo_hits(cache), 3);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(t.db,
+                                        "SELECT count(*) FROM xchg_blob"
+                                        " WHERE kind=0",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 3); /* distinct messages */
+    sqlite3_finalize(st);
+    struct collect c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *want = json_loads(srcs[i], 0, NULL);
+        assert_true(json_equal(c.got[i].req_body, want));
+        json_decref(want);
+    }
+    collect_release(&c);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -435,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_storage_growth_100_turns),
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
+        cmocka_unit_test(test_message_hash_by_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

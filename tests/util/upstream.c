@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
@@ -32,7 +33,8 @@ struct upstream {
     atomic_int requests;
     atomic_int live; /* connection threads running */
     pthread_mutex_t lock;
-    int conns[256]; /* open connection sockets, -1 when free */
+    int conns[256];  /* open connection sockets, -1 when free */
+    struct buf last; /* the raw bytes of the last request (under lock) */
 };
 
 static const char *const SSE_EVENTS[] = {
@@ -59,10 +61,39 @@ static const char JSON_BODY[] =
     " \"stop\"}], \"usage\": {\"prompt_tokens\": 3, \"completion_tokens\": "
     "2}}\n";
 
+/* The events of /sse (or the /json body when json) gzip-compressed as
+ * one stream, flushed after each event; ends[i] is where piece i ends. */
+static void gzip_pieces(bool json, struct buf *out, size_t *ends, int *n)
+{
+    z_stream z;
+    unsigned char tmp[4096];
+    memset(&z, 0, sizeof(z));
+    deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    *n = 0;
+    for (int i = 0; json ? i < 1 : SSE_EVENTS[i] != NULL; i++) {
+        const char *ev = json ? JSON_BODY : SSE_EVENTS[i];
+        bool last = json || !SSE_EVENTS[i + 1];
+        z.next_in = (Bytef *)ev;
+        z.avail_in = (uInt)strlen(ev);
+        do {
+            z.next_out = tmp;
+            z.avail_out = sizeof(tmp);
+            deflate(&z, last ? Z_FINISH : Z_SYNC_FLUSH);
+            buf_add(out, tmp, sizeof(tmp) - z.avail_out);
+        } while (z.avail_out == 0);
+        ends[(*n)++] = out->len;
+    }
+    deflateEnd(&z);
+}
+
 char *upstream_body(const char *route, size_t *len)
 {
     struct buf b = BUF_INIT;
-    if (!strcmp(route, "/json")) {
+    size_t ends[16];
+    int n;
+    if (!strcmp(route, "/gzip/json") || !strcmp(route, "/gzip/sse")) {
+        gzip_pieces(route[6] == 'j', &b, ends, &n);
+    } else if (!strcmp(route, "/json")) {
         buf_adds(&b, JSON_BODY);
     } else if (!strcmp(route, "/sse")) {
         for (int i = 0; SSE_EVENTS[i]; i++)
@@ -118,6 +149,40 @@ static const char SSE_HEAD[] =
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
 
+/* /gzip/json (sized) or /gzip/sse (one chunk per event, as a server that
+ * compresses a stream and flushes after each event sends it). */
+static int send_gzip(int fd, bool json)
+{
+    struct buf z = BUF_INIT;
+    size_t ends[16];
+    int n, rc = 0;
+    gzip_pieces(json, &z, ends, &n);
+    char head[256];
+    int hl;
+    if (json) {
+        hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      "Content-Encoding: gzip\r\nContent-Length: %zu\r\n\r\n",
+                      z.len);
+        rc = write_all(fd, head, (size_t)hl) || write_all(fd, z.data, z.len);
+    } else {
+        hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                      "Content-Encoding: gzip\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n");
+        rc = write_all(fd, head, (size_t)hl);
+        for (int i = 0; !rc && i < n; i++) {
+            size_t from = i ? ends[i - 1] : 0;
+            rc = send_chunk(fd, z.data + from, ends[i] - from);
+            usleep(2000);
+        }
+        if (!rc)
+            rc = write_all(fd, "0\r\n\r\n", 5);
+    }
+    buf_release(&z);
+    return rc ? -1 : 0;
+}
+
 /* Serves one request; returns 0 to keep the connection, -1 to close. */
 static int serve(struct upstream *u, int fd, const char *path, const char *raw,
                  size_t raw_len)
@@ -125,6 +190,10 @@ static int serve(struct upstream *u, int fd, const char *path, const char *raw,
     size_t n;
     char *body;
     atomic_fetch_add(&u->requests, 1);
+    pthread_mutex_lock(&u->lock);
+    buf_reset(&u->last);
+    buf_add(&u->last, raw, raw_len);
+    pthread_mutex_unlock(&u->lock);
     if (!strncmp(path, "/json", 5) || !strncmp(path, "/big", 4)) {
         body = upstream_body(!strncmp(path, "/json", 5) ? "/json" : "/big", &n);
         int rc = send_sized(fd, "application/json", body, n);
@@ -133,6 +202,8 @@ static int serve(struct upstream *u, int fd, const char *path, const char *raw,
     }
     if (!strncmp(path, "/echo", 5))
         return send_sized(fd, "application/octet-stream", raw, raw_len);
+    if (!strncmp(path, "/gzip/", 6))
+        return send_gzip(fd, path[6] == 'j');
     if (!strncmp(path, "/sse", 4) || !strncmp(path, "/reset", 6)) {
         bool reset = path[1] == 'r';
         if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1))
@@ -281,6 +352,16 @@ int upstream_requests(struct upstream *u)
     return atomic_load(&u->requests);
 }
 
+char *upstream_last_request(struct upstream *u, size_t *len)
+{
+    pthread_mutex_lock(&u->lock);
+    char *s = xmalloc(u->last.len + 1);
+    memcpy(s, buf_str(&u->last), u->last.len + 1);
+    *len = u->last.len;
+    pthread_mutex_unlock(&u->lock);
+    return s;
+}
+
 void upstream_stop(struct upstream *u)
 {
     if (!u)
@@ -298,5 +379,6 @@ void upstream_stop(struct upstream *u)
     if (atomic_load(&u->live) > 0)
         return; /* a thread is stuck: leak rather than free under it */
     pthread_mutex_destroy(&u->lock);
+    buf_release(&u->last);
     free(u);
 }

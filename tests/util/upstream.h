@@ -8,7 +8,9 @@
  * reasoning, content, a tool call, usage, [DONE]), /reset (two events, then
  * the connection closes), /slow (an event every 20 ms for 10 s), /echo (the
  * raw request it received, headers and body, as the body), /big (1 MiB
- * sized JSON). Anything else: 404.
+ * sized JSON), /gzip/json and /gzip/sse (the /json body and the /sse
+ * events with Content-Encoding: gzip, the stream flushed after each
+ * event). Anything else: 404.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H
 #define TESTS_UTIL_UPSTREAM_H
@@ -26,7 +28,11 @@ void upstream_stop(struct upstream *u);
 int upstream_peer_gone(struct upstream *u);
 /* How many requests it served. */
 int upstream_requests(struct upstream *u);
-/* The exact body bytes the route sends (for /json, /sse, /big; for /reset
+/* The raw bytes (request line, headers, body) of the last request it
+ * served. Fresh, caller frees. */
+char *upstream_last_request(struct upstream *u, size_t *len);
+/* The exact body bytes the route sends (for /json, /sse, /big, /gzip/json,
+ * /gzip/sse; for /reset
  * the bytes sent before the close). Fresh, caller frees. */
 char *upstream_body(const char *route, size_t *len);
 

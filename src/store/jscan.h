@@ -1,0 +1,69 @@
+/*
+ * jscan: a zero-copy JSON scanner for the recorder's hot paths. It
+ * validates a document and hands out spans of the values the reply
+ * reassembly needs (choices[0].delta.content and the like) and of each
+ * message of a request (the store hashes their exact bytes) without
+ * building a tree; strings without escapes are used in place. jscan_json
+ * builds the jansson tree of a span when one is needed.
+ *
+ * It is conservative: it accepts only documents jansson's json_loadb (flags
+ * 0) accepts with the same values, and says "unsure" (-1) for anything it
+ * does not handle exactly that way (a NUL or lone surrogate escape, an
+ * exponent, more than 18 integer digits, nesting deeper than
+ * JSCAN_MAX_DEPTH). Callers fall back to jansson then.
+ */
+#ifndef STORE_JSCAN_H
+#define STORE_JSCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "core/buf.h"
+
+#define JSCAN_MAX_DEPTH 64
+
+enum jscan_type {
+    JS_NONE = 0, /* absent */
+    JS_OBJECT,
+    JS_ARRAY,
+    JS_STRING,
+    JS_NUMBER,
+    JS_TRUE,
+    JS_FALSE,
+    JS_NULL
+};
+
+/* A value's text: p[0..n) is the whole value (quotes included for a
+ * string); esc says a string has backslash escapes. */
+struct jspan {
+    const char *p;
+    size_t n;
+    enum jscan_type t;
+    bool esc;
+};
+
+/* Validates s[0..n) as one JSON value with optional surrounding
+ * whitespace. 0 with *v set, or -1 (unsure: invalid or not handled). */
+int jscan_doc(const char *s, size_t n, struct jspan *v);
+/* The value of s[0..n) that jscan_doc accepted before (not checked
+ * again). */
+void jscan_trusted(const char *s, size_t n, struct jspan *v);
+/* For an object span from jscan_doc: out[i] gets the value of the last
+ * member named keys[i] (t == JS_NONE when absent). 0, or -1 when obj is
+ * not an object or a key has escapes. */
+int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
+                  struct jspan *out);
+/* Element i of an array span (t == JS_NONE when out of range). 0 or -1. */
+int jscan_index(const struct jspan *arr, size_t i, struct jspan *out);
+/* The first max elements of an array span into out[]; returns how many the
+ * array has (may exceed max), or -1 when arr is not an array. */
+long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max);
+/* A span of a document jscan_doc accepted as the jansson value json_loadb
+ * would have built for it (new reference). */
+json_t *jscan_json(const struct jspan *v);
+/* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
+int jscan_str(const struct jspan *s, struct buf *b);
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * Tests for store/jscan: what it accepts it reads as jansson does (the
+ * value jscan_json builds dumps to jansson's text, key order and
+ * duplicate keys included), and it says "unsure" for what jansson refuses
+ * or what it does not read exactly (NUL and lone surrogate escapes,
+ * exponents, long integers, bad UTF-8, control characters, trailing bytes).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/jdump.h"
+#include "store/jscan.h"
+
+static void test_accepts_like_jansson(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{}",
+        " [ ] ",
+        "{\"a\":1,\"b\":[true,false,null],\"a\":2,\"c\":{\"d\":\"e\"}}",
+        "{\"s\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00 \xc3\xa9\"}",
+        "[-0, 0.5, -12.25, 123456789012345678, 0.000001, 1.0]",
+        "{\"k\\u00e9y\":\"v\"}",
+        "\"top-level string\"",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"temperature\":0.7}",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        struct jspan v;
+        if (jscan_doc(docs[i], strlen(docs[i]), &v))
+            fail_msg("doc %zu refused: %s", i, docs[i]);
+        json_t *want =
+            json_loadb(docs[i], strlen(docs[i]), JSON_DECODE_ANY, NULL);
+        json_t *got = jscan_json(&v);
+        assert_non_null(want);
+        char *ws = jdump_str(want, false, NULL);
+        char *gs = jdump_str(got, false, NULL);
+        assert_string_equal(gs, ws);
+        free(ws);
+        free(gs);
+        json_decref(want);
+        json_decref(got);
+    }
+}
+
+static void test_unsure_cases(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "",
+        "{",
+        "{\"a\":1}x",
+        "{\"a\":\"\\u0000\"}",
+        "{\"a\":\"\\udc00\"}",
+        "{\"a\":\"\\ud800\\u0041\"}",
+        "{\"a\":1e5}",
+        "{\"a\":1234567890123456789}",
+        "{\"a\":01}",
+        "{\"a\":-}",
+        "{\"a\":1.}",
+        "{\"a\":\"\xc0\xaf\"}",
+        "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":\"\xf4\x90\x80\x80\"}",
+        "{\"a\":\"\x01\"}",
+        "{\"a\":\"\\x\"}",
+        "{\"a\" 1}",
+        "[1,]",
+        "{,}",
+        "tru",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        struct jspan v;
+        if (!jscan_doc(docs[i], strlen(docs[i]), &v))
+            fail_msg("doc %zu accepted: %s", i, docs[i]);
+    }
+    /* nesting deeper than JSCAN_MAX_DEPTH */
+    char deep[2 * JSCAN_MAX_DEPTH + 8];
+    size_t n = 0;
+    for (int i = 0; i < JSCAN_MAX_DEPTH + 2; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < JSCAN_MAX_DEPTH + 2; i++)
+        deep[n++] = ']';
+    struct jspan v;
+    assert_int_equal(jscan_doc(deep, n, &v), -1);
+}
+
+static void test_members_and_strings(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{\"choices\":[{\"delta\":{\"content\":\"a\\\"b\\\\\"}},{}],"
+        "\"x\":\"\\\\\",\"choices2\":1,\"x\":\"last\"}";
+    struct jspan top, m[3], el;
+    static const char *const keys[] = {"choices", "x", "missing"};
+    assert_int_equal(jscan_doc(doc, strlen(doc), &top), 0);
+    assert_int_equal(jscan_members(&top, keys, 3, m), 0);
+    assert_int_equal(m[0].t, JS_ARRAY);
+    assert_int_equal(m[1].t, JS_STRING);
+    assert_int_equal(m[2].t, JS_NONE);
+    struct buf b = BUF_INIT;
+    assert_int_equal(jscan_str(&m[1], &b), 0);
+    assert_string_equal(b.data, "last");
+    assert_int_equal(jscan_index(&m[0], 1, &el), 0);
+    assert_int_equal(el.t, JS_OBJECT);
+    assert_int_equal(jscan_index(&m[0], 2, &el), 0);
+    assert_int_equal(el.t, JS_NONE);
+    assert_int_equal(jscan_index(&m[0], 0, &el), 0);
+    static const char *const dk[] = {"delta"};
+    struct jspan d, c;
+    static const char *const ck[] = {"content"};
+    assert_int_equal(jscan_members(&el, dk, 1, &d), 0);
+    assert_int_equal(jscan_members(&d, ck, 1, &c), 0);
+    buf_reset(&b);
+    assert_int_equal(jscan_str(&c, &b), 0);
+    assert_string_equal(b.data, "a\"b\\");
+    buf_release(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accepts_like_jansson),
+        cmocka_unit_test(test_unsure_cases),
+        cmocka_unit_test(test_members_and_strings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

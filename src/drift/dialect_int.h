@@ -19,6 +19,19 @@ void drift_lp_finish(struct drift_lp *lp);
 void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i);
 
 /*
+ * Exact decimal to double (dec2dbl.c, Eisel-Lemire): m * 10^q correctly
+ * rounded (to nearest, ties to even) into *out and true, or false when it
+ * cannot tell cheaply (a possible tie, a result that would be subnormal or
+ * overflow, q outside [DRIFT_DEC_Q_MIN, DRIFT_DEC_Q_MAX]): the caller then
+ * uses strtod. m must hold every significant digit (m = 0 gives +0).
+ * drift_dec_init() (idempotent, thread-safe) must have run first.
+ */
+#define DRIFT_DEC_Q_MIN (-342)
+#define DRIFT_DEC_Q_MAX 308
+void drift_dec_init(void);
+bool drift_dec_to_double(uint64_t m, int q, double *out);
+
+/*
  * The fast path of drift_parse_prompt_text() for the vllm and sglang
  * dialects: validates the whole text as JSON (RFC 8259 grammar, UTF-8,
  * jansson's limits) without building a tree, then reads the one array it

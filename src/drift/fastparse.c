@@ -13,7 +13,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -156,41 +155,6 @@ static const double pow10_exact[23] = {
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /*
- * m * 10^e10 correctly rounded to double, through x87 extended precision
- * where it is exact enough to tell: m (< 2^64) and 10^|e10| (|e10| <= 27,
- * 5^27 < 2^64) are exact in a 64-bit mantissa, so their quotient or product
- * is one correctly rounded extended operation; rounding that to double is
- * then correct unless the 11 bits dropped lie within one unit of a halfway
- * point (double rounding), in which case false is returned and strtod
- * decides. Elsewhere (no 64-bit long double) it always returns false.
- */
-static bool ld_convert(uint64_t m, int e10, double *out)
-{
-#if defined(__x86_64__) && LDBL_MANT_DIG == 64
-    static const long double pw[28] = {
-        1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
-        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
-        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-    long double p = pw[e10 < 0 ? -e10 : e10];
-    long double x = e10 < 0 ? (long double)m / p : (long double)m * p;
-    uint64_t mant;
-    memcpy(&mant, &x, sizeof(mant)); /* x87: the 64-bit significand */
-    unsigned low = (unsigned)(mant & 0x7ff);
-    if (low >= 0x3ff && low <= 0x401)
-        return false;
-    if (x != 0 && (x < 0x1p-1020L || x > 0x1p1020L))
-        return false; /* near subnormals or overflow: leave to strtod */
-    *out = (double)x;
-    return true;
-#else
-    (void)m;
-    (void)e10;
-    (void)out;
-    return false;
-#endif
-}
-
-/*
  * Eight ASCII digits at p as their value, or false when one is not a
  * digit: the classic SWAR conversion (three multiplies for eight digits)
  * on little-endian machines, false elsewhere (the caller goes on a digit
@@ -223,8 +187,9 @@ static bool eight_digits(const char *p, uint64_t *v)
  * A number per RFC 8259. With want, *v is its value exactly as jansson
  * gives it: integers through long long, reals correctly rounded (Clinger's
  * fast path when the decimal mantissa fits in 53 bits and the power of ten
- * is exact, strtod otherwise). Integers of more than 18 digits and reals
- * that overflow return -2 (left to jansson).
+ * is exact, else Eisel-Lemire (dec2dbl.c) for up to 19 significant
+ * digits, strtod when that refuses or for longer mantissas). Integers of more
+ * than 18 digits and reals that overflow return -2 (left to jansson).
  */
 static int number_v(struct sc *s, double *v, bool want, long long *iv)
 {
@@ -313,7 +278,7 @@ static int number_v(struct sc *s, double *v, bool want, long long *iv)
         *v = neg ? -x : x;
         return 0;
     }
-    if (sig <= 19 && e10 >= -27 && e10 <= 27 && ld_convert(m, e10, v)) {
+    if (sig <= 19 && drift_dec_to_double(m, e10, v)) {
         *v = neg ? -*v : *v;
         return 0;
     }
@@ -832,6 +797,7 @@ int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
         return -EAGAIN;
     /* read first, then validate the rest of the document: what the
      * reader consumed it checked with the validator's own grammar */
+    drift_dec_init();
     drift_lp_reset(lp, (uint32_t)r->n);
     ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp, &read)
                                   : fast_sglang(text, len, r, lp, &read);

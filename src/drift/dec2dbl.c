@@ -7,9 +7,10 @@
  * the significand normalised to 64 bits times a 128-bit truncated power of
  * five, the result rounded from the top bits of the product, and a refusal
  * (the caller uses strtod) whenever the truncation error could change the
- * rounding. The error bound and the refusal test are derived below; the
- * table of powers of five is computed here at first use with exact
- * big-integer arithmetic.
+ * rounding. The fast path is inline in dialect_int.h (with the derivation
+ * of its error bound and refusal test); this file computes the table of
+ * powers of five at first use with exact big-integer arithmetic and
+ * settles the rare results next to a halfway point.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -26,10 +27,8 @@
  * [2^127, 2^128), and t[q] = floor(X) as (hi, lo). X is an integer (t
  * exact) when 5^q has at most 128 bits and q >= 0.
  */
-static struct {
-    uint64_t hi, lo;
-} t[Q_MAX - Q_MIN + 1];
-static int16_t e5[Q_MAX - Q_MIN + 1];
+struct drift_dec_pow5 drift_dec_t[Q_MAX - Q_MIN + 1];
+int16_t drift_dec_e5[Q_MAX - Q_MIN + 1];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Big unsigned integers, 32-bit limbs, least significant first. */
@@ -103,8 +102,9 @@ static void build(void)
     b.l[0] = 1;
     b.n = 1;
     for (int q = 0; q <= Q_MAX; q++) {
-        big_top128(&b, &t[q - Q_MIN].hi, &t[q - Q_MIN].lo, &e);
-        e5[q - Q_MIN] = (int16_t)e;
+        big_top128(&b, &drift_dec_t[q - Q_MIN].hi, &drift_dec_t[q - Q_MIN].lo,
+                   &e);
+        drift_dec_e5[q - Q_MIN] = (int16_t)e;
         big_mul_small(&b, 5);
     }
     memset(&b, 0, sizeof(b));
@@ -112,46 +112,15 @@ static void build(void)
     b.n = 33;
     for (int n = 1; n <= -Q_MIN; n++) {
         big_div_small(&b, 5);
-        big_top128(&b, &t[-n - Q_MIN].hi, &t[-n - Q_MIN].lo, &e);
-        e5[-n - Q_MIN] = (int16_t)(e - 1024);
+        big_top128(&b, &drift_dec_t[-n - Q_MIN].hi, &drift_dec_t[-n - Q_MIN].lo,
+                   &e);
+        drift_dec_e5[-n - Q_MIN] = (int16_t)(e - 1024);
     }
 }
 
 void drift_dec_init(void)
 {
     pthread_once(&once, build);
-}
-
-/*
- * The derivation. m = w * 2^-lz with w in [2^63, 2^64); 10^q = 5^q * 2^q =
- * X * 2^(e5 + q). So m * 10^q = V * 2^(e5 + q - lz) with V = w * X, and
- * W = w * t (192 bits, exact) satisfies W <= V < W + w < W + 2^64. V is in
- * [2^190, 2^192); W's leading bit L is bit 63 or 62 of its high word. The
- * double keeps bits L..L-52 (the high word's bits above s = L - 180); below
- * them lie r (the high word's low s bits), then the middle and low words:
- * the remainder R = r:mid:lo, to compare with the halfway point
- * H = 2^(s-1):0:0. Rounding W and rounding V agree unless [W, W + 2^64)
- * holds H, or holds a value below H and one at or above it: that is when
- * (r, mid) is (2^(s-1) - 1, all ones) or (2^(s-1), 0); those are refused.
- * A carry out of R (V's significand one more than W's, R near 0) changes
- * nothing: W's R is then near its maximum, above H, and W rounds up to the
- * same significand (and, when the carry reaches bit 63, the same value:
- * 2^53 * 2^x = 2^52 * 2^(x+1)). Results that would be subnormal, infinite
- * or rounded up past the largest double are refused too.
- */
-/* The double nearest mant * 2^(be - 52) for mant in [2^52, 2^53], or false
- * outside the normal range. */
-static bool assemble(uint64_t mant, int be, double *out)
-{
-    if (mant == 1ULL << 53) {
-        mant >>= 1;
-        be++;
-    }
-    if (be < -1022 || be > 1023)
-        return false;
-    uint64_t bits = (uint64_t)(be + 1023) << 52 | (mant & ((1ULL << 52) - 1));
-    memcpy(out, &bits, sizeof(bits));
-    return true;
 }
 
 /* mm * 2^k (mm > 0), exactly rounded, ties to even. */
@@ -161,7 +130,7 @@ static bool dyadic(uint64_t mm, int k, double *out)
     uint64_t w = mm << lz, mant = w >> 11, rem = w & 0x7ff;
     if (rem > 0x400 || (rem == 0x400 && (mant & 1)))
         mant++;
-    return assemble(mant, 63 - lz + k, out);
+    return drift_dec_assemble(mant, 63 - lz + k, out);
 }
 
 /*
@@ -175,13 +144,13 @@ static bool dyadic(uint64_t mm, int k, double *out)
  * than 54 bits). A V that cannot be H lies above it when W's remainder
  * is at H or past it; just below H nothing is known (refused).
  */
-static int near_half(uint64_t m, int q, bool above, uint64_t lo, uint64_t mant,
-                     int be, double *out)
+bool drift_dec_near_half(uint64_t m, int q, bool above, uint64_t lo,
+                         uint64_t mant, int be, double *out)
 {
     if (q >= 0 && q <= 55) {
         if (above && (lo != 0 || (mant & 1)))
             mant++;
-        return assemble(mant, be, out);
+        return drift_dec_assemble(mant, be, out);
     }
     if (q < 0 && q >= -27) {
         uint64_t p5 = 1;
@@ -190,33 +159,5 @@ static int near_half(uint64_t m, int q, bool above, uint64_t lo, uint64_t mant,
         if (m % p5 == 0)
             return dyadic(m / p5, q, out);
     }
-    return above && assemble(mant + 1, be, out);
-}
-
-bool drift_dec_to_double(uint64_t m, int q, double *out)
-{
-    if (m == 0) {
-        *out = 0;
-        return true;
-    }
-    if (q < Q_MIN || q > Q_MAX)
-        return false;
-    int lz = __builtin_clzll(m);
-    uint64_t w = m << lz;
-    unsigned __int128 a = (unsigned __int128)w * t[q - Q_MIN].hi;
-    unsigned __int128 b = (unsigned __int128)w * t[q - Q_MIN].lo;
-    uint64_t hi = (uint64_t)(a >> 64), mid = (uint64_t)a;
-    uint64_t bm = (uint64_t)(b >> 64);
-    mid += bm;
-    hi += mid < bm;
-    int top = (int)(hi >> 63); /* L = 190 + top */
-    int s = 10 + top;
-    uint64_t half = 1ULL << (s - 1), r = hi & ((1ULL << s) - 1);
-    uint64_t mant = hi >> s;                     /* 53 bits, bit 52 set */
-    int be = 190 + top + e5[q - Q_MIN] + q - lz; /* exponent of bit L */
-    if (__builtin_expect(r == half && mid == 0, 0))
-        return near_half(m, q, true, (uint64_t)b, mant, be, out);
-    if (__builtin_expect(r == half - 1 && mid == UINT64_MAX, 0))
-        return near_half(m, q, false, (uint64_t)b, mant, be, out);
-    return assemble(mant + (r >= half), be, out);
+    return above && drift_dec_assemble(mant + 1, be, out);
 }

@@ -527,6 +527,142 @@ static inline bool lit_key(struct sc *s, const char *k, size_t n,
     return true;
 }
 
+/*
+ * The run of 1-8 ASCII digits at p (followed by a non-digit), its value in
+ * *v: the count, or 0 when p has no digit or nine or more (the caller
+ * reads those another way). Reads 8 bytes; little-endian SWAR, else a
+ * digit at a time.
+ */
+static inline __attribute__((always_inline)) int id_digits(const char *p,
+                                                           uint64_t *v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    /* a byte is a digit when its high nibble is 3 and adding 6 keeps it
+     * 3; a carry out of a non-digit byte only spoils bytes after it */
+    uint64_t z = ((w & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                 (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^
+                  0x3030303030303030ULL);
+    if (z == 0)
+        return 0;
+    int n = __builtin_ctzll(z) / 8;
+    if (n == 0)
+        return 0;
+    uint64_t x = (w - 0x3030303030303030ULL) << (8 * (8 - n));
+    x = x * 10 + (x >> 8);
+    x = ((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
+         ((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >>
+        32;
+    *v = (uint32_t)x;
+    return n;
+#else
+    uint64_t x = 0;
+    int n = 0;
+    while (n < 9 && p[n] >= '0' && p[n] <= '9')
+        x = x * 10 + (uint64_t)(p[n++] - '0');
+    *v = x;
+    return n < 9 ? n : 0;
+#endif
+}
+
+/*
+ * A number of the form -?(0|[1-9][0-9]*)(.[0-9]+)? with at most 19
+ * significant digits at p: *v gets its value, the same as number_v()
+ * gives (both conversions are correctly rounded, so the bits agree), and
+ * the byte after it is returned; NULL for anything it does not take (the
+ * caller then reads the text with the general grammar), and a 20th digit
+ * or an exponent is left for the caller's check of what follows. Reads at
+ * most 60 bytes from p (at most 20 leading zeros of a fraction are
+ * skipped).
+ */
+static inline __attribute__((always_inline)) const char *
+fast_real(const char *p, double *v)
+{
+    uint64_t m = 0, d8;
+    int sig = 0, frac = 0;
+    bool neg = *p == '-';
+    p += neg;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (*p >= '0' && *p <= '9' && sig < 19)
+            m = m * 10 + (uint64_t)(*p++ - '0'), sig++;
+    } else {
+        return NULL;
+    }
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return NULL;
+        if (m == 0)
+            while (*p == '0' && frac < 20)
+                p++, frac++;
+        while (sig <= 11 && eight_digits(p, &d8)) {
+            m = m * 100000000 + d8;
+            p += 8, frac += 8, sig += 8;
+        }
+        while (*p >= '0' && *p <= '9' && sig < 19)
+            m = m * 10 + (uint64_t)(*p++ - '0'), frac++, sig++;
+    }
+    double x;
+    int e10 = -frac;
+    if (m <= (1ULL << 53) && e10 >= -22)
+        x = (double)m / pow10_exact[-e10];
+    else if (!drift_dec_to_double(m, e10, &x))
+        return NULL;
+    *v = neg ? -x : x;
+    return p;
+}
+
+/* A token id or rank as the shapes below take it: 1-8 digits, no leading
+ * zero; the byte after it, or NULL. */
+static inline __attribute__((always_inline)) const char *
+fast_uint(const char *p, uint64_t *v)
+{
+    int n = id_digits(p, v);
+    if (n == 0 || (n > 1 && *p == '0'))
+        return NULL;
+    return p + n;
+}
+
+/*
+ * The shape of nearly every vLLM entry,
+ * `"ID":{"logprob":LP,"rank":R,"decoded_token":"TEXT"}` without spaces, ID
+ * and R as fast_uint() takes them, LP as fast_real(), TEXT of printable
+ * ASCII without escapes: read without the general grammar, giving what
+ * the loop of vllm_obj() gives for it. Needs VLLM_ENTRY_MAX bytes after
+ * s->p (the entry's fixed part and its number are shorter; the text is
+ * bounded by s->end). Anything else returns false with s unchanged.
+ */
+#define VLLM_ENTRY_MAX 128
+static inline __attribute__((always_inline)) bool
+vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
+{
+    static const char k1[] = "\":{\"logprob\":", k2[] = ",\"rank\":",
+                      k3[] = ",\"decoded_token\":\"";
+    const char *p = s->p;
+    uint64_t rank;
+    if (*p++ != '"')
+        return false;
+    p = fast_uint(p, id);
+    if (!p || memcmp(p, k1, sizeof(k1) - 1))
+        return false;
+    p = fast_real(p + sizeof(k1) - 1, x);
+    if (!p || memcmp(p, k2, sizeof(k2) - 1))
+        return false;
+    p = fast_uint(p + sizeof(k2) - 1, &rank);
+    if (!p || memcmp(p, k3, sizeof(k3) - 1))
+        return false;
+    p += sizeof(k3) - 1;
+    while (p < s->end && str_plain[(unsigned char)*p])
+        p++;
+    if (s->end - p < 2 || p[0] != '"' || p[1] != '}')
+        return false;
+    s->p = p + 2;
+    return true;
+}
+
 /* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
 static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                     uint64_t forced, unsigned top_k)
@@ -545,7 +681,16 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
         const char *kb, *ke;
         bool plain;
         double x = NAN;
+        uint64_t fid;
         ws(s);
+        if (s->end - s->p >= VLLM_ENTRY_MAX && vllm_entry_fast(s, &fid, &x)) {
+            if (fid == forced)
+                lp->pos[i].forced_lp = x;
+            drift_lp_pool_add(lp, fid, x);
+            if (next(s, '}', &more))
+                return -2;
+            continue;
+        }
         if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
             return -2;
         ws(s);
@@ -682,106 +827,27 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
 }
 
 /*
- * The shape nearly every sglang triple has, `[LP,ID,null]` without spaces,
- * LP of the form -?(0|[1-9][0-9]*)(.[0-9]+)? with at most 19 significant
- * digits and ID of 1-8 digits without a leading zero, read without the
- * general grammar: the same value as number_v() and id_of() give (both
- * conversions are correctly rounded, so the bits agree). Needs TRIPLE_MAX
- * bytes of text after s->p (a triple it accepts is shorter: at most 20
- * leading zeros are skipped). Anything else
- * returns false with s unchanged, and triple() reads it.
+ * The shape nearly every sglang triple has, `[LP,ID,null]` without
+ * spaces, LP as fast_real() takes it and ID as fast_uint(), read without
+ * the general grammar: the same values as number_v() and id_of() give.
+ * Needs TRIPLE_MAX bytes of text after s->p (a triple it accepts is
+ * shorter). Anything else returns false with s unchanged, and triple()
+ * reads it.
  */
-/*
- * The run of 1-8 ASCII digits at p (followed by a non-digit), its value in
- * *v: the count, or 0 when p has no digit or nine or more (the caller
- * reads those another way). Reads 8 bytes; little-endian SWAR, else a
- * digit at a time.
- */
-static inline __attribute__((always_inline)) int id_digits(const char *p,
-                                                           uint64_t *v)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t w;
-    memcpy(&w, p, sizeof(w));
-    /* a byte is a digit when its high nibble is 3 and adding 6 keeps it
-     * 3; a carry out of a non-digit byte only spoils bytes after it */
-    uint64_t z = ((w & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
-                 (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^
-                  0x3030303030303030ULL);
-    if (z == 0)
-        return 0;
-    int n = __builtin_ctzll(z) / 8;
-    if (n == 0)
-        return 0;
-    uint64_t x = (w - 0x3030303030303030ULL) << (8 * (8 - n));
-    x = x * 10 + (x >> 8);
-    x = ((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
-         ((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >>
-        32;
-    *v = (uint32_t)x;
-    return n;
-#else
-    uint64_t x = 0;
-    int n = 0;
-    while (n < 9 && p[n] >= '0' && p[n] <= '9')
-        x = x * 10 + (uint64_t)(p[n++] - '0');
-    *v = x;
-    return n < 9 ? n : 0;
-#endif
-}
-
 #define TRIPLE_MAX 80
-static inline bool triple_fast(struct sc *s, double *lp, uint64_t *id)
+static inline __attribute__((always_inline)) bool
+triple_fast(struct sc *s, double *lp, uint64_t *id)
 {
     const char *p = s->p;
-    uint64_t m = 0, d8;
-    int sig = 0, frac = 0;
     if (*p++ != '[')
         return false;
-    bool neg = *p == '-';
-    p += neg;
-    if (*p == '0') {
-        p++;
-    } else if (*p >= '1' && *p <= '9') {
-        while (*p >= '0' && *p <= '9' && sig < 19)
-            m = m * 10 + (uint64_t)(*p++ - '0'), sig++;
-    } else {
-        return false;
-    }
-    if (*p == '.') {
-        p++;
-        if (*p < '0' || *p > '9')
-            return false;
-        if (m == 0)
-            while (*p == '0' && frac < 20)
-                p++, frac++;
-        while (sig <= 11 && eight_digits(p, &d8)) {
-            m = m * 100000000 + d8;
-            p += 8, frac += 8, sig += 8;
-        }
-        while (*p >= '0' && *p <= '9' && sig < 19)
-            m = m * 10 + (uint64_t)(*p++ - '0'), frac++, sig++;
-    }
-    if (*p != ',')
+    p = fast_real(p, lp);
+    if (!p || *p++ != ',')
         return false; /* a 20th digit, an exponent, a space, ... */
-    double v;
-    int e10 = -frac;
-    if (m <= (1ULL << 53) && e10 >= -22) {
-        v = (double)m / pow10_exact[-e10];
-    } else if (!drift_dec_to_double(m, e10, &v)) {
-        return false;
-    }
-    p++;
-    uint64_t x;
-    int n = id_digits(p, &x);
-    if (n == 0 || (n > 1 && *p == '0'))
-        return false;
-    p += n;
-    if (memcmp(p, ",null]", 6))
+    p = fast_uint(p, id);
+    if (!p || memcmp(p, ",null]", 6))
         return false;
     s->p = p + 6;
-    *lp = neg ? -v : v;
-    *id = x;
     return true;
 }
 

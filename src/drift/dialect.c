@@ -103,8 +103,11 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
             for (size_t j = 0; j < m && !dup; j++)
                 dup = t[j].key == t[k].key;
         seen |= bit;
-        if (!dup)
-            t[m++] = t[k];
+        if (!dup) {
+            if (m != k)
+                t[m] = t[k];
+            m++;
+        }
     }
     lp->pool_len = lp->off[i] + m;
     size_t dups = n - m;

@@ -12,7 +12,13 @@
 
 void drift_tok_sort(struct drift_tok *t, size_t n)
 {
-    for (size_t i = 1; i < n; i++) {
+    /* servers list top-k in order: then nothing moves (the insertion sort
+     * below would not move anything either) */
+    size_t i = 1;
+    while (i < n && !(t[i - 1].lp < t[i].lp ||
+                      (t[i - 1].lp == t[i].lp && t[i - 1].key > t[i].key)))
+        i++;
+    for (; i < n; i++) {
         struct drift_tok v = t[i];
         size_t j = i;
         while (j > 0 && (t[j - 1].lp < v.lp ||

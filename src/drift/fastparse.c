@@ -496,7 +496,8 @@ static int id_of(struct sc *s, uint64_t *id, bool *ok)
     return value(s);
 }
 
-static int next(struct sc *s, char close, bool *more)
+static inline __attribute__((always_inline)) int next(struct sc *s, char close,
+                                                      bool *more)
 {
     ws(s);
     if (s->p >= s->end)

@@ -68,6 +68,7 @@ void drift_lp_reset(struct drift_lp *lp, uint32_t n)
     lp->n_returned = 0;
     lp->n_invalid = lp->n_mismatch = 0;
     lp->pool_len = 0;
+    lp->pool_bad = false;
     if (n) {
         memset(lp->pos, 0, n * sizeof(*lp->pos));
         memset(lp->valid, 0, n);
@@ -134,7 +135,8 @@ void drift_lp_finish(struct drift_lp *lp)
             lp->n_invalid++;
             continue;
         }
-        for (uint32_t k = 0; k < lp->pos[i].n_known; k++)
+        /* entries are checked only when one added was bad (pool_bad) */
+        for (uint32_t k = 0; lp->pool_bad && k < lp->pos[i].n_known; k++)
             if (isnan(lp->pos[i].top[k].lp) || lp->pos[i].top[k].lp > 1e-6) {
                 lp->valid[i] = 0;
                 lp->n_invalid++;

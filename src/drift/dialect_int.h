@@ -20,6 +20,7 @@ static inline void drift_lp_pool_add(struct drift_lp *lp, uint64_t key,
     if (lp->pool_len == lp->pool_alloc)
         drift_lp_pool_grow(lp);
     lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
+    lp->pool_bad |= !(v <= 1e-6);
 }
 /* Sorts the entries added since off[i] by logprob, drops duplicate keys
  * (returns how many), keeps at most top_k as the top. */

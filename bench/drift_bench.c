@@ -2,24 +2,30 @@
  * drift_bench: analysis throughput of `fidelity drift` with top-20
  * logprobs, parsing included. Builds one golden and one candidate answer
  * of SEQ positions in a server dialect (vLLM prompt_logprobs or sglang),
- * then parses both (sanitize, jansson, dialect parser) and folds every
- * position into a struct drift_analysis, TOTAL / SEQ times. Prints
- * positions per second; run under /usr/bin/time -v for peak memory.
- * With --dump FILE it only writes the golden answer (for the peer run).
+ * then runs drift's own pipeline (drift_pipe_run in src/drift/pipe.c, the
+ * code of `fidelity drift`'s prefill arms) over TOTAL / (SEQ - 1)
+ * sequences whose fetch hands it copies of those answers instead of HTTP
+ * answers: every answer is sanitized and parsed, every position compared
+ * and folded into a struct drift_analysis, on N threads (default: the
+ * online CPUs). Prints positions per wall-clock second and per CPU second;
+ * run under /usr/bin/time -v for peak memory. With --dump FILE it only
+ * writes the golden answer (for the peer run).
  *
- *   drift_bench vllm|sglang TOTAL SEQ [--dump FILE]
+ *   drift_bench vllm|sglang TOTAL SEQ [--dump FILE | --threads N]
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/rng.h"
 #include "drift/analysis.h"
 #include "drift/dialect.h"
 #include "drift/drift.h"
+#include "drift/transport.h"
 
 /* The answer's JSON text, written directly (no tree), with every logprob
  * at 17 significant digits as a Python server's repr() may give. */
@@ -84,25 +90,40 @@ static double clk(clockid_t id)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int parse(enum drift_dialect dl, char *text, size_t len,
-                 const struct drift_req *r, struct drift_lp *lp)
+/* The two answers every sequence gets, as if received. */
+struct answers {
+    const char *text[2];
+    size_t len[2];
+};
+
+/* drift_pipe's fetch: a fresh copy of the answer (the pipe sanitizes,
+ * parses and frees it), where drift run would do the HTTP request. */
+static int fetch(void *ud, size_t i, int pass, const struct drift_lp *golden,
+                 char **text, size_t *len, struct diag *d)
 {
-    struct diag d;
-    drift_json_sanitize(text, len); /* what transport.c does */
-    return drift_parse_prompt_text(dl, text, len, r, lp, &d);
+    const struct answers *a = ud;
+    int k = pass == 0 ? 0 : 1;
+    (void)i;
+    (void)golden;
+    (void)d;
+    *len = a->len[k];
+    *text = malloc(*len + 1);
+    memcpy(*text, a->text[k], *len + 1);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 4) {
         fprintf(stderr, "usage: drift_bench vllm|sglang TOTAL SEQ "
-                        "[--dump FILE]\n");
+                        "[--dump FILE | --threads N]\n");
         return 2;
     }
     enum drift_dialect dl =
         strcmp(argv[1], "sglang") ? DRIFT_DIALECT_VLLM : DRIFT_DIALECT_SGLANG;
     size_t total = strtoull(argv[2], NULL, 10),
            seq = strtoull(argv[3], NULL, 10);
+    unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t *ids = malloc(seq * sizeof(*ids));
     for (size_t i = 0; i < seq; i++)
         ids[i] = (uint32_t)(500 + i % 977);
@@ -114,45 +135,54 @@ int main(int argc, char **argv)
         fclose(f);
         return 0;
     }
-    char *gb = malloc(gl + 1), *cb = malloc(cl + 1);
-    struct drift_req r = {.ids = ids,
-                          .n = seq,
-                          .top_k = 20,
-                          .max_new = 1,
-                          .prompt_logprobs = true};
-    struct drift_lp lg, lc;
+    if (argc > 5 && !strcmp(argv[4], "--threads"))
+        threads = (unsigned)strtoul(argv[5], NULL, 10);
+    /* a corpus of TOTAL / (SEQ - 1) sequences sharing one id list */
+    struct drift_corpus corpus;
+    drift_corpus_init(&corpus);
+    size_t rounds = (total + seq - 2) / (seq - 1);
+    for (size_t k = 0; k < rounds; k++) {
+        struct drift_item *it = drift_corpus_push(&corpus);
+        it->ids = ids;
+        it->n = seq;
+    }
+    struct drift_side g, c;
+    drift_side_init(&g, "golden");
+    drift_side_init(&c, "candidate");
+    g.dialect = c.dialect = dl;
+    g.top_k = c.top_k = 20;
+    struct answers an_text = {{gt, ct}, {gl, cl}};
+    struct drift_pipe p = {.corpus = &corpus,
+                           .side = {&g, &g, &c, &c},
+                           .threads = threads,
+                           .fetch = fetch,
+                           .ud = &an_text};
     static struct drift_analysis an;
     struct drift_opts o;
+    struct diag d;
+    uint64_t done = 0;
     drift_opts_default(&o);
-    drift_lp_init(&lg);
-    drift_lp_init(&lc);
     drift_analysis_init(&an, 64, (uint32_t)seq, NULL, 0, 50, NULL);
-    size_t rounds = (total + seq - 2) / (seq - 1), done = 0;
     double t0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
-    for (size_t k = 0; k < rounds; k++) {
-        memcpy(gb, gt, gl + 1);
-        memcpy(cb, ct, cl + 1);
-        if (parse(dl, gb, gl, &r, &lg) || parse(dl, cb, cl, &r, &lc))
-            return 1;
-        uint32_t s = drift_analysis_begin_seq(&an);
-        drift_compare_lp(&an, DRIFT_ARM_CAND, s, &lg, &lc, 1, (uint32_t)seq, &o,
-                         "candidate");
-        done += seq - 1;
+    if (drift_pipe_run(&p, &an, &o, &done, &d)) {
+        fprintf(stderr, "drift_bench: %s\n", d.msg);
+        return 1;
     }
     double dt = clk(CLOCK_MONOTONIC) - t0;
     double cpu = clk(CLOCK_PROCESS_CPUTIME_ID) - c0;
     struct drift_acc tot;
     drift_analysis_total(&an, DRIFT_ARM_CAND, &tot);
-    /* CPU time is the figure on a shared machine; wall time beside it */
-    printf("dialect %s: %zu positions (x2 answers, %zu bytes each): %.3f s "
-           "CPU = %.0f positions/s per core (wall %.3f s = %.0f/s) "
-           "(mean KL %.3e)\n",
-           argv[1], done, gl, cpu, done / cpu, dt, done / dt, tot.kl_sum / tot.n);
+    printf("dialect %s, %u threads: %llu positions (x2 answers, %zu bytes "
+           "each): wall %.3f s = %.0f positions/s; CPU %.3f s = %.0f "
+           "positions per CPU second (mean KL %.3e)\n",
+           argv[1], threads, (unsigned long long)done, gl, dt, done / dt, cpu,
+           done / cpu, tot.kl_sum / tot.n);
+    for (size_t k = 0; k < corpus.n; k++)
+        corpus.items[k].ids = NULL; /* shared, freed below */
+    drift_corpus_release(&corpus);
+    drift_side_release(&g);
+    drift_side_release(&c);
     drift_analysis_release(&an);
-    drift_lp_release(&lg);
-    drift_lp_release(&lc);
-    free(gb);
-    free(cb);
     free(gt);
     free(ct);
     free(ids);

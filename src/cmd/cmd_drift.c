@@ -62,6 +62,10 @@ const char CMD_DRIFT_HELP[] =
     "  --token-ids-logprob N sglang candidates: also ask for the golden's\n"
     "                        N highest-ranked token ids (token_ids_logprob)\n"
     "  --bootstrap N         growth bootstrap replicates (default 200)\n"
+    "  --jobs N              threads parsing and comparing answers (default:\n"
+    "                        the CPUs); requests stay one at a time, in "
+    "order,\n"
+    "                        and results are the same for any N\n"
     "  --worst N             worst positions listed (default 50)\n"
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
     "  --kl-mean W,F (1e-4,1e-3)    --kl-p999 W,F (1e-3,1e-2)\n"
@@ -120,6 +124,7 @@ enum {
     O_DPROMPT,
     O_DET,
     O_BOOT,
+    O_JOBS,
     O_WORST,
     O_TIDS,
     O_KLM,
@@ -170,6 +175,7 @@ static const struct option longopts[] = {
     {"decode-prompt", required_argument, NULL, O_DPROMPT},
     {"determinism", required_argument, NULL, O_DET},
     {"bootstrap", required_argument, NULL, O_BOOT},
+    {"jobs", required_argument, NULL, O_JOBS},
     {"worst", required_argument, NULL, O_WORST},
     {"token-ids-logprob", required_argument, NULL, O_TIDS},
     {"kl-mean", required_argument, NULL, O_KLM},
@@ -344,6 +350,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         LONGOPT(O_DPROMPT, 1, 1L << 30, o->decode_prompt)
         LONGOPT(O_DET, 2, 64, o->determinism)
         LONGOPT(O_BOOT, 0, 100000, o->bootstrap)
+        LONGOPT(O_JOBS, 1, 64, o->jobs)
         LONGOPT(O_WORST, 0, DRIFT_WORST_MAX, o->worst)
         LONGOPT(O_TIDS, 0, 1024, o->token_ids)
 #undef LONGOPT

@@ -68,6 +68,7 @@ void drift_lp_reset(struct drift_lp *lp, uint32_t n)
     lp->n_returned = 0;
     lp->n_invalid = lp->n_mismatch = 0;
     lp->pool_len = 0;
+    lp->pool_bad = false;
     if (n) {
         memset(lp->pos, 0, n * sizeof(*lp->pos));
         memset(lp->valid, 0, n);
@@ -76,13 +77,10 @@ void drift_lp_reset(struct drift_lp *lp, uint32_t n)
     }
 }
 
-void drift_lp_pool_add(struct drift_lp *lp, uint64_t key, double v)
+void drift_lp_pool_grow(struct drift_lp *lp)
 {
-    if (lp->pool_len == lp->pool_alloc) {
-        lp->pool_alloc = lp->pool_alloc ? lp->pool_alloc * 2 : 1024;
-        lp->pool = xrealloc(lp->pool, lp->pool_alloc * sizeof(*lp->pool));
-    }
-    lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
+    lp->pool_alloc = lp->pool_alloc ? lp->pool_alloc * 2 : 1024;
+    lp->pool = xrealloc(lp->pool, lp->pool_alloc * sizeof(*lp->pool));
 }
 
 size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
@@ -106,8 +104,11 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
             for (size_t j = 0; j < m && !dup; j++)
                 dup = t[j].key == t[k].key;
         seen |= bit;
-        if (!dup)
-            t[m++] = t[k];
+        if (!dup) {
+            if (m != k)
+                t[m] = t[k];
+            m++;
+        }
     }
     lp->pool_len = lp->off[i] + m;
     size_t dups = n - m;
@@ -134,7 +135,8 @@ void drift_lp_finish(struct drift_lp *lp)
             lp->n_invalid++;
             continue;
         }
-        for (uint32_t k = 0; k < lp->pos[i].n_known; k++)
+        /* entries are checked only when one added was bad (pool_bad) */
+        for (uint32_t k = 0; lp->pool_bad && k < lp->pos[i].n_known; k++)
             if (isnan(lp->pos[i].top[k].lp) || lp->pos[i].top[k].lp > 1e-6) {
                 lp->valid[i] = 0;
                 lp->n_invalid++;
@@ -215,10 +217,38 @@ static void masks64(const char *s, uint64_t *bs, uint64_t *q, uint64_t *sp)
  * neither quotes nor 'N'/'I', so masks taken before them stay right for
  * quotes, and each 'N'/'I' is checked again in place.
  */
+/* Whether s[0..len) holds an 'N' or an 'I' anywhere: most answers have
+ * neither (sglang's arrays hold numbers and null), and then there is
+ * nothing to rewrite and no need to follow strings. */
+static bool has_n_or_i(const char *s, size_t len)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i vn = _mm_set1_epi8('N'), vi = _mm_set1_epi8('I');
+    for (; len - i >= 64; i += 64) {
+        __m128i acc = _mm_setzero_si128();
+        for (int k = 0; k < 4; k++) {
+            __m128i x = _mm_loadu_si128(
+                (const __m128i *)(const void *)(s + i + 16 * k));
+            acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi8(x, vn),
+                                                 _mm_cmpeq_epi8(x, vi)));
+        }
+        if (_mm_movemask_epi8(acc))
+            return true;
+    }
+#endif
+    for (; i < len; i++)
+        if (s[i] == 'N' || s[i] == 'I')
+            return true;
+    return false;
+}
+
 size_t drift_json_sanitize(char *s, size_t len)
 {
     size_t n = 0, i = 0;
     bool in_str = false, esc = false;
+    if (!has_n_or_i(s, len))
+        return 0;
 #if defined(__SSE2__)
     for (; len - i >= 64; i += 64) {
         uint64_t bs, q, sp;
@@ -238,6 +268,10 @@ size_t drift_json_sanitize(char *s, size_t len)
                     n += sanitize_at(s, k, len);
                 }
             }
+            continue;
+        }
+        if (!sp) { /* only the string state to carry */
+            in_str ^= __builtin_popcountll(q) & 1;
             continue;
         }
         uint64_t inside = q;

@@ -58,6 +58,7 @@ struct drift_lp {
     uint32_t n_invalid, n_mismatch;
     struct drift_tok *pool;
     size_t pool_len, pool_alloc;
+    bool pool_bad; /* an entry added since the reset is NaN or > 1e-6 */
     uint32_t *ids; /* decode: the generated token ids (n of them) */
     size_t *off;   /* start of pos[i]'s entries in pool while parsing */
     size_t alloc_n;

@@ -6,10 +6,22 @@
 #ifndef DRIFT_DIALECT_INT_H
 #define DRIFT_DIALECT_INT_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
 #include "drift/dialect.h"
 
-/* Appends one (key, logprob) entry to the pool. */
-void drift_lp_pool_add(struct drift_lp *lp, uint64_t key, double v);
+/* Appends one (key, logprob) entry to the pool (growing it: _grow). */
+void drift_lp_pool_grow(struct drift_lp *lp);
+static inline void drift_lp_pool_add(struct drift_lp *lp, uint64_t key,
+                                     double v)
+{
+    if (lp->pool_len == lp->pool_alloc)
+        drift_lp_pool_grow(lp);
+    lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
+    lp->pool_bad |= !(v <= 1e-6);
+}
 /* Sorts the entries added since off[i] by logprob, drops duplicate keys
  * (returns how many), keeps at most top_k as the top. */
 size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k);
@@ -17,6 +29,91 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k);
  * invalid entries (NaN or positive logprobs). */
 void drift_lp_finish(struct drift_lp *lp);
 void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i);
+
+/*
+ * Exact decimal to double (dec2dbl.c, Eisel-Lemire): m * 10^q correctly
+ * rounded (to nearest, ties to even) into *out and true, or false when it
+ * cannot tell cheaply (a possible tie, a result that would be subnormal or
+ * overflow, q outside [DRIFT_DEC_Q_MIN, DRIFT_DEC_Q_MAX]): the caller then
+ * uses strtod. m must hold every significant digit (m = 0 gives +0).
+ * drift_dec_init() (idempotent, thread-safe) must have run first.
+ */
+#define DRIFT_DEC_Q_MIN (-342)
+#define DRIFT_DEC_Q_MAX 308
+void drift_dec_init(void);
+static inline bool drift_dec_to_double(uint64_t m, int q, double *out);
+
+/* For q in [Q_MIN, Q_MAX]: 5^q = X * 2^e5[q] for a real X in [2^127,
+ * 2^128), t[q] = floor(X) (exact when q is in [0, 55]); index q - Q_MIN. */
+struct drift_dec_pow5 {
+    uint64_t hi, lo;
+};
+extern struct drift_dec_pow5 drift_dec_t[DRIFT_DEC_Q_MAX - DRIFT_DEC_Q_MIN + 1];
+extern int16_t drift_dec_e5[DRIFT_DEC_Q_MAX - DRIFT_DEC_Q_MIN + 1];
+/* The result when W's remainder is within 2^64 of the halfway point. */
+bool drift_dec_near_half(uint64_t m, int q, bool above, uint64_t lo,
+                         uint64_t mant, int be, double *out);
+
+/* The double mant * 2^(be - 52) for mant in [2^52, 2^53], or false
+ * outside the normal range. */
+static inline bool drift_dec_assemble(uint64_t mant, int be, double *out)
+{
+    if (mant == 1ULL << 53) {
+        mant >>= 1;
+        be++;
+    }
+    if (be < -1022 || be > 1023)
+        return false;
+    uint64_t bits = (uint64_t)(be + 1023) << 52 | (mant & ((1ULL << 52) - 1));
+    memcpy(out, &bits, sizeof(bits));
+    return true;
+}
+
+/*
+ * The derivation. m = w * 2^-lz with w in [2^63, 2^64); 10^q = 5^q * 2^q =
+ * X * 2^(e5 + q). So m * 10^q = V * 2^(e5 + q - lz) with V = w * X, and
+ * W = w * t (192 bits, exact) satisfies W <= V < W + w < W + 2^64. V is in
+ * [2^190, 2^192); W's leading bit L is bit 63 or 62 of its high word. The
+ * double keeps bits L..L-52 (the high word's bits above s = L - 180); below
+ * them lie r (the high word's low s bits), then the middle and low words:
+ * the remainder R = r:mid:lo, to compare with the halfway point
+ * H = 2^(s-1):0:0. Rounding W and rounding V agree unless [W, W + 2^64)
+ * holds H, or holds a value below H and one at or above it: that is when
+ * (r, mid) is (2^(s-1) - 1, all ones) or (2^(s-1), 0); those are refused.
+ * A carry out of R (V's significand one more than W's, R near 0) changes
+ * nothing: W's R is then near its maximum, above H, and W rounds up to the
+ * same significand (and, when the carry reaches bit 63, the same value:
+ * 2^53 * 2^x = 2^52 * 2^(x+1)). Results that would be subnormal, infinite
+ * or rounded up past the largest double are refused too.
+ */
+static inline bool drift_dec_to_double(uint64_t m, int q, double *out)
+{
+    if (m == 0) {
+        *out = 0;
+        return true;
+    }
+    if (q < DRIFT_DEC_Q_MIN || q > DRIFT_DEC_Q_MAX)
+        return false;
+    const struct drift_dec_pow5 *t = &drift_dec_t[q - DRIFT_DEC_Q_MIN];
+    int lz = __builtin_clzll(m);
+    uint64_t w = m << lz;
+    unsigned __int128 a = (unsigned __int128)w * t->hi;
+    unsigned __int128 b = (unsigned __int128)w * t->lo;
+    uint64_t hi = (uint64_t)(a >> 64), mid = (uint64_t)a;
+    uint64_t bm = (uint64_t)(b >> 64);
+    mid += bm;
+    hi += mid < bm;
+    int top = (int)(hi >> 63); /* L = 190 + top */
+    int s = 10 + top;
+    uint64_t half = 1ULL << (s - 1), r = hi & ((1ULL << s) - 1);
+    uint64_t mant = hi >> s; /* 53 bits, bit 52 set */
+    int be = 190 + top + drift_dec_e5[q - DRIFT_DEC_Q_MIN] + q - lz;
+    if (__builtin_expect(r == half && mid == 0, 0))
+        return drift_dec_near_half(m, q, true, (uint64_t)b, mant, be, out);
+    if (__builtin_expect(r == half - 1 && mid == UINT64_MAX, 0))
+        return drift_dec_near_half(m, q, false, (uint64_t)b, mant, be, out);
+    return drift_dec_assemble(mant + (r >= half), be, out);
+}
 
 /*
  * The fast path of drift_parse_prompt_text() for the vllm and sglang

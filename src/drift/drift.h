@@ -46,6 +46,7 @@ struct drift_opts {
     unsigned determinism;   /* N requests; 0: off */
     unsigned token_ids;     /* sglang token_ids_logprob list size; 0 off */
     unsigned bootstrap;
+    unsigned jobs; /* sequences parsed and compared at once; 0: CPUs */
     size_t worst;
     struct drift_thresholds th;
     void (*on_rec)(void *ud, const struct drift_rec *r);
@@ -132,6 +133,40 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
                       uint32_t seq, const struct drift_lp *g,
                       const struct drift_lp *c, uint32_t from, uint32_t to,
                       const struct drift_opts *o, const char *arm_name);
+
+/*
+ * The prefill arms on worker threads (pipe.c). Pass k of a sequence is
+ * 0 golden, 1 golden again (control), 2 candidate, 3 candidate again
+ * (self); 1 and 3 run when has_control / has_self. fetch() gets the text
+ * of pass k of corpus item i as received (fresh, NUL-terminated; the
+ * pipe sanitizes it in place, parses it and frees it); it is called in
+ * sequence and pass order, one call at a time, from any of the threads,
+ * after pass 0 of the same sequence has been parsed into *golden (the
+ * sglang token_ids_logprob list is taken from it). side[k] parses pass k
+ * (dialect, top_k, label; never used for I/O here).
+ */
+#define DRIFT_PASSES 4
+struct drift_pipe {
+    const struct drift_corpus *corpus;
+    const struct drift_side *side[DRIFT_PASSES];
+    bool has_control, has_self;
+    unsigned threads; /* workers, the calling thread included; 0 as 1 */
+    int (*fetch)(void *ud, size_t i, int pass, const struct drift_lp *golden,
+                 char **text, size_t *len, struct diag *d);
+    void *ud;
+};
+/*
+ * Scores every corpus item: fetches and parses its passes and folds the
+ * arms (CAND, then CTRL, then SELF; positions 1..n-1) into an, in corpus
+ * order, calling o->on_rec and o->on_progress from whichever thread holds
+ * the item's turn (one at a time, in order). The result and the callbacks'
+ * sequence are the same for any thread count. *positions grows by n - 1 per
+ * item. Returns 0, or the error of the first item that failed (fetch or
+ * parse; d names the item), with the items before it folded.
+ */
+int drift_pipe_run(const struct drift_pipe *p, struct drift_analysis *an,
+                   const struct drift_opts *o, uint64_t *positions,
+                   struct diag *d);
 
 /* Decode path and determinism (decode.c, determinism.c). */
 int drift_decode_run(struct drift_side *golden, struct drift_side *cand,

@@ -13,7 +13,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -156,47 +155,13 @@ static const double pow10_exact[23] = {
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /*
- * m * 10^e10 correctly rounded to double, through x87 extended precision
- * where it is exact enough to tell: m (< 2^64) and 10^|e10| (|e10| <= 27,
- * 5^27 < 2^64) are exact in a 64-bit mantissa, so their quotient or product
- * is one correctly rounded extended operation; rounding that to double is
- * then correct unless the 11 bits dropped lie within one unit of a halfway
- * point (double rounding), in which case false is returned and strtod
- * decides. Elsewhere (no 64-bit long double) it always returns false.
- */
-static bool ld_convert(uint64_t m, int e10, double *out)
-{
-#if defined(__x86_64__) && LDBL_MANT_DIG == 64
-    static const long double pw[28] = {
-        1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
-        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
-        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-    long double p = pw[e10 < 0 ? -e10 : e10];
-    long double x = e10 < 0 ? (long double)m / p : (long double)m * p;
-    uint64_t mant;
-    memcpy(&mant, &x, sizeof(mant)); /* x87: the 64-bit significand */
-    unsigned low = (unsigned)(mant & 0x7ff);
-    if (low >= 0x3ff && low <= 0x401)
-        return false;
-    if (x != 0 && (x < 0x1p-1020L || x > 0x1p1020L))
-        return false; /* near subnormals or overflow: leave to strtod */
-    *out = (double)x;
-    return true;
-#else
-    (void)m;
-    (void)e10;
-    (void)out;
-    return false;
-#endif
-}
-
-/*
  * Eight ASCII digits at p as their value, or false when one is not a
  * digit: the classic SWAR conversion (three multiplies for eight digits)
  * on little-endian machines, false elsewhere (the caller goes on a digit
  * at a time).
  */
-static bool eight_digits(const char *p, uint64_t *v)
+static inline __attribute__((always_inline)) bool eight_digits(const char *p,
+                                                               uint64_t *v)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t x;
@@ -223,8 +188,9 @@ static bool eight_digits(const char *p, uint64_t *v)
  * A number per RFC 8259. With want, *v is its value exactly as jansson
  * gives it: integers through long long, reals correctly rounded (Clinger's
  * fast path when the decimal mantissa fits in 53 bits and the power of ten
- * is exact, strtod otherwise). Integers of more than 18 digits and reals
- * that overflow return -2 (left to jansson).
+ * is exact, else Eisel-Lemire (dec2dbl.c) for up to 19 significant
+ * digits, strtod when that refuses or for longer mantissas). Integers of more
+ * than 18 digits and reals that overflow return -2 (left to jansson).
  */
 static int number_v(struct sc *s, double *v, bool want, long long *iv)
 {
@@ -313,7 +279,7 @@ static int number_v(struct sc *s, double *v, bool want, long long *iv)
         *v = neg ? -x : x;
         return 0;
     }
-    if (sig <= 19 && e10 >= -27 && e10 <= 27 && ld_convert(m, e10, v)) {
+    if (sig <= 19 && drift_dec_to_double(m, e10, v)) {
         *v = neg ? -*v : *v;
         return 0;
     }
@@ -530,7 +496,8 @@ static int id_of(struct sc *s, uint64_t *id, bool *ok)
     return value(s);
 }
 
-static int next(struct sc *s, char close, bool *more)
+static inline __attribute__((always_inline)) int next(struct sc *s, char close,
+                                                      bool *more)
 {
     ws(s);
     if (s->p >= s->end)
@@ -561,6 +528,142 @@ static inline bool lit_key(struct sc *s, const char *k, size_t n,
     return true;
 }
 
+/*
+ * The run of 1-8 ASCII digits at p (followed by a non-digit), its value in
+ * *v: the count, or 0 when p has no digit or nine or more (the caller
+ * reads those another way). Reads 8 bytes; little-endian SWAR, else a
+ * digit at a time.
+ */
+static inline __attribute__((always_inline)) int id_digits(const char *p,
+                                                           uint64_t *v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    /* a byte is a digit when its high nibble is 3 and adding 6 keeps it
+     * 3; a carry out of a non-digit byte only spoils bytes after it */
+    uint64_t z = ((w & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                 (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^
+                  0x3030303030303030ULL);
+    if (z == 0)
+        return 0;
+    int n = __builtin_ctzll(z) / 8;
+    if (n == 0)
+        return 0;
+    uint64_t x = (w - 0x3030303030303030ULL) << (8 * (8 - n));
+    x = x * 10 + (x >> 8);
+    x = ((x & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)) +
+         ((x >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32))) >>
+        32;
+    *v = (uint32_t)x;
+    return n;
+#else
+    uint64_t x = 0;
+    int n = 0;
+    while (n < 9 && p[n] >= '0' && p[n] <= '9')
+        x = x * 10 + (uint64_t)(p[n++] - '0');
+    *v = x;
+    return n < 9 ? n : 0;
+#endif
+}
+
+/*
+ * A number of the form -?(0|[1-9][0-9]*)(.[0-9]+)? with at most 19
+ * significant digits at p: *v gets its value, the same as number_v()
+ * gives (both conversions are correctly rounded, so the bits agree), and
+ * the byte after it is returned; NULL for anything it does not take (the
+ * caller then reads the text with the general grammar), and a 20th digit
+ * or an exponent is left for the caller's check of what follows. Reads at
+ * most 60 bytes from p (at most 20 leading zeros of a fraction are
+ * skipped).
+ */
+static inline __attribute__((always_inline)) const char *
+fast_real(const char *p, double *v)
+{
+    uint64_t m = 0, d8;
+    int sig = 0, frac = 0;
+    bool neg = *p == '-';
+    p += neg;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (*p >= '0' && *p <= '9' && sig < 19)
+            m = m * 10 + (uint64_t)(*p++ - '0'), sig++;
+    } else {
+        return NULL;
+    }
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return NULL;
+        if (m == 0)
+            while (*p == '0' && frac < 20)
+                p++, frac++;
+        while (sig <= 11 && eight_digits(p, &d8)) {
+            m = m * 100000000 + d8;
+            p += 8, frac += 8, sig += 8;
+        }
+        while (*p >= '0' && *p <= '9' && sig < 19)
+            m = m * 10 + (uint64_t)(*p++ - '0'), frac++, sig++;
+    }
+    double x;
+    int e10 = -frac;
+    if (m <= (1ULL << 53) && e10 >= -22)
+        x = (double)m / pow10_exact[-e10];
+    else if (!drift_dec_to_double(m, e10, &x))
+        return NULL;
+    *v = neg ? -x : x;
+    return p;
+}
+
+/* A token id or rank as the shapes below take it: 1-8 digits, no leading
+ * zero; the byte after it, or NULL. */
+static inline __attribute__((always_inline)) const char *
+fast_uint(const char *p, uint64_t *v)
+{
+    int n = id_digits(p, v);
+    if (n == 0 || (n > 1 && *p == '0'))
+        return NULL;
+    return p + n;
+}
+
+/*
+ * The shape of nearly every vLLM entry,
+ * `"ID":{"logprob":LP,"rank":R,"decoded_token":"TEXT"}` without spaces, ID
+ * and R as fast_uint() takes them, LP as fast_real(), TEXT of printable
+ * ASCII without escapes: read without the general grammar, giving what
+ * the loop of vllm_obj() gives for it. Needs VLLM_ENTRY_MAX bytes after
+ * s->p (the entry's fixed part and its number are shorter; the text is
+ * bounded by s->end). Anything else returns false with s unchanged.
+ */
+#define VLLM_ENTRY_MAX 128
+static inline __attribute__((always_inline)) bool
+vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
+{
+    static const char k1[] = "\":{\"logprob\":", k2[] = ",\"rank\":",
+                      k3[] = ",\"decoded_token\":\"";
+    const char *p = s->p;
+    uint64_t rank;
+    if (*p++ != '"')
+        return false;
+    p = fast_uint(p, id);
+    if (!p || memcmp(p, k1, sizeof(k1) - 1))
+        return false;
+    p = fast_real(p + sizeof(k1) - 1, x);
+    if (!p || memcmp(p, k2, sizeof(k2) - 1))
+        return false;
+    p = fast_uint(p + sizeof(k2) - 1, &rank);
+    if (!p || memcmp(p, k3, sizeof(k3) - 1))
+        return false;
+    p += sizeof(k3) - 1;
+    while (p < s->end && str_plain[(unsigned char)*p])
+        p++;
+    if (s->end - p < 2 || p[0] != '"' || p[1] != '}')
+        return false;
+    s->p = p + 2;
+    return true;
+}
+
 /* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
 static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                     uint64_t forced, unsigned top_k)
@@ -579,7 +682,16 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
         const char *kb, *ke;
         bool plain;
         double x = NAN;
+        uint64_t fid;
         ws(s);
+        if (s->end - s->p >= VLLM_ENTRY_MAX && vllm_entry_fast(s, &fid, &x)) {
+            if (fid == forced)
+                lp->pos[i].forced_lp = x;
+            drift_lp_pool_add(lp, fid, x);
+            if (next(s, '}', &more))
+                return -2;
+            continue;
+        }
         if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
             return -2;
         ws(s);
@@ -715,6 +827,31 @@ static int triple(struct sc *s, double *lp, uint64_t *id, bool *ok)
     return 0;
 }
 
+/*
+ * The shape nearly every sglang triple has, `[LP,ID,null]` without
+ * spaces, LP as fast_real() takes it and ID as fast_uint(), read without
+ * the general grammar: the same values as number_v() and id_of() give.
+ * Needs TRIPLE_MAX bytes of text after s->p (a triple it accepts is
+ * shorter). Anything else returns false with s unchanged, and triple()
+ * reads it.
+ */
+#define TRIPLE_MAX 80
+static inline __attribute__((always_inline)) bool
+triple_fast(struct sc *s, double *lp, uint64_t *id)
+{
+    const char *p = s->p;
+    if (*p++ != '[')
+        return false;
+    p = fast_real(p, lp);
+    if (!p || *p++ != ',')
+        return false; /* a 20th digit, an exponent, a space, ... */
+    p = fast_uint(p, id);
+    if (!p || memcmp(p, ",null]", 6))
+        return false;
+    s->p = p + 6;
+    return true;
+}
+
 static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                        struct drift_lp *lp, struct sc *read)
 {
@@ -744,7 +881,11 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         double x;
         uint64_t id;
         bool ok;
-        if (triple(&s, &x, &id, &ok) || next(&s, ']', &more))
+        if (s.end - s.p >= TRIPLE_MAX && triple_fast(&s, &x, &id))
+            ok = true;
+        else if (triple(&s, &x, &id, &ok))
+            return -2;
+        if (next(&s, ']', &more))
             return -2;
         if (i >= r->n)
             continue;
@@ -800,7 +941,11 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                     double x;
                     uint64_t id;
                     bool ok;
-                    if (triple(&t, &x, &id, &ok) || next(&t, ']', &m2))
+                    if (t.end - t.p >= TRIPLE_MAX && triple_fast(&t, &x, &id))
+                        ok = true;
+                    else if (triple(&t, &x, &id, &ok))
+                        return -2;
+                    if (next(&t, ']', &m2))
                         return -2;
                     if (ok)
                         drift_lp_pool_add(lp, id, x);
@@ -832,6 +977,7 @@ int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
         return -EAGAIN;
     /* read first, then validate the rest of the document: what the
      * reader consumed it checked with the validator's own grammar */
+    drift_dec_init();
     drift_lp_reset(lp, (uint32_t)r->n);
     ret = d == DRIFT_DIALECT_VLLM ? fast_vllm(text, len, r, lp, &read)
                                   : fast_sglang(text, len, r, lp, &read);

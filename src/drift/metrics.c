@@ -12,7 +12,13 @@
 
 void drift_tok_sort(struct drift_tok *t, size_t n)
 {
-    for (size_t i = 1; i < n; i++) {
+    /* servers list top-k in order: then nothing moves (the insertion sort
+     * below would not move anything either) */
+    size_t i = 1;
+    while (i < n && !(t[i - 1].lp < t[i].lp ||
+                      (t[i - 1].lp == t[i].lp && t[i - 1].key > t[i].key)))
+        i++;
+    for (; i < n; i++) {
         struct drift_tok v = t[i];
         size_t j = i;
         while (j > 0 && (t[j - 1].lp < v.lp ||
@@ -49,32 +55,43 @@ static double clamp_lp(double lp)
     return lp > 0 ? 0 : lp;
 }
 
-/* Sorted-by-key copy of a top-k list for binary search. */
+/* A top-k list by key: an open-addressing hash of the entries' keys (the
+ * first entry with a key wins, as a stable sort and a lower-bound search
+ * did), for the lookups of the golden's keys. */
 #define INDEX_MAX (2 * DRIFT_TOPK_MAX)
+#define INDEX_SLOTS 256 /* > 2 * INDEX_MAX: short probe runs */
 struct index {
     uint64_t key[INDEX_MAX];
     double lp[INDEX_MAX];
     bool top[INDEX_MAX];
     uint32_t n;
+    uint8_t slot[INDEX_SLOTS]; /* entry + 1; 0 empty */
 };
+
+static inline unsigned slot_of(uint64_t key)
+{
+    return (unsigned)((key * 0x9E3779B97F4A7C15ULL) >> 56);
+}
 
 static void index_build(struct index *ix, const struct drift_pos *p)
 {
     uint32_t n = p->n_known > p->n_top ? p->n_known : p->n_top;
     ix->n = 0;
+    memset(ix->slot, 0, sizeof(ix->slot));
     for (uint32_t i = 0; i < n && ix->n < INDEX_MAX; i++) {
         if (i >= p->n_top && i - p->n_top >= DRIFT_TOPK_MAX)
             break;
         if (i < p->n_top && i >= DRIFT_TOPK_MAX)
             continue;
+        uint64_t key = p->top[i].key;
+        unsigned h = slot_of(key);
+        while (ix->slot[h] && ix->key[ix->slot[h] - 1] != key)
+            h = (h + 1) & (INDEX_SLOTS - 1);
+        if (ix->slot[h])
+            continue; /* a later duplicate: never found */
         uint32_t j = ix->n++;
-        while (j > 0 && ix->key[j - 1] > p->top[i].key) {
-            ix->key[j] = ix->key[j - 1];
-            ix->lp[j] = ix->lp[j - 1];
-            ix->top[j] = ix->top[j - 1];
-            j--;
-        }
-        ix->key[j] = p->top[i].key;
+        ix->slot[h] = (uint8_t)(j + 1);
+        ix->key[j] = key;
         ix->lp[j] = clamp_lp(p->top[i].lp);
         ix->top[j] = i < p->n_top;
     }
@@ -83,15 +100,13 @@ static void index_build(struct index *ix, const struct drift_pos *p)
 /* Index of key in ix, or -1. */
 static int index_find(const struct index *ix, uint64_t key)
 {
-    uint32_t lo = 0, hi = ix->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (ix->key[mid] < key)
-            lo = mid + 1;
-        else
-            hi = mid;
+    unsigned h = slot_of(key);
+    while (ix->slot[h]) {
+        if (ix->key[ix->slot[h] - 1] == key)
+            return ix->slot[h] - 1;
+        h = (h + 1) & (INDEX_SLOTS - 1);
     }
-    return lo < ix->n && ix->key[lo] == key ? (int)lo : -1;
+    return -1;
 }
 
 static int validate(const struct drift_pos *p)
@@ -118,20 +133,38 @@ static double kl_term(double lp, double lq, double p, double q)
     return p * (lp - lq);
 }
 
+/* exp() values kl_bound has computed, for drift_pos_compare to reuse (the
+ * same argument gives the same bits). */
+struct exps {
+    double px, qx;    /* exp(lp(x)), exp(lq(x)) */
+    double lp_top[2]; /* golden top-1 and top-2 clamped logprobs ... */
+    double p_top[2];  /* ... and their exp, when have_top[i] */
+    bool have_top[2];
+};
+
+/* exp(lq), reusing exp(lp) when lq is lp (the usual case in a control arm) */
+static inline double exp_same(double lq, double lp, double ep)
+{
+    return lq == lp ? ep : exp(lq);
+}
+
 static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
-                       const struct index *cix, uint32_t *overlap)
+                       const struct index *cix, uint32_t *overlap,
+                       struct exps *ex)
 {
     double kl = 0, sp = 0, sq = 0, lpx = clamp_lp(g->forced_lp);
     double lqx = clamp_lp(c->forced_lp);
     bool x_in_top = false;
     uint32_t n = g->n_top < DRIFT_TOPK_MAX ? g->n_top : DRIFT_TOPK_MAX;
     *overlap = 0;
+    ex->have_top[0] = ex->have_top[1] = false;
     for (uint32_t i = 0; i < n; i++) {
         double lp = clamp_lp(g->top[i].lp), lq;
         int k = index_find(cix, g->top[i].key);
         if (k >= 0 && cix->top[k])
             (*overlap)++;
-        if (g->top[i].key == g->forced) {
+        bool forced = g->top[i].key == g->forced;
+        if (forced) {
             x_in_top = true;
             lp = lpx; /* the forced entry is authoritative */
             lq = lqx;
@@ -140,13 +173,24 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
         } else {
             continue; /* unknown on the candidate: merged into the tail */
         }
-        double ep = exp(lp), eq = exp(lq);
+        double ep = exp(lp), eq = exp_same(lq, lp, ep);
+        if (i < 2) {
+            ex->lp_top[i] = lp;
+            ex->p_top[i] = ep;
+            ex->have_top[i] = true;
+        }
+        if (forced) {
+            ex->px = ep;
+            ex->qx = eq;
+        }
         sp += ep;
         sq += eq;
         kl += kl_term(lp, lq, ep, eq);
     }
     if (!x_in_top) {
-        double ep = exp(lpx), eq = exp(lqx);
+        double ep = exp(lpx), eq = exp_same(lqx, lpx, ep);
+        ex->px = ep;
+        ex->qx = eq;
         sp += ep;
         sq += eq;
         kl += kl_term(lpx, lqx, ep, eq);
@@ -160,10 +204,19 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
     return kl > 0 ? kl : 0;
 }
 
+/* exp(clamp(lp)) of golden top entry i, from kl_bound when it computed it */
+static double p_top(const struct drift_pos *g, const struct exps *ex,
+                    uint32_t i)
+{
+    double lp = clamp_lp(g->top[i].lp);
+    return ex->have_top[i] && ex->lp_top[i] == lp ? ex->p_top[i] : exp(lp);
+}
+
 int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
                       double flip_margin, struct drift_pm *out)
 {
     struct index cix;
+    struct exps ex;
     uint32_t ov;
 
     if (validate(g) || validate(c))
@@ -172,9 +225,10 @@ int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
     out->lp_g = clamp_lp(g->forced_lp);
     out->lp_c = clamp_lp(c->forced_lp);
     out->dlp = out->lp_c == out->lp_g ? 0 : out->lp_c - out->lp_g;
-    out->dp = out->dlp == 0 ? 0 : exp(out->lp_c) - exp(out->lp_g);
     index_build(&cix, c);
-    out->kl = kl_bound(g, c, &cix, &ov);
+    out->kl = kl_bound(g, c, &cix, &ov, &ex);
+    /* exp(lp_c) and exp(lp_g) are exp(lqx) and exp(lpx) of kl_bound */
+    out->dp = out->dlp == 0 ? 0 : ex.qx - ex.px;
     out->has_top = g->n_top > 0 && c->n_top > 0;
     out->top1_agree = true;
     out->overlap = 1;
@@ -183,8 +237,8 @@ int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
     out->top1_g = g->top[0].key;
     out->top1_c = c->top[0].key;
     out->top1_agree = out->top1_g == out->top1_c;
-    double p1 = exp(clamp_lp(g->top[0].lp));
-    double p2 = g->n_top > 1 ? exp(clamp_lp(g->top[1].lp)) : 0;
+    double p1 = p_top(g, &ex, 0);
+    double p2 = g->n_top > 1 ? p_top(g, &ex, 1) : 0;
     out->margin = p1 - p2;
     out->decisive_flip = !out->top1_agree && out->margin > flip_margin;
     uint32_t kmin = g->n_top < c->n_top ? g->n_top : c->n_top;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/xalloc.h"
 #include "drift/drift.h"
@@ -53,35 +54,6 @@ void drift_result_release(struct drift_result *r)
 {
     drift_analysis_release(&r->an);
     drift_corpus_release(&r->corpus);
-}
-
-void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
-                      uint32_t seq, const struct drift_lp *g,
-                      const struct drift_lp *c, uint32_t from, uint32_t to,
-                      const struct drift_opts *o, const char *arm_name)
-{
-    uint32_t ret_g = g->n_returned, ret_c = c->n_returned;
-    for (uint32_t t = from; t < to; t++) {
-        if (t >= ret_g || t >= ret_c) {
-            drift_analysis_skip(a, arm, DRIFT_SKIP_SHORT, 1);
-            continue;
-        }
-        if (g->mismatch[t] || c->mismatch[t]) {
-            drift_analysis_skip(a, arm, DRIFT_SKIP_TOKEN, 1);
-            continue;
-        }
-        struct drift_pm m;
-        if (!g->valid[t] || !c->valid[t] ||
-            drift_pos_compare(&g->pos[t], &c->pos[t], o->th.flip_margin, &m)) {
-            drift_analysis_skip(a, arm, DRIFT_SKIP_INVALID, 1);
-            continue;
-        }
-        drift_analysis_add(a, arm, seq, t, g->pos[t].forced, &m);
-        if (o->on_rec) {
-            struct drift_rec rec = {arm_name, seq, t, g->pos[t].forced, &m};
-            o->on_rec(o->ud, &rec);
-        }
-    }
 }
 
 /* Renders item i on both servers and checks the ids agree. */
@@ -200,43 +172,55 @@ static size_t golden_top_ids(const struct drift_lp *g, uint32_t *out,
     return n;
 }
 
-static int score_seq(struct drift_side *g, struct drift_side *c,
-                     const struct drift_opts *o, struct drift_result *r,
-                     size_t i, struct drift_lp lp[4], struct diag *d)
+struct fetch_ctx {
+    struct drift_side *g, *c;
+    const struct drift_opts *o;
+    const struct drift_corpus *corpus;
+};
+
+/* drift_pipe's fetch: pass k of item i from its server; the candidate's
+ * sglang token_ids_logprob list from the golden's parsed answer. */
+static int fetch_pass(void *ud, size_t i, int pass,
+                      const struct drift_lp *golden, char **text, size_t *len,
+                      struct diag *d)
 {
-    const struct drift_item *it = &r->corpus.items[i];
-    uint32_t seq = drift_analysis_begin_seq(&r->an);
-    int ret = drift_side_score(g, it->ids, it->n, &lp[0], d);
-    if (!ret && r->has_control)
-        ret = drift_side_score(g, it->ids, it->n, &lp[1], d);
+    struct fetch_ctx *x = ud;
+    const struct drift_item *it = &x->corpus->items[i];
+    struct drift_side *s = pass < 2 ? x->g : x->c;
     uint32_t *extra = NULL;
-    if (!ret && o->token_ids && c->dialect == DRIFT_DIALECT_SGLANG) {
-        extra = xmalloc(o->token_ids * sizeof(*extra));
-        c->n_extra_ids = golden_top_ids(&lp[0], extra, o->token_ids);
-        c->extra_ids = extra;
+    if (pass == 2 && x->o->token_ids && s->dialect == DRIFT_DIALECT_SGLANG) {
+        extra = xmalloc(x->o->token_ids * sizeof(*extra));
+        s->n_extra_ids = golden_top_ids(golden, extra, x->o->token_ids);
+        s->extra_ids = extra;
     }
-    if (!ret)
-        ret = drift_side_score(c, it->ids, it->n, &lp[2], d);
-    if (!ret && r->has_self)
-        ret = drift_side_score(c, it->ids, it->n, &lp[3], d);
-    c->extra_ids = NULL;
-    c->n_extra_ids = 0;
+    int ret = drift_side_fetch_prompt(s, it->ids, it->n, text, len, d);
+    s->extra_ids = NULL;
+    s->n_extra_ids = 0;
     free(extra);
-    if (ret) {
-        diag_prefix(d, "%s", it->name);
-        return ret;
-    }
-    uint32_t n = (uint32_t)it->n;
-    drift_compare_lp(&r->an, DRIFT_ARM_CAND, seq, &lp[0], &lp[2], 1, n, o,
-                     "candidate");
-    if (r->has_control)
-        drift_compare_lp(&r->an, DRIFT_ARM_CTRL, seq, &lp[0], &lp[1], 1, n, o,
-                         "control");
-    if (r->has_self)
-        drift_compare_lp(&r->an, DRIFT_ARM_SELF, seq, &lp[2], &lp[3], 1, n, o,
-                         "self");
-    r->positions += n - 1;
-    return 0;
+    return ret;
+}
+
+static unsigned online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
+}
+
+static int score_all(struct drift_side *g, struct drift_side *c,
+                     const struct drift_opts *o, struct drift_result *r,
+                     struct diag *d)
+{
+    struct fetch_ctx x = {g, c, o, &r->corpus};
+    struct drift_pipe p = {
+        .corpus = &r->corpus,
+        .side = {g, g, c, c},
+        .has_control = r->has_control,
+        .has_self = r->has_self,
+        .threads = o->jobs ? o->jobs : online_cpus(),
+        .fetch = fetch_pass,
+        .ud = &x,
+    };
+    return drift_pipe_run(&p, &r->an, o, &r->positions, d);
 }
 
 static void verdicts(const struct drift_opts *o, struct drift_result *r)
@@ -265,7 +249,6 @@ int drift_run(struct drift_side *g, struct drift_side *c,
               const struct drift_opts *o, struct drift_result *r,
               struct diag *d)
 {
-    struct drift_lp lp[4];
     int ret;
 
     ret = drift_side_fingerprint(g, d);
@@ -286,17 +269,11 @@ int drift_run(struct drift_side *g, struct drift_side *c,
     r->has_control = o->control && r->prefill;
     r->has_self = o->self && r->prefill;
     r->sequences = (unsigned)r->corpus.n;
-    for (int k = 0; k < 4; k++)
-        drift_lp_init(&lp[k]);
-    for (size_t i = 0; r->prefill && i < r->corpus.n && !ret; i++) {
-        if (o->on_progress)
-            o->on_progress(o->ud, "score", i, r->corpus.n);
-        ret = score_seq(g, c, o, r, i, lp, d);
+    if (r->prefill) {
+        ret = score_all(g, c, o, r, d);
+        if (ret)
+            return ret;
     }
-    for (int k = 0; k < 4; k++)
-        drift_lp_release(&lp[k]);
-    if (ret)
-        return ret;
     if (o->decode_tokens > 0 || !r->prefill) {
         ret = drift_decode_run(g, c, o, r, d);
         if (ret)

@@ -253,15 +253,17 @@ int drift_side_request(struct drift_side *s, struct drift_req *r, json_t **out,
     return ret;
 }
 
-int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
-                     struct drift_lp *lp, struct diag *d)
+int drift_side_fetch_prompt(struct drift_side *s, const uint32_t *ids, size_t n,
+                            char **text, size_t *len, struct diag *d)
 {
     struct drift_req r = {
         .ids = ids, .n = n, .max_new = 1, .prompt_logprobs = true};
-    char *text = NULL;
+    char *prompt = NULL;
     struct http_resp resp;
     int ret;
 
+    *text = NULL;
+    *len = 0;
     r.model = s->model;
     r.top_k = s->top_k;
     r.extra_body = s->extra_body;
@@ -270,26 +272,48 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
         r.n_extra = s->n_extra_ids;
     }
     if (s->dialect == DRIFT_DIALECT_TGI) {
-        ret = drift_side_detokenize(s, ids, n, &text, d);
+        ret = drift_side_detokenize(s, ids, n, &prompt, d);
         if (ret)
             return ret;
-        r.text = text;
+        r.text = prompt;
     }
     json_t *body = drift_request_build(s->dialect, &r);
     http_resp_init(&resp);
     ret = call_raw(s, drift_dialect_path(s->dialect), body, &resp, d);
     json_decref(body);
-    r.text = NULL;
-    free(text);
-    if (!ret) {
-        drift_json_sanitize(resp.body.data, resp.body.len);
-        ret = drift_parse_prompt_text(s->dialect, buf_str(&resp.body),
-                                      resp.body.len, &r, lp, d);
-        if (ret)
-            diag_prefix(d, "%s (%s dialect)", s->label,
-                        drift_dialect_name(s->dialect));
-    }
+    free(prompt);
+    if (!ret)
+        *text = buf_detach(&resp.body, len);
     http_resp_release(&resp);
+    return ret;
+}
+
+int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
+                            size_t n, char *text, size_t len,
+                            struct drift_lp *lp, struct diag *d)
+{
+    drift_json_sanitize(text, len);
+    struct drift_req r = {.ids = ids,
+                          .n = n,
+                          .top_k = s->top_k,
+                          .max_new = 1,
+                          .prompt_logprobs = true};
+    int ret = drift_parse_prompt_text(s->dialect, text, len, &r, lp, d);
+    if (ret)
+        diag_prefix(d, "%s (%s dialect)", s->label,
+                    drift_dialect_name(s->dialect));
+    return ret;
+}
+
+int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
+                     struct drift_lp *lp, struct diag *d)
+{
+    char *text;
+    size_t len;
+    int ret = drift_side_fetch_prompt(s, ids, n, &text, &len, d);
+    if (!ret)
+        ret = drift_side_parse_prompt(s, ids, n, text, len, lp, d);
+    free(text);
     return ret;
 }
 

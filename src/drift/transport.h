@@ -71,9 +71,19 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d);
 int drift_side_detect(struct drift_side *s, const uint32_t *probe, size_t n,
                       struct diag *d);
 
-/* Prompt log-probabilities of ids[0..n) into lp. */
+/* Prompt log-probabilities of ids[0..n) into lp: fetch, then parse. */
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
                      struct drift_lp *lp, struct diag *d);
+/* The request half: the answer's text as received, NUL-terminated, in
+ * *text (fresh; NULL on error) and *len. */
+int drift_side_fetch_prompt(struct drift_side *s, const uint32_t *ids, size_t n,
+                            char **text, size_t *len, struct diag *d);
+/* The parse half (no I/O, safe from any thread): text, as fetched, through
+ * drift_json_sanitize (in place), into lp; on error d is prefixed with the
+ * side's label and dialect. */
+int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
+                            size_t n, char *text, size_t len,
+                            struct drift_lp *lp, struct diag *d);
 /* Greedy generation of up to max_new tokens after ids; lp gets the
  * generated ids and their decode-time distributions. When the side's
  * dialect names generated tokens only by text (-ENOKEY), sglang and TGI

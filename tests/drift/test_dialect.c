@@ -136,6 +136,87 @@ static void test_nan_and_infinity_are_sanitized(void **state)
     drift_lp_release(&lp);
 }
 
+/* The sanitizer's contract a byte at a time: NaN / Infinity / -Infinity
+ * outside strings rewritten, strings (with escapes) left alone. */
+static size_t ref_sanitize(char *s, size_t len)
+{
+    size_t n = 0;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < len; i++) {
+        if (esc) {
+            esc = false;
+        } else if (in_str) {
+            esc = s[i] == '\\';
+            in_str = s[i] != '"';
+        } else if (s[i] == '"') {
+            in_str = true;
+        } else if (len - i >= 3 && !memcmp(s + i, "NaN", 3)) {
+            memcpy(s + i, "1e9", 3);
+            n++;
+        } else if (len - i >= 8 && !memcmp(s + i, "Infinity", 8)) {
+            if (i > 0 && s[i - 1] == '-')
+                memcpy(s + i - 1, "-1e300   ", 9);
+            else
+                memcpy(s + i, "1e300   ", 8);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The block-wise sanitizer (SSE2 masks, the no-N-or-I shortcut, the string
+ * state carried by quote parity) against the byte-at-a-time reference, on
+ * random texts of quotes, escapes, N, I and the words themselves. */
+static void test_sanitizer_matches_reference(void **state)
+{
+    (void)state;
+    static const char *const piece[] = {
+        "\"",
+        "\\",
+        "\\\"",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "N",
+        "I",
+        "null",
+        "-0.5",
+        ",",
+        "[",
+        "]",
+        "{\"a\":",
+        " ",
+        "x",
+        "\"\"",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"};
+    struct rng r;
+    struct buf a = BUF_INIT, b = BUF_INIT;
+    rng_seed(&r, 77);
+    unsigned rewrites = 0;
+    for (int i = 0; i < 20000; i++) {
+        buf_reset(&a);
+        int np = 1 + (int)rng_below(&r, 60);
+        bool plain = i % 3 == 0; /* no N or I at all */
+        for (int k = 0; k < np; k++) {
+            size_t j = rng_below(&r, sizeof(piece) / sizeof(piece[0]));
+            if (plain && (strchr(piece[j], 'N') || strchr(piece[j], 'I')))
+                continue;
+            buf_adds(&a, piece[j]);
+        }
+        buf_reset(&b);
+        buf_add(&b, a.data ? a.data : "", a.len);
+        size_t want = ref_sanitize(b.data ? b.data : (char *)"", b.len);
+        size_t got = drift_json_sanitize(a.data ? a.data : (char *)"", a.len);
+        assert_int_equal(got, want);
+        if (a.len)
+            assert_memory_equal(a.data, b.data, a.len);
+        rewrites += (unsigned)got;
+    }
+    assert_true(rewrites > 1000);
+    buf_release(&a);
+    buf_release(&b);
+}
+
 static void test_wrong_shape_is_an_error(void **state)
 {
     (void)state;
@@ -239,15 +320,147 @@ static void test_fast_reader_numbers_match_strtod(void **state)
     buf_release(&b);
 }
 
+/* The allocation-free reader's shortcuts (vLLM entries and sglang
+ * triples of the usual shape) against jansson, bit for bit, on answers
+ * mixing that shape with every variation that must leave it: spaces,
+ * escapes and UTF-8 in the token text, leading zeros, exponents, long
+ * mantissas, other key orders, missing fields, duplicate ids. */
+static void vary_entry(struct buf *b, struct rng *r, uint32_t id, double x)
+{
+    static const char *const txt[] = {"tok", "a\\\"b", "\xc3\xa9t\xc3\xa9",
+                                      " sp", ""};
+    switch (rng_below(r, 8)) {
+    case 0:
+        buf_printf(b, "\"%u\": {\"logprob\": %.17g, \"rank\": 2}", id, x);
+        break;
+    case 1:
+        buf_printf(b,
+                   "\"%u\":{\"rank\":3,\"logprob\":%.6e,"
+                   "\"decoded_token\":\"x\"}",
+                   id, x);
+        break;
+    case 2:
+        buf_printf(b,
+                   "\"0%u\":{\"logprob\":%.17g,\"rank\":1,"
+                   "\"decoded_token\":\"x\"}",
+                   id, x);
+        break;
+    case 3:
+        buf_printf(b, "\"%u\":%.20f", id, x);
+        break;
+    default:
+        buf_printf(b,
+                   "\"%u\":{\"logprob\":%.17g,\"rank\":%u,"
+                   "\"decoded_token\":\"%s\"}",
+                   id, x, 1 + (unsigned)rng_below(r, 30),
+                   txt[rng_below(r, sizeof(txt) / sizeof(txt[0]))]);
+    }
+}
+
+static void test_fast_shapes_match_jansson(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    static uint32_t nids[N];
+    struct rng r;
+    rng_seed(&r, 21);
+    for (int round = 0; round < 40; round++) {
+        struct buf b = BUF_INIT;
+        bool vllm = round % 2 == 0, dups = round % 3 == 0;
+        nids[0] = 5;
+        if (vllm)
+            buf_adds(&b, "{\"choices\":[{\"prompt_logprobs\":[null");
+        else
+            buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":"
+                         "[[null,5,null]");
+        struct buf top = BUF_INIT;
+        buf_adds(&top, "\"input_top_logprobs\":[null");
+        for (int t = 1; t < N; t++) {
+            nids[t] = 10 + (uint32_t)rng_below(&r, 2000);
+            buf_adds(vllm ? &b : &top, vllm ? ",{" : ",[");
+            int k = 1 + (int)rng_below(&r, 6);
+            for (int j = 0; j < k; j++) {
+                uint32_t id = j == 0 ? nids[t]
+                                     : 3000 + 1000 * (uint32_t)j +
+                                           (uint32_t)rng_below(&r, 1000);
+                double x = -20 * rng_unit(&r) * rng_unit(&r);
+                if (dups && j == 2 && rng_below(&r, 4) == 0)
+                    id = nids[t]; /* a duplicate id */
+                if (vllm) {
+                    buf_adds(&b, j ? "," : "");
+                    vary_entry(&b, &r, id, x);
+                } else if (rng_below(&r, 5) == 0) {
+                    buf_printf(&top, "%s[ %.17g , %u, \"t\"]", j ? "," : "", x,
+                               id);
+                } else {
+                    buf_printf(&top, "%s[%.*g,%u,null]", j ? "," : "",
+                               1 + (int)rng_below(&r, 19), x, id);
+                }
+            }
+            if (!vllm)
+                buf_printf(&b, ",[%.17g,%u,null]", -rng_unit(&r), nids[t]);
+            buf_adds(vllm ? &b : &top, vllm ? "}" : "]");
+        }
+        if (vllm)
+            buf_adds(&b, "]}]}");
+        else
+            buf_printf(&b, "],%s]}}", buf_str(&top));
+        buf_release(&top);
+        struct drift_req rq = {.ids = nids, .n = N, .top_k = 20};
+        struct drift_lp fast, slow;
+        struct diag d;
+        enum drift_dialect dl =
+            vllm ? DRIFT_DIALECT_VLLM : DRIFT_DIALECT_SGLANG;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        int ret = drift_fast_prompt(dl, b.data, b.len, &rq, &fast);
+        /* vLLM objects with a duplicate key are left to jansson (which
+         * keeps the last one) */
+        if (vllm && dups && ret == -EAGAIN) {
+            drift_lp_release(&fast);
+            drift_lp_release(&slow);
+            buf_release(&b);
+            continue;
+        }
+        assert_int_equal(ret, 0);
+        json_t *j = load(b.data);
+        assert_int_equal(drift_parse_prompt(dl, j, &rq, &slow, &d), 0);
+        json_decref(j);
+        assert_int_equal(fast.n_returned, slow.n_returned);
+        int valid = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            assert_int_equal(fast.valid[i], slow.valid[i]);
+            if (!fast.valid[i])
+                continue;
+            valid++;
+            const struct drift_pos *p = &fast.pos[i], *q = &slow.pos[i];
+            assert_memory_equal(&p->forced_lp, &q->forced_lp, sizeof(double));
+            assert_int_equal(p->n_top, q->n_top);
+            assert_int_equal(p->n_known, q->n_known);
+            for (uint32_t k = 0; k < p->n_known; k++) {
+                assert_true(p->top[k].key == q->top[k].key);
+                assert_memory_equal(&p->top[k].lp, &q->top[k].lp,
+                                    sizeof(double));
+            }
+        }
+        assert_true(valid > N / 2);
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+        buf_release(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dialects_parse_alike),
         cmocka_unit_test(test_short_and_bad_entries_are_counted),
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),
+        cmocka_unit_test(test_sanitizer_matches_reference),
         cmocka_unit_test(test_wrong_shape_is_an_error),
         cmocka_unit_test(test_request_bodies),
         cmocka_unit_test(test_fast_reader_numbers_match_strtod),
+        cmocka_unit_test(test_fast_shapes_match_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,6 +342,95 @@ static void test_dialects_give_identical_metrics(void **state)
     assert_true(kl[3] > 0 && kl[3] <= kl[0]);
 }
 
+/* The whole contents of a file, or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct buf b = BUF_INIT;
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+        buf_add(&b, tmp, n);
+    fclose(f);
+    return buf_detach(&b, len);
+}
+
+/* Runs drift with --jobs N, --json and --jsonl into fresh files; returns
+ * both files' contents. */
+static void drift_jobs(const char *jobs, const char *const *opts, char **json,
+                       size_t *jl, char **jsonl, size_t *ll)
+{
+    char jp[] = "/tmp/drift-e2e-jobs-XXXXXX", lp[] = "/tmp/drift-e2e-jl-XXXXXX";
+    int fd = mkstemp(jp);
+    assert_true(fd >= 0);
+    close(fd);
+    fd = mkstemp(lp);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *av[48] = {
+        "drift",        "--golden",   proc_url(&P.g), "--candidate",
+        proc_url(&P.c), "--no-store", "--json",       jp,
+        "--jsonl",      lp,           "--jobs",       jobs};
+    size_t n = 12;
+    for (size_t i = 0; opts[i] && n < 47; i++)
+        av[n++] = opts[i];
+    av[n] = NULL;
+    struct buf out, err;
+    buf_init(&out, 0);
+    buf_init(&err, 0);
+    int rc = proc_run(av, NULL, &out, &err, 120);
+    *json = slurp(jp, jl);
+    *jsonl = slurp(lp, ll);
+    unlink(jp);
+    unlink(lp);
+    buf_release(&out);
+    buf_release(&err);
+    assert_true(rc == 0 || rc == 1);
+    assert_non_null(*json);
+    assert_non_null(*jsonl);
+}
+
+/* Sequences are parsed and compared on worker threads and folded in
+ * sequence order: one thread and several give byte-identical --json and
+ * --jsonl (growing noise, so every figure and record differs from 0). */
+static void test_threads_give_identical_output(void **state)
+{
+    (void)state;
+    const char *f[] = {"--prefill-noise", "0.1", "--noise-growth", "1", NULL};
+    const char *o1[] = {
+        "--sequences", "7", "--max-context", "512", "--decode-tokens",
+        "0",           NULL};
+    const char *o2[] = {"--sequences",
+                        "5",
+                        "--max-context",
+                        "300",
+                        "--dialect",
+                        "sglang",
+                        "--decode-tokens",
+                        "0",
+                        "--token-ids-logprob",
+                        "32",
+                        NULL};
+    const char *const *opts[2] = {o1, o2};
+    start(f);
+    for (int k = 0; k < 2; k++) {
+        char *j1, *l1, *j4, *l4;
+        size_t jn1, ln1, jn4, ln4;
+        drift_jobs("1", opts[k], &j1, &jn1, &l1, &ln1);
+        drift_jobs("4", opts[k], &j4, &jn4, &l4, &ln4);
+        assert_true(ln1 > 1000 && jn1 > 1000);
+        assert_non_null(strstr(l1, "\"control\""));
+        assert_true(jn1 == jn4 && !memcmp(j1, j4, jn1));
+        assert_true(ln1 == ln4 && !memcmp(l1, l4, ln1));
+        free(j1);
+        free(l1);
+        free(j4);
+        free(l4);
+    }
+}
+
 static void test_no_prompt_logprobs_falls_back_to_decode(void **state)
 {
     (void)state;
@@ -533,6 +622,7 @@ int main(void)
         cmocka_unit_test_teardown(test_tokenizer_mismatch_names_position,
                                   teardown),
         cmocka_unit_test_teardown(test_store_keeps_no_secret, teardown),
+        cmocka_unit_test_teardown(test_threads_give_identical_output, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,12 @@
 /*
  * proxy: the event loop of `fidelity record`. Client side: evhttp, replies
- * streamed with evhttp_send_reply_start/chunk/end. Upstream side: a curl
- * multi handle driven by libevent (curl_multi_socket_action with one event
- * per socket and one timer, the pattern of curl's hiperfifo example).
- * One struct ex follows an exchange from the request callback to the moment
- * it is stored and the client has its last byte.
+ * streamed with evhttp_send_reply_start/chunk/end. Upstream side: for an
+ * http:// upstream, upclient.c (bufferevents, a keep-alive pool, h1.c's
+ * parser); for https://, a curl multi handle driven by libevent
+ * (curl_multi_socket_action with one event per socket and one timer, the
+ * pattern of curl's hiperfifo example). One struct ex follows an exchange
+ * from the request callback to the moment it is stored and the client has
+ * its last byte.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -34,6 +36,7 @@
 #include "record/record.h"
 #include "record/reply.h"
 #include "record/sse.h"
+#include "record/upclient.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -77,6 +80,11 @@ struct record {
     struct record_stats stats;
     CURL *pool[EASY_POOL];
     int npool;
+    /* http:// upstreams: our own client (NULL: libcurl forwards) */
+    struct upc *upc;
+    char *up_authority; /* host[:port] as in the URL, for Host */
+    char *up_prefix;    /* path prefix of the URL, without trailing '/' */
+    struct buf wire;    /* scratch: the request head being built */
 };
 
 struct sock {
@@ -97,6 +105,7 @@ struct ex {
     struct evhttp_connection *evcon;
     bool own_req; /* evhttp detached req: we free it */
     CURL *easy;
+    struct upc_req *upq; /* the upclient request, while in flight */
     struct curl_slist *hdrs;
     char *url;
     struct buf body;
@@ -290,9 +299,36 @@ static void json_add_header(json_t *o, const char *name, const char *value)
     json_object_set_new(o, name, json_string(v));
 }
 
-/* Copies the client's headers into e->hdrs (for curl) and e->x.req_headers
- * (redacted). */
-static void take_req_headers(struct ex *e)
+/* Headers not forwarded: hop-by-hop ones, and those the upstream
+ * connection sets (Host, Content-Length, Expect). */
+static bool is_not_forwarded(const char *name)
+{
+    switch (name[0] | 0x20) {
+    case 'c':
+        return !strcasecmp(name, "connection") ||
+               !strcasecmp(name, "content-length");
+    case 'e':
+        return !strcasecmp(name, "expect");
+    case 'h':
+        return !strcasecmp(name, "host");
+    case 'k':
+        return !strcasecmp(name, "keep-alive");
+    case 'p':
+        return !strcasecmp(name, "proxy-connection");
+    case 't':
+        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
+               !strcasecmp(name, "transfer-encoding");
+    case 'u':
+        return !strcasecmp(name, "upgrade");
+    default:
+        return false;
+    }
+}
+
+/* Copies the client's headers into e->x.req_headers (redacted) and, for
+ * the upstream, onto wire (our client: "Name: value" lines) or into
+ * e->hdrs (libcurl) when wire is NULL. */
+static void take_req_headers(struct ex *e, struct buf *wire)
 {
     struct evkeyvalq *in = evhttp_request_get_input_headers(e->req);
     struct evkeyval *kv;
@@ -301,10 +337,15 @@ static void take_req_headers(struct ex *e)
     e->x.req_headers = json_object();
     for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
         json_add_header(e->x.req_headers, kv->key, kv->value);
-        if (is_hop_by_hop(kv->key) || !strcasecmp(kv->key, "host") ||
-            !strcasecmp(kv->key, "content-length") ||
-            !strcasecmp(kv->key, "expect"))
+        if (is_not_forwarded(kv->key))
             continue;
+        if (wire) {
+            buf_adds(wire, kv->key);
+            buf_add(wire, ": ", 2);
+            buf_adds(wire, kv->value);
+            buf_add(wire, "\r\n", 2);
+            continue;
+        }
         has_accept |= !strcasecmp(kv->key, "accept");
         has_ctype |= !strcasecmp(kv->key, "content-type");
         char *line = *kv->value ? xasprintf("%s: %s", kv->key, kv->value)
@@ -312,6 +353,8 @@ static void take_req_headers(struct ex *e)
         e->hdrs = curl_slist_append(e->hdrs, line);
         free(line);
     }
+    if (wire)
+        return;
     /* headers curl would add on its own */
     e->hdrs = curl_slist_append(e->hdrs, "Expect:");
     if (!has_accept)
@@ -462,12 +505,10 @@ static int on_event(const char *event, const char *data, size_t len, void *ud)
     return 0;
 }
 
-static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+/* A piece of the response body (transfer coding removed): captured,
+ * timed, forwarded. */
+static void got_body(struct ex *e, const char *p, size_t len)
 {
-    struct ex *e = ud;
-    size_t len = sz * n;
-    if (e->client_gone)
-        return 0; /* aborts the transfer */
     if (!e->headers_done) {
         e->headers_done = true;
         start_reply_unless_sized(e);
@@ -479,8 +520,78 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud)
     if (e->x.streamed)
         sse_feed(&e->sse, p, len, on_event, e);
     forward(e, p, len);
-    return len;
 }
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud)
+{
+    struct ex *e = ud;
+    if (e->client_gone)
+        return 0; /* aborts the transfer */
+    got_body(e, p, sz * n);
+    return sz * n;
+}
+
+/* ---- upclient callbacks ---- */
+
+static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
+                    uint64_t len)
+{
+    struct ex *e = ud;
+    struct buf *b = &e->r->wire;
+    struct evkeyvalq *out =
+        e->req ? evhttp_request_get_output_headers(e->req) : NULL;
+    e->status = h->status;
+    e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
+    e->resp_headers = json_object();
+    /* a body-less response is "sized" at 0: its head leaves with the
+     * end, once stored */
+    e->content_length = f == H1_SIZED ? (int64_t)len : f == H1_NONE ? 0 : -1;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct h1_header *x = &h->headers[i];
+        buf_reset(b);
+        buf_add(b, x->name, x->name_len);
+        buf_addch(b, '\0');
+        buf_add(b, x->value, x->value_len);
+        const char *name = b->data, *value = b->data + x->name_len + 1;
+        json_add_header(e->resp_headers, name, value);
+        if (h1_name_is(x, "content-type"))
+            e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
+        if (out && !is_hop_by_hop(name))
+            evhttp_add_header(out, name, value);
+    }
+    e->headers_done = true;
+    start_reply_unless_sized(e);
+}
+
+static void up_body(void *ud, const char *p, size_t n)
+{
+    got_body(ud, p, n);
+}
+
+static void finish_as(struct ex *e, enum xchg_end end);
+
+static void up_done(void *ud, int err, const char *why)
+{
+    struct ex *e = ud;
+    enum xchg_end end;
+    e->upq = NULL;
+    if (err)
+        snprintf(e->curl_err, sizeof(e->curl_err), "%s", why);
+    if (e->client_gone)
+        end = XCHG_CLIENT_GONE;
+    else if (!err)
+        end = XCHG_COMPLETE;
+    else if (err == -ETIMEDOUT)
+        end = XCHG_TIMEOUT;
+    else if (!e->headers_done)
+        end = XCHG_UPSTREAM_ERROR;
+    else
+        end = XCHG_UPSTREAM_RESET;
+    finish_as(e, end);
+}
+
+static const struct upc_cbs UP_CBS = {
+    .head = up_head, .body = up_body, .done = up_done};
 
 /* ---- finishing an exchange ---- */
 
@@ -633,7 +744,7 @@ static void enqueue(struct record *r, struct ex *e)
     pthread_mutex_unlock(&r->mu);
 }
 
-static void finish(struct ex *e, CURLcode res)
+static void finish_as(struct ex *e, enum xchg_end end)
 {
     struct record *r = e->r;
     double t = now_ms() - e->t0;
@@ -641,7 +752,11 @@ static void finish(struct ex *e, CURLcode res)
     list_del(&r->active, e);
     r->nactive--;
     release_easy(r, e);
-    e->x.end = end_of(e, res);
+    if (e->upq) { /* client gone, or stopping: cancel the upstream side */
+        upc_cancel(e->upq);
+        e->upq = NULL;
+    }
+    e->x.end = end;
     fill_response(e, t);
     r->stats.exchanges++;
     list_add(&r->storing, e);
@@ -650,6 +765,11 @@ static void finish(struct ex *e, CURLcode res)
      * writer hands it back */
     if (r->writer_started)
         enqueue(r, e);
+}
+
+static void finish(struct ex *e, CURLcode res)
+{
+    finish_as(e, end_of(e, res));
 }
 
 static void check_done(struct record *r)
@@ -908,6 +1028,12 @@ static void setup_easy(struct record *r, struct ex *e)
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
+    if (r->o.cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, r->o.cacert);
+    if (r->o.insecure) {
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
     if (cmd == EVHTTP_REQ_HEAD)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     else if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
@@ -922,6 +1048,37 @@ static void setup_easy(struct record *r, struct ex *e)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, http_method_name(cmd));
     else if (cmd == EVHTTP_REQ_GET && e->body.len)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
+}
+
+/* Our client: the request head is built in one buffer (request line,
+ * Host, the client's headers, Content-Length), the body copied after it. */
+static void send_upstream(struct record *r, struct ex *e, const char *uri,
+                          enum evhttp_cmd_type cmd)
+{
+    struct buf *b = &r->wire;
+    buf_reset(b);
+    buf_adds(b, e->x.method);
+    buf_addch(b, ' ');
+    buf_adds(b, r->up_prefix);
+    if (uri[0] != '/')
+        buf_addch(b, '/');
+    buf_adds(b, uri);
+    buf_adds(b, " HTTP/1.1\r\nHost: ");
+    buf_adds(b, r->up_authority);
+    buf_add(b, "\r\n", 2);
+    take_req_headers(e, b);
+    if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
+        cmd == EVHTTP_REQ_PATCH)
+        buf_printf(b, "Content-Length: %zu\r\n", e->body.len);
+    buf_add(b, "\r\n", 2);
+    struct evbuffer *msg = evbuffer_new();
+    evbuffer_add(msg, b->data, b->len);
+    if (e->body.len)
+        evbuffer_add(msg, e->body.data, e->body.len);
+    e->upq = upc_send(r->upc, msg, cmd == EVHTTP_REQ_HEAD, &UP_CBS, e,
+                      e->curl_err, sizeof(e->curl_err));
+    if (!e->upq)
+        finish_as(e, XCHG_UPSTREAM_ERROR);
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -954,15 +1111,19 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_remove(in, e->body.data, n);
     e->body.len = n;
     e->body.data[n] = '\0';
-    take_req_headers(e);
     const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req),
                                         "Content-Type");
     e->ct_json = ct ? strstr(ct, "json") != NULL : n > 0;
-    e->url = xasprintf("%s%s%s", r->upstream, uri[0] == '/' ? "" : "/", uri);
     evhttp_connection_set_closecb(e->evcon, on_conn_close, r);
-    setup_easy(r, e);
     list_add(&r->active, e);
     r->nactive++;
+    if (r->upc) {
+        send_upstream(r, e, uri, evhttp_request_get_command(req));
+        return;
+    }
+    take_req_headers(e, NULL);
+    e->url = xasprintf("%s%s%s", r->upstream, uri[0] == '/' ? "" : "/", uri);
+    setup_easy(r, e);
     curl_multi_add_handle(r->multi, e->easy);
 }
 
@@ -1026,6 +1187,48 @@ static int setup_http(struct record *r, struct diag *d)
     return 0;
 }
 
+/* Splits an http:// upstream URL for our client: false (libcurl
+ * forwards) for https://, user info, or what does not parse. */
+static bool split_http_url(struct record *r)
+{
+    if (strncmp(r->upstream, "http://", 7))
+        return false;
+    const char *a = r->upstream + 7;
+    size_t al = strcspn(a, "/?#");
+    if (!al || memchr(a, '@', al) || (a[al] && a[al] != '/'))
+        return false;
+    char *auth = xstrndup(a, al);
+    char *host = auth, *port = NULL;
+    if (auth[0] == '[') {
+        char *close = strchr(auth, ']');
+        if (!close || (close[1] && close[1] != ':')) {
+            free(auth);
+            return false;
+        }
+        port = close[1] ? close + 2 : NULL;
+        host = xstrndup(auth, (size_t)(close + 1 - auth));
+    } else {
+        char *colon = strrchr(auth, ':');
+        host = xstrndup(auth, colon ? (size_t)(colon - auth) : al);
+        port = colon ? colon + 1 : NULL;
+    }
+    long pn = 80;
+    if (port) {
+        char *end;
+        pn = strtol(port, &end, 10);
+        if (end == port || *end || pn < 1 || pn > 65535) {
+            free(host);
+            free(auth);
+            return false;
+        }
+    }
+    r->upc = upc_new(r->base, host, (int)pn, r->o.timeout_ms);
+    r->up_authority = auth;
+    r->up_prefix = xstrdup(a + al);
+    free(host);
+    return true;
+}
+
 int record_new(const struct record_opts *o, struct record **out, struct diag *d)
 {
     struct record *r = xcalloc(1, sizeof(*r));
@@ -1061,6 +1264,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         goto fail;
     }
     r->timer = evtimer_new(r->base, on_timer, r);
+    buf_init(&r->wire, 0);
+    if (!o->via_libcurl)
+        split_http_url(r);
     curl_multi_setopt(r->multi, CURLMOPT_SOCKETFUNCTION, curl_sock_cb);
     curl_multi_setopt(r->multi, CURLMOPT_SOCKETDATA, r);
     curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
@@ -1162,6 +1368,10 @@ void record_free(struct record *r)
         list_del(&r->closing, e);
         ex_free(e);
     }
+    upc_free(r->upc);
+    free(r->up_authority);
+    free(r->up_prefix);
+    buf_release(&r->wire);
     for (int i = 0; i < r->npool; i++)
         curl_easy_cleanup(r->pool[i]);
     if (r->multi)

@@ -43,6 +43,13 @@
 #define EASY_POOL 64
 #define STOP_GRACE_S 5
 #define BATCH_MAX 256
+#define MEMO_SLOTS 64
+
+struct name_memo {
+    char name[40];
+    uint8_t len; /* name length + 1; 0: empty slot */
+    bool secret;
+};
 
 struct ex;
 
@@ -85,6 +92,7 @@ struct record {
     char *up_authority; /* host[:port] as in the URL, for Host */
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
     struct buf wire;    /* scratch: the request head being built */
+    struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
 };
 
 struct sock {
@@ -286,9 +294,31 @@ static bool is_hop_by_hop(const char *name)
     return false;
 }
 
-static void json_add_header(json_t *o, const char *name, const char *value)
+/* is_secret_header() with a memo: the same few header names come with
+ * every exchange, and the rule (a dozen substring searches on a lowered
+ * copy) was most of the cost of copying headers. A direct-mapped table
+ * keyed by the name's exact bytes; a collision only costs a recompute. */
+static bool is_secret_memo(struct record *r, const char *name)
 {
-    const char *v = is_secret_header(name) ? REDACTED : value;
+    size_t n = 0;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; name[n]; n++)
+        h = (h ^ (unsigned char)name[n]) * 16777619u;
+    if (n >= sizeof(r->memo[0].name))
+        return is_secret_header(name);
+    struct name_memo *m = &r->memo[h % MEMO_SLOTS];
+    if (m->len == n + 1 && !memcmp(m->name, name, n))
+        return m->secret;
+    memcpy(m->name, name, n);
+    m->len = (uint8_t)(n + 1);
+    m->secret = is_secret_header(name);
+    return m->secret;
+}
+
+static void json_add_header(struct record *r, json_t *o, const char *name,
+                            const char *value)
+{
+    const char *v = is_secret_memo(r, name) ? REDACTED : value;
     json_t *old = json_object_get(o, name);
     if (json_is_string(old)) { /* repeated header: join as RFC 9110 5.3 */
         char *j = xasprintf("%s, %s", json_string_value(old), v);
@@ -336,7 +366,7 @@ static void take_req_headers(struct ex *e, struct buf *wire)
 
     e->x.req_headers = json_object();
     for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
-        json_add_header(e->x.req_headers, kv->key, kv->value);
+        json_add_header(e->r, e->x.req_headers, kv->key, kv->value);
         if (is_not_forwarded(kv->key))
             continue;
         if (wire) {
@@ -477,7 +507,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    json_add_header(e->resp_headers, name, value);
+    json_add_header(e->r, e->resp_headers, name, value);
     if (!strcasecmp(name, "content-type"))
         e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
     if (!strcasecmp(name, "content-length"))
@@ -553,7 +583,7 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
         buf_addch(b, '\0');
         buf_add(b, x->value, x->value_len);
         const char *name = b->data, *value = b->data + x->name_len + 1;
-        json_add_header(e->resp_headers, name, value);
+        json_add_header(e->r, e->resp_headers, name, value);
         if (h1_name_is(x, "content-type"))
             e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
         if (out && !is_hop_by_hop(name))
@@ -1068,8 +1098,16 @@ static void send_upstream(struct record *r, struct ex *e, const char *uri,
     buf_add(b, "\r\n", 2);
     take_req_headers(e, b);
     if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
-        cmd == EVHTTP_REQ_PATCH)
-        buf_printf(b, "Content-Length: %zu\r\n", e->body.len);
+        cmd == EVHTTP_REQ_PATCH) {
+        char digits[24], *d = digits + sizeof(digits);
+        size_t v = e->body.len;
+        do
+            *--d = (char)('0' + v % 10);
+        while (v /= 10);
+        buf_adds(b, "Content-Length: ");
+        buf_add(b, d, (size_t)(digits + sizeof(digits) - d));
+        buf_add(b, "\r\n", 2);
+    }
     buf_add(b, "\r\n", 2);
     struct evbuffer *msg = evbuffer_new();
     evbuffer_add(msg, b->data, b->len);

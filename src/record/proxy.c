@@ -114,6 +114,7 @@ struct ex {
     bool own_req; /* evhttp detached req: we free it */
     CURL *easy;
     struct upc_req *upq; /* the upclient request, while in flight */
+    int up_err;          /* how upclient ended it (upclient.h) */
     struct curl_slist *hdrs;
     char *url;
     struct buf body;
@@ -605,6 +606,7 @@ static void up_done(void *ud, int err, const char *why)
     struct ex *e = ud;
     enum xchg_end end;
     e->upq = NULL;
+    e->up_err = err;
     if (err)
         snprintf(e->curl_err, sizeof(e->curl_err), "%s", why);
     if (e->client_gone)
@@ -728,13 +730,18 @@ static void maybe_exit(struct record *r)
 static void reply_error(struct ex *e, enum xchg_end end)
 {
     char msg[CURL_ERROR_SIZE + 300];
+    const char *what = "is unreachable", *type = "upstream_unreachable";
+    if (end == XCHG_TIMEOUT) {
+        what = "timed out";
+        type = "upstream_timeout";
+    } else if (e->up_err == -EPROTO) {
+        what = "sent a response record cannot parse";
+        type = "upstream_bad_response";
+    }
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
-             e->r->upstream,
-             end == XCHG_TIMEOUT ? "timed out" : "is unreachable",
+             e->r->upstream, what,
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(
-        e->req, end == XCHG_TIMEOUT ? 504 : 502,
-        end == XCHG_TIMEOUT ? "upstream_timeout" : "upstream_unreachable", msg);
+    send_json_error(e->req, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
 }
 
 /* The client side of a stored exchange: its last byte, an error reply, or

@@ -93,6 +93,7 @@ struct record {
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
     struct buf wire;    /* scratch: the request head being built */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
+    bool rewriting;                    /* rewrite_413() runs */
 };
 
 struct sock {
@@ -1196,6 +1197,79 @@ static int open_store(struct record *r, struct diag *d)
     return 0;
 }
 
+/* libevent 2.1's evhttp answers a request body above its limit itself,
+ * with an HTML page, and has no hook to change it (2.2's
+ * evhttp_set_errorcb). So each client connection's output buffer carries
+ * a callback that notices that exact page as evhttp adds it and swaps
+ * that response, before any of it is written, for a JSON error naming
+ * --max-body. Every other write costs one length comparison. */
+static const char EVHTTP_413_PAGE[] =
+    "<HTML><HEAD>\n<TITLE>413 Request Entity Too Large</TITLE>\n</HEAD>"
+    "<BODY>\n<H1>Request Entity Too Large</H1>\n</BODY></HTML>\n";
+static const char STATUS_413[] = "413 Request Entity Too Large\r\n";
+
+static void rewrite_413(struct record *r, struct evbuffer *b)
+{
+    struct evbuffer_ptr st =
+        evbuffer_search(b, STATUS_413, sizeof(STATUS_413) - 1, NULL);
+    char version[9];
+    if (st.pos < 9 ||
+        evbuffer_ptr_set(b, &st, (size_t)st.pos - 9, EVBUFFER_PTR_SET) ||
+        evbuffer_copyout_from(b, &st, version, 9) != 9 ||
+        memcmp(version, "HTTP/1.", 7))
+        return;
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "fidelity record: the request body is larger than --max-body "
+             "(%zu bytes); nothing was forwarded. Start record with a larger "
+             "--max-body to let it through",
+             r->o.max_body);
+    json_t *j =
+        json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type",
+                  "request_too_large", "param", "code", "request_too_large");
+    char *body = json_dumps(j, JSON_COMPACT);
+    struct evbuffer *keep = evbuffer_new();
+    r->rewriting = true;
+    evbuffer_remove_buffer(b, keep, (size_t)st.pos); /* earlier replies */
+    evbuffer_drain(b, evbuffer_get_length(b));
+    evbuffer_add_buffer(b, keep);
+    evbuffer_add_printf(b,
+                        "%.9s413 Request Entity Too Large\r\nContent-Type: "
+                        "application/json\r\nConnection: close\r\n"
+                        "Content-Length: %zu\r\n\r\n%s",
+                        version, strlen(body), body);
+    r->rewriting = false;
+    evbuffer_free(keep);
+    free(body);
+    json_decref(j);
+}
+
+static void on_client_out(struct evbuffer *b, const struct evbuffer_cb_info *i,
+                          void *arg)
+{
+    struct record *r = arg;
+    const size_t n = sizeof(EVHTTP_413_PAGE) - 1;
+    char tail[sizeof(EVHTTP_413_PAGE)];
+    struct evbuffer_ptr p;
+    if (i->n_added != n || r->rewriting)
+        return;
+    size_t len = evbuffer_get_length(b);
+    if (evbuffer_ptr_set(b, &p, len - n, EVBUFFER_PTR_SET) ||
+        evbuffer_copyout_from(b, &p, tail, n) != (ev_ssize_t)n ||
+        memcmp(tail, EVHTTP_413_PAGE, n))
+        return;
+    rewrite_413(r, b);
+}
+
+static struct bufferevent *make_client_bev(struct event_base *base, void *arg)
+{
+    struct bufferevent *bev =
+        bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev)
+        evbuffer_add_cb(bufferevent_get_output(bev), on_client_out, arg);
+    return bev;
+}
+
 static int setup_http(struct record *r, struct diag *d)
 {
     r->http = evhttp_new(r->base);
@@ -1213,6 +1287,7 @@ static int setup_http(struct record *r, struct diag *d)
                                     ? (int)(r->o.timeout_ms / 1000 + 60)
                                     : 24 * 3600);
     evhttp_set_gencb(r->http, on_request, r);
+    evhttp_set_bevcb(r->http, make_client_bev, r);
     r->bound = evhttp_bind_socket_with_handle(r->http, r->o.host,
                                               (ev_uint16_t)r->o.port);
     if (!r->bound)

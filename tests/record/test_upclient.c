@@ -9,7 +9,9 @@
  * large bodies both ways. What the client receives through record must
  * equal what it receives directly, and the store must say how each ended.
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -311,6 +316,51 @@ static void test_large_request_body(void **state)
     free(body);
 }
 
+/* Everything a raw HTTP/1.0 request gets back (record closes the
+ * connection after the response). */
+static void raw_exchange(int port, const char *req, struct buf *out)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+    char tmp[4096];
+    ssize_t n;
+    while ((n = recv(fd, tmp, sizeof(tmp), 0)) > 0)
+        buf_add(out, tmp, (size_t)n);
+    close(fd);
+}
+
+/* An HTTP/1.0 client cannot take chunks: a stream (chunked upstream) and
+ * a chunked JSON reply reach it as plain bytes ended by the close. */
+static void test_http10_client_gets_unchunked(void **state)
+{
+    struct fx *f = *state;
+    static const char *const paths[] = {"/sse", "/chunked"};
+    for (int i = 0; i < 2; i++) {
+        struct buf got = BUF_INIT;
+        char *req = xasprintf("GET %s HTTP/1.0\r\nHost: x\r\n\r\n", paths[i]);
+        raw_exchange(f->rec.port, req, &got);
+        free(req);
+        const char *end = strstr(buf_str(&got), "\r\n\r\n");
+        assert_non_null(end);
+        assert_int_equal(strncmp(buf_str(&got), "HTTP/1.0 200", 12), 0);
+        assert_false(rec_contains(got.data, (size_t)(end - got.data),
+                                  "Transfer-Encoding"));
+        size_t n;
+        char *expect = upstream_body(paths[i], &n);
+        size_t body = got.len - (size_t)(end + 4 - got.data);
+        assert_int_equal(body, n);
+        assert_memory_equal(end + 4, expect, n);
+        free(expect);
+        buf_release(&got);
+    }
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -325,6 +375,8 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_large_request_body, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_http10_client_gets_unchunked,
+                                        fx_setup, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -166,14 +166,31 @@ cpu_ticks() {
     echo "$t"
 }
 
+# writer_ticks PID: utime + stime of record's writer thread
+writer_ticks() {
+    for t in /proc/"$1"/task/*; do
+        if [ "$(cat "$t/comm" 2>/dev/null)" = record-writer ]; then
+            sed 's/.*) //' "$t/stat" | awk '{ print $12 + $13 }'
+            return
+        fi
+    done
+    echo 0
+}
+
 # run KIND PORT [PID] [CONNS DUR] -> "rps p99ms non2xx cpu_us_per_exchange"
+# (for record, also the writer thread's share: $tmp/writer_us)
 run() {
     c=${4:-$CONNS}
     d=${5:-$DUR}
+    w0=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
     t0=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
     wrk -t2 -c"$c" -d"${d}s" --latency -s "$tmp/$1.lua" \
         "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
     t1=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
+    w1=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
+    awk -v ticks=$((w1 - w0)) -v hz="$HZ" '/ requests in / { n = $1 }
+        END { printf "%.0f\n", n > 0 ? ticks * 1e6 / hz / n : 0 }' \
+        "$tmp/wrk.out" >"$tmp/writer_us"
     awk -v ticks=$((t1 - t0)) -v hz="$HZ" '
         / requests in / { n = $1 }
         /Requests\/sec:/ { rps = $2 }
@@ -200,11 +217,12 @@ for kind in json sse; do
     [ -n "$MITM" ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
     while [ $# -gt 0 ]; do
         r=$(run "$kind" "$2" "$3")
+        [ "$1" = record ] && writer_us=$(cat "$tmp/writer_us")
         echo "$1 $r" >>"$tmp/results.$kind"
         printf '%-10s %12s %10s %8s %14s\n' "$1" $r
         shift 3
     done
-    awk '
+    awk -v wus="$writer_us" '
         { rps[$1] = $2; p99[$1] = $3; cpu[$1] = $5 }
         END {
             if (rps["nginx"] > 0)
@@ -214,7 +232,7 @@ for kind in json sse; do
             printf "p99 added over direct at saturation: record %.2f ms", p99["record"] - p99["direct"]
             if (rps["nginx"] > 0)
                 printf ", nginx %.2f ms", p99["nginx"] - p99["direct"]
-            printf "\nCPU per exchange: record %d us", cpu["record"]
+            printf "\nCPU per exchange: record %d us (forwarding loop %d, writer thread %d)", cpu["record"], cpu["record"] - wus, wus
             if (cpu["nginx"] > 0)
                 printf ", nginx %d us (%.1fx)", cpu["nginx"], cpu["record"] / cpu["nginx"]
             printf ", sim (upstream) %d us\n", cpu["direct"]

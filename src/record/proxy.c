@@ -8,6 +8,7 @@
  * from the request callback to the moment it is stored and the client has
  * its last byte.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <curl/curl.h>
 #include <errno.h>
 #include <event2/buffer.h>
@@ -1462,6 +1463,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         goto fail;
     }
     r->writer_started = true;
+    /* named, so that CPU time per thread can be told apart
+     * (/proc/PID/task/TID/comm; bench/record.sh) */
+    pthread_setname_np(r->writer, "record-writer");
     if (o->handle_signals) {
         r->sig[0] = evsignal_new(r->base, SIGINT, on_signal, r);
         r->sig[1] = evsignal_new(r->base, SIGTERM, on_signal, r);

@@ -39,6 +39,7 @@ struct upc_conn {
     bool in_cb, dead; /* a callback runs; closed during it */
     enum h1_framing fr;
     uint64_t left;
+    size_t scanned; /* head bytes already searched for its end */
     struct h1_chunked ch;
 };
 
@@ -251,6 +252,18 @@ static long pass_body(struct upc_conn *c, struct upc_req *q,
     return (long)sent;
 }
 
+/* Whether the blank line that ends a head (CRLF CRLF or LF LF) may be in
+ * in, looking from a little before `from`. */
+static bool has_head_end(struct evbuffer *in, size_t from)
+{
+    struct evbuffer_ptr start;
+    size_t back = from > 3 ? from - 3 : 0;
+    if (evbuffer_ptr_set(in, &start, back, EVBUFFER_PTR_SET))
+        return true;
+    return evbuffer_search(in, "\n\r\n", 3, &start).pos >= 0 ||
+           evbuffer_search(in, "\n\n", 2, &start).pos >= 0;
+}
+
 /* Reads the response head; 1 when the body phase began, 0 for more input,
  * -1 when q is finished or gone. */
 static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
@@ -261,10 +274,18 @@ static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
         if (!avail)
             return 0;
         size_t want = avail < H1_MAX_HEAD ? avail : H1_MAX_HEAD;
+        /* a head arriving in many small reads is linearised and parsed
+         * again only once its end may be there: linear, not quadratic */
+        if (avail > 4096 && avail < H1_MAX_HEAD &&
+            !has_head_end(in, c->scanned)) {
+            c->scanned = avail;
+            return 0;
+        }
         const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
         int hl = h1_parse_head(p, want, &u->head);
         if (hl == -2)
             return 0;
+        c->scanned = 0;
         if (hl < 0) {
             fail(q, -EPROTO, "malformed response head");
             return -1;
@@ -476,6 +497,7 @@ static void start_on(struct upc_req *q, struct upc_conn *c)
     c->q = q;
     c->phase = P_HEAD;
     c->keep = false;
+    c->scanned = 0;
     evbuffer_add_buffer_reference(bufferevent_get_output(c->bev), q->msg);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }

@@ -113,17 +113,18 @@ static void same_both_ways(struct fx *f, const char *path, long status)
 }
 
 /* Chunked (with an extension and a trailer), 3 MiB chunked, delimited by
- * the close, and after 100 and 103 interim responses: byte-identical,
- * stored complete with the body as the client got it. */
+ * the close, after 100 and 103 interim responses, and after a 12 KB head
+ * that arrives in pieces: byte-identical, stored complete with the body as
+ * the client got it. */
 static void test_framings_byte_exact(void **state)
 {
     struct fx *f = *state;
     static const char *const paths[] = {"/chunked", "/bigchunked", "/close",
-                                        "/interim", NULL};
+                                        "/interim", "/bighead",    NULL};
     for (int i = 0; paths[i]; i++)
         same_both_ways(f, paths[i], 200);
     json_t *all = stop_and_load(f);
-    assert_int_equal(json_array_size(all), 4);
+    assert_int_equal(json_array_size(all), 5);
     for (int i = 0; paths[i]; i++) {
         json_t *x = json_array_get(all, (size_t)i);
         size_t n;

@@ -78,7 +78,7 @@ char *upstream_body(const char *route, size_t *len)
         buf_adds(&b, "\"}");
     } else if (!strcmp(route, "/chunked") || !strcmp(route, "/close") ||
                !strcmp(route, "/interim") || !strcmp(route, "/kaclose") ||
-               !strcmp(route, "/dropnext")) {
+               !strcmp(route, "/dropnext") || !strcmp(route, "/bighead")) {
         buf_adds(&b, JSON_BODY);
     } else if (!strcmp(route, "/bigchunked")) {
         for (int i = 0; i < (3 << 20) / 32; i++)
@@ -213,6 +213,22 @@ static int serve_framing(struct upstream *u, int fd, const char *method,
         write_all(fd, h, sizeof(h) - 1);
         write_all(fd, body, n);
         rc = -1;
+    } else if (!strncmp(path, "/bighead", 8)) {
+        /* a 12 KB header field, the head written 1,000 bytes at a time */
+        struct buf h = BUF_INIT;
+        body = upstream_body("/json", &n);
+        buf_adds(&h, "HTTP/1.1 200 OK\r\nX-Big: ");
+        for (int i = 0; i < 12000; i++)
+            buf_addch(&h, (char)('a' + i % 26));
+        buf_printf(&h, "\r\nContent-Length: %zu\r\n\r\n", n);
+        rc = 0;
+        for (size_t off = 0; off < h.len && !rc; off += 1000) {
+            rc = write_all(fd, h.data + off,
+                           h.len - off < 1000 ? h.len - off : 1000);
+            usleep(2000);
+        }
+        rc = rc || write_all(fd, body, n) ? -1 : 0;
+        buf_release(&h);
     } else if (!strncmp(path, "/garbage", 8)) {
         static const char h[] = "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n";
         write_all(fd, h, sizeof(h) - 1);

@@ -18,8 +18,9 @@
  * connection, then the server closes it), /dropnext (a sized reply; the
  * next request on that connection is dropped: the connection closes
  * without an answer), /resetsized (500 of 1000 announced bytes, then the
- * close), /garbage (a malformed status line). HEAD /json gets the head
- * only.
+ * close), /garbage (a malformed status line), /bighead (the /json body
+ * after a 12 KB header field, the head written 1,000 bytes at a time). HEAD
+ * /json gets the head only.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H
 #define TESTS_UTIL_UPSTREAM_H

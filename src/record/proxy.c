@@ -95,6 +95,12 @@ struct record {
     struct buf wire;    /* scratch: the request head being built */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     bool rewriting;                    /* rewrite_413() runs */
+    /* the checkpointer thread and its own connection (checkpointer_*) */
+    sqlite3 *ck_db;
+    pthread_t ck_thread;
+    bool ck_started, ck_due, ck_quit;
+    pthread_mutex_t ck_mu;
+    pthread_cond_t ck_cv;
 };
 
 struct sock {
@@ -1230,6 +1236,88 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
     record_stop(arg);
 }
 
+/* ---- the checkpointer ----
+ *
+ * In WAL mode a commit appends to the WAL without fsync (synchronous=
+ * NORMAL); SQLite's automatic checkpoint then runs inside the commit that
+ * crosses 1,000 WAL pages, copying pages into the database and fsyncing
+ * it: milliseconds during which every exchange waiting for its commit (and
+ * so its client's last byte) waits too. Instead, the writer's commit hook
+ * only signals a thread that checkpoints on its own connection (PASSIVE:
+ * it never blocks the writer), so commits never wait for a disk flush.
+ * Durability is unchanged: what a commit wrote is in the WAL either way. */
+#define CKPT_PAGES 1000
+
+static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    struct record *r = arg;
+    (void)db;
+    (void)name;
+    if (pages >= CKPT_PAGES) {
+        pthread_mutex_lock(&r->ck_mu);
+        r->ck_due = true;
+        pthread_cond_signal(&r->ck_cv);
+        pthread_mutex_unlock(&r->ck_mu);
+    }
+    return SQLITE_OK;
+}
+
+static void *checkpointer_main(void *arg)
+{
+    struct record *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->ck_mu);
+        while (!r->ck_due && !r->ck_quit)
+            pthread_cond_wait(&r->ck_cv, &r->ck_mu);
+        bool quit = r->ck_quit;
+        r->ck_due = false;
+        pthread_mutex_unlock(&r->ck_mu);
+        if (quit)
+            break;
+        sqlite3_wal_checkpoint_v2(r->ck_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                  NULL, NULL);
+    }
+    return NULL;
+}
+
+/* Starts the checkpointer; when it cannot (a second connection fails),
+ * SQLite's automatic checkpoints stay on. */
+static void checkpointer_start(struct record *r)
+{
+    struct diag d = {{0}};
+    if (store_open(r->o.db_path, &r->ck_db, &d))
+        return;
+    pthread_mutex_init(&r->ck_mu, NULL);
+    pthread_cond_init(&r->ck_cv, NULL);
+    if (pthread_create(&r->ck_thread, NULL, checkpointer_main, r)) {
+        pthread_mutex_destroy(&r->ck_mu);
+        pthread_cond_destroy(&r->ck_cv);
+        store_close(r->ck_db);
+        r->ck_db = NULL;
+        return;
+    }
+    pthread_setname_np(r->ck_thread, "record-ckpt");
+    r->ck_started = true;
+    /* replaces the automatic checkpoint, which is itself a WAL hook */
+    sqlite3_wal_hook(r->db, on_wal_commit, r);
+}
+
+static void checkpointer_stop(struct record *r)
+{
+    if (!r->ck_started)
+        return;
+    pthread_mutex_lock(&r->ck_mu);
+    r->ck_quit = true;
+    pthread_cond_signal(&r->ck_cv);
+    pthread_mutex_unlock(&r->ck_mu);
+    pthread_join(r->ck_thread, NULL);
+    store_close(r->ck_db);
+    r->ck_db = NULL;
+    pthread_mutex_destroy(&r->ck_mu);
+    pthread_cond_destroy(&r->ck_cv);
+    r->ck_started = false;
+}
+
 static int open_store(struct record *r, struct diag *d)
 {
     int rc = store_open(r->o.db_path, &r->db, d);
@@ -1458,6 +1546,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     r->done_ev =
         event_new(r->base, r->wake[0], EV_READ | EV_PERSIST, on_stored, r);
     event_add(r->done_ev, NULL);
+    checkpointer_start(r); /* before the writer uses the connection */
     if (pthread_create(&r->writer, NULL, writer_main, r)) {
         rc = diag_set(d, EAGAIN, "cannot start the store writer thread");
         goto fail;
@@ -1522,7 +1611,8 @@ void record_free(struct record *r)
         evhttp_free(r->http);
     while (r->active)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
-    writer_stop(r);      /* stores what is queued, completes it */
+    writer_stop(r); /* stores what is queued, completes it */
+    checkpointer_stop(r);
     while (r->storing) { /* the writer never started */
         struct ex *e = r->storing;
         list_del(&r->storing, e);

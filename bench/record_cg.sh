@@ -27,7 +27,7 @@ cleanup() {
     [ -n "$RP" ] && kill "$RP" 2>/dev/null
     [ -n "$SP" ] && kill "$SP" 2>/dev/null
     sleep 0.2
-    rm -rf "$tmp"
+    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
 
@@ -67,11 +67,20 @@ wrk -t1 -c8 -d"${DUR}s" -s "$tmp/req.lua" \
 kill "$RP"
 wait "$RP" || true
 RP=""
+# valgrind writes the per-thread profiles as it exits: wait until they
+# stop growing
+prev=""
+for _ in $(seq 50); do
+    cur=$(ls -l "$tmp"/cg.* 2>/dev/null | awk '{ s += $5 } END { print NR ":" s }')
+    [ "$cur" = "$prev" ] && ls "$tmp"/cg.*-01 >/dev/null 2>&1 && break
+    prev=$cur
+    sleep 0.3
+done
 N=$(grep -o 'stopped; [0-9]*' "$tmp/rec.err" | grep -o '[0-9]*$')
 echo "$KIND exchanges: $N"
-for f in "$tmp"/cg.*-*; do
+for f in "$tmp"/cg.*; do
     callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        grep -E "proxy.c:(record_run|writer_main) \["
+        grep -E "proxy.c:(record_run|writer_main) \[" || true
 done | awk -v n="$N" '{
-    gsub(",", "", $1); sub(/.*:/, "", $2)
-    printf "%-12s %12.0f instructions per exchange\n", $2, $1 / n }'
+    gsub(",", "", $1); f = $3; sub(/.*:/, "", f)
+    printf "%-12s %8.0f instructions per exchange\n", f, $1 / n }'

@@ -119,6 +119,7 @@ struct ex {
     struct ex *wnext; /* writer queues */
     enum ex_state state;
     bool ct_json;               /* request Content-Type mentions json */
+    const char *ct;             /* its Content-Type, during intake */
     int outcome;                /* 0 stored, 1 spilled, 2 lost */
     struct evhttp_request *req; /* NULL once evhttp has freed it */
     struct evhttp_connection *evcon;
@@ -376,8 +377,11 @@ static void take_req_headers(struct ex *e, struct buf *wire)
     bool has_accept = false, has_ctype = false;
 
     e->x.req_headers = json_object();
+    e->ct = NULL;
     for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
         json_add_header(e->r, e->x.req_headers, kv->key, kv->value);
+        if ((kv->key[0] | 0x20) == 'c' && !strcasecmp(kv->key, "content-type"))
+            e->ct = kv->value;
         if (is_not_forwarded(kv->key))
             continue;
         if (wire) {
@@ -394,6 +398,8 @@ static void take_req_headers(struct ex *e, struct buf *wire)
         e->hdrs = curl_slist_append(e->hdrs, line);
         free(line);
     }
+    /* how the writer judges a body that does not parse */
+    e->ct_json = e->ct ? strstr(e->ct, "json") != NULL : e->body.len > 0;
     if (wire)
         return;
     /* headers curl would add on its own */
@@ -1211,9 +1217,6 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_remove(in, e->body.data, n);
     e->body.len = n;
     e->body.data[n] = '\0';
-    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req),
-                                        "Content-Type");
-    e->ct_json = ct ? strstr(ct, "json") != NULL : n > 0;
     evhttp_connection_set_closecb(e->evcon, on_conn_close, r);
     list_add(&r->active, e);
     r->nactive++;

@@ -355,7 +355,13 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
     if (!q)
         return;
-    q->got_bytes = true;
+    if (!q->got_bytes) {
+        q->got_bytes = true;
+        /* no retry from here on: the copy kept for one is not needed
+         * (what is still unwritten is referenced by the output buffer) */
+        evbuffer_free(q->msg);
+        q->msg = NULL;
+    }
     if (c->phase == P_HEAD) {
         int rc = read_head(c, q, in);
         if (rc <= 0)

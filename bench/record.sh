@@ -49,7 +49,7 @@ cleanup() {
     for p in $pids $(cat "$tmp/pids" 2>/dev/null); do
         kill "$p" 2>/dev/null || true
     done
-    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null
     sleep 0.3
     rm -rf "$tmp"
 }
@@ -177,7 +177,8 @@ writer_ticks() {
     echo 0
 }
 
-# run KIND PORT [PID] [CONNS DUR] -> "rps p99ms non2xx cpu_us_per_exchange"
+# run KIND PORT [PID] [CONNS DUR]
+#   -> "rps p99ms non2xx cpu_us_per_exchange p50ms p90ms"
 # (for record, also the writer thread's share: $tmp/writer_us)
 run() {
     c=${4:-$CONNS}
@@ -189,20 +190,21 @@ run() {
     t1=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
     w1=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
     awk -v ticks=$((w1 - w0)) -v hz="$HZ" '/ requests in / { n = $1 }
-        END { printf "%.0f\n", n > 0 ? ticks * 1e6 / hz / n : 0 }' \
+        END { printf "%.0f\n", (n > 0 ? ticks * 1e6 / hz / n : 0) }' \
         "$tmp/wrk.out" >"$tmp/writer_us"
     awk -v ticks=$((t1 - t0)) -v hz="$HZ" '
         / requests in / { n = $1 }
         /Requests\/sec:/ { rps = $2 }
-        $1 == "99%" {
+        $1 == "50%" || $1 == "90%" || $1 == "99%" {
             v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
             if (u == "us") v /= 1000; else if (u == "s") v *= 1000
-            p99 = v
+            pc[$1] = v
         }
         /Non-2xx/ { bad = $NF }
         END {
             cpu = (n > 0 && ticks > 0) ? ticks * 1e6 / hz / n : 0
-            printf "%s %s %s %.0f\n", rps + 0, p99 + 0, bad + 0, cpu
+            printf "%s %s %s %.0f %s %s\n", rps + 0, pc["99%"] + 0, bad + 0, cpu,
+                pc["50%"] + 0, pc["90%"] + 0
         }' "$tmp/wrk.out"
 }
 
@@ -219,7 +221,7 @@ for kind in json sse; do
         r=$(run "$kind" "$2" "$3")
         [ "$1" = record ] && writer_us=$(cat "$tmp/writer_us")
         echo "$1 $r" >>"$tmp/results.$kind"
-        printf '%-10s %12s %10s %8s %14s\n' "$1" $r
+        printf '%-10s %12s %10s %8s %14s\n' "$1" $(echo "$r" | cut -d' ' -f1-4)
         shift 3
     done
     awk -v wus="$writer_us" '
@@ -238,14 +240,14 @@ for kind in json sse; do
             printf ", sim (upstream) %d us\n", cpu["direct"]
         }' "$tmp/results.$kind"
 
-    printf '\n%s responses at a fixed %d requests/s (%d connections, paced)\n%-10s %12s %10s %8s\n' \
-        "$kind" "$RATE" "$LCONNS" target req/s p99_ms non2xx
+    printf '\n%s responses at a fixed %d requests/s (%d connections, paced)\n%-10s %12s %10s %10s %10s %8s\n' \
+        "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms non2xx
     set -- direct "$SIM" record "$REC"
     [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
     while [ $# -gt 0 ]; do
         r=$(run "${kind}_paced" "$2" "" "$LCONNS" "$LDUR")
         echo "$1 $r" >>"$tmp/paced.$kind"
-        printf '%-10s %12s %10s %8s\n' "$1" $(echo "$r" | cut -d' ' -f1-3)
+        echo "$1 $r" | awk '{ printf "%-10s %12s %10s %10s %10s %8s\n", $1, $2, $6, $7, $3, $4 }'
         shift 2
     done
     awk '

@@ -95,6 +95,8 @@ struct record {
     struct buf wire;    /* scratch: the request head being built */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     bool rewriting;                    /* rewrite_413() runs */
+    struct ex *dirty;                  /* client output added this loop pass */
+    struct event *flush_ev;            /* writes it at the end of the pass */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
     pthread_t ck_thread;
@@ -141,9 +143,12 @@ struct ex {
     json_t *resp_headers;
     int64_t content_length; /* -1: none */
     int64_t forwarded;
-    struct buf held;      /* the end of a sized body, sent once stored */
-    struct evbuffer *out; /* the client connection's, once the head left */
+    struct buf held;         /* the end of a sized body, sent once stored */
+    struct evbuffer *out;    /* the client connection's, once the head left */
+    struct bufferevent *bev; /* ... and its bufferevent */
     enum out_mode out_mode;
+    struct ex *dprev, *dnext; /* r->dirty: output to write this pass */
+    bool dirty;
     struct evbuffer_cb_entry *drain_cb;
     struct event *close_ev;
     double t0, up_first, down_first;
@@ -208,10 +213,13 @@ static struct ex *find_by_conn(struct ex *head, struct evhttp_connection *c)
     return NULL;
 }
 
+static void undirty(struct ex *e);
+
 static void ex_free(struct ex *e)
 {
     if (!e)
         return;
+    undirty(e);
     curl_slist_free_all(e->hdrs);
     free(e->url);
     buf_release(&e->body);
@@ -451,11 +459,72 @@ static void start_reply(struct ex *e)
         evhttp_request_get_output_headers(e->req), "Transfer-Encoding");
     bool no_body = code < 200 || code == 204 || code == 304 ||
                    evhttp_request_get_command(e->req) == EVHTTP_REQ_HEAD;
-    e->out =
-        bufferevent_get_output(evhttp_connection_get_bufferevent(e->evcon));
+    e->bev = evhttp_connection_get_bufferevent(e->evcon);
+    e->out = bufferevent_get_output(e->bev);
     e->out_mode = te && !strcasecmp(te, "chunked") ? OUT_CHUNKED
                   : no_body                        ? OUT_NONE
                                                    : OUT_RAW;
+    /* record writes the output itself (flush_client); the write event is
+     * armed only for what the socket does not take at once */
+    bufferevent_disable(e->bev, EV_WRITE);
+}
+
+/* Writes what the client connection's output holds, now, as the
+ * bufferevent's write callback would (it too unfreezes the buffer to
+ * write it), instead of arming the write event and writing on the next
+ * loop pass: one epoll_ctl pair and one loop pass less per response. Only
+ * before evhttp_send_reply_end(): after it, evhttp waits for the
+ * bufferevent's own write callback, which comes only when that callback
+ * wrote something. */
+static void flush_client(struct ex *e)
+{
+    undirty(e);
+    if (!e->reply_started || !client_ok(e) || !evbuffer_get_length(e->out))
+        return;
+    evbuffer_unfreeze(e->out, 1);
+    evbuffer_write(e->out, bufferevent_getfd(e->bev));
+    evbuffer_freeze(e->out, 1);
+    if (evbuffer_get_length(e->out))
+        bufferevent_enable(e->bev, EV_WRITE);
+}
+
+static void undirty(struct ex *e)
+{
+    if (!e->dirty)
+        return;
+    if (e->dprev)
+        e->dprev->dnext = e->dnext;
+    else
+        e->r->dirty = e->dnext;
+    if (e->dnext)
+        e->dnext->dprev = e->dprev;
+    e->dprev = e->dnext = NULL;
+    e->dirty = false;
+}
+
+/* Output added now is written once this loop pass has run its callbacks:
+ * the pieces one upstream read produced leave in one write. */
+static void mark_dirty(struct ex *e)
+{
+    struct record *r = e->r;
+    if (e->dirty)
+        return;
+    e->dirty = true;
+    e->dprev = NULL;
+    e->dnext = r->dirty;
+    if (r->dirty)
+        r->dirty->dprev = e;
+    r->dirty = e;
+    event_active(r->flush_ev, EV_TIMEOUT, 0);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct record *r = arg;
+    (void)fd;
+    (void)what;
+    while (r->dirty)
+        flush_client(r->dirty);
 }
 
 /* One chunk (RFC 9112 section 7.1), in one add: size line, data, CRLF. */
@@ -492,8 +561,11 @@ static void add_chunk(struct evbuffer *out, const char *p, size_t n)
  * go at once. */
 static void start_reply_unless_sized(struct ex *e)
 {
-    if (e->content_length < 0)
-        start_reply(e);
+    if (e->content_length >= 0)
+        return;
+    start_reply(e);
+    if (e->reply_started)
+        mark_dirty(e);
 }
 
 static void send_now(struct ex *e, const char *p, size_t n)
@@ -505,6 +577,8 @@ static void send_now(struct ex *e, const char *p, size_t n)
         add_chunk(e->out, p, n);
     else if (e->out_mode == OUT_RAW)
         evbuffer_add(e->out, p, n);
+    if (e->reply_started)
+        mark_dirty(e);
     if (!e->down_first)
         e->down_first = now_ms() - e->t0;
 }
@@ -819,6 +893,7 @@ static void complete(struct record *r, struct ex *e)
     } else if (e->x.end == XCHG_COMPLETE) {
         start_reply(e);
         send_now(e, e->held.data, e->held.len);
+        flush_client(e);
         evhttp_send_reply_end(e->req);
         ex_free(e);
     } else if (!e->headers_done) {
@@ -826,6 +901,7 @@ static void complete(struct record *r, struct ex *e)
         ex_free(e);
     } else { /* the status line and headers, then the close */
         start_reply(e);
+        flush_client(e);
         close_after_drain(r, e);
     }
 }
@@ -1523,6 +1599,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         goto fail;
     }
     r->timer = evtimer_new(r->base, on_timer, r);
+    r->flush_ev = event_new(r->base, -1, 0, on_flush, r);
     buf_init(&r->wire, 0);
     if (!o->via_libcurl)
         split_http_url(r);
@@ -1645,6 +1722,8 @@ void record_free(struct record *r)
             event_free(r->sig[i]);
     if (r->timer)
         event_free(r->timer);
+    if (r->flush_ev)
+        event_free(r->flush_ev);
     if (r->base)
         event_base_free(r->base);
     xchg_cache_free(r->cache); /* finalizes its statements first */

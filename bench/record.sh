@@ -12,7 +12,8 @@
 # direct, record and nginx, so "p99 added over the direct path" compares
 # like with like rather than queues at saturation.
 #
-#   sh bench/record.sh            # DUR=10 CONNS=64 STREAMS=1000 RATE=1000
+#   sh bench/record.sh   # DUR=10 CONNS=64 STREAMS=1000 RATE=1000 LCONNS=8
+#                        # LDUR=5 ROUNDS=3
 #   DUR=5 sh bench/record.sh
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
 #
@@ -25,7 +26,9 @@ CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-1000}
 RATE=${RATE:-1000}     # requests/s of the fixed-rate latency runs
 LCONNS=${LCONNS:-8}    # connections of the fixed-rate runs
-LDUR=${LDUR:-$DUR}
+LDUR=${LDUR:-5}       # seconds of each fixed-rate run
+ROUNDS=${ROUNDS:-3}    # fixed-rate rounds (direct, record, nginx in turn);
+                       # the medians are printed
 HZ=$(getconf CLK_TCK)
 
 need() { command -v "$1" >/dev/null 2>&1; }
@@ -242,22 +245,41 @@ for kind in json sse; do
 
     printf '\n%s responses at a fixed %d requests/s (%d connections, paced)\n%-10s %12s %10s %10s %10s %8s\n' \
         "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms non2xx
-    set -- direct "$SIM" record "$REC"
-    [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
-    while [ $# -gt 0 ]; do
-        r=$(run "${kind}_paced" "$2" "" "$LCONNS" "$LDUR")
-        echo "$1 $r" >>"$tmp/paced.$kind"
-        echo "$1 $r" | awk '{ printf "%-10s %12s %10s %10s %10s %8s\n", $1, $2, $6, $7, $3, $4 }'
-        shift 2
+    for round in $(seq "$ROUNDS"); do
+        set -- direct "$SIM" record "$REC"
+        [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
+        while [ $# -gt 0 ]; do
+            r=$(run "${kind}_paced" "$2" "" "$LCONNS" "$LDUR")
+            echo "$1 $r" >>"$tmp/paced.$kind"
+            echo "$1 $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
+            shift 2
+        done
     done
-    awk '
-        { p99[$1] = $3; rps[$1] = $2 }
+    # medians over the rounds, per target
+    sort -k1,1 "$tmp/paced.$kind" | awk '
+        function med(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++)
+                for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+                    t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
+                }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        function flush() {
+            if (cur == "") return
+            m50[cur] = med(p50, k); m90[cur] = med(p90, k)
+            m99[cur] = med(p99, k); mr[cur] = med(rps, k)
+            printf "%-10s %12.1f %10.3f %10.3f %10.2f  (median of %d)\n", cur, mr[cur], m50[cur], m90[cur], m99[cur], k
+        }
+        $1 != cur { flush(); cur = $1; k = 0 }
+        { k++; rps[k] = $2; p99[k] = $3; p50[k] = $6; p90[k] = $7 }
         END {
-            printf "p99 added over direct at equal load: record %.2f ms", p99["record"] - p99["direct"]
-            if (rps["nginx"] > 0)
-                printf ", nginx %.2f ms", p99["nginx"] - p99["direct"]
-            printf " (goal < 1 ms)\n"
-        }' "$tmp/paced.$kind"
+            flush()
+            printf "added over direct at equal load (medians): record p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["record"] - m50["direct"], m90["record"] - m90["direct"], m99["record"] - m99["direct"]
+            if ("nginx" in m99)
+                printf "; nginx p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["nginx"] - m50["direct"], m90["nginx"] - m90["direct"], m99["nginx"] - m99["direct"]
+            printf " (goal: p99 < 1 ms)\n"
+        }'
+
 done
 echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
 

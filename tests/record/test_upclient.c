@@ -37,10 +37,10 @@ struct fx {
     char url[64];
 };
 
-static int fx_setup(void **state)
+static int fx_setup_with(void **state, const char *timeout)
 {
     struct fx *f = xcalloc(1, sizeof(*f));
-    const char *const extra[] = {"--timeout", "10", NULL};
+    const char *const extra[] = {"--timeout", timeout, NULL};
     f->up = upstream_start();
     f->dir = rec_tmpdir();
     if (!f->up || !f->dir)
@@ -51,6 +51,11 @@ static int fx_setup(void **state)
     snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d", f->rec.port);
     *state = f;
     return 0;
+}
+
+static int fx_setup(void **state)
+{
+    return fx_setup_with(state, "10");
 }
 
 static int fx_teardown(void **state)
@@ -362,6 +367,39 @@ static void test_http10_client_gets_unchunked(void **state)
     }
 }
 
+static int fx_setup_timeout(void **state)
+{
+    return fx_setup_with(state, "1");
+}
+
+/* An upstream that answers nothing within --timeout: 504 with a JSON
+ * error, stored as a timeout; the next request on a fresh connection is
+ * served. */
+static void test_upstream_silent_gives_504(void **state)
+{
+    struct fx *f = *state;
+    char *u = xasprintf("%s/hang", f->url);
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, "{}", 2, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 504);
+    json_t *j = json_loadb(r.body.data, r.body.len, 0, NULL);
+    assert_non_null(j);
+    json_t *err = json_object_get(j, "error");
+    assert_string_equal(jstr(err, "type"), "upstream_timeout");
+    assert_non_null(strstr(jstr(err, "message"), "timed out"));
+    json_decref(j);
+    rec_resp_release(&r);
+    free(u);
+    get_json_through(f, "/json");
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 2);
+    assert_string_equal(jstr(json_array_get(all, 0), "end"), "timeout");
+    assert_int_equal(jint(json_array_get(all, 0), "status"), 0);
+    assert_string_equal(jstr(json_array_get(all, 1), "end"), "complete");
+    json_decref(all);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -378,6 +416,8 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_http10_client_gets_unchunked,
                                         fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_upstream_silent_gives_504,
+                                        fx_setup_timeout, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

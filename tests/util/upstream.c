@@ -229,13 +229,17 @@ static int serve_framing(struct upstream *u, int fd, const char *method,
         }
         rc = rc || write_all(fd, body, n) ? -1 : 0;
         buf_release(&h);
+    } else if (!strncmp(path, "/hang", 5)) {
+        /* reads the request, answers nothing for 3 s, then closes */
+        for (int i = 0; i < 300 && !atomic_load(&u->stop); i++)
+            usleep(10000);
+        rc = -1;
     } else if (!strncmp(path, "/garbage", 8)) {
         static const char h[] = "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n";
         write_all(fd, h, sizeof(h) - 1);
         rc = -1;
     }
     (void)method;
-    (void)u;
     free(body);
     return rc;
 }

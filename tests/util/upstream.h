@@ -19,7 +19,8 @@
  * next request on that connection is dropped: the connection closes
  * without an answer), /resetsized (500 of 1000 announced bytes, then the
  * close), /garbage (a malformed status line), /bighead (the /json body
- * after a 12 KB header field, the head written 1,000 bytes at a time). HEAD
+ * after a 12 KB header field, the head written 1,000 bytes at a time),
+ * /hang (no answer for 3 s, then the close). HEAD
  * /json gets the head only.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H

@@ -346,7 +346,19 @@ static void json_add_header(struct record *r, json_t *o, const char *name,
         free(j);
         return;
     }
-    json_object_set_new(o, name, json_string(v));
+    /* ASCII (nearly every header) is valid UTF-8: jansson's own check is
+     * skipped; anything else goes through it (and an invalid value is
+     * left out, as before) */
+    size_t nl = 0, vl = 0;
+    unsigned char hi = 0;
+    for (; name[nl]; nl++)
+        hi |= (unsigned char)name[nl];
+    for (; v[vl]; vl++)
+        hi |= (unsigned char)v[vl];
+    if (hi < 0x80)
+        json_object_set_new_nocheck(o, name, json_stringn_nocheck(v, vl));
+    else
+        json_object_set_new(o, name, json_string(v));
 }
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream

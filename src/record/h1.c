@@ -295,6 +295,8 @@ int h1_chunked_feed(struct h1_chunked *c, const char *p, size_t n, size_t *used,
         case C_EXT:
             if (ch == '\n')
                 size_done(c);
+            else if (ch == '\r')
+                c->state = C_SIZE_LF; /* a CR ends the line: LF must follow */
             else if (++c->line > LINE_MAX_)
                 return -1;
             i++;

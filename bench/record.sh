@@ -4,10 +4,18 @@
 # the same `fidelity sim`, measured side by side with wrk at 64 connections
 # for small JSON and for SSE responses. Prints requests/s, p99 latency, the
 # ratios record/nginx and record/mitmproxy, the p99 added over the direct
-# path, and record's resident memory with 1,000 open streams.
+# path, CPU time per exchange of each proxy (from /proc/PID/stat, all its
+# threads), and record's resident memory with 1,000 open streams.
 #
-#   sh bench/record.sh            # DUR=10 CONNS=64 STREAMS=1000
+# Then the latency at equal load: the same fixed request rate (RATE, well
+# below saturation; wrk paced with a Lua delay() per connection) against
+# direct, record and nginx, so "p99 added over the direct path" compares
+# like with like rather than queues at saturation.
+#
+#   sh bench/record.sh   # DUR=10 CONNS=64 STREAMS=1000 RATE=1000 LCONNS=8
+#                        # LDUR=5 ROUNDS=3
 #   DUR=5 sh bench/record.sh
+#   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
 #
 # nginx and mitmproxy are installed with apt-get when missing and running
 # as root; otherwise their rows are skipped. wrk and python3 are required.
@@ -16,6 +24,12 @@ cd "$(dirname "$0")/.."
 DUR=${DUR:-10}
 CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-1000}
+RATE=${RATE:-1000}     # requests/s of the fixed-rate latency runs
+LCONNS=${LCONNS:-8}    # connections of the fixed-rate runs
+LDUR=${LDUR:-5}       # seconds of each fixed-rate run
+ROUNDS=${ROUNDS:-3}    # fixed-rate rounds (direct, record, nginx in turn);
+                       # the medians are printed
+HZ=$(getconf CLK_TCK)
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need nginx || ! need mitmdump || ! need wrk; then
@@ -38,7 +52,7 @@ cleanup() {
     for p in $pids $(cat "$tmp/pids" 2>/dev/null); do
         kill "$p" 2>/dev/null || true
     done
-    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null
     sleep 0.3
     rm -rf "$tmp"
 }
@@ -106,6 +120,7 @@ http {
 EOF
     nginx -c "$tmp/nginx.conf" -p "$tmp" &
     pids="$pids $!"
+    NGX_PID=$!
     wait_port "$NGX" || { echo "nginx did not start" >&2; NGX=""; }
 fi
 
@@ -116,6 +131,7 @@ if need mitmdump; then
         --listen-port "$MITM" --set stream_large_bodies=1 \
         >"$tmp/mitm.out" 2>&1 &
     pids="$pids $!"
+    MITM_PID=$!
     wait_port "$MITM" || { echo "mitmproxy did not start" >&2; MITM=""; }
 fi
 
@@ -132,47 +148,138 @@ wrk.headers["Authorization"] = "Bearer sk-bench"
 wrk.body = '{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
 EOF
 
-# run KIND PORT -> "rps p99ms"
+# the fixed-rate scripts: each connection waits LCONNS/RATE s after each
+# response, so LCONNS connections make about RATE requests/s
+for k in json sse; do
+    cp "$tmp/$k.lua" "$tmp/${k}_paced.lua"
+    echo "function delay() return $(awk -v c="$LCONNS" -v r="$RATE" 'BEGIN { printf "%d", 1000 * c / r }') end" \
+        >>"$tmp/${k}_paced.lua"
+done
+
+SIM_PID=$(sed -n 1p "$tmp/pids")
+REC_PID=$(sed -n 2p "$tmp/pids")
+# cpu_ticks PID: utime + stime of PID and its children processes (nginx's
+# worker), all threads
+cpu_ticks() {
+    t=0
+    for p in "$1" $(pgrep -P "$1" 2>/dev/null); do
+        [ -r "/proc/$p/stat" ] || continue
+        t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{ print $12 + $13 }')))
+    done
+    echo "$t"
+}
+
+# writer_ticks PID: utime + stime of record's writer thread
+writer_ticks() {
+    for t in /proc/"$1"/task/*; do
+        if [ "$(cat "$t/comm" 2>/dev/null)" = record-writer ]; then
+            sed 's/.*) //' "$t/stat" | awk '{ print $12 + $13 }'
+            return
+        fi
+    done
+    echo 0
+}
+
+# run KIND PORT [PID] [CONNS DUR]
+#   -> "rps p99ms non2xx cpu_us_per_exchange p50ms p90ms"
+# (for record, also the writer thread's share: $tmp/writer_us)
 run() {
-    wrk -t2 -c"$CONNS" -d"${DUR}s" --latency -s "$tmp/$1.lua" \
+    c=${4:-$CONNS}
+    d=${5:-$DUR}
+    w0=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
+    t0=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
+    wrk -t2 -c"$c" -d"${d}s" --latency -s "$tmp/$1.lua" \
         "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
-    awk '
+    t1=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
+    w1=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
+    awk -v ticks=$((w1 - w0)) -v hz="$HZ" '/ requests in / { n = $1 }
+        END { printf "%.0f\n", (n > 0 ? ticks * 1e6 / hz / n : 0) }' \
+        "$tmp/wrk.out" >"$tmp/writer_us"
+    awk -v ticks=$((t1 - t0)) -v hz="$HZ" '
+        / requests in / { n = $1 }
         /Requests\/sec:/ { rps = $2 }
-        $1 == "99%" {
+        $1 == "50%" || $1 == "90%" || $1 == "99%" {
             v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
             if (u == "us") v /= 1000; else if (u == "s") v *= 1000
-            p99 = v
+            pc[$1] = v
         }
         /Non-2xx/ { bad = $NF }
-        END { printf "%s %s %s\n", rps + 0, p99 + 0, bad + 0 }' "$tmp/wrk.out"
+        END {
+            cpu = (n > 0 && ticks > 0) ? ticks * 1e6 / hz / n : 0
+            printf "%s %s %s %.0f %s %s\n", rps + 0, pc["99%"] + 0, bad + 0, cpu,
+                pc["50%"] + 0, pc["90%"] + 0
+        }' "$tmp/wrk.out"
 }
 
 echo "machine: $(nproc) cores, $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker"
 for kind in json sse; do
-    printf '\n%s responses\n%-10s %12s %10s %8s\n' "$kind" target req/s p99_ms non2xx
-    set -- direct "$SIM" record "$REC"
-    [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
-    [ -n "$MITM" ] && set -- "$@" mitmproxy "$MITM"
+    printf '\n%s responses, %d connections, saturated\n%-10s %12s %10s %8s %14s\n' \
+        "$kind" "$CONNS" target req/s p99_ms non2xx cpu_us/exchange
+    set -- direct "$SIM" "$SIM_PID" record "$REC" "$REC_PID"
+    [ -n "$NGX" ] && set -- "$@" nginx "$NGX" "$NGX_PID"
+    [ -n "$MITM" ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
     while [ $# -gt 0 ]; do
-        r=$(run "$kind" "$2")
+        r=$(run "$kind" "$2" "$3")
+        [ "$1" = record ] && writer_us=$(cat "$tmp/writer_us")
         echo "$1 $r" >>"$tmp/results.$kind"
-        printf '%-10s %12s %10s %8s\n' "$1" $r
-        shift 2
+        printf '%-10s %12s %10s %8s %14s\n' "$1" $(echo "$r" | cut -d' ' -f1-4)
+        shift 3
     done
-    awk -v kind="$kind" '
-        { rps[$1] = $2; p99[$1] = $3 }
+    awk -v wus="$writer_us" '
+        { rps[$1] = $2; p99[$1] = $3; cpu[$1] = $5 }
         END {
             if (rps["nginx"] > 0)
                 printf "record/nginx req/s: %.2fx (goal >= 0.8)\n", rps["record"] / rps["nginx"]
             if (rps["mitmproxy"] > 0)
                 printf "record/mitmproxy req/s: %.1fx (goal >= 10)\n", rps["record"] / rps["mitmproxy"]
-            printf "p99 added over direct: record %.2f ms", p99["record"] - p99["direct"]
+            printf "p99 added over direct at saturation: record %.2f ms", p99["record"] - p99["direct"]
             if (rps["nginx"] > 0)
                 printf ", nginx %.2f ms", p99["nginx"] - p99["direct"]
-            printf " (goal < 1 ms)\n"
+            printf "\nCPU per exchange: record %d us (forwarding loop %d, writer thread %d)", cpu["record"], cpu["record"] - wus, wus
+            if (cpu["nginx"] > 0)
+                printf ", nginx %d us (%.1fx)", cpu["nginx"], cpu["record"] / cpu["nginx"]
+            printf ", sim (upstream) %d us\n", cpu["direct"]
         }' "$tmp/results.$kind"
+
+    printf '\n%s responses at a fixed %d requests/s (%d connections, paced)\n%-10s %12s %10s %10s %10s %8s\n' \
+        "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms non2xx
+    for round in $(seq "$ROUNDS"); do
+        set -- direct "$SIM" record "$REC"
+        [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
+        while [ $# -gt 0 ]; do
+            r=$(run "${kind}_paced" "$2" "" "$LCONNS" "$LDUR")
+            echo "$1 $r" >>"$tmp/paced.$kind"
+            echo "$1 $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
+            shift 2
+        done
+    done
+    # medians over the rounds, per target
+    sort -k1,1 "$tmp/paced.$kind" | awk '
+        function med(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++)
+                for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+                    t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
+                }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        function flush() {
+            if (cur == "") return
+            m50[cur] = med(p50, k); m90[cur] = med(p90, k)
+            m99[cur] = med(p99, k); mr[cur] = med(rps, k)
+            printf "%-10s %12.1f %10.3f %10.3f %10.2f  (median of %d)\n", cur, mr[cur], m50[cur], m90[cur], m99[cur], k
+        }
+        $1 != cur { flush(); cur = $1; k = 0 }
+        { k++; rps[k] = $2; p99[k] = $3; p50[k] = $6; p90[k] = $7 }
+        END {
+            flush()
+            printf "added over direct at equal load (medians): record p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["record"] - m50["direct"], m90["record"] - m90["direct"], m99["record"] - m99["direct"]
+            if ("nginx" in m99)
+                printf "; nginx p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["nginx"] - m50["direct"], m90["nginx"] - m90["direct"], m99["nginx"] - m99["direct"]
+            printf " (goal: p99 < 1 ms)\n"
+        }'
+
 done
 echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
 

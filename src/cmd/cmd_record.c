@@ -3,11 +3,13 @@
  * starts src/record/ on the listen address, prints the one line tests and
  * scripts wait for, and reports what was stored when it stops.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
@@ -18,6 +20,7 @@
 const char CMD_RECORD_HELP[] =
     "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db FILE]\n"
     "                       [--spill FILE] [--max-body BYTES] [--timeout S]\n"
+    "                       [--upstream-cacert FILE] [--insecure]\n"
     "\n"
     "A transparent reverse proxy between a harness (opencode, a script, an\n"
     "SDK) and an OpenAI-compatible server. Every method and path is\n"
@@ -43,6 +46,10 @@ const char CMD_RECORD_HELP[] =
     "                      suffixes K, M, G)\n"
     "  --timeout S         whole-exchange upstream timeout in seconds, 0 for\n"
     "                      none (default 600)\n"
+    "  --upstream-cacert FILE  trust the CA certificate(s) in FILE (PEM) for\n"
+    "                      an https:// upstream, e.g. a self-signed server\n"
+    "  --insecure          do not verify the https:// upstream's certificate\n"
+    "                      (the traffic is still encrypted)\n"
     "\n"
     "The first line on standard output is\n"
     "  fidelity record: listening on http://HOST:PORT -> URL\n"
@@ -101,6 +108,8 @@ static const struct option OPTS[] = {
     {"spill", required_argument, NULL, 's'},
     {"max-body", required_argument, NULL, 'm'},
     {"timeout", required_argument, NULL, 't'},
+    {"upstream-cacert", required_argument, NULL, 'c'},
+    {"insecure", no_argument, NULL, 'k'},
     {NULL, 0, NULL, 0},
 };
 
@@ -143,6 +152,17 @@ int cmd_record(int argc, char **argv)
                 return cli_usage_error(
                     "record", "--timeout '%s' must be 0-86400 seconds", optarg);
             break;
+        case 'c':
+            if (access(optarg, R_OK))
+                return cli_usage_error("record",
+                                       "--upstream-cacert '%s': %s (give a "
+                                       "readable PEM file)",
+                                       optarg, strerror(errno));
+            o.cacert = optarg;
+            break;
+        case 'k':
+            o.insecure = true;
+            break;
         default:
             return cli_bad_option("record", c, argv);
         }
@@ -165,6 +185,9 @@ int cmd_record(int argc, char **argv)
     o.host = host;
     o.timeout_ms = timeout_s * 1000;
     o.handle_signals = 1;
+    /* undocumented in --help: forward http:// through libcurl as well, to
+     * compare the two clients (docs/RECORD.md) */
+    o.via_libcurl = getenv("FIDELITY_RECORD_LIBCURL") != NULL;
     o.log = log_line;
     signal(SIGPIPE, SIG_IGN);
 

@@ -1,8 +1,9 @@
 /*
  * record: the transparent recording proxy behind `fidelity record`. A
- * libevent evhttp server takes the harness's requests; a libcurl multi
- * handle, driven by the same event loop, forwards them to the upstream
- * (TLS, HTTP/2 and keep-alive come from libcurl). Bytes are forwarded as
+ * libevent evhttp server takes the harness's requests; on the same event
+ * loop, upclient.h forwards them to an http:// upstream (keep-alive pool,
+ * its own HTTP/1.1 parser, h1.h) and a libcurl multi handle to an https://
+ * one (TLS and HTTP/2 come from libcurl). Bytes are forwarded as
  * they arrive; a copy is parsed (sse.h, reply.h, classify.h) and each
  * exchange is committed to the store (store/xchg.h), or appended to the
  * spill file when the store fails, before the last byte of its response is
@@ -11,6 +12,7 @@
 #ifndef RECORD_RECORD_H
 #define RECORD_RECORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +27,13 @@ struct record_opts {
     size_t max_body;    /* request body cap, bytes (413 above) */
     size_t max_capture; /* response bytes kept per exchange; 0: 256 MiB */
     long timeout_ms;    /* whole upstream exchange; 0: none */
+    /* https:// upstreams (libcurl): a CA bundle to trust (NULL: the
+     * system's), or no certificate checks at all */
+    const char *cacert;
+    bool insecure;
+    /* forward http:// upstreams through libcurl too, as https:// are
+     * (comparisons and tests; default: our own client, upclient.h) */
+    bool via_libcurl;
     int handle_signals; /* stop on SIGINT/SIGTERM */
     /* Called for each failure worth a log line (store failed, spilled,
      * lost); msg has no newline. May be NULL. */

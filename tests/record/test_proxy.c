@@ -415,6 +415,22 @@ static void test_oversize_request_413(void **state)
     rec_resp_init(&r);
     assert_int_equal(rec_fetch(u, big, 2000, NULL, 0, &r), 0);
     assert_int_equal(r.status, 413);
+    /* a JSON error naming the option, not libevent's HTML page */
+    json_t *j = json_loadb(r.body.data, r.body.len, 0, NULL);
+    assert_non_null(j);
+    json_t *err = json_object_get(j, "error");
+    assert_string_equal(jstr(err, "type", NULL), "request_too_large");
+    assert_non_null(strstr(jstr(err, "message", NULL), "--max-body (1000"));
+    assert_true(rec_contains(r.headers.data, r.headers.len,
+                             "Content-Type: application/json"));
+    json_decref(j);
+    rec_resp_release(&r);
+    /* the same for a chunked body that grows past the limit */
+    const char *const chunked[] = {"Transfer-Encoding: chunked", NULL};
+    rec_resp_init(&r);
+    rec_fetch(u, big, 2000, chunked, 0, &r);
+    assert_int_equal(r.status, 413);
+    assert_true(rec_contains(r.body.data, r.body.len, "request_too_large"));
     rec_resp_release(&r);
     rec_resp_init(&r);
     assert_int_equal(rec_fetch(u, ok, 900, NULL, 0, &r), 0);

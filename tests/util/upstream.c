@@ -31,6 +31,7 @@ struct upstream {
     atomic_int stop;
     atomic_int peer_gone;
     atomic_int requests;
+    atomic_int dropped;
     atomic_int live; /* connection threads running */
     pthread_mutex_t lock;
     int conns[256];  /* open connection sockets, -1 when free */
@@ -106,6 +107,16 @@ char *upstream_body(const char *route, size_t *len)
         for (int i = 0; i < (1 << 20) / 64; i++)
             buf_printf(&b, "%063d.", i);
         buf_adds(&b, "\"}");
+    } else if (!strcmp(route, "/chunked") || !strcmp(route, "/close") ||
+               !strcmp(route, "/interim") || !strcmp(route, "/kaclose") ||
+               !strcmp(route, "/dropnext") || !strcmp(route, "/bighead")) {
+        buf_adds(&b, JSON_BODY);
+    } else if (!strcmp(route, "/bigchunked")) {
+        for (int i = 0; i < (3 << 20) / 32; i++)
+            buf_printf(&b, "%031d\n", i * 7);
+    } else if (!strcmp(route, "/resetsized")) {
+        for (int i = 0; i < 500; i++)
+            buf_addch(&b, (char)('a' + i % 26));
     }
     return buf_detach(&b, len);
 }
@@ -143,6 +154,16 @@ static int send_sized(int fd, const char *ctype, const char *body, size_t n)
                       "Content-Length: %zu\r\nX-Test: yes\r\n\r\n",
                       ctype, n);
     return write_all(fd, head, (size_t)hl) || write_all(fd, body, n) ? -1 : 0;
+}
+
+static int send_sized_head(int fd, const char *ctype, size_t n)
+{
+    char head[256];
+    int hl = snprintf(head, sizeof(head),
+                      "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
+                      "Content-Length: %zu\r\nX-Test: yes\r\n\r\n",
+                      ctype, n);
+    return write_all(fd, head, (size_t)hl);
 }
 
 static const char SSE_HEAD[] =
@@ -183,9 +204,115 @@ static int send_gzip(int fd, bool json)
     return rc ? -1 : 0;
 }
 
+/* A chunked body in pieces of `piece` bytes, with a chunk extension on
+ * the first and a trailer field at the end. */
+static int send_chunked(int fd, const char *body, size_t n, size_t piece)
+{
+    static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: "
+                               "application/json\r\nTransfer-Encoding: "
+                               "chunked\r\n\r\n";
+    if (write_all(fd, head, sizeof(head) - 1))
+        return -1;
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+        char h[64];
+        int hl = snprintf(h, sizeof(h), off ? "%zX\r\n" : "%zx;ext=1\r\n", k);
+        if (write_all(fd, h, (size_t)hl) || write_all(fd, body + off, k) ||
+            write_all(fd, "\r\n", 2))
+            return -1;
+    }
+    static const char end[] = "0\r\nX-Trailer: t\r\n\r\n";
+    return write_all(fd, end, sizeof(end) - 1);
+}
+
+/* The routes that exercise record's own HTTP/1.1 client: framings other
+ * than Content-Length, responses without a body, connections closed by
+ * the server. 1: not one of them. */
+static int serve_framing(struct upstream *u, int fd, const char *method,
+                         const char *path, int *drop_next)
+{
+    size_t n;
+    char *body = NULL;
+    int rc = 1;
+    if (!strncmp(path, "/chunked", 8) || !strncmp(path, "/bigchunked", 11)) {
+        body = upstream_body(path[1] == 'c' ? "/chunked" : "/bigchunked", &n);
+        rc = send_chunked(fd, body, n, path[1] == 'c' ? 40 : 65536);
+    } else if (!strncmp(path, "/close", 6)) {
+        static const char h[] = "HTTP/1.1 200 OK\r\nContent-Type: "
+                                "application/json\r\nConnection: close\r\n\r\n";
+        body = upstream_body("/close", &n);
+        write_all(fd, h, sizeof(h) - 1);
+        write_all(fd, body, n);
+        rc = -1; /* the close ends the body */
+    } else if (!strncmp(path, "/interim", 8)) {
+        static const char h[] = "HTTP/1.1 100 Continue\r\n\r\n"
+                                "HTTP/1.1 103 Early Hints\r\nLink: </a>; "
+                                "rel=preload\r\n\r\n";
+        body = upstream_body("/interim", &n);
+        rc = write_all(fd, h, sizeof(h) - 1) ||
+                     send_sized(fd, "application/json", body, n)
+                 ? -1
+                 : 0;
+    } else if (!strncmp(path, "/204", 4)) {
+        static const char h[] =
+            "HTTP/1.1 204 No Content\r\nX-Test: yes\r\n\r\n";
+        rc = write_all(fd, h, sizeof(h) - 1);
+    } else if (!strncmp(path, "/304", 4)) {
+        /* a Content-Length on a 304 describes the selected representation:
+         * no body follows (RFC 9110 section 8.6) */
+        static const char h[] = "HTTP/1.1 304 Not Modified\r\nETag: \"e1\"\r\n"
+                                "Content-Length: 50\r\n\r\n";
+        rc = write_all(fd, h, sizeof(h) - 1);
+    } else if (!strncmp(path, "/kaclose", 8) ||
+               !strncmp(path, "/dropnext", 9)) {
+        body = upstream_body("/kaclose", &n);
+        rc = send_sized(fd, "application/json", body, n);
+        if (path[1] == 'k')
+            rc = -1; /* keep-alive was not refused, yet the server closes */
+        else
+            *drop_next = 1;
+    } else if (!strncmp(path, "/resetsized", 11)) {
+        static const char h[] = "HTTP/1.1 200 OK\r\nContent-Type: "
+                                "text/plain\r\nContent-Length: 1000\r\n\r\n";
+        body = upstream_body("/resetsized", &n);
+        write_all(fd, h, sizeof(h) - 1);
+        write_all(fd, body, n);
+        rc = -1;
+    } else if (!strncmp(path, "/bighead", 8)) {
+        /* a 12 KB header field, the head written 1,000 bytes at a time */
+        struct buf h = BUF_INIT;
+        body = upstream_body("/json", &n);
+        buf_adds(&h, "HTTP/1.1 200 OK\r\nX-Big: ");
+        for (int i = 0; i < 12000; i++)
+            buf_addch(&h, (char)('a' + i % 26));
+        buf_printf(&h, "\r\nContent-Length: %zu\r\n\r\n", n);
+        rc = 0;
+        for (size_t off = 0; off < h.len && !rc; off += 1000) {
+            rc = write_all(fd, h.data + off,
+                           h.len - off < 1000 ? h.len - off : 1000);
+            usleep(2000);
+        }
+        rc = rc || write_all(fd, body, n) ? -1 : 0;
+        buf_release(&h);
+    } else if (!strncmp(path, "/hang", 5)) {
+        /* reads the request, answers nothing for 3 s, then closes */
+        for (int i = 0; i < 300 && !atomic_load(&u->stop); i++)
+            usleep(10000);
+        rc = -1;
+    } else if (!strncmp(path, "/garbage", 8)) {
+        static const char h[] = "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n";
+        write_all(fd, h, sizeof(h) - 1);
+        rc = -1;
+    }
+    (void)method;
+    free(body);
+    return rc;
+}
+
 /* Serves one request; returns 0 to keep the connection, -1 to close. */
-static int serve(struct upstream *u, int fd, const char *path, const char *raw,
-                 size_t raw_len)
+static int serve(struct upstream *u, int fd, const char *method,
+                 const char *path, const char *raw, size_t raw_len,
+                 int *drop_next)
 {
     size_t n;
     char *body;
@@ -194,9 +321,15 @@ static int serve(struct upstream *u, int fd, const char *path, const char *raw,
     buf_reset(&u->last);
     buf_add(&u->last, raw, raw_len);
     pthread_mutex_unlock(&u->lock);
+    int rc = serve_framing(u, fd, method, path, drop_next);
+    if (rc != 1)
+        return rc;
     if (!strncmp(path, "/json", 5) || !strncmp(path, "/big", 4)) {
         body = upstream_body(!strncmp(path, "/json", 5) ? "/json" : "/big", &n);
-        int rc = send_sized(fd, "application/json", body, n);
+        if (!strcmp(method, "HEAD")) /* the head only, as for a GET */
+            rc = send_sized_head(fd, "application/json", n);
+        else
+            rc = send_sized(fd, "application/json", body, n);
         free(body);
         return rc;
     }
@@ -244,6 +377,7 @@ static void *conn_main(void *arg)
     struct conn *c = arg;
     struct buf in = BUF_INIT;
     char tmp[65536];
+    int drop_next = 0;
     for (;;) {
         char *end = in.len ? strstr(in.data, "\r\n\r\n") : NULL;
         if (end) {
@@ -251,9 +385,14 @@ static void *conn_main(void *arg)
             const char *cl = strcasestr(in.data, "\r\nContent-Length:");
             size_t body = cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0;
             if (in.len >= head + body) {
-                char path[256] = "";
-                sscanf(in.data, "%*s %255s", path);
-                if (serve(c->u, c->fd, path, in.data, head + body))
+                char method[16] = "", path[256] = "";
+                sscanf(in.data, "%15s %255s", method, path);
+                if (drop_next) { /* closes as the next request arrives */
+                    atomic_fetch_add(&c->u->dropped, 1);
+                    break;
+                }
+                if (serve(c->u, c->fd, method, path, in.data, head + body,
+                          &drop_next))
                     break;
                 memmove(in.data, in.data + head + body, in.len - head - body);
                 in.len -= head + body;
@@ -345,6 +484,11 @@ const char *upstream_url(const struct upstream *u)
 int upstream_peer_gone(struct upstream *u)
 {
     return atomic_load(&u->peer_gone);
+}
+
+int upstream_dropped(struct upstream *u)
+{
+    return atomic_load(&u->dropped);
 }
 
 int upstream_requests(struct upstream *u)

@@ -11,6 +11,19 @@
  * sized JSON), /gzip/json and /gzip/sse (the /json body and the /sse
  * events with Content-Encoding: gzip, the stream flushed after each
  * event). Anything else: 404.
+ *
+ * For record's own HTTP/1.1 client: /chunked (the /json body, chunked in
+ * 40-byte pieces with a chunk extension and a trailer), /bigchunked (3 MiB
+ * in 64 KiB chunks), /close (the /json body delimited by the connection
+ * closing), /interim (100 and 103 before a sized 200), /204, /304 (with a
+ * Content-Length but no body), /kaclose (a sized reply on a keep-alive
+ * connection, then the server closes it), /dropnext (a sized reply; the
+ * next request on that connection is dropped: the connection closes
+ * without an answer), /resetsized (500 of 1000 announced bytes, then the
+ * close), /garbage (a malformed status line), /bighead (the /json body
+ * after a 12 KB header field, the head written 1,000 bytes at a time),
+ * /hang (no answer for 3 s, then the close). HEAD
+ * /json gets the head only.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H
 #define TESTS_UTIL_UPSTREAM_H
@@ -26,14 +39,16 @@ const char *upstream_url(const struct upstream *u);
 void upstream_stop(struct upstream *u);
 /* How many /slow streams ended because the peer closed. */
 int upstream_peer_gone(struct upstream *u);
+/* How many requests /dropnext connections dropped unanswered. */
+int upstream_dropped(struct upstream *u);
 /* How many requests it served. */
 int upstream_requests(struct upstream *u);
 /* The raw bytes (request line, headers, body) of the last request it
  * served. Fresh, caller frees. */
 char *upstream_last_request(struct upstream *u, size_t *len);
 /* The exact body bytes the route sends (for /json, /sse, /big, /gzip/json,
- * /gzip/sse; for /reset
- * the bytes sent before the close). Fresh, caller frees. */
+ * /gzip/sse; for /reset the bytes sent before the close; also the routes
+ * above that have a body). Fresh, caller frees. */
 char *upstream_body(const char *route, size_t *len);
 
 #endif

@@ -1,0 +1,371 @@
+/*
+ * h1: HTTP/1.1 response heads, body framing and the chunked coding, for
+ * the upstream side of the recording proxy (see h1.h). Strict where a
+ * lenient reading would let a response smuggle a second one (differing
+ * Content-Length values, folded or malformed header lines, chunk sizes
+ * that overflow), lenient about bare LF line ends.
+ */
+#include "record/h1.h"
+
+#include <string.h>
+#include <strings.h>
+
+#define LINE_MAX_ 8192 /* a chunk-size or trailer line longer is an error */
+
+static bool is_tchar(unsigned char c)
+{
+    /* RFC 9110 section 5.6.2 token characters */
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+        (c >= 'A' && c <= 'Z'))
+        return true;
+    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* The line at p[0..n) without its LF (and CR): its length, or -2 when no
+ * LF is in reach. *next is the offset after the LF. */
+static long line_at(const char *p, size_t n, size_t *next)
+{
+    const char *lf = memchr(p, '\n', n);
+    if (!lf)
+        return -2;
+    size_t len = (size_t)(lf - p);
+    *next = len + 1;
+    if (len && p[len - 1] == '\r')
+        len--;
+    return (long)len;
+}
+
+static int parse_status(const char *p, size_t n, struct h1_head *h)
+{
+    if (n < 12 || memcmp(p, "HTTP/1.", 7) || p[7] < '0' || p[7] > '9' ||
+        p[8] != ' ')
+        return -1;
+    h->minor = p[7] - '0';
+    for (int i = 9; i < 12; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+    h->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    if (h->status < 100)
+        return -1;
+    h->reason = p + 12;
+    h->reason_len = 0;
+    if (n > 12) {
+        if (p[12] != ' ')
+            return -1;
+        h->reason = p + 13;
+        h->reason_len = n - 13;
+    }
+    for (size_t i = 0; i < h->reason_len; i++) {
+        unsigned char c = (unsigned char)h->reason[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return -1;
+    }
+    return 0;
+}
+
+static int parse_field(const char *p, size_t n, struct h1_header *f)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)p[i]))
+        i++;
+    if (i == 0 || i >= n || p[i] != ':')
+        return -1; /* no name, or whitespace / junk before the colon */
+    f->name = p;
+    f->name_len = i;
+    i++;
+    while (i < n && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    size_t end = n;
+    while (end > i && (p[end - 1] == ' ' || p[end - 1] == '\t'))
+        end--;
+    for (size_t k = i; k < end; k++) {
+        unsigned char c = (unsigned char)p[k];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return -1; /* CR, NUL and other controls */
+    }
+    f->value = p + i;
+    f->value_len = end - i;
+    return 0;
+}
+
+int h1_parse_head(const char *p, size_t n, struct h1_head *h)
+{
+    size_t pos = 0, next;
+    long len;
+    if (n > H1_MAX_HEAD)
+        n = H1_MAX_HEAD;
+    len = line_at(p, n, &next);
+    if (len == -2)
+        return n >= H1_MAX_HEAD ? -1 : -2;
+    if (parse_status(p, (size_t)len, h))
+        return -1;
+    h->nheaders = 0;
+    pos = next;
+    for (;;) {
+        len = line_at(p + pos, n - pos, &next);
+        if (len == -2)
+            return n >= H1_MAX_HEAD ? -1 : -2;
+        if (len == 0)
+            return (int)(pos + next);
+        if (p[pos] == ' ' || p[pos] == '\t')
+            return -1; /* obs-fold */
+        if (h->nheaders == H1_MAX_HEADERS)
+            return -1;
+        if (parse_field(p + pos, (size_t)len, &h->headers[h->nheaders]))
+            return -1;
+        h->nheaders++;
+        pos += next;
+    }
+}
+
+bool h1_name_is(const struct h1_header *f, const char *name)
+{
+    size_t n = strlen(name);
+    return f->name_len == n && !strncasecmp(f->name, name, n);
+}
+
+/* The last comma-separated element of v, trimmed. */
+static void last_token(const char *v, size_t n, const char **t, size_t *tl)
+{
+    size_t end = n;
+    while (end &&
+           (v[end - 1] == ' ' || v[end - 1] == '\t' || v[end - 1] == ','))
+        end--;
+    size_t start = end;
+    while (start && v[start - 1] != ',')
+        start--;
+    while (start < end && (v[start] == ' ' || v[start] == '\t'))
+        start++;
+    *t = v + start;
+    *tl = end - start;
+}
+
+/* Each comma-separated element of a Content-Length value must be the same
+ * decimal number (RFC 9110 section 8.6). */
+static int content_length(const char *v, size_t n, bool *seen, uint64_t *len)
+{
+    size_t i = 0;
+    do {
+        while (i < n && (v[i] == ' ' || v[i] == '\t'))
+            i++;
+        uint64_t x = 0;
+        size_t digits = 0;
+        while (i < n && v[i] >= '0' && v[i] <= '9') {
+            if (++digits > 18)
+                return -1;
+            x = x * 10 + (uint64_t)(v[i++] - '0');
+        }
+        while (i < n && (v[i] == ' ' || v[i] == '\t'))
+            i++;
+        if (!digits || (i < n && v[i] != ','))
+            return -1;
+        if (*seen && x != *len)
+            return -1;
+        *seen = true;
+        *len = x;
+    } while (i++ < n);
+    return 0;
+}
+
+int h1_framing(const struct h1_head *h, bool head_req, enum h1_framing *f,
+               uint64_t *len)
+{
+    bool has_cl = false, chunked = false, has_te = false;
+    *len = 0;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct h1_header *x = &h->headers[i];
+        if (h1_name_is(x, "transfer-encoding")) {
+            const char *t;
+            size_t tl;
+            last_token(x->value, x->value_len, &t, &tl);
+            has_te = true;
+            chunked = tl == 7 && !strncasecmp(t, "chunked", 7);
+        } else if (h1_name_is(x, "content-length")) {
+            if (content_length(x->value, x->value_len, &has_cl, len))
+                return -1;
+        }
+    }
+    if (head_req || h->status < 200 || h->status == 204 || h->status == 304)
+        *f = H1_NONE;
+    else if (has_te)
+        *f = chunked ? H1_CHUNKED : H1_CLOSE;
+    else if (has_cl)
+        *f = H1_SIZED;
+    else
+        *f = H1_CLOSE;
+    return 0;
+}
+
+static bool has_token(const char *v, size_t n, const char *tok)
+{
+    size_t tl = strlen(tok);
+    for (size_t i = 0; i + tl <= n; i++)
+        if (!strncasecmp(v + i, tok, tl) &&
+            (i == 0 || v[i - 1] == ',' || v[i - 1] == ' ') &&
+            (i + tl == n || v[i + tl] == ',' || v[i + tl] == ' '))
+            return true;
+    return false;
+}
+
+bool h1_keep_alive(const struct h1_head *h)
+{
+    bool close = false, keep = false;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct h1_header *x = &h->headers[i];
+        if (!h1_name_is(x, "connection"))
+            continue;
+        close |= has_token(x->value, x->value_len, "close");
+        keep |= has_token(x->value, x->value_len, "keep-alive");
+    }
+    if (close)
+        return false;
+    return h->minor >= 1 || keep;
+}
+
+/* ---- chunked ---- */
+
+enum {
+    C_SIZE,
+    C_EXT,
+    C_SIZE_LF,
+    C_DATA,
+    C_DATA_CR,
+    C_DATA_LF,
+    C_TRAILER,
+    C_TLINE,
+    C_END_LF,
+    C_DONE
+};
+
+void h1_chunked_init(struct h1_chunked *c)
+{
+    c->state = C_SIZE;
+    c->left = 0;
+    c->line = 0;
+}
+
+static int hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* The size line ended: data follows, or the trailer section. */
+static void size_done(struct h1_chunked *c)
+{
+    c->state = c->left ? C_DATA : C_TRAILER;
+    c->line = 0;
+}
+
+int h1_chunked_feed(struct h1_chunked *c, const char *p, size_t n, size_t *used,
+                    size_t *data_off, size_t *data_len)
+{
+    size_t i = 0;
+    *data_len = 0;
+    while (i < n) {
+        unsigned char ch = (unsigned char)p[i];
+        switch (c->state) {
+        case C_SIZE: {
+            int v = hexval(ch);
+            if (v >= 0) {
+                if (++c->line > 16)
+                    return -1;
+                c->left = c->left * 16 + (uint64_t)v;
+                i++;
+                break;
+            }
+            if (!c->line)
+                return -1;
+            if (ch == ';' || ch == ' ' || ch == '\t')
+                c->state = C_EXT;
+            else if (ch == '\r')
+                c->state = C_SIZE_LF;
+            else if (ch == '\n')
+                size_done(c);
+            else
+                return -1;
+            i++;
+            break;
+        }
+        case C_EXT:
+            if (ch == '\n')
+                size_done(c);
+            else if (ch == '\r')
+                c->state = C_SIZE_LF; /* a CR ends the line: LF must follow */
+            else if (++c->line > LINE_MAX_)
+                return -1;
+            i++;
+            break;
+        case C_SIZE_LF:
+            if (ch != '\n')
+                return -1;
+            size_done(c);
+            i++;
+            break;
+        case C_DATA: {
+            size_t take = n - i;
+            if (take > c->left)
+                take = (size_t)c->left;
+            *data_off = i;
+            *data_len = take;
+            c->left -= take;
+            if (!c->left)
+                c->state = C_DATA_CR;
+            *used = i + take;
+            return 1;
+        }
+        case C_DATA_CR:
+            if (ch == '\r')
+                c->state = C_DATA_LF;
+            else if (ch == '\n')
+                c->state = C_SIZE;
+            else
+                return -1;
+            i++;
+            break;
+        case C_DATA_LF:
+            if (ch != '\n')
+                return -1;
+            c->state = C_SIZE;
+            i++;
+            break;
+        case C_TRAILER:
+            if (ch == '\r')
+                c->state = C_END_LF;
+            else if (ch == '\n')
+                c->state = C_DONE;
+            else
+                c->state = C_TLINE;
+            c->line = 0;
+            i++;
+            break;
+        case C_TLINE:
+            if (ch == '\n')
+                c->state = C_TRAILER;
+            else if (++c->line > LINE_MAX_)
+                return -1;
+            i++;
+            break;
+        case C_END_LF:
+            if (ch != '\n')
+                return -1;
+            c->state = C_DONE;
+            i++;
+            break;
+        default:
+            *used = i;
+            return 2;
+        }
+        if (c->state == C_DONE) {
+            *used = i;
+            return 2;
+        }
+    }
+    *used = i;
+    return c->state == C_DONE ? 2 : 0;
+}

@@ -1,0 +1,77 @@
+/*
+ * h1: the HTTP/1.1 response framing record's upstream client needs (RFC
+ * 9112): the status line and header block, how the body is delimited, and
+ * the chunked transfer coding. Zero-copy in the picohttpparser manner: the
+ * parsers return slices into the caller's buffer and -2 for "need more
+ * input"; nothing allocates. Used by upstream.c; fuzzed by
+ * tests/fuzz/fuzz_h1.c.
+ */
+#ifndef RECORD_H1_H
+#define RECORD_H1_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define H1_MAX_HEADERS 100
+#define H1_MAX_HEAD (64 * 1024) /* a longer status line + headers: error */
+
+struct h1_header {
+    const char *name, *value; /* not NUL-terminated */
+    size_t name_len, value_len;
+};
+
+struct h1_head {
+    int minor; /* HTTP/1.<minor> */
+    int status;
+    const char *reason;
+    size_t reason_len;
+    size_t nheaders;
+    struct h1_header headers[H1_MAX_HEADERS];
+};
+
+/* Parses a status line and headers from p[0..n). Returns the length of the
+ * head including its blank line, -2 when p holds no complete head yet (and
+ * n is still under H1_MAX_HEAD), -1 when the head is malformed, too long
+ * or has more than H1_MAX_HEADERS fields. Slices in h point into p. Bare
+ * LF line ends are accepted (RFC 9112 section 2.2); obsolete line folding
+ * is not. */
+int h1_parse_head(const char *p, size_t n, struct h1_head *h);
+
+enum h1_framing {
+    H1_NONE,    /* no body (HEAD, 1xx, 204, 304) */
+    H1_SIZED,   /* Content-Length */
+    H1_CHUNKED, /* Transfer-Encoding ending in chunked */
+    H1_CLOSE    /* until the connection closes */
+};
+
+/* How the body after head h is delimited (RFC 9112 section 6.3), for a
+ * response to a HEAD request when head_req. *len is the Content-Length for
+ * H1_SIZED. -1 when the framing is invalid (differing or malformed
+ * Content-Length values), else 0. */
+int h1_framing(const struct h1_head *h, bool head_req, enum h1_framing *f,
+               uint64_t *len);
+/* Whether the connection can carry another request after this response
+ * (HTTP/1.1 without "Connection: close", or HTTP/1.0 with keep-alive). */
+bool h1_keep_alive(const struct h1_head *h);
+/* Case-insensitive header name match. */
+bool h1_name_is(const struct h1_header *f, const char *name);
+
+/* The chunked transfer coding decoder (RFC 9112 section 7.1). */
+struct h1_chunked {
+    int state;
+    uint64_t left; /* data bytes left in the current chunk */
+    size_t line;   /* bytes of the current size or trailer line seen */
+};
+
+void h1_chunked_init(struct h1_chunked *c);
+/* Consumes framing and data from p[0..n). Sets *used to the bytes consumed
+ * and returns: 1 when *data_len > 0 data bytes start at p + *data_off
+ * (within the consumed range; call again with the rest), 0 when all of
+ * p was consumed and more is needed, 2 when the last chunk and its trailer
+ * section are complete (the bytes after *used are not the body's), -1 on
+ * a malformed coding. */
+int h1_chunked_feed(struct h1_chunked *c, const char *p, size_t n, size_t *used,
+                    size_t *data_off, size_t *data_len);
+
+#endif

@@ -204,6 +204,12 @@ static void learn_calls(struct classify_state *c, const json_t *calls)
     }
 }
 
+void classify_learn_message(struct classify_state *c, const json_t *msg)
+{
+    if (!strcmp(role_of(msg), "assistant"))
+        learn_calls(c, json_object_get(msg, "tool_calls"));
+}
+
 void classify_learn(struct classify_state *c, const json_t *body,
                     const json_t *reply)
 {
@@ -211,8 +217,7 @@ void classify_learn(struct classify_state *c, const json_t *body,
     json_t *m;
     json_array_foreach(json_object_get(body, "messages"), i, m)
     {
-        if (!strcmp(role_of(m), "assistant"))
-            learn_calls(c, json_object_get(m, "tool_calls"));
+        classify_learn_message(c, m);
     }
     if (reply)
         learn_calls(c, json_object_get(reply, "tool_calls"));

@@ -726,7 +726,8 @@ static void parse_request(struct record *r, struct ex *e)
         struct jspan doc;
         if (!jscan_doc(e->body.data, e->body.len, &doc) &&
             (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
-            j = jscan_json(&doc);
+            /* messages seen in an earlier request are shared with it */
+            j = xchg_req_json(r->cache, &doc, x);
             /* the store hashes messages by these bytes */
             x->req_src = e->body.data;
             x->req_src_len = e->body.len;
@@ -746,8 +747,15 @@ static void parse_request(struct record *r, struct ex *e)
     x->req_body = j;
     x->session = classify_session(x->req_headers, j);
     x->kind = xstrdup(classify_kind(r->cls, j));
-    if (chat)
+    if (chat && x->req_msg_new) {
+        /* a message shared with an earlier request was learnt from then */
+        json_t *msgs = json_object_get(j, "messages");
+        for (size_t i = 0; i < x->req_msg_n; i++)
+            if (x->req_msg_new[i])
+                classify_learn_message(r->cls, json_array_get(msgs, i));
+    } else if (chat) {
         classify_learn(r->cls, j, NULL);
+    }
 }
 
 /* ---- the writer thread ---- */

@@ -13,6 +13,9 @@
 
 struct scan {
     const char *p, *end;
+    /* jscan_json_with: the value starting at byte `at` is `with` */
+    const char *at;
+    json_t *with;
 };
 
 static void skip_ws(struct scan *s)
@@ -284,7 +287,7 @@ static int scan_value(struct scan *s, struct jspan *v, int depth)
 
 int jscan_doc(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n};
+    struct scan s = {str, str + n, NULL, NULL};
     if (scan_value(&s, v, 0))
         return -1;
     skip_ws(&s);
@@ -343,7 +346,7 @@ static void skip_valid(struct scan *s, struct jspan *v)
 
 void jscan_trusted(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n};
+    struct scan s = {str, str + n, NULL, NULL};
     skip_ws(&s);
     skip_valid(&s, v);
 }
@@ -355,7 +358,7 @@ int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
         out[i].t = JS_NONE;
     if (obj->t != JS_OBJECT)
         return -1;
-    struct scan s = {obj->p + 1, obj->p + obj->n - 1};
+    struct scan s = {obj->p + 1, obj->p + obj->n - 1, NULL, NULL};
     struct jspan k, val;
     for (;;) {
         skip_ws(&s);
@@ -384,7 +387,7 @@ int jscan_index(const struct jspan *arr, size_t i, struct jspan *out)
     out->t = JS_NONE;
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1};
+    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, NULL};
     struct jspan val;
     for (size_t k = 0;; k++) {
         skip_ws(&s);
@@ -405,7 +408,7 @@ long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max)
 {
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1};
+    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, NULL};
     struct jspan val;
     long n = 0;
     for (;;) {
@@ -478,7 +481,7 @@ int jscan_str(const struct jspan *v, struct buf *b)
             o[n++] = '\t';
             break;
         case 'u': {
-            struct scan s = {p, end};
+            struct scan s = {p, end, NULL, NULL};
             unsigned long cp = 0;
             scan_uescape(&s, &cp); /* validated by scan_string */
             put_utf8(o, &n, cp);
@@ -564,6 +567,12 @@ static json_t *build(struct scan *s)
 {
     struct jspan v;
     skip_ws(s);
+    if (s->p == s->at) {
+        json_t *w = s->with;
+        skip_valid(s, &v);
+        s->with = NULL;
+        return w ? w : json_null();
+    }
     switch (*s->p) {
     case '{':
         return build_container(s, true);
@@ -588,6 +597,15 @@ static json_t *build(struct scan *s)
 
 json_t *jscan_json(const struct jspan *v)
 {
-    struct scan s = {v->p, v->p + v->n};
+    struct scan s = {v->p, v->p + v->n, NULL, NULL};
     return build(&s);
+}
+
+json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
+                        json_t *with)
+{
+    struct scan s = {v->p, v->p + v->n, at->p, with};
+    json_t *j = build(&s);
+    json_decref(s.with); /* at was not inside v */
+    return j;
 }

@@ -63,6 +63,11 @@ long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max);
 /* A span of a document jscan_doc accepted as the jansson value json_loadb
  * would have built for it (new reference). */
 json_t *jscan_json(const struct jspan *v);
+/* Like jscan_json, but the value spanned by at (a span of one of v's
+ * values, from jscan_members/jscan_elements) is not read: with (stolen
+ * reference) takes its place. */
+json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
+                        json_t *with);
 /* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
 int jscan_str(const struct jspan *s, struct buf *b);
 

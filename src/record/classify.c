@@ -266,10 +266,16 @@ char *classify_session(const json_t *headers, const json_t *body)
     json_decref(key);
     if (!s)
         abort(); /* values parsed by jansson always dump */
-    char hex[17];
-    hash_hex(hash64(s, len, 0), hex);
+    /* "p:" and hash_hex's 16 lower-case digits, without printf */
+    static const char digits[] = "0123456789abcdef";
+    uint64_t k = hash64(s, len, 0);
     free(s);
-    return xasprintf("p:%s", hex);
+    char *out = xmalloc(2 + 16 + 1);
+    memcpy(out, "p:", 2);
+    for (int i = 17; i >= 2; i--, k >>= 4)
+        out[i] = digits[k & 15];
+    out[18] = '\0';
+    return out;
 }
 
 static bool has_tools(const json_t *body)

@@ -778,7 +778,7 @@ static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
     reply_init(&a);
     if (body)
         sse_feed(&p, body, len, acc_event, &a);
-    json_t *r = reply_finish(&a);
+    json_t *r = reply_take(&a);
     json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
     reply_release(&a);
     sse_release(&p);

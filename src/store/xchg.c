@@ -114,6 +114,8 @@ struct xchg_cache {
      * = empty; started over when full or past TREES_BYTES of source). */
     struct tree_ent *trees;
     size_t trees_cap, trees_n, trees_bytes;
+    struct jspan *spans; /* xchg_req_json's, kept for the next request */
+    size_t spans_cap;
 };
 
 struct tree_ent {
@@ -194,6 +196,7 @@ void xchg_cache_free(struct xchg_cache *c)
     for (size_t i = 0; i < c->trees_cap; i++)
         json_decref(c->trees[i].v);
     free(c->trees);
+    free(c->spans);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
@@ -598,16 +601,20 @@ static void tree_add(struct xchg_cache *c, XXH128_hash_t k, json_t *v,
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x)
 {
-    static const char *const key[] = {"messages"};
-    struct jspan msgs, one[64];
-    if (!c || jscan_members(doc, key, 1, &msgs) || msgs.t != JS_ARRAY)
+    struct jspan msgs;
+    if (!c)
         return jscan_json(doc);
-    long n = jscan_elements(&msgs, one, 64);
-    struct jspan *sp = one;
-    if (n > 64) {
-        sp = xmalloc((size_t)n * sizeof(*sp));
-        jscan_elements(&msgs, sp, (size_t)n);
+    /* the buffer grows to the longest history seen: one walk, not two */
+    long n =
+        jscan_member_elements(doc, "messages", &msgs, c->spans, c->spans_cap);
+    if (n < 0)
+        return jscan_json(doc);
+    if ((size_t)n > c->spans_cap) {
+        c->spans_cap = (size_t)n + (size_t)n / 2;
+        c->spans = xrealloc(c->spans, c->spans_cap * sizeof(*c->spans));
+        jscan_elements(&msgs, c->spans, c->spans_cap);
     }
+    struct jspan *sp = c->spans;
     json_t *arr = json_array();
     free(x->req_msg_raw);
     free(x->req_msg_new);
@@ -628,8 +635,6 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         tree_add(c, k, v, sp[i].n);
         json_array_append_new(arr, v);
     }
-    if (sp != one)
-        free(sp);
     return jscan_json_with(doc, &msgs, arr);
 }
 

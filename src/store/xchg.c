@@ -125,7 +125,10 @@ struct tree_ent {
 
 #define TREES_MIN 1024
 #define TREES_MAX ((size_t)1 << 16)
-#define TREES_BYTES ((size_t)32 << 20)
+/* 8 MiB of source: the histories of a dozen sessions near a 128k-token
+ * context, held as trees of about 1-2x their bytes (record's memory goal
+ * is 100 MB in all) */
+#define TREES_BYTES ((size_t)8 << 20)
 
 struct memo_ent {
     XXH128_hash_t raw;

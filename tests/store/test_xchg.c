@@ -681,6 +681,37 @@ static void test_req_json_shares_messages(void **state)
     tmpdb_close(&t);
 }
 
+/* A message too big to keep (over a quarter of the 8 MiB budget) is built
+ * again for each request that carries it; the small ones are shared. */
+static void test_req_json_big_message_not_kept(void **state)
+{
+    (void)state;
+    size_t big = (size_t)3 << 20;
+    struct buf b = BUF_INIT;
+    buf_adds(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (size_t i = 0; i < big; i++)
+        buf_addch(&b, 'a' + (char)(i % 26));
+    buf_adds(&b, "\"},{\"role\":\"user\",\"content\":\"small\"}]}");
+    struct xchg_cache *cache = xchg_cache_new();
+    for (int round = 0; round < 2; round++) {
+        struct jspan doc;
+        struct xchg x;
+        xchg_init(&x);
+        assert_int_equal(jscan_doc(b.data, b.len, &doc), 0);
+        json_t *v = xchg_req_json(cache, &doc, &x);
+        json_t *want = json_loadb(b.data, b.len, 0, NULL);
+        assert_true(json_equal(v, want));
+        json_decref(want);
+        assert_int_equal(x.req_msg_n, 2);
+        assert_true(x.req_msg_new[0]);           /* never kept */
+        assert_true(x.req_msg_new[1] == !round); /* kept after round 0 */
+        json_decref(v);
+        xchg_release(&x);
+    }
+    xchg_cache_free(cache);
+    buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -692,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_message_hash_by_bytes),
         cmocka_unit_test(test_batch_failure_isolated),
         cmocka_unit_test(test_req_json_shares_messages),
+        cmocka_unit_test(test_req_json_big_message_not_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

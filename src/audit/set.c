@@ -167,15 +167,30 @@ static json_t *copy_json(json_t *j)
 /* The one instance of v the set keeps: a session re-sends its history with
  * every request, so messages (and tool lists) are shared between the
  * copies, keyed by the hash of their canonical JSON; memory grows with the
- * distinct messages, not with their square. Returns a new reference. */
-static json_t *intern(struct audit_set *set, json_t *v)
+ * distinct messages, not with their square. h is that hash when the store
+ * gave it (xchg.req_msg_h), else 0: v is dumped to compute it. Returns a
+ * new reference. */
+/* hash_hex without snprintf: intern runs once per message reference */
+static void key_hex(uint64_t h, char out[17])
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        out[i] = hex[h & 15];
+    out[16] = '\0';
+}
+
+static json_t *intern(struct audit_set *set, json_t *v, uint64_t h)
+{
     char key[17];
-    if (!s)
-        return json_deep_copy(v);
-    hash_hex(hash64(s, strlen(s), 0), key);
-    free(s);
+    if (!h) {
+        char *s =
+            json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        if (!s)
+            return json_deep_copy(v);
+        h = hash64(s, strlen(s), 0);
+        free(s);
+    }
+    key_hex(h, key);
     json_t *have = json_object_get(set->interned, key);
     if (!have) {
         have = json_deep_copy(v);
@@ -184,14 +199,20 @@ static json_t *intern(struct audit_set *set, json_t *v)
     return json_incref(have);
 }
 
-static json_t *copy_body(struct audit_set *set, json_t *body)
+static json_t *copy_body(struct audit_set *set, const struct xchg *x)
 {
+    json_t *body = x->req_body;
     json_t *msgs = json_object_get(body, "messages");
     json_t *tools = json_object_get(body, "tools");
     const char *k;
     json_t *v;
     if (!json_is_object(body))
         return copy_json(body);
+    /* the store's message hashes are hash64 of the canonical JSON that
+     * intern would dump */
+    const uint64_t *hs = x->req_msg_h && x->req_msg_n == json_array_size(msgs)
+                             ? x->req_msg_h
+                             : NULL;
     json_t *c = json_object();
     json_object_foreach(body, k, v)
     {
@@ -200,10 +221,10 @@ static json_t *copy_body(struct audit_set *set, json_t *body)
             size_t i;
             json_t *m;
             json_array_foreach(msgs, i, m)
-                json_array_append_new(a, intern(set, m));
+                json_array_append_new(a, intern(set, m, hs ? hs[i] : 0));
             json_object_set_new(c, k, a);
         } else if (v == tools) {
-            json_object_set_new(c, k, intern(set, v));
+            json_object_set_new(c, k, intern(set, v, x->req_tools_h));
         } else {
             json_object_set_new(c, k, json_deep_copy(v));
         }
@@ -211,8 +232,6 @@ static json_t *copy_body(struct audit_set *set, json_t *body)
     return c;
 }
 
-/* Deep copies, but the raw response body only when it is an error (the
- * rules read it for nothing else) and messages interned. */
 static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
 {
     struct xchg *c = xmalloc(sizeof(*c));
@@ -223,7 +242,11 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->method = dup_or_null(x->method);
     c->path = dup_or_null(x->path);
     c->req_headers = copy_json(x->req_headers);
-    c->req_body = copy_body(set, x->req_body);
+    c->req_body = copy_body(set, x);
+    c->req_msg_raw = NULL; /* owned by x; the copy needs none of them */
+    c->req_msg_new = NULL;
+    c->req_msg_h = NULL;
+    c->req_msg_n = 0;
     c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
     c->resp_headers = copy_json(x->resp_headers);
     c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;

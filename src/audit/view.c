@@ -173,6 +173,9 @@ struct memo {
     uint64_t *hash;
     size_t *bytes;
     size_t n, cap;
+    /* the last tool list measured: the set shares equal ones too */
+    json_t *tools;
+    size_t tool_bytes;
 };
 
 static void memo_grow(struct memo *mm)
@@ -226,10 +229,14 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
     r->msgs = json_is_array(msgs) ? msgs : NULL;
     r->nmsg = r->msgs ? json_array_size(msgs) : 0;
     r->tools = json_is_array(tools) && json_array_size(tools) > 0;
-    if (tools) {
+    if (tools && tools == mm->tools) {
+        r->tool_bytes = mm->tool_bytes;
+    } else if (tools) {
         char *t = json_dumps(tools, JSON_COMPACT | JSON_ENCODE_ANY);
         r->tool_bytes = t ? strlen(t) : 0;
         free(t);
+        mm->tools = tools;
+        mm->tool_bytes = r->tool_bytes;
     }
     r->model = model ? model : "";
     r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);

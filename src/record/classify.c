@@ -204,6 +204,12 @@ static void learn_calls(struct classify_state *c, const json_t *calls)
     }
 }
 
+void classify_learn_message(struct classify_state *c, const json_t *msg)
+{
+    if (!strcmp(role_of(msg), "assistant"))
+        learn_calls(c, json_object_get(msg, "tool_calls"));
+}
+
 void classify_learn(struct classify_state *c, const json_t *body,
                     const json_t *reply)
 {
@@ -211,8 +217,7 @@ void classify_learn(struct classify_state *c, const json_t *body,
     json_t *m;
     json_array_foreach(json_object_get(body, "messages"), i, m)
     {
-        if (!strcmp(role_of(m), "assistant"))
-            learn_calls(c, json_object_get(m, "tool_calls"));
+        classify_learn_message(c, m);
     }
     if (reply)
         learn_calls(c, json_object_get(reply, "tool_calls"));
@@ -261,10 +266,16 @@ char *classify_session(const json_t *headers, const json_t *body)
     json_decref(key);
     if (!s)
         abort(); /* values parsed by jansson always dump */
-    char hex[17];
-    hash_hex(hash64(s, len, 0), hex);
+    /* "p:" and hash_hex's 16 lower-case digits, without printf */
+    static const char digits[] = "0123456789abcdef";
+    uint64_t k = hash64(s, len, 0);
     free(s);
-    return xasprintf("p:%s", hex);
+    char *out = xmalloc(2 + 16 + 1);
+    memcpy(out, "p:", 2);
+    for (int i = 17; i >= 2; i--, k >>= 4)
+        out[i] = digits[k & 15];
+    out[18] = '\0';
+    return out;
 }
 
 static bool has_tools(const json_t *body)

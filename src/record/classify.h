@@ -32,6 +32,11 @@ void classify_free(struct classify_state *c);
  * from the assistant tool calls in a request body. */
 void classify_learn(struct classify_state *c, const json_t *body,
                     const json_t *reply);
+/* Learns from one request message: classify_learn(c, body, NULL) is this
+ * for each of body's messages. The recorder calls it only for messages it
+ * has not seen in an earlier request (the prompts it learnt then are kept
+ * in a ring of the last 4096). */
+void classify_learn_message(struct classify_state *c, const json_t *msg);
 
 /* The session key: the X-Session-Id header, else x-session-affinity, else
  * "p:" and 16 hex digits hashing the first system and the first user message

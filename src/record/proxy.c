@@ -1033,7 +1033,8 @@ static void parse_request(struct record *r, struct ex *e)
         struct jspan doc;
         if (!jscan_doc(e->body.data, e->body.len, &doc) &&
             (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
-            j = jscan_json(&doc);
+            /* messages seen in an earlier request are shared with it */
+            j = xchg_req_json(r->cache, &doc, x);
             /* the store hashes messages by these bytes */
             x->req_src = e->body.data;
             x->req_src_len = e->body.len;
@@ -1053,8 +1054,15 @@ static void parse_request(struct record *r, struct ex *e)
     x->req_body = j;
     x->session = classify_session(x->req_headers, j);
     x->kind = xstrdup(classify_kind(r->cls, j));
-    if (chat)
+    if (chat && x->req_msg_new) {
+        /* a message shared with an earlier request was learnt from then */
+        json_t *msgs = json_object_get(j, "messages");
+        for (size_t i = 0; i < x->req_msg_n; i++)
+            if (x->req_msg_new[i])
+                classify_learn_message(r->cls, json_array_get(msgs, i));
+    } else if (chat) {
         classify_learn(r->cls, j, NULL);
+    }
 }
 
 /* ---- the writer thread ---- */
@@ -1077,7 +1085,7 @@ static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
     reply_init(&a);
     if (body)
         sse_feed(&p, body, len, acc_event, &a);
-    json_t *r = reply_finish(&a);
+    json_t *r = reply_take(&a);
     json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
     reply_release(&a);
     sse_release(&p);

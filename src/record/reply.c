@@ -283,7 +283,9 @@ static json_t *str_or_null(const struct buf *b, bool present)
     return s ? s : json_null(); /* invalid UTF-8 cannot come from JSON */
 }
 
-json_t *reply_finish(const struct reply_acc *a)
+/* The reply object; with take, a's tool calls, usage and error move into
+ * it instead of being copied (a is then only good for reply_release). */
+static json_t *finish(struct reply_acc *a, bool take)
 {
     json_t *r = json_object();
     json_object_set_new(r, "content", str_or_null(&a->content, true));
@@ -292,9 +294,13 @@ json_t *reply_finish(const struct reply_acc *a)
     if (a->reasoning_field)
         json_object_set_new(r, "reasoning_field",
                             json_string(a->reasoning_field));
-    json_object_set_new(r, "tool_calls", json_deep_copy(a->tool_calls));
+    json_object_set_new(r, "tool_calls",
+                        take ? json_incref(a->tool_calls)
+                             : json_deep_copy(a->tool_calls));
     json_object_set_new(r, "usage",
-                        a->usage ? json_deep_copy(a->usage) : json_null());
+                        !a->usage ? json_null()
+                        : take    ? json_incref(a->usage)
+                                  : json_deep_copy(a->usage));
     json_object_set_new(r, "finish_reason",
                         a->finish_reason ? json_string(a->finish_reason)
                                          : json_null());
@@ -304,8 +310,28 @@ json_t *reply_finish(const struct reply_acc *a)
     if (a->bad)
         json_object_set_new(r, "bad_chunks", json_integer(a->bad));
     if (a->error)
-        json_object_set_new(r, "error", json_deep_copy(a->error));
+        json_object_set_new(r, "error",
+                            take ? json_incref(a->error)
+                                 : json_deep_copy(a->error));
+    if (take) { /* a no longer refers to what r holds */
+        json_decref(a->tool_calls);
+        a->tool_calls = json_array();
+        json_decref(a->usage);
+        a->usage = NULL;
+        json_decref(a->error);
+        a->error = NULL;
+    }
     return r;
+}
+
+json_t *reply_finish(const struct reply_acc *a)
+{
+    return finish((struct reply_acc *)a, false);
+}
+
+json_t *reply_take(struct reply_acc *a)
+{
+    return finish(a, true);
 }
 
 json_t *reply_from_body(const char *body, size_t len)
@@ -320,7 +346,7 @@ json_t *reply_from_body(const char *body, size_t len)
         json_decref(a.tool_calls);
         a.tool_calls = span_json(&sc.tool_calls);
     }
-    json_t *r = reply_finish(&a);
+    json_t *r = reply_take(&a);
     reply_release(&a);
     return r;
 }
@@ -353,7 +379,7 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
     if ((v = json_object_get(j, "error")) && !json_is_null(v))
         a.error = json_incref(v);
     json_decref(j);
-    json_t *r = reply_finish(&a);
+    json_t *r = reply_take(&a);
     reply_release(&a);
     return r;
 }

@@ -46,6 +46,10 @@ void reply_chunk_jansson(struct reply_acc *a, const char *data, size_t len,
                          double now_ms);
 /* The reply object for a stream (new reference). */
 json_t *reply_finish(const struct reply_acc *a);
+/* reply_finish without copying: the tool calls, usage and error move from
+ * a into the result (a keeps empty ones; only reply_release is left to
+ * call on it). */
+json_t *reply_take(struct reply_acc *a);
 /* The reply object for a non-streamed JSON response, or NULL when the body
  * is not a JSON object. */
 json_t *reply_from_body(const char *body, size_t len);

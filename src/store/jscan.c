@@ -13,6 +13,10 @@
 
 struct scan {
     const char *p, *end;
+    /* jscan_json_with: the value starting at byte `at` is `with` */
+    const char *at;
+    size_t at_n;
+    json_t *with;
 };
 
 static void skip_ws(struct scan *s)
@@ -284,7 +288,7 @@ static int scan_value(struct scan *s, struct jspan *v, int depth)
 
 int jscan_doc(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n};
+    struct scan s = {str, str + n, NULL, 0, NULL};
     if (scan_value(&s, v, 0))
         return -1;
     skip_ws(&s);
@@ -314,17 +318,18 @@ static void skip_valid(struct scan *s, struct jspan *v)
         }
         v->t = JS_STRING;
     } else if (c == '{' || c == '[') {
+        /* one table look-up per byte rather than five comparisons */
+        static const signed char step[256] = {
+            ['{'] = 1, ['['] = 1, ['}'] = -1, [']'] = -1, ['"'] = 2};
         int depth = 0;
         do {
-            c = *s->p++;
-            if (c == '{' || c == '[') {
-                depth++;
-            } else if (c == '}' || c == ']') {
-                depth--;
-            } else if (c == '"') {
+            signed char k = step[(unsigned char)*s->p++];
+            if (k == 2) {
                 struct jspan str;
                 s->p--;
                 skip_valid(s, &str);
+            } else {
+                depth += k;
             }
         } while (depth);
         v->t = start[0] == '{' ? JS_OBJECT : JS_ARRAY;
@@ -343,7 +348,7 @@ static void skip_valid(struct scan *s, struct jspan *v)
 
 void jscan_trusted(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n};
+    struct scan s = {str, str + n, NULL, 0, NULL};
     skip_ws(&s);
     skip_valid(&s, v);
 }
@@ -351,11 +356,15 @@ void jscan_trusted(const char *str, size_t n, struct jspan *v)
 int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
                   struct jspan *out)
 {
-    for (size_t i = 0; i < nk; i++)
+    size_t kl[8]; /* the keys' lengths, once rather than per member */
+    for (size_t i = 0; i < nk; i++) {
         out[i].t = JS_NONE;
+        if (i < 8)
+            kl[i] = strlen(keys[i]);
+    }
     if (obj->t != JS_OBJECT)
         return -1;
-    struct scan s = {obj->p + 1, obj->p + obj->n - 1};
+    struct scan s = {obj->p + 1, obj->p + obj->n - 1, NULL, 0, NULL};
     struct jspan k, val;
     for (;;) {
         skip_ws(&s);
@@ -369,9 +378,65 @@ int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
         skip_ws(&s);
         skip_valid(&s, &val);
         for (size_t i = 0; i < nk; i++) {
-            size_t kl = strlen(keys[i]);
-            if (k.n == kl + 2 && !memcmp(k.p + 1, keys[i], kl))
+            size_t len = i < 8 ? kl[i] : strlen(keys[i]);
+            if (k.n == len + 2 && !memcmp(k.p + 1, keys[i], len))
                 out[i] = val;
+        }
+        skip_ws(&s);
+        if (s.p < s.end)
+            s.p++; /* ',' */
+    }
+}
+
+long jscan_member_elements(const struct jspan *obj, const char *key,
+                           struct jspan *arr, struct jspan *out, size_t max)
+{
+    size_t kl = strlen(key);
+    long n = -1;
+    arr->t = JS_NONE;
+    if (obj->t != JS_OBJECT)
+        return -2;
+    struct scan s = {obj->p + 1, obj->p + obj->n - 1, NULL, 0, NULL};
+    struct jspan k, val;
+    for (;;) {
+        skip_ws(&s);
+        if (s.p >= s.end)
+            return n;
+        skip_valid(&s, &k);
+        if (k.esc)
+            return -2;
+        skip_ws(&s);
+        s.p++; /* ':' (validated) */
+        skip_ws(&s);
+        bool hit = k.n == kl + 2 && !memcmp(k.p + 1, key, kl);
+        if (hit && *s.p == '[') {
+            /* split while walking, as jscan_elements would */
+            const char *start = s.p++;
+            long m = 0;
+            for (;;) {
+                skip_ws(&s);
+                if (*s.p == ']')
+                    break;
+                skip_valid(&s, &val);
+                if ((size_t)m < max)
+                    out[m] = val;
+                m++;
+                skip_ws(&s);
+                if (*s.p == ',')
+                    s.p++;
+            }
+            s.p++; /* ']' */
+            arr->p = start;
+            arr->n = (size_t)(s.p - start);
+            arr->t = JS_ARRAY;
+            arr->esc = false;
+            n = m;
+        } else {
+            skip_valid(&s, &val);
+            if (hit) {
+                *arr = val;
+                n = -1;
+            }
         }
         skip_ws(&s);
         if (s.p < s.end)
@@ -384,7 +449,7 @@ int jscan_index(const struct jspan *arr, size_t i, struct jspan *out)
     out->t = JS_NONE;
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1};
+    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, 0, NULL};
     struct jspan val;
     for (size_t k = 0;; k++) {
         skip_ws(&s);
@@ -405,7 +470,7 @@ long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max)
 {
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1};
+    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, 0, NULL};
     struct jspan val;
     long n = 0;
     for (;;) {
@@ -478,7 +543,7 @@ int jscan_str(const struct jspan *v, struct buf *b)
             o[n++] = '\t';
             break;
         case 'u': {
-            struct scan s = {p, end};
+            struct scan s = {p, end, NULL, 0, NULL};
             unsigned long cp = 0;
             scan_uescape(&s, &cp); /* validated by scan_string */
             put_utf8(o, &n, cp);
@@ -564,6 +629,12 @@ static json_t *build(struct scan *s)
 {
     struct jspan v;
     skip_ws(s);
+    if (s->p == s->at) {
+        json_t *w = s->with;
+        s->p += s->at_n; /* its end is known: not walked again */
+        s->with = NULL;
+        return w ? w : json_null();
+    }
     switch (*s->p) {
     case '{':
         return build_container(s, true);
@@ -588,6 +659,15 @@ static json_t *build(struct scan *s)
 
 json_t *jscan_json(const struct jspan *v)
 {
-    struct scan s = {v->p, v->p + v->n};
+    struct scan s = {v->p, v->p + v->n, NULL, 0, NULL};
     return build(&s);
+}
+
+json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
+                        json_t *with)
+{
+    struct scan s = {v->p, v->p + v->n, at->p, at->n, with};
+    json_t *j = build(&s);
+    json_decref(s.with); /* at was not inside v */
+    return j;
 }

@@ -55,6 +55,13 @@ void jscan_trusted(const char *s, size_t n, struct jspan *v);
  * not an object or a key has escapes. */
 int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
                   struct jspan *out);
+/* jscan_members for one key and, when its value is an array,
+ * jscan_elements on it, in one walk: *arr gets the value of the last member
+ * named key (t == JS_NONE when absent); returns how many elements it has
+ * (may exceed max; the first max are in out[]), -1 when it is absent or
+ * not an array, -2 when obj is not an object or a key has escapes. */
+long jscan_member_elements(const struct jspan *obj, const char *key,
+                           struct jspan *arr, struct jspan *out, size_t max);
 /* Element i of an array span (t == JS_NONE when out of range). 0 or -1. */
 int jscan_index(const struct jspan *arr, size_t i, struct jspan *out);
 /* The first max elements of an array span into out[]; returns how many the
@@ -63,6 +70,11 @@ long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max);
 /* A span of a document jscan_doc accepted as the jansson value json_loadb
  * would have built for it (new reference). */
 json_t *jscan_json(const struct jspan *v);
+/* Like jscan_json, but the value spanned by at (a span of one of v's
+ * values, from jscan_members/jscan_elements) is not read: with (stolen
+ * reference) takes its place. */
+json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
+                        json_t *with);
 /* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
 int jscan_str(const struct jspan *s, struct buf *b);
 

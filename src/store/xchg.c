@@ -108,7 +108,27 @@ struct xchg_cache {
      * when full. */
     struct memo_ent *memo;
     size_t memo_cap, memo_n, memo_hits;
+    /* Parsing (xchg_req_json): message values by the XXH3-128 of their
+     * bytes, shared by the requests that carry them, so a re-sent history
+     * is hashed, not built and freed again (open addressing, all-zero key
+     * = empty; started over when full or past TREES_BYTES of source). */
+    struct tree_ent *trees;
+    size_t trees_cap, trees_n, trees_bytes;
+    struct jspan *spans; /* xchg_req_json's, kept for the next request */
+    size_t spans_cap;
 };
+
+struct tree_ent {
+    XXH128_hash_t raw;
+    json_t *v;
+};
+
+#define TREES_MIN 1024
+#define TREES_MAX ((size_t)1 << 16)
+/* 8 MiB of source: the histories of a dozen sessions near a 128k-token
+ * context, held as trees of about 1-2x their bytes (record's memory goal
+ * is 100 MB in all) */
+#define TREES_BYTES ((size_t)8 << 20)
 
 struct memo_ent {
     XXH128_hash_t raw;
@@ -140,6 +160,9 @@ void xchg_release(struct xchg *x)
     json_decref(x->req_headers);
     json_decref(x->req_body);
     free(x->req_raw);
+    free(x->req_msg_raw);
+    free(x->req_msg_new);
+    free(x->req_msg_h);
     json_decref(x->resp_headers);
     free(x->resp_raw);
     json_decref(x->reply);
@@ -173,6 +196,10 @@ void xchg_cache_free(struct xchg_cache *c)
     free(c->blobs);
     json_decref(c->blob0);
     free(c->memo);
+    for (size_t i = 0; i < c->trees_cap; i++)
+        json_decref(c->trees[i].v);
+    free(c->trees);
+    free(c->spans);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
@@ -522,6 +549,98 @@ static struct jspan *message_spans(const struct xchg *x, size_t n)
     return sp;
 }
 
+/* ---- message values by their bytes ---- */
+
+static struct tree_ent *tree_slot(struct tree_ent *t, size_t cap,
+                                  XXH128_hash_t k)
+{
+    size_t i = k.low64 & (cap - 1);
+    while (t[i].v && !XXH128_isEqual(t[i].raw, k))
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void trees_clear(struct xchg_cache *c)
+{
+    for (size_t i = 0; i < c->trees_cap; i++) {
+        json_decref(c->trees[i].v);
+        c->trees[i].v = NULL;
+    }
+    c->trees_n = 0;
+    c->trees_bytes = 0;
+}
+
+/* Keeps v (a new reference is taken) as the value of bytes hashing to k. */
+static void tree_add(struct xchg_cache *c, XXH128_hash_t k, json_t *v,
+                     size_t bytes)
+{
+    if (bytes > TREES_BYTES / 4)
+        return; /* a huge message would push out all the others */
+    if (c->trees_bytes + bytes > TREES_BYTES)
+        trees_clear(c);
+    if (2 * (c->trees_n + 1) > c->trees_cap) {
+        size_t cap = c->trees_cap ? 2 * c->trees_cap : TREES_MIN;
+        if (cap > TREES_MAX) { /* full: start over rather than grow */
+            trees_clear(c);
+        } else {
+            struct tree_ent *t = xcalloc(cap, sizeof(*t));
+            for (size_t i = 0; i < c->trees_cap; i++)
+                if (c->trees[i].v)
+                    *tree_slot(t, cap, c->trees[i].raw) = c->trees[i];
+            free(c->trees);
+            c->trees = t;
+            c->trees_cap = cap;
+        }
+    }
+    struct tree_ent *e = tree_slot(c->trees, c->trees_cap, k);
+    if (e->v)
+        return;
+    e->raw = k;
+    e->v = json_incref(v);
+    c->trees_n++;
+    c->trees_bytes += bytes;
+}
+
+json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
+                      struct xchg *x)
+{
+    struct jspan msgs;
+    if (!c)
+        return jscan_json(doc);
+    /* the buffer grows to the longest history seen: one walk, not two */
+    long n =
+        jscan_member_elements(doc, "messages", &msgs, c->spans, c->spans_cap);
+    if (n < 0)
+        return jscan_json(doc);
+    if ((size_t)n > c->spans_cap) {
+        c->spans_cap = (size_t)n + (size_t)n / 2;
+        c->spans = xrealloc(c->spans, c->spans_cap * sizeof(*c->spans));
+        jscan_elements(&msgs, c->spans, c->spans_cap);
+    }
+    struct jspan *sp = c->spans;
+    json_t *arr = json_array();
+    free(x->req_msg_raw);
+    free(x->req_msg_new);
+    x->req_msg_raw = xmalloc(((size_t)n + 1) * sizeof(*x->req_msg_raw));
+    x->req_msg_new = xcalloc((size_t)n + 1, sizeof(*x->req_msg_new));
+    x->req_msg_n = (size_t)n;
+    for (long i = 0; i < n; i++) {
+        XXH128_hash_t k = XXH3_128bits(sp[i].p, sp[i].n);
+        x->req_msg_raw[i] = k;
+        const struct tree_ent *e =
+            c->trees_cap ? tree_slot(c->trees, c->trees_cap, k) : NULL;
+        if (e && e->v) {
+            json_array_append(arr, e->v);
+            continue;
+        }
+        json_t *v = jscan_json(&sp[i]);
+        x->req_msg_new[i] = true;
+        tree_add(c, k, v, sp[i].n);
+        json_array_append_new(arr, v);
+    }
+    return jscan_json_with(doc, &msgs, arr);
+}
+
 static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
                                    " WHERE h=?";
 
@@ -730,11 +849,15 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     }
     r->n = json_array_size(msgs);
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
-    struct jspan *sp = c ? message_spans(x, r->n) : NULL;
+    bool have_raw = c && x->req_msg_raw && x->req_msg_n == r->n;
+    struct jspan *sp = c && !have_raw ? message_spans(x, r->n) : NULL;
     for (size_t i = 0; i < r->n; i++) {
         XXH128_hash_t raw = {0, 0};
-        if (sp) {
+        if (have_raw)
+            raw = x->req_msg_raw[i];
+        else if (sp)
             raw = XXH3_128bits(sp[i].p, sp[i].n);
+        if (have_raw || sp) {
             if ((r->h[i] = memo_known(c, raw))) {
                 c->memo_hits++;
                 continue;
@@ -745,7 +868,7 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
         if (rc)
             break;
         r->h[i] = (uint64_t)h;
-        if (sp)
+        if (have_raw || sp)
             memo_add(c, raw, (uint64_t)h);
     }
     free(sp);
@@ -904,6 +1027,51 @@ static void row_req_release(struct row_req *r)
     memset(r, 0, sizeof(*r));
 }
 
+/* Stores xs[0..n) in the open transaction, each inside its own savepoint
+ * when per_one, so that a failing exchange is undone alone: rcs[i] says
+ * which did. Without per_one the first failure stops the batch and is
+ * returned (the caller rolls back). */
+static int put_all(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                   size_t n, int *rcs, struct row_req *rr, bool per_one,
+                   struct diag *d)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t mark = c->pend_n;
+        if (per_one)
+            run_stmt(c, db, SQL_SAVEPOINT);
+        rcs[i] = put_one(db, c, xs[i], &rr[i], d);
+        if (rcs[i] && !per_one)
+            return rcs[i];
+        if (rcs[i]) {
+            run_stmt(c, db, SQL_ROLLBACK_TO);
+            c->pend_n = mark; /* its blobs went with it */
+        } else if (rr[i].h) {
+            /* the next exchange of the batch may take this one as its
+             * base: known now, not read back (a failed commit clears the
+             * cache) */
+            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
+            rr[i].h = NULL;
+        }
+        if (per_one)
+            run_stmt(c, db, SQL_RELEASE);
+    }
+    return 0;
+}
+
+/* Undoes the open transaction: lists read or cached inside it may name
+ * rows that are gone. */
+static void roll_back(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                      size_t n, struct row_req *rr)
+{
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    cache_clear(c);
+    c->pend_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        row_req_release(&rr[i]);
+        xs[i]->id = 0;
+    }
+}
+
 int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d)
 {
@@ -915,28 +1083,23 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
         rc = sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t mark = c->pend_n;
-        run_stmt(c, db, SQL_SAVEPOINT);
-        rcs[i] = put_one(db, c, xs[i], &rr[i], d);
-        if (rcs[i]) {
-            run_stmt(c, db, SQL_ROLLBACK_TO);
-            c->pend_n = mark; /* its blobs went with it */
-        } else if (rr[i].h) {
-            /* the next exchange of the batch may take this one as its
-             * base: known now, not read back (a failed commit clears the
-             * cache below) */
-            cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
-            rr[i].h = NULL;
+    /* The whole batch in one go: a savepoint per exchange costs more SQL
+     * than a small exchange's own rows. Only when one of them fails is
+     * the batch done again with savepoints, so that the bad exchange goes
+     * alone to the spill file; a batch of one needs none. */
+    if (put_all(db, c, xs, n, rcs, rr, false, d)) {
+        roll_back(db, c, xs, n, rr);
+        if (n == 1)
+            goto out; /* rcs[0] says why */
+        if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
+            rc = sql_fail(db, d, "cannot begin a transaction");
+            goto fail_all;
         }
-        run_stmt(c, db, SQL_RELEASE);
+        put_all(db, c, xs, n, rcs, rr, true, d);
     }
     if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot commit exchanges");
-        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        /* lists read inside the lost transaction may name lost rows */
-        cache_clear(c);
-        c->pend_n = 0;
+        roll_back(db, c, xs, n, rr);
         goto fail_all;
     }
     for (size_t i = 0; i < c->pend_n; i++)
@@ -1018,6 +1181,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
                             (long long)x->id);
         }
         json_object_set(body, "tools", tools);
+        x->req_tools_h = (uint64_t)sqlite3_column_int64(st, 7);
     }
     json_t *msgs = json_array();
     for (size_t i = 0; i < e->n; i++) {
@@ -1034,6 +1198,9 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     }
     json_object_set_new(body, "messages", msgs);
     x->req_body = body;
+    x->req_msg_h = xmalloc((e->n + 1) * sizeof(*x->req_msg_h));
+    memcpy(x->req_msg_h, e->h, e->n * sizeof(*x->req_msg_h));
+    x->req_msg_n = e->n;
     return 0;
 }
 

@@ -17,8 +17,10 @@
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "core/diag.h"
+#include "store/jscan.h"
 
 enum xchg_end {
     XCHG_COMPLETE = 0,   /* upstream answered and the client got all of it */
@@ -46,7 +48,18 @@ struct xchg {
      * before, instead of dumping its canonical JSON again. */
     const char *req_src;
     size_t req_src_len;
-    int status; /* 0 when no response arrived */
+    /* Set by xchg_req_json (owned, freed by xchg_release): the XXH3-128 of
+     * each of the req_msg_n messages' bytes, and whether each was built
+     * for this request (true) or shared with an earlier one. */
+    XXH128_hash_t *req_msg_raw;
+    bool *req_msg_new;
+    size_t req_msg_n;
+    /* Set by xchg_each for a chat request (owned): the store's hash of
+     * each of the req_msg_n messages of req_body (hash64 of its canonical
+     * JSON), so a reader can key messages without dumping them. */
+    uint64_t *req_msg_h;
+    uint64_t req_tools_h; /* likewise for req_body's "tools", else 0 */
+    int status;           /* 0 when no response arrived */
     json_t *resp_headers;
     char *resp_raw; /* raw response body or SSE stream, as received */
     size_t resp_raw_len;
@@ -96,14 +109,24 @@ struct xchg_cache *xchg_cache_new(void);
 void xchg_cache_free(struct xchg_cache *c);
 int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d);
+/* The jansson value of a request body that jscan_doc accepted (doc), equal
+ * to jscan_json(doc); when it is an object with a "messages" array, each
+ * message whose bytes c has seen in an earlier request is that request's
+ * value (shared, read-only), and x->req_msg_* are set so that the store
+ * need not scan the body again. c may be NULL (plain jscan_json). New
+ * reference. */
+json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
+                      struct xchg *x);
 /* Messages whose hash c took from their bytes (xchg.req_src) rather than
  * from a canonical dump, since c was made. */
 size_t xchg_cache_memo_hits(const struct xchg_cache *c);
-/* Stores n exchanges in one transaction (group commit), each under its own
- * savepoint: rcs[i] is 0 when xs[i] is stored (xs[i]->id set) or its own
- * error. Returns 0 when the transaction committed, else the error, with
- * every rcs[i] set to it and nothing stored. A cache belongs to one db
- * and holds prepared statements: free it before closing the db. */
+/* Stores n exchanges in one transaction (group commit); when one of them
+ * fails the batch is stored again with a savepoint per exchange, so that
+ * only the failing ones are left out: rcs[i] is 0 when xs[i] is stored
+ * (xs[i]->id set) or its own error. Returns 0 when the transaction committed,
+ * else the error, with every rcs[i] set to it and nothing stored. A cache
+ * belongs to one db and holds prepared statements: free it before closing the
+ * db. */
 int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d);
 

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "core/hash.h"
 #include "record/classify.h"
 
 #define FIXTURES "../shared/fixtures/opencode-1.18.33/"
@@ -63,6 +64,32 @@ static json_t *fixture(const char *name)
     return j;
 }
 
+/* The documented key: "p:" and hash_hex of hash64 over json_dumps of
+ * [first system message, first user message] (compact, sorted keys). */
+static char *want_prefix_key(json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *sys = NULL, *user = NULL, *m;
+    size_t i;
+    json_array_foreach(msgs, i, m)
+    {
+        const char *r = json_string_value(json_object_get(m, "role"));
+        if (r && !strcmp(r, "system") && !sys)
+            sys = m;
+        if (r && !strcmp(r, "user") && !user)
+            user = m;
+    }
+    json_t *key =
+        json_pack("[OO]", sys ? sys : json_null(), user ? user : json_null());
+    char *s = json_dumps(key, JSON_COMPACT | JSON_SORT_KEYS);
+    char hex[17], *out = malloc(19);
+    hash_hex(hash64(s, strlen(s), 0), hex);
+    snprintf(out, 19, "p:%s", hex);
+    free(s);
+    json_decref(key);
+    return out;
+}
+
 static void test_opencode_kinds_and_session(void **state)
 {
     (void)state;
@@ -93,6 +120,9 @@ static void test_opencode_kinds_and_session(void **state)
         char *a = classify_session(none, body);
         assert_int_equal(strncmp(a, "p:", 2), 0);
         assert_int_equal(strlen(a), 18);
+        char *want = want_prefix_key(body);
+        assert_string_equal(a, want);
+        free(want);
         json_t *turn1 = fixture("plain-02-turn1-first-request.json");
         char *b = classify_session(none, json_object_get(turn1, "body"));
         if (i == 2 || i == 3)

@@ -161,10 +161,17 @@ static char *reply_text(const struct reply_acc *a)
     return s;
 }
 
+/* Also: reply_take gives what reply_finish gives (a[0] is then only
+ * released). */
 static void assert_same_reply(struct reply_acc *a)
 {
     char *fast = reply_text(&a[0]), *ref = reply_text(&a[1]);
     assert_string_equal(fast, ref);
+    json_t *t = reply_take(&a[0]);
+    char *taken = json_dumps(t, JSON_COMPACT);
+    json_decref(t);
+    assert_string_equal(taken, fast);
+    free(taken);
     free(fast);
     free(ref);
 }

@@ -123,12 +123,59 @@ static void test_members_and_strings(void **state)
     buf_release(&b);
 }
 
+/* jscan_member_elements gives what jscan_members then jscan_elements
+ * give: the last member of that name, its elements, the error cases. */
+static void test_member_elements(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{\"messages\":[{\"a\":[1,{\"b\":\"]\"}]}, \"x\\\"]\" , 3 ,[ ] ,{}]}",
+        " { \"m\" : 1 , \"messages\" : [ ] } ",
+        "{\"messages\":[1,2],\"messages\":[3]}",
+        "{\"messages\":[1,2],\"messages\":{\"a\":[1]}}",
+        "{\"messages\":[1,2,3,4,5,6,7],\"t\":[\"messages\"]}",
+        "{\"other\":[1]}",
+        "{\"mess\\u0061ges\":[1]}",
+        "[1,2]",
+    };
+    static const char *const key[] = {"messages"};
+    for (size_t d = 0; d < sizeof(docs) / sizeof(*docs); d++) {
+        struct jspan doc, want_arr, got_arr, want[8], got[8];
+        assert_int_equal(jscan_doc(docs[d], strlen(docs[d]), &doc), 0);
+        int mr = jscan_members(&doc, key, 1, &want_arr);
+        long gn = jscan_member_elements(&doc, "messages", &got_arr, got, 3);
+        if (mr) {
+            assert_int_equal(gn, -2);
+            continue;
+        }
+        assert_int_equal(got_arr.t, want_arr.t);
+        if (want_arr.t == JS_NONE) {
+            assert_int_equal(gn, -1);
+            continue;
+        }
+        assert_ptr_equal(got_arr.p, want_arr.p);
+        assert_int_equal(got_arr.n, want_arr.n);
+        if (want_arr.t != JS_ARRAY) {
+            assert_int_equal(gn, -1);
+            continue;
+        }
+        long wn = jscan_elements(&want_arr, want, 3);
+        assert_int_equal(gn, wn);
+        for (long i = 0; i < wn && i < 3; i++) {
+            assert_ptr_equal(got[i].p, want[i].p);
+            assert_int_equal(got[i].n, want[i].n);
+            assert_int_equal(got[i].t, want[i].t);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts_like_jansson),
         cmocka_unit_test(test_unsure_cases),
         cmocka_unit_test(test_members_and_strings),
+        cmocka_unit_test(test_member_elements),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
 #include "store/store.h"
@@ -485,6 +486,232 @@ static void test_message_hash_by_bytes(void **state)
     tmpdb_close(&t);
 }
 
+/* A batch whose middle exchange fails (a trigger refuses its row) stores
+ * the other two, the third on top of the first's message list, and leaves
+ * the cache usable; a batch of one that fails stores nothing. */
+static void test_batch_failure_isolated(void **state)
+{
+    (void)state;
+    static const char *const srcs[] = {
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+        "\"content\":\"one\"}]}",
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+        "\"content\":\"bad\"}]}",
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+        "\"content\":\"one\"},{\"role\":\"assistant\",\"content\":"
+        "\"two\"}]}",
+    };
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    struct xchg xs[3];
+    struct xchg *px[3];
+    int rcs[3] = {-1, -1, -1};
+    tmpdb_open(&t);
+    assert_int_equal(sqlite3_exec(t.db,
+                                  "CREATE TRIGGER no_bad BEFORE INSERT ON xchg"
+                                  " WHEN NEW.path = '/bad' BEGIN"
+                                  " SELECT RAISE(ABORT, 'refused'); END",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    for (int i = 0; i < 3; i++) {
+        fill(&xs[i], "ses", json_loads(srcs[i], 0, NULL));
+        xs[i].req_src = srcs[i];
+        xs[i].req_src_len = strlen(srcs[i]);
+        px[i] = &xs[i];
+    }
+    free(xs[1].path);
+    xs[1].path = xstrdup("/bad");
+    assert_int_equal(xchg_put_batch(t.db, cache, px, 3, rcs, &d), 0);
+    assert_int_equal(rcs[0], 0);
+    assert_true(rcs[1] < 0);
+    assert_int_equal(rcs[2], 0);
+    assert_true(xs[0].id > 0 && xs[2].id > xs[0].id);
+    assert_int_equal(xs[1].id, 0);
+    assert_non_null(strstr(d.msg, "refused"));
+    /* the same bad exchange alone: refused, nothing stored */
+    rcs[1] = 0;
+    assert_int_equal(xchg_put_batch(t.db, cache, &px[1], 1, &rcs[1], &d), 0);
+    assert_true(rcs[1] < 0);
+    assert_int_equal(xs[1].id, 0);
+    /* the cache still serves: a fourth request on top of the third */
+    struct xchg x4;
+    fill(&x4, "ses", json_loads(srcs[2], 0, NULL));
+    x4.req_src = srcs[2];
+    x4.req_src_len = strlen(srcs[2]);
+    assert_int_equal(xchg_put_cached(t.db, cache, &x4, &d), 0);
+    sqlite3_stmt *st;
+    assert_int_equal(
+        sqlite3_prepare_v2(t.db,
+                           "SELECT count(*), sum(req_base IS NOT NULL),"
+                           " (SELECT count(*) FROM xchg_blob WHERE kind=0)"
+                           " FROM xchg",
+                           -1, &st, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 3); /* rows */
+    assert_int_equal(sqlite3_column_int(st, 1), 2); /* on a base */
+    /* "bad" was rolled back with its exchange */
+    assert_int_equal(sqlite3_column_int(st, 2), 2);
+    sqlite3_finalize(st);
+    struct collect c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 3);
+    const char *want_src[] = {srcs[0], srcs[2], srcs[2]};
+    for (int i = 0; i < 3; i++) {
+        json_t *want = json_loads(want_src[i], 0, NULL);
+        assert_true(json_equal(c.got[i].req_body, want));
+        json_decref(want);
+    }
+    collect_release(&c);
+    for (int i = 0; i < 3; i++)
+        xchg_release(&xs[i]);
+    xchg_release(&x4);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
+/* xchg_each gives each chat request's message and tool hashes: hash64 of
+ * the canonical JSON (what audit keys its shared copies by). */
+static int check_hashes(const struct xchg *x, void *ud)
+{
+    int *chats = ud;
+    json_t *msgs = json_object_get(x->req_body, "messages");
+    if (!json_is_array(msgs)) {
+        assert_null(x->req_msg_h);
+        return 0;
+    }
+    ++*chats;
+    assert_non_null(x->req_msg_h);
+    assert_int_equal(x->req_msg_n, json_array_size(msgs));
+    for (size_t i = 0; i < x->req_msg_n; i++) {
+        char *s = json_dumps(json_array_get(msgs, i),
+                             JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        assert_true(x->req_msg_h[i] == hash64(s, strlen(s), 0));
+        free(s);
+    }
+    json_t *tools = json_object_get(x->req_body, "tools");
+    if (tools) {
+        char *s = json_dumps(tools, JSON_COMPACT | JSON_SORT_KEYS);
+        assert_true(x->req_tools_h == hash64(s, strlen(s), 0));
+        free(s);
+    } else {
+        assert_true(x->req_tools_h == 0);
+    }
+    return 0;
+}
+
+/* xchg_req_json builds the same value as jscan_json (member order
+ * included), shares a message with the earlier request that sent the same
+ * bytes, says which messages are new, and the store keeps what it keeps
+ * without it. */
+static void test_req_json_shares_messages(void **state)
+{
+    (void)state;
+    static const char *const srcs[] = {
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\","
+        "\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"temperature\":0.5}",
+        /* the first request's messages again, plus a new one, and an
+         * earlier "messages" member that the last one replaces */
+        "{\"messages\":[1],\"model\":\"m\",\"messages\":[{\"role\":\"system\","
+        "\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":\"h\\u00e9llo\",\"tool_calls\":"
+        "[{\"id\":\"c1\",\"function\":{\"name\":\"t\",\"arguments\":\"{}\"}}]"
+        "}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"t\"}}],\"temperature\":0.5}",
+        /* not a chat request */
+        "{\"prompt\":\"hi\",\"messages\":{\"a\":1}}",
+    };
+    static const bool want_new[][3] = {
+        {true, true, false}, {false, false, true}, {false, false, false}};
+    static const size_t want_n[] = {2, 3, 0};
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    struct xchg xs[3];
+    tmpdb_open(&t);
+    for (size_t i = 0; i < 3; i++) {
+        struct jspan doc;
+        assert_int_equal(jscan_doc(srcs[i], strlen(srcs[i]), &doc), 0);
+        json_t *plain = jscan_json(&doc);
+        xchg_init(&xs[i]);
+        json_t *v = xchg_req_json(cache, &doc, &xs[i]);
+        char *a = json_dumps(v, JSON_COMPACT);
+        char *b = json_dumps(plain, JSON_COMPACT);
+        assert_string_equal(a, b);
+        free(a);
+        free(b);
+        json_decref(plain);
+        assert_int_equal(xs[i].req_msg_n, want_n[i]);
+        for (size_t k = 0; k < want_n[i]; k++)
+            assert_int_equal(xs[i].req_msg_new[k], want_new[i][k]);
+        xchg_release(&xs[i]);
+        fill(&xs[i], "ses", v);
+        /* the fields fill() cleared, set again */
+        json_decref(xchg_req_json(cache, &doc, &xs[i]));
+        xs[i].req_src = srcs[i];
+        xs[i].req_src_len = strlen(srcs[i]);
+    }
+    json_t *m0 = json_object_get(xs[0].req_body, "messages");
+    json_t *m1 = json_object_get(xs[1].req_body, "messages");
+    assert_ptr_equal(json_array_get(m0, 0), json_array_get(m1, 0));
+    assert_ptr_equal(json_array_get(m0, 1), json_array_get(m1, 1));
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(xchg_put_cached(t.db, cache, &xs[i], &d), 0);
+    /* request 2's first two messages: hash by bytes, not dumped again */
+    assert_int_equal(xchg_cache_memo_hits(cache), 2);
+    struct collect c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *want = json_loads(srcs[i], 0, NULL);
+        assert_true(json_equal(c.got[i].req_body, want));
+        json_decref(want);
+    }
+    collect_release(&c);
+    int chats = 0;
+    assert_int_equal(xchg_each(t.db, NULL, check_hashes, &chats, &d), 0);
+    assert_int_equal(chats, 2);
+    for (int i = 0; i < 3; i++)
+        xchg_release(&xs[i]);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
+/* A message too big to keep (over a quarter of the 8 MiB budget) is built
+ * again for each request that carries it; the small ones are shared. */
+static void test_req_json_big_message_not_kept(void **state)
+{
+    (void)state;
+    size_t big = (size_t)3 << 20;
+    struct buf b = BUF_INIT;
+    buf_adds(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (size_t i = 0; i < big; i++)
+        buf_addch(&b, 'a' + (char)(i % 26));
+    buf_adds(&b, "\"},{\"role\":\"user\",\"content\":\"small\"}]}");
+    struct xchg_cache *cache = xchg_cache_new();
+    for (int round = 0; round < 2; round++) {
+        struct jspan doc;
+        struct xchg x;
+        xchg_init(&x);
+        assert_int_equal(jscan_doc(b.data, b.len, &doc), 0);
+        json_t *v = xchg_req_json(cache, &doc, &x);
+        json_t *want = json_loadb(b.data, b.len, 0, NULL);
+        assert_true(json_equal(v, want));
+        json_decref(want);
+        assert_int_equal(x.req_msg_n, 2);
+        assert_true(x.req_msg_new[0]);           /* never kept */
+        assert_true(x.req_msg_new[1] == !round); /* kept after round 0 */
+        json_decref(v);
+        xchg_release(&x);
+    }
+    xchg_cache_free(cache);
+    buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +721,9 @@ int main(void)
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),
+        cmocka_unit_test(test_batch_failure_isolated),
+        cmocka_unit_test(test_req_json_shares_messages),
+        cmocka_unit_test(test_req_json_big_message_not_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

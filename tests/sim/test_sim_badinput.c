@@ -222,6 +222,7 @@ struct conc_arg {
     int i;
     long status;
     char *reply;
+    char err[256]; /* the client's error, when the request failed */
 };
 
 static void *conc_one(void *ud)
@@ -236,7 +237,9 @@ static void *conc_one(void *ud)
     json_t *out = NULL;
     struct diag d;
     pthread_barrier_wait(a->bar);
-    if (!http_json(c, url, body, NULL, 60000, &a->status, &out, &d)) {
+    if (http_json(c, url, body, NULL, 60000, &a->status, &out, &d)) {
+        snprintf(a->err, sizeof(a->err), "%s", d.msg);
+    } else {
         json_t *m = json_object_get(
             json_array_get(json_object_get(out, "choices"), 0), "message");
         const char *s = json_string_value(json_object_get(m, "content"));
@@ -273,8 +276,9 @@ static void test_64_simultaneous_connections(void **state)
                  i * 7 + 1);
         if (args[i].status != 200 || !args[i].reply ||
             strcmp(args[i].reply, want)) {
-            print_message("client %d: HTTP %ld '%s'\n", i, args[i].status,
-                          args[i].reply ? args[i].reply : "(none)");
+            print_message("client %d: HTTP %ld '%s' %s\n", i, args[i].status,
+                          args[i].reply ? args[i].reply : "(none)",
+                          args[i].err);
             bad++;
         }
         free(args[i].reply);

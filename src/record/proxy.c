@@ -46,6 +46,8 @@
 #define EASY_POOL 64
 #define STOP_GRACE_S 5
 #define BATCH_MAX 256
+/* in flight at most, for an exchange to be stored on the loop's thread */
+#define INLINE_MAX_ACTIVE 2
 #define MEMO_SLOTS 64
 
 struct name_memo {
@@ -83,6 +85,7 @@ struct record {
     struct ex *q_head, *q_tail; /* to store */
     struct ex *d_head, *d_tail; /* stored, back to the loop */
     bool quit;
+    bool storing_now; /* store_batch is running, on either thread */
     struct event *done_ev;
     int wake[2]; /* writer -> loop: a byte per handed-back batch; a pipe
                   * rather than event_active keeps libevent lock-free */
@@ -749,6 +752,49 @@ static void up_body(void *ud, const char *p, size_t n)
     got_body(ud, p, n);
 }
 
+static void store_batch(struct record *r, struct ex **batch, size_t n);
+
+/* Hands stored exchanges back to the loop (under r->mu). */
+static void handed_back(struct record *r, struct ex **batch, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        batch[i]->wnext = NULL;
+        if (r->d_tail)
+            r->d_tail->wnext = batch[i];
+        else
+            r->d_head = batch[i];
+        r->d_tail = batch[i];
+    }
+}
+
+/* Stores a lone exchange on the loop's own thread when the writer is idle
+ * with nothing queued and few exchanges are in flight: the writer would
+ * take it alone anyway, and the two thread hand-offs (wake the writer, wake
+ * the loop) are most of what a lone exchange waits for on a busy machine.
+ * Under load the writer thread keeps doing the work, in batches, beside
+ * the loop. The client still gets its last byte only after the commit:
+ * complete() runs from on_stored, activated here. */
+static bool store_inline(struct record *r, struct ex *e)
+{
+    bool mine;
+    if (r->nactive > INLINE_MAX_ACTIVE)
+        return false;
+    pthread_mutex_lock(&r->mu);
+    mine = !r->q_head && !r->storing_now;
+    if (mine)
+        r->storing_now = true;
+    pthread_mutex_unlock(&r->mu);
+    if (!mine)
+        return false;
+    store_batch(r, &e, 1);
+    pthread_mutex_lock(&r->mu);
+    r->storing_now = false;
+    handed_back(r, &e, 1);
+    pthread_mutex_unlock(&r->mu);
+    event_active(r->done_ev, EV_READ, 0);
+    return true;
+}
+
 static void finish_as(struct ex *e, enum xchg_end end);
 
 static void up_done(void *ud, int err, const char *why)
@@ -952,7 +998,7 @@ static void finish_as(struct ex *e, enum xchg_end end)
     r->nstoring++;
     /* stored before the client sees the end: complete() runs when the
      * writer hands it back */
-    if (r->writer_started)
+    if (r->writer_started && !store_inline(r, e))
         enqueue(r, e);
 }
 
@@ -1230,8 +1276,9 @@ static void *writer_main(void *arg)
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&r->mu);
-        while (!r->q_head && !r->quit)
+        while ((!r->q_head || r->storing_now) && !r->quit)
             pthread_cond_wait(&r->cv, &r->mu);
+        r->storing_now = r->q_head != NULL;
         while (r->q_head && n < BATCH_MAX) {
             batch[n++] = r->q_head;
             r->q_head = r->q_head->wnext;
@@ -1243,14 +1290,8 @@ static void *writer_main(void *arg)
             break; /* quit with an empty queue */
         store_batch(r, batch, n);
         pthread_mutex_lock(&r->mu);
-        for (size_t i = 0; i < n; i++) {
-            batch[i]->wnext = NULL;
-            if (r->d_tail)
-                r->d_tail->wnext = batch[i];
-            else
-                r->d_head = batch[i];
-            r->d_tail = batch[i];
-        }
+        r->storing_now = false;
+        handed_back(r, batch, n);
         pthread_mutex_unlock(&r->mu);
         if (write(r->wake[1], "x", 1) < 0) {
             /* full pipe: the loop has wake-ups pending already */

@@ -702,6 +702,10 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
             if (fid == forced)
                 lp->pos[i].forced_lp = x;
             drift_lp_pool_add(lp, fid, x);
+            if (s->p < s->end && *s->p == ',') { /* the usual: no space */
+                s->p++;
+                continue;
+            }
             if (next(s, '}', &more))
                 return -2;
             continue;
@@ -895,12 +899,15 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         double x;
         uint64_t id;
         bool ok;
-        if (s.end - s.p >= TRIPLE_MAX && triple_fast(&s, &x, &id))
+        if (s.end - s.p >= TRIPLE_MAX && triple_fast(&s, &x, &id)) {
             ok = true;
-        else if (triple(&s, &x, &id, &ok))
+            if (*s.p == ',') /* the usual: no space */
+                s.p++;
+            else if (next(&s, ']', &more))
+                return -2;
+        } else if (triple(&s, &x, &id, &ok) || next(&s, ']', &more)) {
             return -2;
-        if (next(&s, ']', &more))
-            return -2;
+        }
         if (i >= r->n)
             continue;
         lp->off[i] = lp->pool_len;
@@ -955,11 +962,17 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                     double x;
                     uint64_t id;
                     bool ok;
-                    if (t.end - t.p >= TRIPLE_MAX && triple_fast(&t, &x, &id))
-                        ok = true;
-                    else if (triple(&t, &x, &id, &ok))
-                        return -2;
-                    if (next(&t, ']', &m2))
+                    if (t.end - t.p >= TRIPLE_MAX && triple_fast(&t, &x, &id)) {
+                        drift_lp_pool_add(lp, id, x);
+                        if (*t.p == ',') { /* the usual: no space */
+                            t.p++;
+                            continue;
+                        }
+                        if (next(&t, ']', &m2))
+                            return -2;
+                        continue;
+                    }
+                    if (triple(&t, &x, &id, &ok) || next(&t, ']', &m2))
                         return -2;
                     if (ok)
                         drift_lp_pool_add(lp, id, x);

@@ -125,6 +125,7 @@ void drift_lp_finish(struct drift_lp *lp)
     for (uint32_t i = 0; i < lp->n; i++) {
         lp->pos[i].top =
             lp->pool && lp->pos[i].n_known ? lp->pool + lp->off[i] : NULL;
+        lp->pos[i].checked = false;
         if (!lp->valid[i])
             lp->n_invalid++;
         if (!lp->valid[i])
@@ -142,6 +143,9 @@ void drift_lp_finish(struct drift_lp *lp)
                 lp->n_invalid++;
                 break;
             }
+        /* valid, and top[0..n_top) was deduplicated by _pos_close (the
+         * only place n_top is set; later entries go after n_known) */
+        lp->pos[i].checked = lp->valid[i] != 0;
     }
 }
 
@@ -215,39 +219,15 @@ static void masks64(const char *s, uint64_t *bs, uint64_t *q, uint64_t *sp)
  * done with bit masks (the bytes inside strings are the prefix XOR of the
  * quotes); the rest a byte at a time, as before. Replacements write
  * neither quotes nor 'N'/'I', so masks taken before them stay right for
- * quotes, and each 'N'/'I' is checked again in place.
+ * quotes, and each 'N'/'I' is checked again in place. Most answers have
+ * neither (sglang's arrays hold numbers and null): then there is nothing
+ * to rewrite and no need to follow strings (scan.c says so at once).
  */
-/* Whether s[0..len) holds an 'N' or an 'I' anywhere: most answers have
- * neither (sglang's arrays hold numbers and null), and then there is
- * nothing to rewrite and no need to follow strings. */
-static bool has_n_or_i(const char *s, size_t len)
-{
-    size_t i = 0;
-#if defined(__SSE2__)
-    const __m128i vn = _mm_set1_epi8('N'), vi = _mm_set1_epi8('I');
-    for (; len - i >= 64; i += 64) {
-        __m128i acc = _mm_setzero_si128();
-        for (int k = 0; k < 4; k++) {
-            __m128i x = _mm_loadu_si128(
-                (const __m128i *)(const void *)(s + i + 16 * k));
-            acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi8(x, vn),
-                                                 _mm_cmpeq_epi8(x, vi)));
-        }
-        if (_mm_movemask_epi8(acc))
-            return true;
-    }
-#endif
-    for (; i < len; i++)
-        if (s[i] == 'N' || s[i] == 'I')
-            return true;
-    return false;
-}
-
 size_t drift_json_sanitize(char *s, size_t len)
 {
     size_t n = 0, i = 0;
     bool in_str = false, esc = false;
-    if (!has_n_or_i(s, len))
+    if (!drift_scan_n_or_i(s, len))
         return 0;
 #if defined(__SSE2__)
     for (; len - i >= 64; i += 64) {

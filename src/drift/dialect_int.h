@@ -31,6 +31,20 @@ void drift_lp_finish(struct drift_lp *lp);
 void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i);
 
 /*
+ * The whole-text searches (scan.c), AVX2 when the CPU has it, else the
+ * baseline (SSE2 or bytes); both give the same answers. drift_scan_n_or_i:
+ * whether s[0..len) holds an 'N' or an 'I'. drift_scan_find: the first
+ * occurrence of nd (nl >= 4 bytes) in [p, end), as memmem. drift_scan_force
+ * (tests): -1 chooses by the CPU (the default), 0 the baseline, 1 AVX2 when
+ * drift_scan_has_avx2(); not to be called while other threads scan.
+ */
+bool drift_scan_n_or_i(const char *s, size_t len);
+const char *drift_scan_find(const char *p, const char *end, const char *nd,
+                            size_t nl);
+void drift_scan_force(int level);
+bool drift_scan_has_avx2(void);
+
+/*
  * Exact decimal to double (dec2dbl.c, Eisel-Lemire): m * 10^q correctly
  * rounded (to nearest, ties to even) into *out and true, or false when it
  * cannot tell cheaply (a possible tie, a result that would be subnormal or

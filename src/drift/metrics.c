@@ -111,6 +111,8 @@ static int index_find(const struct index *ix, uint64_t key)
 
 static int validate(const struct drift_pos *p)
 {
+    if (p->checked)
+        return 0; /* the reader checked the same */
     if (bad_lp(p->forced_lp))
         return -EINVAL;
     uint32_t n = p->n_known > p->n_top ? p->n_known : p->n_top;
@@ -148,10 +150,40 @@ static inline double exp_same(double lq, double lp, double ep)
     return lq == lp ? ep : exp(lq);
 }
 
-static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
-                       const struct index *cix, uint32_t *overlap,
-                       struct exps *ex)
+/*
+ * The candidate's entry for key, which the golden lists at rank i: its
+ * clamped logprob in *lq and whether it is in the candidate's top in *top;
+ * false when the candidate does not know key. When the candidate lists the
+ * same key at the same rank inside its top, and its top keys are distinct
+ * (c->checked), that entry is the one the index would find (the first with
+ * the key): the index is built only when that shortcut fails.
+ */
+static inline bool lookup(const struct drift_pos *c, struct index *cix,
+                          bool *built, uint32_t i, uint64_t key, double *lq,
+                          bool *top)
 {
+    if (c->checked && i < c->n_top && i < DRIFT_TOPK_MAX &&
+        c->top[i].key == key) {
+        *lq = clamp_lp(c->top[i].lp);
+        *top = true;
+        return true;
+    }
+    if (!*built) {
+        index_build(cix, c);
+        *built = true;
+    }
+    int k = index_find(cix, key);
+    if (k < 0)
+        return false;
+    *lq = cix->lp[k];
+    *top = cix->top[k];
+    return true;
+}
+
+static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
+                       struct index *cix, uint32_t *overlap, struct exps *ex)
+{
+    bool built = false;
     double kl = 0, sp = 0, sq = 0, lpx = clamp_lp(g->forced_lp);
     double lqx = clamp_lp(c->forced_lp);
     bool x_in_top = false;
@@ -159,17 +191,18 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
     *overlap = 0;
     ex->have_top[0] = ex->have_top[1] = false;
     for (uint32_t i = 0; i < n; i++) {
-        double lp = clamp_lp(g->top[i].lp), lq;
-        int k = index_find(cix, g->top[i].key);
-        if (k >= 0 && cix->top[k])
+        double lp = clamp_lp(g->top[i].lp), lq, lqk = 0;
+        bool in_top = false;
+        bool known = lookup(c, cix, &built, i, g->top[i].key, &lqk, &in_top);
+        if (known && in_top)
             (*overlap)++;
         bool forced = g->top[i].key == g->forced;
         if (forced) {
             x_in_top = true;
             lp = lpx; /* the forced entry is authoritative */
             lq = lqx;
-        } else if (k >= 0) {
-            lq = cix->lp[k];
+        } else if (known) {
+            lq = lqk;
         } else {
             continue; /* unknown on the candidate: merged into the tail */
         }
@@ -225,7 +258,6 @@ int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
     out->lp_g = clamp_lp(g->forced_lp);
     out->lp_c = clamp_lp(c->forced_lp);
     out->dlp = out->lp_c == out->lp_g ? 0 : out->lp_c - out->lp_g;
-    index_build(&cix, c);
     out->kl = kl_bound(g, c, &cix, &ov, &ex);
     /* exp(lp_c) and exp(lp_g) are exp(lqx) and exp(lpx) of kl_bound */
     out->dp = out->dlp == 0 ? 0 : ex.qx - ex.px;

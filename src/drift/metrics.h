@@ -32,6 +32,11 @@ struct drift_pos {
     uint32_t n_known; /* >= n_top: top[n_top..n_known) are extra entries
                          (sglang token_ids_logprob) used only for lookups */
     const struct drift_tok *top;
+    /* set by the answer readers (drift_lp_finish) once forced_lp and every
+     * top[] logprob are known valid and top[0..n_top) has distinct keys:
+     * drift_pos_compare then skips its own checks. Leave it false (zero)
+     * for positions built any other way. */
+    bool checked;
 };
 
 /* Per-position result. kl is KL(P||Q) over the partition {golden top-k} +

@@ -3,6 +3,7 @@
  * the same positions; short answers, NaN, null and missing logprobs are
  * counted, not read as numbers; request bodies carry the dialect's fields.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -215,6 +216,71 @@ static void test_sanitizer_matches_reference(void **state)
     assert_true(rewrites > 1000);
     buf_release(&a);
     buf_release(&b);
+}
+
+/* Random text of lengths 0-600 over an alphabet rich in the bytes the
+ * scans look for, for test_scan_paths_agree. */
+static size_t scan_text(struct rng *r, char *s, size_t cap)
+{
+    static const char alpha[] = "\"input_tokNI,[]0123456789_:x";
+    size_t n = rng_below(r, cap);
+    bool has_ni = rng_below(r, 2);
+    for (size_t k = 0; k < n; k++) {
+        s[k] = alpha[rng_below(r, sizeof(alpha) - 1)];
+        if (!has_ni && (s[k] == 'N' || s[k] == 'I'))
+            s[k] = 'x';
+    }
+    /* plant whole keys, sometimes at the very end */
+    for (int k = rng_below(r, 3); k > 0 && n >= 24; k--) {
+        static const char key[] = "\"input_token_logprobs\"";
+        size_t at = rng_below(r, 2) ? n - (sizeof(key) - 1)
+                                    : rng_below(r, n - (sizeof(key) - 1) + 1);
+        memcpy(s + at, key, sizeof(key) - 1);
+    }
+    s[n] = '\0';
+    return n;
+}
+
+/* The AVX2 scans (when the CPU has them) and the baseline ones give the
+ * same answers on the same texts, and both agree with memmem and a plain
+ * byte loop. */
+static void test_scan_paths_agree(void **state)
+{
+    (void)state;
+    static const char *const needle[] = {"\"input_to", "\"prompt_logprobs\"",
+                                         "\"input_token_logprobs\"", "NI,["};
+    char s[700];
+    struct rng r;
+    rng_seed(&r, 4242);
+    unsigned found = 0, ni = 0;
+    for (int i = 0; i < 30000; i++) {
+        size_t n = scan_text(&r, s, 601);
+        bool want_ni = memchr(s, 'N', n) || memchr(s, 'I', n);
+        size_t from[4];
+        for (size_t k = 0; k < 4; k++) {
+            from[k] = rng_below(&r, 40);
+            if (from[k] > n)
+                from[k] = n;
+        }
+        for (int path = 0; path < 2; path++) {
+            drift_scan_force(path);
+            assert_int_equal(drift_scan_n_or_i(s, n), want_ni);
+            for (size_t k = 0; k < 4; k++) {
+                size_t nl = strlen(needle[k]);
+                const char *want =
+                    memmem(s + from[k], n - from[k], needle[k], nl);
+                assert_ptr_equal(
+                    drift_scan_find(s + from[k], s + n, needle[k], nl), want);
+                found += want != NULL;
+            }
+        }
+        ni += want_ni;
+    }
+    drift_scan_force(-1);
+    assert_true(found > 10000);
+    assert_true(ni > 10000 && ni < 20000);
+    if (!drift_scan_has_avx2())
+        print_message("no AVX2 on this CPU: only the baseline scans ran\n");
 }
 
 static void test_wrong_shape_is_an_error(void **state)
@@ -457,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_short_and_bad_entries_are_counted),
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),
         cmocka_unit_test(test_sanitizer_matches_reference),
+        cmocka_unit_test(test_scan_paths_agree),
         cmocka_unit_test(test_wrong_shape_is_an_error),
         cmocka_unit_test(test_request_bodies),
         cmocka_unit_test(test_fast_reader_numbers_match_strtod),

@@ -8,15 +8,17 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
+#include "core/rng.h"
 #include "drift/metrics.h"
 
 static struct drift_pos mk(const struct drift_tok *t, uint32_t n,
                            uint64_t forced, double flp)
 {
-    struct drift_pos p = {forced, flp, n, n, t};
+    struct drift_pos p = {forced, flp, n, n, t, false};
     return p;
 }
 
@@ -119,6 +121,82 @@ static void test_text_keys(void **state)
     assert_true(drift_key_text("token_id:4x", 11) & DRIFT_KEY_TEXT);
 }
 
+/* A random top list of n distinct keys from a small range, sorted as the
+ * readers leave it, plus extra lookup-only entries after it. */
+static void rand_pos(struct rng *r, struct drift_tok *t, uint32_t n,
+                     uint32_t extra, struct drift_pos *p)
+{
+    uint32_t k = 0;
+    while (k < n + extra) {
+        uint64_t key = 100 + rng_below(r, 40);
+        bool dup = false;
+        for (uint32_t j = 0; j < k && j < n; j++)
+            dup = dup || t[j].key == key;
+        if (dup && k < n)
+            continue; /* the top has distinct keys; extras may repeat */
+        t[k].key = key;
+        t[k].lp =
+            rng_below(r, 8) == 0 ? t[k ? k - 1 : 0].lp : -6.0 * rng_unit(r);
+        k++;
+    }
+    drift_tok_sort(t, n);
+    uint64_t forced =
+        rng_below(r, 2) && n ? t[rng_below(r, n)].key : 100 + rng_below(r, 40);
+    double flp = -6.0 * rng_unit(r);
+    for (uint32_t j = 0; j < n; j++)
+        if (t[j].key == forced)
+            flp = t[j].lp;
+    *p = mk(t, n, forced, flp);
+    p->n_known = n + extra;
+}
+
+/* The reader's promise (checked: valid logprobs, distinct top keys) lets
+ * drift_pos_compare skip its checks and look candidate keys up at the
+ * golden's rank before building its index: the results are the same bits
+ * as without the promise, on candidates that share the golden's order,
+ * part of it, or none of it. */
+static void test_checked_positions_compare_alike(void **state)
+{
+    (void)state;
+    struct rng r;
+    struct drift_tok tg[40], tc[40];
+    rng_seed(&r, 99);
+    unsigned shortcut = 0;
+    for (int i = 0; i < 200000; i++) {
+        struct drift_pos g, c;
+        uint32_t ng = (uint32_t)rng_below(&r, 21),
+                 nc = (uint32_t)rng_below(&r, 21);
+        rand_pos(&r, tg, ng, (uint32_t)rng_below(&r, 3), &g);
+        if (rng_below(&r, 2)) { /* the golden's list, perturbed a little */
+            memcpy(tc, tg, sizeof(tg));
+            nc = ng;
+            c = g;
+            c.top = tc;
+            for (uint32_t j = 0; j < nc; j++)
+                if (rng_below(&r, 3) == 0)
+                    tc[j].lp -= 1e-3 * rng_unit(&r);
+            drift_tok_sort(tc, nc);
+            if (rng_below(&r, 4) == 0)
+                c.forced_lp -= 1e-3;
+            shortcut++;
+        } else {
+            rand_pos(&r, tc, nc, (uint32_t)rng_below(&r, 3), &c);
+            c.forced = g.forced;
+        }
+        struct drift_pm a, b;
+        memset(&a, 0, sizeof(a));
+        memset(&b, 0, sizeof(b));
+        g.checked = c.checked = false;
+        int ra = drift_pos_compare(&g, &c, 0.2, &a);
+        g.checked = c.checked = true;
+        int rb = drift_pos_compare(&g, &c, 0.2, &b);
+        assert_int_equal(ra, 0);
+        assert_int_equal(rb, 0);
+        assert_memory_equal(&a, &b, sizeof(a));
+    }
+    assert_true(shortcut > 90000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -129,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_bad_logprobs_are_rejected),
         cmocka_unit_test(test_forced_outside_topk_and_no_topk),
         cmocka_unit_test(test_text_keys),
+        cmocka_unit_test(test_checked_positions_compare_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -277,11 +277,18 @@ static void test_batch_variance_alone_vs_concurrent(void **state)
     for (int i = 0; i < K; i++)
         pthread_join(th[i], NULL);
     pthread_barrier_destroy(&bar);
+    /* on a loaded machine one of the four may arrive after the window
+     * closed and be served alone (as `alone`); at least two arriving
+     * together are enough to show that the batch changes the noise */
+    int differ = 0;
     for (int i = 0; i < K; i++) {
         assert_non_null(args[i].text);
-        assert_string_not_equal(args[i].text, alone);
+        differ += strcmp(args[i].text, alone) != 0;
         free(args[i].text);
     }
+    print_message("%d of %d concurrent requests differ from the lone one\n",
+                  differ, K);
+    assert_true(differ >= 2);
     free(alone);
     json_decref(a1);
     json_decref(a2);

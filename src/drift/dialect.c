@@ -524,8 +524,8 @@ static void sglang_pos(struct drift_lp *lp, uint32_t i, const json_t *tok,
     lp->pos[i].forced_lp = num(json_array_get(tok, 0));
     if (json_is_array(top))
         sglang_list(lp, top);
-    size_t before = lp->pool_len;
     drift_lp_pos_close(lp, i, top_k);
+    size_t before = lp->pool_len; /* after the dedup shrank the top */
     if (json_is_array(extra)) {
         sglang_list(lp, extra); /* lookups only, after the top */
         lp->pos[i].n_known += (uint32_t)(lp->pool_len - before);

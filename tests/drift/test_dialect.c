@@ -86,6 +86,28 @@ static void test_dialects_parse_alike(void **state)
     drift_lp_release(&c);
 }
 
+/* sglang's token_ids_logprob entries are kept for lookups after the top
+ * list, also when the top list had a duplicate that the dedup removed */
+static void test_sglang_extra_ids_after_duplicate_top(void **state)
+{
+    (void)state;
+    struct drift_lp lp;
+    drift_lp_init(&lp);
+    parse_one(DRIFT_DIALECT_SGLANG,
+              "{\"meta_info\":{\"input_token_logprobs\":[[null,0,null],"
+              "[-0.5,300,null],[-2.0,301,null]],\"input_top_logprobs\":[null,"
+              "[[-0.5,300,null]],[[-0.2,9,null],[-0.2,9,null],[-2.0,301,"
+              "null]]],\"input_token_ids_logprob\":[null,null,[[-3.0,55,"
+              "null]]]}}",
+              &lp);
+    assert_true(lp.valid[2]);
+    assert_int_equal(lp.pos[2].n_top, 2);
+    assert_int_equal(lp.pos[2].n_known, 3);
+    assert_int_equal(lp.pos[2].top[2].key, 55);
+    assert_true(lp.pos[2].top[2].lp == -3.0);
+    drift_lp_release(&lp);
+}
+
 static void test_short_and_bad_entries_are_counted(void **state)
 {
     (void)state;
@@ -520,6 +542,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dialects_parse_alike),
+        cmocka_unit_test(test_sglang_extra_ids_after_duplicate_top),
         cmocka_unit_test(test_short_and_bad_entries_are_counted),
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),
         cmocka_unit_test(test_sanitizer_matches_reference),

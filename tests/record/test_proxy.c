@@ -23,33 +23,13 @@
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
+#include "util/recfx.h"
 #include "util/upstream.h"
-
-struct fx {
-    struct upstream *up;
-    char *dir;
-    char db[256];
-    char spill[256];
-    struct proc rec;
-    char url[64];
-};
 
 static int fx_setup_with(void **state, const char *const extra[],
                          const char *upstream)
 {
-    struct fx *f = xcalloc(1, sizeof(*f));
-    f->up = upstream_start();
-    f->dir = rec_tmpdir();
-    if (!f->up || !f->dir)
-        return -1;
-    snprintf(f->db, sizeof(f->db), "%s/r.db", f->dir);
-    snprintf(f->spill, sizeof(f->spill), "%s/r.db.spill.jsonl", f->dir);
-    if (rec_start_record(&f->rec, upstream ? upstream : upstream_url(f->up),
-                         f->db, extra))
-        return -1;
-    snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d", f->rec.port);
-    *state = f;
-    return 0;
+    return (*state = recfx_start(extra, upstream)) ? 0 : -1;
 }
 
 static int fx_setup(void **state)
@@ -59,20 +39,13 @@ static int fx_setup(void **state)
 
 static int fx_teardown(void **state)
 {
-    struct fx *f = *state;
-    if (!f)
-        return 0;
-    if (f->rec.pid > 0)
-        proc_stop(&f->rec);
-    upstream_stop(f->up);
-    rec_rmdir(f->dir);
-    free(f);
+    recfx_stop(*state);
     return 0;
 }
 
 /* Stops record (SIGTERM: it must exit 0 with everything stored) and loads
  * the store. */
-static json_t *stop_and_load(struct fx *f)
+static json_t *stop_and_load(struct recfx *f)
 {
     assert_int_equal(proc_stop(&f->rec), 0);
     json_t *all = rec_load(f->db);
@@ -88,7 +61,7 @@ static const char *jstr(json_t *o, const char *path1, const char *path2)
     return json_string_value(v);
 }
 
-static char *url_of(const struct fx *f, const char *path)
+static char *url_of(const struct recfx *f, const char *path)
 {
     return xasprintf("%s%s", f->url, path);
 }
@@ -105,7 +78,7 @@ static void fetch_ok(const char *url, const char *body, struct rec_resp *r)
  * byte for byte, for a sized JSON body, a chunked SSE stream and 1 MiB. */
 static void test_byte_exact_scripted(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     static const char *const routes[] = {"/json", "/sse", "/big"};
     for (int i = 0; i < 3; i++) {
         struct rec_resp direct, proxied;
@@ -210,7 +183,7 @@ static int start_sim(struct proc *p, char url[64])
  * "created" seconds are masked before comparing. */
 static void test_byte_exact_sim(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     struct proc sim_a, sim_b, rec;
     char url_a[64], url_b[64], db[300];
     assert_int_equal(start_sim(&sim_a, url_a), 0);
@@ -292,7 +265,7 @@ static void unlock_store(sqlite3 *s)
  * the spill file. */
 static void test_secrets_never_stored(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     const char *const h[] = {"Authorization: Bearer sk-test-SECRET-4242",
                              "x-api-key: SECRET-4243",
                              "api-key: SECRET-4244",
@@ -404,7 +377,7 @@ static int fx_setup_small_body(void **state)
 
 static void test_oversize_request_413(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     char big[2001], ok[901];
     memset(big, 'a', 2000);
     big[2000] = '\0';
@@ -442,7 +415,7 @@ static void test_oversize_request_413(void **state)
 
 static void test_malformed_json_forwarded_and_flagged(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     static const char bad[] = "{\"messages\": [{\"role\": \"user\", oops";
     const char *const h[] = {"Content-Type: application/json", NULL};
     char *u = url_of(f, "/echo");
@@ -467,7 +440,7 @@ static void test_malformed_json_forwarded_and_flagged(void **state)
  * sent, then the connection closes without the end of the response. */
 static void test_upstream_reset_mid_stream(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     size_t n;
     char *sent = upstream_body("/reset", &n);
     char *u = url_of(f, "/reset");
@@ -500,7 +473,7 @@ static void test_upstream_reset_mid_stream(void **state)
  * (the upstream sees its peer close) and stores the exchange. */
 static void test_client_gone_cancels_upstream(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     char *u = url_of(f, "/slow");
     struct rec_resp r;
     rec_resp_init(&r);
@@ -539,7 +512,7 @@ static int count_fn(const struct xchg *x, void *ud)
  * file, which xchg_spill_each reads back. */
 static void test_store_locked_spills(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     struct rec_resp r;
     char *u = url_of(f, "/json");
     fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &r);
@@ -569,7 +542,7 @@ static void test_store_locked_spills(void **state)
 /* Session header and request kinds. */
 static void test_session_header_and_kinds(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     const char *const h[] = {"x-session-affinity: ses_abc",
                              "Content-Type: application/json", NULL};
     static const char title[] =
@@ -615,7 +588,7 @@ static size_t discard(char *p, size_t sz, size_t n, void *ud)
 /* Keep-alive on the client side: a second request reuses the connection. */
 static void test_keep_alive(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     char *u = url_of(f, "/json");
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, u);
@@ -640,7 +613,7 @@ static int fx_setup_timeout(void **state)
  * the connection closes; stored as a timeout. */
 static void test_upstream_timeout(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     char *u = url_of(f, "/slow");
     struct rec_resp r;
     rec_resp_init(&r);

@@ -27,30 +27,13 @@
 
 #include "core/xalloc.h"
 #include "util/rec.h"
+#include "util/recfx.h"
 #include "util/upstream.h"
-
-struct fx {
-    struct upstream *up;
-    char *dir;
-    char db[256];
-    struct proc rec;
-    char url[64];
-};
 
 static int fx_setup_with(void **state, const char *timeout)
 {
-    struct fx *f = xcalloc(1, sizeof(*f));
     const char *const extra[] = {"--timeout", timeout, NULL};
-    f->up = upstream_start();
-    f->dir = rec_tmpdir();
-    if (!f->up || !f->dir)
-        return -1;
-    snprintf(f->db, sizeof(f->db), "%s/u.db", f->dir);
-    if (rec_start_record(&f->rec, upstream_url(f->up), f->db, extra))
-        return -1;
-    snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d", f->rec.port);
-    *state = f;
-    return 0;
+    return (*state = recfx_start(extra, NULL)) ? 0 : -1;
 }
 
 static int fx_setup(void **state)
@@ -60,18 +43,11 @@ static int fx_setup(void **state)
 
 static int fx_teardown(void **state)
 {
-    struct fx *f = *state;
-    if (!f)
-        return 0;
-    if (f->rec.pid > 0)
-        proc_stop(&f->rec);
-    upstream_stop(f->up);
-    rec_rmdir(f->dir);
-    free(f);
+    recfx_stop(*state);
     return 0;
 }
 
-static json_t *stop_and_load(struct fx *f)
+static json_t *stop_and_load(struct recfx *f)
 {
     assert_int_equal(proc_stop(&f->rec), 0);
     json_t *all = rec_load(f->db);
@@ -91,7 +67,7 @@ static long jint(json_t *o, const char *key)
 
 /* GETs path directly and through record; both must succeed with the
  * same status and body, and the body must be what the upstream sent. */
-static void same_both_ways(struct fx *f, const char *path, long status)
+static void same_both_ways(struct recfx *f, const char *path, long status)
 {
     struct rec_resp d, p;
     char *ud = xasprintf("%s%s", upstream_url(f->up), path);
@@ -123,7 +99,7 @@ static void same_both_ways(struct fx *f, const char *path, long status)
  * the client got it. */
 static void test_framings_byte_exact(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     static const char *const paths[] = {"/chunked", "/bigchunked", "/close",
                                         "/interim", "/bighead",    NULL};
     for (int i = 0; paths[i]; i++)
@@ -159,7 +135,7 @@ static size_t sink(char *p, size_t sz, size_t n, void *ud)
  * the wrong bytes. */
 static void test_responses_without_body(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     static const char *const paths[] = {"/204", "/304", "/json", "/json"};
     static const long want[] = {204, 304, 200, 200};
     struct buf body = BUF_INIT, head = BUF_INIT;
@@ -213,7 +189,7 @@ static void test_responses_without_body(void **state)
     json_decref(all);
 }
 
-static void get_json_through(struct fx *f, const char *path)
+static void get_json_through(struct recfx *f, const char *path)
 {
     struct rec_resp r;
     char *u = xasprintf("%s%s", f->url, path);
@@ -235,7 +211,7 @@ static void get_json_through(struct fx *f, const char *path)
  * again on a new connection. */
 static void test_upstream_closes_keepalive(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     get_json_through(f, "/kaclose");
     get_json_through(f, "/json");
     get_json_through(f, "/dropnext");
@@ -255,7 +231,7 @@ static void test_upstream_closes_keepalive(void **state)
  * error. Record keeps serving after both. */
 static void test_upstream_faults(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     struct rec_resp r;
     size_t n;
     char *sent = upstream_body("/resetsized", &n);
@@ -296,7 +272,7 @@ static void test_upstream_faults(void **state)
 /* 3 MiB of request body reach the upstream untouched. */
 static void test_large_request_body(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     size_t n = (size_t)3 << 20;
     char *body = xmalloc(n);
     for (size_t i = 0; i < n; i++)
@@ -345,7 +321,7 @@ static void raw_exchange(int port, const char *req, struct buf *out)
  * a chunked JSON reply reach it as plain bytes ended by the close. */
 static void test_http10_client_gets_unchunked(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     static const char *const paths[] = {"/sse", "/chunked"};
     for (int i = 0; i < 2; i++) {
         struct buf got = BUF_INIT;
@@ -377,7 +353,7 @@ static int fx_setup_timeout(void **state)
  * served. */
 static void test_upstream_silent_gives_504(void **state)
 {
-    struct fx *f = *state;
+    struct recfx *f = *state;
     char *u = xasprintf("%s/hang", f->url);
     struct rec_resp r;
     rec_resp_init(&r);

@@ -783,6 +783,21 @@ static void add_skip(struct sc *read, const char *b, const char *e)
     read->skip_e[read->n_skip++] = e;
 }
 
+/* At the value of a key the reader found: steps into its array. *arr is
+ * its '[', *more whether it has an element; -2 when it is not an array. */
+static int open_array(struct sc *s, const char **arr, bool *more)
+{
+    ws(s);
+    if (s->p >= s->end || *s->p != '[')
+        return -2;
+    *arr = s->p++;
+    ws(s);
+    *more = !(s->p < s->end && *s->p == ']');
+    if (!*more)
+        s->p++;
+    return 0;
+}
+
 static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
                      struct drift_lp *lp, struct sc *read)
 {
@@ -790,14 +805,10 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
     if (!at)
         return -2;
     struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
-    ws(&s);
-    if (s.p >= s.end || *s.p != '[')
+    const char *arr;
+    bool more;
+    if (open_array(&s, &arr, &more))
         return -2;
-    const char *arr = s.p++;
-    ws(&s);
-    bool more = !(s.p < s.end && *s.p == ']');
-    if (!more)
-        s.p++;
     uint32_t i = 0;
     for (; more; i++) {
         ws(&s);
@@ -886,14 +897,10 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     if (!at)
         return -2;
     struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
-    ws(&s);
-    if (s.p >= s.end || *s.p != '[')
+    const char *arr;
+    bool more;
+    if (open_array(&s, &arr, &more))
         return -2;
-    const char *arr = s.p++;
-    ws(&s);
-    bool more = !(s.p < s.end && *s.p == ']');
-    if (!more)
-        s.p++;
     uint32_t i = 0;
     for (; more; i++) {
         double x;

@@ -133,20 +133,27 @@ int http_do(struct http_client *c, const struct http_req *req,
     return ret;
 }
 
+void http_json_headers(const char **hdrs, const char *const *extra)
+{
+    size_t n = 0;
+
+    hdrs[n++] = "Content-Type: application/json";
+    for (const char *const *h = extra; h && *h && n < HTTP_JSON_HEADERS_MAX - 1;
+         h++)
+        hdrs[n++] = *h;
+    hdrs[n] = NULL;
+}
+
 int http_json(struct http_client *c, const char *url, json_t *body,
               const char *const *headers, long timeout_ms, long *status,
               json_t **out, struct diag *d)
 {
-    const char *hdrs[64];
-    size_t n = 0;
+    const char *hdrs[HTTP_JSON_HEADERS_MAX];
     char *text = NULL;
     struct http_resp resp;
     int ret;
 
-    hdrs[n++] = "Content-Type: application/json";
-    for (const char *const *h = headers; h && *h && n < 63; h++)
-        hdrs[n++] = *h;
-    hdrs[n] = NULL;
+    http_json_headers(hdrs, headers);
     struct http_req req = {.method = body ? "POST" : "GET",
                            .url = url,
                            .headers = hdrs,

@@ -48,6 +48,14 @@ int http_do(struct http_client *c, const struct http_req *req,
             struct http_resp *resp, struct diag *d);
 
 /*
+ * Fills hdrs (room for HTTP_JSON_HEADERS_MAX entries) with
+ * "Content-Type: application/json", then the NULL-terminated extra headers
+ * (those past the room are dropped), then NULL.
+ */
+#define HTTP_JSON_HEADERS_MAX 64
+void http_json_headers(const char **hdrs, const char *const *extra);
+
+/*
  * POSTs body as JSON (GET when body is NULL) and parses a JSON answer into
  * *out (new reference; NULL when the answer is not JSON, with d saying so
  * and -EBADMSG returned). *status gets the HTTP status either way.

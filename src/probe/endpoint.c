@@ -244,12 +244,8 @@ int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
     char *text = probe_json_dump(body, hint, &tlen);
     json_decref(body);
     char *url = xasprintf("%s/tokenize", e->url);
-    const char *hdrs[64];
-    size_t n = 0;
-    hdrs[n++] = "Content-Type: application/json";
-    for (const char *const *h = e->headers; h && *h && n < 63; h++)
-        hdrs[n++] = *h;
-    hdrs[n] = NULL;
+    const char *hdrs[HTTP_JSON_HEADERS_MAX];
+    http_json_headers(hdrs, e->headers);
     struct http_req req = {.method = "POST",
                            .url = url,
                            .body = text,
@@ -363,12 +359,8 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
     char *text = probe_json_dump(body, pc->chars, &tlen);
     json_decref(body);
     char *url = xasprintf("%s/v1/chat/completions", e->url);
-    const char *hdrs[64];
-    size_t n = 0;
-    hdrs[n++] = "Content-Type: application/json";
-    for (const char *const *h = e->headers; h && *h && n < 63; h++)
-        hdrs[n++] = *h;
-    hdrs[n] = NULL;
+    const char *hdrs[HTTP_JSON_HEADERS_MAX];
+    http_json_headers(hdrs, e->headers);
     struct http_req req = {.method = "POST",
                            .url = url,
                            .body = text,

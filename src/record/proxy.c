@@ -315,11 +315,24 @@ static bool is_secret_memo(struct record *r, const char *name)
     return m->secret;
 }
 
+/* Whether h[i]'s name is the name of an earlier field, byte for byte (a
+ * repeated header; the JSON object's keys are case-sensitive too). */
+static bool is_repeat(const struct h1_header *h, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (h[j].name_len == h[i].name_len &&
+            !memcmp(h[j].name, h[i].name, h[i].name_len))
+            return true;
+    return false;
+}
+
+/* Adds a header to the store's copy; repeat: the name may be there
+ * already (its value is then joined), else it is known not to be. */
 static void json_add_header(struct record *r, json_t *o, const char *name,
-                            const char *value)
+                            const char *value, bool repeat)
 {
     const char *v = is_secret_memo(r, name) ? REDACTED : value;
-    json_t *old = json_object_get(o, name);
+    json_t *old = repeat ? json_object_get(o, name) : NULL;
     if (json_is_string(old)) { /* repeated header: join as RFC 9110 5.3 */
         char *j = xasprintf("%s, %s", json_string_value(old), v);
         json_object_set_new(o, name, json_string(j));
@@ -381,7 +394,8 @@ static void take_req_headers(struct ex *e, const struct h1_req *q,
     for (size_t i = 0; i < q->nheaders; i++) {
         const struct h1_header *h = &q->headers[i];
         const char *key = h->name, *value = h->value;
-        json_add_header(e->r, e->x.req_headers, key, value);
+        json_add_header(e->r, e->x.req_headers, key, value,
+                        is_repeat(q->headers, i));
         if ((key[0] | 0x20) == 'c' && h1_name_is(h, "content-type"))
             e->ct = value;
         if (is_not_forwarded(key))
@@ -536,7 +550,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    json_add_header(e->r, e->resp_headers, name, value);
+    json_add_header(e->r, e->resp_headers, name, value, true);
     if (!strcasecmp(name, "content-type"))
         e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
     if (!strcasecmp(name, "content-length"))
@@ -660,7 +674,8 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
         buf_addch(b, '\0');
         buf_add(b, x->value, x->value_len);
         const char *name = b->data, *value = b->data + x->name_len + 1;
-        json_add_header(e->r, e->resp_headers, name, value);
+        json_add_header(e->r, e->resp_headers, name, value,
+                        is_repeat(h->headers, i));
         if (h1_name_is(x, "content-type"))
             e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
         if (!is_hop_by_hop(name))

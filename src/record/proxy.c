@@ -285,13 +285,21 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 static bool is_hop_by_hop(const char *name)
 {
-    static const char *const hop[] = {
-        "connection", "keep-alive",        "proxy-connection", "te",
-        "trailer",    "transfer-encoding", "upgrade",          NULL};
-    for (int i = 0; hop[i]; i++)
-        if (!strcasecmp(name, hop[i]))
-            return true;
-    return false;
+    switch (name[0] | 0x20) {
+    case 'c':
+        return !strcasecmp(name, "connection");
+    case 'k':
+        return !strcasecmp(name, "keep-alive");
+    case 'p':
+        return !strcasecmp(name, "proxy-connection");
+    case 't':
+        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
+               !strcasecmp(name, "transfer-encoding");
+    case 'u':
+        return !strcasecmp(name, "upgrade");
+    default:
+        return false;
+    }
 }
 
 /* is_secret_header() with a memo: the same few header names come with
@@ -656,7 +664,6 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
                     uint64_t len)
 {
     struct ex *e = ud;
-    struct buf *b = &e->r->wire;
     e->status = h->status;
     e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
     e->resp_headers = json_object();
@@ -669,11 +676,7 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
              f == H1_SIZED && len < ((size_t)1 << 20) ? (size_t)len : 4096);
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct h1_header *x = &h->headers[i];
-        buf_reset(b);
-        buf_add(b, x->name, x->name_len);
-        buf_addch(b, '\0');
-        buf_add(b, x->value, x->value_len);
-        const char *name = b->data, *value = b->data + x->name_len + 1;
+        const char *name = x->name, *value = x->value; /* NUL-terminated */
         json_add_header(e->r, e->resp_headers, name, value,
                         is_repeat(h->headers, i));
         if (h1_name_is(x, "content-type"))

@@ -266,6 +266,19 @@ static bool has_head_end(struct evbuffer *in, size_t from)
            evbuffer_search(in, "\n\n", 2, &start).pos >= 0;
 }
 
+/* Ends the reason, names and values of h with a NUL in place (the byte
+ * after each is a colon, blank or line end of the head, which is
+ * consumed once parsed). */
+static void terminate_in_place(const struct h1_head *h)
+{
+    ((char *)h->reason)[h->reason_len] = '\0';
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct h1_header *f = &h->headers[i];
+        ((char *)f->name)[f->name_len] = '\0';
+        ((char *)f->value)[f->value_len] = '\0';
+    }
+}
+
 /* Reads the response head; 1 when the body phase began, 0 for more input,
  * -1 when q is finished or gone. */
 static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
@@ -308,6 +321,7 @@ static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
         c->keep = h1_keep_alive(&u->head) && c->fr != H1_CLOSE;
         c->left = len;
         h1_chunked_init(&c->ch);
+        terminate_in_place(&u->head);
         c->in_cb = true;
         q->cbs->head(q->ud, &u->head, c->fr, len);
         if (!after_cb(c, q))

@@ -23,7 +23,8 @@ struct upc_req;
  * 1xx interim responses are skipped), body zero or more times, done once.
  * After done, or after upc_cancel, nothing more is called. */
 struct upc_cbs {
-    /* h and its slices are valid during the call only */
+    /* h and its slices are valid during the call only; the reason, the
+     * names and the values are NUL-terminated in place */
     void (*head)(void *ud, const struct h1_head *h, enum h1_framing f,
                  uint64_t len);
     void (*body)(void *ud, const char *p, size_t n);

@@ -359,6 +359,10 @@ static void response_done(struct front_conn *c)
         return;
     }
     read_on(c);
+    if (c->in.len == c->in_off && c->in.alloc > BIG_BUF) {
+        buf_release(&c->in); /* after a large upload */
+        c->in_off = 0;
+    }
     if (!c->close_after && c->in.len > c->in_off)
         defer(c);
 }
@@ -410,7 +414,10 @@ static void refuse(struct front_conn *c, int status, const char *type,
     c->keep = false;
     c->busy = false;
     c->head_seen = false;
-    c->minor = 1;          /* the request's own version may be what is wrong */
+    /* the request's own version may be what is wrong; a HEAD before it
+     * does not make this answer body-less */
+    c->minor = 1;
+    c->head_req = false;
     c->in_off = c->in.len; /* nothing more is parsed */
     simple_response(c, status, json, (size_t)n);
     c->close_after = true;

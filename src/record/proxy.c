@@ -1163,7 +1163,8 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     struct record *r = arg;
     char drain[256];
     (void)what;
-    while (fd >= 0 && read(fd, drain, sizeof(drain)) > 0)
+    /* a short read emptied the pipe: no second read to learn EAGAIN */
+    while (fd >= 0 && read(fd, drain, sizeof(drain)) == (ssize_t)sizeof(drain))
         ;
     pthread_mutex_lock(&r->mu);
     struct ex *e = r->d_head;

@@ -144,6 +144,14 @@ static void test_malformed_requests_400(void **state)
     assert_refused(buf_str(&got), "HTTP/1.1 417", "expectation_failed");
     buf_release(&got);
     assert_int_equal(upstream_requests(f->up), 0);
+    /* a malformed request after a HEAD still gets its JSON body (the
+     * HEAD's "no body" once leaked into the refusal) */
+    buf_init(&got, 0);
+    exchange(f, "HEAD /json HTTP/1.1\r\n\r\nGARBAGE\r\n\r\n", &got);
+    const char *second = strstr(buf_str(&got), "HTTP/1.1 400");
+    assert_non_null(second);
+    assert_refused(second, "HTTP/1.1 400", "bad_request");
+    buf_release(&got);
 }
 
 /* A head longer than 64 KiB: 431. */

@@ -1276,11 +1276,12 @@ static void send_upstream(struct record *r, struct ex *e,
         buf_add(b, "\r\n", 2);
     }
     buf_add(b, "\r\n", 2);
-    struct evbuffer *msg = evbuffer_new();
-    evbuffer_add(msg, b->data, b->len);
-    if (e->body.len)
-        evbuffer_add(msg, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, msg, e->head_req, &UP_CBS, e, e->curl_err,
+    struct buf msg;
+    buf_init(&msg, 0);
+    buf_grow(&msg, b->len + e->body.len);
+    buf_add(&msg, b->data, b->len);
+    buf_add(&msg, e->body.data, e->body.len);
+    e->upq = upc_send(r->upc, &msg, e->head_req, &UP_CBS, e, e->curl_err,
                       sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);

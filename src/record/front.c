@@ -27,7 +27,8 @@
 #include "core/buf.h"
 #include "core/xalloc.h"
 
-#define READ_MIN 4096 /* free space a read asks for at least */
+/* free space a read asks for at least (4095: buffers of 4 KiB) */
+#define READ_MIN 4095
 /* buffered beyond the request being answered: more, and reading pauses */
 #define BUSY_READ_MAX (H1_MAX_HEAD + 65536)
 #define LINGER_S 2

@@ -25,7 +25,8 @@
 
 #define CONNECT_TIMEOUT_S 10
 #define MAX_IDLE 1024
-#define READ_MIN 4096  /* free space a read asks for at least */
+/* free space a read asks for at least (4095: buffers of 4 KiB) */
+#define READ_MIN 4095
 #define READ_MAX 65536 /* ... and at most, when reads keep filling it */
 #define BIG_BUF (256 * 1024)
 

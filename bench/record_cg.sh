@@ -78,9 +78,24 @@ for _ in $(seq 50); do
 done
 N=$(grep -o 'stopped; [0-9]*' "$tmp/rec.err" | grep -o '[0-9]*$')
 echo "$KIND exchanges: $N"
+# store_batch runs on either thread (a lone exchange is stored on the
+# loop's): its sum over both is the cost of storing, wherever it ran, and
+# "loop only" is record_run without the store_batch calls on the loop's
+# thread, the forwarding loop's own cost whatever the writer's load
 for f in "$tmp"/cg.*; do
     callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        grep -E "proxy.c:(record_run|writer_main) \[" || true
+        grep -E "proxy.c:(record_run|writer_main|store_batch) \[" |
+        sed "s|^|$(basename "$f") |" || true
 done | awk -v n="$N" '{
-    gsub(",", "", $1); f = $3; sub(/.*:/, "", f)
-    printf "%-12s %8.0f instructions per exchange\n", f, $1 / n }'
+    x = $2; gsub(",", "", x)
+    f = $0; sub(/ \[.*/, "", f); sub(/.*:/, "", f)
+    v[$1 " " f] = x
+    if (f == "store_batch") { sb += x; next }
+    printf "%-12s %8.0f instructions per exchange\n", f, x / n
+    if (f == "record_run") loop = $1
+} END {
+    printf "%-12s %8.0f instructions per exchange (both threads)\n",
+        "store_batch", sb / n
+    if (loop != "")
+        printf "%-12s %8.0f instructions per exchange (loop only)\n",
+            "record_run", (v[loop " record_run"] - v[loop " store_batch"]) / n }'

@@ -1,9 +1,10 @@
 /*
- * h1: HTTP/1.1 response heads, body framing and the chunked coding, for
- * the upstream side of the recording proxy (see h1.h). Strict where a
- * lenient reading would let a response smuggle a second one (differing
- * Content-Length values, folded or malformed header lines, chunk sizes
- * that overflow), lenient about bare LF line ends.
+ * h1: HTTP/1.1 request and response heads, body framing and the chunked
+ * coding, for both sides of the recording proxy (see h1.h). Strict where
+ * a lenient reading would let a message smuggle a second one (differing
+ * Content-Length values, Content-Length beside Transfer-Encoding in a
+ * request, folded or malformed header lines, chunk sizes that overflow),
+ * lenient about bare LF line ends.
  */
 #include "record/h1.h"
 
@@ -12,13 +13,26 @@
 
 #define LINE_MAX_ 8192 /* a chunk-size or trailer line longer is an error */
 
+/* RFC 9110 section 5.6.2 token characters, by byte */
+static const bool TCHAR[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1,
+    ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1,
+    ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1,
+    ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1,
+    ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1,
+    ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1,
+    ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1,
+    ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
 static bool is_tchar(unsigned char c)
 {
-    /* RFC 9110 section 5.6.2 token characters */
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-        (c >= 'A' && c <= 'Z'))
-        return true;
-    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    return TCHAR[c];
 }
 
 /* The line at p[0..n) without its LF (and CR): its length, or -2 when no
@@ -118,6 +132,68 @@ int h1_parse_head(const char *p, size_t n, struct h1_head *h)
     }
 }
 
+/* "method SP request-target SP HTTP/1.d" (RFC 9112 section 3). */
+static int parse_request_line(const char *p, size_t n, struct h1_req *q)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)p[i]))
+        i++;
+    if (!i || i >= n || p[i] != ' ')
+        return -1;
+    q->method = p;
+    q->method_len = i;
+    size_t t = ++i;
+    while (i < n && p[i] != ' ') {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7f)
+            return -1;
+        i++;
+    }
+    if (i == t || n - i != 9 || memcmp(p + i, " HTTP/1.", 8) ||
+        p[i + 8] < '0' || p[i + 8] > '9')
+        return -1;
+    q->target = p + t;
+    q->target_len = i - t;
+    q->minor = p[i + 8] - '0';
+    return 0;
+}
+
+int h1_parse_request(const char *p, size_t n, struct h1_req *q)
+{
+    size_t pos = 0, next;
+    long len;
+    if (n > H1_MAX_HEAD)
+        n = H1_MAX_HEAD;
+    /* a client may send an extra CRLF after a body (section 2.2) */
+    while (pos < n && (p[pos] == '\r' || p[pos] == '\n')) {
+        if (p[pos] == '\r' && pos + 1 < n && p[pos + 1] != '\n')
+            return -1;
+        pos++;
+    }
+    len = line_at(p + pos, n - pos, &next);
+    if (len == -2)
+        return n >= H1_MAX_HEAD ? -3 : -2;
+    if (parse_request_line(p + pos, (size_t)len, q))
+        return -1;
+    q->nheaders = 0;
+    pos += next;
+    for (;;) {
+        len = line_at(p + pos, n - pos, &next);
+        if (len == -2)
+            return n >= H1_MAX_HEAD ? -3 : -2;
+        if (len == 0)
+            return (int)(pos + next);
+        if (p[pos] == ' ' || p[pos] == '\t')
+            return -1; /* obs-fold */
+        if (q->nheaders == H1_MAX_HEADERS)
+            return -3;
+        if (parse_field(p + pos, (size_t)len, &q->headers[q->nheaders]))
+            return -1;
+        q->nheaders++;
+        pos += next;
+    }
+}
+
 bool h1_name_is(const struct h1_header *f, const char *name)
 {
     size_t n = strlen(name);
@@ -196,7 +272,7 @@ int h1_framing(const struct h1_head *h, bool head_req, enum h1_framing *f,
     return 0;
 }
 
-static bool has_token(const char *v, size_t n, const char *tok)
+bool h1_has_token(const char *v, size_t n, const char *tok)
 {
     size_t tl = strlen(tok);
     for (size_t i = 0; i + tl <= n; i++)
@@ -207,19 +283,55 @@ static bool has_token(const char *v, size_t n, const char *tok)
     return false;
 }
 
-bool h1_keep_alive(const struct h1_head *h)
+/* The close and keep-alive options of the Connection fields among h. */
+static void conn_options(const struct h1_header *h, size_t n, bool *close,
+                         bool *keep)
 {
-    bool close = false, keep = false;
-    for (size_t i = 0; i < h->nheaders; i++) {
-        const struct h1_header *x = &h->headers[i];
+    *close = *keep = false;
+    for (size_t i = 0; i < n; i++) {
+        const struct h1_header *x = &h[i];
         if (!h1_name_is(x, "connection"))
             continue;
-        close |= has_token(x->value, x->value_len, "close");
-        keep |= has_token(x->value, x->value_len, "keep-alive");
+        *close |= h1_has_token(x->value, x->value_len, "close");
+        *keep |= h1_has_token(x->value, x->value_len, "keep-alive");
     }
-    if (close)
-        return false;
-    return h->minor >= 1 || keep;
+}
+
+bool h1_keep_alive(const struct h1_head *h)
+{
+    bool close, keep;
+    conn_options(h->headers, h->nheaders, &close, &keep);
+    return !close && (h->minor >= 1 || keep);
+}
+
+bool h1_req_keep_alive(const struct h1_req *q)
+{
+    bool close, keep;
+    conn_options(q->headers, q->nheaders, &close, &keep);
+    return !close && (q->minor >= 1 || keep);
+}
+
+int h1_req_framing(const struct h1_req *q, enum h1_framing *f, uint64_t *len)
+{
+    bool has_cl = false, has_te = false, chunked = false;
+    *len = 0;
+    for (size_t i = 0; i < q->nheaders; i++) {
+        const struct h1_header *x = &q->headers[i];
+        if (h1_name_is(x, "transfer-encoding")) {
+            const char *t;
+            size_t tl;
+            last_token(x->value, x->value_len, &t, &tl);
+            has_te = true;
+            chunked = tl == 7 && !strncasecmp(t, "chunked", 7);
+        } else if (h1_name_is(x, "content-length")) {
+            if (content_length(x->value, x->value_len, &has_cl, len))
+                return -1;
+        }
+    }
+    if (has_te && (!chunked || has_cl))
+        return -1;
+    *f = has_te ? H1_CHUNKED : has_cl && *len ? H1_SIZED : H1_NONE;
+    return 0;
 }
 
 /* ---- chunked ---- */

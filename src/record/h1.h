@@ -1,10 +1,11 @@
 /*
- * h1: the HTTP/1.1 response framing record's upstream client needs (RFC
- * 9112): the status line and header block, how the body is delimited, and
- * the chunked transfer coding. Zero-copy in the picohttpparser manner: the
- * parsers return slices into the caller's buffer and -2 for "need more
- * input"; nothing allocates. Used by upstream.c; fuzzed by
- * tests/fuzz/fuzz_h1.c.
+ * h1: the HTTP/1.1 framing record needs on both of its sides (RFC 9112):
+ * response status lines and header blocks (upclient.c), request lines and
+ * header blocks (front.c), how a body is delimited, and the chunked
+ * transfer coding. Zero-copy in the picohttpparser manner: the parsers
+ * return slices into the caller's buffer and -2 for "need more input";
+ * nothing allocates. Fuzzed by tests/fuzz/fuzz_h1.c (responses, chunked)
+ * and tests/fuzz/fuzz_h1req.c (requests).
  */
 #ifndef RECORD_H1_H
 #define RECORD_H1_H
@@ -38,6 +39,24 @@ struct h1_head {
  * is not. */
 int h1_parse_head(const char *p, size_t n, struct h1_head *h);
 
+struct h1_req {
+    int minor; /* HTTP/1.<minor> */
+    const char *method, *target;
+    size_t method_len, target_len;
+    size_t nheaders;
+    struct h1_header headers[H1_MAX_HEADERS];
+};
+
+/* Parses a request line and headers from p[0..n) (RFC 9112 sections 3 and
+ * 5; empty lines before the request line are skipped, section 2.2).
+ * Returns the length consumed including the blank line, -2 when no
+ * complete head is there yet (and n is under H1_MAX_HEAD), -1 when it is
+ * malformed (request line not "token SP target SP HTTP/1.d", a control
+ * character in the target, a field that is not "token: value", obsolete
+ * line folding), -3 when it is longer than H1_MAX_HEAD or has more than
+ * H1_MAX_HEADERS fields. Slices in q point into p. */
+int h1_parse_request(const char *p, size_t n, struct h1_req *q);
+
 enum h1_framing {
     H1_NONE,    /* no body (HEAD, 1xx, 204, 304) */
     H1_SIZED,   /* Content-Length */
@@ -54,6 +73,18 @@ int h1_framing(const struct h1_head *h, bool head_req, enum h1_framing *f,
 /* Whether the connection can carry another request after this response
  * (HTTP/1.1 without "Connection: close", or HTTP/1.0 with keep-alive). */
 bool h1_keep_alive(const struct h1_head *h);
+/* How a request's body is delimited (RFC 9112 section 6.3): H1_NONE (no
+ * body), H1_SIZED (*len bytes) or H1_CHUNKED. -1 when the framing is
+ * invalid: a malformed or differing Content-Length, a Transfer-Encoding
+ * whose last coding is not chunked, or both headers at once (refused
+ * rather than guessed: the request smuggling of RFC 9112 section 11.2). */
+int h1_req_framing(const struct h1_req *q, enum h1_framing *f, uint64_t *len);
+/* The same keep-alive rule for a request: HTTP/1.1 unless "Connection:
+ * close", HTTP/1.0 only with "Connection: keep-alive". */
+bool h1_req_keep_alive(const struct h1_req *q);
+/* Whether value v (vl bytes) holds token tok as one of its comma-separated
+ * elements, case-insensitively. */
+bool h1_has_token(const char *v, size_t vl, const char *tok);
 /* Case-insensitive header name match. */
 bool h1_name_is(const struct h1_header *f, const char *name);
 

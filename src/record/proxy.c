@@ -1,6 +1,7 @@
 /*
- * proxy: the event loop of `fidelity record`. Client side: evhttp, replies
- * streamed with evhttp_send_reply_start/chunk/end. Upstream side: for an
+ * proxy: the event loop of `fidelity record`. Client side: front.c, record's
+ * own HTTP/1.1 server (requests handed over whole, replies streamed with
+ * front_start/front_body/front_end). Upstream side: for an
  * http:// upstream, upclient.c (bufferevents, a keep-alive pool, h1.c's
  * parser); for https://, a curl multi handle driven by libevent
  * (curl_multi_socket_action with one event per socket and one timer, the
@@ -15,10 +16,6 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,8 +30,8 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "http/method.h"
 #include "record/classify.h"
+#include "record/front.h"
 #include "record/record.h"
 #include "record/reply.h"
 #include "record/sse.h"
@@ -62,8 +59,7 @@ struct record {
     struct record_opts o;
     char *upstream; /* without a trailing slash */
     struct event_base *base;
-    struct evhttp *http;
-    struct evhttp_bound_socket *bound;
+    struct front *front; /* the client side */
     int port;
     CURLM *multi;
     struct event *timer;
@@ -72,7 +68,6 @@ struct record {
     struct xchg_cache *cache;
     struct classify_state *cls;
     struct ex *active;  /* in flight, doubly linked */
-    struct ex *closing; /* reset replies draining before the close */
     struct ex *storing; /* finished, with the writer thread */
     size_t nactive, nstoring;
     /* The writer thread: parses requests, classifies and commits finished
@@ -99,9 +94,6 @@ struct record {
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
     struct buf wire;    /* scratch: the request head being built */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
-    bool rewriting;                    /* rewrite_413() runs */
-    struct ex *dirty;                  /* client output added this loop pass */
-    struct event *flush_ev;            /* writes it at the end of the pass */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
     pthread_t ck_thread;
@@ -115,22 +107,24 @@ struct sock {
     short kind;      /* what ev waits for; 0: not added yet */
 };
 
-enum ex_state { EX_ACTIVE, EX_CLOSING };
-
-/* How body pieces reach the client (start_reply) */
-enum out_mode { OUT_NONE, OUT_RAW, OUT_CHUNKED };
+/* Where the events of a stream end (the HTML standard's event stream
+ * grammar: a blank line ends an event, which counts when it had a data
+ * field), for the gaps between them; the writer parses the stream. */
+struct gap_scan {
+    size_t len;   /* bytes of the current line so far */
+    char head[5]; /* its first bytes */
+    bool after_cr, has_data;
+};
 
 struct ex {
     struct record *r;
     struct ex *prev, *next;
-    struct ex *wnext; /* writer queues */
-    enum ex_state state;
-    bool ct_json;               /* request Content-Type mentions json */
-    const char *ct;             /* its Content-Type, during intake */
-    int outcome;                /* 0 stored, 1 spilled, 2 lost */
-    struct evhttp_request *req; /* NULL once evhttp has freed it */
-    struct evhttp_connection *evcon;
-    bool own_req; /* evhttp detached req: we free it */
+    struct ex *wnext;        /* writer queues */
+    bool ct_json;            /* request Content-Type mentions json */
+    const char *ct;          /* its Content-Type, during intake */
+    int outcome;             /* 0 stored, 1 spilled, 2 lost */
+    struct front_conn *fc;   /* the client's connection; NULL once gone */
+    bool head_req, finished; /* a HEAD request; finish_as() ran */
     CURL *easy;
     struct upc_req *upq; /* the upclient request, while in flight */
     int up_err;          /* how upclient ended it (upclient.h) */
@@ -140,7 +134,7 @@ struct ex {
     struct xchg x;
     struct buf resp;
     bool resp_capped;
-    struct sse_parser sse; /* event boundaries, for the gaps */
+    struct gap_scan gs; /* event boundaries, for the gaps */
     double last_event_ms, max_gap_ms;
     bool headers_done, reply_started, client_gone;
     int status;
@@ -148,14 +142,8 @@ struct ex {
     json_t *resp_headers;
     int64_t content_length; /* -1: none */
     int64_t forwarded;
-    struct buf held;         /* the end of a sized body, sent once stored */
-    struct evbuffer *out;    /* the client connection's, once the head left */
-    struct bufferevent *bev; /* ... and its bufferevent */
-    enum out_mode out_mode;
-    struct ex *dprev, *dnext; /* r->dirty: output to write this pass */
-    bool dirty;
-    struct evbuffer_cb_entry *drain_cb;
-    struct event *close_ev;
+    struct buf held; /* the end of a sized body, sent once stored */
+    struct buf rh;   /* response header lines for the client */
     double t0, up_first, down_first;
     char curl_err[CURL_ERROR_SIZE];
 };
@@ -210,32 +198,19 @@ static void list_del(struct ex **head, struct ex *e)
     e->prev = e->next = NULL;
 }
 
-static struct ex *find_by_conn(struct ex *head, struct evhttp_connection *c)
-{
-    for (; head; head = head->next)
-        if (head->evcon == c)
-            return head;
-    return NULL;
-}
-
-static void undirty(struct ex *e);
-
 static void ex_free(struct ex *e)
 {
     if (!e)
         return;
-    undirty(e);
     curl_slist_free_all(e->hdrs);
     free(e->url);
     buf_release(&e->body);
     xchg_release(&e->x);
     buf_release(&e->resp);
     buf_release(&e->held);
-    sse_release(&e->sse);
+    buf_release(&e->rh);
     free(e->reason);
     json_decref(e->resp_headers);
-    if (e->close_ev)
-        event_free(e->close_ev);
     free(e);
 }
 
@@ -310,13 +285,21 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 static bool is_hop_by_hop(const char *name)
 {
-    static const char *const hop[] = {
-        "connection", "keep-alive",        "proxy-connection", "te",
-        "trailer",    "transfer-encoding", "upgrade",          NULL};
-    for (int i = 0; hop[i]; i++)
-        if (!strcasecmp(name, hop[i]))
-            return true;
-    return false;
+    switch (name[0] | 0x20) {
+    case 'c':
+        return !strcasecmp(name, "connection");
+    case 'k':
+        return !strcasecmp(name, "keep-alive");
+    case 'p':
+        return !strcasecmp(name, "proxy-connection");
+    case 't':
+        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
+               !strcasecmp(name, "transfer-encoding");
+    case 'u':
+        return !strcasecmp(name, "upgrade");
+    default:
+        return false;
+    }
 }
 
 /* is_secret_header() with a memo: the same few header names come with
@@ -340,11 +323,24 @@ static bool is_secret_memo(struct record *r, const char *name)
     return m->secret;
 }
 
+/* Whether h[i]'s name is the name of an earlier field, byte for byte (a
+ * repeated header; the JSON object's keys are case-sensitive too). */
+static bool is_repeat(const struct h1_header *h, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (h[j].name_len == h[i].name_len &&
+            !memcmp(h[j].name, h[i].name, h[i].name_len))
+            return true;
+    return false;
+}
+
+/* Adds a header to the store's copy; repeat: the name may be there
+ * already (its value is then joined), else it is known not to be. */
 static void json_add_header(struct record *r, json_t *o, const char *name,
-                            const char *value)
+                            const char *value, bool repeat)
 {
     const char *v = is_secret_memo(r, name) ? REDACTED : value;
-    json_t *old = json_object_get(o, name);
+    json_t *old = repeat ? json_object_get(o, name) : NULL;
     if (json_is_string(old)) { /* repeated header: join as RFC 9110 5.3 */
         char *j = xasprintf("%s, %s", json_string_value(old), v);
         json_object_set_new(o, name, json_string(j));
@@ -392,34 +388,37 @@ static bool is_not_forwarded(const char *name)
     }
 }
 
-/* Copies the client's headers into e->x.req_headers (redacted) and, for
- * the upstream, onto wire (our client: "Name: value" lines) or into
- * e->hdrs (libcurl) when wire is NULL. */
-static void take_req_headers(struct ex *e, struct buf *wire)
+/* Copies the client's headers (q's, NUL-terminated in place by front.c)
+ * into e->x.req_headers (redacted) and, for the upstream, onto wire (our
+ * client: "Name: value" lines) or into e->hdrs (libcurl) when wire is
+ * NULL. */
+static void take_req_headers(struct ex *e, const struct h1_req *q,
+                             struct buf *wire)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(e->req);
-    struct evkeyval *kv;
     bool has_accept = false, has_ctype = false;
 
     e->x.req_headers = json_object();
     e->ct = NULL;
-    for (kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
-        json_add_header(e->r, e->x.req_headers, kv->key, kv->value);
-        if ((kv->key[0] | 0x20) == 'c' && !strcasecmp(kv->key, "content-type"))
-            e->ct = kv->value;
-        if (is_not_forwarded(kv->key))
+    for (size_t i = 0; i < q->nheaders; i++) {
+        const struct h1_header *h = &q->headers[i];
+        const char *key = h->name, *value = h->value;
+        json_add_header(e->r, e->x.req_headers, key, value,
+                        is_repeat(q->headers, i));
+        if ((key[0] | 0x20) == 'c' && h1_name_is(h, "content-type"))
+            e->ct = value;
+        if (is_not_forwarded(key))
             continue;
         if (wire) {
-            buf_adds(wire, kv->key);
+            buf_add(wire, key, h->name_len);
             buf_add(wire, ": ", 2);
-            buf_adds(wire, kv->value);
+            buf_add(wire, value, h->value_len);
             buf_add(wire, "\r\n", 2);
             continue;
         }
-        has_accept |= !strcasecmp(kv->key, "accept");
-        has_ctype |= !strcasecmp(kv->key, "content-type");
-        char *line = *kv->value ? xasprintf("%s: %s", kv->key, kv->value)
-                                : xasprintf("%s;", kv->key);
+        has_accept |= !strcasecmp(key, "accept");
+        has_ctype |= !strcasecmp(key, "content-type");
+        char *line =
+            *value ? xasprintf("%s: %s", key, value) : xasprintf("%s;", key);
         e->hdrs = curl_slist_append(e->hdrs, line);
         free(line);
     }
@@ -437,165 +436,64 @@ static void take_req_headers(struct ex *e, struct buf *wire)
 
 /* ---- client side ---- */
 
-static void send_json_error(struct evhttp_request *req, int code,
-                            const char *type, const char *msg)
+static void send_json_error(struct front_conn *c, int code, const char *type,
+                            const char *msg)
 {
     json_t *j = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg,
                           "type", type, "param", "code", type);
     char *s = json_dumps(j, JSON_COMPACT);
-    struct evbuffer *b = evbuffer_new();
-    evbuffer_add(b, s, strlen(s));
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "application/json");
-    evhttp_send_reply(req, code, NULL, b);
-    evbuffer_free(b);
+    front_json(c, code, s, strlen(s));
     free(s);
     json_decref(j);
 }
 
 static bool client_ok(const struct ex *e)
 {
-    return e->req && !e->client_gone;
+    return e->fc && !e->client_gone;
 }
 
-/* evhttp_send_reply_start() writes the head and decides the framing
- * (chunked when there is no Content-Length and the client speaks
- * HTTP/1.1). The body pieces are then added to the connection's output
- * buffer directly, framed as evhttp would (evhttp_send_reply_chunk()
- * formats each chunk size with printf and resets the bufferevent's
- * callbacks on every call: a fifth of the loop's cost for a stream);
- * evhttp_send_reply_end() still writes the last chunk and finishes. */
+/* The status line and the upstream's headers (e->rh) go to the client;
+ * front.c frames the body: sized when the upstream's was, else chunked
+ * for an HTTP/1.1 client and until the close for HTTP/1.0. */
 static void start_reply(struct ex *e)
 {
     if (e->reply_started || !client_ok(e))
         return;
     e->reply_started = true;
     int code = e->status ? e->status : 200;
-    evhttp_send_reply_start(e->req, code, e->reason);
-    const char *te = evhttp_find_header(
-        evhttp_request_get_output_headers(e->req), "Transfer-Encoding");
-    bool no_body = code < 200 || code == 204 || code == 304 ||
-                   evhttp_request_get_command(e->req) == EVHTTP_REQ_HEAD;
-    e->bev = evhttp_connection_get_bufferevent(e->evcon);
-    e->out = bufferevent_get_output(e->bev);
-    e->out_mode = te && !strcasecmp(te, "chunked") ? OUT_CHUNKED
-                  : no_body                        ? OUT_NONE
-                                                   : OUT_RAW;
-    /* record writes the output itself (flush_client); the write event is
-     * armed only for what the socket does not take at once */
-    bufferevent_disable(e->bev, EV_WRITE);
+    bool no_body = code < 200 || code == 204 || code == 304 || e->head_req;
+    front_start(e->fc, code, e->reason, e->reason ? strlen(e->reason) : 0,
+                e->rh.data, e->rh.len, e->content_length, no_body);
 }
 
-/* Writes what the client connection's output holds, now, as the
- * bufferevent's write callback would (it too unfreezes the buffer to
- * write it), instead of arming the write event and writing on the next
- * loop pass: one epoll_ctl pair and one loop pass less per response. Only
- * before evhttp_send_reply_end(): after it, evhttp waits for the
- * bufferevent's own write callback, which comes only when that callback
- * wrote something. */
-static void flush_client(struct ex *e)
+/* Appends a forwarded response header line for the client. */
+static void add_resp_line(struct ex *e, const char *name, size_t nl,
+                          const char *value, size_t vl)
 {
-    undirty(e);
-    if (!e->reply_started || !client_ok(e) || !evbuffer_get_length(e->out))
-        return;
-    evbuffer_unfreeze(e->out, 1);
-    evbuffer_write(e->out, bufferevent_getfd(e->bev));
-    evbuffer_freeze(e->out, 1);
-    if (evbuffer_get_length(e->out))
-        bufferevent_enable(e->bev, EV_WRITE);
-}
-
-static void undirty(struct ex *e)
-{
-    if (!e->dirty)
-        return;
-    if (e->dprev)
-        e->dprev->dnext = e->dnext;
-    else
-        e->r->dirty = e->dnext;
-    if (e->dnext)
-        e->dnext->dprev = e->dprev;
-    e->dprev = e->dnext = NULL;
-    e->dirty = false;
-}
-
-/* Output added now is written once this loop pass has run its callbacks:
- * the pieces one upstream read produced leave in one write. */
-static void mark_dirty(struct ex *e)
-{
-    struct record *r = e->r;
-    if (e->dirty)
-        return;
-    e->dirty = true;
-    e->dprev = NULL;
-    e->dnext = r->dirty;
-    if (r->dirty)
-        r->dirty->dprev = e;
-    r->dirty = e;
-    event_active(r->flush_ev, EV_TIMEOUT, 0);
-}
-
-static void on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    struct record *r = arg;
-    (void)fd;
-    (void)what;
-    while (r->dirty)
-        flush_client(r->dirty);
-}
-
-/* One chunk (RFC 9112 section 7.1), in one add: size line, data, CRLF. */
-static void add_chunk(struct evbuffer *out, const char *p, size_t n)
-{
-    char head[20];
-    size_t hl = 0;
-    for (int shift = (int)(sizeof(size_t) * 8) - 4; shift >= 0; shift -= 4) {
-        unsigned d = (unsigned)(n >> shift) & 0xf;
-        if (d || hl || !shift)
-            head[hl++] = "0123456789abcdef"[d];
-    }
-    head[hl++] = '\r';
-    head[hl++] = '\n';
-    struct evbuffer_iovec v;
-    if (evbuffer_reserve_space(out, (ev_ssize_t)(hl + n + 2), &v, 1) != 1) {
-        evbuffer_add(out, head, hl);
-        evbuffer_add(out, p, n);
-        evbuffer_add(out, "\r\n", 2);
-        return;
-    }
-    char *w = v.iov_base;
-    memcpy(w, head, hl);
-    memcpy(w + hl, p, n);
-    memcpy(w + hl + n, "\r\n", 2);
-    v.iov_len = hl + n + 2;
-    evbuffer_commit_space(out, &v, 1);
+    buf_add(&e->rh, name, nl);
+    buf_add(&e->rh, ": ", 2);
+    buf_add(&e->rh, value, vl);
+    buf_add(&e->rh, "\r\n", 2);
 }
 
 /* At the end of the upstream's headers. A sized body's status line and
  * headers wait for its first forwarded byte, or for complete() when the
  * whole body is held: they then leave in the same write as the body (one
- * writev and one segment instead of two per small JSON reply). A stream's
- * go at once. */
+ * write and one segment instead of two per small JSON reply). A stream's
+ * go at once (at the end of this loop pass). */
 static void start_reply_unless_sized(struct ex *e)
 {
     if (e->content_length >= 0)
         return;
     start_reply(e);
-    if (e->reply_started)
-        mark_dirty(e);
 }
 
 static void send_now(struct ex *e, const char *p, size_t n)
 {
-    if (!n)
+    if (!n || !client_ok(e))
         return;
     start_reply(e);
-    if (e->out_mode == OUT_CHUNKED)
-        add_chunk(e->out, p, n);
-    else if (e->out_mode == OUT_RAW)
-        evbuffer_add(e->out, p, n);
-    if (e->reply_started)
-        mark_dirty(e);
+    front_body(e->fc, p, n);
     if (!e->down_first)
         e->down_first = now_ms() - e->t0;
 }
@@ -640,8 +538,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
         e->resp_headers = json_object();
         e->content_length = -1;
         e->x.streamed = false;
-        if (e->req)
-            evhttp_clear_headers(evhttp_request_get_output_headers(e->req));
+        buf_reset(&e->rh);
         return len;
     }
     while (len && (p[len - 1] == '\r' || p[len - 1] == '\n'))
@@ -661,32 +558,78 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    json_add_header(e->r, e->resp_headers, name, value);
+    json_add_header(e->r, e->resp_headers, name, value, true);
     if (!strcasecmp(name, "content-type"))
         e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
     if (!strcasecmp(name, "content-length"))
         e->content_length = strtoll(value, NULL, 10);
-    if (!is_hop_by_hop(name) && e->req)
-        evhttp_add_header(evhttp_request_get_output_headers(e->req), name,
-                          value);
+    if (!is_hop_by_hop(name))
+        add_resp_line(e, name, strlen(name), value, strlen(value));
     free(name);
     free(value);
     return sz * n;
 }
 
-static int on_event(const char *event, const char *data, size_t len, void *ud)
+/* An event ended at time t (ms since the request came). */
+static void on_event(struct ex *e, double t)
 {
-    struct ex *e = ud;
-    (void)event;
-    (void)data;
-    (void)len;
-    /* only the timing here; the writer thread reassembles the reply from
-     * the captured stream, keeping JSON parsing off the forwarding path */
-    double t = now_ms() - e->t0;
     if (e->last_event_ms >= 0 && t - e->last_event_ms > e->max_gap_ms)
         e->max_gap_ms = t - e->last_event_ms;
     e->last_event_ms = t;
-    return 0;
+}
+
+/* A line of the stream ended. */
+static void gap_line(struct ex *e, double *t)
+{
+    struct gap_scan *g = &e->gs;
+    if (!g->len) {
+        if (g->has_data) {
+            if (*t < 0) /* one clock read per piece: its events came at once */
+                *t = now_ms() - e->t0;
+            on_event(e, *t);
+        }
+        g->has_data = false;
+    } else if ((g->len >= 5 && !memcmp(g->head, "data:", 5)) ||
+               (g->len == 4 && !memcmp(g->head, "data", 4))) {
+        g->has_data = true;
+    }
+    g->len = 0;
+}
+
+/* Finds the line ends (CRLF, LF or CR) in a piece of the stream; only the
+ * timing is taken here, the writer thread reassembles the reply from the
+ * captured stream, keeping parsing off the forwarding path. */
+static void gap_feed(struct ex *e, const char *s, size_t n)
+{
+    struct gap_scan *g = &e->gs;
+    double t = -1;
+    size_t i = 0;
+    while (i < n) {
+        if (g->after_cr) {
+            g->after_cr = false;
+            if (s[i] == '\n') {
+                i++;
+                continue;
+            }
+        }
+        const char *lf = memchr(s + i, '\n', n - i);
+        size_t end = lf ? (size_t)(lf - s) : n;
+        const char *cr = memchr(s + i, '\r', end - i);
+        if (cr)
+            end = (size_t)(cr - s);
+        if (g->len < sizeof(g->head)) {
+            size_t k = sizeof(g->head) - g->len;
+            if (k > end - i)
+                k = end - i;
+            memcpy(g->head + g->len, s + i, k);
+        }
+        g->len += end - i;
+        if (end == n)
+            break;
+        g->after_cr = s[end] == '\r';
+        i = end + 1;
+        gap_line(e, &t);
+    }
 }
 
 /* A piece of the response body (transfer coding removed): captured,
@@ -702,7 +645,7 @@ static void got_body(struct ex *e, const char *p, size_t len)
     if (!e->resp_capped && buf_add(&e->resp, p, len))
         e->resp_capped = true;
     if (e->x.streamed)
-        sse_feed(&e->sse, p, len, on_event, e);
+        gap_feed(e, p, len);
     forward(e, p, len);
 }
 
@@ -721,27 +664,25 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
                     uint64_t len)
 {
     struct ex *e = ud;
-    struct buf *b = &e->r->wire;
-    struct evkeyvalq *out =
-        e->req ? evhttp_request_get_output_headers(e->req) : NULL;
     e->status = h->status;
     e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
     e->resp_headers = json_object();
     /* a body-less response is "sized" at 0: its head leaves with the
      * end, once stored */
     e->content_length = f == H1_SIZED ? (int64_t)len : f == H1_NONE ? 0 : -1;
+    /* the capture buffer sized once: the body's length, or a stream's
+     * usual few KiB, instead of doubling from 64 bytes */
+    buf_grow(&e->resp,
+             f == H1_SIZED && len < ((size_t)1 << 20) ? (size_t)len : 4096);
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct h1_header *x = &h->headers[i];
-        buf_reset(b);
-        buf_add(b, x->name, x->name_len);
-        buf_addch(b, '\0');
-        buf_add(b, x->value, x->value_len);
-        const char *name = b->data, *value = b->data + x->name_len + 1;
-        json_add_header(e->r, e->resp_headers, name, value);
+        const char *name = x->name, *value = x->value; /* NUL-terminated */
+        json_add_header(e->r, e->resp_headers, name, value,
+                        is_repeat(h->headers, i));
         if (h1_name_is(x, "content-type"))
             e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
-        if (out && !is_hop_by_hop(name))
-            evhttp_add_header(out, name, value);
+        if (!is_hop_by_hop(name))
+            add_resp_line(e, x->name, x->name_len, x->value, x->value_len);
     }
     e->headers_done = true;
     start_reply_unless_sized(e);
@@ -865,56 +806,6 @@ static void fill_response(struct ex *e, double t)
     x->down_total_ms = t;
 }
 
-static void on_close_now(evutil_socket_t fd, short what, void *arg);
-static void on_drained(struct evbuffer *b, const struct evbuffer_cb_info *i,
-                       void *arg);
-
-/* After an upstream reset: let the client have what was forwarded, then
- * close its connection without ending the response. */
-static void close_after_drain(struct record *r, struct ex *e)
-{
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(e->evcon);
-    struct evbuffer *out = bufferevent_get_output(bev);
-    e->state = EX_CLOSING;
-    list_add(&r->closing, e);
-    e->close_ev = evtimer_new(r->base, on_close_now, e);
-    if (evbuffer_get_length(out) == 0) {
-        struct timeval tv = {0, 0};
-        evtimer_add(e->close_ev, &tv);
-        return;
-    }
-    e->drain_cb = evbuffer_add_cb(out, on_drained, e);
-}
-
-static void on_drained(struct evbuffer *b, const struct evbuffer_cb_info *i,
-                       void *arg)
-{
-    struct ex *e = arg;
-    (void)i;
-    if (evbuffer_get_length(b) || !e->drain_cb)
-        return;
-    evbuffer_remove_cb_entry(b, e->drain_cb);
-    e->drain_cb = NULL;
-    struct timeval tv = {0, 0};
-    evtimer_add(e->close_ev, &tv);
-}
-
-static void on_close_now(evutil_socket_t fd, short what, void *arg)
-{
-    struct ex *e = arg;
-    struct record *r = e->r;
-    (void)fd;
-    (void)what;
-    list_del(&r->closing, e);
-    if (e->evcon) {
-        struct evhttp_connection *c = e->evcon;
-        e->evcon = NULL;
-        e->req = NULL; /* freed with its connection */
-        evhttp_connection_free(c);
-    }
-    ex_free(e);
-}
-
 static void maybe_exit(struct record *r)
 {
     if (r->stopping && r->nactive == 0 && r->nstoring == 0) {
@@ -937,33 +828,27 @@ static void reply_error(struct ex *e, enum xchg_end end)
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
              e->r->upstream, what,
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(e->req, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
+    send_json_error(e->fc, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
 }
 
 /* The client side of a stored exchange: its last byte, an error reply, or
  * the close after an upstream reset. */
 static void complete(struct record *r, struct ex *e)
 {
-    if (!e->req) {
-        ex_free(e);
-    } else if (e->client_gone) {
-        if (e->own_req)
-            evhttp_request_free(e->req);
-        ex_free(e);
+    (void)r;
+    if (!client_ok(e)) {
+        /* the client went away meanwhile */
     } else if (e->x.end == XCHG_COMPLETE) {
         start_reply(e);
         send_now(e, e->held.data, e->held.len);
-        flush_client(e);
-        evhttp_send_reply_end(e->req);
-        ex_free(e);
+        front_end(e->fc);
     } else if (!e->headers_done) {
         reply_error(e, e->x.end);
-        ex_free(e);
-    } else { /* the status line and headers, then the close */
+    } else { /* the status line and headers, what came, then the close */
         start_reply(e);
-        flush_client(e);
-        close_after_drain(r, e);
+        front_abort(e->fc);
     }
+    ex_free(e);
 }
 
 static void enqueue(struct record *r, struct ex *e)
@@ -986,6 +871,7 @@ static void finish_as(struct ex *e, enum xchg_end end)
 
     list_del(&r->active, e);
     r->nactive--;
+    e->finished = true;
     release_easy(r, e);
     if (e->upq) { /* client gone, or stopping: cancel the upstream side */
         upc_cancel(e->upq);
@@ -1020,47 +906,18 @@ static void check_done(struct record *r)
     }
 }
 
-/* evhttp calls this when a client connection closes. */
-static void on_conn_close(struct evhttp_connection *c, void *arg)
+/* front.c: the client of an unanswered request went away. */
+static void on_client_gone(void *ud, struct front_conn *c, void *cud)
 {
-    struct record *r = arg;
-    struct ex *e = find_by_conn(r->closing, c);
-    if (e) { /* closed before our own close: finish the job here */
-        if (e->drain_cb) {
-            struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
-            evbuffer_remove_cb_entry(bufferevent_get_output(bev), e->drain_cb);
-            e->drain_cb = NULL;
-        }
-        e->evcon = NULL;
-        e->req = NULL;
-        if (!evtimer_pending(e->close_ev, NULL)) {
-            struct timeval tv = {0, 0};
-            evtimer_add(e->close_ev, &tv);
-        }
-        return;
-    }
-    e = find_by_conn(r->storing, c);
-    if (e) { /* gone while its exchange is being stored */
-        e->client_gone = true;
-        if (evhttp_request_get_connection(e->req) == NULL)
-            e->own_req = true;
-        else
-            e->req = NULL;
-        e->evcon = NULL;
-        return;
-    }
-    e = find_by_conn(r->active, c);
+    struct ex *e = cud;
+    (void)ud;
+    (void)c;
     if (!e)
         return;
+    e->fc = NULL;
     e->client_gone = true;
-    /* evhttp detaches a request whose reply is unfinished and leaves it to
-     * us; one still attached is freed with the connection. */
-    if (evhttp_request_get_connection(e->req) == NULL)
-        e->own_req = true;
-    else
-        e->req = NULL;
-    e->evcon = NULL;
-    finish(e, CURLE_OK);
+    if (!e->finished) /* else it is being stored: complete() frees it */
+        finish(e, CURLE_OK);
 }
 
 /* ---- request intake ---- */
@@ -1306,7 +1163,8 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     struct record *r = arg;
     char drain[256];
     (void)what;
-    while (fd >= 0 && read(fd, drain, sizeof(drain)) > 0)
+    /* a short read emptied the pipe: no second read to learn EAGAIN */
+    while (fd >= 0 && read(fd, drain, sizeof(drain)) == (ssize_t)sizeof(drain))
         ;
     pthread_mutex_lock(&r->mu);
     struct ex *e = r->d_head;
@@ -1338,6 +1196,12 @@ static void writer_stop(struct record *r)
     on_stored(-1, 0, r);
 }
 
+/* Methods whose request carries a Content-Length even when empty. */
+static bool sends_length(const char *m)
+{
+    return !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
+}
+
 static CURL *get_easy(struct record *r)
 {
     if (r->npool)
@@ -1351,7 +1215,7 @@ static CURL *get_easy(struct record *r)
 static void setup_easy(struct record *r, struct ex *e)
 {
     CURL *c = e->easy = get_easy(r);
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(e->req);
+    const char *m = e->x.method;
     curl_easy_setopt(c, CURLOPT_URL, e->url);
     curl_easy_setopt(c, CURLOPT_PRIVATE, e);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, e->hdrs);
@@ -1370,30 +1234,28 @@ static void setup_easy(struct record *r, struct ex *e)
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    if (cmd == EVHTTP_REQ_HEAD)
+    if (e->head_req)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    else if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
-             cmd == EVHTTP_REQ_PATCH) {
+    else if (e->body.len || sends_length(m)) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
                          (curl_off_t)e->body.len);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS,
                          e->body.data ? e->body.data : "");
     }
-    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_POST &&
-        cmd != EVHTTP_REQ_HEAD)
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, http_method_name(cmd));
-    else if (cmd == EVHTTP_REQ_GET && e->body.len)
+    if (strcmp(m, "GET") && strcmp(m, "POST") && strcmp(m, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+    else if (!strcmp(m, "GET") && e->body.len)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
 }
 
 /* Our client: the request head is built in one buffer (request line,
  * Host, the client's headers, Content-Length), the body copied after it. */
-static void send_upstream(struct record *r, struct ex *e, const char *uri,
-                          enum evhttp_cmd_type cmd)
+static void send_upstream(struct record *r, struct ex *e,
+                          const struct h1_req *q, const char *uri)
 {
     struct buf *b = &r->wire;
     buf_reset(b);
-    buf_adds(b, e->x.method);
+    buf_add(b, q->method, q->method_len);
     buf_addch(b, ' ');
     buf_adds(b, r->up_prefix);
     if (uri[0] != '/')
@@ -1402,9 +1264,8 @@ static void send_upstream(struct record *r, struct ex *e, const char *uri,
     buf_adds(b, " HTTP/1.1\r\nHost: ");
     buf_adds(b, r->up_authority);
     buf_add(b, "\r\n", 2);
-    take_req_headers(e, b);
-    if (e->body.len || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
-        cmd == EVHTTP_REQ_PATCH) {
+    take_req_headers(e, q, b);
+    if (e->body.len || sends_length(e->x.method)) {
         char digits[24], *d = digits + sizeof(digits);
         size_t v = e->body.len;
         do
@@ -1415,53 +1276,71 @@ static void send_upstream(struct record *r, struct ex *e, const char *uri,
         buf_add(b, "\r\n", 2);
     }
     buf_add(b, "\r\n", 2);
-    struct evbuffer *msg = evbuffer_new();
-    evbuffer_add(msg, b->data, b->len);
-    if (e->body.len)
-        evbuffer_add(msg, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, msg, cmd == EVHTTP_REQ_HEAD, &UP_CBS, e,
-                      e->curl_err, sizeof(e->curl_err));
+    struct buf msg;
+    buf_init(&msg, 0);
+    buf_grow(&msg, b->len + e->body.len);
+    buf_add(&msg, b->data, b->len);
+    buf_add(&msg, e->body.data, e->body.len);
+    e->upq = upc_send(r->upc, &msg, e->head_req, &UP_CBS, e, e->curl_err,
+                      sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* The request target as a path: an absolute-form target
+ * ("http://host/path", RFC 9112 section 3.2.2) loses its scheme and
+ * authority. */
+static const char *origin_form(const char *t)
 {
-    struct record *r = arg;
+    const char *p = !strncasecmp(t, "http://", 7)    ? t + 7
+                    : !strncasecmp(t, "https://", 8) ? t + 8
+                                                     : NULL;
+    if (!p)
+        return t;
+    p += strcspn(p, "/?");
+    return *p ? p : "/";
+}
+
+/* front.c: a complete request from a client. */
+static void on_request(void *ud, struct front_conn *c,
+                       const struct front_req *fq)
+{
+    struct record *r = ud;
+    const struct h1_req *q = fq->h;
     if (r->stopping) {
-        send_json_error(req, 503, "unavailable", "fidelity record is stopping");
+        send_json_error(c, 503, "unavailable", "fidelity record is stopping");
         return;
     }
     struct ex *e = xcalloc(1, sizeof(*e));
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    const char *uri = evhttp_request_get_uri(req);
+    const char *uri = origin_form(q->target);
 
     e->r = r;
-    e->req = req;
-    e->evcon = evhttp_request_get_connection(req);
+    e->fc = c;
+    front_set_ud(c, e);
+    e->head_req = front_is_head(c);
     e->t0 = now_ms();
     e->content_length = -1;
     buf_init(&e->body, 0);
     buf_init(&e->resp, r->o.max_capture);
-    sse_init(&e->sse, r->o.max_capture);
+    buf_init(&e->rh, 0);
     e->last_event_ms = -1;
     xchg_init(&e->x);
     e->x.started = wall_s();
-    e->x.method = xstrdup(http_method_name(evhttp_request_get_command(req)));
+    e->x.method = xstrndup(q->method, q->method_len);
     e->x.path = redact_path(uri);
-    size_t n = evbuffer_get_length(in);
+    size_t n = fq->body_len;
     buf_grow(&e->body, n);
-    evbuffer_remove(in, e->body.data, n);
+    if (n)
+        memcpy(e->body.data, fq->body, n);
     e->body.len = n;
     e->body.data[n] = '\0';
-    evhttp_connection_set_closecb(e->evcon, on_conn_close, r);
     list_add(&r->active, e);
     r->nactive++;
     if (r->upc) {
-        send_upstream(r, e, uri, evhttp_request_get_command(req));
+        send_upstream(r, e, q, uri);
         return;
     }
-    take_req_headers(e, NULL);
+    take_req_headers(e, q, NULL);
     e->url = xasprintf("%s%s%s", r->upstream, uri[0] == '/' ? "" : "/", uri);
     setup_easy(r, e);
     curl_multi_add_handle(r->multi, e->easy);
@@ -1573,113 +1452,22 @@ static int open_store(struct record *r, struct diag *d)
     return 0;
 }
 
-/* libevent 2.1's evhttp answers a request body above its limit itself,
- * with an HTML page, and has no hook to change it (2.2's
- * evhttp_set_errorcb). So each client connection's output buffer carries
- * a callback that notices that exact page as evhttp adds it and swaps
- * that response, before any of it is written, for a JSON error naming
- * --max-body. Every other write costs one length comparison. */
-static const char EVHTTP_413_PAGE[] =
-    "<HTML><HEAD>\n<TITLE>413 Request Entity Too Large</TITLE>\n</HEAD>"
-    "<BODY>\n<H1>Request Entity Too Large</H1>\n</BODY></HTML>\n";
-static const char STATUS_413[] = "413 Request Entity Too Large\r\n";
+static const struct front_cbs FRONT_CBS = {.request = on_request,
+                                           .gone = on_client_gone};
 
-static void rewrite_413(struct record *r, struct evbuffer *b)
+static int setup_front(struct record *r, struct diag *d)
 {
-    struct evbuffer_ptr st =
-        evbuffer_search(b, STATUS_413, sizeof(STATUS_413) - 1, NULL);
-    char version[9];
-    if (st.pos < 9 ||
-        evbuffer_ptr_set(b, &st, (size_t)st.pos - 9, EVBUFFER_PTR_SET) ||
-        evbuffer_copyout_from(b, &st, version, 9) != 9 ||
-        memcmp(version, "HTTP/1.", 7))
-        return;
-    char msg[300];
-    snprintf(msg, sizeof(msg),
-             "fidelity record: the request body is larger than --max-body "
-             "(%zu bytes); nothing was forwarded. Start record with a larger "
-             "--max-body to let it through",
-             r->o.max_body);
-    json_t *j =
-        json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type",
-                  "request_too_large", "param", "code", "request_too_large");
-    char *body = json_dumps(j, JSON_COMPACT);
-    struct evbuffer *keep = evbuffer_new();
-    r->rewriting = true;
-    evbuffer_remove_buffer(b, keep, (size_t)st.pos); /* earlier replies */
-    evbuffer_drain(b, evbuffer_get_length(b));
-    evbuffer_add_buffer(b, keep);
-    evbuffer_add_printf(b,
-                        "%.9s413 Request Entity Too Large\r\nContent-Type: "
-                        "application/json\r\nConnection: close\r\n"
-                        "Content-Length: %zu\r\n\r\n%s",
-                        version, strlen(body), body);
-    r->rewriting = false;
-    evbuffer_free(keep);
-    free(body);
-    json_decref(j);
-}
-
-static void on_client_out(struct evbuffer *b, const struct evbuffer_cb_info *i,
-                          void *arg)
-{
-    struct record *r = arg;
-    const size_t n = sizeof(EVHTTP_413_PAGE) - 1;
-    char tail[sizeof(EVHTTP_413_PAGE)];
-    struct evbuffer_ptr p;
-    if (i->n_added != n || r->rewriting)
-        return;
-    size_t len = evbuffer_get_length(b);
-    if (evbuffer_ptr_set(b, &p, len - n, EVBUFFER_PTR_SET) ||
-        evbuffer_copyout_from(b, &p, tail, n) != (ev_ssize_t)n ||
-        memcmp(tail, EVHTTP_413_PAGE, n))
-        return;
-    rewrite_413(r, b);
-}
-
-static struct bufferevent *make_client_bev(struct event_base *base, void *arg)
-{
-    struct bufferevent *bev =
-        bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev)
-        evbuffer_add_cb(bufferevent_get_output(bev), on_client_out, arg);
-    return bev;
-}
-
-static int setup_http(struct record *r, struct diag *d)
-{
-    r->http = evhttp_new(r->base);
-    if (!r->http)
-        return diag_set(d, ENOMEM, "cannot create the HTTP server");
-    evhttp_set_allowed_methods(
-        r->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                     EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
-                     EVHTTP_REQ_PATCH);
-    evhttp_set_max_body_size(r->http, (ev_ssize_t)r->o.max_body);
-    evhttp_set_max_headers_size(r->http, 1 << 20);
-    /* evhttp's connection timeout would cut long streams and slow
-     * non-streamed generations: keep it above the upstream timeout. */
-    evhttp_set_timeout(r->http, r->o.timeout_ms
-                                    ? (int)(r->o.timeout_ms / 1000 + 60)
-                                    : 24 * 3600);
-    evhttp_set_gencb(r->http, on_request, r);
-    evhttp_set_bevcb(r->http, make_client_bev, r);
-    r->bound = evhttp_bind_socket_with_handle(r->http, r->o.host,
-                                              (ev_uint16_t)r->o.port);
-    if (!r->bound)
-        return diag_set(d, EADDRINUSE, "cannot listen on %s:%d: %s", r->o.host,
-                        r->o.port, strerror(errno));
-    evutil_socket_t fd = evhttp_bound_socket_get_fd(r->bound);
-    /* accepted sockets inherit TCP_NODELAY on Linux: small SSE events and
-     * the held end of a body must not wait for delayed ACKs */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    r->port =
-        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                       : ((struct sockaddr_in *)&ss)->sin_port);
+    struct front_opts fo = {
+        .host = r->o.host,
+        .port = r->o.port,
+        .max_body = r->o.max_body,
+        /* above the upstream timeout: a slow generation is not idle */
+        .idle_s = r->o.timeout_ms ? r->o.timeout_ms / 1000 + 60 : 24 * 3600,
+    };
+    int rc = front_new(r->base, &fo, &FRONT_CBS, r, &r->front, d);
+    if (rc)
+        return rc;
+    r->port = front_port(r->front);
     return 0;
 }
 
@@ -1760,7 +1548,6 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         goto fail;
     }
     r->timer = evtimer_new(r->base, on_timer, r);
-    r->flush_ev = event_new(r->base, -1, 0, on_flush, r);
     buf_init(&r->wire, 0);
     if (!o->via_libcurl)
         split_http_url(r);
@@ -1775,7 +1562,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     rc = open_store(r, d);
     if (rc)
         goto fail;
-    rc = setup_http(r, d);
+    rc = setup_front(r, d);
     if (rc)
         goto fail;
     if (pipe(r->wake)) {
@@ -1820,10 +1607,8 @@ void record_stop(struct record *r)
     if (r->stopping)
         return;
     r->stopping = 1;
-    if (r->bound) {
-        evhttp_del_accept_socket(r->http, r->bound);
-        r->bound = NULL;
-    }
+    if (r->front)
+        front_stop_accepting(r->front);
     struct timeval grace = {STOP_GRACE_S, 0};
     event_base_loopexit(r->base, &grace);
     maybe_exit(r);
@@ -1846,10 +1631,16 @@ void record_free(struct record *r)
     if (!r)
         return;
     r->stopping = 1;
-    /* Exchanges still in flight are finished (stored) as the connections
-     * close. */
-    if (r->http)
-        evhttp_free(r->http);
+    /* Exchanges still in flight are finished (stored) as their clients'
+     * connections close. */
+    for (struct ex *e = r->active; e; e = e->next) {
+        e->fc = NULL;
+        e->client_gone = true;
+    }
+    for (struct ex *e = r->storing; e; e = e->next)
+        e->fc = NULL;
+    front_free(r->front);
+    r->front = NULL;
     while (r->active)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
     writer_stop(r); /* stores what is queued, completes it */
@@ -1865,11 +1656,6 @@ void record_free(struct record *r)
         close(r->wake[0]);
         close(r->wake[1]);
     }
-    while (r->closing) {
-        struct ex *e = r->closing;
-        list_del(&r->closing, e);
-        ex_free(e);
-    }
     upc_free(r->upc);
     free(r->up_authority);
     free(r->up_prefix);
@@ -1883,8 +1669,6 @@ void record_free(struct record *r)
             event_free(r->sig[i]);
     if (r->timer)
         event_free(r->timer);
-    if (r->flush_ev)
-        event_free(r->flush_ev);
     if (r->base)
         event_base_free(r->base);
     xchg_cache_free(r->cache); /* finalizes its statements first */

@@ -1,5 +1,5 @@
 /*
- * upclient: HTTP/1.1 to one plain-http upstream on libevent bufferevents
+ * upclient: HTTP/1.1 to one plain-http upstream on non-blocking sockets
  * (see upclient.h). A connection is idle (in the pool, watched for the
  * server closing it), or busy with one request: its head is written, then
  * the response is read as head (h1_parse_head), then body by its framing
@@ -10,8 +10,6 @@
 #include "record/upclient.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event_struct.h>
 #include <event2/util.h>
 #include <netdb.h>
@@ -21,19 +19,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/xalloc.h"
 
 #define CONNECT_TIMEOUT_S 10
 #define MAX_IDLE 1024
+/* free space a read asks for at least (4095: buffers of 4 KiB) */
+#define READ_MIN 4095
+#define READ_MAX 65536 /* ... and at most, when reads keep filling it */
+#define BIG_BUF (256 * 1024)
 
 enum phase { P_IDLE, P_HEAD, P_BODY };
 
 struct upc_conn {
     struct upc *u;
-    struct bufferevent *bev;
+    int fd;
+    struct event rev, wev; /* readable (armed unless closing), writable */
+    bool wev_on;
+    struct buf in; /* unread response bytes: in.data[in_off .. in.len) */
+    size_t in_off;
     struct upc_conn *prev, *next; /* u->idle or u->busy */
     struct upc_req *q;
     enum phase phase;
@@ -41,15 +46,15 @@ struct upc_conn {
     bool in_cb, dead; /* a callback runs; closed during it */
     enum h1_framing fr;
     uint64_t left;
-    size_t scanned; /* head bytes already searched for its end */
     struct h1_chunked ch;
 };
 
 struct upc_req {
     struct upc *u;
     struct upc_conn *c;
-    struct evbuffer *msg;
-    bool head_req, retried, got_bytes;
+    struct buf msg; /* the request; kept for a retry until a response byte */
+    size_t sent;    /* bytes of msg written on c */
+    bool all_sent, head_req, retried, got_bytes;
     const struct upc_cbs *cbs;
     void *ud;
     struct event timer;
@@ -115,7 +120,10 @@ static void conn_free(struct upc_conn *c)
     if (c->phase == P_IDLE)
         u->nidle--;
     u->nconn--;
-    bufferevent_free(c->bev);
+    event_del(&c->rev);
+    event_del(&c->wev);
+    close(c->fd);
+    buf_release(&c->in);
     free(c);
 }
 
@@ -125,7 +133,9 @@ static void conn_close(struct upc_conn *c)
 {
     if (c->in_cb) {
         c->dead = true;
-        bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+        event_del(&c->rev);
+        event_del(&c->wev);
+        c->wev_on = false;
         return;
     }
     conn_free(c);
@@ -135,13 +145,10 @@ static void req_free(struct upc_req *q)
 {
     if (q->timer_on)
         event_del(&q->timer);
-    if (q->msg)
-        evbuffer_free(q->msg);
+    buf_release(&q->msg);
     free(q);
 }
 
-static void on_idle_read(struct bufferevent *bev, void *arg);
-static void on_idle_event(struct bufferevent *bev, short what, void *arg);
 static void start_on(struct upc_req *q, struct upc_conn *c);
 static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl);
 
@@ -154,17 +161,17 @@ static void finish(struct upc_req *q, int err, const char *why)
     if (c) {
         c->q = NULL;
         q->c = NULL;
-        bool clean = !err && c->keep && !c->dead &&
-                     evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-                     evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
-                     u->nidle < MAX_IDLE;
+        bool clean = !err && c->keep && !c->dead && q->all_sent &&
+                     c->in.len == c->in_off && u->nidle < MAX_IDLE;
         if (clean) {
             conn_list_del(&u->busy, c);
             c->phase = P_IDLE;
             c->reused = true;
             conn_list_add(&u->idle, c);
             u->nidle++;
-            bufferevent_setcb(c->bev, on_idle_read, NULL, on_idle_event, c);
+            c->in.len = c->in_off = 0;
+            if (c->in.alloc > BIG_BUF)
+                buf_release(&c->in);
         } else {
             conn_close(c);
         }
@@ -230,64 +237,32 @@ static void deliver(struct upc_conn *c, struct upc_req *q, const char *p,
     *alive = after_cb(c, q);
 }
 
-/* Sends the readable bytes of in, up to max, to the body callback a
- * contiguous piece at a time; returns how many went, or -1 when q or c
- * went away meanwhile. */
-static long pass_body(struct upc_conn *c, struct upc_req *q,
-                      struct evbuffer *in, uint64_t max)
+/* Ends the reason, names and values of h with a NUL in place (the byte
+ * after each is a colon, blank or line end of the head, which is
+ * consumed once parsed). */
+static void terminate_in_place(const struct h1_head *h)
 {
-    uint64_t sent = 0;
-    while (sent < max) {
-        struct evbuffer_iovec v;
-        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || !v.iov_len)
-            break;
-        size_t n = v.iov_len;
-        if (n > max - sent)
-            n = (size_t)(max - sent);
-        bool alive;
-        deliver(c, q, v.iov_base, n, &alive);
-        if (!alive)
-            return -1;
-        evbuffer_drain(in, n);
-        sent += n;
+    ((char *)h->reason)[h->reason_len] = '\0';
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct h1_header *f = &h->headers[i];
+        ((char *)f->name)[f->name_len] = '\0';
+        ((char *)f->value)[f->value_len] = '\0';
     }
-    return (long)sent;
-}
-
-/* Whether the blank line that ends a head (CRLF CRLF or LF LF) may be in
- * in, looking from a little before `from`. */
-static bool has_head_end(struct evbuffer *in, size_t from)
-{
-    struct evbuffer_ptr start;
-    size_t back = from > 3 ? from - 3 : 0;
-    if (evbuffer_ptr_set(in, &start, back, EVBUFFER_PTR_SET))
-        return true;
-    return evbuffer_search(in, "\n\r\n", 3, &start).pos >= 0 ||
-           evbuffer_search(in, "\n\n", 2, &start).pos >= 0;
 }
 
 /* Reads the response head; 1 when the body phase began, 0 for more input,
  * -1 when q is finished or gone. */
-static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
+static int read_head(struct upc_conn *c, struct upc_req *q)
 {
     struct upc *u = c->u;
     for (;;) {
-        size_t avail = evbuffer_get_length(in);
+        size_t avail = c->in.len - c->in_off;
         if (!avail)
             return 0;
-        size_t want = avail < H1_MAX_HEAD ? avail : H1_MAX_HEAD;
-        /* a head arriving in many small reads is linearised and parsed
-         * again only once its end may be there: linear, not quadratic */
-        if (avail > 4096 && avail < H1_MAX_HEAD &&
-            !has_head_end(in, c->scanned)) {
-            c->scanned = avail;
-            return 0;
-        }
-        const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
-        int hl = h1_parse_head(p, want, &u->head);
+        char *p = c->in.data + c->in_off;
+        int hl = h1_parse_head(p, avail, &u->head);
         if (hl == -2)
             return 0;
-        c->scanned = 0;
         if (hl < 0) {
             fail(q, -EPROTO, "malformed response head");
             return -1;
@@ -297,7 +272,7 @@ static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
             return -1;
         }
         if (u->head.status < 200) { /* 100 Continue, 103 Early Hints */
-            evbuffer_drain(in, (size_t)hl);
+            c->in_off += (size_t)hl;
             continue;
         }
         uint64_t len;
@@ -308,28 +283,43 @@ static int read_head(struct upc_conn *c, struct upc_req *q, struct evbuffer *in)
         c->keep = h1_keep_alive(&u->head) && c->fr != H1_CLOSE;
         c->left = len;
         h1_chunked_init(&c->ch);
+        terminate_in_place(&u->head);
         c->in_cb = true;
         q->cbs->head(q->ud, &u->head, c->fr, len);
         if (!after_cb(c, q))
             return -1;
-        evbuffer_drain(in, (size_t)hl);
+        c->in_off += (size_t)hl;
         c->phase = P_BODY;
         return 1;
     }
 }
 
+/* Passes up to max readable bytes to the body callback in one piece;
+ * returns how many went, or -1 when q or c went away meanwhile. */
+static long pass_body(struct upc_conn *c, struct upc_req *q, uint64_t max)
+{
+    size_t n = c->in.len - c->in_off;
+    if (n > max)
+        n = (size_t)max;
+    if (!n)
+        return 0;
+    bool alive;
+    deliver(c, q, c->in.data + c->in_off, n, &alive);
+    if (!alive)
+        return -1;
+    c->in_off += n;
+    return (long)n;
+}
+
 /* Chunked body: decodes what is readable; 1 when the body ended, 0 for
  * more input, -1 when q is finished or gone. */
-static int read_chunked(struct upc_conn *c, struct upc_req *q,
-                        struct evbuffer *in)
+static int read_chunked(struct upc_conn *c, struct upc_req *q)
 {
     for (;;) {
-        size_t avail = evbuffer_get_length(in);
+        size_t avail = c->in.len - c->in_off;
         if (!avail)
             return 0;
-        /* the data of a chunk is passed without linearising the buffer;
-         * only framing bytes need a contiguous view */
-        const char *p = (const char *)evbuffer_pullup(in, -1);
+        const char *p = c->in.data + c->in_off;
         size_t used, off, dl;
         int rc = h1_chunked_feed(&c->ch, p, avail, &used, &off, &dl);
         if (rc < 0) {
@@ -342,7 +332,7 @@ static int read_chunked(struct upc_conn *c, struct upc_req *q,
             if (!alive)
                 return -1;
         }
-        evbuffer_drain(in, used);
+        c->in_off += used;
         if (rc == 2)
             return 1;
         if (rc == 0)
@@ -350,31 +340,22 @@ static int read_chunked(struct upc_conn *c, struct upc_req *q,
     }
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* What the buffer holds of q's response, by phase and framing. */
+static void on_data(struct upc_conn *c, struct upc_req *q)
 {
-    struct upc_conn *c = arg;
-    struct upc_req *q = c->q;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (!q)
-        return;
     if (!q->got_bytes) {
-        q->got_bytes = true;
-        /* no retry from here on: the copy kept for one is not needed
-         * (what is still unwritten is referenced by the output buffer) */
-        evbuffer_free(q->msg);
-        q->msg = NULL;
+        q->got_bytes = true; /* no retry from here on */
+        if (q->all_sent)
+            buf_release(&q->msg);
     }
-    if (c->phase == P_HEAD) {
-        int rc = read_head(c, q, in);
-        if (rc <= 0)
-            return;
-    }
+    if (c->phase == P_HEAD && read_head(c, q) <= 0)
+        return;
     switch (c->fr) {
     case H1_NONE:
         break;
     case H1_SIZED:
         if (c->left) {
-            long n = pass_body(c, q, in, c->left);
+            long n = pass_body(c, q, c->left);
             if (n < 0)
                 return;
             c->left -= (uint64_t)n;
@@ -383,51 +364,25 @@ static void on_read(struct bufferevent *bev, void *arg)
             return;
         break;
     case H1_CHUNKED:
-        if (read_chunked(c, q, in) <= 0)
+        if (read_chunked(c, q) <= 0)
             return;
         break;
     case H1_CLOSE:
-        pass_body(c, q, in, UINT64_MAX);
+        pass_body(c, q, UINT64_MAX);
         return; /* ends at EOF */
     }
     finish(q, 0, "complete");
 }
 
-static void on_event(struct bufferevent *bev, short what, void *arg)
+/* The connection failed or closed (err: errno, 0 for EOF). */
+static void on_gone(struct upc_conn *c, struct upc_req *q, int err)
 {
-    struct upc_conn *c = arg;
-    struct upc_req *q = c->q;
-    (void)bev;
-    if (what & BEV_EVENT_CONNECTED) {
-        c->connected = true;
-        bufferevent_set_timeouts(c->bev, NULL, NULL);
-        evutil_socket_t fd = bufferevent_getfd(c->bev);
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        return;
-    }
-    if (!q) {
-        conn_close(c);
-        return;
-    }
-    if ((what & BEV_EVENT_EOF) && c->phase == P_BODY && c->fr == H1_CLOSE) {
-        on_read(c->bev, c); /* what is left in the buffer */
-        if (c->q == q)
-            finish(q, 0, "complete");
-        return;
-    }
     char why[200];
-    int err = EVUTIL_SOCKET_ERROR();
-    if (!c->connected && (!err || err == EAGAIN || err == EINPROGRESS))
-        err = ECONNREFUSED; /* libevent reports a refusal it saw at once
-                             * from connect() without errno */
-    if (what & BEV_EVENT_TIMEOUT) {
-        snprintf(why, sizeof(why), "cannot connect to %s:%d within %d s",
-                 c->u->host, c->u->port, CONNECT_TIMEOUT_S);
-        fail(q, -ETIMEDOUT, why);
+    if (!err && c->phase == P_BODY && c->fr == H1_CLOSE) {
+        finish(q, 0, "complete");
         return;
     }
-    if ((what & BEV_EVENT_ERROR) && err) {
+    if (err) {
         snprintf(why, sizeof(why), "%s %s:%d: %s",
                  c->connected ? "connection to" : "cannot connect to",
                  c->u->host, c->u->port, evutil_socket_error_to_string(err));
@@ -440,17 +395,104 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     fail(q, -ECONNRESET, why);
 }
 
-static void on_idle_read(struct bufferevent *bev, void *arg)
+static void on_read(evutil_socket_t fd, short what, void *arg)
 {
-    (void)bev;
-    conn_close(arg); /* nothing may arrive on an idle connection */
+    struct upc_conn *c = arg;
+    struct upc_req *q = c->q;
+    (void)what;
+    if (!q) { /* nothing may arrive on an idle connection */
+        conn_close(c);
+        return;
+    }
+    if (c->in_off == c->in.len)
+        c->in.len = c->in_off = 0;
+    if (c->in.alloc < c->in.len + READ_MIN + 1) {
+        if (c->in_off) {
+            memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
+            c->in.len -= c->in_off;
+            c->in_off = 0;
+        }
+        if (c->in.alloc < c->in.len + READ_MIN + 1)
+            buf_grow(&c->in, READ_MIN);
+    }
+    size_t space = c->in.alloc - c->in.len - 1;
+    ssize_t n = read(fd, c->in.data + c->in.len, space);
+    if (n > 0) {
+        c->in.len += (size_t)n;
+        if ((size_t)n == space && c->in.alloc < READ_MAX)
+            buf_grow(&c->in, c->in.alloc); /* a large body: larger reads */
+        on_data(c, q);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    on_gone(c, q, n < 0 ? errno : 0);
 }
 
-static void on_idle_event(struct bufferevent *bev, short what, void *arg)
+/* Writes what is left of q's request; 0, or an errno. */
+static int write_req(struct upc_conn *c, struct upc_req *q)
 {
-    (void)bev;
-    (void)what;
-    conn_close(arg);
+    while (q->sent < q->msg.len) {
+        ssize_t n = send(c->fd, q->msg.data + q->sent, q->msg.len - q->sent,
+                         MSG_NOSIGNAL);
+        if (n > 0) {
+            q->sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!c->wev_on) {
+                event_add(&c->wev, NULL);
+                c->wev_on = true;
+            }
+            return 0;
+        }
+        return n < 0 ? errno : EPIPE;
+    }
+    if (c->wev_on) {
+        event_del(&c->wev);
+        c->wev_on = false;
+    }
+    q->all_sent = true;
+    if (q->got_bytes)
+        buf_release(&q->msg);
+    return 0;
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    struct upc_conn *c = arg;
+    struct upc_req *q = c->q;
+    (void)fd;
+    if (!q) {
+        conn_close(c);
+        return;
+    }
+    if (!c->connected) {
+        char why[200];
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (what & EV_TIMEOUT) {
+            snprintf(why, sizeof(why), "cannot connect to %s:%d within %d s",
+                     c->u->host, c->u->port, CONNECT_TIMEOUT_S);
+            fail(q, -ETIMEDOUT, why);
+            return;
+        }
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+            err = errno;
+        if (err) {
+            on_gone(c, q, err);
+            return;
+        }
+        c->connected = true;
+        event_del(&c->wev); /* re-armed without the connect timeout */
+        c->wev_on = false;
+        event_add(&c->rev, NULL);
+    }
+    int err = write_req(c, q);
+    if (err)
+        on_gone(c, q, err);
 }
 
 static int resolve(struct upc *u, char *why, size_t wl)
@@ -476,77 +518,59 @@ static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl)
 {
     if (!u->addr_len && resolve(u, why, wl))
         return NULL;
-    struct upc_conn *c = xcalloc(1, sizeof(*c));
-    c->u = u;
-    c->bev = bufferevent_socket_new(u->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev)
-        abort();
-    c->phase = P_HEAD;
-    bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
-    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(c->bev, NULL, &tv);
-    conn_list_add(&u->busy, c);
-    u->nconn++;
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&u->addr,
-                                   (int)u->addr_len)) {
-        int err = EVUTIL_SOCKET_ERROR();
+    int fd = socket(u->addr.ss_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int err = fd < 0 ? errno : 0;
+    if (!err) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, (struct sockaddr *)&u->addr, u->addr_len) &&
+            errno != EINPROGRESS)
+            err = errno;
+    }
+    if (err) {
         snprintf(why, wl, "cannot connect to %s:%d: %s", u->host, u->port,
                  evutil_socket_error_to_string(err));
         u->addr_len = 0; /* resolve again next time */
-        conn_free(c);
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
+    struct upc_conn *c = xcalloc(1, sizeof(*c));
+    c->u = u;
+    c->fd = fd;
+    c->phase = P_HEAD;
+    buf_init(&c->in, 0);
+    event_assign(&c->rev, u->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    event_assign(&c->wev, u->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    /* connected when writable; reading starts then */
+    struct timeval tv = {CONNECT_TIMEOUT_S, 0};
+    event_add(&c->wev, &tv);
+    c->wev_on = true;
+    conn_list_add(&u->busy, c);
+    u->nconn++;
     return c;
 }
 
 static void start_on(struct upc_req *q, struct upc_conn *c)
 {
     q->c = c;
+    q->sent = 0;
+    q->all_sent = false;
     c->q = q;
     c->phase = P_HEAD;
     c->keep = false;
-    c->scanned = 0;
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (!c->connected || evbuffer_get_length(out)) {
-        evbuffer_add_buffer_reference(out, q->msg);
-        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-        return;
-    }
-    /* A pooled connection takes the request at once, in one writev; the
-     * write event is armed only for what the socket did not take (and to
-     * learn of a write error), which saves two epoll_ctl per exchange.
-     * (A socket bufferevent's output buffer cannot be written from
-     * outside, hence writev on the request's own pieces; q->msg stays
-     * whole for a retry.) */
-    struct evbuffer_iovec v[8];
-    struct iovec iov[8];
-    int nv = evbuffer_peek(q->msg, -1, NULL, v, 8);
-    size_t total = evbuffer_get_length(q->msg);
-    ssize_t w = -1;
-    if (nv > 0 && nv <= 8) {
-        for (int i = 0; i < nv; i++) {
-            iov[i].iov_base = v[i].iov_base;
-            iov[i].iov_len = v[i].iov_len;
-        }
-        w = writev(bufferevent_getfd(c->bev), iov, nv);
-    }
-    bufferevent_enable(c->bev, EV_READ);
-    if (w == (ssize_t)total)
-        return;
-    if (w <= 0) { /* not written (or failed): the bufferevent does it */
-        evbuffer_add_buffer_reference(out, q->msg);
-    } else {
-        struct evbuffer_ptr at;
-        evbuffer_ptr_set(q->msg, &at, (size_t)w, EVBUFFER_PTR_SET);
-        char *rest = xmalloc(total - (size_t)w);
-        evbuffer_copyout_from(q->msg, &at, rest, total - (size_t)w);
-        evbuffer_add(out, rest, total - (size_t)w);
-        free(rest);
-    }
-    bufferevent_enable(c->bev, EV_WRITE);
+    if (!c->connected)
+        return; /* on_write sends it once connected */
+    /* A pooled connection takes the request at once, in one send; the
+     * write event is armed only for what the socket does not take. A
+     * failure is reported from the loop (the write event, which fails
+     * again), never from inside upc_send. */
+    if (write_req(c, q))
+        event_active(&c->wev, EV_WRITE, 1);
 }
 
-struct upc_req *upc_send(struct upc *u, struct evbuffer *msg, bool head_req,
+struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
                          const struct upc_cbs *cbs, void *ud, char *why,
                          size_t wl)
 {
@@ -555,17 +579,17 @@ struct upc_req *upc_send(struct upc *u, struct evbuffer *msg, bool head_req,
         conn_list_del(&u->idle, c);
         u->nidle--;
         conn_list_add(&u->busy, c);
-        bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
     } else {
         c = conn_new(u, why, wl);
         if (!c) {
-            evbuffer_free(msg);
+            buf_release(msg);
             return NULL;
         }
     }
     struct upc_req *q = xcalloc(1, sizeof(*q));
     q->u = u;
-    q->msg = msg;
+    q->msg = *msg;
+    buf_init(msg, msg->max);
     q->head_req = head_req;
     q->cbs = cbs;
     q->ud = ud;

@@ -1,6 +1,7 @@
 /*
- * upclient: the plain-http upstream side of `fidelity record`, on libevent
- * bufferevents: one origin (host:port), a pool of keep-alive connections,
+ * upclient: the plain-http upstream side of `fidelity record`, on plain
+ * non-blocking sockets driven by the caller's libevent loop: one origin
+ * (host:port), a pool of keep-alive connections,
  * requests written as the caller serialised them, responses parsed with
  * h1.h and handed over as they arrive (status and headers once, then body
  * pieces with the transfer coding removed). https:// upstreams go through
@@ -13,9 +14,9 @@
 #include <event2/event.h>
 #include <stdbool.h>
 
+#include "core/buf.h"
 #include "record/h1.h"
 
-struct evbuffer;
 struct upc;
 struct upc_req;
 
@@ -23,7 +24,8 @@ struct upc_req;
  * 1xx interim responses are skipped), body zero or more times, done once.
  * After done, or after upc_cancel, nothing more is called. */
 struct upc_cbs {
-    /* h and its slices are valid during the call only */
+    /* h and its slices are valid during the call only; the reason, the
+     * names and the values are NUL-terminated in place */
     void (*head)(void *ud, const struct h1_head *h, enum h1_framing f,
                  uint64_t len);
     void (*body)(void *ud, const char *p, size_t n);
@@ -46,15 +48,16 @@ struct upc *upc_new(struct event_base *base, const char *host, int port,
  * NULL is a no-op. */
 void upc_free(struct upc *u);
 
-/* Sends msg (request line, headers with Host and framing, body: takes
- * ownership) on an idle pooled connection or a new one. head_req: the
- * request is HEAD (its response has no body). A request that fails on a
- * reused connection before any response byte arrives is sent once more on
- * a new one (the server closed an idle connection as it was reused, as
- * RFC 9112 section 9.3.1 allows). When no connection can be started (the
- * name does not resolve, no socket), NULL is returned with why filled, msg
- * is freed and no callback is ever called. */
-struct upc_req *upc_send(struct upc *u, struct evbuffer *msg, bool head_req,
+/* Sends msg (request line, headers with Host and framing, body: its
+ * contents are taken, msg is left empty) on an idle pooled connection or
+ * a new one. head_req: the request is HEAD (its response has no body). A
+ * request that fails on a reused connection before any response byte
+ * arrives is sent once more on a new one (the server closed an idle
+ * connection as it was reused, as RFC 9112 section 9.3.1 allows). When no
+ * connection can be started (the name does not resolve, no socket, the
+ * connection is refused at once), NULL is returned with why filled, msg
+ * is emptied and no callback is ever called. */
+struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
                          const struct upc_cbs *cbs, void *ud, char *why,
                          size_t wl);
 /* Abandons q: its connection is closed (the upstream sees its peer go) and

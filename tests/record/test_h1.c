@@ -1,7 +1,8 @@
 /*
- * h1 (src/record/h1.c): the HTTP/1.1 response head parser, the framing
- * rules of RFC 9112 section 6.3 and the chunked decoder, case by case.
- * tests/fuzz/fuzz_h1.c checks their invariants on arbitrary input.
+ * h1 (src/record/h1.c): the HTTP/1.1 response and request head parsers,
+ * the framing rules of RFC 9112 section 6.3 and the chunked decoder, case
+ * by case. tests/fuzz/fuzz_h1.c and fuzz_h1req.c check their invariants
+ * on arbitrary input.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -150,6 +151,118 @@ static void test_keep_alive(void **state)
     assert_true(h1_keep_alive(&H)); /* a token, not a prefix */
 }
 
+static struct h1_req Q;
+
+static int parse_req(const char *s)
+{
+    return h1_parse_request(s, strlen(s), &Q);
+}
+
+static bool slice_is(const char *p, size_t n, const char *s)
+{
+    return n == strlen(s) && !memcmp(p, s, n);
+}
+
+static void test_request(void **state)
+{
+    (void)state;
+    static const char ok[] = "POST /v1/chat?x=1 HTTP/1.1\r\nHost: a\r\n"
+                             "Content-Length: 2\r\nX-E:\r\n\r\n{}";
+    assert_int_equal(parse_req(ok), (int)strlen(ok) - 2);
+    assert_true(slice_is(Q.method, Q.method_len, "POST"));
+    assert_true(slice_is(Q.target, Q.target_len, "/v1/chat?x=1"));
+    assert_int_equal(Q.minor, 1);
+    assert_int_equal(Q.nheaders, 3);
+    assert_true(h1_name_is(&Q.headers[1], "content-length"));
+    assert_int_equal(Q.headers[2].value_len, 0);
+    /* every strict prefix of the head is "need more" */
+    for (size_t n = 0; n < strlen(ok) - 2; n++)
+        assert_int_equal(h1_parse_request(ok, n, &Q), -2);
+    /* empty lines before the request line are skipped (RFC 9112 2.2) */
+    assert_int_equal(parse_req("\r\n\r\nGET / HTTP/1.0\n\n"), 20);
+    assert_int_equal(Q.minor, 0);
+    assert_true(slice_is(Q.target, Q.target_len, "/"));
+    static const char *const bad[] = {
+        "GET /\r\n\r\n",                        /* HTTP/0.9 */
+        "GET / HTTP/2.0\r\n\r\n",               /* not 1.x */
+        "GET  / HTTP/1.1\r\n\r\n",              /* two spaces */
+        "GET / x HTTP/1.1\r\n\r\n",             /* space in the target */
+        "GET /\x01 HTTP/1.1\r\n\r\n",           /* control in the target */
+        "G(T / HTTP/1.1\r\n\r\n",               /* method not a token */
+        " GET / HTTP/1.1\r\n\r\n",              /* leading space */
+        "GET / HTTP/1.1 \r\n\r\n",              /* trailing space */
+        "GET / HTTP/1.1\r\nA b: c\r\n\r\n",     /* space in a name */
+        "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", /* obs-fold */
+        "GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",    /* bare CR */
+        "\rGET / HTTP/1.1\r\n\r\n",             /* CR alone before */
+        NULL};
+    for (int i = 0; bad[i]; i++)
+        assert_int_equal(parse_req(bad[i]), -1);
+}
+
+static void test_request_limits(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT;
+    buf_adds(&b, "GET / HTTP/1.1\r\n");
+    for (int i = 0; i <= H1_MAX_HEADERS; i++)
+        buf_printf(&b, "H%d: v\r\n", i);
+    buf_adds(&b, "\r\n");
+    assert_int_equal(h1_parse_request(b.data, b.len, &Q), -3);
+    buf_reset(&b);
+    buf_adds(&b, "GET / HTTP/1.1\r\nBig: ");
+    while (b.len < H1_MAX_HEAD + 10)
+        buf_addch(&b, 'x');
+    assert_int_equal(h1_parse_request(b.data, b.len, &Q), -3);
+    /* under the limit and unfinished: more */
+    assert_int_equal(h1_parse_request(b.data, 1000, &Q), -2);
+    buf_release(&b);
+}
+
+static void test_request_framing(void **state)
+{
+    (void)state;
+    enum h1_framing f;
+    uint64_t len;
+    assert_true(parse_req("GET / HTTP/1.1\r\n\r\n") > 0);
+    assert_int_equal(h1_req_framing(&Q, &f, &len), 0);
+    assert_int_equal(f, H1_NONE);
+    assert_true(parse_req("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n") > 0);
+    assert_int_equal(h1_req_framing(&Q, &f, &len), 0);
+    assert_int_equal(f, H1_SIZED);
+    assert_int_equal(len, 12);
+    assert_true(parse_req("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n") > 0);
+    assert_int_equal(h1_req_framing(&Q, &f, &len), 0);
+    assert_int_equal(f, H1_NONE);
+    assert_true(
+        parse_req(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n") > 0);
+    assert_int_equal(h1_req_framing(&Q, &f, &len), 0);
+    assert_int_equal(f, H1_CHUNKED);
+    static const char *const bad[] = {
+        "POST / HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Length: 3\r\n\r\n",
+        NULL};
+    for (int i = 0; bad[i]; i++) {
+        assert_true(parse_req(bad[i]) > 0);
+        assert_int_equal(h1_req_framing(&Q, &f, &len), -1);
+    }
+    /* keep-alive: 1.1 unless close, 1.0 only when asked */
+    assert_true(parse_req("GET / HTTP/1.1\r\n\r\n") > 0);
+    assert_true(h1_req_keep_alive(&Q));
+    assert_true(parse_req("GET / HTTP/1.1\r\nConnection: close\r\n\r\n") > 0);
+    assert_false(h1_req_keep_alive(&Q));
+    assert_true(parse_req("GET / HTTP/1.0\r\n\r\n") > 0);
+    assert_false(h1_req_keep_alive(&Q));
+    assert_true(parse_req("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n") >
+                0);
+    assert_true(h1_req_keep_alive(&Q));
+}
+
 /* Decodes s fed in pieces of `step` bytes; returns the verdict (2 done,
  * 0 more needed, -1 error), the data in out, *rest the bytes after the
  * body. */
@@ -221,9 +334,14 @@ static void test_chunked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_head),    cmocka_unit_test(test_head_limits),
-        cmocka_unit_test(test_framing), cmocka_unit_test(test_keep_alive),
+        cmocka_unit_test(test_head),
+        cmocka_unit_test(test_head_limits),
+        cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_keep_alive),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_request),
+        cmocka_unit_test(test_request_limits),
+        cmocka_unit_test(test_request_framing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

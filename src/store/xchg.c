@@ -21,6 +21,7 @@
 #include "core/xalloc.h"
 #include "store/jdump.h"
 #include "store/jscan.h"
+#include "store/ldelta.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -315,9 +316,61 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
  * to save a few hundred bytes (docs/PERFORMANCE.md, "writer"). */
 #define PACK_MIN 1024
 
-static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
-                 size_t *out_len, int *zip)
+/* How a stored value is coded (the *_zip columns) */
+enum zip {
+    ZIP_NONE = 0,    /* as it is */
+    ZIP_DEFLATE = 1, /* zlib */
+    ZIP_LINES = 2,   /* ldelta.h: each event against the one before */
+    /* ldelta, then zlib: the coded length as a LEB128 number, then the
+     * zlib stream of the coded bytes */
+    ZIP_LINES_DEFLATE = 3,
+};
+
+/* An event stream coded by ldelta, deflated too when the coding is still
+ * PACK_MIN or more: a stream of many events codes to a few bytes per
+ * event, so deflate then costs far less than on the raw stream. false
+ * when the coding saves nothing. */
+static bool pack_lines(struct xchg_cache *c, const void *data, size_t len,
+                       void **out, size_t *out_len, int *zip)
 {
+    unsigned char *l = xmalloc(len);
+    size_t llen = ldelta_encode(data, len, l, len - 1);
+    if (!llen) {
+        free(l);
+        return false;
+    }
+    if (llen >= PACK_MIN) {
+        uLongf zlen = compressBound((uLong)llen);
+        unsigned char *z = xmalloc(zlen + 10);
+        size_t k = 0;
+        for (size_t v = llen; v >= 0x80; v >>= 7)
+            z[k++] = (unsigned char)(v | 0x80);
+        z[k] = (unsigned char)(llen >> (7 * k));
+        k++;
+        if (deflate_with(c, l, llen, z + k, &zlen) == Z_OK && k + zlen < llen) {
+            free(l);
+            *out = z;
+            *out_len = k + zlen;
+            *zip = ZIP_LINES_DEFLATE;
+            return true;
+        }
+        free(z);
+    }
+    *out = l;
+    *out_len = llen;
+    *zip = ZIP_LINES;
+    return true;
+}
+
+/* Codes a value for storage: *out is fresh, *zip says how (enum zip).
+ * lines: the value is an event stream (ldelta). */
+static void pack(struct xchg_cache *c, const void *data, size_t len, bool lines,
+                 void **out, size_t *out_len, int *zip)
+{
+    if (len < 64)
+        goto raw;
+    if (lines && pack_lines(c, data, len, out, out_len, zip))
+        return;
     if (len < PACK_MIN)
         goto raw;
     uLongf zlen = compressBound((uLong)len);
@@ -325,7 +378,7 @@ static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
     if (deflate_with(c, data, len, z, &zlen) == Z_OK && zlen < len) {
         *out = z;
         *out_len = zlen;
-        *zip = 1;
+        *zip = ZIP_DEFLATE;
         return;
     }
     free(z);
@@ -333,26 +386,58 @@ raw:
     *out = xmalloc(len + 1);
     memcpy(*out, data, len);
     *out_len = len;
-    *zip = 0;
+    *zip = ZIP_NONE;
+}
+
+/* ZIP_LINES_DEFLATE: the coded bytes, inflated. NULL when corrupt. */
+static unsigned char *unpack_lines_deflate(const unsigned char *z, size_t zlen,
+                                           size_t raw_len, size_t *llen)
+{
+    size_t v = 0, k = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        if (k >= zlen || shift >= 64)
+            return NULL;
+        v |= (size_t)(z[k] & 0x7f) << shift;
+        if (!(z[k++] & 0x80))
+            break;
+    }
+    /* kept only when smaller than the value */
+    if (v > raw_len)
+        return NULL;
+    unsigned char *l = xmalloc(v ? v : 1);
+    uLongf n = (uLongf)v;
+    if (uncompress(l, &n, z + k, (uLong)(zlen - k)) != Z_OK || n != v) {
+        free(l);
+        return NULL;
+    }
+    *llen = v;
+    return l;
 }
 
 /* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
 static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 {
     char *out = xmalloc(raw_len + 1);
-    if (zip) {
+    int rc = 0;
+    if (zip == ZIP_DEFLATE) {
         uLongf n = (uLongf)raw_len;
-        if (uncompress((Bytef *)out, &n, z, (uLong)zlen) != Z_OK ||
-            n != raw_len) {
-            free(out);
-            return NULL;
-        }
-    } else {
-        if (zlen != raw_len) {
-            free(out);
-            return NULL;
-        }
+        rc = uncompress((Bytef *)out, &n, z, (uLong)zlen) != Z_OK ||
+             n != raw_len;
+    } else if (zip == ZIP_LINES) {
+        rc = ldelta_decode(z, zlen, out, raw_len);
+    } else if (zip == ZIP_LINES_DEFLATE) {
+        size_t llen = 0;
+        unsigned char *l = unpack_lines_deflate(z, zlen, raw_len, &llen);
+        rc = l ? ldelta_decode(l, llen, out, raw_len) : -1;
+        free(l);
+    } else if (zip == ZIP_NONE && zlen == raw_len) {
         memcpy(out, z, zlen);
+    } else {
+        rc = -1;
+    }
+    if (rc) {
+        free(out);
+        return NULL;
     }
     out[raw_len] = '\0';
     return out;
@@ -444,7 +529,7 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     void *z;
     size_t zlen;
     int zip;
-    pack(c, s, len, &z, &zlen, &zip);
+    pack(c, s, len, false, &z, &zlen, &zip);
     if (!(st = prep(c, db, SQL_BLOB_INSERT))) {
         free(z);
         goto out;
@@ -897,7 +982,7 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
 }
 
 static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
-                        const void *data, size_t len)
+                        const void *data, size_t len, bool lines)
 {
     void *z;
     size_t zlen;
@@ -908,7 +993,7 @@ static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
         sqlite3_bind_null(st, i + 2);
         return;
     }
-    pack(c, data, len, &z, &zlen, &zip);
+    pack(c, data, len, lines, &z, &zlen, &zip);
     sqlite3_bind_blob(st, i, z, (int)zlen, free);
     sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
     sqlite3_bind_int(st, i + 2, zip);
@@ -945,17 +1030,17 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
             sqlite3_bind_int64(st, 9, r->base.id);
         sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
     } else if (x->req_raw) {
-        bind_packed(c, st, 13, x->req_raw, x->req_raw_len);
+        bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
     } else if (x->req_body) {
         size_t len;
         char *s = canonical(x->req_body, &len);
-        bind_packed(c, st, 13, s, len);
+        bind_packed(c, st, 13, s, len, false);
         free(s);
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
     bind_json(st, 18, x->resp_headers);
-    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len);
+    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
     bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);

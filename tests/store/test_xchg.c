@@ -139,6 +139,87 @@ static void test_roundtrip_chat(void **state)
     tmpdb_close(&t);
 }
 
+static int count_null_resp(const struct xchg *x, void *ud)
+{
+    *(int *)ud += x->resp_raw == NULL;
+    return 0;
+}
+
+/* The zip code and stored length of resp_raw for row id. */
+static void resp_coding(sqlite3 *db, int64_t id, int *zip, int64_t *len)
+{
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT resp_raw_zip, length(resp_raw)"
+                                        " FROM xchg WHERE id=?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, id);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    *zip = sqlite3_column_int(st, 0);
+    *len = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+}
+
+/* A streamed response is stored coded event against event (ldelta), and
+ * a long one deflated after that; both read back byte for byte, as does
+ * a stream without blank lines (nothing to share: stored as it is or
+ * deflated). */
+static void test_stream_coding(void **state)
+{
+    (void)state;
+    static const int events[] = {12, 2000, 0};
+    static const int want_zip[] = {2, 3, 1};
+    struct tmpdb t;
+    struct diag d = {{0}};
+    tmpdb_open(&t);
+    for (int k = 0; k < 3; k++) {
+        struct xchg x;
+        struct collect c = {0};
+        struct buf b = BUF_INIT;
+        fill(&x, "s-stream", NULL);
+        for (int i = 0; i < events[k]; i++)
+            buf_printf(&b,
+                       "data: {\"id\":\"chatcmpl-1\",\"object\":"
+                       "\"chat.completion.chunk\",\"created\":1796009216,"
+                       "\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                       "\"w%d\"},\"finish_reason\":null}]}\n\n",
+                       i * 7919 % 1000);
+        if (!events[k]) /* one long event: no record to code against */
+            for (int i = 0; i < 300; i++)
+                buf_printf(&b, "x%d ", i);
+        buf_adds(&b, "data: [DONE]\n\n");
+        free(x.resp_raw);
+        x.resp_raw_len = b.len;
+        x.resp_raw = buf_detach(&b, NULL);
+        assert_int_equal(xchg_put(t.db, &x, &d), 0);
+        int zip;
+        int64_t len;
+        resp_coding(t.db, x.id, &zip, &len);
+        printf("stream of %d events: %zu bytes stored as %lld (zip %d)\n",
+               events[k], x.resp_raw_len, (long long)len, zip);
+        assert_int_equal(zip, want_zip[k]);
+        assert_true((size_t)len * 2 < x.resp_raw_len);
+        assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+        struct xchg *g = &c.got[c.n - 1];
+        assert_int_equal(g->id, x.id);
+        assert_int_equal(g->resp_raw_len, x.resp_raw_len);
+        assert_memory_equal(g->resp_raw, x.resp_raw, x.resp_raw_len);
+        collect_release(&c);
+        xchg_release(&x);
+    }
+    /* a coding cut short on disk reads as no body, not as other bytes */
+    assert_int_equal(store_exec(t.db,
+                                "UPDATE xchg SET resp_raw = substr(resp_raw, "
+                                "1, length(resp_raw) - 3)",
+                                &d),
+                     0);
+    int nulls = 0;
+    assert_int_equal(xchg_each(t.db, NULL, count_null_resp, &nulls, &d), 0);
+    assert_int_equal(nulls, 3);
+    tmpdb_close(&t);
+}
+
 static void test_raw_bodies_and_session_filter(void **state)
 {
     (void)state;
@@ -718,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_chat),
         cmocka_unit_test(test_raw_bodies_and_session_filter),
         cmocka_unit_test(test_storage_growth_100_turns),
+        cmocka_unit_test(test_stream_coding),
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),

@@ -1560,7 +1560,9 @@ static void checkpointer_stop(struct record *r)
 
 static int open_store(struct record *r, struct diag *d)
 {
-    int rc = store_open(r->o.db_path, &r->db, d);
+    /* one thread at a time: the writer, or the loop for a lone exchange
+     * (store_inline), ordered by storing_now under r->mu */
+    int rc = store_open_unshared(r->o.db_path, &r->db, d);
     if (rc)
         return rc;
     /* A locked store must not stall the proxy: fail fast and spill. */

@@ -37,6 +37,7 @@
 #include "record/classify.h"
 #include "record/record.h"
 #include "record/reply.h"
+#include "record/rtiming.h"
 #include "record/sse.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
@@ -787,6 +788,8 @@ static bool store_inline(struct record *r, struct ex *e)
     if (!mine)
         return false;
     store_batch(r, &e, 1);
+    if (rtiming_on())
+        rtiming_add(RT_INLINE, 1);
     pthread_mutex_lock(&r->mu);
     r->storing_now = false;
     handed_back(r, &e, 1);
@@ -1224,12 +1227,32 @@ static int spill(struct record *r, struct ex *e, const char *why)
     return 2;
 }
 
+/* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
+ * its row is written the exchange's xchg is released; its timing fields
+ * then carry, until the loop completes it, when it was queued (up_total_ms)
+ * and stored (down_total_ms), in now_ms() time. */
+static void note_batch(struct ex **batch, size_t n, double t0, double t1,
+                       double t2)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct xchg *x = &batch[i]->x;
+        double queued = batch[i]->t0 + x->down_total_ms;
+        rtiming_add(RT_WAIT, t0 - queued);
+        rtiming_add(RT_BUILD, t1 - t0);
+        rtiming_add(RT_PUT, t2 - t1);
+        rtiming_add(RT_BATCH, (double)n);
+        x->up_total_ms = queued;
+    }
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file. */
 static void store_batch(struct record *r, struct ex **batch, size_t n)
 {
     struct xchg *xs[BATCH_MAX];
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
+    bool timing = rtiming_on();
+    double t0 = timing ? now_ms() : 0, t1 = 0;
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
@@ -1256,15 +1279,22 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }
+    if (timing)
+        t1 = now_ms();
     xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    if (timing)
+        note_batch(batch, n, t0, t1, now_ms());
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
         e->outcome = rcs[i] ? spill(r, e, d.msg) : 0;
         /* free the recorded copy here, off the forwarding loop; the loop
-         * needs only how it ended */
+         * needs only how it ended (and the timing samples) */
         enum xchg_end end = e->x.end;
+        double queued = e->x.up_total_ms;
         xchg_release(&e->x);
         e->x.end = end;
+        e->x.up_total_ms = queued;
+        e->x.down_total_ms = timing ? now_ms() : 0;
         buf_release(&e->body);
     }
 }
@@ -1289,6 +1319,8 @@ static void *writer_main(void *arg)
         if (!n)
             break; /* quit with an empty queue */
         store_batch(r, batch, n);
+        for (size_t i = 0; i < n && rtiming_on(); i++)
+            rtiming_add(RT_INLINE, 0);
         pthread_mutex_lock(&r->mu);
         r->storing_now = false;
         handed_back(r, batch, n);
@@ -1312,8 +1344,14 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     struct ex *e = r->d_head;
     r->d_head = r->d_tail = NULL;
     pthread_mutex_unlock(&r->mu);
+    double now = rtiming_on() ? now_ms() : 0;
     while (e) {
         struct ex *next = e->wnext;
+        if (now > 0) { /* see note_batch */
+            rtiming_add(RT_BACK, now - e->x.down_total_ms);
+            rtiming_add(RT_HELD, now - e->x.up_total_ms);
+            rtiming_add(RT_TOTAL, now - e->t0);
+        }
         list_del(&r->storing, e);
         r->nstoring--;
         r->stats.stored += e->outcome == 0;
@@ -1322,6 +1360,8 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
         complete(r, e);
         e = next;
     }
+    if (fd < 0 && rtiming_on()) /* the last call, from writer_stop */
+        rtiming_report(r->o.log, r->o.log_ud);
     maybe_exit(r);
 }
 

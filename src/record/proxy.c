@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,7 @@
 #define STOP_GRACE_S 5
 #define BATCH_MAX 256
 /* in flight at most, for an exchange to be stored on the loop's thread */
-#define INLINE_MAX_ACTIVE 2
+#define INLINE_MAX_ACTIVE 64
 #define MEMO_SLOTS 64
 
 struct name_memo {
@@ -769,16 +770,50 @@ static void handed_back(struct record *r, struct ex **batch, size_t n)
 }
 
 /* Stores a lone exchange on the loop's own thread when the writer is idle
- * with nothing queued and few exchanges are in flight: the writer would
- * take it alone anyway, and the two thread hand-offs (wake the writer, wake
- * the loop) are most of what a lone exchange waits for on a busy machine.
- * Under load the writer thread keeps doing the work, in batches, beside
- * the loop. The client still gets its last byte only after the commit:
- * complete() runs from on_stored, activated here. */
+ * with nothing queued and storing has taken less than a fifth of the last
+ * 50 ms (storing_light): the writer would take it alone anyway, and the
+ * two thread hand-offs (wake the writer, wake the loop) are most of what a
+ * lone exchange waits for on a busy machine; they also let exchanges pile
+ * up into batches whose last member waits for all the others. Under load
+ * the writer thread does the work, in batches, beside the loop. The client
+ * still gets its last byte only after the commit: complete() runs from
+ * on_stored, activated here. */
+/* CPU time spent storing (store_batch, on either thread), in ns: the
+ * storing load that decides where a lone exchange is stored. Process-wide;
+ * one record per process outside the tests. */
+static _Atomic uint64_t store_ns;
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Storing took more CPU than 1/INLINE_LOAD of the last LOAD_WINDOW_NS:
+ * leave it to the writer thread, beside the loop */
+#define LOAD_WINDOW_NS 50000000u
+#define INLINE_LOAD 5
+
+/* Whether storing has been light lately (the loop's thread, per loop). */
+static bool storing_light(void)
+{
+    static _Thread_local uint64_t win_start, win_stored;
+    static _Thread_local bool heavy;
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (now - win_start >= LOAD_WINDOW_NS) {
+        uint64_t s = atomic_load_explicit(&store_ns, memory_order_relaxed);
+        heavy = (s - win_stored) * INLINE_LOAD > now - win_start;
+        win_start = now;
+        win_stored = s;
+    }
+    return !heavy;
+}
+
 static bool store_inline(struct record *r, struct ex *e)
 {
     bool mine;
-    if (r->nactive > INLINE_MAX_ACTIVE)
+    if (r->nactive > INLINE_MAX_ACTIVE || !storing_light())
         return false;
     pthread_mutex_lock(&r->mu);
     mine = !r->q_head && !r->storing_now;
@@ -1253,6 +1288,7 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     struct diag d = {{0}};
     bool timing = rtiming_on();
     double t0 = timing ? now_ms() : 0, t1 = 0;
+    uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
@@ -1297,6 +1333,9 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         e->x.down_total_ms = timing ? now_ms() : 0;
         buf_release(&e->body);
     }
+    atomic_fetch_add_explicit(&store_ns,
+                              clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
+                              memory_order_relaxed);
 }
 
 static void *writer_main(void *arg)

@@ -13,10 +13,10 @@
 #define BUCKETS 10001 /* 0..9999: [10 us * i, 10 us * (i + 1)); last: more */
 
 static const char *const NAMES[RT_N] = {
-    [RT_WAIT] = "wait for store", [RT_BUILD] = "build row",
-    [RT_PUT] = "insert+commit",   [RT_BACK] = "hand back",
+    [RT_WAIT] = "wait for store",  [RT_BUILD] = "build row",
+    [RT_PUT] = "insert+commit",    [RT_BACK] = "hand back",
     [RT_HELD] = "held (all four)", [RT_TOTAL] = "request in -> done",
-    [RT_BATCH] = "batch size",    [RT_INLINE] = "stored inline",
+    [RT_BATCH] = "batch size",     [RT_INLINE] = "stored inline",
 };
 
 static uint32_t hist[RT_N][BUCKETS];
@@ -65,8 +65,8 @@ void rtiming_report(void (*log)(void *ud, const char *msg), void *ud)
         if (!count[m] || !log)
             continue;
         if (m == RT_INLINE) {
-            snprintf(line, sizeof(line), "timing: %-18s %llu of %llu",
-                     NAMES[m], (unsigned long long)hist[m][1],
+            snprintf(line, sizeof(line), "timing: %-18s %llu of %llu", NAMES[m],
+                     (unsigned long long)hist[m][1],
                      (unsigned long long)count[m]);
         } else {
             snprintf(line, sizeof(line),

@@ -108,7 +108,7 @@ struct xchg_cache {
      * history re-sent unchanged is not dumped and hashed again. Cleared
      * when full. */
     struct memo_ent *memo;
-    size_t memo_cap, memo_n, memo_hits;
+    size_t memo_cap, memo_n, memo_hits, rest_hits;
     /* Parsing (xchg_req_json): message values by the XXH3-128 of their
      * bytes, shared by the requests that carry them, so a re-sent history
      * is hashed, not built and freed again (open addressing, all-zero key
@@ -204,6 +204,11 @@ void xchg_cache_free(struct xchg_cache *c)
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
+}
+
+size_t xchg_cache_rest_hits(const struct xchg_cache *c)
+{
+    return c->rest_hits;
 }
 
 size_t xchg_cache_memo_hits(const struct xchg_cache *c)
@@ -723,6 +728,13 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         tree_add(c, k, v, sp[i].n);
         json_array_append_new(arr, v);
     }
+    /* the rest of the body: the parameters and tools, by their bytes */
+    size_t before = (size_t)(msgs.p - doc->p);
+    const char *after = msgs.p + msgs.n;
+    XXH128_hash_t k1 = XXH3_128bits(doc->p, before);
+    x->req_rest_raw =
+        XXH3_128bits_withSeed(after, (size_t)(doc->p + doc->n - after),
+                              k1.low64 ^ k1.high64 ^ before);
     return jscan_json_with(doc, &msgs, arr);
 }
 
@@ -911,27 +923,65 @@ struct row_req {
     size_t n;
 };
 
+/* The memo keys of a request's parameter and tools blobs, from the hash of
+ * its bytes outside the messages (xchg.req_rest_raw): distinct from each
+ * other and, being hashes of other bytes, from the messages' keys. */
+static XXH128_hash_t rest_key(const struct xchg *x, uint64_t which)
+{
+    XXH128_hash_t k = x->req_rest_raw;
+    if (raw_empty(k))
+        return k;
+    k.low64 ^= which;
+    k.high64 ^= which * 0x9E3779B97F4A7C15u;
+    return k;
+}
+
+/* The parameter (BLOB_PARAMS) and tools blobs of a chat request; their
+ * hashes come from the memo when the same bytes were stored before. */
+static int put_params(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+                      struct row_req *r, struct diag *d)
+{
+    const json_t *body = x->req_body;
+    json_t *tools = json_object_get(body, "tools");
+    XXH128_hash_t pk = c ? rest_key(x, 1) : (XXH128_hash_t){0, 0};
+    XXH128_hash_t tk = c ? rest_key(x, 2) : (XXH128_hash_t){0, 0};
+    int rc = 0;
+
+    r->params = c ? (int64_t)memo_known(c, pk) : 0;
+    if (r->params) {
+        c->rest_hits++;
+    } else {
+        json_t *params = json_copy((json_t *)body);
+        json_object_del(params, "messages");
+        json_object_del(params, "tools");
+        rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
+        json_decref(params);
+        if (rc)
+            return rc;
+        if (c)
+            memo_add(c, pk, (uint64_t)r->params);
+    }
+    if (!tools)
+        return 0;
+    r->has_tools = true;
+    r->tools = c ? (int64_t)memo_known(c, tk) : 0;
+    if (r->tools) {
+        c->rest_hits++;
+        return 0;
+    }
+    rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
+    if (!rc && c)
+        memo_add(c, tk, (uint64_t)r->tools);
+    return rc;
+}
+
 static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                        struct row_req *r, struct diag *d)
 {
-    const json_t *body = x->req_body;
-    const json_t *msgs = json_object_get(body, "messages");
-    json_t *params = json_copy((json_t *)body);
-    json_t *tools = json_object_get(body, "tools");
-    int rc;
-
-    json_object_del(params, "messages");
-    json_object_del(params, "tools");
-    rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
-    json_decref(params);
+    const json_t *msgs = json_object_get(x->req_body, "messages");
+    int rc = put_params(db, c, x, r, d);
     if (rc)
         return rc;
-    if (tools) {
-        r->has_tools = true;
-        rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
-        if (rc)
-            return rc;
-    }
     r->n = json_array_size(msgs);
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
     bool have_raw = c && x->req_msg_raw && x->req_msg_n == r->n;

@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
+#include "store/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -570,6 +571,78 @@ static void test_message_hash_by_bytes(void **state)
 /* A batch whose middle exchange fails (a trigger refuses its row) stores
  * the other two, the third on top of the first's message list, and leaves
  * the cache usable; a batch of one that fails stores nothing. */
+/* The parameter and tools blobs of a request whose bytes around the
+ * messages came before take their hashes from the memo (rest hits); the
+ * rows are those a full canonical dump gives: the same blob for the same
+ * parameters sent as other bytes, another for other parameters, every
+ * body rebuilt exactly. */
+static void test_params_hash_by_bytes(void **state)
+{
+    (void)state;
+    static const char *const srcs[] = {
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hi\"}]}",
+        /* same bytes around other messages: both from the memo */
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hello\"}]}",
+        /* the same values as other bytes: dumped, same blobs */
+        "{ \"temperature\":0.5, \"model\":\"m\",\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+        "\"function\"}]}",
+        /* another temperature, no tools: a new parameter blob */
+        "{\"model\":\"m\",\"temperature\":0.7,\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"hi\"}]}",
+        /* the first bytes again: from the memo */
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hi\"}]}",
+    };
+    static const size_t hits_after[] = {0, 2, 2, 2, 4};
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    tmpdb_open(&t);
+    for (size_t i = 0; i < 5; i++) {
+        struct xchg x;
+        struct jspan doc;
+        fill(&x, "ses", NULL);
+        assert_int_equal(jscan_doc(srcs[i], strlen(srcs[i]), &doc), 0);
+        x.req_body = xchg_req_json(cache, &doc, &x);
+        x.req_src = srcs[i];
+        x.req_src_len = strlen(srcs[i]);
+        assert_int_equal(xchg_put_cached(t.db, cache, &x, &d), 0);
+        assert_int_equal(xchg_cache_rest_hits(cache), hits_after[i]);
+        xchg_release(&x);
+    }
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(t.db,
+                                        "SELECT count(DISTINCT req_params),"
+                                        " count(DISTINCT req_tools),"
+                                        " (SELECT count(*) FROM xchg_blob"
+                                        " WHERE kind<>0) FROM xchg",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 2);
+    assert_int_equal(sqlite3_column_int(st, 1), 1);
+    assert_int_equal(sqlite3_column_int(st, 2), 3);
+    sqlite3_finalize(st);
+    struct collect c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 5);
+    for (int i = 0; i < 5; i++) {
+        json_t *want = json_loads(srcs[i], 0, NULL);
+        assert_true(json_equal(c.got[i].req_body, want));
+        json_decref(want);
+    }
+    collect_release(&c);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
 static void test_batch_failure_isolated(void **state)
 {
     (void)state;
@@ -800,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_raw_bodies_and_session_filter),
         cmocka_unit_test(test_storage_growth_100_turns),
         cmocka_unit_test(test_stream_coding),
+        cmocka_unit_test(test_params_hash_by_bytes),
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),

@@ -26,6 +26,15 @@
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
 #define BASE_CANDIDATES 3
+#define RECENT_SLOTS 64
+
+/* The ids SQL_RECENT would return for a session (newest first), kept as
+ * this connection inserts them */
+struct recent_ent {
+    char *session; /* NULL: empty slot */
+    int64_t ids[BASE_CANDIDATES];
+    int n;
+};
 
 enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
 
@@ -83,6 +92,12 @@ struct list_ent {
 
 struct xchg_cache {
     struct list_ent e[CACHE_SLOTS];
+    /* pick_base's candidates by session (hash64 of the name, direct
+     * mapped): filled by its SELECT, then kept up to date by put_all as
+     * rows are inserted, so a session's next exchange needs no query;
+     * cleared with the list cache when a transaction is rolled back */
+    struct recent_ent recent[RECENT_SLOTS];
+    unsigned int data_version; /* data_version() after this cache's commit */
     /* prepared statements by SQL text (string literals: compared by
      * address); the cache belongs to one db connection */
     const char *sql[STMT_SLOTS];
@@ -108,7 +123,7 @@ struct xchg_cache {
      * history re-sent unchanged is not dumped and hashed again. Cleared
      * when full. */
     struct memo_ent *memo;
-    size_t memo_cap, memo_n, memo_hits, rest_hits;
+    size_t memo_cap, memo_n, memo_hits, rest_hits, recent_hits;
     /* Parsing (xchg_req_json): message values by the XXH3-128 of their
      * bytes, shared by the requests that carry them, so a re-sent history
      * is hashed, not built and freed again (open addressing, all-zero key
@@ -188,6 +203,8 @@ void xchg_cache_free(struct xchg_cache *c)
         return;
     for (int i = 0; i < CACHE_SLOTS; i++)
         free(c->e[i].h);
+    for (int i = 0; i < RECENT_SLOTS; i++)
+        free(c->recent[i].session);
     if (c->zs_ready)
         deflateEnd(&c->zs);
     free(c->known);
@@ -204,6 +221,11 @@ void xchg_cache_free(struct xchg_cache *c)
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
+}
+
+size_t xchg_cache_recent_hits(const struct xchg_cache *c)
+{
+    return c->recent_hits;
 }
 
 size_t xchg_cache_rest_hits(const struct xchg_cache *c)
@@ -874,6 +896,55 @@ struct base_pick {
     int depth;
 };
 
+static struct recent_ent *recent_slot(struct xchg_cache *c, const char *session)
+{
+    return &c->recent[hash64(session, strlen(session), 0) % RECENT_SLOTS];
+}
+
+/* Row id, a chat exchange of session, was just inserted: it is now the
+ * newest of the session's candidates. A session not in its slot (another
+ * took it) is read again by the next pick_base. */
+static void recent_push(struct xchg_cache *c, const char *session, int64_t id)
+{
+    struct recent_ent *r = recent_slot(c, session);
+    if (!r->session || strcmp(r->session, session))
+        return;
+    memmove(r->ids + 1, r->ids, (BASE_CANDIDATES - 1) * sizeof(r->ids[0]));
+    r->ids[0] = id;
+    if (r->n < BASE_CANDIDATES)
+        r->n++;
+}
+
+static void recent_clear(struct xchg_cache *c)
+{
+    for (int i = 0; i < RECENT_SLOTS; i++) {
+        free(c->recent[i].session);
+        memset(&c->recent[i], 0, sizeof(c->recent[i]));
+    }
+}
+
+/* The main database's data version (SQLITE_FCNTL_DATA_VERSION: it changes
+ * with every change to the file, this connection's own included); 0 when
+ * unknown */
+static unsigned int data_version(sqlite3 *db)
+{
+    unsigned int v = 0;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &v) !=
+        SQLITE_OK)
+        return 0;
+    return v;
+}
+
+/* At the start of a transaction: forgets the recent ids when the file
+ * changed since this cache's last commit (another connection, or another
+ * cache on this one), as the rows it added would be missing from them. */
+static void recent_check(struct xchg_cache *c, sqlite3 *db)
+{
+    unsigned int v = data_version(db);
+    if (!v || v != c->data_version)
+        recent_clear(c);
+}
+
 /* Picks the recent exchange of the same session sharing the longest prefix
  * of messages with h[0..n). */
 static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
@@ -885,12 +956,25 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
     int nid = 0;
 
     memset(bp, 0, sizeof(*bp));
-    if (!(st = prep(c, db, SQL_RECENT)))
-        return sql_fail(db, d, "cannot read recent exchanges");
-    sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
-    while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
-        ids[nid++] = sqlite3_column_int64(st, 0);
-    unprep(c, st);
+    struct recent_ent *r = c ? recent_slot(c, session) : NULL;
+    if (r && r->session && !strcmp(r->session, session)) {
+        c->recent_hits++;
+        nid = r->n;
+        memcpy(ids, r->ids, sizeof(ids));
+    } else {
+        if (!(st = prep(c, db, SQL_RECENT)))
+            return sql_fail(db, d, "cannot read recent exchanges");
+        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+        while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
+            ids[nid++] = sqlite3_column_int64(st, 0);
+        unprep(c, st);
+        if (r) {
+            free(r->session);
+            r->session = xstrdup(session);
+            r->n = nid;
+            memcpy(r->ids, ids, sizeof(ids));
+        }
+    }
     for (int i = 0; i < nid; i++) {
         struct list_ent *e = list_load(db, c, ids[i], 0);
         if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
@@ -1141,6 +1225,7 @@ static void cache_clear(struct xchg_cache *c)
         free(c->e[i].h);
         memset(&c->e[i], 0, sizeof(c->e[i]));
     }
+    recent_clear(c);
 }
 
 /* Stores x inside the caller's transaction; x->id is set on success. */
@@ -1186,6 +1271,7 @@ static int put_all(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
              * cache) */
             cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
             rr[i].h = NULL;
+            recent_push(c, xs[i]->session ? xs[i]->session : "", xs[i]->id);
         }
         if (per_one)
             run_stmt(c, db, SQL_RELEASE);
@@ -1218,6 +1304,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
         rc = sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
+    recent_check(c, db);
     /* The whole batch in one go: a savepoint per exchange costs more SQL
      * than a small exchange's own rows. Only when one of them fails is
      * the batch done again with savepoints, so that the bad exchange goes
@@ -1240,6 +1327,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     for (size_t i = 0; i < c->pend_n; i++)
         known_add(c, c->pend[i]);
     c->pend_n = 0;
+    c->data_version = data_version(db);
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++) {

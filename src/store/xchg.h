@@ -128,6 +128,9 @@ size_t xchg_cache_memo_hits(const struct xchg_cache *c);
 /* Parameter and tools blobs whose hash c took from the bytes around the
  * messages (xchg.req_rest_raw) rather than from a canonical dump. */
 size_t xchg_cache_rest_hits(const struct xchg_cache *c);
+/* Chat exchanges whose candidate bases (the session's latest three) c
+ * knew from its own inserts rather than from a query. */
+size_t xchg_cache_recent_hits(const struct xchg_cache *c);
 /* Stores n exchanges in one transaction (group commit); when one of them
  * fails the batch is stored again with a savepoint per exchange, so that
  * only the failing ones are left out: rcs[i] is 0 when xs[i] is stored

@@ -643,6 +643,80 @@ static void test_params_hash_by_bytes(void **state)
     tmpdb_close(&t);
 }
 
+/* The list columns of every row of db, in id order, as one text. */
+static char *list_columns(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    struct buf b = BUF_INIT;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT id, req_base, req_prefix,"
+                                        " req_depth, hex(req_msgs) FROM xchg"
+                                        " ORDER BY id",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        buf_printf(&b, "%lld %lld %lld %lld %s\n",
+                   (long long)sqlite3_column_int64(st, 0),
+                   (long long)sqlite3_column_int64(st, 1),
+                   (long long)sqlite3_column_int64(st, 2),
+                   (long long)sqlite3_column_int64(st, 3),
+                   (const char *)sqlite3_column_text(st, 4));
+    sqlite3_finalize(st);
+    return buf_detach(&b, NULL);
+}
+
+/* Three sessions interleaved, stored once through one long-lived cache
+ * (which knows each session's latest exchanges from its own inserts) and
+ * once through a fresh cache per exchange (which asks SQLite each time):
+ * the same bases, prefixes and lists row for row; a write through another
+ * cache in between is noticed (the file's data version) and the rows stay
+ * the same. */
+static void test_recent_bases_without_query(void **state)
+{
+    (void)state;
+    struct tmpdb t[2];
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    static const char *const ses[] = {"a", "b", "c"};
+    json_t *hist[3];
+    for (int k = 0; k < 3; k++)
+        hist[k] = json_array();
+    tmpdb_open(&t[0]);
+    tmpdb_open(&t[1]);
+    for (int i = 0; i < 60; i++) {
+        int k = (i * 7) % 3;
+        char text[64];
+        snprintf(text, sizeof(text), "turn %d of %s", i, ses[k]);
+        json_array_append_new(
+            hist[k], json_pack("{s:s, s:s}", "role", "user", "content", text));
+        /* every fifth request of a session drops its oldest message (a
+         * rewrite), so the base is not always the latest */
+        if (i % 5 == 4 && json_array_size(hist[k]) > 2)
+            json_array_remove(hist[k], 0);
+        for (int db = 0; db < 2; db++) {
+            struct xchg x;
+            fill(&x, ses[k],
+                 json_pack("{s:s, s:O}", "model", "m", "messages", hist[k]));
+            /* db 0: the long-lived cache, but every 13th exchange through
+             * a fresh one (another writer on the same file) */
+            int rc = db == 0 && i % 13 ? xchg_put_cached(t[0].db, cache, &x, &d)
+                                       : xchg_put(t[db].db, &x, &d);
+            assert_int_equal(rc, 0);
+            xchg_release(&x);
+        }
+    }
+    assert_true(xchg_cache_recent_hits(cache) > 30);
+    char *a = list_columns(t[0].db), *b = list_columns(t[1].db);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    for (int k = 0; k < 3; k++)
+        json_decref(hist[k]);
+    xchg_cache_free(cache);
+    tmpdb_close(&t[0]);
+    tmpdb_close(&t[1]);
+}
+
 static void test_batch_failure_isolated(void **state)
 {
     (void)state;
@@ -874,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_storage_growth_100_turns),
         cmocka_unit_test(test_stream_coding),
         cmocka_unit_test(test_params_hash_by_bytes),
+        cmocka_unit_test(test_recent_bases_without_query),
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),

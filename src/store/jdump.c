@@ -111,6 +111,22 @@ static int dump_real(struct buf *b, double v)
     char s[64];
     if (!isfinite(v))
         return -EINVAL;
+    if (v == trunc(v) && fabs(v) < 1e15) {
+        /* an integral value: "%.17g" prints its digits, jansson adds
+         * ".0" (also "-0.0"); without snprintf, which is most of a small
+         * exchange's reply column */
+        char *p = s + sizeof(s);
+        unsigned long long u = (unsigned long long)fabs(v);
+        *--p = '0';
+        *--p = '.';
+        do {
+            *--p = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (signbit(v))
+            *--p = '-';
+        return put_mem(b, p, (size_t)(s + sizeof(s) - p));
+    }
     int n = snprintf(s, sizeof(s) - 3, "%.17g", v);
     if (n < 0 || (size_t)n >= sizeof(s) - 3)
         return -EINVAL;

@@ -769,15 +769,6 @@ static void handed_back(struct record *r, struct ex **batch, size_t n)
     }
 }
 
-/* Stores a lone exchange on the loop's own thread when the writer is idle
- * with nothing queued, the exchange is small (INLINE_MAX_BYTES) and storing
- * has taken less than a fifth of the last 50 ms (storing_light): the writer
- * would take it alone anyway, and the two thread hand-offs (wake the writer,
- * wake the loop) are most of what a lone exchange waits for on a busy machine;
- * they also let exchanges pile up into batches whose last member waits for all
- * the others. Under load the writer thread does the work, in batches, beside
- * the loop. The client still gets its last byte only after the commit:
- * complete() runs from on_stored, activated here. */
 /* CPU time spent storing (store_batch, on either thread), in ns: the
  * storing load that decides where a lone exchange is stored. Process-wide;
  * one record per process outside the tests. */
@@ -815,6 +806,15 @@ static bool storing_light(void)
  * (a long session's 40 KB request costs about 0.5M instructions) */
 #define INLINE_MAX_BYTES (64u << 10)
 
+/* Stores a lone exchange on the loop's own thread when the writer is idle
+ * with nothing queued, the exchange is small (INLINE_MAX_BYTES) and storing
+ * has taken less than a fifth of the last 50 ms (storing_light): the writer
+ * would take it alone anyway, and the two thread hand-offs (wake the writer,
+ * wake the loop) are most of what a lone exchange waits for on a busy machine;
+ * they also let exchanges pile up into batches whose last member waits for all
+ * the others. Under load the writer thread does the work, in batches, beside
+ * the loop. The client still gets its last byte only after the commit:
+ * complete() runs from on_stored, activated here. */
 static bool store_inline(struct record *r, struct ex *e)
 {
     bool mine;

@@ -3,8 +3,10 @@
 # (parsing, reply reassembly, hashing, compression, SQLite) and on its
 # forwarding loop, counted by callgrind, for the small JSON chat exchange
 # and the ~15-event SSE exchange of bench/record.sh (wrk -t1 -cCONNS), and
-# for a long session (one client, TURNS turns re-sending the history). Instruction counts do
-# not depend on what else runs on the machine, unlike requests/s.
+# for a long session (one client, TURNS turns re-sending the history).
+# store_batch is the storing itself, summed over the writer thread and the
+# loop (which stores a lone exchange itself). Instruction counts do not
+# depend on what else runs on the machine, unlike requests/s.
 #
 #   sh bench/record_writer.sh           # DUR=5 CONNS=8 TURNS=150
 #   FIDELITY=/path/to/fidelity sh bench/record_writer.sh   # another build
@@ -90,12 +92,20 @@ for kind in json sse long; do
     wait "$rpid" 2>/dev/null || true
     [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp/$kind"/callgrind.out.* "$KEEP/" 2>/dev/null
     n=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/$kind.db")
+    sb=0
     for f in "$tmp/$kind"/callgrind.out.*; do
-        tot=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+        ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null || true)
+        # store_batch runs on either thread (a lone exchange is stored on
+        # the loop's): summed over both, it is the cost of storing
+        s=$(echo "$ann" | awk '/proxy.c:store_batch \[/ {gsub(",", "", $1); print $1; exit}')
+        sb=$((sb + ${s:-0}))
+        tot=$(echo "$ann" |
             awk '/writer_main|record_run/ {gsub(",", "", $1); print $1, $NF; exit}')
         [ -n "$tot" ] || continue
         set -- $tot
         printf '%-5s %-22s %8d instructions/exchange (%d exchanges)\n' \
             "$kind" "$(echo "$2" | sed 's/.*://;s/ .*//')" $(( $1 / n )) "$n"
     done
+    printf '%-5s %-22s %8d instructions/exchange (both threads)\n' \
+        "$kind" store_batch $(( sb / n ))
 done

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@
 #include "record/front.h"
 #include "record/record.h"
 #include "record/reply.h"
+#include "record/rtiming.h"
 #include "record/sse.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
@@ -44,7 +46,7 @@
 #define STOP_GRACE_S 5
 #define BATCH_MAX 256
 /* in flight at most, for an exchange to be stored on the loop's thread */
-#define INLINE_MAX_ACTIVE 2
+#define INLINE_MAX_ACTIVE 64
 #define MEMO_SLOTS 64
 
 struct name_memo {
@@ -708,17 +710,57 @@ static void handed_back(struct record *r, struct ex **batch, size_t n)
     }
 }
 
+/* CPU time spent storing (store_batch, on either thread), in ns: the
+ * storing load that decides where a lone exchange is stored. Process-wide;
+ * one record per process outside the tests. */
+static _Atomic uint64_t store_ns;
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Storing took more CPU than 1/INLINE_LOAD of the last LOAD_WINDOW_NS:
+ * leave it to the writer thread, beside the loop */
+#define LOAD_WINDOW_NS 50000000u
+#define INLINE_LOAD 5
+
+/* Whether storing has been light lately (the loop's thread, per loop). */
+static bool storing_light(void)
+{
+    static _Thread_local uint64_t win_start, win_stored;
+    static _Thread_local bool heavy;
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (now - win_start >= LOAD_WINDOW_NS) {
+        uint64_t s = atomic_load_explicit(&store_ns, memory_order_relaxed);
+        heavy = (s - win_stored) * INLINE_LOAD > now - win_start;
+        win_start = now;
+        win_stored = s;
+    }
+    return !heavy;
+}
+
+/* Bytes of request and response above which an exchange is left to the
+ * writer thread: storing it would hold up the other exchanges' forwarding
+ * (a long session's 40 KB request costs about 0.5M instructions) */
+#define INLINE_MAX_BYTES (64u << 10)
+
 /* Stores a lone exchange on the loop's own thread when the writer is idle
- * with nothing queued and few exchanges are in flight: the writer would
- * take it alone anyway, and the two thread hand-offs (wake the writer, wake
- * the loop) are most of what a lone exchange waits for on a busy machine.
- * Under load the writer thread keeps doing the work, in batches, beside
+ * with nothing queued, the exchange is small (INLINE_MAX_BYTES) and storing
+ * has taken less than a fifth of the last 50 ms (storing_light): the writer
+ * would take it alone anyway, and the two thread hand-offs (wake the writer,
+ * wake the loop) are most of what a lone exchange waits for on a busy machine;
+ * they also let exchanges pile up into batches whose last member waits for all
+ * the others. Under load the writer thread does the work, in batches, beside
  * the loop. The client still gets its last byte only after the commit:
  * complete() runs from on_stored, activated here. */
 static bool store_inline(struct record *r, struct ex *e)
 {
     bool mine;
-    if (r->nactive > INLINE_MAX_ACTIVE)
+    if (r->nactive > INLINE_MAX_ACTIVE ||
+        e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light())
         return false;
     pthread_mutex_lock(&r->mu);
     mine = !r->q_head && !r->storing_now;
@@ -728,6 +770,8 @@ static bool store_inline(struct record *r, struct ex *e)
     if (!mine)
         return false;
     store_batch(r, &e, 1);
+    if (rtiming_on())
+        rtiming_add(RT_INLINE, 1);
     pthread_mutex_lock(&r->mu);
     r->storing_now = false;
     handed_back(r, &e, 1);
@@ -1081,12 +1125,33 @@ static int spill(struct record *r, struct ex *e, const char *why)
     return 2;
 }
 
+/* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
+ * its row is written the exchange's xchg is released; its timing fields
+ * then carry, until the loop completes it, when it was queued (up_total_ms)
+ * and stored (down_total_ms), in now_ms() time. */
+static void note_batch(struct ex **batch, size_t n, double t0, double t1,
+                       double t2)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct xchg *x = &batch[i]->x;
+        double queued = batch[i]->t0 + x->down_total_ms;
+        rtiming_add(RT_WAIT, t0 - queued);
+        rtiming_add(RT_BUILD, t1 - t0);
+        rtiming_add(RT_PUT, t2 - t1);
+        rtiming_add(RT_BATCH, (double)n);
+        x->up_total_ms = queued;
+    }
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file. */
 static void store_batch(struct record *r, struct ex **batch, size_t n)
 {
     struct xchg *xs[BATCH_MAX];
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
+    bool timing = rtiming_on();
+    double t0 = timing ? now_ms() : 0, t1 = 0;
+    uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
@@ -1113,17 +1178,27 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }
+    if (timing)
+        t1 = now_ms();
     xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    if (timing)
+        note_batch(batch, n, t0, t1, now_ms());
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
         e->outcome = rcs[i] ? spill(r, e, d.msg) : 0;
         /* free the recorded copy here, off the forwarding loop; the loop
-         * needs only how it ended */
+         * needs only how it ended (and the timing samples) */
         enum xchg_end end = e->x.end;
+        double queued = e->x.up_total_ms;
         xchg_release(&e->x);
         e->x.end = end;
+        e->x.up_total_ms = queued;
+        e->x.down_total_ms = timing ? now_ms() : 0;
         buf_release(&e->body);
     }
+    atomic_fetch_add_explicit(&store_ns,
+                              clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
+                              memory_order_relaxed);
 }
 
 static void *writer_main(void *arg)
@@ -1146,6 +1221,8 @@ static void *writer_main(void *arg)
         if (!n)
             break; /* quit with an empty queue */
         store_batch(r, batch, n);
+        for (size_t i = 0; i < n && rtiming_on(); i++)
+            rtiming_add(RT_INLINE, 0);
         pthread_mutex_lock(&r->mu);
         r->storing_now = false;
         handed_back(r, batch, n);
@@ -1170,8 +1247,14 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     struct ex *e = r->d_head;
     r->d_head = r->d_tail = NULL;
     pthread_mutex_unlock(&r->mu);
+    double now = rtiming_on() ? now_ms() : 0;
     while (e) {
         struct ex *next = e->wnext;
+        if (now > 0) { /* see note_batch */
+            rtiming_add(RT_BACK, now - e->x.down_total_ms);
+            rtiming_add(RT_HELD, now - e->x.up_total_ms);
+            rtiming_add(RT_TOTAL, now - e->t0);
+        }
         list_del(&r->storing, e);
         r->nstoring--;
         r->stats.stored += e->outcome == 0;
@@ -1180,6 +1263,8 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
         complete(r, e);
         e = next;
     }
+    if (fd < 0 && rtiming_on()) /* the last call, from writer_stop */
+        rtiming_report(r->o.log, r->o.log_ud);
     maybe_exit(r);
 }
 
@@ -1439,7 +1524,9 @@ static void checkpointer_stop(struct record *r)
 
 static int open_store(struct record *r, struct diag *d)
 {
-    int rc = store_open(r->o.db_path, &r->db, d);
+    /* one thread at a time: the writer, or the loop for a lone exchange
+     * (store_inline), ordered by storing_now under r->mu */
+    int rc = store_open_unshared(r->o.db_path, &r->db, d);
     if (rc)
         return rc;
     /* A locked store must not stall the proxy: fail fast and spill. */

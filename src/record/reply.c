@@ -27,6 +27,7 @@ void reply_release(struct reply_acc *a)
 {
     buf_release(&a->content);
     buf_release(&a->reasoning);
+    buf_release(&a->prev);
     json_decref(a->tool_calls);
     json_decref(a->usage);
     json_decref(a->error);
@@ -170,6 +171,78 @@ static int scan_reply(const char *data, size_t len, const char *msg_key,
     return 0;
 }
 
+#define NSPANS (sizeof(struct scanned) / sizeof(struct jspan))
+_Static_assert(sizeof(struct scanned) == 10 * sizeof(struct jspan),
+               "struct scanned is reply_acc.prev_spans");
+
+/* Keeps data and its spans as the chunk the next one is compared with. */
+static void keep_prev(struct reply_acc *a, const char *data, size_t len,
+                      const struct scanned *sc)
+{
+    struct jspan *v = a->prev_spans;
+    buf_reset(&a->prev);
+    a->prev_ok = !buf_add(&a->prev, data, len);
+    memcpy(v, sc, sizeof(*sc));
+    for (size_t i = 0; i < NSPANS; i++)
+        if (v[i].t != JS_NONE)
+            v[i].p = a->prev.data + (v[i].p - data);
+}
+
+/* Reads a chunk that equals the previous one but inside one string value
+ * of its content, reasoning_content or reasoning (a stream's events
+ * differ only in the token they carry): the same bytes up to and with the
+ * string's opening quote, the same bytes from its closing quote on, and a
+ * valid string between. Then data is valid JSON of the same shape and *sc
+ * is the previous spans moved to data, the string's replaced. The
+ * previous chunk must carry nothing that is taken whole (usage, error,
+ * tool calls, finish_reason), so that only text is appended. false: read
+ * it in full. */
+static bool reuse_prev(const struct reply_acc *a, const char *data, size_t len,
+                       struct scanned *sc)
+{
+    const struct jspan *v = a->prev_spans;
+    const char *prev = a->prev.data;
+    size_t plen = a->prev.len;
+    memcpy(sc, v, sizeof(*sc));
+    if (!a->prev_ok || sc->usage.t == JS_OBJECT ||
+        (sc->error.t != JS_NONE && sc->error.t != JS_NULL) ||
+        sc->finish.t == JS_STRING || sc->text.t == JS_STRING ||
+        sc->msg.t != JS_OBJECT || sc->tool_calls.t == JS_ARRAY)
+        return false;
+    struct jspan *hot[] = {&sc->content, &sc->rc, &sc->r};
+    for (size_t k = 0; k < 3; k++) {
+        struct jspan *h = hot[k];
+        if (h->t != JS_STRING)
+            continue;
+        size_t head = (size_t)(h->p - prev) + 1; /* with the quote */
+        size_t tail = plen - head - h->n + 2;    /* from the quote */
+        if (len < head + tail || memcmp(data, prev, head) ||
+            memcmp(data + len - tail, prev + plen - tail, tail))
+            continue;
+        struct jspan s;
+        size_t sn = len - head - tail + 2;
+        if (jscan_doc(data + head - 1, sn, &s) || s.t != JS_STRING || s.n != sn)
+            continue;
+        /* the spans before the string stay, those after it move, those
+         * around it (the choice, the delta) grow */
+        ptrdiff_t delta = (ptrdiff_t)sn - (ptrdiff_t)h->n;
+        struct jspan *all = (struct jspan *)sc;
+        for (size_t i = 0; i < NSPANS; i++) {
+            if (all[i].t == JS_NONE || &all[i] == h)
+                continue;
+            size_t off = (size_t)(all[i].p - prev);
+            if (off >= head)
+                off = (size_t)((ptrdiff_t)off + delta);
+            else if (off + all[i].n > head)
+                all[i].n = (size_t)((ptrdiff_t)all[i].n + delta);
+            all[i].p = data + off;
+        }
+        *h = s;
+        return true;
+    }
+    return false;
+}
+
 /* A validated span as a jansson value (new reference). */
 static json_t *span_json(const struct jspan *v)
 {
@@ -220,10 +293,14 @@ void reply_chunk(struct reply_acc *a, const char *data, size_t len,
         a->done = true;
         return;
     }
-    if (scan_reply(data, len, "delta", &sc)) {
+    bool reused = reuse_prev(a, data, len, &sc);
+    a->reused += reused;
+    if (!reused && scan_reply(data, len, "delta", &sc)) {
+        a->prev_ok = false;
         reply_chunk_jansson(a, data, len, now_ms);
         return;
     }
+    keep_prev(a, data, len, &sc);
     note_time(a, now_ms);
     a->chunks++;
     a->scanned++;

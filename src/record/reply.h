@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "core/buf.h"
+#include "store/jscan.h"
 
 struct reply_acc {
     struct buf content;
@@ -28,8 +29,15 @@ struct reply_acc {
     long chunks;    /* JSON data events */
     long bad;       /* data events that were not JSON */
     long scanned;   /* of chunks, those read in place (store/jscan.h) */
+    long reused;    /* of those, read from the previous chunk's spans */
     double last_ms; /* arrival of the previous event */
     double max_gap_ms;
+    /* The last chunk read in place and its spans (into prev): the next
+     * chunk, when it differs only inside one of its text fields, is read
+     * from them (reply.c, reuse_prev) */
+    struct buf prev;
+    struct jspan prev_spans[10];
+    bool prev_ok;
 };
 
 void reply_init(struct reply_acc *a);

@@ -1,6 +1,7 @@
 /*
- * sse: event-stream parsing, one byte class at a time, over chunks that may
- * split lines (and CRLF pairs) anywhere.
+ * sse: event-stream parsing over chunks that may split lines (and CRLF
+ * pairs) anywhere. A line that arrives whole is read in place; only a line
+ * split between chunks is gathered in p->line first.
  */
 #include "record/sse.h"
 
@@ -24,11 +25,11 @@ void sse_release(struct sse_parser *p)
     buf_release(&p->event);
 }
 
-/* One complete line (without its terminator). */
-static int on_line(struct sse_parser *p, sse_event_fn fn, void *ud)
+/* One complete line s[0..n) (without its terminator), in the input or in
+ * p->line. */
+static int on_line(struct sse_parser *p, const char *s, size_t n,
+                   sse_event_fn fn, void *ud)
 {
-    const char *s = buf_str(&p->line);
-    size_t n = p->line.len;
     int rc = 0;
 
     if (n == 0) { /* blank line: dispatch */
@@ -59,8 +60,17 @@ static int on_line(struct sse_parser *p, sse_event_fn fn, void *ud)
             return -ENOBUFS;
     }
 out:
-    buf_reset(&p->line);
     return 0;
+}
+
+/* The first CR or LF in s[0..n), or s + n. memchr for LF (events end with
+ * LF lines), then for CR before it (rare). */
+static const char *line_end(const char *s, size_t n)
+{
+    const char *lf = memchr(s, '\n', n);
+    size_t upto = lf ? (size_t)(lf - s) : n;
+    const char *cr = memchr(s, '\r', upto);
+    return cr ? cr : s + upto;
 }
 
 int sse_feed(struct sse_parser *p, const char *s, size_t n, sse_event_fn fn,
@@ -76,24 +86,36 @@ int sse_feed(struct sse_parser *p, const char *s, size_t n, sse_event_fn fn,
             continue;
         }
         p->after_cr = false;
-        /* copy the run up to the next terminator in one append */
-        size_t j = i;
-        while (j < n && s[j] != '\n' && s[j] != '\r')
-            j++;
-        if (j > i && buf_add(&p->line, s + i, j - i)) {
-            p->failed = true;
-            return -ENOBUFS;
-        }
-        if (j == n)
+        const char *e = line_end(s + i, n - i);
+        size_t j = (size_t)(e - s);
+        if (j == n) { /* unfinished: kept for the next piece */
+            if (j > i && buf_add(&p->line, s + i, j - i)) {
+                p->failed = true;
+                return -ENOBUFS;
+            }
             break;
+        }
+        int rc;
+        if (p->line.len == 0) { /* the whole line is here: read in place */
+            if (p->line.max && j - i > p->line.max) { /* the line cap */
+                p->failed = true;
+                return -ENOBUFS;
+            }
+            rc = on_line(p, s + i, j - i, fn, ud);
+        } else {
+            if (j > i && buf_add(&p->line, s + i, j - i)) {
+                p->failed = true;
+                return -ENOBUFS;
+            }
+            rc = on_line(p, p->line.data, p->line.len, fn, ud);
+            buf_reset(&p->line);
+        }
         p->after_cr = s[j] == '\r';
         i = j + 1;
-        int rc = on_line(p, fn, ud);
         if (rc == -ENOBUFS)
             p->failed = true;
         if (rc)
             return rc;
-        buf_reset(&p->line);
     }
     return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,55 +26,84 @@ static const unsigned char needs_esc[256] = {
     ['\\'] = 1,
 };
 
+/* Appends one byte when there is room: the common case, without a call */
+static inline int put_ch(struct buf *b, char c)
+{
+    if (b->len + 2 > b->alloc)
+        return buf_addch(b, c);
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+static inline int put_mem(struct buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->alloc)
+        return buf_add(b, s, n);
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
 static int dump_string(struct buf *b, const char *s, size_t n)
 {
-    /* worst case: every byte becomes \u00XX */
-    if (buf_grow(b, n + 2))
+    static const char hex[] = "0123456789ABCDEF";
+    /* worst case: every byte becomes \u00XX; written in place after one
+     * check for room */
+    if (n > (SIZE_MAX - 3) / 6 || buf_grow(b, 6 * n + 2))
         return -ENOBUFS;
-    buf_addch(b, '"');
+    char *o = b->data + b->len;
+    *o++ = '"';
     size_t i = 0;
     while (i < n) {
         size_t j = i;
         while (j < n && !needs_esc[(unsigned char)s[j]])
             j++;
-        if (j > i && buf_add(b, s + i, j - i))
-            return -ENOBUFS;
+        memcpy(o, s + i, j - i);
+        o += j - i;
         if (j == n)
             break;
         unsigned char c = (unsigned char)s[j];
-        char esc[8];
-        const char *e = esc;
+        char e = 0;
         switch (c) {
         case '"':
-            e = "\\\"";
+            e = '"';
             break;
         case '\\':
-            e = "\\\\";
+            e = '\\';
             break;
         case '\b':
-            e = "\\b";
+            e = 'b';
             break;
         case '\f':
-            e = "\\f";
+            e = 'f';
             break;
         case '\n':
-            e = "\\n";
+            e = 'n';
             break;
         case '\r':
-            e = "\\r";
+            e = 'r';
             break;
         case '\t':
-            e = "\\t";
-            break;
-        default:
-            snprintf(esc, sizeof(esc), "\\u%04X", c);
+            e = 't';
             break;
         }
-        if (buf_adds(b, e))
-            return -ENOBUFS;
+        *o++ = '\\';
+        if (e) {
+            *o++ = e;
+        } else {
+            memcpy(o, "u00", 3);
+            o[3] = hex[c >> 4];
+            o[4] = hex[c & 15];
+            o += 5;
+        }
         i = j + 1;
     }
-    return buf_addch(b, '"');
+    *o++ = '"';
+    b->len = (size_t)(o - b->data);
+    b->data[b->len] = '\0';
+    return 0;
 }
 
 static int dump_real(struct buf *b, double v)
@@ -81,6 +111,22 @@ static int dump_real(struct buf *b, double v)
     char s[64];
     if (!isfinite(v))
         return -EINVAL;
+    if (v == trunc(v) && fabs(v) < 1e15) {
+        /* an integral value: "%.17g" prints its digits, jansson adds
+         * ".0" (also "-0.0"); without snprintf, which is most of a small
+         * exchange's reply column */
+        char *p = s + sizeof(s);
+        unsigned long long u = (unsigned long long)fabs(v);
+        *--p = '0';
+        *--p = '.';
+        do {
+            *--p = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (signbit(v))
+            *--p = '-';
+        return put_mem(b, p, (size_t)(s + sizeof(s) - p));
+    }
     int n = snprintf(s, sizeof(s) - 3, "%.17g", v);
     if (n < 0 || (size_t)n >= sizeof(s) - 3)
         return -EINVAL;
@@ -138,19 +184,19 @@ static int dump_object(struct buf *b, const json_t *v, bool sort, int depth)
     n = i;
     if (sort && n > 1)
         qsort(k, n, sizeof(*k), cmp_keys);
-    int rc = buf_addch(b, '{');
+    int rc = put_ch(b, '{');
     for (i = 0; !rc && i < n; i++) {
         if (i)
-            rc = buf_addch(b, ',');
+            rc = put_ch(b, ',');
         if (!rc)
             rc = dump_string(b, k[i].key, k[i].len);
         if (!rc)
-            rc = buf_addch(b, ':');
+            rc = put_ch(b, ':');
         if (!rc)
             rc = dump_value(b, k[i].v, sort, depth + 1);
     }
     if (!rc)
-        rc = buf_addch(b, '}');
+        rc = put_ch(b, '}');
     if (k != small)
         free(k);
     return rc;
@@ -168,14 +214,14 @@ static int dump_value(struct buf *b, const json_t *v, bool sort, int depth)
         return dump_object(b, v, sort, depth);
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
-        rc = buf_addch(b, '[');
+        rc = put_ch(b, '[');
         for (size_t i = 0; !rc && i < n; i++) {
             if (i)
-                rc = buf_addch(b, ',');
+                rc = put_ch(b, ',');
             if (!rc)
                 rc = dump_value(b, json_array_get(v, i), sort, depth + 1);
         }
-        return rc ? rc : buf_addch(b, ']');
+        return rc ? rc : put_ch(b, ']');
     }
     case JSON_STRING:
         return dump_string(b, json_string_value(v), json_string_length(v));
@@ -190,16 +236,16 @@ static int dump_value(struct buf *b, const json_t *v, bool sort, int depth)
         } while (u);
         if (x < 0)
             *--p = '-';
-        return buf_add(b, p, (size_t)(num + sizeof(num) - p));
+        return put_mem(b, p, (size_t)(num + sizeof(num) - p));
     }
     case JSON_REAL:
         return dump_real(b, json_real_value(v));
     case JSON_TRUE:
-        return buf_add(b, "true", 4);
+        return put_mem(b, "true", 4);
     case JSON_FALSE:
-        return buf_add(b, "false", 5);
+        return put_mem(b, "false", 5);
     case JSON_NULL:
-        return buf_add(b, "null", 4);
+        return put_mem(b, "null", 4);
     }
     return -EINVAL;
 }
@@ -215,6 +261,7 @@ char *jdump_str(const json_t *v, bool sort, size_t *len)
 {
     struct buf b;
     buf_init(&b, 0);
+    buf_grow(&b, 511); /* most columns fit: no reallocation on the way */
     if (jdump(&b, v, sort) || !b.data) {
         buf_release(&b);
         return NULL;

@@ -16,9 +16,10 @@
 #include "core/buf.h"
 
 /* Appends v's text to b, keys sorted bytewise when sort. Returns 0, or
- * -ENOBUFS when b's cap is reached, or -EINVAL for a value jansson would
- * not dump either (nested more than 2048 deep, a non-finite real). On error
- * b holds a partial text. */
+ * -ENOBUFS when b's cap is reached (each string is written in place once
+ * b has room for six times its length, its escaped worst case), or -EINVAL for
+ * a value jansson would not dump either (nested more than 2048 deep, a
+ * non-finite real). On error b holds a partial text. */
 int jdump(struct buf *b, const json_t *v, bool sort);
 /* A fresh NUL-terminated text (the caller frees it) and its length; NULL
  * on -EINVAL. */

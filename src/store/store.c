@@ -12,12 +12,10 @@ const char *store_default_path(void)
     return p && *p ? p : "fidelity.db";
 }
 
-int store_open(const char *path, sqlite3 **db, struct diag *d)
+static int open_with(const char *path, sqlite3 **db, int mutex, struct diag *d)
 {
-    int rc = sqlite3_open_v2(path, db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                 SQLITE_OPEN_FULLMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | mutex, NULL);
     if (rc != SQLITE_OK) {
         diag_set(d, EIO, "cannot open '%s': %s", path,
                  *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
@@ -36,6 +34,16 @@ int store_open(const char *path, sqlite3 **db, struct diag *d)
         return -EIO;
     }
     return 0;
+}
+
+int store_open(const char *path, sqlite3 **db, struct diag *d)
+{
+    return open_with(path, db, SQLITE_OPEN_FULLMUTEX, d);
+}
+
+int store_open_unshared(const char *path, sqlite3 **db, struct diag *d)
+{
+    return open_with(path, db, SQLITE_OPEN_NOMUTEX, d);
 }
 
 void store_close(sqlite3 *db)

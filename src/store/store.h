@@ -16,6 +16,11 @@ const char *store_default_path(void);
 /* Opens (creating) path in WAL mode with a busy timeout. On error *db is
  * NULL, d names the file and SQLite's reason, and -EIO is returned. */
 int store_open(const char *path, sqlite3 **db, struct diag *d);
+/* store_open for a connection that one thread at a time uses (the caller
+ * orders the threads that take turns): SQLite's multi-thread mode
+ * (SQLITE_OPEN_NOMUTEX), without the connection mutex taken around every
+ * call that the default serialized mode adds. */
+int store_open_unshared(const char *path, sqlite3 **db, struct diag *d);
 void store_close(sqlite3 *db);
 /* Runs one or more SQL statements with no results. */
 int store_exec(sqlite3 *db, const char *sql, struct diag *d);

@@ -21,10 +21,20 @@
 #include "core/xalloc.h"
 #include "store/jdump.h"
 #include "store/jscan.h"
+#include "store/ldelta.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
 #define BASE_CANDIDATES 3
+#define RECENT_SLOTS 64
+
+/* The ids SQL_RECENT would return for a session (newest first), kept as
+ * this connection inserts them */
+struct recent_ent {
+    char *session; /* NULL: empty slot */
+    int64_t ids[BASE_CANDIDATES];
+    int n;
+};
 
 enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
 
@@ -82,6 +92,12 @@ struct list_ent {
 
 struct xchg_cache {
     struct list_ent e[CACHE_SLOTS];
+    /* pick_base's candidates by session (hash64 of the name, direct
+     * mapped): filled by its SELECT, then kept up to date by put_all as
+     * rows are inserted, so a session's next exchange needs no query;
+     * cleared with the list cache when a transaction is rolled back */
+    struct recent_ent recent[RECENT_SLOTS];
+    unsigned int data_version; /* data_version() after this cache's commit */
     /* prepared statements by SQL text (string literals: compared by
      * address); the cache belongs to one db connection */
     const char *sql[STMT_SLOTS];
@@ -107,7 +123,7 @@ struct xchg_cache {
      * history re-sent unchanged is not dumped and hashed again. Cleared
      * when full. */
     struct memo_ent *memo;
-    size_t memo_cap, memo_n, memo_hits;
+    size_t memo_cap, memo_n, memo_hits, rest_hits, recent_hits;
     /* Parsing (xchg_req_json): message values by the XXH3-128 of their
      * bytes, shared by the requests that carry them, so a re-sent history
      * is hashed, not built and freed again (open addressing, all-zero key
@@ -187,6 +203,8 @@ void xchg_cache_free(struct xchg_cache *c)
         return;
     for (int i = 0; i < CACHE_SLOTS; i++)
         free(c->e[i].h);
+    for (int i = 0; i < RECENT_SLOTS; i++)
+        free(c->recent[i].session);
     if (c->zs_ready)
         deflateEnd(&c->zs);
     free(c->known);
@@ -203,6 +221,16 @@ void xchg_cache_free(struct xchg_cache *c)
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
     free(c);
+}
+
+size_t xchg_cache_recent_hits(const struct xchg_cache *c)
+{
+    return c->recent_hits;
+}
+
+size_t xchg_cache_rest_hits(const struct xchg_cache *c)
+{
+    return c->rest_hits;
 }
 
 size_t xchg_cache_memo_hits(const struct xchg_cache *c)
@@ -315,9 +343,61 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
  * to save a few hundred bytes (docs/PERFORMANCE.md, "writer"). */
 #define PACK_MIN 1024
 
-static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
-                 size_t *out_len, int *zip)
+/* How a stored value is coded (the *_zip columns) */
+enum zip {
+    ZIP_NONE = 0,    /* as it is */
+    ZIP_DEFLATE = 1, /* zlib */
+    ZIP_LINES = 2,   /* ldelta.h: each event against the one before */
+    /* ldelta, then zlib: the coded length as a LEB128 number, then the
+     * zlib stream of the coded bytes */
+    ZIP_LINES_DEFLATE = 3,
+};
+
+/* An event stream coded by ldelta, deflated too when the coding is still
+ * PACK_MIN or more: a stream of many events codes to a few bytes per
+ * event, so deflate then costs far less than on the raw stream. false
+ * when the coding saves nothing. */
+static bool pack_lines(struct xchg_cache *c, const void *data, size_t len,
+                       void **out, size_t *out_len, int *zip)
 {
+    unsigned char *l = xmalloc(len);
+    size_t llen = ldelta_encode(data, len, l, len - 1);
+    if (!llen) {
+        free(l);
+        return false;
+    }
+    if (llen >= PACK_MIN) {
+        uLongf zlen = compressBound((uLong)llen);
+        unsigned char *z = xmalloc(zlen + 10);
+        size_t k = 0;
+        for (size_t v = llen; v >= 0x80; v >>= 7)
+            z[k++] = (unsigned char)(v | 0x80);
+        z[k] = (unsigned char)(llen >> (7 * k));
+        k++;
+        if (deflate_with(c, l, llen, z + k, &zlen) == Z_OK && k + zlen < llen) {
+            free(l);
+            *out = z;
+            *out_len = k + zlen;
+            *zip = ZIP_LINES_DEFLATE;
+            return true;
+        }
+        free(z);
+    }
+    *out = l;
+    *out_len = llen;
+    *zip = ZIP_LINES;
+    return true;
+}
+
+/* Codes a value for storage: *out is fresh, *zip says how (enum zip).
+ * lines: the value is an event stream (ldelta). */
+static void pack(struct xchg_cache *c, const void *data, size_t len, bool lines,
+                 void **out, size_t *out_len, int *zip)
+{
+    if (len < 64)
+        goto raw;
+    if (lines && pack_lines(c, data, len, out, out_len, zip))
+        return;
     if (len < PACK_MIN)
         goto raw;
     uLongf zlen = compressBound((uLong)len);
@@ -325,7 +405,7 @@ static void pack(struct xchg_cache *c, const void *data, size_t len, void **out,
     if (deflate_with(c, data, len, z, &zlen) == Z_OK && zlen < len) {
         *out = z;
         *out_len = zlen;
-        *zip = 1;
+        *zip = ZIP_DEFLATE;
         return;
     }
     free(z);
@@ -333,26 +413,58 @@ raw:
     *out = xmalloc(len + 1);
     memcpy(*out, data, len);
     *out_len = len;
-    *zip = 0;
+    *zip = ZIP_NONE;
+}
+
+/* ZIP_LINES_DEFLATE: the coded bytes, inflated. NULL when corrupt. */
+static unsigned char *unpack_lines_deflate(const unsigned char *z, size_t zlen,
+                                           size_t raw_len, size_t *llen)
+{
+    size_t v = 0, k = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        if (k >= zlen || shift >= 64)
+            return NULL;
+        v |= (size_t)(z[k] & 0x7f) << shift;
+        if (!(z[k++] & 0x80))
+            break;
+    }
+    /* kept only when smaller than the value */
+    if (v > raw_len)
+        return NULL;
+    unsigned char *l = xmalloc(v ? v : 1);
+    uLongf n = (uLongf)v;
+    if (uncompress(l, &n, z + k, (uLong)(zlen - k)) != Z_OK || n != v) {
+        free(l);
+        return NULL;
+    }
+    *llen = v;
+    return l;
 }
 
 /* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
 static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 {
     char *out = xmalloc(raw_len + 1);
-    if (zip) {
+    int rc = 0;
+    if (zip == ZIP_DEFLATE) {
         uLongf n = (uLongf)raw_len;
-        if (uncompress((Bytef *)out, &n, z, (uLong)zlen) != Z_OK ||
-            n != raw_len) {
-            free(out);
-            return NULL;
-        }
-    } else {
-        if (zlen != raw_len) {
-            free(out);
-            return NULL;
-        }
+        rc = uncompress((Bytef *)out, &n, z, (uLong)zlen) != Z_OK ||
+             n != raw_len;
+    } else if (zip == ZIP_LINES) {
+        rc = ldelta_decode(z, zlen, out, raw_len);
+    } else if (zip == ZIP_LINES_DEFLATE) {
+        size_t llen = 0;
+        unsigned char *l = unpack_lines_deflate(z, zlen, raw_len, &llen);
+        rc = l ? ldelta_decode(l, llen, out, raw_len) : -1;
+        free(l);
+    } else if (zip == ZIP_NONE && zlen == raw_len) {
         memcpy(out, z, zlen);
+    } else {
+        rc = -1;
+    }
+    if (rc) {
+        free(out);
+        return NULL;
     }
     out[raw_len] = '\0';
     return out;
@@ -444,7 +556,7 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     void *z;
     size_t zlen;
     int zip;
-    pack(c, s, len, &z, &zlen, &zip);
+    pack(c, s, len, false, &z, &zlen, &zip);
     if (!(st = prep(c, db, SQL_BLOB_INSERT))) {
         free(z);
         goto out;
@@ -638,6 +750,13 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         tree_add(c, k, v, sp[i].n);
         json_array_append_new(arr, v);
     }
+    /* the rest of the body: the parameters and tools, by their bytes */
+    size_t before = (size_t)(msgs.p - doc->p);
+    const char *after = msgs.p + msgs.n;
+    XXH128_hash_t k1 = XXH3_128bits(doc->p, before);
+    x->req_rest_raw =
+        XXH3_128bits_withSeed(after, (size_t)(doc->p + doc->n - after),
+                              k1.low64 ^ k1.high64 ^ before);
     return jscan_json_with(doc, &msgs, arr);
 }
 
@@ -777,6 +896,55 @@ struct base_pick {
     int depth;
 };
 
+static struct recent_ent *recent_slot(struct xchg_cache *c, const char *session)
+{
+    return &c->recent[hash64(session, strlen(session), 0) % RECENT_SLOTS];
+}
+
+/* Row id, a chat exchange of session, was just inserted: it is now the
+ * newest of the session's candidates. A session not in its slot (another
+ * took it) is read again by the next pick_base. */
+static void recent_push(struct xchg_cache *c, const char *session, int64_t id)
+{
+    struct recent_ent *r = recent_slot(c, session);
+    if (!r->session || strcmp(r->session, session))
+        return;
+    memmove(r->ids + 1, r->ids, (BASE_CANDIDATES - 1) * sizeof(r->ids[0]));
+    r->ids[0] = id;
+    if (r->n < BASE_CANDIDATES)
+        r->n++;
+}
+
+static void recent_clear(struct xchg_cache *c)
+{
+    for (int i = 0; i < RECENT_SLOTS; i++) {
+        free(c->recent[i].session);
+        memset(&c->recent[i], 0, sizeof(c->recent[i]));
+    }
+}
+
+/* The main database's data version (SQLITE_FCNTL_DATA_VERSION: it changes
+ * with every change to the file, this connection's own included); 0 when
+ * unknown */
+static unsigned int data_version(sqlite3 *db)
+{
+    unsigned int v = 0;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &v) !=
+        SQLITE_OK)
+        return 0;
+    return v;
+}
+
+/* At the start of a transaction: forgets the recent ids when the file
+ * changed since this cache's last commit (another connection, or another
+ * cache on this one), as the rows it added would be missing from them. */
+static void recent_check(struct xchg_cache *c, sqlite3 *db)
+{
+    unsigned int v = data_version(db);
+    if (!v || v != c->data_version)
+        recent_clear(c);
+}
+
 /* Picks the recent exchange of the same session sharing the longest prefix
  * of messages with h[0..n). */
 static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
@@ -788,12 +956,25 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
     int nid = 0;
 
     memset(bp, 0, sizeof(*bp));
-    if (!(st = prep(c, db, SQL_RECENT)))
-        return sql_fail(db, d, "cannot read recent exchanges");
-    sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
-    while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
-        ids[nid++] = sqlite3_column_int64(st, 0);
-    unprep(c, st);
+    struct recent_ent *r = c ? recent_slot(c, session) : NULL;
+    if (r && r->session && !strcmp(r->session, session)) {
+        c->recent_hits++;
+        nid = r->n;
+        memcpy(ids, r->ids, sizeof(ids));
+    } else {
+        if (!(st = prep(c, db, SQL_RECENT)))
+            return sql_fail(db, d, "cannot read recent exchanges");
+        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+        while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
+            ids[nid++] = sqlite3_column_int64(st, 0);
+        unprep(c, st);
+        if (r) {
+            free(r->session);
+            r->session = xstrdup(session);
+            r->n = nid;
+            memcpy(r->ids, ids, sizeof(ids));
+        }
+    }
     for (int i = 0; i < nid; i++) {
         struct list_ent *e = list_load(db, c, ids[i], 0);
         if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
@@ -826,27 +1007,65 @@ struct row_req {
     size_t n;
 };
 
+/* The memo keys of a request's parameter and tools blobs, from the hash of
+ * its bytes outside the messages (xchg.req_rest_raw): distinct from each
+ * other and, being hashes of other bytes, from the messages' keys. */
+static XXH128_hash_t rest_key(const struct xchg *x, uint64_t which)
+{
+    XXH128_hash_t k = x->req_rest_raw;
+    if (raw_empty(k))
+        return k;
+    k.low64 ^= which;
+    k.high64 ^= which * 0x9E3779B97F4A7C15u;
+    return k;
+}
+
+/* The parameter (BLOB_PARAMS) and tools blobs of a chat request; their
+ * hashes come from the memo when the same bytes were stored before. */
+static int put_params(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+                      struct row_req *r, struct diag *d)
+{
+    const json_t *body = x->req_body;
+    json_t *tools = json_object_get(body, "tools");
+    XXH128_hash_t pk = c ? rest_key(x, 1) : (XXH128_hash_t){0, 0};
+    XXH128_hash_t tk = c ? rest_key(x, 2) : (XXH128_hash_t){0, 0};
+    int rc = 0;
+
+    r->params = c ? (int64_t)memo_known(c, pk) : 0;
+    if (r->params) {
+        c->rest_hits++;
+    } else {
+        json_t *params = json_copy((json_t *)body);
+        json_object_del(params, "messages");
+        json_object_del(params, "tools");
+        rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
+        json_decref(params);
+        if (rc)
+            return rc;
+        if (c)
+            memo_add(c, pk, (uint64_t)r->params);
+    }
+    if (!tools)
+        return 0;
+    r->has_tools = true;
+    r->tools = c ? (int64_t)memo_known(c, tk) : 0;
+    if (r->tools) {
+        c->rest_hits++;
+        return 0;
+    }
+    rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
+    if (!rc && c)
+        memo_add(c, tk, (uint64_t)r->tools);
+    return rc;
+}
+
 static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                        struct row_req *r, struct diag *d)
 {
-    const json_t *body = x->req_body;
-    const json_t *msgs = json_object_get(body, "messages");
-    json_t *params = json_copy((json_t *)body);
-    json_t *tools = json_object_get(body, "tools");
-    int rc;
-
-    json_object_del(params, "messages");
-    json_object_del(params, "tools");
-    rc = blob_put(db, c, BLOB_PARAMS, params, &r->params, d);
-    json_decref(params);
+    const json_t *msgs = json_object_get(x->req_body, "messages");
+    int rc = put_params(db, c, x, r, d);
     if (rc)
         return rc;
-    if (tools) {
-        r->has_tools = true;
-        rc = blob_put(db, c, BLOB_TOOLS, tools, &r->tools, d);
-        if (rc)
-            return rc;
-    }
     r->n = json_array_size(msgs);
     r->h = xmalloc((r->n + 1) * sizeof(*r->h));
     bool have_raw = c && x->req_msg_raw && x->req_msg_n == r->n;
@@ -897,7 +1116,7 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
 }
 
 static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
-                        const void *data, size_t len)
+                        const void *data, size_t len, bool lines)
 {
     void *z;
     size_t zlen;
@@ -908,7 +1127,7 @@ static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
         sqlite3_bind_null(st, i + 2);
         return;
     }
-    pack(c, data, len, &z, &zlen, &zip);
+    pack(c, data, len, lines, &z, &zlen, &zip);
     sqlite3_bind_blob(st, i, z, (int)zlen, free);
     sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
     sqlite3_bind_int(st, i + 2, zip);
@@ -945,17 +1164,17 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
             sqlite3_bind_int64(st, 9, r->base.id);
         sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
     } else if (x->req_raw) {
-        bind_packed(c, st, 13, x->req_raw, x->req_raw_len);
+        bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
     } else if (x->req_body) {
         size_t len;
         char *s = canonical(x->req_body, &len);
-        bind_packed(c, st, 13, s, len);
+        bind_packed(c, st, 13, s, len, false);
         free(s);
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
     bind_json(st, 18, x->resp_headers);
-    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len);
+    bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
     bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
@@ -1006,6 +1225,7 @@ static void cache_clear(struct xchg_cache *c)
         free(c->e[i].h);
         memset(&c->e[i], 0, sizeof(c->e[i]));
     }
+    recent_clear(c);
 }
 
 /* Stores x inside the caller's transaction; x->id is set on success. */
@@ -1051,6 +1271,7 @@ static int put_all(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
              * cache) */
             cache_put(c, xs[i]->id, rr[i].base.depth, rr[i].h, rr[i].n);
             rr[i].h = NULL;
+            recent_push(c, xs[i]->session ? xs[i]->session : "", xs[i]->id);
         }
         if (per_one)
             run_stmt(c, db, SQL_RELEASE);
@@ -1083,6 +1304,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
         rc = sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
+    recent_check(c, db);
     /* The whole batch in one go: a savepoint per exchange costs more SQL
      * than a small exchange's own rows. Only when one of them fails is
      * the batch done again with savepoints, so that the bad exchange goes
@@ -1105,6 +1327,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     for (size_t i = 0; i < c->pend_n; i++)
         known_add(c, c->pend[i]);
     c->pend_n = 0;
+    c->data_version = data_version(db);
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++) {

@@ -54,6 +54,11 @@ struct xchg {
     XXH128_hash_t *req_msg_raw;
     bool *req_msg_new;
     size_t req_msg_n;
+    /* Also set by xchg_req_json: the XXH3-128 of the body's bytes outside
+     * its messages array (all zero: not known), from which the store
+     * takes the hashes of the parameter and tools blobs when the same
+     * bytes came before. */
+    XXH128_hash_t req_rest_raw;
     /* Set by xchg_each for a chat request (owned): the store's hash of
      * each of the req_msg_n messages of req_body (hash64 of its canonical
      * JSON), so a reader can key messages without dumping them. */
@@ -120,6 +125,12 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
 /* Messages whose hash c took from their bytes (xchg.req_src) rather than
  * from a canonical dump, since c was made. */
 size_t xchg_cache_memo_hits(const struct xchg_cache *c);
+/* Parameter and tools blobs whose hash c took from the bytes around the
+ * messages (xchg.req_rest_raw) rather than from a canonical dump. */
+size_t xchg_cache_rest_hits(const struct xchg_cache *c);
+/* Chat exchanges whose candidate bases (the session's latest three) c
+ * knew from its own inserts rather than from a query. */
+size_t xchg_cache_recent_hits(const struct xchg_cache *c);
 /* Stores n exchanges in one transaction (group commit); when one of them
  * fails the batch is stored again with a savepoint per exchange, so that
  * only the failing ones are left out: rcs[i] is 0 when xs[i] is stored

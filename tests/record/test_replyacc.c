@@ -252,6 +252,92 @@ static void test_in_place_matches_jansson_on_odd_chunks(void **state)
     }
 }
 
+/* A stream's chunks differ from the one before only in the token: those
+ * are read from the previous chunk's spans (reused), and the reply is the
+ * reference's whatever changes between two chunks (a longer or shorter
+ * token, an escape, a control character, a change outside the string, the
+ * field switching from reasoning to content, usage or finish_reason
+ * arriving, a chunk jansson reads). Each row: the chunk, whether it is
+ * reused. */
+static const struct {
+    const char *data;
+    int reused;
+} seq_chunks[] = {
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+     "\"assistant\",\"reasoning_content\":\"\"},\"finish_reason\":null}]}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+     "\"assistant\",\"reasoning_content\":\"Think\"},\"finish_reason\":null}]}",
+     1},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+     "\"assistant\",\"reasoning_content\":\" "
+     "\\\"a\\u00e9\\n\"},\"finish_reason\":null}]}",
+     1},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":"
+     "\"assistant\",\"reasoning_content\":\"\x01\"},\"finish_reason\":null}]}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The\"},"
+     "\"finish_reason\":null}]}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" "
+     "value\"},\"finish_reason\":null}]}",
+     1},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},"
+     "\"finish_reason\":null}]}",
+     1},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\","
+     "\"b\":\"c\"},\"finish_reason\":null}]}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},"
+     "\"finish_reason\":null}],\"x\":1}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+     "\"\\u0000\"},\"finish_reason\":null}],\"x\":1}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"y\"},"
+     "\"finish_reason\":null}],\"x\":1}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"z\"},"
+     "\"finish_reason\":null}],\"x\":1}",
+     1},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"},"
+     "\"finish_reason\":\"stop\"}],\"x\":1}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"?\"},"
+     "\"finish_reason\":\"stop\"}],\"x\":1}",
+     0},
+    {"{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3}}", 0},
+    {"{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":4}}", 0},
+};
+
+static void test_reused_spans_match_jansson(void **state)
+{
+    (void)state;
+    struct reply_acc a[2];
+    size_t n = sizeof(seq_chunks) / sizeof(seq_chunks[0]);
+    reply_init(&a[0]);
+    reply_init(&a[1]);
+    for (size_t i = 0; i < n; i++) {
+        const char *d = seq_chunks[i].data;
+        long before = a[0].reused;
+        reply_chunk(&a[0], d, strlen(d), (double)i);
+        reply_chunk_jansson(&a[1], d, strlen(d), (double)i);
+        if (a[0].reused - before != seq_chunks[i].reused)
+            fail_msg("chunk %zu: reused %ld, want %d", i, a[0].reused - before,
+                     seq_chunks[i].reused);
+        char *fast = reply_text(&a[0]), *ref = reply_text(&a[1]);
+        if (strcmp(fast, ref))
+            fail_msg("after chunk %zu:\n fast %s\n ref  %s", i, fast, ref);
+        free(fast);
+        free(ref);
+    }
+    assert_int_equal(a[0].chunks, a[1].chunks);
+    assert_int_equal(a[0].bad, a[1].bad);
+    assert_same_reply(a);
+    reply_release(&a[0]);
+    reply_release(&a[1]);
+}
+
 static void test_in_place_body_matches_jansson(void **state)
 {
     (void)state;
@@ -292,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_in_place_matches_jansson_on_fixture),
         cmocka_unit_test(test_in_place_matches_jansson_on_odd_chunks),
         cmocka_unit_test(test_in_place_body_matches_jansson),
+        cmocka_unit_test(test_reused_spans_match_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

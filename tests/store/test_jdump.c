@@ -52,6 +52,10 @@ static void test_edge_cases(void **state)
         "[0, -1, 9223372036854775807, -9223372036854775808]",
         "[0.0, -0.0, 1.5, 1e300, 1e-300, 123456789012345680000.0, 0.1,"
         " 2.5e-5, 1e21, 1e20, 100.0, 3.0e5, 6.02214076e23]",
+        /* integral reals around the cut where jdump stops formatting them
+         * itself (1e15) */
+        "[999999999999999.0, 1e15, -999999999999999.0, 123456789012345.0,"
+        " -5.0, 1e14, 4503599627370496.0, 9007199254740993.0, -1e-320]",
         "[true, false, null, [[[]]], {\"x\":{\"y\":{}}}]",
         "{\"model\":\"m\",\"temperature\":0.7,\"top_p\":0.95,\"messages\":"
         "[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}",

@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
+#include "store/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -136,6 +137,87 @@ static void test_roundtrip_chat(void **state)
     assert_int_equal(g->end, XCHG_COMPLETE);
     collect_release(&c);
     xchg_release(&x);
+    tmpdb_close(&t);
+}
+
+static int count_null_resp(const struct xchg *x, void *ud)
+{
+    *(int *)ud += x->resp_raw == NULL;
+    return 0;
+}
+
+/* The zip code and stored length of resp_raw for row id. */
+static void resp_coding(sqlite3 *db, int64_t id, int *zip, int64_t *len)
+{
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT resp_raw_zip, length(resp_raw)"
+                                        " FROM xchg WHERE id=?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, id);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    *zip = sqlite3_column_int(st, 0);
+    *len = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+}
+
+/* A streamed response is stored coded event against event (ldelta), and
+ * a long one deflated after that; both read back byte for byte, as does
+ * a stream without blank lines (nothing to share: stored as it is or
+ * deflated). */
+static void test_stream_coding(void **state)
+{
+    (void)state;
+    static const int events[] = {12, 2000, 0};
+    static const int want_zip[] = {2, 3, 1};
+    struct tmpdb t;
+    struct diag d = {{0}};
+    tmpdb_open(&t);
+    for (int k = 0; k < 3; k++) {
+        struct xchg x;
+        struct collect c = {0};
+        struct buf b = BUF_INIT;
+        fill(&x, "s-stream", NULL);
+        for (int i = 0; i < events[k]; i++)
+            buf_printf(&b,
+                       "data: {\"id\":\"chatcmpl-1\",\"object\":"
+                       "\"chat.completion.chunk\",\"created\":1796009216,"
+                       "\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                       "\"w%d\"},\"finish_reason\":null}]}\n\n",
+                       i * 7919 % 1000);
+        if (!events[k]) /* one long event: no record to code against */
+            for (int i = 0; i < 300; i++)
+                buf_printf(&b, "x%d ", i);
+        buf_adds(&b, "data: [DONE]\n\n");
+        free(x.resp_raw);
+        x.resp_raw_len = b.len;
+        x.resp_raw = buf_detach(&b, NULL);
+        assert_int_equal(xchg_put(t.db, &x, &d), 0);
+        int zip;
+        int64_t len;
+        resp_coding(t.db, x.id, &zip, &len);
+        printf("stream of %d events: %zu bytes stored as %lld (zip %d)\n",
+               events[k], x.resp_raw_len, (long long)len, zip);
+        assert_int_equal(zip, want_zip[k]);
+        assert_true((size_t)len * 2 < x.resp_raw_len);
+        assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+        struct xchg *g = &c.got[c.n - 1];
+        assert_int_equal(g->id, x.id);
+        assert_int_equal(g->resp_raw_len, x.resp_raw_len);
+        assert_memory_equal(g->resp_raw, x.resp_raw, x.resp_raw_len);
+        collect_release(&c);
+        xchg_release(&x);
+    }
+    /* a coding cut short on disk reads as no body, not as other bytes */
+    assert_int_equal(store_exec(t.db,
+                                "UPDATE xchg SET resp_raw = substr(resp_raw, "
+                                "1, length(resp_raw) - 3)",
+                                &d),
+                     0);
+    int nulls = 0;
+    assert_int_equal(xchg_each(t.db, NULL, count_null_resp, &nulls, &d), 0);
+    assert_int_equal(nulls, 3);
     tmpdb_close(&t);
 }
 
@@ -489,6 +571,152 @@ static void test_message_hash_by_bytes(void **state)
 /* A batch whose middle exchange fails (a trigger refuses its row) stores
  * the other two, the third on top of the first's message list, and leaves
  * the cache usable; a batch of one that fails stores nothing. */
+/* The parameter and tools blobs of a request whose bytes around the
+ * messages came before take their hashes from the memo (rest hits); the
+ * rows are those a full canonical dump gives: the same blob for the same
+ * parameters sent as other bytes, another for other parameters, every
+ * body rebuilt exactly. */
+static void test_params_hash_by_bytes(void **state)
+{
+    (void)state;
+    static const char *const srcs[] = {
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hi\"}]}",
+        /* same bytes around other messages: both from the memo */
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hello\"}]}",
+        /* the same values as other bytes: dumped, same blobs */
+        "{ \"temperature\":0.5, \"model\":\"m\",\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+        "\"function\"}]}",
+        /* another temperature, no tools: a new parameter blob */
+        "{\"model\":\"m\",\"temperature\":0.7,\"messages\":[{\"role\":"
+        "\"user\",\"content\":\"hi\"}]}",
+        /* the first bytes again: from the memo */
+        "{\"model\":\"m\",\"temperature\":0.5,\"tools\":[{\"type\":"
+        "\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"hi\"}]}",
+    };
+    static const size_t hits_after[] = {0, 2, 2, 2, 4};
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    tmpdb_open(&t);
+    for (size_t i = 0; i < 5; i++) {
+        struct xchg x;
+        struct jspan doc;
+        fill(&x, "ses", NULL);
+        assert_int_equal(jscan_doc(srcs[i], strlen(srcs[i]), &doc), 0);
+        x.req_body = xchg_req_json(cache, &doc, &x);
+        x.req_src = srcs[i];
+        x.req_src_len = strlen(srcs[i]);
+        assert_int_equal(xchg_put_cached(t.db, cache, &x, &d), 0);
+        assert_int_equal(xchg_cache_rest_hits(cache), hits_after[i]);
+        xchg_release(&x);
+    }
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(t.db,
+                                        "SELECT count(DISTINCT req_params),"
+                                        " count(DISTINCT req_tools),"
+                                        " (SELECT count(*) FROM xchg_blob"
+                                        " WHERE kind<>0) FROM xchg",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 2);
+    assert_int_equal(sqlite3_column_int(st, 1), 1);
+    assert_int_equal(sqlite3_column_int(st, 2), 3);
+    sqlite3_finalize(st);
+    struct collect c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
+    assert_int_equal(c.n, 5);
+    for (int i = 0; i < 5; i++) {
+        json_t *want = json_loads(srcs[i], 0, NULL);
+        assert_true(json_equal(c.got[i].req_body, want));
+        json_decref(want);
+    }
+    collect_release(&c);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
+/* The list columns of every row of db, in id order, as one text. */
+static char *list_columns(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    struct buf b = BUF_INIT;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT id, req_base, req_prefix,"
+                                        " req_depth, hex(req_msgs) FROM xchg"
+                                        " ORDER BY id",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        buf_printf(&b, "%lld %lld %lld %lld %s\n",
+                   (long long)sqlite3_column_int64(st, 0),
+                   (long long)sqlite3_column_int64(st, 1),
+                   (long long)sqlite3_column_int64(st, 2),
+                   (long long)sqlite3_column_int64(st, 3),
+                   (const char *)sqlite3_column_text(st, 4));
+    sqlite3_finalize(st);
+    return buf_detach(&b, NULL);
+}
+
+/* Three sessions interleaved, stored once through one long-lived cache
+ * (which knows each session's latest exchanges from its own inserts) and
+ * once through a fresh cache per exchange (which asks SQLite each time):
+ * the same bases, prefixes and lists row for row; a write through another
+ * cache in between is noticed (the file's data version) and the rows stay
+ * the same. */
+static void test_recent_bases_without_query(void **state)
+{
+    (void)state;
+    struct tmpdb t[2];
+    struct diag d = {{0}};
+    struct xchg_cache *cache = xchg_cache_new();
+    static const char *const ses[] = {"a", "b", "c"};
+    json_t *hist[3];
+    for (int k = 0; k < 3; k++)
+        hist[k] = json_array();
+    tmpdb_open(&t[0]);
+    tmpdb_open(&t[1]);
+    for (int i = 0; i < 60; i++) {
+        int k = (i * 7) % 3;
+        char text[64];
+        snprintf(text, sizeof(text), "turn %d of %s", i, ses[k]);
+        json_array_append_new(
+            hist[k], json_pack("{s:s, s:s}", "role", "user", "content", text));
+        /* every fifth request of a session drops its oldest message (a
+         * rewrite), so the base is not always the latest */
+        if (i % 5 == 4 && json_array_size(hist[k]) > 2)
+            json_array_remove(hist[k], 0);
+        for (int db = 0; db < 2; db++) {
+            struct xchg x;
+            fill(&x, ses[k],
+                 json_pack("{s:s, s:O}", "model", "m", "messages", hist[k]));
+            /* db 0: the long-lived cache, but every 13th exchange through
+             * a fresh one (another writer on the same file) */
+            int rc = db == 0 && i % 13 ? xchg_put_cached(t[0].db, cache, &x, &d)
+                                       : xchg_put(t[db].db, &x, &d);
+            assert_int_equal(rc, 0);
+            xchg_release(&x);
+        }
+    }
+    assert_true(xchg_cache_recent_hits(cache) > 30);
+    char *a = list_columns(t[0].db), *b = list_columns(t[1].db);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    for (int k = 0; k < 3; k++)
+        json_decref(hist[k]);
+    xchg_cache_free(cache);
+    tmpdb_close(&t[0]);
+    tmpdb_close(&t[1]);
+}
+
 static void test_batch_failure_isolated(void **state)
 {
     (void)state;
@@ -718,6 +946,9 @@ int main(void)
         cmocka_unit_test(test_roundtrip_chat),
         cmocka_unit_test(test_raw_bodies_and_session_filter),
         cmocka_unit_test(test_storage_growth_100_turns),
+        cmocka_unit_test(test_stream_coding),
+        cmocka_unit_test(test_params_hash_by_bytes),
+        cmocka_unit_test(test_recent_bases_without_query),
         cmocka_unit_test(test_rebuild_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),

@@ -116,7 +116,10 @@ done:
 
 const char *proc_url(const struct proc *p)
 {
-    static char url[64];
+    /* per thread: test_64_simultaneous_connections calls this from 64
+     * threads at once, and one thread's snprintf into a shared buffer
+     * could be read half-written by another ("127.0.0.1:439") */
+    static _Thread_local char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", p->port);
     return url;
 }

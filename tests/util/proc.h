@@ -35,7 +35,7 @@ int proc_stop(struct proc *p);
  * -1 when it did not exit normally. stdin is /dev/null unless in_file. */
 int proc_run(const char *const argv[], const char *in_file, struct buf *out,
              struct buf *err, int timeout_s);
-/* "http://127.0.0.1:PORT" into a static buffer. */
+/* "http://127.0.0.1:PORT" in a buffer of the calling thread. */
 const char *proc_url(const struct proc *p);
 
 #endif

@@ -741,12 +741,16 @@ int drift_parse_decode(enum drift_dialect d, const json_t *resp,
     return 0;
 }
 
-int drift_parse_prompt_text(enum drift_dialect d, const char *text, size_t len,
+int drift_parse_prompt_text(enum drift_dialect d, char *text, size_t len,
                             const struct drift_req *r, struct drift_lp *lp,
                             struct diag *dg)
 {
     json_error_t e;
+    /* accepted: valid JSON, so sanitizing would not have changed it */
     if (!drift_fast_prompt(d, text, len, r, lp))
+        return 0;
+    if (drift_json_sanitize(text, len) &&
+        !drift_fast_prompt(d, text, len, r, lp))
         return 0;
     json_t *j = json_loadb(text, len, 0, &e);
     if (!j)

@@ -220,6 +220,81 @@ static inline __attribute__((always_inline)) bool sixteen_digits(const char *p,
 #endif
 }
 
+static const uint64_t pow10_u64[17] = {1ULL,
+                                       10ULL,
+                                       100ULL,
+                                       1000ULL,
+                                       10000ULL,
+                                       100000ULL,
+                                       1000000ULL,
+                                       10000000ULL,
+                                       100000000ULL,
+                                       1000000000ULL,
+                                       10000000000ULL,
+                                       100000000000ULL,
+                                       1000000000000ULL,
+                                       10000000000000ULL,
+                                       100000000000000ULL,
+                                       1000000000000000ULL,
+                                       10000000000000000ULL};
+
+/*
+ * The run of ASCII digits at p, up to sixteen: their count, and their value
+ * in *v. Reads 16 bytes. SSE2: the lanes from the first non-digit on are
+ * zeroed, the sixteen lanes combined as in sixteen_digits() into V * 10^k
+ * (k = 16 - count), and V recovered exactly: V * 10^k >> k is V * 5^k, and
+ * 5^k is odd, so times its inverse modulo 2^64 it gives V. Elsewhere a
+ * digit at a time.
+ */
+#if defined(__SSE2__) && defined(__x86_64__)
+/* 5^-k modulo 2^64, k = 0..16 (5^k * inv5_u64[k] = 1 mod 2^64:
+ * test_fast_numbers_match_jansson, tests/drift/test_dialect.c) */
+static const uint64_t inv5_u64[17] = {
+    0x0000000000000001ULL, 0xcccccccccccccccdULL, 0x8f5c28f5c28f5c29ULL,
+    0x1cac083126e978d5ULL, 0xd288ce703afb7e91ULL, 0x5d4e8fb00bcbe61dULL,
+    0x790fb65668c26139ULL, 0xe5032477ae8d46a5ULL, 0xc767074b22e90e21ULL,
+    0x8e47ce423a2e9c6dULL, 0x4fa7f60d3ed61f49ULL, 0x0fee64690c913975ULL,
+    0x3662e0e1cf503eb1ULL, 0xa47a2cf9f6433fbdULL, 0x54186f653140a659ULL,
+    0x7738164770402145ULL, 0xe4a4d1417cd9a041ULL};
+static const unsigned char lane_keep[32] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                            0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                            0xff, 0xff, 0xff, 0xff};
+#endif
+
+static inline __attribute__((always_inline)) int digit_run16(const char *p,
+                                                             uint64_t *v)
+{
+#if defined(__SSE2__) && defined(__x86_64__)
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    x = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+    __m128i bad = _mm_or_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8(9)),
+                               _mm_cmplt_epi8(x, _mm_setzero_si128()));
+    int n = __builtin_ctz((unsigned)_mm_movemask_epi8(bad) | 0x10000u);
+    x = _mm_and_si128(
+        x,
+        _mm_loadu_si128((const __m128i *)(const void *)(lane_keep + 16 - n)));
+    __m128i z = _mm_setzero_si128();
+    __m128i lo = _mm_unpacklo_epi8(x, z), hi = _mm_unpackhi_epi8(x, z);
+    lo = _mm_madd_epi16(lo, _mm_set1_epi32(0x0001000A));
+    hi = _mm_madd_epi16(hi, _mm_set1_epi32(0x0001000A));
+    __m128i t = _mm_packs_epi32(lo, hi);
+    t = _mm_madd_epi16(t, _mm_set1_epi32(0x00010064));
+    t = _mm_packs_epi32(t, t);
+    t = _mm_madd_epi16(t, _mm_set1_epi32(0x00012710));
+    uint64_t r = (uint64_t)_mm_cvtsi128_si64(t);
+    uint64_t w = (r & 0xFFFFFFFFULL) * 100000000 + (r >> 32);
+    *v = (w >> (16 - n)) * inv5_u64[16 - n];
+    return n;
+#else
+    uint64_t x = 0;
+    int n = 0;
+    while (n < 16 && p[n] >= '0' && p[n] <= '9')
+        x = x * 10 + (uint64_t)(p[n++] - '0');
+    *v = x;
+    return n;
+#endif
+}
+
 /*
  * A number per RFC 8259. With want, *v is its value exactly as jansson
  * gives it: integers through long long, reals correctly rounded (Clinger's
@@ -523,6 +598,32 @@ static inline __attribute__((always_inline)) int next(struct sc *s, char close,
     return -1;
 }
 
+/* The first byte at or after p (before end) that str_plain does not take
+ * as it is: sixteen bytes a round (SSE2) while sixteen are left, then a
+ * byte at a time. */
+static inline __attribute__((always_inline)) const char *
+plain_run(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* not plain: '"', '\\', below 0x20 or above 0x7f (signed: < 0x20
+         * catches 0x80-0xff too) */
+        __m128i bad =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                      _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                         _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+        unsigned mk = (unsigned)_mm_movemask_epi8(bad);
+        if (mk)
+            return p + __builtin_ctz(mk);
+        p += 16;
+    }
+#endif
+    while (p < end && str_plain[(unsigned char)*p])
+        p++;
+    return p;
+}
+
 /* When the text at s is the plain string literal k (n bytes with its
  * quotes), steps over it, sets [*b, *e) to its contents and says true. */
 static inline bool lit_key(struct sc *s, const char *k, size_t n,
@@ -592,6 +693,35 @@ fast_real(const char *p, double *v)
     int sig = 0, frac = 0;
     bool neg = *p == '-';
     p += neg;
+    /* the usual shape, D.F with 1-18 fraction digits F (a server's 17
+     * significant digits, fewer when %g dropped trailing zeros): the same
+     * m and frac as the loops below give (leading zeros of the fraction
+     * add nothing to m; at most 19 digits in all, so none is dropped),
+     * else those loops */
+    if ((unsigned)(p[0] - '0') < 10 && p[1] == '.') {
+        int n = digit_run16(p + 2, &d8);
+        const char *q = p + 2 + n;
+        m = (uint64_t)(p[0] - '0') * pow10_u64[n] + d8;
+        frac = n;
+        if (n == 16 && (unsigned)(q[0] - '0') < 10) {
+            m = m * 10 + (uint64_t)(q[0] - '0');
+            q++, frac++;
+            if ((unsigned)(q[0] - '0') < 10) {
+                m = m * 10 + (uint64_t)(q[0] - '0');
+                q++, frac++;
+            }
+        }
+        if (n > 0 && (unsigned)(q[0] - '0') >= 10) {
+            double x;
+            if (m <= (1ULL << 53))
+                x = (double)m / pow10_exact[frac];
+            else if (!drift_dec_to_double(m, -frac, &x))
+                return NULL;
+            *v = neg ? -x : x;
+            return q;
+        }
+        m = 0, frac = 0;
+    }
     if (*p == '0') {
         p++;
     } else if (*p >= '1' && *p <= '9') {
@@ -666,12 +796,19 @@ vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
     p = fast_real(p + sizeof(k1) - 1, x);
     if (!p || memcmp(p, k2, sizeof(k2) - 1))
         return false;
-    p = fast_uint(p + sizeof(k2) - 1, &rank);
+    p += sizeof(k2) - 1;
+    /* a rank of one or two digits at once, else as an id */
+    if ((unsigned)(p[0] - '0') < 10 && (unsigned)(p[1] - '0') >= 10)
+        p++;
+    else if (p[0] != '0' && (unsigned)(p[0] - '0') < 10 &&
+             (unsigned)(p[1] - '0') < 10 && (unsigned)(p[2] - '0') >= 10)
+        p += 2;
+    else
+        p = fast_uint(p, &rank);
     if (!p || memcmp(p, k3, sizeof(k3) - 1))
         return false;
     p += sizeof(k3) - 1;
-    while (p < s->end && str_plain[(unsigned char)*p])
-        p++;
+    p = plain_run(p, s->end);
     if (s->end - p < 2 || p[0] != '"' || p[1] != '}')
         return false;
     s->p = p + 2;

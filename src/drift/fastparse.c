@@ -33,6 +33,7 @@ struct sc {
     int depth;
     int n_skip;
     const char *skip_b[2], *skip_e[2];
+    bool keys; /* it read an object's keys with the general grammar */
 };
 
 /* The reader starts its depth count here: whatever it accepts is then
@@ -416,6 +417,7 @@ static int value(struct sc *s);
 static int container(struct sc *s, char open)
 {
     char close = open == '{' ? '}' : ']';
+    s->keys |= open == '{';
     if (++s->depth > 2048)
         return -2;
     s->p++;
@@ -505,47 +507,89 @@ static bool valid_doc(const char *text, size_t len, const struct sc *read)
  * For each of n (<= 4) keys that all begin with prefix (which either
  * cannot overlap itself or is the only key), the position after `"key":` when
  * the key occurs exactly once (counting occurrences as memmem from the start,
- * each search going on after the previous occurrence), else NULL; one pass over
- * the text.
+ * each search going on after the previous occurrence), else NULL. The text
+ * is searched in steps: ks_scan() up to a point, possibly stopping once the
+ * keys it wants are found, ks_skip() over an array the reader has read
+ * without reading any object's keys with the general grammar (sc.keys
+ * false), ks_done() for the answer. Such an array holds no occurrence that
+ * counts: in valid JSON the bytes of `"key"` followed by `:` are an
+ * object's key (a '"' inside a string is escaped), the reader's shortcuts
+ * take only keys of digits and vLLM's own ("logprob", "rank",
+ * "decoded_token"), and none of those begin with the prefixes used here;
+ * no occurrence crosses the array's brackets, which the keys do not
+ * contain. So skipping it changes no count, and the whole text need not be
+ * searched: the arrays are nearly all of it.
  */
-static void find_keys(const char *text, size_t len, const char *prefix,
-                      const char *const *keys, size_t n, const char **hit)
+struct keyscan {
+    const char *p, *end; /* occurrences before p are counted */
+    const char *prefix;
+    size_t pl, n;
+    const char *const *keys;
+    const char *hit[4], *next_ok[4];
+    bool dup[4];
+};
+
+static void ks_init(struct keyscan *k, const char *text, size_t len,
+                    const char *prefix, const char *const *keys, size_t n)
 {
-    const char *end = text + len, *p = text, *h;
-    const char *next_ok[4];
-    size_t pl = strlen(prefix);
-    bool dup[4] = {false};
-    for (size_t j = 0; j < n; j++)
-        hit[j] = NULL, next_ok[j] = text;
-    while ((h = drift_scan_find(p, end, prefix, pl))) {
-        for (size_t j = 0; j < n; j++) {
-            size_t kl = strlen(keys[j]);
-            if (h < next_ok[j] || (size_t)(end - h) < kl ||
-                memcmp(h, keys[j], kl))
-                continue;
-            next_ok[j] = h + kl;
-            const char *q = h + kl;
-            while (q < end &&
-                   (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
-                q++;
-            if (q < end && *q == ':') {
-                dup[j] = dup[j] || hit[j];
-                hit[j] = q + 1;
-            }
-        }
-        p = h + pl;
+    k->p = text;
+    k->end = text + len;
+    k->prefix = prefix;
+    k->pl = strlen(prefix);
+    k->keys = keys;
+    k->n = n;
+    for (size_t j = 0; j < n; j++) {
+        k->hit[j] = NULL;
+        k->next_ok[j] = text;
+        k->dup[j] = false;
     }
-    for (size_t j = 0; j < n; j++)
-        if (dup[j])
-            hit[j] = NULL;
 }
 
-/* Position after `"key":` when the key occurs exactly once, else NULL. */
-static const char *find_key(const char *text, size_t len, const char *key)
+/* Counts the occurrences in [k->p, to); with want (a mask of keys), stops
+ * after the one that leaves every wanted key found. */
+static void ks_scan(struct keyscan *k, const char *to, unsigned want)
 {
-    const char *hit;
-    find_keys(text, len, key, &key, 1, &hit);
-    return hit;
+    const char *h;
+    while (k->p < to && (h = drift_scan_find(k->p, to, k->prefix, k->pl))) {
+        unsigned found = 0;
+        for (size_t j = 0; j < k->n; j++) {
+            size_t kl = strlen(k->keys[j]);
+            if (h >= k->next_ok[j] && (size_t)(k->end - h) >= kl &&
+                !memcmp(h, k->keys[j], kl)) {
+                k->next_ok[j] = h + kl;
+                const char *q = h + kl;
+                while (q < k->end &&
+                       (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+                    q++;
+                if (q < k->end && *q == ':') {
+                    k->dup[j] = k->dup[j] || k->hit[j];
+                    k->hit[j] = q + 1;
+                }
+            }
+            found |= k->hit[j] ? 1u << j : 0;
+        }
+        k->p = h + k->pl;
+        if (want && (found & want) == want)
+            return;
+    }
+    if (k->p < to)
+        k->p = to;
+}
+
+/* [b, e): an array the reader read (see above); nothing in it counts. */
+static void ks_skip(struct keyscan *k, const char *b, const char *e)
+{
+    ks_scan(k, b, 0);
+    if (k->p < e)
+        k->p = e;
+}
+
+/* Searches the rest; hit[j] as the comment above says. */
+static void ks_done(struct keyscan *k, const char **hit)
+{
+    ks_scan(k, k->end, 0);
+    for (size_t j = 0; j < k->n; j++)
+        hit[j] = k->dup[j] ? NULL : k->hit[j];
 }
 
 /* A value that jansson's num() reads: a number, else NAN (any value). */
@@ -849,6 +893,8 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
         }
         if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
             return -2;
+        /* a key the key search could take (see struct keyscan) */
+        s->keys |= kb == ke || (unsigned)(*kb - '0') >= 10;
         ws(s);
         if (s->p >= s->end || *s->p++ != ':')
             return -1;
@@ -869,7 +915,7 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 if (!lit_key(s, "\"logprob\"", 9, &fb, &fe) &&
                     !lit_key(s, "\"rank\"", 6, &fb, &fe) &&
                     !lit_key(s, "\"decoded_token\"", 15, &fb, &fe) &&
-                    (str(s, &fb, &fe, &fp) || !fp))
+                    ((s->keys = true), str(s, &fb, &fe, &fp) || !fp))
                     return -2;
                 ws(s);
                 if (s->p >= s->end || *s->p++ != ':')
@@ -938,10 +984,15 @@ static int open_array(struct sc *s, const char **arr, bool *more)
 static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
                      struct drift_lp *lp, struct sc *read)
 {
-    const char *at = find_key(text, len, "\"prompt_logprobs\"");
-    if (!at)
+    static const char *const key = "\"prompt_logprobs\"";
+    struct keyscan ks;
+    const char *at, *hit;
+    ks_init(&ks, text, len, key, &key, 1);
+    ks_scan(&ks, text + len, 1);
+    if (!ks.hit[0])
         return -2;
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
+    at = ks.hit[0];
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -963,7 +1014,10 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
     add_skip(read, arr, s.p);
-    return 0;
+    if (!s.keys)
+        ks_skip(&ks, arr, s.p);
+    ks_done(&ks, &hit);
+    return hit == at ? 0 : -2; /* else it occurs twice */
 }
 
 /* One sglang [lp, id, ...] triple; *ok false when it has no valid id. */
@@ -1027,13 +1081,15 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     const char *hit[4];
     if (text[0] != '{')
         return -2; /* batched answers: let jansson pick the first */
-    find_keys(text, len, "\"input_to", keys, 4, hit);
-    if (hit[0] || hit[1])
+    struct keyscan ks;
+    ks_init(&ks, text, len, "\"input_to", keys, 4);
+    ks_scan(&ks, text + len, 1u << 2 | 1u << 3);
+    if (ks.hit[0] || ks.hit[1])
         return -2;
-    const char *at = hit[2], *tp = hit[3];
+    const char *at = ks.hit[2], *tp = ks.hit[3];
     if (!at)
         return -2;
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -1069,7 +1125,8 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
     add_skip(read, arr, s.p);
     /* the top lists, in a second pass, position by position */
-    struct sc t = {tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}};
+    struct sc t = {
+        tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}, false};
     bool have = false;
     const char *top = NULL;
     if (tp) {
@@ -1136,7 +1193,21 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         lp->valid[0] = 0;
     if (top && !have) /* read to its closing bracket */
         add_skip(read, top, t.p);
-    return 0;
+    /* the rest of the key search, over neither array when it can skip them */
+    const char *sb[2] = {NULL, NULL}, *se[2] = {NULL, NULL};
+    int ns = 0;
+    if (!s.keys)
+        sb[ns] = arr, se[ns++] = s.p;
+    if (top && !have && !t.keys)
+        sb[ns] = top, se[ns++] = t.p;
+    if (ns == 2 && sb[1] < sb[0]) {
+        const char *x = sb[0], *y = se[0];
+        sb[0] = sb[1], se[0] = se[1], sb[1] = x, se[1] = y;
+    }
+    for (int j = 0; j < ns; j++)
+        ks_skip(&ks, sb[j], se[j]);
+    ks_done(&ks, hit);
+    return hit[0] || hit[1] || hit[2] != at || hit[3] != tp ? -2 : 0;
 }
 
 int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,

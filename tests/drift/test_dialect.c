@@ -646,6 +646,92 @@ static void test_fast_numbers_match_jansson(void **state)
     }
 }
 
+/* The reader's key search skips the arrays it read through its shortcuts:
+ * a second occurrence of the key inside an object the general grammar
+ * read still sends the answer to jansson, and the key's name as a
+ * string value changes nothing. */
+static void test_key_search_skips_read_arrays(void **state)
+{
+    (void)state;
+    static const uint32_t kids[3] = {5, 7, 9};
+    struct drift_req rq = {.ids = kids, .n = 3, .top_k = 20};
+    static const struct {
+        enum drift_dialect dl;
+        const char *text;
+        int want;
+    } cases[] = {
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":"
+         "\"prompt_logprobs\"}},{\"9\":{\"logprob\":-1.5,\"rank\":1}}]}]}",
+         0},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":\"a\"}},"
+         "{\"9\":{\"logprob\":-1.5,\"prompt_logprobs\":[]}}]}]}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":\"a\"}},"
+         "{\"9\":{\"logprob\":-1.5,\"rank\":1}}]}],\"prompt_logprobs\":1}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\": {\"logprob\": -0.5, \"rank\": 1}},"
+         "{\"9\":{\"logprob\":-1.5},\"prompt_logprobs\":{}}]}]}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\": {\"logprob\": -0.5, \"rank\": 1, \"x\": 2}},"
+         "{\"9\":{\"logprob\":-1.5}, \"11\": -2.5}]}]}",
+         0},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,\"input_top_logprobs\"],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,null]],[[-1.5,9,null]]]}}",
+         0},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,{\"input_top_logprobs\":1}],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,null]],[[-1.5,9,null]]]}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,null],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,{\"input_token_ids_"
+         "logprob\":[]}]],[[-1.5,9,null]]]}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_top_logprobs\":[null,[[-0.5,7,null]],"
+         "[[-1.5,9,null]]],\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,null],[-1.5,9,null]]},\"input_top_logprobs\":[]}",
+         -EAGAIN},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct drift_lp fast, slow;
+        struct diag d;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        int ret = drift_fast_prompt(cases[i].dl, cases[i].text,
+                                    strlen(cases[i].text), &rq, &fast);
+        print_message("case %zu: %d\n", i, ret);
+        assert_int_equal(ret, cases[i].want);
+        if (!ret) {
+            json_t *j = load(cases[i].text);
+            assert_int_equal(drift_parse_prompt(cases[i].dl, j, &rq, &slow, &d),
+                             0);
+            json_decref(j);
+            for (uint32_t t = 1; t < 3; t++) {
+                assert_int_equal(fast.valid[t], slow.valid[t]);
+                assert_true(fast.pos[t].forced_lp == slow.pos[t].forced_lp);
+                assert_int_equal(fast.pos[t].n_known, slow.pos[t].n_known);
+            }
+        }
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_fast_reader_numbers_match_strtod),
         cmocka_unit_test(test_fast_shapes_match_jansson),
         cmocka_unit_test(test_fast_numbers_match_jansson),
+        cmocka_unit_test(test_key_search_skips_read_arrays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

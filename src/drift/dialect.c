@@ -90,10 +90,32 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
         lp->pos[i].n_top = lp->pos[i].n_known = 0;
         return 0;
     }
-    drift_tok_sort(lp->pool + lp->off[i], n);
+    struct drift_tok *t = lp->pool + lp->off[i];
+    {
+        /* the usual list: in order and without a duplicate key (the same
+         * filter as below), so nothing to sort or drop; one pass says so */
+        uint64_t seen = 1ULL << ((t[0].key * 0x9E3779B97F4A7C15ULL) >> 58);
+        bool dup = false;
+        size_t k = 1;
+        for (; k < n && !dup; k++) {
+            if (t[k - 1].lp < t[k].lp ||
+                (t[k - 1].lp == t[k].lp && t[k - 1].key > t[k].key))
+                break;
+            uint64_t bit = 1ULL << ((t[k].key * 0x9E3779B97F4A7C15ULL) >> 58);
+            if (seen & bit)
+                for (size_t j = 0; j < k && !dup; j++)
+                    dup = t[j].key == t[k].key;
+            seen |= bit;
+        }
+        if (k == n && !dup) {
+            lp->pos[i].n_top = (uint32_t)(n > top_k ? top_k : n);
+            lp->pos[i].n_known = (uint32_t)n;
+            return 0;
+        }
+    }
+    drift_tok_sort(t, n);
     /* drop duplicate keys (a server listing the forced token twice) */
     size_t m = 0;
-    struct drift_tok *t = lp->pool + lp->off[i];
     /* a 64-bit filter of the kept keys: the pairwise look only when the
      * key's bit is already set (a bit clear means no kept key equals it) */
     uint64_t seen = 0;

@@ -8,6 +8,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/hash.h"
 
@@ -220,6 +223,55 @@ double drift_exp(double x)
     return fexp(x);
 }
 
+/* fexp(a) and fexp(b) at once: the same operations in the same order on
+ * the two lanes of SSE2 registers (each lane rounds as the scalar
+ * operation does), so the same bits (test_exp_accuracy checks). */
+static inline void fexp2(double a, double b, double *ea, double *eb)
+{
+#if defined(__SSE2__) && defined(__x86_64__)
+    if (__builtin_expect(!(a >= -707.0 && a <= 0 && b >= -707.0 && b <= 0),
+                         0)) {
+        *ea = fexp(a);
+        *eb = fexp(b);
+        return;
+    }
+    const __m128d shift = _mm_set1_pd(0x1.8p52);
+    __m128d x = _mm_set_pd(b, a);
+    __m128d kd =
+        _mm_add_pd(_mm_mul_pd(x, _mm_set1_pd(0x1.71547652b82fep+7)), shift);
+    __m128i k = _mm_sub_epi64(_mm_castpd_si128(kd), _mm_castpd_si128(shift));
+    kd = _mm_sub_pd(kd, shift);
+    __m128d r = _mm_sub_pd(
+        _mm_sub_pd(x, _mm_mul_pd(kd, _mm_set1_pd(0x1.62e42fef00000p-8))),
+        _mm_mul_pd(kd, _mm_set1_pd(0x1.473de6af278edp-41)));
+    __m128d q = _mm_add_pd(_mm_set1_pd(1.0 / 24),
+                           _mm_mul_pd(r, _mm_set1_pd(1.0 / 120)));
+    q = _mm_add_pd(_mm_set1_pd(1.0 / 6), _mm_mul_pd(r, q));
+    q = _mm_add_pd(_mm_set1_pd(0.5), _mm_mul_pd(r, q));
+    __m128d p = _mm_add_pd(r, _mm_mul_pd(_mm_mul_pd(r, r), q));
+    int64_t k0 = _mm_cvtsi128_si64(k),
+            k1 = _mm_cvtsi128_si64(_mm_unpackhi_epi64(k, k));
+    __m128d t0 = _mm_loadu_pd(exp_tab[k0 & 127]),
+            t1 = _mm_loadu_pd(exp_tab[k1 & 127]);
+    __m128d hi = _mm_unpacklo_pd(t0, t1), lo = _mm_unpackhi_pd(t0, t1);
+    /* 2^(k >> 7) from the low 32 bits of each lane (|k| < 2^18) */
+    __m128i e = _mm_add_epi32(_mm_srai_epi32(k, 7), _mm_set1_epi32(1023));
+    __m128d scale = _mm_castsi128_pd(_mm_slli_epi64(e, 52));
+    __m128d y =
+        _mm_mul_pd(_mm_add_pd(hi, _mm_add_pd(_mm_mul_pd(hi, p), lo)), scale);
+    _mm_storel_pd(ea, y);
+    _mm_storeh_pd(eb, y);
+#else
+    *ea = fexp(a);
+    *eb = fexp(b);
+#endif
+}
+
+void drift_exp2(double a, double b, double *ea, double *eb)
+{
+    fexp2(a, b, ea, eb);
+}
+
 static bool bad_lp(double lp)
 {
     return isnan(lp) || lp > 1e-6;
@@ -319,12 +371,6 @@ struct exps {
     bool have_top[2];
 };
 
-/* exp(lq), reusing exp(lp) when lq is lp (the usual case in a control arm) */
-static inline double exp_same(double lq, double lp, double ep)
-{
-    return lq == lp ? ep : fexp(lq);
-}
-
 /*
  * The candidate's entry for key, which the golden lists at rank i: its
  * clamped logprob in *lq and whether it is in the candidate's top in *top;
@@ -381,7 +427,8 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
         } else {
             continue; /* unknown on the candidate: merged into the tail */
         }
-        double ep = fexp(lp), eq = exp_same(lq, lp, ep);
+        double ep, eq;
+        fexp2(lp, lq, &ep, &eq);
         if (i < 2) {
             ex->lp_top[i] = lp;
             ex->p_top[i] = ep;
@@ -396,7 +443,8 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
         kl += kl_term(lp, lq, ep, eq);
     }
     if (!x_in_top) {
-        double ep = fexp(lpx), eq = exp_same(lqx, lpx, ep);
+        double ep, eq;
+        fexp2(lpx, lqx, &ep, &eq);
         ex->px = ep;
         ex->qx = eq;
         sp += ep;

@@ -73,6 +73,8 @@ int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
  * the same bits for the same x on every call (libm's exp() outside
  * [-707, 0]). */
 double drift_exp(double x);
+/* drift_exp(a) and drift_exp(b), computed together, the same bits. */
+void drift_exp2(double a, double b, double *ea, double *eb);
 
 /* Sorts t[0..n) by lp descending, key ascending on ties. */
 void drift_tok_sort(struct drift_tok *t, size_t n);

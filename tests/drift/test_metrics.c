@@ -188,6 +188,10 @@ static void test_exp_accuracy(void **state)
         }
         double u = ulps(drift_exp(x), expl((long double)x));
         worst = u > worst ? u : worst;
+        /* the paired version: the same bits, lane by lane */
+        double y = -30.0 * rng_unit(&r), ex, ey;
+        drift_exp2(x, y, &ex, &ey);
+        assert_true(ex == drift_exp(x) && ey == drift_exp(y));
     }
     static const double edge[] = {
         0.0,    -0.0,     -1e-300, -0x1p-1074,
@@ -205,6 +209,14 @@ static void test_exp_accuracy(void **state)
     assert_true(drift_exp(-708.5) == exp(-708.5));
     assert_true(drift_exp(-800.0) == exp(-800.0));
     assert_true(drift_exp(0.5) == exp(0.5));
+    static const double odd[] = {-INFINITY, -800.0, 0.5, -1.0};
+    for (size_t i = 0; i < 4; i++) {
+        double ea, eb;
+        drift_exp2(odd[i], -2.0, &ea, &eb);
+        assert_true(ea == drift_exp(odd[i]) && eb == drift_exp(-2.0));
+        drift_exp2(-3.0, odd[i], &ea, &eb);
+        assert_true(ea == drift_exp(-3.0) && eb == drift_exp(odd[i]));
+    }
 }
 
 static void test_checked_positions_compare_alike(void **state)

@@ -226,28 +226,43 @@ double drift_exp(double x)
 /* fexp(a) and fexp(b) at once: the same operations in the same order on
  * the two lanes of SSE2 registers (each lane rounds as the scalar
  * operation does), so the same bits (test_exp_accuracy checks). */
+#if defined(__SSE2__) && defined(__x86_64__)
+/* fexp's constants, twice (one per lane) */
+static const double exp_c2[10][2] __attribute__((aligned(16))) = {
+    {0x1.8p52, 0x1.8p52},
+    {0x1.71547652b82fep+7, 0x1.71547652b82fep+7},
+    {0x1.62e42fef00000p-8, 0x1.62e42fef00000p-8},
+    {0x1.473de6af278edp-41, 0x1.473de6af278edp-41},
+    {1.0 / 120, 1.0 / 120},
+    {1.0 / 24, 1.0 / 24},
+    {1.0 / 6, 1.0 / 6},
+    {0.5, 0.5},
+    {-707.0, -707.0},
+    {0.0, 0.0}};
+#define EXP_C2(i) _mm_load_pd(exp_c2[i])
+#endif
+
 static inline void fexp2(double a, double b, double *ea, double *eb)
 {
 #if defined(__SSE2__) && defined(__x86_64__)
-    if (__builtin_expect(!(a >= -707.0 && a <= 0 && b >= -707.0 && b <= 0),
-                         0)) {
+    __m128d x = _mm_set_pd(b, a);
+    /* both in [-707, 0] (false for NaN) */
+    __m128d in =
+        _mm_and_pd(_mm_cmpge_pd(x, EXP_C2(8)), _mm_cmple_pd(x, EXP_C2(9)));
+    if (__builtin_expect(_mm_movemask_pd(in) != 3, 0)) {
         *ea = fexp(a);
         *eb = fexp(b);
         return;
     }
-    const __m128d shift = _mm_set1_pd(0x1.8p52);
-    __m128d x = _mm_set_pd(b, a);
-    __m128d kd =
-        _mm_add_pd(_mm_mul_pd(x, _mm_set1_pd(0x1.71547652b82fep+7)), shift);
-    __m128i k = _mm_sub_epi64(_mm_castpd_si128(kd), _mm_castpd_si128(shift));
-    kd = _mm_sub_pd(kd, shift);
-    __m128d r = _mm_sub_pd(
-        _mm_sub_pd(x, _mm_mul_pd(kd, _mm_set1_pd(0x1.62e42fef00000p-8))),
-        _mm_mul_pd(kd, _mm_set1_pd(0x1.473de6af278edp-41)));
-    __m128d q = _mm_add_pd(_mm_set1_pd(1.0 / 24),
-                           _mm_mul_pd(r, _mm_set1_pd(1.0 / 120)));
-    q = _mm_add_pd(_mm_set1_pd(1.0 / 6), _mm_mul_pd(r, q));
-    q = _mm_add_pd(_mm_set1_pd(0.5), _mm_mul_pd(r, q));
+    __m128d kd = _mm_add_pd(_mm_mul_pd(x, EXP_C2(1)), EXP_C2(0));
+    __m128i k =
+        _mm_sub_epi64(_mm_castpd_si128(kd), _mm_castpd_si128(EXP_C2(0)));
+    kd = _mm_sub_pd(kd, EXP_C2(0));
+    __m128d r = _mm_sub_pd(_mm_sub_pd(x, _mm_mul_pd(kd, EXP_C2(2))),
+                           _mm_mul_pd(kd, EXP_C2(3)));
+    __m128d q = _mm_add_pd(EXP_C2(5), _mm_mul_pd(r, EXP_C2(4)));
+    q = _mm_add_pd(EXP_C2(6), _mm_mul_pd(r, q));
+    q = _mm_add_pd(EXP_C2(7), _mm_mul_pd(r, q));
     __m128d p = _mm_add_pd(r, _mm_mul_pd(_mm_mul_pd(r, r), q));
     int64_t k0 = _mm_cvtsi128_si64(k),
             k1 = _mm_cvtsi128_si64(_mm_unpackhi_epi64(k, k));
@@ -380,11 +395,11 @@ struct exps {
  * the key): the index is built only when that shortcut fails.
  */
 static inline bool lookup(const struct drift_pos *c, struct index *cix,
-                          bool *built, uint32_t i, uint64_t key, double *lq,
-                          bool *top)
+                          bool *built, uint32_t same, uint32_t i, uint64_t key,
+                          double *lq, bool *top)
 {
-    if (c->checked && i < c->n_top && i < DRIFT_TOPK_MAX &&
-        c->top[i].key == key) {
+    /* same: c->checked ? min(c->n_top, DRIFT_TOPK_MAX) : 0 */
+    if (i < same && c->top[i].key == key) {
         *lq = clamp_lp(c->top[i].lp);
         *top = true;
         return true;
@@ -409,14 +424,18 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
     double lqx = clamp_lp(c->forced_lp);
     bool x_in_top = false;
     uint32_t n = g->n_top < DRIFT_TOPK_MAX ? g->n_top : DRIFT_TOPK_MAX;
-    *overlap = 0;
+    uint32_t same = !c->checked                 ? 0
+                    : c->n_top < DRIFT_TOPK_MAX ? c->n_top
+                                                : DRIFT_TOPK_MAX;
+    uint32_t ov = 0;
     ex->have_top[0] = ex->have_top[1] = false;
     for (uint32_t i = 0; i < n; i++) {
         double lp = clamp_lp(g->top[i].lp), lq, lqk = 0;
         bool in_top = false;
-        bool known = lookup(c, cix, &built, i, g->top[i].key, &lqk, &in_top);
+        bool known =
+            lookup(c, cix, &built, same, i, g->top[i].key, &lqk, &in_top);
         if (known && in_top)
-            (*overlap)++;
+            ov++;
         bool forced = g->top[i].key == g->forced;
         if (forced) {
             x_in_top = true;
@@ -451,6 +470,7 @@ static double kl_bound(const struct drift_pos *g, const struct drift_pos *c,
         sq += eq;
         kl += kl_term(lpx, lqx, ep, eq);
     }
+    *overlap = ov;
     double pt = 1 - sp, qt = 1 - sq;
     if (pt > 0 && pt != qt) {
         if (!(qt > DRIFT_Q_FLOOR))

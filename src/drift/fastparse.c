@@ -878,7 +878,8 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
         bool plain;
         double x = NAN;
         uint64_t fid;
-        ws(s);
+        if ((unsigned char)*s->p <= ' ') /* (the text ends in a NUL) */
+            ws(s);
         if (s->end - s->p >= VLLM_ENTRY_MAX && vllm_entry_fast(s, &fid, &x)) {
             if (fid == forced)
                 lp->pos[i].forced_lp = x;

@@ -136,6 +136,36 @@ drift_dec_to_double(uint64_t m, int q, double *out)
 }
 
 /*
+ * drift_dec_to_double() for 2^53 < m and q in [-22, 0] (a decimal of up to
+ * 19 digits with up to 22 after the point), which always succeeds: the
+ * result lies in [2^53 / 10^22, 2^64) and is normal, so the exponent needs
+ * no range check, and a significand rounded up to 2^53 is absorbed by
+ * adding it (hidden bit included) to the exponent field one lower. The
+ * same bits as drift_dec_to_double() (test_dec_small_matches in
+ * tests/drift/test_dec2dbl.c).
+ */
+static inline __attribute__((always_inline)) double drift_dec_small(uint64_t m,
+                                                                    int q)
+{
+    const struct drift_dec_pow5 *t = &drift_dec_t[q - DRIFT_DEC_Q_MIN];
+    int lz = __builtin_clzll(m);
+    uint64_t w = m << lz;
+    uint64_t hi = (uint64_t)(((unsigned __int128)w * t->hi) >> 64);
+    int top = (int)(hi >> 63), s1 = 9 + top;
+    uint64_t low = hi & ((1ULL << s1) - 1);
+    double out;
+    if (__builtin_expect(((low + 1) & ((1ULL << s1) - 1)) <= 1, 0)) {
+        drift_dec_full(m, q, &out);
+        return out;
+    }
+    uint64_t mant = ((hi >> s1) + 1) >> 1; /* in [2^52, 2^53] */
+    int be = 190 + top + drift_dec_e5[q - DRIFT_DEC_Q_MIN] + q - lz;
+    uint64_t bits = ((uint64_t)(be + 1022) << 52) + mant;
+    memcpy(&out, &bits, sizeof(out));
+    return out;
+}
+
+/*
  * The fast path of drift_parse_prompt_text() for the vllm and sglang
  * dialects: validates the whole text as JSON (RFC 8259 grammar, UTF-8,
  * jansson's limits) without building a tree, then reads the one array it

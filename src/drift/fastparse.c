@@ -759,8 +759,8 @@ fast_real(const char *p, double *v)
             double x;
             if (m <= (1ULL << 53))
                 x = (double)m / pow10_exact[frac];
-            else if (!drift_dec_to_double(m, -frac, &x))
-                return NULL;
+            else
+                x = drift_dec_small(m, -frac);
             *v = neg ? -x : x;
             return q;
         }

@@ -876,7 +876,7 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     while (more) {
         const char *kb, *ke;
         bool plain;
-        double x = NAN;
+        double x;
         uint64_t fid;
         if ((unsigned char)*s->p <= ' ') /* (the text ends in a NUL) */
             ws(s);
@@ -892,6 +892,7 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 return -2;
             continue;
         }
+        x = NAN; /* unless the entry gives one */
         if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
             return -2;
         /* a key the key search could take (see struct keyscan) */

@@ -853,7 +853,7 @@ vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
         return false;
     p += sizeof(k3) - 1;
     p = plain_run(p, s->end);
-    if (s->end - p < 2 || p[0] != '"' || p[1] != '}')
+    if (p[0] != '"' || p[1] != '}') /* (at the end: the NUL stops it) */
         return false;
     s->p = p + 2;
     return true;

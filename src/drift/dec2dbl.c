@@ -161,3 +161,26 @@ bool drift_dec_near_half(uint64_t m, int q, bool above, uint64_t lo,
     }
     return above && drift_dec_assemble(mant + 1, be, out);
 }
+
+bool drift_dec_full(uint64_t m, int q, double *out)
+{
+    const struct drift_dec_pow5 *t = &drift_dec_t[q - DRIFT_DEC_Q_MIN];
+    int lz = __builtin_clzll(m);
+    uint64_t w = m << lz;
+    unsigned __int128 a = (unsigned __int128)w * t->hi;
+    unsigned __int128 b = (unsigned __int128)w * t->lo;
+    uint64_t hi = (uint64_t)(a >> 64), mid = (uint64_t)a;
+    uint64_t bm = (uint64_t)(b >> 64);
+    mid += bm;
+    hi += mid < bm;
+    int top = (int)(hi >> 63); /* L = 190 + top */
+    int s = 10 + top;
+    uint64_t half = 1ULL << (s - 1), r = hi & ((1ULL << s) - 1);
+    uint64_t mant = hi >> s; /* 53 bits, bit 52 set */
+    int be = 190 + top + drift_dec_e5[q - DRIFT_DEC_Q_MIN] + q - lz;
+    if (r == half && mid == 0)
+        return drift_dec_near_half(m, q, true, (uint64_t)b, mant, be, out);
+    if (r == half - 1 && mid == UINT64_MAX)
+        return drift_dec_near_half(m, q, false, (uint64_t)b, mant, be, out);
+    return drift_dec_assemble(mant + (r >= half), be, out);
+}

@@ -106,12 +106,15 @@ int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
                        const struct drift_req *r, struct drift_lp *lp,
                        struct diag *dg);
 /*
- * The same from the answer's text (len bytes, NUL-terminated, already
- * through drift_json_sanitize): the allocation-free reader for vllm and
- * sglang when the text is ordinary, jansson otherwise. Results are the same
- * either way (the fuzz harness checks). -EBADMSG also when it is not JSON.
+ * The same from the answer's text as received (len bytes, NUL-terminated):
+ * the allocation-free reader for vllm and sglang when the text is
+ * ordinary, else the text goes through drift_json_sanitize (in place) and
+ * then the reader or jansson. A text the reader accepts is valid JSON, so
+ * it has no bare NaN or Infinity and sanitizing it would change nothing:
+ * the results are those of sanitizing first, either way (the fuzz harness
+ * checks). -EBADMSG also when it is not JSON.
  */
-int drift_parse_prompt_text(enum drift_dialect d, const char *text, size_t len,
+int drift_parse_prompt_text(enum drift_dialect d, char *text, size_t len,
                             const struct drift_req *r, struct drift_lp *lp,
                             struct diag *dg);
 

@@ -64,6 +64,9 @@ struct drift_dec_pow5 {
 };
 extern struct drift_dec_pow5 drift_dec_t[DRIFT_DEC_Q_MAX - DRIFT_DEC_Q_MIN + 1];
 extern int16_t drift_dec_e5[DRIFT_DEC_Q_MAX - DRIFT_DEC_Q_MIN + 1];
+/* drift_dec_to_double() with both products (dec2dbl.c), for m != 0 and q
+ * in range. */
+bool drift_dec_full(uint64_t m, int q, double *out);
 /* The result when W's remainder is within 2^64 of the halfway point. */
 bool drift_dec_near_half(uint64_t m, int q, bool above, uint64_t lo,
                          uint64_t mant, int be, double *out);
@@ -100,7 +103,8 @@ static inline bool drift_dec_assemble(uint64_t mant, int be, double *out)
  * 2^53 * 2^x = 2^52 * 2^(x+1)). Results that would be subnormal, infinite
  * or rounded up past the largest double are refused too.
  */
-static inline bool drift_dec_to_double(uint64_t m, int q, double *out)
+static inline __attribute__((always_inline)) bool
+drift_dec_to_double(uint64_t m, int q, double *out)
 {
     if (m == 0) {
         *out = 0;
@@ -112,29 +116,62 @@ static inline bool drift_dec_to_double(uint64_t m, int q, double *out)
     int lz = __builtin_clzll(m);
     uint64_t w = m << lz;
     unsigned __int128 a = (unsigned __int128)w * t->hi;
-    unsigned __int128 b = (unsigned __int128)w * t->lo;
-    uint64_t hi = (uint64_t)(a >> 64), mid = (uint64_t)a;
-    uint64_t bm = (uint64_t)(b >> 64);
-    mid += bm;
-    hi += mid < bm;
-    int top = (int)(hi >> 63); /* L = 190 + top */
-    int s = 10 + top;
-    uint64_t half = 1ULL << (s - 1), r = hi & ((1ULL << s) - 1);
-    uint64_t mant = hi >> s; /* 53 bits, bit 52 set */
+    uint64_t hi = (uint64_t)(a >> 64);
+    /* w * t.lo adds less than 2^64 to (hi, mid): at most a carry into hi's
+     * r. Unless r's low s - 1 bits are all ones or all zeros (r is then
+     * none of 2^(s-1) - 1, 2^(s-1) and all ones), that carry changes
+     * neither the leading bit, the significand nor r >= half, and neither
+     * refusal test can hold (r == half needs r == half - 1 before the
+     * carry; r == half - 1 after one leaves mid below all ones): the result
+     * without the second product is the same. Else drift_dec_full(). With
+     * h = hi >> (s - 1) (the significand and r's top bit), the significand
+     * rounded is (h + 1) >> 1. */
+    int top = (int)(hi >> 63), s1 = 9 + top; /* L = 190 + top, s1 = s - 1 */
+    uint64_t low = hi & ((1ULL << s1) - 1);
+    if (__builtin_expect(((low + 1) & ((1ULL << s1) - 1)) <= 1, 0))
+        return drift_dec_full(m, q, out);
+    return drift_dec_assemble(
+        ((hi >> s1) + 1) >> 1,
+        190 + top + drift_dec_e5[q - DRIFT_DEC_Q_MIN] + q - lz, out);
+}
+
+/*
+ * drift_dec_to_double() for 2^53 < m and q in [-22, 0] (a decimal of up to
+ * 19 digits with up to 22 after the point), which always succeeds: the
+ * result lies in [2^53 / 10^22, 2^64) and is normal, so the exponent needs
+ * no range check, and a significand rounded up to 2^53 is absorbed by
+ * adding it (hidden bit included) to the exponent field one lower. The
+ * same bits as drift_dec_to_double() (test_dec_small_matches in
+ * tests/drift/test_dec2dbl.c).
+ */
+static inline __attribute__((always_inline)) double drift_dec_small(uint64_t m,
+                                                                    int q)
+{
+    const struct drift_dec_pow5 *t = &drift_dec_t[q - DRIFT_DEC_Q_MIN];
+    int lz = __builtin_clzll(m);
+    uint64_t w = m << lz;
+    uint64_t hi = (uint64_t)(((unsigned __int128)w * t->hi) >> 64);
+    int top = (int)(hi >> 63), s1 = 9 + top;
+    uint64_t low = hi & ((1ULL << s1) - 1);
+    double out;
+    if (__builtin_expect(((low + 1) & ((1ULL << s1) - 1)) <= 1, 0)) {
+        drift_dec_full(m, q, &out);
+        return out;
+    }
+    uint64_t mant = ((hi >> s1) + 1) >> 1; /* in [2^52, 2^53] */
     int be = 190 + top + drift_dec_e5[q - DRIFT_DEC_Q_MIN] + q - lz;
-    if (__builtin_expect(r == half && mid == 0, 0))
-        return drift_dec_near_half(m, q, true, (uint64_t)b, mant, be, out);
-    if (__builtin_expect(r == half - 1 && mid == UINT64_MAX, 0))
-        return drift_dec_near_half(m, q, false, (uint64_t)b, mant, be, out);
-    return drift_dec_assemble(mant + (r >= half), be, out);
+    uint64_t bits = ((uint64_t)(be + 1022) << 52) + mant;
+    memcpy(&out, &bits, sizeof(out));
+    return out;
 }
 
 /*
  * The fast path of drift_parse_prompt_text() for the vllm and sglang
- * dialects: validates the whole text as JSON (RFC 8259 grammar, UTF-8,
- * jansson's limits) without building a tree, then reads the one array it
- * needs. Returns 0 with lp filled exactly as the jansson parser would, or
- * -EAGAIN for anything it does not handle (the caller falls back).
+ * dialects: validates the whole text (len bytes followed by a NUL) as
+ * JSON (RFC 8259 grammar, UTF-8, jansson's limits) without building a
+ * tree, then reads the one array it needs. Returns 0 with lp filled exactly as
+ * the jansson parser would, or -EAGAIN for anything it does not handle (the
+ * caller falls back).
  */
 int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
                       const struct drift_req *r, struct drift_lp *lp);

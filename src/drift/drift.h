@@ -139,7 +139,8 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
  * 0 golden, 1 golden again (control), 2 candidate, 3 candidate again
  * (self); 1 and 3 run when has_control / has_self. fetch() gets the text
  * of pass k of corpus item i as received (fresh, NUL-terminated; the
- * pipe sanitizes it in place, parses it and frees it); it is called in
+ * pipe parses it, sanitizing it in place when the reader does not take it
+ * as it is, and frees it); it is called in
  * sequence and pass order, one call at a time, from any of the threads,
  * after pass 0 of the same sequence has been parsed into *golden (the
  * sglang token_ids_logprob list is taken from it). side[k] parses pass k

@@ -33,6 +33,7 @@ struct sc {
     int depth;
     int n_skip;
     const char *skip_b[2], *skip_e[2];
+    bool keys; /* it read an object's keys with the general grammar */
 };
 
 /* The reader starts its depth count here: whatever it accepts is then
@@ -220,6 +221,81 @@ static inline __attribute__((always_inline)) bool sixteen_digits(const char *p,
 #endif
 }
 
+static const uint64_t pow10_u64[17] = {1ULL,
+                                       10ULL,
+                                       100ULL,
+                                       1000ULL,
+                                       10000ULL,
+                                       100000ULL,
+                                       1000000ULL,
+                                       10000000ULL,
+                                       100000000ULL,
+                                       1000000000ULL,
+                                       10000000000ULL,
+                                       100000000000ULL,
+                                       1000000000000ULL,
+                                       10000000000000ULL,
+                                       100000000000000ULL,
+                                       1000000000000000ULL,
+                                       10000000000000000ULL};
+
+/*
+ * The run of ASCII digits at p, up to sixteen: their count, and their value
+ * in *v. Reads 16 bytes. SSE2: the lanes from the first non-digit on are
+ * zeroed, the sixteen lanes combined as in sixteen_digits() into V * 10^k
+ * (k = 16 - count), and V recovered exactly: V * 10^k >> k is V * 5^k, and
+ * 5^k is odd, so times its inverse modulo 2^64 it gives V. Elsewhere a
+ * digit at a time.
+ */
+#if defined(__SSE2__) && defined(__x86_64__)
+/* 5^-k modulo 2^64, k = 0..16 (5^k * inv5_u64[k] = 1 mod 2^64:
+ * test_fast_numbers_match_jansson, tests/drift/test_dialect.c) */
+static const uint64_t inv5_u64[17] = {
+    0x0000000000000001ULL, 0xcccccccccccccccdULL, 0x8f5c28f5c28f5c29ULL,
+    0x1cac083126e978d5ULL, 0xd288ce703afb7e91ULL, 0x5d4e8fb00bcbe61dULL,
+    0x790fb65668c26139ULL, 0xe5032477ae8d46a5ULL, 0xc767074b22e90e21ULL,
+    0x8e47ce423a2e9c6dULL, 0x4fa7f60d3ed61f49ULL, 0x0fee64690c913975ULL,
+    0x3662e0e1cf503eb1ULL, 0xa47a2cf9f6433fbdULL, 0x54186f653140a659ULL,
+    0x7738164770402145ULL, 0xe4a4d1417cd9a041ULL};
+static const unsigned char lane_keep[32] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                            0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                            0xff, 0xff, 0xff, 0xff};
+#endif
+
+static inline __attribute__((always_inline)) int digit_run16(const char *p,
+                                                             uint64_t *v)
+{
+#if defined(__SSE2__) && defined(__x86_64__)
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    x = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+    __m128i bad = _mm_or_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8(9)),
+                               _mm_cmplt_epi8(x, _mm_setzero_si128()));
+    int n = __builtin_ctz((unsigned)_mm_movemask_epi8(bad) | 0x10000u);
+    x = _mm_and_si128(
+        x,
+        _mm_loadu_si128((const __m128i *)(const void *)(lane_keep + 16 - n)));
+    __m128i z = _mm_setzero_si128();
+    __m128i lo = _mm_unpacklo_epi8(x, z), hi = _mm_unpackhi_epi8(x, z);
+    lo = _mm_madd_epi16(lo, _mm_set1_epi32(0x0001000A));
+    hi = _mm_madd_epi16(hi, _mm_set1_epi32(0x0001000A));
+    __m128i t = _mm_packs_epi32(lo, hi);
+    t = _mm_madd_epi16(t, _mm_set1_epi32(0x00010064));
+    t = _mm_packs_epi32(t, t);
+    t = _mm_madd_epi16(t, _mm_set1_epi32(0x00012710));
+    uint64_t r = (uint64_t)_mm_cvtsi128_si64(t);
+    uint64_t w = (r & 0xFFFFFFFFULL) * 100000000 + (r >> 32);
+    *v = (w >> (16 - n)) * inv5_u64[16 - n];
+    return n;
+#else
+    uint64_t x = 0;
+    int n = 0;
+    while (n < 16 && p[n] >= '0' && p[n] <= '9')
+        x = x * 10 + (uint64_t)(p[n++] - '0');
+    *v = x;
+    return n;
+#endif
+}
+
 /*
  * A number per RFC 8259. With want, *v is its value exactly as jansson
  * gives it: integers through long long, reals correctly rounded (Clinger's
@@ -341,6 +417,7 @@ static int value(struct sc *s);
 static int container(struct sc *s, char open)
 {
     char close = open == '{' ? '}' : ']';
+    s->keys |= open == '{';
     if (++s->depth > 2048)
         return -2;
     s->p++;
@@ -430,47 +507,89 @@ static bool valid_doc(const char *text, size_t len, const struct sc *read)
  * For each of n (<= 4) keys that all begin with prefix (which either
  * cannot overlap itself or is the only key), the position after `"key":` when
  * the key occurs exactly once (counting occurrences as memmem from the start,
- * each search going on after the previous occurrence), else NULL; one pass over
- * the text.
+ * each search going on after the previous occurrence), else NULL. The text
+ * is searched in steps: ks_scan() up to a point, possibly stopping once the
+ * keys it wants are found, ks_skip() over an array the reader has read
+ * without reading any object's keys with the general grammar (sc.keys
+ * false), ks_done() for the answer. Such an array holds no occurrence that
+ * counts: in valid JSON the bytes of `"key"` followed by `:` are an
+ * object's key (a '"' inside a string is escaped), the reader's shortcuts
+ * take only keys of digits and vLLM's own ("logprob", "rank",
+ * "decoded_token"), and none of those begin with the prefixes used here;
+ * no occurrence crosses the array's brackets, which the keys do not
+ * contain. So skipping it changes no count, and the whole text need not be
+ * searched: the arrays are nearly all of it.
  */
-static void find_keys(const char *text, size_t len, const char *prefix,
-                      const char *const *keys, size_t n, const char **hit)
+struct keyscan {
+    const char *p, *end; /* occurrences before p are counted */
+    const char *prefix;
+    size_t pl, n;
+    const char *const *keys;
+    const char *hit[4], *next_ok[4];
+    bool dup[4];
+};
+
+static void ks_init(struct keyscan *k, const char *text, size_t len,
+                    const char *prefix, const char *const *keys, size_t n)
 {
-    const char *end = text + len, *p = text, *h;
-    const char *next_ok[4];
-    size_t pl = strlen(prefix);
-    bool dup[4] = {false};
-    for (size_t j = 0; j < n; j++)
-        hit[j] = NULL, next_ok[j] = text;
-    while ((h = drift_scan_find(p, end, prefix, pl))) {
-        for (size_t j = 0; j < n; j++) {
-            size_t kl = strlen(keys[j]);
-            if (h < next_ok[j] || (size_t)(end - h) < kl ||
-                memcmp(h, keys[j], kl))
-                continue;
-            next_ok[j] = h + kl;
-            const char *q = h + kl;
-            while (q < end &&
-                   (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
-                q++;
-            if (q < end && *q == ':') {
-                dup[j] = dup[j] || hit[j];
-                hit[j] = q + 1;
-            }
-        }
-        p = h + pl;
+    k->p = text;
+    k->end = text + len;
+    k->prefix = prefix;
+    k->pl = strlen(prefix);
+    k->keys = keys;
+    k->n = n;
+    for (size_t j = 0; j < n; j++) {
+        k->hit[j] = NULL;
+        k->next_ok[j] = text;
+        k->dup[j] = false;
     }
-    for (size_t j = 0; j < n; j++)
-        if (dup[j])
-            hit[j] = NULL;
 }
 
-/* Position after `"key":` when the key occurs exactly once, else NULL. */
-static const char *find_key(const char *text, size_t len, const char *key)
+/* Counts the occurrences in [k->p, to); with want (a mask of keys), stops
+ * after the one that leaves every wanted key found. */
+static void ks_scan(struct keyscan *k, const char *to, unsigned want)
 {
-    const char *hit;
-    find_keys(text, len, key, &key, 1, &hit);
-    return hit;
+    const char *h;
+    while (k->p < to && (h = drift_scan_find(k->p, to, k->prefix, k->pl))) {
+        unsigned found = 0;
+        for (size_t j = 0; j < k->n; j++) {
+            size_t kl = strlen(k->keys[j]);
+            if (h >= k->next_ok[j] && (size_t)(k->end - h) >= kl &&
+                !memcmp(h, k->keys[j], kl)) {
+                k->next_ok[j] = h + kl;
+                const char *q = h + kl;
+                while (q < k->end &&
+                       (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t'))
+                    q++;
+                if (q < k->end && *q == ':') {
+                    k->dup[j] = k->dup[j] || k->hit[j];
+                    k->hit[j] = q + 1;
+                }
+            }
+            found |= k->hit[j] ? 1u << j : 0;
+        }
+        k->p = h + k->pl;
+        if (want && (found & want) == want)
+            return;
+    }
+    if (k->p < to)
+        k->p = to;
+}
+
+/* [b, e): an array the reader read (see above); nothing in it counts. */
+static void ks_skip(struct keyscan *k, const char *b, const char *e)
+{
+    ks_scan(k, b, 0);
+    if (k->p < e)
+        k->p = e;
+}
+
+/* Searches the rest; hit[j] as the comment above says. */
+static void ks_done(struct keyscan *k, const char **hit)
+{
+    ks_scan(k, k->end, 0);
+    for (size_t j = 0; j < k->n; j++)
+        hit[j] = k->dup[j] ? NULL : k->hit[j];
 }
 
 /* A value that jansson's num() reads: a number, else NAN (any value). */
@@ -521,6 +640,32 @@ static inline __attribute__((always_inline)) int next(struct sc *s, char close,
         return 0;
     }
     return -1;
+}
+
+/* The first byte at or after p (before end) that str_plain does not take
+ * as it is: sixteen bytes a round (SSE2) while sixteen are left, then a
+ * byte at a time. */
+static inline __attribute__((always_inline)) const char *
+plain_run(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* not plain: '"', '\\', below 0x20 or above 0x7f (signed: < 0x20
+         * catches 0x80-0xff too) */
+        __m128i bad =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                      _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                         _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+        unsigned mk = (unsigned)_mm_movemask_epi8(bad);
+        if (mk)
+            return p + __builtin_ctz(mk);
+        p += 16;
+    }
+#endif
+    while (p < end && str_plain[(unsigned char)*p])
+        p++;
+    return p;
 }
 
 /* When the text at s is the plain string literal k (n bytes with its
@@ -592,6 +737,35 @@ fast_real(const char *p, double *v)
     int sig = 0, frac = 0;
     bool neg = *p == '-';
     p += neg;
+    /* the usual shape, D.F with 1-18 fraction digits F (a server's 17
+     * significant digits, fewer when %g dropped trailing zeros): the same
+     * m and frac as the loops below give (leading zeros of the fraction
+     * add nothing to m; at most 19 digits in all, so none is dropped),
+     * else those loops */
+    if ((unsigned)(p[0] - '0') < 10 && p[1] == '.') {
+        int n = digit_run16(p + 2, &d8);
+        const char *q = p + 2 + n;
+        m = (uint64_t)(p[0] - '0') * pow10_u64[n] + d8;
+        frac = n;
+        if (n == 16 && (unsigned)(q[0] - '0') < 10) {
+            m = m * 10 + (uint64_t)(q[0] - '0');
+            q++, frac++;
+            if ((unsigned)(q[0] - '0') < 10) {
+                m = m * 10 + (uint64_t)(q[0] - '0');
+                q++, frac++;
+            }
+        }
+        if (n > 0 && (unsigned)(q[0] - '0') >= 10) {
+            double x;
+            if (m <= (1ULL << 53))
+                x = (double)m / pow10_exact[frac];
+            else
+                x = drift_dec_small(m, -frac);
+            *v = neg ? -x : x;
+            return q;
+        }
+        m = 0, frac = 0;
+    }
     if (*p == '0') {
         p++;
     } else if (*p >= '1' && *p <= '9') {
@@ -666,13 +840,20 @@ vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
     p = fast_real(p + sizeof(k1) - 1, x);
     if (!p || memcmp(p, k2, sizeof(k2) - 1))
         return false;
-    p = fast_uint(p + sizeof(k2) - 1, &rank);
+    p += sizeof(k2) - 1;
+    /* a rank of one or two digits at once, else as an id */
+    if ((unsigned)(p[0] - '0') < 10 && (unsigned)(p[1] - '0') >= 10)
+        p++;
+    else if (p[0] != '0' && (unsigned)(p[0] - '0') < 10 &&
+             (unsigned)(p[1] - '0') < 10 && (unsigned)(p[2] - '0') >= 10)
+        p += 2;
+    else
+        p = fast_uint(p, &rank);
     if (!p || memcmp(p, k3, sizeof(k3) - 1))
         return false;
     p += sizeof(k3) - 1;
-    while (p < s->end && str_plain[(unsigned char)*p])
-        p++;
-    if (s->end - p < 2 || p[0] != '"' || p[1] != '}')
+    p = plain_run(p, s->end);
+    if (p[0] != '"' || p[1] != '}') /* (at the end: the NUL stops it) */
         return false;
     s->p = p + 2;
     return true;
@@ -695,9 +876,10 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     while (more) {
         const char *kb, *ke;
         bool plain;
-        double x = NAN;
+        double x;
         uint64_t fid;
-        ws(s);
+        if ((unsigned char)*s->p <= ' ') /* (the text ends in a NUL) */
+            ws(s);
         if (s->end - s->p >= VLLM_ENTRY_MAX && vllm_entry_fast(s, &fid, &x)) {
             if (fid == forced)
                 lp->pos[i].forced_lp = x;
@@ -710,8 +892,11 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 return -2;
             continue;
         }
+        x = NAN; /* unless the entry gives one */
         if (str(s, &kb, &ke, &plain) || !plain || ke - kb > 63)
             return -2;
+        /* a key the key search could take (see struct keyscan) */
+        s->keys |= kb == ke || (unsigned)(*kb - '0') >= 10;
         ws(s);
         if (s->p >= s->end || *s->p++ != ':')
             return -1;
@@ -732,7 +917,7 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
                 if (!lit_key(s, "\"logprob\"", 9, &fb, &fe) &&
                     !lit_key(s, "\"rank\"", 6, &fb, &fe) &&
                     !lit_key(s, "\"decoded_token\"", 15, &fb, &fe) &&
-                    (str(s, &fb, &fe, &fp) || !fp))
+                    ((s->keys = true), str(s, &fb, &fe, &fp) || !fp))
                     return -2;
                 ws(s);
                 if (s->p >= s->end || *s->p++ != ':')
@@ -801,10 +986,15 @@ static int open_array(struct sc *s, const char **arr, bool *more)
 static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
                      struct drift_lp *lp, struct sc *read)
 {
-    const char *at = find_key(text, len, "\"prompt_logprobs\"");
-    if (!at)
+    static const char *const key = "\"prompt_logprobs\"";
+    struct keyscan ks;
+    const char *at, *hit;
+    ks_init(&ks, text, len, key, &key, 1);
+    ks_scan(&ks, text + len, 1);
+    if (!ks.hit[0])
         return -2;
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
+    at = ks.hit[0];
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -826,7 +1016,10 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
     }
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
     add_skip(read, arr, s.p);
-    return 0;
+    if (!s.keys)
+        ks_skip(&ks, arr, s.p);
+    ks_done(&ks, &hit);
+    return hit == at ? 0 : -2; /* else it occurs twice */
 }
 
 /* One sglang [lp, id, ...] triple; *ok false when it has no valid id. */
@@ -890,13 +1083,15 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     const char *hit[4];
     if (text[0] != '{')
         return -2; /* batched answers: let jansson pick the first */
-    find_keys(text, len, "\"input_to", keys, 4, hit);
-    if (hit[0] || hit[1])
+    struct keyscan ks;
+    ks_init(&ks, text, len, "\"input_to", keys, 4);
+    ks_scan(&ks, text + len, 1u << 2 | 1u << 3);
+    if (ks.hit[0] || ks.hit[1])
         return -2;
-    const char *at = hit[2], *tp = hit[3];
+    const char *at = ks.hit[2], *tp = ks.hit[3];
     if (!at)
         return -2;
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}};
+    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -932,7 +1127,8 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     lp->n_returned = i < r->n ? i : (uint32_t)r->n;
     add_skip(read, arr, s.p);
     /* the top lists, in a second pass, position by position */
-    struct sc t = {tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}};
+    struct sc t = {
+        tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}, false};
     bool have = false;
     const char *top = NULL;
     if (tp) {
@@ -999,7 +1195,21 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         lp->valid[0] = 0;
     if (top && !have) /* read to its closing bracket */
         add_skip(read, top, t.p);
-    return 0;
+    /* the rest of the key search, over neither array when it can skip them */
+    const char *sb[2] = {NULL, NULL}, *se[2] = {NULL, NULL};
+    int ns = 0;
+    if (!s.keys)
+        sb[ns] = arr, se[ns++] = s.p;
+    if (top && !have && !t.keys)
+        sb[ns] = top, se[ns++] = t.p;
+    if (ns == 2 && sb[1] < sb[0]) {
+        const char *x = sb[0], *y = se[0];
+        sb[0] = sb[1], se[0] = se[1], sb[1] = x, se[1] = y;
+    }
+    for (int j = 0; j < ns; j++)
+        ks_skip(&ks, sb[j], se[j]);
+    ks_done(&ks, hit);
+    return hit[0] || hit[1] || hit[2] != at || hit[3] != tp ? -2 : 0;
 }
 
 int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,

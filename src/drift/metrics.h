@@ -69,6 +69,13 @@ struct drift_pm {
 int drift_pos_compare(const struct drift_pos *g, const struct drift_pos *c,
                       double flip_margin, struct drift_pm *out);
 
+/* exp(x) as the metrics compute it: within 0.52 ulp of the exact value,
+ * the same bits for the same x on every call (libm's exp() outside
+ * [-707, 0]). */
+double drift_exp(double x);
+/* drift_exp(a) and drift_exp(b), computed together, the same bits. */
+void drift_exp2(double a, double b, double *ea, double *eb);
+
 /* Sorts t[0..n) by lp descending, key ascending on ties. */
 void drift_tok_sort(struct drift_tok *t, size_t n);
 

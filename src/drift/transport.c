@@ -292,7 +292,6 @@ int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
                             size_t n, char *text, size_t len,
                             struct drift_lp *lp, struct diag *d)
 {
-    drift_json_sanitize(text, len);
     struct drift_req r = {.ids = ids,
                           .n = n,
                           .top_k = s->top_k,

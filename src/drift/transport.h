@@ -78,9 +78,10 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
  * *text (fresh; NULL on error) and *len. */
 int drift_side_fetch_prompt(struct drift_side *s, const uint32_t *ids, size_t n,
                             char **text, size_t *len, struct diag *d);
-/* The parse half (no I/O, safe from any thread): text, as fetched, through
- * drift_json_sanitize (in place), into lp; on error d is prefixed with the
- * side's label and dialect. */
+/* The parse half (no I/O, safe from any thread): text, as fetched, into lp
+ * (drift_parse_prompt_text: sanitized in place when the reader does not
+ * take it as it is); on error d is prefixed with the side's label and
+ * dialect. */
 int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
                             size_t n, char *text, size_t len,
                             struct drift_lp *lp, struct diag *d);

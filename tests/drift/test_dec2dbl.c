@@ -311,6 +311,52 @@ static void test_float32_prints_and_reader(void **state)
     buf_release(&b);
 }
 
+/* drift_dec_small (the reader's conversion of 17-digit prints) against
+ * strtod, bit for bit: random significands above 2^53 with 0-22 digits
+ * after the point, and halfway points (and their neighbours) in that
+ * range, where it must take drift_dec_full's way. */
+static void dec_small_check(uint64_t m, int q)
+{
+    char buf[48];
+    snprintf(buf, sizeof(buf), "%llue%d", (unsigned long long)m, q);
+    double want = strtod(buf, NULL), got = drift_dec_small(m, q);
+    if (bits_of(got) != bits_of(want))
+        print_message("%s: %a, strtod %a\n", buf, got, want);
+    assert_true(bits_of(got) == bits_of(want));
+}
+
+static void test_dec_small_matches(void **state)
+{
+    (void)state;
+    struct rng r;
+    drift_dec_init();
+    rng_seed(&r, 11);
+    for (int i = 0; i < 1000000; i++) {
+        int digits = 16 + (int)rng_below(&r, 4); /* 16-19 */
+        uint64_t m = pow10u[digits - 1] +
+                     rng_below(&r, pow10u[digits] - pow10u[digits - 1]);
+        if (m <= 1ULL << 53)
+            continue;
+        dec_small_check(m, -(int)rng_below(&r, 23));
+    }
+    int halfway = 0;
+    for (int i = 0; i < 400000; i++) {
+        /* (2M + 1) * 2^k as a decimal m * 10^q, k <= 0: m = N * 5^-k */
+        uint64_t N = 2 * ((1ULL << 52) + rng_below(&r, 1ULL << 52)) + 1;
+        int k = -(int)rng_below(&r, 6);
+        uint64_t m = N;
+        for (int j = 0; j < -k; j++)
+            m *= 5;
+        if (m >= pow10u[19] || m <= (1ULL << 53) + 1)
+            continue;
+        dec_small_check(m, k);
+        dec_small_check(m - 1, k);
+        dec_small_check(m + 1, k);
+        halfway++;
+    }
+    assert_true(halfway > 100000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_halfway_points),
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_float32_prints_and_reader),
+        cmocka_unit_test(test_dec_small_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -538,6 +538,200 @@ static void test_fast_shapes_match_jansson(void **state)
     }
 }
 
+/* A number as servers print them and near it: D.F with 1-22 fraction
+ * digits (runs of zeros), sometimes 0., two or three integer digits, an
+ * exponent or no sign. */
+static void rand_number(struct buf *b, struct rng *r)
+{
+    if (rng_below(r, 10))
+        buf_adds(b, "-");
+    uint64_t shape = rng_below(r, 10);
+    if (shape == 0)
+        buf_printf(b, "%u", 10 + (unsigned)rng_below(r, 990));
+    else if (shape < 3)
+        buf_adds(b, "0");
+    else
+        buf_printf(b, "%u", (unsigned)rng_below(r, 10));
+    buf_adds(b, ".");
+    int len = 1 + (int)rng_below(r, 22);
+    for (int i = 0; i < len; i++)
+        buf_printf(b, "%c",
+                   rng_below(r, 3) ? '0' + (int)rng_below(r, 10) : '0');
+    if (rng_below(r, 10) == 0)
+        buf_printf(b, "e-%02u", (unsigned)rng_below(r, 30));
+}
+
+/* The reader's number shortcut (D.F, 1-18 fraction digits at once) and
+ * the rank shortcut against jansson, bit for bit, in both dialects. */
+static void test_fast_numbers_match_jansson(void **state)
+{
+    (void)state;
+    enum { N = 400 };
+    static uint32_t nids[N];
+    struct rng r;
+    rng_seed(&r, 77);
+    for (int round = 0; round < 20; round++) {
+        struct buf b = BUF_INIT, top = BUF_INIT;
+        bool vllm = round % 2 == 0;
+        nids[0] = 5;
+        if (vllm)
+            buf_adds(&b, "{\"choices\":[{\"prompt_logprobs\":[null");
+        else
+            buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":"
+                         "[[null,5,null]");
+        buf_adds(&top, "\"input_top_logprobs\":[null");
+        for (int t = 1; t < N; t++) {
+            nids[t] = 10 + (uint32_t)rng_below(&r, 2000);
+            buf_adds(vllm ? &b : &top, vllm ? ",{" : ",[");
+            int k = 1 + (int)rng_below(&r, 5);
+            for (int j = 0; j < k; j++) {
+                uint32_t id = j == 0 ? nids[t] : 3000 + 1000 * (uint32_t)j;
+                struct buf *o = vllm ? &b : &top;
+                if (vllm) {
+                    buf_printf(o, "%s\"%u\":{\"logprob\":", j ? "," : "", id);
+                    rand_number(o, &r);
+                    buf_printf(o, ",\"rank\":%u,\"decoded_token\":\"t\"}",
+                               (unsigned)rng_below(&r, 130));
+                } else {
+                    buf_adds(o, j ? ",[" : "[");
+                    rand_number(o, &r);
+                    buf_printf(o, ",%u,null]", id);
+                }
+            }
+            if (!vllm) {
+                buf_adds(&b, ",[");
+                rand_number(&b, &r);
+                buf_printf(&b, ",%u,null]", nids[t]);
+            }
+            buf_adds(vllm ? &b : &top, vllm ? "}" : "]");
+        }
+        if (vllm)
+            buf_adds(&b, "]}]}");
+        else
+            buf_printf(&b, "],%s]}}", buf_str(&top));
+        buf_release(&top);
+        struct drift_req rq = {.ids = nids, .n = N, .top_k = 20};
+        struct drift_lp fast, slow;
+        struct diag d;
+        enum drift_dialect dl =
+            vllm ? DRIFT_DIALECT_VLLM : DRIFT_DIALECT_SGLANG;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        assert_int_equal(drift_fast_prompt(dl, b.data, b.len, &rq, &fast), 0);
+        json_t *j = load(b.data);
+        assert_int_equal(drift_parse_prompt(dl, j, &rq, &slow, &d), 0);
+        json_decref(j);
+        assert_int_equal(fast.n_returned, slow.n_returned);
+        int valid = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            assert_int_equal(fast.valid[i], slow.valid[i]);
+            const struct drift_pos *p = &fast.pos[i], *q = &slow.pos[i];
+            if (i > 0)
+                assert_memory_equal(&p->forced_lp, &q->forced_lp,
+                                    sizeof(double));
+            if (!fast.valid[i])
+                continue;
+            valid++;
+            assert_int_equal(p->n_known, q->n_known);
+            for (uint32_t k = 0; k < p->n_known; k++) {
+                assert_true(p->top[k].key == q->top[k].key);
+                assert_memory_equal(&p->top[k].lp, &q->top[k].lp,
+                                    sizeof(double));
+            }
+        }
+        assert_true(valid > N / 3);
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+        buf_release(&b);
+    }
+}
+
+/* The reader's key search skips the arrays it read through its shortcuts:
+ * a second occurrence of the key inside an object the general grammar
+ * read still sends the answer to jansson, and the key's name as a
+ * string value changes nothing. */
+static void test_key_search_skips_read_arrays(void **state)
+{
+    (void)state;
+    static const uint32_t kids[3] = {5, 7, 9};
+    struct drift_req rq = {.ids = kids, .n = 3, .top_k = 20};
+    static const struct {
+        enum drift_dialect dl;
+        const char *text;
+        int want;
+    } cases[] = {
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":"
+         "\"prompt_logprobs\"}},{\"9\":{\"logprob\":-1.5,\"rank\":1}}]}]}",
+         0},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":\"a\"}},"
+         "{\"9\":{\"logprob\":-1.5,\"prompt_logprobs\":[]}}]}]}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":\"a\"}},"
+         "{\"9\":{\"logprob\":-1.5,\"rank\":1}}]}],\"prompt_logprobs\":1}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\": {\"logprob\": -0.5, \"rank\": 1}},"
+         "{\"9\":{\"logprob\":-1.5},\"prompt_logprobs\":{}}]}]}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"prompt_logprobs\":[null,"
+         "{\"7\": {\"logprob\": -0.5, \"rank\": 1, \"x\": 2}},"
+         "{\"9\":{\"logprob\":-1.5}, \"11\": -2.5}]}]}",
+         0},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,\"input_top_logprobs\"],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,null]],[[-1.5,9,null]]]}}",
+         0},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,{\"input_top_logprobs\":1}],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,null]],[[-1.5,9,null]]]}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,null],[-1.5,9,null]],"
+         "\"input_top_logprobs\":[null,[[-0.5,7,{\"input_token_ids_"
+         "logprob\":[]}]],[[-1.5,9,null]]]}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_top_logprobs\":[null,[[-0.5,7,null]],"
+         "[[-1.5,9,null]]],\"input_token_logprobs\":[[null,5,null],"
+         "[-0.5,7,null],[-1.5,9,null]]},\"input_top_logprobs\":[]}",
+         -EAGAIN},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct drift_lp fast, slow;
+        struct diag d;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        int ret = drift_fast_prompt(cases[i].dl, cases[i].text,
+                                    strlen(cases[i].text), &rq, &fast);
+        print_message("case %zu: %d\n", i, ret);
+        assert_int_equal(ret, cases[i].want);
+        if (!ret) {
+            json_t *j = load(cases[i].text);
+            assert_int_equal(drift_parse_prompt(cases[i].dl, j, &rq, &slow, &d),
+                             0);
+            json_decref(j);
+            for (uint32_t t = 1; t < 3; t++) {
+                assert_int_equal(fast.valid[t], slow.valid[t]);
+                assert_true(fast.pos[t].forced_lp == slow.pos[t].forced_lp);
+                assert_int_equal(fast.pos[t].n_known, slow.pos[t].n_known);
+            }
+        }
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +745,8 @@ int main(void)
         cmocka_unit_test(test_request_bodies),
         cmocka_unit_test(test_fast_reader_numbers_match_strtod),
         cmocka_unit_test(test_fast_shapes_match_jansson),
+        cmocka_unit_test(test_fast_numbers_match_jansson),
+        cmocka_unit_test(test_key_search_skips_read_arrays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,6 +155,70 @@ static void rand_pos(struct rng *r, struct drift_tok *t, uint32_t n,
  * golden's rank before building its index: the results are the same bits
  * as without the promise, on candidates that share the golden's order,
  * part of it, or none of it. */
+/* Error of y against the exact value v, in units in the last place of
+ * v's double. */
+static double ulps(double y, long double v)
+{
+    int e;
+    frexpl(v, &e); /* v = f * 2^e, f in [0.5, 1) */
+    return (double)(fabsl((long double)y - v) / ldexpl(1.0L, e - 53));
+}
+
+/* drift_exp against long double expl (64-bit significand: its own error is
+ * about 2^-11 ulp of a double): within 0.52 ulp on random arguments over
+ * its whole range, tiny ones and the ends; libm's exp() outside. */
+static void test_exp_accuracy(void **state)
+{
+    (void)state;
+    struct rng r;
+    double worst = 0;
+    rng_seed(&r, 42);
+    for (int i = 0; i < 600000; i++) {
+        double x;
+        switch (i % 3) {
+        case 0:
+            x = -707.0 * rng_unit(&r);
+            break;
+        case 1:
+            x = -30.0 * rng_unit(&r); /* where logprobs are */
+            break;
+        default:
+            x = -ldexp(rng_unit(&r), -(int)(rng_next(&r) % 60));
+            break;
+        }
+        double u = ulps(drift_exp(x), expl((long double)x));
+        worst = u > worst ? u : worst;
+        /* the paired version: the same bits, lane by lane */
+        double y = -30.0 * rng_unit(&r), ex, ey;
+        drift_exp2(x, y, &ex, &ey);
+        assert_true(ex == drift_exp(x) && ey == drift_exp(y));
+    }
+    static const double edge[] = {
+        0.0,    -0.0,     -1e-300, -0x1p-1074,
+        -707.0, -706.999, -1e-17,  -0x1.62e42fefa39efp-8,
+        -0.5,   -1.0,     -2.0,    -0x1.62e42fefa39efp-1};
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++) {
+        double u = ulps(drift_exp(edge[i]), expl((long double)edge[i]));
+        worst = u > worst ? u : worst;
+    }
+    print_message("drift_exp: worst error %.4f ulp\n", worst);
+    assert_true(worst <= 0.52);
+    assert_true(drift_exp(0.0) == 1.0 && drift_exp(-0.0) == 1.0);
+    assert_true(drift_exp(-INFINITY) == 0.0);
+    assert_true(isnan(drift_exp(NAN)));
+    assert_true(drift_exp(-708.5) == exp(-708.5));
+    assert_true(drift_exp(-800.0) == exp(-800.0));
+    assert_true(drift_exp(0.5) == exp(0.5));
+    static const double odd[] = {-INFINITY, -800.0, 0.5, -1.0};
+    for (size_t i = 0; i < 4; i++) {
+        double ea, eb;
+        drift_exp2(odd[i], -2.0, &ea, &eb);
+        assert_true(ea == drift_exp(odd[i]) && eb == drift_exp(-2.0));
+        drift_exp2(-3.0, odd[i], &ea, &eb);
+        assert_true(ea == drift_exp(-3.0) && eb == drift_exp(odd[i]));
+    }
+}
+
 static void test_checked_positions_compare_alike(void **state)
 {
     (void)state;
@@ -208,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_forced_outside_topk_and_no_topk),
         cmocka_unit_test(test_text_keys),
         cmocka_unit_test(test_checked_positions_compare_alike),
+        cmocka_unit_test(test_exp_accuracy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  * decode shapes, the NaN/Infinity sanitizer and the corpus line reader)
  * on arbitrary bytes. Invariants checked beyond "does not crash": the
  * sanitizer keeps the length and leaves no bare NaN outside strings that
- * jansson would reject; n_returned never exceeds the ids sent; every valid
+ * jansson would reject, and changes nothing in a text the fast reader
+ * accepts unsanitized; n_returned never exceeds the ids sent; every valid
  * entry has a finite logprob <= 1e-6 and a top list sorted by logprob;
  * comparing a parsed answer with itself gives KL 0 exactly; and when the
  * allocation-free reader (fastparse.c) and the jansson parser both accept
@@ -81,6 +82,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(it.ids);
     }
 
+    {
+        /* drift_parse_prompt_text skips the sanitizer when the reader takes
+         * the text as it is: then sanitizing must change nothing */
+        struct drift_req r0 = {.ids =
+                                   (const uint32_t[]){0, 300, 301, 302, 7, 9},
+                               .n = 6,
+                               .top_k = 20,
+                               .max_new = 1,
+                               .prompt_logprobs = true};
+        struct drift_lp raw;
+        drift_lp_init(&raw);
+        if (!drift_fast_prompt(dl, text, len, &r0, &raw)) {
+            char *copy = malloc(len + 1);
+            memcpy(copy, text, len + 1);
+            CHECK(drift_json_sanitize(copy, len) == 0);
+            CHECK(!memcmp(copy, text, len + 1));
+            free(copy);
+        }
+        drift_lp_release(&raw);
+    }
     drift_json_sanitize(text, len);
     CHECK(strlen(text) <= len);
     json_error_t e;

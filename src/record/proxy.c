@@ -1171,8 +1171,9 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         parse_request(r, batch[i]);
         /* the reply is read from an inflated copy when the upstream
          * compressed the body; the stored body stays as it was sent */
-        struct buf plain;
+        struct buf plain, rt;
         buf_init(&plain, r->o.max_capture);
+        buf_init(&rt, 0);
         const char *body = x->resp_raw;
         size_t len = x->resp_raw_len;
         int dec = decode_body(x, &plain);
@@ -1180,15 +1181,24 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             body = buf_str(&plain);
             len = plain.len;
         }
-        if (x->streamed)
+        bool whole = !batch[i]->resp_capped && (dec == 0 || dec == -1);
+        if (x->streamed) {
             x->reply = stream_reply(batch[i], body, len, r->o.max_capture);
-        else if (body)
+        } else if (body && whole && !reply_text_from_body(body, len, &rt)) {
+            /* the common body: the reply column's text, without the
+             * object (no tool calls for classify_learn to read) */
+            x->reply_text_len = rt.len;
+            x->reply_text = buf_detach(&rt, NULL);
+        } else if (body) {
+            buf_reset(&rt);
             x->reply = reply_from_body(body, len);
+        }
         if (x->reply && (batch[i]->resp_capped || dec == 1))
             json_object_set_new(x->reply, "resp_truncated", json_true());
         if (x->reply && dec < -1)
             json_object_set_new(x->reply, "resp_undecodable", json_true());
         buf_release(&plain);
+        buf_release(&rt);
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "store/jdump.h"
 #include "store/jscan.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
@@ -459,4 +460,66 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
     json_t *r = reply_take(&a);
     reply_release(&a);
     return r;
+}
+
+/* jdump_string of b's bytes, or null */
+static int put_text(struct buf *out, const struct buf *b, bool present)
+{
+    if (!present)
+        return buf_adds(out, "null");
+    return jdump_string(out, b->data ? b->data : "", b->len);
+}
+
+int reply_text_from_body(const char *body, size_t len, struct buf *out)
+{
+    struct scanned sc;
+    struct buf t;
+    int rc = -1;
+    if (scan_reply(body, len, "message", &sc) ||
+        (sc.error.t != JS_NONE && sc.error.t != JS_NULL) ||
+        (sc.msg.t == JS_OBJECT && sc.tool_calls.t == JS_ARRAY))
+        return -1;
+    /* the same fields, in the order and form finish() gives them */
+    buf_init(&t, REPLY_TEXT_MAX);
+    if (sc.msg.t == JS_OBJECT)
+        span_str(&t, &sc.content);
+    span_str(&t, &sc.text);
+    if (buf_adds(out, "{\"content\":") || put_text(out, &t, true) ||
+        buf_adds(out, ",\"reasoning_content\":"))
+        goto out;
+    const char *field = NULL;
+    if (sc.msg.t == JS_OBJECT &&
+        (sc.rc.t == JS_STRING || sc.r.t == JS_STRING)) {
+        bool is_rc = sc.rc.t == JS_STRING;
+        field = is_rc ? "reasoning_content" : "reasoning";
+        buf_reset(&t);
+        span_str(&t, is_rc ? &sc.rc : &sc.r);
+    }
+    if (put_text(out, &t, field != NULL))
+        goto out;
+    if (field && (buf_adds(out, ",\"reasoning_field\":\"") ||
+                  buf_adds(out, field) || buf_addch(out, '"')))
+        goto out;
+    if (buf_adds(out, ",\"tool_calls\":[],\"usage\":"))
+        goto out;
+    if (sc.usage.t == JS_OBJECT) {
+        if (jscan_dump_plain(&sc.usage, out))
+            goto out;
+    } else if (buf_adds(out, "null")) {
+        goto out;
+    }
+    buf_reset(&t);
+    t.max = 0; /* finish_reason has no cap */
+    if (sc.finish.t == JS_STRING)
+        jscan_str(&sc.finish, &t);
+    /* json_string() of the decoded text stops at a NUL: jscan is unsure
+     * of \u0000, so there is none */
+    if (buf_adds(out, ",\"finish_reason\":") ||
+        put_text(out, &t, sc.finish.t == JS_STRING) ||
+        buf_adds(out, ",\"done\":false,\"chunks\":0,\"max_gap_ms\":0.0}"))
+        goto out;
+    rc = 0;
+out:
+    buf_release(&t);
+    return rc;
 }

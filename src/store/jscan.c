@@ -671,3 +671,85 @@ json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
     json_decref(s.with); /* at was not inside v */
     return j;
 }
+
+/* An integer in the form jansson's dump gives it back: no fraction, no
+ * exponent, not "-0" (which loads as 0). */
+static bool is_plain_int(const struct jspan *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (v->p[i] == '.' || v->p[i] == 'e' || v->p[i] == 'E')
+            return false;
+    return !(v->n == 2 && v->p[0] == '-' && v->p[1] == '0');
+}
+
+static int dump_plain(struct scan *s, struct buf *b, int depth);
+
+static int dump_plain_container(struct scan *s, struct buf *b, bool obj,
+                                int depth)
+{
+    /* the keys written so far, for duplicates (jansson keeps the first
+     * one's place with the last one's value: left to jansson) */
+    struct jspan keys[16];
+    size_t nk = 0;
+    bool first = true;
+    if (depth > 8 || buf_addch(b, obj ? '{' : '['))
+        return -1;
+    s->p++;
+    for (;;) {
+        skip_ws(s);
+        if (*s->p == ']' || *s->p == '}') {
+            s->p++;
+            return buf_addch(b, obj ? '}' : ']') ? -1 : 0;
+        }
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (!first && buf_addch(b, ','))
+            return -1;
+        first = false;
+        if (obj) {
+            struct jspan k;
+            skip_valid(s, &k);
+            if (k.esc || nk == sizeof(keys) / sizeof(keys[0]))
+                return -1;
+            for (size_t i = 0; i < nk; i++)
+                if (keys[i].n == k.n && !memcmp(keys[i].p, k.p, k.n))
+                    return -1;
+            keys[nk++] = k;
+            if (buf_add(b, k.p, k.n) || buf_addch(b, ':'))
+                return -1;
+            skip_ws(s);
+            s->p++; /* ':' */
+        }
+        if (dump_plain(s, b, depth + 1))
+            return -1;
+    }
+}
+
+static int dump_plain(struct scan *s, struct buf *b, int depth)
+{
+    struct jspan v;
+    skip_ws(s);
+    if (*s->p == '{' || *s->p == '[')
+        return dump_plain_container(s, b, *s->p == '{', depth);
+    skip_valid(s, &v);
+    /* a string without escapes is its own dump: the bytes jdump escapes
+     * (controls, quote, backslash) cannot stand unescaped in valid JSON */
+    if ((v.t == JS_STRING && v.esc) || (v.t == JS_NUMBER && !is_plain_int(&v)))
+        return -1;
+    return buf_add(b, v.p, v.n) ? -1 : 0;
+}
+
+int jscan_dump_plain(const struct jspan *v, struct buf *b)
+{
+    struct scan s = {v->p, v->p + v->n, NULL, 0, NULL};
+    size_t mark = b->len;
+    if (v->t == JS_NONE || dump_plain(&s, b, 0)) {
+        b->len = mark;
+        if (b->data)
+            b->data[mark] = '\0';
+        return -1;
+    }
+    return 0;
+}

@@ -75,6 +75,13 @@ json_t *jscan_json(const struct jspan *v);
  * reference) takes its place. */
 json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
                         json_t *with);
+/* Appends to b the text jdump(jscan_json(v), false) would write, copied
+ * from the span (whitespace left out), when v is made of objects with
+ * distinct keys, arrays, strings and keys without escapes, integers
+ * (no fraction or exponent, not -0), true, false and null, nested at most
+ * 8 deep with at most 16 members per object. 0, or -1 for any other value
+ * (b then as it was; use jansson). */
+int jscan_dump_plain(const struct jspan *v, struct buf *b);
 /* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
 int jscan_str(const struct jspan *s, struct buf *b);
 

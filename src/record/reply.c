@@ -140,35 +140,38 @@ struct scanned {
 static int scan_reply(const char *data, size_t len, const char *msg_key,
                       struct scanned *sc)
 {
-    static const char *const top_keys[] = {"usage", "error", "choices"};
-    static const char *const msg_keys[] = {"content", "reasoning_content",
-                                           "reasoning", "tool_calls"};
-    const char *const choice_keys[] = {msg_key, "text", "finish_reason"};
-    struct jspan doc, top[3], ch[3], m[4];
+    /* out: 0 usage, 1 error, 2 choices, 3 choices[0], 4 its message or
+     * delta, 5 text, 6 finish_reason, 7 content, 8 reasoning_content,
+     * 9 reasoning, 10 tool_calls; one validating walk */
+    const struct jscan_pick levels[] = {
+        {{"usage", "error", "choices"}, {0, 1, 2}, {-1, -1, 1}, false, 0},
+        {{NULL}, {3}, {2}, true, 3},
+        {{msg_key, "text", "finish_reason"}, {4, 5, 6}, {3, -1, -1}, false, 4},
+        {{"content", "reasoning_content", "reasoning", "tool_calls"},
+         {7, 8, 9, 10},
+         {-1, -1, -1, -1},
+         false,
+         7},
+    };
+    struct jspan doc, o[11];
 
     memset(sc, 0, sizeof(*sc));
-    if (jscan_doc(data, len, &doc) || doc.t != JS_OBJECT ||
-        jscan_members(&doc, top_keys, 3, top))
+    if (jscan_doc_pick(data, len, levels, o, 11, &doc) || doc.t != JS_OBJECT)
         return -1;
-    sc->usage = top[0];
-    sc->error = top[1];
-    if (top[2].t == JS_ARRAY && jscan_index(&top[2], 0, &sc->choice))
-        return -1;
+    sc->usage = o[0];
+    sc->error = o[1];
+    sc->choice = o[3]; /* element 0 of choices when an array */
     if (sc->choice.t != JS_OBJECT)
         return 0;
-    if (jscan_members(&sc->choice, choice_keys, 3, ch))
-        return -1;
-    sc->msg = ch[0];
-    sc->text = ch[1];
-    sc->finish = ch[2];
+    sc->msg = o[4];
+    sc->text = o[5];
+    sc->finish = o[6];
     if (sc->msg.t != JS_OBJECT)
         return 0;
-    if (jscan_members(&sc->msg, msg_keys, 4, m))
-        return -1;
-    sc->content = m[0];
-    sc->rc = m[1];
-    sc->r = m[2];
-    sc->tool_calls = m[3];
+    sc->content = o[7];
+    sc->rc = o[8];
+    sc->r = o[9];
+    sc->tool_calls = o[10];
     return 0;
 }
 

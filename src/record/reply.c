@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "store/jdump.h"
 #include "store/jscan.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
@@ -139,35 +140,38 @@ struct scanned {
 static int scan_reply(const char *data, size_t len, const char *msg_key,
                       struct scanned *sc)
 {
-    static const char *const top_keys[] = {"usage", "error", "choices"};
-    static const char *const msg_keys[] = {"content", "reasoning_content",
-                                           "reasoning", "tool_calls"};
-    const char *const choice_keys[] = {msg_key, "text", "finish_reason"};
-    struct jspan doc, top[3], ch[3], m[4];
+    /* out: 0 usage, 1 error, 2 choices, 3 choices[0], 4 its message or
+     * delta, 5 text, 6 finish_reason, 7 content, 8 reasoning_content,
+     * 9 reasoning, 10 tool_calls; one validating walk */
+    const struct jscan_pick levels[] = {
+        {{"usage", "error", "choices"}, {0, 1, 2}, {-1, -1, 1}, false, 0},
+        {{NULL}, {3}, {2}, true, 3},
+        {{msg_key, "text", "finish_reason"}, {4, 5, 6}, {3, -1, -1}, false, 4},
+        {{"content", "reasoning_content", "reasoning", "tool_calls"},
+         {7, 8, 9, 10},
+         {-1, -1, -1, -1},
+         false,
+         7},
+    };
+    struct jspan doc, o[11];
 
     memset(sc, 0, sizeof(*sc));
-    if (jscan_doc(data, len, &doc) || doc.t != JS_OBJECT ||
-        jscan_members(&doc, top_keys, 3, top))
+    if (jscan_doc_pick(data, len, levels, o, 11, &doc) || doc.t != JS_OBJECT)
         return -1;
-    sc->usage = top[0];
-    sc->error = top[1];
-    if (top[2].t == JS_ARRAY && jscan_index(&top[2], 0, &sc->choice))
-        return -1;
+    sc->usage = o[0];
+    sc->error = o[1];
+    sc->choice = o[3]; /* element 0 of choices when an array */
     if (sc->choice.t != JS_OBJECT)
         return 0;
-    if (jscan_members(&sc->choice, choice_keys, 3, ch))
-        return -1;
-    sc->msg = ch[0];
-    sc->text = ch[1];
-    sc->finish = ch[2];
+    sc->msg = o[4];
+    sc->text = o[5];
+    sc->finish = o[6];
     if (sc->msg.t != JS_OBJECT)
         return 0;
-    if (jscan_members(&sc->msg, msg_keys, 4, m))
-        return -1;
-    sc->content = m[0];
-    sc->rc = m[1];
-    sc->r = m[2];
-    sc->tool_calls = m[3];
+    sc->content = o[7];
+    sc->rc = o[8];
+    sc->r = o[9];
+    sc->tool_calls = o[10];
     return 0;
 }
 
@@ -459,4 +463,66 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
     json_t *r = reply_take(&a);
     reply_release(&a);
     return r;
+}
+
+/* jdump_string of b's bytes, or null */
+static int put_text(struct buf *out, const struct buf *b, bool present)
+{
+    if (!present)
+        return buf_adds(out, "null");
+    return jdump_string(out, b->data ? b->data : "", b->len);
+}
+
+int reply_text_from_body(const char *body, size_t len, struct buf *out)
+{
+    struct scanned sc;
+    struct buf t;
+    int rc = -1;
+    if (scan_reply(body, len, "message", &sc) ||
+        (sc.error.t != JS_NONE && sc.error.t != JS_NULL) ||
+        (sc.msg.t == JS_OBJECT && sc.tool_calls.t == JS_ARRAY))
+        return -1;
+    /* the same fields, in the order and form finish() gives them */
+    buf_init(&t, REPLY_TEXT_MAX);
+    if (sc.msg.t == JS_OBJECT)
+        span_str(&t, &sc.content);
+    span_str(&t, &sc.text);
+    if (buf_adds(out, "{\"content\":") || put_text(out, &t, true) ||
+        buf_adds(out, ",\"reasoning_content\":"))
+        goto out;
+    const char *field = NULL;
+    if (sc.msg.t == JS_OBJECT &&
+        (sc.rc.t == JS_STRING || sc.r.t == JS_STRING)) {
+        bool is_rc = sc.rc.t == JS_STRING;
+        field = is_rc ? "reasoning_content" : "reasoning";
+        buf_reset(&t);
+        span_str(&t, is_rc ? &sc.rc : &sc.r);
+    }
+    if (put_text(out, &t, field != NULL))
+        goto out;
+    if (field && (buf_adds(out, ",\"reasoning_field\":\"") ||
+                  buf_adds(out, field) || buf_addch(out, '"')))
+        goto out;
+    if (buf_adds(out, ",\"tool_calls\":[],\"usage\":"))
+        goto out;
+    if (sc.usage.t == JS_OBJECT) {
+        if (jscan_dump_plain(&sc.usage, out))
+            goto out;
+    } else if (buf_adds(out, "null")) {
+        goto out;
+    }
+    buf_reset(&t);
+    t.max = 0; /* finish_reason has no cap */
+    if (sc.finish.t == JS_STRING)
+        jscan_str(&sc.finish, &t);
+    /* json_string() of the decoded text stops at a NUL: jscan is unsure
+     * of \u0000, so there is none */
+    if (buf_adds(out, ",\"finish_reason\":") ||
+        put_text(out, &t, sc.finish.t == JS_STRING) ||
+        buf_adds(out, ",\"done\":false,\"chunks\":0,\"max_gap_ms\":0.0}"))
+        goto out;
+    rc = 0;
+out:
+    buf_release(&t);
+    return rc;
 }

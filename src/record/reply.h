@@ -61,6 +61,12 @@ json_t *reply_take(struct reply_acc *a);
 /* The reply object for a non-streamed JSON response, or NULL when the body
  * is not a JSON object. */
 json_t *reply_from_body(const char *body, size_t len);
+/* The text jdump(reply_from_body(body, len), false) writes, appended to
+ * out without building the reply object, for the common body: read in
+ * place (store/jscan.h), no error member, no tool calls, a usage object
+ * that jscan_dump_plain copies. 0, or -1 for any other body (out may hold
+ * a partial text then; use reply_from_body). */
+int reply_text_from_body(const char *body, size_t len, struct buf *out);
 /* The reference for reply_from_body, always through a jansson tree. */
 json_t *reply_from_body_jansson(const char *body, size_t len);
 

@@ -106,6 +106,11 @@ static int dump_string(struct buf *b, const char *s, size_t n)
     return 0;
 }
 
+int jdump_string(struct buf *b, const char *s, size_t n)
+{
+    return dump_string(b, s, n);
+}
+
 static int dump_real(struct buf *b, double v)
 {
     char s[64];

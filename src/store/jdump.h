@@ -21,6 +21,9 @@
  * a value jansson would not dump either (nested more than 2048 deep, a
  * non-finite real). On error b holds a partial text. */
 int jdump(struct buf *b, const json_t *v, bool sort);
+/* Appends the JSON string of s[0..n) (valid UTF-8), quoted and escaped
+ * as jdump writes strings. 0 or -ENOBUFS. */
+int jdump_string(struct buf *b, const char *s, size_t n);
 /* A fresh NUL-terminated text (the caller frees it) and its length; NULL
  * on -EINVAL. */
 char *jdump_str(const json_t *v, bool sort, size_t *len);

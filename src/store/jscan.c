@@ -17,6 +17,10 @@ struct scan {
     const char *at;
     size_t at_n;
     json_t *with;
+    /* jscan_doc_pick: the levels and where their values go */
+    const struct jscan_pick *pk;
+    struct jspan *out;
+    size_t nout;
 };
 
 static void skip_ws(struct scan *s)
@@ -217,14 +221,45 @@ static int scan_lit(struct scan *s, const char *lit, size_t n,
     return 0;
 }
 
-static int scan_value(struct scan *s, struct jspan *v, int depth);
+static int scan_value(struct scan *s, struct jspan *v, int depth, int lvl);
 
-static int scan_container(struct scan *s, struct jspan *v, int depth)
+/* Where the value about to be read goes (jscan_doc_pick): its slot in
+ * s->out (-1: none) and the level it is read with, whose spans are
+ * cleared first (the last member of a name wins, with its own values). */
+static int pick_slot(struct scan *s, int lvl, const struct jspan *key,
+                     size_t idx, int *child)
+{
+    const struct jscan_pick *L = &s->pk[lvl];
+    size_t i = 0;
+    *child = -1;
+    if (L->array0) {
+        if (idx)
+            return -1;
+    } else {
+        for (; i < 4 && L->keys[i]; i++) {
+            size_t kl = strlen(L->keys[i]);
+            if (key->n == kl + 2 && !memcmp(key->p + 1, L->keys[i], kl))
+                break;
+        }
+        if (i == 4 || !L->keys[i])
+            return -1;
+    }
+    *child = L->child[i];
+    if (*child >= 0)
+        for (size_t k = (size_t)s->pk[*child].clear_from; k < s->nout; k++)
+            s->out[k].t = JS_NONE;
+    return L->out[i];
+}
+
+static int scan_container(struct scan *s, struct jspan *v, int depth, int lvl)
 {
     const char *start = s->p;
     char close = *s->p == '{' ? '}' : ']';
     bool obj = close == '}';
-    struct jspan tmp;
+    struct jspan tmp, key = {0};
+    size_t idx = 0;
+    if (lvl >= 0 && s->pk[lvl].array0 == obj)
+        lvl = -1; /* not the kind of container the level reads */
     s->p++;
     skip_ws(s);
     if (s->p < s->end && *s->p == close) {
@@ -233,15 +268,22 @@ static int scan_container(struct scan *s, struct jspan *v, int depth)
     }
     for (;;) {
         if (obj) {
-            if (s->p >= s->end || *s->p != '"' || scan_string(s, &tmp))
+            if (s->p >= s->end || *s->p != '"' || scan_string(s, &key))
                 return -1;
+            if (lvl >= 0 && key.esc)
+                return -1; /* as jscan_members */
             skip_ws(s);
             if (s->p >= s->end || *s->p != ':')
                 return -1;
             s->p++;
         }
-        if (scan_value(s, &tmp, depth + 1))
+        int child = -1;
+        int slot = lvl >= 0 ? pick_slot(s, lvl, &key, idx, &child) : -1;
+        if (scan_value(s, &tmp, depth + 1, child))
             return -1;
+        if (slot >= 0)
+            s->out[slot] = tmp;
+        idx++;
         skip_ws(s);
         if (s->p >= s->end)
             return -1;
@@ -262,7 +304,7 @@ done:
     return 0;
 }
 
-static int scan_value(struct scan *s, struct jspan *v, int depth)
+static int scan_value(struct scan *s, struct jspan *v, int depth, int lvl)
 {
     if (depth > JSCAN_MAX_DEPTH)
         return -1;
@@ -272,7 +314,7 @@ static int scan_value(struct scan *s, struct jspan *v, int depth)
     switch (*s->p) {
     case '{':
     case '[':
-        return scan_container(s, v, depth);
+        return scan_container(s, v, depth, lvl);
     case '"':
         return scan_string(s, v);
     case 't':
@@ -288,8 +330,21 @@ static int scan_value(struct scan *s, struct jspan *v, int depth)
 
 int jscan_doc(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n, NULL, 0, NULL};
-    if (scan_value(&s, v, 0))
+    struct scan s = {.p = str, .end = str + n};
+    if (scan_value(&s, v, 0, -1))
+        return -1;
+    skip_ws(&s);
+    return s.p == s.end ? 0 : -1;
+}
+
+int jscan_doc_pick(const char *str, size_t n, const struct jscan_pick *levels,
+                   struct jspan *out, size_t nout, struct jspan *v)
+{
+    struct scan s = {
+        .p = str, .end = str + n, .pk = levels, .out = out, .nout = nout};
+    for (size_t i = 0; i < nout; i++)
+        out[i].t = JS_NONE;
+    if (scan_value(&s, v, 0, 0))
         return -1;
     skip_ws(&s);
     return s.p == s.end ? 0 : -1;
@@ -348,7 +403,7 @@ static void skip_valid(struct scan *s, struct jspan *v)
 
 void jscan_trusted(const char *str, size_t n, struct jspan *v)
 {
-    struct scan s = {str, str + n, NULL, 0, NULL};
+    struct scan s = {.p = str, .end = str + n};
     skip_ws(&s);
     skip_valid(&s, v);
 }
@@ -364,7 +419,7 @@ int jscan_members(const struct jspan *obj, const char *const *keys, size_t nk,
     }
     if (obj->t != JS_OBJECT)
         return -1;
-    struct scan s = {obj->p + 1, obj->p + obj->n - 1, NULL, 0, NULL};
+    struct scan s = {.p = obj->p + 1, .end = obj->p + obj->n - 1};
     struct jspan k, val;
     for (;;) {
         skip_ws(&s);
@@ -396,7 +451,7 @@ long jscan_member_elements(const struct jspan *obj, const char *key,
     arr->t = JS_NONE;
     if (obj->t != JS_OBJECT)
         return -2;
-    struct scan s = {obj->p + 1, obj->p + obj->n - 1, NULL, 0, NULL};
+    struct scan s = {.p = obj->p + 1, .end = obj->p + obj->n - 1};
     struct jspan k, val;
     for (;;) {
         skip_ws(&s);
@@ -449,7 +504,7 @@ int jscan_index(const struct jspan *arr, size_t i, struct jspan *out)
     out->t = JS_NONE;
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, 0, NULL};
+    struct scan s = {.p = arr->p + 1, .end = arr->p + arr->n - 1};
     struct jspan val;
     for (size_t k = 0;; k++) {
         skip_ws(&s);
@@ -470,7 +525,7 @@ long jscan_elements(const struct jspan *arr, struct jspan *out, size_t max)
 {
     if (arr->t != JS_ARRAY)
         return -1;
-    struct scan s = {arr->p + 1, arr->p + arr->n - 1, NULL, 0, NULL};
+    struct scan s = {.p = arr->p + 1, .end = arr->p + arr->n - 1};
     struct jspan val;
     long n = 0;
     for (;;) {
@@ -543,7 +598,7 @@ int jscan_str(const struct jspan *v, struct buf *b)
             o[n++] = '\t';
             break;
         case 'u': {
-            struct scan s = {p, end, NULL, 0, NULL};
+            struct scan s = {.p = p, .end = end};
             unsigned long cp = 0;
             scan_uescape(&s, &cp); /* validated by scan_string */
             put_utf8(o, &n, cp);
@@ -659,15 +714,101 @@ static json_t *build(struct scan *s)
 
 json_t *jscan_json(const struct jspan *v)
 {
-    struct scan s = {v->p, v->p + v->n, NULL, 0, NULL};
+    struct scan s = {.p = v->p, .end = v->p + v->n};
     return build(&s);
 }
 
 json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
                         json_t *with)
 {
-    struct scan s = {v->p, v->p + v->n, at->p, at->n, with};
+    struct scan s = {.p = v->p,
+                     .end = v->p + v->n,
+                     .at = at->p,
+                     .at_n = at->n,
+                     .with = with};
     json_t *j = build(&s);
     json_decref(s.with); /* at was not inside v */
     return j;
+}
+
+/* An integer in the form jansson's dump gives it back: no fraction, no
+ * exponent, not "-0" (which loads as 0). */
+static bool is_plain_int(const struct jspan *v)
+{
+    for (size_t i = 0; i < v->n; i++)
+        if (v->p[i] == '.' || v->p[i] == 'e' || v->p[i] == 'E')
+            return false;
+    return !(v->n == 2 && v->p[0] == '-' && v->p[1] == '0');
+}
+
+static int dump_plain(struct scan *s, struct buf *b, int depth);
+
+static int dump_plain_container(struct scan *s, struct buf *b, bool obj,
+                                int depth)
+{
+    /* the keys written so far, for duplicates (jansson keeps the first
+     * one's place with the last one's value: left to jansson) */
+    struct jspan keys[16];
+    size_t nk = 0;
+    bool first = true;
+    if (depth > 8 || buf_addch(b, obj ? '{' : '['))
+        return -1;
+    s->p++;
+    for (;;) {
+        skip_ws(s);
+        if (*s->p == ']' || *s->p == '}') {
+            s->p++;
+            return buf_addch(b, obj ? '}' : ']') ? -1 : 0;
+        }
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (!first && buf_addch(b, ','))
+            return -1;
+        first = false;
+        if (obj) {
+            struct jspan k;
+            skip_valid(s, &k);
+            if (k.esc || nk == sizeof(keys) / sizeof(keys[0]))
+                return -1;
+            for (size_t i = 0; i < nk; i++)
+                if (keys[i].n == k.n && !memcmp(keys[i].p, k.p, k.n))
+                    return -1;
+            keys[nk++] = k;
+            if (buf_add(b, k.p, k.n) || buf_addch(b, ':'))
+                return -1;
+            skip_ws(s);
+            s->p++; /* ':' */
+        }
+        if (dump_plain(s, b, depth + 1))
+            return -1;
+    }
+}
+
+static int dump_plain(struct scan *s, struct buf *b, int depth)
+{
+    struct jspan v;
+    skip_ws(s);
+    if (*s->p == '{' || *s->p == '[')
+        return dump_plain_container(s, b, *s->p == '{', depth);
+    skip_valid(s, &v);
+    /* a string without escapes is its own dump: the bytes jdump escapes
+     * (controls, quote, backslash) cannot stand unescaped in valid JSON */
+    if ((v.t == JS_STRING && v.esc) || (v.t == JS_NUMBER && !is_plain_int(&v)))
+        return -1;
+    return buf_add(b, v.p, v.n) ? -1 : 0;
+}
+
+int jscan_dump_plain(const struct jspan *v, struct buf *b)
+{
+    struct scan s = {.p = v->p, .end = v->p + v->n};
+    size_t mark = b->len;
+    if (v->t == JS_NONE || dump_plain(&s, b, 0)) {
+        b->len = mark;
+        if (b->data)
+            b->data[mark] = '\0';
+        return -1;
+    }
+    return 0;
 }

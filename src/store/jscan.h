@@ -47,6 +47,25 @@ struct jspan {
 /* Validates s[0..n) as one JSON value with optional surrounding
  * whitespace. 0 with *v set, or -1 (unsure: invalid or not handled). */
 int jscan_doc(const char *s, size_t n, struct jspan *v);
+/* What jscan_doc_pick takes out of a document, level by level: levels[0]
+ * reads the document itself. An object level (array0 false) puts the
+ * value of its last member named keys[i] (up to 4, NULL-ended) in
+ * out[out[i]] and reads it with levels[child[i]] (-1: none); an array
+ * level (array0) does so for element 0 with out[0] and child[0]. A level
+ * applies only to a container of its kind. Before a value is read with a
+ * level, out[clear_from..nout) is cleared (those are the spans under it):
+ * the last member of a name wins with its own values. */
+struct jscan_pick {
+    const char *keys[4];
+    signed char out[4], child[4];
+    bool array0;
+    signed char clear_from;
+};
+/* jscan_doc, filling out[0..nout) (JS_NONE when absent) in the same walk.
+ * -1 also when a key of an object a level reads has escapes (as
+ * jscan_members). */
+int jscan_doc_pick(const char *s, size_t n, const struct jscan_pick *levels,
+                   struct jspan *out, size_t nout, struct jspan *v);
 /* The value of s[0..n) that jscan_doc accepted before (not checked
  * again). */
 void jscan_trusted(const char *s, size_t n, struct jspan *v);
@@ -75,6 +94,13 @@ json_t *jscan_json(const struct jspan *v);
  * reference) takes its place. */
 json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
                         json_t *with);
+/* Appends to b the text jdump(jscan_json(v), false) would write, copied
+ * from the span (whitespace left out), when v is made of objects with
+ * distinct keys, arrays, strings and keys without escapes, integers
+ * (no fraction or exponent, not -0), true, false and null, nested at most
+ * 8 deep with at most 16 members per object. 0, or -1 for any other value
+ * (b then as it was; use jansson). */
+int jscan_dump_plain(const struct jspan *v, struct buf *b);
 /* Appends a string span's decoded bytes to b. 0, or -ENOBUFS (b's cap). */
 int jscan_str(const struct jspan *s, struct buf *b);
 

@@ -182,6 +182,7 @@ void xchg_release(struct xchg *x)
     json_decref(x->resp_headers);
     free(x->resp_raw);
     json_decref(x->reply);
+    free(x->reply_text);
     xchg_init(x);
 }
 
@@ -1176,7 +1177,11 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     bind_json(st, 18, x->resp_headers);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
-    bind_json(st, 23, x->reply);
+    if (!x->reply && x->reply_text)
+        sqlite3_bind_text(st, 23, x->reply_text, (int)x->reply_text_len,
+                          SQLITE_TRANSIENT);
+    else
+        bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
     sqlite3_bind_double(st, 25, x->up_total_ms);
     sqlite3_bind_double(st, 26, x->down_ttfb_ms);

@@ -74,6 +74,12 @@ struct xchg {
      *  "usage": {...}|null, "finish_reason": str|null, "done": bool,
      *  "chunks": n, "max_gap_ms": x} */
     json_t *reply;
+    /* Or, with reply NULL, its compact JSON text (owned; what jdump of the
+     * object would write): the recorder's fast path for a JSON body
+     * (reply_text_from_body). The store writes it to the reply column as
+     * is; readers get reply. */
+    char *reply_text;
+    size_t reply_text_len;
     /* Timings in milliseconds since the request arrived at the proxy:
      * upstream first byte and end, first byte and end as sent to the
      * client. */

@@ -115,7 +115,11 @@ json_t *xchg_to_json(const struct xchg *x)
     set_json(o, "resp_headers", x->resp_headers);
     set_bytes(o, "resp_raw", x->resp_raw, x->resp_raw_len);
     json_object_set_new(o, "streamed", json_boolean(x->streamed));
-    set_json(o, "reply", x->reply);
+    if (!x->reply && x->reply_text)
+        json_object_set_new(
+            o, "reply", json_loadb(x->reply_text, x->reply_text_len, 0, NULL));
+    else
+        set_json(o, "reply", x->reply);
     json_object_set_new(o, "up_ttfb_ms", json_real(x->up_ttfb_ms));
     json_object_set_new(o, "up_total_ms", json_real(x->up_total_ms));
     json_object_set_new(o, "down_ttfb_ms", json_real(x->down_ttfb_ms));

@@ -6,7 +6,8 @@
  * text, byte for byte, and so are reply_from_body and
  * reply_from_body_jansson on the whole input; whatever jscan_doc accepts,
  * jansson accepts too, and jscan_json builds the value json_loadb builds
- * (same text, key order included).
+ * (same text, key order included); and reply_text_from_body, where it
+ * answers, writes the reference reply's text.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,5 +72,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_doc(s, size);
     same(text_of(reply_from_body(s, size)),
          text_of(reply_from_body_jansson(s, size)));
+    /* the reply column's text without the object, where it is written */
+    struct buf t;
+    buf_init(&t, 0);
+    if (!reply_text_from_body(s, size, &t)) {
+        char *want = text_of(reply_from_body_jansson(s, size));
+        if (!want || strcmp(want, t.data))
+            abort();
+        free(want);
+    }
+    buf_release(&t);
     return 0;
 }

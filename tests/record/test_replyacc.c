@@ -18,6 +18,7 @@
 #include "core/buf.h"
 #include "record/reply.h"
 #include "record/sse.h"
+#include "store/jdump.h"
 #include "util/rec.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)
@@ -369,6 +370,89 @@ static void test_in_place_body_matches_jansson(void **state)
     }
 }
 
+/* reply_text_from_body: the text jdump writes for the jansson reference's
+ * reply object, byte for byte, where it takes the body (want 0), and a
+ * refusal where the object is needed or the copy could differ (want -1). */
+static void test_reply_text_matches_jansson(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        int want;
+    } cases[] = {
+        /* the sim's body */
+        {"{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,"
+         "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+         "\"assistant\",\"content\":\"The value of X is 5.\"},\"logprobs\":"
+         "null,\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":19,"
+         "\"completion_tokens\":8,\"total_tokens\":27}}",
+         0},
+        /* whitespace, escapes, UTF-8, nested usage, reasoning */
+        {" { \"choices\" : [ { \"message\" : { \"content\" : \"a\\n\\\"b\\\" "
+         "caf\\u00e9 \xc3\xa9 \\/ \\t\\u001f\" , \"reasoning_content\" : "
+         "\"think\\\\\" } , \"finish_reason\" : \"length\" } ] , \"usage\" : "
+         "{ \"prompt_tokens\" : 0 , \"details\" : { \"cached\" : -12 , "
+         "\"x\" : [ 1 , true , null , \"s\" ] } , \"f\" : false } } ",
+         0},
+        {"{\"choices\":[{\"message\":{\"content\":null,\"reasoning\":\"r\"}}]}",
+         0},
+        {"{\"choices\":[{\"message\":{\"content\":\"c\",\"reasoning\":\"r\","
+         "\"reasoning_content\":\"rc\",\"tool_calls\":null}}],\"error\":null,"
+         "\"usage\":null}",
+         0},
+        {"{\"choices\":[{\"text\":\"4\",\"finish_reason\":\"stop\"}]}", 0},
+        {"{\"choices\":[{\"message\":\"no\",\"text\":\"t\",\"finish_reason\":"
+         "null}]}",
+         0},
+        {"{\"choices\":[{\"message\":{\"content\":5},\"finish_reason\":7}]}",
+         0},
+        {"{\"choices\":[]}", 0},
+        {"{\"choices\":{}}", 0},
+        {"{}", 0},
+        {"{\"usage\":{}}", 0},
+        {"{\"usage\":{\"a\":[]}}", 0},
+        {"{\"usage\":[1]}", 0},
+        {"{\"choices\":[{\"message\":{\"content\":\"\",\"reasoning_content\":"
+         "\"\"},\"finish_reason\":\"\"}]}",
+         0},
+        /* left to the object path */
+        {"{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[{\"id\":"
+         "\"c\",\"function\":{\"name\":\"f\"}}]}}]}",
+         -1},
+        {"{\"choices\":[{\"message\":{\"content\":\"c\"}}],\"error\":\"e\"}",
+         -1},
+        {"{\"choices\":[],\"usage\":{\"cost\":0.5}}", -1},
+        {"{\"choices\":[],\"usage\":{\"n\":-0}}", -1},
+        {"{\"choices\":[],\"usage\":{\"n\":1,\"n\":2}}", -1},
+        {"{\"choices\":[],\"usage\":{\"\\u006e\":1}}", -1},
+        {"{\"choices\":[],\"usage\":{\"s\":\"a\\nb\"}}", -1},
+        {"{\"choices\":[1e3]}", -1},
+        {"[1]", -1},
+        {"<html>", -1},
+        {"", -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *b = cases[i].body;
+        struct buf t;
+        buf_init(&t, 0);
+        int rc = reply_text_from_body(b, strlen(b), &t);
+        if (rc != cases[i].want)
+            fail_msg("body %zu: %d, want %d", i, rc, cases[i].want);
+        if (!rc) {
+            json_t *r = reply_from_body_jansson(b, strlen(b));
+            char *ref = r ? jdump_str(r, false, NULL) : NULL;
+            char *js = r ? json_dumps(r, JSON_COMPACT) : NULL;
+            if (!ref || strcmp(t.data, ref) || strcmp(ref, js))
+                fail_msg("body %zu:\n text %s\n ref  %s", i, t.data,
+                         ref ? ref : "NULL");
+            free(ref);
+            free(js);
+            json_decref(r);
+        }
+        buf_release(&t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_in_place_matches_jansson_on_odd_chunks),
         cmocka_unit_test(test_in_place_body_matches_jansson),
         cmocka_unit_test(test_reused_spans_match_jansson),
+        cmocka_unit_test(test_reply_text_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -169,6 +169,85 @@ static void test_member_elements(void **state)
     }
 }
 
+/* The reply's fields the two-walk way: jscan_doc, then jscan_members on
+ * the document, jscan_index on choices, jscan_members on choices[0] and
+ * on its message (-1 as soon as one of them says so). */
+static int pick_by_members(const char *d, struct jspan o[7])
+{
+    static const char *const top[] = {"usage", "choices"};
+    static const char *const ch[] = {"message", "finish_reason"};
+    static const char *const m[] = {"content", "tool_calls"};
+    struct jspan doc, t[2], c[2], choice;
+    for (int i = 0; i < 7; i++)
+        o[i].t = JS_NONE;
+    if (jscan_doc(d, strlen(d), &doc) || doc.t != JS_OBJECT ||
+        jscan_members(&doc, top, 2, t))
+        return -1;
+    o[0] = t[0];
+    o[1] = t[1];
+    if (t[1].t != JS_ARRAY)
+        return 0;
+    if (jscan_index(&t[1], 0, &choice))
+        return -1;
+    o[2] = choice;
+    if (choice.t != JS_OBJECT)
+        return 0;
+    if (jscan_members(&choice, ch, 2, c))
+        return -1;
+    o[3] = c[0];
+    o[4] = c[1];
+    if (c[0].t != JS_OBJECT)
+        return 0;
+    return jscan_members(&c[0], m, 2, o + 5);
+}
+
+/* jscan_doc_pick finds, in one walk, what the member walks find (last
+ * member of a name wins, with its own sub-values; levels apply to their
+ * kind of container only), and refuses escaped keys where it reads. */
+static void test_doc_pick_matches_members(void **state)
+{
+    (void)state;
+    const struct jscan_pick levels[] = {
+        {{"usage", "choices"}, {0, 1}, {-1, 1}, false, 0},
+        {{NULL}, {2}, {2}, true, 2},
+        {{"message", "finish_reason"}, {3, 4}, {3, -1}, false, 3},
+        {{"content", "tool_calls"}, {5, 6}, {-1, -1}, false, 5},
+    };
+    static const char *const docs[] = {
+        "{\"choices\":[{\"message\":{\"content\":\"a\"},\"finish_reason\":"
+        "\"stop\"},{\"message\":{\"content\":\"b\"}}],\"usage\":{\"n\":1}}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"}}],\"choices\":[]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\",\"tool_calls\":[1]}}],"
+        "\"choices\":[{\"message\":{\"content\":\"b\"}}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"},\"message\":5}]}",
+        "{\"choices\":[{\"message\":{\"content\":\"a\"},\"message\":{}}]}",
+        "{\"choices\":{\"message\":{\"content\":\"a\"}}}",
+        "{\"choices\":[[{\"message\":1}]]}",
+        "{\"choices\":[{\"message\":[{\"content\":1}]}]}",
+        "{\"choices\":[{\"mess\\u0061ge\":{\"content\":\"a\"}}]}",
+        "{\"usage\":1,\"usage\":{\"a\":[{\"usage\":2}]}}",
+        "{\"x\\n\":1}",
+        " { \"choices\" : [ { \"message\" : { \"content\" : null } } ] } ",
+        "[{\"choices\":[]}]",
+        "{\"choices\":[]",
+        "{}",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        struct jspan want[7], got[7], doc;
+        int rw = pick_by_members(docs[i], want);
+        int rg = jscan_doc_pick(docs[i], strlen(docs[i]), levels, got, 7, &doc);
+        if (!rg && doc.t != JS_OBJECT)
+            rg = -1;
+        if (rw != rg)
+            fail_msg("doc %zu: pick %d, members %d", i, rg, rw);
+        for (int k = 0; !rw && k < 7; k++)
+            if (got[k].t != want[k].t ||
+                (want[k].t != JS_NONE &&
+                 (got[k].p != want[k].p || got[k].n != want[k].n)))
+                fail_msg("doc %zu, span %d differs", i, k);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_unsure_cases),
         cmocka_unit_test(test_members_and_strings),
         cmocka_unit_test(test_member_elements),
+        cmocka_unit_test(test_doc_pick_matches_members),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -960,8 +960,10 @@ vllm_entry_at(const char *p, const char *end, uint64_t *id, double *x)
  * vllm_obj()).
  */
 #define VLLM_POS_MAX 64
-static int vllm_pos_fast(struct sc *s, struct drift_lp *lp, uint32_t i,
-                         uint64_t forced, unsigned top_k)
+static __attribute__((noinline)) int vllm_pos_fast(struct sc *s,
+                                                   struct drift_lp *lp,
+                                                   uint32_t i, uint64_t forced,
+                                                   unsigned top_k)
 {
     size_t off = lp->pool_len;
     lp->off[i] = off;
@@ -1236,6 +1238,73 @@ triple_fast(struct sc *s, double *lp, uint64_t *id)
     return true;
 }
 
+/*
+ * A whole sglang top list [TRIPLE,TRIPLE,...] of position k (t->p at its
+ * '[', lp->off[k] at the pool's end) whose triples all have
+ * triple_fast()'s shape, separated by bare commas, at most VLLM_POS_MAX of
+ * them: read in one loop as vllm_pos_fast() reads a vLLM object (the
+ * logprob by lp_real()), and closed as the loop over triple_fast() and
+ * drift_lp_pos_close() would: the same entries, n_top, n_known and
+ * pool_bad. Returns true when read (t->p past the ']'), false with lp and
+ * t unchanged otherwise.
+ */
+static __attribute__((noinline)) bool
+sglang_pos_fast(struct sc *ts, struct drift_lp *lp, uint32_t k, unsigned top_k)
+{
+    size_t off = lp->pool_len;
+    while (lp->pool_alloc - off < VLLM_POS_MAX)
+        drift_lp_pool_grow(lp);
+    struct drift_tok *t0 = lp->pool + off, *t = t0, *tend = t0 + VLLM_POS_MAX;
+    const char *p = ts->p + 1, *end = ts->end;
+    if (end - p < TRIPLE_MAX)
+        return false;
+    const char *lim = end - TRIPLE_MAX;
+    double prev = INFINITY;
+    uint64_t seen = 0;
+    bool odd = false; /* as in vllm_pos_fast() */
+    for (;;) {
+        uint64_t id;
+        double x;
+        if (*p != '[')
+            return false;
+        p = lp_real(p + 1, &x);
+        if (!p || *p != ',')
+            return false;
+        p = fast_uint(p + 1, &id);
+        if (!p || memcmp(p, ",null]", 6))
+            return false;
+        p += 6;
+        odd |= !(prev > x);
+        uint64_t bit = 1ULL << (id & 63);
+        if (__builtin_expect((seen & bit) != 0, 0))
+            for (const struct drift_tok *u = t0; u < t; u++)
+                odd |= u->key == id;
+        seen |= bit;
+        *t++ = (struct drift_tok){id, x};
+        prev = x;
+        if (*p == ',' && p + 1 <= lim && t < tend) {
+            p++;
+            continue;
+        }
+        if (*p != ']')
+            return false;
+        break;
+    }
+    size_t n = (size_t)(t - t0);
+    lp->pool_len = off + n;
+    if (__builtin_expect(odd, 0)) {
+        for (const struct drift_tok *u = t0; u < t; u++)
+            lp->pool_bad |= !(u->lp <= 1e-6);
+        drift_lp_pos_close(lp, k, top_k);
+    } else {
+        lp->pool_bad |= !(t0->lp <= 1e-6); /* the largest */
+        lp->pos[k].n_top = (uint32_t)(n > top_k ? top_k : n);
+        lp->pos[k].n_known = (uint32_t)n;
+    }
+    ts->p = p + 1;
+    return true;
+}
+
 static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                        struct drift_lp *lp, struct sc *read)
 {
@@ -1313,7 +1382,10 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
             ws(&t);
             is_list = t.p < t.end && *t.p == '[';
         }
-        if (lp->valid[k] == 2) {
+        if (lp->valid[k] == 2 && is_list &&
+            (lp->off[k] = lp->pool_len, sglang_pos_fast(&t, lp, k, r->top_k))) {
+            lp->valid[k] = !isnan(lp->pos[k].forced_lp);
+        } else if (lp->valid[k] == 2) {
             lp->off[k] = lp->pool_len;
             if (is_list) {
                 bool m2 = true;

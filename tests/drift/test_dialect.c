@@ -647,15 +647,18 @@ static void test_fast_numbers_match_jansson(void **state)
 }
 
 /*
- * The vLLM position reader (a whole object of compact entries read in one
- * loop, its list checks done on the way) against jansson, bit for bit:
+ * The position readers (a vLLM object or an sglang top list of compact
+ * entries read in one loop, the list checks done on the way) against
+ * jansson, bit for bit, in both dialects:
  * lists of 1-70 entries in order, with ties, out of order (the forced
  * token first), with a duplicate key, with a logprob above 0; token texts
  * of 0-40 bytes, with an escape or UTF-8; 17-digit logprobs and other
  * numbers; ranks of 1-3 digits; top_k below the list's length; positions
- * near the end of the text; a space or other shape in some entry.
+ * near the end of the text; a space or other shape in some entry. (sglang
+ * keeps a list's first entry of a key; a vLLM answer with a duplicate key
+ * goes to jansson, which keeps the last.)
  */
-static void test_vllm_position_reader_matches_jansson(void **state)
+static void test_position_readers_match_jansson(void **state)
 {
     (void)state;
     enum { N = 300 };
@@ -673,8 +676,10 @@ static void test_vllm_position_reader_matches_jansson(void **state)
         "\xc3\xa9t"}; /* UTF-8: the same */
     struct rng r;
     rng_seed(&r, 4242);
-    for (int round = 0; round < 60; round++) {
-        struct buf b = BUF_INIT;
+    for (int round = 0; round < 120; round++) {
+        struct buf b = BUF_INIT, top = BUF_INIT;
+        bool sg = round >= 60;
+        enum drift_dialect dl = sg ? DRIFT_DIALECT_SGLANG : DRIFT_DIALECT_VLLM;
         /* 0-1 clean, 2 a logprob above 0 as a list's first (so only
          * that entry says the answer has one), 3 ties and lists out of
          * order, 4 duplicate keys, 5 other numbers and shapes */
@@ -682,7 +687,13 @@ static void test_vllm_position_reader_matches_jansson(void **state)
         bool dup = false;
         unsigned top_k = 1 + (unsigned)rng_below(&r, 20);
         nids[0] = 5;
-        buf_adds(&b, "{\"choices\":[{\"index\":0,\"prompt_logprobs\":[null");
+        if (sg)
+            buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":"
+                         "[[null,5,null]");
+        else
+            buf_adds(&b, "{\"choices\":[{\"index\":0,"
+                         "\"prompt_logprobs\":[null");
+        buf_adds(&top, "\"input_top_logprobs\":[null");
         for (int t = 1; t < N; t++) {
             nids[t] = 10 + (uint32_t)rng_below(&r, 200000);
             int k = 1 + (int)rng_below(&r, t % 17 == 0 ? 70 : 22);
@@ -690,7 +701,9 @@ static void test_vllm_position_reader_matches_jansson(void **state)
                 (int)rng_below(&r, (uint64_t)k + 3); /* >= k: absent */
             double x = -0.01 * rng_unit(&r);
             uint32_t prev_id = 0;
-            buf_adds(&b, ",{");
+            double fx = -rng_unit(&r);
+            struct buf *o = sg ? &top : &b;
+            buf_adds(o, sg ? ",[" : ",{");
             for (int j = 0; j < k; j++) {
                 uint32_t id = j == forced_at
                                   ? nids[t]
@@ -710,8 +723,19 @@ static void test_vllm_position_reader_matches_jansson(void **state)
                 if (kind == 2 && j == 0 && rng_below(&r, 50) == 0)
                     y = 0.25; /* above 0: the position is invalid */
                 x = y;
-                buf_adds(&b, j ? "," : "");
-                if (kind == 5 && rng_below(&r, 10) == 0) {
+                if (j == forced_at)
+                    fx = y;
+                buf_adds(o, j ? "," : "");
+                if (sg) {
+                    if (kind == 5 && rng_below(&r, 10) == 0)
+                        buf_printf(o, "[ %.17g , %u, \"t\"]", y, id);
+                    else if (kind == 5 && rng_below(&r, 4) == 0) {
+                        buf_adds(o, "[");
+                        rand_number(o, &r);
+                        buf_printf(o, ",%u,null]", id);
+                    } else
+                        buf_printf(o, "[%.17g,%u,null]", y, id);
+                } else if (kind == 5 && rng_below(&r, 10) == 0) {
                     buf_printf(&b, "\"%u\": {\"logprob\": %.17g, \"rank\": 2}",
                                id, y);
                 } else {
@@ -729,17 +753,23 @@ static void test_vllm_position_reader_matches_jansson(void **state)
                                        : 6 + rng_below(&r, 2)]);
                 }
             }
-            buf_adds(&b, "}");
+            buf_adds(o, sg ? "]" : "}");
+            if (sg)
+                buf_printf(&b, ",[%.17g,%u,null]", fx, nids[t]);
         }
-        buf_adds(&b, "]}]}");
+        if (sg)
+            buf_printf(&b, "],%s]}}", buf_str(&top));
+        else
+            buf_adds(&b, "]}]}");
+        buf_release(&top);
         struct drift_req rq = {.ids = nids, .n = N, .top_k = top_k};
         struct drift_lp fast, slow;
         struct diag d;
         drift_lp_init(&fast);
         drift_lp_init(&slow);
-        int ret =
-            drift_fast_prompt(DRIFT_DIALECT_VLLM, b.data, b.len, &rq, &fast);
-        if (dup) { /* duplicate keys: left to jansson (it keeps the last) */
+        int ret = drift_fast_prompt(dl, b.data, b.len, &rq, &fast);
+        if (dup &&
+            !sg) { /* duplicate keys: left to jansson (it keeps the last) */
             assert_int_equal(ret, -EAGAIN);
             drift_lp_release(&fast);
             drift_lp_release(&slow);
@@ -748,8 +778,7 @@ static void test_vllm_position_reader_matches_jansson(void **state)
         }
         assert_int_equal(ret, 0);
         json_t *j = load(b.data);
-        assert_int_equal(
-            drift_parse_prompt(DRIFT_DIALECT_VLLM, j, &rq, &slow, &d), 0);
+        assert_int_equal(drift_parse_prompt(dl, j, &rq, &slow, &d), 0);
         json_decref(j);
         assert_int_equal(fast.n_returned, slow.n_returned);
         assert_int_equal(fast.n_invalid, slow.n_invalid);
@@ -877,7 +906,7 @@ int main(void)
         cmocka_unit_test(test_fast_shapes_match_jansson),
         cmocka_unit_test(test_fast_numbers_match_jansson),
         cmocka_unit_test(test_key_search_skips_read_arrays),
-        cmocka_unit_test(test_vllm_position_reader_matches_jansson),
+        cmocka_unit_test(test_position_readers_match_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

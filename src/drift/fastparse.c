@@ -800,7 +800,9 @@ fast_real(const char *p, double *v)
         x = (double)m / pow10_exact[-e10];
     else if (!drift_dec_to_double(m, e10, &x))
         return NULL;
-    *v = neg ? -x : x;
+    /* "-0" is an integer, which jansson reads as 0, and +0 (number_v()
+     * too); "-0.0" is a real, -0 */
+    *v = neg && (m || frac) ? -x : x;
     return p;
 }
 

@@ -654,7 +654,8 @@ static void test_fast_numbers_match_jansson(void **state)
  * token first), with a duplicate key, with a logprob above 0; token texts
  * of 0-40 bytes, with an escape or UTF-8; 17-digit logprobs and other
  * numbers; ranks of 1-3 digits; top_k below the list's length; positions
- * near the end of the text; a space or other shape in some entry. (sglang
+ * near the end of the text; a space or other shape in some entry; "-0"
+ * (an integer: jansson's +0) and "-0.0" (-0) as logprobs. (sglang
  * keeps a list's first entry of a key; a vLLM answer with a duplicate key
  * goes to jansson, which keeps the last.)
  */
@@ -733,7 +734,10 @@ static void test_position_readers_match_jansson(void **state)
                         buf_adds(o, "[");
                         rand_number(o, &r);
                         buf_printf(o, ",%u,null]", id);
-                    } else
+                    } else if (kind == 5 && rng_below(&r, 20) == 0)
+                        buf_printf(o, "[%s,%u,null]",
+                                   rng_below(&r, 2) ? "-0" : "-0.0", id);
+                    else
                         buf_printf(o, "[%.17g,%u,null]", y, id);
                 } else if (kind == 5 && rng_below(&r, 10) == 0) {
                     buf_printf(&b, "\"%u\": {\"logprob\": %.17g, \"rank\": 2}",
@@ -742,6 +746,8 @@ static void test_position_readers_match_jansson(void **state)
                     buf_printf(&b, "\"%u\":{\"logprob\":", id);
                     if (kind == 5 && rng_below(&r, 4) == 0)
                         rand_number(&b, &r);
+                    else if (kind == 5 && rng_below(&r, 20) == 0)
+                        buf_adds(&b, rng_below(&r, 2) ? "-0" : "-0.0");
                     else
                         buf_printf(&b, "%.17g", y);
                     unsigned rk = (unsigned)rng_below(&r, 4) == 0

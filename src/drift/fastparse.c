@@ -800,7 +800,9 @@ fast_real(const char *p, double *v)
         x = (double)m / pow10_exact[-e10];
     else if (!drift_dec_to_double(m, e10, &x))
         return NULL;
-    *v = neg ? -x : x;
+    /* "-0" is an integer, which jansson reads as 0, and +0 (number_v()
+     * too); "-0.0" is a real, -0 */
+    *v = neg && (m || frac) ? -x : x;
     return p;
 }
 
@@ -857,6 +859,169 @@ vllm_entry_fast(struct sc *s, uint64_t *id, double *x)
         return false;
     s->p = p + 2;
     return true;
+}
+
+/*
+ * fast_real() for a vLLM logprob, taking first the shape of most of them
+ * (Python's repr() of a double in [-10, 10] with 17 significant digits):
+ * -?D.FFFFFFFFFFFFFFFF, exactly sixteen fraction digits, read with the
+ * exponent a constant. The same value and end as fast_real() gives: m =
+ * D * 10^16 + F and frac = 16 are what its D.F path computes for that
+ * text, and the conversion the same. Reads 19 bytes after the sign.
+ */
+static inline __attribute__((always_inline)) const char *lp_real(const char *p,
+                                                                 double *v)
+{
+#if defined(__SSE2__) && defined(__x86_64__)
+    const char *q = p + (*p == '-');
+    uint64_t f;
+    if ((unsigned)(q[0] - '0') < 10 && q[1] == '.' &&
+        (unsigned)(q[18] - '0') >= 10 && sixteen_digits(q + 2, &f)) {
+        uint64_t m = (uint64_t)(q[0] - '0') * 10000000000000000ULL + f;
+        double x =
+            m <= (1ULL << 53) ? (double)m / 1e16 : drift_dec_small(m, -16);
+        *v = q != p ? -x : x;
+        return q + 18;
+    }
+#endif
+    return fast_real(p, v);
+}
+
+/*
+ * plain_run() for a string whose first sixteen bytes may be read (the
+ * usual short token text ends in them): one round, then plain_run().
+ */
+static inline __attribute__((always_inline)) const char *
+plain_run16(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i bad =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                  _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                     _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+    unsigned mk = (unsigned)_mm_movemask_epi8(bad);
+    if (__builtin_expect(mk != 0, 1))
+        return p + __builtin_ctz(mk);
+    return plain_run(p + 16, end);
+#else
+    return plain_run(p, end);
+#endif
+}
+
+/*
+ * vllm_entry_fast() on a bare pointer: the entry at p (which has at least
+ * VLLM_POS_ENTRY_MAX bytes after it before end: what is read before the
+ * token text is at most 116 bytes, then sixteen), the byte after its '}'
+ * or NULL. For vllm_pos_fast(), whose loop keeps everything in registers.
+ */
+#define VLLM_POS_ENTRY_MAX 160
+static inline __attribute__((always_inline)) const char *
+vllm_entry_at(const char *p, const char *end, uint64_t *id, double *x)
+{
+    static const char k1[] = "\":{\"logprob\":", k2[] = ",\"rank\":",
+                      k3[] = ",\"decoded_token\":\"";
+    uint64_t rank;
+    if (*p++ != '"')
+        return NULL;
+    p = fast_uint(p, id);
+    if (!p || memcmp(p, k1, sizeof(k1) - 1))
+        return NULL;
+    p = lp_real(p + sizeof(k1) - 1, x);
+    if (!p || memcmp(p, k2, sizeof(k2) - 1))
+        return NULL;
+    p += sizeof(k2) - 1;
+    if ((unsigned)(p[0] - '0') < 10 && (unsigned)(p[1] - '0') >= 10)
+        p++;
+    else if (p[0] != '0' && (unsigned)(p[0] - '0') < 10 &&
+             (unsigned)(p[1] - '0') < 10 && (unsigned)(p[2] - '0') >= 10)
+        p += 2;
+    else if (!(p = fast_uint(p, &rank)))
+        return NULL;
+    if (memcmp(p, k3, sizeof(k3) - 1))
+        return NULL;
+    p = plain_run16(p + sizeof(k3) - 1, end);
+    if (p[0] != '"' || p[1] != '}') /* (at the end: the NUL stops it) */
+        return NULL;
+    return p + 2;
+}
+
+/*
+ * A whole vLLM position object {ENTRY,ENTRY,...} (s->p at its '{') whose
+ * entries all have vllm_entry_fast()'s shape, separated by bare commas, at
+ * most VLLM_POS_MAX of them: read in one loop with the pool cursor, the
+ * forced token's logprob and the list checks in locals, the bookkeeping
+ * of the position done once at its end. The result is what vllm_obj()
+ * gives for the same text: the same entries in the pool, and the same
+ * close (an ordered list without a duplicate key is closed here as
+ * drift_lp_pos_close() closes it, anything else by drift_lp_pos_close()
+ * itself; pool_bad from the list's largest logprob, its first when in
+ * order). Returns 1 when read (s->p past the '}'), 0 when the object is
+ * not of that shape (nothing of lp changed but off[i] and pos[i].forced,
+ * which vllm_obj() sets the same), -2 when it has a duplicate key (as
+ * vllm_obj()).
+ */
+#define VLLM_POS_MAX 64
+static __attribute__((noinline)) int vllm_pos_fast(struct sc *s,
+                                                   struct drift_lp *lp,
+                                                   uint32_t i, uint64_t forced,
+                                                   unsigned top_k)
+{
+    size_t off = lp->pool_len;
+    lp->off[i] = off;
+    lp->pos[i].forced = forced;
+    while (lp->pool_alloc - off < VLLM_POS_MAX)
+        drift_lp_pool_grow(lp);
+    struct drift_tok *t0 = lp->pool + off, *t = t0, *tend = t0 + VLLM_POS_MAX;
+    const char *p = s->p + 1, *end = s->end;
+    if (end - p < VLLM_POS_ENTRY_MAX)
+        return 0;
+    const char *lim = end - VLLM_POS_ENTRY_MAX;
+    double fx = NAN, prev = INFINITY;
+    uint64_t seen = 0;
+    /* not strictly decreasing, or a duplicate key: then
+     * drift_lp_pos_close() decides (ties included) */
+    bool odd = false;
+    for (;;) {
+        uint64_t id;
+        double x;
+        p = vllm_entry_at(p, end, &id, &x);
+        if (!p)
+            return 0;
+        if (id == forced)
+            fx = x;
+        odd |= !(prev > x);
+        uint64_t bit = 1ULL << (id & 63);
+        if (__builtin_expect((seen & bit) != 0, 0))
+            for (const struct drift_tok *u = t0; u < t; u++)
+                odd |= u->key == id;
+        seen |= bit;
+        *t++ = (struct drift_tok){id, x};
+        prev = x;
+        if (*p == ',' && p + 1 <= lim && t < tend) {
+            p++;
+            continue;
+        }
+        if (*p != '}')
+            return 0; /* (a comma at the limits, spaces, ...) */
+        break;
+    }
+    size_t n = (size_t)(t - t0);
+    lp->pool_len = off + n;
+    if (__builtin_expect(odd, 0)) {
+        for (const struct drift_tok *u = t0; u < t; u++)
+            lp->pool_bad |= !(u->lp <= 1e-6);
+        if (drift_lp_pos_close(lp, i, top_k))
+            return -2;
+    } else {
+        lp->pool_bad |= !(t0->lp <= 1e-6); /* the largest */
+        lp->pos[i].n_top = (uint32_t)(n > top_k ? top_k : n);
+        lp->pos[i].n_known = (uint32_t)n;
+    }
+    lp->pos[i].forced_lp = fx;
+    lp->valid[i] = !isnan(fx);
+    s->p = p + 1;
+    return 1;
 }
 
 /* One vLLM {"ID": {"logprob": x, ...} | x, ...} object into position i. */
@@ -1003,7 +1168,8 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
     for (; more; i++) {
         ws(&s);
         if (i >= 1 && i < r->n && s.p < s.end && *s.p == '{') {
-            if (vllm_obj(&s, lp, i, r->ids[i], r->top_k))
+            int k = vllm_pos_fast(&s, lp, i, r->ids[i], r->top_k);
+            if (k < 0 || (k == 0 && vllm_obj(&s, lp, i, r->ids[i], r->top_k)))
                 return -2;
         } else {
             if (i < r->n)
@@ -1071,6 +1237,73 @@ triple_fast(struct sc *s, double *lp, uint64_t *id)
     if (!p || memcmp(p, ",null]", 6))
         return false;
     s->p = p + 6;
+    return true;
+}
+
+/*
+ * A whole sglang top list [TRIPLE,TRIPLE,...] of position k (t->p at its
+ * '[', lp->off[k] at the pool's end) whose triples all have
+ * triple_fast()'s shape, separated by bare commas, at most VLLM_POS_MAX of
+ * them: read in one loop as vllm_pos_fast() reads a vLLM object (the
+ * logprob by lp_real()), and closed as the loop over triple_fast() and
+ * drift_lp_pos_close() would: the same entries, n_top, n_known and
+ * pool_bad. Returns true when read (t->p past the ']'), false with lp and
+ * t unchanged otherwise.
+ */
+static __attribute__((noinline)) bool
+sglang_pos_fast(struct sc *ts, struct drift_lp *lp, uint32_t k, unsigned top_k)
+{
+    size_t off = lp->pool_len;
+    while (lp->pool_alloc - off < VLLM_POS_MAX)
+        drift_lp_pool_grow(lp);
+    struct drift_tok *t0 = lp->pool + off, *t = t0, *tend = t0 + VLLM_POS_MAX;
+    const char *p = ts->p + 1, *end = ts->end;
+    if (end - p < TRIPLE_MAX)
+        return false;
+    const char *lim = end - TRIPLE_MAX;
+    double prev = INFINITY;
+    uint64_t seen = 0;
+    bool odd = false; /* as in vllm_pos_fast() */
+    for (;;) {
+        uint64_t id;
+        double x;
+        if (*p != '[')
+            return false;
+        p = lp_real(p + 1, &x);
+        if (!p || *p != ',')
+            return false;
+        p = fast_uint(p + 1, &id);
+        if (!p || memcmp(p, ",null]", 6))
+            return false;
+        p += 6;
+        odd |= !(prev > x);
+        uint64_t bit = 1ULL << (id & 63);
+        if (__builtin_expect((seen & bit) != 0, 0))
+            for (const struct drift_tok *u = t0; u < t; u++)
+                odd |= u->key == id;
+        seen |= bit;
+        *t++ = (struct drift_tok){id, x};
+        prev = x;
+        if (*p == ',' && p + 1 <= lim && t < tend) {
+            p++;
+            continue;
+        }
+        if (*p != ']')
+            return false;
+        break;
+    }
+    size_t n = (size_t)(t - t0);
+    lp->pool_len = off + n;
+    if (__builtin_expect(odd, 0)) {
+        for (const struct drift_tok *u = t0; u < t; u++)
+            lp->pool_bad |= !(u->lp <= 1e-6);
+        drift_lp_pos_close(lp, k, top_k);
+    } else {
+        lp->pool_bad |= !(t0->lp <= 1e-6); /* the largest */
+        lp->pos[k].n_top = (uint32_t)(n > top_k ? top_k : n);
+        lp->pos[k].n_known = (uint32_t)n;
+    }
+    ts->p = p + 1;
     return true;
 }
 
@@ -1151,7 +1384,10 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
             ws(&t);
             is_list = t.p < t.end && *t.p == '[';
         }
-        if (lp->valid[k] == 2) {
+        if (lp->valid[k] == 2 && is_list &&
+            (lp->off[k] = lp->pool_len, sglang_pos_fast(&t, lp, k, r->top_k))) {
+            lp->valid[k] = !isnan(lp->pos[k].forced_lp);
+        } else if (lp->valid[k] == 2) {
             lp->off[k] = lp->pool_len;
             if (is_list) {
                 bool m2 = true;

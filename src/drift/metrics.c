@@ -227,19 +227,22 @@ double drift_exp(double x)
  * the two lanes of SSE2 registers (each lane rounds as the scalar
  * operation does), so the same bits (test_exp_accuracy checks). */
 #if defined(__SSE2__) && defined(__x86_64__)
-/* fexp's constants, twice (one per lane) */
-static const double exp_c2[10][2] __attribute__((aligned(16))) = {
-    {0x1.8p52, 0x1.8p52},
-    {0x1.71547652b82fep+7, 0x1.71547652b82fep+7},
-    {0x1.62e42fef00000p-8, 0x1.62e42fef00000p-8},
-    {0x1.473de6af278edp-41, 0x1.473de6af278edp-41},
-    {1.0 / 120, 1.0 / 120},
-    {1.0 / 24, 1.0 / 24},
-    {1.0 / 6, 1.0 / 6},
-    {0.5, 0.5},
-    {-707.0, -707.0},
-    {0.0, 0.0}};
-#define EXP_C2(i) _mm_load_pd(exp_c2[i])
+/* fexp's constants, in both lanes. Not const: a constant the compiler
+ * can see it rebuilt in every round of the callers' loops (a scalar load
+ * and a shuffle, twenty instructions an exp pair); this table it reads as
+ * the operand of the arithmetic. Nothing writes it. */
+__m128d drift_exp_c2[10];
+__m128d drift_exp_c2[10] = {{0x1.8p52, 0x1.8p52},
+                            {0x1.71547652b82fep+7, 0x1.71547652b82fep+7},
+                            {0x1.62e42fef00000p-8, 0x1.62e42fef00000p-8},
+                            {0x1.473de6af278edp-41, 0x1.473de6af278edp-41},
+                            {1.0 / 120, 1.0 / 120},
+                            {1.0 / 24, 1.0 / 24},
+                            {1.0 / 6, 1.0 / 6},
+                            {0.5, 0.5},
+                            {-707.0, -707.0},
+                            {0.0, 0.0}};
+#define EXP_C2(i) drift_exp_c2[i]
 #endif
 
 static inline void fexp2(double a, double b, double *ea, double *eb)

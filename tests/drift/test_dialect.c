@@ -646,6 +646,171 @@ static void test_fast_numbers_match_jansson(void **state)
     }
 }
 
+/*
+ * The position readers (a vLLM object or an sglang top list of compact
+ * entries read in one loop, the list checks done on the way) against
+ * jansson, bit for bit, in both dialects:
+ * lists of 1-70 entries in order, with ties, out of order (the forced
+ * token first), with a duplicate key, with a logprob above 0; token texts
+ * of 0-40 bytes, with an escape or UTF-8; 17-digit logprobs and other
+ * numbers; ranks of 1-3 digits; top_k below the list's length; positions
+ * near the end of the text; a space or other shape in some entry; "-0"
+ * (an integer: jansson's +0) and "-0.0" (-0) as logprobs. (sglang
+ * keeps a list's first entry of a key; a vLLM answer with a duplicate key
+ * goes to jansson, which keeps the last.)
+ */
+static void test_position_readers_match_jansson(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    static uint32_t nids[N];
+    static const char *const txt[] = {
+        "",
+        "a",
+        "tok",
+        "0123456789abcde",
+        "0123456789abcdef",
+        "a longer token text of forty bytes.....",
+        "a\\\"b",     /* an escape: the general grammar reads the list
+                       * (never in the rounds with duplicate keys: there
+                       * the position reader must find each) */
+        "\xc3\xa9t"}; /* UTF-8: the same */
+    struct rng r;
+    rng_seed(&r, 4242);
+    for (int round = 0; round < 120; round++) {
+        struct buf b = BUF_INIT, top = BUF_INIT;
+        bool sg = round >= 60;
+        enum drift_dialect dl = sg ? DRIFT_DIALECT_SGLANG : DRIFT_DIALECT_VLLM;
+        /* 0-1 clean, 2 a logprob above 0 as a list's first (so only
+         * that entry says the answer has one), 3 ties and lists out of
+         * order, 4 duplicate keys, 5 other numbers and shapes */
+        int kind = round % 6;
+        bool dup = false;
+        unsigned top_k = 1 + (unsigned)rng_below(&r, 20);
+        nids[0] = 5;
+        if (sg)
+            buf_adds(&b, "{\"meta_info\":{\"input_token_logprobs\":"
+                         "[[null,5,null]");
+        else
+            buf_adds(&b, "{\"choices\":[{\"index\":0,"
+                         "\"prompt_logprobs\":[null");
+        buf_adds(&top, "\"input_top_logprobs\":[null");
+        for (int t = 1; t < N; t++) {
+            nids[t] = 10 + (uint32_t)rng_below(&r, 200000);
+            int k = 1 + (int)rng_below(&r, t % 17 == 0 ? 70 : 22);
+            int forced_at =
+                (int)rng_below(&r, (uint64_t)k + 3); /* >= k: absent */
+            double x = -0.01 * rng_unit(&r);
+            uint32_t prev_id = 0;
+            double fx = -rng_unit(&r);
+            struct buf *o = sg ? &top : &b;
+            buf_adds(o, sg ? ",[" : ",{");
+            for (int j = 0; j < k; j++) {
+                uint32_t id = j == forced_at
+                                  ? nids[t]
+                                  : 300000 + 7 * (uint32_t)j +
+                                        (uint32_t)rng_below(&r, 5) * 1000;
+                if (kind == 4 && j > 0 && j != forced_at &&
+                    rng_below(&r, 40) == 0) {
+                    id = prev_id; /* the previous entry's key */
+                    dup = true;
+                }
+                prev_id = id;
+                double y = x - 3 * rng_unit(&r);
+                if (kind == 3 && rng_below(&r, 6) == 0)
+                    y = x; /* a tie */
+                else if (kind == 3 && rng_below(&r, 10) == 0)
+                    y = x + 1; /* out of order */
+                if (kind == 2 && j == 0 && rng_below(&r, 50) == 0)
+                    y = 0.25; /* above 0: the position is invalid */
+                x = y;
+                if (j == forced_at)
+                    fx = y;
+                buf_adds(o, j ? "," : "");
+                if (sg) {
+                    if (kind == 5 && rng_below(&r, 10) == 0)
+                        buf_printf(o, "[ %.17g , %u, \"t\"]", y, id);
+                    else if (kind == 5 && rng_below(&r, 4) == 0) {
+                        buf_adds(o, "[");
+                        rand_number(o, &r);
+                        buf_printf(o, ",%u,null]", id);
+                    } else if (kind == 5 && rng_below(&r, 20) == 0)
+                        buf_printf(o, "[%s,%u,null]",
+                                   rng_below(&r, 2) ? "-0" : "-0.0", id);
+                    else
+                        buf_printf(o, "[%.17g,%u,null]", y, id);
+                } else if (kind == 5 && rng_below(&r, 10) == 0) {
+                    buf_printf(&b, "\"%u\": {\"logprob\": %.17g, \"rank\": 2}",
+                               id, y);
+                } else {
+                    buf_printf(&b, "\"%u\":{\"logprob\":", id);
+                    if (kind == 5 && rng_below(&r, 4) == 0)
+                        rand_number(&b, &r);
+                    else if (kind == 5 && rng_below(&r, 20) == 0)
+                        buf_adds(&b, rng_below(&r, 2) ? "-0" : "-0.0");
+                    else
+                        buf_printf(&b, "%.17g", y);
+                    unsigned rk = (unsigned)rng_below(&r, 4) == 0
+                                      ? 100 + (unsigned)rng_below(&r, 900)
+                                      : 1 + (unsigned)j;
+                    buf_printf(&b, ",\"rank\":%u,\"decoded_token\":\"%s\"}", rk,
+                               txt[kind == 4 || rng_below(&r, 30)
+                                       ? rng_below(&r, 6)
+                                       : 6 + rng_below(&r, 2)]);
+                }
+            }
+            buf_adds(o, sg ? "]" : "}");
+            if (sg)
+                buf_printf(&b, ",[%.17g,%u,null]", fx, nids[t]);
+        }
+        if (sg)
+            buf_printf(&b, "],%s]}}", buf_str(&top));
+        else
+            buf_adds(&b, "]}]}");
+        buf_release(&top);
+        struct drift_req rq = {.ids = nids, .n = N, .top_k = top_k};
+        struct drift_lp fast, slow;
+        struct diag d;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        int ret = drift_fast_prompt(dl, b.data, b.len, &rq, &fast);
+        if (dup &&
+            !sg) { /* duplicate keys: left to jansson (it keeps the last) */
+            assert_int_equal(ret, -EAGAIN);
+            drift_lp_release(&fast);
+            drift_lp_release(&slow);
+            buf_release(&b);
+            continue;
+        }
+        assert_int_equal(ret, 0);
+        json_t *j = load(b.data);
+        assert_int_equal(drift_parse_prompt(dl, j, &rq, &slow, &d), 0);
+        json_decref(j);
+        assert_int_equal(fast.n_returned, slow.n_returned);
+        assert_int_equal(fast.n_invalid, slow.n_invalid);
+        int valid = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            assert_int_equal(fast.valid[i], slow.valid[i]);
+            const struct drift_pos *p = &fast.pos[i], *q = &slow.pos[i];
+            if (i > 0)
+                assert_memory_equal(&p->forced_lp, &q->forced_lp,
+                                    sizeof(double));
+            assert_int_equal(p->n_top, q->n_top);
+            assert_int_equal(p->n_known, q->n_known);
+            for (uint32_t k = 0; k < p->n_known; k++) {
+                assert_true(p->top[k].key == q->top[k].key);
+                assert_memory_equal(&p->top[k].lp, &q->top[k].lp,
+                                    sizeof(double));
+            }
+            valid += fast.valid[i] != 0;
+        }
+        assert_true(valid > N / 4);
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+        buf_release(&b);
+    }
+}
+
 /* The reader's key search skips the arrays it read through its shortcuts:
  * a second occurrence of the key inside an object the general grammar
  * read still sends the answer to jansson, and the key's name as a
@@ -747,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_fast_shapes_match_jansson),
         cmocka_unit_test(test_fast_numbers_match_jansson),
         cmocka_unit_test(test_key_search_skips_read_arrays),
+        cmocka_unit_test(test_position_readers_match_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

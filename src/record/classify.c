@@ -246,6 +246,8 @@ static const char *header_ci(const json_t *headers, const char *name)
     return NULL;
 }
 
+static char *session_from_body(const json_t *body);
+
 char *classify_session(const json_t *headers, const json_t *body)
 {
     const char *h = header_ci(headers, "x-session-id");
@@ -253,6 +255,23 @@ char *classify_session(const json_t *headers, const json_t *body)
         h = header_ci(headers, "x-session-affinity");
     if (h)
         return xstrdup(h);
+    return session_from_body(body);
+}
+
+char *classify_session_hl(const struct hdrs *headers, const json_t *body)
+{
+    struct buf b = BUF_INIT;
+    const char *h = hdrs_get_ci(headers, "x-session-id", &b);
+    if (!h)
+        h = hdrs_get_ci(headers, "x-session-affinity", &b);
+    if (h)
+        return buf_detach(&b, NULL);
+    buf_release(&b);
+    return session_from_body(body);
+}
+
+static char *session_from_body(const json_t *body)
+{
     const json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || !json_array_size(msgs))
         return xstrdup("-");

@@ -341,9 +341,9 @@ static void hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
-        total += h[i].name_len + h[i].value_len + 2;
+        total += h[i].name_len + h[i].value_len;
     hdrs_start(hl);
-    buf_grow(&hl->b, total + sizeof(REDACTED));
+    hdrs_reserve(hl, n, total + sizeof(REDACTED));
 }
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream

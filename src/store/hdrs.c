@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,45 @@ void hdrs_release(struct hdrs *h)
     h->set = false;
 }
 
+void hdrs_reserve(struct hdrs *h, size_t n, size_t bytes)
+{
+    if (buf_grow(&h->b, n * (sizeof(struct hdr_field) + 2) + bytes))
+        abort(); /* no cap on the list */
+}
+
+/* The field at offset o of h's buffer; its name follows it. */
+static struct hdr_field field_at(const struct hdrs *h, size_t o)
+{
+    struct hdr_field f;
+    memcpy(&f, h->b.data + o, sizeof(f));
+    return f;
+}
+
+static size_t field_size(const struct hdr_field *f)
+{
+    return sizeof(*f) + f->nl + f->vl + 2;
+}
+
+/* Whether jansson accepts s[0..n) as a string (valid UTF-8): ASCII is
+ * checked 8 bytes at a time, anything else by jansson itself (rare). */
+static bool is_utf8(const char *s, size_t n)
+{
+    uint64_t hi = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        hi |= w;
+    }
+    for (; i < n; i++)
+        hi |= (unsigned char)s[i];
+    if (!(hi & 0x8080808080808080ull))
+        return true;
+    json_t *j = json_stringn(s, n);
+    json_decref(j);
+    return j != NULL;
+}
+
 void hdrs_add(struct hdrs *h, const char *name, size_t nl, const char *value,
               size_t vl)
 {
@@ -40,57 +80,39 @@ void hdrs_add(struct hdrs *h, const char *name, size_t nl, const char *value,
     z = memchr(value, '\0', vl);
     if (z)
         vl = (size_t)(z - value);
-    if (buf_grow(&h->b, nl + vl + 2))
-        abort(); /* no cap on the list */
-    buf_add(&h->b, name, nl);
-    buf_add(&h->b, "", 1);
-    buf_add(&h->b, value, vl);
-    buf_add(&h->b, "", 1);
-    h->n++;
-}
-
-struct field {
-    const char *name, *value;
-    size_t nl, vl;
-    signed char role; /* 0 left out, 1 a key, 2 joined to an earlier key */
-};
-
-/* Whether jansson accepts s[0..n) as a string (valid UTF-8). */
-static bool is_utf8(const char *s, size_t n)
-{
-    unsigned char hi = 0;
-    for (size_t i = 0; i < n; i++)
-        hi |= (unsigned char)s[i];
-    if (hi < 0x80)
-        return true;
-    json_t *j = json_stringn(s, n); /* rare: its own check, exactly */
-    json_decref(j);
-    return j != NULL;
-}
-
-#define HDRS_STACK 48
-
-/* The fields with their roles; f has room for h->n. */
-static void roles(const struct hdrs *h, struct field *f)
-{
-    const char *p = h->b.data;
-    for (size_t i = 0; i < h->n; i++) {
-        f[i].name = p;
-        f[i].nl = strlen(p);
-        p += f[i].nl + 1;
-        f[i].value = p;
-        f[i].vl = strlen(p);
-        p += f[i].vl + 1;
-        bool key_before = false;
-        for (size_t j = 0; j < i && !key_before; j++)
-            key_before = f[j].role == 1 && f[j].nl == f[i].nl &&
-                         !memcmp(f[j].name, f[i].name, f[i].nl);
-        bool ok = is_utf8(f[i].value, f[i].vl);
-        if (key_before)
-            f[i].role = ok ? 2 : 0;
-        else
-            f[i].role = ok && is_utf8(f[i].name, f[i].nl) ? 1 : 0;
+    struct hdr_field f = {(uint32_t)nl, (uint32_t)vl, 0, 0, {0, 0}};
+    if (nl > UINT32_MAX / 4 || vl > UINT32_MAX / 4 ||
+        buf_grow(&h->b, sizeof(f) + nl + vl + 2))
+        abort(); /* no cap on the list; a header is far below these */
+    /* its place: joined to an earlier member of the same name (bytes), or
+     * a member of its own; left out when jansson would refuse it */
+    char *d = h->b.data;
+    size_t key = SIZE_MAX;
+    for (size_t o = 0, i = 0; i < h->n; i++) {
+        struct hdr_field g = field_at(h, o);
+        if (g.role == 1 && g.nl == nl && !memcmp(d + o + sizeof(g), name, nl)) {
+            key = o;
+            break;
+        }
+        o += field_size(&g);
     }
+    bool ok = is_utf8(value, vl);
+    if (key != SIZE_MAX) {
+        f.role = ok ? 2 : 0;
+        d[key + offsetof(struct hdr_field, joined)] |= ok;
+    } else {
+        f.role = ok && is_utf8(name, nl) ? 1 : 0;
+    }
+    char *o = d + h->b.len;
+    memcpy(o, &f, sizeof(f));
+    o += sizeof(f);
+    memcpy(o, name, nl);
+    o[nl] = '\0';
+    memcpy(o + nl + 1, value, vl);
+    o[nl + 1 + vl] = '\0';
+    h->b.len += field_size(&f);
+    d[h->b.len] = '\0';
+    h->n++;
 }
 
 int hdrs_each(const struct hdrs *h,
@@ -98,48 +120,50 @@ int hdrs_each(const struct hdrs *h,
                         void *ud),
               void *ud)
 {
-    if (!h->set || !h->n)
+    if (!h->set)
         return 0;
-    struct field stack[HDRS_STACK];
-    struct field *f = h->n <= HDRS_STACK ? stack : xcalloc(h->n, sizeof(*f));
-    roles(h, f);
+    const char *d = h->b.data;
     struct buf join = BUF_INIT;
     int rc = 0;
-    for (size_t i = 0; i < h->n && !rc; i++) {
-        if (f[i].role != 1)
+    for (size_t o = 0, i = 0; i < h->n && !rc; i++) {
+        struct hdr_field f = field_at(h, o);
+        const char *name = d + o + sizeof(f), *value = name + f.nl + 1;
+        size_t next = o + field_size(&f);
+        o = next;
+        if (f.role != 1)
             continue;
-        const char *v = f[i].value;
-        size_t vl = f[i].vl;
-        for (size_t j = i + 1; j < h->n; j++) {
-            if (f[j].role != 2 || f[j].nl != f[i].nl ||
-                memcmp(f[j].name, f[i].name, f[i].nl))
-                continue;
-            if (v != join.data) {
-                buf_reset(&join);
-                buf_add(&join, f[i].value, f[i].vl);
-            }
-            buf_add(&join, ", ", 2);
-            buf_add(&join, f[j].value, f[j].vl);
-            v = join.data;
-            vl = join.len;
+        if (!f.joined) {
+            rc = fn(name, value, f.vl, ud);
+            continue;
         }
-        rc = fn(f[i].name, v, vl, ud);
+        buf_reset(&join);
+        buf_add(&join, value, f.vl);
+        for (size_t p = next, j = i + 1; j < h->n; j++) {
+            struct hdr_field g = field_at(h, p);
+            const char *gn = d + p + sizeof(g);
+            if (g.role == 2 && g.nl == f.nl && !memcmp(gn, name, f.nl)) {
+                buf_add(&join, ", ", 2);
+                buf_add(&join, gn + g.nl + 1, g.vl);
+            }
+            p += field_size(&g);
+        }
+        rc = fn(name, join.data, join.len, ud);
     }
     buf_release(&join);
-    if (f != stack)
-        free(f);
     return rc;
 }
 
 struct get_ci {
     const char *name;
+    size_t nl;
     struct buf *out;
 };
 
 static int get_one(const char *name, const char *value, size_t vlen, void *ud)
 {
     struct get_ci *g = ud;
-    if (!vlen || strcasecmp(name, g->name))
+    if (!vlen || (name[0] | 0x20) != (g->name[0] | 0x20) ||
+        strcasecmp(name, g->name))
         return 0;
     buf_add(g->out, value, vlen);
     return 1;
@@ -147,8 +171,18 @@ static int get_one(const char *name, const char *value, size_t vlen, void *ud)
 
 const char *hdrs_get_ci(const struct hdrs *h, const char *name, struct buf *out)
 {
-    struct get_ci g = {name, out};
     buf_reset(out);
+    /* a quick pass: no member of that length, no walk */
+    size_t nl = strlen(name);
+    bool any = false;
+    for (size_t o = 0, i = 0; i < h->n && !any; i++) {
+        struct hdr_field f = field_at(h, o);
+        any = f.role == 1 && f.nl == nl;
+        o += field_size(&f);
+    }
+    if (!h->set || !any)
+        return NULL;
+    struct get_ci g = {name, nl, out};
     return hdrs_each(h, get_one, &g) ? buf_str(out) : NULL;
 }
 
@@ -172,7 +206,9 @@ static int dump_one(const char *name, const char *value, size_t vlen, void *ud)
 int hdrs_json(const struct hdrs *h, struct buf *out)
 {
     struct dump d = {out, true};
-    if (buf_addch(out, '{'))
+    /* room for every string escaped at worst, so that no string of the
+     * walk grows the buffer */
+    if (buf_grow(out, 6 * h->b.len + 2) || buf_addch(out, '{'))
         return -ENOBUFS;
     int rc = hdrs_each(h, dump_one, &d);
     if (rc)

@@ -11,18 +11,31 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/buf.h"
 
+/* Each field in b: its struct hdr_field (copied in, unaligned), then
+ * "name\0value\0". Its place in the object is decided as it is added, so
+ * that readers only walk. */
+struct hdr_field {
+    uint32_t nl, vl;
+    uint8_t role;   /* 0 left out, 1 a member, 2 joined to an earlier one */
+    uint8_t joined; /* a member with later fields joined to it */
+    uint8_t pad[2];
+};
+
 struct hdrs {
-    struct buf b; /* "name\0value\0" per field, in arrival order */
+    struct buf b; /* the fields, in arrival order */
     size_t n;     /* fields */
     bool set;     /* there are headers (an empty list is "{}", else NULL) */
 };
 
-/* Empties h and marks it set. */
+/* Empties h and marks it set (h zeroed or used before). */
 void hdrs_start(struct hdrs *h);
 void hdrs_release(struct hdrs *h);
+/* Makes room for n more fields of names and values of bytes in all. */
+void hdrs_reserve(struct hdrs *h, size_t n, size_t bytes);
 /* Appends a field (set must be true); name and value are read up to their
  * first NUL or their length, whichever comes first. */
 void hdrs_add(struct hdrs *h, const char *name, size_t nl, const char *value,

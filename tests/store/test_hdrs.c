@@ -61,7 +61,8 @@ static const char *ref_get_ci(const json_t *headers, const char *name)
 static void check_pairs(const char *const *pairs, size_t n)
 {
     json_t *o = json_object();
-    struct hdrs h = {BUF_INIT, 0, false};
+    struct hdrs h;
+    memset(&h, 0, sizeof(h));
     hdrs_start(&h);
     for (size_t i = 0; i < n; i++) {
         const char *name = pairs[2 * i], *value = pairs[2 * i + 1];
@@ -174,7 +175,8 @@ static void test_generated(void **state)
 static void test_nul_and_reuse(void **state)
 {
     (void)state;
-    struct hdrs h = {BUF_INIT, 0, false};
+    struct hdrs h;
+    memset(&h, 0, sizeof(h));
     hdrs_start(&h);
     hdrs_add(&h, "a\0b", 3, "x\0y", 3);
     struct buf out = BUF_INIT;

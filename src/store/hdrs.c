@@ -186,6 +186,48 @@ const char *hdrs_get_ci(const struct hdrs *h, const char *name, struct buf *out)
     return hdrs_each(h, get_one, &g) ? buf_str(out) : NULL;
 }
 
+/* Whether s[0..n) needs no escape in a JSON string (no control byte, no
+ * '"', no backslash), 8 bytes at a time. */
+static bool plain(const char *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, q, b;
+        memcpy(&w, s + i, 8);
+        q = w ^ (ones * '"');
+        b = w ^ (ones * '\\');
+        /* a byte below 0x20, or a zero byte in q or b (a borrow may flag
+         * a clean word: it then takes the escaping path, never the other
+         * way round) */
+        if (((w - ones * 0x20) & ~w & high) || ((q - ones) & ~q & high) ||
+            ((b - ones) & ~b & high))
+            return false;
+    }
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == '"' || c == '\\')
+            return false;
+    }
+    return true;
+}
+
+/* Appends s[0..n) as a JSON string; out has room (hdrs_json). */
+static int put_string(struct buf *out, const char *s, size_t n)
+{
+    if (!plain(s, n))
+        return jdump_string(out, s, n);
+    if (buf_grow(out, n + 2))
+        return -ENOBUFS;
+    char *o = out->data + out->len;
+    o[0] = '"';
+    memcpy(o + 1, s, n);
+    o[n + 1] = '"';
+    out->len += n + 2;
+    out->data[out->len] = '\0';
+    return 0;
+}
+
 struct dump {
     struct buf *out;
     bool first;
@@ -197,8 +239,8 @@ static int dump_one(const char *name, const char *value, size_t vlen, void *ud)
     if (!d->first && buf_addch(d->out, ','))
         return -ENOBUFS;
     d->first = false;
-    if (jdump_string(d->out, name, strlen(name)) || buf_addch(d->out, ':') ||
-        jdump_string(d->out, value, vlen))
+    if (put_string(d->out, name, strlen(name)) || buf_addch(d->out, ':') ||
+        put_string(d->out, value, vlen))
         return -ENOBUFS;
     return 0;
 }

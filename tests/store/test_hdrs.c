@@ -153,7 +153,7 @@ static void test_generated(void **state)
         const char *pairs[24];
         for (size_t i = 0; i < 2 * n; i++) {
             struct buf b = BUF_INIT;
-            size_t parts = (size_t)rng_below(&g, i % 2 ? 5 : 3);
+            size_t parts = (size_t)rng_below(&g, i % 2 ? 24 : 3);
             for (size_t k = 0; k < parts; k++) {
                 /* names mostly from a small set, so that they repeat */
                 size_t a = (size_t)rng_below(&g, i % 2 ? 16 : 4);

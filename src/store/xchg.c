@@ -1127,7 +1127,7 @@ static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
         return;
     }
     struct buf b = BUF_INIT;
-    if (buf_grow(&b, hl->b.len + 64) || hdrs_json(hl, &b)) {
+    if (hdrs_json(hl, &b)) {
         buf_release(&b);
         sqlite3_bind_null(st, i);
         return;

@@ -31,17 +31,34 @@ static const char *const SECRET_PARAMS[] = {
 static const char *const TASK_TOOLS[] = {"task",        "Task",     "agent",
                                          "spawn_agent", "subagent", NULL};
 
-/* Whether hay[0..hn) holds needle (lower case ASCII), ignoring case. */
+/* Whether hay[0..hn) (no NUL in it) holds needle (lower case ASCII),
+ * ignoring case. The candidates are found by memchr on the needle's first
+ * byte in either case, not byte by byte. */
 static bool contains_ci(const char *hay, size_t hn, const char *needle)
 {
     size_t n = strlen(needle);
+    if (!n || n > hn)
+        return false;
     unsigned char lo = (unsigned char)needle[0];
     unsigned char up = (unsigned char)toupper(lo);
-    for (size_t i = 0; i + n <= hn; i++) {
-        unsigned char c = (unsigned char)hay[i];
-        if ((c == lo || c == up) &&
-            !strncasecmp(hay + i + 1, needle + 1, n - 1))
+    const char *end = hay + hn - n + 1; /* a match starts before end */
+    /* the next lo and up at or after p (end: none), NULL: not looked for */
+    const char *nl = NULL, *nu = lo == up ? end : NULL;
+    for (const char *p = hay; p < end;) {
+        if (!nl || nl < p) {
+            const char *f = memchr(p, lo, (size_t)(end - p));
+            nl = f ? f : end;
+        }
+        if (!nu || nu < p) {
+            const char *f = memchr(p, up, (size_t)(end - p));
+            nu = f ? f : end;
+        }
+        const char *q = nl < nu ? nl : nu;
+        if (q >= end)
+            return false;
+        if (!strncasecmp(q + 1, needle + 1, n - 1))
             return true;
+        p = q + 1;
     }
     return false;
 }
@@ -246,6 +263,8 @@ static const char *header_ci(const json_t *headers, const char *name)
     return NULL;
 }
 
+static char *session_from_body(const json_t *body);
+
 char *classify_session(const json_t *headers, const json_t *body)
 {
     const char *h = header_ci(headers, "x-session-id");
@@ -253,6 +272,23 @@ char *classify_session(const json_t *headers, const json_t *body)
         h = header_ci(headers, "x-session-affinity");
     if (h)
         return xstrdup(h);
+    return session_from_body(body);
+}
+
+char *classify_session_hl(const struct hdrs *headers, const json_t *body)
+{
+    struct buf b = BUF_INIT;
+    const char *h = hdrs_get_ci(headers, "x-session-id", &b);
+    if (!h)
+        h = hdrs_get_ci(headers, "x-session-affinity", &b);
+    if (h)
+        return buf_detach(&b, NULL);
+    buf_release(&b);
+    return session_from_body(body);
+}
+
+static char *session_from_body(const json_t *body)
+{
     const json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs) || !json_array_size(msgs))
         return xstrdup("-");

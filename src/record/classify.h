@@ -11,6 +11,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "store/hdrs.h"
+
 #define REDACTED "[redacted]"
 
 /* True for a header whose value is a credential (case-insensitive name):
@@ -43,6 +45,8 @@ void classify_learn_message(struct classify_state *c, const json_t *msg);
  * (canonical JSON), else "-" for requests without messages. headers is an
  * object name -> value. Fresh string. */
 char *classify_session(const json_t *headers, const json_t *body);
+/* The same from the recorder's flat header list. */
+char *classify_session_hl(const struct hdrs *headers, const json_t *body);
 /* "main", "title", "compaction", "subagent" or "other" (static string). */
 const char *classify_kind(struct classify_state *c, const json_t *body);
 

@@ -141,7 +141,7 @@ struct ex {
     bool headers_done, reply_started, client_gone;
     int status;
     char *reason;
-    json_t *resp_headers;
+    struct hdrs resp_hl;    /* moved to x by fill_response */
     int64_t content_length; /* -1: none */
     int64_t forwarded;
     struct buf held; /* the end of a sized body, sent once stored */
@@ -212,7 +212,7 @@ static void ex_free(struct ex *e)
     buf_release(&e->held);
     buf_release(&e->rh);
     free(e->reason);
-    json_decref(e->resp_headers);
+    hdrs_release(&e->resp_hl);
     free(e);
 }
 
@@ -325,43 +325,25 @@ static bool is_secret_memo(struct record *r, const char *name)
     return m->secret;
 }
 
-/* Whether h[i]'s name is the name of an earlier field, byte for byte (a
- * repeated header; the JSON object's keys are case-sensitive too). */
-static bool is_repeat(const struct h1_header *h, size_t i)
+/* Adds a field to the store's copy, its value redacted when the name is
+ * a secret's: the secret never reaches the list. */
+static void hl_add(struct record *r, struct hdrs *hl, const char *name,
+                   size_t nl, const char *value, size_t vl)
 {
-    for (size_t j = 0; j < i; j++)
-        if (h[j].name_len == h[i].name_len &&
-            !memcmp(h[j].name, h[i].name, h[i].name_len))
-            return true;
-    return false;
+    if (is_secret_memo(r, name))
+        hdrs_add(hl, name, nl, REDACTED, sizeof(REDACTED) - 1);
+    else
+        hdrs_add(hl, name, nl, value, vl);
 }
 
-/* Adds a header to the store's copy; repeat: the name may be there
- * already (its value is then joined), else it is known not to be. */
-static void json_add_header(struct record *r, json_t *o, const char *name,
-                            const char *value, bool repeat)
+/* Starts hl sized for the n fields of h. */
+static void hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
 {
-    const char *v = is_secret_memo(r, name) ? REDACTED : value;
-    json_t *old = repeat ? json_object_get(o, name) : NULL;
-    if (json_is_string(old)) { /* repeated header: join as RFC 9110 5.3 */
-        char *j = xasprintf("%s, %s", json_string_value(old), v);
-        json_object_set_new(o, name, json_string(j));
-        free(j);
-        return;
-    }
-    /* ASCII (nearly every header) is valid UTF-8: jansson's own check is
-     * skipped; anything else goes through it (and an invalid value is
-     * left out, as before) */
-    size_t nl = 0, vl = 0;
-    unsigned char hi = 0;
-    for (; name[nl]; nl++)
-        hi |= (unsigned char)name[nl];
-    for (; v[vl]; vl++)
-        hi |= (unsigned char)v[vl];
-    if (hi < 0x80)
-        json_object_set_new_nocheck(o, name, json_stringn_nocheck(v, vl));
-    else
-        json_object_set_new(o, name, json_string(v));
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += h[i].name_len + h[i].value_len;
+    hdrs_start(hl);
+    hdrs_reserve(hl, n, total + sizeof(REDACTED));
 }
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream
@@ -399,13 +381,12 @@ static void take_req_headers(struct ex *e, const struct h1_req *q,
 {
     bool has_accept = false, has_ctype = false;
 
-    e->x.req_headers = json_object();
+    hl_start(&e->x.req_hl, q->headers, q->nheaders);
     e->ct = NULL;
     for (size_t i = 0; i < q->nheaders; i++) {
         const struct h1_header *h = &q->headers[i];
         const char *key = h->name, *value = h->value;
-        json_add_header(e->r, e->x.req_headers, key, value,
-                        is_repeat(q->headers, i));
+        hl_add(e->r, &e->x.req_hl, key, h->name_len, value, h->value_len);
         if ((key[0] | 0x20) == 'c' && h1_name_is(h, "content-type"))
             e->ct = value;
         if (is_not_forwarded(key))
@@ -536,8 +517,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
                 rl--;
             e->reason = rl ? xstrndup(sp2 + 1, rl) : NULL;
         }
-        json_decref(e->resp_headers);
-        e->resp_headers = json_object();
+        hdrs_start(&e->resp_hl);
         e->content_length = -1;
         e->x.streamed = false;
         buf_reset(&e->rh);
@@ -553,14 +533,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
         return sz * n;
     }
     const char *colon = memchr(p, ':', len);
-    if (!colon || !e->resp_headers)
+    if (!colon || !e->resp_hl.set)
         return sz * n;
     char *name = xstrndup(p, (size_t)(colon - p));
     const char *v = colon + 1;
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    json_add_header(e->r, e->resp_headers, name, value, true);
+    hl_add(e->r, &e->resp_hl, name, strlen(name), value, strlen(value));
     if (!strcasecmp(name, "content-type"))
         e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
     if (!strcasecmp(name, "content-length"))
@@ -668,7 +648,7 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
     struct ex *e = ud;
     e->status = h->status;
     e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
-    e->resp_headers = json_object();
+    hl_start(&e->resp_hl, h->headers, h->nheaders);
     /* a body-less response is "sized" at 0: its head leaves with the
      * end, once stored */
     e->content_length = f == H1_SIZED ? (int64_t)len : f == H1_NONE ? 0 : -1;
@@ -679,8 +659,7 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct h1_header *x = &h->headers[i];
         const char *name = x->name, *value = x->value; /* NUL-terminated */
-        json_add_header(e->r, e->resp_headers, name, value,
-                        is_repeat(h->headers, i));
+        hl_add(e->r, &e->resp_hl, name, x->name_len, value, x->value_len);
         if (h1_name_is(x, "content-type"))
             e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
         if (!is_hop_by_hop(name))
@@ -853,8 +832,9 @@ static void fill_response(struct ex *e, double t)
 {
     struct xchg *x = &e->x;
     x->status = e->headers_done ? e->status : 0;
-    x->resp_headers = e->resp_headers;
-    e->resp_headers = NULL;
+    hdrs_release(&x->resp_hl);
+    x->resp_hl = e->resp_hl;
+    memset(&e->resp_hl, 0, sizeof(e->resp_hl));
     x->resp_raw_len = e->resp.len;
     x->resp_raw = e->resp.len ? buf_detach(&e->resp, NULL) : NULL;
     /* the reply is assembled by the writer thread (see store_batch) */
@@ -1013,7 +993,7 @@ static void parse_request(struct record *r, struct ex *e)
         x->req_raw_len = e->body.len;
     }
     x->req_body = j;
-    x->session = classify_session(x->req_headers, j);
+    x->session = classify_session_hl(&x->req_hl, j);
     x->kind = xstrdup(classify_kind(r->cls, j));
     if (chat && x->req_msg_new) {
         /* a message shared with an earlier request was learnt from then */
@@ -1055,20 +1035,25 @@ static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
 
 /* The response's Content-Encoding when it is one record can undo (RFC
  * 9110 8.4.1: gzip, x-gzip, deflate), else NULL. */
+static int is_coding(const char *name, const char *c, size_t len, void *ud)
+{
+    (void)len;
+    if (strcasecmp(name, "content-encoding"))
+        return 0;
+    if (strcasecmp(c, "gzip") && strcasecmp(c, "x-gzip") &&
+        strcasecmp(c, "deflate"))
+        return 0;
+    *(const char **)ud = (c[0] | 0x20) == 'g'   ? "gzip"
+                         : (c[0] | 0x20) == 'x' ? "x-gzip"
+                                                : "deflate";
+    return 1;
+}
+
 static const char *body_coding(const struct xchg *x)
 {
-    const char *k;
-    json_t *v;
-    json_object_foreach(x->resp_headers, k, v)
-    {
-        if (strcasecmp(k, "content-encoding"))
-            continue;
-        const char *c = json_string_value(v);
-        if (c && (!strcasecmp(c, "gzip") || !strcasecmp(c, "x-gzip") ||
-                  !strcasecmp(c, "deflate")))
-            return c;
-    }
-    return NULL;
+    const char *c = NULL;
+    hdrs_each(&x->resp_hl, is_coding, &c);
+    return c;
 }
 
 /* Inflates src into out with windowBits wb. 0, 1 when out's cap cut it

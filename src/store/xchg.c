@@ -180,6 +180,8 @@ void xchg_release(struct xchg *x)
     free(x->req_msg_new);
     free(x->req_msg_h);
     json_decref(x->resp_headers);
+    hdrs_release(&x->req_hl);
+    hdrs_release(&x->resp_hl);
     free(x->resp_raw);
     json_decref(x->reply);
     free(x->reply_text);
@@ -1116,6 +1118,25 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
         sqlite3_bind_null(st, i);
 }
 
+/* j's text, else hl's when it is set, else NULL. */
+static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
+                         const struct hdrs *hl)
+{
+    if (j || !hl->set) {
+        bind_json(st, i, j);
+        return;
+    }
+    struct buf b = BUF_INIT;
+    if (hdrs_json(hl, &b)) {
+        buf_release(&b);
+        sqlite3_bind_null(st, i);
+        return;
+    }
+    size_t len;
+    char *s = buf_detach(&b, &len);
+    sqlite3_bind_text(st, i, s, (int)len, free);
+}
+
 static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
                         const void *data, size_t len, bool lines)
 {
@@ -1154,7 +1175,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_double(st, 3, x->started);
     sqlite3_bind_text(st, 4, x->method ? x->method : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, x->path ? x->path : "", -1, SQLITE_STATIC);
-    bind_json(st, 6, x->req_headers);
+    bind_headers(st, 6, x->req_headers, &x->req_hl);
     sqlite3_bind_int64(st, 10, (sqlite3_int64)r->base.prefix);
     sqlite3_bind_int(st, 11, r->base.depth);
     if (chat) {
@@ -1174,7 +1195,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
-    bind_json(st, 18, x->resp_headers);
+    bind_headers(st, 18, x->resp_headers, &x->resp_hl);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
     if (!x->reply && x->reply_text)

@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "core/diag.h"
+#include "store/hdrs.h"
 #include "store/jscan.h"
 
 enum xchg_end {
@@ -38,8 +39,13 @@ struct xchg {
     char *method;
     char *path;          /* with query string */
     json_t *req_headers; /* object name -> value, secrets already redacted */
-    json_t *req_body;    /* parsed request body, NULL when not JSON */
-    char *req_raw;       /* raw body when it was not a JSON object */
+    /* Or, with req_headers NULL, the recorder's flat list (owned; the same
+     * object's fields, store/hdrs.h): the store writes its text, the spill
+     * file its parsed text; readers of the store get req_headers. Likewise
+     * resp_hl for resp_headers. */
+    struct hdrs req_hl;
+    json_t *req_body; /* parsed request body, NULL when not JSON */
+    char *req_raw;    /* raw body when it was not a JSON object */
     size_t req_raw_len;
     bool req_malformed; /* body was not valid JSON */
     /* The bytes req_body was read from when store/jscan.h read them
@@ -66,6 +72,7 @@ struct xchg {
     uint64_t req_tools_h; /* likewise for req_body's "tools", else 0 */
     int status;           /* 0 when no response arrived */
     json_t *resp_headers;
+    struct hdrs resp_hl;
     char *resp_raw; /* raw response body or SSE stream, as received */
     size_t resp_raw_len;
     bool streamed; /* response was text/event-stream */

@@ -98,6 +98,20 @@ static void set_json(json_t *o, const char *key, json_t *v)
         json_object_set(o, key, v);
 }
 
+/* j, else the object hl's text makes when hl is set. */
+static void set_headers(json_t *o, const char *key, json_t *j,
+                        const struct hdrs *hl)
+{
+    if (j || !hl->set) {
+        set_json(o, key, j);
+        return;
+    }
+    struct buf b = BUF_INIT;
+    if (!hdrs_json(hl, &b))
+        json_object_set_new(o, key, json_loadb(b.data, b.len, 0, NULL));
+    buf_release(&b);
+}
+
 json_t *xchg_to_json(const struct xchg *x)
 {
     json_t *o = json_object();
@@ -107,12 +121,12 @@ json_t *xchg_to_json(const struct xchg *x)
     json_object_set_new(o, "started", json_real(x->started));
     set_str(o, "method", x->method);
     set_str(o, "path", x->path);
-    set_json(o, "req_headers", x->req_headers);
+    set_headers(o, "req_headers", x->req_headers, &x->req_hl);
     set_json(o, "req_body", x->req_body);
     set_bytes(o, "req_raw", x->req_raw, x->req_raw_len);
     json_object_set_new(o, "req_malformed", json_boolean(x->req_malformed));
     json_object_set_new(o, "status", json_integer(x->status));
-    set_json(o, "resp_headers", x->resp_headers);
+    set_headers(o, "resp_headers", x->resp_headers, &x->resp_hl);
     set_bytes(o, "resp_raw", x->resp_raw, x->resp_raw_len);
     json_object_set_new(o, "streamed", json_boolean(x->streamed));
     if (!x->reply && x->reply_text)

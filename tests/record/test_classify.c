@@ -170,6 +170,40 @@ static void test_subagent_from_task_prompt(void **state)
     classify_free(c);
 }
 
+/* The kind of a tool-less request with this system prompt. */
+static const char *kind_of_system(const char *sys)
+{
+    json_t *b =
+        json_pack("{s:[{s:s, s:s}, {s:s, s:s}]}", "messages", "role", "system",
+                  "content", sys, "role", "user", "content", "hello");
+    const char *k = classify_kind(NULL, b);
+    json_decref(b);
+    return k;
+}
+
+/* The case-insensitive search for the kind's phrases: at the start, the
+ * end, in any case, after near misses that share its first letter, and
+ * only within the first bytes (400 for "title" in a system prompt). */
+static void test_kind_phrase_search(void **state)
+{
+    (void)state;
+    assert_string_equal(kind_of_system("title"), "title");
+    assert_string_equal(kind_of_system("Make a TITLE"), "title");
+    assert_string_equal(kind_of_system("tttiTle"), "title");
+    assert_string_equal(kind_of_system("tit titl TitlE"), "title");
+    assert_string_equal(kind_of_system("ti tle, tit-le, titl"), "main");
+    assert_string_equal(kind_of_system("t"), "main");
+    assert_string_equal(kind_of_system(""), "main");
+    assert_string_equal(kind_of_system("Please SUMMARIZE it"), "compaction");
+    char pad[512];
+    memset(pad, 'T', sizeof(pad));
+    memcpy(pad + 395, "title", 6); /* ends at byte 400: inside */
+    assert_string_equal(kind_of_system(pad), "title");
+    memset(pad, 't', sizeof(pad));
+    memcpy(pad + 396, "title", 6); /* ends at byte 401: outside */
+    assert_string_equal(kind_of_system(pad), "main");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_redact_path),
         cmocka_unit_test(test_opencode_kinds_and_session),
         cmocka_unit_test(test_subagent_from_task_prompt),
+        cmocka_unit_test(test_kind_phrase_search),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

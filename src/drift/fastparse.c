@@ -28,13 +28,29 @@
  * reader has already consumed with the same grammar (arrays it read to
  * their closing bracket), when it meets them at a shallow depth.
  */
+#define PATH_MAX_ 3
+
 struct sc {
     const char *p, *end;
     int depth;
     int n_skip;
     const char *skip_b[2], *skip_e[2];
     bool keys; /* it read an object's keys with the general grammar */
+    /* the validator's place in the document down to depth PATH_MAX_:
+     * each container's kind, an object's current key, an array's current
+     * index; a read array is skipped only where jansson would look for it
+     * (want: PATH_SGLANG or PATH_VLLM), and every one must be (taken) */
+    unsigned char want;
+    int taken;
+    char kind[PATH_MAX_ + 1];
+    const char *key_b[PATH_MAX_ + 1], *key_e[PATH_MAX_ + 1];
+    size_t idx[PATH_MAX_ + 1];
 };
+
+/* A reader's arrays' places: {"meta_info": {KEY: [...]}} for sglang,
+ * {"choices": [{KEY: [...]}, ...]} for vLLM (KEY is the unique key the
+ * reader found). */
+enum { PATH_SGLANG = 1, PATH_VLLM = 2 };
 
 /* The reader starts its depth count here: whatever it accepts is then
  * nested at most 2048 - READ_DEPTH deep inside its array, which the
@@ -414,12 +430,35 @@ static int lit(struct sc *s, const char *w, size_t n)
 
 static int value(struct sc *s);
 
+static bool key_is(const struct sc *s, int d, const char *k)
+{
+    size_t n = strlen(k);
+    return s->key_b[d] && (size_t)(s->key_e[d] - s->key_b[d]) == n &&
+           !memcmp(s->key_b[d], k, n);
+}
+
+/* Is the validator at a read array's place, where jansson's reader
+ * (dialect.c: meta(), choice0()) would look for it? */
+static bool path_ok(const struct sc *s)
+{
+    if (s->want == PATH_SGLANG)
+        return s->depth == 2 && s->kind[1] == '{' &&
+               key_is(s, 1, "meta_info") && s->kind[2] == '{';
+    if (s->want == PATH_VLLM)
+        return s->depth == 3 && s->kind[1] == '{' && key_is(s, 1, "choices") &&
+               s->kind[2] == '[' && s->idx[2] == 0 && s->kind[3] == '{';
+    return false;
+}
+
 static int container(struct sc *s, char open)
 {
     char close = open == '{' ? '}' : ']';
+    size_t idx = 0;
     s->keys |= open == '{';
     if (++s->depth > 2048)
         return -2;
+    if (s->depth <= PATH_MAX_)
+        s->kind[s->depth] = open;
     s->p++;
     ws(s);
     if (s->p < s->end && *s->p == close) {
@@ -434,10 +473,16 @@ static int container(struct sc *s, char open)
             bool plain;
             if (str(s, &b, &e, &plain))
                 return -1;
+            if (s->depth <= PATH_MAX_) {
+                s->key_b[s->depth] = plain ? b : NULL;
+                s->key_e[s->depth] = e;
+            }
             ws(s);
             if (s->p >= s->end || *s->p++ != ':')
                 return -1;
             ws(s);
+        } else if (s->depth <= PATH_MAX_) {
+            s->idx[s->depth] = idx++;
         }
         r = value(s);
         if (r)
@@ -468,6 +513,9 @@ static int value(struct sc *s)
     case '[':
         for (int j = 0; j < s->n_skip; j++)
             if (s->p == s->skip_b[j] && s->depth < READ_DEPTH / 2) {
+                if (!path_ok(s))
+                    return -1;
+                s->taken++;
                 s->p = s->skip_e[j];
                 return 0;
             }
@@ -500,7 +548,7 @@ static bool valid_doc(const char *text, size_t len, const struct sc *read)
     if (value(&s))
         return false;
     ws(&s);
-    return s.p == s.end;
+    return s.p == s.end && s.taken == read->n_skip;
 }
 
 /*
@@ -1159,7 +1207,7 @@ static int fast_vllm(const char *text, size_t len, const struct drift_req *r,
     if (!ks.hit[0])
         return -2;
     at = ks.hit[0];
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
+    struct sc s = {.p = at, .end = text + len, .depth = READ_DEPTH};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -1324,7 +1372,7 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     const char *at = ks.hit[2], *tp = ks.hit[3];
     if (!at)
         return -2;
-    struct sc s = {at, text + len, READ_DEPTH, 0, {0}, {0}, false};
+    struct sc s = {.p = at, .end = text + len, .depth = READ_DEPTH};
     const char *arr;
     bool more;
     if (open_array(&s, &arr, &more))
@@ -1361,7 +1409,7 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     add_skip(read, arr, s.p);
     /* the top lists, in a second pass, position by position */
     struct sc t = {
-        tp ? tp : text + len, text + len, READ_DEPTH, 0, {0}, {0}, false};
+        .p = tp ? tp : text + len, .end = text + len, .depth = READ_DEPTH};
     bool have = false;
     const char *top = NULL;
     if (tp) {
@@ -1429,7 +1477,9 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
     }
     if (lp->n)
         lp->valid[0] = 0;
-    if (top && !have) /* read to its closing bracket */
+    if (top && have) /* more top lists than positions: jansson's */
+        return -2;
+    if (top) /* read to its closing bracket */
         add_skip(read, top, t.p);
     /* the rest of the key search, over neither array when it can skip them */
     const char *sb[2] = {NULL, NULL}, *se[2] = {NULL, NULL};
@@ -1455,6 +1505,7 @@ int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
     struct sc read = {0};
     if (d != DRIFT_DIALECT_VLLM && d != DRIFT_DIALECT_SGLANG)
         return -EAGAIN;
+    read.want = d == DRIFT_DIALECT_VLLM ? PATH_VLLM : PATH_SGLANG;
     /* read first, then validate the rest of the document: what the
      * reader consumed it checked with the validator's own grammar */
     drift_dec_init();

@@ -897,10 +897,92 @@ static void test_key_search_skips_read_arrays(void **state)
     }
 }
 
+/* The reader takes an array only where jansson's reader looks for it
+ * (sglang: meta_info of the answer object; vLLM: choices[0]): the same key
+ * elsewhere, alone, sends the answer to jansson, which reports what it
+ * finds there (found by fuzz_drift_parse: a top-level input_top_logprobs
+ * was read as if it were meta_info's). */
+static void test_arrays_read_only_where_jansson_looks(void **state)
+{
+    (void)state;
+    static const uint32_t kids[3] = {5, 7, 9};
+    struct drift_req rq = {.ids = kids, .n = 3, .top_k = 20};
+#define SG_TOK "[[null,5,null],[-0.5,7,null],[-1.5,9,null]]"
+#define SG_TOP "[null,[[-0.5,7,null]],[[-1.5,9,null]]]"
+#define VL_PL                                                                  \
+    "[null,{\"7\":{\"logprob\":-0.5,\"rank\":1,\"decoded_token\":\"a\"}},"     \
+    "{\"9\":{\"logprob\":-1.5,\"rank\":1,\"decoded_token\":\"b\"}}]"
+    static const struct {
+        enum drift_dialect dl;
+        const char *text;
+        int want;
+    } cases[] = {
+        /* where they belong: read */
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":" SG_TOK
+         ",\"input_top_logprobs\":" SG_TOP "}}",
+         0},
+        {DRIFT_DIALECT_VLLM,
+         "{\"id\":\"x\",\"choices\":[{\"prompt_logprobs\":" VL_PL "},{}]}", 0},
+        /* elsewhere: jansson's */
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":" SG_TOK
+         "},\"input_top_logprobs\":" SG_TOP "}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{},\"input_token_logprobs\":" SG_TOK "}", -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"x\":{\"meta_info\":{\"input_token_logprobs\":" SG_TOK "}}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta\\u005finfo\":{\"input_token_logprobs\":" SG_TOK "}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_SGLANG,
+         "{\"meta_info\":{\"input_token_logprobs\":" SG_TOK
+         ",\"input_top_logprobs\":[null,[[-0.5,7,null]],[[-1.5,9,null]],"
+         "[[-2.5,11,null]]]}}",
+         -EAGAIN},
+        {DRIFT_DIALECT_VLLM, "{\"prompt_logprobs\":" VL_PL "}", -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{},{\"prompt_logprobs\":" VL_PL "}]}", -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "[{\"choices\":[{\"prompt_logprobs\":" VL_PL "}]}]", -EAGAIN},
+        {DRIFT_DIALECT_VLLM,
+         "{\"choices\":[{\"x\":{\"prompt_logprobs\":" VL_PL "}}]}", -EAGAIN},
+    };
+#undef SG_TOK
+#undef SG_TOP
+#undef VL_PL
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct drift_lp fast, slow;
+        struct diag d;
+        drift_lp_init(&fast);
+        drift_lp_init(&slow);
+        int ret = drift_fast_prompt(cases[i].dl, cases[i].text,
+                                    strlen(cases[i].text), &rq, &fast);
+        print_message("case %zu: %d\n", i, ret);
+        assert_int_equal(ret, cases[i].want);
+        json_t *j = load(cases[i].text);
+        int sret = drift_parse_prompt(cases[i].dl, j, &rq, &slow, &d);
+        json_decref(j);
+        if (!ret) {
+            assert_int_equal(sret, 0);
+            for (uint32_t t = 1; t < 3; t++) {
+                assert_int_equal(fast.valid[t], slow.valid[t]);
+                assert_true(fast.pos[t].forced_lp == slow.pos[t].forced_lp);
+                assert_int_equal(fast.pos[t].n_known, slow.pos[t].n_known);
+            }
+        }
+        drift_lp_release(&fast);
+        drift_lp_release(&slow);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dialects_parse_alike),
+        cmocka_unit_test(test_arrays_read_only_where_jansson_looks),
         cmocka_unit_test(test_sglang_extra_ids_after_duplicate_top),
         cmocka_unit_test(test_short_and_bad_entries_are_counted),
         cmocka_unit_test(test_nan_and_infinity_are_sanitized),

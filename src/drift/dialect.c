@@ -766,6 +766,19 @@ int drift_parse_decode(enum drift_dialect d, const json_t *resp,
     return 0;
 }
 
+int drift_parse_prompt_lent(enum drift_dialect d, const char *text, size_t len,
+                            const struct drift_req *r, struct drift_lp *lp,
+                            struct diag *dg)
+{
+    if (!drift_fast_prompt(d, text, len, r, lp))
+        return 0;
+    char *copy = xmalloc(len + 1);
+    memcpy(copy, text, len + 1);
+    int ret = drift_parse_prompt_text(d, copy, len, r, lp, dg);
+    free(copy);
+    return ret;
+}
+
 int drift_parse_prompt_text(enum drift_dialect d, char *text, size_t len,
                             const struct drift_req *r, struct drift_lp *lp,
                             struct diag *dg)

@@ -117,6 +117,11 @@ int drift_parse_prompt(enum drift_dialect d, const json_t *resp,
 int drift_parse_prompt_text(enum drift_dialect d, char *text, size_t len,
                             const struct drift_req *r, struct drift_lp *lp,
                             struct diag *dg);
+/* The same for a text the caller keeps (text[len] is NUL): read where it
+ * is, copied only when the reader does not take it as it is. */
+int drift_parse_prompt_lent(enum drift_dialect d, const char *text, size_t len,
+                            const struct drift_req *r, struct drift_lp *lp,
+                            struct diag *dg);
 
 /*
  * Reads the generated tokens of an answer: their ids into lp->ids and their

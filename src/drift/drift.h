@@ -140,7 +140,9 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
  * (self); 1 and 3 run when has_control / has_self. fetch() gets the text
  * of pass k of corpus item i as received (fresh, NUL-terminated; the
  * pipe parses it, sanitizing it in place when the reader does not take it
- * as it is, and frees it); it is called in
+ * as it is, and frees it; with lent, the text stays the fetcher's: the
+ * pipe neither writes nor frees it, and copies it when it must be
+ * sanitized); it is called in
  * sequence and pass order, one call at a time, from any of the threads,
  * after pass 0 of the same sequence has been parsed into *golden (the
  * sglang token_ids_logprob list is taken from it). side[k] parses pass k
@@ -151,6 +153,7 @@ struct drift_pipe {
     const struct drift_corpus *corpus;
     const struct drift_side *side[DRIFT_PASSES];
     bool has_control, has_self;
+    bool lent;        /* fetch lends the text (bench/drift_bench.c) */
     unsigned threads; /* workers, the calling thread included; 0 as 1 */
     int (*fetch)(void *ud, size_t i, int pass, const struct drift_lp *golden,
                  char **text, size_t *len, struct diag *d);

@@ -144,9 +144,10 @@ static int fetch_parse(struct pipe_run *r, struct worker *w, size_t i,
         if (!skip && !ret) {
             const struct drift_side *s = r->p->side[k];
             ret = drift_side_parse_prompt(s, it->ids, it->n, text, len,
-                                          &w->lp[k], d);
+                                          r->p->lent, &w->lp[k], d);
         }
-        free(text);
+        if (!r->p->lent)
+            free(text);
         if (ret && !skip) {
             pthread_mutex_lock(&r->mu);
             if (i < r->stop_at)

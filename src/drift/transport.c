@@ -289,7 +289,7 @@ int drift_side_fetch_prompt(struct drift_side *s, const uint32_t *ids, size_t n,
 }
 
 int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
-                            size_t n, char *text, size_t len,
+                            size_t n, char *text, size_t len, bool lent,
                             struct drift_lp *lp, struct diag *d)
 {
     struct drift_req r = {.ids = ids,
@@ -297,7 +297,8 @@ int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
                           .top_k = s->top_k,
                           .max_new = 1,
                           .prompt_logprobs = true};
-    int ret = drift_parse_prompt_text(s->dialect, text, len, &r, lp, d);
+    int ret = lent ? drift_parse_prompt_lent(s->dialect, text, len, &r, lp, d)
+                   : drift_parse_prompt_text(s->dialect, text, len, &r, lp, d);
     if (ret)
         diag_prefix(d, "%s (%s dialect)", s->label,
                     drift_dialect_name(s->dialect));
@@ -311,7 +312,7 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
     size_t len;
     int ret = drift_side_fetch_prompt(s, ids, n, &text, &len, d);
     if (!ret)
-        ret = drift_side_parse_prompt(s, ids, n, text, len, lp, d);
+        ret = drift_side_parse_prompt(s, ids, n, text, len, false, lp, d);
     free(text);
     return ret;
 }

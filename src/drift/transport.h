@@ -80,10 +80,10 @@ int drift_side_fetch_prompt(struct drift_side *s, const uint32_t *ids, size_t n,
                             char **text, size_t *len, struct diag *d);
 /* The parse half (no I/O, safe from any thread): text, as fetched, into lp
  * (drift_parse_prompt_text: sanitized in place when the reader does not
- * take it as it is); on error d is prefixed with the side's label and
- * dialect. */
+ * take it as it is; with lent, the text is not written: a copy is); on
+ * error d is prefixed with the side's label and dialect. */
 int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
-                            size_t n, char *text, size_t len,
+                            size_t n, char *text, size_t len, bool lent,
                             struct drift_lp *lp, struct diag *d);
 /* Greedy generation of up to max_new tokens after ids; lp gets the
  * generated ids and their decode-time distributions. When the side's

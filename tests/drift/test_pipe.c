@@ -62,6 +62,7 @@ struct src {
     int fail_fetch, fail_parse; /* sequence numbers, -1 none */
     size_t next;                /* checks the fetch order */
     bool order_ok;
+    bool lent; /* the fetch lends s->text (drift_pipe.lent) */
 };
 
 static int fetch(void *ud, size_t i, int pass, const struct drift_lp *golden,
@@ -80,7 +81,7 @@ static int fetch(void *ud, size_t i, int pass, const struct drift_lp *golden,
         return 0;
     }
     *len = strlen(s->text[i][pass]);
-    *text = strdup(s->text[i][pass]);
+    *text = s->lent ? s->text[i][pass] : strdup(s->text[i][pass]);
     return 0;
 }
 
@@ -151,6 +152,7 @@ static void run(struct src *s, unsigned threads, struct out *o)
                            .has_control = true,
                            .has_self = true,
                            .threads = threads,
+                           .lent = s->lent,
                            .fetch = fetch,
                            .ud = s};
     struct diag d = {{0}};
@@ -233,11 +235,50 @@ static void test_first_error_wins(void **state)
     src_release(&s);
 }
 
+/* Lent answers (the pipe reads them where they are) fold exactly as
+ * owned ones, also an answer the reader refuses as it is (a bare NaN: it
+ * is sanitized in a copy), and the lent texts are left as they were. */
+static void test_lent_answers_read_alike(void **state)
+{
+    (void)state;
+    struct src s;
+    struct out owned, lent;
+    src_init(&s);
+    /* a bare NaN for the first top logprob of sequence 5's candidate */
+    char *t = strstr(s.text[5][2], "\"input_top_logprobs\":[null,[[");
+    assert_non_null(t);
+    t += strlen("\"input_top_logprobs\":[null,[[");
+    size_t w = strcspn(t, ",");
+    assert_true(w >= 3);
+    memset(t, ' ', w);
+    memcpy(t, "NaN", 3);
+    char *before[NSEQ][DRIFT_PASSES];
+    for (size_t i = 0; i < NSEQ; i++)
+        for (int k = 0; k < DRIFT_PASSES; k++)
+            before[i][k] = strdup(s.text[i][k]);
+    run(&s, 1, &owned);
+    assert_int_equal(owned.ret, 0);
+    s.lent = true;
+    for (unsigned th = 1; th <= 3; th += 2) {
+        run(&s, th, &lent);
+        same(&owned, &lent);
+        drift_analysis_release(&lent.an);
+    }
+    for (size_t i = 0; i < NSEQ; i++)
+        for (int k = 0; k < DRIFT_PASSES; k++) {
+            assert_string_equal(s.text[i][k], before[i][k]);
+            free(before[i][k]);
+        }
+    drift_analysis_release(&owned.an);
+    src_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_fold_identically),
         cmocka_unit_test(test_first_error_wins),
+        cmocka_unit_test(test_lent_answers_read_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,11 @@ cleanup() {
     for p in $pids $(cat "$tmp/pids" 2>/dev/null); do
         kill "$p" 2>/dev/null || true
     done
-    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null
+    # (|| true: under dash's set -e a failing kill here, nginx gone or its
+    # pid file empty, became the script's exit status, 1 or 2)
+    if [ -f "$tmp/nginx.pid" ]; then
+        kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null || true
+    fi
     sleep 0.3
     rm -rf "$tmp"
 }

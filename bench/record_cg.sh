@@ -24,8 +24,8 @@ tmp=$(mktemp -d)
 SP=""
 RP=""
 cleanup() {
-    [ -n "$RP" ] && kill "$RP" 2>/dev/null
-    [ -n "$SP" ] && kill "$SP" 2>/dev/null
+    [ -n "$RP" ] && kill "$RP" 2>/dev/null || true
+    [ -n "$SP" ] && kill "$SP" 2>/dev/null || true
     sleep 0.2
     [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }

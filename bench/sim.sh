@@ -19,8 +19,8 @@ command -v wrk >/dev/null || { echo "bench/sim.sh: 'wrk' not found; apt-get inst
 tmp=$(mktemp -d)
 sim_pid=""; ngx_pid=""
 cleanup() {
-    [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null && wait "$sim_pid" 2>/dev/null
-    [ -n "$ngx_pid" ] && kill "$ngx_pid" 2>/dev/null
+    [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null && wait "$sim_pid" 2>/dev/null || true
+    [ -n "$ngx_pid" ] && kill "$ngx_pid" 2>/dev/null || true
     sleep 0.2; rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM

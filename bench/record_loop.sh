@@ -15,53 +15,13 @@ cd "$(dirname "$0")/.."
 KIND=${KIND:-json}
 DUR=${DUR:-5}
 CONNS=${CONNS:-64}
-command -v wrk >/dev/null || { echo "bench/record_loop.sh: wrk is required" >&2; exit 2; }
-if [ -z "${BIN:-}" ]; then
-    make -s fidelity >/dev/null
-    BIN=./fidelity
-fi
-tmp=$(mktemp -d)
-SP=""
-RP=""
-cleanup() {
-    [ -n "$RP" ] && kill "$RP" 2>/dev/null || true
-    [ -n "$SP" ] && kill "$SP" 2>/dev/null || true
-    sleep 0.2
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-if [ "$KIND" = sse ]; then
-    extra=',"stream":true,"stream_options":{"include_usage":true}'
-else
-    extra=',"max_tokens":16'
-fi
-cat >"$tmp/req.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench"
-wrk.body = '{"model":"m","temperature":0$extra,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
-LUA
-
-port_of() {
-    for _ in $(seq 150); do
-        p=$(sed -n '1s|^[^/]*//[^:]*:\([0-9]*\).*|\1|p' "$1" 2>/dev/null)
-        [ -n "$p" ] && { echo "$p"; return 0; }
-        sleep 0.2
-    done
-    echo "bench/record_loop.sh: no 'listening on' line in $1" >&2
-    exit 4
-}
+. bench/record_common.sh
 exchanges() { grep -o 'stopped; [0-9]*' "$1" | grep -o '[0-9]*$'; }
 ticks() {
     for t in /proc/"$1"/task/*; do
         echo "$(cat "$t/comm" | tr ' ' _) $(awk '{ print $14 + $15 }' "$t/stat")"
     done
 }
-
-"$BIN" sim --listen 127.0.0.1:0 >"$tmp/sim.out" 2>&1 &
-SP=$!
-SIM=$(port_of "$tmp/sim.out")
 
 "$BIN" record --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$SIM" \
     --db "$tmp/r.db" >"$tmp/rec.out" 2>"$tmp/rec.err" &

@@ -15,48 +15,7 @@ KIND=${KIND:-json}
 RATE=${RATE:-1000}
 CONNS=${CONNS:-8}
 DUR=${DUR:-10}
-command -v wrk >/dev/null || { echo "bench/record_timing.sh: wrk is required" >&2; exit 2; }
-if [ -z "${BIN:-}" ]; then
-    make -s fidelity >/dev/null
-    BIN=./fidelity
-fi
-tmp=$(mktemp -d)
-SP=""
-RP=""
-cleanup() {
-    [ -n "$RP" ] && kill "$RP" 2>/dev/null || true
-    [ -n "$SP" ] && kill "$SP" 2>/dev/null || true
-    sleep 0.2
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-
-if [ "$KIND" = sse ]; then
-    extra=',"stream":true,"stream_options":{"include_usage":true}'
-else
-    extra=',"max_tokens":16'
-fi
-cat >"$tmp/req.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench"
-wrk.body = '{"model":"m","temperature":0$extra,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
-function delay() return $(awk -v c="$CONNS" -v r="$RATE" 'BEGIN { printf "%d", 1000 * c / r }') end
-LUA
-
-port_of() {
-    for _ in $(seq 150); do
-        p=$(sed -n '1s|^[^/]*//[^:]*:\([0-9]*\).*|\1|p' "$1" 2>/dev/null)
-        [ -n "$p" ] && { echo "$p"; return 0; }
-        sleep 0.2
-    done
-    echo "bench/record_timing.sh: no 'listening on' line in $1" >&2
-    exit 4
-}
-
-"$BIN" sim --listen 127.0.0.1:0 >"$tmp/sim.out" 2>&1 &
-SP=$!
-SIM=$(port_of "$tmp/sim.out")
+. bench/record_common.sh
 FIDELITY_RECORD_TIMING=1 "$BIN" record --listen 127.0.0.1:0 \
     --upstream "http://127.0.0.1:$SIM" --db "$tmp/r.db" \
     >"$tmp/rec.out" 2>"$tmp/rec.err" &

@@ -352,23 +352,13 @@ static bool is_not_forwarded(const char *name)
 {
     switch (name[0] | 0x20) {
     case 'c':
-        return !strcasecmp(name, "connection") ||
-               !strcasecmp(name, "content-length");
+        return !strcasecmp(name, "content-length") || is_hop_by_hop(name);
     case 'e':
         return !strcasecmp(name, "expect");
     case 'h':
         return !strcasecmp(name, "host");
-    case 'k':
-        return !strcasecmp(name, "keep-alive");
-    case 'p':
-        return !strcasecmp(name, "proxy-connection");
-    case 't':
-        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
-               !strcasecmp(name, "transfer-encoding");
-    case 'u':
-        return !strcasecmp(name, "upgrade");
     default:
-        return false;
+        return is_hop_by_hop(name);
     }
 }
 

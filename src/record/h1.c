@@ -102,6 +102,32 @@ static int parse_field(const char *p, size_t n, struct h1_header *f)
     return 0;
 }
 
+/* The field lines from pos to the blank line: the head's length, -2 when
+ * it is not all there yet, -1 when malformed, big when it exceeds
+ * H1_MAX_HEAD or H1_MAX_HEADERS. */
+static int parse_fields(const char *p, size_t n, size_t pos,
+                        struct h1_header *hs, size_t *count, int big)
+{
+    size_t next;
+    long len;
+    *count = 0;
+    for (;;) {
+        len = line_at(p + pos, n - pos, &next);
+        if (len == -2)
+            return n >= H1_MAX_HEAD ? big : -2;
+        if (len == 0)
+            return (int)(pos + next);
+        if (p[pos] == ' ' || p[pos] == '\t')
+            return -1; /* obs-fold */
+        if (*count == H1_MAX_HEADERS)
+            return big;
+        if (parse_field(p + pos, (size_t)len, &hs[*count]))
+            return -1;
+        ++*count;
+        pos += next;
+    }
+}
+
 int h1_parse_head(const char *p, size_t n, struct h1_head *h)
 {
     size_t pos = 0, next;
@@ -113,23 +139,8 @@ int h1_parse_head(const char *p, size_t n, struct h1_head *h)
         return n >= H1_MAX_HEAD ? -1 : -2;
     if (parse_status(p, (size_t)len, h))
         return -1;
-    h->nheaders = 0;
     pos = next;
-    for (;;) {
-        len = line_at(p + pos, n - pos, &next);
-        if (len == -2)
-            return n >= H1_MAX_HEAD ? -1 : -2;
-        if (len == 0)
-            return (int)(pos + next);
-        if (p[pos] == ' ' || p[pos] == '\t')
-            return -1; /* obs-fold */
-        if (h->nheaders == H1_MAX_HEADERS)
-            return -1;
-        if (parse_field(p + pos, (size_t)len, &h->headers[h->nheaders]))
-            return -1;
-        h->nheaders++;
-        pos += next;
-    }
+    return parse_fields(p, n, pos, h->headers, &h->nheaders, -1);
 }
 
 /* "method SP request-target SP HTTP/1.d" (RFC 9112 section 3). */
@@ -175,23 +186,8 @@ int h1_parse_request(const char *p, size_t n, struct h1_req *q)
         return n >= H1_MAX_HEAD ? -3 : -2;
     if (parse_request_line(p + pos, (size_t)len, q))
         return -1;
-    q->nheaders = 0;
     pos += next;
-    for (;;) {
-        len = line_at(p + pos, n - pos, &next);
-        if (len == -2)
-            return n >= H1_MAX_HEAD ? -3 : -2;
-        if (len == 0)
-            return (int)(pos + next);
-        if (p[pos] == ' ' || p[pos] == '\t')
-            return -1; /* obs-fold */
-        if (q->nheaders == H1_MAX_HEADERS)
-            return -3;
-        if (parse_field(p + pos, (size_t)len, &q->headers[q->nheaders]))
-            return -1;
-        q->nheaders++;
-        pos += next;
-    }
+    return parse_fields(p, n, pos, q->headers, &q->nheaders, -3);
 }
 
 bool h1_name_is(const struct h1_header *f, const char *name)

@@ -7,13 +7,21 @@
 # path, CPU time per exchange of each proxy (from /proc/PID/stat, all its
 # threads), and record's resident memory with 1,000 open streams.
 #
-# Then the latency at equal load: the same fixed request rate (RATE, well
-# below saturation; wrk paced with a Lua delay() per connection) against
-# direct, record and nginx, so "p99 added over the direct path" compares
-# like with like rather than queues at saturation.
+# The saturated runs go in SROUNDS rounds, each direct, record and nginx
+# one after the other (mitmproxy in the first round only): this machine's
+# speed drifts by 10-20 % between runs a minute apart, so the record/nginx
+# ratio is taken per round, from runs seconds apart, and its median is the
+# figure; every round is printed.
 #
-#   sh bench/record.sh   # DUR=10 CONNS=64 STREAMS=1000 RATE=1000 LCONNS=8
-#                        # LDUR=5 ROUNDS=3
+# Then the latency at equal load: in each of ROUNDS rounds, direct, record
+# and nginx are driven at the same time, each at the same fixed request
+# rate (RATE, well below saturation; wrk paced with a Lua delay() per
+# connection), so the three see the same machine at the same moment; the
+# p99 added by a proxy is its p99 minus direct's in the same round, and the
+# median over the rounds is the figure.
+#
+#   sh bench/record.sh   # DUR=10 CONNS=64 SROUNDS=3 STREAMS=1000 RATE=1000
+#                        # LCONNS=8 LDUR=5 ROUNDS=5
 #   DUR=5 sh bench/record.sh
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
 #
@@ -27,8 +35,9 @@ STREAMS=${STREAMS:-1000}
 RATE=${RATE:-1000}     # requests/s of the fixed-rate latency runs
 LCONNS=${LCONNS:-8}    # connections of the fixed-rate runs
 LDUR=${LDUR:-5}       # seconds of each fixed-rate run
-ROUNDS=${ROUNDS:-3}    # fixed-rate rounds (direct, record, nginx in turn);
-                       # the medians are printed
+ROUNDS=${ROUNDS:-5}    # fixed-rate rounds (direct, record, nginx at the
+                       # same time); the medians are printed
+SROUNDS=${SROUNDS:-3}  # saturated rounds (direct, record, nginx in turn)
 HZ=$(getconf CLK_TCK)
 
 need() { command -v "$1" >/dev/null 2>&1; }
@@ -184,22 +193,10 @@ writer_ticks() {
     echo 0
 }
 
-# run KIND PORT [PID] [CONNS DUR]
-#   -> "rps p99ms non2xx cpu_us_per_exchange p50ms p90ms"
-# (for record, also the writer thread's share: $tmp/writer_us)
-run() {
-    c=${4:-$CONNS}
-    d=${5:-$DUR}
-    w0=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
-    t0=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
-    wrk -t2 -c"$c" -d"${d}s" --latency -s "$tmp/$1.lua" \
-        "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
-    t1=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
-    w1=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
-    awk -v ticks=$((w1 - w0)) -v hz="$HZ" '/ requests in / { n = $1 }
-        END { printf "%.0f\n", (n > 0 ? ticks * 1e6 / hz / n : 0) }' \
-        "$tmp/wrk.out" >"$tmp/writer_us"
-    awk -v ticks=$((t1 - t0)) -v hz="$HZ" '
+# parse_wrk FILE TICKS: "rps p99ms non2xx cpu_us_per_exchange p50ms p90ms"
+# from wrk's --latency output; TICKS is the proxy's CPU over the run
+parse_wrk() {
+    awk -v ticks="$2" -v hz="$HZ" '
         / requests in / { n = $1 }
         /Requests\/sec:/ { rps = $2 }
         $1 == "50%" || $1 == "90%" || $1 == "99%" {
@@ -212,78 +209,158 @@ run() {
             cpu = (n > 0 && ticks > 0) ? ticks * 1e6 / hz / n : 0
             printf "%s %s %s %.0f %s %s\n", rps + 0, pc["99%"] + 0, bad + 0, cpu,
                 pc["50%"] + 0, pc["90%"] + 0
-        }' "$tmp/wrk.out"
+        }' "$1"
+}
+
+# run KIND PORT [PID]: one saturated run (CONNS connections, DUR s)
+#   -> parse_wrk's line; for record, the writer thread's CPU per exchange
+#   goes to $tmp/writer_us
+run() {
+    w0=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
+    t0=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
+    wrk -t2 -c"$CONNS" -d"${DUR}s" --latency -s "$tmp/$1.lua" \
+        "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/wrk.out" 2>&1 || true
+    t1=$( [ -n "${3:-}" ] && cpu_ticks "$3" || echo 0)
+    w1=$( [ "${3:-}" = "$REC_PID" ] && writer_ticks "$3" || echo 0)
+    awk -v ticks=$((w1 - w0)) -v hz="$HZ" '/ requests in / { n = $1 }
+        END { printf "%.0f\n", (n > 0 ? ticks * 1e6 / hz / n : 0) }' \
+        "$tmp/wrk.out" >"$tmp/writer_us"
+    parse_wrk "$tmp/wrk.out" $((t1 - t0))
+}
+
+# median: the median of the numbers on standard input
+median() {
+    sort -g | awk '{ a[NR] = $1 } END {
+        if (NR) printf "%.6g\n", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
 echo "machine: $(nproc) cores, $(awk '/model name/ {sub(/.*: /, ""); print; exit}' /proc/cpuinfo)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker"
+echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker;"
+echo "saturated: $SROUNDS rounds, each direct, record, nginx in turn (mitmproxy in"
+echo "the first); fixed rate: $ROUNDS rounds, each direct, record and nginx at the same time"
 for kind in json sse; do
     printf '\n%s responses, %d connections, saturated\n%-10s %12s %10s %8s %14s\n' \
         "$kind" "$CONNS" target req/s p99_ms non2xx cpu_us/exchange
-    set -- direct "$SIM" "$SIM_PID" record "$REC" "$REC_PID"
-    [ -n "$NGX" ] && set -- "$@" nginx "$NGX" "$NGX_PID"
-    [ -n "$MITM" ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
-    while [ $# -gt 0 ]; do
-        r=$(run "$kind" "$2" "$3")
-        [ "$1" = record ] && writer_us=$(cat "$tmp/writer_us")
-        echo "$1 $r" >>"$tmp/results.$kind"
-        printf '%-10s %12s %10s %8s %14s\n' "$1" $(echo "$r" | cut -d' ' -f1-4)
-        shift 3
+    : >"$tmp/sat.$kind"
+    for round in $(seq "$SROUNDS"); do
+        set -- direct "$SIM" "$SIM_PID" record "$REC" "$REC_PID"
+        [ -n "$NGX" ] && set -- "$@" nginx "$NGX" "$NGX_PID"
+        [ -n "$MITM" ] && [ "$round" = 1 ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
+        while [ $# -gt 0 ]; do
+            r=$(run "$kind" "$2" "$3")
+            w=0
+            [ "$1" = record ] && w=$(cat "$tmp/writer_us")
+            echo "$round $1 $r $w" >>"$tmp/sat.$kind"
+            printf '%-10s %12s %10s %8s %14s  (round %d)\n' "$1" $(echo "$r" | cut -d' ' -f1-4) "$round"
+            shift 3
+        done
     done
-    awk -v wus="$writer_us" '
-        { rps[$1] = $2; p99[$1] = $3; cpu[$1] = $5 }
+    # per target: median requests/s, p99 and CPU over the rounds; the
+    # ratio record/nginx per round (the two ran a few seconds apart, so
+    # the machine's drift between rounds cancels), and its median
+    for t in direct record nginx mitmproxy; do
+        grep -q " $t " "$tmp/sat.$kind" || continue
+        printf '%-10s %12s %10s %8s %14s  (median of %d)\n' "$t" \
+            "$(awk -v t=$t '$2 == t { print $3 }' "$tmp/sat.$kind" | median)" \
+            "$(awk -v t=$t '$2 == t { print $4 }' "$tmp/sat.$kind" | median)" \
+            "$(awk -v t=$t '$2 == t { s += $5 } END { print s + 0 }' "$tmp/sat.$kind")" \
+            "$(awk -v t=$t '$2 == t { print $6 }' "$tmp/sat.$kind" | median)" \
+            "$(grep -c " $t " "$tmp/sat.$kind")"
+    done
+    awk '{ rps[$1, $2] = $3; p99[$1, $2] = $4; cpu[$1, $2] = $6; w[$1, $2] = $9
+           if ($1 > n) n = $1 }
         END {
-            if (rps["nginx"] > 0)
-                printf "record/nginx req/s: %.2fx (goal >= 0.8)\n", rps["record"] / rps["nginx"]
-            if (rps["mitmproxy"] > 0)
-                printf "record/mitmproxy req/s: %.1fx (goal >= 10)\n", rps["record"] / rps["mitmproxy"]
-            printf "p99 added over direct at saturation: record %.2f ms", p99["record"] - p99["direct"]
-            if (rps["nginx"] > 0)
-                printf ", nginx %.2f ms", p99["nginx"] - p99["direct"]
-            printf "\nCPU per exchange: record %d us (forwarding loop %d, writer thread %d)", cpu["record"], cpu["record"] - wus, wus
-            if (cpu["nginx"] > 0)
-                printf ", nginx %d us (%.1fx)", cpu["nginx"], cpu["record"] / cpu["nginx"]
-            printf ", sim (upstream) %d us\n", cpu["direct"]
-        }' "$tmp/results.$kind"
+            for (i = 1; i <= n; i++)
+                if (rps[i, "nginx"] > 0)
+                    printf "%.4f ratio\n", rps[i, "record"] / rps[i, "nginx"]
+            for (i = 1; i <= n; i++)
+                if (rps[i, "mitmproxy"] > 0)
+                    printf "%.4f mitm\n", rps[i, "record"] / rps[i, "mitmproxy"]
+            for (i = 1; i <= n; i++) {
+                printf "%.4f p99rec\n", p99[i, "record"] - p99[i, "direct"]
+                if (rps[i, "nginx"] > 0)
+                    printf "%.4f p99ngx\n", p99[i, "nginx"] - p99[i, "direct"]
+                printf "%d cpurec\n%d cpuw\n%d cpusim\n", cpu[i, "record"], w[i, "record"], cpu[i, "direct"]
+                if (rps[i, "nginx"] > 0)
+                    printf "%d cpungx\n", cpu[i, "nginx"]
+            }
+        }' "$tmp/sat.$kind" >"$tmp/derived.$kind"
+    d() { awk -v k="$1" '$2 == k { print $1 }' "$tmp/derived.$kind"; }
+    if [ -n "$(d ratio)" ]; then
+        printf 'record/nginx req/s by round: %s; median %.2fx (goal >= 0.8)\n' \
+            "$(d ratio | awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $1 }')" "$(d ratio | median)"
+    fi
+    [ -n "$(d mitm)" ] && printf 'record/mitmproxy req/s: %.1fx (goal >= 10)\n' "$(d mitm | median)"
+    printf 'p99 added over direct at saturation (median of rounds): record %.2f ms' "$(d p99rec | median)"
+    [ -n "$(d p99ngx)" ] && printf ', nginx %.2f ms' "$(d p99ngx | median)"
+    cr=$(d cpurec | median); cw=$(d cpuw | median)
+    printf '\nCPU per exchange (medians): record %s us (forwarding loop %s, writer thread %s)' \
+        "$cr" "$(awk -v a="$cr" -v b="$cw" 'BEGIN { print a - b }')" "$cw"
+    [ -n "$(d cpungx)" ] && printf ', nginx %s us (%.1fx)' "$(d cpungx | median)" \
+        "$(awk -v a="$cr" -v b="$(d cpungx | median)" 'BEGIN { print a / b }')"
+    printf ', sim (upstream) %s us\n' "$(d cpusim | median)"
 
-    printf '\n%s responses at a fixed %d requests/s (%d connections, paced)\n%-10s %12s %10s %10s %10s %8s\n' \
+    # Latency at equal load: in each round direct, record and nginx are
+    # driven at the same time, each at RATE requests/s (LCONNS paced
+    # connections, LDUR s), so the three see the same machine at the same
+    # moment and the p99 added by a proxy is the difference within a round;
+    # the medians of those differences over the rounds are the figures.
+    printf '\n%s responses at a fixed %d requests/s each (%d connections, paced; the three at once)\n%-10s %12s %10s %10s %10s %8s\n' \
         "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms non2xx
+    : >"$tmp/paced.$kind"
     for round in $(seq "$ROUNDS"); do
         set -- direct "$SIM" record "$REC"
         [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
+        wp=""
         while [ $# -gt 0 ]; do
-            r=$(run "${kind}_paced" "$2" "" "$LCONNS" "$LDUR")
-            echo "$1 $r" >>"$tmp/paced.$kind"
-            echo "$1 $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
+            wrk -t1 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
+                "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 &
+            wp="$wp $!"
             shift 2
         done
+        wait $wp || true
+        for t in direct record nginx; do
+            [ -f "$tmp/paced_$t.out" ] || continue
+            r=$(parse_wrk "$tmp/paced_$t.out" 0)
+            rm -f "$tmp/paced_$t.out"
+            echo "$round $t $r" >>"$tmp/paced.$kind"
+            echo "$t $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
+        done
     done
-    # medians over the rounds, per target
-    sort -k1,1 "$tmp/paced.$kind" | awk '
-        function med(a, n,   i, j, t) {
-            for (i = 2; i <= n; i++)
-                for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-                    t = a[j]; a[j] = a[j - 1]; a[j - 1] = t
-                }
-            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-        }
-        function flush() {
-            if (cur == "") return
-            m50[cur] = med(p50, k); m90[cur] = med(p90, k)
-            m99[cur] = med(p99, k); mr[cur] = med(rps, k)
-            printf "%-10s %12.1f %10.3f %10.3f %10.2f  (median of %d)\n", cur, mr[cur], m50[cur], m90[cur], m99[cur], k
-        }
-        $1 != cur { flush(); cur = $1; k = 0 }
-        { k++; rps[k] = $2; p99[k] = $3; p50[k] = $6; p90[k] = $7 }
+    for t in direct record nginx; do
+        grep -q " $t " "$tmp/paced.$kind" || continue
+        printf '%-10s %12s %10s %10s %10s  (median of %d)\n' "$t" \
+            "$(awk -v t=$t '$2 == t { print $3 }' "$tmp/paced.$kind" | median)" \
+            "$(awk -v t=$t '$2 == t { print $7 }' "$tmp/paced.$kind" | median)" \
+            "$(awk -v t=$t '$2 == t { print $8 }' "$tmp/paced.$kind" | median)" \
+            "$(awk -v t=$t '$2 == t { print $4 }' "$tmp/paced.$kind" | median)" \
+            "$(grep -c " $t " "$tmp/paced.$kind")"
+    done
+    # per round: the proxy's p50/p90/p99 minus direct's in the same round
+    awk '{ p50[$1, $2] = $7; p90[$1, $2] = $8; p99[$1, $2] = $4; if ($1 > n) n = $1 }
         END {
-            flush()
-            printf "added over direct at equal load (medians): record p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["record"] - m50["direct"], m90["record"] - m90["direct"], m99["record"] - m99["direct"]
-            if ("nginx" in m99)
-                printf "; nginx p50 %+.2f, p90 %+.2f, p99 %+.2f ms", m50["nginx"] - m50["direct"], m90["nginx"] - m90["direct"], m99["nginx"] - m99["direct"]
-            printf " (goal: p99 < 1 ms)\n"
-        }'
-
+            for (i = 1; i <= n; i++)
+                for (t = 1; t <= 2; t++) {
+                    x = t == 1 ? "record" : "nginx"
+                    if (!((i, x) in p99)) continue
+                    printf "%s %s %.4f %.4f %.4f\n", x, i, p50[i, x] - p50[i, "direct"],
+                        p90[i, x] - p90[i, "direct"], p99[i, x] - p99[i, "direct"]
+                }
+        }' "$tmp/paced.$kind" >"$tmp/added.$kind"
+    printf 'p99 added over direct by round: record %s' \
+        "$(awk '$1 == "record" { printf "%s%+.2f", (NR > 1 ? " " : ""), $5 }' "$tmp/added.$kind")"
+    grep -q '^nginx' "$tmp/added.$kind" && printf '; nginx %s' \
+        "$(awk '$1 == "nginx" { printf "%s%+.2f", (n++ ? " " : ""), $5 }' "$tmp/added.$kind")"
+    printf ' ms\n'
+    for t in record nginx; do
+        grep -q "^$t" "$tmp/added.$kind" || continue
+        printf '%s added over direct at equal load (medians of the rounds): p50 %+.2f, p90 %+.2f, p99 %+.2f ms\n' "$t" \
+            "$(awk -v t=$t '$1 == t { print $3 }' "$tmp/added.$kind" | median)" \
+            "$(awk -v t=$t '$1 == t { print $4 }' "$tmp/added.$kind" | median)" \
+            "$(awk -v t=$t '$1 == t { print $5 }' "$tmp/added.$kind" | median)"
+    done
+    echo "(goal: record's p99 added < 1 ms)"
 done
 echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
 

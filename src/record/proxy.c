@@ -34,11 +34,11 @@
 #include "record/classify.h"
 #include "record/front.h"
 #include "record/record.h"
-#include "record/reply.h"
 #include "record/rtiming.h"
 #include "record/sse.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
+#include "store/reply.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -1146,9 +1146,8 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         parse_request(r, batch[i]);
         /* the reply is read from an inflated copy when the upstream
          * compressed the body; the stored body stays as it was sent */
-        struct buf plain, rt;
+        struct buf plain;
         buf_init(&plain, r->o.max_capture);
-        buf_init(&rt, 0);
         const char *body = x->resp_raw;
         size_t len = x->resp_raw_len;
         int dec = decode_body(x, &plain);
@@ -1156,16 +1155,20 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             body = buf_str(&plain);
             len = plain.len;
         }
-        bool whole = !batch[i]->resp_capped && (dec == 0 || dec == -1);
         if (x->streamed) {
             x->reply = stream_reply(batch[i], body, len, r->o.max_capture);
-        } else if (body && whole && !reply_text_from_body(body, len, &rt)) {
-            /* the common body: the reply column's text, without the
-             * object (no tool calls for classify_learn to read) */
-            x->reply_text_len = rt.len;
-            x->reply_text = buf_detach(&rt, NULL);
+        } else if (body && dec == -1 && !batch[i]->resp_capped) {
+            /* the body as sent, whole: its reply is reply_from_body of
+             * the stored bytes, derived when the row is read (xchg.h,
+             * reply_of_raw); built here only when it may hold tool calls
+             * for classify_learn */
+            x->reply_of_raw = true;
+            if (reply_may_call_tools(body, len)) {
+                json_t *rv = reply_from_body(body, len);
+                classify_learn(r->cls, NULL, rv);
+                json_decref(rv);
+            }
         } else if (body) {
-            buf_reset(&rt);
             x->reply = reply_from_body(body, len);
         }
         if (x->reply && (batch[i]->resp_capped || dec == 1))
@@ -1173,7 +1176,6 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         if (x->reply && dec < -1)
             json_object_set_new(x->reply, "resp_undecodable", json_true());
         buf_release(&plain);
-        buf_release(&rt);
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }

@@ -22,6 +22,7 @@
 #include "store/jdump.h"
 #include "store/jscan.h"
 #include "store/ldelta.h"
+#include "store/reply.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -184,7 +185,6 @@ void xchg_release(struct xchg *x)
     hdrs_release(&x->resp_hl);
     free(x->resp_raw);
     json_decref(x->reply);
-    free(x->reply_text);
     xchg_init(x);
 }
 
@@ -1198,9 +1198,8 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     bind_headers(st, 18, x->resp_headers, &x->resp_hl);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
-    if (!x->reply && x->reply_text)
-        sqlite3_bind_text(st, 23, x->reply_text, (int)x->reply_text_len,
-                          SQLITE_TRANSIENT);
+    if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
+        sqlite3_bind_text(st, 23, "", 0, SQLITE_STATIC); /* see read_row */
     else
         bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
@@ -1468,7 +1467,16 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     x->resp_headers = col_json(st, 14);
     x->resp_raw = col_packed(st, 15, &x->resp_raw_len);
     x->streamed = sqlite3_column_int(st, 18);
-    x->reply = col_json(st, 19);
+    /* An empty reply column (never a JSON text, so never written by
+     * older builds) says the reply is the one the stored body gives:
+     * derived here, with the function the recorder would have used */
+    if (sqlite3_column_type(st, 19) == SQLITE_TEXT &&
+        !sqlite3_column_bytes(st, 19))
+        x->reply = x->resp_raw && !x->streamed
+                       ? reply_from_body(x->resp_raw, x->resp_raw_len)
+                       : NULL;
+    else
+        x->reply = col_json(st, 19);
     x->up_ttfb_ms = sqlite3_column_double(st, 20);
     x->up_total_ms = sqlite3_column_double(st, 21);
     x->down_ttfb_ms = sqlite3_column_double(st, 22);

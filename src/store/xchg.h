@@ -81,12 +81,13 @@ struct xchg {
      *  "usage": {...}|null, "finish_reason": str|null, "done": bool,
      *  "chunks": n, "max_gap_ms": x} */
     json_t *reply;
-    /* Or, with reply NULL, its compact JSON text (owned; what jdump of the
-     * object would write): the recorder's fast path for a JSON body
-     * (reply_text_from_body). The store writes it to the reply column as
-     * is; readers get reply. */
-    char *reply_text;
-    size_t reply_text_len;
+    /* Set by the writer instead of reply (left NULL) when the reply is
+     * reply_from_body(resp_raw, resp_raw_len) (store/reply.h): a JSON body
+     * not streamed, not content-encoded and not cut at the capture cap.
+     * The store then writes the reply column empty and derives the reply
+     * from the stored body when it reads the row; the spill file writes
+     * the derived reply. Readers get reply, never this flag. */
+    bool reply_of_raw;
     /* Timings in milliseconds since the request arrived at the proxy:
      * upstream first byte and end, first byte and end as sent to the
      * client. */

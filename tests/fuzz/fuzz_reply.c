@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "record/reply.h"
 #include "store/jdump.h"
 #include "store/jscan.h"
+#include "store/reply.h"
 
 static char *text_of(json_t *v)
 {

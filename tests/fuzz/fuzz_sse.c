@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "record/reply.h"
 #include "record/sse.h"
+#include "store/reply.h"
 
 struct seen {
     struct buf log;

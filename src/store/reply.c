@@ -4,7 +4,8 @@
  * usage) and the reasoning extensions of vLLM/sglang (reasoning_content)
  * and OpenRouter/llama.cpp (reasoning).
  */
-#include "record/reply.h"
+#define _GNU_SOURCE /* memmem */
+#include "store/reply.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -463,6 +464,11 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
     json_t *r = reply_take(&a);
     reply_release(&a);
     return r;
+}
+
+bool reply_may_call_tools(const char *body, size_t len)
+{
+    return memmem(body, len, "tool_calls", 10) || memmem(body, len, "\\u", 2);
 }
 
 /* jdump_string of b's bytes, or null */

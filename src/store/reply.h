@@ -6,9 +6,13 @@
  * .reasoning, .tool_calls merged by index, finish_reason, usage; "[DONE]";
  * /v1/completions chunks' choices[0].text). A JSON body goes to
  * reply_from_body() at the end.
+ *
+ * It lives in src/store because the store uses it too: for a plain JSON
+ * response the reply column is left empty and the reply is derived from the
+ * stored body when the row is read (xchg.c, read_row; docs/RECORD.md).
  */
-#ifndef RECORD_REPLY_H
-#define RECORD_REPLY_H
+#ifndef STORE_REPLY_H
+#define STORE_REPLY_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -67,6 +71,11 @@ json_t *reply_from_body(const char *body, size_t len);
  * that jscan_dump_plain copies. 0, or -1 for any other body (out may hold
  * a partial text then; use reply_from_body). */
 int reply_text_from_body(const char *body, size_t len, struct buf *out);
+/* False when body cannot hold a "tool_calls" member, so that the
+ * tool_calls of reply_from_body(body, len) is surely empty: neither those
+ * bytes nor a \u escape (the only escape that could spell one of its
+ * letters) occur in it. True means "maybe". */
+bool reply_may_call_tools(const char *body, size_t len);
 /* The reference for reply_from_body, always through a jansson tree. */
 json_t *reply_from_body_jansson(const char *body, size_t len);
 

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <xxhash.h>
 
 #include "store/hdrs.h"
 
@@ -49,5 +50,16 @@ char *classify_session(const json_t *headers, const json_t *body);
 char *classify_session_hl(const struct hdrs *headers, const json_t *body);
 /* "main", "title", "compaction", "subagent" or "other" (static string). */
 const char *classify_kind(struct classify_state *c, const json_t *body);
+
+/* The same two, remembered in c by the bytes of the messages they depend
+ * on: raw is the XXH3-128 of the bytes of each of body's n messages
+ * (xchg.req_msg_raw; NULL, or n not the length of body's messages: not
+ * remembered). Equal bytes parse to equal messages, so the result is the
+ * one classify_session_hl / classify_kind give. */
+char *classify_session_memo(struct classify_state *c,
+                            const struct hdrs *headers, const json_t *body,
+                            const XXH128_hash_t *raw, size_t n);
+const char *classify_kind_memo(struct classify_state *c, const json_t *body,
+                               const XXH128_hash_t *raw, size_t n);
 
 #endif

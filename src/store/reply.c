@@ -4,7 +4,6 @@
  * usage) and the reasoning extensions of vLLM/sglang (reasoning_content)
  * and OpenRouter/llama.cpp (reasoning).
  */
-#define _GNU_SOURCE /* memmem */
 #include "store/reply.h"
 
 #include <stdlib.h>
@@ -468,7 +467,16 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
 
 bool reply_may_call_tools(const char *body, size_t len)
 {
-    return memmem(body, len, "tool_calls", 10) || memmem(body, len, "\\u", 2);
+    /* memchr, not memmem: glibc's memmem sets up a two-way search that
+     * cost more than the whole scan of a small body */
+    const char *end = body + len;
+    for (const char *p = body; (p = memchr(p, '_', (size_t)(end - p))); p++)
+        if (p - body >= 4 && end - p >= 6 && !memcmp(p - 4, "tool_calls", 10))
+            return true;
+    for (const char *p = body; (p = memchr(p, '\\', (size_t)(end - p))); p++)
+        if (end - p >= 2 && p[1] == 'u')
+            return true;
+    return false;
 }
 
 /* jdump_string of b's bytes, or null */

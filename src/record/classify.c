@@ -225,6 +225,11 @@ static void learn_calls(struct classify_state *c, const json_t *calls)
     }
 }
 
+void classify_learn_calls(struct classify_state *c, const json_t *tool_calls)
+{
+    learn_calls(c, tool_calls);
+}
+
 void classify_learn_message(struct classify_state *c, const json_t *msg)
 {
     if (!strcmp(role_of(msg), "assistant"))

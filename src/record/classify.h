@@ -35,6 +35,9 @@ void classify_free(struct classify_state *c);
  * from the assistant tool calls in a request body. */
 void classify_learn(struct classify_state *c, const json_t *body,
                     const json_t *reply);
+/* Learns task prompts from a reply's tool_calls array alone:
+ * classify_learn(c, NULL, reply) is this for reply's "tool_calls". */
+void classify_learn_calls(struct classify_state *c, const json_t *tool_calls);
 /* Learns from one request message: classify_learn(c, body, NULL) is this
  * for each of body's messages. The recorder calls it only for messages it
  * has not seen in an earlier request (the prompts it learnt then are kept

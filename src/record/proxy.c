@@ -1010,21 +1010,50 @@ static int acc_event(const char *event, const char *data, size_t len, void *ud)
 }
 
 /* The reply reassembled from the captured stream (body[0..len)), with the
- * gaps the loop measured as the events arrived. */
-static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
-                            size_t cap)
+ * gaps the loop measured as the events arrived: its text in x->reply_text
+ * (the task prompts of its tool calls learnt here), or, when the text
+ * cannot be written, the object in x->reply (learnt by the caller). */
+static void stream_reply(struct record *r, struct ex *e, const char *body,
+                         size_t len)
 {
+    struct xchg *x = &e->x;
     struct sse_parser p;
     struct reply_acc a;
-    sse_init(&p, cap);
+    struct buf t;
+    sse_init(&p, r->o.max_capture);
     reply_init(&a);
     if (body)
         sse_feed(&p, body, len, acc_event, &a);
-    json_t *r = reply_take(&a);
-    json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
+    /* what reply_take gives, with "max_gap_ms" the loop's */
+    a.max_gap_ms = e->max_gap_ms;
+    buf_init(&t, 0);
+    if (!reply_finish_text(&a, &t)) {
+        x->reply_text_len = t.len;
+        x->reply_text = buf_detach(&t, NULL);
+        classify_learn_calls(r->cls, a.tool_calls);
+    } else {
+        buf_release(&t);
+        x->reply = reply_take(&a);
+    }
     reply_release(&a);
     sse_release(&p);
-    return r;
+}
+
+/* Adds "NAME": true to the reply, as json_object_set_new(reply, name,
+ * json_true()) would (at the end of the text). */
+static void reply_flag(struct xchg *x, const char *name)
+{
+    if (x->reply) {
+        json_object_set_new(x->reply, name, json_true());
+        return;
+    }
+    if (!x->reply_text || !x->reply_text_len)
+        return;
+    char *s = xasprintf("%.*s,\"%s\":true}", (int)(x->reply_text_len - 1),
+                        x->reply_text, name);
+    free(x->reply_text);
+    x->reply_text = s;
+    x->reply_text_len = strlen(s);
 }
 
 /* The response's Content-Encoding when it is one record can undo (RFC
@@ -1160,7 +1189,7 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             len = plain.len;
         }
         if (x->streamed) {
-            x->reply = stream_reply(batch[i], body, len, r->o.max_capture);
+            stream_reply(r, batch[i], body, len);
         } else if (body && dec == -1 && !batch[i]->resp_capped) {
             /* the body as sent, whole: its reply is reply_from_body of
              * the stored bytes, derived when the row is read (xchg.h,
@@ -1175,10 +1204,10 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         } else if (body) {
             x->reply = reply_from_body(body, len);
         }
-        if (x->reply && (batch[i]->resp_capped || dec == 1))
-            json_object_set_new(x->reply, "resp_truncated", json_true());
-        if (x->reply && dec < -1)
-            json_object_set_new(x->reply, "resp_undecodable", json_true());
+        if (batch[i]->resp_capped || dec == 1)
+            reply_flag(x, "resp_truncated");
+        if (dec < -1)
+            reply_flag(x, "resp_undecodable");
         buf_release(&plain);
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;

@@ -487,6 +487,40 @@ static int put_text(struct buf *out, const struct buf *b, bool present)
     return jdump_string(out, b->data ? b->data : "", b->len);
 }
 
+int reply_finish_text(const struct reply_acc *a, struct buf *out)
+{
+    /* the members in finish()'s order and form; a text at the cap may
+     * end inside a character, which json_stringn would refuse */
+    if (a->content.len + 8 > REPLY_TEXT_MAX ||
+        a->reasoning.len + 8 > REPLY_TEXT_MAX)
+        return -1;
+    if (buf_adds(out, "{\"content\":") || put_text(out, &a->content, true) ||
+        buf_adds(out, ",\"reasoning_content\":") ||
+        put_text(out, &a->reasoning, a->reasoning_field != NULL))
+        return -1;
+    if (a->reasoning_field &&
+        (buf_adds(out, ",\"reasoning_field\":") ||
+         jdump_string(out, a->reasoning_field, strlen(a->reasoning_field))))
+        return -1;
+    if (buf_adds(out, ",\"tool_calls\":") || jdump(out, a->tool_calls, false) ||
+        buf_adds(out, ",\"usage\":") ||
+        (a->usage ? jdump(out, a->usage, false) : buf_adds(out, "null")) ||
+        buf_adds(out, ",\"finish_reason\":") ||
+        (a->finish_reason
+             ? jdump_string(out, a->finish_reason, strlen(a->finish_reason))
+             : buf_adds(out, "null")) ||
+        buf_adds(out, a->done ? ",\"done\":true" : ",\"done\":false") ||
+        buf_printf(out, ",\"chunks\":%ld,\"max_gap_ms\":", a->chunks) ||
+        jdump_real(out, a->max_gap_ms))
+        return -1;
+    if (a->bad && buf_printf(out, ",\"bad_chunks\":%ld", a->bad))
+        return -1;
+    if (a->error &&
+        (buf_adds(out, ",\"error\":") || jdump(out, a->error, false)))
+        return -1;
+    return buf_addch(out, '}') ? -1 : 0;
+}
+
 int reply_text_from_body(const char *body, size_t len, struct buf *out)
 {
     struct scanned sc;

@@ -62,6 +62,11 @@ json_t *reply_finish(const struct reply_acc *a);
  * a into the result (a keeps empty ones; only reply_release is left to
  * call on it). */
 json_t *reply_take(struct reply_acc *a);
+/* The text jdump(reply_finish(a), false) writes, appended to out without
+ * building the object (the recorder's stream replies). 0, or -1 when the
+ * content or reasoning reached the cap (out may hold a partial text then;
+ * use reply_finish). */
+int reply_finish_text(const struct reply_acc *a, struct buf *out);
 /* The reply object for a non-streamed JSON response, or NULL when the body
  * is not a JSON object. */
 json_t *reply_from_body(const char *body, size_t len);

@@ -185,6 +185,7 @@ void xchg_release(struct xchg *x)
     hdrs_release(&x->resp_hl);
     free(x->resp_raw);
     json_decref(x->reply);
+    free(x->reply_text);
     xchg_init(x);
 }
 
@@ -1198,7 +1199,10 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     bind_headers(st, 18, x->resp_headers, &x->resp_hl);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
-    if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
+    if (!x->reply && x->reply_text)
+        sqlite3_bind_text(st, 23, x->reply_text, (int)x->reply_text_len,
+                          SQLITE_STATIC);
+    else if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
         sqlite3_bind_text(st, 23, "", 0, SQLITE_STATIC); /* see read_row */
     else
         bind_json(st, 23, x->reply);

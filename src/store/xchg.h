@@ -81,6 +81,12 @@ struct xchg {
      *  "usage": {...}|null, "finish_reason": str|null, "done": bool,
      *  "chunks": n, "max_gap_ms": x} */
     json_t *reply;
+    /* Or, with reply NULL, its compact JSON text (owned; what jdump of the
+     * object would write): the recorder's stream replies (reply_finish_text in
+     * store/reply.h). The store writes it to the reply column as is; the
+     * spill file parses it; readers get reply. */
+    char *reply_text;
+    size_t reply_text_len;
     /* Set by the writer instead of reply (left NULL) when the reply is
      * reply_from_body(resp_raw, resp_raw_len) (store/reply.h): a JSON body
      * not streamed, not content-encoded and not cut at the capture cap.

@@ -131,7 +131,9 @@ json_t *xchg_to_json(const struct xchg *x)
     set_bytes(o, "resp_raw", x->resp_raw, x->resp_raw_len);
     json_object_set_new(o, "streamed", json_boolean(x->streamed));
     json_t *reply = x->reply;
-    if (!reply && x->reply_of_raw && x->resp_raw && !x->streamed)
+    if (!reply && x->reply_text)
+        reply = json_loadb(x->reply_text, x->reply_text_len, 0, NULL);
+    else if (!reply && x->reply_of_raw && x->resp_raw && !x->streamed)
         reply = reply_from_body(x->resp_raw, x->resp_raw_len);
     else
         json_incref(reply);

@@ -133,6 +133,9 @@ struct xchg_cache {
     size_t trees_cap, trees_n, trees_bytes;
     struct jspan *spans; /* xchg_req_json's, kept for the next request */
     size_t spans_cap;
+    /* insert_row's header texts, bound in place (SQLITE_STATIC) and kept
+     * for the next row instead of a malloc and free per column */
+    struct buf hdr_text[2];
 };
 
 struct tree_ent {
@@ -224,6 +227,8 @@ void xchg_cache_free(struct xchg_cache *c)
     free(c->spans);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
+    buf_release(&c->hdr_text[0]);
+    buf_release(&c->hdr_text[1]);
     free(c);
 }
 
@@ -286,8 +291,9 @@ static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
+            /* no sqlite3_clear_bindings: each use binds every parameter
+             * of its statement (insert_row binds NULLs too) */
             sqlite3_reset(st);
-            sqlite3_clear_bindings(st);
             return;
         }
     }
@@ -1119,23 +1125,21 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
         sqlite3_bind_null(st, i);
 }
 
-/* j's text, else hl's when it is set, else NULL. */
+/* j's text, else hl's when it is set, else NULL; hl's text is written
+ * into tb and bound there (tb outlives the statement's run). */
 static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
-                         const struct hdrs *hl)
+                         const struct hdrs *hl, struct buf *tb)
 {
     if (j || !hl->set) {
         bind_json(st, i, j);
         return;
     }
-    struct buf b = BUF_INIT;
-    if (hdrs_json(hl, &b)) {
-        buf_release(&b);
+    buf_reset(tb);
+    if (hdrs_json(hl, tb)) {
         sqlite3_bind_null(st, i);
         return;
     }
-    size_t len;
-    char *s = buf_detach(&b, &len);
-    sqlite3_bind_text(st, i, s, (int)len, free);
+    sqlite3_bind_text(st, i, tb->data, (int)tb->len, SQLITE_STATIC);
 }
 
 static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
@@ -1148,6 +1152,14 @@ static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
         sqlite3_bind_null(st, i);
         sqlite3_bind_null(st, i + 1);
         sqlite3_bind_null(st, i + 2);
+        return;
+    }
+    if (len < 64 || (!lines && len < PACK_MIN)) {
+        /* stored as it is (what pack would give), bound where it is: the
+         * caller keeps data until the statement has run */
+        sqlite3_bind_blob(st, i, data, (int)len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
+        sqlite3_bind_int(st, i + 2, ZIP_NONE);
         return;
     }
     pack(c, data, len, lines, &z, &zlen, &zip);
@@ -1169,6 +1181,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                       const struct row_req *r, bool chat, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
+    char *body_text = NULL; /* bound until the step */
     if (!(st = prep(c, db, INSERT_SQL)))
         return sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
@@ -1176,27 +1189,38 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_double(st, 3, x->started);
     sqlite3_bind_text(st, 4, x->method ? x->method : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, x->path ? x->path : "", -1, SQLITE_STATIC);
-    bind_headers(st, 6, x->req_headers, &x->req_hl);
+    bind_headers(st, 6, x->req_headers, &x->req_hl, &c->hdr_text[0]);
     sqlite3_bind_int64(st, 10, (sqlite3_int64)r->base.prefix);
     sqlite3_bind_int(st, 11, r->base.depth);
     if (chat) {
         sqlite3_bind_int64(st, 7, r->params);
         if (r->has_tools)
             sqlite3_bind_int64(st, 8, r->tools);
+        else
+            sqlite3_bind_null(st, 8);
         if (r->base.id)
             sqlite3_bind_int64(st, 9, r->base.id);
+        else
+            sqlite3_bind_null(st, 9);
         sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
-    } else if (x->req_raw) {
-        bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
-    } else if (x->req_body) {
-        size_t len;
-        char *s = canonical(x->req_body, &len);
-        bind_packed(c, st, 13, s, len, false);
-        free(s);
+        bind_packed(c, st, 13, NULL, 0, false);
+    } else {
+        for (int i = 7; i <= 9; i++)
+            sqlite3_bind_null(st, i);
+        sqlite3_bind_null(st, 12);
+        if (x->req_raw) {
+            bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
+        } else if (x->req_body) {
+            size_t len;
+            body_text = canonical(x->req_body, &len);
+            bind_packed(c, st, 13, body_text, len, false);
+        } else {
+            bind_packed(c, st, 13, NULL, 0, false);
+        }
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
-    bind_headers(st, 18, x->resp_headers, &x->resp_hl);
+    bind_headers(st, 18, x->resp_headers, &x->resp_hl, &c->hdr_text[1]);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
     if (!x->reply && x->reply_text)
@@ -1215,6 +1239,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                  ? 0
                  : sql_fail(db, d, "cannot store an exchange");
     unprep(c, st);
+    free(body_text);
     return rc;
 }
 

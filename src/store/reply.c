@@ -487,6 +487,20 @@ static int put_text(struct buf *out, const struct buf *b, bool present)
     return jdump_string(out, b->data ? b->data : "", b->len);
 }
 
+/* v in decimal, as jansson writes an integer (without snprintf) */
+static int put_long(struct buf *out, long v)
+{
+    char s[24], *p = s + sizeof(s);
+    unsigned long u = v < 0 ? 0 - (unsigned long)v : (unsigned long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    return buf_add(out, p, (size_t)(s + sizeof(s) - p));
+}
+
 int reply_finish_text(const struct reply_acc *a, struct buf *out)
 {
     /* the members in finish()'s order and form; a text at the cap may
@@ -510,10 +524,10 @@ int reply_finish_text(const struct reply_acc *a, struct buf *out)
              ? jdump_string(out, a->finish_reason, strlen(a->finish_reason))
              : buf_adds(out, "null")) ||
         buf_adds(out, a->done ? ",\"done\":true" : ",\"done\":false") ||
-        buf_printf(out, ",\"chunks\":%ld,\"max_gap_ms\":", a->chunks) ||
-        jdump_real(out, a->max_gap_ms))
+        buf_adds(out, ",\"chunks\":") || put_long(out, a->chunks) ||
+        buf_adds(out, ",\"max_gap_ms\":") || jdump_real(out, a->max_gap_ms))
         return -1;
-    if (a->bad && buf_printf(out, ",\"bad_chunks\":%ld", a->bad))
+    if (a->bad && (buf_adds(out, ",\"bad_chunks\":") || put_long(out, a->bad)))
         return -1;
     if (a->error &&
         (buf_adds(out, ",\"error\":") || jdump(out, a->error, false)))

@@ -468,7 +468,8 @@ static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
         rc = l ? ldelta_decode(l, llen, out, raw_len) : -1;
         free(l);
     } else if (zip == ZIP_NONE && zlen == raw_len) {
-        memcpy(out, z, zlen);
+        if (zlen) /* SQLite gives NULL for an empty blob */
+            memcpy(out, z, zlen);
     } else {
         rc = -1;
     }

@@ -1039,6 +1039,21 @@ static void stream_reply(struct record *r, struct ex *e, const char *body,
     sse_release(&p);
 }
 
+/* x->reply_text from a JSON body of the common shape
+ * (reply_text_from_body): 0, or -1 with x unaltered. */
+static int reply_body_text(struct xchg *x, const char *body, size_t len)
+{
+    struct buf t;
+    buf_init(&t, 0);
+    if (reply_text_from_body(body, len, &t)) {
+        buf_release(&t);
+        return -1;
+    }
+    x->reply_text_len = t.len;
+    x->reply_text = buf_detach(&t, NULL);
+    return 0;
+}
+
 /* Adds "NAME": true to the reply, as json_object_set_new(reply, name,
  * json_true()) would (at the end of the text). */
 static void reply_flag(struct xchg *x, const char *name)
@@ -1202,7 +1217,12 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
                 json_decref(rv);
             }
         } else if (body) {
-            x->reply = reply_from_body(body, len);
+            /* the object, but for an inflated body, whole and of the
+             * common shape, whose column text is written without it (it
+             * has no tool calls for classify_learn to read) */
+            if (dec != 0 || batch[i]->resp_capped ||
+                reply_body_text(x, body, len))
+                x->reply = reply_from_body(body, len);
         }
         if (batch[i]->resp_capped || dec == 1)
             reply_flag(x, "resp_truncated");

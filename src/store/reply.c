@@ -29,6 +29,7 @@ void reply_release(struct reply_acc *a)
     buf_release(&a->content);
     buf_release(&a->reasoning);
     buf_release(&a->prev);
+    buf_release(&a->usage_text);
     json_decref(a->tool_calls);
     json_decref(a->usage);
     json_decref(a->error);
@@ -264,8 +265,15 @@ static void span_str(struct buf *b, const struct jspan *v)
 static void take_scanned(struct reply_acc *a, const struct scanned *sc)
 {
     if (sc->usage.t == JS_OBJECT) {
+        /* kept as its text when it copies plainly: the recorder writes
+         * the text (reply_finish_text), no tree is built */
         json_decref(a->usage);
-        a->usage = span_json(&sc->usage);
+        a->usage = NULL;
+        buf_reset(&a->usage_text);
+        if (jscan_dump_plain(&sc->usage, &a->usage_text)) {
+            buf_reset(&a->usage_text);
+            a->usage = span_json(&sc->usage);
+        }
     }
     if (sc->error.t != JS_NONE && sc->error.t != JS_NULL) {
         json_decref(a->error);
@@ -335,6 +343,7 @@ void reply_chunk_jansson(struct reply_acc *a, const char *data, size_t len,
     if (json_is_object(v)) {
         json_decref(a->usage);
         a->usage = json_incref(v);
+        buf_reset(&a->usage_text);
     }
     if ((v = json_object_get(j, "error")) && !json_is_null(v)) {
         json_decref(a->error);
@@ -378,10 +387,15 @@ static json_t *finish(struct reply_acc *a, bool take)
     json_object_set_new(r, "tool_calls",
                         take ? json_incref(a->tool_calls)
                              : json_deep_copy(a->tool_calls));
-    json_object_set_new(r, "usage",
-                        !a->usage ? json_null()
-                        : take    ? json_incref(a->usage)
-                                  : json_deep_copy(a->usage));
+    if (!a->usage && a->usage_text.len)
+        json_object_set_new(
+            r, "usage",
+            json_loadb(a->usage_text.data, a->usage_text.len, 0, NULL));
+    else
+        json_object_set_new(r, "usage",
+                            !a->usage ? json_null()
+                            : take    ? json_incref(a->usage)
+                                      : json_deep_copy(a->usage));
     json_object_set_new(r, "finish_reason",
                         a->finish_reason ? json_string(a->finish_reason)
                                          : json_null());
@@ -518,7 +532,10 @@ int reply_finish_text(const struct reply_acc *a, struct buf *out)
         return -1;
     if (buf_adds(out, ",\"tool_calls\":") || jdump(out, a->tool_calls, false) ||
         buf_adds(out, ",\"usage\":") ||
-        (a->usage ? jdump(out, a->usage, false) : buf_adds(out, "null")) ||
+        (a->usage ? jdump(out, a->usage, false)
+         : a->usage_text.len
+             ? buf_add(out, a->usage_text.data, a->usage_text.len)
+             : buf_adds(out, "null")) ||
         buf_adds(out, ",\"finish_reason\":") ||
         (a->finish_reason
              ? jdump_string(out, a->finish_reason, strlen(a->finish_reason))

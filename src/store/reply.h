@@ -27,6 +27,10 @@ struct reply_acc {
     const char *reasoning_field; /* "reasoning_content" or "reasoning" */
     json_t *tool_calls;          /* array, merged by index */
     json_t *usage;
+    /* Or, with usage NULL and usage_text.len set, usage's compact text
+     * (what jdump writes for it): a usage object read in place that
+     * jscan_dump_plain could copy, built only if reply_finish asks */
+    struct buf usage_text;
     json_t *error; /* an {"error": ...} event, as sent */
     char *finish_reason;
     bool done;      /* a data: [DONE] event arrived */

@@ -341,9 +341,28 @@ char *classify_session_hl(const struct hdrs *headers, const json_t *body)
     return classify_session_memo(NULL, headers, body, NULL, 0);
 }
 
-char *classify_session_memo(struct classify_state *c,
-                            const struct hdrs *headers, const json_t *body,
-                            const XXH128_hash_t *raw, size_t n)
+/* The messages of a request body and where its first system, first user
+ * and last user messages are (-1: none), found once for both answers */
+struct req_msgs {
+    const json_t *msgs; /* NULL: no non-empty messages array */
+    long idx[3];
+};
+
+static void find_msgs(const json_t *body, struct req_msgs *m)
+{
+    m->msgs = json_object_get(body, "messages");
+    if (!json_is_array(m->msgs) || !json_array_size(m->msgs)) {
+        m->msgs = NULL;
+        return;
+    }
+    m->idx[0] = first_index(m->msgs, "system");
+    m->idx[1] = first_index(m->msgs, "user");
+    m->idx[2] = last_index(m->msgs, "user");
+}
+
+static char *session_of(struct classify_state *c, const struct hdrs *headers,
+                        const json_t *body, const struct req_msgs *m,
+                        const XXH128_hash_t *raw, size_t n)
 {
     struct buf b = BUF_INIT;
     const char *h = hdrs_get_ci(headers, "x-session-id", &b);
@@ -352,11 +371,9 @@ char *classify_session_memo(struct classify_state *c,
     if (h)
         return buf_detach(&b, NULL);
     buf_release(&b);
-    const json_t *msgs = json_object_get(body, "messages");
-    if (!c || !json_is_array(msgs) || !json_array_size(msgs))
+    if (!c || !m->msgs)
         return session_from_body(body);
-    long idx[2] = {first_index(msgs, "system"), first_index(msgs, "user")};
-    XXH128_hash_t k = memo_key(msgs, raw, n, idx, 2, 's');
+    XXH128_hash_t k = memo_key(m->msgs, raw, n, m->idx, 2, 's');
     if (!is_key(k))
         return session_from_body(body);
     struct memo_ent *e = memo_slot(c->sessions, k);
@@ -368,6 +385,15 @@ char *classify_session_memo(struct classify_state *c,
         strcpy(e->v, s);
     }
     return s;
+}
+
+char *classify_session_memo(struct classify_state *c,
+                            const struct hdrs *headers, const json_t *body,
+                            const XXH128_hash_t *raw, size_t n)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    return session_of(c, headers, body, &m, raw, n);
 }
 
 static char *session_from_body(const json_t *body)
@@ -441,14 +467,14 @@ const char *classify_kind(struct classify_state *c, const json_t *body)
     return classify_kind_memo(c, body, NULL, 0);
 }
 
-const char *classify_kind_memo(struct classify_state *c, const json_t *body,
-                               const XXH128_hash_t *raw, size_t n)
+static const char *kind_of(struct classify_state *c, const json_t *body,
+                           const struct req_msgs *m, const XXH128_hash_t *raw,
+                           size_t n)
 {
-    const json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || !json_array_size(msgs))
+    const json_t *msgs = m->msgs;
+    if (!msgs)
         return "other";
-    long idx[3] = {first_index(msgs, "system"), first_index(msgs, "user"),
-                   last_index(msgs, "user")};
+    const long *idx = m->idx;
     const json_t *first_user = json_array_get(msgs, (size_t)idx[1]);
     if (!has_tools(body)) {
         XXH128_hash_t k =
@@ -479,4 +505,23 @@ const char *classify_kind_memo(struct classify_state *c, const json_t *body,
             return "subagent";
     }
     return "main";
+}
+
+const char *classify_kind_memo(struct classify_state *c, const json_t *body,
+                               const XXH128_hash_t *raw, size_t n)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    return kind_of(c, body, &m, raw, n);
+}
+
+const char *classify_request_memo(struct classify_state *c,
+                                  const struct hdrs *headers,
+                                  const json_t *body, const XXH128_hash_t *raw,
+                                  size_t n, char **session)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    *session = session_of(c, headers, body, &m, raw, n);
+    return kind_of(c, body, &m, raw, n);
 }

@@ -64,5 +64,11 @@ char *classify_session_memo(struct classify_state *c,
                             const XXH128_hash_t *raw, size_t n);
 const char *classify_kind_memo(struct classify_state *c, const json_t *body,
                                const XXH128_hash_t *raw, size_t n);
+/* Both at once (the messages are looked for once): the kind, and the
+ * session key in *session (fresh). */
+const char *classify_request_memo(struct classify_state *c,
+                                  const struct hdrs *headers,
+                                  const json_t *body, const XXH128_hash_t *raw,
+                                  size_t n, char **session);
 
 #endif

@@ -985,10 +985,8 @@ static void parse_request(struct record *r, struct ex *e)
     x->req_body = j;
     /* remembered by the bytes of the messages they read (set by
      * xchg_req_json) */
-    x->session = classify_session_memo(r->cls, &x->req_hl, j, x->req_msg_raw,
-                                       x->req_msg_n);
-    x->kind =
-        xstrdup(classify_kind_memo(r->cls, j, x->req_msg_raw, x->req_msg_n));
+    x->kind = xstrdup(classify_request_memo(
+        r->cls, &x->req_hl, j, x->req_msg_raw, x->req_msg_n, &x->session));
     if (chat && x->req_msg_new) {
         /* a message shared with an earlier request was learnt from then */
         json_t *msgs = json_object_get(j, "messages");

@@ -1,8 +1,8 @@
 /*
  * Tests for record/classify's memo (classify_session_memo,
- * classify_kind_memo): the recorder's writer classifies each request by
- * the bytes of the messages the session key and the kind depend on, as
- * xchg_req_json hashed them. Whatever order requests come in, first seen
+ * classify_kind_memo, classify_request_memo): the recorder's writer classifies
+ * each request by the bytes of the messages the session key and the kind depend
+ * on, as xchg_req_json hashed them. Whatever order requests come in, first seen
  * or remembered, the memo must give what classify_session_hl and
  * classify_kind give: requests that share their first messages but differ
  * in the last user message, in tools or in the session header, title and
@@ -82,6 +82,13 @@ static void check_all(struct classify_state *memo, struct classify_state *ref,
         const char *kb = classify_kind(ref, j);
         if (strcmp(ka, kb))
             fail_msg("body %zu: kind '%s', want '%s'", i, ka, kb);
+        char *sc = NULL;
+        const char *kc =
+            classify_request_memo(memo, &h, j, x.req_msg_raw, x.req_msg_n, &sc);
+        if (strcmp(sc, b) || strcmp(kc, kb))
+            fail_msg("body %zu: both at once '%s' '%s', want '%s' '%s'", i, sc,
+                     kc, b, kb);
+        free(sc);
         free(a);
         free(b);
         json_decref(j);

@@ -961,11 +961,18 @@ static void parse_request(struct record *r, struct ex *e)
     json_t *j = NULL;
     if (e->body.len) {
         /* in place when the scanner is sure, else jansson (same value) */
-        struct jspan doc;
-        if (!jscan_doc(e->body.data, e->body.len, &doc) &&
+        /* the validating walk also finds "messages" (unless a key has
+         * escapes: then plain jscan_doc, and xchg_req_json finds it) */
+        static const struct jscan_pick top = {
+            {"messages"}, {0}, {-1}, false, 0};
+        struct jspan doc, msgs;
+        bool picked =
+            !jscan_doc_pick(e->body.data, e->body.len, &top, &msgs, 1, &doc);
+        if ((picked || !jscan_doc(e->body.data, e->body.len, &doc)) &&
             (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
             /* messages seen in an earlier request are shared with it */
-            j = xchg_req_json(r->cache, &doc, x);
+            j = picked ? xchg_req_json_msgs(r->cache, &doc, &msgs, x)
+                       : xchg_req_json(r->cache, &doc, x);
             /* the store hashes messages by these bytes */
             x->req_src = e->body.data;
             x->req_src_len = e->body.len;

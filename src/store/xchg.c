@@ -724,6 +724,9 @@ static void tree_add(struct xchg_cache *c, XXH128_hash_t k, json_t *v,
     c->trees_bytes += bytes;
 }
 
+static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
+                              struct jspan msgs, long n, struct xchg *x);
+
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x)
 {
@@ -735,6 +738,23 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         jscan_member_elements(doc, "messages", &msgs, c->spans, c->spans_cap);
     if (n < 0)
         return jscan_json(doc);
+    return req_json_split(c, doc, msgs, n, x);
+}
+
+json_t *xchg_req_json_msgs(struct xchg_cache *c, const struct jspan *doc,
+                           const struct jspan *msgs, struct xchg *x)
+{
+    if (!c || doc->t != JS_OBJECT || msgs->t != JS_ARRAY)
+        return jscan_json(doc);
+    long n = jscan_elements(msgs, c->spans, c->spans_cap);
+    return req_json_split(c, doc, *msgs, n, x);
+}
+
+/* xchg_req_json for a body whose messages array is msgs, with n elements,
+ * the first spans_cap of them in c->spans */
+static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
+                              struct jspan msgs, long n, struct xchg *x)
+{
     if ((size_t)n > c->spans_cap) {
         c->spans_cap = (size_t)n + (size_t)n / 2;
         c->spans = xrealloc(c->spans, c->spans_cap * sizeof(*c->spans));

@@ -961,17 +961,19 @@ static void parse_request(struct record *r, struct ex *e)
     json_t *j = NULL;
     if (e->body.len) {
         /* in place when the scanner is sure, else jansson (same value) */
-        /* the validating walk also finds "messages" (unless a key has
-         * escapes: then plain jscan_doc, and xchg_req_json finds it) */
+        /* the validating walk also finds "messages" and "tools" (unless
+         * a key has escapes: then plain jscan_doc, and xchg_req_json
+         * finds the messages) */
         static const struct jscan_pick top = {
-            {"messages"}, {0}, {-1}, false, 0};
-        struct jspan doc, msgs;
+            {"messages", "tools"}, {0, 1}, {-1, -1}, false, 0};
+        struct jspan doc, at[2];
         bool picked =
-            !jscan_doc_pick(e->body.data, e->body.len, &top, &msgs, 1, &doc);
+            !jscan_doc_pick(e->body.data, e->body.len, &top, at, 2, &doc);
         if ((picked || !jscan_doc(e->body.data, e->body.len, &doc)) &&
             (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
-            /* messages seen in an earlier request are shared with it */
-            j = picked ? xchg_req_json_msgs(r->cache, &doc, &msgs, x)
+            /* messages and tools seen in an earlier request are shared
+             * with it */
+            j = picked ? xchg_req_json_msgs(r->cache, &doc, &at[0], &at[1], x)
                        : xchg_req_json(r->cache, &doc, x);
             /* the store hashes messages by these bytes */
             x->req_src = e->body.data;

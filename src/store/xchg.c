@@ -725,7 +725,8 @@ static void tree_add(struct xchg_cache *c, XXH128_hash_t k, json_t *v,
 }
 
 static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
-                              struct jspan msgs, long n, struct xchg *x);
+                              struct jspan msgs, long n,
+                              const struct jspan *tools, struct xchg *x);
 
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x)
@@ -738,22 +739,24 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         jscan_member_elements(doc, "messages", &msgs, c->spans, c->spans_cap);
     if (n < 0)
         return jscan_json(doc);
-    return req_json_split(c, doc, msgs, n, x);
+    return req_json_split(c, doc, msgs, n, NULL, x);
 }
 
 json_t *xchg_req_json_msgs(struct xchg_cache *c, const struct jspan *doc,
-                           const struct jspan *msgs, struct xchg *x)
+                           const struct jspan *msgs, const struct jspan *tools,
+                           struct xchg *x)
 {
     if (!c || doc->t != JS_OBJECT || msgs->t != JS_ARRAY)
         return jscan_json(doc);
     long n = jscan_elements(msgs, c->spans, c->spans_cap);
-    return req_json_split(c, doc, *msgs, n, x);
+    return req_json_split(c, doc, *msgs, n, tools, x);
 }
 
 /* xchg_req_json for a body whose messages array is msgs, with n elements,
  * the first spans_cap of them in c->spans */
 static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
-                              struct jspan msgs, long n, struct xchg *x)
+                              struct jspan msgs, long n,
+                              const struct jspan *tools, struct xchg *x)
 {
     if ((size_t)n > c->spans_cap) {
         c->spans_cap = (size_t)n + (size_t)n / 2;
@@ -788,7 +791,21 @@ static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
     x->req_rest_raw =
         XXH3_128bits_withSeed(after, (size_t)(doc->p + doc->n - after),
                               k1.low64 ^ k1.high64 ^ before);
-    return jscan_json_with(doc, &msgs, arr);
+    if (!tools || tools->t == JS_NONE)
+        return jscan_json_with(doc, &msgs, arr);
+    /* the tools, like a message, shared by the requests that send the
+     * same bytes (a harness sends its tool schemas with every request) */
+    XXH128_hash_t tk = XXH3_128bits(tools->p, tools->n);
+    const struct tree_ent *te =
+        c->trees_cap ? tree_slot(c->trees, c->trees_cap, tk) : NULL;
+    json_t *tv;
+    if (te && te->v) {
+        tv = json_incref(te->v);
+    } else {
+        tv = jscan_json(tools);
+        tree_add(c, tk, tv, tools->n);
+    }
+    return jscan_json_with2(doc, &msgs, arr, tools, tv);
 }
 
 static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"

@@ -142,11 +142,14 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
  * reference. */
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x);
-/* The same for a body whose "messages" member (the last of that name, as
- * jansson keeps) jscan_doc_pick already found: msgs, JS_NONE when absent.
- * The body is not walked again to find it. */
+/* The same for a body whose "messages" and "tools" members (the last of
+ * each name, as jansson keeps) jscan_doc_pick already found: msgs and
+ * tools, JS_NONE when absent (tools may be NULL). The body is not walked
+ * again to find them; a tools value whose bytes c has seen is that
+ * request's value (shared, read-only), as messages are. */
 json_t *xchg_req_json_msgs(struct xchg_cache *c, const struct jspan *doc,
-                           const struct jspan *msgs, struct xchg *x);
+                           const struct jspan *msgs, const struct jspan *tools,
+                           struct xchg *x);
 /* Messages whose hash c took from their bytes (xchg.req_src) rather than
  * from a canonical dump, since c was made. */
 size_t xchg_cache_memo_hits(const struct xchg_cache *c);

@@ -1,12 +1,14 @@
 /*
  * Tests for store/xchg's xchg_req_json_msgs: the recorder finds a request
- * body's "messages" member in the same validating walk as jscan_doc
- * (jscan_doc_pick) and hands it over, instead of xchg_req_json walking the
- * body again to find it. Both must give the same value (key order
+ * body's "messages" and "tools" members in the same validating walk as
+ * jscan_doc (jscan_doc_pick) and hands it over, instead of xchg_req_json
+ * walking the body again to find it. Both must give the same value (key order
  * included), the same message hashes and the same hash of the rest of the
- * body, and share messages alike: for a chat body, repeated "messages"
- * members, a "messages" that is not an array or only nested deeper, no
- * messages, an array body, and a history longer than the span buffer.
+ * body, and share messages alike (the tools value, also found in that
+ * walk, is shared by its bytes too): for a chat body, repeated
+ * "messages" or "tools" members, a "messages" that is not an array or
+ * only nested deeper, no messages, an array body, and a history longer
+ * than the span buffer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +25,8 @@
 #include "store/jscan.h"
 #include "store/xchg.h"
 
-static const struct jscan_pick TOP = {{"messages"}, {0}, {-1}, false, 0};
+static const struct jscan_pick TOP = {
+    {"messages", "tools"}, {0, 1}, {-1, -1}, false, 0};
 
 /* A chat body with n messages */
 static char *history(size_t n)
@@ -39,14 +42,14 @@ static char *history(size_t n)
 
 static void check(struct xchg_cache *a, struct xchg_cache *b, const char *s)
 {
-    struct jspan doc, msgs, doc2;
+    struct jspan doc, at[2], doc2;
     size_t n = strlen(s);
-    assert_int_equal(jscan_doc_pick(s, n, &TOP, &msgs, 1, &doc), 0);
+    assert_int_equal(jscan_doc_pick(s, n, &TOP, at, 2, &doc), 0);
     assert_int_equal(jscan_doc(s, n, &doc2), 0);
     struct xchg x, y;
     xchg_init(&x);
     xchg_init(&y);
-    json_t *got = xchg_req_json_msgs(a, &doc, &msgs, &x);
+    json_t *got = xchg_req_json_msgs(a, &doc, &at[0], &at[1], &x);
     json_t *want = xchg_req_json(b, &doc2, &y);
     char *gs = jdump_str(got, false, NULL), *ws = jdump_str(want, false, NULL);
     if (!gs || !ws || strcmp(gs, ws))
@@ -100,10 +103,42 @@ static void test_picked_messages_read_alike(void **state)
     xchg_cache_free(b);
 }
 
+/* Two requests with the same tools bytes share one tools value; other
+ * bytes get their own */
+static void test_tools_shared(void **state)
+{
+    (void)state;
+    struct xchg_cache *c = xchg_cache_new();
+    char *h1 = history(3), *h2 = history(5);
+    static const char other[] =
+        "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"x\"}]}";
+    const char *bodies[] = {h1, h2, other};
+    json_t *got[3];
+    for (int i = 0; i < 3; i++) {
+        struct jspan doc, at[2];
+        struct xchg x;
+        xchg_init(&x);
+        assert_int_equal(
+            jscan_doc_pick(bodies[i], strlen(bodies[i]), &TOP, at, 2, &doc), 0);
+        got[i] = xchg_req_json_msgs(c, &doc, &at[0], &at[1], &x);
+        xchg_release(&x);
+    }
+    json_t *t0 = json_object_get(got[0], "tools");
+    assert_non_null(t0);
+    assert_ptr_equal(t0, json_object_get(got[1], "tools"));
+    assert_ptr_not_equal(t0, json_object_get(got[2], "tools"));
+    for (int i = 0; i < 3; i++)
+        json_decref(got[i]);
+    free(h1);
+    free(h2);
+    xchg_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_picked_messages_read_alike),
+        cmocka_unit_test(test_tools_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <xxhash.h>
 
 #include "core/buf.h"
 #include "core/hash.h"
@@ -157,16 +158,6 @@ static const json_t *first_with_role(const json_t *msgs, const char *role)
     return NULL;
 }
 
-static const json_t *last_with_role(const json_t *msgs, const char *role)
-{
-    for (size_t i = json_array_size(msgs); i-- > 0;) {
-        json_t *m = json_array_get(msgs, i);
-        if (!strcmp(role_of(m), role))
-            return m;
-    }
-    return NULL;
-}
-
 static uint64_t text_hash(const char *s)
 {
     return hash64(s, strlen(s), 0x7461736b);
@@ -174,9 +165,22 @@ static uint64_t text_hash(const char *s)
 
 /* ---- subagent prompts ---- */
 
+/* What classify_session_memo and classify_kind_memo remember of a body,
+ * by the XXH3-128 of the bytes of the messages it depends on (direct
+ * mapped; a session re-sends the same first messages every turn) */
+#define MEMO_SLOTS 64
+
+struct memo_ent {
+    XXH128_hash_t k; /* all zero: empty */
+    char v[20];      /* a session key ("p:" and 16 digits) */
+};
+
 struct classify_state {
     uint64_t prompts[TASK_PROMPTS_MAX]; /* ring of task prompt hashes */
     size_t n;
+    struct memo_ent sessions[MEMO_SLOTS];
+    /* the title/compaction verdict: v[0] 't', 'c' or 'n' (neither) */
+    struct memo_ent kinds[MEMO_SLOTS];
 };
 
 struct classify_state *classify_new(void)
@@ -221,6 +225,11 @@ static void learn_calls(struct classify_state *c, const json_t *calls)
     }
 }
 
+void classify_learn_calls(struct classify_state *c, const json_t *tool_calls)
+{
+    learn_calls(c, tool_calls);
+}
+
 void classify_learn_message(struct classify_state *c, const json_t *msg)
 {
     if (!strcmp(role_of(msg), "assistant"))
@@ -263,6 +272,58 @@ static const char *header_ci(const json_t *headers, const char *name)
     return NULL;
 }
 
+/* The index of the first message of msgs with that role, else -1 */
+static long first_index(const json_t *msgs, const char *role)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if (!strcmp(role_of(m), role))
+            return (long)i;
+    }
+    return -1;
+}
+
+static long last_index(const json_t *msgs, const char *role)
+{
+    for (size_t i = json_array_size(msgs); i-- > 0;)
+        if (!strcmp(role_of(json_array_get(msgs, i)), role))
+            return (long)i;
+    return -1;
+}
+
+/* The memo key of the messages at idx[0..n) (-1: absent) and a tag, or
+ * all zero when raw does not describe msgs. */
+static XXH128_hash_t memo_key(const json_t *msgs, const XXH128_hash_t *raw,
+                              size_t nraw, const long *idx, size_t n,
+                              unsigned tag)
+{
+    XXH128_hash_t parts[4] = {{0}};
+    XXH128_hash_t zero = {0};
+    if (!raw || nraw != json_array_size(msgs) || n > 3)
+        return zero;
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= 0)
+            parts[i] = raw[idx[i]];
+    parts[n].low64 = tag;
+    parts[n].high64 = (uint64_t)((idx[0] >= 0) | (idx[n - 1] >= 0) << 1);
+    XXH128_hash_t k = XXH3_128bits(parts, sizeof(parts));
+    if (!k.low64 && !k.high64)
+        k.low64 = 1; /* all zero marks an empty slot */
+    return k;
+}
+
+static struct memo_ent *memo_slot(struct memo_ent *tab, XXH128_hash_t k)
+{
+    return &tab[k.low64 % MEMO_SLOTS];
+}
+
+static bool is_key(XXH128_hash_t k)
+{
+    return k.low64 || k.high64;
+}
+
 static char *session_from_body(const json_t *body);
 
 char *classify_session(const json_t *headers, const json_t *body)
@@ -277,6 +338,32 @@ char *classify_session(const json_t *headers, const json_t *body)
 
 char *classify_session_hl(const struct hdrs *headers, const json_t *body)
 {
+    return classify_session_memo(NULL, headers, body, NULL, 0);
+}
+
+/* The messages of a request body and where its first system, first user
+ * and last user messages are (-1: none), found once for both answers */
+struct req_msgs {
+    const json_t *msgs; /* NULL: no non-empty messages array */
+    long idx[3];
+};
+
+static void find_msgs(const json_t *body, struct req_msgs *m)
+{
+    m->msgs = json_object_get(body, "messages");
+    if (!json_is_array(m->msgs) || !json_array_size(m->msgs)) {
+        m->msgs = NULL;
+        return;
+    }
+    m->idx[0] = first_index(m->msgs, "system");
+    m->idx[1] = first_index(m->msgs, "user");
+    m->idx[2] = last_index(m->msgs, "user");
+}
+
+static char *session_of(struct classify_state *c, const struct hdrs *headers,
+                        const json_t *body, const struct req_msgs *m,
+                        const XXH128_hash_t *raw, size_t n)
+{
     struct buf b = BUF_INIT;
     const char *h = hdrs_get_ci(headers, "x-session-id", &b);
     if (!h)
@@ -284,7 +371,29 @@ char *classify_session_hl(const struct hdrs *headers, const json_t *body)
     if (h)
         return buf_detach(&b, NULL);
     buf_release(&b);
-    return session_from_body(body);
+    if (!c || !m->msgs)
+        return session_from_body(body);
+    XXH128_hash_t k = memo_key(m->msgs, raw, n, m->idx, 2, 's');
+    if (!is_key(k))
+        return session_from_body(body);
+    struct memo_ent *e = memo_slot(c->sessions, k);
+    if (XXH128_isEqual(e->k, k))
+        return xstrdup(e->v);
+    char *s = session_from_body(body);
+    if (strlen(s) < sizeof(e->v)) {
+        e->k = k;
+        strcpy(e->v, s);
+    }
+    return s;
+}
+
+char *classify_session_memo(struct classify_state *c,
+                            const struct hdrs *headers, const json_t *body,
+                            const XXH128_hash_t *raw, size_t n)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    return session_of(c, headers, body, &m, raw, n);
 }
 
 static char *session_from_body(const json_t *body)
@@ -337,22 +446,55 @@ static bool text_has(const json_t *m, const char *needle, size_t n)
     return r;
 }
 
+/* 't' title, 'c' compaction or 'n' neither, from the request's first
+ * system, first user and last user message */
+static char title_or_compaction(const json_t *sys, const json_t *first_user,
+                                const json_t *last_user)
+{
+    if (text_has(sys, "title", 400) ||
+        text_has(first_user, "generate a title", 200))
+        return 't';
+    if (text_has(sys, "summar", 1000) ||
+        text_has(last_user, "<conversation>", 400) ||
+        text_has(last_user, "summarize", 100000) ||
+        text_has(last_user, "summary of", 100000))
+        return 'c';
+    return 'n';
+}
+
 const char *classify_kind(struct classify_state *c, const json_t *body)
 {
-    const json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || !json_array_size(msgs))
+    return classify_kind_memo(c, body, NULL, 0);
+}
+
+static const char *kind_of(struct classify_state *c, const json_t *body,
+                           const struct req_msgs *m, const XXH128_hash_t *raw,
+                           size_t n)
+{
+    const json_t *msgs = m->msgs;
+    if (!msgs)
         return "other";
-    const json_t *sys = first_with_role(msgs, "system");
-    const json_t *first_user = first_with_role(msgs, "user");
-    const json_t *last_user = last_with_role(msgs, "user");
+    const long *idx = m->idx;
+    const json_t *first_user = json_array_get(msgs, (size_t)idx[1]);
     if (!has_tools(body)) {
-        if (text_has(sys, "title", 400) ||
-            text_has(first_user, "generate a title", 200))
+        XXH128_hash_t k =
+            c ? memo_key(msgs, raw, n, idx, 3, 'k') : (XXH128_hash_t){0};
+        struct memo_ent *e = is_key(k) ? memo_slot(c->kinds, k) : NULL;
+        char v;
+        if (e && XXH128_isEqual(e->k, k)) {
+            v = e->v[0];
+        } else {
+            v = title_or_compaction(json_array_get(msgs, (size_t)idx[0]),
+                                    first_user,
+                                    json_array_get(msgs, (size_t)idx[2]));
+            if (e) {
+                e->k = k;
+                e->v[0] = v;
+            }
+        }
+        if (v == 't')
             return "title";
-        if (text_has(sys, "summar", 1000) ||
-            text_has(last_user, "<conversation>", 400) ||
-            text_has(last_user, "summarize", 100000) ||
-            text_has(last_user, "summary of", 100000))
+        if (v == 'c')
             return "compaction";
     }
     if (first_user && c && c->n) {
@@ -363,4 +505,23 @@ const char *classify_kind(struct classify_state *c, const json_t *body)
             return "subagent";
     }
     return "main";
+}
+
+const char *classify_kind_memo(struct classify_state *c, const json_t *body,
+                               const XXH128_hash_t *raw, size_t n)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    return kind_of(c, body, &m, raw, n);
+}
+
+const char *classify_request_memo(struct classify_state *c,
+                                  const struct hdrs *headers,
+                                  const json_t *body, const XXH128_hash_t *raw,
+                                  size_t n, char **session)
+{
+    struct req_msgs m;
+    find_msgs(body, &m);
+    *session = session_of(c, headers, body, &m, raw, n);
+    return kind_of(c, body, &m, raw, n);
 }

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <xxhash.h>
 
 #include "store/hdrs.h"
 
@@ -34,6 +35,9 @@ void classify_free(struct classify_state *c);
  * from the assistant tool calls in a request body. */
 void classify_learn(struct classify_state *c, const json_t *body,
                     const json_t *reply);
+/* Learns task prompts from a reply's tool_calls array alone:
+ * classify_learn(c, NULL, reply) is this for reply's "tool_calls". */
+void classify_learn_calls(struct classify_state *c, const json_t *tool_calls);
 /* Learns from one request message: classify_learn(c, body, NULL) is this
  * for each of body's messages. The recorder calls it only for messages it
  * has not seen in an earlier request (the prompts it learnt then are kept
@@ -49,5 +53,22 @@ char *classify_session(const json_t *headers, const json_t *body);
 char *classify_session_hl(const struct hdrs *headers, const json_t *body);
 /* "main", "title", "compaction", "subagent" or "other" (static string). */
 const char *classify_kind(struct classify_state *c, const json_t *body);
+
+/* The same two, remembered in c by the bytes of the messages they depend
+ * on: raw is the XXH3-128 of the bytes of each of body's n messages
+ * (xchg.req_msg_raw; NULL, or n not the length of body's messages: not
+ * remembered). Equal bytes parse to equal messages, so the result is the
+ * one classify_session_hl / classify_kind give. */
+char *classify_session_memo(struct classify_state *c,
+                            const struct hdrs *headers, const json_t *body,
+                            const XXH128_hash_t *raw, size_t n);
+const char *classify_kind_memo(struct classify_state *c, const json_t *body,
+                               const XXH128_hash_t *raw, size_t n);
+/* Both at once (the messages are looked for once): the kind, and the
+ * session key in *session (fresh). */
+const char *classify_request_memo(struct classify_state *c,
+                                  const struct hdrs *headers,
+                                  const json_t *body, const XXH128_hash_t *raw,
+                                  size_t n, char **session);
 
 #endif

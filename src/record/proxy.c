@@ -34,11 +34,11 @@
 #include "record/classify.h"
 #include "record/front.h"
 #include "record/record.h"
-#include "record/reply.h"
 #include "record/rtiming.h"
 #include "record/sse.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
+#include "store/reply.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -967,11 +967,20 @@ static void parse_request(struct record *r, struct ex *e)
     json_t *j = NULL;
     if (e->body.len) {
         /* in place when the scanner is sure, else jansson (same value) */
-        struct jspan doc;
-        if (!jscan_doc(e->body.data, e->body.len, &doc) &&
+        /* the validating walk also finds "messages" and "tools" (unless
+         * a key has escapes: then plain jscan_doc, and xchg_req_json
+         * finds the messages) */
+        static const struct jscan_pick top = {
+            {"messages", "tools"}, {0, 1}, {-1, -1}, false, 0};
+        struct jspan doc, at[2];
+        bool picked =
+            !jscan_doc_pick(e->body.data, e->body.len, &top, at, 2, &doc);
+        if ((picked || !jscan_doc(e->body.data, e->body.len, &doc)) &&
             (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
-            /* messages seen in an earlier request are shared with it */
-            j = xchg_req_json(r->cache, &doc, x);
+            /* messages and tools seen in an earlier request are shared
+             * with it */
+            j = picked ? xchg_req_json_msgs(r->cache, &doc, &at[0], &at[1], x)
+                       : xchg_req_json(r->cache, &doc, x);
             /* the store hashes messages by these bytes */
             x->req_src = e->body.data;
             x->req_src_len = e->body.len;
@@ -989,8 +998,10 @@ static void parse_request(struct record *r, struct ex *e)
         x->req_raw_len = e->body.len;
     }
     x->req_body = j;
-    x->session = classify_session_hl(&x->req_hl, j);
-    x->kind = xstrdup(classify_kind(r->cls, j));
+    /* remembered by the bytes of the messages they read (set by
+     * xchg_req_json) */
+    x->kind = xstrdup(classify_request_memo(
+        r->cls, &x->req_hl, j, x->req_msg_raw, x->req_msg_n, &x->session));
     if (chat && x->req_msg_new) {
         /* a message shared with an earlier request was learnt from then */
         json_t *msgs = json_object_get(j, "messages");
@@ -1012,21 +1023,65 @@ static int acc_event(const char *event, const char *data, size_t len, void *ud)
 }
 
 /* The reply reassembled from the captured stream (body[0..len)), with the
- * gaps the loop measured as the events arrived. */
-static json_t *stream_reply(const struct ex *e, const char *body, size_t len,
-                            size_t cap)
+ * gaps the loop measured as the events arrived: its text in x->reply_text
+ * (the task prompts of its tool calls learnt here), or, when the text
+ * cannot be written, the object in x->reply (learnt by the caller). */
+static void stream_reply(struct record *r, struct ex *e, const char *body,
+                         size_t len)
 {
+    struct xchg *x = &e->x;
     struct sse_parser p;
     struct reply_acc a;
-    sse_init(&p, cap);
+    struct buf t;
+    sse_init(&p, r->o.max_capture);
     reply_init(&a);
     if (body)
         sse_feed(&p, body, len, acc_event, &a);
-    json_t *r = reply_take(&a);
-    json_object_set_new(r, "max_gap_ms", json_real(e->max_gap_ms));
+    /* what reply_take gives, with "max_gap_ms" the loop's */
+    a.max_gap_ms = e->max_gap_ms;
+    buf_init(&t, 0);
+    if (!reply_finish_text(&a, &t)) {
+        x->reply_text_len = t.len;
+        x->reply_text = buf_detach(&t, NULL);
+        classify_learn_calls(r->cls, a.tool_calls);
+    } else {
+        buf_release(&t);
+        x->reply = reply_take(&a);
+    }
     reply_release(&a);
     sse_release(&p);
-    return r;
+}
+
+/* x->reply_text from a JSON body of the common shape
+ * (reply_text_from_body): 0, or -1 with x unaltered. */
+static int reply_body_text(struct xchg *x, const char *body, size_t len)
+{
+    struct buf t;
+    buf_init(&t, 0);
+    if (reply_text_from_body(body, len, &t)) {
+        buf_release(&t);
+        return -1;
+    }
+    x->reply_text_len = t.len;
+    x->reply_text = buf_detach(&t, NULL);
+    return 0;
+}
+
+/* Adds "NAME": true to the reply, as json_object_set_new(reply, name,
+ * json_true()) would (at the end of the text). */
+static void reply_flag(struct xchg *x, const char *name)
+{
+    if (x->reply) {
+        json_object_set_new(x->reply, name, json_true());
+        return;
+    }
+    if (!x->reply_text || !x->reply_text_len)
+        return;
+    char *s = xasprintf("%.*s,\"%s\":true}", (int)(x->reply_text_len - 1),
+                        x->reply_text, name);
+    free(x->reply_text);
+    x->reply_text = s;
+    x->reply_text_len = strlen(s);
 }
 
 /* The response's Content-Encoding when it is one record can undo (RFC
@@ -1152,9 +1207,8 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
         parse_request(r, batch[i]);
         /* the reply is read from an inflated copy when the upstream
          * compressed the body; the stored body stays as it was sent */
-        struct buf plain, rt;
+        struct buf plain;
         buf_init(&plain, r->o.max_capture);
-        buf_init(&rt, 0);
         const char *body = x->resp_raw;
         size_t len = x->resp_raw_len;
         int dec = decode_body(x, &plain);
@@ -1162,24 +1216,32 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             body = buf_str(&plain);
             len = plain.len;
         }
-        bool whole = !batch[i]->resp_capped && (dec == 0 || dec == -1);
         if (x->streamed) {
-            x->reply = stream_reply(batch[i], body, len, r->o.max_capture);
-        } else if (body && whole && !reply_text_from_body(body, len, &rt)) {
-            /* the common body: the reply column's text, without the
-             * object (no tool calls for classify_learn to read) */
-            x->reply_text_len = rt.len;
-            x->reply_text = buf_detach(&rt, NULL);
+            stream_reply(r, batch[i], body, len);
+        } else if (body && dec == -1 && !batch[i]->resp_capped) {
+            /* the body as sent, whole: its reply is reply_from_body of
+             * the stored bytes, derived when the row is read (xchg.h,
+             * reply_of_raw); built here only when it may hold tool calls
+             * for classify_learn */
+            x->reply_of_raw = true;
+            if (reply_may_call_tools(body, len)) {
+                json_t *rv = reply_from_body(body, len);
+                classify_learn(r->cls, NULL, rv);
+                json_decref(rv);
+            }
         } else if (body) {
-            buf_reset(&rt);
-            x->reply = reply_from_body(body, len);
+            /* the object, but for an inflated body, whole and of the
+             * common shape, whose column text is written without it (it
+             * has no tool calls for classify_learn to read) */
+            if (dec != 0 || batch[i]->resp_capped ||
+                reply_body_text(x, body, len))
+                x->reply = reply_from_body(body, len);
         }
-        if (x->reply && (batch[i]->resp_capped || dec == 1))
-            json_object_set_new(x->reply, "resp_truncated", json_true());
-        if (x->reply && dec < -1)
-            json_object_set_new(x->reply, "resp_undecodable", json_true());
+        if (batch[i]->resp_capped || dec == 1)
+            reply_flag(x, "resp_truncated");
+        if (dec < -1)
+            reply_flag(x, "resp_undecodable");
         buf_release(&plain);
-        buf_release(&rt);
         classify_learn(r->cls, NULL, x->reply);
         xs[i] = x;
     }

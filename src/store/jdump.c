@@ -154,6 +154,11 @@ static int dump_real(struct buf *b, double v)
     return buf_add(b, s, (size_t)n);
 }
 
+int jdump_real(struct buf *b, double v)
+{
+    return dump_real(b, v);
+}
+
 struct key_ref {
     const char *key;
     size_t len;

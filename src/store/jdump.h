@@ -24,6 +24,9 @@ int jdump(struct buf *b, const json_t *v, bool sort);
 /* Appends the JSON string of s[0..n) (valid UTF-8), quoted and escaped
  * as jdump writes strings. 0 or -ENOBUFS. */
 int jdump_string(struct buf *b, const char *s, size_t n);
+/* Appends the text jdump writes for json_real(v). 0, -ENOBUFS, or -EINVAL
+ * for a non-finite v. */
+int jdump_real(struct buf *b, double v);
 /* A fresh NUL-terminated text (the caller frees it) and its length; NULL
  * on -EINVAL. */
 char *jdump_str(const json_t *v, bool sort, size_t *len);

@@ -13,10 +13,14 @@
 
 struct scan {
     const char *p, *end;
-    /* jscan_json_with: the value starting at byte `at` is `with` */
+    /* jscan_json_with: the value starting at byte `at` is `with`; with
+     * jscan_json_with2, also the one at `at2` is `with2` */
     const char *at;
     size_t at_n;
     json_t *with;
+    const char *at2;
+    size_t at2_n;
+    json_t *with2;
     /* jscan_doc_pick: the levels and where their values go */
     const struct jscan_pick *pk;
     struct jspan *out;
@@ -690,6 +694,12 @@ static json_t *build(struct scan *s)
         s->with = NULL;
         return w ? w : json_null();
     }
+    if (s->p == s->at2) {
+        json_t *w = s->with2;
+        s->p += s->at2_n;
+        s->with2 = NULL;
+        return w ? w : json_null();
+    }
     switch (*s->p) {
     case '{':
         return build_container(s, true);
@@ -728,6 +738,23 @@ json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
                      .with = with};
     json_t *j = build(&s);
     json_decref(s.with); /* at was not inside v */
+    return j;
+}
+
+json_t *jscan_json_with2(const struct jspan *v, const struct jspan *at,
+                         json_t *with, const struct jspan *at2, json_t *with2)
+{
+    struct scan s = {.p = v->p,
+                     .end = v->p + v->n,
+                     .at = at->p,
+                     .at_n = at->n,
+                     .with = with,
+                     .at2 = at2->p,
+                     .at2_n = at2->n,
+                     .with2 = with2};
+    json_t *j = build(&s);
+    json_decref(s.with); /* not inside v */
+    json_decref(s.with2);
     return j;
 }
 

@@ -94,6 +94,10 @@ json_t *jscan_json(const struct jspan *v);
  * reference) takes its place. */
 json_t *jscan_json_with(const struct jspan *v, const struct jspan *at,
                         json_t *with);
+/* The same with two values taken by the caller's: at with `with`, at2
+ * (another value, not inside at) with `with2` (both stolen). */
+json_t *jscan_json_with2(const struct jspan *v, const struct jspan *at,
+                         json_t *with, const struct jspan *at2, json_t *with2);
 /* Appends to b the text jdump(jscan_json(v), false) would write, copied
  * from the span (whitespace left out), when v is made of objects with
  * distinct keys, arrays, strings and keys without escapes, integers

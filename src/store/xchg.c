@@ -22,6 +22,7 @@
 #include "store/jdump.h"
 #include "store/jscan.h"
 #include "store/ldelta.h"
+#include "store/reply.h"
 
 #define XCHG_MAX_DEPTH 32
 #define CACHE_SLOTS 256
@@ -132,6 +133,9 @@ struct xchg_cache {
     size_t trees_cap, trees_n, trees_bytes;
     struct jspan *spans; /* xchg_req_json's, kept for the next request */
     size_t spans_cap;
+    /* insert_row's header texts, bound in place (SQLITE_STATIC) and kept
+     * for the next row instead of a malloc and free per column */
+    struct buf hdr_text[2];
 };
 
 struct tree_ent {
@@ -223,6 +227,8 @@ void xchg_cache_free(struct xchg_cache *c)
     free(c->spans);
     for (int i = 0; i < STMT_SLOTS; i++)
         sqlite3_finalize(c->st[i]);
+    buf_release(&c->hdr_text[0]);
+    buf_release(&c->hdr_text[1]);
     free(c);
 }
 
@@ -285,8 +291,9 @@ static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
+            /* no sqlite3_clear_bindings: each use binds every parameter
+             * of its statement (insert_row binds NULLs too) */
             sqlite3_reset(st);
-            sqlite3_clear_bindings(st);
             return;
         }
     }
@@ -461,7 +468,8 @@ static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
         rc = l ? ldelta_decode(l, llen, out, raw_len) : -1;
         free(l);
     } else if (zip == ZIP_NONE && zlen == raw_len) {
-        memcpy(out, z, zlen);
+        if (zlen) /* SQLite gives NULL for an empty blob */
+            memcpy(out, z, zlen);
     } else {
         rc = -1;
     }
@@ -716,6 +724,10 @@ static void tree_add(struct xchg_cache *c, XXH128_hash_t k, json_t *v,
     c->trees_bytes += bytes;
 }
 
+static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
+                              struct jspan msgs, long n,
+                              const struct jspan *tools, struct xchg *x);
+
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x)
 {
@@ -727,6 +739,25 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
         jscan_member_elements(doc, "messages", &msgs, c->spans, c->spans_cap);
     if (n < 0)
         return jscan_json(doc);
+    return req_json_split(c, doc, msgs, n, NULL, x);
+}
+
+json_t *xchg_req_json_msgs(struct xchg_cache *c, const struct jspan *doc,
+                           const struct jspan *msgs, const struct jspan *tools,
+                           struct xchg *x)
+{
+    if (!c || doc->t != JS_OBJECT || msgs->t != JS_ARRAY)
+        return jscan_json(doc);
+    long n = jscan_elements(msgs, c->spans, c->spans_cap);
+    return req_json_split(c, doc, *msgs, n, tools, x);
+}
+
+/* xchg_req_json for a body whose messages array is msgs, with n elements,
+ * the first spans_cap of them in c->spans */
+static json_t *req_json_split(struct xchg_cache *c, const struct jspan *doc,
+                              struct jspan msgs, long n,
+                              const struct jspan *tools, struct xchg *x)
+{
     if ((size_t)n > c->spans_cap) {
         c->spans_cap = (size_t)n + (size_t)n / 2;
         c->spans = xrealloc(c->spans, c->spans_cap * sizeof(*c->spans));
@@ -760,7 +791,21 @@ json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
     x->req_rest_raw =
         XXH3_128bits_withSeed(after, (size_t)(doc->p + doc->n - after),
                               k1.low64 ^ k1.high64 ^ before);
-    return jscan_json_with(doc, &msgs, arr);
+    if (!tools || tools->t == JS_NONE)
+        return jscan_json_with(doc, &msgs, arr);
+    /* the tools, like a message, shared by the requests that send the
+     * same bytes (a harness sends its tool schemas with every request) */
+    XXH128_hash_t tk = XXH3_128bits(tools->p, tools->n);
+    const struct tree_ent *te =
+        c->trees_cap ? tree_slot(c->trees, c->trees_cap, tk) : NULL;
+    json_t *tv;
+    if (te && te->v) {
+        tv = json_incref(te->v);
+    } else {
+        tv = jscan_json(tools);
+        tree_add(c, tk, tv, tools->n);
+    }
+    return jscan_json_with2(doc, &msgs, arr, tools, tv);
 }
 
 static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
@@ -1118,23 +1163,21 @@ static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
         sqlite3_bind_null(st, i);
 }
 
-/* j's text, else hl's when it is set, else NULL. */
+/* j's text, else hl's when it is set, else NULL; hl's text is written
+ * into tb and bound there (tb outlives the statement's run). */
 static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
-                         const struct hdrs *hl)
+                         const struct hdrs *hl, struct buf *tb)
 {
     if (j || !hl->set) {
         bind_json(st, i, j);
         return;
     }
-    struct buf b = BUF_INIT;
-    if (hdrs_json(hl, &b)) {
-        buf_release(&b);
+    buf_reset(tb);
+    if (hdrs_json(hl, tb)) {
         sqlite3_bind_null(st, i);
         return;
     }
-    size_t len;
-    char *s = buf_detach(&b, &len);
-    sqlite3_bind_text(st, i, s, (int)len, free);
+    sqlite3_bind_text(st, i, tb->data, (int)tb->len, SQLITE_STATIC);
 }
 
 static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
@@ -1147,6 +1190,14 @@ static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
         sqlite3_bind_null(st, i);
         sqlite3_bind_null(st, i + 1);
         sqlite3_bind_null(st, i + 2);
+        return;
+    }
+    if (len < 64 || (!lines && len < PACK_MIN)) {
+        /* stored as it is (what pack would give), bound where it is: the
+         * caller keeps data until the statement has run */
+        sqlite3_bind_blob(st, i, data, (int)len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
+        sqlite3_bind_int(st, i + 2, ZIP_NONE);
         return;
     }
     pack(c, data, len, lines, &z, &zlen, &zip);
@@ -1168,6 +1219,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                       const struct row_req *r, bool chat, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
+    char *body_text = NULL; /* bound until the step */
     if (!(st = prep(c, db, INSERT_SQL)))
         return sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
@@ -1175,32 +1227,45 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_double(st, 3, x->started);
     sqlite3_bind_text(st, 4, x->method ? x->method : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, x->path ? x->path : "", -1, SQLITE_STATIC);
-    bind_headers(st, 6, x->req_headers, &x->req_hl);
+    bind_headers(st, 6, x->req_headers, &x->req_hl, &c->hdr_text[0]);
     sqlite3_bind_int64(st, 10, (sqlite3_int64)r->base.prefix);
     sqlite3_bind_int(st, 11, r->base.depth);
     if (chat) {
         sqlite3_bind_int64(st, 7, r->params);
         if (r->has_tools)
             sqlite3_bind_int64(st, 8, r->tools);
+        else
+            sqlite3_bind_null(st, 8);
         if (r->base.id)
             sqlite3_bind_int64(st, 9, r->base.id);
+        else
+            sqlite3_bind_null(st, 9);
         sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
-    } else if (x->req_raw) {
-        bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
-    } else if (x->req_body) {
-        size_t len;
-        char *s = canonical(x->req_body, &len);
-        bind_packed(c, st, 13, s, len, false);
-        free(s);
+        bind_packed(c, st, 13, NULL, 0, false);
+    } else {
+        for (int i = 7; i <= 9; i++)
+            sqlite3_bind_null(st, i);
+        sqlite3_bind_null(st, 12);
+        if (x->req_raw) {
+            bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
+        } else if (x->req_body) {
+            size_t len;
+            body_text = canonical(x->req_body, &len);
+            bind_packed(c, st, 13, body_text, len, false);
+        } else {
+            bind_packed(c, st, 13, NULL, 0, false);
+        }
     }
     sqlite3_bind_int(st, 16, x->req_malformed);
     sqlite3_bind_int(st, 17, x->status);
-    bind_headers(st, 18, x->resp_headers, &x->resp_hl);
+    bind_headers(st, 18, x->resp_headers, &x->resp_hl, &c->hdr_text[1]);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
     sqlite3_bind_int(st, 22, x->streamed);
     if (!x->reply && x->reply_text)
         sqlite3_bind_text(st, 23, x->reply_text, (int)x->reply_text_len,
-                          SQLITE_TRANSIENT);
+                          SQLITE_STATIC);
+    else if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
+        sqlite3_bind_text(st, 23, "", 0, SQLITE_STATIC); /* see read_row */
     else
         bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
@@ -1212,6 +1277,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                  ? 0
                  : sql_fail(db, d, "cannot store an exchange");
     unprep(c, st);
+    free(body_text);
     return rc;
 }
 
@@ -1468,7 +1534,16 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     x->resp_headers = col_json(st, 14);
     x->resp_raw = col_packed(st, 15, &x->resp_raw_len);
     x->streamed = sqlite3_column_int(st, 18);
-    x->reply = col_json(st, 19);
+    /* An empty reply column (never a JSON text, so never written by
+     * older builds) says the reply is the one the stored body gives:
+     * derived here, with the function the recorder would have used */
+    if (sqlite3_column_type(st, 19) == SQLITE_TEXT &&
+        !sqlite3_column_bytes(st, 19))
+        x->reply = x->resp_raw && !x->streamed
+                       ? reply_from_body(x->resp_raw, x->resp_raw_len)
+                       : NULL;
+    else
+        x->reply = col_json(st, 19);
     x->up_ttfb_ms = sqlite3_column_double(st, 20);
     x->up_total_ms = sqlite3_column_double(st, 21);
     x->down_ttfb_ms = sqlite3_column_double(st, 22);

@@ -82,11 +82,18 @@ struct xchg {
      *  "chunks": n, "max_gap_ms": x} */
     json_t *reply;
     /* Or, with reply NULL, its compact JSON text (owned; what jdump of the
-     * object would write): the recorder's fast path for a JSON body
-     * (reply_text_from_body). The store writes it to the reply column as
-     * is; readers get reply. */
+     * object would write): the recorder's stream replies (reply_finish_text in
+     * store/reply.h). The store writes it to the reply column as is; the
+     * spill file parses it; readers get reply. */
     char *reply_text;
     size_t reply_text_len;
+    /* Set by the writer instead of reply (left NULL) when the reply is
+     * reply_from_body(resp_raw, resp_raw_len) (store/reply.h): a JSON body
+     * not streamed, not content-encoded and not cut at the capture cap.
+     * The store then writes the reply column empty and derives the reply
+     * from the stored body when it reads the row; the spill file writes
+     * the derived reply. Readers get reply, never this flag. */
+    bool reply_of_raw;
     /* Timings in milliseconds since the request arrived at the proxy:
      * upstream first byte and end, first byte and end as sent to the
      * client. */
@@ -135,6 +142,14 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
  * reference. */
 json_t *xchg_req_json(struct xchg_cache *c, const struct jspan *doc,
                       struct xchg *x);
+/* The same for a body whose "messages" and "tools" members (the last of
+ * each name, as jansson keeps) jscan_doc_pick already found: msgs and
+ * tools, JS_NONE when absent (tools may be NULL). The body is not walked
+ * again to find them; a tools value whose bytes c has seen is that
+ * request's value (shared, read-only), as messages are. */
+json_t *xchg_req_json_msgs(struct xchg_cache *c, const struct jspan *doc,
+                           const struct jspan *msgs, const struct jspan *tools,
+                           struct xchg *x);
 /* Messages whose hash c took from their bytes (xchg.req_src) rather than
  * from a canonical dump, since c was made. */
 size_t xchg_cache_memo_hits(const struct xchg_cache *c);

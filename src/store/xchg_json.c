@@ -12,6 +12,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "store/reply.h"
 #include "store/xchg.h"
 
 static const char B64[] =
@@ -129,11 +130,15 @@ json_t *xchg_to_json(const struct xchg *x)
     set_headers(o, "resp_headers", x->resp_headers, &x->resp_hl);
     set_bytes(o, "resp_raw", x->resp_raw, x->resp_raw_len);
     json_object_set_new(o, "streamed", json_boolean(x->streamed));
-    if (!x->reply && x->reply_text)
-        json_object_set_new(
-            o, "reply", json_loadb(x->reply_text, x->reply_text_len, 0, NULL));
+    json_t *reply = x->reply;
+    if (!reply && x->reply_text)
+        reply = json_loadb(x->reply_text, x->reply_text_len, 0, NULL);
+    else if (!reply && x->reply_of_raw && x->resp_raw && !x->streamed)
+        reply = reply_from_body(x->resp_raw, x->resp_raw_len);
     else
-        set_json(o, "reply", x->reply);
+        json_incref(reply);
+    set_json(o, "reply", reply);
+    json_decref(reply);
     json_object_set_new(o, "up_ttfb_ms", json_real(x->up_ttfb_ms));
     json_object_set_new(o, "up_total_ms", json_real(x->up_total_ms));
     json_object_set_new(o, "down_ttfb_ms", json_real(x->down_ttfb_ms));

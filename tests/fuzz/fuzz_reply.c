@@ -6,16 +6,18 @@
  * text, byte for byte, and so are reply_from_body and
  * reply_from_body_jansson on the whole input; whatever jscan_doc accepts,
  * jansson accepts too, and jscan_json builds the value json_loadb builds
- * (same text, key order included); and reply_text_from_body, where it
- * answers, writes the reference reply's text.
+ * (same text, key order included); reply_text_from_body, where it
+ * answers, writes the reference reply's text; reply_finish_text writes
+ * the accumulated reply's text; and where reply_may_call_tools says no,
+ * the reply has no tool calls (the recorder then does not build it).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "record/reply.h"
 #include "store/jdump.h"
 #include "store/jscan.h"
+#include "store/reply.h"
 
 static char *text_of(json_t *v)
 {
@@ -67,11 +69,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (fast.chunks != ref.chunks || fast.bad != ref.bad)
         abort();
     same(text_of(reply_finish(&fast)), text_of(reply_finish(&ref)));
+    struct buf ft = BUF_INIT;
+    char *fwant = text_of(reply_finish(&fast));
+    if (reply_finish_text(&fast, &ft) || strcmp(fwant, buf_str(&ft)))
+        abort();
+    free(fwant);
+    buf_release(&ft);
     reply_release(&fast);
     reply_release(&ref);
     check_doc(s, size);
     same(text_of(reply_from_body(s, size)),
          text_of(reply_from_body_jansson(s, size)));
+    if (!reply_may_call_tools(s, size)) {
+        json_t *r = reply_from_body_jansson(s, size);
+        if (json_array_size(json_object_get(r, "tool_calls")))
+            abort();
+        json_decref(r);
+    }
     /* the reply column's text without the object, where it is written */
     struct buf t;
     buf_init(&t, 0);

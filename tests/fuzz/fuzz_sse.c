@@ -4,15 +4,17 @@
  * input arrives in two pieces equal those seen when it arrives whole (the
  * parser is chunking-independent), each event's data is NUL-terminated at
  * its length, and the reply assembled from those events is a JSON object
- * whose text fields are strings.
+ * whose text fields are strings; reply_finish_text writes what jdump writes for
+ * that object, byte for byte.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/buf.h"
-#include "record/reply.h"
 #include "record/sse.h"
+#include "store/jdump.h"
+#include "store/reply.h"
 
 struct seen {
     struct buf log;
@@ -59,6 +61,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!json_is_object(r) || !json_is_string(json_object_get(r, "content")) ||
         !json_is_array(json_object_get(r, "tool_calls")))
         abort();
+    char *want = jdump_str(r, false, NULL);
+    struct buf t = BUF_INIT;
+    if (!want || reply_finish_text(&whole.acc, &t) || strcmp(want, buf_str(&t)))
+        abort();
+    free(want);
+    buf_release(&t);
     json_decref(r);
     buf_release(&whole.log);
     buf_release(&split.log);

@@ -1,9 +1,9 @@
 /*
- * Tests for record/reply: the answer reassembled from a real opencode-era
- * SSE reply (../shared/fixtures/opencode-1.18.33/
- * mock-sse-reply-reasoning-toolcall.txt), parallel tool calls merged by
- * index, the "reasoning" field variant, errors in a stream, gaps, and
- * non-streamed JSON bodies.
+ * Tests for store/reply: the answer reassembled from a real opencode-era
+ * reassembled from a real opencode-era SSE reply
+ * (../shared/fixtures/opencode-1.18.33/ mock-sse-reply-reasoning-toolcall.txt),
+ * parallel tool calls merged by index, the "reasoning" field variant, errors in
+ * a stream, gaps, and non-streamed JSON bodies.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,9 +16,9 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "record/reply.h"
 #include "record/sse.h"
 #include "store/jdump.h"
+#include "store/reply.h"
 #include "util/rec.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)

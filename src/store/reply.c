@@ -4,7 +4,7 @@
  * usage) and the reasoning extensions of vLLM/sglang (reasoning_content)
  * and OpenRouter/llama.cpp (reasoning).
  */
-#include "record/reply.h"
+#include "store/reply.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +29,7 @@ void reply_release(struct reply_acc *a)
     buf_release(&a->content);
     buf_release(&a->reasoning);
     buf_release(&a->prev);
+    buf_release(&a->usage_text);
     json_decref(a->tool_calls);
     json_decref(a->usage);
     json_decref(a->error);
@@ -264,8 +265,15 @@ static void span_str(struct buf *b, const struct jspan *v)
 static void take_scanned(struct reply_acc *a, const struct scanned *sc)
 {
     if (sc->usage.t == JS_OBJECT) {
+        /* kept as its text when it copies plainly: the recorder writes
+         * the text (reply_finish_text), no tree is built */
         json_decref(a->usage);
-        a->usage = span_json(&sc->usage);
+        a->usage = NULL;
+        buf_reset(&a->usage_text);
+        if (jscan_dump_plain(&sc->usage, &a->usage_text)) {
+            buf_reset(&a->usage_text);
+            a->usage = span_json(&sc->usage);
+        }
     }
     if (sc->error.t != JS_NONE && sc->error.t != JS_NULL) {
         json_decref(a->error);
@@ -335,6 +343,7 @@ void reply_chunk_jansson(struct reply_acc *a, const char *data, size_t len,
     if (json_is_object(v)) {
         json_decref(a->usage);
         a->usage = json_incref(v);
+        buf_reset(&a->usage_text);
     }
     if ((v = json_object_get(j, "error")) && !json_is_null(v)) {
         json_decref(a->error);
@@ -378,10 +387,15 @@ static json_t *finish(struct reply_acc *a, bool take)
     json_object_set_new(r, "tool_calls",
                         take ? json_incref(a->tool_calls)
                              : json_deep_copy(a->tool_calls));
-    json_object_set_new(r, "usage",
-                        !a->usage ? json_null()
-                        : take    ? json_incref(a->usage)
-                                  : json_deep_copy(a->usage));
+    if (!a->usage && a->usage_text.len)
+        json_object_set_new(
+            r, "usage",
+            json_loadb(a->usage_text.data, a->usage_text.len, 0, NULL));
+    else
+        json_object_set_new(r, "usage",
+                            !a->usage ? json_null()
+                            : take    ? json_incref(a->usage)
+                                      : json_deep_copy(a->usage));
     json_object_set_new(r, "finish_reason",
                         a->finish_reason ? json_string(a->finish_reason)
                                          : json_null());
@@ -465,12 +479,77 @@ json_t *reply_from_body_jansson(const char *body, size_t len)
     return r;
 }
 
+bool reply_may_call_tools(const char *body, size_t len)
+{
+    /* memchr, not memmem: glibc's memmem sets up a two-way search that
+     * cost more than the whole scan of a small body */
+    const char *end = body + len;
+    for (const char *p = body; (p = memchr(p, '_', (size_t)(end - p))); p++)
+        if (p - body >= 4 && end - p >= 6 && !memcmp(p - 4, "tool_calls", 10))
+            return true;
+    for (const char *p = body; (p = memchr(p, '\\', (size_t)(end - p))); p++)
+        if (end - p >= 2 && p[1] == 'u')
+            return true;
+    return false;
+}
+
 /* jdump_string of b's bytes, or null */
 static int put_text(struct buf *out, const struct buf *b, bool present)
 {
     if (!present)
         return buf_adds(out, "null");
     return jdump_string(out, b->data ? b->data : "", b->len);
+}
+
+/* v in decimal, as jansson writes an integer (without snprintf) */
+static int put_long(struct buf *out, long v)
+{
+    char s[24], *p = s + sizeof(s);
+    unsigned long u = v < 0 ? 0 - (unsigned long)v : (unsigned long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    return buf_add(out, p, (size_t)(s + sizeof(s) - p));
+}
+
+int reply_finish_text(const struct reply_acc *a, struct buf *out)
+{
+    /* the members in finish()'s order and form; a text at the cap may
+     * end inside a character, which json_stringn would refuse */
+    if (a->content.len + 8 > REPLY_TEXT_MAX ||
+        a->reasoning.len + 8 > REPLY_TEXT_MAX)
+        return -1;
+    if (buf_adds(out, "{\"content\":") || put_text(out, &a->content, true) ||
+        buf_adds(out, ",\"reasoning_content\":") ||
+        put_text(out, &a->reasoning, a->reasoning_field != NULL))
+        return -1;
+    if (a->reasoning_field &&
+        (buf_adds(out, ",\"reasoning_field\":") ||
+         jdump_string(out, a->reasoning_field, strlen(a->reasoning_field))))
+        return -1;
+    if (buf_adds(out, ",\"tool_calls\":") || jdump(out, a->tool_calls, false) ||
+        buf_adds(out, ",\"usage\":") ||
+        (a->usage ? jdump(out, a->usage, false)
+         : a->usage_text.len
+             ? buf_add(out, a->usage_text.data, a->usage_text.len)
+             : buf_adds(out, "null")) ||
+        buf_adds(out, ",\"finish_reason\":") ||
+        (a->finish_reason
+             ? jdump_string(out, a->finish_reason, strlen(a->finish_reason))
+             : buf_adds(out, "null")) ||
+        buf_adds(out, a->done ? ",\"done\":true" : ",\"done\":false") ||
+        buf_adds(out, ",\"chunks\":") || put_long(out, a->chunks) ||
+        buf_adds(out, ",\"max_gap_ms\":") || jdump_real(out, a->max_gap_ms))
+        return -1;
+    if (a->bad && (buf_adds(out, ",\"bad_chunks\":") || put_long(out, a->bad)))
+        return -1;
+    if (a->error &&
+        (buf_adds(out, ",\"error\":") || jdump(out, a->error, false)))
+        return -1;
+    return buf_addch(out, '}') ? -1 : 0;
 }
 
 int reply_text_from_body(const char *body, size_t len, struct buf *out)

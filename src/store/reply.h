@@ -6,9 +6,13 @@
  * .reasoning, .tool_calls merged by index, finish_reason, usage; "[DONE]";
  * /v1/completions chunks' choices[0].text). A JSON body goes to
  * reply_from_body() at the end.
+ *
+ * It lives in src/store because the store uses it too: for a plain JSON
+ * response the reply column is left empty and the reply is derived from the
+ * stored body when the row is read (xchg.c, read_row; docs/RECORD.md).
  */
-#ifndef RECORD_REPLY_H
-#define RECORD_REPLY_H
+#ifndef STORE_REPLY_H
+#define STORE_REPLY_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -23,6 +27,10 @@ struct reply_acc {
     const char *reasoning_field; /* "reasoning_content" or "reasoning" */
     json_t *tool_calls;          /* array, merged by index */
     json_t *usage;
+    /* Or, with usage NULL and usage_text.len set, usage's compact text
+     * (what jdump writes for it): a usage object read in place that
+     * jscan_dump_plain could copy, built only if reply_finish asks */
+    struct buf usage_text;
     json_t *error; /* an {"error": ...} event, as sent */
     char *finish_reason;
     bool done;      /* a data: [DONE] event arrived */
@@ -58,6 +66,11 @@ json_t *reply_finish(const struct reply_acc *a);
  * a into the result (a keeps empty ones; only reply_release is left to
  * call on it). */
 json_t *reply_take(struct reply_acc *a);
+/* The text jdump(reply_finish(a), false) writes, appended to out without
+ * building the object (the recorder's stream replies). 0, or -1 when the
+ * content or reasoning reached the cap (out may hold a partial text then;
+ * use reply_finish). */
+int reply_finish_text(const struct reply_acc *a, struct buf *out);
 /* The reply object for a non-streamed JSON response, or NULL when the body
  * is not a JSON object. */
 json_t *reply_from_body(const char *body, size_t len);
@@ -67,6 +80,11 @@ json_t *reply_from_body(const char *body, size_t len);
  * that jscan_dump_plain copies. 0, or -1 for any other body (out may hold
  * a partial text then; use reply_from_body). */
 int reply_text_from_body(const char *body, size_t len, struct buf *out);
+/* False when body cannot hold a "tool_calls" member, so that the
+ * tool_calls of reply_from_body(body, len) is surely empty: neither those
+ * bytes nor a \u escape (the only escape that could spell one of its
+ * letters) occur in it. True means "maybe". */
+bool reply_may_call_tools(const char *body, size_t len);
 /* The reference for reply_from_body, always through a jansson tree. */
 json_t *reply_from_body_jansson(const char *body, size_t len);
 

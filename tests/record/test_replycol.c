@@ -1,0 +1,130 @@
+/*
+ * End-to-end test of the reply column as `fidelity record` writes it for a
+ * plain JSON response (store/xchg.h, reply_of_raw): the real binary in front
+ * of `fidelity sim` on ephemeral 127.0.0.1 ports. The row keeps the body and
+ * an empty reply column; the store's reader gives the reply that
+ * reply_from_body gives for the body the client received, tool calls
+ * included; and the recorder still learns a task prompt from a non-streamed
+ * tool call (the next request carrying it is a subagent's).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/xalloc.h"
+#include "store/reply.h"
+#include "store/store.h"
+#include "store/xchg.h"
+#include "util/proc.h"
+#include "util/rec.h"
+
+struct got {
+    size_t n;
+    json_t *reply[4];
+    char *kind[4];
+    int64_t id[4];
+};
+
+static int got_fn(const struct xchg *x, void *ud)
+{
+    struct got *g = ud;
+    assert_true(g->n < 4);
+    g->id[g->n] = x->id;
+    g->kind[g->n] = xstrdup(x->kind);
+    g->reply[g->n++] = json_incref(x->reply);
+    return 0;
+}
+
+static void test_json_reply_derived_and_learnt(void **state)
+{
+    (void)state;
+    struct proc sim, rec;
+    char *dir = rec_tmpdir();
+    char db[300], url[64];
+    const char *const sav[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    assert_int_equal(proc_start(&sim, sav), 0);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", sim.port);
+    snprintf(db, sizeof(db), "%s/r.db", dir);
+    assert_int_equal(rec_start_record(&rec, url, db, NULL), 0);
+    char *u = xasprintf("http://127.0.0.1:%d/v1/chat/completions", rec.port);
+    const char *const h[] = {"Content-Type: application/json", NULL};
+    static const char *const bodies[] = {
+        /* a tool call to the task tool (SIM.md, Tools) */
+        "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{"
+        "\"name\":\"task\"}}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"Call the task tool with {\\\"prompt\\\":\\\"List the config "
+        "files under src/\\\"}.\"}]}",
+        /* the subagent the task started */
+        "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{"
+        "\"name\":\"read\"}}],\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"List the config files under src/\"}]}",
+        /* an ordinary answer */
+        "{\"model\":\"m\",\"temperature\":0,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"Let X = 5. What is the value of X?\"}]}",
+    };
+    struct rec_resp r[3];
+    for (int i = 0; i < 3; i++) {
+        rec_resp_init(&r[i]);
+        assert_int_equal(
+            rec_fetch(u, bodies[i], strlen(bodies[i]), h, 0, &r[i]), 0);
+        assert_int_equal(r[i].status, 200);
+    }
+    assert_int_equal(proc_stop(&rec), 0);
+    proc_stop(&sim);
+
+    sqlite3 *s = NULL;
+    struct diag d = {{0}};
+    struct got g = {0};
+    assert_int_equal(store_open(db, &s, &d), 0);
+    assert_int_equal(xchg_each(s, NULL, got_fn, &g, &d), 0);
+    assert_int_equal(g.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        /* the column is empty: the reply comes from the body */
+        sqlite3_stmt *st = NULL;
+        assert_int_equal(sqlite3_prepare_v2(s,
+                                            "SELECT typeof(reply),"
+                                            " length(reply) FROM xchg"
+                                            " WHERE id=?",
+                                            -1, &st, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_int64(st, 1, g.id[i]);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_string_equal((const char *)sqlite3_column_text(st, 0), "text");
+        assert_int_equal(sqlite3_column_int(st, 1), 0);
+        sqlite3_finalize(st);
+        json_t *want = reply_from_body(r[i].body.data, r[i].body.len);
+        assert_non_null(want);
+        assert_true(json_equal(g.reply[i], want));
+        json_decref(want);
+    }
+    json_t *call = json_array_get(json_object_get(g.reply[0], "tool_calls"), 0);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(call, "function"), "name")),
+                        "task");
+    assert_string_equal(g.kind[1], "subagent");
+    assert_string_equal(g.kind[2], "main");
+    assert_non_null(
+        strstr(json_string_value(json_object_get(g.reply[2], "content")), "5"));
+    for (size_t i = 0; i < g.n; i++) {
+        json_decref(g.reply[i]);
+        free(g.kind[i]);
+        rec_resp_release(&r[i]);
+    }
+    store_close(s);
+    free(u);
+    rec_rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_reply_derived_and_learnt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,151 @@
+/*
+ * Tests for store/reply's reply_text: the recorder writes a stream's reply
+ * column straight from the accumulator instead of building the reply object
+ * and dumping it, so the text must be, byte for byte, what the column held
+ * before: jdump of reply_finish with the loop's "max_gap_ms" set in place,
+ * and "resp_truncated" / "resp_undecodable" added at the end. Checked on the
+ * opencode fixture stream (reasoning and a tool call) and on crafted streams
+ * (reasoning under either name, usage, errors, bad chunks, /v1/completions
+ * text, escapes, no [DONE], nothing at all).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "record/sse.h"
+#include "store/jdump.h"
+#include "store/reply.h"
+#include "util/rec.h"
+
+static int feed(const char *event, const char *data, size_t len, void *ud)
+{
+    (void)event;
+    reply_chunk(ud, data, len, 0);
+    return 0;
+}
+
+/* The old column text: the object, max_gap_ms replaced, flags added */
+static char *old_text(const struct reply_acc *a, double gap, int flags)
+{
+    json_t *r = reply_finish(a);
+    json_object_set_new(r, "max_gap_ms", json_real(gap));
+    if (flags & 1)
+        json_object_set_new(r, "resp_truncated", json_true());
+    if (flags & 2)
+        json_object_set_new(r, "resp_undecodable", json_true());
+    char *s = jdump_str(r, false, NULL);
+    json_decref(r);
+    return s;
+}
+
+/* The new one, as store_batch writes it (reply_flag in proxy.c) */
+static char *new_text(struct reply_acc *a, double gap, int flags)
+{
+    struct buf t = BUF_INIT;
+    a->max_gap_ms = gap;
+    assert_int_equal(reply_finish_text(a, &t), 0);
+    if (flags & 1) {
+        t.len--;
+        buf_adds(&t, ",\"resp_truncated\":true}");
+    }
+    if (flags & 2) {
+        t.len--;
+        buf_adds(&t, ",\"resp_undecodable\":true}");
+    }
+    return buf_detach(&t, NULL);
+}
+
+static void check_stream(const char *sse, size_t len)
+{
+    static const double gaps[] = {0, 12.5, 1e-7, 3.0e15, 1234.000001};
+    for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++) {
+        for (int flags = 0; flags < 4; flags++) {
+            struct sse_parser p;
+            struct reply_acc a;
+            sse_init(&p, 0);
+            reply_init(&a);
+            sse_feed(&p, sse, len, feed, &a);
+            char *want = old_text(&a, gaps[g], flags);
+            char *got = new_text(&a, gaps[g], flags);
+            assert_non_null(want);
+            if (strcmp(got, want))
+                fail_msg("stream %.60s...:\n got  %s\n want %s", sse, got,
+                         want);
+            free(want);
+            free(got);
+            reply_release(&a);
+            sse_release(&p);
+        }
+    }
+}
+
+static void test_fixture_stream(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT;
+    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
+                                   "mock-sse-reply-reasoning-toolcall.txt",
+                                   &b),
+                     0);
+    check_stream(b.data, b.len);
+    buf_release(&b);
+}
+
+static void test_crafted_streams(void **state)
+{
+    (void)state;
+    static const char *const streams[] = {
+        /* content, usage, [DONE] */
+        "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":"
+        "\"The \"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"value "
+        "is 5.\"}}]}\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":"
+        "\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":19,"
+        "\"completion_tokens\":8,\"total_tokens\":27}}\n\ndata: [DONE]\n\n",
+        /* reasoning under "reasoning", escapes and non-ASCII, no [DONE] */
+        "data: {\"choices\":[{\"delta\":{\"reasoning\":\"think \\\"a\\\"\\n\"}}"
+        "]}\n\ndata: {\"choices\":[{\"delta\":{\"reasoning\":\"\\u00e9\\u2028"
+        "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"\\t<b>\\/\"}"
+        "}]}\n\n",
+        /* parallel tool calls merged by index */
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":"
+        "\"c0\",\"type\":\"function\",\"function\":{\"name\":\"task\","
+        "\"arguments\":\"{\\\"pr\"}}]}}]}\n\ndata: {\"choices\":[{\"delta\":{"
+        "\"tool_calls\":[{\"index\":1,\"id\":\"c1\",\"function\":{\"name\":"
+        "\"read\",\"arguments\":\"{}\"}},{\"index\":0,\"function\":{"
+        "\"arguments\":\"ompt\\\":\\\"x\\\"}\"}}]}}]}\n\ndata: {\"choices\":[{"
+        "\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+        /* an error event and chunks that are not JSON */
+        "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: "
+        "not json\n\ndata: {\"error\":{\"message\":\"overloaded\",\"code\":"
+        "503}}\n\ndata: [1,2\n\n",
+        /* /v1/completions text, a real and a big integer in usage */
+        "data: {\"choices\":[{\"text\":\"once\",\"finish_reason\":null}]}\n\n"
+        "data: {\"choices\":[{\"text\":\" upon\",\"finish_reason\":\"length\""
+        "}],\"usage\":{\"a\":1.5e3,\"b\":12345678901234567,\"c\":-0.0}}\n\n",
+        /* a NUL escape in content, reasoning_content, an empty content */
+        "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"r\","
+        "\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":"
+        "\"x\\u0000y\"}}]}\n\n",
+        /* nothing */
+        "",
+        ": comment only\n\n",
+    };
+    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++)
+        check_stream(streams[i], strlen(streams[i]));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixture_stream),
+        cmocka_unit_test(test_crafted_streams),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

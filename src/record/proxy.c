@@ -48,6 +48,10 @@
 /* in flight at most, for an exchange to be stored on the loop's thread */
 #define INLINE_MAX_ACTIVE 64
 #define MEMO_SLOTS 64
+/* finished exchanges kept for reuse (ex_get), with their client-side
+ * buffers when these stay under SPARE_BUF_MAX */
+#define SPARE_MAX 64
+#define SPARE_BUF_MAX (16u << 10)
 
 struct name_memo {
     char name[40];
@@ -71,6 +75,8 @@ struct record {
     struct classify_state *cls;
     struct ex *active;  /* in flight, doubly linked */
     struct ex *storing; /* finished, with the writer thread */
+    struct ex *spare;   /* completed, for reuse (ex_get), linked by next */
+    size_t nspare;
     size_t nactive, nstoring;
     /* The writer thread: parses requests, classifies and commits finished
      * exchanges in batches (one transaction each); the loop completes the
@@ -140,7 +146,8 @@ struct ex {
     double last_event_ms, max_gap_ms;
     bool headers_done, reply_started, client_gone;
     int status;
-    char *reason;
+    char *reason; /* reason_in, or allocated when longer */
+    char reason_in[32];
     struct hdrs resp_hl;    /* moved to x by fill_response */
     int64_t content_length; /* -1: none */
     int64_t forwarded;
@@ -200,20 +207,78 @@ static void list_del(struct ex **head, struct ex *e)
     e->prev = e->next = NULL;
 }
 
-static void ex_free(struct ex *e)
+static void set_reason(struct ex *e, const char *p, size_t n)
 {
-    if (!e)
-        return;
+    if (e->reason != e->reason_in)
+        free(e->reason);
+    if (!n) {
+        e->reason = NULL;
+    } else if (n < sizeof(e->reason_in)) {
+        memcpy(e->reason_in, p, n);
+        e->reason_in[n] = '\0';
+        e->reason = e->reason_in;
+    } else {
+        e->reason = xstrndup(p, n);
+    }
+}
+
+/* Frees what e holds but the client-side buffers (rh, held), which a
+ * reused ex keeps. */
+static void ex_clear(struct ex *e)
+{
     curl_slist_free_all(e->hdrs);
     free(e->url);
     buf_release(&e->body);
     xchg_release(&e->x);
     buf_release(&e->resp);
+    set_reason(e, NULL, 0);
+    hdrs_release(&e->resp_hl);
+}
+
+static void ex_free(struct ex *e)
+{
+    if (!e)
+        return;
+    ex_clear(e);
     buf_release(&e->held);
     buf_release(&e->rh);
-    free(e->reason);
-    hdrs_release(&e->resp_hl);
     free(e);
+}
+
+/* A zeroed exchange: a spare one (its rh and held emptied, their memory
+ * kept: a small reply's head and held end need no allocation) or a new
+ * one. */
+static struct ex *ex_get(struct record *r)
+{
+    struct ex *e = r->spare;
+    if (!e)
+        return xcalloc(1, sizeof(*e));
+    r->spare = e->next;
+    r->nspare--;
+    struct buf rh = e->rh, held = e->held;
+    memset(e, 0, sizeof(*e));
+    e->rh = rh;
+    e->held = held;
+    buf_reset(&e->rh);
+    buf_reset(&e->held);
+    return e;
+}
+
+/* Done with e: kept for ex_get, or freed. */
+static void ex_put(struct record *r, struct ex *e)
+{
+    if (r->nspare >= SPARE_MAX || r->stopping) {
+        ex_free(e);
+        return;
+    }
+    ex_clear(e);
+    if (e->rh.alloc > SPARE_BUF_MAX)
+        buf_release(&e->rh);
+    if (e->held.alloc > SPARE_BUF_MAX)
+        buf_release(&e->held);
+    e->next = r->spare;
+    r->spare = e;
+    r->nspare++;
 }
 
 /* ---- curl multi driven by libevent ---- */
@@ -336,14 +401,16 @@ static void hl_add(struct record *r, struct hdrs *hl, const char *name,
         hdrs_add(hl, name, nl, value, vl);
 }
 
-/* Starts hl sized for the n fields of h. */
-static void hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
+/* Starts hl sized for the n fields of h; the bytes of their names and
+ * values. */
+static size_t hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += h[i].name_len + h[i].value_len;
     hdrs_start(hl);
     hdrs_reserve(hl, n, total + sizeof(REDACTED));
+    return total;
 }
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream
@@ -497,15 +564,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     if (len >= 5 && !memcmp(p, "HTTP/", 5)) {
         const char *sp = memchr(p, ' ', len);
         e->status = sp ? atoi(sp + 1) : 0;
-        free(e->reason);
-        e->reason = NULL;
+        set_reason(e, NULL, 0);
         const char *sp2 =
             sp ? memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p)) : NULL;
         if (sp2) {
             size_t rl = len - (size_t)(sp2 + 1 - p);
             while (rl && (sp2[rl] == '\r' || sp2[rl] == '\n'))
                 rl--;
-            e->reason = rl ? xstrndup(sp2 + 1, rl) : NULL;
+            set_reason(e, sp2 + 1, rl);
         }
         hdrs_start(&e->resp_hl);
         e->content_length = -1;
@@ -637,8 +703,9 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
 {
     struct ex *e = ud;
     e->status = h->status;
-    e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
-    hl_start(&e->resp_hl, h->headers, h->nheaders);
+    set_reason(e, h->reason, h->reason_len);
+    size_t bytes = hl_start(&e->resp_hl, h->headers, h->nheaders);
+    buf_grow(&e->rh, bytes + 4 * h->nheaders); /* "name: value\r\n" */
     /* a body-less response is "sized" at 0: its head leaves with the
      * end, once stored */
     e->content_length = f == H1_SIZED ? (int64_t)len : f == H1_NONE ? 0 : -1;
@@ -863,7 +930,6 @@ static void reply_error(struct ex *e, enum xchg_end end)
  * the close after an upstream reset. */
 static void complete(struct record *r, struct ex *e)
 {
-    (void)r;
     if (!client_ok(e)) {
         /* the client went away meanwhile */
     } else if (e->x.end == XCHG_COMPLETE) {
@@ -876,7 +942,7 @@ static void complete(struct record *r, struct ex *e)
         start_reply(e);
         front_abort(e->fc);
     }
-    ex_free(e);
+    ex_put(r, e);
 }
 
 static void enqueue(struct record *r, struct ex *e)
@@ -1402,7 +1468,7 @@ static void on_request(void *ud, struct front_conn *c,
         send_json_error(c, 503, "unavailable", "fidelity record is stopping");
         return;
     }
-    struct ex *e = xcalloc(1, sizeof(*e));
+    struct ex *e = ex_get(r);
     const char *uri = origin_form(q->target);
 
     e->r = r;
@@ -1413,7 +1479,6 @@ static void on_request(void *ud, struct front_conn *c,
     e->content_length = -1;
     buf_init(&e->body, 0);
     buf_init(&e->resp, r->o.max_capture);
-    buf_init(&e->rh, 0);
     e->last_event_ms = -1;
     xchg_init(&e->x);
     e->x.started = wall_s();
@@ -1748,6 +1813,11 @@ void record_free(struct record *r)
     if (r->wake[0] >= 0) {
         close(r->wake[0]);
         close(r->wake[1]);
+    }
+    while (r->spare) {
+        struct ex *e = r->spare;
+        r->spare = e->next;
+        ex_free(e);
     }
     upc_free(r->upc);
     free(r->up_authority);

@@ -8,6 +8,7 @@
  */
 #include "record/h1.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -33,6 +34,39 @@ static const bool TCHAR[256] = {
 static bool is_tchar(unsigned char c)
 {
     return TCHAR[c];
+}
+
+/* Bytes a field value may hold (RFC 9110 section 5.5: VCHAR, SP, HTAB,
+ * obs-text): all but the controls other than HTAB, and DEL */
+static bool is_vbyte(unsigned char c)
+{
+    return (c >= 0x20 && c != 0x7f) || c == '\t';
+}
+
+/* Whether the 8 bytes at p are all of them printable (no byte below 0x20,
+ * none 0x7f): the classic "has a byte less than" and "has a zero byte"
+ * word tricks, exact as to whether one exists. */
+static bool word_printable(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = ones << 7;
+    uint64_t w, d;
+    memcpy(&w, p, 8);
+    d = w ^ (ones * 0x7f);
+    return !(((w - ones * 0x20) & ~w & highs) | ((d - ones) & ~d & highs));
+}
+
+/* The end of the run of value bytes in p[i..n). */
+static size_t value_run(const char *p, size_t i, size_t n)
+{
+    for (;;) {
+        while (i + 8 <= n && word_printable(p + i))
+            i += 8;
+        size_t stop = i + 8 < n ? i + 8 : n;
+        while (i < stop && is_vbyte((unsigned char)p[i]))
+            i++;
+        if (i < stop || i == n)
+            return i;
+    }
 }
 
 /* The line at p[0..n) without its LF (and CR): its length, or -2 when no
@@ -102,16 +136,58 @@ static int parse_field(const char *p, size_t n, struct h1_header *f)
     return 0;
 }
 
+/* The common field line, "name:" OWS value OWS CRLF (or LF), read in one
+ * pass over its bytes: its length with its line end, or 0 when the line
+ * is anything else (incomplete, malformed, a blank line, obs-fold), which
+ * the caller then reads line by line. */
+static size_t fast_field(const char *p, size_t n, struct h1_header *f)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)p[i]))
+        i++;
+    if (i == 0 || i >= n || p[i] != ':')
+        return 0;
+    f->name = p;
+    f->name_len = i;
+    i++;
+    while (i < n && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    size_t start = i;
+    i = value_run(p, i, n);
+    size_t next;
+    if (i + 1 < n && p[i] == '\r' && p[i + 1] == '\n')
+        next = i + 2;
+    else if (i < n && p[i] == '\n')
+        next = i + 1;
+    else
+        return 0;
+    while (i > start && (p[i - 1] == ' ' || p[i - 1] == '\t'))
+        i--;
+    f->value = p + start;
+    f->value_len = i - start;
+    return next;
+}
+
 /* The field lines from pos to the blank line: the head's length, -2 when
  * it is not all there yet, -1 when malformed, big when it exceeds
- * H1_MAX_HEAD or H1_MAX_HEADERS. */
+ * H1_MAX_HEAD or H1_MAX_HEADERS. A line fast_field reads is read as the
+ * line by line reading below would. */
 static int parse_fields(const char *p, size_t n, size_t pos,
                         struct h1_header *hs, size_t *count, int big)
 {
     size_t next;
     long len;
+    struct h1_header f;
     *count = 0;
     for (;;) {
+        if (pos < n && p[pos] != '\r' && p[pos] != '\n' &&
+            (next = fast_field(p + pos, n - pos, &f)) > 0) {
+            if (*count == H1_MAX_HEADERS)
+                return big;
+            hs[(*count)++] = f;
+            pos += next;
+            continue;
+        }
         len = line_at(p + pos, n - pos, &next);
         if (len == -2)
             return n >= H1_MAX_HEAD ? big : -2;

@@ -100,7 +100,7 @@ struct record {
     struct upc *upc;
     char *up_authority; /* host[:port] as in the URL, for Host */
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
-    struct buf wire;    /* scratch: the request head being built */
+    struct buf wire;    /* the request being built (upc_send swaps it) */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
@@ -227,7 +227,9 @@ static void set_reason(struct ex *e, const char *p, size_t n)
 static void ex_clear(struct ex *e)
 {
     curl_slist_free_all(e->hdrs);
+    e->hdrs = NULL;
     free(e->url);
+    e->url = NULL;
     buf_release(&e->body);
     xchg_release(&e->x);
     buf_release(&e->resp);
@@ -350,20 +352,33 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 /* ---- request headers ---- */
 
-static bool is_hop_by_hop(const char *name)
+/* Whether name (nl bytes) is lower (a lower-case name of as many bytes),
+ * ignoring ASCII case; callers pick lower by nl first. */
+static bool name_is(const char *name, const char *lower)
 {
-    switch (name[0] | 0x20) {
-    case 'c':
-        return !strcasecmp(name, "connection");
-    case 'k':
-        return !strcasecmp(name, "keep-alive");
-    case 'p':
-        return !strcasecmp(name, "proxy-connection");
-    case 't':
-        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
-               !strcasecmp(name, "transfer-encoding");
-    case 'u':
-        return !strcasecmp(name, "upgrade");
+    for (; *lower; name++, lower++) {
+        unsigned char c = (unsigned char)*name;
+        if ((c >= 'A' && c <= 'Z' ? c + 32 : c) != (unsigned char)*lower)
+            return false;
+    }
+    return true;
+}
+
+/* Field names are matched by length first: most names a request carries
+ * are then told apart without comparing a byte. */
+static bool is_hop_by_hop(const char *name, size_t nl)
+{
+    switch (nl) {
+    case 2:
+        return name_is(name, "te");
+    case 7:
+        return name_is(name, "trailer") || name_is(name, "upgrade");
+    case 10:
+        return name_is(name, "connection") || name_is(name, "keep-alive");
+    case 16:
+        return name_is(name, "proxy-connection");
+    case 17:
+        return name_is(name, "transfer-encoding");
     default:
         return false;
     }
@@ -373,14 +388,22 @@ static bool is_hop_by_hop(const char *name)
  * every exchange, and the rule (a dozen substring searches on a lowered
  * copy) was most of the cost of copying headers. A direct-mapped table
  * keyed by the name's exact bytes; a collision only costs a recompute. */
-static bool is_secret_memo(struct record *r, const char *name)
+static bool is_secret_memo(struct record *r, const char *name, size_t n)
 {
-    size_t n = 0;
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; name[n]; n++)
-        h = (h ^ (unsigned char)name[n]) * 16777619u;
     if (n >= sizeof(r->memo[0].name))
         return is_secret_header(name);
+    /* the slot: the length and the first and last four bytes */
+    uint32_t h = (uint32_t)n * 0x9e3779b1u;
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, name, 4);
+        memcpy(&b, name + n - 4, 4);
+        h ^= a * 0x85ebca6bu ^ b * 0xc2b2ae35u;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ (unsigned char)name[i]) * 16777619u;
+    }
+    h ^= h >> 15;
     struct name_memo *m = &r->memo[h % MEMO_SLOTS];
     if (m->len == n + 1 && !memcmp(m->name, name, n))
         return m->secret;
@@ -391,11 +414,12 @@ static bool is_secret_memo(struct record *r, const char *name)
 }
 
 /* Adds a field to the store's copy, its value redacted when the name is
- * a secret's: the secret never reaches the list. */
+ * a secret's: the secret never reaches the list. name is NUL-terminated
+ * after its nl bytes. */
 static void hl_add(struct record *r, struct hdrs *hl, const char *name,
                    size_t nl, const char *value, size_t vl)
 {
-    if (is_secret_memo(r, name))
+    if (is_secret_memo(r, name, nl))
         hdrs_add(hl, name, nl, REDACTED, sizeof(REDACTED) - 1);
     else
         hdrs_add(hl, name, nl, value, vl);
@@ -415,18 +439,33 @@ static size_t hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream
  * connection sets (Host, Content-Length, Expect). */
-static bool is_not_forwarded(const char *name)
+static bool is_not_forwarded(const char *name, size_t nl)
 {
-    switch (name[0] | 0x20) {
-    case 'c':
-        return !strcasecmp(name, "content-length") || is_hop_by_hop(name);
-    case 'e':
-        return !strcasecmp(name, "expect");
-    case 'h':
-        return !strcasecmp(name, "host");
+    switch (nl) {
+    case 4:
+        return name_is(name, "host");
+    case 6:
+        return name_is(name, "expect");
+    case 14:
+        return name_is(name, "content-length");
     default:
-        return is_hop_by_hop(name);
+        return is_hop_by_hop(name, nl);
     }
+}
+
+/* Appends "name: value\r\n" to b, grown once. */
+static void add_field_line(struct buf *b, const char *name, size_t nl,
+                           const char *value, size_t vl)
+{
+    size_t n = nl + vl + 4;
+    buf_grow(b, n);
+    char *w = b->data + b->len;
+    memcpy(w, name, nl);
+    memcpy(w + nl, ": ", 2);
+    memcpy(w + nl + 2, value, vl);
+    memcpy(w + nl + 2 + vl, "\r\n", 2);
+    b->len += n;
+    b->data[b->len] = '\0';
 }
 
 /* Copies the client's headers (q's, NUL-terminated in place by front.c)
@@ -444,19 +483,17 @@ static void take_req_headers(struct ex *e, const struct h1_req *q,
         const struct h1_header *h = &q->headers[i];
         const char *key = h->name, *value = h->value;
         hl_add(e->r, &e->x.req_hl, key, h->name_len, value, h->value_len);
-        if ((key[0] | 0x20) == 'c' && h1_name_is(h, "content-type"))
+        bool ctype = h->name_len == 12 && name_is(key, "content-type");
+        if (ctype)
             e->ct = value;
-        if (is_not_forwarded(key))
+        if (is_not_forwarded(key, h->name_len))
             continue;
         if (wire) {
-            buf_add(wire, key, h->name_len);
-            buf_add(wire, ": ", 2);
-            buf_add(wire, value, h->value_len);
-            buf_add(wire, "\r\n", 2);
+            add_field_line(wire, key, h->name_len, value, h->value_len);
             continue;
         }
-        has_accept |= !strcasecmp(key, "accept");
-        has_ctype |= !strcasecmp(key, "content-type");
+        has_accept |= h->name_len == 6 && name_is(key, "accept");
+        has_ctype |= ctype;
         char *line =
             *value ? xasprintf("%s: %s", key, value) : xasprintf("%s;", key);
         e->hdrs = curl_slist_append(e->hdrs, line);
@@ -510,10 +547,7 @@ static void start_reply(struct ex *e)
 static void add_resp_line(struct ex *e, const char *name, size_t nl,
                           const char *value, size_t vl)
 {
-    buf_add(&e->rh, name, nl);
-    buf_add(&e->rh, ": ", 2);
-    buf_add(&e->rh, value, vl);
-    buf_add(&e->rh, "\r\n", 2);
+    add_field_line(&e->rh, name, nl, value, vl);
 }
 
 /* At the end of the upstream's headers. A sized body's status line and
@@ -596,13 +630,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    hl_add(e->r, &e->resp_hl, name, strlen(name), value, strlen(value));
-    if (!strcasecmp(name, "content-type"))
+    size_t nl = strlen(name);
+    hl_add(e->r, &e->resp_hl, name, nl, value, strlen(value));
+    if (nl == 12 && name_is(name, "content-type"))
         e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
-    if (!strcasecmp(name, "content-length"))
+    if (nl == 14 && name_is(name, "content-length"))
         e->content_length = strtoll(value, NULL, 10);
-    if (!is_hop_by_hop(name))
-        add_resp_line(e, name, strlen(name), value, strlen(value));
+    if (!is_hop_by_hop(name, nl))
+        add_resp_line(e, name, nl, value, strlen(value));
     free(name);
     free(value);
     return sz * n;
@@ -717,9 +752,9 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
         const struct h1_header *x = &h->headers[i];
         const char *name = x->name, *value = x->value; /* NUL-terminated */
         hl_add(e->r, &e->resp_hl, name, x->name_len, value, x->value_len);
-        if (h1_name_is(x, "content-type"))
+        if (x->name_len == 12 && name_is(name, "content-type"))
             e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
-        if (!is_hop_by_hop(name))
+        if (!is_hop_by_hop(name, x->name_len))
             add_resp_line(e, x->name, x->name_len, x->value, x->value_len);
     }
     e->headers_done = true;
@@ -1405,8 +1440,9 @@ static void setup_easy(struct record *r, struct ex *e)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
 }
 
-/* Our client: the request head is built in one buffer (request line,
- * Host, the client's headers, Content-Length), the body copied after it. */
+/* Our client: the request is built in one buffer (request line, Host, the
+ * client's headers, Content-Length, then the body), handed to upclient,
+ * which gives back an earlier request's buffer for the next one. */
 static void send_upstream(struct record *r, struct ex *e,
                           const struct h1_req *q, const char *uri)
 {
@@ -1433,12 +1469,8 @@ static void send_upstream(struct record *r, struct ex *e,
         buf_add(b, "\r\n", 2);
     }
     buf_add(b, "\r\n", 2);
-    struct buf msg;
-    buf_init(&msg, 0);
-    buf_grow(&msg, b->len + e->body.len);
-    buf_add(&msg, b->data, b->len);
-    buf_add(&msg, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, &msg, e->head_req, &UP_CBS, e, e->curl_err,
+    buf_add(b, e->body.data, e->body.len);
+    e->upq = upc_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
                       sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);

@@ -29,6 +29,10 @@
 #define READ_MIN 4095
 #define READ_MAX 65536 /* ... and at most, when reads keep filling it */
 #define BIG_BUF (256 * 1024)
+/* ended requests kept for reuse, with their request buffer when it stays
+ * under SPARE_MSG_MAX (upc_send hands it back to the caller) */
+#define SPARE_MAX 64
+#define SPARE_MSG_MAX (16u << 10)
 
 enum phase { P_IDLE, P_HEAD, P_BODY };
 
@@ -59,6 +63,7 @@ struct upc_req {
     void *ud;
     struct event timer;
     bool timer_on;
+    struct upc_req *next_spare;
 };
 
 struct upc {
@@ -70,7 +75,10 @@ struct upc {
     socklen_t addr_len; /* 0: not resolved */
     struct upc_conn *idle, *busy;
     size_t nidle, nconn;
-    struct h1_head head; /* scratch for parsing, one response at a time */
+    struct upc_req *spare; /* linked by next_spare */
+    size_t nspare;
+    const struct timeval *tmo; /* timeout_ms as a common timeout */
+    struct h1_head head;       /* scratch for parsing, one response at a time */
 };
 
 static void conn_list_add(struct upc_conn **head, struct upc_conn *c)
@@ -105,6 +113,12 @@ struct upc *upc_new(struct event_base *base, const char *host, int port,
         u->host = xstrdup(host);
     u->port = port;
     u->timeout_ms = timeout_ms;
+    if (timeout_ms > 0) {
+        /* every request's timer has the same duration: libevent keeps
+         * them in a queue rather than its heap */
+        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        u->tmo = event_base_init_common_timeout(base, &tv);
+    }
     return u;
 }
 
@@ -141,12 +155,32 @@ static void conn_close(struct upc_conn *c)
     conn_free(c);
 }
 
+/* Done with q: kept for reuse (upc_send) or freed. */
 static void req_free(struct upc_req *q)
 {
+    struct upc *u = q->u;
     if (q->timer_on)
         event_del(&q->timer);
-    buf_release(&q->msg);
-    free(q);
+    if (u->nspare >= SPARE_MAX) {
+        buf_release(&q->msg);
+        free(q);
+        return;
+    }
+    if (q->msg.alloc > SPARE_MSG_MAX)
+        buf_release(&q->msg);
+    q->next_spare = u->spare;
+    u->spare = q;
+    u->nspare++;
+}
+
+/* Lets go of a request's bytes once they are no longer needed (sent, and
+ * no retry possible): kept for reuse when small. */
+static void drop_msg(struct upc_req *q)
+{
+    if (q->msg.alloc > SPARE_MSG_MAX)
+        buf_release(&q->msg);
+    else
+        buf_reset(&q->msg);
 }
 
 static void start_on(struct upc_req *q, struct upc_conn *c);
@@ -346,7 +380,7 @@ static void on_data(struct upc_conn *c, struct upc_req *q)
     if (!q->got_bytes) {
         q->got_bytes = true; /* no retry from here on */
         if (q->all_sent)
-            buf_release(&q->msg);
+            drop_msg(q);
     }
     if (c->phase == P_HEAD && read_head(c, q) <= 0)
         return;
@@ -456,7 +490,7 @@ static int write_req(struct upc_conn *c, struct upc_req *q)
     }
     q->all_sent = true;
     if (q->got_bytes)
-        buf_release(&q->msg);
+        drop_msg(q);
     return 0;
 }
 
@@ -586,18 +620,27 @@ struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
             return NULL;
         }
     }
-    struct upc_req *q = xcalloc(1, sizeof(*q));
+    struct upc_req *q = u->spare;
+    struct buf back = BUF_INIT; /* for msg: a spare request's buffer */
+    if (q) {
+        u->spare = q->next_spare;
+        u->nspare--;
+        back = q->msg;
+        buf_reset(&back);
+        memset(q, 0, sizeof(*q));
+    } else {
+        q = xcalloc(1, sizeof(*q));
+    }
+    back.max = msg->max;
     q->u = u;
     q->msg = *msg;
-    buf_init(msg, msg->max);
+    *msg = back;
     q->head_req = head_req;
     q->cbs = cbs;
     q->ud = ud;
-    if (u->timeout_ms > 0) {
-        struct timeval tv = {u->timeout_ms / 1000,
-                             (u->timeout_ms % 1000) * 1000};
+    if (u->tmo) {
         event_assign(&q->timer, u->base, -1, 0, on_timeout, q);
-        event_add(&q->timer, &tv);
+        event_add(&q->timer, u->tmo);
         q->timer_on = true;
     }
     start_on(q, c);
@@ -629,6 +672,12 @@ void upc_free(struct upc *u)
             req_free(c->q);
         }
         conn_free(c);
+    }
+    while (u->spare) {
+        struct upc_req *q = u->spare;
+        u->spare = q->next_spare;
+        buf_release(&q->msg);
+        free(q);
     }
     free(u->host);
     free(u);

@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,12 +319,13 @@ void front_start(struct front_conn *c, int status, const char *reason,
 static void add_chunk(struct buf *out, const char *p, size_t n)
 {
     char head[20];
-    size_t hl = 0;
-    for (int shift = (int)(sizeof(size_t) * 8) - 4; shift >= 0; shift -= 4) {
-        unsigned d = (unsigned)(n >> shift) & 0xf;
-        if (d || hl || !shift)
-            head[hl++] = "0123456789abcdef"[d];
-    }
+    /* the size in hex without leading zeros: as many digits as n has
+     * nibbles up to its highest set bit, one for 0 */
+    uint64_t v = n;
+    size_t digits = v ? (size_t)(67 - __builtin_clzll(v)) / 4 : 1;
+    for (size_t k = digits; k-- > 0; v >>= 4)
+        head[k] = "0123456789abcdef"[v & 0xf];
+    size_t hl = digits;
     head[hl++] = '\r';
     head[hl++] = '\n';
     buf_grow(out, hl + n + 2);

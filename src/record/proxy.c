@@ -352,17 +352,25 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 /* ---- request headers ---- */
 
-/* Whether name (nl bytes) is lower (a lower-case name of as many bytes),
- * ignoring ASCII case; callers pick lower by nl first. */
-static bool name_is(const char *name, const char *lower)
+/* Whether name (nl bytes) is lower (a name of as many bytes, in lower-case
+ * letters, digits and '-'), ignoring ASCII case; callers pick lower by nl
+ * first. Eight bytes at a time: where lower has a letter (bit 0x40 set)
+ * the name's byte may differ from it in bit 0x20 only (its other case),
+ * elsewhere not at all. */
+static inline bool name_is_n(const char *name, const char *lower, size_t n)
 {
-    for (; *lower; name++, lower++) {
-        unsigned char c = (unsigned char)*name;
-        if ((c >= 'A' && c <= 'Z' ? c + 32 : c) != (unsigned char)*lower)
+    const uint64_t bit40 = 0x4040404040404040ull;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t a = 0, b = 0;
+        size_t k = n - i < 8 ? n - i : 8;
+        memcpy(&a, name + i, k);
+        memcpy(&b, lower + i, k);
+        if ((a | (b & bit40) >> 1) != b)
             return false;
     }
     return true;
 }
+#define name_is(name, lower) name_is_n(name, lower "", sizeof(lower) - 1)
 
 /* Field names are matched by length first: most names a request carries
  * are then told apart without comparing a byte. */
@@ -677,6 +685,9 @@ static void gap_feed(struct ex *e, const char *s, size_t n)
     struct gap_scan *g = &e->gs;
     double t = -1;
     size_t i = 0;
+    /* the first CR at or after i, searched again only once passed: a
+     * stream's lines mostly end in a bare LF */
+    const char *cr = memchr(s, '\r', n);
     while (i < n) {
         if (g->after_cr) {
             g->after_cr = false;
@@ -685,10 +696,11 @@ static void gap_feed(struct ex *e, const char *s, size_t n)
                 continue;
             }
         }
+        if (cr && cr < s + i)
+            cr = memchr(s + i, '\r', n - i);
         const char *lf = memchr(s + i, '\n', n - i);
         size_t end = lf ? (size_t)(lf - s) : n;
-        const char *cr = memchr(s + i, '\r', end - i);
-        if (cr)
+        if (cr && cr < s + end)
             end = (size_t)(cr - s);
         if (g->len < sizeof(g->head)) {
             size_t k = sizeof(g->head) - g->len;

@@ -43,30 +43,77 @@ static bool is_vbyte(unsigned char c)
     return (c >= 0x20 && c != 0x7f) || c == '\t';
 }
 
-/* Whether the 8 bytes at p are all of them printable (no byte below 0x20,
- * none 0x7f): the classic "has a byte less than" and "has a zero byte"
- * word tricks, exact as to whether one exists. */
-static bool word_printable(const char *p)
+/* The bytes of the 8 at p that a field value may not hold (is_vbyte
+ * false), as the high bit of each: exact per byte, no carry crosses from
+ * one byte to the next (each sum is of 7-bit halves). */
+static uint64_t word_bad(const char *p)
 {
-    const uint64_t ones = 0x0101010101010101ull, highs = ones << 7;
-    uint64_t w, d;
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    uint64_t w, x, t;
     memcpy(&w, p, 8);
-    d = w ^ (ones * 0x7f);
-    return !(((w - ones * 0x20) & ~w & highs) | ((d - ones) & ~d & highs));
+    /* high bit set: the byte is 0x20 or above */
+    uint64_t printable = (((w & low7) + ones * 0x60) | w) & highs;
+    x = w ^ low7; /* zero where the byte is DEL */
+    uint64_t not_del = (((x & low7) + low7) | x) & highs;
+    t = w ^ (ones * '\t'); /* zero where the byte is HTAB */
+    uint64_t tab = ~(((t & low7) + low7) | t) & highs;
+    return ~((printable & not_del) | tab) & highs;
+}
+
+/* The bytes of the 8 at p that are letters, digits or '-' (most of a field
+ * name), as the high bit of each, exactly: each sum below adds to a 7-bit
+ * value, so no carry crosses into the next byte. A byte v of 7 bits is in
+ * [lo, hi] when v + (0x80 - lo) reaches the high bit and v + (0x7f - hi)
+ * does not. */
+static uint64_t word_name(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t v = w & low7, l = v | ones * 0x20; /* l: letters in lower case */
+    uint64_t letter = (l + ones * (0x80 - 'a')) & ~(l + ones * (0x7f - 'z'));
+    uint64_t digit = (v + ones * (0x80 - '0')) & ~(v + ones * (0x7f - '9'));
+    uint64_t dash = ~((v ^ ones * '-') + low7);
+    return (letter | digit | dash) & ~w & highs;
+}
+
+/* The end of the run of token bytes (a field name) in p[0..n). */
+static size_t name_run(const char *p, size_t n)
+{
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (i + 8 <= n) {
+        uint64_t other = ~word_name(p + i) & (0x0101010101010101ull << 7);
+        if (!other) {
+            i += 8;
+            continue;
+        }
+        i += (size_t)__builtin_ctzll(other) / 8;
+        if (!is_tchar((unsigned char)p[i]))
+            return i;
+        i++; /* another token byte: on from the next */
+    }
+#endif
+    while (i < n && is_tchar((unsigned char)p[i]))
+        i++;
+    return i;
 }
 
 /* The end of the run of value bytes in p[i..n). */
 static size_t value_run(const char *p, size_t i, size_t n)
 {
-    for (;;) {
-        while (i + 8 <= n && word_printable(p + i))
-            i += 8;
-        size_t stop = i + 8 < n ? i + 8 : n;
-        while (i < stop && is_vbyte((unsigned char)p[i]))
-            i++;
-        if (i < stop || i == n)
-            return i;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 8 <= n; i += 8) {
+        uint64_t bad = word_bad(p + i);
+        if (bad)
+            return i + (size_t)__builtin_ctzll(bad) / 8;
     }
+#endif
+    while (i < n && is_vbyte((unsigned char)p[i]))
+        i++;
+    return i;
 }
 
 /* The line at p[0..n) without its LF (and CR): its length, or -2 when no
@@ -142,9 +189,7 @@ static int parse_field(const char *p, size_t n, struct h1_header *f)
  * the caller then reads line by line. */
 static size_t fast_field(const char *p, size_t n, struct h1_header *f)
 {
-    size_t i = 0;
-    while (i < n && is_tchar((unsigned char)p[i]))
-        i++;
+    size_t i = name_run(p, n);
     if (i == 0 || i >= n || p[i] != ':')
         return 0;
     f->name = p;

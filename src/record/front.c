@@ -269,9 +269,12 @@ static void add_status(struct front_conn *c, int status, const char *reason,
         reason = reason_of(status);
         rl = strlen(reason);
     }
-    buf_add(&c->out, line, 13);
-    buf_add(&c->out, reason, rl);
-    buf_add(&c->out, "\r\n", 2);
+    struct buf *o = &c->out;
+    buf_grow(o, 13 + rl + 2);
+    memcpy(o->data + o->len, line, 13);
+    memcpy(o->data + o->len + 13, reason, rl);
+    memcpy(o->data + o->len + 13 + rl, "\r\n", 3); /* with the NUL */
+    o->len += 13 + rl + 2;
 }
 
 static void add_decimal(struct buf *b, uint64_t v)
@@ -286,10 +289,12 @@ static void add_decimal(struct buf *b, uint64_t v)
 /* The Connection field this response needs, and the blank line. */
 static void end_head(struct front_conn *c)
 {
+    static const char close_[] = "Connection: close\r\n\r\n",
+                      keep[] = "Connection: keep-alive\r\n\r\n";
     if (!c->keep)
-        buf_adds(&c->out, "Connection: close\r\n\r\n");
+        buf_add(&c->out, close_, sizeof(close_) - 1);
     else if (!c->minor)
-        buf_adds(&c->out, "Connection: keep-alive\r\n\r\n");
+        buf_add(&c->out, keep, sizeof(keep) - 1);
     else
         buf_add(&c->out, "\r\n", 2);
 }

@@ -311,12 +311,6 @@ int h1_parse_request(const char *p, size_t n, struct h1_req *q)
     return parse_fields(p, n, pos, q->headers, &q->nheaders, -3);
 }
 
-bool h1_name_is(const struct h1_header *f, const char *name)
-{
-    size_t n = strlen(name);
-    return f->name_len == n && !strncasecmp(f->name, name, n);
-}
-
 /* The last comma-separated element of v, trimmed. */
 static void last_token(const char *v, size_t n, const char **t, size_t *tl)
 {

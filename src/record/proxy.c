@@ -100,7 +100,11 @@ struct record {
     struct upc *upc;
     char *up_authority; /* host[:port] as in the URL, for Host */
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
-    struct buf wire;    /* the request being built (upc_send swaps it) */
+    size_t up_prefix_len;
+    /* " HTTP/1.1\r\nHost: <up_authority>\r\n", after the target */
+    char *up_host_line;
+    size_t up_host_len;
+    struct buf wire; /* the request being built (upc_send swaps it) */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
@@ -223,15 +227,20 @@ static void set_reason(struct ex *e, const char *p, size_t n)
 }
 
 /* Frees what e holds but the client-side buffers (rh, held), which a
- * reused ex keeps. */
-static void ex_clear(struct ex *e)
+ * reused ex keeps. stored: store_batch has released e->x and e->body (the
+ * recorded copy is freed on the writer's side), nothing left there. */
+static void ex_clear(struct ex *e, bool stored)
 {
-    curl_slist_free_all(e->hdrs);
-    e->hdrs = NULL;
+    if (e->hdrs) {
+        curl_slist_free_all(e->hdrs);
+        e->hdrs = NULL;
+    }
     free(e->url);
     e->url = NULL;
-    buf_release(&e->body);
-    xchg_release(&e->x);
+    if (!stored) {
+        buf_release(&e->body);
+        xchg_release(&e->x);
+    }
     buf_release(&e->resp);
     set_reason(e, NULL, 0);
     hdrs_release(&e->resp_hl);
@@ -241,7 +250,7 @@ static void ex_free(struct ex *e)
 {
     if (!e)
         return;
-    ex_clear(e);
+    ex_clear(e, false);
     buf_release(&e->held);
     buf_release(&e->rh);
     free(e);
@@ -266,14 +275,14 @@ static struct ex *ex_get(struct record *r)
     return e;
 }
 
-/* Done with e: kept for ex_get, or freed. */
+/* Done with e, a stored exchange: kept for ex_get, or freed. */
 static void ex_put(struct record *r, struct ex *e)
 {
     if (r->nspare >= SPARE_MAX || r->stopping) {
         ex_free(e);
         return;
     }
-    ex_clear(e);
+    ex_clear(e, true);
     if (e->rh.alloc > SPARE_BUF_MAX)
         buf_release(&e->rh);
     if (e->held.alloc > SPARE_BUF_MAX)
@@ -392,6 +401,28 @@ static bool is_hop_by_hop(const char *name, size_t nl)
     }
 }
 
+/* memcmp(a, b, n) == 0 for the short strings of the memo, in 8-byte
+ * words (the last one overlapping the one before) rather than a call. */
+static bool same_bytes(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return false;
+        return true;
+    }
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y)
+            return false;
+    }
+    memcpy(&x, a + n - 8, 8);
+    memcpy(&y, b + n - 8, 8);
+    return x == y;
+}
+
 /* is_secret_header() with a memo: the same few header names come with
  * every exchange, and the rule (a dozen substring searches on a lowered
  * copy) was most of the cost of copying headers. A direct-mapped table
@@ -413,7 +444,7 @@ static bool is_secret_memo(struct record *r, const char *name, size_t n)
     }
     h ^= h >> 15;
     struct name_memo *m = &r->memo[h % MEMO_SLOTS];
-    if (m->len == n + 1 && !memcmp(m->name, name, n))
+    if (m->len == n + 1 && same_bytes(m->name, name, n))
         return m->secret;
     memcpy(m->name, name, n);
     m->len = (uint8_t)(n + 1);
@@ -698,7 +729,8 @@ static void gap_feed(struct ex *e, const char *s, size_t n)
         }
         if (cr && cr < s + i)
             cr = memchr(s + i, '\r', n - i);
-        const char *lf = memchr(s + i, '\n', n - i);
+        /* a blank line (the end of an event) is found without a call */
+        const char *lf = s[i] == '\n' ? s + i : memchr(s + i, '\n', n - i);
         size_t end = lf ? (size_t)(lf - s) : n;
         if (cr && cr < s + end)
             end = (size_t)(cr - s);
@@ -1459,16 +1491,28 @@ static void send_upstream(struct record *r, struct ex *e,
                           const struct h1_req *q, const char *uri)
 {
     struct buf *b = &r->wire;
+    size_t ul = strlen(uri), n = 0, fields = 0;
+    bool slash = uri[0] != '/';
+    for (size_t i = 0; i < q->nheaders; i++)
+        fields += q->headers[i].name_len + q->headers[i].value_len + 4;
+    /* sized once for the whole request (the head is at most the request
+     * line, Host, the client's fields and a Content-Length), then the
+     * request line and Host in one go */
     buf_reset(b);
-    buf_add(b, q->method, q->method_len);
-    buf_addch(b, ' ');
-    buf_adds(b, r->up_prefix);
-    if (uri[0] != '/')
-        buf_addch(b, '/');
-    buf_adds(b, uri);
-    buf_adds(b, " HTTP/1.1\r\nHost: ");
-    buf_adds(b, r->up_authority);
-    buf_add(b, "\r\n", 2);
+    buf_grow(b, q->method_len + 2 + r->up_prefix_len + ul + r->up_host_len +
+                    fields + 40 + e->body.len);
+    char *w = b->data;
+    memcpy(w + n, q->method, q->method_len);
+    n += q->method_len;
+    w[n++] = ' ';
+    memcpy(w + n, r->up_prefix, r->up_prefix_len);
+    n += r->up_prefix_len;
+    if (slash)
+        w[n++] = '/';
+    memcpy(w + n, uri, ul);
+    n += ul;
+    memcpy(w + n, r->up_host_line, r->up_host_len + 1);
+    b->len = n + r->up_host_len;
     take_req_headers(e, q, b);
     if (e->body.len || sends_length(e->x.method)) {
         char digits[24], *d = digits + sizeof(digits);
@@ -1493,6 +1537,8 @@ static void send_upstream(struct record *r, struct ex *e,
  * authority. */
 static const char *origin_form(const char *t)
 {
+    if (t[0] == '/')
+        return t; /* origin-form, the usual */
     const char *p = !strncasecmp(t, "http://", 7)    ? t + 7
                     : !strncasecmp(t, "https://", 8) ? t + 8
                                                      : NULL;
@@ -1524,7 +1570,7 @@ static void on_request(void *ud, struct front_conn *c,
     buf_init(&e->body, 0);
     buf_init(&e->resp, r->o.max_capture);
     e->last_event_ms = -1;
-    xchg_init(&e->x);
+    /* e->x is zeroed (ex_get): xchg_init's state */
     e->x.started = wall_s();
     e->x.method = xstrndup(q->method, q->method_len);
     e->x.path = redact_path(uri);
@@ -1711,6 +1757,9 @@ static bool split_http_url(struct record *r)
     r->upc = upc_new(r->base, host, (int)pn, r->o.timeout_ms);
     r->up_authority = auth;
     r->up_prefix = xstrdup(a + al);
+    r->up_prefix_len = strlen(r->up_prefix);
+    r->up_host_line = xasprintf(" HTTP/1.1\r\nHost: %s\r\n", auth);
+    r->up_host_len = strlen(r->up_host_line);
     free(host);
     return true;
 }
@@ -1866,6 +1915,7 @@ void record_free(struct record *r)
     upc_free(r->upc);
     free(r->up_authority);
     free(r->up_prefix);
+    free(r->up_host_line);
     buf_release(&r->wire);
     for (int i = 0; i < r->npool; i++)
         curl_easy_cleanup(r->pool[i]);

@@ -101,6 +101,34 @@ static size_t name_run(const char *p, size_t n)
     return i;
 }
 
+/* The end of the run of request-target bytes (above 0x20, not DEL) in
+ * p[i..n): 8 bytes at a time, as word_bad does for values. */
+static size_t target_run(const char *p, size_t i, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, x;
+        memcpy(&w, p + i, 8);
+        /* high bit set: the byte is above 0x20 */
+        uint64_t above = (((w & low7) + ones * 0x5f) | w) & highs;
+        x = w ^ low7; /* zero where the byte is DEL */
+        uint64_t not_del = (((x & low7) + low7) | x) & highs;
+        uint64_t bad = ~(above & not_del) & highs;
+        if (bad)
+            return i + (size_t)__builtin_ctzll(bad) / 8;
+    }
+#endif
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7f)
+            break;
+        i++;
+    }
+    return i;
+}
+
 /* The end of the run of value bytes in p[i..n). */
 static size_t value_run(const char *p, size_t i, size_t n)
 {
@@ -275,12 +303,9 @@ static int parse_request_line(const char *p, size_t n, struct h1_req *q)
     q->method = p;
     q->method_len = i;
     size_t t = ++i;
-    while (i < n && p[i] != ' ') {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c == 0x7f)
-            return -1;
-        i++;
-    }
+    i = target_run(p, i, n);
+    if (i < n && p[i] != ' ')
+        return -1; /* a control, DEL or non-space blank in the target */
     if (i == t || n - i != 9 || memcmp(p + i, " HTTP/1.", 8) ||
         p[i + 8] < '0' || p[i + 8] > '9')
         return -1;

@@ -333,7 +333,8 @@ static void add_chunk(struct buf *out, const char *p, size_t n)
     size_t hl = digits;
     head[hl++] = '\r';
     head[hl++] = '\n';
-    buf_grow(out, hl + n + 2);
+    if (out->alloc - out->len <= hl + n + 2) /* no room: a call */
+        buf_grow(out, hl + n + 2);
     char *w = out->data + out->len;
     memcpy(w, head, hl);
     memcpy(w + hl, p, n);

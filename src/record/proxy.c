@@ -492,6 +492,15 @@ static bool is_not_forwarded(const char *name, size_t nl)
     }
 }
 
+/* Whether a Content-Type value (NUL-terminated) starts with
+ * text/event-stream, in any case; most values are told by their first
+ * letter without a call. */
+static bool is_event_stream(const char *value)
+{
+    return (value[0] | 0x20) == 't' &&
+           !strncasecmp(value, "text/event-stream", 17);
+}
+
 /* Appends "name: value\r\n" to b, grown once. */
 static void add_field_line(struct buf *b, const char *name, size_t nl,
                            const char *value, size_t vl)
@@ -672,7 +681,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     size_t nl = strlen(name);
     hl_add(e->r, &e->resp_hl, name, nl, value, strlen(value));
     if (nl == 12 && name_is(name, "content-type"))
-        e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
+        e->x.streamed = is_event_stream(value);
     if (nl == 14 && name_is(name, "content-length"))
         e->content_length = strtoll(value, NULL, 10);
     if (!is_hop_by_hop(name, nl))
@@ -797,7 +806,7 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
         const char *name = x->name, *value = x->value; /* NUL-terminated */
         hl_add(e->r, &e->resp_hl, name, x->name_len, value, x->value_len);
         if (x->name_len == 12 && name_is(name, "content-type"))
-            e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
+            e->x.streamed = is_event_stream(value);
         if (!is_hop_by_hop(name, x->name_len))
             add_resp_line(e, x->name, x->name_len, x->value, x->value_len);
     }

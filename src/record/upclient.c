@@ -34,6 +34,7 @@
  * under SPARE_MSG_MAX (upc_send hands it back to the caller) */
 #define SPARE_MAX 64
 #define SPARE_MSG_MAX (16u << 10)
+#define IN_FLIGHT_MSG_MAX (4u << 10)
 
 enum phase { P_IDLE, P_HEAD, P_BODY };
 
@@ -181,10 +182,11 @@ static void req_free(struct upc_req *q)
 }
 
 /* Lets go of a request's bytes once they are no longer needed (sent, and
- * no retry possible): kept for reuse when small. */
+ * no retry possible): kept for reuse when small (IN_FLIGHT_MSG_MAX: a
+ * thousand open streams then hold at most 4 MiB of them). */
 static void drop_msg(struct upc_req *q)
 {
-    if (q->msg.alloc > SPARE_MSG_MAX)
+    if (q->msg.alloc > IN_FLIGHT_MSG_MAX)
         buf_release(&q->msg);
     else
         buf_reset(&q->msg);

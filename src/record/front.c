@@ -299,9 +299,10 @@ static void end_head(struct front_conn *c)
         buf_add(&c->out, "\r\n", 2);
 }
 
-void front_start(struct front_conn *c, int status, const char *reason,
-                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
-                 bool no_body)
+/* front_start without the flush at the end of the loop pass. */
+static void start_head(struct front_conn *c, int status, const char *reason,
+                       size_t reason_len, const char *hdrs, size_t hl,
+                       int64_t length, bool no_body)
 {
     add_status(c, status, reason, reason_len);
     buf_add(&c->out, hdrs, hl);
@@ -317,6 +318,13 @@ void front_start(struct front_conn *c, int status, const char *reason,
         c->keep = false;
     }
     end_head(c);
+}
+
+void front_start(struct front_conn *c, int status, const char *reason,
+                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
+                 bool no_body)
+{
+    start_head(c, status, reason, reason_len, hdrs, hl, length, no_body);
     mark_dirty(c);
 }
 
@@ -343,14 +351,20 @@ static void add_chunk(struct buf *out, const char *p, size_t n)
     out->data[out->len] = '\0';
 }
 
-void front_body(struct front_conn *c, const char *p, size_t n)
+/* Body bytes, framed, into the output (not yet written). */
+static void add_body(struct front_conn *c, const char *p, size_t n)
 {
-    if (!n || c->mode == OUT_NONE)
-        return;
     if (c->mode == OUT_CHUNKED)
         add_chunk(&c->out, p, n);
     else
         buf_add(&c->out, p, n);
+}
+
+void front_body(struct front_conn *c, const char *p, size_t n)
+{
+    if (!n || c->mode == OUT_NONE)
+        return;
+    add_body(c, p, n);
     mark_dirty(c);
 }
 
@@ -381,6 +395,16 @@ void front_end(struct front_conn *c)
     if (c->mode == OUT_CHUNKED)
         buf_add(&c->out, "0\r\n\r\n", 5);
     response_done(c);
+}
+
+void front_whole(struct front_conn *c, int status, const char *reason,
+                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
+                 bool no_body, const char *body, size_t n)
+{
+    start_head(c, status, reason, reason_len, hdrs, hl, length, no_body);
+    if (n && c->mode != OUT_NONE)
+        add_body(c, body, n);
+    front_end(c);
 }
 
 void front_abort(struct front_conn *c)

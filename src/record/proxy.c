@@ -235,15 +235,20 @@ static void ex_clear(struct ex *e, bool stored)
         curl_slist_free_all(e->hdrs);
         e->hdrs = NULL;
     }
-    free(e->url);
-    e->url = NULL;
+    if (e->url) {
+        free(e->url);
+        e->url = NULL;
+    }
     if (!stored) {
         buf_release(&e->body);
         xchg_release(&e->x);
     }
-    buf_release(&e->resp);
-    set_reason(e, NULL, 0);
-    hdrs_release(&e->resp_hl);
+    if (e->resp.data) /* detached by fill_response, but when it never ran */
+        buf_release(&e->resp);
+    if (e->reason)
+        set_reason(e, NULL, 0);
+    if (e->resp_hl.b.data) /* likewise moved to e->x */
+        hdrs_release(&e->resp_hl);
 }
 
 static void ex_free(struct ex *e)
@@ -580,13 +585,20 @@ static bool client_ok(const struct ex *e)
 /* The status line and the upstream's headers (e->rh) go to the client;
  * front.c frames the body: sized when the upstream's was, else chunked
  * for an HTTP/1.1 client and until the close for HTTP/1.0. */
+static int reply_code(const struct ex *e, bool *no_body)
+{
+    int code = e->status ? e->status : 200;
+    *no_body = code < 200 || code == 204 || code == 304 || e->head_req;
+    return code;
+}
+
 static void start_reply(struct ex *e)
 {
     if (e->reply_started || !client_ok(e))
         return;
     e->reply_started = true;
-    int code = e->status ? e->status : 200;
-    bool no_body = code < 200 || code == 204 || code == 304 || e->head_req;
+    bool no_body;
+    int code = reply_code(e, &no_body);
     front_start(e->fc, code, e->reason, e->reason ? strlen(e->reason) : 0,
                 e->rh.data, e->rh.len, e->content_length, no_body);
 }
@@ -1020,8 +1032,18 @@ static void complete(struct record *r, struct ex *e)
 {
     if (!client_ok(e)) {
         /* the client went away meanwhile */
+    } else if (e->x.end == XCHG_COMPLETE && !e->reply_started) {
+        /* a sized reply held whole (the common small JSON one): head,
+         * body and end in one write, now */
+        bool no_body;
+        int code = reply_code(e, &no_body);
+        e->reply_started = true;
+        if (e->held.len && !e->down_first)
+            e->down_first = now_ms() - e->t0;
+        front_whole(e->fc, code, e->reason, e->reason ? strlen(e->reason) : 0,
+                    e->rh.data, e->rh.len, e->content_length, no_body,
+                    e->held.data, e->held.len);
     } else if (e->x.end == XCHG_COMPLETE) {
-        start_reply(e);
         send_now(e, e->held.data, e->held.len);
         front_end(e->fc);
     } else if (!e->headers_done) {

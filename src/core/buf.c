@@ -4,6 +4,7 @@
 #include "core/buf.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,14 @@ void buf_reset(struct buf *b)
         b->data[0] = '\0';
 }
 
+/* Whether extra more bytes (and the NUL) fit in what b has allocated,
+ * within its cap: the common case of an append, decided without a call. */
+static inline bool has_room(const struct buf *b, size_t extra)
+{
+    return b->alloc - b->len > extra &&
+           (!b->max || (extra <= b->max && b->len <= b->max - extra));
+}
+
 int buf_grow(struct buf *b, size_t extra)
 {
     if (b->max && (extra > b->max || b->len > b->max - extra))
@@ -51,9 +60,11 @@ int buf_grow(struct buf *b, size_t extra)
 
 int buf_add(struct buf *b, const void *data, size_t len)
 {
-    int r = buf_grow(b, len);
-    if (r)
-        return r;
+    if (!has_room(b, len)) {
+        int r = buf_grow(b, len);
+        if (r)
+            return r;
+    }
     if (len)
         memcpy(b->data + b->len, data, len);
     b->len += len;
@@ -68,7 +79,14 @@ int buf_adds(struct buf *b, const char *s)
 
 int buf_addch(struct buf *b, char c)
 {
-    return buf_add(b, &c, 1);
+    if (!has_room(b, 1)) {
+        int r = buf_grow(b, 1);
+        if (r)
+            return r;
+    }
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+    return 0;
 }
 
 int buf_vprintf(struct buf *b, const char *fmt, va_list ap)

@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,9 +269,12 @@ static void add_status(struct front_conn *c, int status, const char *reason,
         reason = reason_of(status);
         rl = strlen(reason);
     }
-    buf_add(&c->out, line, 13);
-    buf_add(&c->out, reason, rl);
-    buf_add(&c->out, "\r\n", 2);
+    struct buf *o = &c->out;
+    buf_grow(o, 13 + rl + 2);
+    memcpy(o->data + o->len, line, 13);
+    memcpy(o->data + o->len + 13, reason, rl);
+    memcpy(o->data + o->len + 13 + rl, "\r\n", 3); /* with the NUL */
+    o->len += 13 + rl + 2;
 }
 
 static void add_decimal(struct buf *b, uint64_t v)
@@ -285,17 +289,20 @@ static void add_decimal(struct buf *b, uint64_t v)
 /* The Connection field this response needs, and the blank line. */
 static void end_head(struct front_conn *c)
 {
+    static const char close_[] = "Connection: close\r\n\r\n",
+                      keep[] = "Connection: keep-alive\r\n\r\n";
     if (!c->keep)
-        buf_adds(&c->out, "Connection: close\r\n\r\n");
+        buf_add(&c->out, close_, sizeof(close_) - 1);
     else if (!c->minor)
-        buf_adds(&c->out, "Connection: keep-alive\r\n\r\n");
+        buf_add(&c->out, keep, sizeof(keep) - 1);
     else
         buf_add(&c->out, "\r\n", 2);
 }
 
-void front_start(struct front_conn *c, int status, const char *reason,
-                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
-                 bool no_body)
+/* front_start without the flush at the end of the loop pass. */
+static void start_head(struct front_conn *c, int status, const char *reason,
+                       size_t reason_len, const char *hdrs, size_t hl,
+                       int64_t length, bool no_body)
 {
     add_status(c, status, reason, reason_len);
     buf_add(&c->out, hdrs, hl);
@@ -311,6 +318,13 @@ void front_start(struct front_conn *c, int status, const char *reason,
         c->keep = false;
     }
     end_head(c);
+}
+
+void front_start(struct front_conn *c, int status, const char *reason,
+                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
+                 bool no_body)
+{
+    start_head(c, status, reason, reason_len, hdrs, hl, length, no_body);
     mark_dirty(c);
 }
 
@@ -318,15 +332,17 @@ void front_start(struct front_conn *c, int status, const char *reason,
 static void add_chunk(struct buf *out, const char *p, size_t n)
 {
     char head[20];
-    size_t hl = 0;
-    for (int shift = (int)(sizeof(size_t) * 8) - 4; shift >= 0; shift -= 4) {
-        unsigned d = (unsigned)(n >> shift) & 0xf;
-        if (d || hl || !shift)
-            head[hl++] = "0123456789abcdef"[d];
-    }
+    /* the size in hex without leading zeros: as many digits as n has
+     * nibbles up to its highest set bit, one for 0 */
+    uint64_t v = n;
+    size_t digits = v ? (size_t)(67 - __builtin_clzll(v)) / 4 : 1;
+    for (size_t k = digits; k-- > 0; v >>= 4)
+        head[k] = "0123456789abcdef"[v & 0xf];
+    size_t hl = digits;
     head[hl++] = '\r';
     head[hl++] = '\n';
-    buf_grow(out, hl + n + 2);
+    if (out->alloc - out->len <= hl + n + 2) /* no room: a call */
+        buf_grow(out, hl + n + 2);
     char *w = out->data + out->len;
     memcpy(w, head, hl);
     memcpy(w + hl, p, n);
@@ -335,14 +351,20 @@ static void add_chunk(struct buf *out, const char *p, size_t n)
     out->data[out->len] = '\0';
 }
 
-void front_body(struct front_conn *c, const char *p, size_t n)
+/* Body bytes, framed, into the output (not yet written). */
+static void add_body(struct front_conn *c, const char *p, size_t n)
 {
-    if (!n || c->mode == OUT_NONE)
-        return;
     if (c->mode == OUT_CHUNKED)
         add_chunk(&c->out, p, n);
     else
         buf_add(&c->out, p, n);
+}
+
+void front_body(struct front_conn *c, const char *p, size_t n)
+{
+    if (!n || c->mode == OUT_NONE)
+        return;
+    add_body(c, p, n);
     mark_dirty(c);
 }
 
@@ -373,6 +395,16 @@ void front_end(struct front_conn *c)
     if (c->mode == OUT_CHUNKED)
         buf_add(&c->out, "0\r\n\r\n", 5);
     response_done(c);
+}
+
+void front_whole(struct front_conn *c, int status, const char *reason,
+                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
+                 bool no_body, const char *body, size_t n)
+{
+    start_head(c, status, reason, reason_len, hdrs, hl, length, no_body);
+    if (n && c->mode != OUT_NONE)
+        add_body(c, body, n);
+    front_end(c);
 }
 
 void front_abort(struct front_conn *c)

@@ -88,6 +88,13 @@ void front_body(struct front_conn *c, const char *p, size_t n);
  * written now; then c reads the next request, or closes when either side
  * said so. c belongs to front again. */
 void front_end(struct front_conn *c);
+/* front_start, front_body with body[0..n) and front_end at once: the
+ * whole response written now, without waiting for the end of the loop
+ * pass (the flush that front_start would schedule is not needed). c
+ * belongs to front again. */
+void front_whole(struct front_conn *c, int status, const char *reason,
+                 size_t reason_len, const char *hdrs, size_t hl, int64_t length,
+                 bool no_body, const char *body, size_t n);
 /* The response cannot be completed (the upstream failed after its head):
  * what was given is written, then the connection closes, so the client
  * sees the response cut short. c belongs to front again. */

@@ -8,6 +8,7 @@
  */
 #include "record/h1.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -33,6 +34,114 @@ static const bool TCHAR[256] = {
 static bool is_tchar(unsigned char c)
 {
     return TCHAR[c];
+}
+
+/* Bytes a field value may hold (RFC 9110 section 5.5: VCHAR, SP, HTAB,
+ * obs-text): all but the controls other than HTAB, and DEL */
+static bool is_vbyte(unsigned char c)
+{
+    return (c >= 0x20 && c != 0x7f) || c == '\t';
+}
+
+/* The bytes of the 8 at p that a field value may not hold (is_vbyte
+ * false), as the high bit of each: exact per byte, no carry crosses from
+ * one byte to the next (each sum is of 7-bit halves). */
+static uint64_t word_bad(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    uint64_t w, x, t;
+    memcpy(&w, p, 8);
+    /* high bit set: the byte is 0x20 or above */
+    uint64_t printable = (((w & low7) + ones * 0x60) | w) & highs;
+    x = w ^ low7; /* zero where the byte is DEL */
+    uint64_t not_del = (((x & low7) + low7) | x) & highs;
+    t = w ^ (ones * '\t'); /* zero where the byte is HTAB */
+    uint64_t tab = ~(((t & low7) + low7) | t) & highs;
+    return ~((printable & not_del) | tab) & highs;
+}
+
+/* The bytes of the 8 at p that are letters, digits or '-' (most of a field
+ * name), as the high bit of each, exactly: each sum below adds to a 7-bit
+ * value, so no carry crosses into the next byte. A byte v of 7 bits is in
+ * [lo, hi] when v + (0x80 - lo) reaches the high bit and v + (0x7f - hi)
+ * does not. */
+static uint64_t word_name(const char *p)
+{
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t v = w & low7, l = v | ones * 0x20; /* l: letters in lower case */
+    uint64_t letter = (l + ones * (0x80 - 'a')) & ~(l + ones * (0x7f - 'z'));
+    uint64_t digit = (v + ones * (0x80 - '0')) & ~(v + ones * (0x7f - '9'));
+    uint64_t dash = ~((v ^ ones * '-') + low7);
+    return (letter | digit | dash) & ~w & highs;
+}
+
+/* The end of the run of token bytes (a field name) in p[0..n). */
+static size_t name_run(const char *p, size_t n)
+{
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (i + 8 <= n) {
+        uint64_t other = ~word_name(p + i) & (0x0101010101010101ull << 7);
+        if (!other) {
+            i += 8;
+            continue;
+        }
+        i += (size_t)__builtin_ctzll(other) / 8;
+        if (!is_tchar((unsigned char)p[i]))
+            return i;
+        i++; /* another token byte: on from the next */
+    }
+#endif
+    while (i < n && is_tchar((unsigned char)p[i]))
+        i++;
+    return i;
+}
+
+/* The end of the run of request-target bytes (above 0x20, not DEL) in
+ * p[i..n): 8 bytes at a time, as word_bad does for values. */
+static size_t target_run(const char *p, size_t i, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ull, low7 = ones * 0x7f,
+                   highs = ones << 7;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, x;
+        memcpy(&w, p + i, 8);
+        /* high bit set: the byte is above 0x20 */
+        uint64_t above = (((w & low7) + ones * 0x5f) | w) & highs;
+        x = w ^ low7; /* zero where the byte is DEL */
+        uint64_t not_del = (((x & low7) + low7) | x) & highs;
+        uint64_t bad = ~(above & not_del) & highs;
+        if (bad)
+            return i + (size_t)__builtin_ctzll(bad) / 8;
+    }
+#endif
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7f)
+            break;
+        i++;
+    }
+    return i;
+}
+
+/* The end of the run of value bytes in p[i..n). */
+static size_t value_run(const char *p, size_t i, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 8 <= n; i += 8) {
+        uint64_t bad = word_bad(p + i);
+        if (bad)
+            return i + (size_t)__builtin_ctzll(bad) / 8;
+    }
+#endif
+    while (i < n && is_vbyte((unsigned char)p[i]))
+        i++;
+    return i;
 }
 
 /* The line at p[0..n) without its LF (and CR): its length, or -2 when no
@@ -102,16 +211,56 @@ static int parse_field(const char *p, size_t n, struct h1_header *f)
     return 0;
 }
 
+/* The common field line, "name:" OWS value OWS CRLF (or LF), read in one
+ * pass over its bytes: its length with its line end, or 0 when the line
+ * is anything else (incomplete, malformed, a blank line, obs-fold), which
+ * the caller then reads line by line. */
+static size_t fast_field(const char *p, size_t n, struct h1_header *f)
+{
+    size_t i = name_run(p, n);
+    if (i == 0 || i >= n || p[i] != ':')
+        return 0;
+    f->name = p;
+    f->name_len = i;
+    i++;
+    while (i < n && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    size_t start = i;
+    i = value_run(p, i, n);
+    size_t next;
+    if (i + 1 < n && p[i] == '\r' && p[i + 1] == '\n')
+        next = i + 2;
+    else if (i < n && p[i] == '\n')
+        next = i + 1;
+    else
+        return 0;
+    while (i > start && (p[i - 1] == ' ' || p[i - 1] == '\t'))
+        i--;
+    f->value = p + start;
+    f->value_len = i - start;
+    return next;
+}
+
 /* The field lines from pos to the blank line: the head's length, -2 when
  * it is not all there yet, -1 when malformed, big when it exceeds
- * H1_MAX_HEAD or H1_MAX_HEADERS. */
+ * H1_MAX_HEAD or H1_MAX_HEADERS. A line fast_field reads is read as the
+ * line by line reading below would. */
 static int parse_fields(const char *p, size_t n, size_t pos,
                         struct h1_header *hs, size_t *count, int big)
 {
     size_t next;
     long len;
+    struct h1_header f;
     *count = 0;
     for (;;) {
+        if (pos < n && p[pos] != '\r' && p[pos] != '\n' &&
+            (next = fast_field(p + pos, n - pos, &f)) > 0) {
+            if (*count == H1_MAX_HEADERS)
+                return big;
+            hs[(*count)++] = f;
+            pos += next;
+            continue;
+        }
         len = line_at(p + pos, n - pos, &next);
         if (len == -2)
             return n >= H1_MAX_HEAD ? big : -2;
@@ -154,12 +303,9 @@ static int parse_request_line(const char *p, size_t n, struct h1_req *q)
     q->method = p;
     q->method_len = i;
     size_t t = ++i;
-    while (i < n && p[i] != ' ') {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c == 0x7f)
-            return -1;
-        i++;
-    }
+    i = target_run(p, i, n);
+    if (i < n && p[i] != ' ')
+        return -1; /* a control, DEL or non-space blank in the target */
     if (i == t || n - i != 9 || memcmp(p + i, " HTTP/1.", 8) ||
         p[i + 8] < '0' || p[i + 8] > '9')
         return -1;
@@ -188,12 +334,6 @@ int h1_parse_request(const char *p, size_t n, struct h1_req *q)
         return -1;
     pos += next;
     return parse_fields(p, n, pos, q->headers, &q->nheaders, -3);
-}
-
-bool h1_name_is(const struct h1_header *f, const char *name)
-{
-    size_t n = strlen(name);
-    return f->name_len == n && !strncasecmp(f->name, name, n);
 }
 
 /* The last comma-separated element of v, trimmed. */

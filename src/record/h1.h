@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 #define H1_MAX_HEADERS 100
 #define H1_MAX_HEAD (64 * 1024) /* a longer status line + headers: error */
@@ -85,8 +87,13 @@ bool h1_req_keep_alive(const struct h1_req *q);
 /* Whether value v (vl bytes) holds token tok as one of its comma-separated
  * elements, case-insensitively. */
 bool h1_has_token(const char *v, size_t vl, const char *tok);
-/* Case-insensitive header name match. */
-bool h1_name_is(const struct h1_header *f, const char *name);
+/* Case-insensitive header name match. Inline: with a literal name its
+ * length is a constant, and most fields differ from it in length. */
+static inline bool h1_name_is(const struct h1_header *f, const char *name)
+{
+    size_t n = strlen(name);
+    return f->name_len == n && !strncasecmp(f->name, name, n);
+}
 
 /* The chunked transfer coding decoder (RFC 9112 section 7.1). */
 struct h1_chunked {

@@ -54,6 +54,10 @@
  * 12 system calls per exchange on the loop's thread instead of 6. */
 #define INLINE_MAX_ACTIVE 2
 #define MEMO_SLOTS 64
+/* finished exchanges kept for reuse (ex_get), with their client-side
+ * buffers when these stay under SPARE_BUF_MAX */
+#define SPARE_MAX 64
+#define SPARE_BUF_MAX (16u << 10)
 
 struct name_memo {
     char name[40];
@@ -77,6 +81,8 @@ struct record {
     struct classify_state *cls;
     struct ex *active;  /* in flight, doubly linked */
     struct ex *storing; /* finished, with the writer thread */
+    struct ex *spare;   /* completed, for reuse (ex_get), linked by next */
+    size_t nspare;
     size_t nactive, nstoring;
     /* The writer thread: parses requests, classifies and commits finished
      * exchanges in batches (one transaction each); the loop completes the
@@ -100,7 +106,11 @@ struct record {
     struct upc *upc;
     char *up_authority; /* host[:port] as in the URL, for Host */
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
-    struct buf wire;    /* scratch: the request head being built */
+    size_t up_prefix_len;
+    /* " HTTP/1.1\r\nHost: <up_authority>\r\n", after the target */
+    char *up_host_line;
+    size_t up_host_len;
+    struct buf wire; /* the request being built (upc_send swaps it) */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
@@ -146,7 +156,8 @@ struct ex {
     double last_event_ms, max_gap_ms;
     bool headers_done, reply_started, client_gone;
     int status;
-    char *reason;
+    char *reason; /* reason_in, or allocated when longer */
+    char reason_in[32];
     struct hdrs resp_hl;    /* moved to x by fill_response */
     int64_t content_length; /* -1: none */
     int64_t forwarded;
@@ -206,20 +217,90 @@ static void list_del(struct ex **head, struct ex *e)
     e->prev = e->next = NULL;
 }
 
+static void set_reason(struct ex *e, const char *p, size_t n)
+{
+    if (e->reason != e->reason_in)
+        free(e->reason);
+    if (!n) {
+        e->reason = NULL;
+    } else if (n < sizeof(e->reason_in)) {
+        memcpy(e->reason_in, p, n);
+        e->reason_in[n] = '\0';
+        e->reason = e->reason_in;
+    } else {
+        e->reason = xstrndup(p, n);
+    }
+}
+
+/* Frees what e holds but the client-side buffers (rh, held), which a
+ * reused ex keeps. stored: store_batch has released e->x and e->body (the
+ * recorded copy is freed on the writer's side), nothing left there. */
+static void ex_clear(struct ex *e, bool stored)
+{
+    if (e->hdrs) {
+        curl_slist_free_all(e->hdrs);
+        e->hdrs = NULL;
+    }
+    if (e->url) {
+        free(e->url);
+        e->url = NULL;
+    }
+    if (!stored) {
+        buf_release(&e->body);
+        xchg_release(&e->x);
+    }
+    if (e->resp.data) /* detached by fill_response, but when it never ran */
+        buf_release(&e->resp);
+    if (e->reason)
+        set_reason(e, NULL, 0);
+    if (e->resp_hl.b.data) /* likewise moved to e->x */
+        hdrs_release(&e->resp_hl);
+}
+
 static void ex_free(struct ex *e)
 {
     if (!e)
         return;
-    curl_slist_free_all(e->hdrs);
-    free(e->url);
-    buf_release(&e->body);
-    xchg_release(&e->x);
-    buf_release(&e->resp);
+    ex_clear(e, false);
     buf_release(&e->held);
     buf_release(&e->rh);
-    free(e->reason);
-    hdrs_release(&e->resp_hl);
     free(e);
+}
+
+/* A zeroed exchange: a spare one (its rh and held emptied, their memory
+ * kept: a small reply's head and held end need no allocation) or a new
+ * one. */
+static struct ex *ex_get(struct record *r)
+{
+    struct ex *e = r->spare;
+    if (!e)
+        return xcalloc(1, sizeof(*e));
+    r->spare = e->next;
+    r->nspare--;
+    struct buf rh = e->rh, held = e->held;
+    memset(e, 0, sizeof(*e));
+    e->rh = rh;
+    e->held = held;
+    buf_reset(&e->rh);
+    buf_reset(&e->held);
+    return e;
+}
+
+/* Done with e, a stored exchange: kept for ex_get, or freed. */
+static void ex_put(struct record *r, struct ex *e)
+{
+    if (r->nspare >= SPARE_MAX || r->stopping) {
+        ex_free(e);
+        return;
+    }
+    ex_clear(e, true);
+    if (e->rh.alloc > SPARE_BUF_MAX)
+        buf_release(&e->rh);
+    if (e->held.alloc > SPARE_BUF_MAX)
+        buf_release(&e->held);
+    e->next = r->spare;
+    r->spare = e;
+    r->nspare++;
 }
 
 /* ---- curl multi driven by libevent ---- */
@@ -291,39 +372,90 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 /* ---- request headers ---- */
 
-static bool is_hop_by_hop(const char *name)
+/* Whether name (nl bytes) is lower (a name of as many bytes, in lower-case
+ * letters, digits and '-'), ignoring ASCII case; callers pick lower by nl
+ * first. Eight bytes at a time: where lower has a letter (bit 0x40 set)
+ * the name's byte may differ from it in bit 0x20 only (its other case),
+ * elsewhere not at all. */
+static inline bool name_is_n(const char *name, const char *lower, size_t n)
 {
-    switch (name[0] | 0x20) {
-    case 'c':
-        return !strcasecmp(name, "connection");
-    case 'k':
-        return !strcasecmp(name, "keep-alive");
-    case 'p':
-        return !strcasecmp(name, "proxy-connection");
-    case 't':
-        return !strcasecmp(name, "te") || !strcasecmp(name, "trailer") ||
-               !strcasecmp(name, "transfer-encoding");
-    case 'u':
-        return !strcasecmp(name, "upgrade");
+    const uint64_t bit40 = 0x4040404040404040ull;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t a = 0, b = 0;
+        size_t k = n - i < 8 ? n - i : 8;
+        memcpy(&a, name + i, k);
+        memcpy(&b, lower + i, k);
+        if ((a | (b & bit40) >> 1) != b)
+            return false;
+    }
+    return true;
+}
+#define name_is(name, lower) name_is_n(name, lower "", sizeof(lower) - 1)
+
+/* Field names are matched by length first: most names a request carries
+ * are then told apart without comparing a byte. */
+static bool is_hop_by_hop(const char *name, size_t nl)
+{
+    switch (nl) {
+    case 2:
+        return name_is(name, "te");
+    case 7:
+        return name_is(name, "trailer") || name_is(name, "upgrade");
+    case 10:
+        return name_is(name, "connection") || name_is(name, "keep-alive");
+    case 16:
+        return name_is(name, "proxy-connection");
+    case 17:
+        return name_is(name, "transfer-encoding");
     default:
         return false;
     }
+}
+
+/* memcmp(a, b, n) == 0 for the short strings of the memo, in 8-byte
+ * words (the last one overlapping the one before) rather than a call. */
+static bool same_bytes(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return false;
+        return true;
+    }
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y)
+            return false;
+    }
+    memcpy(&x, a + n - 8, 8);
+    memcpy(&y, b + n - 8, 8);
+    return x == y;
 }
 
 /* is_secret_header() with a memo: the same few header names come with
  * every exchange, and the rule (a dozen substring searches on a lowered
  * copy) was most of the cost of copying headers. A direct-mapped table
  * keyed by the name's exact bytes; a collision only costs a recompute. */
-static bool is_secret_memo(struct record *r, const char *name)
+static bool is_secret_memo(struct record *r, const char *name, size_t n)
 {
-    size_t n = 0;
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (; name[n]; n++)
-        h = (h ^ (unsigned char)name[n]) * 16777619u;
     if (n >= sizeof(r->memo[0].name))
         return is_secret_header(name);
+    /* the slot: the length and the first and last four bytes */
+    uint32_t h = (uint32_t)n * 0x9e3779b1u;
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, name, 4);
+        memcpy(&b, name + n - 4, 4);
+        h ^= a * 0x85ebca6bu ^ b * 0xc2b2ae35u;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ (unsigned char)name[i]) * 16777619u;
+    }
+    h ^= h >> 15;
     struct name_memo *m = &r->memo[h % MEMO_SLOTS];
-    if (m->len == n + 1 && !memcmp(m->name, name, n))
+    if (m->len == n + 1 && same_bytes(m->name, name, n))
         return m->secret;
     memcpy(m->name, name, n);
     m->len = (uint8_t)(n + 1);
@@ -332,40 +464,67 @@ static bool is_secret_memo(struct record *r, const char *name)
 }
 
 /* Adds a field to the store's copy, its value redacted when the name is
- * a secret's: the secret never reaches the list. */
+ * a secret's: the secret never reaches the list. name is NUL-terminated
+ * after its nl bytes. */
 static void hl_add(struct record *r, struct hdrs *hl, const char *name,
                    size_t nl, const char *value, size_t vl)
 {
-    if (is_secret_memo(r, name))
+    if (is_secret_memo(r, name, nl))
         hdrs_add(hl, name, nl, REDACTED, sizeof(REDACTED) - 1);
     else
         hdrs_add(hl, name, nl, value, vl);
 }
 
-/* Starts hl sized for the n fields of h. */
-static void hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
+/* Starts hl sized for the n fields of h; the bytes of their names and
+ * values. */
+static size_t hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += h[i].name_len + h[i].value_len;
     hdrs_start(hl);
     hdrs_reserve(hl, n, total + sizeof(REDACTED));
+    return total;
 }
 
 /* Headers not forwarded: hop-by-hop ones, and those the upstream
  * connection sets (Host, Content-Length, Expect). */
-static bool is_not_forwarded(const char *name)
+static bool is_not_forwarded(const char *name, size_t nl)
 {
-    switch (name[0] | 0x20) {
-    case 'c':
-        return !strcasecmp(name, "content-length") || is_hop_by_hop(name);
-    case 'e':
-        return !strcasecmp(name, "expect");
-    case 'h':
-        return !strcasecmp(name, "host");
+    switch (nl) {
+    case 4:
+        return name_is(name, "host");
+    case 6:
+        return name_is(name, "expect");
+    case 14:
+        return name_is(name, "content-length");
     default:
-        return is_hop_by_hop(name);
+        return is_hop_by_hop(name, nl);
     }
+}
+
+/* Whether a Content-Type value (NUL-terminated) starts with
+ * text/event-stream, in any case; most values are told by their first
+ * letter without a call. */
+static bool is_event_stream(const char *value)
+{
+    return (value[0] | 0x20) == 't' &&
+           !strncasecmp(value, "text/event-stream", 17);
+}
+
+/* Appends "name: value\r\n" to b, grown once. */
+static void add_field_line(struct buf *b, const char *name, size_t nl,
+                           const char *value, size_t vl)
+{
+    size_t n = nl + vl + 4;
+    buf_grow(b, n);
+    char *w = b->data + b->len;
+    memcpy(w, name, nl);
+    memcpy(w + nl, ": ", 2);
+    memcpy(w + nl + 2, value, vl);
+    memcpy(w + nl + 2 + vl, "\r\n", 2);
+    b->len += n;
+    b->data[b->len] = '\0';
 }
 
 /* Copies the client's headers (q's, NUL-terminated in place by front.c)
@@ -383,19 +542,17 @@ static void take_req_headers(struct ex *e, const struct h1_req *q,
         const struct h1_header *h = &q->headers[i];
         const char *key = h->name, *value = h->value;
         hl_add(e->r, &e->x.req_hl, key, h->name_len, value, h->value_len);
-        if ((key[0] | 0x20) == 'c' && h1_name_is(h, "content-type"))
+        bool ctype = h->name_len == 12 && name_is(key, "content-type");
+        if (ctype)
             e->ct = value;
-        if (is_not_forwarded(key))
+        if (is_not_forwarded(key, h->name_len))
             continue;
         if (wire) {
-            buf_add(wire, key, h->name_len);
-            buf_add(wire, ": ", 2);
-            buf_add(wire, value, h->value_len);
-            buf_add(wire, "\r\n", 2);
+            add_field_line(wire, key, h->name_len, value, h->value_len);
             continue;
         }
-        has_accept |= !strcasecmp(key, "accept");
-        has_ctype |= !strcasecmp(key, "content-type");
+        has_accept |= h->name_len == 6 && name_is(key, "accept");
+        has_ctype |= ctype;
         char *line =
             *value ? xasprintf("%s: %s", key, value) : xasprintf("%s;", key);
         e->hdrs = curl_slist_append(e->hdrs, line);
@@ -434,13 +591,20 @@ static bool client_ok(const struct ex *e)
 /* The status line and the upstream's headers (e->rh) go to the client;
  * front.c frames the body: sized when the upstream's was, else chunked
  * for an HTTP/1.1 client and until the close for HTTP/1.0. */
+static int reply_code(const struct ex *e, bool *no_body)
+{
+    int code = e->status ? e->status : 200;
+    *no_body = code < 200 || code == 204 || code == 304 || e->head_req;
+    return code;
+}
+
 static void start_reply(struct ex *e)
 {
     if (e->reply_started || !client_ok(e))
         return;
     e->reply_started = true;
-    int code = e->status ? e->status : 200;
-    bool no_body = code < 200 || code == 204 || code == 304 || e->head_req;
+    bool no_body;
+    int code = reply_code(e, &no_body);
     front_start(e->fc, code, e->reason, e->reason ? strlen(e->reason) : 0,
                 e->rh.data, e->rh.len, e->content_length, no_body);
 }
@@ -449,10 +613,7 @@ static void start_reply(struct ex *e)
 static void add_resp_line(struct ex *e, const char *name, size_t nl,
                           const char *value, size_t vl)
 {
-    buf_add(&e->rh, name, nl);
-    buf_add(&e->rh, ": ", 2);
-    buf_add(&e->rh, value, vl);
-    buf_add(&e->rh, "\r\n", 2);
+    add_field_line(&e->rh, name, nl, value, vl);
 }
 
 /* At the end of the upstream's headers. A sized body's status line and
@@ -503,15 +664,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     if (len >= 5 && !memcmp(p, "HTTP/", 5)) {
         const char *sp = memchr(p, ' ', len);
         e->status = sp ? atoi(sp + 1) : 0;
-        free(e->reason);
-        e->reason = NULL;
+        set_reason(e, NULL, 0);
         const char *sp2 =
             sp ? memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p)) : NULL;
         if (sp2) {
             size_t rl = len - (size_t)(sp2 + 1 - p);
             while (rl && (sp2[rl] == '\r' || sp2[rl] == '\n'))
                 rl--;
-            e->reason = rl ? xstrndup(sp2 + 1, rl) : NULL;
+            set_reason(e, sp2 + 1, rl);
         }
         hdrs_start(&e->resp_hl);
         e->content_length = -1;
@@ -536,13 +696,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     while (v < p + len && (*v == ' ' || *v == '\t'))
         v++;
     char *value = xstrndup(v, (size_t)(p + len - v));
-    hl_add(e->r, &e->resp_hl, name, strlen(name), value, strlen(value));
-    if (!strcasecmp(name, "content-type"))
-        e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
-    if (!strcasecmp(name, "content-length"))
+    size_t nl = strlen(name);
+    hl_add(e->r, &e->resp_hl, name, nl, value, strlen(value));
+    if (nl == 12 && name_is(name, "content-type"))
+        e->x.streamed = is_event_stream(value);
+    if (nl == 14 && name_is(name, "content-length"))
         e->content_length = strtoll(value, NULL, 10);
-    if (!is_hop_by_hop(name))
-        add_resp_line(e, name, strlen(name), value, strlen(value));
+    if (!is_hop_by_hop(name, nl))
+        add_resp_line(e, name, nl, value, strlen(value));
     free(name);
     free(value);
     return sz * n;
@@ -582,6 +743,9 @@ static void gap_feed(struct ex *e, const char *s, size_t n)
     struct gap_scan *g = &e->gs;
     double t = -1;
     size_t i = 0;
+    /* the first CR at or after i, searched again only once passed: a
+     * stream's lines mostly end in a bare LF */
+    const char *cr = memchr(s, '\r', n);
     while (i < n) {
         if (g->after_cr) {
             g->after_cr = false;
@@ -590,10 +754,12 @@ static void gap_feed(struct ex *e, const char *s, size_t n)
                 continue;
             }
         }
-        const char *lf = memchr(s + i, '\n', n - i);
+        if (cr && cr < s + i)
+            cr = memchr(s + i, '\r', n - i);
+        /* a blank line (the end of an event) is found without a call */
+        const char *lf = s[i] == '\n' ? s + i : memchr(s + i, '\n', n - i);
         size_t end = lf ? (size_t)(lf - s) : n;
-        const char *cr = memchr(s + i, '\r', end - i);
-        if (cr)
+        if (cr && cr < s + end)
             end = (size_t)(cr - s);
         if (g->len < sizeof(g->head)) {
             size_t k = sizeof(g->head) - g->len;
@@ -643,8 +809,9 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
 {
     struct ex *e = ud;
     e->status = h->status;
-    e->reason = h->reason_len ? xstrndup(h->reason, h->reason_len) : NULL;
-    hl_start(&e->resp_hl, h->headers, h->nheaders);
+    set_reason(e, h->reason, h->reason_len);
+    size_t bytes = hl_start(&e->resp_hl, h->headers, h->nheaders);
+    buf_grow(&e->rh, bytes + 4 * h->nheaders); /* "name: value\r\n" */
     /* a body-less response is "sized" at 0: its head leaves with the
      * end, once stored */
     e->content_length = f == H1_SIZED ? (int64_t)len : f == H1_NONE ? 0 : -1;
@@ -656,9 +823,9 @@ static void up_head(void *ud, const struct h1_head *h, enum h1_framing f,
         const struct h1_header *x = &h->headers[i];
         const char *name = x->name, *value = x->value; /* NUL-terminated */
         hl_add(e->r, &e->resp_hl, name, x->name_len, value, x->value_len);
-        if (h1_name_is(x, "content-type"))
-            e->x.streamed = !strncasecmp(value, "text/event-stream", 17);
-        if (!is_hop_by_hop(name))
+        if (x->name_len == 12 && name_is(name, "content-type"))
+            e->x.streamed = is_event_stream(value);
+        if (!is_hop_by_hop(name, x->name_len))
             add_resp_line(e, x->name, x->name_len, x->value, x->value_len);
     }
     e->headers_done = true;
@@ -869,11 +1036,20 @@ static void reply_error(struct ex *e, enum xchg_end end)
  * the close after an upstream reset. */
 static void complete(struct record *r, struct ex *e)
 {
-    (void)r;
     if (!client_ok(e)) {
         /* the client went away meanwhile */
+    } else if (e->x.end == XCHG_COMPLETE && !e->reply_started) {
+        /* a sized reply held whole (the common small JSON one): head,
+         * body and end in one write, now */
+        bool no_body;
+        int code = reply_code(e, &no_body);
+        e->reply_started = true;
+        if (e->held.len && !e->down_first)
+            e->down_first = now_ms() - e->t0;
+        front_whole(e->fc, code, e->reason, e->reason ? strlen(e->reason) : 0,
+                    e->rh.data, e->rh.len, e->content_length, no_body,
+                    e->held.data, e->held.len);
     } else if (e->x.end == XCHG_COMPLETE) {
-        start_reply(e);
         send_now(e, e->held.data, e->held.len);
         front_end(e->fc);
     } else if (!e->headers_done) {
@@ -882,7 +1058,7 @@ static void complete(struct record *r, struct ex *e)
         start_reply(e);
         front_abort(e->fc);
     }
-    ex_free(e);
+    ex_put(r, e);
 }
 
 static void enqueue(struct record *r, struct ex *e)
@@ -1407,22 +1583,35 @@ static void setup_easy(struct record *r, struct ex *e)
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "GET");
 }
 
-/* Our client: the request head is built in one buffer (request line,
- * Host, the client's headers, Content-Length), the body copied after it. */
+/* Our client: the request is built in one buffer (request line, Host, the
+ * client's headers, Content-Length, then the body), handed to upclient,
+ * which gives back an earlier request's buffer for the next one. */
 static void send_upstream(struct record *r, struct ex *e,
                           const struct h1_req *q, const char *uri)
 {
     struct buf *b = &r->wire;
+    size_t ul = strlen(uri), n = 0, fields = 0;
+    bool slash = uri[0] != '/';
+    for (size_t i = 0; i < q->nheaders; i++)
+        fields += q->headers[i].name_len + q->headers[i].value_len + 4;
+    /* sized once for the whole request (the head is at most the request
+     * line, Host, the client's fields and a Content-Length), then the
+     * request line and Host in one go */
     buf_reset(b);
-    buf_add(b, q->method, q->method_len);
-    buf_addch(b, ' ');
-    buf_adds(b, r->up_prefix);
-    if (uri[0] != '/')
-        buf_addch(b, '/');
-    buf_adds(b, uri);
-    buf_adds(b, " HTTP/1.1\r\nHost: ");
-    buf_adds(b, r->up_authority);
-    buf_add(b, "\r\n", 2);
+    buf_grow(b, q->method_len + 2 + r->up_prefix_len + ul + r->up_host_len +
+                    fields + 40 + e->body.len);
+    char *w = b->data;
+    memcpy(w + n, q->method, q->method_len);
+    n += q->method_len;
+    w[n++] = ' ';
+    memcpy(w + n, r->up_prefix, r->up_prefix_len);
+    n += r->up_prefix_len;
+    if (slash)
+        w[n++] = '/';
+    memcpy(w + n, uri, ul);
+    n += ul;
+    memcpy(w + n, r->up_host_line, r->up_host_len + 1);
+    b->len = n + r->up_host_len;
     take_req_headers(e, q, b);
     if (e->body.len || sends_length(e->x.method)) {
         char digits[24], *d = digits + sizeof(digits);
@@ -1435,12 +1624,8 @@ static void send_upstream(struct record *r, struct ex *e,
         buf_add(b, "\r\n", 2);
     }
     buf_add(b, "\r\n", 2);
-    struct buf msg;
-    buf_init(&msg, 0);
-    buf_grow(&msg, b->len + e->body.len);
-    buf_add(&msg, b->data, b->len);
-    buf_add(&msg, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, &msg, e->head_req, &UP_CBS, e, e->curl_err,
+    buf_add(b, e->body.data, e->body.len);
+    e->upq = upc_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
                       sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);
@@ -1451,6 +1636,8 @@ static void send_upstream(struct record *r, struct ex *e,
  * authority. */
 static const char *origin_form(const char *t)
 {
+    if (t[0] == '/')
+        return t; /* origin-form, the usual */
     const char *p = !strncasecmp(t, "http://", 7)    ? t + 7
                     : !strncasecmp(t, "https://", 8) ? t + 8
                                                      : NULL;
@@ -1470,7 +1657,7 @@ static void on_request(void *ud, struct front_conn *c,
         send_json_error(c, 503, "unavailable", "fidelity record is stopping");
         return;
     }
-    struct ex *e = xcalloc(1, sizeof(*e));
+    struct ex *e = ex_get(r);
     const char *uri = origin_form(q->target);
 
     e->r = r;
@@ -1481,9 +1668,8 @@ static void on_request(void *ud, struct front_conn *c,
     e->content_length = -1;
     buf_init(&e->body, 0);
     buf_init(&e->resp, r->o.max_capture);
-    buf_init(&e->rh, 0);
     e->last_event_ms = -1;
-    xchg_init(&e->x);
+    /* e->x is zeroed (ex_get): xchg_init's state */
     e->x.started = wall_s();
     e->x.method = xstrndup(q->method, q->method_len);
     e->x.path = redact_path(uri);
@@ -1670,6 +1856,9 @@ static bool split_http_url(struct record *r)
     r->upc = upc_new(r->base, host, (int)pn, r->o.timeout_ms);
     r->up_authority = auth;
     r->up_prefix = xstrdup(a + al);
+    r->up_prefix_len = strlen(r->up_prefix);
+    r->up_host_line = xasprintf(" HTTP/1.1\r\nHost: %s\r\n", auth);
+    r->up_host_len = strlen(r->up_host_line);
     free(host);
     return true;
 }
@@ -1817,9 +2006,15 @@ void record_free(struct record *r)
         close(r->wake[0]);
         close(r->wake[1]);
     }
+    while (r->spare) {
+        struct ex *e = r->spare;
+        r->spare = e->next;
+        ex_free(e);
+    }
     upc_free(r->upc);
     free(r->up_authority);
     free(r->up_prefix);
+    free(r->up_host_line);
     buf_release(&r->wire);
     for (int i = 0; i < r->npool; i++)
         curl_easy_cleanup(r->pool[i]);

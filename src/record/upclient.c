@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/xalloc.h"
@@ -29,6 +30,11 @@
 #define READ_MIN 4095
 #define READ_MAX 65536 /* ... and at most, when reads keep filling it */
 #define BIG_BUF (256 * 1024)
+/* ended requests kept for reuse, with their request buffer when it stays
+ * under SPARE_MSG_MAX (upc_send hands it back to the caller) */
+#define SPARE_MAX 64
+#define SPARE_MSG_MAX (16u << 10)
+#define IN_FLIGHT_MSG_MAX (4u << 10)
 
 enum phase { P_IDLE, P_HEAD, P_BODY };
 
@@ -57,8 +63,11 @@ struct upc_req {
     bool all_sent, head_req, retried, got_bytes;
     const struct upc_cbs *cbs;
     void *ud;
-    struct event timer;
+    /* in u's deadline queue (timer_on), in the order sent */
     bool timer_on;
+    struct upc_req *tprev, *tnext;
+    uint64_t deadline_us; /* monotonic */
+    struct upc_req *next_spare;
 };
 
 struct upc {
@@ -70,6 +79,15 @@ struct upc {
     socklen_t addr_len; /* 0: not resolved */
     struct upc_conn *idle, *busy;
     size_t nidle, nconn;
+    struct upc_req *spare; /* linked by next_spare */
+    size_t nspare;
+    /* Requests with a deadline, oldest first: all have the same timeout,
+     * so the order sent is the order due, and one timer (armed for the
+     * head's deadline, re-armed when it fires) serves them all; an ended
+     * request only leaves the queue, no timer is touched per request. */
+    struct upc_req *tq_head, *tq_tail;
+    struct event tq_timer;
+    bool tq_armed;
     struct h1_head head; /* scratch for parsing, one response at a time */
 };
 
@@ -93,6 +111,9 @@ static void conn_list_del(struct upc_conn **head, struct upc_conn *c)
     c->prev = c->next = NULL;
 }
 
+static void on_deadline(evutil_socket_t fd, short what, void *arg);
+static void tq_del(struct upc_req *q);
+
 struct upc *upc_new(struct event_base *base, const char *host, int port,
                     long timeout_ms)
 {
@@ -105,6 +126,7 @@ struct upc *upc_new(struct event_base *base, const char *host, int port,
         u->host = xstrdup(host);
     u->port = port;
     u->timeout_ms = timeout_ms;
+    evtimer_assign(&u->tq_timer, base, on_deadline, u);
     return u;
 }
 
@@ -141,16 +163,89 @@ static void conn_close(struct upc_conn *c)
     conn_free(c);
 }
 
+/* Done with q: kept for reuse (upc_send) or freed. */
 static void req_free(struct upc_req *q)
 {
+    struct upc *u = q->u;
     if (q->timer_on)
-        event_del(&q->timer);
-    buf_release(&q->msg);
-    free(q);
+        tq_del(q);
+    if (u->nspare >= SPARE_MAX) {
+        buf_release(&q->msg);
+        free(q);
+        return;
+    }
+    if (q->msg.alloc > SPARE_MSG_MAX)
+        buf_release(&q->msg);
+    q->next_spare = u->spare;
+    u->spare = q;
+    u->nspare++;
+}
+
+/* Lets go of a request's bytes once they are no longer needed (sent, and
+ * no retry possible): kept for reuse when small (IN_FLIGHT_MSG_MAX: a
+ * thousand open streams then hold at most 4 MiB of them). */
+static void drop_msg(struct upc_req *q)
+{
+    if (q->msg.alloc > IN_FLIGHT_MSG_MAX)
+        buf_release(&q->msg);
+    else
+        buf_reset(&q->msg);
 }
 
 static void start_on(struct upc_req *q, struct upc_conn *c);
 static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl);
+
+/* ---- the deadline queue ---- */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Arms the timer for the head's deadline, unless it is armed already
+ * (then for an earlier or equal one) or nothing waits. */
+static void tq_arm(struct upc *u, uint64_t now)
+{
+    if (u->tq_armed || !u->tq_head)
+        return;
+    uint64_t d = u->tq_head->deadline_us, wait = d > now ? d - now : 0;
+    struct timeval tv = {(time_t)(wait / 1000000u),
+                         (suseconds_t)(wait % 1000000u)};
+    evtimer_add(&u->tq_timer, &tv);
+    u->tq_armed = true;
+}
+
+static void tq_add(struct upc *u, struct upc_req *q)
+{
+    uint64_t now = now_us();
+    q->deadline_us = now + (uint64_t)u->timeout_ms * 1000u;
+    q->tnext = NULL;
+    q->tprev = u->tq_tail;
+    if (u->tq_tail)
+        u->tq_tail->tnext = q;
+    else
+        u->tq_head = q;
+    u->tq_tail = q;
+    q->timer_on = true;
+    tq_arm(u, now);
+}
+
+static void tq_del(struct upc_req *q)
+{
+    struct upc *u = q->u;
+    if (q->tprev)
+        q->tprev->tnext = q->tnext;
+    else
+        u->tq_head = q->tnext;
+    if (q->tnext)
+        q->tnext->tprev = q->tprev;
+    else
+        u->tq_tail = q->tprev;
+    q->tprev = q->tnext = NULL;
+    q->timer_on = false;
+}
 
 /* Ends q with err, detaching it from its connection first; the connection
  * goes back to the pool when it can carry another request. */
@@ -205,16 +300,31 @@ static void fail(struct upc_req *q, int err, const char *why)
     finish(q, err, why);
 }
 
-static void on_timeout(evutil_socket_t fd, short what, void *arg)
+/* Ends q: it did not complete within timeout_ms. */
+static void time_out(struct upc_req *q)
 {
-    struct upc_req *q = arg;
-    (void)fd;
-    (void)what;
-    q->timer_on = false;
     char why[64];
     snprintf(why, sizeof(why), "no complete response within %ld ms",
              q->u->timeout_ms);
     finish(q, -ETIMEDOUT, why);
+}
+
+/* The deadline timer: every request due is timed out (each done
+ * callback may send or end others: the head is read again each time),
+ * then the timer waits for the next one due. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct upc *u = arg;
+    (void)fd;
+    (void)what;
+    u->tq_armed = false;
+    uint64_t now = now_us();
+    while (u->tq_head && u->tq_head->deadline_us <= now) {
+        struct upc_req *q = u->tq_head;
+        tq_del(q);
+        time_out(q);
+    }
+    tq_arm(u, now);
 }
 
 /* Calls a callback of q with c marked busy; false when q was cancelled or
@@ -346,7 +456,7 @@ static void on_data(struct upc_conn *c, struct upc_req *q)
     if (!q->got_bytes) {
         q->got_bytes = true; /* no retry from here on */
         if (q->all_sent)
-            buf_release(&q->msg);
+            drop_msg(q);
     }
     if (c->phase == P_HEAD && read_head(c, q) <= 0)
         return;
@@ -456,7 +566,7 @@ static int write_req(struct upc_conn *c, struct upc_req *q)
     }
     q->all_sent = true;
     if (q->got_bytes)
-        buf_release(&q->msg);
+        drop_msg(q);
     return 0;
 }
 
@@ -586,20 +696,26 @@ struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
             return NULL;
         }
     }
-    struct upc_req *q = xcalloc(1, sizeof(*q));
+    struct upc_req *q = u->spare;
+    struct buf back = BUF_INIT; /* for msg: a spare request's buffer */
+    if (q) {
+        u->spare = q->next_spare;
+        u->nspare--;
+        back = q->msg;
+        buf_reset(&back);
+        memset(q, 0, sizeof(*q));
+    } else {
+        q = xcalloc(1, sizeof(*q));
+    }
+    back.max = msg->max;
     q->u = u;
     q->msg = *msg;
-    buf_init(msg, msg->max);
+    *msg = back;
     q->head_req = head_req;
     q->cbs = cbs;
     q->ud = ud;
-    if (u->timeout_ms > 0) {
-        struct timeval tv = {u->timeout_ms / 1000,
-                             (u->timeout_ms % 1000) * 1000};
-        event_assign(&q->timer, u->base, -1, 0, on_timeout, q);
-        event_add(&q->timer, &tv);
-        q->timer_on = true;
-    }
+    if (u->timeout_ms > 0)
+        tq_add(u, q);
     start_on(q, c);
     return q;
 }
@@ -629,6 +745,13 @@ void upc_free(struct upc *u)
             req_free(c->q);
         }
         conn_free(c);
+    }
+    event_del(&u->tq_timer);
+    while (u->spare) {
+        struct upc_req *q = u->spare;
+        u->spare = q->next_spare;
+        buf_release(&q->msg);
+        free(q);
     }
     free(u->host);
     free(u);

@@ -49,7 +49,9 @@ struct upc *upc_new(struct event_base *base, const char *host, int port,
 void upc_free(struct upc *u);
 
 /* Sends msg (request line, headers with Host and framing, body: its
- * contents are taken, msg is left empty) on an idle pooled connection or
+ * contents are taken, msg is left empty, with the memory of an earlier
+ * request's buffer when there is one to reuse: the caller still releases
+ * msg in the end) on an idle pooled connection or
  * a new one. head_req: the request is HEAD (its response has no body). A
  * request that fails on a reused connection before any response byte
  * arrives is sent once more on a new one (the server closed an idle

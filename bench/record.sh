@@ -14,11 +14,11 @@
 # figure; every round is printed.
 #
 # Then the latency at equal load: in each of ROUNDS rounds, direct, record
-# and nginx are driven at the same time, each at the same fixed request
-# rate (RATE, well below saturation; wrk paced with a Lua delay() per
-# connection), so the three see the same machine at the same moment; the
-# p99 added by a proxy is its p99 minus direct's in the same round, and the
-# median over the rounds is the figure.
+# and nginx are driven one after the other at the same fixed request rate
+# (RATE, well below saturation; wrk paced with a Lua delay() per
+# connection); the p99 added by a proxy is its p99 minus direct's in the
+# same round, and the median over the rounds is the figure (TOGETHER=1:
+# the three at the same time).
 #
 #   sh bench/record.sh   # DUR=10 CONNS=64 SROUNDS=3 STREAMS=1000 RATE=1000
 #                        # LCONNS=8 LDUR=5 ROUNDS=5
@@ -238,7 +238,7 @@ echo "machine: $(nproc) cores, $(awk '/model name/ {sub(/.*: /, ""); print; exit
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker;"
 echo "saturated: $SROUNDS rounds, each direct, record, nginx in turn (mitmproxy in"
-echo "the first); fixed rate: $ROUNDS rounds, each direct, record and nginx at the same time"
+echo "the first); fixed rate: $ROUNDS rounds, each direct, record and nginx in turn"
 for kind in json sse; do
     printf '\n%s responses, %d connections, saturated\n%-10s %12s %10s %8s %14s\n' \
         "$kind" "$CONNS" target req/s p99_ms non2xx cpu_us/exchange
@@ -302,24 +302,32 @@ for kind in json sse; do
     printf ', sim (upstream) %s us\n' "$(d cpusim | median)"
 
     # Latency at equal load: in each round direct, record and nginx are
-    # driven at the same time, each at RATE requests/s (LCONNS paced
-    # connections, LDUR s), so the three see the same machine at the same
-    # moment and the p99 added by a proxy is the difference within a round;
-    # the medians of those differences over the rounds are the figures.
-    printf '\n%s responses at a fixed %d requests/s each (%d connections, paced; the three at once)\n%-10s %12s %10s %10s %10s %8s\n' \
-        "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms non2xx
+    # driven one after the other, each alone at RATE requests/s (LCONNS
+    # paced connections, LDUR s); the p99 added by a proxy is its p99 minus
+    # direct's in the same round, and the medians of those differences over
+    # the rounds are the figures. TOGETHER=1 drives the three at the same
+    # time instead (3 x RATE on the machine: the proxies' extra hops then
+    # wait for a CPU too).
+    printf '\n%s responses at a fixed %d requests/s (%d connections, paced; %s)\n%-10s %12s %10s %10s %10s %8s\n' \
+        "$kind" "$RATE" "$LCONNS" "$([ -n "${TOGETHER:-}" ] && echo "the three at once" || echo "one after the other")" \
+        target req/s p50_ms p90_ms p99_ms non2xx
     : >"$tmp/paced.$kind"
     for round in $(seq "$ROUNDS"); do
         set -- direct "$SIM" record "$REC"
         [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
         wp=""
         while [ $# -gt 0 ]; do
-            wrk -t1 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
-                "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 &
-            wp="$wp $!"
+            if [ -n "${TOGETHER:-}" ]; then
+                wrk -t1 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
+                    "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 &
+                wp="$wp $!"
+            else
+                wrk -t2 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
+                    "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 || true
+            fi
             shift 2
         done
-        wait $wp || true
+        [ -n "$wp" ] && { wait $wp || true; }
         for t in direct record nginx; do
             [ -f "$tmp/paced_$t.out" ] || continue
             r=$(parse_wrk "$tmp/paced_$t.out" 0)

@@ -228,6 +228,9 @@ run() {
     parse_wrk "$tmp/wrk.out" $((t1 - t0))
 }
 
+# col FILE TARGET N: column N of FILE's rows for TARGET (its column 2)
+col() { awk -v t="$2" -v n="$3" '$2 == t { print $n }' "$1"; }
+
 # median: the median of the numbers on standard input
 median() {
     sort -g | awk '{ a[NR] = $1 } END {
@@ -262,10 +265,10 @@ for kind in json sse; do
     for t in direct record nginx mitmproxy; do
         grep -q " $t " "$tmp/sat.$kind" || continue
         printf '%-10s %12s %10s %8s %14s  (median of %d)\n' "$t" \
-            "$(awk -v t=$t '$2 == t { print $3 }' "$tmp/sat.$kind" | median)" \
-            "$(awk -v t=$t '$2 == t { print $4 }' "$tmp/sat.$kind" | median)" \
+            "$(col "$tmp/sat.$kind" $t 3 | median)" \
+            "$(col "$tmp/sat.$kind" $t 4 | median)" \
             "$(awk -v t=$t '$2 == t { s += $5 } END { print s + 0 }' "$tmp/sat.$kind")" \
-            "$(awk -v t=$t '$2 == t { print $6 }' "$tmp/sat.$kind" | median)" \
+            "$(col "$tmp/sat.$kind" $t 6 | median)" \
             "$(grep -c " $t " "$tmp/sat.$kind")"
     done
     awk '{ rps[$1, $2] = $3; p99[$1, $2] = $4; cpu[$1, $2] = $6; w[$1, $2] = $9
@@ -339,10 +342,10 @@ for kind in json sse; do
     for t in direct record nginx; do
         grep -q " $t " "$tmp/paced.$kind" || continue
         printf '%-10s %12s %10s %10s %10s  (median of %d)\n' "$t" \
-            "$(awk -v t=$t '$2 == t { print $3 }' "$tmp/paced.$kind" | median)" \
-            "$(awk -v t=$t '$2 == t { print $7 }' "$tmp/paced.$kind" | median)" \
-            "$(awk -v t=$t '$2 == t { print $8 }' "$tmp/paced.$kind" | median)" \
-            "$(awk -v t=$t '$2 == t { print $4 }' "$tmp/paced.$kind" | median)" \
+            "$(col "$tmp/paced.$kind" $t 3 | median)" \
+            "$(col "$tmp/paced.$kind" $t 7 | median)" \
+            "$(col "$tmp/paced.$kind" $t 8 | median)" \
+            "$(col "$tmp/paced.$kind" $t 4 | median)" \
             "$(grep -c " $t " "$tmp/paced.$kind")"
     done
     # per round: the proxy's p50/p90/p99 minus direct's in the same round

@@ -27,30 +27,7 @@
 #include "store/reply.h"
 #include "store/store.h"
 #include "store/xchg.h"
-
-struct tmpdb {
-    char dir[64];
-    char path[128];
-    sqlite3 *db;
-};
-
-static void tmpdb_open(struct tmpdb *t)
-{
-    struct diag d = {{0}};
-    strcpy(t->dir, "/tmp/fidelity-replycol-XXXXXX");
-    assert_non_null(mkdtemp(t->dir));
-    snprintf(t->path, sizeof(t->path), "%s/t.db", t->dir);
-    assert_int_equal(store_open(t->path, &t->db, &d), 0);
-    assert_int_equal(xchg_schema(t->db, &d), 0);
-}
-
-static void tmpdb_close(struct tmpdb *t)
-{
-    char cmd[128];
-    store_close(t->db);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
-    assert_int_equal(system(cmd), 0);
-}
+#include "util/tmpdb.h"
 
 /* Bodies of every kind the recorder meets, with the status they came with */
 static const struct {
@@ -184,7 +161,7 @@ static void test_reply_of_raw_reads_back_equal(void **state)
     int rcs[NBODIES];
     struct got g = {0};
 
-    tmpdb_open(&t);
+    tmpdb_open(&t, "replycol");
     struct xchg_cache *c = xchg_cache_new();
     for (size_t i = 0; i < NBODIES; i++) {
         fill(&xs[i], BODIES[i].status, BODIES[i].body);
@@ -233,7 +210,7 @@ static void test_other_rows_read_as_before(void **state)
     struct got g = {0};
     const char *body = BODIES[0].body;
 
-    tmpdb_open(&t);
+    tmpdb_open(&t, "replycol");
     fill(&x[0], 200, body); /* no reply, not reply_of_raw */
     fill(&x[1], 200, body); /* a stored reply that differs from the body's */
     x[1].reply = json_pack("{s:s}", "content", "kept");

@@ -23,30 +23,7 @@
 #include "store/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
-
-struct tmpdb {
-    char dir[64];
-    char path[128];
-    sqlite3 *db;
-};
-
-static void tmpdb_open(struct tmpdb *t)
-{
-    struct diag d = {{0}};
-    strcpy(t->dir, "/tmp/fidelity-xchg-XXXXXX");
-    assert_non_null(mkdtemp(t->dir));
-    snprintf(t->path, sizeof(t->path), "%s/t.db", t->dir);
-    assert_int_equal(store_open(t->path, &t->db, &d), 0);
-    assert_int_equal(xchg_schema(t->db, &d), 0);
-}
-
-static void tmpdb_close(struct tmpdb *t)
-{
-    char cmd[128];
-    store_close(t->db);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
-    assert_int_equal(system(cmd), 0);
-}
+#include "util/tmpdb.h"
 
 static void fill(struct xchg *x, const char *session, json_t *body)
 {
@@ -105,7 +82,7 @@ static void test_roundtrip_chat(void **state)
     struct xchg x;
     struct collect c = {0};
 
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     json_t *body =
         json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:s}], s:b, s:[{s:s}], s:f}",
                   "model", "m", "messages", "role", "system", "content",
@@ -173,7 +150,7 @@ static void test_stream_coding(void **state)
     static const int want_zip[] = {2, 3, 1};
     struct tmpdb t;
     struct diag d = {{0}};
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     for (int k = 0; k < 3; k++) {
         struct xchg x;
         struct collect c = {0};
@@ -231,7 +208,7 @@ static void test_raw_bodies_and_session_filter(void **state)
     static const char bad[] = "{\"messages\": [ oops";
     static const char bin[] = "a\0b\xff\xfe";
 
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     /* malformed JSON: stored raw, flagged */
     fill(&x, "s1", NULL);
     x.req_raw = xstrdup(bad);
@@ -334,7 +311,7 @@ static void test_storage_growth_100_turns(void **state)
     int64_t whole = 0, distinct = 0;
 
     rng_seed(&r, 7);
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     for (int k = 0; k < 10; k++) {
         char *desc = prose(&r, 600);
         json_array_append_new(tools, json_pack("{s:s, s:{s:s, s:s}}", "type",
@@ -426,7 +403,7 @@ static void test_rebuild_exact(void **state)
     json_t *msgs = json_array();
 
     rng_seed(&r, 11);
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     json_array_append_new(msgs, text_msg("system", prose(&r, 300)));
     for (int i = 0; i < 80; i++) {
         add_turn(msgs, &r, i);
@@ -532,7 +509,7 @@ static void test_message_hash_by_bytes(void **state)
     struct tmpdb t;
     struct diag d = {{0}};
     struct xchg_cache *cache = xchg_cache_new();
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     for (size_t i = 0; i < 3; i++) {
         struct xchg x;
         fill(&x, "ses", json_loads(srcs[i], 0, NULL));
@@ -603,7 +580,7 @@ static void test_params_hash_by_bytes(void **state)
     struct tmpdb t;
     struct diag d = {{0}};
     struct xchg_cache *cache = xchg_cache_new();
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     for (size_t i = 0; i < 5; i++) {
         struct xchg x;
         struct jspan doc;
@@ -681,8 +658,8 @@ static void test_recent_bases_without_query(void **state)
     json_t *hist[3];
     for (int k = 0; k < 3; k++)
         hist[k] = json_array();
-    tmpdb_open(&t[0]);
-    tmpdb_open(&t[1]);
+    tmpdb_open(&t[0], "xchg");
+    tmpdb_open(&t[1], "xchg");
     for (int i = 0; i < 60; i++) {
         int k = (i * 7) % 3;
         char text[64];
@@ -735,7 +712,7 @@ static void test_batch_failure_isolated(void **state)
     struct xchg xs[3];
     struct xchg *px[3];
     int rcs[3] = {-1, -1, -1};
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     assert_int_equal(sqlite3_exec(t.db,
                                   "CREATE TRIGGER no_bad BEFORE INSERT ON xchg"
                                   " WHEN NEW.path = '/bad' BEGIN"
@@ -859,7 +836,7 @@ static void test_req_json_shares_messages(void **state)
     struct diag d = {{0}};
     struct xchg_cache *cache = xchg_cache_new();
     struct xchg xs[3];
-    tmpdb_open(&t);
+    tmpdb_open(&t, "xchg");
     for (size_t i = 0; i < 3; i++) {
         struct jspan doc;
         assert_int_equal(jscan_doc(srcs[i], strlen(srcs[i]), &doc), 0);

@@ -48,6 +48,8 @@
 /* in flight at most, for an exchange to be stored on the loop's thread */
 #define INLINE_MAX_ACTIVE 64
 #define MEMO_SLOTS 64
+/* bytes of a stream parser's or reply's buffer kept for the next stream */
+#define STREAM_KEEP (64u << 10)
 /* finished exchanges kept for reuse (ex_get), with their client-side
  * buffers when these stay under SPARE_BUF_MAX */
 #define SPARE_MAX 64
@@ -73,6 +75,12 @@ struct record {
     sqlite3 *db;
     struct xchg_cache *cache;
     struct classify_state *cls;
+    /* a stream's parser and reply, kept from one stream to the next so
+     * that their buffers are not grown again each time (store_batch's,
+     * which runs on one thread at a time); set up when first used */
+    struct sse_parser sp;
+    struct reply_acc ra;
+    bool stream_state;
     struct ex *active;  /* in flight, doubly linked */
     struct ex *storing; /* finished, with the writer thread */
     struct ex *spare;   /* completed, for reuse (ex_get), linked by next */
@@ -1208,26 +1216,30 @@ static void stream_reply(struct record *r, struct ex *e, const char *body,
                          size_t len)
 {
     struct xchg *x = &e->x;
-    struct sse_parser p;
-    struct reply_acc a;
+    struct sse_parser *p = &r->sp;
+    struct reply_acc *a = &r->ra;
     struct buf t;
-    sse_init(&p, r->o.max_capture);
-    reply_init(&a);
+    if (!r->stream_state) {
+        sse_init(p, r->o.max_capture);
+        reply_init(a);
+        r->stream_state = true;
+    } else {
+        sse_reset(p, STREAM_KEEP);
+        reply_reset(a, STREAM_KEEP);
+    }
     if (body)
-        sse_feed(&p, body, len, acc_event, &a);
+        sse_feed(p, body, len, acc_event, a);
     /* what reply_take gives, with "max_gap_ms" the loop's */
-    a.max_gap_ms = e->max_gap_ms;
+    a->max_gap_ms = e->max_gap_ms;
     buf_init(&t, 0);
-    if (!reply_finish_text(&a, &t)) {
+    if (!reply_finish_text(a, &t)) {
         x->reply_text_len = t.len;
         x->reply_text = buf_detach(&t, NULL);
-        classify_learn_calls(r->cls, a.tool_calls);
+        classify_learn_calls(r->cls, a->tool_calls);
     } else {
         buf_release(&t);
-        x->reply = reply_take(&a);
+        x->reply = reply_take(a);
     }
-    reply_release(&a);
-    sse_release(&p);
 }
 
 /* x->reply_text from a JSON body of the common shape
@@ -2032,6 +2044,10 @@ void record_free(struct record *r)
     xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
     classify_free(r->cls);
+    if (r->stream_state) {
+        reply_release(&r->ra);
+        sse_release(&r->sp);
+    }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->upstream);

@@ -25,6 +25,21 @@ void sse_release(struct sse_parser *p)
     buf_release(&p->event);
 }
 
+void sse_reset(struct sse_parser *p, size_t keep)
+{
+    struct buf *b[] = {&p->line, &p->data, &p->event};
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++) {
+        if (b[i]->alloc > keep) {
+            size_t max = b[i]->max;
+            buf_release(b[i]);
+            buf_init(b[i], max);
+        } else {
+            buf_reset(b[i]);
+        }
+    }
+    p->has_data = p->after_cr = p->failed = false;
+}
+
 /* One complete line s[0..n) (without its terminator), in the input or in
  * p->line. */
 static int on_line(struct sse_parser *p, const char *s, size_t n,

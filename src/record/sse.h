@@ -29,6 +29,9 @@ typedef int (*sse_event_fn)(const char *event, const char *data, size_t len,
 
 /* max caps one line and one event's data (0: 64 MiB). */
 void sse_init(struct sse_parser *p, size_t max);
+/* p as sse_init left it, keeping the memory of its buffers for the next
+ * stream unless one grew past keep bytes. */
+void sse_reset(struct sse_parser *p, size_t keep);
 void sse_release(struct sse_parser *p);
 /* Feeds n bytes. Returns 0, fn's non-zero value, or -ENOBUFS when a line or
  * an event exceeds the cap (the parser then ignores the rest). */

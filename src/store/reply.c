@@ -37,6 +37,43 @@ void reply_release(struct reply_acc *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* A buffer kept for the next stream unless it grew past keep bytes. */
+static void reuse_buf(struct buf *b, size_t keep)
+{
+    if (b->alloc > keep) {
+        size_t max = b->max;
+        buf_release(b);
+        buf_init(b, max);
+    } else {
+        buf_reset(b);
+    }
+}
+
+void reply_reset(struct reply_acc *a, size_t keep)
+{
+    struct buf content = a->content, reasoning = a->reasoning, prev = a->prev,
+               usage_text = a->usage_text;
+    json_t *tool_calls = a->tool_calls;
+    json_decref(a->usage);
+    json_decref(a->error);
+    free(a->finish_reason);
+    reuse_buf(&content, keep);
+    reuse_buf(&reasoning, keep);
+    reuse_buf(&prev, keep);
+    reuse_buf(&usage_text, keep);
+    if (json_array_size(tool_calls)) {
+        json_decref(tool_calls);
+        tool_calls = json_array();
+    }
+    memset(a, 0, sizeof(*a));
+    a->content = content;
+    a->reasoning = reasoning;
+    a->prev = prev;
+    a->usage_text = usage_text;
+    a->tool_calls = tool_calls;
+    a->last_ms = -1;
+}
+
 static void append_str(struct buf *b, json_t *s)
 {
     if (json_is_string(s))

@@ -50,6 +50,9 @@ struct reply_acc {
 
 void reply_init(struct reply_acc *a);
 void reply_release(struct reply_acc *a);
+/* a as reply_init leaves it, keeping the memory of its buffers for the
+ * next stream unless one grew past keep bytes. */
+void reply_reset(struct reply_acc *a, size_t keep);
 /* One SSE data payload that arrived at now_ms. Never fails: what is not
  * understood is counted in a->bad. A chunk of the common shape is read in
  * place (store/jscan.h); anything else goes to reply_chunk_jansson. */

@@ -35,6 +35,17 @@ void buf_reset(struct buf *b)
         b->data[0] = '\0';
 }
 
+void buf_reuse(struct buf *b, size_t keep)
+{
+    if (b->alloc > keep) {
+        size_t max = b->max;
+        buf_release(b);
+        buf_init(b, max);
+    } else {
+        buf_reset(b);
+    }
+}
+
 /* Whether extra more bytes (and the NUL) fit in what b has allocated,
  * within its cap: the common case of an append, decided without a call. */
 static inline bool has_room(const struct buf *b, size_t extra)

@@ -29,6 +29,9 @@ struct buf {
 void buf_init(struct buf *b, size_t max);
 void buf_release(struct buf *b);
 void buf_reset(struct buf *b);
+/* Empties b for reuse, keeping its memory unless it grew past keep bytes
+ * (then released; the cap stays). */
+void buf_reuse(struct buf *b, size_t keep);
 /* 0, or -ENOBUFS when len would exceed the cap (buffer unaltered). */
 int buf_grow(struct buf *b, size_t extra);
 int buf_add(struct buf *b, const void *data, size_t len);

@@ -27,16 +27,9 @@ void sse_release(struct sse_parser *p)
 
 void sse_reset(struct sse_parser *p, size_t keep)
 {
-    struct buf *b[] = {&p->line, &p->data, &p->event};
-    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++) {
-        if (b[i]->alloc > keep) {
-            size_t max = b[i]->max;
-            buf_release(b[i]);
-            buf_init(b[i], max);
-        } else {
-            buf_reset(b[i]);
-        }
-    }
+    buf_reuse(&p->line, keep);
+    buf_reuse(&p->data, keep);
+    buf_reuse(&p->event, keep);
     p->has_data = p->after_cr = p->failed = false;
 }
 

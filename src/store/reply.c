@@ -37,18 +37,6 @@ void reply_release(struct reply_acc *a)
     memset(a, 0, sizeof(*a));
 }
 
-/* A buffer kept for the next stream unless it grew past keep bytes. */
-static void reuse_buf(struct buf *b, size_t keep)
-{
-    if (b->alloc > keep) {
-        size_t max = b->max;
-        buf_release(b);
-        buf_init(b, max);
-    } else {
-        buf_reset(b);
-    }
-}
-
 void reply_reset(struct reply_acc *a, size_t keep)
 {
     struct buf content = a->content, reasoning = a->reasoning, prev = a->prev,
@@ -57,10 +45,10 @@ void reply_reset(struct reply_acc *a, size_t keep)
     json_decref(a->usage);
     json_decref(a->error);
     free(a->finish_reason);
-    reuse_buf(&content, keep);
-    reuse_buf(&reasoning, keep);
-    reuse_buf(&prev, keep);
-    reuse_buf(&usage_text, keep);
+    buf_reuse(&content, keep);
+    buf_reuse(&reasoning, keep);
+    buf_reuse(&prev, keep);
+    buf_reuse(&usage_text, keep);
     if (json_array_size(tool_calls)) {
         json_decref(tool_calls);
         tool_calls = json_array();

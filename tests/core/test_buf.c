@@ -60,12 +60,40 @@ static void test_detach(void **state)
     free(p);
 }
 
+/* buf_reuse keeps what was allocated up to keep bytes, gives back more,
+ * and leaves the cap either way. */
+static void test_reuse(void **state)
+{
+    (void)state;
+    struct buf b;
+    buf_init(&b, 1000);
+    assert_int_equal(buf_add(&b, "0123456789", 10), 0);
+    char *kept = b.data;
+    size_t alloc = b.alloc;
+    buf_reuse(&b, alloc);
+    assert_ptr_equal(b.data, kept);
+    assert_int_equal(b.alloc, alloc);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(buf_str(&b), "");
+    assert_int_equal(buf_add(&b, "ab", 2), 0);
+    buf_reuse(&b, alloc - 1);
+    assert_null(b.data);
+    assert_int_equal(b.alloc, 0);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(b.max, 1000);
+    char big[1001];
+    memset(big, 'x', sizeof(big));
+    assert_int_not_equal(buf_add(&b, big, sizeof(big)), 0);
+    buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_and_terminate),
         cmocka_unit_test(test_cap_leaves_buffer_unaltered),
         cmocka_unit_test(test_detach),
+        cmocka_unit_test(test_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,10 +35,10 @@
 #include "record/front.h"
 #include "record/record.h"
 #include "record/rtiming.h"
-#include "record/sse.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
 #include "store/reply.h"
+#include "store/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
 
@@ -1201,24 +1201,14 @@ static void parse_request(struct record *r, struct ex *e)
 
 /* ---- the writer thread ---- */
 
-static int acc_event(const char *event, const char *data, size_t len, void *ud)
+/* Feeds the captured stream body[0..len) to the writer's parser and
+ * accumulator (r->sp, r->ra: kept from one stream to the next), which then
+ * hold its reply but for "max_gap_ms". */
+static struct reply_acc *stream_parse(struct record *r, const char *body,
+                                      size_t len)
 {
-    (void)event;
-    reply_chunk(ud, data, len, 0);
-    return 0;
-}
-
-/* The reply reassembled from the captured stream (body[0..len)), with the
- * gaps the loop measured as the events arrived: its text in x->reply_text
- * (the task prompts of its tool calls learnt here), or, when the text
- * cannot be written, the object in x->reply (learnt by the caller). */
-static void stream_reply(struct record *r, struct ex *e, const char *body,
-                         size_t len)
-{
-    struct xchg *x = &e->x;
     struct sse_parser *p = &r->sp;
     struct reply_acc *a = &r->ra;
-    struct buf t;
     if (!r->stream_state) {
         sse_init(p, r->o.max_capture);
         reply_init(a);
@@ -1228,7 +1218,22 @@ static void stream_reply(struct record *r, struct ex *e, const char *body,
         reply_reset(a, STREAM_KEEP);
     }
     if (body)
-        sse_feed(p, body, len, acc_event, a);
+        sse_feed(p, body, len, reply_sse_event, a);
+    return a;
+}
+
+/* The reply reassembled from a captured stream the store cannot derive it
+ * from (content-encoded or cut at the capture cap: see store_batch), with
+ * the gaps the loop measured as the events arrived: its text in
+ * x->reply_text (the task prompts of its tool calls learnt here), or, when
+ * the text cannot be written, the object in x->reply (learnt by the
+ * caller). */
+static void stream_reply(struct record *r, struct ex *e, const char *body,
+                         size_t len)
+{
+    struct xchg *x = &e->x;
+    struct reply_acc *a = stream_parse(r, body, len);
+    struct buf t;
     /* what reply_take gives, with "max_gap_ms" the loop's */
     a->max_gap_ms = e->max_gap_ms;
     buf_init(&t, 0);
@@ -1406,7 +1411,17 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             body = buf_str(&plain);
             len = plain.len;
         }
-        if (x->streamed) {
+        if (x->streamed && dec == -1 && !batch[i]->resp_capped) {
+            /* the stream as sent, whole: its reply is reply_from_stream
+             * of the stored bytes and the loop's gap, derived when the
+             * row is read; parsed here only when it may hold tool calls
+             * for classify_learn_calls */
+            x->reply_of_raw = true;
+            x->stream_gap_ms = batch[i]->max_gap_ms;
+            if (body && reply_may_call_tools(body, len))
+                classify_learn_calls(r->cls,
+                                     stream_parse(r, body, len)->tool_calls);
+        } else if (x->streamed) {
             stream_reply(r, batch[i], body, len);
         } else if (body && dec == -1 && !batch[i]->resp_capped) {
             /* the body as sent, whole: its reply is reply_from_body of

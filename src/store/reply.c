@@ -12,6 +12,7 @@
 #include "core/xalloc.h"
 #include "store/jdump.h"
 #include "store/jscan.h"
+#include "store/sse.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
 
@@ -468,6 +469,28 @@ json_t *reply_from_body(const char *body, size_t len)
     }
     json_t *r = reply_take(&a);
     reply_release(&a);
+    return r;
+}
+
+int reply_sse_event(const char *event, const char *data, size_t len, void *ud)
+{
+    (void)event;
+    reply_chunk(ud, data, len, 0);
+    return 0;
+}
+
+json_t *reply_from_stream(const char *raw, size_t len, double max_gap_ms)
+{
+    struct sse_parser p;
+    struct reply_acc a;
+    /* a cap no line of raw can pass: the recorder's was at least len */
+    sse_init(&p, len + 1);
+    reply_init(&a);
+    sse_feed(&p, raw, len, reply_sse_event, &a);
+    a.max_gap_ms = max_gap_ms;
+    json_t *r = reply_take(&a);
+    reply_release(&a);
+    sse_release(&p);
     return r;
 }
 

@@ -8,8 +8,9 @@
  * reply_from_body() at the end.
  *
  * It lives in src/store because the store uses it too: for a plain JSON
- * response the reply column is left empty and the reply is derived from the
- * stored body when the row is read (xchg.c, read_row; docs/RECORD.md).
+ * response or a plain stream the reply is not stored but derived from the
+ * stored body or stream when the row is read (xchg.c, read_row;
+ * docs/RECORD.md).
  */
 #ifndef STORE_REPLY_H
 #define STORE_REPLY_H
@@ -88,6 +89,15 @@ int reply_text_from_body(const char *body, size_t len, struct buf *out);
  * bytes nor a \u escape (the only escape that could spell one of its
  * letters) occur in it. True means "maybe". */
 bool reply_may_call_tools(const char *body, size_t len);
+/* An sse_event_fn (store/sse.h) that gives each event's data to
+ * reply_chunk(ud, data, len, 0): ud is a struct reply_acc. Returns 0. */
+int reply_sse_event(const char *event, const char *data, size_t len, void *ud);
+/* The reply object for a captured SSE stream raw[0..len) (the whole
+ * stream, transfer coding removed, not content-encoded), with
+ * "max_gap_ms" the given gap measured as the events arrived: what the
+ * recorder's writer would build from the same bytes. The store derives a
+ * stream's reply with it when the row is read (xchg.c, read_row). */
+json_t *reply_from_stream(const char *raw, size_t len, double max_gap_ms);
 /* The reference for reply_from_body, always through a jansson tree. */
 json_t *reply_from_body_jansson(const char *body, size_t len);
 

@@ -90,6 +90,8 @@ struct list_ent {
 };
 
 #define STMT_SLOTS 12
+/* gap_text's longest: 12 digits, a point, 6 decimals, NUL */
+#define GAP_TEXT_MAX 24
 
 struct xchg_cache {
     struct list_ent e[CACHE_SLOTS];
@@ -1215,11 +1217,45 @@ static const char INSERT_SQL[] =
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
     " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
 
+/* A stream's max gap as the reply column of a derived stream reply (see
+ * read_row): milliseconds as a JSON number with six decimals, to the
+ * nanosecond (the clock's resolution; the double it came from carries
+ * rounding below that), written without snprintf. NUL-terminated; its
+ * length is returned. Out of range (negative, not finite, 1e12 ms or
+ * more): "0". */
+static size_t gap_text(double ms, char out[GAP_TEXT_MAX])
+{
+    if (!(ms >= 0 && ms < 1e12)) {
+        memcpy(out, "0", 2);
+        return 1;
+    }
+    /* whole and fraction apart: ms * 1e6 would pass 2^53 */
+    unsigned long long whole = (unsigned long long)ms;
+    unsigned long frac = (unsigned long)((ms - (double)whole) * 1e6 + 0.5);
+    if (frac >= 1000000) {
+        whole++;
+        frac -= 1000000;
+    }
+    char s[GAP_TEXT_MAX], *p = s + sizeof(s);
+    *--p = 0;
+    for (int i = 0; i < 6; i++, frac /= 10)
+        *--p = (char)('0' + frac % 10);
+    *--p = '.';
+    do {
+        *--p = (char)('0' + whole % 10);
+        whole /= 10;
+    } while (whole);
+    size_t n = (size_t)(s + sizeof(s) - 1 - p);
+    memcpy(out, p, n + 1);
+    return n;
+}
+
 static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                       const struct row_req *r, bool chat, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
     char *body_text = NULL; /* bound until the step */
+    char gap[GAP_TEXT_MAX]; /* likewise */
     if (!(st = prep(c, db, INSERT_SQL)))
         return sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
@@ -1266,6 +1302,9 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
                           SQLITE_STATIC);
     else if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
         sqlite3_bind_text(st, 23, "", 0, SQLITE_STATIC); /* see read_row */
+    else if (!x->reply && x->reply_of_raw && x->streamed)
+        sqlite3_bind_text(st, 23, gap, (int)gap_text(x->stream_gap_ms, gap),
+                          SQLITE_STATIC); /* likewise */
     else
         bind_json(st, 23, x->reply);
     sqlite3_bind_double(st, 24, x->up_ttfb_ms);
@@ -1534,14 +1573,21 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     x->resp_headers = col_json(st, 14);
     x->resp_raw = col_packed(st, 15, &x->resp_raw_len);
     x->streamed = sqlite3_column_int(st, 18);
-    /* An empty reply column (never a JSON text, so never written by
-     * older builds) says the reply is the one the stored body gives:
-     * derived here, with the function the recorder would have used */
-    if (sqlite3_column_type(st, 19) == SQLITE_TEXT &&
-        !sqlite3_column_bytes(st, 19))
+    /* A reply column that is empty, or a number for a stream (never
+     * written by older builds, whose column is an object or NULL), says
+     * the reply is the one the stored body or stream gives: derived here,
+     * with the function the recorder would have used; the number is the
+     * stream's max gap (gap_text) */
+    const char *rtext = sqlite3_column_type(st, 19) == SQLITE_TEXT
+                            ? (const char *)sqlite3_column_text(st, 19)
+                            : NULL;
+    if (rtext && !rtext[0])
         x->reply = x->resp_raw && !x->streamed
                        ? reply_from_body(x->resp_raw, x->resp_raw_len)
                        : NULL;
+    else if (rtext && x->streamed && rtext[0] >= '0' && rtext[0] <= '9')
+        x->reply = reply_from_stream(x->resp_raw ? x->resp_raw : "",
+                                     x->resp_raw_len, strtod(rtext, NULL));
     else
         x->reply = col_json(st, 19);
     x->up_ttfb_ms = sqlite3_column_double(st, 20);

@@ -89,11 +89,14 @@ struct xchg {
     size_t reply_text_len;
     /* Set by the writer instead of reply (left NULL) when the reply is
      * reply_from_body(resp_raw, resp_raw_len) (store/reply.h): a JSON body
-     * not streamed, not content-encoded and not cut at the capture cap.
-     * The store then writes the reply column empty and derives the reply
-     * from the stored body when it reads the row; the spill file writes
-     * the derived reply. Readers get reply, never this flag. */
+     * not streamed, not content-encoded and not cut at the capture cap;
+     * or, for such a stream, reply_from_stream(resp_raw, resp_raw_len,
+     * stream_gap_ms). The store then writes no reply (the column is empty
+     * for a body, the gap alone for a stream) and derives it from the
+     * stored bytes when it reads the row; the spill file writes the
+     * derived reply. Readers get reply, never this flag. */
     bool reply_of_raw;
+    double stream_gap_ms; /* with reply_of_raw on a stream: its max gap */
     /* Timings in milliseconds since the request arrived at the proxy:
      * upstream first byte and end, first byte and end as sent to the
      * client. */

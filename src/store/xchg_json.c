@@ -135,6 +135,9 @@ json_t *xchg_to_json(const struct xchg *x)
         reply = json_loadb(x->reply_text, x->reply_text_len, 0, NULL);
     else if (!reply && x->reply_of_raw && x->resp_raw && !x->streamed)
         reply = reply_from_body(x->resp_raw, x->resp_raw_len);
+    else if (!reply && x->reply_of_raw && x->streamed)
+        reply = reply_from_stream(x->resp_raw ? x->resp_raw : "",
+                                  x->resp_raw_len, x->stream_gap_ms);
     else
         json_incref(reply);
     set_json(o, "reply", reply);

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "record/sse.h"
 #include "store/jdump.h"
 #include "store/reply.h"
+#include "store/sse.h"
 
 struct seen {
     struct buf log;

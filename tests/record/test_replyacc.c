@@ -16,9 +16,9 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "record/sse.h"
 #include "store/jdump.h"
 #include "store/reply.h"
+#include "store/sse.h"
 #include "util/rec.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)

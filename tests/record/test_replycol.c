@@ -1,10 +1,11 @@
 /*
  * End-to-end test of the reply column as `fidelity record` writes it for a
- * plain JSON response (store/xchg.h, reply_of_raw): the real binary in front
- * of `fidelity sim` on ephemeral 127.0.0.1 ports. The row keeps the body and
- * an empty reply column; the store's reader gives the reply that
- * reply_from_body gives for the body the client received, tool calls
- * included; and the recorder still learns a task prompt from a non-streamed
+ * plain JSON response and a plain SSE stream (store/xchg.h, reply_of_raw):
+ * the real binary in front of `fidelity sim` on ephemeral 127.0.0.1 ports.
+ * The row keeps the body and an empty reply column (a stream's: its max gap,
+ * a number); the store's reader gives the reply that reply_from_body, or
+ * reply_from_stream with that gap, gives for the bytes the client received,
+ * tool calls included; and the recorder still learns a task prompt from a
  * tool call (the next request carrying it is a subagent's).
  */
 #include <setjmp.h>
@@ -41,9 +42,14 @@ static int got_fn(const struct xchg *x, void *ud)
     return 0;
 }
 
-static void test_json_reply_derived_and_learnt(void **state)
+/* bodies[i] with "stream":true when stream */
+static char *with_stream(const char *body, bool stream)
 {
-    (void)state;
+    return stream ? xasprintf("{\"stream\":true,%s", body + 1) : xstrdup(body);
+}
+
+static void check_derived_and_learnt(bool stream)
+{
     struct proc sim, rec;
     char *dir = rec_tmpdir();
     char db[300], url[64];
@@ -70,10 +76,11 @@ static void test_json_reply_derived_and_learnt(void **state)
     };
     struct rec_resp r[3];
     for (int i = 0; i < 3; i++) {
+        char *b = with_stream(bodies[i], stream);
         rec_resp_init(&r[i]);
-        assert_int_equal(
-            rec_fetch(u, bodies[i], strlen(bodies[i]), h, 0, &r[i]), 0);
+        assert_int_equal(rec_fetch(u, b, strlen(b), h, 0, &r[i]), 0);
         assert_int_equal(r[i].status, 200);
+        free(b);
     }
     assert_int_equal(proc_stop(&rec), 0);
     proc_stop(&sim);
@@ -85,20 +92,35 @@ static void test_json_reply_derived_and_learnt(void **state)
     assert_int_equal(xchg_each(s, NULL, got_fn, &g, &d), 0);
     assert_int_equal(g.n, 3);
     for (size_t i = 0; i < 3; i++) {
-        /* the column is empty: the reply comes from the body */
+        /* the column is empty (a stream's holds its max gap): the reply
+         * comes from the body */
         sqlite3_stmt *st = NULL;
         assert_int_equal(sqlite3_prepare_v2(s,
                                             "SELECT typeof(reply),"
-                                            " length(reply) FROM xchg"
+                                            " length(reply), reply,"
+                                            " streamed FROM xchg"
                                             " WHERE id=?",
                                             -1, &st, NULL),
                          SQLITE_OK);
         sqlite3_bind_int64(st, 1, g.id[i]);
         assert_int_equal(sqlite3_step(st), SQLITE_ROW);
         assert_string_equal((const char *)sqlite3_column_text(st, 0), "text");
-        assert_int_equal(sqlite3_column_int(st, 1), 0);
+        assert_int_equal(sqlite3_column_int(st, 3), stream);
+        json_t *want;
+        if (stream) {
+            const char *gap = (const char *)sqlite3_column_text(st, 2);
+            char *end;
+            double ms = strtod(gap, &end);
+            assert_true(gap[0] >= '0' && gap[0] <= '9' && !*end && ms >= 0);
+            want = reply_from_stream(r[i].body.data, r[i].body.len, ms);
+            assert_true(json_is_true(json_object_get(want, "done")));
+            assert_true(json_real_value(
+                            json_object_get(g.reply[i], "max_gap_ms")) == ms);
+        } else {
+            assert_int_equal(sqlite3_column_int(st, 1), 0);
+            want = reply_from_body(r[i].body.data, r[i].body.len);
+        }
         sqlite3_finalize(st);
-        json_t *want = reply_from_body(r[i].body.data, r[i].body.len);
         assert_non_null(want);
         assert_true(json_equal(g.reply[i], want));
         json_decref(want);
@@ -121,10 +143,23 @@ static void test_json_reply_derived_and_learnt(void **state)
     rec_rmdir(dir);
 }
 
+static void test_json_reply_derived_and_learnt(void **state)
+{
+    (void)state;
+    check_derived_and_learnt(false);
+}
+
+static void test_stream_reply_derived_and_learnt(void **state)
+{
+    (void)state;
+    check_derived_and_learnt(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_reply_derived_and_learnt),
+        cmocka_unit_test(test_stream_reply_derived_and_learnt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

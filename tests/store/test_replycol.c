@@ -9,6 +9,13 @@
  * take), for ordinary, tool-call, reasoning, malformed, non-JSON and error
  * bodies. Rows of older databases (a NULL or a JSON reply column) read as
  * they did, and the spill file carries the derived reply.
+ *
+ * A plain SSE stream is stored the same way: its column holds only the max
+ * gap the loop measured (a number, to the nanosecond) and its reply is
+ * derived with reply_from_stream: equal to what the reference accumulator
+ * (reply_chunk_jansson) gives and to the text the recorder used to write
+ * (reply_finish_text), for the crafted streams of tests/util/sse_streams.c
+ * and an opencode fixture stream.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,8 +32,11 @@
 #include "core/xalloc.h"
 #include "store/jdump.h"
 #include "store/reply.h"
+#include "store/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
+#include "util/rec.h"
+#include "util/sse_streams.h"
 #include "util/tmpdb.h"
 
 /* Bodies of every kind the recorder meets, with the status they came with */
@@ -200,7 +210,8 @@ static void test_reply_of_raw_reads_back_equal(void **state)
 /* Rows as older builds (and writers that do not set reply_of_raw) store
  * them read as before: a NULL column is no reply even when the body is a
  * chat completion, a JSON column is that reply (not the body's), and a
- * streamed row is never derived from its body. */
+ * streamed row with a NULL column has none (tests/store/test_streamcol.c:
+ * the streams stored reply_of_raw). */
 static void test_other_rows_read_as_before(void **state)
 {
     (void)state;
@@ -218,9 +229,8 @@ static void test_other_rows_read_as_before(void **state)
     x[2].reply =
         json_pack("{s:s, s:b}", "content", "X is 5.", "resp_truncated", 1);
     x[2].reply_of_raw = true;
-    fill(&x[3], 200, "data: {}\n\n"); /* streamed */
+    fill(&x[3], 200, "data: {}\n\n"); /* streamed, reply not stored */
     x[3].streamed = true;
-    x[3].reply_of_raw = true;
     for (int i = 0; i < 4; i++)
         assert_int_equal(xchg_put(t.db, &x[i], &d), 0);
     assert_int_equal(xchg_each(t.db, NULL, got_fn, &g, &d), 0);
@@ -263,6 +273,155 @@ static void test_spill_carries_derived_reply(void **state)
     }
 }
 
+/* ---- streams ---- */
+
+static int feed_jansson(const char *event, const char *data, size_t len,
+                        void *ud)
+{
+    (void)event;
+    reply_chunk_jansson(ud, data, len, 0);
+    return 0;
+}
+
+/* The reference reply of a stream with max_gap_ms gap: the jansson
+ * accumulator's. With text, also the column text the recorder used to
+ * write (reply_finish_text of the fast accumulator), parsed. */
+static json_t *stream_want(const char *sse, size_t len, double gap,
+                           json_t **text)
+{
+    struct sse_parser p;
+    struct reply_acc a;
+    sse_init(&p, 0);
+    reply_init(&a);
+    sse_feed(&p, sse, len, feed_jansson, &a);
+    a.max_gap_ms = gap;
+    json_t *r = reply_finish(&a);
+    reply_release(&a);
+    sse_reset(&p, 0);
+    if (text) {
+        struct buf t = BUF_INIT;
+        reply_init(&a);
+        sse_feed(&p, sse, len, reply_sse_event, &a);
+        a.max_gap_ms = gap;
+        assert_int_equal(reply_finish_text(&a, &t), 0);
+        *text = json_loadb(t.data, t.len, 0, NULL);
+        assert_non_null(*text);
+        buf_release(&t);
+        reply_release(&a);
+    }
+    sse_release(&p);
+    return r;
+}
+
+/* the gaps a stream is stored with, and the column text each must give */
+static const struct {
+    double ms;
+    const char *col;
+} GAPS[] = {
+    {0, "0.000000"},
+    {12.3456789, "12.345679"},
+    {1e-7, "0.000000"},
+    {1234.000001, "1234.000001"},
+    {0.0005, "0.000500"},
+    {999999999999.0, "999999999999.000000"},
+    {3.0e15, "0"}, /* out of range */
+    {-1, "0"},
+};
+#define NGAPS (sizeof(GAPS) / sizeof(GAPS[0]))
+
+static void test_stream_reply_of_raw_reads_back_equal(void **state)
+{
+    (void)state;
+    enum { N = SSE_STREAMS_N + 1 };
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct xchg xs[N], *xp[N];
+    int rcs[N];
+    struct got g = {0};
+    struct buf fx = BUF_INIT;
+    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
+                                   "mock-sse-reply-reasoning-toolcall.txt",
+                                   &fx),
+                     0);
+
+    tmpdb_open(&t, "streamcol");
+    struct xchg_cache *c = xchg_cache_new();
+    for (size_t i = 0; i < N; i++) {
+        fill(&xs[i], 200, i < SSE_STREAMS_N ? sse_streams[i] : buf_str(&fx));
+        xs[i].streamed = true;
+        xs[i].reply_of_raw = true;
+        xs[i].stream_gap_ms = GAPS[i % NGAPS].ms;
+        xp[i] = &xs[i];
+    }
+    assert_int_equal(xchg_put_batch(t.db, c, xp, N, rcs, &d), 0);
+    xchg_cache_free(c);
+    assert_int_equal(xchg_each(t.db, NULL, got_fn, &g, &d), 0);
+    assert_int_equal(g.n, N);
+    for (size_t i = 0; i < N; i++) {
+        const char *sse = xs[i].resp_raw;
+        size_t len = xs[i].resp_raw_len;
+        double gap = strtod(GAPS[i % NGAPS].col, NULL);
+        assert_int_equal(rcs[i], 0);
+        /* the column is the gap, to the nanosecond */
+        sqlite3_stmt *st = NULL;
+        assert_int_equal(
+            sqlite3_prepare_v2(t.db,
+                               "SELECT typeof(reply), reply FROM xchg"
+                               " WHERE id=?",
+                               -1, &st, NULL),
+            SQLITE_OK);
+        sqlite3_bind_int64(st, 1, xs[i].id);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_string_equal((const char *)sqlite3_column_text(st, 0), "text");
+        assert_string_equal((const char *)sqlite3_column_text(st, 1),
+                            GAPS[i % NGAPS].col);
+        sqlite3_finalize(st);
+        /* the reply is the reference's, and the old column's but for the
+         * gap's digits below the nanosecond */
+        json_t *old;
+        json_t *want = stream_want(sse, len, gap, &old);
+        if (!same_reply(g.reply[i], want))
+            fail_msg("stream %zu reads back another reply", i);
+        double old_gap = json_real_value(json_object_get(old, "max_gap_ms"));
+        if (GAPS[i % NGAPS].ms >= 0 && GAPS[i % NGAPS].ms < 1e12)
+            assert_true(old_gap - gap <= 5e-7 && gap - old_gap <= 5e-7);
+        json_object_set_new(old, "max_gap_ms", json_real(gap));
+        assert_true(same_reply(g.reply[i], old));
+        json_decref(want);
+        json_decref(old);
+    }
+    got_release(&g);
+    for (size_t i = 0; i < N; i++)
+        xchg_release(&xs[i]);
+    buf_release(&fx);
+    tmpdb_close(&t);
+}
+
+/* The spill file holds a derived stream reply with the gap as measured */
+static void test_spill_carries_derived_stream_reply(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < SSE_STREAMS_N; i++) {
+        struct xchg x, back;
+        struct diag d = {{0}};
+        fill(&x, 200, sse_streams[i]);
+        x.streamed = true;
+        x.reply_of_raw = true;
+        x.stream_gap_ms = 12.3456789;
+        json_t *j = xchg_to_json(&x);
+        xchg_init(&back);
+        assert_int_equal(xchg_from_json(j, &back, &d), 0);
+        json_t *want =
+            stream_want(x.resp_raw, x.resp_raw_len, 12.3456789, NULL);
+        assert_non_null(want);
+        assert_true(same_reply(back.reply, want));
+        json_decref(want);
+        json_decref(j);
+        xchg_release(&back);
+        xchg_release(&x);
+    }
+}
+
 /* reply_may_call_tools is false only where reply_from_body has no tool
  * calls */
 static void test_may_call_tools(void **state)
@@ -293,6 +452,8 @@ int main(void)
         cmocka_unit_test(test_other_rows_read_as_before),
         cmocka_unit_test(test_spill_carries_derived_reply),
         cmocka_unit_test(test_may_call_tools),
+        cmocka_unit_test(test_stream_reply_of_raw_reads_back_equal),
+        cmocka_unit_test(test_spill_carries_derived_stream_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,10 +19,11 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "record/sse.h"
 #include "store/jdump.h"
 #include "store/reply.h"
+#include "store/sse.h"
 #include "util/rec.h"
+#include "util/sse_streams.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)
 {
@@ -98,51 +99,11 @@ static void test_fixture_stream(void **state)
     buf_release(&b);
 }
 
-static const char *const streams[] = {
-    /* content, usage, [DONE] */
-    "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":"
-    "\"The \"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"value "
-    "is 5.\"}}]}\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":"
-    "\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":19,"
-    "\"completion_tokens\":8,\"total_tokens\":27}}\n\ndata: [DONE]\n\n",
-    /* reasoning under "reasoning", escapes and non-ASCII, no [DONE] */
-    "data: {\"choices\":[{\"delta\":{\"reasoning\":\"think \\\"a\\\"\\n\"}}"
-    "]}\n\ndata: {\"choices\":[{\"delta\":{\"reasoning\":\"\\u00e9\\u2028"
-    "\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"\\t<b>\\/\"}"
-    "}]}\n\n",
-    /* parallel tool calls merged by index */
-    "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":"
-    "\"c0\",\"type\":\"function\",\"function\":{\"name\":\"task\","
-    "\"arguments\":\"{\\\"pr\"}}]}}]}\n\ndata: {\"choices\":[{\"delta\":{"
-    "\"tool_calls\":[{\"index\":1,\"id\":\"c1\",\"function\":{\"name\":"
-    "\"read\",\"arguments\":\"{}\"}},{\"index\":0,\"function\":{"
-    "\"arguments\":\"ompt\\\":\\\"x\\\"}\"}}]}}]}\n\ndata: {\"choices\":[{"
-    "\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
-    /* an error event and chunks that are not JSON */
-    "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: "
-    "not json\n\ndata: {\"error\":{\"message\":\"overloaded\",\"code\":"
-    "503}}\n\ndata: [1,2\n\n",
-    /* /v1/completions text, a real and a big integer in usage */
-    "data: {\"choices\":[{\"text\":\"once\",\"finish_reason\":null}]}\n\n"
-    "data: {\"choices\":[{\"text\":\" upon\",\"finish_reason\":\"length\""
-    "}],\"usage\":{\"a\":1.5e3,\"b\":12345678901234567,\"c\":-0.0}}\n\n",
-    /* a NUL escape in content, reasoning_content, an empty content */
-    "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"r\","
-    "\"content\":\"\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":"
-    "\"x\\u0000y\"}}]}\n\n",
-    /* CRLF line ends, a blank line first (dispatches nothing) */
-    "\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"crlf\"}}]}\r\n\r\n"
-    "data: [DONE]\r\n\r\n",
-    /* nothing */
-    "",
-    ": comment only\n\n",
-};
-
 static void test_crafted_streams(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++)
-        check_stream(streams[i], strlen(streams[i]));
+    for (size_t i = 0; i < SSE_STREAMS_N; i++)
+        check_stream(sse_streams[i], strlen(sse_streams[i]));
 }
 
 /* What the recorder writes for a stream (reply_finish_text, and the
@@ -169,7 +130,7 @@ static void read_fresh(const char *sse, char **text, char **obj)
 static void test_reset_reads_like_fresh(void **state)
 {
     (void)state;
-    size_t n = sizeof(streams) / sizeof(streams[0]);
+    size_t n = SSE_STREAMS_N;
     for (size_t keep = 0; keep <= 65536; keep += 65536) {
         struct sse_parser p;
         struct reply_acc a;
@@ -177,18 +138,19 @@ static void test_reset_reads_like_fresh(void **state)
         reply_init(&a);
         for (size_t i = 0; i < n; i++) {
             for (size_t j = 0; j < n; j++) {
-                size_t li = strlen(streams[i]);
+                size_t li = strlen(sse_streams[i]);
                 /* the first stream cut at every third byte, and whole */
                 for (size_t cut = 0; cut <= li;
                      cut = cut + 3 > li && cut < li ? li : cut + 3) {
                     sse_reset(&p, keep);
                     reply_reset(&a, keep);
-                    sse_feed(&p, streams[i], cut, feed, &a);
+                    sse_feed(&p, sse_streams[i], cut, feed, &a);
                     sse_reset(&p, keep);
                     reply_reset(&a, keep);
-                    sse_feed(&p, streams[j], strlen(streams[j]), feed, &a);
+                    sse_feed(&p, sse_streams[j], strlen(sse_streams[j]), feed,
+                             &a);
                     char *want_text, *want_obj;
-                    read_fresh(streams[j], &want_text, &want_obj);
+                    read_fresh(sse_streams[j], &want_text, &want_obj);
                     char *got_text = new_text(&a, 1.5, 0);
                     json_t *r = reply_finish(&a);
                     char *got_obj = jdump_str(r, true, NULL);

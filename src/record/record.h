@@ -1,10 +1,11 @@
 /*
- * record: the transparent recording proxy behind `fidelity record`. A
- * libevent evhttp server takes the harness's requests; on the same event
- * loop, upclient.h forwards them to an http:// upstream (keep-alive pool,
- * its own HTTP/1.1 parser, h1.h) and a libcurl multi handle to an https://
- * one (TLS and HTTP/2 come from libcurl). Bytes are forwarded as
- * they arrive; a copy is parsed (sse.h, reply.h, classify.h) and each
+ * record: the transparent recording proxy behind `fidelity record`. Its
+ * own HTTP/1.1 server (front.h, on a libevent loop) takes the harness's
+ * requests; on the same event loop, upclient.h forwards them to an http://
+ * upstream (keep-alive pool, its own HTTP/1.1 parser, h1.h) and a libcurl
+ * multi handle to an https:// one (TLS and HTTP/2 come from libcurl). Bytes
+ * are forwarded as they arrive; a copy is parsed (store/sse.h,
+ * store/reply.h, classify.h) and each
  * exchange is committed to the store (store/xchg.h), or appended to the
  * spill file when the store fails, before the last byte of its response is
  * handed to the client.

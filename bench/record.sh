@@ -14,15 +14,16 @@
 # figure; every round is printed.
 #
 # Then the latency at equal load: in each of ROUNDS rounds, direct, record
-# and nginx are driven one after the other at the same fixed request rate
-# (RATE, well below saturation; wrk paced with a Lua delay() per
-# connection); the p99 added by a proxy is its p99 minus direct's in the
-# same round, and the median over the rounds is the figure (TOGETHER=1:
-# the three at the same time).
+# and nginx are driven one after the other at the same request rate (RATE,
+# well below saturation; wrk paced with a random Lua delay() per
+# connection, bench/paced.lua); the p99 added by a proxy is its p99 minus
+# direct's in the same round, and the median over the rounds is the figure
+# (TOGETHER=1: the three at the same time).
 #
 #   sh bench/record.sh   # DUR=10 CONNS=64 SROUNDS=3 STREAMS=1000 RATE=1000
 #                        # LCONNS=8 LDUR=5 ROUNDS=5
 #   DUR=5 sh bench/record.sh
+#   SROUNDS=0 sh bench/record.sh               # the fixed-rate runs only
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
 #
 # nginx and mitmproxy are installed with apt-get when missing and running
@@ -161,12 +162,14 @@ wrk.headers["Authorization"] = "Bearer sk-bench"
 wrk.body = '{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
 EOF
 
-# the fixed-rate scripts: each connection waits LCONNS/RATE s after each
-# response, so LCONNS connections make about RATE requests/s
+# the fixed-rate scripts: each connection waits a random time, LCONNS/RATE
+# s on average, after each response, so LCONNS connections make about RATE
+# requests/s arriving at random (bench/paced.lua says why not a fixed wait)
 for k in json sse; do
     cp "$tmp/$k.lua" "$tmp/${k}_paced.lua"
-    echo "function delay() return $(awk -v c="$LCONNS" -v r="$RATE" 'BEGIN { printf "%d", 1000 * c / r }') end" \
+    echo "mean_ms = $(awk -v c="$LCONNS" -v r="$RATE" 'BEGIN { print 1000 * c / r }')" \
         >>"$tmp/${k}_paced.lua"
+    cat bench/paced.lua >>"$tmp/${k}_paced.lua"
 done
 
 SIM_PID=$(sed -n 1p "$tmp/pids")
@@ -243,66 +246,69 @@ echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker;"
 echo "saturated: $SROUNDS rounds, each direct, record, nginx in turn (mitmproxy in"
 echo "the first); fixed rate: $ROUNDS rounds, each direct, record and nginx in turn"
 for kind in json sse; do
-    printf '\n%s responses, %d connections, saturated\n%-10s %12s %10s %8s %14s\n' \
-        "$kind" "$CONNS" target req/s p99_ms non2xx cpu_us/exchange
-    : >"$tmp/sat.$kind"
-    for round in $(seq "$SROUNDS"); do
-        set -- direct "$SIM" "$SIM_PID" record "$REC" "$REC_PID"
-        [ -n "$NGX" ] && set -- "$@" nginx "$NGX" "$NGX_PID"
-        [ -n "$MITM" ] && [ "$round" = 1 ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
-        while [ $# -gt 0 ]; do
-            r=$(run "$kind" "$2" "$3")
-            w=0
-            [ "$1" = record ] && w=$(cat "$tmp/writer_us")
-            echo "$round $1 $r $w" >>"$tmp/sat.$kind"
-            printf '%-10s %12s %10s %8s %14s  (round %d)\n' "$1" $(echo "$r" | cut -d' ' -f1-4) "$round"
-            shift 3
+    # SROUNDS=0: the fixed-rate runs only
+    if [ "$SROUNDS" -gt 0 ]; then
+        printf '\n%s responses, %d connections, saturated\n%-10s %12s %10s %8s %14s\n' \
+            "$kind" "$CONNS" target req/s p99_ms non2xx cpu_us/exchange
+        : >"$tmp/sat.$kind"
+        for round in $(seq "$SROUNDS"); do
+            set -- direct "$SIM" "$SIM_PID" record "$REC" "$REC_PID"
+            [ -n "$NGX" ] && set -- "$@" nginx "$NGX" "$NGX_PID"
+            [ -n "$MITM" ] && [ "$round" = 1 ] && set -- "$@" mitmproxy "$MITM" "$MITM_PID"
+            while [ $# -gt 0 ]; do
+                r=$(run "$kind" "$2" "$3")
+                w=0
+                [ "$1" = record ] && w=$(cat "$tmp/writer_us")
+                echo "$round $1 $r $w" >>"$tmp/sat.$kind"
+                printf '%-10s %12s %10s %8s %14s  (round %d)\n' "$1" $(echo "$r" | cut -d' ' -f1-4) "$round"
+                shift 3
+            done
         done
-    done
-    # per target: median requests/s, p99 and CPU over the rounds; the
-    # ratio record/nginx per round (the two ran a few seconds apart, so
-    # the machine's drift between rounds cancels), and its median
-    for t in direct record nginx mitmproxy; do
-        grep -q " $t " "$tmp/sat.$kind" || continue
-        printf '%-10s %12s %10s %8s %14s  (median of %d)\n' "$t" \
-            "$(col "$tmp/sat.$kind" $t 3 | median)" \
-            "$(col "$tmp/sat.$kind" $t 4 | median)" \
-            "$(awk -v t=$t '$2 == t { s += $5 } END { print s + 0 }' "$tmp/sat.$kind")" \
-            "$(col "$tmp/sat.$kind" $t 6 | median)" \
-            "$(grep -c " $t " "$tmp/sat.$kind")"
-    done
-    awk '{ rps[$1, $2] = $3; p99[$1, $2] = $4; cpu[$1, $2] = $6; w[$1, $2] = $9
-           if ($1 > n) n = $1 }
-        END {
-            for (i = 1; i <= n; i++)
-                if (rps[i, "nginx"] > 0)
-                    printf "%.4f ratio\n", rps[i, "record"] / rps[i, "nginx"]
-            for (i = 1; i <= n; i++)
-                if (rps[i, "mitmproxy"] > 0)
-                    printf "%.4f mitm\n", rps[i, "record"] / rps[i, "mitmproxy"]
-            for (i = 1; i <= n; i++) {
-                printf "%.4f p99rec\n", p99[i, "record"] - p99[i, "direct"]
-                if (rps[i, "nginx"] > 0)
-                    printf "%.4f p99ngx\n", p99[i, "nginx"] - p99[i, "direct"]
-                printf "%d cpurec\n%d cpuw\n%d cpusim\n", cpu[i, "record"], w[i, "record"], cpu[i, "direct"]
-                if (rps[i, "nginx"] > 0)
-                    printf "%d cpungx\n", cpu[i, "nginx"]
-            }
-        }' "$tmp/sat.$kind" >"$tmp/derived.$kind"
-    d() { awk -v k="$1" '$2 == k { print $1 }' "$tmp/derived.$kind"; }
-    if [ -n "$(d ratio)" ]; then
-        printf 'record/nginx req/s by round: %s; median %.2fx (goal >= 0.8)\n' \
-            "$(d ratio | awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $1 }')" "$(d ratio | median)"
+        # per target: median requests/s, p99 and CPU over the rounds; the
+        # ratio record/nginx per round (the two ran a few seconds apart, so
+        # the machine's drift between rounds cancels), and its median
+        for t in direct record nginx mitmproxy; do
+            grep -q " $t " "$tmp/sat.$kind" || continue
+            printf '%-10s %12s %10s %8s %14s  (median of %d)\n' "$t" \
+                "$(col "$tmp/sat.$kind" $t 3 | median)" \
+                "$(col "$tmp/sat.$kind" $t 4 | median)" \
+                "$(awk -v t=$t '$2 == t { s += $5 } END { print s + 0 }' "$tmp/sat.$kind")" \
+                "$(col "$tmp/sat.$kind" $t 6 | median)" \
+                "$(grep -c " $t " "$tmp/sat.$kind")"
+        done
+        awk '{ rps[$1, $2] = $3; p99[$1, $2] = $4; cpu[$1, $2] = $6; w[$1, $2] = $9
+               if ($1 > n) n = $1 }
+            END {
+                for (i = 1; i <= n; i++)
+                    if (rps[i, "nginx"] > 0)
+                        printf "%.4f ratio\n", rps[i, "record"] / rps[i, "nginx"]
+                for (i = 1; i <= n; i++)
+                    if (rps[i, "mitmproxy"] > 0)
+                        printf "%.4f mitm\n", rps[i, "record"] / rps[i, "mitmproxy"]
+                for (i = 1; i <= n; i++) {
+                    printf "%.4f p99rec\n", p99[i, "record"] - p99[i, "direct"]
+                    if (rps[i, "nginx"] > 0)
+                        printf "%.4f p99ngx\n", p99[i, "nginx"] - p99[i, "direct"]
+                    printf "%d cpurec\n%d cpuw\n%d cpusim\n", cpu[i, "record"], w[i, "record"], cpu[i, "direct"]
+                    if (rps[i, "nginx"] > 0)
+                        printf "%d cpungx\n", cpu[i, "nginx"]
+                }
+            }' "$tmp/sat.$kind" >"$tmp/derived.$kind"
+        d() { awk -v k="$1" '$2 == k { print $1 }' "$tmp/derived.$kind"; }
+        if [ -n "$(d ratio)" ]; then
+            printf 'record/nginx req/s by round: %s; median %.2fx (goal >= 0.8)\n' \
+                "$(d ratio | awk '{ printf "%s%.2fx", (NR > 1 ? " " : ""), $1 }')" "$(d ratio | median)"
+        fi
+        [ -n "$(d mitm)" ] && printf 'record/mitmproxy req/s: %.1fx (goal >= 10)\n' "$(d mitm | median)"
+        printf 'p99 added over direct at saturation (median of rounds): record %.2f ms' "$(d p99rec | median)"
+        [ -n "$(d p99ngx)" ] && printf ', nginx %.2f ms' "$(d p99ngx | median)"
+        cr=$(d cpurec | median); cw=$(d cpuw | median)
+        printf '\nCPU per exchange (medians): record %s us (forwarding loop %s, writer thread %s)' \
+            "$cr" "$(awk -v a="$cr" -v b="$cw" 'BEGIN { print a - b }')" "$cw"
+        [ -n "$(d cpungx)" ] && printf ', nginx %s us (%.1fx)' "$(d cpungx | median)" \
+            "$(awk -v a="$cr" -v b="$(d cpungx | median)" 'BEGIN { print a / b }')"
+        printf ', sim (upstream) %s us\n' "$(d cpusim | median)"
     fi
-    [ -n "$(d mitm)" ] && printf 'record/mitmproxy req/s: %.1fx (goal >= 10)\n' "$(d mitm | median)"
-    printf 'p99 added over direct at saturation (median of rounds): record %.2f ms' "$(d p99rec | median)"
-    [ -n "$(d p99ngx)" ] && printf ', nginx %.2f ms' "$(d p99ngx | median)"
-    cr=$(d cpurec | median); cw=$(d cpuw | median)
-    printf '\nCPU per exchange (medians): record %s us (forwarding loop %s, writer thread %s)' \
-        "$cr" "$(awk -v a="$cr" -v b="$cw" 'BEGIN { print a - b }')" "$cw"
-    [ -n "$(d cpungx)" ] && printf ', nginx %s us (%.1fx)' "$(d cpungx | median)" \
-        "$(awk -v a="$cr" -v b="$(d cpungx | median)" 'BEGIN { print a / b }')"
-    printf ', sim (upstream) %s us\n' "$(d cpusim | median)"
 
     # Latency at equal load: in each round direct, record and nginx are
     # driven one after the other, each alone at RATE requests/s (LCONNS
@@ -318,6 +324,9 @@ for kind in json sse; do
     for round in $(seq "$ROUNDS"); do
         set -- direct "$SIM" record "$REC"
         [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
+        # direct once more, last: how far two runs of the same path differ
+        # (the noise floor of the differences), one after the other only
+        [ -z "${TOGETHER:-}" ] && set -- "$@" again "$SIM"
         wp=""
         while [ $# -gt 0 ]; do
             if [ -n "${TOGETHER:-}" ]; then
@@ -331,7 +340,7 @@ for kind in json sse; do
             shift 2
         done
         [ -n "$wp" ] && { wait $wp || true; }
-        for t in direct record nginx; do
+        for t in direct record nginx again; do
             [ -f "$tmp/paced_$t.out" ] || continue
             r=$(parse_wrk "$tmp/paced_$t.out" 0)
             rm -f "$tmp/paced_$t.out"
@@ -339,7 +348,7 @@ for kind in json sse; do
             echo "$t $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
         done
     done
-    for t in direct record nginx; do
+    for t in direct record nginx again; do
         grep -q " $t " "$tmp/paced.$kind" || continue
         printf '%-10s %12s %10s %10s %10s  (median of %d)\n' "$t" \
             "$(col "$tmp/paced.$kind" $t 3 | median)" \
@@ -352,8 +361,8 @@ for kind in json sse; do
     awk '{ p50[$1, $2] = $7; p90[$1, $2] = $8; p99[$1, $2] = $4; if ($1 > n) n = $1 }
         END {
             for (i = 1; i <= n; i++)
-                for (t = 1; t <= 2; t++) {
-                    x = t == 1 ? "record" : "nginx"
+                for (t = 1; t <= 3; t++) {
+                    x = t == 1 ? "record" : t == 2 ? "nginx" : "again"
                     if (!((i, x) in p99)) continue
                     printf "%s %s %.4f %.4f %.4f\n", x, i, p50[i, x] - p50[i, "direct"],
                         p90[i, x] - p90[i, "direct"], p99[i, x] - p99[i, "direct"]
@@ -363,15 +372,19 @@ for kind in json sse; do
         "$(awk '$1 == "record" { printf "%s%+.2f", (NR > 1 ? " " : ""), $5 }' "$tmp/added.$kind")"
     grep -q '^nginx' "$tmp/added.$kind" && printf '; nginx %s' \
         "$(awk '$1 == "nginx" { printf "%s%+.2f", (n++ ? " " : ""), $5 }' "$tmp/added.$kind")"
+    grep -q '^again' "$tmp/added.$kind" && printf '; direct again %s' \
+        "$(awk '$1 == "again" { printf "%s%+.2f", (n++ ? " " : ""), $5 }' "$tmp/added.$kind")"
     printf ' ms\n'
-    for t in record nginx; do
+    for t in record nginx again; do
         grep -q "^$t" "$tmp/added.$kind" || continue
-        printf '%s added over direct at equal load (medians of the rounds): p50 %+.2f, p90 %+.2f, p99 %+.2f ms\n' "$t" \
+        printf '%s added over direct at equal load (medians of the rounds): p50 %+.2f, p90 %+.2f, p99 %+.2f ms\n' \
+            "$([ $t = again ] && echo "direct again (the noise floor)" || echo $t)" \
             "$(awk -v t=$t '$1 == t { print $3 }' "$tmp/added.$kind" | median)" \
             "$(awk -v t=$t '$1 == t { print $4 }' "$tmp/added.$kind" | median)" \
             "$(awk -v t=$t '$1 == t { print $5 }' "$tmp/added.$kind" | median)"
     done
-    echo "(goal: record's p99 added < 1 ms)"
+    echo "(goal: record's p99 added < 1 ms; \"direct again\" is direct run a second"
+    echo " time last in each round: what a difference of two runs of one path is)"
 done
 echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
 

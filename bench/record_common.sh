@@ -3,10 +3,11 @@
 # for a paced run, RATE and CONNS: the build to measure (BIN, default
 # ./fidelity, built), a temporary directory removed at exit (kept with
 # KEEP=1), the small JSON or SSE request of bench/record.sh as a wrk
-# script ($tmp/req.lua, with a per-connection delay() when RATE is set),
-# port_of FILE (the port of a server's "listening on" line) and the sim
-# started in front of nothing (SIM its port, SP its pid). The script sets
-# RP to record's pid when it starts it; both are stopped at exit.
+# script ($tmp/req.lua, with a random per-connection delay() when RATE is
+# set: bench/paced.lua), port_of FILE (the port of a server's "listening
+# on" line) and the sim started in front of nothing (SIM its port, SP its
+# pid). The script sets RP to record's pid when it starts it; both are
+# stopped at exit.
 ME=bench/$(basename "$0")
 need_tool() {
     command -v "$1" >/dev/null || { echo "$ME: $1 is required" >&2; exit 2; }
@@ -39,8 +40,9 @@ wrk.headers["Authorization"] = "Bearer sk-bench"
 wrk.body = '{"model":"m","temperature":0$extra,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
 LUA
 if [ -n "${RATE:-}" ]; then
-    echo "function delay() return $(awk -v c="$CONNS" -v r="$RATE" \
-        'BEGIN { printf "%d", 1000 * c / r }') end" >>"$tmp/req.lua"
+    echo "mean_ms = $(awk -v c="$CONNS" -v r="$RATE" 'BEGIN { print 1000 * c / r }')" \
+        >>"$tmp/req.lua"
+    cat bench/paced.lua >>"$tmp/req.lua"
 fi
 
 port_of() {

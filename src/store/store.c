@@ -4,6 +4,7 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 const char *store_default_path(void)
@@ -12,8 +13,19 @@ const char *store_default_path(void)
     return p && *p ? p : "fidelity.db";
 }
 
+/* SQLite's process-wide settings, before its first use (sqlite3_config
+ * refuses once SQLite is initialised; then the defaults stay): no memory
+ * statistics, which cost every allocation a global mutex and counters
+ * that nothing here reads. */
+static void configure(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 static int open_with(const char *path, sqlite3 **db, int mutex, struct diag *d)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, configure);
     int rc = sqlite3_open_v2(
         path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | mutex, NULL);
     if (rc != SQLITE_OK) {

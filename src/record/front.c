@@ -458,6 +458,62 @@ static void refuse(struct front_conn *c, int status, const char *type,
         c->dead = true;
 }
 
+/* ---- an HTTP/2 client ---- */
+
+/* The client connection preface of HTTP/2 with prior knowledge (RFC 9113
+ * 3.4): a request line no HTTP/1.1 server accepts, chosen so for this */
+static const char H2_PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H2_PREFACE_LEN (sizeof(H2_PREFACE) - 1)
+
+/* Appends an HTTP/2 frame header (RFC 9113 4.1) on stream 0 */
+static void h2_frame(struct buf *b, size_t len, unsigned char type)
+{
+    unsigned char h[9] = {(unsigned char)(len >> 16),
+                          (unsigned char)(len >> 8),
+                          (unsigned char)len,
+                          type,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0};
+    buf_add(b, h, sizeof(h));
+}
+
+/* Answers an HTTP/2 client in its own protocol rather than with an
+ * HTTP/1.1 400 it cannot read ("empty reply from server"): an empty
+ * SETTINGS frame (the server preface, RFC 9113 3.4) and a GOAWAY (6.8)
+ * with last stream 0, error HTTP_1_1_REQUIRED (7: 0xd) and a message as
+ * debug data; then the connection is closed. */
+static void refuse_h2(struct front_conn *c)
+{
+    static const char why[] =
+        "fidelity record speaks HTTP/1.1 to clients: send requests "
+        "without HTTP/2 prior knowledge";
+    static const unsigned char last_and_code[8] = {0, 0, 0, 0, 0, 0, 0, 0xd};
+    c->keep = false;
+    c->busy = false;
+    c->in_off = c->in.len; /* nothing more is parsed */
+    h2_frame(&c->out, 0, 0x4);
+    h2_frame(&c->out, sizeof(last_and_code) + sizeof(why) - 1, 0x7);
+    buf_add(&c->out, last_and_code, sizeof(last_and_code));
+    buf_add(&c->out, why, sizeof(why) - 1);
+    c->mode = OUT_NONE;
+    c->close_after = true;
+    if (flush(c))
+        c->dead = true;
+}
+
+/* 1: p starts with the HTTP/2 preface; -2: with a part of it, so far; 0:
+ * not */
+static int h2_preface(const char *p, size_t n)
+{
+    size_t k = n < H2_PREFACE_LEN ? n : H2_PREFACE_LEN;
+    if (memcmp(p, H2_PREFACE, k))
+        return 0;
+    return k == H2_PREFACE_LEN ? 1 : -2;
+}
+
 /* ---- requests ---- */
 
 static void terminate_in_place(const struct h1_req *q)
@@ -569,6 +625,15 @@ static void process(struct front_conn *c)
         size_t avail = c->in.len - c->in_off;
         if (!avail)
             return;
+        if (!c->head_seen && p[0] == 'P') {
+            int h2 = h2_preface(p, avail);
+            if (h2 == -2)
+                return;
+            if (h2 == 1) {
+                refuse_h2(c);
+                return;
+            }
+        }
         int hl = h1_parse_request(p, avail, q);
         if (hl == -2)
             return;

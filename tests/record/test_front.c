@@ -4,9 +4,10 @@
  * malformed requests (400 with a JSON body), a head too large (431),
  * pipelined requests, Expect: 100-continue, a chunked upload, HTTP/1.0
  * with and without keep-alive, a client that sends its head a few bytes
- * at a time, an Expect value record does not know (417), and that the
- * store holds what the upstream was sent. The real `fidelity record` runs
- * in front of the scripted upstream (tests/util/upstream.h).
+ * at a time, an Expect value record does not know (417), an HTTP/2 client
+ * with prior knowledge (answered in HTTP/2: GOAWAY, HTTP_1_1_REQUIRED),
+ * and that the store holds what the upstream was sent. The real `fidelity
+ * record` runs in front of the scripted upstream (tests/util/upstream.h).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -327,6 +328,62 @@ static void test_slow_client_head_in_pieces(void **state)
     buf_release(&got);
 }
 
+/* The HTTP/2 preface, whole or in pieces, after a SETTINGS frame or
+ * alone, gets an empty SETTINGS frame and a GOAWAY with last stream 0 and
+ * HTTP_1_1_REQUIRED (RFC 9113 3.4, 6.8, 7), then the close; nothing
+ * reaches the upstream, and an HTTP/1.1 request on a new connection is
+ * answered as before. */
+static void test_h2_prior_knowledge_goaway(void **state)
+{
+    struct recfx *f = *state;
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    static const unsigned char settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    for (int split = 0; split < 3; split++) {
+        int fd = dial(f);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (split == 1) { /* a byte at a time */
+            for (size_t i = 0; i < sizeof(preface) - 1; i++) {
+                assert_int_equal(send(fd, preface + i, 1, MSG_NOSIGNAL), 1);
+                usleep(1000);
+            }
+        } else {
+            send_str(fd, preface);
+        }
+        if (split == 2) /* the client's own SETTINGS follows the preface */
+            assert_int_equal(send(fd, settings, 9, MSG_NOSIGNAL), 9);
+        struct buf got = BUF_INIT;
+        read_to_eof(fd, &got);
+        close(fd);
+        const unsigned char *b = (const unsigned char *)got.data;
+        assert_true(got.len > 9 + 9 + 8);
+        assert_memory_equal(b, settings, 9);
+        const unsigned char *g = b + 9;
+        size_t len = (size_t)g[0] << 16 | (size_t)g[1] << 8 | g[2];
+        assert_int_equal(g[3], 7); /* GOAWAY */
+        assert_int_equal(g[4], 0);
+        assert_memory_equal(g + 5, "\0\0\0\0", 4); /* stream 0 */
+        assert_int_equal(got.len, 9 + 9 + len);
+        static const unsigned char last_and_code[8] = {0, 0, 0, 0,
+                                                       0, 0, 0, 0xd};
+        assert_memory_equal(g + 9, last_and_code, 8);
+        char *why = xstrndup((const char *)g + 17, len - 8);
+        assert_non_null(strstr(why, "HTTP/1.1"));
+        free(why);
+        buf_release(&got);
+    }
+    assert_int_equal(upstream_requests(f->up), 0);
+    struct buf got = BUF_INIT;
+    exchange(f, "GET /json HTTP/1.1\r\nConnection: close\r\n\r\n", &got);
+    assert_int_equal(strncmp(buf_str(&got), "HTTP/1.1 200", 12), 0);
+    buf_release(&got);
+    /* a method that starts like the preface is still HTTP/1.1's */
+    buf_init(&got, 0);
+    exchange(f, "PRI /json HTTP/1.1\r\nConnection: close\r\n\r\n", &got);
+    assert_int_equal(strncmp(buf_str(&got), "HTTP/1.1 ", 9), 0);
+    buf_release(&got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +400,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_http10_keep_alive_rules, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_client_head_in_pieces,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_prior_knowledge_goaway,
                                         fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

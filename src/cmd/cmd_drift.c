@@ -14,6 +14,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "cmd/recorded.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "drift/drift.h"
@@ -453,8 +454,12 @@ static int parse(struct ctx *x, int argc, char **argv)
         return BAD("%s", "--from-db and --corpus are exclusive");
     if (x->o.session && !x->from_db)
         return BAD("%s", "--session needs --from-db");
-    if (x->from_db)
+    if (x->from_db) {
         x->o.from_db = x->db_path ? x->db_path : store_default_path();
+        int rc = recorded_replay("drift", x->o.from_db, NULL);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 

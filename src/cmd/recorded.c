@@ -4,9 +4,11 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdio.h>
 
 #include "cmd/cmd.h"
 #include "cmd/recorded.h"
+#include "record/record.h"
 #include "store/store.h"
 
 void recorded_args_init(struct recorded_args *a)
@@ -29,11 +31,28 @@ bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
     return true;
 }
 
+int recorded_replay(const char *cmd, const char *db, const char *spill)
+{
+    struct diag d = {{0}};
+    uint64_t n = 0;
+    if (record_replay(db, spill, &n, &d))
+        return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
+    if (n)
+        fprintf(stderr,
+                "fidelity %s: committed %llu exchanges that a 'fidelity "
+                "record' which did not stop left in '%s-intake'\n",
+                cmd, (unsigned long long)n, db);
+    return 0;
+}
+
 int recorded_load(const char *cmd, const struct recorded_args *a,
                   const char *session, struct audit_set *set)
 {
-    struct diag d;
-    int rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    struct diag d = {{0}};
+    int rc = recorded_replay(cmd, a->db, a->spill);
+    if (rc)
+        return rc;
+    rc = audit_load_paths(a->db, a->spill, session, set, &d);
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);

@@ -18,6 +18,10 @@ void recorded_args_init(struct recorded_args *a);
 /* Takes getopt_long's result c if it is one of the options above
  * ('d' --db, 'S' --spill, 'j' --json): true when taken. */
 bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_);
+/* Commits what a record that did not stop left in db's intake log
+ * (record_replay; a line on stderr says how many): 0, or the exit code
+ * after the error was printed. recorded_load calls it. */
+int recorded_replay(const char *cmd, const char *db, const char *spill);
 /* Loads a->db and a->spill (only session when not NULL) into an initialised
  * set. 0, or the exit code after the error was printed: usage for a store
  * that does not exist or a session that is not in it, internal otherwise. */

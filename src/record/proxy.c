@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@
 #include "core/xalloc.h"
 #include "record/classify.h"
 #include "record/front.h"
+#include "record/intake.h"
 #include "record/record.h"
 #include "record/rtiming.h"
 #include "record/upclient.h"
@@ -129,6 +132,18 @@ struct record {
     bool ck_started, ck_due, ck_quit;
     pthread_mutex_t ck_mu;
     pthread_cond_t ck_cv;
+    /* The intake log (intake.h; NULL: every exchange is held until it is
+     * committed): exchanges appended to it are answered at once and
+     * committed by the writer later. in_pending, in_bytes: how many of
+     * those are not handed back yet, and their request and response bytes
+     * (the loop's counts). mark_*: the frontier
+     * the writer's batch moves (store_batch, on_intake_commit). */
+    struct intake *intake;
+    size_t in_pending, in_bytes;
+    uint64_t mark_epoch, mark_off;
+    bool mark_due;         /* the batch being stored moves the frontier */
+    atomic_bool in_failed; /* an append failed: the log is not used */
+    bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
 };
 
 struct sock {
@@ -176,6 +191,11 @@ struct ex {
     struct buf rh;   /* response header lines for the client */
     double t0, up_first, down_first;
     char curl_err[CURL_ERROR_SIZE];
+    /* appended to the intake log (in_end: the offset after its record,
+     * 0 when not) and already answered */
+    uint64_t in_epoch, in_end;
+    size_t in_size; /* its bytes in r->in_bytes */
+    bool answered;
 };
 
 static double now_ms(void)
@@ -1051,9 +1071,10 @@ static void reply_error(struct ex *e, enum xchg_end end)
     send_json_error(e->fc, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
 }
 
-/* The client side of a stored exchange: its last byte, an error reply, or
- * the close after an upstream reset. */
-static void complete(struct record *r, struct ex *e)
+/* The client side of a finished exchange, once it is stored or in the
+ * intake log: its last byte, an error reply, or the close after an
+ * upstream reset. */
+static void answer(struct ex *e)
 {
     if (!client_ok(e)) {
         /* the client went away meanwhile */
@@ -1077,6 +1098,14 @@ static void complete(struct record *r, struct ex *e)
         start_reply(e);
         front_abort(e->fc);
     }
+    e->answered = true;
+}
+
+/* A stored exchange, answered now unless it was from the intake log. */
+static void complete(struct record *r, struct ex *e)
+{
+    if (!e->answered)
+        answer(e);
     ex_put(r, e);
 }
 
@@ -1093,6 +1122,68 @@ static void enqueue(struct record *r, struct ex *e)
     if (++r->q_n == 1 || r->q_n == LINGER_N)
         pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Exchanges past these wait for their commit as without the log: the
+ * writer has fallen this far behind (memory), or the log is this long and
+ * is emptied once they are all committed (on_stored). */
+#define INTAKE_MAX_QUEUED 4096
+#define INTAKE_MAX_BYTES ((size_t)64 << 20)
+#define INTAKE_ROTATE ((uint64_t)64 << 20)
+
+/* Appends e to the intake log: true when it is there (then the client may
+ * have its end now), false when it must be held until committed. */
+static bool intake_put(struct record *r, struct ex *e)
+{
+    struct intake *in = r->intake;
+    size_t bytes = e->body.len + e->x.resp_raw_len;
+    if (!in || r->in_failed || r->in_pending >= INTAKE_MAX_QUEUED ||
+        r->in_bytes + bytes > INTAKE_MAX_BYTES || in->size >= INTAKE_ROTATE)
+        return false;
+    const struct xchg *x = &e->x;
+    struct intake_rec ir = {
+        .started = x->started,
+        .up_ttfb_ms = x->up_ttfb_ms,
+        .up_total_ms = x->up_total_ms,
+        .down_ttfb_ms = x->down_ttfb_ms,
+        .down_total_ms = x->down_total_ms,
+        .max_gap_ms = e->max_gap_ms,
+        .status = x->status,
+        .end = (uint8_t)x->end,
+        .streamed = x->streamed,
+        .resp_capped = e->resp_capped,
+        .ct_json = e->ct_json,
+        .method = x->method,
+        .method_len = strlen(x->method),
+        .path = x->path,
+        .path_len = strlen(x->path),
+        .req_hl = x->req_hl.b.data,
+        .req_hl_len = x->req_hl.b.len,
+        .req_hl_n = x->req_hl.n,
+        .req_hl_set = x->req_hl.set,
+        .resp_hl = x->resp_hl.b.data,
+        .resp_hl_len = x->resp_hl.b.len,
+        .resp_hl_n = x->resp_hl.n,
+        .resp_hl_set = x->resp_hl.set,
+        .body = e->body.data,
+        .body_len = e->body.len,
+        .resp = x->resp_raw,
+        .resp_len = x->resp_raw_len,
+    };
+    int rc = intake_append(in, &ir, &e->in_end);
+    if (rc) {
+        logf_(r,
+              "cannot append to the intake log '%s': %s; exchanges are "
+              "now held until they are committed",
+              in->path, strerror(-rc));
+        r->in_failed = true;
+        return false;
+    }
+    e->in_epoch = in->epoch;
+    e->in_size = bytes;
+    r->in_pending++;
+    r->in_bytes += bytes;
+    return true;
 }
 
 static void finish_as(struct ex *e, enum xchg_end end)
@@ -1113,10 +1204,16 @@ static void finish_as(struct ex *e, enum xchg_end end)
     r->stats.exchanges++;
     list_add(&r->storing, e);
     r->nstoring++;
-    /* stored before the client sees the end: complete() runs when the
-     * writer hands it back */
-    if (r->writer_started && !store_inline(r, e))
+    /* in the intake log or stored before the client sees the end:
+     * complete() runs when the writer hands it back */
+    if (!r->writer_started)
+        return;
+    if (intake_put(r, e)) {
+        answer(e);
         enqueue(r, e);
+    } else if (!store_inline(r, e)) {
+        enqueue(r, e);
+    }
 }
 
 static void finish(struct ex *e, CURLcode res)
@@ -1463,6 +1560,13 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
     }
     if (timing)
         t1 = now_ms();
+    r->mark_due = false;
+    for (size_t i = 0; i < n; i++)
+        if (batch[i]->in_end) { /* the queue keeps the log's order */
+            r->mark_epoch = batch[i]->in_epoch;
+            r->mark_off = batch[i]->in_end;
+            r->mark_due = true;
+        }
     xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     if (timing)
         note_batch(batch, n, t0, t1, now_ms());
@@ -1484,6 +1588,16 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
                               memory_order_relaxed);
 }
 
+/* xchg_put_batch's last statement in each transaction: the intake log's
+ * frontier moves past the batch's last exchange from the log. */
+static int on_intake_commit(sqlite3 *db, void *ud)
+{
+    struct record *r = ud;
+    if (!r->mark_due)
+        return SQLITE_OK;
+    return intake_mark(r->intake, db, r->mark_epoch, r->mark_off);
+}
+
 static void linger(struct record *r)
 {
     struct timespec dl;
@@ -1498,11 +1612,45 @@ static void linger(struct record *r)
             break;
 }
 
+/* With the intake log, no client waits for the writer, which then runs at
+ * SCHED_IDLE while it keeps up: its work yields to the loop, the upstream
+ * and the clients on a busy machine (their p99 is the cost of anything
+ * running beside them). When WRITER_BEHIND exchanges wait, or once the log
+ * is off, it runs as any thread again, until fewer than WRITER_CAUGHT_UP
+ * wait. A thread can leave SCHED_IDLE only with CAP_SYS_NICE or an
+ * RLIMIT_NICE of 20 (sched(7)); without them the writer runs at
+ * SCHED_BATCH instead, whose wake-ups do not preempt the loop. */
+#define WRITER_BEHIND 256
+#define WRITER_CAUGHT_UP 32
+
+static bool can_leave_idle(void)
+{
+    struct rlimit rl;
+    return geteuid() == 0 ||
+           (getrlimit(RLIMIT_NICE, &rl) == 0 && rl.rlim_cur >= 20);
+}
+
+static void writer_policy(struct record *r, bool *idle, size_t waiting)
+{
+    struct sched_param sp = {0};
+    bool want = r->idle_ok && !atomic_load(&r->in_failed) &&
+                waiting < (*idle ? WRITER_BEHIND : WRITER_CAUGHT_UP);
+    if (want != *idle &&
+        !pthread_setschedparam(pthread_self(), want ? SCHED_IDLE : SCHED_OTHER,
+                               &sp))
+        *idle = want;
+}
+
 static void *writer_main(void *arg)
 {
     struct record *r = arg;
     struct ex *batch[BATCH_MAX];
     size_t last = 0;
+    bool idle = false;
+    if (r->intake && !r->idle_ok) {
+        struct sched_param sp = {0};
+        pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+    }
     for (;;) {
         size_t n = 0;
         pthread_mutex_lock(&r->mu);
@@ -1519,7 +1667,10 @@ static void *writer_main(void *arg)
         if (!r->q_head)
             r->q_tail = NULL;
         last = n;
+        size_t waiting = n + r->q_n;
         pthread_mutex_unlock(&r->mu);
+        if (r->intake)
+            writer_policy(r, &idle, waiting);
         if (!n)
             break; /* quit with an empty queue */
         store_batch(r, batch, n);
@@ -1547,6 +1698,10 @@ static void stored_back(struct record *r, struct ex *e, double now)
     }
     list_del(&r->storing, e);
     r->nstoring--;
+    if (e->in_end) {
+        r->in_pending--;
+        r->in_bytes -= e->in_size;
+    }
     r->stats.stored += e->outcome == 0;
     r->stats.spilled += e->outcome == 1;
     r->stats.lost += e->outcome == 2;
@@ -1571,6 +1726,17 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
         struct ex *next = e->wnext;
         stored_back(r, e, now);
         e = next;
+    }
+    /* a long log is emptied once all it holds is committed; exchanges
+     * wait for their commit meanwhile (intake_put) */
+    if (r->intake && !r->in_failed && !r->in_pending &&
+        r->intake->size >= INTAKE_ROTATE) {
+        struct diag d = {{0}};
+        if (intake_reset(r->intake, &d)) {
+            logf_(r, "%s; exchanges are now held until they are committed",
+                  d.msg);
+            r->in_failed = true;
+        }
     }
     if (fd < 0 && rtiming_on()) /* the last call, from writer_stop */
         rtiming_report(r->o.log, r->o.log_ud);
@@ -1858,6 +2024,187 @@ static int open_store(struct record *r, struct diag *d)
     return 0;
 }
 
+/* ---- the intake log: replay and opening ---- */
+
+/* An exchange as the loop had it when it finished, from the log. */
+static struct ex *ex_of_rec(struct record *r, const struct intake_rec *ir)
+{
+    struct ex *e = xcalloc(1, sizeof(*e));
+    struct xchg *x = &e->x;
+    e->r = r;
+    x->started = ir->started;
+    x->method = xstrndup(ir->method_len ? ir->method : "", ir->method_len);
+    x->path = xstrndup(ir->path_len ? ir->path : "", ir->path_len);
+    if (ir->req_hl_set) {
+        hdrs_start(&x->req_hl);
+        buf_add(&x->req_hl.b, ir->req_hl, ir->req_hl_len);
+        x->req_hl.n = ir->req_hl_n;
+    }
+    if (ir->resp_hl_set) {
+        hdrs_start(&x->resp_hl);
+        buf_add(&x->resp_hl.b, ir->resp_hl, ir->resp_hl_len);
+        x->resp_hl.n = ir->resp_hl_n;
+    }
+    buf_init(&e->body, 0);
+    buf_add(&e->body, ir->body, ir->body_len);
+    x->status = ir->status;
+    if (ir->resp_len) {
+        x->resp_raw = xmalloc(ir->resp_len + 1);
+        memcpy(x->resp_raw, ir->resp, ir->resp_len);
+        x->resp_raw[ir->resp_len] = '\0';
+        x->resp_raw_len = ir->resp_len;
+    }
+    x->streamed = ir->streamed;
+    x->up_ttfb_ms = ir->up_ttfb_ms;
+    x->up_total_ms = ir->up_total_ms;
+    x->down_ttfb_ms = ir->down_ttfb_ms;
+    x->down_total_ms = ir->down_total_ms;
+    x->end = (enum xchg_end)ir->end;
+    e->ct_json = ir->ct_json;
+    e->resp_capped = ir->resp_capped;
+    e->max_gap_ms = ir->max_gap_ms;
+    return e;
+}
+
+struct replay {
+    struct record *r;
+    uint64_t epoch;
+    struct ex *batch[BATCH_MAX];
+    size_t n;
+    uint64_t stored, spilled, lost;
+};
+
+static void replay_flush(struct replay *p)
+{
+    if (!p->n)
+        return;
+    store_batch(p->r, p->batch, p->n);
+    for (size_t i = 0; i < p->n; i++) {
+        p->stored += p->batch[i]->outcome == 0;
+        p->spilled += p->batch[i]->outcome == 1;
+        p->lost += p->batch[i]->outcome == 2;
+        ex_free(p->batch[i]);
+    }
+    p->n = 0;
+}
+
+static int replay_rec(const struct intake_rec *ir, uint64_t end, void *ud)
+{
+    struct replay *p = ud;
+    struct ex *e = ex_of_rec(p->r, ir);
+    e->in_epoch = p->epoch;
+    e->in_end = end;
+    p->batch[p->n++] = e;
+    if (p->n == BATCH_MAX)
+        replay_flush(p);
+    return 0;
+}
+
+/* Commits what r->intake holds past the store's frontier (what a record
+ * that did not stop left), then empties it; *n gets how many exchanges.
+ * 0, or -1 with d set and the log kept when one could be neither stored
+ * nor spilled. */
+static int replay_intake(struct record *r, uint64_t *n, struct diag *d)
+{
+    uint64_t fe, fo, torn;
+    struct replay p = {.r = r, .epoch = r->intake->epoch};
+    *n = 0;
+    if (intake_frontier(r->db, &fe, &fo, d))
+        return -1;
+    int rc = intake_read(r->intake->fd, fe, fo, replay_rec, &p, &torn, d);
+    replay_flush(&p);
+    *n = p.stored + p.spilled + p.lost;
+    if (*n || torn)
+        logf_(r,
+              "intake log '%s': %llu exchanges a record that did not stop "
+              "left were committed (%llu to the spill file, %llu lost); "
+              "%llu bytes of an unfinished append ignored",
+              r->intake->path, (unsigned long long)p.stored,
+              (unsigned long long)p.spilled, (unsigned long long)p.lost,
+              (unsigned long long)torn);
+    if (rc)
+        return -1;
+    if (p.lost) {
+        diag_set(d, EIO,
+                 "cannot commit %llu exchanges of the intake log '%s' to the "
+                 "store or the spill file '%s'; the log is kept for the next "
+                 "try",
+                 (unsigned long long)p.lost, r->intake->path, r->o.spill_path);
+        return -1;
+    }
+    return intake_reset(r->intake, d) ? -1 : 0;
+}
+
+/* Opens r's intake log and commits what it holds. Without a log (another
+ * record holds it, or it cannot be opened) exchanges are held until they
+ * are committed, as before the log: a log line says so. -1 with d set when
+ * what the log holds cannot be committed. */
+static int open_intake(struct record *r, struct diag *d)
+{
+    struct diag od = {{0}};
+    uint64_t n;
+    int rc = intake_schema(r->db, d);
+    if (rc)
+        return rc;
+    rc = intake_open(r->o.db_path, &r->intake, &od);
+    if (rc) {
+        logf_(r, "%s; exchanges are held until they are committed",
+              rc == 1 ? "the intake log is locked by another fidelity record"
+                      : od.msg);
+        return 0;
+    }
+    if (replay_intake(r, &n, d)) {
+        intake_close(r->intake, false);
+        r->intake = NULL;
+        return -1;
+    }
+    xchg_cache_pre_commit(r->cache, on_intake_commit, r);
+    r->idle_ok = can_leave_idle();
+    return 0;
+}
+
+int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
+                  struct diag *d)
+{
+    char *path = intake_path(db_path);
+    bool none = access(path, F_OK) != 0;
+    free(path);
+    *n = 0;
+    if (none)
+        return 0;
+    struct record *r = xcalloc(1, sizeof(*r));
+    char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
+    int rc = 0;
+    r->o.db_path = db_path;
+    r->o.spill_path = spill_path ? spill_path : spill;
+    r->o.max_capture = (size_t)256 << 20;
+    r->cache = xchg_cache_new();
+    r->cls = classify_new();
+    r->stopping = 1;
+    if (open_store(r, d)) {
+        rc = -1;
+    } else if (intake_schema(r->db, d)) {
+        rc = -1;
+    } else if ((rc = intake_open(db_path, &r->intake, d)) == 1) {
+        rc = 0; /* a live record commits it */
+    } else if (rc == 0) {
+        xchg_cache_pre_commit(r->cache, on_intake_commit, r);
+        rc = replay_intake(r, n, d);
+        intake_close(r->intake, rc == 0);
+        r->intake = NULL;
+    }
+    xchg_cache_free(r->cache);
+    store_close(r->db);
+    classify_free(r->cls);
+    if (r->stream_state) {
+        reply_release(&r->ra);
+        sse_release(&r->sp);
+    }
+    free(spill);
+    free(r);
+    return rc ? -1 : 0;
+}
+
 static const struct front_cbs FRONT_CBS = {.request = on_request,
                                            .gone = on_client_gone};
 
@@ -1973,7 +2320,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
      * open at once; curl's default cache closes them under load */
     curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 1024L);
     rc = open_store(r, d);
-    if (rc)
+    if (rc || (rc = open_intake(r, d)))
         goto fail;
     rc = setup_front(r, d);
     if (rc)
@@ -2058,6 +2405,9 @@ void record_free(struct record *r)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
     writer_stop(r); /* stores what is queued, completes it */
     checkpointer_stop(r);
+    /* all it held is committed or in the spill file */
+    intake_close(r->intake, r->stats.lost == 0);
+    r->intake = NULL;
     while (r->storing) { /* the writer never started */
         struct ex *e = r->storing;
         list_del(&r->storing, e);

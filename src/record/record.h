@@ -66,4 +66,13 @@ void record_stop(struct record *r);
 void record_get_stats(const struct record *r, struct record_stats *s);
 void record_free(struct record *r);
 
+/* Commits what a `fidelity record` that did not stop (kill -9, a crash)
+ * left in db_path's intake log (record/intake.h): every command that reads
+ * the store calls it first. Nothing to do without a log, or when a live
+ * record holds it (that record commits it). spill_path: where exchanges
+ * the store refuses go (NULL: DB.spill.jsonl, record's default). *n gets
+ * how many exchanges were committed. 0, or -1 with d set. */
+int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
+                  struct diag *d);
+
 #endif

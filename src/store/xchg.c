@@ -107,6 +107,9 @@ struct xchg_cache {
     sqlite3_stmt *st[STMT_SLOTS];
     z_stream zs; /* reused: deflateInit costs more than small inputs */
     bool zs_ready;
+    /* xchg_cache_pre_commit's: run inside each batch's transaction */
+    int (*pre_commit)(sqlite3 *db, void *ud);
+    void *pre_commit_ud;
     /* Blob hashes known to be committed (open addressing, 0 = empty), so a
      * session re-sending its history skips a SELECT per message. Hashes
      * seen inside the open transaction wait in pend until its COMMIT; an
@@ -204,6 +207,13 @@ const char *xchg_end_name(enum xchg_end e)
 struct xchg_cache *xchg_cache_new(void)
 {
     return xcalloc(1, sizeof(struct xchg_cache));
+}
+
+void xchg_cache_pre_commit(struct xchg_cache *c,
+                           int (*fn)(sqlite3 *db, void *ud), void *ud)
+{
+    c->pre_commit = fn;
+    c->pre_commit_ud = ud;
 }
 
 void xchg_cache_free(struct xchg_cache *c)
@@ -1449,6 +1459,11 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
             goto fail_all;
         }
         put_all(db, c, xs, n, rcs, rr, true, d);
+    }
+    if (c->pre_commit && c->pre_commit(db, c->pre_commit_ud) != SQLITE_OK) {
+        rc = sql_fail(db, d, "cannot commit exchanges");
+        roll_back(db, c, xs, n, rr);
+        goto fail_all;
     }
     if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
         rc = sql_fail(db, d, "cannot commit exchanges");

@@ -169,6 +169,11 @@ size_t xchg_cache_recent_hits(const struct xchg_cache *c);
  * else the error, with every rcs[i] set to it and nothing stored. A cache
  * belongs to one db and holds prepared statements: free it before closing the
  * db. */
+/* fn runs inside each transaction xchg_put_batch commits, last, with
+ * what it returns (an SQLite result code; not SQLITE_OK fails the batch);
+ * NULL: none. */
+void xchg_cache_pre_commit(struct xchg_cache *c,
+                           int (*fn)(sqlite3 *db, void *ud), void *ud);
 int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d);
 

@@ -246,6 +246,37 @@ static void test_byte_exact_sim(void **state)
 }
 
 /* Hold an exclusive lock on the store so that record must spill. */
+struct spill_count {
+    int n;
+    int complete;
+};
+
+static int count_fn(const struct xchg *x, void *ud)
+{
+    struct spill_count *c = ud;
+    c->n++;
+    c->complete +=
+        x->end == XCHG_COMPLETE && x->status == 200 && x->reply != NULL;
+    return 0;
+}
+
+/* The client has its answer once the exchange is in the intake log; the
+ * writer commits it after. With the store locked, waits (5 s at most)
+ * until n exchanges are in the spill file, before the lock goes. */
+static void wait_spilled(const char *spill, int n)
+{
+    struct spill_count c = {0};
+    for (int i = 0; i < 500 && c.n < n; i++) {
+        struct diag d = {{0}};
+        c.n = 0;
+        if (access(spill, F_OK) == 0)
+            xchg_spill_each(spill, count_fn, &c, &d);
+        if (c.n < n)
+            usleep(10000);
+    }
+    assert_int_equal(c.n, n);
+}
+
 static sqlite3 *lock_store(const char *db)
 {
     sqlite3 *s = NULL;
@@ -298,13 +329,20 @@ static void test_secrets_never_stored(void **state)
         assert_int_equal(rec_fetch(u, body, strlen(body), h, 0, &r), 0);
         assert_int_equal(r.status, 200);
         rec_resp_release(&r);
-        if (lock)
+        if (lock) {
+            wait_spilled(f->spill, 1);
             unlock_store(lock);
+        }
     }
     free(u);
+    /* the intake log too, while record runs (it is removed at the end) */
+    struct buf bytes = BUF_INIT;
+    char *log = xasprintf("%s-intake", f->db);
+    assert_int_equal(rec_read_file(log, &bytes), 0);
+    free(log);
+    assert_true(rec_contains(bytes.data, bytes.len, "[redacted]"));
     json_t *all = stop_and_load(f);
     /* every exchange's bytes, the spilled one's included: no key anywhere */
-    struct buf bytes = BUF_INIT;
     const char *const suffixes[] = {"", "-wal", "-shm", ".spill.jsonl"};
     for (int i = 0; i < 4; i++) {
         char *p = xasprintf("%s%s", f->db, suffixes[i]);
@@ -494,20 +532,6 @@ static void test_client_gone_cancels_upstream(void **state)
     json_decref(all);
 }
 
-struct spill_count {
-    int n;
-    int complete;
-};
-
-static int count_fn(const struct xchg *x, void *ud)
-{
-    struct spill_count *c = ud;
-    c->n++;
-    c->complete +=
-        x->end == XCHG_COMPLETE && x->status == 200 && x->reply != NULL;
-    return 0;
-}
-
 /* With the store locked, proxying goes on and exchanges go to the spill
  * file, which xchg_spill_each reads back. */
 static void test_store_locked_spills(void **state)
@@ -527,6 +551,7 @@ static void test_store_locked_spills(void **state)
         free(expect);
         rec_resp_release(&r);
     }
+    wait_spilled(f->spill, 3);
     unlock_store(lock);
     free(u);
     json_t *all = stop_and_load(f);

@@ -1,0 +1,448 @@
+/*
+ * intake: the append-only log of finished exchanges (intake.h has the
+ * file's layout and who writes and reads it).
+ */
+#include "record/intake.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/xalloc.h"
+
+static const char FILE_MAGIC[8] = {'F', 'I', 'D', 'I', 'N', 'T', 'K', '1'};
+static const char REC_MAGIC[4] = {'I', 'N', 'T', 'K'};
+#define REC_VERSION 1
+/* A payload this long is a corrupt length, not a record: above the
+ * request cap and the capture cap together, with room. */
+#define REC_MAX ((uint64_t)1 << 40)
+
+static void put_u32(char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (char)(v >> (8 * i));
+}
+
+static void put_u64(char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | (unsigned char)p[i];
+    return v;
+}
+
+static uint64_t get_u64(const char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | (unsigned char)p[i];
+    return v;
+}
+
+char *intake_path(const char *db_path)
+{
+    return xasprintf("%s-intake", db_path);
+}
+
+static uint64_t new_epoch(void)
+{
+    uint64_t e = 0;
+    if (getrandom(&e, sizeof(e), 0) != (ssize_t)sizeof(e)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        e = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^
+            (uint64_t)getpid() << 40;
+    }
+    return e ? e : 1; /* 0 means "no header" */
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+uint64_t intake_epoch_of(int fd)
+{
+    char h[INTAKE_HEAD];
+    if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+        memcmp(h, FILE_MAGIC, sizeof(FILE_MAGIC)))
+        return 0;
+    return get_u64(h + 8);
+}
+
+int intake_open(const char *db_path, struct intake **out, struct diag *d)
+{
+    struct intake *in = xcalloc(1, sizeof(*in));
+    struct stat st;
+    *out = NULL;
+    in->path = intake_path(db_path);
+    in->fd = open(in->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (in->fd < 0) {
+        int e = errno;
+        diag_set(d, e, "cannot open the intake log '%s': %s", in->path,
+                 strerror(e));
+        free(in->path);
+        free(in);
+        return -e;
+    }
+    if (flock(in->fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        intake_close(in, false);
+        if (e == EWOULDBLOCK)
+            return 1;
+        return diag_set(d, e, "cannot lock the intake log: %s", strerror(e));
+    }
+    if (fstat(in->fd, &st) == 0)
+        in->size = (uint64_t)st.st_size;
+    in->epoch = intake_epoch_of(in->fd);
+    buf_init(&in->rec, 0);
+    *out = in;
+    return 0;
+}
+
+int intake_reset(struct intake *in, struct diag *d)
+{
+    char h[INTAKE_HEAD];
+    int rc;
+    if (ftruncate(in->fd, 0)) {
+        rc = -errno;
+        in->size = (uint64_t)-1; /* unknown: appends stay off */
+        return diag_set(d, -rc, "cannot empty the intake log '%s': %s",
+                        in->path, strerror(-rc));
+    }
+    in->epoch = new_epoch();
+    memcpy(h, FILE_MAGIC, sizeof(FILE_MAGIC));
+    put_u64(h + 8, in->epoch);
+    rc = write_all(in->fd, h, sizeof(h));
+    if (rc) {
+        in->size = (uint64_t)-1;
+        if (ftruncate(in->fd, 0) == 0)
+            in->epoch = 0;
+        return diag_set(d, -rc, "cannot write the intake log '%s': %s",
+                        in->path, strerror(-rc));
+    }
+    in->size = sizeof(h);
+    return 0;
+}
+
+static void add_u32(struct buf *b, uint32_t v)
+{
+    char p[4];
+    put_u32(p, v);
+    buf_add(b, p, 4);
+}
+
+static void add_f64(struct buf *b, double v)
+{
+    uint64_t u;
+    char p[8];
+    memcpy(&u, &v, sizeof(u));
+    put_u64(p, u);
+    buf_add(b, p, 8);
+}
+
+static void add_bytes(struct buf *b, const char *p, size_t n)
+{
+    char l[8];
+    put_u64(l, n);
+    buf_add(b, l, 8);
+    if (n)
+        buf_add(b, p, n);
+}
+
+int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end)
+{
+    struct buf *b = &in->rec;
+    char head[INTAKE_HEAD];
+    const uint8_t flags =
+        (uint8_t)(r->streamed | r->resp_capped << 1 | r->ct_json << 2 |
+                  r->req_hl_set << 3 | r->resp_hl_set << 4);
+    if (!in->epoch || in->size == (uint64_t)-1)
+        return -EBADF; /* never reset, or its last reset failed */
+    buf_reuse(b, (size_t)1 << 20);
+    buf_add(b, head, sizeof(head)); /* filled in below */
+    buf_addch(b, REC_VERSION);
+    buf_addch(b, (char)r->end);
+    buf_addch(b, (char)flags);
+    add_u32(b, (uint32_t)r->status);
+    add_f64(b, r->started);
+    add_f64(b, r->up_ttfb_ms);
+    add_f64(b, r->up_total_ms);
+    add_f64(b, r->down_ttfb_ms);
+    add_f64(b, r->down_total_ms);
+    add_f64(b, r->max_gap_ms);
+    add_u32(b, (uint32_t)r->req_hl_n);
+    add_u32(b, (uint32_t)r->resp_hl_n);
+    add_bytes(b, r->method, r->method_len);
+    add_bytes(b, r->path, r->path_len);
+    add_bytes(b, r->req_hl, r->req_hl_len);
+    add_bytes(b, r->resp_hl, r->resp_hl_len);
+    add_bytes(b, r->body, r->body_len);
+    add_bytes(b, r->resp, r->resp_len);
+    size_t plen = b->len - INTAKE_HEAD;
+    memcpy(b->data, REC_MAGIC, 4);
+    put_u32(b->data + 4, (uint32_t)plen);
+    put_u64(b->data + 8, XXH3_64bits(b->data + INTAKE_HEAD, plen));
+    if (plen > UINT32_MAX)
+        return -EFBIG;
+    int rc = write_all(in->fd, b->data, b->len);
+    if (rc) {
+        /* a part written would end the log for whatever follows: cut it */
+        if (ftruncate(in->fd, (off_t)in->size))
+            in->size = (uint64_t)-1;
+        return rc;
+    }
+    in->size += b->len;
+    *end = in->size;
+    return 0;
+}
+
+void intake_close(struct intake *in, bool remove)
+{
+    if (!in)
+        return;
+    if (in->mark)
+        sqlite3_finalize(in->mark);
+    if (remove)
+        unlink(in->path);
+    if (in->fd >= 0)
+        close(in->fd);
+    buf_release(&in->rec);
+    free(in->path);
+    free(in);
+}
+
+/* The payload's fields, in order (intake_append). */
+struct cursor {
+    const char *p, *end;
+    bool bad;
+};
+
+static const char *take(struct cursor *c, size_t n)
+{
+    if (c->bad || (size_t)(c->end - c->p) < n) {
+        c->bad = true;
+        return NULL;
+    }
+    const char *at = c->p;
+    c->p += n;
+    return at;
+}
+
+static double take_f64(struct cursor *c)
+{
+    const char *p = take(c, 8);
+    double v = 0;
+    if (p) {
+        uint64_t u = get_u64(p);
+        memcpy(&v, &u, sizeof(v));
+    }
+    return v;
+}
+
+static uint32_t take_u32(struct cursor *c)
+{
+    const char *p = take(c, 4);
+    return p ? get_u32(p) : 0;
+}
+
+static const char *take_bytes(struct cursor *c, size_t *n)
+{
+    const char *p = take(c, 8);
+    uint64_t l = p ? get_u64(p) : 0;
+    *n = 0;
+    if (!p || l > (uint64_t)(c->end - c->p)) {
+        c->bad = true;
+        return NULL;
+    }
+    *n = (size_t)l;
+    return take(c, (size_t)l);
+}
+
+static int decode(const char *p, size_t n, struct intake_rec *r)
+{
+    struct cursor c = {p, p + n, false};
+    const char *h = take(&c, 3);
+    if (!h || h[0] != REC_VERSION)
+        return -1;
+    memset(r, 0, sizeof(*r));
+    r->end = (uint8_t)h[1];
+    uint8_t flags = (uint8_t)h[2];
+    r->streamed = flags & 1;
+    r->resp_capped = flags & 2;
+    r->ct_json = flags & 4;
+    r->req_hl_set = flags & 8;
+    r->resp_hl_set = flags & 16;
+    r->status = (int32_t)take_u32(&c);
+    r->started = take_f64(&c);
+    r->up_ttfb_ms = take_f64(&c);
+    r->up_total_ms = take_f64(&c);
+    r->down_ttfb_ms = take_f64(&c);
+    r->down_total_ms = take_f64(&c);
+    r->max_gap_ms = take_f64(&c);
+    r->req_hl_n = take_u32(&c);
+    r->resp_hl_n = take_u32(&c);
+    r->method = take_bytes(&c, &r->method_len);
+    r->path = take_bytes(&c, &r->path_len);
+    r->req_hl = take_bytes(&c, &r->req_hl_len);
+    r->resp_hl = take_bytes(&c, &r->resp_hl_len);
+    r->body = take_bytes(&c, &r->body_len);
+    r->resp = take_bytes(&c, &r->resp_len);
+    return c.bad || c.p != c.end ? -1 : 0;
+}
+
+static int read_at(int fd, char *p, size_t n, uint64_t at)
+{
+    while (n) {
+        ssize_t got = pread(fd, p, n, (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? -errno : 1; /* 1: end of file */
+        p += got;
+        n -= (size_t)got;
+        at += (uint64_t)got;
+    }
+    return 0;
+}
+
+int intake_read(int fd, uint64_t epoch, uint64_t off,
+                int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
+                void *ud, uint64_t *torn, struct diag *d)
+{
+    struct stat st;
+    uint64_t at, size;
+    char head[INTAKE_HEAD];
+    char *pay = NULL;
+    size_t cap = 0;
+    int rc = 0;
+
+    *torn = 0;
+    if (fstat(fd, &st))
+        return diag_set(d, errno, "cannot read the intake log: %s",
+                        strerror(errno));
+    size = (uint64_t)st.st_size;
+    uint64_t mine = intake_epoch_of(fd);
+    if (!mine) {
+        *torn = size; /* no header: nothing in it was ever appended */
+        return 0;
+    }
+    at = mine == epoch && off >= INTAKE_HEAD ? off : INTAKE_HEAD;
+    while (at < size) {
+        int got = read_at(fd, head, sizeof(head), at);
+        if (got < 0) {
+            rc = diag_set(d, -got, "cannot read the intake log: %s",
+                          strerror(-got));
+            break;
+        }
+        uint64_t plen = got ? 0 : get_u32(head + 4);
+        if (got || memcmp(head, REC_MAGIC, 4) || plen > REC_MAX ||
+            plen > size - at - INTAKE_HEAD)
+            break;
+        if (plen > cap) {
+            cap = (size_t)plen;
+            pay = xrealloc(pay, cap);
+        }
+        if (read_at(fd, pay, (size_t)plen, at + INTAKE_HEAD))
+            break;
+        struct intake_rec r;
+        if (XXH3_64bits(pay, (size_t)plen) != get_u64(head + 8) ||
+            decode(pay, (size_t)plen, &r))
+            break;
+        at += INTAKE_HEAD + plen;
+        rc = fn(&r, at, ud);
+        if (rc)
+            break;
+    }
+    if (!rc && at < size)
+        *torn = size - at;
+    free(pay);
+    return rc;
+}
+
+int intake_schema(sqlite3 *db, struct diag *d)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(db,
+                          "CREATE TABLE IF NOT EXISTS intake ("
+                          " id INTEGER PRIMARY KEY CHECK (id = 1),"
+                          " epoch INTEGER NOT NULL,"
+                          " off INTEGER NOT NULL)",
+                          NULL, NULL, &err);
+    if (rc != SQLITE_OK) {
+        diag_set(d, EIO, "cannot create the intake table: %s",
+                 err ? err : sqlite3_errstr(rc));
+        sqlite3_free(err);
+        return -1;
+    }
+    return 0;
+}
+
+int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off, struct diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    *epoch = *off = 0;
+    int rc = sqlite3_prepare_v2(
+        db, "SELECT epoch, off FROM intake WHERE id = 1", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        diag_set(d, EIO, "cannot read the intake frontier: %s",
+                 sqlite3_errmsg(db));
+        return -1;
+    }
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *epoch = (uint64_t)sqlite3_column_int64(st, 0);
+        *off = (uint64_t)sqlite3_column_int64(st, 1);
+    } else if (rc != SQLITE_DONE) {
+        diag_set(d, EIO, "cannot read the intake frontier: %s",
+                 sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int intake_mark(struct intake *in, sqlite3 *db, uint64_t epoch, uint64_t off)
+{
+    if (in->mark && in->mark_db != db) {
+        sqlite3_finalize(in->mark);
+        in->mark = NULL;
+    }
+    if (!in->mark) {
+        int rc = sqlite3_prepare_v3(
+            db,
+            "INSERT OR REPLACE INTO intake (id, epoch, off) VALUES (1, ?, ?)",
+            -1, SQLITE_PREPARE_PERSISTENT, &in->mark, NULL);
+        if (rc != SQLITE_OK)
+            return rc;
+        in->mark_db = db;
+    }
+    sqlite3_bind_int64(in->mark, 1, (sqlite3_int64)epoch);
+    sqlite3_bind_int64(in->mark, 2, (sqlite3_int64)off);
+    int rc = sqlite3_step(in->mark);
+    sqlite3_reset(in->mark);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}

@@ -1,0 +1,105 @@
+/*
+ * intake: record's append-only log of finished exchanges, the file
+ * DB-intake beside the store. An exchange is appended (one write(2) on the
+ * loop's thread) before the last byte of its response goes to the client;
+ * the writer thread commits it to SQLite later, off the client's path, and
+ * in the same transaction moves the frontier (the intake table: the log's
+ * epoch and the offset after the last exchange committed). After a crash
+ * the exchanges past the frontier are in the log, in the page cache or on
+ * disk, and the next `fidelity` command that opens the store replays them
+ * (record_replay in record.h) before anything reads it.
+ *
+ * The file: a 16-byte header ("FIDINTK1", then the log's epoch, a random
+ * 64-bit number, little-endian), then records: a 16-byte head (magic
+ * "INTK", the payload's length, the XXH3-64 of the payload, little-endian)
+ * and the payload. A record cut short or failing its hash ends the log
+ * (the write that made it never returned, so no client saw its end).
+ *
+ * One process at a time appends to a log: it holds flock(LOCK_EX) on it
+ * while it runs. A reader that cannot take the lock leaves the log alone:
+ * its owner is alive and commits it.
+ */
+#ifndef RECORD_INTAKE_H
+#define RECORD_INTAKE_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/diag.h"
+#include "store/hdrs.h"
+
+#define INTAKE_HEAD 16 /* the file header, and each record's head */
+
+/* An exchange as the loop finished it (what the writer's parsing needs);
+ * strings and byte ranges are borrowed. */
+struct intake_rec {
+    double started; /* unix time, seconds */
+    double up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms;
+    double max_gap_ms;
+    int32_t status;
+    uint8_t end;      /* enum xchg_end */
+    bool streamed;    /* text/event-stream */
+    bool resp_capped; /* the response was cut at --max-capture */
+    bool ct_json;     /* the request's Content-Type says json */
+    const char *method, *path;
+    size_t method_len, path_len;
+    /* header lists as store/hdrs.h keeps them: the buffer's bytes and
+     * field count (secrets already redacted) */
+    const char *req_hl, *resp_hl;
+    size_t req_hl_len, resp_hl_len, req_hl_n, resp_hl_n;
+    bool req_hl_set, resp_hl_set;
+    const char *body, *resp;
+    size_t body_len, resp_len;
+};
+
+struct intake {
+    int fd;
+    char *path;
+    uint64_t epoch;
+    uint64_t size;      /* bytes in the file (header included) */
+    struct buf rec;     /* the record being written, reused */
+    sqlite3_stmt *mark; /* intake_mark's, on mark_db */
+    sqlite3 *mark_db;
+};
+
+/* The log's path for a store: DB-intake (malloc'd). */
+char *intake_path(const char *db_path);
+
+/* Opens (creating) and locks db_path's log: 0 with *out set; 1 when
+ * another process holds it (*out NULL); -errno with d set. The log is
+ * left as it was: replay it (intake_read) before intake_reset. */
+int intake_open(const char *db_path, struct intake **out, struct diag *d);
+/* Empties the log and gives it a new epoch (after everything in it is
+ * committed). 0 or -errno. */
+int intake_reset(struct intake *in, struct diag *d);
+/* Appends one record: 0 with *end the offset after it, or -errno (the
+ * log is then cut back to where it was, when it can be). */
+int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end);
+/* Closes; unlinks the file first when remove (everything committed). */
+void intake_close(struct intake *in, bool remove);
+
+/* Calls fn for each whole record of the log at fd past the frontier
+ * (epoch, off) (from its start when the epoch differs), with the offset
+ * after it; stops when fn returns non-zero. The records' pointers are
+ * valid during the call. *torn gets the bytes at the end that are not a
+ * whole record. 0, fn's value, or -errno with d set. */
+int intake_read(int fd, uint64_t epoch, uint64_t off,
+                int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
+                void *ud, uint64_t *torn, struct diag *d);
+/* The log's epoch (0 for an empty or headerless file). */
+uint64_t intake_epoch_of(int fd);
+
+/* The frontier table (created by intake_schema). */
+int intake_schema(sqlite3 *db, struct diag *d);
+/* 0 with the frontier ((0, 0) when none), or -1 with d set. */
+int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off,
+                    struct diag *d);
+/* Sets db's frontier to (epoch, off), inside the caller's transaction,
+ * with a statement kept in in (one db and one thread at a time): SQLite's
+ * result code. */
+int intake_mark(struct intake *in, sqlite3 *db, uint64_t epoch, uint64_t off);
+
+#endif

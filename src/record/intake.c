@@ -147,66 +147,72 @@ int intake_reset(struct intake *in, struct diag *d)
     return 0;
 }
 
-static void add_u32(struct buf *b, uint32_t v)
+/* The payload's fixed part: version, end, flags, status, six doubles,
+ * two header counts; then six length-prefixed byte strings. */
+#define FIXED_LEN (3 + 4 + 6 * 8 + 2 * 4)
+#define STRINGS 6
+
+static char *w_u32(char *w, uint32_t v)
 {
-    char p[4];
-    put_u32(p, v);
-    buf_add(b, p, 4);
+    put_u32(w, v);
+    return w + 4;
 }
 
-static void add_f64(struct buf *b, double v)
+static char *w_f64(char *w, double v)
 {
     uint64_t u;
-    char p[8];
     memcpy(&u, &v, sizeof(u));
-    put_u64(p, u);
-    buf_add(b, p, 8);
+    put_u64(w, u);
+    return w + 8;
 }
 
-static void add_bytes(struct buf *b, const char *p, size_t n)
+static char *w_bytes(char *w, const char *p, size_t n)
 {
-    char l[8];
-    put_u64(l, n);
-    buf_add(b, l, 8);
+    put_u64(w, n);
     if (n)
-        buf_add(b, p, n);
+        memcpy(w + 8, p, n);
+    return w + 8 + n;
 }
 
 int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end)
 {
     struct buf *b = &in->rec;
-    char head[INTAKE_HEAD];
     const uint8_t flags =
         (uint8_t)(r->streamed | r->resp_capped << 1 | r->ct_json << 2 |
                   r->req_hl_set << 3 | r->resp_hl_set << 4);
     if (!in->epoch || in->size == (uint64_t)-1)
         return -EBADF; /* never reset, or its last reset failed */
+    size_t plen = FIXED_LEN + STRINGS * 8 + r->method_len + r->path_len +
+                  r->req_hl_len + r->resp_hl_len + r->body_len + r->resp_len;
+    if (plen > UINT32_MAX)
+        return -EFBIG;
+    /* one record in one buffer, written with one write(2) */
     buf_reuse(b, (size_t)1 << 20);
-    buf_add(b, head, sizeof(head)); /* filled in below */
-    buf_addch(b, REC_VERSION);
-    buf_addch(b, (char)r->end);
-    buf_addch(b, (char)flags);
-    add_u32(b, (uint32_t)r->status);
-    add_f64(b, r->started);
-    add_f64(b, r->up_ttfb_ms);
-    add_f64(b, r->up_total_ms);
-    add_f64(b, r->down_ttfb_ms);
-    add_f64(b, r->down_total_ms);
-    add_f64(b, r->max_gap_ms);
-    add_u32(b, (uint32_t)r->req_hl_n);
-    add_u32(b, (uint32_t)r->resp_hl_n);
-    add_bytes(b, r->method, r->method_len);
-    add_bytes(b, r->path, r->path_len);
-    add_bytes(b, r->req_hl, r->req_hl_len);
-    add_bytes(b, r->resp_hl, r->resp_hl_len);
-    add_bytes(b, r->body, r->body_len);
-    add_bytes(b, r->resp, r->resp_len);
-    size_t plen = b->len - INTAKE_HEAD;
+    if (buf_grow(b, INTAKE_HEAD + plen))
+        return -ENOMEM;
+    char *w = b->data + INTAKE_HEAD;
+    *w++ = REC_VERSION;
+    *w++ = (char)r->end;
+    *w++ = (char)flags;
+    w = w_u32(w, (uint32_t)r->status);
+    w = w_f64(w, r->started);
+    w = w_f64(w, r->up_ttfb_ms);
+    w = w_f64(w, r->up_total_ms);
+    w = w_f64(w, r->down_ttfb_ms);
+    w = w_f64(w, r->down_total_ms);
+    w = w_f64(w, r->max_gap_ms);
+    w = w_u32(w, (uint32_t)r->req_hl_n);
+    w = w_u32(w, (uint32_t)r->resp_hl_n);
+    w = w_bytes(w, r->method, r->method_len);
+    w = w_bytes(w, r->path, r->path_len);
+    w = w_bytes(w, r->req_hl, r->req_hl_len);
+    w = w_bytes(w, r->resp_hl, r->resp_hl_len);
+    w = w_bytes(w, r->body, r->body_len);
+    w = w_bytes(w, r->resp, r->resp_len);
     memcpy(b->data, REC_MAGIC, 4);
     put_u32(b->data + 4, (uint32_t)plen);
     put_u64(b->data + 8, XXH3_64bits(b->data + INTAKE_HEAD, plen));
-    if (plen > UINT32_MAX)
-        return -EFBIG;
+    b->len = INTAKE_HEAD + plen;
     int rc = write_all(in->fd, b->data, b->len);
     if (rc) {
         /* a part written would end the log for whatever follows: cut it */

@@ -13,6 +13,9 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/xalloc.h"
@@ -21,6 +24,7 @@
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
+#include "util/upstream.h"
 
 #define N 3
 
@@ -308,6 +312,62 @@ static void test_record_replays_at_start(void **state)
     free(log);
 }
 
+/* Past 64 MiB the log is emptied once all it holds is committed (with a
+ * new epoch); exchanges after that are in the new log, and a kill -9 then
+ * loses none of them. 1 MiB bodies: 80 exchanges cross the line. */
+#define BIG_N 80
+#define BIG (1u << 20)
+
+static void test_log_emptied_past_64_mib(void **state)
+{
+    struct fx *f = *state;
+    struct upstream *up = upstream_start();
+    struct proc rec;
+    struct stat st;
+    struct diag d = {{0}};
+    uint64_t n = 0;
+    char *log = intake_path(f->db);
+    char *body = xmalloc(BIG + 64);
+    int len = snprintf(body, 64,
+                       "{\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"");
+    memset(body + len, 'a', BIG);
+    len += BIG;
+    len += snprintf(body + len, 32, "%s", "\"}]}");
+
+    assert_non_null(up);
+    assert_int_equal(rec_start_record(&rec, upstream_url(up), f->db, NULL), 0);
+    char *url = xasprintf("http://127.0.0.1:%d/json", rec.port);
+    uint64_t biggest = 0;
+    for (int i = 0; i < BIG_N; i++) {
+        struct rec_resp r;
+        body[len - 5] = (char)('A' + i % 26); /* each message its own */
+        body[len - 6] = (char)('A' + i / 26);
+        rec_resp_init(&r);
+        assert_int_equal(rec_fetch(url, body, (size_t)len, NULL, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        rec_resp_release(&r);
+        assert_int_equal(stat(log, &st), 0);
+        if ((uint64_t)st.st_size > biggest)
+            biggest = (uint64_t)st.st_size;
+    }
+    /* it grew past 64 MiB, then was emptied: now it holds the rest only */
+    assert_true(biggest >= (64u << 20));
+    assert_int_equal(stat(log, &st), 0);
+    assert_true((uint64_t)st.st_size < (uint64_t)(BIG_N - 60) * BIG);
+    kill(rec.pid, SIGKILL);
+    waitpid(rec.pid, NULL, 0);
+    rec.pid = 0;
+    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    printf("%llu exchanges committed from the new log\n",
+           (unsigned long long)n);
+    assert_int_equal(count_rows(f->db, "/json"), BIG_N);
+    free(url);
+    free(body);
+    free(log);
+    upstream_stop(up);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +380,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_live_log_left_alone, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_record_replays_at_start, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_log_emptied_past_64_mib, fx_setup,
                                         fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -296,6 +296,27 @@ static void test_live_log_left_alone(void **state)
     free(log);
 }
 
+/* `fidelity sessions` (as audit, show, drift --from-db) commits a log left
+ * behind before it reads, and says so on stderr. */
+static void test_sessions_commits_log_first(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N];
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    intake_close(write_log(f, ends), false);
+    const char *const argv[] = {"sessions", "--db", f->db, "--json", "-", NULL};
+    assert_int_equal(proc_run(argv, NULL, &out, &err, 60), 0);
+    assert_non_null(strstr(buf_str(&err), "committed 3 exchanges"));
+    json_t *j = json_loads(buf_str(&out), 0, NULL);
+    assert_non_null(j);
+    json_t *ss = json_object_get(j, "sessions");
+    assert_int_equal(json_array_size(ss), N); /* one prompt each */
+    json_decref(j);
+    assert_int_equal(count_rows(f->db, "n="), N);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 /* record itself commits a log left behind before it serves. */
 static void test_record_replays_at_start(void **state)
 {
@@ -381,6 +402,8 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_record_replays_at_start, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sessions_commits_log_first,
+                                        fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_log_emptied_past_64_mib, fx_setup,
                                         fx_teardown),
     };

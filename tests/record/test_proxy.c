@@ -277,6 +277,21 @@ static void wait_spilled(const char *spill, int n)
     assert_int_equal(c.n, n);
 }
 
+/* Waits (5 s at most) until the store holds n exchanges: the client had
+ * its answer when the exchange was in the intake log, the commit follows. */
+static void wait_rows(const char *db, size_t n)
+{
+    size_t got = 0;
+    for (int i = 0; i < 500 && got < n; i++) {
+        json_t *all = rec_load(db);
+        got = all ? json_array_size(all) : 0;
+        json_decref(all);
+        if (got < n)
+            usleep(10000);
+    }
+    assert_int_equal(got, n);
+}
+
 static sqlite3 *lock_store(const char *db)
 {
     sqlite3 *s = NULL;
@@ -324,6 +339,8 @@ static void test_secrets_never_stored(void **state)
     /* stored redacted, in the store and (with the store locked) spilled */
     u = url_of(f, "/sse?key=SECRET-4248&x=1");
     for (int i = 0; i < 2; i++) {
+        if (i)
+            wait_rows(f->db, 2); /* the two before are committed */
         sqlite3 *lock = i ? lock_store(f->db) : NULL;
         rec_resp_init(&r);
         assert_int_equal(rec_fetch(u, body, strlen(body), h, 0, &r), 0);
@@ -541,6 +558,7 @@ static void test_store_locked_spills(void **state)
     char *u = url_of(f, "/json");
     fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &r);
     rec_resp_release(&r);
+    wait_rows(f->db, 1);
     sqlite3 *lock = lock_store(f->db);
     for (int i = 0; i < 3; i++) {
         fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}",

@@ -16,6 +16,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,13 +104,19 @@ struct record {
      * client side of each once it is stored. */
     pthread_t writer;
     bool writer_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct ex *q_head, *q_tail; /* to store */
-    size_t q_n;                 /* how many */
-    struct ex *d_head, *d_tail; /* stored, back to the loop */
-    bool quit;
-    bool storing_now; /* store_batch is running, on either thread */
+    /* Hand-offs without a lock: a writer at SCHED_IDLE preempted inside
+     * one would hold the loop up until it ran again. q_in: to store,
+     * pushed by the loop (a stack, newest first; the writer takes it whole
+     * and reverses it); q_n: pushed and not yet in a batch; d_in: stored,
+     * pushed back by the writer (likewise). The writer sleeps on the
+     * futex w_sleep until q_n reaches w_want (writer_wait). */
+    _Atomic(struct ex *) q_in;
+    atomic_size_t q_n;
+    _Atomic(struct ex *) d_in;
+    atomic_uint w_sleep;
+    atomic_size_t w_want;
+    atomic_bool quit;
+    atomic_bool storing_now; /* store_batch is running, on either thread */
     struct event *done_ev;
     int wake[2]; /* writer -> loop: a byte per handed-back batch; a pipe
                   * rather than event_active keeps libevent lock-free */
@@ -870,16 +878,47 @@ static void up_body(void *ud, const char *p, size_t n)
 
 static void store_batch(struct record *r, struct ex **batch, size_t n);
 
-/* Hands stored exchanges back to the loop (under r->mu). */
+/* Pushes e onto the stack *top (newest first), any thread. */
+static void push(_Atomic(struct ex *) *top, struct ex *first, struct ex *last)
+{
+    struct ex *head = atomic_load(top);
+    do
+        last->wnext = head;
+    while (!atomic_compare_exchange_weak(top, &head, first));
+}
+
+/* Takes the whole stack *top, oldest first. */
+static struct ex *take_all(_Atomic(struct ex *) *top)
+{
+    struct ex *e = atomic_exchange(top, NULL), *fifo = NULL;
+    while (e) {
+        struct ex *next = e->wnext;
+        e->wnext = fifo;
+        fifo = e;
+        e = next;
+    }
+    return fifo;
+}
+
+/* Hands stored exchanges back to the loop, in one push. */
 static void handed_back(struct record *r, struct ex **batch, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        batch[i]->wnext = NULL;
-        if (r->d_tail)
-            r->d_tail->wnext = batch[i];
-        else
-            r->d_head = batch[i];
-        r->d_tail = batch[i];
+    for (size_t i = 1; i < n; i++)
+        batch[i]->wnext = batch[i - 1];
+    push(&r->d_in, batch[n - 1], batch[0]);
+}
+
+static void futex_wait(atomic_uint *a, unsigned val, const struct timespec *rel)
+{
+    syscall(SYS_futex, a, FUTEX_WAIT_PRIVATE, val, rel, NULL, 0);
+}
+
+/* Loop side: wakes the writer if it waits for at most n exchanges. */
+static void wake_writer(struct record *r, size_t n)
+{
+    if (atomic_load(&r->w_sleep) && n >= atomic_load(&r->w_want)) {
+        atomic_store(&r->w_sleep, 0);
+        syscall(SYS_futex, &r->w_sleep, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
 }
 
@@ -957,19 +996,15 @@ static bool store_inline(struct record *r, struct ex *e)
     if (r->nactive > INLINE_MAX_ACTIVE ||
         e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light())
         return false;
-    pthread_mutex_lock(&r->mu);
-    mine = !r->q_head && !r->storing_now;
-    if (mine)
-        r->storing_now = true;
-    pthread_mutex_unlock(&r->mu);
+    bool idle = false;
+    mine = atomic_load(&r->q_n) == 0 &&
+           atomic_compare_exchange_strong(&r->storing_now, &idle, true);
     if (!mine)
         return false;
     store_batch(r, &e, 1);
     if (rtiming_on())
         rtiming_add(RT_INLINE, 1);
-    pthread_mutex_lock(&r->mu);
-    r->storing_now = false;
-    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->storing_now, false);
     stored_back(r, e, rtiming_on() ? now_ms() : 0);
     maybe_exit(r);
     return true;
@@ -1111,17 +1146,9 @@ static void complete(struct record *r, struct ex *e)
 
 static void enqueue(struct record *r, struct ex *e)
 {
-    e->wnext = NULL;
-    pthread_mutex_lock(&r->mu);
-    if (r->q_tail)
-        r->q_tail->wnext = e;
-    else
-        r->q_head = e;
-    r->q_tail = e;
+    push(&r->q_in, e, e);
     /* the writer waits for the first, or lingers for LINGER_N */
-    if (++r->q_n == 1 || r->q_n == LINGER_N)
-        pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    wake_writer(r, atomic_fetch_add(&r->q_n, 1) + 1);
 }
 
 /* Exchanges past these wait for their commit as without the log: the
@@ -1598,18 +1625,30 @@ static int on_intake_commit(sqlite3 *db, void *ud)
     return intake_mark(r->intake, db, r->mark_epoch, r->mark_off);
 }
 
-static void linger(struct record *r)
+/* Writer side: waits until want exchanges are queued, quit, or (ns > 0)
+ * ns nanoseconds have passed. w_sleep is set before q_n is read, and the
+ * loop adds to q_n before it reads w_sleep (all sequentially consistent),
+ * so one of the two sees the other: no wake-up is lost. */
+static void writer_wait(struct record *r, size_t want, long ns)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_nsec += LINGER_NS;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    while (r->q_n < LINGER_N && !r->quit)
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &dl))
+    uint64_t end = ns > 0 ? clock_ns(CLOCK_MONOTONIC) + (uint64_t)ns : 0;
+    atomic_store(&r->w_want, want);
+    for (;;) {
+        atomic_store(&r->w_sleep, 1);
+        if (atomic_load(&r->q_n) >= want || atomic_load(&r->quit))
             break;
+        struct timespec rel, *relp = NULL;
+        if (end) {
+            uint64_t now = clock_ns(CLOCK_MONOTONIC);
+            if (now >= end)
+                break;
+            rel.tv_sec = (time_t)((end - now) / 1000000000u);
+            rel.tv_nsec = (long)((end - now) % 1000000000u);
+            relp = &rel;
+        }
+        futex_wait(&r->w_sleep, 1, relp);
+    }
+    atomic_store(&r->w_sleep, 0);
 }
 
 /* With the intake log, no client waits for the writer, which then runs at
@@ -1651,35 +1690,45 @@ static void *writer_main(void *arg)
         struct sched_param sp = {0};
         pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     }
+    struct ex *head = NULL, *tail = NULL; /* taken from q_in, in order */
     for (;;) {
         size_t n = 0;
-        pthread_mutex_lock(&r->mu);
-        while ((!r->q_head || r->storing_now) && !r->quit)
-            pthread_cond_wait(&r->cv, &r->mu);
+        if (!head)
+            writer_wait(r, 1, 0);
         if (last >= LINGER_FROM)
-            linger(r);
-        r->storing_now = r->q_head != NULL;
-        while (r->q_head && n < BATCH_MAX) {
-            batch[n++] = r->q_head;
-            r->q_head = r->q_head->wnext;
-            r->q_n--;
+            writer_wait(r, LINGER_N, LINGER_NS);
+        for (struct ex *e = take_all(&r->q_in); e; e = e->wnext) {
+            if (tail)
+                tail->wnext = e;
+            else
+                head = e;
+            tail = e;
         }
-        if (!r->q_head)
-            r->q_tail = NULL;
+        while (head && n < BATCH_MAX) {
+            batch[n++] = head;
+            head = head->wnext;
+        }
+        if (!head)
+            tail = NULL;
         last = n;
-        size_t waiting = n + r->q_n;
-        pthread_mutex_unlock(&r->mu);
+        size_t waiting = atomic_fetch_sub(&r->q_n, n);
         if (r->intake)
             writer_policy(r, &idle, waiting);
-        if (!n)
-            break; /* quit with an empty queue */
+        if (!n) {
+            if (atomic_load(&r->quit))
+                break; /* quit with an empty queue */
+            continue;
+        }
+        /* the loop may be storing a lone exchange (store_inline) */
+        for (bool no = false;
+             !atomic_compare_exchange_weak(&r->storing_now, &no, true);
+             no = false)
+            sched_yield();
         store_batch(r, batch, n);
         for (size_t i = 0; i < n && rtiming_on(); i++)
             rtiming_add(RT_INLINE, 0);
-        pthread_mutex_lock(&r->mu);
-        r->storing_now = false;
+        atomic_store(&r->storing_now, false);
         handed_back(r, batch, n);
-        pthread_mutex_unlock(&r->mu);
         if (write(r->wake[1], "x", 1) < 0) {
             /* full pipe: the loop has wake-ups pending already */
         }
@@ -1717,10 +1766,7 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     /* a short read emptied the pipe: no second read to learn EAGAIN */
     while (fd >= 0 && read(fd, drain, sizeof(drain)) == (ssize_t)sizeof(drain))
         ;
-    pthread_mutex_lock(&r->mu);
-    struct ex *e = r->d_head;
-    r->d_head = r->d_tail = NULL;
-    pthread_mutex_unlock(&r->mu);
+    struct ex *e = take_all(&r->d_in);
     double now = rtiming_on() ? now_ms() : 0;
     while (e) {
         struct ex *next = e->wnext;
@@ -1747,10 +1793,9 @@ static void writer_stop(struct record *r)
 {
     if (!r->writer_started)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->quit = true;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->quit, true);
+    atomic_store(&r->w_want, 0);
+    wake_writer(r, 0);
     pthread_join(r->writer, NULL);
     r->writer_started = false;
     on_stored(-1, 0, r);
@@ -2010,7 +2055,7 @@ static void checkpointer_stop(struct record *r)
 static int open_store(struct record *r, struct diag *d)
 {
     /* one thread at a time: the writer, or the loop for a lone exchange
-     * (store_inline), ordered by storing_now under r->mu */
+     * (store_inline), ordered by the atomic storing_now */
     int rc = store_open_unshared(r->o.db_path, &r->db, d);
     if (rc)
         return rc;
@@ -2284,12 +2329,6 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     while (ul && r->upstream[ul - 1] == '/')
         r->upstream[--ul] = '\0';
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* writer_main's linger */
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
     /* The epoll changelist folds the enable/disable pairs evhttp and the
      * curl socket callback make within one loop pass into at most one
      * epoll_ctl per descriptor (libevent retries a MOD on a descriptor that
@@ -2447,8 +2486,6 @@ void record_free(struct record *r)
         reply_release(&r->ra);
         sse_release(&r->sp);
     }
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     free(r->upstream);
     free(r);
 }

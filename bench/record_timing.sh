@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench/record_timing.sh: where a stored exchange's held end waits, phase
-# by phase (FIDELITY_RECORD_TIMING, src/record/rtiming.c), at a fixed
+# bench/record_timing.sh: what a client's end waits for (the append to the
+# intake log, or the commit when it is held) and the writer's phases
+# (FIDELITY_RECORD_TIMING, src/record/rtiming.c), at a fixed
 # request rate well below saturation: `fidelity record` in front of
 # `fidelity sim`, wrk paced with a Lua delay() per connection, the small
 # JSON (or SSE) request of bench/record.sh. Prints record's percentile

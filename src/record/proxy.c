@@ -1235,7 +1235,14 @@ static void finish_as(struct ex *e, enum xchg_end end)
      * complete() runs when the writer hands it back */
     if (!r->writer_started)
         return;
+    double ta = rtiming_on() ? now_ms() : 0;
     if (intake_put(r, e)) {
+        if (ta > 0) { /* the client's end waited for the append alone */
+            double tb = now_ms();
+            rtiming_add(RT_APPEND, tb - ta);
+            rtiming_add(RT_HELD, tb - ta);
+            rtiming_add(RT_TOTAL, tb - e->t0);
+        }
         answer(e);
         enqueue(r, e);
     } else if (!store_inline(r, e)) {
@@ -1742,8 +1749,10 @@ static void stored_back(struct record *r, struct ex *e, double now)
 {
     if (now > 0) { /* see note_batch */
         rtiming_add(RT_BACK, now - e->x.down_total_ms);
-        rtiming_add(RT_HELD, now - e->x.up_total_ms);
-        rtiming_add(RT_TOTAL, now - e->t0);
+        if (!e->in_end) { /* else answered at its append (finish_as) */
+            rtiming_add(RT_HELD, now - e->x.up_total_ms);
+            rtiming_add(RT_TOTAL, now - e->t0);
+        }
     }
     list_del(&r->storing, e);
     r->nstoring--;

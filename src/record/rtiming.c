@@ -15,8 +15,9 @@
 static const char *const NAMES[RT_N] = {
     [RT_WAIT] = "wait for store",  [RT_BUILD] = "build row",
     [RT_PUT] = "insert+commit",    [RT_BACK] = "hand back",
-    [RT_HELD] = "held (all four)", [RT_TOTAL] = "request in -> done",
+    [RT_HELD] = "held end",        [RT_TOTAL] = "request in -> answer",
     [RT_BATCH] = "batch size",     [RT_INLINE] = "stored inline",
+    [RT_APPEND] = "intake append",
 };
 
 static uint32_t hist[RT_N][BUCKETS];

@@ -17,10 +17,13 @@ enum rt_metric {
     RT_BUILD,  /* its batch's parsing and reply reassembly */
     RT_PUT,    /* its batch's SQLite insert and commit */
     RT_BACK,   /* batch stored -> the loop completes it */
-    RT_HELD,   /* queued for storage -> the loop completes it */
-    RT_TOTAL,  /* request in -> the loop completes it */
+    RT_HELD,   /* what the client's end waited for: the append to the
+                * intake log, or (held until committed) queued for
+                * storage -> the loop completes it */
+    RT_TOTAL,  /* request in -> its client answered */
     RT_BATCH,  /* exchanges in its batch (a count, not ms) */
     RT_INLINE, /* 1 when stored on the loop's thread (a count) */
+    RT_APPEND, /* the append to the intake log */
     RT_N
 };
 

@@ -13,6 +13,7 @@
 #include "core/xalloc.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
+#include "store/jdump.h"
 #include "version.h"
 
 enum ep {
@@ -109,12 +110,23 @@ void sim_error(struct sim_resp *r, int status, const char *param,
     r->stream = false;
 }
 
+void sim_dump(struct buf *b, const json_t *j)
+{
+    size_t len = b->len;
+    if (jdump(b, j, false) == 0)
+        return;
+    /* jdump refuses only what the sim never builds (nesting past 2048,
+     * non-finite reals); json_dumps then has the last word */
+    b->len = len;
+    char *text = json_dumps(j, JSON_COMPACT);
+    buf_adds(b, text ? text : "null");
+    free(text);
+}
+
 void sim_json(struct sim_resp *r, json_t *j)
 {
-    char *text = json_dumps(j, JSON_COMPACT);
     buf_reset(&r->body);
-    buf_adds(&r->body, text);
-    free(text);
+    sim_dump(&r->body, j);
     json_decref(j);
     r->status = 200;
     r->reason = "OK";
@@ -218,24 +230,39 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return len;
 }
 
-json_t *sim_jstr(const char *p, size_t n)
+/* Appends p[0..n) to b with each invalid UTF-8 byte and each NUL replaced
+ * by U+FFFD. */
+static void utf8_clean(struct buf *b, const char *p, size_t n)
 {
     const unsigned char *u = (const unsigned char *)p;
-    struct buf b = BUF_INIT;
     size_t i = 0;
     while (i < n) {
         size_t k = utf8_seq(u + i, n - i);
         if (k && !(k == 1 && u[i] == 0)) {
-            buf_add(&b, p + i, k);
+            buf_add(b, p + i, k);
             i += k;
         } else {
-            buf_adds(&b, "\xef\xbf\xbd");
+            buf_adds(b, "\xef\xbf\xbd");
             i++;
         }
     }
+}
+
+json_t *sim_jstr(const char *p, size_t n)
+{
+    struct buf b = BUF_INIT;
+    utf8_clean(&b, p, n);
     json_t *j = json_stringn(buf_str(&b), b.len);
     buf_release(&b);
     return j ? j : json_string("");
+}
+
+void sim_dump_text(struct buf *b, const char *p, size_t n)
+{
+    struct buf t = BUF_INIT;
+    utf8_clean(&t, p, n);
+    jdump_string(b, buf_str(&t), t.len);
+    buf_release(&t);
 }
 
 size_t sim_utf8_whole(const char *p, size_t n)

@@ -134,10 +134,11 @@ static void send_events(struct out *o)
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(o->req, 200, "OK");
     }
+    /* one chunk per event, as servers stream; evhttp drains b each time */
+    struct evbuffer *b = evbuffer_new();
     while (o->next < r->nevents) {
         const char *ev = r->events[o->next++];
         long n = (long)strlen(ev);
-        struct evbuffer *b = evbuffer_new();
         if (r->cut_after > 0 && o->sent + n > r->cut_after) {
             evbuffer_add(b, ev, (size_t)(r->cut_after - o->sent));
             watch(o);
@@ -147,13 +148,14 @@ static void send_events(struct out *o)
         }
         evbuffer_add(b, ev, (size_t)n);
         evhttp_send_reply_chunk(o->req, b);
-        evbuffer_free(b);
         o->sent += n;
         if (r->interval_ms > 0 && o->next < r->nevents) {
+            evbuffer_free(b);
             arm(o, r->interval_ms);
             return;
         }
     }
+    evbuffer_free(b);
     evhttp_send_reply_end(o->req);
     out_free(o);
 }

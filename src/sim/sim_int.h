@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "core/buf.h"
 #include "sim/model.h"
 #include "sim/sim.h"
 #include "sim/tok.h"
@@ -16,6 +17,12 @@
  * "code"}}. param may be NULL. */
 void sim_error(struct sim_resp *r, int status, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Appends j's compact text to b, byte for byte what json_dumps(j,
+ * JSON_COMPACT) writes (store/jdump.c, several times faster). */
+void sim_dump(struct buf *b, const json_t *j);
+/* Appends the JSON string sim_jstr(p, n) would make, as sim_dump writes
+ * it, without making it. */
+void sim_dump_text(struct buf *b, const char *p, size_t n);
 /* Serialises j (stolen) as the 200 body. */
 void sim_json(struct sim_resp *r, json_t *j);
 /* Parses the body as a JSON object, or sets a 400 and returns NULL. */

@@ -77,11 +77,29 @@ static json_t *stream(struct simt *t, const struct proc *p, const char *path,
             json_loads(json_string_value(json_array_get(ev, i)), 0, &jerr);
         if (!c)
             fail_msg("SSE chunk %zu is not JSON: %s", i, jerr.text);
+        /* the sim writes token chunks without jansson (sim/chat.c,
+         * stream_tokens): each must be the text jansson writes for it */
+        char *again = json_dumps(c, JSON_COMPACT);
+        assert_string_equal(again, json_string_value(json_array_get(ev, i)));
+        free(again);
         json_array_append_new(chunks, c);
     }
     json_decref(ev);
     http_resp_release(&r);
     return chunks;
+}
+
+/* The keys of o in their order, comma-separated, into out */
+static void keys_of(json_t *o, char *out, size_t n)
+{
+    const char *k;
+    json_t *v;
+    out[0] = '\0';
+    json_object_foreach(o, k, v)
+    {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s%s", l ? "," : "", k);
+    }
 }
 
 static void test_chat_stream_framing_and_content(void **state)
@@ -109,6 +127,12 @@ static void test_chat_stream_framing_and_content(void **state)
         json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
         json_t *delta = json_object_get(ch, "delta");
         assert_true(json_is_object(delta));
+        /* the same key order in every chunk, whichever way it was written */
+        char keys[256];
+        keys_of(c, keys, sizeof(keys));
+        assert_string_equal(keys, "id,object,created,model,choices");
+        keys_of(ch, keys, sizeof(keys));
+        assert_string_equal(keys, "index,delta,logprobs,finish_reason");
         if (i == 0)
             assert_string_equal(
                 json_string_value(json_object_get(delta, "role")), "assistant");
@@ -147,6 +171,41 @@ static void test_chat_stream_non_ascii(void **state)
                                            "for?"));
     char *plain = simt_ask(t, p, simt_chat(json_deep_copy(m)));
     assert_non_null(strstr(plain, "東京"));
+    json_t *chunks = stream(t, p, "/v1/chat/completions", simt_chat(m));
+    struct buf text = BUF_INIT;
+    size_t i;
+    json_t *c;
+    json_array_foreach(chunks, i, c)
+    {
+        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        const char *piece = json_string_value(
+            json_object_get(json_object_get(ch, "delta"), "content"));
+        if (piece)
+            buf_adds(&text, piece);
+    }
+    assert_string_equal(buf_str(&text), plain);
+    buf_release(&text);
+    json_decref(chunks);
+    free(plain);
+}
+
+/* Text with backslashes, control characters, DEL and U+0085 streams as
+ * the non-streamed answer has it, each chunk escaped as jansson escapes it
+ * (checked in stream()). */
+static void test_chat_stream_escapes(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *m =
+        json_pack("[o,o,o]",
+                  simt_msg("user", "Say \"a\\b\"\ttab\nline\r\x01\x1f\x7f "
+                                   "</script> \xc2\x85 \\u0041 \\\" end."),
+                  simt_msg("assistant", "Sure."),
+                  simt_msg("user", "What did my first message ask for?"));
+    char *plain = simt_ask(t, p, simt_chat(json_deep_copy(m)));
+    /* the sim's tokenizer keeps these (it drops some others) */
+    assert_non_null(strstr(plain, "a\\b \ttab"));
+    assert_non_null(strstr(plain, "\r\x01\x1f\x7f </script> \xc2\x85 "));
     json_t *chunks = stream(t, p, "/v1/chat/completions", simt_chat(m));
     struct buf text = BUF_INIT;
     size_t i;
@@ -315,6 +374,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, simt_setup, simt_teardown)
         T(test_chat_stream_framing_and_content),
         T(test_chat_stream_non_ascii),
+        T(test_chat_stream_escapes),
         T(test_chat_stream_include_usage),
         T(test_chat_stream_logprobs_match_non_stream),
         T(test_completions_stream_refused_clearly),

@@ -13,15 +13,16 @@
 # ratio is taken per round, from runs seconds apart, and its median is the
 # figure; every round is printed.
 #
-# Then the latency at equal load: in each of ROUNDS rounds, direct, record
-# and nginx are driven one after the other at the same request rate (RATE,
-# well below saturation; wrk paced with a random Lua delay() per
-# connection, bench/paced.lua); the p99 added by a proxy is its p99 minus
-# direct's in the same round, and the median over the rounds is the figure
-# (TOGETHER=1: the three at the same time).
+# Then the latency at equal load: in each of ROUNDS rounds, bench/pace
+# drives direct, record, nginx and direct once more ("again") at the same
+# time, RATE requests/s each (well below saturation), arrivals at random
+# and mixed; the p99 added by a proxy is its p99 minus direct's in the same
+# round, and the median over the rounds is the figure. Together, because
+# this machine's CPU slows down for windows of milliseconds that make a
+# p99, and runs one after the other meet different windows (bench/pace.c).
 #
-#   sh bench/record.sh   # DUR=10 CONNS=64 SROUNDS=3 STREAMS=1000 RATE=1000
-#                        # LCONNS=8 LDUR=5 ROUNDS=5
+#   sh bench/record.sh   # DUR=10 CONNS=64 SROUNDS=3 STREAMS=1000 RATE=250
+#                        # LCONNS=8 LDUR=10 ROUNDS=5
 #   DUR=5 sh bench/record.sh
 #   SROUNDS=0 sh bench/record.sh               # the fixed-rate runs only
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
@@ -33,11 +34,12 @@ cd "$(dirname "$0")/.."
 DUR=${DUR:-10}
 CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-1000}
-RATE=${RATE:-1000}     # requests/s of the fixed-rate latency runs
-LCONNS=${LCONNS:-8}    # connections of the fixed-rate runs
-LDUR=${LDUR:-5}       # seconds of each fixed-rate run
-ROUNDS=${ROUNDS:-5}    # fixed-rate rounds (direct, record, nginx at the
-                       # same time); the medians are printed
+RATE=${RATE:-250}      # requests/s to each of the four targets in the
+                       # fixed-rate runs (1,000 in all)
+LCONNS=${LCONNS:-8}    # connections per target of the fixed-rate runs
+LDUR=${LDUR:-10}       # seconds of each fixed-rate round
+ROUNDS=${ROUNDS:-5}    # fixed-rate rounds (direct, record, nginx and direct
+                       # again at the same time); the medians are printed
 SROUNDS=${SROUNDS:-3}  # saturated rounds (direct, record, nginx in turn)
 HZ=$(getconf CLK_TCK)
 
@@ -53,6 +55,8 @@ need wrk || { echo "bench/record.sh: wrk is required (apt-get install wrk)" >&2;
 need python3 || { echo "bench/record.sh: python3 is required" >&2; exit 2; }
 PATH=$PATH:/usr/sbin
 make -s fidelity >/dev/null
+# bench/pace: the fixed-rate load generator (libevent, as fidelity)
+cc -O2 -Wall -o build/pace bench/pace.c $(pkg-config --cflags --libs libevent) -lm
 
 tmp=$(mktemp -d)
 pids=""
@@ -149,27 +153,18 @@ if need mitmdump; then
     wait_port "$MITM" || { echo "mitmproxy did not start" >&2; MITM=""; }
 fi
 
-cat >"$tmp/json.lua" <<'EOF'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench"
-wrk.body = '{"model":"m","temperature":0,"max_tokens":16,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
-EOF
-cat >"$tmp/sse.lua" <<'EOF'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench"
-wrk.body = '{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}'
-EOF
-
-# the fixed-rate scripts: each connection waits a random time, LCONNS/RATE
-# s on average, after each response, so LCONNS connections make about RATE
-# requests/s arriving at random (bench/paced.lua says why not a fixed wait)
+# the two requests: small JSON (16 tokens) and SSE with a usage chunk
+printf '%s' '{"model":"m","temperature":0,"max_tokens":16,"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}' \
+    >"$tmp/json.body"
+printf '%s' '{"model":"m","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Let X = 5. What is the value of X?"}]}' \
+    >"$tmp/sse.body"
 for k in json sse; do
-    cp "$tmp/$k.lua" "$tmp/${k}_paced.lua"
-    echo "mean_ms = $(awk -v c="$LCONNS" -v r="$RATE" 'BEGIN { print 1000 * c / r }')" \
-        >>"$tmp/${k}_paced.lua"
-    cat bench/paced.lua >>"$tmp/${k}_paced.lua"
+    cat >"$tmp/$k.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench"
+wrk.body = '$(cat "$tmp/$k.body")'
+EOF
 done
 
 SIM_PID=$(sed -n 1p "$tmp/pids")
@@ -231,6 +226,23 @@ run() {
     parse_wrk "$tmp/wrk.out" $((t1 - t0))
 }
 
+# settle: waits, at most 120 s, until record's writer has used no CPU for
+# a second. After saturated runs it is still committing what its intake
+# log holds (docs/RECORD.md), and that work would otherwise land in the
+# fixed-rate rounds: in one run it did, and every target's p50 doubled.
+settle() {
+    w=$(writer_ticks "$REC_PID")
+    n=0
+    while [ "$n" -lt 120 ]; do
+        sleep 1
+        n=$((n + 1))
+        v=$(writer_ticks "$REC_PID")
+        [ "$v" = "$w" ] && break
+        w=$v
+    done
+    echo "(record's writer idle after $n s)"
+}
+
 # col FILE TARGET N: column N of FILE's rows for TARGET (its column 2)
 col() { awk -v t="$2" -v n="$3" '$2 == t { print $n }' "$1"; }
 
@@ -244,7 +256,7 @@ echo "machine: $(nproc) cores, $(awk '/model name/ {sub(/.*: /, ""); print; exit
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "wrk -t2 -c$CONNS -d${DUR}s, upstream fidelity sim; nginx 1 worker;"
 echo "saturated: $SROUNDS rounds, each direct, record, nginx in turn (mitmproxy in"
-echo "the first); fixed rate: $ROUNDS rounds, each direct, record and nginx in turn"
+echo "the first); fixed rate: $ROUNDS rounds, direct, record, nginx and direct again at once"
 for kind in json sse; do
     # SROUNDS=0: the fixed-rate runs only
     if [ "$SROUNDS" -gt 0 ]; then
@@ -310,43 +322,41 @@ for kind in json sse; do
         printf ', sim (upstream) %s us\n' "$(d cpusim | median)"
     fi
 
-    # Latency at equal load: in each round direct, record and nginx are
-    # driven one after the other, each alone at RATE requests/s (LCONNS
-    # paced connections, LDUR s); the p99 added by a proxy is its p99 minus
-    # direct's in the same round, and the medians of those differences over
-    # the rounds are the figures. TOGETHER=1 drives the three at the same
-    # time instead (3 x RATE on the machine: the proxies' extra hops then
-    # wait for a CPU too).
-    printf '\n%s responses at a fixed %d requests/s (%d connections, paced; %s)\n%-10s %12s %10s %10s %10s %8s\n' \
-        "$kind" "$RATE" "$LCONNS" "$([ -n "${TOGETHER:-}" ] && echo "the three at once" || echo "one after the other")" \
-        target req/s p50_ms p90_ms p99_ms non2xx
+    # Latency at equal load: in each round bench/pace drives direct,
+    # record, nginx and direct a second time ("again") at the same time,
+    # RATE requests/s each, arrivals at random and mixed, LDUR s after a
+    # second of warm-up; the p99 added by a proxy is its p99 minus direct's
+    # in the same round, and the medians of those differences over the
+    # rounds are the figures. Driven together, the targets meet the same
+    # slow windows of this machine's CPU (bench/pace.c says why that
+    # matters); "again" shows what a difference of two runs of one path is.
+    settle
+    printf '\n%s responses at %d requests/s to each target, all at once (bench/pace, %d connections each)\n%-10s %12s %10s %10s %10s %8s %6s\n' \
+        "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms errors late
     : >"$tmp/paced.$kind"
     for round in $(seq "$ROUNDS"); do
         set -- direct "$SIM" record "$REC"
         [ -n "$NGX" ] && set -- "$@" nginx "$NGX"
-        # direct once more, last: how far two runs of the same path differ
-        # (the noise floor of the differences), one after the other only
-        [ -z "${TOGETHER:-}" ] && set -- "$@" again "$SIM"
-        wp=""
+        set -- "$@" again "$SIM"
+        targets=""
         while [ $# -gt 0 ]; do
-            if [ -n "${TOGETHER:-}" ]; then
-                wrk -t1 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
-                    "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 &
-                wp="$wp $!"
-            else
-                wrk -t2 -c"$LCONNS" -d"${LDUR}s" --latency -s "$tmp/${kind}_paced.lua" \
-                    "http://127.0.0.1:$2/v1/chat/completions" >"$tmp/paced_$1.out" 2>&1 || true
-            fi
+            targets="$targets $1=http://127.0.0.1:$2/v1/chat/completions"
             shift 2
         done
-        [ -n "$wp" ] && { wait $wp || true; }
-        for t in direct record nginx again; do
-            [ -f "$tmp/paced_$t.out" ] || continue
-            r=$(parse_wrk "$tmp/paced_$t.out" 0)
-            rm -f "$tmp/paced_$t.out"
-            echo "$round $t $r" >>"$tmp/paced.$kind"
-            echo "$t $r" | awk -v round="$round" '{ printf "%-10s %12s %10s %10s %10s %8s  (round %d)\n", $1, $2, $6, $7, $3, $4, round }'
-        done
+        # shellcheck disable=SC2086 # targets is a list
+        build/pace --rate "$RATE" --duration "$LDUR" --conns "$LCONNS" \
+            --body "$tmp/$kind.body" --header "Authorization: Bearer sk-bench" \
+            $targets >"$tmp/pace.out" || true
+        # "NAME n=N err=E late=L p50=MS p90=MS p99=MS ..." ->
+        # "round target req/s p99 errors late p50 p90"
+        awk -v round="$round" -v dur="$LDUR" '{
+                for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                printf "%d %s %.0f %s %s %s %s %s\n", round, $1, v["n"] / dur,
+                    v["p99"], v["err"], v["late"], v["p50"], v["p90"]
+            }' "$tmp/pace.out" >>"$tmp/paced.$kind"
+        awk -v round="$round" '$1 == round {
+                printf "%-10s %12s %10s %10s %10s %8s %6s  (round %d)\n", $2, $3, $7, $8, $4, $5, $6, round
+            }' "$tmp/paced.$kind"
     done
     for t in direct record nginx again; do
         grep -q " $t " "$tmp/paced.$kind" || continue
@@ -383,8 +393,8 @@ for kind in json sse; do
             "$(awk -v t=$t '$1 == t { print $4 }' "$tmp/added.$kind" | median)" \
             "$(awk -v t=$t '$1 == t { print $5 }' "$tmp/added.$kind" | median)"
     done
-    echo "(goal: record's p99 added < 1 ms; \"direct again\" is direct run a second"
-    echo " time last in each round: what a difference of two runs of one path is)"
+    echo "(goal: record's p99 added < 1 ms; \"direct again\" is the direct path driven"
+    echo " a second time alongside: what a difference of two samples of one path is)"
 done
 echo "exchanges recorded: $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$tmp/record.db")"
 

@@ -157,20 +157,11 @@ static void test_chat_stream_framing_and_content(void **state)
     free(plain);
 }
 
-/* One chunk per token; a UTF-8 character split across tokens waits for
- * the next chunk, so every chunk is valid JSON and the text adds up. */
-static void test_chat_stream_non_ascii(void **state)
+/* Streams the chat messages m (stolen) and asserts that the content
+ * pieces of the chunks add up to plain, the non-streamed answer. */
+static void assert_streams_as(struct simt *t, const struct proc *p, json_t *m,
+                              const char *plain)
 {
-    struct simt *t = *state;
-    struct proc *p = simt_start(t, NULL);
-    json_t *m = json_pack("[o,o,o]",
-                          simt_msg("user", "Plan a trip to Zürich, 東京 and "
-                                           "Ελλάδα 🙂."),
-                          simt_msg("assistant", "Sure."),
-                          simt_msg("user", "What did my first message ask "
-                                           "for?"));
-    char *plain = simt_ask(t, p, simt_chat(json_deep_copy(m)));
-    assert_non_null(strstr(plain, "東京"));
     json_t *chunks = stream(t, p, "/v1/chat/completions", simt_chat(m));
     struct buf text = BUF_INIT;
     size_t i;
@@ -186,6 +177,23 @@ static void test_chat_stream_non_ascii(void **state)
     assert_string_equal(buf_str(&text), plain);
     buf_release(&text);
     json_decref(chunks);
+}
+
+/* One chunk per token; a UTF-8 character split across tokens waits for
+ * the next chunk, so every chunk is valid JSON and the text adds up. */
+static void test_chat_stream_non_ascii(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    json_t *m = json_pack("[o,o,o]",
+                          simt_msg("user", "Plan a trip to Zürich, 東京 and "
+                                           "Ελλάδα 🙂."),
+                          simt_msg("assistant", "Sure."),
+                          simt_msg("user", "What did my first message ask "
+                                           "for?"));
+    char *plain = simt_ask(t, p, simt_chat(json_deep_copy(m)));
+    assert_non_null(strstr(plain, "東京"));
+    assert_streams_as(t, p, m, plain);
     free(plain);
 }
 
@@ -206,21 +214,7 @@ static void test_chat_stream_escapes(void **state)
     /* the sim's tokenizer keeps these (it drops some others) */
     assert_non_null(strstr(plain, "a\\b \ttab"));
     assert_non_null(strstr(plain, "\r\x01\x1f\x7f </script> \xc2\x85 "));
-    json_t *chunks = stream(t, p, "/v1/chat/completions", simt_chat(m));
-    struct buf text = BUF_INIT;
-    size_t i;
-    json_t *c;
-    json_array_foreach(chunks, i, c)
-    {
-        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
-        const char *piece = json_string_value(
-            json_object_get(json_object_get(ch, "delta"), "content"));
-        if (piece)
-            buf_adds(&text, piece);
-    }
-    assert_string_equal(buf_str(&text), plain);
-    buf_release(&text);
-    json_decref(chunks);
+    assert_streams_as(t, p, m, plain);
     free(plain);
 }
 

@@ -55,8 +55,10 @@ need wrk || { echo "bench/record.sh: wrk is required (apt-get install wrk)" >&2;
 need python3 || { echo "bench/record.sh: python3 is required" >&2; exit 2; }
 PATH=$PATH:/usr/sbin
 make -s fidelity >/dev/null
-# bench/pace: the fixed-rate load generator (libevent, as fidelity)
+# bench/pace: the fixed-rate load generator (libevent, as fidelity);
+# bench/windows: how often the CPU runs slow, printed before those rounds
 cc -O2 -Wall -o build/pace bench/pace.c $(pkg-config --cflags --libs libevent) -lm
+cc -O2 -Wall -o build/windows bench/windows.c
 
 tmp=$(mktemp -d)
 pids=""
@@ -331,6 +333,7 @@ for kind in json sse; do
     # slow windows of this machine's CPU (bench/pace.c says why that
     # matters); "again" shows what a difference of two runs of one path is.
     settle
+    echo "slow CPU windows (bench/windows.c, 3 s, nothing else running): $(build/windows 3)"
     printf '\n%s responses at %d requests/s to each target, all at once (bench/pace, %d connections each)\n%-10s %12s %10s %10s %10s %8s %6s\n' \
         "$kind" "$RATE" "$LCONNS" target req/s p50_ms p90_ms p99_ms errors late
     : >"$tmp/paced.$kind"

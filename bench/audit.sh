@@ -2,7 +2,7 @@
 # bench/audit.sh: how long `fidelity audit` takes on a long recorded
 # session, against the time the session itself took to record.
 # An opencode-shaped conversation (the captured 9.5k-char system prompt and
-# 10 tool schemas from ../shared/fixtures/opencode-1.18.33/) of TURNS user
+# 10 tool schemas from tests/fixtures/opencode-1.18.33/) of TURNS user
 # turns, each followed by one tool round trip, goes through `fidelity
 # record` to `fidelity sim`; then `fidelity audit` and `fidelity sessions`
 # read the store under /usr/bin/time -v. Prints the seconds, the peak RSS
@@ -15,7 +15,7 @@
 set -eu
 turns=${1:-100}
 bin=${FIDELITY:-./fidelity}
-fx=../shared/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
+fx=tests/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
 [ -x "$bin" ] || { echo "bench/audit.sh: build first: make" >&2; exit 2; }
 [ -r "$fx" ] || { echo "bench/audit.sh: cannot read '$fx'" >&2; exit 2; }
 dir=$(mktemp -d)

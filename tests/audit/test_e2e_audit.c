@@ -4,7 +4,7 @@
  * without a fault; then `fidelity audit --json -` reads the store record
  * wrote and must report the fault's finding, and nothing on the clean run.
  * Also replays opencode's own compaction requests (the captures in
- * ../shared/fixtures/) through record: audit must find the compaction.
+ * tests/fixtures/) through record: audit must find the compaction.
  */
 #include <errno.h>
 #include <setjmp.h>

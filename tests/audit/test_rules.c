@@ -171,9 +171,7 @@ static void test_sampling_profile_on_capture(void **state)
     struct audit_list l;
     struct audit_opts o;
     struct diag d;
-    json_t *cfg = json_load_file(
-        OPENCODE_FIXTURES "sampling-params-by-config.json", 0, NULL);
-    assert_non_null(cfg);
+    json_t *cfg = fixture_json("sampling-params-by-config.json");
     json_t *sent = json_deep_copy(json_object_get(
         json_object_get(json_object_get(cfg, "tempT"), "sent_params"),
         "main0"));
@@ -284,8 +282,7 @@ static void test_reasoning_policy(void **state)
  * reason-06 request that sends it back. */
 static void reasoning_capture(struct xchg xs[2])
 {
-    FILE *f =
-        fopen(OPENCODE_FIXTURES "mock-sse-reply-reasoning-toolcall.txt", "r");
+    FILE *f = fixture_open("mock-sse-reply-reasoning-toolcall.txt");
     char line[8192];
     struct buf reasoning = BUF_INIT;
     json_t *calls = json_array();

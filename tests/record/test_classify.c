@@ -1,7 +1,7 @@
 /*
  * Tests for record/classify: which headers and query parameters count as
  * secrets, how sessions are keyed, and the request kinds on real opencode
- * requests (../shared/fixtures/opencode-1.18.33/) and crafted ones,
+ * requests (tests/fixtures/opencode-1.18.33/) and crafted ones,
  * including a subagent recognised from the task prompt its parent sent.
  */
 #include <setjmp.h>
@@ -16,8 +16,8 @@
 
 #include "core/hash.h"
 #include "record/classify.h"
+#include "util/fixture.h"
 
-#define FIXTURES "../shared/fixtures/opencode-1.18.33/"
 
 static void test_secret_headers(void **state)
 {
@@ -56,12 +56,7 @@ static void test_redact_path(void **state)
 
 static json_t *fixture(const char *name)
 {
-    char path[256];
-    snprintf(path, sizeof(path), FIXTURES "%s", name);
-    json_t *j = json_load_file(path, 0, NULL);
-    if (!j)
-        fail_msg("cannot read '%s'", path);
-    return j;
+    return fixture_json(name);
 }
 
 /* The documented key: "p:" and hash_hex of hash64 over json_dumps of

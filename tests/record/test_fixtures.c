@@ -1,6 +1,6 @@
 /*
  * Replays the requests opencode 1.18.33 really sent (the `body` and
- * `headers` of ../shared/fixtures/opencode-1.18.33/ JSON files, relative to the
+ * `headers` of tests/fixtures/opencode-1.18.33/ JSON files, relative to the
  * repository root) through `fidelity record` to `fidelity sim`, and checks
  * that each is stored, rebuilt exactly, grouped under opencode's session
  * header and classified (title, compaction, main).
@@ -18,9 +18,9 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
+#include "util/fixture.h"
 #include "util/rec.h"
 
-#define FIXTURES "../shared/fixtures/opencode-1.18.33/"
 
 static const struct {
     const char *file;
@@ -51,12 +51,7 @@ static bool skip_header(const char *name)
 /* Sends one fixture; returns its parsed file (new reference). */
 static json_t *replay(int port, const char *file)
 {
-    char *path = xasprintf(FIXTURES "%s", file);
-    json_error_t je;
-    json_t *fx = json_load_file(path, 0, &je);
-    if (!fx)
-        fail_msg("cannot read fixture '%s': %s", path, je.text);
-    free(path);
+    json_t *fx = fixture_json(file);
     const char *headers[32];
     char *owned[32];
     int n = 0;

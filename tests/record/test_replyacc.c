@@ -1,7 +1,7 @@
 /*
  * Tests for store/reply: the answer reassembled from a real opencode-era
  * reassembled from a real opencode-era SSE reply
- * (../shared/fixtures/opencode-1.18.33/ mock-sse-reply-reasoning-toolcall.txt),
+ * (tests/fixtures/opencode-1.18.33/ mock-sse-reply-reasoning-toolcall.txt),
  * parallel tool calls merged by index, the "reasoning" field variant, errors in
  * a stream, gaps, and non-streamed JSON bodies.
  */
@@ -19,6 +19,7 @@
 #include "store/jdump.h"
 #include "store/reply.h"
 #include "store/sse.h"
+#include "util/fixture.h"
 #include "util/rec.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)
@@ -37,10 +38,7 @@ static void test_fixture_reasoning_and_tool_call(void **state)
 {
     (void)state;
     struct buf b = BUF_INIT;
-    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
-                                   "mock-sse-reply-reasoning-toolcall.txt",
-                                   &b),
-                     0);
+    fixture_read("mock-sse-reply-reasoning-toolcall.txt", &b);
     struct sse_parser p;
     struct reply_acc a;
     sse_init(&p, 0);
@@ -181,10 +179,7 @@ static void test_in_place_matches_jansson_on_fixture(void **state)
 {
     (void)state;
     struct buf b = BUF_INIT;
-    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
-                                   "mock-sse-reply-reasoning-toolcall.txt",
-                                   &b),
-                     0);
+    fixture_read("mock-sse-reply-reasoning-toolcall.txt", &b);
     struct sse_parser p;
     struct reply_acc a[2];
     sse_init(&p, 0);

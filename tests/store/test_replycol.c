@@ -35,6 +35,7 @@
 #include "store/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
+#include "util/fixture.h"
 #include "util/rec.h"
 #include "util/sse_streams.h"
 #include "util/tmpdb.h"
@@ -339,10 +340,7 @@ static void test_stream_reply_of_raw_reads_back_equal(void **state)
     int rcs[N];
     struct got g = {0};
     struct buf fx = BUF_INIT;
-    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
-                                   "mock-sse-reply-reasoning-toolcall.txt",
-                                   &fx),
-                     0);
+    fixture_read("mock-sse-reply-reasoning-toolcall.txt", &fx);
 
     tmpdb_open(&t, "streamcol");
     struct xchg_cache *c = xchg_cache_new();

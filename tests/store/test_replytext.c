@@ -22,6 +22,7 @@
 #include "store/jdump.h"
 #include "store/reply.h"
 #include "store/sse.h"
+#include "util/fixture.h"
 #include "util/rec.h"
 #include "util/sse_streams.h"
 
@@ -91,10 +92,7 @@ static void test_fixture_stream(void **state)
 {
     (void)state;
     struct buf b = BUF_INIT;
-    assert_int_equal(rec_read_file("../shared/fixtures/opencode-1.18.33/"
-                                   "mock-sse-reply-reasoning-toolcall.txt",
-                                   &b),
-                     0);
+    fixture_read("mock-sse-reply-reasoning-toolcall.txt", &b);
     check_stream(b.data, b.len);
     buf_release(&b);
 }

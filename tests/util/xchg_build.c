@@ -8,24 +8,16 @@
 
 #include "core/xalloc.h"
 
-static json_t *fixture(const char *name)
-{
-    char *path = xasprintf("%s%s", OPENCODE_FIXTURES, name);
-    json_t *j = json_load_file(path, 0, NULL);
-    free(path);
-    return j;
-}
-
 json_t *fixture_body(const char *name)
 {
-    json_t *j = fixture(name), *b = json_incref(json_object_get(j, "body"));
+    json_t *j = fixture_json(name), *b = json_incref(json_object_get(j, "body"));
     json_decref(j);
     return b;
 }
 
 json_t *fixture_headers(const char *name)
 {
-    json_t *j = fixture(name), *h = json_incref(json_object_get(j, "headers"));
+    json_t *j = fixture_json(name), *h = json_incref(json_object_get(j, "headers"));
     json_decref(j);
     return h;
 }

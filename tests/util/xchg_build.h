@@ -1,7 +1,6 @@
 /*
  * xchg_build: exchanges built in memory for the audit tests, from crafted
- * messages or from the opencode captures in ../shared/fixtures/ (relative
- * to the repository root, where the tests run).
+ * messages or from the opencode captures in tests/fixtures/ (util/fixture.h).
  */
 #ifndef TESTS_UTIL_XCHG_BUILD_H
 #define TESTS_UTIL_XCHG_BUILD_H
@@ -9,11 +8,10 @@
 #include <jansson.h>
 
 #include "store/xchg.h"
+#include "util/fixture.h"
 
-#define OPENCODE_FIXTURES "../shared/fixtures/opencode-1.18.33/"
-
-/* The "body" of a capture file in OPENCODE_FIXTURES (a new reference), or
- * NULL when it cannot be read. */
+/* The "body" of a capture file in OPENCODE_FIXTURES (a new reference); a
+ * missing file fails the test. */
 json_t *fixture_body(const char *name);
 /* The capture's request headers (a new reference). */
 json_t *fixture_headers(const char *name);

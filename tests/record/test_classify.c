@@ -18,7 +18,6 @@
 #include "record/classify.h"
 #include "util/fixture.h"
 
-
 static void test_secret_headers(void **state)
 {
     (void)state;

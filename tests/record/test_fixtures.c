@@ -21,7 +21,6 @@
 #include "util/fixture.h"
 #include "util/rec.h"
 
-
 static const struct {
     const char *file;
     const char *kind;

@@ -10,14 +10,16 @@
 
 json_t *fixture_body(const char *name)
 {
-    json_t *j = fixture_json(name), *b = json_incref(json_object_get(j, "body"));
+    json_t *j = fixture_json(name),
+           *b = json_incref(json_object_get(j, "body"));
     json_decref(j);
     return b;
 }
 
 json_t *fixture_headers(const char *name)
 {
-    json_t *j = fixture_json(name), *h = json_incref(json_object_get(j, "headers"));
+    json_t *j = fixture_json(name),
+           *h = json_incref(json_object_get(j, "headers"));
     json_decref(j);
     return h;
 }

@@ -27,7 +27,11 @@ const char CMD_PROBE_HELP[] =
     "\n"
     "Sends seeded multi-turn conversations to an OpenAI-compatible endpoint,\n"
     "scores the replies deterministically, and reports where recall breaks\n"
-    "and why: truncated-by-server, output-clipped, server-error or missed.\n"
+    "and why: truncated-by-server, dropped-before-the-model (a window by\n"
+    "turns, a summary, clipping), output-clipped, server-error or missed.\n"
+    "Cases are sized by probe's own count (text pieces tokenized alone,\n"
+    "template framing from short requests, checked against the bytes), so\n"
+    "a path that rewrites requests cannot hide what it dropped.\n"
     "\n"
     "connection:\n"
     "  --endpoint URL        base URL (http://host:port or .../v1)\n"
@@ -420,6 +424,15 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
     json_decref(hello);
     if (!r) {
         e->has_tokenize = true;
+        r = probe_own_calibrate(e, c, &d);
+        if (r && r != -ENOTSUP)
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+        if (r)
+            fprintf(stderr,
+                    "fidelity probe: note: %s; the %s's cases are counted "
+                    "whole through /tokenize, which a path that rewrites "
+                    "requests rewrites too\n",
+                    d.msg, what);
         if (probe_size_prepare(e, c, &d))
             return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
         return 0;
@@ -486,7 +499,7 @@ static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
     struct diag d;
     unsigned tok = 0;
     memset(&pc, 0, sizeof(pc));
-    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, &d))
+    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, NULL, &d))
         probe_case_build(&pc, s, probe_filler_for(s));
     fprintf(out,
             "\nfirst case: %s, length %u, depth %d, variant %s (%s "
@@ -601,6 +614,19 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     return EXIT_PASS;
 }
 
+/* Classifies the cases that lost context across the run (lost.c) and
+ * stores what changed. A store error here was already met by the run. */
+static void restore_lost(sqlite3 *db, const struct probe_endpoint *e,
+                         const struct probe_spec *specs,
+                         struct probe_result *res, size_t n)
+{
+    struct diag d;
+    probe_lost_classify(specs, res, n, e->max_model_len);
+    for (size_t i = 0; i < n; i++)
+        if (res[i].done && !res[i].cached && res[i].lost)
+            probe_store_put(db, e->fp, &specs[i], &res[i], &d);
+}
+
 static int run_probe(struct opts *o, struct probe_endpoint *ep,
                      struct probe_endpoint *base, char *extra_key)
 {
@@ -659,6 +685,9 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     signal(SIGINT, on_sigint);
     probe_run(&run);
     signal(SIGINT, SIG_DFL);
+    restore_lost(db, ep, specs, run.res, n);
+    if (base)
+        restore_lost(db, base, specs, run.bres, n);
     if (pg.tty)
         fputc('\n', stderr);
     json_t *cfg = config_json(o, specs, n);

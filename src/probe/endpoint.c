@@ -230,16 +230,11 @@ int probe_scan_count(const char *s, size_t len, unsigned *count)
     return 0;
 }
 
-int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
-                   const json_t *messages, const json_t *tools, size_t hint,
-                   unsigned *count, struct diag *d)
+/* POSTs body (consumed) to /tokenize and reads the count. */
+static int post_tokenize(struct probe_endpoint *e, struct http_client *c,
+                         json_t *body, size_t hint, unsigned *count,
+                         struct diag *d)
 {
-    json_t *body = json_object();
-    json_object_set_new(body, "model", json_string(e->model ? e->model : ""));
-    json_object_set(body, "messages", (json_t *)messages);
-    json_object_set_new(body, "add_generation_prompt", json_true());
-    if (tools)
-        json_object_set(body, "tools", (json_t *)tools);
     size_t tlen;
     char *text = probe_json_dump(body, hint, &tlen);
     json_decref(body);
@@ -269,6 +264,30 @@ out:
     free(url);
     free(text);
     return r;
+}
+
+int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
+                   const json_t *messages, const json_t *tools, size_t hint,
+                   unsigned *count, struct diag *d)
+{
+    json_t *body = json_object();
+    json_object_set_new(body, "model", json_string(e->model ? e->model : ""));
+    json_object_set(body, "messages", (json_t *)messages);
+    json_object_set_new(body, "add_generation_prompt", json_true());
+    if (tools)
+        json_object_set(body, "tools", (json_t *)tools);
+    return post_tokenize(e, c, body, hint, count, d);
+}
+
+int probe_tokenize_text(struct probe_endpoint *e, struct http_client *c,
+                        const char *text, size_t len, unsigned *count,
+                        struct diag *d)
+{
+    json_t *body = json_object();
+    json_object_set_new(body, "model", json_string(e->model ? e->model : ""));
+    json_object_set_new(body, "prompt", json_stringn(text, len));
+    json_object_set_new(body, "add_special_tokens", json_false());
+    return post_tokenize(e, c, body, len, count, d);
 }
 
 void probe_reply_release(struct probe_reply *r)

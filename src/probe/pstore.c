@@ -27,6 +27,9 @@ static const char schema[] =
     " finish TEXT, status INTEGER, attempts INTEGER, latency REAL,"
     " reply TEXT, error TEXT, created INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS probe_result_fp ON probe_result(endpoint_fp);"
+    "CREATE TABLE IF NOT EXISTS probe_lost("
+    " key TEXT PRIMARY KEY, path_tokens INTEGER, lost INTEGER,"
+    " drop_kind TEXT, drop_turns INTEGER, drop_ratio REAL);"
     "CREATE TABLE IF NOT EXISTS probe_run("
     " id INTEGER PRIMARY KEY, created INTEGER NOT NULL,"
     " endpoint_fp TEXT NOT NULL, baseline_fp TEXT, summary TEXT);";
@@ -103,8 +106,10 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *res,
     char oc[32];
     int r = prep(db,
                  "SELECT outcome, no_context, expected, prompt_tokens,"
-                 " status, attempts, latency, finish, reply, error"
-                 " FROM probe_result WHERE key = ?",
+                 " status, attempts, latency, finish, reply, error,"
+                 " l.path_tokens, l.lost, l.drop_kind, l.drop_turns,"
+                 " l.drop_ratio FROM probe_result"
+                 " LEFT JOIN probe_lost l USING (key) WHERE key = ?",
                  &st, d);
     if (r)
         return r;
@@ -124,6 +129,14 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *res,
         copy_col(st, 7, res->finish, sizeof(res->finish));
         copy_col(st, 8, res->reply, sizeof(res->reply));
         copy_col(st, 9, res->error, sizeof(res->error));
+        res->path_tokens = (unsigned)sqlite3_column_int64(st, 10);
+        res->lost = sqlite3_column_int(st, 11) != 0;
+        copy_col(st, 12, oc, sizeof(oc));
+        for (int k = 1; k < PROBE_DROP_COUNT; k++)
+            if (!strcmp(oc, probe_drop_name(k)))
+                res->drop = k;
+        res->drop_turns = (unsigned)sqlite3_column_int(st, 13);
+        res->drop_ratio = sqlite3_column_double(st, 14);
         snprintf(res->key, sizeof(res->key), "%s", key);
         res->done = true;
         res->cached = true;
@@ -170,6 +183,19 @@ int probe_store_put(sqlite3 *db, const char *endpoint_fp,
     sqlite3_bind_text(st, 19, res->reply, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 20, res->error, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 21, (sqlite3_int64)time(NULL));
+    r = step_done(db, st, d);
+    if (r || (!res->path_tokens && !res->lost))
+        return r;
+    r = prep(db, "INSERT OR REPLACE INTO probe_lost VALUES(?,?,?,?,?,?)", &st,
+             d);
+    if (r)
+        return r;
+    sqlite3_bind_text(st, 1, res->key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, res->path_tokens);
+    sqlite3_bind_int(st, 3, res->lost);
+    sqlite3_bind_text(st, 4, probe_drop_name(res->drop), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, (int)res->drop_turns);
+    sqlite3_bind_double(st, 6, res->drop_ratio);
     return step_done(db, st, d);
 }
 

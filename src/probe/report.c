@@ -47,6 +47,16 @@ unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
     return probe_effective_ruler(lengths, rate, n, PROBE_NOLIMA_SHARE * b);
 }
 
+size_t probe_sizing_under(const struct probe_report_in *in,
+                          const struct probe_result *res)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        n += res[i].done && res[i].expected &&
+             res[i].expected < 0.5 * in->specs[i].target;
+    return n;
+}
+
 double probe_pass_rate(const struct probe_result *res, size_t n)
 {
     size_t done = 0, pass = 0;
@@ -262,6 +272,16 @@ static json_t *case_json(const struct probe_spec *s,
     json_object_set_new(c, "reply", json_string(r->reply));
     if (r->error[0])
         json_object_set_new(c, "error", json_string(r->error));
+    if (r->path_tokens)
+        json_object_set_new(c, "path_tokens", json_integer(r->path_tokens));
+    json_object_set_new(c, "lost_context", json_boolean(r->lost));
+    if (r->outcome == PROBE_DROPPED || r->outcome == PROBE_TRUNCATED)
+        json_object_set_new(c, "reached_ratio", json_real(r->drop_ratio));
+    if (r->outcome == PROBE_DROPPED) {
+        json_object_set_new(c, "drop", json_string(probe_drop_name(r->drop)));
+        if (r->drop_turns)
+            json_object_set_new(c, "drop_turns", json_integer(r->drop_turns));
+    }
     return c;
 }
 
@@ -348,6 +368,8 @@ static json_t *side_json(const struct probe_report_in *in,
         s, "effective_length",
         json_pack("{s:i, s:i}", "ruler", ruler, "nolima", nolima));
     json_object_set_new(s, "kinds", kinds_json(in, res));
+    json_object_set_new(s, "sizing_under_half",
+                        json_integer((json_int_t)probe_sizing_under(in, res)));
     json_object_set_new(s, "cells", cells_json(in, res));
     json_t *cases = json_array();
     for (size_t i = 0; i < in->n; i++)
@@ -374,7 +396,8 @@ json_t *probe_report_json(const struct probe_report_in *in)
 
 /* ---- text ---- */
 
-static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C', 'E', 'M'};
+static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C',
+                                                     'E', 'M', 'D'};
 
 static void fmt_len(unsigned l, char *out, size_t n)
 {
@@ -498,6 +521,45 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
     }
 }
 
+/* The dropped cases of kind k: how many, the share of probe's own count
+ * that reached the model, and what the drop looks like. */
+static void explain_dropped(FILE *out, const struct probe_report_in *in,
+                            const struct probe_result *res, int k)
+{
+    unsigned by[PROBE_DROP_COUNT] = {0}, n = 0;
+    double lo = 2, hi = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_DROPPED)
+            continue;
+        n++;
+        by[r->drop]++;
+        lo = fmin(lo, r->drop_ratio);
+        hi = fmax(hi, r->drop_ratio);
+    }
+    static const char *const what[PROBE_DROP_COUNT] = {
+        [PROBE_DROP_NONE] = "of an unknown shape",
+        [PROBE_DROP_WINDOW] = "a window by turns (whole turns gone from the "
+                              "front)",
+        [PROBE_DROP_SUMMARY] = "a summary (the front replaced by a short "
+                               "text: compaction)",
+        [PROBE_DROP_CLIP] = "clipping (long messages shortened)",
+    };
+    fprintf(out,
+            " %u dropped-before-the-model (%.0f%% to %.0f%% of probe's own "
+            "count reached the model, at no common cap: the path between "
+            "probe and the model dropped context; it looks like",
+            n, 100 * lo, 100 * hi);
+    bool first = true;
+    for (int d = 0; d < PROBE_DROP_COUNT; d++)
+        if (by[d]) {
+            fprintf(out, "%s %s in %u", first ? "" : ",", what[d], by[d]);
+            first = false;
+        }
+    fputs(");", out);
+}
+
 /* Where recall breaks and why: per kind, the shortest failing length and
  * the class that dominates beyond it. */
 static void explain(FILE *out, const struct probe_report_in *in,
@@ -549,6 +611,8 @@ static void explain(FILE *out, const struct probe_report_in *in,
                     "window by turns or messages drops the front; see the "
                     "canary map);",
                     t.out[PROBE_TRUNCATED], min_kept, max_kept);
+        if (t.out[PROBE_DROPPED])
+            explain_dropped(out, in, res, k);
         if (t.out[PROBE_MISSED])
             fprintf(out,
                     " %u missed (prompt tokens intact; the model did "
@@ -590,6 +654,28 @@ static void side_text(FILE *out, const struct probe_report_in *in,
                 "sizing: achieved %.1f%% to %.1f%% of the target "
                 "tokens\n",
                 100 * lo, 100 * hi);
+    size_t under = probe_sizing_under(in, res);
+    if (under)
+        fprintf(out,
+                "error: sizing achieved under 50%% of the target in %zu "
+                "cases: the lengths tested are not the lengths asked for "
+                "(the path rewrites probe's sizing requests, or the server "
+                "counts tokens another way); results by length do not "
+                "mean what they say\n",
+                under);
+    size_t rewrote = 0, counted = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (res[i].done && res[i].path_tokens && res[i].expected) {
+            counted++;
+            rewrote +=
+                res[i].path_tokens < 0.9 * res[i].expected - res[i].shape.err;
+        }
+    if (rewrote)
+        fprintf(out,
+                "note: the path's /tokenize counted %zu of %zu cases under "
+                "90%% of probe's own count: it rewrites /tokenize requests "
+                "as it rewrites chat requests\n",
+                rewrote, counted);
     summary_table(out, in, res);
     for (int k = 0; k < PROBE_NKINDS; k++) {
         if (probe_kind_has_depth(k)) {
@@ -600,8 +686,8 @@ static void side_text(FILE *out, const struct probe_report_in *in,
         }
     }
     fprintf(out, "\nlegend: cell = pass %%, letter = most common failure: "
-                 "T truncated-by-server, M missed, C output-clipped, "
-                 "E server-error\n");
+                 "T truncated-by-server, D dropped-before-the-model, "
+                 "M missed, C output-clipped, E server-error\n");
     fprintf(out, "\nwhere it breaks and why (%s):\n", who);
     explain(out, in, res, who);
 }

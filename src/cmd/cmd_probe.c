@@ -35,7 +35,8 @@ const char CMD_PROBE_HELP[] =
     "\n"
     "connection:\n"
     "  --endpoint URL        base URL (http://host:port or .../v1)\n"
-    "  --baseline URL        send the same cases here too; McNemar per kind\n"
+    "  --baseline URL        send the same cases here too; McNemar overall\n"
+    "                        and per kind (Holm-corrected)\n"
     "  --model NAME          default: the first model /v1/models lists\n"
     "  --api-key KEY         default: $OPENAI_API_KEY (never printed/stored)\n"
     "  --header 'N: v'       extra request header (repeatable)\n"
@@ -60,12 +61,16 @@ const char CMD_PROBE_HELP[] =
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
     "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
+    "                        (default 90; 0: the rate decides nothing)\n"
     "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
     "  --fresh               redo cases already in the store\n"
     "\n"
-    "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
-    "interrupted, 2 usage or config error, 3 endpoint unreachable or not\n"
-    "OpenAI-compatible, 4 store or I/O failure.\n"
+    "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
+    "--fail-under, or the endpoint is significantly worse than --baseline\n"
+    "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
+    "rule decided), or the run was interrupted; 2 usage or config error;\n"
+    "3 endpoint unreachable or not OpenAI-compatible; 4 store or I/O\n"
+    "failure.\n"
     "\n"
     "examples:\n"
     "  fidelity probe --endpoint http://127.0.0.1:8000\n"
@@ -253,6 +258,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->fail_under = 90;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -604,11 +610,11 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                 done, in->n);
         return EXIT_FAIL;
     }
-    if (rate < o->fail_under) {
-        fprintf(stderr,
-                "fidelity probe: pass rate %.1f%% is below "
-                "--fail-under %.1f%%\n",
-                rate, o->fail_under);
+    struct probe_verdict v;
+    probe_verdict(in, o->fail_under, &v);
+    fprintf(out, "%s\n", v.line);
+    if (v.worse || v.below) {
+        fprintf(stderr, "fidelity probe: %s\n", v.line);
         return EXIT_FAIL;
     }
     return EXIT_PASS;

@@ -467,11 +467,16 @@ int probe_run(struct probe_run *r);
 
 #define PROBE_RULER_THRESHOLD 0.856
 #define PROBE_NOLIMA_SHARE 0.85
+/* NoLiMa's rule needs a base score: under this mean pass rate at the
+ * three shortest lengths the kind has effective length 0. */
+#define PROBE_NOLIMA_MIN_BASE 0.5
 
 /* Effective length by RULER's rule (the longest length before the first
  * one whose pass rate falls below threshold) and NoLiMa's (the same with
  * the threshold 0.85 x the mean rate of the three shortest lengths).
- * lengths ascending; 0 when even the shortest fails. */
+ * lengths ascending; 0 when even the shortest fails (NoLiMa: also when
+ * the base is under PROBE_NOLIMA_MIN_BASE: a kind whose pass rate never
+ * reaches a rule's threshold has effective length 0 by both rules). */
 unsigned probe_effective_ruler(const unsigned *lengths, const double *rate,
                                size_t n, double threshold);
 unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
@@ -495,6 +500,23 @@ json_t *probe_report_json(const struct probe_report_in *in);
 void probe_report_text(const struct probe_report_in *in, FILE *out);
 int probe_report_junit(const struct probe_report_in *in, const char *path,
                        struct diag *d);
+/* Holm's step-down adjustment of n p-values (Holm 1979): adj[i] for
+ * p[i], monotone in the order of the p-values, at most 1. */
+void probe_holm(const double *p, size_t n, double *adj);
+
+/* The decision of a run: exit 1 when the endpoint is significantly worse
+ * than the baseline (McNemar over all paired cases, p < 0.05, more pairs
+ * passing only on the baseline) or its pass rate is below fail_under
+ * (percent; 0 disables). line says which rule decided. */
+struct probe_verdict {
+    bool worse, below;
+    double pass_rate, p_value;
+    unsigned paired, endpoint_only, baseline_only;
+    char line[512];
+};
+void probe_verdict(const struct probe_report_in *in, double fail_under,
+                   struct probe_verdict *v);
+
 /* Cases whose sizing achieved under 50% of their target (an error-level
  * finding: the lengths tested are not the ones asked for). */
 size_t probe_sizing_under(const struct probe_report_in *in,

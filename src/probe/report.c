@@ -42,7 +42,11 @@ unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
         b += rate[i] / k;
     if (base)
         *base = b;
-    if (!k || b <= 0)
+    /* A kind that fails at its shortest lengths has no base score to keep
+     * 85% of (at 5%, 85% of it is 4%, which any length reaches): its
+     * effective length is 0, below the shortest length tested, as by
+     * RULER's rule. */
+    if (!k || b < PROBE_NOLIMA_MIN_BASE)
         return 0;
     return probe_effective_ruler(lengths, rate, n, PROBE_NOLIMA_SHARE * b);
 }
@@ -187,6 +191,27 @@ static void pair_add(struct pairs *p, const struct probe_result *a,
         p->neither++;
 }
 
+void probe_holm(const double *p, size_t n, double *adj)
+{
+    size_t idx[PROBE_NKINDS * 4];
+    if (n > sizeof(idx) / sizeof(*idx))
+        n = sizeof(idx) / sizeof(*idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    for (size_t i = 1; i < n; i++) /* ascending p, stable */
+        for (size_t j = i; j > 0 && p[idx[j - 1]] > p[idx[j]]; j--) {
+            size_t t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    double run = 0;
+    for (size_t r = 0; r < n; r++) {
+        double a = fmin(1, (double)(n - r) * p[idx[r]]);
+        run = fmax(run, a); /* adjusted p-values never decrease */
+        adj[idx[r]] = run;
+    }
+}
+
 static json_t *pairs_json(const struct pairs *p)
 {
     double pv = stats_mcnemar_exact(p->a_only, p->b_only);
@@ -194,6 +219,29 @@ static json_t *pairs_json(const struct pairs *p)
                      "endpoint_only_pass", p->a_only, "baseline_only_pass",
                      p->b_only, "both_fail", p->neither, "p_value", pv,
                      "significant", pv < 0.05);
+}
+
+static bool has_pairs(const struct pairs *p)
+{
+    return p->both + p->a_only + p->b_only + p->neither > 0;
+}
+
+/* Holm-adjusted McNemar p-values of the kinds that have pairs. */
+static void kind_holm(const struct pairs *kind, double adj[PROBE_NKINDS])
+{
+    double p[PROBE_NKINDS], a[PROBE_NKINDS];
+    int which[PROBE_NKINDS];
+    size_t m = 0;
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        adj[k] = 1;
+        if (!has_pairs(&kind[k]))
+            continue;
+        which[m] = k;
+        p[m++] = stats_mcnemar_exact(kind[k].a_only, kind[k].b_only);
+    }
+    probe_holm(p, m, a);
+    for (size_t i = 0; i < m; i++)
+        adj[which[i]] = a[i];
 }
 
 static json_t *comparison_json(const struct probe_report_in *in)
@@ -210,9 +258,16 @@ static json_t *comparison_json(const struct probe_report_in *in)
     }
     json_t *c = json_object(), *bk = json_object(), *bl = json_array();
     json_object_set_new(c, "overall", pairs_json(&all));
+    double adj[PROBE_NKINDS];
+    kind_holm(kind, adj);
     for (int k = 0; k < PROBE_NKINDS; k++)
-        if (kind[k].both + kind[k].a_only + kind[k].b_only + kind[k].neither)
-            json_object_set_new(bk, probe_kind_name(k), pairs_json(&kind[k]));
+        if (has_pairs(&kind[k])) {
+            /* a kind is significant after Holm's correction over the kinds */
+            json_t *p = pairs_json(&kind[k]);
+            json_object_set_new(p, "p_holm", json_real(adj[k]));
+            json_object_set_new(p, "significant", json_boolean(adj[k] < 0.05));
+            json_object_set_new(bk, probe_kind_name(k), p);
+        }
     for (size_t j = 0; j < nl; j++) {
         json_t *p = pairs_json(&len[j]);
         json_object_set_new(p, "length", json_integer(L[j]));
@@ -221,6 +276,49 @@ static json_t *comparison_json(const struct probe_report_in *in)
     json_object_set_new(c, "by_kind", bk);
     json_object_set_new(c, "by_length", bl);
     return c;
+}
+
+void probe_verdict(const struct probe_report_in *in, double fail_under,
+                   struct probe_verdict *v)
+{
+    struct pairs all = {0};
+    memset(v, 0, sizeof(*v));
+    v->pass_rate = 100 * probe_pass_rate(in->res, in->n);
+    v->p_value = 1;
+    if (in->base && in->bres) {
+        for (size_t i = 0; i < in->n; i++)
+            pair_add(&all, &in->res[i], &in->bres[i]);
+        v->paired = all.both + all.a_only + all.b_only + all.neither;
+        v->endpoint_only = all.a_only;
+        v->baseline_only = all.b_only;
+        v->p_value = stats_mcnemar_exact(all.a_only, all.b_only);
+        v->worse = v->p_value < 0.05 && all.b_only > all.a_only;
+    }
+    v->below = fail_under > 0 && v->pass_rate < fail_under;
+    char base[160] = "", rate[120];
+    if (in->base && in->bres)
+        snprintf(base, sizeof(base),
+                 "%s than the baseline (McNemar p = %.3g over %u paired "
+                 "cases, %u pass only on the baseline, %u only on the "
+                 "endpoint)",
+                 v->worse ? "significantly worse" : "not significantly worse",
+                 v->p_value, v->paired, v->baseline_only, v->endpoint_only);
+    if (fail_under > 0)
+        snprintf(rate, sizeof(rate), "pass rate %.1f%% %s --fail-under %g%%",
+                 v->pass_rate, v->below ? "is below" : "meets", fail_under);
+    else
+        snprintf(rate, sizeof(rate),
+                 "pass rate %.1f%% (--fail-under 0: not a rule)", v->pass_rate);
+    if (v->worse && v->below)
+        snprintf(v->line, sizeof(v->line), "FAIL: %s, and the %s", base, rate);
+    else if (v->worse)
+        snprintf(v->line, sizeof(v->line), "FAIL: %s; %s", base, rate);
+    else if (v->below)
+        snprintf(v->line, sizeof(v->line), "FAIL: the %s%s%s", rate,
+                 base[0] ? "; " : "", base);
+    else
+        snprintf(v->line, sizeof(v->line), "PASS: the %s%s%s", rate,
+                 base[0] ? "; " : "", base);
 }
 
 /* ---- JSON ---- */
@@ -488,6 +586,7 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
 static void summary_table(FILE *out, const struct probe_report_in *in,
                           const struct probe_result *res)
 {
+    bool below = false;
     fprintf(out, "%-14s %6s %6s %7s  %-13s %7s %7s  %s\n", "kind", "cases",
             "passed", "rate", "95% CI", "ruler", "nolima", "failures");
     for (int k = 0; k < PROBE_NKINDS; k++) {
@@ -510,6 +609,8 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
         fprintf(out, "%-14s %6u %6u %6.1f%%  %-13s %7s %7s  ",
                 probe_kind_name(k), all.n, all.pass, 100 * rate_of(&all), ci,
                 ruler ? r1 : "<min", nolima ? r2 : "<min");
+        if (!ruler || !nolima)
+            below = true;
         bool any = false;
         for (int o = 1; o < PROBE_NOUTCOMES; o++)
             if (all.out[o]) {
@@ -519,6 +620,10 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
             }
         fprintf(out, "%s\n", any ? "" : "-");
     }
+    if (below)
+        fprintf(out, "(<min: effective length 0, below the shortest length "
+                     "tested: the pass rate never reaches the rule's "
+                     "threshold)\n");
 }
 
 /* The dropped cases of kind k: how many, the share of probe's own count
@@ -703,17 +808,24 @@ void probe_report_text(const struct probe_report_in *in, FILE *out)
         pair_add(&all, &in->res[i], &in->bres[i]);
         pair_add(&kind[in->specs[i].kind], &in->res[i], &in->bres[i]);
     }
-    fprintf(out, "\n== endpoint vs baseline (paired cases, McNemar exact)\n");
-    fprintf(out, "%-14s %6s %9s %9s %6s %9s\n", "kind", "both", "end-only",
-            "base-only", "none", "p-value");
+    double adj[PROBE_NKINDS];
+    kind_holm(kind, adj);
+    fprintf(out, "\n== endpoint vs baseline (paired cases, McNemar exact; "
+                 "kinds Holm-corrected)\n");
+    fprintf(out, "%-14s %6s %9s %9s %6s %9s %9s\n", "kind", "both", "end-only",
+            "base-only", "none", "p-value", "p-holm");
     for (int k = -1; k < PROBE_NKINDS; k++) {
         const struct pairs *p = k < 0 ? &all : &kind[k];
-        if (k >= 0 && !(p->both + p->a_only + p->b_only + p->neither))
+        if (k >= 0 && !has_pairs(p))
             continue;
         double pv = stats_mcnemar_exact(p->a_only, p->b_only);
-        fprintf(out, "%-14s %6u %9u %9u %6u %9.3g%s\n",
+        double ph = k < 0 ? pv : adj[k];
+        char hb[16];
+        snprintf(hb, sizeof(hb), "%.3g", ph);
+        fprintf(out, "%-14s %6u %9u %9u %6u %9.3g %9s%s\n",
                 k < 0 ? "all" : probe_kind_name(k), p->both, p->a_only,
-                p->b_only, p->neither, pv, pv < 0.05 ? "  significant" : "");
+                p->b_only, p->neither, pv, k < 0 ? "-" : hb,
+                ph < 0.05 ? "  significant" : "");
     }
     double pv = stats_mcnemar_exact(all.a_only, all.b_only);
     fprintf(out, "%s (p = %.3g)\n",

@@ -234,8 +234,11 @@ static void test_forget_window_is_missed_with_tokens_intact(void **state)
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
     run_probe(&r, url, "forget.db", "--lengths", "2k,4k,8k,16k", "--kinds",
               "needle,multi-needle,variables", NULL);
-    proc_stop(&sim);
-    assert_int_equal(r.code, 0);
+    /* exit 1: the pass rate is below the default --fail-under 90, and the
+     * summary line says that this rule decided */
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(buf_str(&r.out), "FAIL: the pass rate "));
+    assert_non_null(strstr(buf_str(&r.out), "is below --fail-under 90%"));
     size_t i, fails = 0;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -256,6 +259,14 @@ static void test_forget_window_is_missed_with_tokens_intact(void **state)
                               iget(c, "length") == 16384 &&
                               iget(c, "depth") == 0)
         assert_string_equal(sget(c, "outcome"), "missed");
+    run_release(&r);
+    /* --fail-under 0: the same results (from the store) pass */
+    run_probe(&r, url, "forget.db", "--lengths", "2k,4k,8k,16k", "--kinds",
+              "needle,multi-needle,variables", "--fail-under", "0", NULL);
+    proc_stop(&sim);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(buf_str(&r.out), "PASS: the pass rate "));
+    assert_non_null(strstr(buf_str(&r.out), "--fail-under 0: not a rule"));
     run_release(&r);
 }
 
@@ -294,7 +305,7 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
     run_probe(&r, url, "keep.db", "--lengths", "16k", "--kinds", "canary",
               "--depths", "0,50,80,100", NULL);
     proc_stop(&sim);
-    assert_int_equal(r.code, 0);
+    assert_int_equal(r.code, 1);
     size_t i;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -342,10 +353,19 @@ static void test_baseline_comparison(void **state)
     assert_true(overall_p(&r, &sig) == 1.0);
     assert_false(sig);
     assert_non_null(strstr(buf_str(&r.out), "no significant difference"));
+    assert_non_null(strstr(buf_str(&r.out), "PASS: the pass rate 100.0% meets "
+                                            "--fail-under 90%; not "
+                                            "significantly worse"));
     run_release(&r);
 
+    /* --fail-under 0: the baseline alone decides, and it fails the run */
     run_probe(&r, uf, "cmp.db", "--baseline", ua, "--kinds", "needle,variables",
-              "--lengths", "2k,16k,32k", "--depths", "0,20,40,60,80,100", NULL);
+              "--lengths", "2k,16k,32k", "--depths", "0,20,40,60,80,100",
+              "--fail-under", "0", NULL);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(buf_str(&r.out),
+                           "FAIL: significantly worse than the baseline "
+                           "(McNemar p = "));
     double p = overall_p(&r, &sig);
     assert_true(sig);
     assert_true(p > 0 && p < 0.05);

@@ -500,6 +500,14 @@ json_t *probe_report_json(const struct probe_report_in *in);
 void probe_report_text(const struct probe_report_in *in, FILE *out);
 int probe_report_junit(const struct probe_report_in *in, const char *path,
                        struct diag *d);
+/* The reasoning grid's conclusion in words: for the reasoning_content
+ * field and for <think> inside content, with and without tools, whether
+ * prior reasoning reached the model, and which field the path or template
+ * drops. false when the run has no reasoning case. */
+bool probe_reasoning_words(const struct probe_report_in *in,
+                           const struct probe_result *res, char *out,
+                           size_t size);
+
 /* Holm's step-down adjustment of n p-values (Holm 1979): adj[i] for
  * p[i], monotone in the order of the p-values, at most 1. */
 void probe_holm(const double *p, size_t n, double *adj);

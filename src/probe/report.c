@@ -413,6 +413,9 @@ static json_t *cells_json(const struct probe_report_in *in,
     return cells;
 }
 
+static json_t *reasoning_json(const struct probe_report_in *in,
+                              const struct probe_result *res);
+
 static json_t *kinds_json(const struct probe_report_in *in,
                           const struct probe_result *res)
 {
@@ -444,6 +447,9 @@ static json_t *kinds_json(const struct probe_report_in *in,
                             json_pack("{s:i, s:f, s:i, s:f}", "ruler", ruler,
                                       "ruler_threshold", PROBE_RULER_THRESHOLD,
                                       "nolima", nolima, "nolima_base", base));
+        json_t *rj = k == PROBE_REASONING ? reasoning_json(in, res) : NULL;
+        if (rj)
+            json_object_set_new(kj, "reasoning_fields", rj);
         json_array_append_new(ks, kj);
     }
     return ks;
@@ -626,6 +632,98 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
                      "threshold)\n");
 }
 
+/* ---- the reasoning grid in words ---- */
+
+/* kept[v]: 1 when variant v of the reasoning kind mostly passed, 0 when it
+ * mostly failed, -1 when it was not run. */
+static void reasoning_kept(const struct probe_report_in *in,
+                           const struct probe_result *res,
+                           int kept[PROBE_RV_COUNT])
+{
+    unsigned n[PROBE_RV_COUNT] = {0}, pass[PROBE_RV_COUNT] = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_spec *s = &in->specs[i];
+        if (s->kind != PROBE_REASONING || !res[i].done ||
+            res[i].outcome == PROBE_ERROR || s->variant < 0 ||
+            s->variant >= PROBE_RV_COUNT)
+            continue;
+        n[s->variant]++;
+        pass[s->variant] += res[i].outcome == PROBE_PASS;
+    }
+    for (int v = 0; v < PROBE_RV_COUNT; v++)
+        kept[v] = n[v] ? 2 * pass[v] > n[v] : -1;
+}
+
+static const char *kept_word(int k)
+{
+    return k < 0 ? "not tested" : k ? "kept" : "dropped";
+}
+
+bool probe_reasoning_words(const struct probe_report_in *in,
+                           const struct probe_result *res, char *out,
+                           size_t size)
+{
+    int k[PROBE_RV_COUNT];
+    reasoning_kept(in, res, k);
+    int f = k[PROBE_RV_FIELD], ft = k[PROBE_RV_FIELD_TOOLS];
+    int t = k[PROBE_RV_INLINE], tt = k[PROBE_RV_INLINE_TOOLS];
+    bool any = false;
+    for (int v = 0; v < PROBE_RV_COUNT; v++)
+        any |= k[v] >= 0;
+    if (!any)
+        return false;
+    const char *why;
+    if (k[PROBE_RV_OMITTED] == 0)
+        why = "the control (reasoning not sent back) recalled the fact it "
+              "was never sent: the grid cannot tell what reaches the model";
+    else if (f == 0 && ft == 1)
+        why = "the path or template drops prior reasoning_content unless the "
+              "request offers tools (DeepSeek V3.2's rule); with tools it "
+              "reaches the model";
+    else if (f == 0 && ft == 0 && (t == 1 || tt == 1))
+        why = "the path or template drops the reasoning_content field, with "
+              "and without tools, while <think> inside content reaches the "
+              "model: the field itself is dropped (a path that strips it, "
+              "or a template that does not render it)";
+    else if (f == 1 && ft == 0)
+        why = "prior reasoning_content is dropped when the request offers "
+              "tools, kept without";
+    else if ((f == 0 || ft == 0) && t == 0 && tt == 0)
+        why = "prior reasoning reaches the model in no form (neither the "
+              "reasoning_content field nor <think> inside content): the path "
+              "strips it, or the template drops it";
+    else if (f == 1 && ft == 1 && (t == 0 || tt == 0))
+        why = "the reasoning_content field reaches the model, but <think> "
+              "inside content does not: the path or template strips think "
+              "blocks from content";
+    else if (f == 1 && ft == 1)
+        why = "prior reasoning reaches the model, as reasoning_content and "
+              "inside content, with and without tools";
+    else
+        why = "no single rule explains the variants";
+    snprintf(out, size,
+             "reasoning_content: %s without tools, %s with tools; <think> in "
+             "content: %s without tools, %s with tools; so %s",
+             kept_word(f), kept_word(ft), kept_word(t), kept_word(tt), why);
+    return true;
+}
+
+static json_t *reasoning_json(const struct probe_report_in *in,
+                              const struct probe_result *res)
+{
+    int k[PROBE_RV_COUNT];
+    char words[768];
+    if (!probe_reasoning_words(in, res, words, sizeof(words)))
+        return NULL;
+    reasoning_kept(in, res, k);
+    return json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:s}", "reasoning_content",
+                     "without_tools", kept_word(k[PROBE_RV_FIELD]),
+                     "with_tools", kept_word(k[PROBE_RV_FIELD_TOOLS]),
+                     "inline_think", "without_tools",
+                     kept_word(k[PROBE_RV_INLINE]), "with_tools",
+                     kept_word(k[PROBE_RV_INLINE_TOOLS]), "conclusion", words);
+}
+
 /* The dropped cases of kind k: how many, the share of probe's own count
  * that reached the model, and what the drop looks like. */
 static void explain_dropped(FILE *out, const struct probe_report_in *in,
@@ -734,6 +832,10 @@ static void explain(FILE *out, const struct probe_report_in *in,
         if (t.no_ctx)
             fprintf(out, " %u replies said there was no earlier context;",
                     t.no_ctx);
+        char words[768];
+        if (k == PROBE_REASONING &&
+            probe_reasoning_words(in, res, words, sizeof(words)))
+            fprintf(out, "\n    %s", words);
         fputc('\n', out);
     }
     if (!any)

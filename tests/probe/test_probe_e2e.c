@@ -291,6 +291,37 @@ static void test_reasoning_drop_fails_only_reasoning_field(void **state)
         fails += field;
     }
     assert_int_equal(fails, 4); /* 2 lengths x (with, without tools) */
+    /* the grid's conclusion in words: the field is dropped, with and
+     * without tools, while <think> inside content passes */
+    json_t *k = json_array_get(
+        json_object_get(json_object_get(r.j, "results"), "kinds"), 4);
+    assert_string_equal(sget(k, "kind"), "reasoning");
+    json_t *rf = json_object_get(k, "reasoning_fields");
+    json_t *field = json_object_get(rf, "reasoning_content");
+    json_t *inl = json_object_get(rf, "inline_think");
+    assert_string_equal(sget(field, "without_tools"), "dropped");
+    assert_string_equal(sget(field, "with_tools"), "dropped");
+    assert_string_equal(sget(inl, "without_tools"), "kept");
+    assert_string_equal(sget(inl, "with_tools"), "kept");
+    assert_non_null(strstr(buf_str(&r.out),
+                           "reasoning_content: dropped without tools, "
+                           "dropped with tools; <think> in content: kept "
+                           "without tools, kept with tools; so the path or "
+                           "template drops the reasoning_content field, with "
+                           "and without tools"));
+    run_release(&r);
+
+    /* DeepSeek V3.2's rule: kept only when tools are offered */
+    start_sim(&sim, "--reasoning-history", "keep-with-tools", NULL);
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    run_probe(&r, url, "kwt.db", "--lengths", "1k", "--kinds", "reasoning",
+              "--fail-under", "0", NULL);
+    proc_stop(&sim);
+    assert_non_null(strstr(buf_str(&r.out),
+                           "reasoning_content: dropped without tools, kept "
+                           "with tools"));
+    assert_non_null(strstr(buf_str(&r.out), "drops prior reasoning_content "
+                                            "unless the request offers tools"));
     run_release(&r);
 }
 

@@ -173,6 +173,32 @@ static void test_clipping(void **state)
     behind(&o, "8k,16k", "clipping", "clipping");
 }
 
+/* A gateway stripping reasoning_content: the reasoning grid says the
+ * field is dropped, and <think> inside content still arrives. */
+static void test_strip_reasoning_in_words(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.strip_reasoning = true};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    char db[320], js[320];
+    snprintf(db, sizeof(db), "%s/p.db", tmpdir);
+    snprintf(js, sizeof(js), "%s/out.json", tmpdir);
+    const char *argv[] = {
+        "probe", "--endpoint", gateway_url(gw), "--db",      db,      "--json",
+        js,      "--kinds",    "reasoning",     "--lengths", "1k,2k", NULL};
+    struct buf out = BUF_INIT;
+    int code = proc_run(argv, NULL, &out, NULL, 60);
+    struct gateway_counts n;
+    gateway_counts(gw, &n);
+    gateway_stop(gw);
+    assert_true(n.stripped > 0);
+    assert_int_equal(code, 1); /* 4 of 10 fail: below --fail-under 90 */
+    assert_non_null(strstr(buf_str(&out),
+                           "so the path or template drops the "
+                           "reasoning_content field, with and without tools"));
+    buf_release(&out);
+}
+
 static void test_healthy_gateway_no_failure(void **state)
 {
     (void)state;
@@ -268,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_classify_cap_window_summary),
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_healthy_gateway_no_failure),
+        T(test_strip_reasoning_in_words),
         T(test_keep_last_turns),
         T(test_drop_oldest_turns),
         T(test_compaction),

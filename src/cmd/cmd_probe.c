@@ -63,7 +63,9 @@ const char CMD_PROBE_HELP[] =
     "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
     "                        (default 90; 0: the rate decides nothing)\n"
     "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --fresh               redo cases already in the store\n"
+    "  --fresh               redo cases already in the store (results are\n"
+    "                        reused only when a canary request, sent twice\n"
+    "                        at temperature 0, gets the same answer)\n"
     "\n"
     "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
     "--fail-under, or the endpoint is significantly worse than --baseline\n"
@@ -498,6 +500,67 @@ static void print_plan(FILE *out, const struct opts *o,
     fflush(out);
 }
 
+/* Sends the canary (canary.c) to e; 0 or an exit code after printing
+ * why. */
+static int canary(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                  struct http_client *c, const struct probe_spec *s, size_t n,
+                  const char *what)
+{
+    struct diag d;
+    unsigned longest = 0;
+    for (size_t i = 0; i < n; i++)
+        longest = s[i].target > longest ? s[i].target : longest;
+    /* the first canary's length for this server stays, so that the
+     * canaries of runs with other grids can be compared */
+    long pinned = probe_store_canary_length(db, e->info_fp, &d);
+    if (pinned < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (pinned > 0)
+        longest = (unsigned)pinned;
+    if (probe_canary_run(e, c, longest, &d))
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: canary: %s", what,
+                         d.msg);
+    if (!e->canary_deterministic)
+        fprintf(out,
+                "note: the %s answered the canary (a fixed %u-token request "
+                "at temperature 0) two ways: it is nondeterministic, and is "
+                "fingerprinted by the canary's prompt token count alone\n",
+                what, e->canary_length);
+    return 0;
+}
+
+/* Says when the store holds results for e's URL, model and info from a
+ * server that answered the canary otherwise, then records e's canary. */
+static int canary_compare(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                          bool fresh, const char *what)
+{
+    struct probe_endpoint old;
+    struct diag d;
+    long n = 0;
+    memset(&old, 0, sizeof(old));
+    int r = probe_store_other_canary(db, e, &old, &n, &d);
+    long mine = probe_store_results(db, e->fp, &d);
+    if (r < 0 || mine < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (r == 1 && !fresh && !mine) {
+        fprintf(out,
+                "note: stored results for the %s %s were for a different "
+                "server (%ld results): the canary (a fixed %u-token request "
+                "at temperature 0) gave %ld prompt tokens and \"%.60s\"%s, "
+                "it now gives %ld and \"%.60s\"%s; they are not reused, the "
+                "cases run again\n",
+                what, e->url, n, e->canary_length, old.canary_prompt_tokens,
+                old.canary_answer,
+                old.canary_deterministic ? "" : " (nondeterministic)",
+                e->canary_prompt_tokens, e->canary_answer,
+                e->canary_deterministic ? "" : " (nondeterministic)");
+        fflush(out);
+    }
+    if (probe_store_canary(db, e, &d))
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    return 0;
+}
+
 static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
                    const struct probe_spec *s, unsigned max_tokens)
 {
@@ -664,12 +727,25 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         goto out;
     }
     const char *path = o->db ? o->db : store_default_path();
-    if (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-        probe_store_endpoint(db, ep, &d) ||
+    if (store_open(path, &db, &d) || probe_store_init(db, &d)) {
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    code = canary(out, db, ep, c, specs, n, "endpoint");
+    if (!code && base)
+        code = canary(out, db, base, c, specs, n, "baseline");
+    if (code)
+        goto out;
+    if (probe_store_endpoint(db, ep, &d) ||
         (base && probe_store_endpoint(db, base, &d))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
+    code = canary_compare(out, db, ep, o->fresh, "endpoint");
+    if (!code && base)
+        code = canary_compare(out, db, base, o->fresh, "baseline");
+    if (code)
+        goto out;
     struct prog pg = {.tty = cli_is_tty(2)};
     clock_gettime(CLOCK_MONOTONIC, &pg.t0);
     struct probe_run run = {

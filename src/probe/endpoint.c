@@ -138,7 +138,8 @@ static void fingerprint_hash(struct probe_endpoint *e)
     const char *mp = json_string_value(json_object_get(si, "model_path"));
     char *s = xasprintf("%s|%s|%u|%s|%s", e->url, e->model ? e->model : "",
                         e->max_model_len, v ? v : "", mp ? mp : "");
-    hash_hex(hash64(s, strlen(s), 0x6670ULL), e->fp);
+    hash_hex(hash64(s, strlen(s), 0x6670ULL), e->info_fp);
+    memcpy(e->fp, e->info_fp, sizeof(e->fp));
     free(s);
     free(v);
 }

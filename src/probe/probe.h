@@ -198,7 +198,15 @@ struct probe_endpoint {
     unsigned backoff_ms;    /* first retry delay; doubles each time */
     unsigned max_model_len; /* 0: unknown */
     json_t *info;           /* owned: what each fingerprint URL said */
-    char fp[17];            /* hash of url, model and info */
+    char fp[17];            /* hash of url, model, info and the canary */
+    char info_fp[17];       /* the same without the canary */
+    /* The canary (canary.c): a fixed long request at temperature 0. */
+    bool canary_done;
+    bool canary_deterministic; /* the same answer twice */
+    unsigned canary_length;    /* its target tokens */
+    long canary_prompt_tokens; /* usage.prompt_tokens; -1: none */
+    long canary_status;        /* HTTP status of its answer */
+    char canary_answer[161];   /* the start of its answer */
     bool has_tokenize;
     bool calibrated;     /* sized from usage.prompt_tokens */
     double cal_a, cal_b; /* tokens ~= cal_a + cal_b * units */
@@ -272,6 +280,17 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
 /* The request body probe_chat sends (new reference). */
 json_t *probe_chat_body(const struct probe_endpoint *e,
                         const struct probe_case *pc, unsigned max_tokens);
+
+/* ---- canary.c ---- */
+
+/* Sends the canary to e: a fixed needle case of about `target` tokens
+ * (the run's longest), max_tokens 32, temperature 0, twice. Its prompt
+ * token count and answer (the answer only when both attempts agree) go
+ * into e->fp, so stored results are reused only for a server that answers
+ * it the same. A failed canary is fingerprinted by its status. 0, or an
+ * error when the case cannot be sized. */
+int probe_canary_run(struct probe_endpoint *e, struct http_client *c,
+                     unsigned target, struct diag *d);
 
 /* ---- body.c ---- */
 
@@ -426,6 +445,21 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *r,
 int probe_store_put(sqlite3 *db, const char *endpoint_fp,
                     const struct probe_spec *s, const struct probe_result *r,
                     struct diag *d);
+/* Records e's canary (fingerprint, prompt tokens, answer). */
+int probe_store_canary(sqlite3 *db, const struct probe_endpoint *e,
+                       struct diag *d);
+/* The canary length first used for this info fingerprint (0: none), so
+ * that later runs send a canary that can be compared; < 0 on error. */
+long probe_store_canary_length(sqlite3 *db, const char *info_fp,
+                               struct diag *d);
+/* The number of stored results of fingerprint fp (< 0 on error). */
+long probe_store_results(sqlite3 *db, const char *fp, struct diag *d);
+/* What the store holds for e's URL, model and info under another canary:
+ * 1 with *other filled (its canary fields and fp) and *results the number
+ * of its stored results, 0 when none, < 0 on error. */
+int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
+                             struct probe_endpoint *other, long *results,
+                             struct diag *d);
 /* Records a finished run and its JSON summary; *id gets its row id. */
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,

@@ -47,6 +47,7 @@ struct sim_config {
     bool reasoning;
     long seed;
     long max_body;
+    bool hide_faults; /* /get_server_info and /sim/config show no fault */
 };
 
 void sim_config_defaults(struct sim_config *c);

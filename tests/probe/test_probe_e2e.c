@@ -5,6 +5,7 @@
  * --json report and asserts the acceptance list of issue 4. Grids are
  * small (1k-32k tokens) to keep `make test` fast.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <pty.h>
@@ -411,6 +412,83 @@ static void test_baseline_comparison(void **state)
     proc_stop(&f);
 }
 
+static json_t *get_json(const struct proc *p, const char *path)
+{
+    struct http_client *c = http_client_new();
+    char url[128];
+    long status = 0;
+    json_t *j = NULL;
+    struct diag d;
+    snprintf(url, sizeof(url), "%s%s", proc_url(p), path);
+    int r = http_json(c, url, NULL, NULL, 5000, &status, &j, &d);
+    http_client_free(c);
+    assert_int_equal(r, 0);
+    assert_int_equal(status, 200);
+    return j;
+}
+
+/* A server restarted on the same port with a fault its info endpoints do
+ * not show: the canary tells it apart, the cases run again and find the
+ * fault, and the output says the stored results were for another
+ * server. */
+static void test_restarted_server_is_not_read_from_the_store(void **state)
+{
+    (void)state;
+    struct proc a, b;
+    struct run r;
+    const char *argv_a[] = {"sim", "--listen", "127.0.0.1:0", "--hide-faults",
+                            NULL};
+    assert_int_equal(proc_start(&a, argv_a), 0);
+    char url[64], listen[64];
+    snprintf(url, sizeof(url), "%s", proc_url(&a));
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", a.port);
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    json_t *info_a = get_json(&a, "/get_server_info");
+    json_t *cfg_a = get_json(&a, "/sim/config");
+    proc_stop(&a);
+    assert_int_equal(r.code, 0);
+    run_release(&r);
+
+    const char *argv_b[] = {"sim",           "--listen",        listen,
+                            "--hide-faults", "--context-limit", "8192",
+                            "--overflow",    "middle",          NULL};
+    assert_int_equal(proc_start(&b, argv_b), 0);
+    json_t *info_b = get_json(&b, "/get_server_info");
+    json_t *cfg_b = get_json(&b, "/sim/config");
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    /* the info endpoints cannot tell the two apart */
+    assert_true(json_equal(info_a, info_b));
+    assert_true(json_equal(cfg_a, cfg_b));
+    assert_null(json_object_get(cfg_b, "context_limit"));
+    assert_non_null(strstr(buf_str(&r.out), "stored results for the "
+                                            "endpoint"));
+    assert_non_null(strstr(buf_str(&r.out), "were for a different server"));
+    assert_int_equal(r.code, 1);
+    size_t i, truncated = 0;
+    json_t *c;
+    json_array_foreach(cases(&r, "results"), i, c)
+    {
+        assert_false(json_is_true(json_object_get(c, "cached")));
+        truncated += !strcmp(sget(c, "outcome"), "truncated-by-server");
+    }
+    assert_true(truncated >= 2);
+    run_release(&r);
+    /* the same server again: its own results are read back, no note */
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    proc_stop(&b);
+    assert_null(strstr(buf_str(&r.out), "different server"));
+    json_array_foreach(cases(&r, "results"), i, c)
+        assert_true(json_is_true(json_object_get(c, "cached")));
+    run_release(&r);
+    json_decref(info_a);
+    json_decref(info_b);
+    json_decref(cfg_a);
+    json_decref(cfg_b);
+}
+
 static void test_interrupt_then_resume_sends_nothing_twice(void **state)
 {
     (void)state;
@@ -452,15 +530,16 @@ static void test_interrupt_then_resume_sends_nothing_twice(void **state)
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 1); /* interrupted */
-    long first = sim_chat_count(&sim);
-    assert_true(first >= 3 && first < 10);
+    /* each run sends the canary twice before its cases */
+    long first = sim_chat_count(&sim) - 2;
+    assert_true(first >= 1 && first < 10);
 
     struct run r;
     run_probe(&r, url, "resume.db", "--kinds", "needle", "--lengths", "1k,2k",
               "--depths", "0,25,50,75,100", "-j", "1", NULL);
     assert_int_equal(r.code, 0);
     /* every case sent exactly once over the two runs */
-    assert_int_equal(sim_chat_count(&sim), 10);
+    assert_int_equal(sim_chat_count(&sim), 10 + 2 * 2);
     size_t i, cached = 0;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -474,7 +553,7 @@ static void test_interrupt_then_resume_sends_nothing_twice(void **state)
     run_probe(&r, url, "resume.db", "--kinds", "needle", "--lengths", "1k",
               "--depths", "0", "--fresh", NULL);
     assert_int_equal(r.code, 0);
-    assert_int_equal(sim_chat_count(&sim), 11);
+    assert_int_equal(sim_chat_count(&sim), 11 + 3 * 2);
     run_release(&r);
     proc_stop(&sim);
 }
@@ -490,17 +569,12 @@ static void html_answer(void *ud, const char *method, const char *path,
 }
 
 /* Forwards everything to the sim at ud, except /tokenize: 404. */
-static void no_tokenize(void *ud, const char *method, const char *path,
-                        const char *body, size_t len, long *status,
-                        const char **ctype, struct buf *out)
+static void no_tokenize_forward(void *ud, const char *method, const char *path,
+                                const char *body, size_t len, long *status,
+                                const char **ctype, struct buf *out)
 {
     const struct proc *sim = ud;
     *ctype = "application/json";
-    if (!strcmp(path, "/tokenize")) {
-        *status = 404;
-        buf_adds(out, "{\"detail\":\"Not Found\"}");
-        return;
-    }
     char url[600];
     snprintf(url, sizeof(url), "%s%s", proc_url(sim), path);
     const char *h[] = {"Content-Type: application/json", NULL};
@@ -522,6 +596,82 @@ static void no_tokenize(void *ud, const char *method, const char *path,
     }
     http_client_free(c);
     http_resp_release(&resp);
+}
+
+static void no_tokenize(void *ud, const char *method, const char *path,
+                        const char *body, size_t len, long *status,
+                        const char **ctype, struct buf *out)
+{
+    if (!strcmp(path, "/tokenize")) {
+        *ctype = "application/json";
+        *status = 404;
+        buf_adds(out, "{\"detail\":\"Not Found\"}");
+        return;
+    }
+    no_tokenize_forward(ud, method, path, body, len, status, ctype, out);
+}
+
+/* Forwards to the sim, numbering each chat answer: a server that never
+ * answers the same request the same way. */
+static void numbered(void *ud, const char *method, const char *path,
+                     const char *body, size_t len, long *status,
+                     const char **ctype, struct buf *out)
+{
+    static int counter;
+    struct buf raw = BUF_INIT;
+    no_tokenize_forward(ud, method, path, body, len, status, ctype, &raw);
+    json_t *j = json_loadb(raw.data ? raw.data : "", raw.len, 0, NULL);
+    json_t *m = json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "message");
+    if (strcmp(path, "/v1/chat/completions") || !m) {
+        buf_add(out, raw.data ? raw.data : "", raw.len);
+    } else {
+        char *t = NULL;
+        if (asprintf(&t, "[%d] %s", ++counter,
+                     json_string_value(json_object_get(m, "content"))) > 0) {
+            json_object_set_new(m, "content", json_string(t));
+            free(t);
+        }
+        char *d = json_dumps(j, JSON_COMPACT);
+        buf_adds(out, d);
+        free(d);
+    }
+    json_decref(j);
+    buf_release(&raw);
+}
+
+static void test_nondeterministic_canary(void **state)
+{
+    (void)state;
+    struct proc sim;
+    struct run r;
+    int port;
+    start_sim(&sim, NULL);
+    struct fakesrv *fs = fakesrv_start(numbered, &sim, &port);
+    assert_non_null(fs);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    run_probe(&r, url, "nondet.db", "--kinds", "needle", "--lengths", "1k",
+              "-j", "1", NULL);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(buf_str(&r.out), "two ways: it is "
+                                            "nondeterministic, and is "
+                                            "fingerprinted by the canary's "
+                                            "prompt token count alone"));
+    run_release(&r);
+    /* without the answer in it, the fingerprint is stable: read back */
+    run_probe(&r, url, "nondeterministic.db", "--kinds", "needle", "--lengths",
+              "1k", "-j", "1", NULL);
+    run_release(&r);
+    run_probe(&r, url, "nondeterministic.db", "--kinds", "needle", "--lengths",
+              "1k", "-j", "1", NULL);
+    fakesrv_stop(fs);
+    proc_stop(&sim);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases(&r, "results"), i, c)
+        assert_true(json_is_true(json_object_get(c, "cached")));
+    run_release(&r);
 }
 
 static void test_bad_input(void **state)
@@ -749,6 +899,8 @@ int main(void)
         cmocka_unit_test(test_keep_last_turns_shows_in_canary_map),
         cmocka_unit_test(test_baseline_comparison),
         cmocka_unit_test(test_interrupt_then_resume_sends_nothing_twice),
+        cmocka_unit_test(test_restarted_server_is_not_read_from_the_store),
+        cmocka_unit_test(test_nondeterministic_canary),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_dry_run_sends_nothing),
         cmocka_unit_test(test_api_key_never_printed_or_stored),

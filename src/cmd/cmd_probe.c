@@ -676,7 +676,7 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     struct probe_verdict v;
     probe_verdict(in, o->fail_under, &v);
     fprintf(out, "%s\n", v.line);
-    if (v.worse || v.below) {
+    if (v.worse || v.below || v.sizing) {
         fprintf(stderr, "fidelity probe: %s\n", v.line);
         return EXIT_FAIL;
     }

@@ -549,9 +549,11 @@ void probe_holm(const double *p, size_t n, double *adj);
 /* The decision of a run: exit 1 when the endpoint is significantly worse
  * than the baseline (McNemar over all paired cases, p < 0.05, more pairs
  * passing only on the baseline) or its pass rate is below fail_under
- * (percent; 0 disables). line says which rule decided. */
+ * (percent; 0 disables), or when a case's sizing achieved under 50% of
+ * its target (an error-level finding). line says which rule decided. */
 struct probe_verdict {
     bool worse, below;
+    size_t sizing; /* cases sized under 50% of their target: an error */
     double pass_rate, p_value;
     unsigned paired, endpoint_only, baseline_only;
     char line[512];

@@ -295,6 +295,7 @@ void probe_verdict(const struct probe_report_in *in, double fail_under,
         v->worse = v->p_value < 0.05 && all.b_only > all.a_only;
     }
     v->below = fail_under > 0 && v->pass_rate < fail_under;
+    v->sizing = probe_sizing_under(in, in->res);
     char base[160] = "", rate[120];
     if (in->base && in->bres)
         snprintf(base, sizeof(base),
@@ -317,8 +318,15 @@ void probe_verdict(const struct probe_report_in *in, double fail_under,
         snprintf(v->line, sizeof(v->line), "FAIL: the %s%s%s", rate,
                  base[0] ? "; " : "", base);
     else
-        snprintf(v->line, sizeof(v->line), "PASS: the %s%s%s", rate,
-                 base[0] ? "; " : "", base);
+        snprintf(v->line, sizeof(v->line), "%s: the %s%s%s",
+                 v->sizing ? "FAIL" : "PASS", rate, base[0] ? "; " : "", base);
+    if (v->sizing) {
+        size_t l = strlen(v->line);
+        snprintf(v->line + l, sizeof(v->line) - l,
+                 "; sizing achieved under 50%% of the target in %zu cases "
+                 "(an error: the lengths tested are not the ones asked for)",
+                 v->sizing);
+    }
 }
 
 /* ---- JSON ---- */

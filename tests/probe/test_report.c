@@ -240,6 +240,25 @@ static void test_verdict(void **state)
                                    "baseline (McNemar p = 0.00781 over 24 "
                                    "paired cases, 8 pass only on the "
                                    "baseline, 0 only on the endpoint)"));
+    /* a case sized under 50% of its target is an error-level finding */
+    in.base = NULL;
+    res[3].expected = in.specs[3].target / 3;
+    probe_verdict(&in, 0, &v);
+    assert_int_equal(v.sizing, 1);
+    assert_non_null(strstr(v.line, "FAIL: the pass rate"));
+    assert_non_null(strstr(v.line, "sizing achieved under 50% of the target "
+                                   "in 1 cases"));
+    char *text = render(&in);
+    assert_non_null(strstr(text, "error: sizing achieved under 50% of the "
+                                 "target in 1 cases"));
+    free(text);
+    json_t *j = probe_report_json(&in);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "results"), "sizing_under_half")),
+                     1);
+    json_decref(j);
+    res[3].expected = in.specs[3].target;
+    in.base = &base;
     /* better than the baseline is not a failure */
     in.res = bres;
     in.bres = res;

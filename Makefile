@@ -7,7 +7,7 @@ PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl
+            openssl man-db groff-base
 
 CC      ?= cc
 ifdef SANITIZE
@@ -39,8 +39,8 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test check-format format demo demo-sim clean
-all: fidelity
+.PHONY: all deps test check-format format demo demo-sim clean man install uninstall
+all: fidelity man
 
 $(STAMP):
 	@mkdir -p $(BUILD)
@@ -94,6 +94,39 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(LIB) | $(STAMP)
 test: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
 	@FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN) $(FUZZ_BIN)
 
+# Install: the binary and one man page per command. The pages are built, not
+# written: `fidelity help --man [COMMAND]` turns each help text into roff,
+# so they cannot drift from `fidelity help` and a command added to the table
+# in src/cmd/commands.c gets its page without a change here. `make` copies
+# them to man/ (like ./fidelity) for `man ./man/fidelity.1` in a clone;
+# tests/cmd/test_help.c checks them, tests/e2e/test_install.c installs.
+PREFIX   ?= /usr/local
+bindir   ?= $(PREFIX)/bin
+mandir   ?= $(PREFIX)/share/man
+man1dir  ?= $(mandir)/man1
+INSTALL  ?= install
+COMMANDS := $(shell sed -n 's/^ *{"\([a-z][a-z0-9-]*\)", *cmd_.*/\1/p' src/cmd/commands.c)
+MAN_PAGES:= fidelity.1 $(COMMANDS:%=fidelity-%.1)
+MAN_GEN  := $(MAN_PAGES:%=$(BUILD)/man/%)
+
+$(BUILD)/man/fidelity.1: $(BIN)
+	@mkdir -p $(dir $@)
+	$(BIN) help --man > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/man/fidelity-%.1: $(BIN)
+	@mkdir -p $(dir $@)
+	$(BIN) help --man $* > $@.tmp && mv -f $@.tmp $@
+
+man: $(MAN_GEN)
+	@if [ "$(BUILD)" = build ]; then mkdir -p man && rm -f man/*.1 && cp $(MAN_GEN) man/; fi
+
+install: $(BIN) $(MAN_GEN)
+	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir)
+	$(INSTALL) -m 755 $(BIN) $(DESTDIR)$(bindir)/fidelity
+	$(INSTALL) -m 644 $(MAN_GEN) $(DESTDIR)$(man1dir)/
+
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/fidelity $(MAN_PAGES:%=$(DESTDIR)$(man1dir)/%)
+
 CLANG_FORMAT ?= clang-format
 FMT_FILES = $(wildcard src/*.c src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h)
 check-format:
@@ -111,6 +144,6 @@ demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:
-	rm -rf build build-san fidelity
+	rm -rf build build-san fidelity man
 
 -include $(OBJ:.o=.d) $(BUILD)/src/main.d $(TEST_UOBJ:.o=.d)

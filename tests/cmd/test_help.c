@@ -20,6 +20,7 @@
 #include "cmd/cmd.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "sim/config.h"
 #include "util/proc.h"
 #include "util/rec.h"
 #include "util/sh.h"
@@ -237,6 +238,60 @@ static void test_man_of_unknown_command_is_usage_error(void **state)
     buf_release(&err);
 }
 
+/* The line of `fidelity help sim` that starts with "  NAME ", or NULL. */
+static const char *preset_line(const char *text, const char *name, size_t *n)
+{
+    size_t k = strlen(name);
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len > k + 3 && !strncmp(p, "  ", 2) && !strncmp(p + 2, name, k) &&
+            p[2 + k] == ' ') {
+            *n = len;
+            return p;
+        }
+        p += len + (nl != NULL);
+    }
+    return NULL;
+}
+
+/* Every preset the sim knows has one line in its help: the fault it
+ * causes, a colon, the patch it plays. And every line in the presets
+ * block names a preset the sim knows. */
+static void test_sim_help_has_a_line_per_preset(void **state)
+{
+    (void)state;
+    struct buf text = BUF_INIT;
+    help(NULL, "sim", &text);
+    size_t i, n;
+    for (i = 0; sim_config_preset_name(i); i++) {
+        const char *name = sim_config_preset_name(i);
+        const char *l = preset_line(buf_str(&text), name, &n);
+        if (!l)
+            fail_msg("'fidelity help sim' has no line for preset '%s'", name);
+        const char *colon = memchr(l, ':', n);
+        if (!colon || colon - l < (ptrdiff_t)strlen(name) + 6 ||
+            l + n - colon < 8)
+            fail_msg("preset line '%.*s' does not say 'fault: patch'", (int)n,
+                     l);
+    }
+    assert_true(i >= 4);
+    const char *block = strstr(buf_str(&text), "\nPresets ");
+    assert_non_null(block);
+    block = strstr(block, ":\n") + 2;
+    for (const char *p = block; *p == ' ';) {
+        char name[64];
+        assert_int_equal(sscanf(p, " %63s", name), 1);
+        bool known = false;
+        for (i = 0; sim_config_preset_name(i); i++)
+            known |= !strcmp(sim_config_preset_name(i), name);
+        if (!known)
+            fail_msg("'fidelity help sim' lists '%s', not a preset", name);
+        p = strchr(p, '\n') + 1;
+    }
+    buf_release(&text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_main_page_lists_every_command),
         cmocka_unit_test(test_examples_survive_rendering),
         cmocka_unit_test(test_man_of_unknown_command_is_usage_error),
+        cmocka_unit_test(test_sim_help_has_a_line_per_preset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -21,6 +21,7 @@
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "sim/config.h"
+#include "util/need.h"
 #include "util/proc.h"
 #include "util/rec.h"
 #include "util/sh.h"
@@ -77,6 +78,7 @@ static char *page(const char *name)
 /* The page as `man -l` shows it, wide enough that no line is broken. */
 static void render(const char *path, struct buf *out)
 {
+    need_command("man");
     char *cmd = xasprintf("MANWIDTH=200 man -l -P cat '%s'", path);
     struct buf err = BUF_INIT;
     int rc = sh_run(cmd, out, &err, 60);
@@ -171,6 +173,7 @@ static void test_every_option_is_in_its_man_page(void **state)
 
 static void lint(const char *name)
 {
+    need_command("groff");
     char *path = page(name);
     char *cmd = xasprintf("groff -man -ww -z '%s'", path);
     struct buf err = BUF_INIT;

@@ -3,7 +3,8 @@
  * DESTDIR with PREFIX=/usr. The installed files are exactly the binary and
  * one man page per command in the table (plus fidelity(1)); the installed
  * binary runs, `man` renders an installed page, and uninstall removes
- * those files and nothing else that lives beside them.
+ * those files and nothing else that lives beside them. Also: `make deps`
+ * finds every part the tests use present.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "cmd/cmd.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "util/need.h"
 #include "util/rec.h"
 #include "util/sh.h"
 
@@ -105,6 +107,8 @@ static void test_install_then_uninstall(void **state)
 {
     (void)state;
     struct buf out = BUF_INIT, want = BUF_INIT;
+    need_command("make");
+    need_command("man");
     /* a neighbour in each directory install writes to */
     run_ok(NULL, "mkdir -p '%s/usr/bin' '%s/usr/share/man/man1'", dir, dir);
     put("usr/bin/other");
@@ -146,10 +150,32 @@ static void test_install_then_uninstall(void **state)
     buf_release(&want);
 }
 
+/* `make deps` finds every part present (the Debian packages and the
+ * pinned npm tools) on a machine where it has run: what the tests use is
+ * what it installs. */
+static void test_deps_are_all_present(void **state)
+{
+    (void)state;
+    need_command("make");
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    int rc = sh_run("make -s deps", &out, &err, 300);
+    if (rc != 0) {
+        char part[600];
+        snprintf(part, sizeof(part), "parts of 'make deps' (exit %d: %.*s)", rc,
+                 (int)strcspn(buf_str(&out), "\n"), buf_str(&out));
+        need_missing(part);
+    }
+    assert_non_null(strstr(buf_str(&out), "deps: all Debian packages present"));
+    assert_non_null(strstr(buf_str(&out), "deps: npm tools present"));
+    buf_release(&out);
+    buf_release(&err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_install_then_uninstall),
+        cmocka_unit_test(test_deps_are_all_present),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -153,11 +153,15 @@ static int parse_secs(const char *s, long *ms)
 }
 
 /* A non-loopback listen address needs --allow-remote: record forwards
- * whatever reaches it to the upstream, with no authentication of its own
- * (issue: an open proxy without a word). 0, or the exit code. */
-static int check_remote(const char *listen, const char *host, bool allow_remote)
+ * whatever reaches it to the upstream, with no authentication of its own,
+ * so it must not become an open proxy without a word. *remote is set when
+ * the address is not loopback (one that does not resolve is left to the
+ * bind to report). 0, or the exit code. */
+static int check_remote(const char *listen, const char *host, bool allow_remote,
+                        bool *remote)
 {
-    if (allow_remote || cli_is_loopback(host) != 0)
+    *remote = cli_is_loopback(host) == 0;
+    if (allow_remote || !*remote)
         return 0;
     return cli_usage_error("record",
                            "--listen '%s' is not a loopback address and the "
@@ -185,7 +189,7 @@ int cmd_record(int argc, char **argv)
     char *spill = NULL, *host = NULL;
     struct diag d = {{0}};
     long timeout_s = 600, max_conns = 0;
-    bool allow_remote = false;
+    bool allow_remote = false, remote;
     int c, rc;
 
     o.max_body = (size_t)64 << 20;
@@ -269,7 +273,7 @@ int cmd_record(int argc, char **argv)
                                o.upstream);
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
-    rc = check_remote(listen, host, allow_remote);
+    rc = check_remote(listen, host, allow_remote, &remote);
     if (rc)
         goto out;
     if (!o.spill_path)
@@ -290,7 +294,7 @@ int cmd_record(int argc, char **argv)
         goto out;
     }
     char *uh = cli_url_host(host);
-    if (cli_is_loopback(host) != 1)
+    if (remote)
         warn_remote(host, record_port(r), o.upstream);
     printf("fidelity record: listening on http://%s:%d -> %s\n", uh,
            record_port(r), o.upstream);

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
+#include "util/need.h"
 #include "util/simtest.h"
 
 static json_t *choice0(json_t *r)
@@ -513,8 +514,7 @@ static void test_ipv6_listen_printed_bracketed(void **state)
         close(fd);
     (void)state;
     if (!has_v6) {
-        print_message("skipped: this machine has no IPv6 loopback (::1)\n");
-        skip();
+        need_missing("an IPv6 loopback address (::1)");
     }
     const char *av[] = {"sim", "--listen", "[::1]:0", NULL};
     struct proc p;

@@ -298,6 +298,9 @@ int probe_canary_run(struct probe_endpoint *e, struct http_client *c,
  * memcpy for runs that need no escape; hint is the expected size (0 if
  * unknown). The caller frees it. */
 char *probe_json_dump(const json_t *j, size_t hint, size_t *len);
+/* Appends n bytes of s to b as a quoted JSON string (escapes as
+ * probe_json_dump writes them). */
+void probe_json_put_string(struct buf *b, const char *s, size_t n);
 
 /* ---- size.c ---- */
 

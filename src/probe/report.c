@@ -887,9 +887,9 @@ static void side_text(FILE *out, const struct probe_report_in *in,
         }
     if (rewrote)
         fprintf(out,
-                "note: the path's /tokenize counted %zu of %zu cases under "
-                "90%% of probe's own count: it rewrites /tokenize requests "
-                "as it rewrites chat requests\n",
+                "note: the path's /tokenize counted %zu of the %zu cases "
+                "that lost context under 90%% of probe's own count: it "
+                "rewrites /tokenize requests as it rewrites chat requests\n",
                 rewrote, counted);
     summary_table(out, in, res);
     for (int k = 0; k < PROBE_NKINDS; k++) {

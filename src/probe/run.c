@@ -115,9 +115,14 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
     struct diag d;
     probe_chat(e, c, pc, r->max_tokens, &rep, r->stop);
     /* a case that lost context gets its turns counted one by one, so
-     * that its shape can be compared with a window */
-    if (!rep.err && probe_is_lost(rep.prompt_tokens, &k->shape))
+     * that its shape can be compared with a window, and the path's count
+     * of the whole request, which says whether the path rewrites
+     * /tokenize too (intact cases need neither: probe's own count is
+     * the expectation) */
+    if (!rep.err && probe_is_lost(rep.prompt_tokens, &k->shape)) {
         probe_own_turns(e, c, pc, &k->shape, &d);
+        path_count(e, c, pc, k);
+    }
     fill(res, pc, &rep, k, r->tol);
     unsigned attempts = rep.attempts;
     probe_reply_release(&rep);
@@ -161,7 +166,6 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
     }
     probe_case_drop_cache(pc);
     if (!have_a) {
-        path_count(r->ep, ca, pc, &k);
         send_one(sh, r->ep, ca, pc, &k, ra);
         store(sh, r->ep->fp, s, ra);
     }
@@ -170,7 +174,6 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
         memset(&bk, 0, sizeof(bk));
         if (probe_count_case(r->base, cb, pc, &bk.expected, &bk.shape, &d))
             memset(&bk, 0, sizeof(bk));
-        path_count(r->base, cb, pc, &bk);
         send_one(sh, r->base, cb, pc, &bk, rb);
         store(sh, r->base->fp, s, rb);
     }

@@ -6,12 +6,17 @@
  * for byte, and a sim behind it shows the rewrite reaching the model
  * (usage.prompt_tokens).
  */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -150,6 +155,57 @@ static void test_pass_through_changes_nothing(void **state)
     assert_int_equal(n.rewritten, 0);
     json_decref(sent);
     json_decref(got);
+    gateway_stop(g);
+}
+
+/* A request body sent chunked is rewritten and forwarded sized. */
+static void test_chunked_request_body(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.keep_last = 1};
+    struct gateway *g = gateway_start(upstream_url(up), &o);
+    json_t *body = chat(conversation(3, false));
+    char *text = json_dumps(body, JSON_COMPACT);
+    size_t n = strlen(text), half = n / 2;
+    struct buf req = BUF_INIT;
+    buf_printf(&req,
+               "POST /echo/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+               "Content-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n%zx;ext=1\r\n",
+               half);
+    buf_add(&req, text, half);
+    buf_printf(&req, "\r\n%zX\r\n", n - half);
+    buf_add(&req, text + half, n - half);
+    buf_adds(&req, "\r\n0\r\nX-Trailer: t\r\n\r\n");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_port = htons((uint16_t)gateway_port(g));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(write(fd, req.data, req.len), (ssize_t)req.len);
+    struct buf ans = BUF_INIT;
+    char tmp[4096];
+    ssize_t k;
+    while ((k = read(fd, tmp, sizeof(tmp))) > 0) /* the gateway closes */
+        buf_add(&ans, tmp, (size_t)k);
+    close(fd);
+    assert_non_null(strstr(buf_str(&ans), "HTTP/1.1 200"));
+    /* the echo: what the upstream received, sized, with one turn left */
+    const char *echo_head = strstr(buf_str(&ans), "\r\n\r\n") + 4;
+    const char *b = strstr(echo_head, "\r\n\r\n");
+    assert_non_null(b);
+    char head[1024];
+    snprintf(head, sizeof(head), "%.*s", (int)(b - echo_head), echo_head);
+    assert_non_null(strstr(head, "Content-Length: "));
+    assert_null(strcasestr(head, "chunked"));
+    json_t *j = json_loads(b + 4, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(n_msgs(j), 2);
+    json_decref(j);
+    buf_release(&ans);
+    buf_release(&req);
+    free(text);
+    json_decref(body);
     gateway_stop(g);
 }
 
@@ -441,6 +497,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_pass_through_changes_nothing),
         T(test_stream_passes_byte_for_byte),
+        T(test_chunked_request_body),
         T(test_keep_last_turns_keeps_system),
         T(test_drop_oldest_turns),
         T(test_compact_once_and_every),

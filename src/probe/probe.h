@@ -210,6 +210,7 @@ struct probe_endpoint {
     bool has_tokenize;
     bool calibrated;     /* sized from usage.prompt_tokens */
     double cal_a, cal_b; /* tokens ~= cal_a + cal_b * units */
+    double cal_err;      /* tokens: the line's worst miss on its samples */
     double tok_per_unit; /* of filler, by /tokenize; 0: unknown */
     /* probe's own accounting (own.c): what a request costs by evidence
      * the path cannot rewrite, measured on short requests. */
@@ -367,6 +368,10 @@ int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
 int probe_own_count(struct probe_endpoint *e, struct http_client *c,
                     const struct probe_case *pc, struct probe_shape *sh,
                     struct diag *d);
+/* Without /tokenize: the shape of a case by the calibrated line (no
+ * request), its total the calibrated count. */
+void probe_own_estimate(const struct probe_endpoint *e,
+                        const struct probe_case *pc, struct probe_shape *sh);
 /* Refines the tokens of each message of sh (counted by probe_own_count)
  * turn by turn: one /tokenize of each turn's pieces (used for the cases
  * that lost context, whose shape is then compared with windows). */

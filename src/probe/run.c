@@ -119,7 +119,8 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
      * of the whole request, which says whether the path rewrites
      * /tokenize too (intact cases need neither: probe's own count is
      * the expectation) */
-    if (!rep.err && probe_is_lost(rep.prompt_tokens, &k->shape)) {
+    if (!rep.err && e->own_ready &&
+        probe_is_lost(rep.prompt_tokens, &k->shape)) {
         probe_own_turns(e, c, pc, &k->shape, &d);
         path_count(e, c, pc, k);
     }

@@ -173,6 +173,21 @@ static void test_clipping(void **state)
     behind(&o, "8k,16k", "clipping", "clipping");
 }
 
+/* Without /tokenize, sized by the calibration from single-turn requests
+ * (which a window leaves alone): the drop is still found. */
+static void test_window_without_tokenize(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.keep_last = 3, .no_tokenize = true};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    struct run r;
+    run_probe(&r, gateway_url(gw), "8k,16k");
+    gateway_stop(gw);
+    assert_non_null(strstr(buf_str(&r.err), "calibration"));
+    assert_dropped(&r, "window");
+    run_release(&r);
+}
+
 /* A gateway stripping reasoning_content: the reasoning grid says the
  * field is dropped, and <think> inside content still arrives. */
 static void test_strip_reasoning_in_words(void **state)
@@ -295,6 +310,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_healthy_gateway_no_failure),
         T(test_strip_reasoning_in_words),
+        T(test_window_without_tokenize),
         T(test_keep_last_turns),
         T(test_drop_oldest_turns),
         T(test_compaction),

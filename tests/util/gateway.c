@@ -693,6 +693,10 @@ static void serve(struct gateway *g, int fd)
         body = nb;
         len = strlen(nb);
     }
+    if (g->o.no_tokenize && is_tokenize(path)) {
+        answer(fd, 404, "no /tokenize behind this gateway");
+        goto out_nb;
+    }
     if (g->o.fail_first && !seen_before(g, method, path, body, len)) {
         answer(fd, 429, "first attempt refused by the test gateway");
         goto out_nb;

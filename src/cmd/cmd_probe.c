@@ -677,7 +677,11 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     probe_verdict(in, o->fail_under, &v);
     fprintf(out, "%s\n", v.line);
     if (v.worse || v.below || v.sizing) {
-        fprintf(stderr, "fidelity probe: %s\n", v.line);
+        if (out != stderr) /* the report's last line says it in full */
+            fprintf(stderr, "fidelity probe: a check failed:%s%s%s\n",
+                    v.worse ? " significantly worse than the baseline;" : "",
+                    v.below ? " pass rate below --fail-under;" : "",
+                    v.sizing ? " sizing under 50% of target;" : "");
         return EXIT_FAIL;
     }
     return EXIT_PASS;

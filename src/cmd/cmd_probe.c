@@ -37,6 +37,9 @@ const char CMD_PROBE_HELP[] =
     "  --header 'N: v'       extra request header (repeatable)\n"
     "  --extra-body JSON     object merged into every chat request\n"
     "  --timeout SEC         per request (default 300)\n"
+    "  --ready-timeout SEC   wait for the first answer of each endpoint\n"
+    "                        (GET /v1/models) before any long request\n"
+    "                        (default 30)\n"
     "  --retries N           on 429, 5xx and connection errors (default 3)\n"
     "  -j, --jobs N          concurrent requests (default 4)\n"
     "grid:\n"
@@ -105,7 +108,8 @@ enum {
     OPT_JUNIT,
     OPT_FAILUNDER,
     OPT_DB,
-    OPT_FRESH
+    OPT_FRESH,
+    OPT_READY
 };
 
 struct opts {
@@ -113,7 +117,7 @@ struct opts {
     const char *junit, *db;
     const char *headers[48];
     size_t n_headers;
-    long timeout_ms, retries, jobs, repeats, max_tokens, max_context;
+    long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
     bool dry, fresh;
@@ -241,6 +245,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fail-under", required_argument, NULL, OPT_FAILUNDER},
         {"db", required_argument, NULL, OPT_DB},
         {"fresh", no_argument, NULL, OPT_FRESH},
+        {"ready-timeout", required_argument, NULL, OPT_READY},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -249,6 +254,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->ready_ms = CLI_READY_TIMEOUT_MS;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -287,6 +293,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (cli_parse_double(optarg, 0.1, 86400, &dv))
                 return BAD("--timeout", "seconds between 0.1 and 86400");
             o->timeout_ms = lround(dv * 1000);
+            break;
+        case OPT_READY:
+            if (cli_parse_ready_timeout(optarg, &o->ready_ms))
+                return BAD("--ready-timeout", "seconds between 0.1 and 86400");
             break;
         case OPT_RETRIES:
             if (cli_parse_long(optarg, 0, 10, &o->retries))
@@ -610,7 +620,13 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     size_t n = 0;
     struct diag d;
     sqlite3 *db = NULL;
-    int code = connect_ep(ep, c, o->dry, "endpoint");
+    int code =
+        cli_ready("probe", "endpoint", ep->url, ep->headers, o->ready_ms);
+    if (!code && base)
+        code = cli_ready("probe", "baseline", base->url, base->headers,
+                         o->ready_ms);
+    if (!code)
+        code = connect_ep(ep, c, o->dry, "endpoint");
     if (!code && base)
         code = connect_ep(base, c, o->dry, "baseline");
     if (code)

@@ -1103,7 +1103,7 @@ static void reply_error(struct ex *e, enum xchg_end end)
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
              e->r->upstream, what,
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(e->fc, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
+    send_json_error(e->fc, xchg_own_status(end), type, msg);
 }
 
 /* The client side of a finished exchange, once it is stored or in the

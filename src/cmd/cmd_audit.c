@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "audit/audit.h"
 #include "cmd/cmd.h"
@@ -148,7 +149,18 @@ static int load_profile(struct audit_args *a)
 {
     json_error_t je;
     struct diag d;
-    json_t *doc = json_load_file(a->profile, 0, &je);
+    struct stat st;
+    FILE *f = fopen(a->profile, "r");
+    if (f && !fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        f = NULL;
+        errno = EISDIR;
+    }
+    if (!f)
+        return cli_usage_error("audit", "cannot read profile '%s': %s",
+                               a->profile, strerror(errno));
+    json_t *doc = json_loadf(f, 0, &je);
+    fclose(f);
     if (!doc)
         return cli_usage_error("audit", "--profile '%s': line %d: %s",
                                a->profile, je.line, je.text);

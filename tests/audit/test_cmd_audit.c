@@ -273,6 +273,26 @@ static void test_profile_file(void **state)
     buf_release(&err);
 }
 
+/* A profile that cannot be read: the file and the reason, no JSON line. */
+static void test_missing_profile_names_file_and_reason(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *miss[] = {"audit",     "--db",          db_path,
+                          "--profile", "/missing.json", NULL};
+    assert_int_equal(run(miss, &out, &err), EXIT_USAGE);
+    assert_non_null(strstr(err.data, "fidelity audit: cannot read profile "
+                                     "'/missing.json': No such file or "
+                                     "directory\n"));
+    assert_null(strstr(err.data, "line"));
+    const char *isdir[] = {"audit", "--db", db_path, "--profile", dir, NULL};
+    assert_int_equal(run(isdir, &out, &err), EXIT_USAGE);
+    assert_non_null(strstr(err.data, "': Is a directory\n"));
+    assert_null(strstr(err.data, "line"));
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_sessions_and_show(void **state)
 {
     (void)state;
@@ -376,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_is_usage_error),
         cmocka_unit_test(test_store_errors_exit_4),
         cmocka_unit_test(test_profile_file),
+        cmocka_unit_test(test_missing_profile_names_file_and_reason),
         cmocka_unit_test(test_sessions_and_show),
         cmocka_unit_test(test_spill_file_is_audited),
     };

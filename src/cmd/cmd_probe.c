@@ -18,6 +18,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/hash.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
 #include "store/store.h"
@@ -468,9 +469,10 @@ static void print_plan(FILE *out, const struct opts *o,
     }
     unsigned ends = base ? 2 : 1;
     fprintf(out,
-            "plan: %zu cases x %u endpoint%s = %zu chat requests, "
+            "plan: %zu case%s x %u endpoint%s = %zu chat request%s, "
             "%llu prompt tokens in all\n  kinds:",
-            n, ends, ends > 1 ? "s" : "", n * ends, tokens * ends);
+            n, plural_s(n), ends, plural_s(ends), n * ends, plural_s(n * ends),
+            tokens * ends);
     for (int k = 0; k < PROBE_NKINDS; k++)
         if (per[k])
             fprintf(out, " %s %zu", probe_kind_name(k), per[k]);
@@ -586,19 +588,20 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                        !strncmp(in->res[i].error, "cannot reach", 12);
         }
     fprintf(out,
-            "\n%zu of %zu cases finished (%zu from the store, %zu chat "
-            "requests sent), pass rate %.1f%%\n",
-            done, in->n, run->cached, run->sent, rate);
+            "\n%zu of %zu case%s finished (%zu from the store, %zu chat "
+            "request%s sent), pass rate %.1f%%\n",
+            done, in->n, plural_s(in->n), run->cached, run->sent,
+            plural_s(run->sent), rate);
     if (done && unreach == done)
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
     if (run->interrupted) {
         fprintf(stderr,
-                "fidelity probe: interrupted: %zu of %zu cases "
+                "fidelity probe: interrupted: %zu of %zu case%s "
                 "finished and stored; run the same command again "
                 "to finish\n",
-                done, in->n);
+                done, in->n, plural_s(in->n));
         return EXIT_FAIL;
     }
     if (rate < o->fail_under) {

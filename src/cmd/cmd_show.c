@@ -14,6 +14,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
+#include "core/plural.h"
 #include "store/store.h"
 
 const char CMD_SHOW_HELP[] =
@@ -65,8 +66,9 @@ static void print_session(const struct audit_session *s, json_t *turns,
     json_t *sum = audit_session_json(s, l);
     size_t i;
     json_t *t;
-    printf("session %s  harness %s  %zu exchange(s)\n", s->id,
-           json_string_value(json_object_get(sum, "harness")), s->n);
+    printf("session %s  harness %s  %zu exchange%s\n", s->id,
+           json_string_value(json_object_get(sum, "harness")), s->n,
+           plural_s(s->n));
     json_decref(sum);
     print_findings(l, 0);
     json_array_foreach(turns, i, t)

@@ -73,6 +73,10 @@ static void test_show_unknown_usage_is_dash(void **state)
     const char *argv[] = {"show", "ses_nousage", "--db", db, NULL};
     assert_int_equal(proc_run(argv, NULL, &out, &err, 30), 0);
     print_message("%s", buf_str(&out));
+    /* one of each: no "(s)", no "1 exchanges" */
+    assert_non_null(strstr(buf_str(&out), "  1 exchange\n"));
+    assert_non_null(strstr(buf_str(&out), "(main, 1 request) sent: (none); "));
+    assert_null(strstr(buf_str(&out), "(s)"));
     row(buf_str(&out), id, line, sizeof(line));
     assert_non_null(strstr(line, "prompt      -  compl     -  stop"));
     assert_non_null(strstr(line, " 200  ttfb "));
@@ -114,6 +118,10 @@ static void test_show_status_record_answered_itself(void **state)
     assert_non_null(s0);
     char *ses = xstrdup(json_string_value(json_object_get(s0, "session")));
     json_decref(j);
+    buf_reset(&out);
+    const char *ls_text[] = {"sessions", "--db", db, NULL};
+    assert_int_equal(proc_run(ls_text, NULL, &out, &err, 30), 0);
+    assert_non_null(strstr(buf_str(&out), "\n1 session\n"));
     buf_reset(&out);
 
     const char *sh[] = {"show", ses, "--db", db, NULL};

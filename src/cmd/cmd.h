@@ -51,6 +51,12 @@ int cli_parse_listen(const char *s, char **host, int *port, struct diag *d);
 int cli_parse_long(const char *s, long min, long max, long *out);
 int cli_parse_double(const char *s, double min, double max, double *out);
 
+/* The store options of the commands that save results (probe, drift):
+ * the same names and words in each help. */
+#define CLI_STORE_HELP                                                         \
+    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"    \
+    "  --no-store            save no results in the store and reuse none\n"
+
 /* Writes j (pretty, sorted keys) to path, "-" meaning standard output. */
 int cli_json_write(json_t *j, const char *path, struct diag *d);
 

@@ -78,9 +78,7 @@ const char CMD_DRIFT_HELP[] =
     "  --flip-margin X (0.2)\n"
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
-    "  --jsonl FILE          one record per compared position\n"
-    "  --db PATH             store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --no-store            do not save the run\n"
+    "  --jsonl FILE          one record per compared position\n" CLI_STORE_HELP
     "\n"
     "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
     "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"

@@ -59,8 +59,8 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
-    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
-    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below "
+    "PCT\n" CLI_STORE_HELP
     "  --fresh               redo cases already in the store\n"
     "\n"
     "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
@@ -110,7 +110,8 @@ enum {
     OPT_FAILUNDER,
     OPT_DB,
     OPT_FRESH,
-    OPT_READY
+    OPT_READY,
+    OPT_NOSTORE
 };
 
 struct opts {
@@ -121,7 +122,7 @@ struct opts {
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh;
+    bool dry, fresh, no_store;
     struct probe_grid_opts g;
     unsigned lengths[32];
     int depths[32];
@@ -247,6 +248,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"db", required_argument, NULL, OPT_DB},
         {"fresh", no_argument, NULL, OPT_FRESH},
         {"ready-timeout", required_argument, NULL, OPT_READY},
+        {"no-store", no_argument, NULL, OPT_NOSTORE},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -366,6 +368,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_FRESH:
             o->fresh = true;
+            break;
+        case OPT_NOSTORE:
+            o->no_store = true;
             break;
         default:
             return cli_bad_option("probe", c, argv);
@@ -651,9 +656,10 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         goto out;
     }
     const char *path = o->db ? o->db : store_default_path();
-    if (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-        probe_store_endpoint(db, ep, &d) ||
-        (base && probe_store_endpoint(db, base, &d))) {
+    if (!o->no_store &&
+        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
+         probe_store_endpoint(db, ep, &d) ||
+         (base && probe_store_endpoint(db, base, &d)))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }

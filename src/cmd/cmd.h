@@ -63,7 +63,8 @@ int cli_json_write(json_t *j, const char *path, struct diag *d);
 /* The readiness request (cmd/ready.c): GETs BASE/v1/models with headers
  * and waits at most timeout_ms for any answer, drawing on a terminal what it
  * waits for once the wait passes 2 s. 0 when a JSON answer came (any
- * status: what it says is for the caller's own requests); else one line
+ * status: what it says is for the caller's own requests) or an error
+ * status with no body (a server without /v1/models); else one line
  * "fidelity CMD: WHAT: ..." says why (unreachable, no answer in time, or an
  * answer that is not JSON, with its status, content type and first bytes)
  * and EXIT_UNREACHABLE is returned. */

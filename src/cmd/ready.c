@@ -62,6 +62,17 @@ static bool is_json(const struct http_resp *r)
     return j != NULL;
 }
 
+/* An answer that shows the server is something else: a body that is not
+ * JSON, or no body with a success status. An empty error (a 404 of a server
+ * without /v1/models, such as an older TGI) leaves the verdict to the
+ * caller's own requests. */
+static bool is_foreign(const struct http_resp *r)
+{
+    if (!r->body.len)
+        return r->status >= 200 && r->status <= 299;
+    return !is_json(r);
+}
+
 int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms)
 {
@@ -94,7 +105,7 @@ int cli_ready(const char *cmd, const char *what, const char *base,
                          what, url, w.limit_s);
     else if (r && r != -ENOBUFS)
         code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what, d.msg);
-    else if (!r && !is_json(&resp))
+    else if (!r && is_foreign(&resp))
         code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
                          http_resp_describe(&resp, url,
                                             "not JSON: not an "

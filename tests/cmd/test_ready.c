@@ -180,6 +180,36 @@ static void test_silent_endpoint_reported_within_ready_timeout(void **state)
     }
 }
 
+static void empty_404(void *ud, const char *method, const char *path,
+                      const char *body, size_t len, long *status,
+                      const char **ctype, struct buf *out)
+{
+    (void)ud, (void)method, (void)path, (void)body, (void)len, (void)out;
+    *status = 404;
+    *ctype = "text/plain";
+}
+
+/* A 404 without a body (a server that has no /v1/models) is not judged
+ * by the readiness request: probe's own fingerprint tells it. */
+static void test_empty_404_left_to_the_command(void **state)
+{
+    (void)state;
+    int port;
+    struct fakesrv *fs = fakesrv_start(empty_404, NULL, &port);
+    assert_non_null(fs);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    struct run r;
+    const char *argv[] = {"probe", "--endpoint", url, "--db", db, NULL};
+    run(&r, argv);
+    fakesrv_stop(fs);
+    print_message("%s", buf_str(&r.err));
+    assert_int_equal(r.code, 3);
+    assert_non_null(strstr(buf_str(&r.err), "/v1/models' answered HTTP 404"));
+    assert_null(strstr(buf_str(&r.err), "not an OpenAI-compatible"));
+    run_release(&r);
+}
+
 /* Runs argv under a pseudo-terminal; everything it wrote into out. */
 static int run_pty(const char *const argv[], struct buf *out)
 {
@@ -235,6 +265,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_html_endpoint_one_line_exit_3),
+        cmocka_unit_test(test_empty_404_left_to_the_command),
         cmocka_unit_test(test_silent_endpoint_reported_within_ready_timeout),
         cmocka_unit_test(test_wait_line_on_tty),
     };

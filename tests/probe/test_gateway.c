@@ -21,8 +21,10 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "core/xalloc.h"
 #include "http/client.h"
 #include "util/gateway.h"
+#include "util/rec.h"
 #include "util/simtest.h"
 #include "util/upstream.h"
 
@@ -491,6 +493,88 @@ static void test_sim_behind_gateway(void **state)
     gateway_stop(keep);
 }
 
+/* Sends a chat request (streamed or not) with a 4-turn history to url;
+ * returns the HTTP status. */
+static long post_chat(const char *url, bool stream)
+{
+    struct http_client *c = http_client_new();
+    char u[128];
+    snprintf(u, sizeof(u), "%s/v1/chat/completions", url);
+    json_t *body = chat(conversation(4, false));
+    if (stream)
+        json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    const char *h[] = {"Content-Type: application/json", NULL};
+    struct http_req req = {.method = "POST",
+                           .url = u,
+                           .body = text,
+                           .body_len = strlen(text),
+                           .headers = h,
+                           .timeout_ms = 10000};
+    struct http_resp r;
+    struct diag d;
+    http_resp_init(&r);
+    long status = http_do(c, &req, &r, &d) ? -1 : r.status;
+    if (stream && !strstr(buf_str(&r.body), "data: [DONE]"))
+        status = -2;
+    http_resp_release(&r);
+    free(text);
+    json_decref(body);
+    http_client_free(c);
+    return status;
+}
+
+/* The messages of each stored exchange's request. */
+static size_t stored_msgs(json_t *all, size_t i)
+{
+    json_t *b = json_object_get(json_array_get(all, i), "req_body");
+    return json_array_size(json_object_get(b, "messages"));
+}
+
+/* The two places the gateway takes beside `record`: between record and
+ * the server (record stores what the client sent) and between the client
+ * and record (record stores what the gateway made of it). */
+static void test_gateway_beside_record(void **state)
+{
+    struct simt *t = *state;
+    struct proc *sim = simt_start(t, NULL);
+    struct gateway_opts o = {.keep_last = 1};
+    char *dir = rec_tmpdir();
+    char *db_a = xasprintf("%s/a.db", dir), *db_b = xasprintf("%s/b.db", dir);
+    struct proc ra, rb;
+    long st[4];
+
+    /* client -> record -> gateway -> sim */
+    struct gateway *ga = gateway_start(proc_url(sim), &o);
+    assert_int_equal(rec_start_record(&ra, gateway_url(ga), db_a, NULL), 0);
+    st[0] = post_chat(proc_url(&ra), false);
+    st[1] = post_chat(proc_url(&ra), true);
+    proc_stop(&ra);
+    /* client -> gateway -> record -> sim */
+    assert_int_equal(rec_start_record(&rb, proc_url(sim), db_b, NULL), 0);
+    struct gateway *gb = gateway_start(proc_url(&rb), &o);
+    st[2] = post_chat(gateway_url(gb), false);
+    st[3] = post_chat(gateway_url(gb), true);
+    proc_stop(&rb);
+    gateway_stop(ga);
+    gateway_stop(gb);
+
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], 200);
+    json_t *a = rec_load(db_a), *b = rec_load(db_b);
+    assert_int_equal(json_array_size(a), 2);
+    assert_int_equal(json_array_size(b), 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(stored_msgs(a, i), 8); /* as the client sent it */
+        assert_int_equal(stored_msgs(b, i), 2); /* system + the last turn */
+    }
+    json_decref(a);
+    json_decref(b);
+    free(db_a);
+    free(db_b);
+    rec_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +590,8 @@ int main(void)
         T(test_tokenize_rewritten_only_when_asked),
         T(test_first_attempt_refused),
         cmocka_unit_test_setup_teardown(test_sim_behind_gateway, simt_setup,
+                                        sim_teardown),
+        cmocka_unit_test_setup_teardown(test_gateway_beside_record, simt_setup,
                                         sim_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

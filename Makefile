@@ -7,7 +7,7 @@ PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl
+            openssl chromium
 
 CC      ?= cc
 ifdef SANITIZE

@@ -76,6 +76,8 @@ const char CMD_DRIFT_HELP[] =
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
     "  --jsonl FILE          one record per compared position\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n"
     "  --db PATH             store (default $FIDELITY_DB or fidelity.db)\n"
     "  --no-store            do not save the run\n"
     "\n"
@@ -138,7 +140,8 @@ enum {
     O_JSON,
     O_JSONL,
     O_DB,
-    O_NOSTORE
+    O_NOSTORE,
+    O_REPORT
 };
 
 static const struct option longopts[] = {
@@ -190,13 +193,16 @@ static const struct option longopts[] = {
     {"jsonl", required_argument, NULL, O_JSONL},
     {"db", required_argument, NULL, O_DB},
     {"no-store", no_argument, NULL, O_NOSTORE},
+    {"report", required_argument, NULL, O_REPORT},
     {NULL, 0, NULL, 0},
 };
 
 struct ctx {
     struct drift_side g, c;
     struct drift_opts o;
-    const char *json_path, *jsonl_path, *db_path;
+    const char *json_path, *jsonl_path, *db_path, *report_path;
+    int argc;
+    char **argv;
     bool no_store, from_db;
     FILE *jsonl;
     struct buf line;
@@ -429,6 +435,9 @@ static int parse(struct ctx *x, int argc, char **argv)
         case O_JSONL:
             x->jsonl_path = optarg;
             break;
+        case O_REPORT:
+            x->report_path = optarg;
+            break;
         case O_DB:
             x->db_path = optarg;
             break;
@@ -517,6 +526,9 @@ static int finish(struct ctx *x, struct drift_result *r)
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
+    if (x->report_path && cmd_report_hook("drift", x->report_path, x->argc,
+                                          x->argv, NULL, summary, NULL))
+        code = EXIT_INTERNAL;
     if (!x->no_store) {
         int s = save(x, summary);
         if (s)
@@ -541,6 +553,8 @@ int cmd_drift(int argc, char **argv)
     drift_opts_default(&x.o);
     buf_init(&x.line, 0);
     drift_result_init(&r);
+    x.argc = argc;
+    x.argv = argv;
     code = parse(&x, argc, argv);
     if (code)
         goto out;

@@ -39,7 +39,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 
-.PHONY: all deps test check-format format demo demo-sim clean
+.PHONY: all deps test check-format format demo demo-sim clean golden-report
 all: fidelity
 
 $(STAMP):
@@ -93,6 +93,12 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(LIB) | $(STAMP)
 
 test: $(BIN) $(TEST_BIN) $(FUZZ_BIN)
 	@FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN) $(FUZZ_BIN)
+
+# The report's golden files (tests/report/golden/), rewritten from seeded
+# runs against fidelity sim; review the diff before committing it.
+golden-report: $(BIN) $(BUILD)/tests/report/test_report_e2e
+	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
+	  sh tests/run.sh $(BUILD)/tests/report/test_report_e2e
 
 CLANG_FORMAT ?= clang-format
 FMT_FILES = $(wildcard src/*.c src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h)

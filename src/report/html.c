@@ -301,7 +301,7 @@ static void strip(struct buf *b, const char *label, bool div)
                    "class=\"empty\"/><path class=\"few\" d=\"M268 18h6v6z\"/>"
                    "<text x=\"280\" y=\"28\">fewer than %d cases</text>",
                    REPORT_FEW_CASES);
-    buf_adds(b, "</svg>");
+    buf_adds(b, "</svg>\n");
 }
 
 void svg_seq_legend(struct buf *b, const char *label)

@@ -96,7 +96,7 @@ static void ep_row(struct buf *b, const char *role, const json_t *e,
     html_esc_json(b, jget(e, fpkey), 300);
     buf_adds(b, "</code></td><td><code>");
     html_esc_json(b, jget(e, infokey), 400);
-    buf_adds(b, "</code></td></tr>");
+    buf_adds(b, "</code></td></tr>\n");
 }
 
 static void header(const struct report_in *in, struct buf *b)
@@ -131,7 +131,7 @@ static void header(const struct report_in *in, struct buf *b)
                "dialect");
         ep_row(b, "drift candidate", jget(in->drift, "candidate"),
                "fingerprint", "dialect");
-        buf_adds(b, "</tbody></table>");
+        buf_adds(b, "</tbody></table>\n");
     }
     buf_adds(b, "</header>\n");
 }

@@ -4,9 +4,9 @@
  * on the axis), with a marker above each request a finding is about:
  * history rewritten (history.*), truncation suspected (truncation.*), a
  * "first message" reply (first_message.*), sampling changed (sampling.*),
- * any other rule; shape and colour both tell them apart. Then the findings
- * table with each finding's evidence. Every session id, rule, summary and
- * evidence string is escaped: they hold what harnesses and models wrote.
+ * any other warning or error; shape and colour both tell them apart. Then the
+ * findings table with each finding's evidence. Every session id, rule, summary
+ * and evidence string is escaped: they hold what harnesses and models wrote.
  */
 #include <math.h>
 #include <string.h>
@@ -82,7 +82,16 @@ static void legend(struct buf *b)
         buf_printf(b, "<text x=\"%d\" y=\"14\">%s</text>", x + 9, mark_name[m]);
         x += 24 + 7 * (int)strlen(mark_name[m]);
     }
-    buf_adds(b, "</svg>");
+    buf_adds(b, "</svg>\n");
+}
+
+/* Warnings and errors get a marker, and a sampling change whatever its
+ * severity; other informational findings (the parameters sent, say) are
+ * only in the table. */
+static bool is_marked(const json_t *f)
+{
+    return strcmp(jstr(f, "severity", "info"), "info") ||
+           !strcmp(jstr(f, "rule", ""), "sampling.changed");
 }
 
 /* Which marks each request of the session has (bit per enum mark). */
@@ -94,7 +103,7 @@ static void marks_of(const json_t *findings, const char *session,
     memset(bits, 0, n * sizeof(*bits));
     json_array_foreach(findings, i, f)
     {
-        if (strcmp(jstr(f, "session", ""), session))
+        if (strcmp(jstr(f, "session", ""), session) || !is_marked(f))
             continue;
         long long id = jint(f, "request", -1);
         json_array_foreach(reqs, j,
@@ -186,14 +195,14 @@ static void session_chart(struct buf *b, const json_t *t,
                 my -= 11;
             }
     }
-    buf_adds(b, "</svg></figure>");
+    buf_adds(b, "</svg></figure>\n");
 }
 
 static void findings_table(struct buf *b, const json_t *findings)
 {
     size_t i;
     const json_t *f;
-    buf_printf(b, "<h3>Findings (%zu)</h3>", json_array_size(findings));
+    buf_printf(b, "<h3>Findings (%zu)</h3>\n", json_array_size(findings));
     if (!json_array_size(findings)) {
         buf_adds(b, "<p>No findings.</p>");
         return;
@@ -206,7 +215,7 @@ static void findings_table(struct buf *b, const json_t *findings)
         if (i >= MAX_FINDINGS) {
             buf_printf(b,
                        "<tr><td colspan=\"7\">... and %zu more (the JSON "
-                       "output has them all)</td></tr>",
+                       "output has them all)</td></tr>\n",
                        json_array_size(findings) - MAX_FINDINGS);
             break;
         }
@@ -225,9 +234,9 @@ static void findings_table(struct buf *b, const json_t *findings)
         html_esc(b, jstr(f, "summary", ""), 400);
         buf_adds(b, "</td><td><code class=\"ev\">");
         html_esc_json(b, jget(f, "evidence"), 800);
-        buf_adds(b, "</code></td></tr>");
+        buf_adds(b, "</code></td></tr>\n");
     }
-    buf_adds(b, "</tbody></table>");
+    buf_adds(b, "</tbody></table>\n");
 }
 
 int report_audit_section(const json_t *doc, struct buf *b)
@@ -240,7 +249,7 @@ int report_audit_section(const json_t *doc, struct buf *b)
     const json_t *t;
     buf_printf(b,
                "<section id=\"audit\"><h2>audit: what the harness sent"
-               "</h2><p>%zu sessions, %zu findings.</p>",
+               "</h2><p>Sessions: %zu; findings: %zu.</p>",
                json_array_size(turns), json_array_size(findings));
     if (json_array_size(turns))
         legend(b);

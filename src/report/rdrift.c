@@ -155,7 +155,7 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
         buf_adds(b, "</text>");
         lx += 26 + 7 * (int)strlen(s[i].name);
     }
-    buf_adds(b, "</svg></figure>");
+    buf_adds(b, "</svg></figure>\n");
 }
 
 enum metric { M_KL, M_DP, M_TOP1 };
@@ -306,9 +306,9 @@ static void bucket_table(struct buf *b, const json_t *doc)
         ci_text(b, jpath(bk, "ci95", "dp_rms"));
         buf_adds(b, "</td>");
         verdict_cell(b, jstr(bk, "verdict", "-"));
-        buf_adds(b, "</tr>");
+        buf_adds(b, "</tr>\n");
     }
-    buf_adds(b, "</tbody></table>");
+    buf_adds(b, "</tbody></table>\n");
 }
 
 static void growth_line(struct buf *b, const json_t *g)
@@ -377,9 +377,9 @@ static void worst_table(struct buf *b, const json_t *doc)
         buf_adds(b, "</code></td>");
         tok(b, w, "golden_top1");
         tok(b, w, "candidate_top1");
-        buf_adds(b, "</tr>");
+        buf_adds(b, "</tr>\n");
     }
-    buf_adds(b, "</tbody></table>");
+    buf_adds(b, "</tbody></table>\n");
 }
 
 static void x_axis(const json_t *doc, struct axis *X)

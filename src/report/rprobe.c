@@ -35,6 +35,8 @@ struct hmap {
     size_t nc;
 };
 
+static int cmp_outcome(const void *a, const void *b);
+
 static bool same_str(const char *a, const char *b)
 {
     return a && b && !strcmp(a, b);
@@ -172,13 +174,20 @@ static void cell_tip(struct buf *b, const struct hmap *m, const json_t *c,
         fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 0);
         buf_adds(b, "%)");
     }
+    /* in name order: a document read back from the store has its keys
+     * sorted, one still in memory has them in the order they were made */
+    const char *names[32];
+    size_t n = 0;
     const char *k;
     const json_t *v;
     json_object_foreach((json_t *)jget(c, "outcomes"), k, v)
-    {
-        if (strcmp(k, "pass") && json_integer_value(v) > 0) {
-            buf_printf(b, "; %lld ", (long long)json_integer_value(v));
-            html_esc(b, k, 0);
+        add_str(names, &n, 32, k);
+    qsort(names, n, sizeof(*names), cmp_outcome);
+    for (size_t i = 0; i < n; i++) {
+        long long cnt = jint(jget(c, "outcomes"), names[i], 0);
+        if (strcmp(names[i], "pass") && cnt > 0) {
+            buf_printf(b, "; %lld ", cnt);
+            html_esc(b, names[i], 0);
         }
     }
     buf_adds(b, "</title>");
@@ -218,9 +227,9 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
             if (n < REPORT_FEW_CASES)
                 buf_printf(b, "<path class=\"few\" d=\"M%d %dh7v7z\"/>",
                            x + CW - 9, y);
-            buf_adds(b, "</g>");
+            buf_adds(b, "</g>\n");
         }
-    buf_adds(b, "</svg>");
+    buf_adds(b, "</svg>\n");
 }
 
 static bool apart(const json_t *a, const json_t *c)
@@ -277,9 +286,9 @@ static void diff_svg(struct buf *b, const struct hmap *m, const json_t *ec,
                 buf_addch(b, '0');
             else
                 buf_printf(b, "%+.0f", 100 * d);
-            buf_adds(b, "</text></g>");
+            buf_adds(b, "</text></g>\n");
         }
-    buf_adds(b, "</svg>");
+    buf_adds(b, "</svg>\n");
 }
 
 /* The maps of the document: per kind in order of first appearance. */
@@ -351,7 +360,7 @@ static void heatmaps(struct buf *b, const json_t *doc)
             heat_svg(b, &maps[i], bc, "baseline");
             diff_svg(b, &maps[i], ec, bc);
         }
-        buf_adds(b, "</div></figure>");
+        buf_adds(b, "</div></figure>\n");
     }
     free(maps);
 }
@@ -405,7 +414,7 @@ static void effective_table(struct buf *b, const json_t *doc)
             eff_cell(b, jget(bk, "effective_length"), "ruler");
             eff_cell(b, jget(bk, "effective_length"), "nolima");
         }
-        buf_adds(b, "</tr>");
+        buf_adds(b, "</tr>\n");
     }
     buf_adds(b, "<tr class=\"all\"><td>all kinds</td>");
     eff_cell(b, jget(e, "effective_length"), "ruler");
@@ -414,7 +423,7 @@ static void effective_table(struct buf *b, const json_t *doc)
         eff_cell(b, jget(x, "effective_length"), "ruler");
         eff_cell(b, jget(x, "effective_length"), "nolima");
     }
-    buf_adds(b, "</tr></tbody></table>");
+    buf_adds(b, "</tr></tbody></table>\n");
 }
 
 static int cmp_outcome(const void *a, const void *b)
@@ -432,7 +441,7 @@ static void outcome_row(struct buf *b, const json_t *t, const char **names,
     for (size_t o = 0; o < n; o++)
         buf_printf(b, "<td class=\"n\">%lld</td>",
                    jint(jget(t, "outcomes"), names[o], 0));
-    buf_printf(b, "<td class=\"n\">%lld</td></tr>",
+    buf_printf(b, "<td class=\"n\">%lld</td></tr>\n",
                jint(t, "no_context_replies", 0));
 }
 
@@ -465,7 +474,7 @@ static void failures_table(struct buf *b, const json_t *side, const char *who)
     }
     buf_adds(b, "<tr class=\"all\"><td>all kinds</td>");
     outcome_row(b, side, names, n);
-    buf_adds(b, "</tbody></table>");
+    buf_adds(b, "</tbody></table>\n");
 }
 
 static void pairs_row(struct buf *b, const char *name, const json_t *p)
@@ -479,12 +488,13 @@ static void pairs_row(struct buf *b, const char *name, const json_t *p)
                jint(p, "both_pass", 0), jint(p, "endpoint_only_pass", 0),
                jint(p, "baseline_only_pass", 0), jint(p, "both_fail", 0));
     fmt_sig(b, jnum(p, "p_value", NAN));
-    buf_printf(b, "</td><td>%s</td></tr>",
+    buf_printf(b, "</td><td>%s</td></tr>\n",
                json_is_true(jget(p, "significant")) ? "<b>significant</b>"
                                                     : "no");
 }
 
-static void comparison_table(struct buf *b, const json_t *cmp)
+static void comparison_table(struct buf *b, const json_t *cmp,
+                             const json_t *side)
 {
     if (!cmp)
         return;
@@ -493,11 +503,16 @@ static void comparison_table(struct buf *b, const json_t *cmp)
                 "<th>endpoint only</th><th>baseline only</th><th>both fail"
                 "</th><th>p</th><th></th></tr></thead><tbody>");
     pairs_row(b, "all", jget(cmp, "overall"));
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)jget(cmp, "by_kind"), k, v)
-        pairs_row(b, k, v);
-    buf_adds(b, "</tbody></table>");
+    size_t i;
+    const json_t *k;
+    json_array_foreach(jget(side, "kinds"), i, k)
+    {
+        const char *name = jstr(k, "kind", "?");
+        const json_t *p = jpath(cmp, "by_kind", name);
+        if (p)
+            pairs_row(b, name, p);
+    }
+    buf_adds(b, "</tbody></table>\n");
 }
 
 static void examples(struct buf *b, const json_t *side, const char *who)
@@ -537,10 +552,10 @@ static void examples(struct buf *b, const json_t *side, const char *who)
             html_esc(b, jstr(c, "error", ""), 300);
             buf_adds(b, "</span>");
         }
-        buf_adds(b, "</td></tr>");
+        buf_adds(b, "</td></tr>\n");
     }
     if (shown)
-        buf_adds(b, "</tbody></table>");
+        buf_adds(b, "</tbody></table>\n");
 }
 
 static void summary_row(struct buf *b, const char *who, const json_t *side)
@@ -557,7 +572,7 @@ static void summary_row(struct buf *b, const char *who, const json_t *side)
     fmt_fixed(b, 100 * json_number_value(json_array_get(w, 0)), 1);
     buf_adds(b, "-");
     fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 1);
-    buf_adds(b, "%</td></tr>");
+    buf_adds(b, "%</td></tr>\n");
 }
 
 int report_probe_section(const json_t *doc, struct buf *b)
@@ -574,13 +589,13 @@ int report_probe_section(const json_t *doc, struct buf *b)
     summary_row(b, "endpoint", e);
     if (x)
         summary_row(b, "baseline", x);
-    buf_adds(b, "</tbody></table>");
+    buf_adds(b, "</tbody></table>\n");
     heatmaps(b, doc);
     effective_table(b, doc);
     failures_table(b, e, "endpoint");
     if (x)
         failures_table(b, x, "baseline");
-    comparison_table(b, jget(doc, "comparison"));
+    comparison_table(b, jget(doc, "comparison"), e);
     examples(b, e, "endpoint");
     if (x)
         examples(b, x, "baseline");

@@ -352,8 +352,13 @@ static void heatmaps(struct buf *b, const json_t *doc)
     for (size_t i = 0; i < n; i++) {
         buf_adds(b, "<figure class=\"maps\"><figcaption>");
         map_title(b, &maps[i]);
-        buf_adds(b, maps[i].variant ? ": pass % by length x depth"
-                                    : ": pass % by length x variant");
+        if (!maps[i].variant)
+            buf_adds(b, ": pass % by length x variant");
+        else if (!strcmp(maps[i].kind, "canary"))
+            buf_adds(b, ": pass % by length x turn position (the turn-loss "
+                        "map: which turns the server still sees)");
+        else
+            buf_adds(b, ": pass % by length x depth");
         buf_adds(b, "</figcaption><div class=\"row\">");
         heat_svg(b, &maps[i], ec, "endpoint");
         if (json_array_size(bc)) {

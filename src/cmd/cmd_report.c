@@ -102,7 +102,8 @@ int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option lo[] = {
-        RECORDED_LONGOPTS,
+        {"db", required_argument, NULL, 'd'},
+        {"spill", required_argument, NULL, 'S'},
         {"probe-run", required_argument, NULL, O_PROBE_RUN},
         {"drift-run", required_argument, NULL, O_DRIFT_RUN},
         {"session", required_argument, NULL, O_SESSION},
@@ -117,7 +118,7 @@ static int parse(int argc, char **argv, struct args *a)
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":o:", lo, NULL)) != -1) {
-        if (c != 'j' && recorded_take_opt(&a->rec, c, optarg))
+        if ((c == 'd' || c == 'S') && recorded_take_opt(&a->rec, c, optarg))
             continue;
         switch (c) {
         case O_PROBE_RUN:

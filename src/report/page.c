@@ -76,8 +76,46 @@ static const char css[] =
     "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
     ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";
 
-static void ep_row(struct buf *b, const char *role, const json_t *e,
-                   const char *fpkey, const char *infokey)
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* An object as "key: value" lines in key order (at most 8, each value cut
+ * at 160 bytes); anything else as compact JSON. */
+static void kv_lines(struct buf *b, const json_t *o)
+{
+    const char *keys[8];
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    if (!json_is_object(o)) {
+        buf_adds(b, "<code>");
+        html_esc_json(b, o, 300);
+        buf_adds(b, "</code>");
+        return;
+    }
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (n < 8)
+            keys[n++] = k;
+    }
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        buf_adds(b, i ? "<br><b>" : "<b>");
+        html_esc(b, keys[i], 60);
+        buf_adds(b, "</b>: <code>");
+        html_esc_json(b, json_object_get(o, keys[i]), 160);
+        buf_adds(b, "</code>");
+    }
+    if (json_object_size(o) > n)
+        buf_printf(b, "<br>(%zu more)", json_object_size(o) - n);
+}
+
+/* One endpoint: probe's {url, model, fingerprint (hex), max_model_len,
+ * tokenizer, server_info} or drift's {url, dialect, model, fingerprint
+ * (what the server said about itself)}. */
+static void ep_row(struct buf *b, const char *role, const json_t *e)
 {
     if (!json_is_object(e))
         return;
@@ -93,11 +131,25 @@ static void ep_row(struct buf *b, const char *role, const json_t *e,
         buf_printf(b, "%lld", ctx);
     else
         buf_addch(b, '-');
+    const json_t *fp = jget(e, "fingerprint");
     buf_adds(b, "</td><td><code>");
-    html_esc_json(b, jget(e, fpkey), 300);
-    buf_adds(b, "</code></td><td><code>");
-    html_esc_json(b, jget(e, infokey), 400);
-    buf_adds(b, "</code></td></tr>\n");
+    if (json_is_string(fp))
+        html_esc(b, json_string_value(fp), 80);
+    else
+        buf_addch(b, '-');
+    buf_adds(b, "</code></td><td>");
+    if (jstr(e, "tokenizer", NULL)) {
+        buf_adds(b, "<b>tokens by</b>: ");
+        html_esc(b, jstr(e, "tokenizer", ""), 40);
+        buf_adds(b, "<br>");
+    }
+    if (jstr(e, "dialect", NULL)) {
+        buf_adds(b, "<b>dialect</b>: ");
+        html_esc(b, jstr(e, "dialect", ""), 40);
+        buf_adds(b, "<br>");
+    }
+    kv_lines(b, json_is_string(fp) ? jget(e, "server_info") : fp);
+    buf_adds(b, "</td></tr>\n");
 }
 
 static void header(const struct report_in *in, struct buf *b)
@@ -124,14 +176,10 @@ static void header(const struct report_in *in, struct buf *b)
         buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
                     "</th><th>context length</th><th>fingerprint</th>"
                     "<th>server and flags seen</th></tr></thead><tbody>");
-        ep_row(b, "probe endpoint", jget(in->probe, "endpoint"), "fingerprint",
-               "server_info");
-        ep_row(b, "probe baseline", jget(in->probe, "baseline"), "fingerprint",
-               "server_info");
-        ep_row(b, "drift golden", jget(in->drift, "golden"), "fingerprint",
-               "dialect");
-        ep_row(b, "drift candidate", jget(in->drift, "candidate"),
-               "fingerprint", "dialect");
+        ep_row(b, "probe endpoint", jget(in->probe, "endpoint"));
+        ep_row(b, "probe baseline", jget(in->probe, "baseline"));
+        ep_row(b, "drift golden", jget(in->drift, "golden"));
+        ep_row(b, "drift candidate", jget(in->drift, "candidate"));
         buf_adds(b, "</tbody></table>\n");
     }
     buf_adds(b, "</header>\n");

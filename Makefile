@@ -44,7 +44,8 @@ all: fidelity
 
 $(STAMP):
 	@mkdir -p $(BUILD)
-	@pkg-config --exists $(PKGS) $(TESTPKGS) || $(MAKE) --no-print-directory deps
+	@{ pkg-config --exists $(PKGS) $(TESTPKGS) && \
+	   command -v chromium >/dev/null 2>&1; } || $(MAKE) --no-print-directory deps
 	@touch $@
 
 deps:

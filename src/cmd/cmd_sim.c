@@ -49,6 +49,8 @@ const char CMD_SIM_HELP[] =
     "  --latency-ms N         --token-interval-ms N\n"
     "  --rate-429 R  --rate-500 R  --rate-503 R   --cut-stream-after N\n"
     "  --reasoning            --seed N            --max-body BYTES\n"
+    "  --feedback-base N      --feedback-growth G --feedback-budget N\n"
+    "  --feedback-window N    --feedback-max N    --feedback-jitter J\n"
     "See docs/SIM.md for what each one does and which real failure it\n"
     "stands for.\n"
     "\n"
@@ -117,6 +119,7 @@ int cmd_sim(int argc, char **argv)
     s = calloc(1, sizeof(*s));
     sim_init(s, &c);
     r = sim_serve(s, host, port, ready, host, &d);
+    sim_release(s);
     free(s);
     free(host);
     if (r)

@@ -475,6 +475,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
         return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
                                         "and --turn-bytes need --live");
+    if (o->live && (o->baseline || o->junit))
+        return cli_usage_error("probe", "--baseline and --junit are not "
+                                        "available with --live");
     if (o->live && !o->max_tokens_given)
         o->max_tokens = 4096;
     if (!o->endpoint)

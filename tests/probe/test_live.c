@@ -484,6 +484,9 @@ static void test_temperature_shorthand_and_usage_errors(void **state)
     run_probe(&r, sim, "--live", "--send-reasoning", "sometimes", NULL);
     assert_int_equal(r.code, 2);
     run_release(&r);
+    run_probe(&r, sim, "--live", "--baseline", "http://127.0.0.1:1", NULL);
+    assert_int_equal(r.code, 2);
+    run_release(&r);
     /* --vary temperature=LIST is --temperature LIST: the same store keys */
     run_probe(&r, sim, "--db", tpath("t.db"), "--kinds", "needle", "--lengths",
               "1k", "--depths", "0", "--temperature", "0.2,0.6", NULL);

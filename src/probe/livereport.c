@@ -87,7 +87,7 @@ static json_t *pairs(const struct probe_live_run *r, size_t a, size_t b)
     }
     double pv = stats_mcnemar_exact(only_a, only_b);
     return json_pack("{s:i,s:i,s:i,s:i,s:f,s:b}", "both_recall", both,
-                     "this_only", only_a, "first_only", only_b, "neither",
+                     "this_only", only_a, "other_only", only_b, "neither",
                      neither, "p_value", pv, "significant", pv < 0.05);
 }
 
@@ -188,14 +188,22 @@ json_t *probe_live_report_json(const struct probe_live_run *r)
                        s.break_median);
         free(name);
     }
+    json_t *cmp = json_array();
+    for (size_t a = 0; a < p->n_cells; a++)
+        for (size_t b = a + 1; b < p->n_cells; b++) {
+            json_t *pj = pairs(r, a, b);
+            json_object_set_new(pj, "cell", json_integer((json_int_t)a));
+            json_object_set_new(pj, "other", json_integer((json_int_t)b));
+            json_array_append_new(cmp, pj);
+        }
     json_t *ask = json_array();
     for (size_t i = 0; i < p->n_ask; i++)
         json_array_append_new(ask, json_integer(p->ask[i]));
-    return json_pack("{s:s,s:i,s:i,s:o,s:o,s:o,s:o,s:b}", "format",
+    return json_pack("{s:s,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:b}", "format",
                      "fidelity-probe-live/1", "turns", (int)p->turns, "seeds",
                      (int)p->seeds, "question_turns", ask, "cells", cells,
-                     "first_break", fb, "sessions", sessions, "interrupted",
-                     r->interrupted);
+                     "first_break", fb, "comparisons", cmp, "sessions",
+                     sessions, "interrupted", r->interrupted);
 }
 
 void probe_live_report_text(const struct probe_live_run *r, FILE *out)

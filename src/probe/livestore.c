@@ -27,6 +27,9 @@ int probe_live_store_init(sqlite3 *db, struct diag *d)
 json_t *probe_live_result_json(const struct probe_live_result *r)
 {
     json_t *turns = json_array();
+    int facts[PROBE_LIVE_FACTS]; /* -1 not asked yet, else last result */
+    for (int f = 0; f < PROBE_LIVE_FACTS; f++)
+        facts[f] = -1;
     for (unsigned t = 0; t < r->n_turns; t++) {
         const struct probe_live_turn *x = &r->turn[t];
         json_t *j = json_pack(
@@ -41,7 +44,15 @@ json_t *probe_live_result_json(const struct probe_live_result *r)
             json_object_set_new(j, "asked_fact", json_integer(x->asked));
             json_object_set_new(j, "recalled", json_boolean(x->passed));
             json_object_set_new(j, "no_context", json_boolean(x->no_context));
+            if (x->asked < PROBE_LIVE_FACTS)
+                facts[x->asked] = x->passed;
         }
+        /* the latest answer about each fact asked so far */
+        json_t *so_far = json_array();
+        for (int f = 0; f < PROBE_LIVE_FACTS; f++)
+            json_array_append_new(
+                so_far, facts[f] < 0 ? json_null() : json_boolean(facts[f]));
+        json_object_set_new(j, "facts_recalled", so_far);
         json_array_append_new(turns, j);
     }
     json_t *j =

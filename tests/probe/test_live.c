@@ -253,11 +253,25 @@ static void test_feedback_grid_names_max_cold_keep(void **state)
         assert_true(b >= 6 && b <= 12);
         assert_true(reasoning_in_context(ks, ds, b) > 2000);
         assert_true(reasoning_in_context(ks, ds, b - 2) <= 2000);
+        /* at the end neither planted fact is recalled; without the
+         * reasoning both are */
+        json_t *lk = json_array_get(json_object_get(ks, "turns"), 11);
+        json_t *ld = json_array_get(json_object_get(ds, "turns"), 11);
+        assert_true(json_is_false(
+            json_array_get(json_object_get(lk, "facts_recalled"), 0)));
+        assert_true(json_is_false(
+            json_array_get(json_object_get(lk, "facts_recalled"), 1)));
+        assert_true(json_is_true(
+            json_array_get(json_object_get(ld, "facts_recalled"), 0)));
+        assert_true(json_is_true(
+            json_array_get(json_object_get(ld, "facts_recalled"), 1)));
         /* reasoning grows turn by turn while it is carried forward */
         json_t *kt = json_object_get(ks, "turns");
         assert_true(iget(json_array_get(kt, 3), "reasoning_bytes") >
                     iget(json_array_get(kt, 0), "reasoning_bytes"));
     }
+    /* McNemar for every pair of the 8 cells */
+    assert_int_equal(json_array_size(json_object_get(r.j, "comparisons")), 28);
     /* the other cells break later or not at all */
     json_array_foreach(json_object_get(r.j, "cells"), i, c)
     {

@@ -23,6 +23,7 @@
 #include "core/xalloc.h"
 #include "probe/probe.h"
 #include "probe/vary.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_PROBE_HELP[] =
@@ -73,6 +74,8 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n"
     "  --fail-under PCT      exit 1 when the pass rate is below "
     "PCT\n" CLI_STORE_HELP
     "  --fresh               redo cases already in the store\n"
@@ -129,6 +132,7 @@ enum {
     OPT_FRESH,
     OPT_READY,
     OPT_NOSTORE,
+    OPT_REPORT,
     OPT_VARY,
     OPT_LIVE,
     OPT_TURNS,
@@ -139,7 +143,9 @@ enum {
 
 struct opts {
     const char *endpoint, *baseline, *model, *api_key, *extra, *json;
-    const char *junit, *db;
+    const char *junit, *db, *report;
+    int argc;
+    char **argv;
     const char *headers[48];
     size_t n_headers;
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
@@ -309,6 +315,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fresh", no_argument, NULL, OPT_FRESH},
         {"ready-timeout", required_argument, NULL, OPT_READY},
         {"no-store", no_argument, NULL, OPT_NOSTORE},
+        {"report", required_argument, NULL, OPT_REPORT},
         {"vary", required_argument, NULL, OPT_VARY},
         {"live", no_argument, NULL, OPT_LIVE},
         {"turns", required_argument, NULL, OPT_TURNS},
@@ -465,6 +472,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case OPT_NOSTORE:
             o->no_store = true;
             break;
+        case OPT_REPORT:
+            o->report = optarg;
+            break;
         default:
             return cli_bad_option("probe", c, argv);
         }
@@ -475,9 +485,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
         return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
                                         "and --turn-bytes need --live");
-    if (o->live && (o->baseline || o->junit))
-        return cli_usage_error("probe", "--baseline and --junit are not "
-                                        "available with --live");
+    if (o->live && (o->baseline || o->junit || o->report))
+        return cli_usage_error("probe", "--baseline, --junit and --report "
+                                        "are not available with --live");
     if (o->live && !o->max_tokens_given)
         o->max_tokens = 4096;
     if (!o->endpoint)
@@ -662,6 +672,36 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
     return c;
 }
 
+/* What probe_run keeps of the report: the whole document but the cases,
+ * of which only the first failed ones per side stay, as many as the HTML
+ * report shows (fidelity report draws the same page from it). */
+static json_t *stored_summary(const json_t *j)
+{
+    json_t *sum = json_deep_copy(j);
+    static const char *const sides[] = {"results", "baseline_results"};
+    for (int s = 0; s < 2; s++) {
+        json_t *side = json_object_get(sum, sides[s]);
+        json_t *cases = json_object_get(side, "case_results"), *keep;
+        size_t i;
+        json_t *c;
+        if (!cases)
+            continue;
+        keep = json_array();
+        json_array_foreach(cases, i, c)
+        {
+            const char *oc = json_string_value(json_object_get(c, "outcome"));
+            if (json_is_true(json_object_get(c, "passed")) ||
+                (oc && !strcmp(oc, "not-run")))
+                continue;
+            if (json_array_size(keep) >= REPORT_PROBE_EXAMPLES)
+                break;
+            json_array_append(keep, c);
+        }
+        json_object_set_new(side, "case_results", keep);
+    }
+    return sum;
+}
+
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                   struct probe_report_in *in, sqlite3 *db)
 {
@@ -673,9 +713,10 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_t *sum = json_deep_copy(json_object_get(j, "results"));
-    json_object_del(sum, "case_results");
-    json_object_del(sum, "cells");
+    if (o->report &&
+        cmd_report_hook("probe", o->report, o->argc, o->argv, j, NULL, NULL))
+        code = EXIT_INTERNAL;
+    json_t *sum = stored_summary(j);
     if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
                               sum, NULL, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
@@ -885,6 +926,8 @@ int cmd_probe(int argc, char **argv)
         probe_vary_release(&o.vary);
         return code;
     }
+    o.argc = argc;
+    o.argv = argv;
     json_t *extra = NULL;
     char *extra_key = NULL, *auth = NULL;
     if (o.extra) {

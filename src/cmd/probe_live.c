@@ -59,10 +59,8 @@ static int report(const struct probe_live_cmd *o, FILE *out,
     json_t *j = probe_live_report_json(run);
     if (o->json && cli_json_write(j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_object_del(j, "sessions"); /* the run's summary: cells only */
-    if (db && probe_store_run(db, run->ep->fp, NULL, j, NULL, &d))
-        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     json_decref(j);
+    (void)db;
     if (run->store_err)
         code = cli_error("probe", EXIT_INTERNAL, "%s", run->store_diag.msg);
     if (code)

@@ -16,6 +16,7 @@
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "probe/vary.h"
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url)
 {
@@ -311,6 +312,7 @@ void probe_reply_release(struct probe_reply *r)
 {
     free(r->content);
     free(r->reasoning);
+    json_decref(r->message);
     memset(r, 0, sizeof(*r));
 }
 
@@ -328,6 +330,8 @@ json_t *probe_chat_body(const struct probe_endpoint *e,
         json_object_set(b, "tools", pc->tools);
     if (e->extra_body)
         json_object_update(b, e->extra_body);
+    if (pc->spec.vary)
+        probe_vary_apply(b, pc->spec.vary);
     return b;
 }
 
@@ -360,6 +364,7 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
         json_decref(j);
         return -EBADMSG;
     }
+    r->message = json_incref(m);
     r->content = dup_str(json_object_get(m, "content"));
     r->reasoning = dup_str(json_object_get(m, "reasoning_content"));
     if (!r->reasoning)

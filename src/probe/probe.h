@@ -95,8 +95,11 @@ struct probe_spec {
     int variant;
     double temperature;
     unsigned rep;
-    uint64_t seed; /* content seed: run seed, kind, length, depth, variant,
-                      rep (not temperature: the same case at each one) */
+    uint64_t seed;      /* content seed: run seed, kind, length, depth, variant,
+                           rep (not temperature: the same case at each one) */
+    const json_t *vary; /* --vary cell set in the request (vary.h), or
+                           NULL; borrowed for the run */
+    const char *vary_key; /* its label, part of the store key; or NULL */
 };
 
 /* ---- grid.c ---- */
@@ -265,6 +268,7 @@ struct probe_reply {
     char finish[16];
     char *content;   /* owned, may be NULL */
     char *reasoning; /* owned, may be NULL */
+    json_t *message; /* owned: choices[0].message as answered, or NULL */
     double latency;  /* seconds, last attempt */
     char error[256]; /* why it failed, when it did */
 };

@@ -362,6 +362,8 @@ static json_t *case_json(const struct probe_spec *s,
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
     json_object_set_new(c, "seed", json_string(seed));
+    if (s->vary)
+        json_object_set(c, "vary", (json_t *)s->vary);
     if (s->kind == PROBE_CANARY && s->depth >= 0) {
         unsigned n = probe_turns_for(s->target);
         json_object_set_new(
@@ -396,7 +398,9 @@ static bool same_cell(const struct probe_spec *a, const struct probe_spec *b)
 {
     return a->kind == b->kind && a->length == b->length &&
            a->depth == b->depth && a->variant == b->variant &&
-           a->temperature == b->temperature;
+           a->temperature == b->temperature &&
+           !strcmp(a->vary_key ? a->vary_key : "",
+                   b->vary_key ? b->vary_key : "");
 }
 
 static json_t *cells_json(const struct probe_report_in *in,
@@ -416,6 +420,8 @@ static json_t *cells_json(const struct probe_report_in *in,
         json_object_set_new(
             c, "variant", json_string(probe_variant_name(s->kind, s->variant)));
         json_object_set_new(c, "temperature", json_real(s->temperature));
+        if (s->vary)
+            json_object_set(c, "vary", (json_t *)s->vary);
         json_array_append_new(cells, c);
         i = j;
     }

@@ -75,6 +75,12 @@ static const struct field fields[] = {
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
     B(hide_faults),
+    L(feedback_base, 0, 1 << 20),
+    D(feedback_growth, 0, 100),
+    L(feedback_budget, 1, 1 << 24),
+    L(feedback_window, 1, 1 << 24),
+    L(feedback_max, 1, 1 << 24),
+    D(feedback_jitter, 0, 0.9),
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -86,6 +92,11 @@ void sim_config_defaults(struct sim_config *c)
     c->logit_scale = 1.0;
     c->batch_window_ms = 20;
     c->max_body = 64L << 20;
+    c->feedback_growth = 0.1;
+    c->feedback_budget = 2500;
+    c->feedback_window = 1024;
+    c->feedback_max = 1024;
+    c->feedback_jitter = 0.1;
 }
 
 long sim_config_limit(const struct sim_config *c)

@@ -15,12 +15,14 @@
 #include "cmd/cmds.h"
 #include "core/xalloc.h"
 #include "record/record.h"
+#include "record/redact.h"
 #include "store/store.h"
 
 const char CMD_RECORD_HELP[] =
     "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db FILE]\n"
     "                       [--spill FILE] [--max-body BYTES] [--timeout S]\n"
     "                       [--upstream-cacert FILE] [--insecure]\n"
+    "                       [--redact-key NAME]...\n"
     "\n"
     "A transparent reverse proxy between a harness (opencode, a script, an\n"
     "SDK) and an OpenAI-compatible server. Every method and path is\n"
@@ -29,7 +31,9 @@ const char CMD_RECORD_HELP[] =
     "(FILE-intake beside --db) before the client receives its last byte,\n"
     "and committed to the SQLite store moments later, off the client's\n"
     "path: request headers (Authorization, api-key and similar redacted),\n"
-    "body, response, the reply reassembled from the stream, timings on both\n"
+    "body (the string values of keys such as api_key, password, secret,\n"
+    "access_token redacted, keeping their length), response, the reply "
+    "reassembled from the stream, timings on both\n"
     "sides and how it ended. After a crash or kill -9, the next fidelity\n"
     "command that opens the store commits what the log still holds.\n"
     "Messages are stored once, content-addressed and compressed. If the\n"
@@ -54,6 +58,9 @@ const char CMD_RECORD_HELP[] =
     "                      an https:// upstream, e.g. a self-signed server\n"
     "  --insecure          do not verify the https:// upstream's certificate\n"
     "                      (the traffic is still encrypted)\n"
+    "  --redact-key NAME   also redact the string values of request-body\n"
+    "                      keys named NAME (any case, any depth;\n"
+    "                      repeatable); the upstream still gets them\n"
     "\n"
     "The first line on standard output is\n"
     "  fidelity record: listening on http://HOST:PORT -> URL\n"
@@ -115,6 +122,7 @@ static const struct option OPTS[] = {
     {"timeout", required_argument, NULL, 't'},
     {"upstream-cacert", required_argument, NULL, 'c'},
     {"insecure", no_argument, NULL, 'k'},
+    {"redact-key", required_argument, NULL, 'R'},
     {NULL, 0, NULL, 0},
 };
 
@@ -123,6 +131,8 @@ int cmd_record(int argc, char **argv)
     struct record_opts o = {0};
     const char *listen = "127.0.0.1:8080";
     char *spill = NULL, *host = NULL;
+    const char *redact[REDACT_KEYS_MAX];
+    size_t nredact = 0;
     struct diag d = {{0}};
     long timeout_s = 600;
     int c, rc;
@@ -168,6 +178,17 @@ int cmd_record(int argc, char **argv)
         case 'k':
             o.insecure = true;
             break;
+        case 'R':
+            if (!redact_name_ok(optarg))
+                return cli_usage_error("record",
+                                       "--redact-key '%s' must be 1-%d bytes",
+                                       optarg, REDACT_NAME_MAX);
+            if (nredact == REDACT_KEYS_MAX)
+                return cli_usage_error("record",
+                                       "--redact-key given more than %d times",
+                                       REDACT_KEYS_MAX);
+            redact[nredact++] = optarg;
+            break;
         default:
             return cli_bad_option("record", c, argv);
         }
@@ -188,6 +209,8 @@ int cmd_record(int argc, char **argv)
     if (!o.spill_path)
         o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
     o.host = host;
+    o.redact_keys = redact;
+    o.n_redact_keys = nredact;
     o.timeout_ms = timeout_s * 1000;
     o.handle_signals = 1;
     /* undocumented in --help: forward http:// through libcurl as well, to

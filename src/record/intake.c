@@ -177,9 +177,9 @@ static char *w_bytes(char *w, const char *p, size_t n)
 int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end)
 {
     struct buf *b = &in->rec;
-    const uint8_t flags =
-        (uint8_t)(r->streamed | r->resp_capped << 1 | r->ct_json << 2 |
-                  r->req_hl_set << 3 | r->resp_hl_set << 4);
+    const uint8_t flags = (uint8_t)(r->streamed | r->resp_capped << 1 |
+                                    r->ct_json << 2 | r->req_hl_set << 3 |
+                                    r->resp_hl_set << 4 | r->req_redacted << 5);
     if (!in->epoch || in->size == (uint64_t)-1)
         return -EBADF; /* never reset, or its last reset failed */
     size_t plen = FIXED_LEN + STRINGS * 8 + r->method_len + r->path_len +
@@ -301,6 +301,7 @@ static int decode(const char *p, size_t n, struct intake_rec *r)
     r->ct_json = flags & 4;
     r->req_hl_set = flags & 8;
     r->resp_hl_set = flags & 16;
+    r->req_redacted = flags & 32;
     r->status = (int32_t)take_u32(&c);
     r->started = take_f64(&c);
     r->up_ttfb_ms = take_f64(&c);

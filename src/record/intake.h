@@ -40,10 +40,11 @@ struct intake_rec {
     double up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms;
     double max_gap_ms;
     int32_t status;
-    uint8_t end;      /* enum xchg_end */
-    bool streamed;    /* text/event-stream */
-    bool resp_capped; /* the response was cut at --max-capture */
-    bool ct_json;     /* the request's Content-Type says json */
+    uint8_t end;       /* enum xchg_end */
+    bool streamed;     /* text/event-stream */
+    bool resp_capped;  /* the response was cut at --max-capture */
+    bool ct_json;      /* the request's Content-Type says json */
+    bool req_redacted; /* secrets in the body were hidden (redact.h) */
     const char *method, *path;
     size_t method_len, path_len;
     /* header lists as store/hdrs.h keeps them: the buffer's bytes and

@@ -39,6 +39,7 @@
 #include "record/front.h"
 #include "record/intake.h"
 #include "record/record.h"
+#include "record/redact.h"
 #include "record/rtiming.h"
 #include "record/upclient.h"
 #include "store/jscan.h"
@@ -1180,6 +1181,7 @@ static bool intake_put(struct record *r, struct ex *e)
         .streamed = x->streamed,
         .resp_capped = e->resp_capped,
         .ct_json = e->ct_json,
+        .req_redacted = x->req_redacted,
         .method = x->method,
         .method_len = strlen(x->method),
         .path = x->path,
@@ -1227,6 +1229,10 @@ static void finish_as(struct ex *e, enum xchg_end end)
         e->upq = NULL;
     }
     e->x.end = end;
+    /* the upstream has the request (upclient copied it, curl is done
+     * with it): from here on the body is only kept, so its secrets go */
+    e->x.req_redacted = redact_body(e->body.data, e->body.len, r->o.redact_keys,
+                                    r->o.n_redact_keys) > 0;
     fill_response(e, t);
     r->stats.exchanges++;
     list_add(&r->storing, e);
@@ -2115,6 +2121,7 @@ static struct ex *ex_of_rec(struct record *r, const struct intake_rec *ir)
     x->down_total_ms = ir->down_total_ms;
     x->end = (enum xchg_end)ir->end;
     e->ct_json = ir->ct_json;
+    x->req_redacted = ir->req_redacted;
     e->resp_capped = ir->resp_capped;
     e->max_gap_ms = ir->max_gap_ms;
     return e;

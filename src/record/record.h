@@ -36,6 +36,10 @@ struct record_opts {
      * (comparisons and tests; default: our own client, upclient.h) */
     bool via_libcurl;
     int handle_signals; /* stop on SIGINT/SIGTERM */
+    /* --redact-key: more request-body keys whose string values are hidden
+     * before anything is kept (redact.h; borrowed) */
+    const char *const *redact_keys;
+    size_t n_redact_keys;
     /* Called for each failure worth a log line (store failed, spilled,
      * lost); msg has no newline. May be NULL. */
     void (*log)(void *ud, const char *msg);

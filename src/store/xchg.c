@@ -68,7 +68,8 @@ static const char SCHEMA[] =
     " resp_raw BLOB, resp_raw_len INTEGER, resp_raw_zip INTEGER,"
     " streamed INTEGER NOT NULL DEFAULT 0, reply TEXT,"
     " up_ttfb_ms REAL, up_total_ms REAL, down_ttfb_ms REAL,"
-    " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0);"
+    " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0,"
+    " req_redacted INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
@@ -317,6 +318,17 @@ static int sql_fail(sqlite3 *db, struct diag *d, const char *what)
     return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
 }
 
+/* Whether table xchg has column req_redacted (stores written before it
+ * was added do not). */
+static bool has_redacted_column(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    bool ok = sqlite3_prepare_v2(db, "SELECT req_redacted FROM xchg LIMIT 0",
+                                 -1, &st, NULL) == SQLITE_OK;
+    sqlite3_finalize(st);
+    return ok;
+}
+
 int xchg_schema(sqlite3 *db, struct diag *d)
 {
     char *err = NULL;
@@ -326,6 +338,13 @@ int xchg_schema(sqlite3 *db, struct diag *d)
         sqlite3_free(err);
         return -EIO;
     }
+    /* an older store gets the column; one that cannot be written (a
+     * read-only copy) is still read, as unredacted (xchg_each) */
+    if (!has_redacted_column(db))
+        sqlite3_exec(db,
+                     "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
+                     " NULL DEFAULT 0",
+                     NULL, NULL, NULL);
     return 0;
 }
 
@@ -1223,9 +1242,11 @@ static const char INSERT_SQL[] =
     " req_params, req_tools, req_base, req_prefix, req_depth, req_msgs,"
     " req_raw, req_raw_len, req_raw_zip, req_malformed, status,"
     " resp_headers, resp_raw, resp_raw_len, resp_raw_zip, streamed, reply,"
-    " up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms, ending)"
+    " up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms, ending,"
+    " req_redacted)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
+    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
+    " ?29)";
 
 /* A stream's max gap as the reply column of a derived stream reply (see
  * read_row): milliseconds as a JSON number with six decimals, to the
@@ -1322,6 +1343,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_double(st, 26, x->down_ttfb_ms);
     sqlite3_bind_double(st, 27, x->down_total_ms);
     sqlite3_bind_int(st, 28, (int)x->end);
+    sqlite3_bind_int(st, 29, x->req_redacted);
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
                  : sql_fail(db, d, "cannot store an exchange");
@@ -1610,6 +1632,7 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     x->down_ttfb_ms = sqlite3_column_double(st, 22);
     x->down_total_ms = sqlite3_column_double(st, 23);
     x->end = (enum xchg_end)sqlite3_column_int(st, 24);
+    x->req_redacted = sqlite3_column_int(st, 25) != 0;
     if (sqlite3_column_type(st, 6) != SQLITE_NULL)
         return rebuild_body(db, c, st, x, d);
     x->req_raw = col_packed(st, 9, &x->req_raw_len);
@@ -1624,15 +1647,23 @@ static const char SELECT_SQL[] =
     " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
     " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
     " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
-    " down_total_ms, ending FROM xchg";
+    " down_total_ms, ending, req_redacted FROM xchg";
+/* the same for a store without req_redacted that could not be given it */
+static const char SELECT_SQL_OLD[] =
+    "SELECT id, session, kind, started, method, path, req_params,"
+    " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
+    " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
+    " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
+    " down_total_ms, ending, 0 FROM xchg";
 
 int xchg_each(sqlite3 *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d)
 {
     sqlite3_stmt *st = NULL;
-    char *sql = xasprintf("%s%s ORDER BY id", SELECT_SQL,
-                          session ? " WHERE session=?" : "");
+    const char *sel = has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
+    char *sql =
+        xasprintf("%s%s ORDER BY id", sel, session ? " WHERE session=?" : "");
     int rc = 0;
 
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {

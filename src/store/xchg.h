@@ -48,6 +48,9 @@ struct xchg {
     char *req_raw;    /* raw body when it was not a JSON object */
     size_t req_raw_len;
     bool req_malformed; /* body was not valid JSON */
+    /* secret values in the body were hidden before it was kept
+     * (record/redact.h); the stored body is the redacted one */
+    bool req_redacted;
     /* The bytes req_body was read from when store/jscan.h read them
      * (jscan_doc accepted them; borrowed, not freed by xchg_release; may be
      * NULL): the store reuses a message's hash when the same bytes came

@@ -68,7 +68,8 @@ void audit_set_release(struct audit_set *set);
 /* Copies x into the session named x->session ("" when NULL), appending;
  * sessions keep the order of their first exchange. Messages and tool
  * lists equal to ones already in the set are shared (treat bodies as
- * read-only); resp_raw is kept only for non-2xx responses. */
+ * read-only); resp_raw is kept only for non-2xx responses (NULL for the
+ * others), resp_raw_len for every response: the bytes it had. */
 void audit_set_add(struct audit_set *set, const struct xchg *x);
 const struct audit_session *audit_set_find(const struct audit_set *set,
                                            const char *id);

@@ -249,8 +249,10 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->req_msg_n = 0;
     c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
     c->resp_headers = copy_json(x->resp_headers);
+    /* the bytes of a 2xx response are not needed, their count is: the
+     * stream rules report how much was delivered */
     c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
-    c->resp_raw_len = error ? x->resp_raw_len : 0;
+    c->resp_raw_len = x->resp_raw_len;
     c->reply = copy_json(x->reply);
     return c;
 }

@@ -274,6 +274,9 @@ void audit_set_release(struct audit_set *set)
     }
     free(set->s);
     json_decref(set->interned);
+    for (size_t i = 0; i < set->nbad; i++)
+        free(set->bad[i].session);
+    free(set->bad);
     memset(set, 0, sizeof(*set));
 }
 
@@ -284,6 +287,19 @@ const struct audit_session *audit_set_find(const struct audit_set *set,
         if (!strcmp(set->s[i].id, id))
             return &set->s[i];
     return NULL;
+}
+
+void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b)
+{
+    if (set->nbad == set->bad_alloc) {
+        set->bad_alloc = set->bad_alloc ? 2 * set->bad_alloc : 8;
+        set->bad = xrealloc(set->bad, set->bad_alloc * sizeof(*set->bad));
+    }
+    struct audit_bad *a = &set->bad[set->nbad++];
+    a->id = b->id;
+    a->session = xstrdup(b->session ? b->session : "");
+    a->column = b->column;
+    a->why = b->why;
 }
 
 void audit_set_add(struct audit_set *set, const struct xchg *x)

@@ -59,6 +59,16 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     if (rc)
         return rc;
     rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    /* rows that could not be decoded were skipped; the rest is read */
+    for (size_t i = 0; i < set->nbad; i++)
+        fprintf(stderr,
+                "fidelity %s: warning: store.corrupt: exchange %lld%s%s%s "
+                "in '%s' cannot be read (column '%s': %s); skipped\n",
+                cmd, (long long)set->bad[i].id,
+                set->bad[i].session[0] ? " of session '" : "",
+                set->bad[i].session,
+                set->bad[i].session[0] ? "'" : "", a->db,
+                set->bad[i].column, set->bad[i].why);
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);

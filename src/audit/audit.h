@@ -68,7 +68,7 @@ struct audit_bad {
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
-    json_t *interned; /* hash -> the one copy of a message or tool list */
+    json_t *interned;      /* hash -> the one copy of a message or tool list */
     struct audit_bad *bad; /* rows skipped by audit_set_load, in id order */
     size_t nbad, bad_alloc;
 };

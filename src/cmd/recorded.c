@@ -66,8 +66,7 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
                 "in '%s' cannot be read (column '%s': %s); skipped\n",
                 cmd, (long long)set->bad[i].id,
                 set->bad[i].session[0] ? " of session '" : "",
-                set->bad[i].session,
-                set->bad[i].session[0] ? "'" : "", a->db,
+                set->bad[i].session, set->bad[i].session[0] ? "'" : "", a->db,
                 set->bad[i].column, set->bad[i].why);
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",

@@ -82,7 +82,8 @@ const char CMD_RECORD_HELP[] =
     "  fidelity audit --db fidelity.db\n"
     "\n"
     "exit status: 0 stopped cleanly, 2 bad option, 4 store or listen\n"
-    "failure (or exchanges lost because both store and spill failed).\n";
+    "failure (or exchanges lost because both store and spill failed, or\n"
+    "left in the intake log for the next start to commit).\n";
 
 static void log_line(void *ud, const char *msg)
 {
@@ -234,14 +235,20 @@ int cmd_record(int argc, char **argv)
     record_free(r);
     fprintf(stderr,
             "fidelity record: stopped; %llu exchanges, %llu stored, %llu "
-            "spilled to '%s', %llu lost\n",
+            "spilled to '%s', %llu lost",
             (unsigned long long)st.exchanges, (unsigned long long)st.stored,
             (unsigned long long)st.spilled, o.spill_path,
             (unsigned long long)st.lost);
+    if (st.in_log)
+        fprintf(stderr,
+                ", %llu in the intake log '%s-intake' (recoverable: the next "
+                "start commits them)",
+                (unsigned long long)st.in_log, o.db_path);
+    fputc('\n', stderr);
     if (rc)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
     else
-        rc = st.lost ? EXIT_INTERNAL : EXIT_PASS;
+        rc = st.lost || st.in_log ? EXIT_INTERNAL : EXIT_PASS;
 out:
     free(spill);
     free(host);

@@ -152,6 +152,11 @@ struct record {
     uint64_t mark_epoch, mark_off;
     bool mark_due;         /* the batch being stored moves the frontier */
     atomic_bool in_failed; /* an append failed: the log is not used */
+    /* An exchange of the log could be neither stored nor spilled: the
+     * frontier stays before it, and the writer leaves the later ones of
+     * the log there too (outcome 3), for the next start to commit; the
+     * log is neither emptied nor removed. Set by the writer. */
+    atomic_bool log_stuck;
     bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
 };
 
@@ -172,10 +177,12 @@ struct gap_scan {
 struct ex {
     struct record *r;
     struct ex *prev, *next;
-    struct ex *wnext;        /* writer queues */
-    bool ct_json;            /* request Content-Type mentions json */
-    const char *ct;          /* its Content-Type, during intake */
-    int outcome;             /* 0 stored, 1 spilled, 2 lost */
+    struct ex *wnext; /* writer queues */
+    bool ct_json;     /* request Content-Type mentions json */
+    const char *ct;   /* its Content-Type, during intake */
+    /* 0 stored, 1 spilled, 2 lost, 3 left in the intake log for the next
+     * start (neither stored nor spilled, past the frontier) */
+    int outcome;
     struct front_conn *fc;   /* the client's connection; NULL once gone */
     bool head_req, finished; /* a HEAD request; finish_as() ran */
     CURL *easy;
@@ -1505,17 +1512,41 @@ static int decode_body(const struct xchg *x, struct buf *out)
     return rc;
 }
 
-/* Appends an exchange the store refused to the spill file: 1, or 2 when
- * that fails too (lost). */
-static int spill(struct record *r, struct ex *e, const char *why)
+/* Appends an exchange the store refused to the spill file: 1, or when
+ * that fails too, 3 if in_log (it stays in the intake log, past the
+ * frontier, for the next start), else 2 (lost). */
+static int spill(struct record *r, struct ex *e, const char *why, bool in_log)
 {
     struct diag sd = {{0}};
     logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
           why, r->o.spill_path);
     if (!xchg_spill_append(r->o.spill_path, &e->x, &sd))
         return 1;
+    if (in_log) {
+        if (!atomic_exchange(&r->log_stuck, true))
+            logf_(r,
+                  "exchange %s %s: %s; it stays in the intake log '%s', "
+                  "with the exchanges after it, and the next start commits "
+                  "them",
+                  e->x.method, e->x.path, sd.msg, r->intake->path);
+        return 3;
+    }
     logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
     return 2;
+}
+
+/* Releases what the writer's work on e holds (its copy is stored,
+ * spilled or left in the log), keeping how it ended and its timing
+ * samples for the loop. */
+static void writer_done(struct ex *e, bool timing)
+{
+    enum xchg_end end = e->x.end;
+    double queued = e->x.up_total_ms;
+    xchg_release(&e->x);
+    e->x.end = end;
+    e->x.up_total_ms = queued;
+    e->x.down_total_ms = timing ? now_ms() : 0;
+    buf_release(&e->body);
 }
 
 /* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
@@ -1536,15 +1567,26 @@ static void note_batch(struct ex **batch, size_t n, double t0, double t1,
     }
 }
 
-/* Parses, classifies and stores a batch; failures go to the spill file. */
-static void store_batch(struct record *r, struct ex **batch, size_t n)
+/* Parses, classifies and stores a batch; failures go to the spill file.
+ * Once the log is stuck (log_stuck), its exchanges stay there. */
+static void store_batch(struct record *r, struct ex **all, size_t nall)
 {
     struct xchg *xs[BATCH_MAX];
+    struct ex *batch[BATCH_MAX];
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
     bool timing = rtiming_on();
     double t0 = timing ? now_ms() : 0, t1 = 0;
     uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    size_t n = 0;
+    for (size_t i = 0; i < nall; i++) {
+        if (all[i]->in_end && atomic_load(&r->log_stuck)) {
+            all[i]->outcome = 3;
+            writer_done(all[i], timing);
+        } else {
+            batch[n++] = all[i];
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         parse_request(r, batch[i]);
@@ -1607,21 +1649,19 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             r->mark_off = batch[i]->in_end;
             r->mark_due = true;
         }
-    xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    /* when the transaction did not commit, the frontier stayed before
+     * the batch: an exchange of the log that cannot be spilled either is
+     * still there for the next start (if it committed, the frontier
+     * passed the batch: such an exchange is lost) */
+    bool rolled_back = n && xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     if (timing)
         note_batch(batch, n, t0, t1, now_ms());
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
-        e->outcome = rcs[i] ? spill(r, e, d.msg) : 0;
+        e->outcome = rcs[i] ? spill(r, e, d.msg, e->in_end && rolled_back) : 0;
         /* free the recorded copy here, off the forwarding loop; the loop
          * needs only how it ended (and the timing samples) */
-        enum xchg_end end = e->x.end;
-        double queued = e->x.up_total_ms;
-        xchg_release(&e->x);
-        e->x.end = end;
-        e->x.up_total_ms = queued;
-        e->x.down_total_ms = timing ? now_ms() : 0;
-        buf_release(&e->body);
+        writer_done(e, timing);
     }
     atomic_fetch_add_explicit(&store_ns,
                               clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
@@ -1769,6 +1809,7 @@ static void stored_back(struct record *r, struct ex *e, double now)
     r->stats.stored += e->outcome == 0;
     r->stats.spilled += e->outcome == 1;
     r->stats.lost += e->outcome == 2;
+    r->stats.in_log += e->outcome == 3;
     complete(r, e);
 }
 
@@ -1791,7 +1832,7 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     /* a long log is emptied once all it holds is committed; exchanges
      * wait for their commit meanwhile (intake_put) */
     if (r->intake && !r->in_failed && !r->in_pending &&
-        r->intake->size >= INTAKE_ROTATE) {
+        !atomic_load(&r->log_stuck) && r->intake->size >= INTAKE_ROTATE) {
         struct diag d = {{0}};
         if (intake_reset(r->intake, &d)) {
             logf_(r, "%s; exchanges are now held until they are committed",
@@ -2143,7 +2184,8 @@ static void replay_flush(struct replay *p)
     for (size_t i = 0; i < p->n; i++) {
         p->stored += p->batch[i]->outcome == 0;
         p->spilled += p->batch[i]->outcome == 1;
-        p->lost += p->batch[i]->outcome == 2;
+        /* 3: left in the log, as a lost one is (kept for the next try) */
+        p->lost += p->batch[i]->outcome >= 2;
         ex_free(p->batch[i]);
     }
     p->n = 0;
@@ -2404,6 +2446,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         event_add(r->sig[0], NULL);
         event_add(r->sig[1], NULL);
         signal(SIGPIPE, SIG_IGN);
+        /* a file size limit (RLIMIT_FSIZE) is a full disk: the write
+         * fails with EFBIG, and the exchange is spilled or kept */
+        signal(SIGXFSZ, SIG_IGN);
     }
     *out = r;
     return 0;
@@ -2460,8 +2505,9 @@ void record_free(struct record *r)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
     writer_stop(r); /* stores what is queued, completes it */
     checkpointer_stop(r);
-    /* all it held is committed or in the spill file */
-    intake_close(r->intake, r->stats.lost == 0);
+    /* all it held is committed or in the spill file, unless exchanges
+     * were left in it for the next start */
+    intake_close(r->intake, r->stats.in_log == 0 && r->stats.lost == 0);
     r->intake = NULL;
     while (r->storing) { /* the writer never started */
         struct ex *e = r->storing;

@@ -50,7 +50,10 @@ struct record_stats {
     uint64_t exchanges; /* finished */
     uint64_t stored;    /* committed to the store */
     uint64_t spilled;   /* appended to the spill file */
-    uint64_t lost;      /* neither (both failed) */
+    uint64_t lost;      /* neither (both failed), and not in the log */
+    /* neither, but in the intake log past its frontier: the next start
+     * (record, or a command that reads the store) commits them */
+    uint64_t in_log;
 };
 
 struct record;

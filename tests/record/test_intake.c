@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -389,9 +390,152 @@ static void test_log_emptied_past_64_mib(void **state)
     upstream_stop(up);
 }
 
+/* A full disk, as RLIMIT_FSIZE in record's process (1 MiB a file), with
+ * a store already near the limit and a spill file that cannot be created.
+ * Small exchanges first: each commit writes whole pages, so the store
+ * (its WAL, once checkpoints can no longer grow the file) fills long
+ * before the log; from the first commit that fails, the exchanges stay in
+ * the log. Then 64 KB ones fill the log: those after it are held, can be
+ * neither committed nor spilled, and are lost. Every client is answered;
+ * record's counts say how many of each; after the next start the store
+ * holds exactly the stored ones plus those that were in the log. */
+#define FULL_LIMIT (1u << 20)
+#define FULL_SMALL_MAX 4000
+#define FULL_BIG 40
+
+static unsigned long long stop_count(const char *line, const char *what)
+{
+    const char *p = strstr(line, what);
+    assert_non_null(p);
+    while (p > line && p[-1] == ' ')
+        p--;
+    while (p > line && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    return strtoull(p, NULL, 10);
+}
+
+static void full_fetch(const char *url, const char *body, size_t len)
+{
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(url, body, len, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200); /* served, whatever the disk */
+    rec_resp_release(&r);
+}
+
+static bool log_says(const char *path, const char *what)
+{
+    struct buf b = BUF_INIT;
+    bool yes = rec_read_file(path, &b) == 0 && strstr(buf_str(&b), what);
+    buf_release(&b);
+    return yes;
+}
+
+static void test_full_disk_counts(void **state)
+{
+    struct fx *f = *state;
+    struct upstream *up = upstream_start();
+    struct diag d = {{0}};
+    struct proc rec;
+    assert_non_null(up);
+    /* the store, grown close to the limit */
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    char *fill = xasprintf("CREATE TABLE filler(b BLOB);"
+                           "INSERT INTO filler VALUES (zeroblob(%u));",
+                           FULL_LIMIT - (32u << 10));
+    assert_int_equal(store_exec(db, fill, &d), 0);
+    free(fill);
+    store_close(db);
+    /* record with the limit (inherited through fork; restored here) */
+    char *err = xasprintf("%s/err.log", f->dir);
+    char *spill = xasprintf("%s/no/such/dir/spill.jsonl", f->dir);
+    const char *const av[] = {
+        "record", "--listen", "127.0.0.1:0", "--upstream", upstream_url(up),
+        "--db",   f->db,      "--spill",     spill,        NULL};
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = FULL_LIMIT;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int started = rec_start(&rec, av, err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    if (started) {
+        upstream_stop(up);
+        fail_msg("record did not start");
+    }
+    char *url = xasprintf("http://127.0.0.1:%d/json", rec.port);
+    struct buf body = BUF_INIT;
+    int n = 0;
+    bool stuck = false;
+    /* small ones until a commit fails with the exchange in the log */
+    while (n < FULL_SMALL_MAX && !stuck) {
+        buf_reset(&body);
+        buf_printf(&body,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"%d\"}]}",
+                   n);
+        full_fetch(url, body.data, body.len);
+        n++;
+        if (n % 25 == 0)
+            stuck = log_says(err, "stays in the intake log");
+    }
+    assert_true(stuck);
+    /* then 64 KB ones, past what the log can take */
+    for (int i = 0; i < FULL_BIG; i++, n++) {
+        buf_reset(&body);
+        buf_printf(&body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%d ",
+                   n);
+        for (int k = 0; k < 4096; k++)
+            buf_adds(&body, "0123456789abcdef");
+        buf_adds(&body, "\"}]}");
+        full_fetch(url, body.data, body.len);
+    }
+    buf_release(&body);
+    free(url);
+    assert_int_equal(proc_stop(&rec), 4); /* exchanges not stored */
+    upstream_stop(up);
+    struct buf log = BUF_INIT;
+    assert_int_equal(rec_read_file(err, &log), 0);
+    const char *line = strstr(buf_str(&log), "stopped; ");
+    assert_non_null(line);
+    print_message("%d exchanges sent; %s", n, line);
+    unsigned long long total = stop_count(line, "exchanges,");
+    unsigned long long stored = stop_count(line, "stored,");
+    unsigned long long spilled = stop_count(line, "spilled");
+    unsigned long long lost = stop_count(line, "lost");
+    unsigned long long in_log = stop_count(line, "in the intake log");
+    assert_int_equal(total, n);
+    assert_int_equal(spilled, 0);
+    assert_true(stored > 0 && lost > 0 && in_log > 0); /* each kind seen */
+    assert_int_equal(stored + lost + in_log, n);
+    buf_release(&log);
+    /* the store holds the stored ones; the log is kept for the rest */
+    assert_int_equal(count_rows(f->db, "/json"), (int)stored);
+    char *lp = intake_path(f->db);
+    assert_int_equal(access(lp, F_OK), 0);
+    free(lp);
+    /* the next start commits exactly those in the log */
+    struct buf out = BUF_INIT, e2 = BUF_INIT;
+    const char *const sv[] = {"sessions", "--db", f->db, NULL};
+    assert_int_equal(proc_run(sv, NULL, &out, &e2, 60), 0);
+    char *said = xasprintf("committed %llu exchanges", in_log);
+    if (!strstr(buf_str(&e2), said))
+        fail_msg("sessions did not say '%s': %s", said, buf_str(&e2));
+    free(said);
+    assert_int_equal(count_rows(f->db, "/json"), (int)(stored + in_log));
+    buf_release(&out);
+    buf_release(&e2);
+    free(err);
+    free(spill);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_disk_counts, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(
             test_records_read_back_and_torn_end_ignored, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_commits_each_once, fx_setup,

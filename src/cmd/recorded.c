@@ -8,7 +8,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/recorded.h"
-#include "record/record.h"
+#include "store/replay.h"
 #include "store/store.h"
 
 void recorded_args_init(struct recorded_args *a)
@@ -35,7 +35,7 @@ int recorded_replay(const char *cmd, const char *db, const char *spill)
 {
     struct diag d = {{0}};
     uint64_t n = 0;
-    if (record_replay(db, spill, &n, &d)) {
+    if (store_replay(db, spill, &n, &d)) {
         /* a read-only copy of a store, say: what is committed still reads */
         fprintf(stderr,
                 "fidelity %s: warning: %s; reading what the store holds "

@@ -5,7 +5,7 @@
  * upstream (keep-alive pool, its own HTTP/1.1 parser, h1.h) and a libcurl
  * multi handle to an https:// one (TLS and HTTP/2 come from libcurl). Bytes
  * are forwarded as they arrive; a copy is parsed (store/sse.h,
- * store/reply.h, classify.h) and each
+ * store/reply.h, store/classify.h through store/ingest.h) and each
  * exchange is committed to the store (store/xchg.h), or appended to the
  * spill file when the store fails, before the last byte of its response is
  * handed to the client.
@@ -72,14 +72,5 @@ int record_run(struct record *r, struct diag *d);
 void record_stop(struct record *r);
 void record_get_stats(const struct record *r, struct record_stats *s);
 void record_free(struct record *r);
-
-/* Commits what a `fidelity record` that did not stop (kill -9, a crash)
- * left in db_path's intake log (record/intake.h): every command that reads
- * the store calls it first. Nothing to do without a log, or when a live
- * record holds it (that record commits it). spill_path: where exchanges
- * the store refuses go (NULL: DB.spill.jsonl, record's default). *n gets
- * how many exchanges were committed. 0, or -1 with d set. */
-int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
-                  struct diag *d);
 
 #endif

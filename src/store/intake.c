@@ -2,7 +2,7 @@
  * intake: the append-only log of finished exchanges (intake.h has the
  * file's layout and who writes and reads it).
  */
-#include "record/intake.h"
+#include "store/intake.h"
 
 #include <errno.h>
 #include <fcntl.h>

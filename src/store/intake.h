@@ -7,7 +7,7 @@
  * epoch and the offset after the last exchange committed). After a crash
  * the exchanges past the frontier are in the log, in the page cache or on
  * disk, and the next `fidelity` command that opens the store replays them
- * (record_replay in record.h) before anything reads it.
+ * (store_replay in replay.h) before anything reads it.
  *
  * The file: a 16-byte header ("FIDINTK1", then the log's epoch, a random
  * 64-bit number, little-endian), then records: a 16-byte head (magic
@@ -19,8 +19,8 @@
  * while it runs. A reader that cannot take the lock leaves the log alone:
  * its owner is alive and commits it.
  */
-#ifndef RECORD_INTAKE_H
-#define RECORD_INTAKE_H
+#ifndef STORE_INTAKE_H
+#define STORE_INTAKE_H
 
 #include <sqlite3.h>
 #include <stdbool.h>

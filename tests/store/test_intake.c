@@ -1,8 +1,8 @@
 /*
- * The intake log (src/record/intake.c) and its replay (record_replay):
- * records read back as appended, a torn end is ignored, the frontier
- * decides what is replayed, a replay commits each exchange once, and a log
- * a live record holds is left alone.
+ * The intake log (src/store/intake.c) and its replay (store_replay,
+ * src/store/replay.c): records read back as appended, a torn end is ignored,
+ * the frontier decides what is replayed, a replay commits each exchange once,
+ * and a log a live record holds is left alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "core/xalloc.h"
-#include "record/intake.h"
-#include "record/record.h"
+#include "store/intake.h"
+#include "store/replay.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
@@ -226,7 +226,7 @@ static void test_replay_commits_each_once(void **state)
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
 
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, N);
     assert_int_not_equal(access(log, F_OK), 0); /* emptied and removed */
     json_t *all = rec_load(f->db);
@@ -248,7 +248,7 @@ static void test_replay_commits_each_once(void **state)
     json_decref(all);
 
     /* again: nothing more */
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 0);
     assert_int_equal(count_rows(f->db, "n="), N);
     free(log);
@@ -271,7 +271,7 @@ static void test_replay_starts_at_the_frontier(void **state)
     intake_close(in, false);
     store_close(db);
 
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 1);
     assert_int_equal(count_rows(f->db, "n=2"), 1);
     assert_int_equal(count_rows(f->db, "n="), 1);
@@ -286,13 +286,13 @@ static void test_live_log_left_alone(void **state)
     struct intake *other = NULL;
     assert_int_equal(intake_open(f->db, &other, &d), 1);
     assert_null(other);
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 0);
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
     intake_close(in, false);
     /* released: now it is replayed */
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, N);
     free(log);
 }
@@ -380,7 +380,7 @@ static void test_log_emptied_past_64_mib(void **state)
     kill(rec.pid, SIGKILL);
     waitpid(rec.pid, NULL, 0);
     rec.pid = 0;
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     printf("%llu exchanges committed from the new log\n",
            (unsigned long long)n);
     assert_int_equal(count_rows(f->db, "/json"), BIG_N);

@@ -35,9 +35,12 @@ struct replay {
     const char *spill;
     struct rex *batch[REPLAY_BATCH];
     size_t n;
-    uint64_t mark; /* the frontier the batch being stored moves to */
-    bool stuck;    /* an exchange could be neither stored nor spilled */
+    uint64_t mark;  /* the frontier the batch being stored moves to */
+    const int *rcs; /* its exchanges' results, for on_commit */
+    size_t nrcs;
+    bool stuck; /* an exchange could be neither stored nor spilled */
     struct replay_counts k;
+    struct diag why;   /* why the store refused the first one */
     struct diag first; /* why the first kept one was kept */
 };
 
@@ -91,44 +94,75 @@ static void rex_free(struct rex *e)
     free(e);
 }
 
-/* The batch's transaction moves the frontier past its last exchange. */
+/* The batch's transaction moves the frontier past its last exchange, only
+ * when every exchange of it is stored: else it is rolled back, and flush
+ * stores the batch one by one. */
 static int on_commit(sqlite3 *db, void *ud)
 {
     struct replay *p = ud;
+    for (size_t i = 0; i < p->nrcs; i++)
+        if (p->rcs[i])
+            return SQLITE_ABORT;
     return intake_mark(p->in, db, p->in->epoch, p->mark);
 }
 
-/* Stores the batch; an exchange the store refuses goes to the spill file,
- * or, when that fails too and the transaction did not commit (so the
- * frontier is still before it), stays in the log. */
-static void flush(struct replay *p)
+/* Stores b[0..n) in one transaction: xchg_put_batch's result. */
+static int put(struct replay *p, struct rex **b, size_t n, int *rcs)
 {
     struct xchg *xs[REPLAY_BATCH];
-    int rcs[REPLAY_BATCH];
     struct diag d = {{0}};
+    for (size_t i = 0; i < n; i++)
+        xs[i] = &b[i]->x;
+    p->rcs = rcs;
+    p->nrcs = n;
+    p->mark = b[n - 1]->end;
+    int rc = xchg_put_batch(p->db, p->c, xs, n, rcs, &d);
+    if (rc && !p->why.msg[0])
+        p->why = d;
+    return rc;
+}
+
+/* An exchange the store refused (nothing committed with it, so the
+ * frontier is still before it): to the spill file, or, when that fails
+ * too, left in the log with every exchange after it. */
+static void refused(struct replay *p, struct rex *e)
+{
+    struct diag sd = {{0}};
+    if (!xchg_spill_append(p->spill, &e->x, &sd)) {
+        p->k.spilled++;
+        return;
+    }
+    if (!p->first.msg[0])
+        diag_set(&p->first, EIO, "%s; %s", p->why.msg, sd.msg);
+    p->k.kept++;
+    p->stuck = true;
+}
+
+/* Builds and stores the batch; when it cannot be stored whole, its
+ * exchanges are stored one by one, so that the frontier never passes one
+ * that is neither stored nor spilled. */
+static void flush(struct replay *p)
+{
+    int rcs[REPLAY_BATCH];
     if (!p->n)
         return;
-    for (size_t i = 0; i < p->n; i++) {
+    for (size_t i = 0; i < p->n; i++)
         ingest_build(p->g, &p->batch[i]->x, &p->batch[i]->src);
-        xs[i] = &p->batch[i]->x;
-    }
-    p->mark = p->batch[p->n - 1]->end;
-    bool rolled_back = xchg_put_batch(p->db, p->c, xs, p->n, rcs, &d) != 0;
-    for (size_t i = 0; i < p->n; i++) {
-        struct diag sd = {{0}};
-        if (!rcs[i]) {
-            p->k.stored++;
-        } else if (!xchg_spill_append(p->spill, xs[i], &sd)) {
-            p->k.spilled++;
-        } else {
-            /* committed without it: the frontier passed it */
-            p->k.kept += rolled_back;
-            p->stuck |= rolled_back;
-            if (!p->first.msg[0])
-                diag_set(&p->first, EIO, "%s; %s", d.msg, sd.msg);
+    if (!put(p, p->batch, p->n, rcs)) {
+        p->k.stored += p->n;
+    } else {
+        for (size_t i = 0; i < p->n; i++) {
+            int rc1 = 0;
+            if (p->stuck)
+                p->k.kept++;
+            else if (p->n == 1 || put(p, &p->batch[i], 1, &rc1))
+                refused(p, p->batch[i]);
+            else
+                p->k.stored++;
         }
-        rex_free(p->batch[i]);
     }
+    for (size_t i = 0; i < p->n; i++)
+        rex_free(p->batch[i]);
     p->n = 0;
 }
 

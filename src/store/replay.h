@@ -30,7 +30,8 @@ struct replay_counts {
  * exchange and intake tables), through c (db's cache) and g (built on c).
  * Exchanges the store refuses go to spill_path. Once one can be neither
  * stored nor spilled, it and those after it stay in the log (the frontier
- * stays before them) and are counted kept. The counts go to *out. On
+ * stays before them: a batch that cannot be stored whole is stored one
+ * exchange at a time) and are counted kept. The counts go to *out. On
  * success, 0 and the log emptied (intake_reset); -1 with d set when
  * exchanges were kept (the log is left as it is) or the log or the store
  * could not be read. c's pre-commit hook is used during the call and

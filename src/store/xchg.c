@@ -1522,8 +1522,10 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
      * alone to the spill file; a batch of one needs none. */
     if (put_all(db, c, xs, n, rcs, rr, false, d)) {
         roll_back(db, c, xs, n, rr);
-        if (n == 1)
-            goto out; /* rcs[0] says why */
+        if (n == 1) { /* rcs[0] says why; nothing was committed */
+            rc = rcs[0];
+            goto out;
+        }
         if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
             rc = sql_fail(db, d, "cannot begin a transaction");
             goto fail_all;

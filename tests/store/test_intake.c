@@ -277,6 +277,47 @@ static void test_replay_starts_at_the_frontier(void **state)
     assert_int_equal(count_rows(f->db, "n="), 1);
 }
 
+/* An exchange the store refuses and the spill file cannot take stays in
+ * the log with those after it, and the frontier never passes it: the
+ * batch is stored one exchange at a time. The next replay commits exactly
+ * the rest, none twice. */
+static void test_replay_keeps_what_it_cannot_commit(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N], n = 9;
+    struct diag d = {{0}};
+    intake_close(write_log(f, ends), false);
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    assert_int_equal(store_exec(db,
+                                "CREATE TRIGGER full BEFORE INSERT ON xchg"
+                                " WHEN NEW.path LIKE '%n=1%'"
+                                " BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+                                &d),
+                     0);
+    store_close(db);
+    char *spill = xasprintf("%s/no/such/dir/s.jsonl", f->dir);
+    assert_int_equal(store_replay(f->db, spill, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "cannot commit 2 exchanges"));
+    assert_int_equal(n, 1);
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_equal(count_rows(f->db, "n="), 1);
+    char *log = intake_path(f->db);
+    assert_int_equal(access(log, F_OK), 0); /* kept */
+    /* room again: the two left, once */
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(store_exec(db, "DROP TRIGGER full", &d), 0);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, spill, &n, &d), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(count_rows(f->db, "n="), N);
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_not_equal(access(log, F_OK), 0);
+    free(log);
+    free(spill);
+}
+
 static void test_live_log_left_alone(void **state)
 {
     struct fx *f = *state;
@@ -540,6 +581,8 @@ int main(void)
             test_records_read_back_and_torn_end_ignored, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_commits_each_once, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_keeps_what_it_cannot_commit,
+                                        fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_starts_at_the_frontier,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_live_log_left_alone, fx_setup,

@@ -755,10 +755,12 @@ static void test_batch_failure_isolated(void **state)
     assert_true(xs[0].id > 0 && xs[2].id > xs[0].id);
     assert_int_equal(xs[1].id, 0);
     assert_non_null(strstr(d.msg, "refused"));
-    /* the same bad exchange alone: refused, nothing stored */
+    /* the same bad exchange alone: refused, nothing stored, and (nothing
+     * committed) the call says so, as for a failed transaction */
     rcs[1] = 0;
-    assert_int_equal(xchg_put_batch(t.db, cache, &px[1], 1, &rcs[1], &d), 0);
+    int alone = xchg_put_batch(t.db, cache, &px[1], 1, &rcs[1], &d);
     assert_true(rcs[1] < 0);
+    assert_int_equal(alone, rcs[1]);
     assert_int_equal(xs[1].id, 0);
     /* the cache still serves: a fourth request on top of the third */
     struct xchg x4;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "record/front.h"
 #include "record/record.h"
@@ -1107,7 +1108,7 @@ static void reply_error(struct ex *e, enum xchg_end end)
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
              e->r->upstream, what,
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(e->fc, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
+    send_json_error(e->fc, xchg_own_status(end), type, msg);
 }
 
 /* The client side of a finished exchange, once it is stored or in the
@@ -1889,12 +1890,12 @@ static int open_intake(struct record *r, struct diag *d)
     rc = replay_log(r->db, r->cache, r->ing, r->intake, r->o.spill_path, &k, d);
     if (k.stored || k.spilled || k.kept || k.torn)
         logf_(r,
-              "intake log '%s': %llu exchanges a record that did not stop "
-              "left were committed (%llu to the spill file, %llu kept in the "
+              "intake log '%s': %llu exchange%s a record that did not stop "
+              "left %s committed (%llu to the spill file, %llu kept in the "
               "log); %llu bytes of an unfinished append ignored",
-              r->intake->path, (unsigned long long)k.stored,
-              (unsigned long long)k.spilled, (unsigned long long)k.kept,
-              (unsigned long long)k.torn);
+              r->intake->path, (unsigned long long)k.stored, plural_s(k.stored),
+              plural(k.stored, "was", "were"), (unsigned long long)k.spilled,
+              (unsigned long long)k.kept, (unsigned long long)k.torn);
     if (rc) {
         intake_close(r->intake, false);
         r->intake = NULL;
@@ -1905,8 +1906,13 @@ static int open_intake(struct record *r, struct diag *d)
     return 0;
 }
 
-static const struct front_cbs FRONT_CBS = {.request = on_request,
-                                           .gone = on_client_gone};
+static void on_front_log(void *ud, const char *msg)
+{
+    logf_(ud, "%s", msg);
+}
+
+static const struct front_cbs FRONT_CBS = {
+    .request = on_request, .gone = on_client_gone, .log = on_front_log};
 
 static int setup_front(struct record *r, struct diag *d)
 {
@@ -1914,8 +1920,11 @@ static int setup_front(struct record *r, struct diag *d)
         .host = r->o.host,
         .port = r->o.port,
         .max_body = r->o.max_body,
-        /* above the upstream timeout: a slow generation is not idle */
-        .idle_s = r->o.timeout_ms ? r->o.timeout_ms / 1000 + 60 : 24 * 3600,
+        .header_ms = r->o.header_timeout_ms,
+        .idle_ms = r->o.idle_timeout_ms,
+        /* above the upstream timeout: a slow generation is not a stall */
+        .stall_s = r->o.timeout_ms ? r->o.timeout_ms / 1000 + 60 : 24 * 3600,
+        .max_conns = r->o.max_conns,
     };
     int rc = front_new(r->base, &fo, &FRONT_CBS, r, &r->front, d);
     if (rc)

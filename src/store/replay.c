@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "store/store.h"
 
@@ -197,11 +198,11 @@ int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
         return -1;
     if (p.k.kept) {
         diag_set(d, EIO,
-                 "cannot commit %llu exchanges of the intake log '%s' to the "
+                 "cannot commit %llu exchange%s of the intake log '%s' to the "
                  "store or the spill file '%s' (%s); the log is kept for the "
                  "next try",
-                 (unsigned long long)p.k.kept, in->path, spill_path,
-                 p.first.msg);
+                 (unsigned long long)p.k.kept, plural_s(p.k.kept), in->path,
+                 spill_path, p.first.msg);
         return -1;
     }
     return intake_reset(in, d) ? -1 : 0;

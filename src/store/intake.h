@@ -86,7 +86,9 @@ void intake_close(struct intake *in, bool remove);
  * (epoch, off) (from its start when the epoch differs), with the offset
  * after it; stops when fn returns non-zero. The records' pointers are
  * valid during the call. *torn gets the bytes at the end that are not a
- * whole record. 0, fn's value, or -errno with d set. */
+ * whole record. 0, fn's value, or -errno with d set: -EBADMSG when off is
+ * inside the log but not where a record starts (a damaged frontier; the
+ * log is then not read). */
 int intake_read(int fd, uint64_t epoch, uint64_t off,
                 int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
                 void *ud, uint64_t *torn, struct diag *d);
@@ -95,7 +97,8 @@ uint64_t intake_epoch_of(int fd);
 
 /* The frontier table (created by intake_schema). */
 int intake_schema(sqlite3 *db, struct diag *d);
-/* 0 with the frontier ((0, 0) when none), or -1 with d set. */
+/* 0 with the frontier ((0, 0) when none), or -1 with d set (also when
+ * the row is not two numbers: a damaged table). */
 int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off,
                     struct diag *d);
 /* Sets db's frontier to (epoch, off), inside the caller's transaction,

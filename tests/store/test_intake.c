@@ -318,6 +318,68 @@ static void test_replay_keeps_what_it_cannot_commit(void **state)
     free(spill);
 }
 
+/* A damaged frontier (the intake table's row) is never read on a guess:
+ * one inside a record, or not a number, fails the replay and keeps the
+ * log, which a good frontier then replays whole; one past the end of the
+ * log (its tail undone by a power loss) means nothing is left to commit. */
+static void test_damaged_frontier_keeps_the_log(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N], n = 9;
+    struct diag d = {{0}};
+    struct intake *in = write_log(f, ends);
+    uint64_t epoch = in->epoch;
+    intake_close(in, false);
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    char *sql =
+        xasprintf("INSERT OR REPLACE INTO intake VALUES (1, %lld, %llu)",
+                  (long long)epoch, (unsigned long long)ends[0] + 5);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "not where a record of the log starts"));
+    assert_int_equal(n, 0);
+    char *log = intake_path(f->db);
+    assert_int_equal(access(log, F_OK), 0);
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(
+        store_exec(db, "UPDATE intake SET off = 'somewhere' WHERE id = 1", &d),
+        0);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "not two numbers"));
+    assert_int_equal(access(log, F_OK), 0);
+    /* repaired (the first one committed): the other two, once */
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    sql = xasprintf("UPDATE intake SET off = %llu WHERE id = 1",
+                    (unsigned long long)ends[0]);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(n, N - 1);
+    assert_int_equal(count_rows(f->db, "n=0"), 0);
+    assert_int_equal(count_rows(f->db, "n="), N - 1);
+    /* past the end: nothing to commit, the log emptied */
+    in = write_log(f, ends);
+    epoch = in->epoch;
+    intake_close(in, false);
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    sql = xasprintf("UPDATE intake SET epoch = %lld, off = %llu WHERE id = 1",
+                    (long long)epoch, (unsigned long long)ends[N - 1] + 4096);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(count_rows(f->db, "n="), N - 1);
+    assert_int_not_equal(access(log, F_OK), 0);
+    free(log);
+}
+
 static void test_live_log_left_alone(void **state)
 {
     struct fx *f = *state;
@@ -582,6 +644,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replay_commits_each_once, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_keeps_what_it_cannot_commit,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_frontier_keeps_the_log,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_starts_at_the_frontier,
                                         fx_setup, fx_teardown),

@@ -53,28 +53,22 @@ bool audit_is_first_message_claim(const char *text)
     return hit;
 }
 
-static int max_users_before(struct actx *c, size_t i)
-{
-    int m = 0;
-    for (size_t j = 0; j < i; j++)
-        if (is_main_kind(c->r[j].kind) && c->r[j].users > m)
-            m = c->r[j].users;
-    return m;
-}
-
 void rule_first_message(struct actx *c)
 {
+    int most = 0; /* user messages of the fullest main request so far */
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
+        int before = most;
         if (!r->msgs || !is_main_kind(r->kind))
             continue;
+        if (r->users > most)
+            most = r->users;
         bool in_content =
             r->content && audit_is_first_message_claim(r->content);
         bool in_reason =
             r->reasoning && audit_is_first_message_claim(r->reasoning);
         if (!in_content && !in_reason)
             continue;
-        int before = max_users_before(c, i);
         const char *blame = r->users >= 2 ? "server" : "harness";
         if (r->users < 2 && before < 1)
             continue; /* truly the first message */

@@ -395,54 +395,200 @@ static bool in_array(json_t *a, json_t *v)
     return false;
 }
 
-static void check_orphans(struct actx *c, size_t i)
+/* Orphans of r that its predecessor did not have. When r extends its
+ * predecessor (link_k), only the messages from link_k on are new: a result
+ * there is an orphan when no call of the session so far has its id (called
+ * holds every call id the session's requests carried), a call there when
+ * no result follows it in r. Otherwise r is compared whole with its
+ * predecessor. Linear in the new messages. */
+static json_t *fresh_orphans(struct actx *c, size_t i, json_t *called)
 {
     struct areq *r = &c->r[i];
-    json_t *now = orphans(r), *before = NULL, *fresh = json_array();
-    size_t k;
-    json_t *v;
-    if (r->prev >= 0)
-        before = orphans(&c->r[r->prev]);
-    json_array_foreach(now, k, v)
-    {
-        if (!before || !in_array(before, v))
-            json_array_append(fresh, v);
+    json_t *fresh = json_array();
+    size_t from = r->prev >= 0 && r->link_k ? r->link_k : 0;
+    if (!from) {
+        json_t *now = orphans(r), *before = NULL, *v;
+        size_t k;
+        if (r->prev >= 0)
+            before = orphans(&c->r[r->prev]);
+        json_array_foreach(now, k, v)
+        {
+            if (!before || !in_array(before, v))
+                json_array_append(fresh, v);
+        }
+        json_decref(now);
+        json_decref(before);
     }
+    json_t *pending = json_object();
+    for (size_t k = from; k < r->nmsg; k++) {
+        if (r->mrole[k] != AROLE_TOOL && r->mrole[k] != AROLE_ASSISTANT)
+            continue;
+        json_t *m = json_array_get(r->msgs, k), *tc;
+        const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+        size_t t;
+        if (r->mrole[k] == AROLE_TOOL) {
+            if (from && (!id || !json_object_get(called, id)))
+                json_array_append_new(
+                    fresh, json_sprintf("result:%s", id ? id : "(none)"));
+            if (id)
+                json_object_del(pending, id);
+        }
+        json_array_foreach(json_object_get(m, "tool_calls"), t, tc)
+        {
+            const char *cid = json_string_value(json_object_get(tc, "id"));
+            if (!cid)
+                continue;
+            json_object_set_new(called, cid, json_true());
+            json_object_set_new(pending, cid, json_true());
+        }
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(pending, k, v)
+    {
+        json_t *s = json_sprintf("call:%s", k);
+        if (from)
+            json_array_append(fresh, s);
+        json_decref(s);
+    }
+    json_decref(pending);
+    return fresh;
+}
+
+static void report_orphans(struct actx *c, struct areq *r, json_t *fresh)
+{
     if (json_array_size(fresh))
         finding_add(c, AUDIT_ERROR, "history.orphan", r,
                     json_pack("{s:O}", "orphans", fresh),
                     "%zu tool call(s)/result(s) without their partner",
                     json_array_size(fresh));
-    json_decref(now);
-    json_decref(before);
-    json_decref(fresh);
+}
+
+/* Tool results among orphans: with a compaction, their calls went into the
+ * summary; they belong to the compaction, not to an orphan finding. */
+static json_t *take_results(json_t *orph)
+{
+    json_t *res = json_array(), *rest = json_array(), *v;
+    size_t k;
+    json_array_foreach(orph, k, v)
+    {
+        const char *s = json_string_value(v);
+        json_array_append(strncmp(s, "result:", 7) ? rest : res, v);
+    }
+    json_array_clear(orph);
+    json_array_extend(orph, rest);
+    json_decref(rest);
+    return res;
+}
+
+static void report_retry(struct actx *c, struct areq *r)
+{
+    struct areq *p = &c->r[r->prev];
+    const char *end =
+        p->x->end == XCHG_COMPLETE ? "" : xchg_end_name(p->x->end);
+    finding_add(c, AUDIT_INFO, "history.retry", r,
+                json_pack("{s:I, s:i, s:s, s:I}", "prev_request",
+                          (json_int_t)p->x->id, "prev_status", p->x->status,
+                          "prev_end", end, "messages", (json_int_t)r->nmsg),
+                "the same request as %lld sent again (that one got %d%s%s)",
+                (long long)p->x->id, p->x->status, *end ? ", " : "", end);
+}
+
+/* Pruning and a wrong echo are two causes: a pruned request whose
+ * message at the reply's position differs from the stream gets its own
+ * history.echo too. */
+static void echo_after_prune(struct actx *c, size_t i)
+{
+    struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    if (!has_reply(p) || r->nmsg <= p->nmsg)
+        return;
+    const char *d = echo_diff(p, json_array_get(r->msgs, p->nmsg));
+    if (!d || !strcmp(d, "role"))
+        return;
+    json_t *ev = json_object();
+    echo_evidence(p, r, p->nmsg, d, ev);
+    json_object_set_new(ev, "prev_request", json_integer(p->x->id));
+    finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
+                "assistant message %zu sent back differs from the streamed "
+                "reply of request %lld (%s)",
+                p->nmsg, (long long)p->x->id, d);
+}
+
+/* A user interrupt: the predecessor's stream ended with the client gone
+ * (no final event), and the request carries everything before it but not
+ * its partial reply. */
+static bool is_interrupt(const struct areq *p, const struct areq *r,
+                         const struct audit_step *st)
+{
+    return p->x->end == XCHG_CLIENT_GONE && st->kind == AUDIT_STEP_REWRITE &&
+           st->kept == p->nmsg && st->removed == 1 && r->nmsg > p->nmsg &&
+           r->mrole[p->nmsg] != AROLE_ASSISTANT;
+}
+
+static void report_interrupt(struct actx *c, size_t i,
+                             const struct audit_step *st, json_t *ev)
+{
+    struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    json_object_set_new(ev, "prev_request", json_integer(p->x->id));
+    json_object_set_new(ev, "partial_bytes",
+                        json_integer((json_int_t)reply_bytes(p)));
+    json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
+    json_object_del(ev, "removed");
+    json_object_del(ev, "summary_found");
+    json_object_del(ev, "continue_injected");
+    finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
+                "the user interrupted request %lld: its partial reply (%zu "
+                "bytes) was dropped and the conversation went on",
+                (long long)p->x->id, reply_bytes(p));
 }
 
 void rule_history(struct actx *c)
 {
+    json_t *called = json_object();
     for (size_t i = 0; i < c->n; i++) {
         struct areq *r = &c->r[i];
         if (!r->msgs || !is_main_kind(r->kind))
             continue;
-        check_orphans(c, i);
+        json_t *orph = fresh_orphans(c, i, called);
         if (r->prev < 0) {
             r->new_msgs = r->nmsg;
+            report_orphans(c, r, orph);
+            json_decref(orph);
+            continue;
+        }
+        if (r->retry) {
+            r->new_msgs = 0;
+            report_retry(c, r);
+            report_orphans(c, r, orph);
+            json_decref(orph);
             continue;
         }
         struct audit_step st;
         json_t *ev = json_object();
-        step(&c->r[r->prev], r, summary_between(c, r->prev, i), &st, ev);
-        r->new_msgs = st.added;
         const char *sid = summary_between(c, r->prev, i);
-        if (st.kind == AUDIT_STEP_COMPACTION && sid)
-            for (size_t j = i; j-- > (size_t)(r->prev + 1);)
-                if (c->r[j].content == sid) {
-                    json_object_set_new(ev, "summary_request",
-                                        json_integer(c->r[j].x->id));
-                    json_object_set_new(ev, "summary_bytes",
-                                        json_integer((json_int_t)strlen(sid)));
-                    break;
-                }
-        report_step(c, i, &st, ev);
+        step(&c->r[r->prev], r, sid, &st, ev);
+        r->new_msgs = st.added;
+        if (st.kind == AUDIT_STEP_COMPACTION) {
+            json_object_set_new(ev, "orphaned_results", take_results(orph));
+            if (sid)
+                for (size_t j = i; j-- > (size_t)(r->prev + 1);)
+                    if (c->r[j].content == sid) {
+                        json_object_set_new(ev, "summary_request",
+                                            json_integer(c->r[j].x->id));
+                        json_object_set_new(
+                            ev, "summary_bytes",
+                            json_integer((json_int_t)strlen(sid)));
+                        break;
+                    }
+        }
+        report_orphans(c, r, orph);
+        json_decref(orph);
+        if (st.kind == AUDIT_STEP_PRUNE)
+            echo_after_prune(c, i);
+        if (is_interrupt(&c->r[r->prev], r, &st))
+            report_interrupt(c, i, &st, ev);
+        else
+            report_step(c, i, &st, ev);
     }
+    json_decref(called);
 }

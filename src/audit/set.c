@@ -232,6 +232,18 @@ static json_t *copy_body(struct audit_set *set, const struct xchg *x)
     return c;
 }
 
+/* The stream reached its end: "data: [DONE]", or the last chunk with a
+ * finish_reason and the usage (a server that sends no [DONE]). A client
+ * that closes the connection right after it (Python clients often do)
+ * received everything: the exchange is complete. */
+static bool got_final_event(json_t *reply)
+{
+    json_t *fin = json_object_get(reply, "finish_reason");
+    return json_is_true(json_object_get(reply, "done")) ||
+           (json_is_string(fin) &&
+            json_is_object(json_object_get(reply, "usage")));
+}
+
 static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
 {
     struct xchg *c = xmalloc(sizeof(*c));
@@ -252,6 +264,8 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
     c->resp_raw_len = error ? x->resp_raw_len : 0;
     c->reply = copy_json(x->reply);
+    if (c->end == XCHG_CLIENT_GONE && got_final_event(c->reply))
+        c->end = XCHG_COMPLETE;
     return c;
 }
 

@@ -167,16 +167,35 @@ static long usage_tokens(json_t *usage, const char *key)
 
 /* Hashes of messages already seen in this build, by address: the set
  * shares equal messages (audit_set_add), so a session's history is hashed
- * once, not once per request that re-sends it. Open addressing. */
+ * once, not once per request that re-sends it. Open addressing. The role
+ * is kept too: counting a request's user turns must not look each message
+ * up again. */
 struct memo {
     json_t **key;
     uint64_t *hash;
     size_t *bytes;
+    unsigned char *role;
     size_t n, cap;
     /* the last tool list measured: the set shares equal ones too */
     json_t *tools;
     size_t tool_bytes;
 };
+
+static unsigned char role_code(json_t *m)
+{
+    const char *r = json_string_value(json_object_get(m, "role"));
+    if (!r)
+        return AROLE_OTHER;
+    if (!strcmp(r, "user"))
+        return AROLE_USER;
+    if (!strcmp(r, "assistant"))
+        return AROLE_ASSISTANT;
+    if (!strcmp(r, "tool"))
+        return AROLE_TOOL;
+    if (!strcmp(r, "system") || !strcmp(r, "developer"))
+        return AROLE_SYSTEM;
+    return AROLE_OTHER;
+}
 
 static void memo_grow(struct memo *mm)
 {
@@ -186,6 +205,7 @@ static void memo_grow(struct memo *mm)
     mm->key = xcalloc(mm->cap, sizeof(*mm->key));
     mm->hash = xcalloc(mm->cap, sizeof(*mm->hash));
     mm->bytes = xcalloc(mm->cap, sizeof(*mm->bytes));
+    mm->role = xcalloc(mm->cap, sizeof(*mm->role));
     for (size_t i = 0; i < old.cap; i++)
         if (old.key[i]) {
             size_t j = mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
@@ -194,14 +214,17 @@ static void memo_grow(struct memo *mm)
             mm->key[j] = old.key[i];
             mm->hash[j] = old.hash[i];
             mm->bytes[j] = old.bytes[i];
+            mm->role[j] = old.role[i];
             mm->n++;
         }
     free(old.key);
     free(old.hash);
     free(old.bytes);
+    free(old.role);
 }
 
-static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
+static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes,
+                          unsigned char *role)
 {
     if (2 * (mm->n + 1) > mm->cap)
         memo_grow(mm);
@@ -211,9 +234,11 @@ static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
     if (!mm->key[j]) {
         mm->key[j] = m;
         mm->hash[j] = message_hash(m, &mm->bytes[j]);
+        mm->role[j] = role_code(m);
         mm->n++;
     }
     *bytes = mm->bytes[j];
+    *role = mm->role[j];
     return mm->hash[j];
 }
 
@@ -242,12 +267,12 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
     r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);
     r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));
     r->mbytes = xcalloc(r->nmsg + 1, sizeof(*r->mbytes));
+    r->mrole = xcalloc(r->nmsg + 1, sizeof(*r->mrole));
     for (size_t i = 0; i < r->nmsg; i++) {
         json_t *m = json_array_get(msgs, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i]);
+        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i], &r->mrole[i]);
         r->msg_bytes += r->mbytes[i];
-        r->users += role && !strcmp(role, "user");
+        r->users += r->mrole[i] == AROLE_USER;
     }
     r->content = json_string_value(json_object_get(reply, "content"));
     r->reasoning =
@@ -271,39 +296,131 @@ static size_t common_prefix(const struct areq *a, const struct areq *b)
     return k;
 }
 
-/* The earlier request of the same kind sharing the longest message prefix
- * (latest on ties); for "main" the latest main request when none shares
- * any, since compaction may replace even the first message. */
-static long find_prev(const struct areq *r, size_t i)
+/* Requests by (kind, hash of all their messages): the latest of each.
+ * Open addressing over uint64 keys; 0 marks an empty slot. */
+struct pmap {
+    uint64_t *key;
+    long *idx;
+    size_t n, cap;
+};
+
+static void pmap_put(struct pmap *m, uint64_t k, long idx);
+
+static void pmap_grow(struct pmap *m)
 {
-    long best = -1, latest = -1;
-    size_t best_k = 0;
-    for (size_t j = 0; j < i; j++) {
-        if (strcmp(r[j].kind, r[i].kind) || !r[j].msgs)
+    struct pmap old = *m;
+    m->cap = old.cap ? 2 * old.cap : 256;
+    m->n = 0;
+    m->key = xcalloc(m->cap, sizeof(*m->key));
+    m->idx = xcalloc(m->cap, sizeof(*m->idx));
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.key[i])
+            pmap_put(m, old.key[i], old.idx[i]);
+    free(old.key);
+    free(old.idx);
+}
+
+static void pmap_put(struct pmap *m, uint64_t k, long idx)
+{
+    if (2 * (m->n + 1) > m->cap)
+        pmap_grow(m);
+    k = k ? k : 1;
+    size_t j = mix64(k) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    if (!m->key[j])
+        m->n++;
+    m->key[j] = k;
+    m->idx[j] = idx;
+}
+
+static long pmap_get(const struct pmap *m, uint64_t k)
+{
+    if (!m->cap)
+        return -1;
+    k = k ? k : 1;
+    size_t j = mix64(k) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    return m->key[j] ? m->idx[j] : -1;
+}
+
+static uint64_t kind_seed(const char *kind)
+{
+    return hash64(kind, strlen(kind), 7);
+}
+
+/* How many earlier requests of the kind the fallback looks at when no
+ * request forms a prefix: bounded, so a session of thousands of rewritten
+ * requests stays linear. */
+#define FALLBACK_WINDOW 32
+
+/* The predecessor of r[i] by structure: the latest earlier request of the
+ * same kind whose messages are r[i]'s first k messages, for the largest k
+ * (k == nmsg: the same request sent again). Its reply may sit between that
+ * prefix and r[i]'s new messages; history.c checks it. h is scratch room
+ * for nmsg prefix hashes. When none forms a prefix: the request sharing
+ * the longest leading run of messages among the last FALLBACK_WINDOW of
+ * the kind (latest on ties), else for "main" the latest main request, since
+ * compaction may replace even the first message. */
+static long find_prev(struct areq *r, size_t i, const struct pmap *m,
+                      uint64_t *h)
+{
+    struct areq *q = &r[i];
+    uint64_t acc = kind_seed(q->kind);
+    for (size_t k = 0; k < q->nmsg; k++)
+        h[k] = acc = mix2(acc, q->mhash[k]);
+    long latest = -1;
+    for (size_t j = i; j-- > 0;)
+        if (r[j].msgs && !strcmp(r[j].kind, q->kind)) {
+            latest = (long)j;
+            break;
+        }
+    for (size_t k = q->nmsg; k >= 1; k--) {
+        long j = pmap_get(m, h[k - 1]);
+        if (j >= 0 && r[j].nmsg == k && !strcmp(r[j].kind, q->kind) &&
+            common_prefix(&r[j], q) == k) {
+            /* the latest request may share more without being a prefix:
+             * a tool result pruned in place, an echo changed */
+            if (latest != j && k < q->nmsg && common_prefix(&r[latest], q) >= k)
+                return latest;
+            q->link_k = k;
+            q->retry = k == q->nmsg;
+            return j;
+        }
+    }
+    long best = -1;
+    latest = -1;
+    size_t best_k = 0, seen = 0;
+    for (size_t j = i; j-- > 0 && seen < FALLBACK_WINDOW;) {
+        if (strcmp(r[j].kind, q->kind) || !r[j].msgs)
             continue;
-        size_t k = common_prefix(&r[j], &r[i]);
-        latest = (long)j;
-        if (k >= 1 && k >= best_k) {
+        seen++;
+        if (latest < 0)
+            latest = (long)j;
+        size_t k = common_prefix(&r[j], q);
+        if (k >= 1 && k > best_k) {
             best = (long)j;
             best_k = k;
         }
     }
-    if (best < 0 && !strcmp(r[i].kind, "main"))
+    if (best < 0 && !strcmp(q->kind, "main"))
         best = latest;
     return best;
 }
 
 static bool last_is_user(const struct areq *r)
 {
-    json_t *m = json_array_get(r->msgs, r->nmsg ? r->nmsg - 1 : 0);
-    const char *role = json_string_value(json_object_get(m, "role"));
-    return r->nmsg && role && !strcmp(role, "user");
+    return r->nmsg && r->mrole[r->nmsg - 1] == AROLE_USER;
 }
 
 struct areq *areqs_build(const struct audit_session *s)
 {
     struct areq *r = xcalloc(s->n + 1, sizeof(*r));
     struct memo mm = {0};
+    struct pmap pm = {0};
+    uint64_t *h = NULL;
+    size_t hcap = 0;
     int main_turn = 0;
     for (size_t i = 0; i < s->n; i++) {
         view_one(&r[i], s->x[i], &mm);
@@ -311,17 +428,29 @@ struct areq *areqs_build(const struct audit_session *s)
             r[i].turn = main_turn ? main_turn : 1;
             continue;
         }
-        r[i].prev = find_prev(r, i);
+        if (r[i].nmsg > hcap) {
+            hcap = 2 * r[i].nmsg;
+            h = xrealloc(h, hcap * sizeof(*h));
+        }
+        r[i].prev = find_prev(r, i, &pm, h);
+        if (r[i].nmsg)
+            pmap_put(&pm, h[r[i].nmsg - 1], (long)i);
         if (r[i].prev < 0)
             r[i].turn = main_turn ? main_turn : 1;
+        else if (r[i].retry)
+            r[i].turn = r[r[i].prev].turn;
         else
             r[i].turn = r[r[i].prev].turn + (last_is_user(&r[i]) ? 1 : 0);
         if (!strcmp(r[i].kind, "main"))
             main_turn = r[i].turn;
     }
+    free(h);
+    free(pm.key);
+    free(pm.idx);
     free(mm.key);
     free(mm.hash);
     free(mm.bytes);
+    free(mm.role);
     return r;
 }
 
@@ -330,6 +459,7 @@ void areqs_free(struct areq *r, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(r[i].mhash);
         free(r[i].mbytes);
+        free(r[i].mrole);
     }
     free(r);
 }

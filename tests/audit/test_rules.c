@@ -117,10 +117,11 @@ static void test_clean_session_has_no_findings(void **state)
                                         "temperature")) == 0.6);
     const struct audit_finding *r = find_rule(&l, "reasoning.sent");
     assert_non_null(r);
-    /* requests 2-4 carry 1 + 2 + 3 earlier turns, all equal, with tools */
+    /* requests 2-4 carry 1 + 2 + 3 earlier turns, all equal, with tools;
+     * each turn is judged where it first appears */
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(r->evidence, "with_tools"), "equal")),
-                     6);
+                     3);
     audit_list_release(&l);
     json_decref(o.expect);
     free_xs(xs, N);
@@ -303,11 +304,14 @@ static void reasoning_capture(struct xchg xs[2])
         json_decref(c);
     }
     fclose(f);
-    json_t *first =
-        json_pack("[o, o, o, o]", xb_msg("system", "s"),
-                  xb_msg("user", "\"write a tic tac toe game in python\""),
-                  xb_msg("assistant", "Here is a game."),
-                  xb_msg("user", "\"to a file\""));
+    /* the request before it: reason-06's first four messages, so that
+     * reason-06 extends it (audit links by structure, not by text) */
+    json_t *b6 = fixture_body("reason-06-reasoning-model-final-request.json");
+    json_t *first = json_array();
+    for (size_t i = 0; i < 4; i++)
+        json_array_append(first,
+                          json_array_get(json_object_get(b6, "messages"), i));
+    json_decref(b6);
     xb_init(&xs[0], 1, "ses_REDACTED", body(first));
     xb_reply(&xs[0], "", reasoning.data, calls, 2685, 242, "tool_calls");
     xb_init(&xs[1], 2, "ses_REDACTED",

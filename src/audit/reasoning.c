@@ -10,6 +10,7 @@
 
 #include "audit/audit_int.h"
 #include "core/hash.h"
+#include "core/xalloc.h"
 
 enum rstate { R_EQUAL, R_DROPPED, R_EMPTY, R_INLINE, R_CHANGED, R_NSTATES };
 static const char *const rstate_names[] = {"equal", "dropped", "empty",
@@ -150,8 +151,64 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
     }
 }
 
+static uint64_t all_messages_key(const struct areq *r)
+{
+    uint64_t h = 0x5eed;
+    for (size_t k = 0; k < r->nmsg; k++)
+        h = mix2(h, r->mhash[k]);
+    return h ? h : 1;
+}
+
+static bool used_up_by_reasoning(const struct areq *r)
+{
+    return r->finish && !strcmp(r->finish, "length") && r->reasoning &&
+           *r->reasoning && (!r->content || !*r->content) &&
+           !json_array_size(r->tool_calls);
+}
+
+/* reasoning.budget: the reply ran out of tokens while still reasoning, so
+ * the content is empty (a title request's max_tokens of 16 spent on
+ * thinking). Reported once, at the first such request, with how many times
+ * the harness sent the same request again afterwards. */
+static void budget(struct actx *c)
+{
+    uint64_t *key = xcalloc(c->n + 1, sizeof(*key));
+    for (size_t i = 0; i < c->n; i++)
+        key[i] = c->r[i].msgs ? all_messages_key(&c->r[i]) : 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct areq *r = &c->r[i];
+        bool seen = false;
+        if (!key[i] || !used_up_by_reasoning(r))
+            continue;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = key[j] == key[i] && used_up_by_reasoning(&c->r[j]);
+        if (seen)
+            continue;
+        size_t retries = 0;
+        for (size_t j = i + 1; j < c->n; j++)
+            retries += key[j] == key[i];
+        json_t *mt = json_object_get(r->x->req_body, "max_tokens");
+        if (!mt)
+            mt = json_object_get(r->x->req_body, "max_completion_tokens");
+        finding_add(c, AUDIT_WARN, "reasoning.budget", r,
+                    json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
+                              "max_tokens", mt ? mt : json_null(),
+                              "reasoning_bytes",
+                              (json_int_t)strlen(r->reasoning),
+                              "completion_tokens",
+                              (json_int_t)r->completion_tokens, "retries",
+                              (json_int_t)retries),
+                    "%s reply empty: reasoning (%zu bytes) used all of "
+                    "max_tokens %lld; the harness sent it again %zu time(s)",
+                    r->kind, strlen(r->reasoning),
+                    (long long)json_integer_value(mt), retries);
+    }
+    free(key);
+}
+
 void rule_reasoning(struct actx *c)
 {
+    budget(c);
     unsigned counts[2][R_NSTATES] = {{0}};
     unsigned total = 0;
     json_t *echoes = json_object();

@@ -190,18 +190,17 @@ static void budget(struct actx *c)
         json_t *mt = json_object_get(r->x->req_body, "max_tokens");
         if (!mt)
             mt = json_object_get(r->x->req_body, "max_completion_tokens");
-        finding_add(c, AUDIT_WARN, "reasoning.budget", r,
-                    json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
-                              "max_tokens", mt ? mt : json_null(),
-                              "reasoning_bytes",
-                              (json_int_t)strlen(r->reasoning),
-                              "completion_tokens",
-                              (json_int_t)r->completion_tokens, "retries",
-                              (json_int_t)retries),
-                    "%s reply empty: reasoning (%zu bytes) used all of "
-                    "max_tokens %lld; the harness sent it again %zu time(s)",
-                    r->kind, strlen(r->reasoning),
-                    (long long)json_integer_value(mt), retries);
+        finding_add(
+            c, AUDIT_WARN, "reasoning.budget", r,
+            json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
+                      "max_tokens", mt ? mt : json_null(), "reasoning_bytes",
+                      (json_int_t)strlen(r->reasoning), "completion_tokens",
+                      (json_int_t)r->completion_tokens, "retries",
+                      (json_int_t)retries),
+            "%s reply empty: reasoning (%zu bytes) used all of "
+            "max_tokens %lld; the harness sent it again %zu time(s)",
+            r->kind, strlen(r->reasoning), (long long)json_integer_value(mt),
+            retries);
     }
     free(key);
 }

@@ -82,6 +82,15 @@ int audit_set_load_spill(const char *path, const char *session,
                          struct audit_set *set, size_t *n, struct diag *d);
 /* Puts each session's exchanges in the order they started. */
 void audit_set_order(struct audit_set *set);
+/* Regroups the sessions record keyed by their first messages ("p:": no
+ * session header) by what their requests share (group.c, docs/AUDIT.md):
+ * a request joins the session that last carried one of its user turns or
+ * assistant replies; side requests that share none join the conversation
+ * under way; one-shot requests stay alone. Sessions keep record's key of
+ * their first exchange ("#2", "#3"... when several start from one key),
+ * and each moved exchange's session is renamed. Header sessions are left
+ * as they are. */
+void audit_set_regroup(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
  * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
  * -ENOENT when neither file exists; other errors are the store's; d says which

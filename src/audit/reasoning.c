@@ -169,7 +169,8 @@ static bool used_up_by_reasoning(const struct areq *r)
 /* reasoning.budget: the reply ran out of tokens while still reasoning, so
  * the content is empty (a title request's max_tokens of 16 spent on
  * thinking). Reported once, at the first such request, with how many times
- * the harness sent the same request again afterwards. */
+ * the harness sent the same request again afterwards; info only for a lone
+ * main request that nothing followed in its session. */
 static void budget(struct actx *c)
 {
     uint64_t *key = xcalloc(c->n + 1, sizeof(*key));
@@ -190,8 +191,12 @@ static void budget(struct actx *c)
         json_t *mt = json_object_get(r->x->req_body, "max_tokens");
         if (!mt)
             mt = json_object_get(r->x->req_body, "max_completion_tokens");
+        /* the harness needed the text when it sent the request again,
+         * when a side request's answer was lost, or when the conversation
+         * went on; a lone request nobody followed up is only noted */
+        bool needed = retries || !is_main_kind(r->kind) || i + 1 < c->n;
         finding_add(
-            c, AUDIT_WARN, "reasoning.budget", r,
+            c, needed ? AUDIT_WARN : AUDIT_INFO, "reasoning.budget", r,
             json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
                       "max_tokens", mt ? mt : json_null(), "reasoning_bytes",
                       (json_int_t)strlen(r->reasoning), "completion_tokens",

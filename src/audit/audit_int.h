@@ -46,6 +46,11 @@ struct actx {
     const struct audit_session *s;
     struct areq *r;
     size_t n;
+    /* Set by rule_history for the rules after it: the request after the
+     * first compaction whose summary lost the history, and that summary
+     * request's id (0: none). */
+    long lost_at;
+    int64_t lost_summary;
 };
 
 /* Builds the view of session s; free with areqs_free. */

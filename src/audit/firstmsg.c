@@ -69,20 +69,36 @@ void rule_first_message(struct actx *c)
             r->reasoning && audit_is_first_message_claim(r->reasoning);
         if (!in_content && !in_reason)
             continue;
-        const char *blame = r->users >= 2 ? "server" : "harness";
-        if (r->users < 2 && before < 1)
-            continue; /* truly the first message */
-        finding_add(
-            c, AUDIT_ERROR, "first_message.claim", r,
-            json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame, "where",
-                      in_content ? "content" : "reasoning", "user_turns_sent",
-                      r->users, "user_turns_before", before, "messages_sent",
-                      (json_int_t)r->nmsg, "reply",
-                      in_content ? r->content : r->reasoning),
-            "reply claims no earlier conversation although %s; blame the %s",
-            r->users >= 2 ? "the request carried the history"
-                          : "the session had earlier turns the request "
-                            "left out",
-            blame);
+        /* the server is blamed only when the request carried the history:
+         * at least as many user turns as any earlier request had */
+        bool carried = r->users >= 2 && r->users >= before;
+        bool after_lost =
+            c->lost_summary && c->lost_at >= 0 && (size_t)c->lost_at <= i;
+        if (!carried && r->users >= before)
+            continue; /* it lacked nothing: truly the first message */
+        const char *blame = carried ? "server" : "harness";
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame,
+                               "where", in_content ? "content" : "reasoning",
+                               "user_turns_sent", r->users, "user_turns_before",
+                               before, "messages_sent", (json_int_t)r->nmsg,
+                               "reply", in_content ? r->content : r->reasoning);
+        if (after_lost && !carried)
+            json_object_set_new(ev, "compaction_lost_request",
+                                json_integer(c->lost_summary));
+        if (after_lost && !carried)
+            finding_add(c, AUDIT_ERROR, "first_message.claim", r, ev,
+                        "reply claims no earlier conversation: the history "
+                        "was replaced by the summary of request %lld, which "
+                        "had lost it (history.compaction_lost); blame the "
+                        "harness",
+                        (long long)c->lost_summary);
+        else
+            finding_add(
+                c, AUDIT_ERROR, "first_message.claim", r, ev,
+                "reply claims no earlier conversation although %s; blame "
+                "the %s",
+                carried ? "the request carried the history"
+                        : "the session had earlier turns the request left out",
+                blame);
     }
 }

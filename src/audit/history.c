@@ -514,6 +514,99 @@ static void echo_after_prune(struct actx *c, size_t i)
                 p->nmsg, (long long)p->x->id, d);
 }
 
+/* Digit runs of 3 or more in t (codes, numbers, years), as keys of obj. */
+static void add_facts(json_t *obj, const char *t)
+{
+    for (const char *p = t; *p;) {
+        if (*p < '0' || *p > '9') {
+            p++;
+            continue;
+        }
+        size_t n = strspn(p, "0123456789");
+        if (n >= 3 && n < 40) {
+            char k[40];
+            memcpy(k, p, n);
+            k[n] = 0;
+            json_object_set_new(obj, k, json_true());
+        }
+        p += n;
+    }
+}
+
+static const char *user_agent(const struct xchg *x)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(x->req_headers, k, v)
+    {
+        if (!strcasecmp(k, "user-agent") && json_is_string(v))
+            return json_string_value(v);
+    }
+    return "unknown";
+}
+
+/* history.compaction_lost: the summary request (sj) that the compaction
+ * at request i relied on lost what it was given: its reply claims there
+ * was no earlier conversation, or it kept none of the facts (digit runs)
+ * of the transcript and user turns it summarised. */
+static void check_summary(struct actx *c, size_t i, size_t sj)
+{
+    struct areq *q = &c->r[sj], *r = &c->r[i], *p = &c->r[r->prev];
+    const char *sum = q->content ? q->content : "";
+    bool claim = audit_is_first_message_claim(sum) ||
+                 (q->reasoning && audit_is_first_message_claim(q->reasoning));
+    json_t *facts = json_object(), *lost = json_array();
+    size_t kept = 0;
+    const char *k;
+    json_t *v;
+    for (size_t m = 0; m < q->nmsg; m++)
+        if (q->mrole[m] == AROLE_USER || q->mrole[m] == AROLE_ASSISTANT) {
+            char *t = msg_text(json_array_get(q->msgs, m));
+            add_facts(facts, t);
+            free(t);
+        }
+    for (size_t m = 0; m < p->nmsg; m++)
+        if (p->mrole[m] == AROLE_USER) {
+            char *t = msg_text(json_array_get(p->msgs, m));
+            add_facts(facts, t);
+            free(t);
+        }
+    json_object_foreach(facts, k, v)
+    {
+        if (strstr(sum, k))
+            kept++;
+        else if (json_array_size(lost) < 10)
+            json_array_append_new(lost, json_string(k));
+    }
+    size_t total = json_object_size(facts);
+    json_decref(facts);
+    if (!claim && (total < 2 || kept > 0)) {
+        json_decref(lost);
+        return;
+    }
+    const char *ua = user_agent(q->x);
+    size_t ual = strcspn(ua, " ");
+    char *ex = excerpt(sum, 160);
+    finding_add(c, AUDIT_ERROR, "history.compaction_lost", r,
+                json_pack("{s:I, s:I, s:b, s:I, s:I, s:o, s:s%, s:s}",
+                          "summary_request", (json_int_t)q->x->id,
+                          "prev_request", (json_int_t)p->x->id,
+                          "first_message_claim", claim, "facts",
+                          (json_int_t)total, "facts_kept", (json_int_t)kept,
+                          "lost", lost, "harness", ua, ual, "summary", ex),
+                "the summary of request %lld that replaced the history %s; "
+                "the harness (%.*s) went on with it",
+                (long long)q->x->id,
+                claim ? "says there was no earlier conversation"
+                      : "kept none of the facts it was given",
+                (int)ual, ua);
+    free(ex);
+    if (!c->lost_summary) {
+        c->lost_summary = q->x->id;
+        c->lost_at = (long)i;
+    }
+}
+
 /* A user interrupt: the predecessor's stream ended with the client gone
  * (no final event), and the request carries everything before it but not
  * its partial reply. */
@@ -568,6 +661,7 @@ void rule_history(struct actx *c)
         const char *sid = summary_between(c, r->prev, i);
         step(&c->r[r->prev], r, sid, &st, ev);
         r->new_msgs = st.added;
+        long sj = -1;
         if (st.kind == AUDIT_STEP_COMPACTION) {
             json_object_set_new(ev, "orphaned_results", take_results(orph));
             if (sid)
@@ -578,6 +672,7 @@ void rule_history(struct actx *c)
                         json_object_set_new(
                             ev, "summary_bytes",
                             json_integer((json_int_t)strlen(sid)));
+                        sj = (long)j;
                         break;
                     }
         }
@@ -589,6 +684,8 @@ void rule_history(struct actx *c)
             report_interrupt(c, i, &st, ev);
         else
             report_step(c, i, &st, ev);
+        if (sj >= 0)
+            check_summary(c, i, (size_t)sj);
     }
     json_decref(called);
 }

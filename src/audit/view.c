@@ -414,6 +414,98 @@ static bool last_is_user(const struct areq *r)
     return r->nmsg && r->mrole[r->nmsg - 1] == AROLE_USER;
 }
 
+static uint64_t text_key(const char *t)
+{
+    uint64_t h = hash64(t, strlen(t), 11);
+    return h ? h : 1;
+}
+
+/* What a request is by its structure, whatever its words (docs/AUDIT.md):
+ *  - a summary request: its reply heads a later main request (among its
+ *    first HEAD messages) that does not extend it: the history was
+ *    replaced by that reply. With or without tools (Continue's /compact
+ *    sends them).
+ *  - a title request: no tools, no assistant message, one or two user
+ *    messages asking for a "title", and a small max_tokens or a system
+ *    prompt about titles.
+ * Linear: the head messages of main requests are indexed once. */
+#define HEAD 4
+
+/* q's reply is among next's first HEAD messages and no user message of q
+ * comes before it there: what came before was replaced, not windowed (a
+ * window keeps the user turn the reply answered). */
+static bool summary_heads(const struct areq *q, const struct areq *next)
+{
+    for (size_t k = 0; k < next->nmsg && k < HEAD; k++) {
+        char *t = msg_text(json_array_get(next->msgs, k));
+        bool here = !strcmp(t, q->content);
+        free(t);
+        if (here)
+            return true;
+        if (next->mrole[k] != AROLE_USER)
+            continue;
+        for (size_t m = 0; m < q->nmsg; m++)
+            if (q->mhash[m] == next->mhash[k])
+                return false;
+    }
+    return false;
+}
+
+static void kinds_by_structure(struct areq *r, size_t n)
+{
+    struct pmap heads = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i].msgs || strcmp(r[i].kind, "main"))
+            continue;
+        for (size_t k = 0; k < r[i].nmsg && k < HEAD; k++) {
+            if (r[i].mrole[k] != AROLE_ASSISTANT && r[i].mrole[k] != AROLE_USER)
+                continue;
+            char *t = msg_text(json_array_get(r[i].msgs, k));
+            if (*t)
+                pmap_put(&heads, text_key(t), (long)i);
+            free(t);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct areq *q = &r[i];
+        if (!q->msgs || !strcmp(q->kind, "title") ||
+            !strcmp(q->kind, "compaction"))
+            continue;
+        if (q->content && strlen(q->content) >= 16) {
+            long j = pmap_get(&heads, text_key(q->content));
+            if (j > (long)i && common_prefix(q, &r[j]) < q->nmsg &&
+                summary_heads(q, &r[j])) {
+                q->kind = "compaction";
+                continue;
+            }
+        }
+        int users = 0, assistants = 0;
+        for (size_t k = 0; k < q->nmsg; k++) {
+            users += q->mrole[k] == AROLE_USER;
+            assistants += q->mrole[k] == AROLE_ASSISTANT;
+        }
+        if (q->tools || assistants || users < 1 || users > 2)
+            continue;
+        json_t *mt = json_object_get(q->x->req_body, "max_tokens");
+        if (!mt)
+            mt = json_object_get(q->x->req_body, "max_completion_tokens");
+        bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
+        bool asks = false, sys_title = false;
+        for (size_t k = 0; k < q->nmsg; k++) {
+            char *t = msg_text(json_array_get(q->msgs, k));
+            if (q->mrole[k] == AROLE_USER && head_has(t, SIZE_MAX, "title"))
+                asks = true;
+            if (q->mrole[k] == AROLE_SYSTEM && head_has(t, 400, "title"))
+                sys_title = true;
+            free(t);
+        }
+        if (asks && (small || sys_title))
+            q->kind = "title";
+    }
+    free(heads.key);
+    free(heads.idx);
+}
+
 struct areq *areqs_build(const struct audit_session *s)
 {
     struct areq *r = xcalloc(s->n + 1, sizeof(*r));
@@ -422,8 +514,10 @@ struct areq *areqs_build(const struct audit_session *s)
     uint64_t *h = NULL;
     size_t hcap = 0;
     int main_turn = 0;
-    for (size_t i = 0; i < s->n; i++) {
+    for (size_t i = 0; i < s->n; i++)
         view_one(&r[i], s->x[i], &mm);
+    kinds_by_structure(r, s->n);
+    for (size_t i = 0; i < s->n; i++) {
         if (!r[i].msgs || !is_main_kind(r[i].kind)) {
             r[i].turn = main_turn ? main_turn : 1;
             continue;
@@ -497,7 +591,7 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
         rule_first_message, rule_degeneration, rule_stream,
     };
     for (size_t i = 0; i < set->n; i++) {
-        struct actx c = {.o = o, .out = out, .s = &set->s[i]};
+        struct actx c = {.o = o, .out = out, .s = &set->s[i], .lost_at = -1};
         c.n = set->s[i].n;
         c.r = areqs_build(&set->s[i]);
         for (size_t k = 0; k < sizeof(rules) / sizeof(*rules); k++)

@@ -461,6 +461,118 @@ static void test_prune_and_echo_both_reported(void **state)
     free_xs(xs, 4);
 }
 
+#define ASK_SUMMARY                                                            \
+    "Please provide a concise summary of our conversation so far"
+#define LOST                                                                   \
+    "I don't see any earlier message; this looks like the start of our "       \
+    "conversation."
+
+/* Continue's /compact, twice: the whole history plus a request to
+ * summarise, with tools; its reply heads the next request between system
+ * messages. The second summary lost the history. */
+static void test_compaction_every_time_and_lost(void **state)
+{
+    (void)state;
+    struct xchg xs[7];
+    struct audit_list l;
+    json_t *tools = json_pack("[{s:s}]", "type", "function");
+    json_t *m = json_pack("[o, o]", xb_msg("system", "You are an agent."),
+                          xb_msg("user", "The code is 4812."));
+    const char *replies[7] = {
+        "Noted.",     "Ok.",   "Summary: the codes are 4812 and 5523.",
+        "Next done.", "Fine.", LOST,
+        LOST};
+    for (int k = 0; k < 7; k++) {
+        if (k == 1)
+            json_array_append_new(m, xb_msg("user", "Also 5523."));
+        if (k == 2 || k == 5)
+            json_array_append_new(m, xb_msg("user", ASK_SUMMARY));
+        if (k == 3 || k == 6) {
+            json_decref(m);
+            m = json_pack(
+                "[o, o, o, o]", xb_msg("system", "You are an agent."),
+                xb_msg("assistant", replies[k - 1]),
+                xb_msg("system", "Chat history compacted successfully."),
+                xb_msg("user", k == 3 ? "next" : "What was the code?"));
+        }
+        if (k == 4)
+            json_array_append_new(m, xb_msg("user", "and then?"));
+        json_t *body = xb_body("m", json_deep_copy(m));
+        json_object_set(body, "tools", tools);
+        xb_init(&xs[k], k + 1, "ses_k", body);
+        xb_reply(&xs[k], replies[k], NULL, NULL, 100 + k, 5, "stop");
+        if (k != 2 && k != 5)
+            json_array_append_new(m, xb_echo(&xs[k]));
+        else
+            json_array_remove(m, json_array_size(m) - 1);
+    }
+    json_decref(m);
+    json_decref(tools);
+    run_audit(xs, 7, NULL, &l);
+    assert_int_equal(count_prefix(&l, "history.compaction"), 3);
+    size_t comp = 0;
+    for (size_t i = 0; i < l.n; i++)
+        comp += !strcmp(l.v[i].rule, "history.compaction");
+    assert_int_equal(comp, 2);
+    assert_null(find_rule(&l, "history.rewrite"));
+    const struct audit_finding *f = find_rule(&l, "history.compaction_lost");
+    assert_non_null(f);
+    assert_int_equal(f->sev, AUDIT_ERROR);
+    assert_int_equal(f->request, 7);
+    assert_int_equal(ev_int(f, "summary_request"), 6);
+    assert_true(
+        json_is_true(json_object_get(f->evidence, "first_message_claim")));
+    /* the reply after it points at it and blames the harness */
+    f = find_rule(&l, "first_message.claim");
+    assert_non_null(f);
+    assert_int_equal(f->request, 7);
+    assert_int_equal(ev_int(f, "compaction_lost_request"), 6);
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "blame")), "harness");
+    assert_int_equal(count_prefix(&l, "first_message"), 1);
+    audit_list_release(&l);
+    free_xs(xs, 7);
+}
+
+/* Continue's title request: one user message asking for a title, a small
+ * max_tokens, no system prompt and no tools: a title request by structure,
+ * not a main one (no sampling.expect, no turn of its own). */
+static void test_title_by_structure(void **state)
+{
+    (void)state;
+    struct xchg xs[2];
+    struct audit_list l;
+    xb_init(&xs[0], 1, "ses_t",
+            xb_body("m", json_pack("[o, o]", xb_msg("system", "Agent."),
+                                   xb_msg("user", "hello"))));
+    xb_reply(&xs[0], "Hi.", NULL, NULL, 10, 1, "stop");
+    json_t *b = xb_body(
+        "m", json_pack("[o]", xb_msg("user", "Given this message: hello, "
+                                             "please reply with a title for "
+                                             "the chat")));
+    json_object_set_new(b, "max_tokens", json_integer(16));
+    xb_init(&xs[1], 2, "ses_t", b);
+    xb_reply(&xs[1], "Greeting", NULL, NULL, 10, 1, "stop");
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.expect = json_pack("{s:f}", "temperature", 0.6);
+    run_audit(xs, 2, &o, &l);
+    const struct audit_finding *f = find_rule(&l, "sampling.expect");
+    assert_non_null(f);
+    /* only the main request is checked */
+    assert_int_equal(ev_int(f, "requests"), 1);
+    size_t titles = 0;
+    for (size_t i = 0; i < l.n; i++)
+        if (!strcmp(l.v[i].rule, "sampling.sent"))
+            titles += !strcmp(
+                json_string_value(json_object_get(l.v[i].evidence, "kind")),
+                "title");
+    assert_int_equal(titles, 1);
+    audit_list_release(&l);
+    json_decref(o.expect);
+    free_xs(xs, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +587,8 @@ int main(void)
         cmocka_unit_test(test_retry_after_429),
         cmocka_unit_test(test_interrupt_and_close_after_done),
         cmocka_unit_test(test_prune_and_echo_both_reported),
+        cmocka_unit_test(test_compaction_every_time_and_lost),
+        cmocka_unit_test(test_title_by_structure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,7 +60,11 @@ struct audit_session {
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
-    json_t *interned; /* hash -> the one copy of a message or tool list */
+    /* hash -> the one copy of a message or tool list (open addressing;
+     * a key of 0 marks an empty slot) */
+    uint64_t *ikey;
+    json_t **ival;
+    size_t in, icap;
 };
 
 void audit_set_init(struct audit_set *set);

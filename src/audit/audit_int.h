@@ -51,6 +51,7 @@ struct actx {
      * request's id (0: none). */
     long lost_at;
     int64_t lost_summary;
+    void *truncation_memo; /* truncation.c's, while it runs */
 };
 
 /* Builds the view of session s; free with areqs_free. */

@@ -29,6 +29,9 @@ struct areq {
     size_t link_k;        /* prev's messages are this request's first link_k
                            * (0: prev was chosen by the fallback) */
     bool retry;           /* the same messages as prev: sent again */
+    int64_t lost_summary; /* set by rule_history: the id of the summary
+                           * request whose lost history this request was
+                           * given (history.compaction_lost), 0: none */
     size_t new_msgs;      /* messages beyond what prev + reply explain */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
@@ -46,11 +49,6 @@ struct actx {
     const struct audit_session *s;
     struct areq *r;
     size_t n;
-    /* Set by rule_history for the rules after it: the request after the
-     * first compaction whose summary lost the history, and that summary
-     * request's id (0: none). */
-    long lost_at;
-    int64_t lost_summary;
     void *truncation_memo; /* truncation.c's, while it runs */
 };
 

@@ -211,8 +211,9 @@ static void removal(const struct areq *p, const struct areq *r,
         bool from_prev = has_hash(p, r->mhash[i]);
         if (!reply_kept && !echo_diff(p, m))
             reply_kept = true; /* what follows continues normally */
-        else if (!from_prev && summary && *summary && strstr(t, summary))
-            summary_seen = true;
+        else if ((!from_prev || i < 4) && summary && *summary &&
+                 strstr(t, summary))
+            summary_seen = true; /* near the head: the same summary twice */
         else if (!from_prev && !strcmp(role_of(m), "user") &&
                  is_continue_injection(t))
             injected = true;
@@ -222,16 +223,31 @@ static void removal(const struct areq *p, const struct areq *r,
             new_assistant = true; /* a summary no stream produced */
         free(t);
     }
+    /* A head replaced in place: the messages removed are one block of
+     * two or more starting where the requests part, and a message no
+     * earlier request carried (user or assistant) stands there instead:
+     * a gateway's or harness's summary, whether or not a summary request
+     * was seen. A window or dropped turns leave no such message; an edited
+     * first message replaces one. */
+    size_t block = 0;
+    for (size_t i = st->kept; i < p->nmsg && !has_hash(r, p->mhash[i]); i++)
+        block++;
+    bool in_place = block >= 2 && block == st->removed && st->kept < r->nmsg &&
+                    !has_hash(p, r->mhash[st->kept]) &&
+                    (r->mrole[st->kept] == AROLE_USER ||
+                     r->mrole[st->kept] == AROLE_ASSISTANT);
     if (!reply_kept) {
         st->removed++;
         st->bytes_lost += (int64_t)reply_bytes(p);
         json_array_append_new(removed, json_string("reply"));
     }
-    st->kind = (summary_seen || injected || (new_assistant && st->removed))
-                   ? AUDIT_STEP_COMPACTION
-                   : AUDIT_STEP_REWRITE;
+    st->kind =
+        (summary_seen || injected || in_place || (new_assistant && st->removed))
+            ? AUDIT_STEP_COMPACTION
+            : AUDIT_STEP_REWRITE;
     if (ev) {
         json_object_set_new(ev, "removed", removed);
+        json_object_set_new(ev, "replaced_in_place", json_boolean(in_place));
         json_object_set_new(ev, "summary_found", json_boolean(summary_seen));
         json_object_set_new(ev, "continue_injected", json_boolean(injected));
     } else {
@@ -601,10 +617,7 @@ static void check_summary(struct actx *c, size_t i, size_t sj)
                       : "kept none of the facts it was given",
                 (int)ual, ua);
     free(ex);
-    if (!c->lost_summary) {
-        c->lost_summary = q->x->id;
-        c->lost_at = (long)i;
-    }
+    r->lost_summary = q->x->id;
 }
 
 /* A user interrupt: the predecessor's stream ended with the client gone

@@ -364,7 +364,7 @@ static uint64_t kind_seed(const char *kind)
  * the kind (latest on ties), else for "main" the latest main request, since
  * compaction may replace even the first message. */
 static long find_prev(struct areq *r, size_t i, const struct pmap *m,
-                      uint64_t *h)
+                      uint64_t *h, long last_side)
 {
     struct areq *q = &r[i];
     uint64_t acc = kind_seed(q->kind);
@@ -383,6 +383,10 @@ static long find_prev(struct areq *r, size_t i, const struct pmap *m,
             /* the latest request may share more without being a prefix:
              * a tool result pruned in place, an echo changed */
             if (latest != j && k < q->nmsg && common_prefix(&r[latest], q) >= k)
+                return latest;
+            /* a summary request since j replaced the history: what looks
+             * like j again (the same summary twice) follows the latest */
+            if (latest != j && last_side > j)
                 return latest;
             q->link_k = k;
             q->retry = k == q->nmsg;
@@ -514,10 +518,13 @@ struct areq *areqs_build(const struct audit_session *s)
     uint64_t *h = NULL;
     size_t hcap = 0;
     int main_turn = 0;
+    long last_summary = -1; /* the latest summary (compaction) request */
     for (size_t i = 0; i < s->n; i++)
         view_one(&r[i], s->x[i], &mm);
     kinds_by_structure(r, s->n);
     for (size_t i = 0; i < s->n; i++) {
+        if (!strcmp(r[i].kind, "compaction"))
+            last_summary = (long)i;
         if (!r[i].msgs || !is_main_kind(r[i].kind)) {
             r[i].turn = main_turn ? main_turn : 1;
             continue;
@@ -526,7 +533,7 @@ struct areq *areqs_build(const struct audit_session *s)
             hcap = 2 * r[i].nmsg;
             h = xrealloc(h, hcap * sizeof(*h));
         }
-        r[i].prev = find_prev(r, i, &pm, h);
+        r[i].prev = find_prev(r, i, &pm, h, last_summary);
         if (r[i].nmsg)
             pmap_put(&pm, h[r[i].nmsg - 1], (long)i);
         if (r[i].prev < 0)
@@ -591,7 +598,7 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
         rule_first_message, rule_degeneration, rule_stream,
     };
     for (size_t i = 0; i < set->n; i++) {
-        struct actx c = {.o = o, .out = out, .s = &set->s[i], .lost_at = -1};
+        struct actx c = {.o = o, .out = out, .s = &set->s[i]};
         c.n = set->s[i].n;
         c.r = areqs_build(&set->s[i]);
         for (size_t k = 0; k < sizeof(rules) / sizeof(*rules); k++)

@@ -254,10 +254,10 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
     oo.turns = turns;
     if (o->one_shot) {
         for (int t = 0; t < turns; t++) {
-            json_t *b = body_for(&oo,
-                                 json_pack("[{s:s, s:s}]", "role", "user",
-                                           "content", "What is 2+2?"),
-                                 t, false);
+            json_t *one = json_pack("[{s:s, s:s}]", "role", "user", "content",
+                                    "What is 2+2?");
+            json_t *b = body_for(&oo, one, t, false);
+            json_decref(one);
             json_t *m = request(base, &oo, b, &sent);
             json_decref(b);
             if (!m)

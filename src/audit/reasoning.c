@@ -95,6 +95,16 @@ static bool violates(enum audit_policy p, bool tools, int st)
     return st == R_EQUAL || st == R_INLINE || st == R_CHANGED;
 }
 
+/* True when q carries m itself (the set shares equal messages, so the
+ * same bytes are the same pointer). */
+static bool in_request(const struct areq *q, json_t *m)
+{
+    for (size_t k = 0; k < q->nmsg; k++)
+        if (q->mrole[k] == AROLE_ASSISTANT && json_array_get(q->msgs, k) == m)
+            return true;
+    return false;
+}
+
 /* counts[tools][state] over the session, for the summary finding. An
  * assistant message is judged where it first appears: one sent again
  * byte for byte at the same place as in the predecessor was judged there
@@ -121,7 +131,21 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
         if (p && m_i < p->nmsg && m_i < r->link_k &&
             json_array_get(p->msgs, m_i) == m)
             continue;
-        const struct areq *src = source_of(c, echoes, i, m_i);
+        /* a request that rewrote its predecessor (a compaction keeping the
+         * recent turns) still carries some of its messages unchanged,
+         * elsewhere: they were judged there */
+        if (p && !r->link_k && in_request(p, m))
+            continue;
+        const struct areq *src = NULL;
+        /* a rewritten request that kept its predecessor's reply (the tail
+         * a compaction keeps): that reply, not one of equal text */
+        if (p && !r->link_k && p->content && *p->content) {
+            const char *t = json_string_value(json_object_get(m, "content"));
+            if (t && !strcmp(t, p->content))
+                src = p;
+        }
+        if (!src)
+            src = source_of(c, echoes, i, m_i);
         if (!src || !src->reasoning || !*src->reasoning)
             continue;
         int st = classify(m, src->reasoning);

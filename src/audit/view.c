@@ -425,8 +425,9 @@ static uint64_t text_key(const char *t)
 }
 
 /* What a request is by its structure, whatever its words (docs/AUDIT.md):
- *  - a summary request: its reply heads a later main request (among its
- *    first HEAD messages) that does not extend it: the history was
+ *  - a summary request: it asks for a summary (its last user message or
+ *    its system prompt) and its reply heads a later main request (among
+ *    its first HEAD messages) that does not extend it: the history was
  *    replaced by that reply. With or without tools (Continue's /compact
  *    sends them).
  *  - a title request: no tools, no assistant message, one or two user
@@ -455,6 +456,27 @@ static bool summary_heads(const struct areq *q, const struct areq *next)
     return false;
 }
 
+/* The request asks for a summary: its last user message, or its system
+ * prompt early on, says so (opencode, Continue and Kilo all do). */
+static bool asks_summary(const struct areq *q)
+{
+    bool yes = false;
+    for (size_t k = q->nmsg; k-- > 0 && !yes;) {
+        if (q->mrole[k] == AROLE_USER) {
+            char *t = msg_text(json_array_get(q->msgs, k));
+            yes = head_has(t, SIZE_MAX, "summar");
+            free(t);
+            break;
+        }
+    }
+    if (!yes && q->nmsg && q->mrole[0] == AROLE_SYSTEM) {
+        char *t = msg_text(json_array_get(q->msgs, 0));
+        yes = head_has(t, 1000, "summar");
+        free(t);
+    }
+    return yes;
+}
+
 static void kinds_by_structure(struct areq *r, size_t n)
 {
     struct pmap heads = {0};
@@ -475,7 +497,7 @@ static void kinds_by_structure(struct areq *r, size_t n)
         if (!q->msgs || !strcmp(q->kind, "title") ||
             !strcmp(q->kind, "compaction"))
             continue;
-        if (q->content && strlen(q->content) >= 16) {
+        if (q->content && strlen(q->content) >= 16 && asks_summary(q)) {
             long j = pmap_get(&heads, text_key(q->content));
             if (j > (long)i && common_prefix(q, &r[j]) < q->nmsg &&
                 summary_heads(q, &r[j])) {

@@ -18,7 +18,7 @@ d=$(mktemp -d)
 pids=""
 trap 'for p in $pids; do kill $p 2>/dev/null || true; done; rm -rf "$d"' EXIT INT TERM
 mkdir -p "$d/proj" "$d/home"
-"$F" sim --listen 127.0.0.1:0 >"$d/sim.out" 2>/dev/null &
+"$F" sim --listen 127.0.0.1:0 --reasoning >"$d/sim.out" 2>/dev/null &
 pids="$pids $!"
 while ! grep -q listening "$d/sim.out" 2>/dev/null; do sleep 0.05; done
 sim=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$d/sim.out")

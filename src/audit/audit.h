@@ -53,6 +53,12 @@ json_t *audit_finding_json(const struct audit_finding *f);
 /* One session: its exchanges in id order. The set owns deep copies. */
 struct audit_session {
     char *id;
+    /* The session whose task-like tool call (task, agent, ...) handed this
+     * one its first user message as the call's "prompt", and that call's
+     * id; NULL when none (audit_set_link_subagents). */
+    char *parent;
+    char *parent_call;
+    bool result_returned; /* the parent got that call's tool result */
     struct xchg **x;
     size_t n, alloc;
 };
@@ -95,6 +101,12 @@ void audit_set_order(struct audit_set *set);
  * and each moved exchange's session is renamed. Header sessions are left
  * as they are. */
 void audit_set_regroup(struct audit_set *set);
+/* Links subagent sessions to their parent (struct audit_session.parent):
+ * a session whose first user message equals the "prompt" argument of a
+ * task-like tool call (task, Task, agent, spawn_agent, subagent) another
+ * session's reply made. result_returned tells whether the parent later
+ * sent that call's tool result. */
+void audit_set_link_subagents(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
  * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
  * -ENOENT when neither file exists; other errors are the store's; d says which

@@ -360,3 +360,91 @@ void audit_set_regroup(struct audit_set *set)
     free(rg.rk);
     free(all);
 }
+
+/* ---- subagents ---- */
+
+static const char *const task_tools[] = {"task",        "Task",     "agent",
+                                         "spawn_agent", "subagent", NULL};
+
+static bool is_task_tool(const char *name)
+{
+    for (int i = 0; name && task_tools[i]; i++)
+        if (!strcmp(name, task_tools[i]))
+            return true;
+    return false;
+}
+
+static const char *first_user_text(const struct xchg *x, char **owned)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(x->req_body, "messages"), i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "user"))
+            return *owned = msg_text(m);
+    }
+    return NULL;
+}
+
+/* Whether session p sent a tool result for call id. */
+static bool has_result(const struct audit_session *p, const char *id)
+{
+    for (size_t j = p->n; j-- > 0;) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(p->x[j]->req_body, "messages"), i, m)
+        {
+            const char *c =
+                json_string_value(json_object_get(m, "tool_call_id"));
+            if (c && !strcmp(c, id))
+                return true;
+        }
+    }
+    return false;
+}
+
+void audit_set_link_subagents(struct audit_set *set)
+{
+    /* prompt text -> [session index, call id] of the task calls seen */
+    json_t *calls = json_object();
+    for (size_t s = 0; s < set->n; s++)
+        for (size_t j = 0; j < set->s[s].n; j++) {
+            size_t i;
+            json_t *tc;
+            json_array_foreach(
+                json_object_get(set->s[s].x[j]->reply, "tool_calls"), i, tc)
+            {
+                json_t *f = json_object_get(tc, "function");
+                const char *id = json_string_value(json_object_get(tc, "id"));
+                if (!id || !is_task_tool(
+                               json_string_value(json_object_get(f, "name"))))
+                    continue;
+                json_t *a = json_loads(
+                    json_string_value(json_object_get(f, "arguments")) ?: "", 0,
+                    NULL);
+                const char *prompt =
+                    json_string_value(json_object_get(a, "prompt"));
+                if (prompt && !json_object_get(calls, prompt))
+                    json_object_set_new(calls, prompt,
+                                        json_pack("[I, s]", (json_int_t)s, id));
+                json_decref(a);
+            }
+        }
+    for (size_t s = 0; s < set->n && json_object_size(calls); s++) {
+        struct audit_session *sub = &set->s[s];
+        char *text = NULL;
+        for (size_t j = 0; j < sub->n && !text; j++)
+            first_user_text(sub->x[j], &text);
+        json_t *hit = text ? json_object_get(calls, text) : NULL;
+        free(text);
+        size_t ps = (size_t)json_integer_value(json_array_get(hit, 0));
+        if (!hit || ps == s)
+            continue;
+        const char *id = json_string_value(json_array_get(hit, 1));
+        sub->parent = xstrdup(set->s[ps].id);
+        sub->parent_call = xstrdup(id);
+        sub->result_returned = has_result(&set->s[ps], id);
+    }
+    json_decref(calls);
+}

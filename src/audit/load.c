@@ -88,6 +88,8 @@ static void keep_session(struct audit_set *set, const char *id)
         }
         free(s->x);
         free(s->id);
+        free(s->parent);
+        free(s->parent_call);
     }
     set->n = kept;
 }
@@ -129,6 +131,7 @@ int audit_load_paths(const char *db_path, const char *spill,
     }
     audit_set_order(set);
     audit_set_regroup(set);
+    audit_set_link_subagents(set);
     if (session)
         keep_session(set, session);
     free(def);

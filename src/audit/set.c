@@ -297,6 +297,8 @@ void audit_set_release(struct audit_set *set)
             xchg_copy_free(s->x[j]);
         free(s->x);
         free(s->id);
+        free(s->parent);
+        free(s->parent_call);
     }
     free(set->s);
     for (size_t i = 0; i < set->icap; i++)

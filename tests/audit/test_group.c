@@ -216,6 +216,56 @@ static void test_one_shots_are_not_chained(void **state)
     done(set, &l, xs, 4);
 }
 
+/* opencode's task tool: the parent's reply calls task with a prompt, a
+ * session (its own header) starts with that prompt as its first user
+ * message, and the parent gets the call's result back. */
+static void test_subagent_linked_to_parent(void **state)
+{
+    (void)state;
+    struct xchg xs[4];
+    struct audit_set set;
+    json_t *m = json_pack("[o, o]", xb_msg("system", SYS),
+                          xb_msg("user", "fix the crash"));
+    xb_init(&xs[0], 1, "ses_parent", xb_body("m", json_deep_copy(m)));
+    xb_reply(&xs[0], "", NULL,
+             json_pack("[{s:s, s:s, s:{s:s, s:s}}]", "id", "call_task_1",
+                       "type", "function", "function", "name", "task",
+                       "arguments",
+                       "{\"description\": \"find\", \"prompt\": \"Find the "
+                       "bug in main.c\"}"),
+             10, 5, "tool_calls");
+    xb_init(&xs[1], 2, "ses_child",
+            xb_body("m", json_pack("[o, o]", xb_msg("system", "Subagent."),
+                                   xb_msg("user", "Find the bug in main.c"))));
+    xb_reply(&xs[1], "Line 12 divides by zero.", NULL, NULL, 10, 5, "stop");
+    json_array_append_new(m, xb_echo(&xs[0]));
+    json_array_append_new(m, json_pack("{s:s, s:s, s:s}", "role", "tool",
+                                       "tool_call_id", "call_task_1", "content",
+                                       "Line 12 divides by zero."));
+    xb_init(&xs[2], 3, "ses_parent", xb_body("m", m));
+    xb_reply(&xs[2], "Fixed.", NULL, NULL, 10, 5, "stop");
+    xb_init(&xs[3], 4, "ses_other",
+            xb_body("m", json_pack("[o]", xb_msg("user", "unrelated"))));
+    audit_set_init(&set);
+    for (int k = 0; k < 4; k++)
+        audit_set_add(&set, &xs[k]);
+    audit_set_link_subagents(&set);
+    const struct audit_session *c = audit_set_find(&set, "ses_child");
+    assert_non_null(c);
+    assert_string_equal(c->parent, "ses_parent");
+    assert_string_equal(c->parent_call, "call_task_1");
+    assert_true(c->result_returned);
+    assert_null(audit_set_find(&set, "ses_parent")->parent);
+    assert_null(audit_set_find(&set, "ses_other")->parent);
+    json_t *row = audit_session_json(c, NULL);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(row, "parent"), "session")),
+                        "ses_parent");
+    json_decref(row);
+    audit_set_release(&set);
+    free_xs(xs, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_window_stays_one_session),
         cmocka_unit_test(test_summary_head_stays_one_session),
         cmocka_unit_test(test_one_shots_are_not_chained),
+        cmocka_unit_test(test_subagent_linked_to_parent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 
 #include "audit/audit_int.h"
 #include "core/hash.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 
 enum rstate { R_EQUAL, R_DROPPED, R_EMPTY, R_INLINE, R_CHANGED, R_NSTATES };
@@ -167,9 +168,10 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
                               audit_policy_name(pol), "tools", r->tools, "want",
                               keep ? "keep" : "drop", "turns", turns),
                     "policy %s (%s tools) wants earlier reasoning %s; %zu "
-                    "assistant turn(s) disagree",
+                    "assistant %s",
                     audit_policy_name(pol), r->tools ? "with" : "without",
-                    keep ? "kept" : "dropped", bad);
+                    keep ? "kept" : "dropped", bad,
+                    plural(bad, "turn disagrees", "turns disagree"));
     } else {
         json_decref(turns);
     }
@@ -227,9 +229,9 @@ static void budget(struct actx *c)
                       (json_int_t)r->completion_tokens, "retries",
                       (json_int_t)retries),
             "%s reply empty: reasoning (%zu bytes) used all of "
-            "max_tokens %lld; the harness sent it again %zu time(s)",
+            "max_tokens %lld; the harness sent it again %zu time%s",
             r->kind, strlen(r->reasoning), (long long)json_integer_value(mt),
-            retries);
+            retries, plural_s(retries));
     }
     free(key);
 }

@@ -339,6 +339,7 @@ void audit_set_regroup(struct audit_set *set)
             set->s = xrealloc(set->s, set->alloc * sizeof(*set->s));
         }
         struct audit_session *s = &set->s[set->n++];
+        memset(s, 0, sizeof(*s));
         s->id =
             same ? xasprintf("%s#%zu", gr->from, same + 1) : xstrdup(gr->from);
         s->x = gr->x;

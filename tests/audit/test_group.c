@@ -211,6 +211,13 @@ static void test_one_shots_are_not_chained(void **state)
             "4");
     struct audit_set *set = grouped(xs, 4, &l);
     assert_int_equal(set->n, 4);
+    /* regrouped sessions are whole: no parent, their rows build */
+    for (size_t i = 0; i < set->n; i++) {
+        assert_null(set->s[i].parent);
+        json_t *row = audit_session_json(&set->s[i], &l);
+        assert_true(json_is_null(json_object_get(row, "parent")));
+        json_decref(row);
+    }
     assert_int_equal(audit_list_count(&l, AUDIT_WARN), 0);
     assert_null(find_rule(&l, "history.retry"));
     done(set, &l, xs, 4);

@@ -8,11 +8,20 @@
 # the fixture holds a compaction that lost the history. The exchanges are
 # written as JSON lines in xchg_to_json's shape (tests/e2e/opencode/dump.c),
 # the temporary project path replaced by /home/user/proj.
+# With HARNESS=kilo the Kilo CLI 7.7.7 (an opencode fork: the same
+# configuration, `kilo run`; tests/e2e/kilo/install.sh) plays the same
+# session, with a tool call in its second turn, into
+# tests/fixtures/kilo-7.7.7/compaction-session.jsonl.
 # usage: sh tests/e2e/opencode/record_compaction.sh [OUT]  (from the repo root,
 # after make)
 set -eu
-out=${1:-tests/fixtures/opencode-1.18.33/compaction-session.jsonl}
-bin=$(sh tests/e2e/opencode/install.sh)
+if [ "${HARNESS:-opencode}" = kilo ]; then
+    out=${1:-tests/fixtures/kilo-7.7.7/compaction-session.jsonl}
+    bin=$(sh tests/e2e/kilo/install.sh)
+else
+    out=${1:-tests/fixtures/opencode-1.18.33/compaction-session.jsonl}
+    bin=$(sh tests/e2e/opencode/install.sh)
+fi
 F=$PWD/fidelity
 d=$(mktemp -d)
 pids=""
@@ -51,6 +60,9 @@ compactions() {
     sqlite3 "$d/oc.db" "select count(*) from xchg where kind = 'compaction'" 2>/dev/null || echo 0
 }
 run "The access code for the blue door is 4812. Remember it. $(filler 1)"
+if [ "${HARNESS:-opencode}" = kilo ]; then
+    run -c 'Call the bash tool with {"command": "ls", "description": "List files"}.'
+fi
 t=2
 while [ $t -le 16 ]; do
     if [ "$(compactions)" -ge 1 ]; then

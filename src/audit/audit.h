@@ -101,6 +101,10 @@ void audit_set_order(struct audit_set *set);
  * and each moved exchange's session is renamed. Header sessions are left
  * as they are. */
 void audit_set_regroup(struct audit_set *set);
+/* Side requests under a session header of their own that names another
+ * session (Kilo sends its title request as "title-ses_X" beside "ses_X")
+ * join that session. Call audit_set_order afterwards. */
+void audit_set_attach_side(struct audit_set *set);
 /* Links subagent sessions to their parent (struct audit_session.parent):
  * a session whose first user message equals the "prompt" argument of a
  * task-like tool call (task, Task, agent, spawn_agent, subagent) another

@@ -449,3 +449,44 @@ void audit_set_link_subagents(struct audit_set *set)
     }
     json_decref(calls);
 }
+
+/* ---- side sessions ---- */
+
+static bool side_only(const struct audit_session *s)
+{
+    for (size_t j = 0; j < s->n; j++)
+        if (!is_side(s->x[j]))
+            return false;
+    return s->n > 0;
+}
+
+void audit_set_attach_side(struct audit_set *set)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        struct audit_session *s = &set->s[i];
+        struct audit_session *to = NULL;
+        for (size_t k = 0; side_only(s) && k < set->n && !to; k++)
+            if (k != i && *set->s[k].id && !side_only(&set->s[k]) &&
+                strstr(s->id, set->s[k].id))
+                to = &set->s[k];
+        if (!to) {
+            set->s[kept++] = *s;
+            continue;
+        }
+        for (size_t j = 0; j < s->n; j++) {
+            if (to->n == to->alloc) {
+                to->alloc = to->alloc ? 2 * to->alloc : 16;
+                to->x = xrealloc(to->x, to->alloc * sizeof(*to->x));
+            }
+            free(s->x[j]->session);
+            s->x[j]->session = xstrdup(to->id);
+            to->x[to->n++] = s->x[j];
+        }
+        free(s->x);
+        free(s->id);
+        free(s->parent);
+        free(s->parent_call);
+    }
+    set->n = kept;
+}

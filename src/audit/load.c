@@ -129,6 +129,7 @@ int audit_load_paths(const char *db_path, const char *spill,
     if (have_spill) {
         rc = audit_set_load_spill(spill, NULL, set, NULL, d);
     }
+    audit_set_attach_side(set);
     audit_set_order(set);
     audit_set_regroup(set);
     audit_set_link_subagents(set);

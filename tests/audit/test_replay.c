@@ -38,6 +38,7 @@ static void replay(const char *name, struct audit_set *set,
     if (rc)
         fail_msg("cannot replay '%s': %s", path, d.msg);
     free(path);
+    audit_set_attach_side(set);
     audit_set_order(set);
     audit_set_regroup(set);
     audit_list_init(l);
@@ -84,10 +85,48 @@ static void test_opencode_two_compactions(void **state)
     audit_set_release(&set);
 }
 
+/* The Kilo CLI 7.7.7 (an opencode fork), the same script: its title
+ * request comes under a header of its own ("title-ses_..."), and is
+ * attached to the session it names. The sim's first summary kept none of
+ * the facts (the code), the second claims there was no conversation. */
+static void test_kilo_two_compactions(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    replay("../kilo-7.7.7/compaction-session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     2);
+    json_decref(row);
+    for (size_t i = 0; i < l.n; i++)
+        if (l.v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    assert_int_equal(count_rule(&l, "history.compaction"), 2);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 2);
+    assert_int_equal(count_rule(&l, "first_message.claim"), 1);
+    /* nothing else above info */
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 5);
+    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opencode_two_compactions),
+        cmocka_unit_test(test_kilo_two_compactions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -167,10 +167,40 @@ struct regroup {
     size_t rn, rcap;
 };
 
+/* A title request by structure (view.c has the same rule): no tools, no
+ * assistant message, one or two user messages of which one asks for a
+ * title, and a max_tokens of 64 or less. */
+static bool looks_title(const struct xchg *x)
+{
+    json_t *b = x->req_body, *m;
+    json_t *mt = json_object_get(b, "max_tokens");
+    size_t i, users = 0;
+    bool asks = false;
+    if (json_array_size(json_object_get(b, "tools")) || !json_is_integer(mt) ||
+        json_integer_value(mt) > 64)
+        return false;
+    json_array_foreach(json_object_get(b, "messages"), i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "assistant"))
+            return false;
+        if (role && !strcmp(role, "user")) {
+            char *t = msg_text(m);
+            users++;
+            for (char *p = t; *p; p++)
+                *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+            asks |= strstr(t, "title") != NULL;
+            free(t);
+        }
+    }
+    return asks && users >= 1 && users <= 2;
+}
+
 static bool is_side(const struct xchg *x)
 {
-    return x->kind &&
-           (!strcmp(x->kind, "title") || !strcmp(x->kind, "compaction"));
+    return (x->kind &&
+            (!strcmp(x->kind, "title") || !strcmp(x->kind, "compaction"))) ||
+           looks_title(x);
 }
 
 static int new_group(struct regroup *rg, const char *from)

@@ -195,13 +195,19 @@ static bool used_up_by_reasoning(const struct areq *r)
 /* reasoning.budget: the reply ran out of tokens while still reasoning, so
  * the content is empty (a title request's max_tokens of 16 spent on
  * thinking). Reported once, at the first such request, with how many times
- * the harness sent the same request again afterwards; info only for a lone
+ * the harness sent the same request again afterwards (for side requests:
+ * another request of the same kind); info only for a lone
  * main request that nothing followed in its session. */
 static void budget(struct actx *c)
 {
     uint64_t *key = xcalloc(c->n + 1, sizeof(*key));
+    /* a side request (a title) is one cause whatever its words: a harness
+     * that asks for a title on every turn with the same budget */
     for (size_t i = 0; i < c->n; i++)
-        key[i] = c->r[i].msgs ? all_messages_key(&c->r[i]) : 0;
+        key[i] = !c->r[i].msgs ? 0
+                 : is_main_kind(c->r[i].kind)
+                     ? all_messages_key(&c->r[i])
+                     : hash64(c->r[i].kind, strlen(c->r[i].kind), 5) | 1;
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         bool seen = false;

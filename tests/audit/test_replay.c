@@ -6,7 +6,7 @@
  * summary lost the history: two history.compaction, one
  * history.compaction_lost, the "first message" reply pointing at it, no
  * rewrite, and no reasoning.policy under "keep" although every reasoning
- * went back as streamed.
+ * went back as streamed. Kilo's and Continue's sessions likewise.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,11 +122,48 @@ static void test_kilo_two_compactions(void **state)
     audit_set_release(&set);
 }
 
+/* The Continue CLI 1.5.47 in its TUI, no session header: its title
+ * requests (one user message "...please reply with a title for the chat",
+ * max_tokens 16, no system prompt, no tools; record calls them main) whose
+ * reasoning used the 16 tokens on every turn, and its /compact (the whole
+ * history plus "Please provide a concise summary...", with tools) followed
+ * by [system, assistant(summary), system, user]. One session, the title and
+ * summary requests attached, the compaction found, the empty titles one
+ * budget finding with Continue's 3 further tries, nothing else. */
+static void test_continue_titles_and_compact(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    replay("../continue-1.5.47/session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 4);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     1);
+    json_decref(row);
+    for (size_t i = 0; i < l.n; i++)
+        if (l.v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    const struct audit_finding *b = find_rule(&l, "reasoning.budget");
+    assert_non_null(b);
+    assert_int_equal(ev_int(b, "max_tokens"), 16);
+    assert_int_equal(ev_int(b, "retries"), 3);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 2);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opencode_two_compactions),
         cmocka_unit_test(test_kilo_two_compactions),
+        cmocka_unit_test(test_continue_titles_and_compact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_PROBE_HELP[] =
@@ -28,11 +29,16 @@ const char CMD_PROBE_HELP[] =
     "\n"
     "Sends seeded multi-turn conversations to an OpenAI-compatible endpoint,\n"
     "scores the replies deterministically, and reports where recall breaks\n"
-    "and why: truncated-by-server, output-clipped, server-error or missed.\n"
+    "and why: truncated-by-server, dropped-before-the-model (a window by\n"
+    "turns, a summary, clipping), output-clipped, server-error or missed.\n"
+    "Cases are sized by probe's own count (text pieces tokenized alone,\n"
+    "template framing from short requests, checked against the bytes), so\n"
+    "a path that rewrites requests cannot hide what it dropped.\n"
     "\n"
     "connection:\n"
     "  --endpoint URL        base URL (http://host:port or .../v1)\n"
-    "  --baseline URL        send the same cases here too; McNemar per kind\n"
+    "  --baseline URL        send the same cases here too; McNemar overall\n"
+    "                        and per kind (Holm-corrected)\n"
     "  --model NAME          default: the first model /v1/models lists\n"
     "  --api-key KEY         default: $OPENAI_API_KEY (never printed/stored)\n"
     "  --header 'N: v'       extra request header (repeatable)\n"
@@ -59,13 +65,21 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
-    "  --fail-under PCT      exit 1 when the pass rate is below "
-    "PCT\n" CLI_STORE_HELP
-    "  --fresh               redo cases already in the store\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
+    "                        (default 90; 0: the rate decides "
+    "nothing)\n" CLI_STORE_HELP
+    "  --fresh               redo cases already in the store (results are\n"
+    "                        reused only when a canary request, sent twice\n"
+    "                        at temperature 0, gets the same answer)\n"
     "\n"
-    "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
-    "interrupted, 2 usage or config error, 3 endpoint unreachable or not\n"
-    "OpenAI-compatible, 4 store or I/O failure.\n"
+    "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
+    "--fail-under, or the endpoint is significantly worse than --baseline\n"
+    "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
+    "rule decided), or the run was interrupted; 2 usage or config error;\n"
+    "3 endpoint unreachable or not OpenAI-compatible; 4 store or I/O\n"
+    "failure.\n"
     "\n"
     "examples:\n"
     "  fidelity probe --endpoint http://127.0.0.1:8000\n"
@@ -111,12 +125,15 @@ enum {
     OPT_DB,
     OPT_FRESH,
     OPT_READY,
-    OPT_NOSTORE
+    OPT_NOSTORE,
+    OPT_REPORT
 };
 
 struct opts {
     const char *endpoint, *baseline, *model, *api_key, *extra, *json;
-    const char *junit, *db;
+    const char *junit, *db, *report;
+    int argc;
+    char **argv;
     const char *headers[48];
     size_t n_headers;
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
@@ -249,6 +266,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fresh", no_argument, NULL, OPT_FRESH},
         {"ready-timeout", required_argument, NULL, OPT_READY},
         {"no-store", no_argument, NULL, OPT_NOSTORE},
+        {"report", required_argument, NULL, OPT_REPORT},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -257,6 +275,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->fail_under = 90;
     o->ready_ms = CLI_READY_TIMEOUT_MS;
     o->retries = 3;
     o->jobs = 4;
@@ -372,6 +391,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case OPT_NOSTORE:
             o->no_store = true;
             break;
+        case OPT_REPORT:
+            o->report = optarg;
+            break;
         default:
             return cli_bad_option("probe", c, argv);
         }
@@ -436,6 +458,15 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
     json_decref(hello);
     if (!r) {
         e->has_tokenize = true;
+        r = probe_own_calibrate(e, c, &d);
+        if (r && r != -ENOTSUP)
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+        if (r)
+            fprintf(stderr,
+                    "fidelity probe: note: %s; the %s's cases are counted "
+                    "whole through /tokenize, which a path that rewrites "
+                    "requests rewrites too\n",
+                    d.msg, what);
         if (probe_size_prepare(e, c, &d))
             return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
         return 0;
@@ -496,6 +527,67 @@ static void print_plan(FILE *out, const struct opts *o,
     fflush(out);
 }
 
+/* Sends the canary (canary.c) to e; 0 or an exit code after printing
+ * why. */
+static int canary(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                  struct http_client *c, const struct probe_spec *s, size_t n,
+                  const char *what)
+{
+    struct diag d;
+    unsigned longest = 0;
+    for (size_t i = 0; i < n; i++)
+        longest = s[i].target > longest ? s[i].target : longest;
+    /* the first canary's length for this server stays, so that the
+     * canaries of runs with other grids can be compared */
+    long pinned = db ? probe_store_canary_length(db, e->info_fp, &d) : 0;
+    if (pinned < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (pinned > 0)
+        longest = (unsigned)pinned;
+    if (probe_canary_run(e, c, longest, &d))
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: canary: %s", what,
+                         d.msg);
+    if (!e->canary_deterministic)
+        fprintf(out,
+                "note: the %s answered the canary (a fixed %u-token request "
+                "at temperature 0) two ways: it is nondeterministic, and is "
+                "fingerprinted by the canary's prompt token count alone\n",
+                what, e->canary_length);
+    return 0;
+}
+
+/* Says when the store holds results for e's URL, model and info from a
+ * server that answered the canary otherwise, then records e's canary. */
+static int canary_compare(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                          bool fresh, const char *what)
+{
+    struct probe_endpoint old;
+    struct diag d;
+    long n = 0;
+    memset(&old, 0, sizeof(old));
+    int r = probe_store_other_canary(db, e, &old, &n, &d);
+    long mine = probe_store_results(db, e->fp, &d);
+    if (r < 0 || mine < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (r == 1 && !fresh && !mine) {
+        fprintf(out,
+                "note: stored results for the %s %s were for a different "
+                "server (%ld results): the canary (a fixed %u-token request "
+                "at temperature 0) gave %ld prompt tokens and \"%.60s\"%s, "
+                "it now gives %ld and \"%.60s\"%s; they are not reused, the "
+                "cases run again\n",
+                what, e->url, n, e->canary_length, old.canary_prompt_tokens,
+                old.canary_answer,
+                old.canary_deterministic ? "" : " (nondeterministic)",
+                e->canary_prompt_tokens, e->canary_answer,
+                e->canary_deterministic ? "" : " (nondeterministic)");
+        fflush(out);
+    }
+    if (probe_store_canary(db, e, &d))
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    return 0;
+}
+
 static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
                    const struct probe_spec *s, unsigned max_tokens)
 {
@@ -503,7 +595,7 @@ static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
     struct diag d;
     unsigned tok = 0;
     memset(&pc, 0, sizeof(pc));
-    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, &d))
+    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, NULL, &d))
         probe_case_build(&pc, s, probe_filler_for(s));
     fprintf(out,
             "\nfirst case: %s, length %u, depth %d, variant %s (%s "
@@ -561,6 +653,36 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
     return c;
 }
 
+/* What probe_run keeps of the report: the whole document but the cases,
+ * of which only the first failed ones per side stay, as many as the HTML
+ * report shows (fidelity report draws the same page from it). */
+static json_t *stored_summary(const json_t *j)
+{
+    json_t *sum = json_deep_copy(j);
+    static const char *const sides[] = {"results", "baseline_results"};
+    for (int s = 0; s < 2; s++) {
+        json_t *side = json_object_get(sum, sides[s]);
+        json_t *cases = json_object_get(side, "case_results"), *keep;
+        size_t i;
+        json_t *c;
+        if (!cases)
+            continue;
+        keep = json_array();
+        json_array_foreach(cases, i, c)
+        {
+            const char *oc = json_string_value(json_object_get(c, "outcome"));
+            if (json_is_true(json_object_get(c, "passed")) ||
+                (oc && !strcmp(oc, "not-run")))
+                continue;
+            if (json_array_size(keep) >= REPORT_PROBE_EXAMPLES)
+                break;
+            json_array_append(keep, c);
+        }
+        json_object_set_new(side, "case_results", keep);
+    }
+    return sum;
+}
+
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                   struct probe_report_in *in, sqlite3 *db)
 {
@@ -572,9 +694,10 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_t *sum = json_deep_copy(json_object_get(j, "results"));
-    json_object_del(sum, "case_results");
-    json_object_del(sum, "cells");
+    if (o->report &&
+        cmd_report_hook("probe", o->report, o->argc, o->argv, j, NULL, NULL))
+        code = EXIT_INTERNAL;
+    json_t *sum = stored_summary(j);
     if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
                               sum, NULL, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
@@ -609,14 +732,31 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                 done, in->n, plural_s(in->n));
         return EXIT_FAIL;
     }
-    if (rate < o->fail_under) {
-        fprintf(stderr,
-                "fidelity probe: pass rate %.1f%% is below "
-                "--fail-under %.1f%%\n",
-                rate, o->fail_under);
+    struct probe_verdict v;
+    probe_verdict(in, o->fail_under, &v);
+    fprintf(out, "%s\n", v.line);
+    if (v.worse || v.below || v.sizing) {
+        if (out != stderr) /* the report's last line says it in full */
+            fprintf(stderr, "fidelity probe: a check failed:%s%s%s\n",
+                    v.worse ? " significantly worse than the baseline;" : "",
+                    v.below ? " pass rate below --fail-under;" : "",
+                    v.sizing ? " sizing under 50% of target;" : "");
         return EXIT_FAIL;
     }
     return EXIT_PASS;
+}
+
+/* Classifies the cases that lost context across the run (lost.c) and
+ * stores what changed. A store error here was already met by the run. */
+static void restore_lost(sqlite3 *db, const struct probe_endpoint *e,
+                         const struct probe_spec *specs,
+                         struct probe_result *res, size_t n)
+{
+    struct diag d;
+    probe_lost_classify(specs, res, n, e->max_model_len);
+    for (size_t i = 0; db && i < n; i++)
+        if (res[i].done && !res[i].cached && res[i].lost)
+            probe_store_put(db, e->fp, &specs[i], &res[i], &d);
 }
 
 static int run_probe(struct opts *o, struct probe_endpoint *ep,
@@ -657,12 +797,25 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     }
     const char *path = o->db ? o->db : store_default_path();
     if (!o->no_store &&
-        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-         probe_store_endpoint(db, ep, &d) ||
-         (base && probe_store_endpoint(db, base, &d)))) {
+        (store_open(path, &db, &d) || probe_store_init(db, &d))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
+    code = canary(out, db, ep, c, specs, n, "endpoint");
+    if (!code && base)
+        code = canary(out, db, base, c, specs, n, "baseline");
+    if (code)
+        goto out;
+    if (db && (probe_store_endpoint(db, ep, &d) ||
+               (base && probe_store_endpoint(db, base, &d)))) {
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    code = db ? canary_compare(out, db, ep, o->fresh, "endpoint") : 0;
+    if (!code && db && base)
+        code = canary_compare(out, db, base, o->fresh, "baseline");
+    if (code)
+        goto out;
     struct prog pg = {.tty = cli_is_tty(2)};
     clock_gettime(CLOCK_MONOTONIC, &pg.t0);
     struct probe_run run = {
@@ -684,6 +837,9 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     signal(SIGINT, on_sigint);
     probe_run(&run);
     signal(SIGINT, SIG_DFL);
+    restore_lost(db, ep, specs, run.res, n);
+    if (base)
+        restore_lost(db, base, specs, run.bres, n);
     if (pg.tty)
         fputc('\n', stderr);
     json_t *cfg = config_json(o, specs, n);
@@ -717,6 +873,8 @@ int cmd_probe(int argc, char **argv)
     int code = parse_opts(argc, argv, &o);
     if (code)
         return code;
+    o.argc = argc;
+    o.argv = argv;
     json_t *extra = NULL;
     char *extra_key = NULL, *auth = NULL;
     if (o.extra) {

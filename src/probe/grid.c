@@ -25,6 +25,7 @@ static const char *const outcome_names[PROBE_NOUTCOMES] = {
     [PROBE_CLIPPED] = "output-clipped",
     [PROBE_ERROR] = "server-error",
     [PROBE_MISSED] = "missed",
+    [PROBE_DROPPED] = "dropped-before-the-model",
 };
 static const char *const rv_names[PROBE_RV_COUNT] = {
     [PROBE_RV_FIELD] = "reasoning_content",

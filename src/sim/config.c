@@ -75,6 +75,7 @@ static const struct field fields[] = {
     B(lose_summary),
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
+    B(hide_faults),
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -279,6 +280,10 @@ int sim_config_preset(struct sim_config *c, const char *list, struct diag *d)
 
 json_t *sim_config_to_json(const struct sim_config *c)
 {
+    /* a server whose settings its info endpoints do not show */
+    if (c->hide_faults)
+        return json_pack("{s:s, s:I, s:b}", "model", c->model, "max_model_len",
+                         (json_int_t)c->max_model_len, "hide_faults", 1);
     json_t *o = json_object();
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];

@@ -48,6 +48,7 @@ struct sim_config {
     bool lose_summary; /* answer summary requests "no earlier message" */
     long seed;
     long max_body;
+    bool hide_faults; /* /get_server_info and /sim/config show no fault */
 };
 
 void sim_config_defaults(struct sim_config *c);

@@ -391,9 +391,11 @@ static void h_server_info(struct sim *s, const struct sim_req *rq,
     sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
                           "context_length", (json_int_t)s->cfg.max_model_len,
                           "max_total_num_tokens",
-                          (json_int_t)sim_config_limit(&s->cfg), "version",
-                          "fidelity-sim " FIDELITY_VERSION, "sim_config",
-                          sim_config_to_json(&s->cfg)));
+                          (json_int_t)(s->cfg.hide_faults
+                                           ? s->cfg.max_model_len
+                                           : sim_config_limit(&s->cfg)),
+                          "version", "fidelity-sim " FIDELITY_VERSION,
+                          "sim_config", sim_config_to_json(&s->cfg)));
 }
 
 static void h_config(struct sim *s, const struct sim_req *rq,

@@ -53,6 +53,12 @@ json_t *audit_finding_json(const struct audit_finding *f);
 /* One session: its exchanges in id order. The set owns deep copies. */
 struct audit_session {
     char *id;
+    /* The session whose task-like tool call (task, agent, ...) handed this
+     * one its first user message as the call's "prompt", and that call's
+     * id; NULL when none (audit_set_link_subagents). */
+    char *parent;
+    char *parent_call;
+    bool result_returned; /* the parent got that call's tool result */
     struct xchg **x;
     size_t n, alloc;
 };
@@ -68,7 +74,11 @@ struct audit_bad {
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
-    json_t *interned;      /* hash -> the one copy of a message or tool list */
+    /* hash -> the one copy of a message or tool list (open addressing;
+     * a key of 0 marks an empty slot) */
+    uint64_t *ikey;
+    json_t **ival;
+    size_t in, icap;
     struct audit_bad *bad; /* rows skipped by audit_set_load, in id order */
     size_t nbad, bad_alloc;
 };
@@ -98,6 +108,25 @@ int audit_set_load_spill(const char *path, const char *session,
                          struct audit_set *set, size_t *n, struct diag *d);
 /* Puts each session's exchanges in the order they started. */
 void audit_set_order(struct audit_set *set);
+/* Regroups the sessions record keyed by their first messages ("p:": no
+ * session header) by what their requests share (group.c, docs/AUDIT.md):
+ * a request joins the session that last carried one of its user turns or
+ * assistant replies; side requests that share none join the conversation
+ * under way; one-shot requests stay alone. Sessions keep record's key of
+ * their first exchange ("#2", "#3"... when several start from one key),
+ * and each moved exchange's session is renamed. Header sessions are left
+ * as they are. */
+void audit_set_regroup(struct audit_set *set);
+/* Side requests under a session header of their own that names another
+ * session (Kilo sends its title request as "title-ses_X" beside "ses_X")
+ * join that session. Call audit_set_order afterwards. */
+void audit_set_attach_side(struct audit_set *set);
+/* Links subagent sessions to their parent (struct audit_session.parent):
+ * a session whose first user message equals the "prompt" argument of a
+ * task-like tool call (task, Task, agent, spawn_agent, subagent) another
+ * session's reply made. result_returned tells whether the parent later
+ * sent that call's tool result. */
+void audit_set_link_subagents(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
  * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
  * -ENOENT when neither file exists; other errors are the store's; d says which

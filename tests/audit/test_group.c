@@ -16,7 +16,7 @@
 
 #include "audit_test.h"
 #include "core/xalloc.h"
-#include "record/classify.h"
+#include "store/classify.h"
 
 #define SYS "You are a coding agent. Use the tools."
 

@@ -33,6 +33,10 @@ struct areq {
                            * request whose lost history this request was
                            * given (history.compaction_lost), 0: none */
     size_t new_msgs;      /* messages beyond what prev + reply explain */
+    bool interrupted;     /* set by rule_history: the user left this
+                           * request's stream and the conversation went on
+                           * without its partial reply (history.interrupted
+                           * on the next request); rule_stream says no more */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
     const char *reasoning;

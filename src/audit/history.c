@@ -627,12 +627,14 @@ static void check_summary(struct actx *c, size_t i, size_t sj)
 
 /* A user interrupt: the predecessor's stream ended with the client gone
  * (no final event), and the request carries everything before it but not
- * its partial reply. */
+ * its partial reply (or the client left before any text came). */
 static bool is_interrupt(const struct areq *p, const struct areq *r,
                          const struct audit_step *st)
 {
-    return p->x->end == XCHG_CLIENT_GONE && st->kind == AUDIT_STEP_REWRITE &&
-           st->kept == p->nmsg && st->removed == 1 && r->nmsg > p->nmsg &&
+    bool dropped = st->kind == AUDIT_STEP_REWRITE && st->removed == 1;
+    bool none = st->kind == AUDIT_STEP_PREFIX && !has_reply(p);
+    return p->x->end == XCHG_CLIENT_GONE && (dropped || none) &&
+           st->kept == p->nmsg && r->nmsg > p->nmsg &&
            r->mrole[p->nmsg] != AROLE_ASSISTANT;
 }
 
@@ -647,6 +649,7 @@ static void report_interrupt(struct actx *c, size_t i,
     json_object_del(ev, "removed");
     json_object_del(ev, "summary_found");
     json_object_del(ev, "continue_injected");
+    p->interrupted = true;
     finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
                 "the user interrupted request %lld: its partial reply (%zu "
                 "bytes) was dropped and the conversation went on",

@@ -4,6 +4,10 @@
  * stream_options.include_usage, long pauses between chunks, time to first
  * byte added between the server and the client (down_ttfb - up_ttfb), and
  * a stream whose first byte came only at its end (something buffers it).
+ * One finding per cause: a stream the user interrupted is history's
+ * (history.interrupted, info), and a stream that ended early is not
+ * reported again as missing its usage or its [DONE]. A client that got the
+ * final event and then left is complete (set.c).
  */
 #include <string.h>
 
@@ -16,14 +20,18 @@ static void integrity(struct actx *c, const struct areq *r)
     json_t *reply = x->reply;
     json_t *so = json_object_get(x->req_body, "stream_options");
     bool done = json_is_true(json_object_get(reply, "done"));
-    if (x->end != XCHG_COMPLETE)
+    if (r->interrupted)
+        return;
+    if (x->end != XCHG_COMPLETE) {
         finding_add(c, AUDIT_ERROR, "stream.incomplete", r,
                     json_pack("{s:s, s:b, s:I}", "end", xchg_end_name(x->end),
                               "done", done, "bytes",
                               (json_int_t)x->resp_raw_len),
                     "stream ended early (%s) after %zu bytes",
                     xchg_end_name(x->end), x->resp_raw_len);
-    else if (!done)
+        return;
+    }
+    if (!done)
         finding_add(
             c, AUDIT_ERROR, "stream.no_done", r,
             json_pack("{s:I, s:I}", "bytes", (json_int_t)x->resp_raw_len,

@@ -428,10 +428,49 @@ static void test_interrupt_and_close_after_done(void **state)
     assert_int_equal(f->request, 3);
     assert_int_equal(ev_int(f, "prev_request"), 2);
     assert_null(find_rule(&l, "history.rewrite"));
-    /* request 1 is complete: no stream finding about it */
+    /* request 1 is complete: no stream finding about it; request 2's
+     * stream the user left is history's finding, not stream.incomplete
+     * nor stream.no_usage */
     for (size_t i = 0; i < l.n; i++)
         assert_false(!strncmp(l.v[i].rule, "stream.", 7) &&
-                     l.v[i].request == 1);
+                     l.v[i].request <= 2);
+    audit_list_release(&l);
+    free_xs(xs, 3);
+}
+
+/* The user left before any text came: nothing to drop, still an
+ * interrupt, and its stream is not reported again. */
+static void test_interrupt_before_any_text(void **state)
+{
+    (void)state;
+    static const char *const users[3] = {"one", "two", "stop, do three"};
+    static const char *const replies[3] = {"One.", "", "Three."};
+    struct xchg xs[3];
+    struct audit_list l;
+    conversation(xs, 3, users, replies, NULL, false);
+    json_t *msgs = json_object_get(xs[2].req_body, "messages");
+    json_array_remove(msgs, 4);
+    for (int i = 0; i < 3; i++) {
+        xs[i].streamed = true;
+        json_object_set_new(xs[i].req_body, "stream_options",
+                            json_pack("{s:b}", "include_usage", 1));
+        json_object_set_new(xs[i].reply, "done", json_true());
+    }
+    xs[1].end = XCHG_CLIENT_GONE;
+    json_object_set_new(xs[1].reply, "done", json_false());
+    json_object_del(xs[1].reply, "finish_reason");
+    json_object_del(xs[1].reply, "usage");
+    run_audit(xs, 3, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "history.interrupted");
+    assert_non_null(f);
+    assert_int_equal(f->request, 3);
+    assert_int_equal(ev_int(f, "prev_request"), 2);
+    assert_int_equal(ev_int(f, "partial_bytes"), 0);
+    for (size_t i = 0; i < l.n; i++) {
+        assert_false(!strncmp(l.v[i].rule, "stream.", 7) &&
+                     l.v[i].request == 2);
+        assert_true(l.v[i].sev == AUDIT_INFO);
+    }
     audit_list_release(&l);
     free_xs(xs, 3);
 }
@@ -586,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_equal_short_replies_link_by_structure),
         cmocka_unit_test(test_retry_after_429),
         cmocka_unit_test(test_interrupt_and_close_after_done),
+        cmocka_unit_test(test_interrupt_before_any_text),
         cmocka_unit_test(test_prune_and_echo_both_reported),
         cmocka_unit_test(test_compaction_every_time_and_lost),
         cmocka_unit_test(test_title_by_structure),

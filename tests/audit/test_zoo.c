@@ -343,6 +343,41 @@ static void test_retry_after_429(void **state)
     json_decref(j);
 }
 
+/* The user interrupts turn 3 (the client leaves the slow stream after its
+ * first content chunk; turn 4 goes on without the partial reply), with and
+ * without a session header: one history.interrupted (info) naming the
+ * interrupted request, and nothing else about it: no stream.incomplete,
+ * no stream.no_usage, no rewrite; zero warn or error in all. */
+static void test_user_interrupt(void **state)
+{
+    (void)state;
+    static const char *const sim[] = {"--token-interval-ms", "40", NULL};
+    static const char *const sessions_[] = {"zoo-intr", NULL};
+    for (int h = 0; h < 2; h++) {
+        struct path p = {.sim = sim, .where = NO_GATEWAY};
+        struct zoo_opts z = {.session = sessions_[h],
+                             .turns = 5,
+                             .stream = true,
+                             .interrupt_turn = 3};
+        json_t *j = run_path(&p, &z, 1);
+        assert_int_equal(sessions(j), 1);
+        assert_int_equal(count_rule(j, "history.interrupted"), 1);
+        json_t *f = first_rule(j, "history.interrupted");
+        json_t *ev = json_object_get(f, "evidence");
+        assert_string_equal(json_string_value(json_object_get(f, "severity")),
+                            "info");
+        /* requests 1, 2 answered; 3 interrupted; 4 goes on without it */
+        assert_int_equal(json_integer_value(json_object_get(f, "request")), 4);
+        assert_int_equal(
+            json_integer_value(json_object_get(ev, "prev_request")), 3);
+        assert_int_equal(count_rule(j, "stream.incomplete"), 0);
+        assert_int_equal(count_rule(j, "stream.no_usage"), 0);
+        assert_int_equal(count_rule(j, "history.rewrite"), 0);
+        assert_int_equal(bad(j, NULL), 0);
+        json_decref(j);
+    }
+}
+
 /* ---- healthy controls: 5 seeds each, exactly 0 warn or error ---- */
 
 #define SEEDS 5
@@ -445,6 +480,7 @@ int main(void)
         T(test_strip_reasoning),
         T(test_temperature_changed),
         T(test_retry_after_429),
+        T(test_user_interrupt),
         T(test_control_repeated_short_replies),
         T(test_control_close_after_done),
         T(test_control_retries_after_errors),

@@ -21,13 +21,22 @@
 
 struct got {
     struct buf raw;
-    bool done; /* "data: [DONE]" seen: the transfer is cut right there */
+    bool done;      /* "data: [DONE]" seen: the transfer is cut right there */
+    bool interrupt; /* leave after the first content chunk */
+    bool left;      /* left so */
 };
 
 static size_t on_body(char *p, size_t sz, size_t n, void *ud)
 {
     struct got *g = ud;
     buf_add(&g->raw, p, sz * n);
+    const char *t = buf_str(&g->raw);
+    while (g->interrupt && (t = strstr(t, "\"content\":\"")) && t[11] == '"')
+        t += 11;
+    if (g->interrupt && t) { /* some text came */
+        g->left = true;
+        return 0; /* the user pressed Esc */
+    }
     if (strstr(buf_str(&g->raw), "data: [DONE]")) {
         g->done = true;
         return 0; /* close right after [DONE], as Python clients do */
@@ -130,7 +139,7 @@ static json_t *parse_reply(const char *raw, bool stream, bool keep_reasoning)
 /* One request with retries; returns the assistant message (new) or NULL.
  * *sent counts the attempts. */
 static json_t *request(const char *base, const struct zoo_opts *o, json_t *body,
-                       int *sent)
+                       int *sent, bool interrupt)
 {
     char *url = xasprintf("%s/v1/chat/completions", base);
     char *text = json_dumps(body, JSON_COMPACT);
@@ -142,7 +151,7 @@ static json_t *request(const char *base, const struct zoo_opts *o, json_t *body,
         char *sid =
             o->session ? xasprintf("X-Session-Id: %s", o->session) : NULL;
         char *ua = xasprintf("User-Agent: %s", o->agent ? o->agent : "zoo/1.0");
-        struct got g = {BUF_INIT, false};
+        struct got g = {BUF_INIT, false, interrupt, false};
         long status = 0;
         h = curl_slist_append(h, "Content-Type: application/json");
         h = curl_slist_append(h, ua);
@@ -160,6 +169,16 @@ static json_t *request(const char *base, const struct zoo_opts *o, json_t *body,
         CURLcode rc = curl_easy_perform(c);
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         (*sent)++;
+        if (g.left) {
+            /* interrupted: no reply to send back, no retry */
+            m = json_object();
+            buf_release(&g.raw);
+            curl_slist_free_all(h);
+            curl_easy_cleanup(c);
+            free(sid);
+            free(ua);
+            break;
+        }
         bool ok = status == 200 && (rc == CURLE_OK || g.done);
         if (ok && (!stream || g.done))
             m = parse_reply(buf_str(&g.raw), stream, o->echo_reasoning);
@@ -258,7 +277,7 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
                                     "What is 2+2?");
             json_t *b = body_for(&oo, one, t, false);
             json_decref(one);
-            json_t *m = request(base, &oo, b, &sent);
+            json_t *m = request(base, &oo, b, &sent, false);
             json_decref(b);
             if (!m)
                 return -1;
@@ -274,13 +293,19 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
         json_array_append_new(
             msgs, json_pack("{s:s, s:s}", "role", "user", "content", u));
         for (int round = 0; round < 3; round++) {
-            json_t *b = body_for(&oo, msgs, k++, o->tools);
-            json_t *m = request(base, &oo, b, &sent);
+            bool intr = round == 0 && t + 1 == o->interrupt_turn;
+            json_t *b = body_for(&oo, msgs, intr ? 1 : k, o->tools);
+            k++;
+            json_t *m = request(base, &oo, b, &sent, intr);
             json_decref(b);
             if (!m) {
                 free(u);
                 json_decref(msgs);
                 return -1;
+            }
+            if (intr) { /* the partial reply is dropped */
+                json_decref(m);
+                break;
             }
             json_t *calls = json_object_get(m, "tool_calls");
             json_array_append(msgs, m);
@@ -305,7 +330,7 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
                 "role", "user", "content",
                 "Generate a title for this conversation:\n", "role", "user",
                 "content", u, "max_tokens", 32);
-            json_t *m = request(base, &oo, tb, &sent);
+            json_t *m = request(base, &oo, tb, &sent, false);
             json_decref(tb);
             json_decref(m);
         }
@@ -313,7 +338,7 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
         if (o->compact_every && (t + 1) % o->compact_every == 0 &&
             t + 1 < turns) {
             json_t *sb = summary_request(&oo, msgs);
-            json_t *s = request(base, &oo, sb, &sent);
+            json_t *s = request(base, &oo, sb, &sent, false);
             json_decref(sb);
             if (!s) {
                 json_decref(msgs);
@@ -329,7 +354,7 @@ int zoo_converse(const char *base, const struct zoo_opts *o)
             json_decref(msgs);
             msgs = fresh;
             json_t *b = body_for(&oo, msgs, k++, o->tools);
-            json_t *m = request(base, &oo, b, &sent);
+            json_t *m = request(base, &oo, b, &sent, false);
             json_decref(b);
             if (!m) {
                 json_decref(msgs);

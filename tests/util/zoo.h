@@ -31,6 +31,10 @@ struct zoo_opts {
                               this; 0: 20 s like the rest */
     bool one_shot;         /* the same one-shot request, turns times */
     double temperature;    /* sent as is (default 0.6 when 0) */
+    int interrupt_turn;    /* the user interrupts this turn (1-based): its
+                              request streams, the client leaves after the
+                              first content chunk and the next turn goes on
+                              without the partial reply; 0: never */
 };
 
 /* Plays one conversation against base ("http://127.0.0.1:PORT"). Returns

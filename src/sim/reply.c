@@ -410,6 +410,28 @@ static bool is_follow_up(const char *t)
     return false;
 }
 
+/* The arguments of the trigger: the JSON object as written, or, when the
+ * harness passed the prompt on quoted (Continue and Kilo wrap it in
+ * literal quotes and escape the quotes inside: {\"key\": \"v\"}), the
+ * object with that escaping undone. NULL when neither parses. */
+static json_t *trigger_args(const char *args, size_t n)
+{
+    json_t *a = json_loadb(args, n, 0, NULL);
+    if (a || !memchr(args, '\\', n))
+        return a;
+    char *u = xmalloc(n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (args[i] == '\\' && i + 1 < n &&
+            (args[i + 1] == '"' || args[i + 1] == '\\'))
+            i++;
+        u[k++] = args[i];
+    }
+    a = json_loadb(u, k, 0, NULL);
+    free(u);
+    return a;
+}
+
 static bool tool_call(const struct reply_in *in, const struct seg *q,
                       struct reply_out *out)
 {
@@ -436,7 +458,7 @@ static bool tool_call(const struct reply_in *in, const struct seg *q,
             strncmp(json_string_value(n), name, (size_t)(sp - name)))
             continue;
         const char *args = with + 11;
-        json_t *a = json_loadb(args, (size_t)(close + 1 - args), 0, NULL);
+        json_t *a = trigger_args(args, (size_t)(close + 1 - args));
         if (!a)
             return false;
         out->tool_name = xstrndup(name, (size_t)(sp - name));

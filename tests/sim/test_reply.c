@@ -187,6 +187,52 @@ static void test_bad_messages_are_named(void **state)
     tokv_release(&t);
 }
 
+/* The reply to one user message text with a "bash" tool offered. */
+static void ask_with_tool(const char *text, struct reply_out *out)
+{
+    struct sim_config c;
+    struct tokv t;
+    struct diag d;
+    sim_config_defaults(&c);
+    json_t *m = json_pack("[{s:s, s:s}]", "role", "user", "content", text);
+    json_t *tools = json_pack("[{s:s, s:{s:s}}]", "type", "function",
+                              "function", "name", "bash");
+    tokv_init(&t);
+    assert_int_equal(tmpl_render(m, false, true, &c, &t, &d), 0);
+    struct reply_in in = {.toks = t.v, .n = t.n, .tools = tools};
+    reply_out_init(out);
+    reply_write(&in, out);
+    tokv_release(&t);
+    json_decref(m);
+    json_decref(tools);
+}
+
+/* The tool-call trigger as typed, and as Continue and Kilo pass the prompt
+ * on: wrapped in literal quotes, the quotes inside escaped. */
+static void test_tool_trigger_in_quotes(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "Call the bash tool with {\"command\": \"ls\"}.",
+        "\"Call the bash tool with {\"command\": \"ls\"}.\"",
+        "\"Call the bash tool with {\\\"command\\\": \\\"ls\\\"}.\"",
+        "'Call the bash tool with {\"command\": \"ls\"}.'",
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(*texts); i++) {
+        struct reply_out r;
+        ask_with_tool(texts[i], &r);
+        assert_non_null(r.tool_name);
+        assert_string_equal(r.tool_name, "bash");
+        assert_string_equal(r.tool_args, "{\"command\":\"ls\"}");
+        reply_out_release(&r);
+    }
+    /* escaping that still is no JSON object: no call */
+    struct reply_out r;
+    ask_with_tool("\"Call the bash tool with {\\\"command\\\": ls}.\"", &r);
+    assert_null(r.tool_name);
+    reply_out_release(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_truncation_and_forgetting),
         cmocka_unit_test(test_reasoning_history_policy),
         cmocka_unit_test(test_bad_messages_are_named),
+        cmocka_unit_test(test_tool_trigger_in_quotes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,6 +79,12 @@ struct audit_set {
     uint64_t *ikey;
     json_t **ival;
     size_t in, icap;
+    /* the messages of the exchange copied last, with the store's hashes:
+     * the next request of a conversation re-sends them first, and takes
+     * them from here by position instead of looking each one up */
+    json_t *last_msgs;
+    uint64_t *last_h;
+    size_t last_n, last_cap;
     struct audit_bad *bad; /* rows skipped by audit_set_load, in id order */
     size_t nbad, bad_alloc;
 };

@@ -213,6 +213,37 @@ static json_t *intern(struct audit_set *set, json_t *v, uint64_t h)
     return json_incref(set->ival[j]);
 }
 
+/* The interned copy of msgs (hs: their store hashes, or NULL). The leading
+ * messages equal to the last copied request's (by hash, position for
+ * position) are taken from it; the rest are interned. The copy becomes the
+ * last one. */
+static json_t *copy_msgs(struct audit_set *set, json_t *msgs,
+                         const uint64_t *hs)
+{
+    size_t n = json_array_size(msgs), i = 0;
+    json_t *a = json_array();
+    if (hs && set->last_msgs)
+        for (; i < n && i < set->last_n && hs[i] && hs[i] == set->last_h[i];
+             i++)
+            json_array_append(a, json_array_get(set->last_msgs, i));
+    for (; i < n; i++)
+        json_array_append_new(
+            a, intern(set, json_array_get(msgs, i), hs ? hs[i] : 0));
+    json_decref(set->last_msgs);
+    set->last_msgs = NULL;
+    if (hs) {
+        if (n > set->last_cap) {
+            set->last_cap = 2 * n;
+            set->last_h =
+                xrealloc(set->last_h, set->last_cap * sizeof(*set->last_h));
+        }
+        memcpy(set->last_h, hs, n * sizeof(*hs));
+        set->last_n = n;
+        set->last_msgs = json_incref(a);
+    }
+    return a;
+}
+
 static json_t *copy_body(struct audit_set *set, const struct xchg *x)
 {
     json_t *body = x->req_body;
@@ -231,12 +262,7 @@ static json_t *copy_body(struct audit_set *set, const struct xchg *x)
     json_object_foreach(body, k, v)
     {
         if (v == msgs && json_is_array(msgs)) {
-            json_t *a = json_array();
-            size_t i;
-            json_t *m;
-            json_array_foreach(msgs, i, m)
-                json_array_append_new(a, intern(set, m, hs ? hs[i] : 0));
-            json_object_set_new(c, k, a);
+            json_object_set_new(c, k, copy_msgs(set, msgs, hs));
         } else if (v == tools) {
             json_object_set_new(c, k, intern(set, v, x->req_tools_h));
         } else {
@@ -307,6 +333,8 @@ void audit_set_release(struct audit_set *set)
         json_decref(set->ival[i]);
     free(set->ikey);
     free(set->ival);
+    json_decref(set->last_msgs);
+    free(set->last_h);
     for (size_t i = 0; i < set->nbad; i++)
         free(set->bad[i].session);
     free(set->bad);

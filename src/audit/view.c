@@ -242,7 +242,11 @@ static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes,
     return mm->hash[j];
 }
 
-static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
+/* r's view of x; p is the request viewed before it (NULL: none): the
+ * leading messages r shares with it (the same instances: the set shares
+ * equal messages) take p's hashes by position, without a lookup. */
+static void view_one(struct areq *r, const struct xchg *x, struct memo *mm,
+                     const struct areq *p)
 {
     json_t *body = x->req_body;
     json_t *msgs = json_object_get(body, "messages");
@@ -268,9 +272,19 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
     r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));
     r->mbytes = xcalloc(r->nmsg + 1, sizeof(*r->mbytes));
     r->mrole = xcalloc(r->nmsg + 1, sizeof(*r->mrole));
+    size_t same = 0;
+    if (p && p->msgs && r->msgs) {
+        while (same < r->nmsg && same < p->nmsg &&
+               json_array_get(msgs, same) == json_array_get(p->msgs, same))
+            same++;
+        memcpy(r->mhash, p->mhash, same * sizeof(*r->mhash));
+        memcpy(r->mbytes, p->mbytes, same * sizeof(*r->mbytes));
+        memcpy(r->mrole, p->mrole, same * sizeof(*r->mrole));
+    }
     for (size_t i = 0; i < r->nmsg; i++) {
         json_t *m = json_array_get(msgs, i);
-        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i], &r->mrole[i]);
+        if (i >= same)
+            r->mhash[i] = memo_hash(mm, m, &r->mbytes[i], &r->mrole[i]);
         r->msg_bytes += r->mbytes[i];
         r->users += r->mrole[i] == AROLE_USER;
     }
@@ -542,7 +556,7 @@ struct areq *areqs_build(const struct audit_session *s)
     int main_turn = 0;
     long last_summary = -1; /* the latest summary (compaction) request */
     for (size_t i = 0; i < s->n; i++)
-        view_one(&r[i], s->x[i], &mm);
+        view_one(&r[i], s->x[i], &mm, i ? &r[i - 1] : NULL);
     kinds_by_structure(r, s->n);
     for (size_t i = 0; i < s->n; i++) {
         if (!strcmp(r[i].kind, "compaction"))

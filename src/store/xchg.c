@@ -129,6 +129,13 @@ struct xchg_cache {
     struct blob_ent *blobs;
     size_t blobs_cap, blobs_n;
     json_t *blob0; /* the blob whose hash is 0, which marks empty slots */
+    /* Reading: the messages of the row read last (borrowed from blobs) and
+     * their hashes; the next request of a conversation re-sends them first
+     * and takes them from here by position instead of looking each one
+     * up. */
+    json_t **last_v;
+    uint64_t *last_h;
+    size_t last_n, last_cap;
     /* Writing: the canonical hash of messages by the XXH3-128 of the exact
      * bytes they arrived as (open addressing, all-zero key = empty), so a
      * history re-sent unchanged is not dumped and hashed again. Cleared
@@ -249,6 +256,8 @@ void xchg_cache_free(struct xchg_cache *c)
         json_decref(c->blobs[i].v);
     free(c->blobs);
     json_decref(c->blob0);
+    free(c->last_v);
+    free(c->last_h);
     free(c->memo);
     for (size_t i = 0; i < c->trees_cap; i++)
         json_decref(c->trees[i].v);
@@ -1783,7 +1792,17 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     if (!e)
         return col_bad(r, "req_msgs", "message list unreadable");
     json_t *msgs = json_array();
-    for (size_t i = 0; i < e->n; i++) {
+    size_t same = 0;
+    if (e->n > c->last_cap) {
+        c->last_cap = 2 * e->n;
+        c->last_h = xrealloc(c->last_h, c->last_cap * sizeof(*c->last_h));
+        c->last_v = xrealloc(c->last_v, c->last_cap * sizeof(*c->last_v));
+    }
+    while (same < e->n && same < c->last_n && e->h[same] &&
+           e->h[same] == c->last_h[same])
+        json_array_append(msgs, c->last_v[same++]);
+    c->last_n = 0; /* until this row's list is complete */
+    for (size_t i = same; i < e->n; i++) {
         json_t *m = blob_get(db, c, (int64_t)e->h[i]);
         if (!json_is_object(m)) {
             json_decref(msgs);
@@ -1791,7 +1810,10 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
                            "a message blob missing or not an object");
         }
         json_array_append(msgs, m);
+        c->last_h[i] = e->h[i];
+        c->last_v[i] = m;
     }
+    c->last_n = e->n;
     json_t *body = json_copy(params);
     if (tools) {
         json_object_set(body, "tools", tools);

@@ -214,7 +214,13 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
         c.plps = json_pack("[n]");
     if ((c.echo && c.logprobs >= 0) || c.plps)
         p.from = 1;
+    /* vLLM V1 skips the prefix cache for a request with prompt logprobs
+     * (vllm/v1/core/kv_cache_manager.py, get_computed_blocks); echo
+     * with logprobs is served through them */
+    sim_cache_begin(s, p.seq.v, p.seq.n,
+                    (c.echo && c.logprobs >= 0) || c.plps ? 0 : SIZE_MAX);
     const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
     char id[48];
     sim_id(s, "cmpl", id);
     size_t from = c.echo ? 0 : p.prompt_n;
@@ -230,13 +236,15 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     if (c.plps)
         json_object_set_new(choice, "prompt_logprobs", c.plps);
     c.tokens = c.token_lps = c.tops = c.offsets = c.plps = NULL;
-    sim_json(r,
-             json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:I,s:I,s:I}}", "id", id,
-                       "object", "text_completion", "created",
-                       (json_int_t)time(NULL), "model", s->cfg.model, "choices",
-                       choice, "usage", "prompt_tokens", (json_int_t)p.prompt_n,
-                       "completion_tokens", (json_int_t)(p.seq.n - p.prompt_n),
-                       "total_tokens", (json_int_t)p.seq.n));
+    json_t *usage =
+        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p.prompt_n,
+                  "completion_tokens", (json_int_t)(p.seq.n - p.prompt_n),
+                  "total_tokens", (json_int_t)p.seq.n);
+    sim_cache_usage(s, usage);
+    sim_json(r, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", id, "object",
+                          "text_completion", "created", (json_int_t)time(NULL),
+                          "model", s->cfg.model, "choices", choice, "usage",
+                          usage));
 out:
     json_decref(c.tokens);
     json_decref(c.token_lps);
@@ -341,9 +349,12 @@ static void sgl_answer(struct sim *s, struct sgl *g, struct lm_pass *p,
             : json_pack("{s:s,s:I}", "type", "length", "length",
                         (json_int_t)p->max_new);
     json_t *meta =
-        json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason", fin,
+        json_pack("{s:s,s:o,s:I,s:I}", "id", id, "finish_reason", fin,
                   "prompt_tokens", (json_int_t)p->prompt_n, "completion_tokens",
-                  (json_int_t)(p->seq.n - p->prompt_n), "cached_tokens", 0);
+                  (json_int_t)(p->seq.n - p->prompt_n));
+    if (!s->cfg.no_cache_report)
+        json_object_set_new(meta, "cached_tokens",
+                            json_integer((json_int_t)s->use.cached));
     if (g->want) {
         json_object_set_new(meta, "input_token_logprobs", g->in_lp);
         json_object_set_new(meta, "input_top_logprobs", g->in_top);
@@ -390,7 +401,14 @@ static void sglang(struct sim *s, const struct sim_req *rq, json_t *b,
             json_array_append_new(g.in_ids, json_null());
         }
     }
-    sgl_answer(s, &g, &p, lm_run(s, rq, &p), r);
+    /* sglang matches a prefix of at most logprob_start_len tokens when
+     * logprobs are asked from there (python/sglang/srt/managers/
+     * schedule_batch.py, Req: max_prefix_len) */
+    sim_cache_begin(s, p.seq.v, p.seq.n,
+                    g.want && g.start >= 0 ? (size_t)g.start : SIZE_MAX);
+    const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
+    sgl_answer(s, &g, &p, finish, r);
 out:
     json_decref(g.in_lp);
     json_decref(g.in_top);
@@ -464,7 +482,9 @@ static void tgi(struct sim *s, const struct sim_req *rq, json_t *b,
             g.prefill, json_pack("{s:i,s:o,s:n}", "id", p.seq.v[0], "text",
                                  sim_tok_json(p.seq.v[0]), "logprob"));
     }
+    sim_cache_begin(s, p.seq.v, p.seq.n, dec_details ? 0 : SIZE_MAX);
     const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
     json_t *out =
         json_pack("{s:o}", "generated_text",
                   text_of(p.seq.v + p.prompt_n, p.seq.n - p.prompt_n));

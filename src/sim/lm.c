@@ -86,28 +86,33 @@ static int rank_of(const struct dist *d, int32_t id)
 struct cmpl {
     long logprobs, prompt_logprobs;
     bool echo;
+    bool as_ids; /* vLLM return_tokens_as_token_ids: "token_id:N" */
     json_t *tokens, *token_lps, *tops, *offsets, *plps;
     size_t offset;
     const int32_t *seqv; /* refreshed by the pass */
     struct lm_pass *pass;
 };
 
+/* A token as the answer names it: its text, or "token_id:N". */
+static json_t *cmpl_tok(const struct cmpl *c, int32_t id)
+{
+    return c->as_ids ? json_sprintf("token_id:%d", id) : sim_tok_json(id);
+}
+
 static void cmpl_add(struct cmpl *c, int32_t id, json_t *lp, json_t *top)
 {
-    json_array_append_new(c->tokens, sim_tok_json(id));
+    json_array_append_new(c->tokens, cmpl_tok(c, id));
     json_array_append_new(c->token_lps, lp);
     json_array_append_new(c->tops, top);
     json_array_append_new(c->offsets, json_integer((json_int_t)c->offset));
     c->offset += piece_len(id);
 }
 
-static json_t *legacy_top(const struct dist *d, long k)
+static json_t *legacy_top(const struct cmpl *c, const struct dist *d, long k)
 {
     json_t *o = json_object();
     for (long i = 0; i < k && i < d->n; i++) {
-        char piece[16];
-        size_t n = tok_piece(d->id[i], piece);
-        json_t *key = sim_jstr(piece, n);
+        json_t *key = cmpl_tok(c, d->id[i]);
         json_object_set_new(o, json_string_value(key), json_real(d->lp[i]));
         json_decref(key);
     }
@@ -136,7 +141,7 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
     if (!c->tokens || (!gen && !c->echo))
         return;
     cmpl_add(c, id, json_real(lp),
-             c->logprobs > 0 ? legacy_top(d, c->logprobs) : json_null());
+             c->logprobs > 0 ? legacy_top(c, d, c->logprobs) : json_null());
 }
 
 static int prompt_ids(json_t *b, const char *field, struct tokv *out,
@@ -187,6 +192,7 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     if (!b || prompt_ids(b, "prompt", &p.seq, r) ||
         sim_get_long(b, "max_tokens", 0, 1 << 24, 16, &max_new, r) ||
         sim_get_bool(b, "echo", false, &c.echo, r) ||
+        sim_get_bool(b, "return_tokens_as_token_ids", false, &c.as_ids, r) ||
         sim_get_bool(b, "stream", false, &stream, r) ||
         sim_get_long(b, "logprobs", 0, 20, -1, &c.logprobs, r) ||
         sim_get_long(b, "prompt_logprobs", 0, 20, -1, &c.prompt_logprobs, r))

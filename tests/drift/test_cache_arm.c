@@ -72,6 +72,7 @@ static void drift(struct run *r, const char *const *opts)
     close(fd);
     snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
     snprintf(curl, sizeof(curl), "%s", proc_url(&P.c));
+    /* one sequence of 512 tokens, no control arm: about a second */
     const char *av[48] = {"drift",
                           "--golden",
                           gurl,
@@ -85,8 +86,13 @@ static void drift(struct run *r, const char *const *opts)
                           "--sequences",
                           "1",
                           "--max-context",
-                          "512"};
-    size_t n = 14;
+                          "512",
+                          "--no-control",
+                          "--decode-seqs",
+                          "1",
+                          "--worst",
+                          "0"};
+    size_t n = 19;
     for (size_t i = 0; opts && opts[i] && n < 47; i++)
         av[n++] = opts[i];
     av[n] = NULL;

@@ -10,13 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "http/client.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_AUDIT_HELP[] =
@@ -25,6 +28,7 @@ const char CMD_AUDIT_HELP[] =
     "                      [--reasoning-policy drop|keep|keep-with-tools]\n"
     "                      [--context-length N] [--tokenize-url URL]\n"
     "                      [--fail-on error|warn|never] [--json FILE]\n"
+    "                      [--report FILE]\n"
     "\n"
     "Reads the exchanges 'fidelity record' stored and reports findings,\n"
     "each with a severity (info, warn, error), the session, the request id,\n"
@@ -58,6 +62,8 @@ const char CMD_AUDIT_HELP[] =
     "  --fail-on LEVEL      exit 1 when a finding is at LEVEL or above\n"
     "                       (default warn; never: always 0)\n"
     "  --json FILE          write the findings as JSON ('-': stdout)\n"
+    "  --report FILE        self-contained HTML page: prompt tokens per turn\n"
+    "                       with the findings marked (fidelity help report)\n"
     "prefix-cache reuse (when the server reports cached tokens):\n"
     "  --cache-min-shared N shared tokens for cache.refill (default 2048)\n"
     "  --cache-refill X     ... and share of them prefilled again (0.5)\n"
@@ -80,7 +86,9 @@ const char CMD_AUDIT_HELP[] =
 
 struct audit_args {
     struct recorded_args rec; /* --db, --spill, --json */
-    const char *session, *profile, *tokenize_url;
+    const char *session, *profile, *tokenize_url, *report;
+    int argc;
+    char **argv;
     int fail_on; /* enum audit_sev, or 3 for never */
     struct audit_opts o;
 };
@@ -125,6 +133,7 @@ static int parse(int argc, char **argv, struct audit_args *a)
         {"context-length", required_argument, NULL, 'c'},
         {"tokenize-url", required_argument, NULL, 't'},
         {"fail-on", required_argument, NULL, 'f'},
+        {"report", required_argument, NULL, 'R'},
         {"cache-min-shared", required_argument, NULL, O_CMIN},
         {"cache-refill", required_argument, NULL, O_CREFILL},
         {"cache-unused-turns", required_argument, NULL, O_CTURNS},
@@ -150,6 +159,9 @@ static int parse(int argc, char **argv, struct audit_args *a)
             break;
         case 't':
             a->tokenize_url = optarg;
+            break;
+        case 'R':
+            a->report = optarg;
             break;
         case 'e':
             if (audit_expect_add(a->o.expect, optarg, &d))
@@ -206,7 +218,18 @@ static int load_profile(struct audit_args *a)
 {
     json_error_t je;
     struct diag d;
-    json_t *doc = json_load_file(a->profile, 0, &je);
+    struct stat st;
+    FILE *f = fopen(a->profile, "r");
+    if (f && !fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        f = NULL;
+        errno = EISDIR;
+    }
+    if (!f)
+        return cli_usage_error("audit", "cannot read profile '%s': %s",
+                               a->profile, strerror(errno));
+    json_t *doc = json_loadf(f, 0, &je);
+    fclose(f);
     if (!doc)
         return cli_usage_error("audit", "--profile '%s': line %d: %s",
                                a->profile, je.line, je.text);
@@ -270,9 +293,10 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
         fputc('\n', stderr);
     if (refused && !rc)
         fprintf(stderr,
-                "fidelity audit: %s gave no count for %zu request(s); "
-                "those use the bytes-per-token estimate\n",
-                a->tokenize_url, refused);
+                "fidelity audit: %s gave no count for %zu request%s; "
+                "%s the bytes-per-token estimate\n",
+                a->tokenize_url, refused, plural_s(refused),
+                plural(refused, "it uses", "those use"));
     http_client_free(hc);
     return rc;
 }
@@ -295,10 +319,11 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
     for (size_t i = 0; i < set->n; i++) {
         const struct audit_session *s = &set->s[i];
         json_t *row = audit_session_json(s, l);
-        printf("session %s (%s, %zu exchange(s), %d turn(s))\n",
+        int turns = (int)json_integer_value(json_object_get(row, "turns"));
+        printf("session %s (%s, %zu exchange%s, %d turn%s)\n",
                *s->id ? s->id : "(none)",
                json_string_value(json_object_get(row, "harness")), s->n,
-               (int)json_integer_value(json_object_get(row, "turns")));
+               plural_s(s->n), turns, plural_s(turns));
         json_decref(row);
         for (size_t k = 0; k < l->n; k++) {
             const struct audit_finding *f = &l->v[k];
@@ -314,11 +339,11 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
             print_evidence(f->evidence);
         }
     }
-    printf("%zu finding(s): %zu error, %zu warn, %zu info in %zu "
-           "session(s)\n",
-           l->n, audit_list_count(l, AUDIT_ERROR),
+    printf("%zu finding%s: %zu error, %zu warn, %zu info in %zu "
+           "session%s\n",
+           l->n, plural_s(l->n), audit_list_count(l, AUDIT_ERROR),
            audit_list_count(l, AUDIT_WARN) - audit_list_count(l, AUDIT_ERROR),
-           l->n - audit_list_count(l, AUDIT_WARN), set->n);
+           l->n - audit_list_count(l, AUDIT_WARN), set->n, plural_s(set->n));
 }
 
 static json_t *thresholds_json(const struct audit_thresholds *t)
@@ -400,6 +425,14 @@ static int run(struct audit_args *a)
             goto out;
         }
     }
+    if (a->report) {
+        json_t *doc = report_audit_doc(&set, &l);
+        rc = cmd_report_hook("audit", a->report, a->argc, a->argv, NULL, NULL,
+                             doc);
+        json_decref(doc);
+        if (rc)
+            goto out;
+    }
     if (!a->rec.json || strcmp(a->rec.json, "-"))
         print_human(&set, &l);
     rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
@@ -418,6 +451,8 @@ int cmd_audit(int argc, char **argv)
     recorded_args_init(&a.rec);
     audit_opts_init(&a.o);
     a.o.expect = json_object();
+    a.argc = argc;
+    a.argv = argv;
     rc = parse(argc, argv, &a);
     if (!rc && a.profile)
         rc = load_profile(&a);

@@ -42,6 +42,9 @@ const char CMD_DRIFT_HELP[] =
     "  --model NAME          model field of requests\n"
     "  --dialect D           auto (default), vllm, echo, sglang, tgi\n"
     "  --timeout SECONDS     per request (default 600)\n"
+    "  --ready-timeout SEC   wait for the first answer of each server\n"
+    "                        (GET /v1/models) before any long request\n"
+    "                        (default 30)\n"
     "corpus:\n"
     "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
     "  --sequences N         built-in conversations (default 4)\n"
@@ -83,9 +86,8 @@ const char CMD_DRIFT_HELP[] =
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
     "  --jsonl FILE          one record per compared position\n"
-    "  --db PATH             store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --no-store            do not save the run\n"
-    "\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n" CLI_STORE_HELP "\n"
     "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
     "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"
     "4 store or I/O error.\n"
@@ -146,6 +148,8 @@ enum {
     O_JSONL,
     O_DB,
     O_NOSTORE,
+    O_READY,
+    O_REPORT,
     O_CACHE_ARM,
     O_NO_CACHE_ARM,
     O_CACHE_EVICT
@@ -200,6 +204,8 @@ static const struct option longopts[] = {
     {"jsonl", required_argument, NULL, O_JSONL},
     {"db", required_argument, NULL, O_DB},
     {"no-store", no_argument, NULL, O_NOSTORE},
+    {"ready-timeout", required_argument, NULL, O_READY},
+    {"report", required_argument, NULL, O_REPORT},
     {"cache-arm", required_argument, NULL, O_CACHE_ARM},
     {"no-cache-arm", no_argument, NULL, O_NO_CACHE_ARM},
     {"cache-evict", no_argument, NULL, O_CACHE_EVICT},
@@ -212,8 +218,11 @@ struct ctx {
     struct drift_cache_opts cache; /* the cache arm (cache_arm.h) */
     bool cache_n_given;
     struct drift_cache_result cres;
-    const char *json_path, *jsonl_path, *db_path;
+    const char *json_path, *jsonl_path, *db_path, *report_path;
+    int argc;
+    char **argv;
     bool no_store, from_db;
+    long ready_ms;
     FILE *jsonl;
     struct buf line;
     bool tty;
@@ -459,6 +468,9 @@ static int parse(struct ctx *x, int argc, char **argv)
         case O_JSONL:
             x->jsonl_path = optarg;
             break;
+        case O_REPORT:
+            x->report_path = optarg;
+            break;
         case O_DB:
             x->db_path = optarg;
             break;
@@ -470,6 +482,10 @@ static int parse(struct ctx *x, int argc, char **argv)
         case O_CACHE_EVICT:
             if (cache_opt(x, c, optarg))
                 return BAD("bad value '%s' for '--cache-arm'", optarg);
+            break;
+        case O_READY:
+            if (cli_parse_ready_timeout(optarg, &x->ready_ms))
+                return BAD("bad value '%s' for '--ready-timeout'", optarg);
             break;
         case '?':
         case ':':
@@ -497,6 +513,26 @@ static int parse(struct ctx *x, int argc, char **argv)
             return rc;
     }
     return 0;
+}
+
+/* The readiness request to one side, with its key and headers. */
+static int ready(const struct drift_side *s, long ms)
+{
+    const char *h[DRIFT_HEADERS_MAX + 2];
+    char *auth =
+        s->api_key ? xasprintf("Authorization: Bearer %s", s->api_key) : NULL;
+    size_t n = 0;
+    if (auth)
+        h[n++] = auth;
+    for (size_t i = 0; i < s->n_headers; i++)
+        h[n++] = s->headers[i];
+    h[n] = NULL;
+    int code = cli_ready("drift", s->label, s->url, h, ms);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    return code;
 }
 
 static int exit_for(int err)
@@ -555,6 +591,9 @@ static int finish(struct ctx *x, struct drift_result *r)
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
+    if (x->report_path && cmd_report_hook("drift", x->report_path, x->argc,
+                                          x->argv, NULL, summary, NULL))
+        code = EXIT_INTERNAL;
     if (!x->no_store) {
         int s = save(x, summary);
         if (s)
@@ -603,7 +642,14 @@ int cmd_drift(int argc, char **argv)
     drift_cache_opts_default(&x.cache);
     buf_init(&x.line, 0);
     drift_result_init(&r);
+    x.ready_ms = CLI_READY_TIMEOUT_MS;
+    x.argc = argc;
+    x.argv = argv;
     code = parse(&x, argc, argv);
+    if (!code)
+        code = ready(&x.g, x.ready_ms);
+    if (!code && strcmp(x.g.url, x.c.url))
+        code = ready(&x.c, x.ready_ms);
     if (code)
         goto out;
     x.tty = cli_is_tty(2);

@@ -18,8 +18,10 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/hash.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_PROBE_HELP[] =
@@ -37,6 +39,9 @@ const char CMD_PROBE_HELP[] =
     "  --header 'N: v'       extra request header (repeatable)\n"
     "  --extra-body JSON     object merged into every chat request\n"
     "  --timeout SEC         per request (default 300)\n"
+    "  --ready-timeout SEC   wait for the first answer of each endpoint\n"
+    "                        (GET /v1/models) before any long request\n"
+    "                        (default 30)\n"
     "  --retries N           on 429, 5xx and connection errors (default 3)\n"
     "  -j, --jobs N          concurrent requests (default 4)\n"
     "grid:\n"
@@ -55,8 +60,10 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
-    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
-    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below "
+    "PCT\n" CLI_STORE_HELP
     "  --fresh               redo cases already in the store\n"
     "\n"
     "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
@@ -105,18 +112,23 @@ enum {
     OPT_JUNIT,
     OPT_FAILUNDER,
     OPT_DB,
-    OPT_FRESH
+    OPT_FRESH,
+    OPT_READY,
+    OPT_NOSTORE,
+    OPT_REPORT
 };
 
 struct opts {
     const char *endpoint, *baseline, *model, *api_key, *extra, *json;
-    const char *junit, *db;
+    const char *junit, *db, *report;
+    int argc;
+    char **argv;
     const char *headers[48];
     size_t n_headers;
-    long timeout_ms, retries, jobs, repeats, max_tokens, max_context;
+    long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh;
+    bool dry, fresh, no_store;
     struct probe_grid_opts g;
     unsigned lengths[32];
     int depths[32];
@@ -241,6 +253,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fail-under", required_argument, NULL, OPT_FAILUNDER},
         {"db", required_argument, NULL, OPT_DB},
         {"fresh", no_argument, NULL, OPT_FRESH},
+        {"ready-timeout", required_argument, NULL, OPT_READY},
+        {"no-store", no_argument, NULL, OPT_NOSTORE},
+        {"report", required_argument, NULL, OPT_REPORT},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -249,6 +264,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->ready_ms = CLI_READY_TIMEOUT_MS;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -287,6 +303,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (cli_parse_double(optarg, 0.1, 86400, &dv))
                 return BAD("--timeout", "seconds between 0.1 and 86400");
             o->timeout_ms = lround(dv * 1000);
+            break;
+        case OPT_READY:
+            if (cli_parse_ready_timeout(optarg, &o->ready_ms))
+                return BAD("--ready-timeout", "seconds between 0.1 and 86400");
             break;
         case OPT_RETRIES:
             if (cli_parse_long(optarg, 0, 10, &o->retries))
@@ -355,6 +375,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_FRESH:
             o->fresh = true;
+            break;
+        case OPT_NOSTORE:
+            o->no_store = true;
+            break;
+        case OPT_REPORT:
+            o->report = optarg;
             break;
         default:
             return cli_bad_option("probe", c, argv);
@@ -458,9 +484,10 @@ static void print_plan(FILE *out, const struct opts *o,
     }
     unsigned ends = base ? 2 : 1;
     fprintf(out,
-            "plan: %zu cases x %u endpoint%s = %zu chat requests, "
+            "plan: %zu case%s x %u endpoint%s = %zu chat request%s, "
             "%llu prompt tokens in all\n  kinds:",
-            n, ends, ends > 1 ? "s" : "", n * ends, tokens * ends);
+            n, plural_s(n), ends, plural_s(ends), n * ends, plural_s(n * ends),
+            tokens * ends);
     for (int k = 0; k < PROBE_NKINDS; k++)
         if (per[k])
             fprintf(out, " %s %zu", probe_kind_name(k), per[k]);
@@ -544,6 +571,36 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
     return c;
 }
 
+/* What probe_run keeps of the report: the whole document but the cases,
+ * of which only the first failed ones per side stay, as many as the HTML
+ * report shows (fidelity report draws the same page from it). */
+static json_t *stored_summary(const json_t *j)
+{
+    json_t *sum = json_deep_copy(j);
+    static const char *const sides[] = {"results", "baseline_results"};
+    for (int s = 0; s < 2; s++) {
+        json_t *side = json_object_get(sum, sides[s]);
+        json_t *cases = json_object_get(side, "case_results"), *keep;
+        size_t i;
+        json_t *c;
+        if (!cases)
+            continue;
+        keep = json_array();
+        json_array_foreach(cases, i, c)
+        {
+            const char *oc = json_string_value(json_object_get(c, "outcome"));
+            if (json_is_true(json_object_get(c, "passed")) ||
+                (oc && !strcmp(oc, "not-run")))
+                continue;
+            if (json_array_size(keep) >= REPORT_PROBE_EXAMPLES)
+                break;
+            json_array_append(keep, c);
+        }
+        json_object_set_new(side, "case_results", keep);
+    }
+    return sum;
+}
+
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                   struct probe_report_in *in, sqlite3 *db)
 {
@@ -555,9 +612,10 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_t *sum = json_deep_copy(json_object_get(j, "results"));
-    json_object_del(sum, "case_results");
-    json_object_del(sum, "cells");
+    if (o->report &&
+        cmd_report_hook("probe", o->report, o->argc, o->argv, j, NULL, NULL))
+        code = EXIT_INTERNAL;
+    json_t *sum = stored_summary(j);
     if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
                               sum, NULL, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
@@ -576,19 +634,20 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                        !strncmp(in->res[i].error, "cannot reach", 12);
         }
     fprintf(out,
-            "\n%zu of %zu cases finished (%zu from the store, %zu chat "
-            "requests sent), pass rate %.1f%%\n",
-            done, in->n, run->cached, run->sent, rate);
+            "\n%zu of %zu case%s finished (%zu from the store, %zu chat "
+            "request%s sent), pass rate %.1f%%\n",
+            done, in->n, plural_s(in->n), run->cached, run->sent,
+            plural_s(run->sent), rate);
     if (done && unreach == done)
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
     if (run->interrupted) {
         fprintf(stderr,
-                "fidelity probe: interrupted: %zu of %zu cases "
+                "fidelity probe: interrupted: %zu of %zu case%s "
                 "finished and stored; run the same command again "
                 "to finish\n",
-                done, in->n);
+                done, in->n, plural_s(in->n));
         return EXIT_FAIL;
     }
     if (rate < o->fail_under) {
@@ -610,7 +669,13 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     size_t n = 0;
     struct diag d;
     sqlite3 *db = NULL;
-    int code = connect_ep(ep, c, o->dry, "endpoint");
+    int code =
+        cli_ready("probe", "endpoint", ep->url, ep->headers, o->ready_ms);
+    if (!code && base)
+        code = cli_ready("probe", "baseline", base->url, base->headers,
+                         o->ready_ms);
+    if (!code)
+        code = connect_ep(ep, c, o->dry, "endpoint");
     if (!code && base)
         code = connect_ep(base, c, o->dry, "baseline");
     if (code)
@@ -632,9 +697,10 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         goto out;
     }
     const char *path = o->db ? o->db : store_default_path();
-    if (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-        probe_store_endpoint(db, ep, &d) ||
-        (base && probe_store_endpoint(db, base, &d))) {
+    if (!o->no_store &&
+        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
+         probe_store_endpoint(db, ep, &d) ||
+         (base && probe_store_endpoint(db, base, &d)))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
@@ -692,6 +758,8 @@ int cmd_probe(int argc, char **argv)
     int code = parse_opts(argc, argv, &o);
     if (code)
         return code;
+    o.argc = argc;
+    o.argv = argv;
     json_t *extra = NULL;
     char *extra_key = NULL, *auth = NULL;
     if (o.extra) {

@@ -9,8 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "drift/dstore.h"
+
+/* The last max bytes of s, starting on a UTF-8 character; fresh. */
+static char *tail_text(const char *s, size_t max)
+{
+    size_t n = strlen(s), k = n > max ? n - max : 0;
+    while (k < n && ((unsigned char)s[k] & 0xc0) == 0x80)
+        k++;
+    return xstrdup(s + k);
+}
 
 void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
                        const struct drift_worst *w, size_t n,
@@ -36,9 +46,18 @@ void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
             const struct drift_item *it = &r->corpus.items[w[i].seq];
             char *pre = NULL;
             if (w[i].pos <= it->n &&
-                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d))
+                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d)) {
                 t->offset = (long)strlen(pre);
+                t->before = tail_text(pre, DRIFT_CONTEXT_BYTES);
+            }
             free(pre);
+            size_t from = (size_t)w[i].pos + 1;
+            size_t cnt = it->n > from ? it->n - from : 0;
+            if (cnt > DRIFT_CONTEXT_TOKENS)
+                cnt = DRIFT_CONTEXT_TOKENS;
+            if (cnt && drift_side_detokenize(golden, it->ids + from, cnt,
+                                             &t->after, &d))
+                t->after = NULL;
         }
     }
 }
@@ -49,6 +68,8 @@ void drift_worst_texts_free(struct drift_worst_text *t, size_t n)
         free(t[i].token);
         free(t[i].top1_g);
         free(t[i].top1_c);
+        free(t[i].before);
+        free(t[i].after);
     }
 }
 
@@ -149,8 +170,9 @@ static void growth_block(const struct drift_result *r, struct buf *b)
     else
         buf_printf(b,
                    "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
-                   "replicates over whole sequences)",
-                   g->slope, g->lo, g->hi, g->points, g->replicates);
+                   "replicate%s over whole sequences)",
+                   g->slope, g->lo, g->hi, g->points, g->replicates,
+                   plural_s(g->replicates));
     buf_printf(b, "\ngrowth: last/first bucket excess KL ratio ");
     if (isnan(g->ratio))
         buf_printf(b, "n/a");
@@ -168,8 +190,9 @@ static void skips(const struct drift_result *r, struct buf *b)
     for (int a = 0; a < DRIFT_ARMS; a++)
         for (int k = 0; k < DRIFT_SKIPS; k++)
             if (r->an.skipped[a][k])
-                buf_printf(b, "skipped: %s arm, %llu positions %s\n", arm[a],
-                           (unsigned long long)r->an.skipped[a][k], why[k]);
+                buf_printf(b, "skipped: %s arm, %llu position%s %s\n", arm[a],
+                           (unsigned long long)r->an.skipped[a][k],
+                           plural_s(r->an.skipped[a][k]), why[k]);
 }
 
 static void decode_block(const struct drift_result *r, struct buf *b)
@@ -181,9 +204,10 @@ static void decode_block(const struct drift_result *r, struct buf *b)
     if (!dc->ran)
         return;
     buf_printf(b,
-               "\n====== Decode path (%u sequences, %u generated tokens) "
+               "\n====== Decode path (%u sequence%s, %u generated token%s) "
                "======\n",
-               dc->seqs, dc->generated);
+               dc->seqs, plural_s(dc->seqs), dc->generated,
+               plural_s(dc->generated));
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         const struct drift_bsum *s = &dc->sum[k];
         if (dc->verdict[k] == DRIFT_NA) {
@@ -211,9 +235,10 @@ static void det_block(const struct drift_result *r, struct buf *b)
         if (!s->ran)
             continue;
         for (int ph = 0; ph < 2; ph++) {
-            buf_printf(b, "%-9s %-10s: %u requests, %u distinct outputs",
+            buf_printf(b, "%-9s %-10s: %u request%s, %u distinct output%s",
                        side[k], ph ? "under load" : "alone", s->n,
-                       s->distinct[ph]);
+                       plural_s(s->n), s->distinct[ph],
+                       plural_s(s->distinct[ph]));
             if (s->first_diff[ph] >= 0)
                 buf_printf(b, ", first differing token %ld", s->first_diff[ph]);
             if (s->prompt_checked)
@@ -231,8 +256,8 @@ static void det_block(const struct drift_result *r, struct buf *b)
                    : bv ? "BATCH-VARIANT (differs only under load)"
                         : "deterministic");
         if (s->failed)
-            buf_printf(b, "%-9s failures  : %u requests failed\n", side[k],
-                       s->failed);
+            buf_printf(b, "%-9s failures  : %u request%s failed\n", side[k],
+                       s->failed, plural_s(s->failed));
     }
 }
 
@@ -249,8 +274,9 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
                drift_dialect_name(c->dialect));
     free(gu);
     free(cu);
-    buf_printf(b, "corpus   : %u sequences, %llu positions\n", r->sequences,
-               (unsigned long long)r->positions);
+    buf_printf(b, "corpus   : %u sequence%s, %llu position%s\n", r->sequences,
+               plural_s(r->sequences), (unsigned long long)r->positions,
+               plural_s(r->positions));
     if (!r->prefill)
         buf_printf(b, "note     : %s\n", r->fallback_why);
     buf_printf(b, "\n");
@@ -263,7 +289,8 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
     decode_block(r, b);
     det_block(r, b);
     if (nw) {
-        buf_printf(b, "\n%zu worst positions (candidate KL):\n", nw);
+        buf_printf(b, "\n%zu worst position%s (candidate KL):\n", nw,
+                   plural_s(nw));
         buf_printf(b, "%4s %8s %8s %11s %10s  %s\n", "seq", "pos", "offset",
                    "KL", "dlogp", "token -> golden top1 / candidate top1");
     }
@@ -320,6 +347,34 @@ static json_t *side_json(const struct drift_side *s)
     return o;
 }
 
+static json_t *pair_json(const double v[2])
+{
+    return json_pack("[o, o]", jnum(v[0]), jnum(v[1]));
+}
+
+/* A bucket's whole-sequence bootstrap intervals (growth.c). */
+static json_t *ci_json(const double ci[3][2])
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "excess_kl_mean", pair_json(ci[DRIFT_CI_KL]));
+    json_object_set_new(o, "dp_rms", pair_json(ci[DRIFT_CI_DP]));
+    json_object_set_new(o, "top1_agreement", pair_json(ci[DRIFT_CI_TOP1]));
+    return o;
+}
+
+static json_t *thresholds_json(const struct drift_thresholds *t)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "kl_mean", pair_json(t->kl_mean));
+    json_object_set_new(o, "kl_p999", pair_json(t->kl_p999));
+    json_object_set_new(o, "top1", pair_json(t->top1));
+    json_object_set_new(o, "dp_rms", pair_json(t->dp_rms));
+    json_object_set_new(o, "growth", pair_json(t->growth));
+    json_object_set_new(o, "growth_floor", jnum(t->growth_floor));
+    json_object_set_new(o, "flip_margin", jnum(t->flip_margin));
+    return o;
+}
+
 static json_t *buckets_json(const struct drift_result *r)
 {
     const struct drift_analysis *a = &r->an;
@@ -338,6 +393,7 @@ static json_t *buckets_json(const struct drift_result *r)
                 json_object_set_new(o, arm[m], bsum_json(&s));
         }
         json_object_set_new(o, "excess", bsum_json(&r->excess[k]));
+        json_object_set_new(o, "ci95", ci_json(r->growth.ci[k]));
         json_object_set_new(
             o, "verdict",
             json_string(drift_verdict_name(r->bucket_verdict[k])));
@@ -453,6 +509,7 @@ json_t *drift_report_json(const struct drift_result *r,
         drift_analysis_total(&r->an, DRIFT_ARM_CTRL, &tot);
         drift_bucket_summary(&tot, &s);
         json_object_set_new(o, "control_total", bsum_json(&s));
+        json_object_set_new(o, "thresholds", thresholds_json(&r->an.th));
         json_object_set_new(o, "buckets", buckets_json(r));
         json_object_set_new(o, "growth", growth_json(&r->growth));
         json_object_set_new(o, "skipped", skips_json(r));
@@ -484,6 +541,12 @@ json_t *drift_report_json(const struct drift_result *r,
             if (wt[i].top1_c)
                 json_object_set_new(x, "candidate_top1",
                                     json_string(wt[i].top1_c));
+            if (wt[i].before)
+                json_object_set_new(x, "context_before",
+                                    json_string(wt[i].before));
+            if (wt[i].after)
+                json_object_set_new(x, "context_after",
+                                    json_string(wt[i].after));
         }
         json_array_append_new(wa, x);
     }

@@ -2,9 +2,8 @@
  * cache: the sim's block-granular prefix cache with LRU eviction
  * (contract in cache.h) and its use around a model request (sim_int.h).
  * Blocks live in a slot array indexed by an open-addressing hash table
- * (linear probing, backward-shift deletion); eviction scans the slots for
- * the oldest stamp, which is cheap at the sizes a sim holds (65,536
- * tokens in 4,096 blocks by default).
+ * (linear probing, backward-shift deletion) and linked in use order, so a
+ * lookup, an insertion and an eviction each cost O(1) whatever the size.
  */
 #include "sim/cache.h"
 
@@ -17,15 +16,18 @@
 #include "sim/tok.h"
 
 #define GHOSTS 4096 /* evicted block keys remembered (direct-mapped) */
+#define NIL UINT32_MAX
 
 struct sim_cache {
-    long tokens, block; /* the configuration it was built for */
-    size_t cap, used;   /* blocks */
-    uint64_t *key;      /* per slot; 0: free */
-    uint64_t *stamp;    /* per slot: last use */
-    uint32_t *idx;      /* hash index: slot + 1, 0 empty */
-    size_t icap;        /* power of two, >= 2 * cap */
-    uint64_t clock;
+    long tokens, block;    /* the configuration it was built for */
+    size_t cap, used;      /* blocks */
+    uint64_t *key;         /* per slot; 0: free */
+    uint32_t *prev, *next; /* use order: head least recently used */
+    uint32_t head, tail;
+    uint32_t *freed; /* stack of free slots */
+    size_t nfree;
+    uint32_t *idx; /* hash index: slot + 1, 0 empty */
+    size_t icap;   /* power of two, >= 2 * cap */
     uint64_t ghost[GHOSTS];
 };
 
@@ -34,7 +36,9 @@ void sim_cache_free(struct sim_cache *c)
     if (!c)
         return;
     free(c->key);
-    free(c->stamp);
+    free(c->prev);
+    free(c->next);
+    free(c->freed);
     free(c->idx);
     free(c);
 }
@@ -49,8 +53,13 @@ static struct sim_cache *cache_new(long tokens, long block)
     while (c->icap < 2 * c->cap)
         c->icap *= 2;
     c->key = xcalloc(c->cap, sizeof(*c->key));
-    c->stamp = xcalloc(c->cap, sizeof(*c->stamp));
+    c->prev = xcalloc(c->cap, sizeof(*c->prev));
+    c->next = xcalloc(c->cap, sizeof(*c->next));
+    c->freed = xcalloc(c->cap, sizeof(*c->freed));
     c->idx = xcalloc(c->icap, sizeof(*c->idx));
+    c->head = c->tail = NIL;
+    for (size_t i = 0; i < c->cap; i++)
+        c->freed[c->nfree++] = (uint32_t)(c->cap - 1 - i);
     return c;
 }
 
@@ -102,17 +111,45 @@ static void unindex(struct sim_cache *c, size_t i)
     }
 }
 
+static void unlink_slot(struct sim_cache *c, uint32_t s)
+{
+    if (c->prev[s] != NIL)
+        c->next[c->prev[s]] = c->next[s];
+    else
+        c->head = c->next[s];
+    if (c->next[s] != NIL)
+        c->prev[c->next[s]] = c->prev[s];
+    else
+        c->tail = c->prev[s];
+}
+
+static void append(struct sim_cache *c, uint32_t s)
+{
+    c->prev[s] = c->tail;
+    c->next[s] = NIL;
+    if (c->tail != NIL)
+        c->next[c->tail] = s;
+    else
+        c->head = s;
+    c->tail = s;
+}
+
+/* Marks slot s the most recently used. */
+static void touch(struct sim_cache *c, uint32_t s)
+{
+    unlink_slot(c, s);
+    append(c, s);
+}
+
 static void evict_one(struct sim_cache *c)
 {
-    size_t old = 0;
-    for (size_t i = 1; i < c->cap; i++)
-        if (c->stamp[i] < c->stamp[old])
-            old = i;
+    uint32_t old = c->head;
     uint64_t k = c->key[old];
     c->ghost[k % GHOSTS] = k;
     unindex(c, probe(c, k));
+    unlink_slot(c, old);
     c->key[old] = 0;
-    c->stamp[old] = 0;
+    c->freed[c->nfree++] = old;
     c->used--;
 }
 
@@ -120,19 +157,17 @@ static void add(struct sim_cache *c, uint64_t k)
 {
     size_t i = probe(c, k);
     if (c->idx[i]) {
-        c->stamp[c->idx[i] - 1] = ++c->clock;
+        touch(c, c->idx[i] - 1);
         return;
     }
     if (c->used == c->cap) {
         evict_one(c);
         i = probe(c, k);
     }
-    size_t slot = 0;
-    while (c->key[slot])
-        slot++;
+    uint32_t slot = c->freed[--c->nfree];
     c->key[slot] = k;
-    c->stamp[slot] = ++c->clock;
-    c->idx[i] = (uint32_t)slot + 1;
+    c->idx[i] = slot + 1;
+    append(c, slot);
     c->used++;
 }
 
@@ -169,7 +204,7 @@ void sim_cache_lookup(struct sim *s, const int32_t *toks, size_t n,
         h = block_key(h, toks, at, b);
         size_t i = probe(c, h);
         if (hit && c->idx[i]) {
-            c->stamp[c->idx[i] - 1] = ++c->clock;
+            touch(c, c->idx[i] - 1);
             u->cached = at + b;
             continue;
         }

@@ -6,7 +6,8 @@
  * collapses after turn N. Controls must give no cache finding: a healthy
  * sim, a small cache that other sessions evict only after the idle time,
  * a session with a compaction; and a server without cache figures gets
- * one info finding.
+ * one info finding. In-process tests over built exchanges pin the idle
+ * time's default, the DeepSeek field and the "reused once" exception.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "audit_test.h"
 #include "cmd/cmd.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
@@ -417,6 +419,154 @@ static void test_thresholds_are_options(void **state)
     free(db);
 }
 
+/* ---- in process, over built exchanges ---- */
+
+#define NT 5
+
+/* A session of NT turns of about 900 tokens each (4 bytes a token as
+ * xb_tokens counts), every reply sent back; cached[t] is what the server
+ * reported for turn t (-1: no figure), gap[t] the seconds between turn
+ * t-1's end and turn t; field names the usage key. */
+static void session(struct xchg xs[NT], const long cached[NT],
+                    const double gap[NT], const char *field)
+{
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "system", "content",
+                             "You are a helpful assistant.");
+    double t0 = 1.7e9;
+    for (int t = 0; t < NT; t++) {
+        struct buf u = BUF_INIT;
+        buf_printf(&u, "turn %d ", t);
+        while (u.len < 3600)
+            buf_printf(&u, "note %zu of turn %d. ", u.len, t);
+        json_array_append_new(msgs, xb_msg("user", buf_str(&u)));
+        buf_release(&u);
+        json_t *body = xb_body("m", json_deep_copy(msgs));
+        long pt = xb_tokens(body);
+        xb_init(&xs[t], t + 1, "s", body);
+        char reply[256];
+        snprintf(reply, sizeof(reply),
+                 "Reply %d: noted, with a few words more to make it long "
+                 "enough to be a reply of some forty tokens or so in all.",
+                 t);
+        xb_reply(&xs[t], reply, NULL, NULL, pt, 48, "stop");
+        json_t *usage = json_object_get(xs[t].reply, "usage");
+        if (cached[t] >= 0 && !strcmp(field, "prompt_tokens_details"))
+            json_object_set_new(
+                usage, field,
+                json_pack("{s:I}", "cached_tokens", (json_int_t)cached[t]));
+        else if (cached[t] >= 0)
+            json_object_set_new(usage, field, json_integer(cached[t]));
+        t0 += gap[t];
+        xs[t].started = t0;
+        xs[t].up_ttfb_ms = 400;
+        xs[t].up_total_ms = 1000;
+        t0 += 1.0;
+        json_array_append_new(msgs, xb_msg("assistant", reply));
+    }
+    json_decref(msgs);
+}
+
+/* Cached figures of a healthy server for session(): each turn reuses the
+ * previous prompt and the reply's first 32 tokens. */
+static void healthy_cached(long cached[NT])
+{
+    struct xchg xs[NT];
+    const long none[NT] = {0, 0, 0, 0, 0};
+    const double gap[NT] = {0, 5, 5, 5, 5};
+    session(xs, none, gap, "prompt_tokens_details");
+    cached[0] = 0;
+    for (int t = 1; t < NT; t++)
+        cached[t] =
+            (long)json_integer_value(json_object_get(
+                json_object_get(xs[t - 1].reply, "usage"), "prompt_tokens")) +
+            32;
+    free_xs(xs, NT);
+}
+
+/* Shared tokens of turn t are about 930 * t: turn 3 shares ~2,800. */
+static void test_idle_gap_default_is_ten_minutes(void **state)
+{
+    (void)state;
+    struct xchg xs[NT];
+    struct audit_list l;
+    long cached[NT];
+    double gap[NT] = {0, 5, 5, 9 * 60, 5};
+    healthy_cached(cached);
+    cached[3] = 0; /* turn 4 found nothing */
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "cache.refill");
+    assert_non_null(f); /* 9 minutes: not idle, the miss counts */
+    assert_int_equal(f->request, 4);
+    assert_int_equal(count_prefix(&l, "cache."), 1);
+    assert_int_equal(ev_int(f, "cached_tokens"), 0);
+    assert_true(json_number_value(
+                    json_object_get(f->evidence, "refilled_tokens")) > 2048);
+    audit_list_release(&l);
+    free_xs(xs, NT);
+    gap[3] = 11 * 60;
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, NULL, &l);
+    for (size_t i = 0; i < l.n; i++) /* 11: excused */
+        if (!strncmp(l.v[i].rule, "cache.", 6))
+            fail_msg("unexpected %s: %s", l.v[i].rule, l.v[i].summary);
+    audit_list_release(&l);
+    free_xs(xs, NT);
+}
+
+static void test_deepseek_cache_hit_field(void **state)
+{
+    (void)state;
+    struct xchg xs[NT];
+    struct audit_list l;
+    long cached[NT];
+    const double gap[NT] = {0, 5, 5, 5, 5};
+    healthy_cached(cached);
+    cached[3] = 0;
+    session(xs, cached, gap, "prompt_cache_hit_tokens");
+    run_audit(xs, NT, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "cache.refill");
+    assert_non_null(f);
+    assert_int_equal(f->request, 4);
+    assert_null(find_rule(&l, "cache.no_figures"));
+    audit_list_release(&l);
+    free_xs(xs, NT);
+}
+
+/* Cached tokens that stop at the previous prompt: the reply was never
+ * reused, unless one turn shows the server does keep its output. */
+static void test_reply_reused_once_is_not_a_finding(void **state)
+{
+    (void)state;
+    struct xchg xs[NT];
+    struct audit_list l;
+    const double gap[NT] = {0, 5, 5, 5, 5};
+    long cached[NT] = {0, 0, 0, 0, 0};
+    session(xs, cached, gap, "prompt_tokens_details"); /* to read sizes */
+    for (int t = 1; t < NT; t++)
+        cached[t] =
+            (long)json_integer_value(json_object_get(
+                json_object_get(xs[t - 1].reply, "usage"), "prompt_tokens")) /
+            16 * 16;
+    free_xs(xs, NT);
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "cache.reply_not_reused");
+    assert_non_null(f);
+    assert_int_equal(ev_int(f, "turns"), 4);
+    assert_int_equal((long)json_number_value(
+                         json_object_get(f->evidence, "reply_tokens_refilled")),
+                     4 * 48);
+    audit_list_release(&l);
+    free_xs(xs, NT);
+    cached[2] += 32; /* turn 3 reused the reply of turn 2 */
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, NULL, &l);
+    assert_null(find_rule(&l, "cache.reply_not_reused"));
+    audit_list_release(&l);
+    free_xs(xs, NT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +578,9 @@ int main(void)
         T(test_compaction_is_compared_with_what_is_shared),
         T(test_no_cache_figures_said_once),
         T(test_thresholds_are_options),
+        cmocka_unit_test(test_idle_gap_default_is_ten_minutes),
+        cmocka_unit_test(test_deepseek_cache_hit_field),
+        cmocka_unit_test(test_reply_reused_once_is_not_a_finding),
     };
     return cmocka_run_group_tests(tests, setup, group_teardown);
 }

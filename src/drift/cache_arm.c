@@ -617,6 +617,7 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
     free(an);
     r->requests = (unsigned)(c->requests - before);
     r->model_requests = model_requests;
+    r->budget = o.budget;
     return ret;
 }
 
@@ -705,6 +706,8 @@ json_t *drift_cache_json(const struct drift_cache_result *r)
     json_object_set_new(o, "turns", json_integer(r->turns));
     json_object_set_new(o, "requests", json_integer(r->requests));
     json_object_set_new(o, "model_requests", json_integer(r->model_requests));
+    json_object_set_new(o, "budget",
+                        r->budget ? json_integer(r->budget) : json_null());
     json_object_set_new(o, "flush",
                         r->flush ? json_string(r->flush) : json_null());
     json_object_set_new(o, "generated_in_history",

@@ -48,6 +48,7 @@ struct drift_cache_result {
     char note[256]; /* why it did not run, or what it could not do */
     unsigned convs, requests, turns;
     unsigned model_requests; /* chat and generation requests */
+    unsigned budget;         /* what it was allowed; 0: no limit */
     uint32_t compared, evict_compared;
     long diverged_at;  /* first generated token where warm and cold differ */
     const char *flush; /* the flush endpoint used, or NULL */

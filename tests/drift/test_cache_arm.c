@@ -313,6 +313,19 @@ static void test_arm_options(void **state)
     drift(&r, two);
     assert_int_equal(r.rc, 0);
     assert_int_equal(integer(r.cache, "conversations"), 2);
+    assert_true(json_is_null(json_object_get(r.cache, "budget")));
+    run_free(&r);
+    /* a larger run: the arm takes more turns, within a tenth of it
+     * (earlier turns, warm, cold, cold again) */
+    const char *big[] = {"--sequences", "12", NULL};
+    drift(&r, big);
+    assert_int_equal(r.rc, 0);
+    long budget = integer(r.cache, "budget");
+    assert_true(budget >= 6);
+    long turns = integer(r.cache, "turns");
+    assert_true(turns >= 3); /* as many as the conversation has */
+    assert_int_equal(integer(r.cache, "model_requests"), turns + 2);
+    assert_true(turns + 2 <= budget);
     run_free(&r);
     const char *bad[] = {"--cache-arm", "x", NULL};
     const char *av[] = {"drift",

@@ -599,7 +599,14 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         ret = one_conv(c, conv, &o, turns, r, an, ro, d);
         json_decref(conv);
     }
-    if (!ret) {
+    if (ret && ret != -ECONNREFUSED && ret != -ETIMEDOUT) {
+        /* a server without chat or /tokenize with messages: the arm
+         * cannot run there, the rest of the run stands */
+        snprintf(r->note, sizeof(r->note), "not run: %s", d->msg);
+        r->ran = false;
+        r->verdict = DRIFT_NA;
+        ret = 0;
+    } else if (!ret) {
         judge(&an[0], r->has_self, &ro->th, &r->sum, &r->self, &r->excess,
               &r->verdict);
         if (r->evict_ran) {

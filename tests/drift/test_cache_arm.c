@@ -19,7 +19,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "core/xalloc.h"
 #include "http/client.h"
+#include "util/fakesrv.h"
 #include "util/proc.h"
 
 struct pair {
@@ -342,6 +344,91 @@ static void test_arm_options(void **state)
     buf_release(&err);
 }
 
+/* A candidate without a chat endpoint: sim behind a proxy that answers
+ * 404 there. The arm says it did not run; the rest of the run stands. */
+static void no_chat(void *ud, const char *method, const char *path,
+                    const char *body, size_t len, long *status,
+                    const char **ctype, struct buf *out)
+{
+    *ctype = "application/json";
+    if (!strcmp(path, "/v1/chat/completions")) {
+        *status = 404;
+        buf_adds(out, "{\"error\":{\"message\":\"no chat here\"}}");
+        return;
+    }
+    struct http_client *h = http_client_new();
+    struct http_resp resp;
+    struct diag d = {""};
+    char *url = xasprintf("%s%s", (const char *)ud, path);
+    const char *hdr[] = {"Content-Type: application/json", NULL};
+    struct http_req rq = {.method = method,
+                          .url = url,
+                          .body = body,
+                          .body_len = len,
+                          .headers = hdr,
+                          .timeout_ms = 30000};
+    http_resp_init(&resp);
+    if (http_do(h, &rq, &resp, &d)) {
+        *status = 502;
+    } else {
+        *status = resp.status;
+        buf_add(out, resp.body.data ? resp.body.data : "", resp.body.len);
+    }
+    http_resp_release(&resp);
+    free(url);
+    http_client_free(h);
+}
+
+static void test_candidate_without_chat(void **state)
+{
+    (void)state;
+    start(NULL);
+    int port = 0;
+    char *sim = xstrdup(proc_url(&P.c));
+    struct fakesrv *f = fakesrv_start(no_chat, sim, &port);
+    assert_non_null(f);
+    char gurl[64], curl[64], json[] = "/tmp/drift-cache-XXXXXX";
+    int fd = mkstemp(json);
+    close(fd);
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
+    snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", port);
+    const char *av[] = {"drift",
+                        "--golden",
+                        gurl,
+                        "--candidate",
+                        curl,
+                        "--no-store",
+                        "--json",
+                        json,
+                        "--bootstrap",
+                        "0",
+                        "--sequences",
+                        "1",
+                        "--max-context",
+                        "512",
+                        "--no-control",
+                        "--decode-seqs",
+                        "1",
+                        NULL};
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    int rc = proc_run(av, NULL, &out, &err, 120);
+    fakesrv_stop(f);
+    free(sim);
+    json_error_t e;
+    json_t *j = json_load_file(json, 0, &e);
+    unlink(json);
+    assert_int_equal(rc, 0);
+    assert_non_null(j);
+    json_t *c = json_object_get(j, "cache");
+    assert_false(json_is_true(json_object_get(c, "ran")));
+    assert_non_null(strstr(str(c, "note"), "not run"));
+    assert_non_null(strstr(str(c, "note"), "404"));
+    assert_string_equal(str(j, "verdict"), "PASS");
+    json_decref(j);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +440,7 @@ int main(void)
         T(test_cache_evict_on_a_healthy_sim_passes),
         T(test_flush_endpoints_present_or_absent),
         T(test_arm_options),
+        T(test_candidate_without_chat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

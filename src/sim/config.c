@@ -84,6 +84,13 @@ static const struct field fields[] = {
     D(recompute_noise, 0, 100),
     B(no_cache_output),
     L(cache_collapse_after, 0, 1 << 20),
+    B(hide_faults),
+    L(feedback_base, 0, 1 << 20),
+    D(feedback_growth, 0, 100),
+    L(feedback_budget, 1, 1 << 24),
+    L(feedback_window, 1, 1 << 24),
+    L(feedback_max, 1, 1 << 24),
+    D(feedback_jitter, 0, 0.9),
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -97,6 +104,11 @@ void sim_config_defaults(struct sim_config *c)
     c->max_body = 64L << 20;
     c->cache_tokens = 65536;
     c->cache_block = 16;
+    c->feedback_growth = 0.1;
+    c->feedback_budget = 2500;
+    c->feedback_window = 1024;
+    c->feedback_max = 1024;
+    c->feedback_jitter = 0.1;
 }
 
 long sim_config_limit(const struct sim_config *c)
@@ -290,6 +302,10 @@ int sim_config_preset(struct sim_config *c, const char *list, struct diag *d)
 
 json_t *sim_config_to_json(const struct sim_config *c)
 {
+    /* a server whose settings its info endpoints do not show */
+    if (c->hide_faults)
+        return json_pack("{s:s, s:I, s:b}", "model", c->model, "max_model_len",
+                         (json_int_t)c->max_model_len, "hide_faults", 1);
     json_t *o = json_object();
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];

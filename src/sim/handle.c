@@ -43,10 +43,12 @@ void sim_init(struct sim *s, const struct sim_config *c)
     memset(s, 0, sizeof(*s));
     s->cfg = *c;
     s->initial = *c;
+    buf_init(&s->last_chat, 0);
 }
 
 void sim_release(struct sim *s)
 {
+    buf_release(&s->last_chat);
     sim_cache_free(s->cache);
     s->cache = NULL;
 }
@@ -402,7 +404,8 @@ static void h_server_info(struct sim *s, const struct sim_req *rq,
                           struct sim_resp *r)
 {
     (void)rq;
-    long pool = s->cfg.cache_tokens >= s->cfg.cache_block
+    long pool = s->cfg.hide_faults ? s->cfg.max_model_len
+                : s->cfg.cache_tokens >= s->cfg.cache_block
                     ? s->cfg.cache_tokens
                     : sim_config_limit(&s->cfg);
     sim_json(r,
@@ -480,6 +483,21 @@ static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
                           "flushes", (json_int_t)s->flushes));
 }
 
+/* The last chat request's body as received: what a client really sent
+ * (tests read the conversation at the server's side). */
+static void h_last(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
+{
+    (void)rq;
+    json_t *j = s->last_chat.len
+                    ? json_loadb(s->last_chat.data, s->last_chat.len, 0, NULL)
+                    : NULL;
+    if (!j) {
+        sim_error(r, 404, NULL, "no chat request yet");
+        return;
+    }
+    sim_json(r, j);
+}
+
 struct route {
     const char *path;
     const char *method; /* "GET", "POST" or "*" */
@@ -502,6 +520,7 @@ static const struct route routes[] = {
     {"/flush_cache", "GET", EP_FLUSH, h_flush_sglang},
     {"/flush_cache", "POST", EP_FLUSH, h_flush_sglang},
     {"/reset_prefix_cache", "POST", EP_FLUSH, h_flush_vllm},
+    {"/sim/last-request", "GET", EP_OTHER, h_last},
 };
 
 /* Whether the flush endpoint at path is switched on (--flush-endpoints). */
@@ -570,6 +589,10 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
                   "(raise it with --max-body)",
                   rq->len, s->cfg.max_body);
         return;
+    }
+    if (rt->ep == EP_CHAT) {
+        buf_reset(&s->last_chat);
+        buf_add(&s->last_chat, rq->body ? rq->body : "", rq->len);
     }
     if (sim_is_model_path(rq->path)) {
         s->counter++;

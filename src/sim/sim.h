@@ -27,6 +27,8 @@ struct sim {
     bool use_skip;             /* the current request bypasses the cache */
     uint64_t cached_total;     /* tokens served from the cache */
     uint64_t flushes;          /* flush endpoint calls that emptied it */
+    struct buf last_chat;      /* body of the last chat request, for
+                                  GET /sim/last-request */
 };
 
 struct sim_req {
@@ -51,7 +53,8 @@ struct sim_resp {
 };
 
 void sim_init(struct sim *s, const struct sim_config *c);
-/* Frees what the sim allocated while serving (its prefix cache). */
+/* Frees what the sim holds (the last request's body, its prefix
+ * cache). */
 void sim_release(struct sim *s);
 void sim_resp_init(struct sim_resp *r);
 void sim_resp_release(struct sim_resp *r);

@@ -57,10 +57,20 @@ struct audit_session {
     size_t n, alloc;
 };
 
+/* A row of the store that could not be read (xchg_bad), kept for the
+ * store.corrupt finding. */
+struct audit_bad {
+    int64_t id;
+    char *session; /* "" when its session column was unreadable */
+    const char *column, *why;
+};
+
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
-    json_t *interned; /* hash -> the one copy of a message or tool list */
+    json_t *interned;      /* hash -> the one copy of a message or tool list */
+    struct audit_bad *bad; /* rows skipped by audit_set_load, in id order */
+    size_t nbad, bad_alloc;
 };
 
 void audit_set_init(struct audit_set *set);
@@ -68,13 +78,19 @@ void audit_set_release(struct audit_set *set);
 /* Copies x into the session named x->session ("" when NULL), appending;
  * sessions keep the order of their first exchange. Messages and tool
  * lists equal to ones already in the set are shared (treat bodies as
- * read-only); resp_raw is kept only for non-2xx responses. */
+ * read-only); resp_raw is kept only for non-2xx responses (NULL for the
+ * others), resp_raw_len for every response: the bytes it had. */
 void audit_set_add(struct audit_set *set, const struct xchg *x);
 const struct audit_session *audit_set_find(const struct audit_set *set,
                                            const char *id);
+/* Notes a row the store reader skipped (audit_run reports it as
+ * store.corrupt). */
+void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b);
 
 /* Adds the exchanges of the store (of one session when session is not
- * NULL); *n gets how many. Store errors are returned with d filled. */
+ * NULL); *n gets how many. A row that cannot be decoded is skipped and
+ * noted in set->bad; the rest is read. Errors of the store itself (it
+ * cannot be opened or queried) are returned with d filled. */
 int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d);
 /* The same from a spill file (docs/RECORD.md); a missing file adds none. */
@@ -150,7 +166,8 @@ int audit_expect_add(json_t *expect, const char *arg, struct diag *d);
  */
 int audit_profile_check(json_t *doc, struct diag *d);
 
-/* Runs every rule over every session of set, appending to out. */
+/* Runs every rule over every session of set, appending to out; then a
+ * store.corrupt finding (error) for each row in set->bad. */
 void audit_run(const struct audit_set *set, const struct audit_opts *o,
                struct audit_list *out);
 

@@ -29,13 +29,19 @@ static int add_one(const struct xchg *x, void *ud)
     return 0;
 }
 
+static void add_bad(const struct xchg_bad *b, void *ud)
+{
+    struct load_ctx *c = ud;
+    audit_set_add_bad(c->set, b);
+}
+
 int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d)
 {
     struct load_ctx c = {set, session, 0};
     int rc = xchg_schema(db, d);
     if (!rc)
-        rc = xchg_each(db, session, add_one, &c, d);
+        rc = xchg_each_checked(db, session, add_one, add_bad, &c, d);
     if (n)
         *n = c.n;
     return rc;

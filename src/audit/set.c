@@ -255,8 +255,10 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->req_msg_n = 0;
     c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
     c->resp_headers = copy_json(x->resp_headers);
+    /* the bytes of a 2xx response are not needed, their count is: the
+     * stream rules report how much was delivered */
     c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
-    c->resp_raw_len = error ? x->resp_raw_len : 0;
+    c->resp_raw_len = x->resp_raw_len;
     c->reply = copy_json(x->reply);
     return c;
 }
@@ -278,6 +280,9 @@ void audit_set_release(struct audit_set *set)
     }
     free(set->s);
     json_decref(set->interned);
+    for (size_t i = 0; i < set->nbad; i++)
+        free(set->bad[i].session);
+    free(set->bad);
     memset(set, 0, sizeof(*set));
 }
 
@@ -288,6 +293,19 @@ const struct audit_session *audit_set_find(const struct audit_set *set,
         if (!strcmp(set->s[i].id, id))
             return &set->s[i];
     return NULL;
+}
+
+void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b)
+{
+    if (set->nbad == set->bad_alloc) {
+        set->bad_alloc = set->bad_alloc ? 2 * set->bad_alloc : 8;
+        set->bad = xrealloc(set->bad, set->bad_alloc * sizeof(*set->bad));
+    }
+    struct audit_bad *a = &set->bad[set->nbad++];
+    a->id = b->id;
+    a->session = xstrdup(b->session ? b->session : "");
+    a->column = b->column;
+    a->why = b->why;
 }
 
 void audit_set_add(struct audit_set *set, const struct xchg *x)

@@ -359,6 +359,23 @@ void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
     f->evidence = evidence ? evidence : json_object();
 }
 
+/* store.corrupt: the rows load.c could not read, one finding each. */
+static void corrupt_rows(const struct audit_set *set, struct audit_list *out)
+{
+    for (size_t i = 0; i < set->nbad; i++) {
+        const struct audit_bad *b = &set->bad[i];
+        struct audit_session s = {.id = b->session};
+        struct actx c = {.out = out, .s = &s};
+        finding_add(&c, AUDIT_ERROR, "store.corrupt", NULL,
+                    json_pack("{s:I, s:s, s:s}", "exchange", (json_int_t)b->id,
+                              "column", b->column, "reason", b->why),
+                    "exchange %lld cannot be read from the store (column "
+                    "'%s': %s); it is left out of the audit",
+                    (long long)b->id, b->column, b->why);
+        out->v[out->n - 1].request = b->id;
+    }
+}
+
 void audit_run(const struct audit_set *set, const struct audit_opts *o,
                struct audit_list *out)
 {
@@ -374,4 +391,5 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
             rules[k](&c);
         areqs_free(c.r, c.n);
     }
+    corrupt_rows(set, out);
 }

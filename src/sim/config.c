@@ -28,6 +28,8 @@ static const char *const overflow_names[] = {"error", "oldest", "middle",
                                              "newest", NULL};
 static const char *const rhist_names[] = {"keep", "drop", "keep-with-tools",
                                           NULL};
+static const char *const flush_names[] = {"both", "sglang", "vllm", "none",
+                                          NULL};
 
 #define L(n, lo, hi)                                                           \
     {                                                                          \
@@ -75,6 +77,14 @@ static const struct field fields[] = {
     B(lose_summary),
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
+    L(cache_tokens, 0, 1L << 26),
+    L(cache_block, 1, 4096),
+    E(flush_endpoints, flush_names),
+    B(no_cache_report),
+    D(warm_noise, 0, 100),
+    D(recompute_noise, 0, 100),
+    B(no_cache_output),
+    L(cache_collapse_after, 0, 1 << 20),
     B(hide_faults),
     L(feedback_base, 0, 1 << 20),
     D(feedback_growth, 0, 100),
@@ -93,6 +103,8 @@ void sim_config_defaults(struct sim_config *c)
     c->logit_scale = 1.0;
     c->batch_window_ms = 20;
     c->max_body = 64L << 20;
+    c->cache_tokens = 65536;
+    c->cache_block = 16;
     c->feedback_growth = 0.1;
     c->feedback_budget = 2500;
     c->feedback_window = 1024;

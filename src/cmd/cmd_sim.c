@@ -49,6 +49,7 @@ const char CMD_SIM_HELP[] =
     "  --latency-ms N         --token-interval-ms N\n"
     "  --rate-429 R  --rate-500 R  --rate-503 R   --cut-stream-after N\n"
     "  --reasoning            --seed N            --max-body BYTES\n"
+    "  --noise-recall-limit S --pair-a  --pair-b  --pair-noise S\n"
     "See docs/SIM.md for what each one does and which real failure it\n"
     "stands for.\n"
     "\n"

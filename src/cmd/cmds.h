@@ -13,6 +13,7 @@ int cmd_audit(int argc, char **argv);
 int cmd_sessions(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_bisect(int argc, char **argv);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
@@ -22,5 +23,6 @@ extern const char CMD_AUDIT_HELP[];
 extern const char CMD_SESSIONS_HELP[];
 extern const char CMD_SHOW_HELP[];
 extern const char CMD_PROBE_HELP[];
+extern const char CMD_BISECT_HELP[];
 
 #endif

@@ -450,9 +450,13 @@ int cmd_bisect(int argc, char **argv)
         rc = cli_error("bisect", 130,
                        "interrupted; every server is stopped, '--resume' "
                        "goes on where this run ended");
-    else if (err == -ECONNREFUSED)
+    else if (err == -ECONNREFUSED) {
         rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
-    else if (err)
+        const char *t =
+            json_string_value(json_object_get(out.golden, "log_tail"));
+        if (t)
+            fprintf(stderr, "the golden's log ends with:\n%s\n", t);
+    } else if (err)
         rc = cli_error("bisect", err == -EINVAL ? EXIT_USAGE : EXIT_INTERNAL,
                        "%s", d.msg);
     else

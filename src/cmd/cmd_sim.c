@@ -62,8 +62,10 @@ const char CMD_SIM_HELP[] =
 
 static void ready(int port, void *ud)
 {
-    printf("fidelity sim: listening on http://%s:%d\n", (const char *)ud, port);
+    char *h = cli_url_host(ud); /* [::1] for IPv6 */
+    printf("fidelity sim: listening on http://%s:%d\n", h, port);
     fflush(stdout);
+    free(h);
 }
 
 static int parse(int argc, char **argv, struct sim_config *c, char **host,

@@ -14,6 +14,7 @@ int cmd_sessions(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_bisect(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
@@ -24,5 +25,6 @@ extern const char CMD_SESSIONS_HELP[];
 extern const char CMD_SHOW_HELP[];
 extern const char CMD_PROBE_HELP[];
 extern const char CMD_BISECT_HELP[];
+extern const char CMD_INSPECT_HELP[];
 
 #endif

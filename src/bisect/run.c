@@ -22,9 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bisect/inspect.h"
 #include "bisect/verdict.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "http/client.h"
 
 const char *bisect_phase_name(enum bisect_phase p)
 {
@@ -69,6 +71,7 @@ struct ctx {
     const struct bisect_opts *o;
     struct launcher *l;
     char golden[256];
+    json_t *golden_fp; /* the golden's fingerprint (inspect.h) */
     pthread_mutex_t mu;
     size_t launches, next, total, started;
     bisect_set *sets;
@@ -319,6 +322,42 @@ static json_t *stored(struct ctx *x, const char *name)
 }
 
 /* Measures configuration s on slot (or reuses its stored result). */
+static json_t *fingerprint_of(const char *addr)
+{
+    struct http_client *c = http_client_new();
+    json_t *a = NULL, *fp = NULL;
+    if (!inspect_fetch(c, addr, 10000, &a, NULL))
+        fp = inspect_normalise(addr, a);
+    json_decref(a);
+    http_client_free(c);
+    return fp;
+}
+
+/* What the server reports against the golden, and the note for toggles
+ * the server may not read, before anything is measured. */
+static void compare_fingerprint(struct ctx *x, bisect_set s, const char *addr,
+                                json_t *doc)
+{
+    json_t *fp = fingerprint_of(addr);
+    if (!fp || !x->golden_fp) {
+        json_decref(fp);
+        return;
+    }
+    json_t *fps[2] = {x->golden_fp, fp};
+    json_t *diff = inspect_diff(fps, 2);
+    json_object_set_new(doc, "fingerprint", fp);
+    json_object_set_new(doc, "fingerprint_diff", diff);
+    bool args = false;
+    for (size_t i = 0; i < x->c->n_toggles; i++)
+        args |= (s >> i & 1) && *x->c->toggles[i].args;
+    const char *note = !args ? "not visible in server info"
+                       : json_array_size(diff)
+                           ? NULL
+                           : "possibly not read by the server";
+    if (note)
+        json_object_set_new(doc, "server_info_note", json_string(note));
+}
+
 static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
 {
     char *name = bisect_set_name(x->c, s);
@@ -336,6 +375,7 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
     struct launch *lx = NULL;
     char addr[256];
     if (!start_set(x, s, slot, name, idx, &lx, addr, doc)) {
+        compare_fingerprint(x, s, addr, doc);
         measure_running(x, name, idx, addr, doc);
         progress(x, name, idx, BISECT_STOPPING);
         x->l->ops->cancel(lx, NULL);
@@ -401,6 +441,7 @@ static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
     if (x->c->golden_url) {
         snprintf(x->golden, sizeof(x->golden), "%s", x->c->golden_url);
         json_object_set_new(doc, "url", json_string(x->golden));
+        x->golden_fp = fingerprint_of(x->golden);
         return 0;
     }
     json_object_set_new(doc, "name", json_string("golden"));
@@ -408,6 +449,9 @@ static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
         return diag_set(d, ECONNREFUSED, "the golden did not start: %s",
                         json_string_value(json_object_get(doc, "error")));
     json_object_set_new(doc, "url", json_string(x->golden));
+    x->golden_fp = fingerprint_of(x->golden);
+    if (x->golden_fp)
+        json_object_set(doc, "fingerprint", x->golden_fp);
     return 0;
 }
 
@@ -445,6 +489,7 @@ out_launcher:
     if (g)
         x.l->ops->cancel(g, NULL);
     out->launches = x.launches;
+    json_decref(x.golden_fp);
     x.l->ops->free(x.l);
     pthread_mutex_destroy(&x.mu);
     return rc;

@@ -294,6 +294,29 @@ static void print_headline(const struct row *rows, size_t n,
                "significantly below the golden's\n");
 }
 
+/* What the server reports differently from the golden (a few fields). */
+static void print_reported(const json_t *diff)
+{
+    size_t n = json_array_size(diff);
+    for (size_t i = 0; i < n && i < 4; i++) {
+        const json_t *d = json_array_get(diff, i);
+        const json_t *v = json_object_get(d, "values");
+        char *a = json_dumps(json_array_get(v, 0),
+                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        char *b = json_dumps(json_array_get(v, 1),
+                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        printf("%s%s %s -> %s", i ? ", " : "    server reports: ",
+               json_string_value(json_object_get(d, "field")), a ? a : "?",
+               b ? b : "?");
+        free(a);
+        free(b);
+    }
+    if (n > 4)
+        printf(" and %zu more", n - 4);
+    if (n)
+        printf("\n");
+}
+
 /* Drift's excess KL by position bucket and its growth verdict. */
 static void print_buckets(const struct row *w)
 {
@@ -331,6 +354,11 @@ static void print_row(const struct row *w)
            v->harm, v->flips_per_1k, v->drift_verdict, v->attribution,
            bisect_path_name(w->claimed), 100 * v->pass_diff, 100 * v->diff_lo,
            100 * v->diff_hi, v->mcnemar_p, w->verdict);
+    const char *note =
+        json_string_value(json_object_get(w->r->doc, "server_info_note"));
+    if (note)
+        printf("    server info: %s\n", note);
+    print_reported(json_object_get(w->r->doc, "fingerprint_diff"));
     if (w->mismatch)
         printf("    MISMATCH: claims %s, but the measured change is %s\n",
                bisect_path_name(w->claimed), v->attribution);
@@ -349,6 +377,10 @@ static json_t *row_json(const struct row *w)
     json_object_set(o, "toggles", json_object_get(w->r->doc, "toggles"));
     json_object_set_new(o, "verdict", json_string(w->verdict));
     json_object_set_new(o, "measured", json_boolean(v->measured));
+    json_object_set(o, "server_info_note",
+                    json_object_get(w->r->doc, "server_info_note"));
+    json_object_set(o, "fingerprint_diff",
+                    json_object_get(w->r->doc, "fingerprint_diff"));
     if (!v->measured) {
         json_object_set(o, "error", json_object_get(w->r->doc, "error"));
         return o;

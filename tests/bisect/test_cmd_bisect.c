@@ -214,6 +214,14 @@ static void test_one_at_a_time_ranks_the_five(void **state)
     assert_string_equal(rs(row(j, "overlap"), "verdict"),
                         "harmless (below thresholds)");
     assert_string_equal(rs(row(j, "unread-flag"), "verdict"), "inert");
+    assert_string_equal(rs(row(j, "unread-flag"), "server_info_note"),
+                        "possibly not read by the server");
+    assert_string_equal(rs(row(j, "fp8-gemm"), "server_info_note"), "");
+    const json_t *fd =
+        json_object_get(row(j, "splitk-decode"), "fingerprint_diff");
+    assert_int_equal(json_array_size(fd), 1);
+    assert_string_equal(rs(json_array_get(fd, 0), "field"),
+                        "get_server_info.sim_config.decode_noise");
     assert_true(json_is_true(json_object_get(row(j, "unread-flag"), "inert")));
     assert_non_null(strstr(buf_str(&out), "check that the server reads"));
     assert_non_null(strstr(buf_str(&out), "MISMATCH: claims both, but the "
@@ -268,6 +276,29 @@ static void test_adaptive_pair_of_eight(void **state)
                          "together): ",
                          40));
     assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    json_decref(j);
+    buf_release(&out);
+}
+
+/* A toggle that only sets the environment: the server does not report
+ * it, which is said before it is measured. */
+static void test_env_only_toggle_not_visible(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("envonly", "",
+                 "[toggle flashinfer]\nenv = ATTENTION_BACKEND=FLASHINFER\n",
+                 cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(run_bisect("envonly", cfg, "one-at-a-time", "--slots=1",
+                                &out, NULL, &j),
+                     0);
+    assert_int_equal(launches("envonly"), 2);
+    assert_string_equal(rs(row(j, "flashinfer"), "server_info_note"),
+                        "not visible in server info");
+    assert_string_equal(rs(row(j, "flashinfer"), "verdict"), "inert");
+    assert_true(!strncmp(buf_str(&out), "no culprit: ", 12));
     json_decref(j);
     buf_release(&out);
 }
@@ -431,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_golden_that_exits_is_exit_3),
         cmocka_unit_test(test_sigint_mid_configuration),
         cmocka_unit_test(test_one_at_a_time_ranks_the_five),
+        cmocka_unit_test(test_env_only_toggle_not_visible),
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),
         cmocka_unit_test(test_adaptive_pair_of_eight),
         cmocka_unit_test(test_resume_after_sigkill),

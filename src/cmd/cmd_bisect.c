@@ -258,18 +258,20 @@ static void fill_rows(const struct bisect_config *c,
     qsort(rows, out->n_results, sizeof(*rows), row_cmp);
 }
 
-static bool is_named(const struct row *w, const struct bisect_outcome *out,
-                     bool adaptive, bool by_recall)
+/* Named in the first line: the target set when there is one (adaptive's
+ * answer, full mode's interaction), else the configurations whose recall
+ * fell, else those whose drift failed. */
+static bool is_named(const struct row *w, bisect_set target, bool by_recall)
 {
-    if (adaptive)
-        return w->v.harmful && w->r->set == out->adaptive.culprits;
+    if (target)
+        return w->v.harmful && w->r->set == target;
     return by_recall ? w->v.recall_worse : w->v.harmful;
 }
 
 /* One line: the culprits (recall falls; else drift fails) and the
  * evidence. */
-static void print_headline(const struct row *rows, size_t n,
-                           const struct bisect_outcome *out, bool adaptive)
+static void print_headline(const struct row *rows, size_t n, bisect_set target,
+                           bool together)
 {
     bool by_recall = false;
     for (size_t i = 0; i < n; i++)
@@ -277,14 +279,13 @@ static void print_headline(const struct row *rows, size_t n,
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const struct row *w = &rows[i];
-        if (!is_named(w, out, adaptive, by_recall))
+        if (!is_named(w, target, by_recall))
             continue;
         printf("%s%s%s: excess KL %.3g (%s), drift %s, recall %+.0f points "
                "(McNemar p %.3g)",
                k ? "; " : "culprit: ", w->r->name,
-               adaptive && out->adaptive.interaction ? " (only together)" : "",
-               w->v.harm, w->v.attribution, w->v.drift_verdict,
-               100 * w->v.pass_diff, w->v.mcnemar_p);
+               together ? " (only together)" : "", w->v.harm, w->v.attribution,
+               w->v.drift_verdict, 100 * w->v.pass_diff, w->v.mcnemar_p);
         k++;
     }
     if (k)
@@ -403,14 +404,70 @@ static json_t *row_json(const struct row *w)
     return o;
 }
 
+static bool harmful_set(const struct row *rows, size_t n, bisect_set s,
+                        bool *known)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].r->set == s && rows[i].v.measured) {
+            *known = true;
+            return rows[i].v.harmful;
+        }
+    *known = false;
+    return false;
+}
+
+/* Toggles that hurt only together. adaptive: the pair it ended on.
+ * leave-one-out: the toggles whose removal alone makes the rest harmless,
+ * when two or more are (each is needed). full: the smallest harmful set of
+ * two or more whose single toggles were each measured harmless. */
+static bisect_set interaction(const struct bisect_config *c, enum bisect_mode m,
+                              const struct row *rows, size_t n,
+                              const struct bisect_outcome *out)
+{
+    bisect_set all = c->n_toggles >= 64 ? ~(bisect_set)0
+                                        : ((bisect_set)1 << c->n_toggles) - 1;
+    bisect_set need = 0, best = 0;
+    bool known;
+    switch (m) {
+    case BISECT_ADAPTIVE:
+        return out->adaptive.interaction ? out->adaptive.culprits : 0;
+    case BISECT_LEAVE_ONE_OUT:
+        for (size_t t = 0; t < c->n_toggles; t++) {
+            bool h = harmful_set(rows, n, all & ~((bisect_set)1 << t), &known);
+            if (known && !h)
+                need |= (bisect_set)1 << t;
+        }
+        return __builtin_popcountll(need) >= 2 ? need : 0;
+    case BISECT_FULL:
+        for (size_t i = 0; i < n; i++) {
+            bisect_set s = rows[i].r->set;
+            bool alone_ok = __builtin_popcountll(s) >= 2 && rows[i].v.harmful;
+            for (size_t t = 0; alone_ok && t < c->n_toggles; t++)
+                if (s >> t & 1)
+                    alone_ok =
+                        !harmful_set(rows, n, (bisect_set)1 << t, &known) &&
+                        known;
+            if (alone_ok &&
+                (!best || __builtin_popcountll(s) < __builtin_popcountll(best)))
+                best = s;
+        }
+        return best;
+    default:
+        return 0;
+    }
+}
+
 static int report(const struct bisect_config *c, const struct opts *o,
                   const struct bisect_outcome *out)
 {
     size_t n = out->n_results;
     struct row *rows = xcalloc(n ? n : 1, sizeof(*rows));
     fill_rows(c, out, rows);
-    bool adaptive = o->mode == BISECT_ADAPTIVE;
-    print_headline(rows, n, out, adaptive);
+    bisect_set inter = interaction(c, o->mode, rows, n, out);
+    bisect_set target = o->mode == BISECT_ADAPTIVE ? out->adaptive.culprits
+                        : o->mode == BISECT_FULL   ? inter
+                                                   : 0;
+    print_headline(rows, n, target, inter && target == inter);
     printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
            "excess KL", "flips/1k", "drift", "measured", "claimed",
            "recall (points) p", "verdict");
@@ -422,8 +479,8 @@ static int report(const struct bisect_config *c, const struct opts *o,
         culprit |= rows[i].v.harmful;
         json_array_append_new(ja, row_json(&rows[i]));
     }
-    if (adaptive && out->adaptive.interaction) {
-        char *names = bisect_set_name(c, out->adaptive.culprits);
+    if (inter) {
+        char *names = bisect_set_name(c, inter);
         printf("\ninteraction: %s hurt only together\n", names);
         json_object_set_new(j, "interaction", json_string(names));
         free(names);

@@ -303,6 +303,40 @@ static void test_env_only_toggle_not_visible(void **state)
     buf_release(&out);
 }
 
+/* full mode finds the pair as the smallest harmful set whose toggles are
+ * each harmless; leave-one-out, resumed from the same results (its sets
+ * were all measured by full mode: only the golden is launched), finds the
+ * two toggles each needed. */
+static void test_full_and_leave_one_out_show_the_pair(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("full", "--noise-recall-limit 0.1",
+                 "[toggle overlap]\nargs = --pair-a\n"
+                 "[toggle fused]\nargs = --pair-b\n"
+                 "[toggle quiet]\nenv = QUIET=1\n",
+                 cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(
+        run_bisect("full", cfg, "full", "--slots=2", &out, NULL, &j), 1);
+    assert_int_equal(launches("full"), 8);
+    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_true(!strncmp(buf_str(&out),
+                         "culprit: overlap+fused (only together): ", 40));
+    json_decref(j);
+    buf_reset(&out);
+    assert_int_equal(
+        run_bisect("full", cfg, "leave-one-out", "--resume", &out, NULL, &j),
+        1);
+    assert_int_equal(launches("full"), 9);
+    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_non_null(
+        strstr(buf_str(&out), "interaction: overlap+fused hurt only together"));
+    json_decref(j);
+    buf_release(&out);
+}
+
 static void test_dry_run_launches_nothing(void **state)
 {
     (void)state;
@@ -465,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_env_only_toggle_not_visible),
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),
         cmocka_unit_test(test_adaptive_pair_of_eight),
+        cmocka_unit_test(test_full_and_leave_one_out_show_the_pair),
         cmocka_unit_test(test_resume_after_sigkill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -207,16 +207,19 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
     char fixed[2048];
     progress(x, name, idx, BISECT_COMPARING);
     snprintf(fixed, sizeof(fixed),
-             "drift --golden %s --candidate %s --json %s --no-store %s",
-             x->golden, addr, dj, profile_args(x->c, 0));
+             "drift --golden %s --candidate %s --json %s --no-store %s%s%s",
+             x->golden, addr, dj, profile_args(x->c, 0),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
     double t0 = now_s();
     int rc = run_self(x, fixed, x->c->drift_args, mlog);
     json_object_set_new(doc, "drift_seconds", json_real(now_s() - t0));
     json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
     progress(x, name, idx, BISECT_PROBING);
     snprintf(fixed, sizeof(fixed),
-             "probe --endpoint %s --baseline %s --json %s --db %s --fresh %s",
-             addr, x->golden, pj, db, profile_args(x->c, 1));
+             "probe --endpoint %s --baseline %s --json %s --db %s --fresh "
+             "%s%s%s",
+             addr, x->golden, pj, db, profile_args(x->c, 1),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
     t0 = now_s();
     rc = drift ? run_self(x, fixed, x->c->probe_args, mlog) : -1;
     json_object_set_new(doc, "probe_seconds", json_real(now_s() - t0));

@@ -160,10 +160,21 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
         _exit(127);
     }
     int st;
-    if (p > 0) {
-        while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-            ;
-        rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    bool sent = false; /* when bisect is stopped, so is the measurement */
+    while (p > 0) {
+        pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p) {
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            break;
+        }
+        if (w < 0 && errno != EINTR)
+            break;
+        if (!sent && x->o->stop && *x->o->stop) {
+            kill(p, SIGINT);
+            sent = true;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
     if (fd >= 0)
         close(fd);

@@ -26,6 +26,39 @@ static const char *str(const json_t *o, const char *k, const char *def)
 
 static void attribute(const json_t *d, struct bisect_verdict *v);
 
+/* drift's own harm scalar and attribution, when its summary has them:
+ * "harm": {"excess_kl_mean", "lo", "hi", "flips_per_1k"} and
+ * "attribution": {"kind": prefill, decode, both-flat, both-growing, none,
+ * not-run}. They replace the figures derived above. */
+static void from_drift_harm(const json_t *d, struct bisect_verdict *v)
+{
+    const json_t *h = json_object_get(d, "harm");
+    if (json_is_number(json_object_get(h, "excess_kl_mean"))) {
+        v->harm = num(h, "excess_kl_mean");
+        v->harm_lo = num(h, "lo");
+        v->harm_hi = num(h, "hi");
+        if (json_is_number(json_object_get(h, "flips_per_1k")))
+            v->flips_per_1k = num(h, "flips_per_1k");
+    }
+    const char *k = str(json_object_get(d, "attribution"), "kind", NULL);
+    static const struct {
+        const char *kind, *words;
+        enum bisect_path p;
+    } kinds[] = {
+        {"prefill", "prefill only", BISECT_PATH_PREFILL},
+        {"decode", "decode only", BISECT_PATH_DECODE},
+        {"both-flat", "both flat", BISECT_PATH_BOTH},
+        {"both-growing", "both growing", BISECT_PATH_BOTH},
+        {"none", "none", BISECT_PATH_UNKNOWN},
+    };
+    for (size_t i = 0; k && i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (!strcmp(k, kinds[i].kind)) {
+            v->attribution = kinds[i].words;
+            v->measured_path = kinds[i].p;
+            v->path_known = kinds[i].p != BISECT_PATH_UNKNOWN;
+        }
+}
+
 static void from_drift(const json_t *d, struct bisect_verdict *v)
 {
     const json_t *tot = json_object_get(d, "total");
@@ -41,6 +74,7 @@ static void from_drift(const json_t *d, struct bisect_verdict *v)
                             num(tot, "dp_rms") == 0 &&
                             num(tot, "top1_agreement") == 1;
     attribute(d, v);
+    from_drift_harm(d, v);
 }
 
 static bool is_warn_or_fail(const char *s)

@@ -113,12 +113,37 @@ static void test_inert_needs_identical_everything(void **state)
     json_decref(other);
 }
 
+/* When drift's summary carries its harm scalar and attribution, they are
+ * used as given (interval included). */
+static void test_drift_harm_fields_used(void **state)
+{
+    (void)state;
+    json_t *d = drift(3e-4, 1e-4, "PASS", "PASS", "none", "FAIL");
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f,s:f}", "excess_kl_mean", 5e-4,
+                                  "lo", 4e-4, "hi", 6e-4, "flips_per_1k", 3.5));
+    json_object_set_new(d, "attribution",
+                        json_pack("{s:s,s:s}", "kind", "both-growing", "words",
+                                  "both paths, growing with position"));
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harm == 5e-4 && v.harm_lo == 4e-4 && v.harm_hi == 6e-4);
+    assert_true(v.flips_per_1k == 3.5);
+    assert_string_equal(v.attribution, "both growing");
+    assert_int_equal(v.measured_path, BISECT_PATH_BOTH);
+    assert_true(bisect_path_mismatch(BISECT_PATH_DECODE, &v));
+    json_decref(d);
+    json_decref(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_culprit),
         cmocka_unit_test(test_decode_and_both),
         cmocka_unit_test(test_inert_needs_identical_everything),
+        cmocka_unit_test(test_drift_harm_fields_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

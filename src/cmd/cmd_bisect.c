@@ -281,11 +281,16 @@ static void print_headline(const struct row *rows, size_t n, bisect_set target,
         const struct row *w = &rows[i];
         if (!is_named(w, target, by_recall))
             continue;
-        printf("%s%s%s: excess KL %.3g (%s), drift %s, recall %+.0f points "
-               "(McNemar p %.3g)",
+        char ci[64] = "";
+        if (!isnan(w->v.harm_lo))
+            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", w->v.harm_lo,
+                     w->v.harm_hi);
+        printf("%s%s%s: excess KL %.3g%s (%s), drift %s, recall %+.0f "
+               "points (McNemar p %.3g)",
                k ? "; " : "culprit: ", w->r->name,
-               together ? " (only together)" : "", w->v.harm, w->v.attribution,
-               w->v.drift_verdict, 100 * w->v.pass_diff, w->v.mcnemar_p);
+               together ? " (only together)" : "", w->v.harm, ci,
+               w->v.attribution, w->v.drift_verdict, 100 * w->v.pass_diff,
+               w->v.mcnemar_p);
         k++;
     }
     if (k)
@@ -387,6 +392,10 @@ static json_t *row_json(const struct row *w)
         return o;
     }
     json_object_set_new(o, "harm", json_real(v->harm));
+    json_object_set_new(o, "harm_ci",
+                        isnan(v->harm_lo)
+                            ? json_null()
+                            : json_pack("[ff]", v->harm_lo, v->harm_hi));
     json_object_set_new(o, "flips_per_1k", json_real(v->flips_per_1k));
     json_object_set_new(o, "drift_verdict", json_string(v->drift_verdict));
     json_object_set_new(o, "growth", json_string(v->growth));

@@ -324,7 +324,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 {
     const struct sim_config *c = &s->cfg;
     struct model_noise nz = {
-        .sigma = decode ? c->decode_noise : c->prefill_noise,
+        .sigma = decode ? c->decode_noise : sim_prefill_sigma(c),
         .growth = c->noise_growth,
         .scale = c->logit_scale,
         .seed = mix2((uint64_t)c->seed, decode ? 2 : 1),

@@ -163,6 +163,13 @@ struct audit_thresholds {
     size_t reasoning_min_bytes;
     double gap_ms;        /* longest pause between SSE chunks */
     double added_ttfb_ms; /* down_ttfb - up_ttfb */
+    /* prefix-cache reuse (cache.c) */
+    double cache_min_shared;   /* cache.refill: shared tokens at least */
+    double cache_refill_share; /* ... and more than this share refilled */
+    long cache_unused_turns;   /* cache.reply_not_reused: turns */
+    double cache_drop_share;   /* cache.reuse_drop: below this x median */
+    long cache_drop_run;       /* ... for this many requests in a row */
+    double cache_idle_s;       /* a longer gap excuses a miss */
 };
 extern const struct audit_thresholds audit_default_thresholds;
 

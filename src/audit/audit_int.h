@@ -87,5 +87,6 @@ void rule_truncation(struct actx *c);
 void rule_first_message(struct actx *c);
 void rule_degeneration(struct actx *c);
 void rule_stream(struct actx *c);
+void rule_cache(struct actx *c);
 
 #endif

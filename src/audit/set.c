@@ -25,6 +25,12 @@ const struct audit_thresholds audit_default_thresholds = {
     .reasoning_min_bytes = 2000,
     .gap_ms = 5000,
     .added_ttfb_ms = 50,
+    .cache_min_shared = 2048,
+    .cache_refill_share = 0.5,
+    .cache_unused_turns = 3,
+    .cache_drop_share = 0.5,
+    .cache_drop_run = 3,
+    .cache_idle_s = 600,
 };
 
 static const char *const sev_names[] = {"info", "warn", "error"};

@@ -648,7 +648,7 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
 {
     static void (*const rules[])(struct actx *) = {
         rule_history,       rule_sampling,     rule_reasoning, rule_truncation,
-        rule_first_message, rule_degeneration, rule_stream,
+        rule_first_message, rule_degeneration, rule_stream,    rule_cache,
     };
     for (size_t i = 0; i < set->n; i++) {
         struct actx c = {.o = o, .out = out, .s = &set->s[i]};

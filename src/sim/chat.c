@@ -5,6 +5,7 @@
  * the reply tokens from the decode path.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -173,14 +174,32 @@ static json_t *content_logprobs(const struct sim *s, const struct sim_req *rq,
     return arr;
 }
 
-static json_t *usage(const struct chat *c)
+static json_t *usage(const struct sim *s, const struct chat *c)
 {
     size_t gen = c->reasoning_toks.n + c->content_toks.n;
     if (c->out.tool_name)
         gen += strlen(c->out.tool_args) / 3 + 1;
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)c->prompt.n,
-                     "completion_tokens", (json_int_t)gen, "total_tokens",
-                     (json_int_t)(c->prompt.n + gen));
+    json_t *u =
+        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)c->prompt.n,
+                  "completion_tokens", (json_int_t)gen, "total_tokens",
+                  (json_int_t)(c->prompt.n + gen));
+    sim_cache_usage(s, u);
+    return u;
+}
+
+/* The prompt and the reply as the model generated them, into the cache. */
+static void cache_reply(struct sim *s, const struct chat *c)
+{
+    struct tokv all;
+    tokv_init(&all);
+    for (size_t i = 0; i < c->prompt.n; i++)
+        tokv_push(&all, c->prompt.v[i]);
+    for (size_t i = 0; i < c->reasoning_toks.n; i++)
+        tokv_push(&all, c->reasoning_toks.v[i]);
+    for (size_t i = 0; i < c->content_toks.n; i++)
+        tokv_push(&all, c->content_toks.v[i]);
+    sim_cache_end(s, all.v, c->prompt.n, all.n);
+    tokv_release(&all);
 }
 
 static json_t *tool_calls(const struct chat *c, bool with_args)
@@ -221,7 +240,7 @@ static void whole(const struct sim *s, const struct sim_req *rq, struct chat *c,
                           c->id, "object", "chat.completion", "created",
                           c->created, "model", s->cfg.model, "choices", "index",
                           0, "message", msg, "logprobs", lp, "finish_reason",
-                          c->finish, "usage", usage(c)));
+                          c->finish, "usage", usage(s, c)));
 }
 
 /* Appends the SSE event "data: <j>\n\n" and drops j. jdump writes what
@@ -333,7 +352,7 @@ static void streamed(const struct sim *s, const struct sim_req *rq,
         event(r,
               json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", c->id, "object",
                         "chat.completion.chunk", "created", c->created, "model",
-                        s->cfg.model, "choices", "usage", usage(c)));
+                        s->cfg.model, "choices", "usage", usage(s, c)));
     r->events = xrealloc(r->events, (r->nevents + 1) * sizeof(*r->events));
     r->events[r->nevents++] = xstrdup("data: [DONE]\n\n");
     json_decref(lps);
@@ -388,12 +407,13 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     struct reply_in in = {
         .toks = c.prompt.v,
         .n = c.prompt.n,
-        .window = (size_t)s->cfg.forget_after,
+        .window = sim_recall_window(&s->cfg, c.prompt.n),
         .tools = json_array_size(c.tools) ? c.tools : NULL,
         .variant = variant(s, &c),
         .want_reasoning = c.reasoning,
     };
     feedback_window(&s->cfg, &c.prompt, &in.window);
+    sim_cache_begin(s, c.prompt.v, c.prompt.n, SIZE_MAX);
     reply_write(&in, &c.out);
     if (c.reasoning && s->cfg.feedback_base > 0) {
         uint64_t seed =
@@ -410,6 +430,7 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
         c.out.tool_name = c.out.tool_args = NULL;
     }
     generate(s, &c);
+    cache_reply(s, &c);
     if (c.stream)
         streamed(s, rq, &c, r);
     else

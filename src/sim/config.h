@@ -18,6 +18,9 @@ enum sim_overflow {
     OVERFLOW_NEWEST
 };
 enum sim_rhist { RHIST_KEEP, RHIST_DROP, RHIST_KEEP_WITH_TOOLS };
+/* which cache flush endpoints the sim answers (docs/SIM.md, "Prefix
+ * cache") */
+enum sim_flush { FLUSH_BOTH, FLUSH_SGLANG, FLUSH_VLLM, FLUSH_NONE };
 
 struct sim_config {
     char model[128];
@@ -31,6 +34,9 @@ struct sim_config {
     double prefill_noise;
     double decode_noise;
     double noise_growth;
+    double noise_recall_limit; /* 0: off */
+    bool pair_a, pair_b;       /* the pair fault: both on */
+    double pair_noise;
     double logit_scale;
     double nondeterminism;
     double batch_variance;
@@ -48,6 +54,15 @@ struct sim_config {
     bool lose_summary; /* answer summary requests "no earlier message" */
     long seed;
     long max_body;
+    /* prefix cache (sim/cache.c) */
+    long cache_tokens;         /* capacity; 0: no prefix cache */
+    long cache_block;          /* tokens per block */
+    long flush_endpoints;      /* enum sim_flush */
+    bool no_cache_report;      /* answers carry no cached_tokens */
+    double warm_noise;         /* noise on positions computed over cached KV */
+    double recompute_noise;    /* ... over KV recomputed after eviction */
+    bool no_cache_output;      /* generated tokens never cached */
+    long cache_collapse_after; /* from this turn on, reuse collapses */
     bool hide_faults; /* /get_server_info and /sim/config show no fault */
     /* The feedback loop (sim/feedback.c): off while feedback_base is 0. */
     long feedback_base;     /* reasoning tokens of a reply, before scaling */
@@ -59,6 +74,13 @@ struct sim_config {
 };
 
 void sim_config_defaults(struct sim_config *c);
+/* The prefill noise scale: prefill_noise, plus pair_noise when pair_a and
+ * pair_b are both on. */
+double sim_prefill_sigma(const struct sim_config *c);
+/* The recall window of an n-token prompt (0: everything visible):
+ * forget_after, narrowed when noise_recall_limit is set to the length at
+ * which the prefill noise, growing with position, passes that limit. */
+size_t sim_recall_window(const struct sim_config *c, size_t n);
 /* Sets one field by option name ("context-limit" or "context_limit") from
  * text. value is NULL for a flag. -ENOENT for an unknown name, -EINVAL for
  * a bad value; d says which and what is allowed. */

@@ -28,14 +28,15 @@ enum ep {
     EP_DETOKENIZE,
     EP_CONFIG,
     EP_STATS,
+    EP_FLUSH,
     EP_OTHER,
     EP_N
 };
 
 static const char *const ep_names[EP_N] = {
-    "health",     "models",      "version",   "get_server_info",
-    "chat",       "completions", "generate",  "tokenize",
-    "detokenize", "sim_config",  "sim_stats", "other"};
+    "health",      "models",   "version",  "get_server_info", "chat",
+    "completions", "generate", "tokenize", "detokenize",      "sim_config",
+    "sim_stats",   "flush",    "other"};
 
 void sim_init(struct sim *s, const struct sim_config *c)
 {
@@ -48,6 +49,8 @@ void sim_init(struct sim *s, const struct sim_config *c)
 void sim_release(struct sim *s)
 {
     buf_release(&s->last_chat);
+    sim_cache_free(s->cache);
+    s->cache = NULL;
 }
 
 void sim_resp_init(struct sim_resp *r)
@@ -321,7 +324,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 {
     const struct sim_config *c = &s->cfg;
     struct model_noise nz = {
-        .sigma = decode ? c->decode_noise : c->prefill_noise,
+        .sigma = decode ? c->decode_noise : sim_prefill_sigma(c),
         .growth = c->noise_growth,
         .scale = c->logit_scale,
         .seed = mix2((uint64_t)c->seed, decode ? 2 : 1),
@@ -333,6 +336,11 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
         nz.jitter = c->batch_variance;
         nz.jitter_seed = mix2(rq->batch, 4);
     }
+    nz.warm_sigma = c->warm_noise;
+    nz.warm_n = s->use.cached;
+    nz.recomp_sigma = c->recompute_noise;
+    nz.recomp_n = s->use.recomputed ? s->use.cached + s->use.recomputed : 0;
+    nz.cache_seed = mix2((uint64_t)c->seed, decode ? 6 : 5);
     return nz;
 }
 
@@ -390,18 +398,52 @@ static void h_version(struct sim *s, const struct sim_req *rq,
              json_pack("{s:s}", "version", "fidelity-sim " FIDELITY_VERSION));
 }
 
+/* max_total_num_tokens is sglang's KV pool size, the cache's capacity;
+ * page_size its block (sglang server args). */
 static void h_server_info(struct sim *s, const struct sim_req *rq,
                           struct sim_resp *r)
 {
     (void)rq;
-    sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
-                          "context_length", (json_int_t)s->cfg.max_model_len,
-                          "max_total_num_tokens",
-                          (json_int_t)(s->cfg.hide_faults
-                                           ? s->cfg.max_model_len
-                                           : sim_config_limit(&s->cfg)),
-                          "version", "fidelity-sim " FIDELITY_VERSION,
-                          "sim_config", sim_config_to_json(&s->cfg)));
+    long pool = s->cfg.hide_faults ? s->cfg.max_model_len
+                : s->cfg.cache_tokens >= s->cfg.cache_block
+                    ? s->cfg.cache_tokens
+                    : sim_config_limit(&s->cfg);
+    sim_json(r,
+             json_pack("{s:s,s:I,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
+                       "context_length", (json_int_t)s->cfg.max_model_len,
+                       "max_total_num_tokens", (json_int_t)pool, "page_size",
+                       (json_int_t)s->cfg.cache_block, "version",
+                       "fidelity-sim " FIDELITY_VERSION, "sim_config",
+                       sim_config_to_json(&s->cfg)));
+}
+
+/* sglang: GET or POST /flush_cache answers 200 with a line of text
+ * (python/sglang/srt/entrypoints/http_server.py, flush_cache). */
+static void h_flush_sglang(struct sim *s, const struct sim_req *rq,
+                           struct sim_resp *r)
+{
+    (void)rq;
+    sim_cache_flush(s);
+    s->flushes++;
+    buf_reset(&r->body);
+    buf_adds(&r->body, "Cache flushed.\n");
+    r->status = 200;
+    r->reason = "OK";
+    r->ctype = "text/plain; charset=utf-8";
+}
+
+/* vLLM: POST /reset_prefix_cache, only with VLLM_SERVER_DEV_MODE=1,
+ * answers an empty 200 (vllm/entrypoints/openai/api_server.py,
+ * reset_prefix_cache). */
+static void h_flush_vllm(struct sim *s, const struct sim_req *rq,
+                         struct sim_resp *r)
+{
+    (void)rq;
+    sim_cache_flush(s);
+    s->flushes++;
+    buf_reset(&r->body);
+    r->status = 200;
+    r->reason = "OK";
 }
 
 static void h_config(struct sim *s, const struct sim_req *rq,
@@ -412,8 +454,10 @@ static void h_config(struct sim *s, const struct sim_req *rq,
         json_t *b = sim_body(rq, r);
         if (!b)
             return;
-        if (json_is_true(json_object_get(b, "reset")))
+        if (json_is_true(json_object_get(b, "reset"))) {
             s->cfg = s->initial;
+            sim_cache_flush(s);
+        }
         if (sim_config_apply_json(&s->cfg, b, &d)) {
             json_decref(b);
             sim_error(r, 400, NULL, "%s", d.msg);
@@ -431,9 +475,12 @@ static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     for (int i = 0; i < EP_N; i++)
         json_object_set_new(by, ep_names[i],
                             json_integer((json_int_t)s->stats[i]));
-    sim_json(r, json_pack("{s:o,s:I,s:I}", "requests", by, "model_requests",
-                          (json_int_t)s->counter, "errors_injected",
-                          (json_int_t)s->injected));
+    sim_json(r, json_pack("{s:o,s:I,s:I,s:{s:I,s:I,s:I}}", "requests", by,
+                          "model_requests", (json_int_t)s->counter,
+                          "errors_injected", (json_int_t)s->injected, "cache",
+                          "blocks", (json_int_t)sim_cache_blocks(s),
+                          "cached_tokens", (json_int_t)s->cached_total,
+                          "flushes", (json_int_t)s->flushes));
 }
 
 /* The last chat request's body as received: what a client really sent
@@ -470,8 +517,22 @@ static const struct route routes[] = {
     {"/detokenize", "POST", EP_DETOKENIZE, sim_detokenize},
     {"/sim/config", "*", EP_CONFIG, h_config},
     {"/sim/stats", "GET", EP_STATS, h_stats},
+    {"/flush_cache", "GET", EP_FLUSH, h_flush_sglang},
+    {"/flush_cache", "POST", EP_FLUSH, h_flush_sglang},
+    {"/reset_prefix_cache", "POST", EP_FLUSH, h_flush_vllm},
     {"/sim/last-request", "GET", EP_OTHER, h_last},
 };
+
+/* Whether the flush endpoint at path is switched on (--flush-endpoints). */
+static bool flush_on(const struct sim *s, const char *path)
+{
+    long f = s->cfg.flush_endpoints;
+    if (!strcmp(path, "/flush_cache"))
+        return f == FLUSH_BOTH || f == FLUSH_SGLANG;
+    if (!strcmp(path, "/reset_prefix_cache"))
+        return f == FLUSH_BOTH || f == FLUSH_VLLM;
+    return true;
+}
 
 bool sim_is_model_path(const char *path)
 {
@@ -500,8 +561,9 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
 {
     const struct route *rt = NULL;
     bool path_known = false;
+    memset(&s->use, 0, sizeof(s->use));
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (strcmp(routes[i].path, rq->path))
+        if (strcmp(routes[i].path, rq->path) || !flush_on(s, rq->path))
             continue;
         path_known = true;
         if (!strcmp(routes[i].method, "*") ||

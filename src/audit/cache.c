@@ -152,6 +152,12 @@ static void check_reply(struct actx *c, const struct cuse *u)
         const struct areq *r = &c->r[i];
         if (!u[i].ok || !u[i].reply || u[i].reply_tokens < 32)
             continue;
+        /* a reply with reasoning is rendered back without it, or
+         * elsewhere, by templates that drop earlier turns' reasoning
+         * (Qwen3, DeepSeek): the tokens sent back are not the ones
+         * generated, and no cache could serve them */
+        if (c->r[r->prev].reasoning && *c->r[r->prev].reasoning)
+            continue;
         if ((double)u[i].cached > tokens_of(c, &c->r[r->prev]))
             return; /* a reply was reused once: the cache keeps output */
         if (u[i].cached <= 0)

@@ -565,6 +565,17 @@ static void test_reply_reused_once_is_not_a_finding(void **state)
     assert_null(find_rule(&l, "cache.reply_not_reused"));
     audit_list_release(&l);
     free_xs(xs, NT);
+    /* the same figures when each reply came with reasoning: the template
+     * renders it back otherwise, so no cache could serve the reply */
+    cached[2] -= 32;
+    session(xs, cached, gap, "prompt_tokens_details");
+    for (int t = 0; t < NT; t++)
+        json_object_set_new(xs[t].reply, "reasoning_content",
+                            json_string("Let me think about the doors."));
+    run_audit(xs, NT, NULL, &l);
+    assert_null(find_rule(&l, "cache.reply_not_reused"));
+    audit_list_release(&l);
+    free_xs(xs, NT);
 }
 
 int main(void)

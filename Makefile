@@ -10,9 +10,9 @@ TESTPKGS := cmocka
 # groff, npm for the opencode CLI). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl man-db groff-base nodejs npm
+            openssl man-db groff-base nodejs npm slurm-wlm munge
 # Report tests (when they exist): add chromium here.
-# Bisect tests (when they exist): add slurm-wlm and munge here.
+# slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
 NPM_DEPS := tests/e2e/opencode/install.sh

@@ -66,6 +66,7 @@ struct parser {
     enum section sec;
     struct bisect_toggle *tog;
     int seen_line[sizeof(keys) / sizeof(keys[0])]; /* this section's */
+    int sec_line[SEC_TOGGLE]; /* where [server], [golden], [measure] began */
 };
 
 void bisect_config_init(struct bisect_config *c)
@@ -474,8 +475,11 @@ static int on_section(struct parser *p, int line, char *s)
                 {"slurm", SEC_SLURM}};
     for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++)
         if (!strcmp(s, secs[i].name)) {
-            if (p->c->command_line && secs[i].sec == SEC_SERVER)
-                return fail(p, line, "[server] appears twice; keep one");
+            if (p->sec_line[secs[i].sec])
+                return fail(p, line,
+                            "[%s] appears twice (first on line %d); keep one",
+                            s, p->sec_line[secs[i].sec]);
+            p->sec_line[secs[i].sec] = line;
             p->sec = secs[i].sec;
             return 0;
         }

@@ -160,10 +160,21 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
         _exit(127);
     }
     int st;
-    if (p > 0) {
-        while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-            ;
-        rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    bool sent = false; /* when bisect is stopped, so is the measurement */
+    while (p > 0) {
+        pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p) {
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            break;
+        }
+        if (w < 0 && errno != EINTR)
+            break;
+        if (!sent && x->o->stop && *x->o->stop) {
+            kill(p, SIGINT);
+            sent = true;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
     if (fd >= 0)
         close(fd);
@@ -207,15 +218,22 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
     char fixed[2048];
     progress(x, name, idx, BISECT_COMPARING);
     snprintf(fixed, sizeof(fixed),
-             "drift --golden %s --candidate %s --json %s --no-store %s",
-             x->golden, addr, dj, profile_args(x->c, 0));
+             "drift --golden %s --candidate %s --json %s --no-store %s%s%s",
+             x->golden, addr, dj, profile_args(x->c, 0),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
+    double t0 = now_s();
     int rc = run_self(x, fixed, x->c->drift_args, mlog);
+    json_object_set_new(doc, "drift_seconds", json_real(now_s() - t0));
     json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
     progress(x, name, idx, BISECT_PROBING);
     snprintf(fixed, sizeof(fixed),
-             "probe --endpoint %s --baseline %s --json %s --db %s --fresh %s",
-             addr, x->golden, pj, db, profile_args(x->c, 1));
+             "probe --endpoint %s --baseline %s --json %s --db %s --fresh "
+             "%s%s%s",
+             addr, x->golden, pj, db, profile_args(x->c, 1),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
+    t0 = now_s();
     rc = drift ? run_self(x, fixed, x->c->probe_args, mlog) : -1;
+    json_object_set_new(doc, "probe_seconds", json_real(now_s() - t0));
     json_t *probe = rc == 0 || rc == 1 ? load_json(pj) : NULL;
     if (drift && probe) {
         json_object_set_new(doc, "status", json_string("ok"));
@@ -376,12 +394,21 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
     double t0 = now_s();
     struct launch *lx = NULL;
     char addr[256];
+    json_t *tm = json_object();
     if (!start_set(x, s, slot, name, idx, &lx, addr, doc)) {
+        double t1 = now_s();
         compare_fingerprint(x, s, addr, doc);
+        double t2 = now_s();
         measure_running(x, name, idx, addr, doc);
+        double t3 = now_s();
         progress(x, name, idx, BISECT_STOPPING);
         x->l->ops->cancel(lx, NULL);
+        json_object_set_new(tm, "ready", json_real(t1 - t0));
+        json_object_set_new(tm, "fingerprint", json_real(t2 - t1));
+        json_object_set_new(tm, "measure", json_real(t3 - t2));
+        json_object_set_new(tm, "stop", json_real(now_s() - t3));
     }
+    json_object_set_new(doc, "timing", tm);
     json_object_set_new(doc, "seconds", json_real(now_s() - t0));
     if (!(x->o->stop && *x->o->stop))
         write_doc(x, name, doc);

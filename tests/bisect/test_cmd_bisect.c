@@ -488,6 +488,36 @@ static void test_sigint_mid_configuration(void **state)
     assert_int_equal(marked_after(1), 0);
 }
 
+/* SIGINT while drift measures a slow server: the measurement is stopped
+ * too, and so are both servers. */
+static void test_sigint_while_comparing(void **state)
+{
+    (void)state;
+    char cfg[128], od[128], mlog[160];
+    write_config("sigint2", "--latency-ms 400",
+                 "[toggle a]\nargs = --decode-noise 0.1\n", cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/sigint2/out", dir);
+    snprintf(mlog, sizeof(mlog), "%s/a.measure.log", od);
+    pid_t b = spawn_bisect(cfg, od, "--slots=1");
+    double end = now_s() + 20;
+    while (!exists(mlog) && now_s() < end)
+        usleep(50000);
+    assert_true(exists(mlog));
+    usleep(300000);
+    assert_int_equal(marked(), 2); /* the golden and the candidate */
+    kill(b, SIGINT);
+    double t0 = now_s();
+    int st;
+    waitpid(b, &st, 0);
+    bg = 0;
+    assert_true(now_s() - t0 < 8);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    assert_int_equal(marked_after(1), 0);
+    char done[160];
+    snprintf(done, sizeof(done), "%s/a.json", od);
+    assert_false(exists(done)); /* unfinished: --resume measures it */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -495,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_dry_run_launches_nothing),
         cmocka_unit_test(test_golden_that_exits_is_exit_3),
         cmocka_unit_test(test_sigint_mid_configuration),
+        cmocka_unit_test(test_sigint_while_comparing),
         cmocka_unit_test(test_one_at_a_time_ranks_the_five),
         cmocka_unit_test(test_env_only_toggle_not_visible),
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),

@@ -201,6 +201,9 @@ static void test_bad_values(void **state)
     bad("[server]\ncommand = s {port}\ncommand = t {port}\n",
         "t.ini:3: 'command' set twice in this section (first on line 2); "
         "keep one");
+    bad("[golden]\nurl = http://a\n[server]\ncommand = s {port}\n[golden]\n"
+        "url = http://b\n",
+        "t.ini:5: [golden] appears twice (first on line 1); keep one");
     bad("[server]\ncommand = s {port}\n[toggle a]\npath = attention\n",
         "t.ini:4: unknown path 'attention' for toggle 'a'; use prefill, "
         "decode, both or unknown");

@@ -50,6 +50,10 @@ const char CMD_SIM_HELP[] =
     "  --rate-429 R  --rate-500 R  --rate-503 R   --cut-stream-after N\n"
     "  --reasoning            --seed N            --max-body BYTES\n"
     "  --noise-recall-limit S --pair-a  --pair-b  --pair-noise S\n"
+    "  --hide-faults          /get_server_info and /sim/config show no fault\n"
+    "                         (a server whose settings its info hides)\n"
+    "  --feedback-base N      --feedback-growth G --feedback-budget N\n"
+    "  --feedback-window N    --feedback-max N    --feedback-jitter J\n"
     "See docs/SIM.md for what each one does and which real failure it\n"
     "stands for.\n"
     "\n"
@@ -118,6 +122,7 @@ int cmd_sim(int argc, char **argv)
     s = calloc(1, sizeof(*s));
     sim_init(s, &c);
     r = sim_serve(s, host, port, ready, host, &d);
+    sim_release(s);
     free(s);
     free(host);
     if (r)

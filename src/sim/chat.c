@@ -11,6 +11,7 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "sim/feedback.h"
 #include "sim/reply.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
@@ -359,7 +360,15 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
         .variant = variant(s, &c),
         .want_reasoning = c.reasoning,
     };
+    feedback_window(&s->cfg, &c.prompt, &in.window);
     reply_write(&in, &c.out);
+    if (c.reasoning && s->cfg.feedback_base > 0) {
+        uint64_t seed =
+            json_object_get(c.body, "seed") ? (uint64_t)c.seed : s->counter;
+        size_t n = feedback_length(&s->cfg, c.body, c.temperature, seed,
+                                   feedback_in_context(&c.prompt));
+        feedback_reasoning(n, seed, &c.out.reasoning);
+    }
     generate(s, &c);
     if (c.stream)
         streamed(s, rq, &c, r);

@@ -78,6 +78,13 @@ static const struct field fields[] = {
     B(reasoning),
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
+    B(hide_faults),
+    L(feedback_base, 0, 1 << 20),
+    D(feedback_growth, 0, 100),
+    L(feedback_budget, 1, 1 << 24),
+    L(feedback_window, 1, 1 << 24),
+    L(feedback_max, 1, 1 << 24),
+    D(feedback_jitter, 0, 0.9),
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -90,6 +97,11 @@ void sim_config_defaults(struct sim_config *c)
     c->batch_window_ms = 20;
     c->pair_noise = 0.3;
     c->max_body = 64L << 20;
+    c->feedback_growth = 0.1;
+    c->feedback_budget = 2500;
+    c->feedback_window = 1024;
+    c->feedback_max = 1024;
+    c->feedback_jitter = 0.1;
 }
 
 double sim_prefill_sigma(const struct sim_config *c)
@@ -305,6 +317,10 @@ int sim_config_preset(struct sim_config *c, const char *list, struct diag *d)
 
 json_t *sim_config_to_json(const struct sim_config *c)
 {
+    /* a server whose settings its info endpoints do not show */
+    if (c->hide_faults)
+        return json_pack("{s:s, s:I, s:b}", "model", c->model, "max_model_len",
+                         (json_int_t)c->max_model_len, "hide_faults", 1);
     json_t *o = json_object();
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];

@@ -50,6 +50,14 @@ struct sim_config {
     bool reasoning;
     long seed;
     long max_body;
+    bool hide_faults; /* /get_server_info and /sim/config show no fault */
+    /* The feedback loop (sim/feedback.c): off while feedback_base is 0. */
+    long feedback_base;     /* reasoning tokens of a reply, before scaling */
+    double feedback_growth; /* extra per token of reasoning in context */
+    long feedback_budget;   /* reasoning in context that breaks recall */
+    long feedback_window;   /* tokens visible once past the budget */
+    long feedback_max;      /* cap on one reply's reasoning tokens */
+    double feedback_jitter; /* +- share, per request seed */
 };
 
 void sim_config_defaults(struct sim_config *c);

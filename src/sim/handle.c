@@ -42,6 +42,12 @@ void sim_init(struct sim *s, const struct sim_config *c)
     memset(s, 0, sizeof(*s));
     s->cfg = *c;
     s->initial = *c;
+    buf_init(&s->last_chat, 0);
+}
+
+void sim_release(struct sim *s)
+{
+    buf_release(&s->last_chat);
 }
 
 void sim_resp_init(struct sim_resp *r)
@@ -391,9 +397,11 @@ static void h_server_info(struct sim *s, const struct sim_req *rq,
     sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
                           "context_length", (json_int_t)s->cfg.max_model_len,
                           "max_total_num_tokens",
-                          (json_int_t)sim_config_limit(&s->cfg), "version",
-                          "fidelity-sim " FIDELITY_VERSION, "sim_config",
-                          sim_config_to_json(&s->cfg)));
+                          (json_int_t)(s->cfg.hide_faults
+                                           ? s->cfg.max_model_len
+                                           : sim_config_limit(&s->cfg)),
+                          "version", "fidelity-sim " FIDELITY_VERSION,
+                          "sim_config", sim_config_to_json(&s->cfg)));
 }
 
 static void h_config(struct sim *s, const struct sim_req *rq,
@@ -428,6 +436,21 @@ static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
                           (json_int_t)s->injected));
 }
 
+/* The last chat request's body as received: what a client really sent
+ * (tests read the conversation at the server's side). */
+static void h_last(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
+{
+    (void)rq;
+    json_t *j = s->last_chat.len
+                    ? json_loadb(s->last_chat.data, s->last_chat.len, 0, NULL)
+                    : NULL;
+    if (!j) {
+        sim_error(r, 404, NULL, "no chat request yet");
+        return;
+    }
+    sim_json(r, j);
+}
+
 struct route {
     const char *path;
     const char *method; /* "GET", "POST" or "*" */
@@ -447,6 +470,7 @@ static const struct route routes[] = {
     {"/detokenize", "POST", EP_DETOKENIZE, sim_detokenize},
     {"/sim/config", "*", EP_CONFIG, h_config},
     {"/sim/stats", "GET", EP_STATS, h_stats},
+    {"/sim/last-request", "GET", EP_OTHER, h_last},
 };
 
 bool sim_is_model_path(const char *path)
@@ -503,6 +527,10 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
                   "(raise it with --max-body)",
                   rq->len, s->cfg.max_body);
         return;
+    }
+    if (rt->ep == EP_CHAT) {
+        buf_reset(&s->last_chat);
+        buf_add(&s->last_chat, rq->body ? rq->body : "", rq->len);
     }
     if (sim_is_model_path(rq->path)) {
         s->counter++;

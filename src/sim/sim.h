@@ -21,6 +21,8 @@ struct sim {
     uint64_t counter;          /* model requests served */
     uint64_t stats[16];        /* by endpoint, see sim_endpoint_names */
     uint64_t injected;         /* errors injected by rate faults */
+    struct buf last_chat;      /* body of the last chat request, for
+                                  GET /sim/last-request */
 };
 
 struct sim_req {
@@ -44,6 +46,8 @@ struct sim_resp {
 };
 
 void sim_init(struct sim *s, const struct sim_config *c);
+/* Frees what the sim holds (the last request's body). */
+void sim_release(struct sim *s);
 void sim_resp_init(struct sim_resp *r);
 void sim_resp_release(struct sim_resp *r);
 /* Fills out for rq. Never fails: bad requests get 4xx bodies. */

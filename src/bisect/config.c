@@ -66,7 +66,7 @@ struct parser {
     enum section sec;
     struct bisect_toggle *tog;
     int seen_line[sizeof(keys) / sizeof(keys[0])]; /* this section's */
-    int sec_line[SEC_TOGGLE]; /* where [server], [golden], [measure] began */
+    int sec_line[SEC_SLURM + 1]; /* where each named section began */
 };
 
 void bisect_config_init(struct bisect_config *c)

@@ -140,7 +140,8 @@ static int teardown(void **state)
 }
 
 /* DIR/name/config.ini: a Slurm config running server (with {port}), the
- * marker in its environment, then extra text. */
+ * marker in its environment, then extra text (more [slurm] keys first,
+ * then toggles). */
 static void write_config(const char *name, const char *server,
                          const char *extra, char *cfg, size_t len)
 {
@@ -157,8 +158,8 @@ static void write_config(const char *name, const char *server,
             "env = %s\n"
             "ready_timeout = 20\n"
             "stop_grace = 2\n\n"
-            "[slurm]\nhost = 127.0.0.1\ntime = 10\n\n"
-            "[measure]\nprofile = test\n\n%s",
+            "[measure]\nprofile = test\n\n"
+            "[slurm]\nhost = 127.0.0.1\ntime = 10\n%s",
             sub, server, mark, extra);
     fclose(f);
 }
@@ -430,7 +431,7 @@ static void test_dry_run_prints_the_scripts(void **state)
     (void)state;
     char cfg[128], od[128];
     write_config("dry", sim_server(""),
-                 "[slurm]\npartition = gpu\naccount = llm\n"
+                 "partition = gpu\naccount = llm\n"
                  "gpus_per_node = 8\nsbatch = --exclusive\n\n"
                  "[toggle a]\nargs = --seed 1\nenv = X=on{port}\n",
                  cfg, sizeof(cfg));

@@ -605,6 +605,15 @@ int cmd_drift(int argc, char **argv)
     int ret = drift_run(&x.g, &x.c, &x.o, &r, &d);
     if (x.tty)
         fputs("\r\033[K", stderr);
+    /* --from-db: rows the store could not decode were left out */
+    for (const char *p = r.corpus.skipped; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr,
+                "fidelity drift: warning: store.corrupt: %.*s; left out of "
+                "the corpus\n",
+                (int)n, p);
+        p += n + (p[n] == '\n');
+    }
     if (ret) {
         code = cli_error("drift", exit_for(ret), "%s", d.msg);
         goto out;

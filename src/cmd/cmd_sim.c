@@ -54,6 +54,7 @@ const char CMD_SIM_HELP[] =
     "                         (a server whose settings its info hides)\n"
     "  --feedback-base N      --feedback-growth G --feedback-budget N\n"
     "  --feedback-window N    --feedback-max N    --feedback-jitter J\n"
+    "  --lose-summary\n"
     "See docs/SIM.md for what each one does and which real failure it\n"
     "stands for.\n"
     "\n"

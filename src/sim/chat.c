@@ -339,6 +339,39 @@ static void streamed(const struct sim *s, const struct sim_req *rq,
     json_decref(lps);
 }
 
+/* Offset of "summar" in the first n bytes of t (any case), or -1. */
+static long summar_at(const char *t, size_t n)
+{
+    for (size_t i = 0; t[i] && i + 6 <= n; i++) {
+        size_t k = 0;
+        while (k < 6 && (t[i + k] | 0x20) == "summar"[k])
+            k++;
+        if (k == 6)
+            return (long)i;
+    }
+    return -1;
+}
+
+/* A summary (compaction) request: its last user message asks for a
+ * summary, or its system prompt says so in its first 1,000 bytes. */
+static bool is_summary_request(json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *first = json_array_get(msgs, 0);
+    const char *fr = json_string_value(json_object_get(first, "role"));
+    const char *ft = json_string_value(json_object_get(first, "content"));
+    if (fr && ft && !strcmp(fr, "system") && summar_at(ft, 1000) >= 0)
+        return true;
+    for (size_t k = json_array_size(msgs); k-- > 0;) {
+        json_t *m = json_array_get(msgs, k);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *t = json_string_value(json_object_get(m, "content"));
+        if (role && !strcmp(role, "user"))
+            return t && summar_at(t, SIZE_MAX) >= 0;
+    }
+    return false;
+}
+
 void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     struct chat c;
@@ -368,6 +401,13 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
         size_t n = feedback_length(&s->cfg, c.body, c.temperature, seed,
                                    feedback_in_context(&c.prompt));
         feedback_reasoning(n, seed, &c.out.reasoning);
+    }
+    if (s->cfg.lose_summary && is_summary_request(c.body)) {
+        buf_reset(&c.out.content);
+        buf_adds(&c.out.content, REPLY_NOT_SEEN);
+        free(c.out.tool_name);
+        free(c.out.tool_args);
+        c.out.tool_name = c.out.tool_args = NULL;
     }
     generate(s, &c);
     if (c.stream)

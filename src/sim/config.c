@@ -76,6 +76,7 @@ static const struct field fields[] = {
     D(rate_503, 0, 1),
     L(cut_stream_after, 0, 1L << 40),
     B(reasoning),
+    B(lose_summary),
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
     B(hide_faults),

@@ -48,6 +48,7 @@ struct sim_config {
     double rate_503;
     long cut_stream_after;
     bool reasoning;
+    bool lose_summary; /* answer summary requests "no earlier message" */
     long seed;
     long max_body;
     bool hide_faults; /* /get_server_info and /sim/config show no fault */

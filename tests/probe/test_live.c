@@ -210,7 +210,8 @@ static void test_feedback_grid_names_max_cold_keep(void **state)
                   "--feedback-max", "512", NULL);
     struct run r;
     run_probe(&r, sim, GRID, NULL);
-    assert_int_equal(r.code, 0);
+    /* the fault breaks recall: below the default --fail-under, exit 1 */
+    assert_int_equal(r.code, 1);
     assert_non_null(r.j);
     json_t *fb = json_object_get(r.j, "first_break");
     assert_true(json_is_object(fb));
@@ -510,9 +511,10 @@ static void test_temperature_shorthand_and_usage_errors(void **state)
     run_probe(&r, sim, "--db", tpath("t.db"), "--kinds", "needle", "--lengths",
               "1k", "--depths", "0", "--vary", "temperature=0.2,0.6", NULL);
     assert_int_equal(r.code, 0);
-    assert_int_equal(chat_count(sim), before);
+    /* every case from the store: only the fingerprint's canary, sent twice
+     * a run (docs/PROBE.md), reaches the server */
+    assert_int_equal(chat_count(sim), before + 2);
     run_release(&r);
-    assert_int_equal(chat_count(sim), before);
 }
 
 static void test_live_dry_run_prints_plan_and_first_request(void **state)

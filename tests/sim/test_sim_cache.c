@@ -169,8 +169,8 @@ static void test_reasoning_reply_reused_as_rendered(void **state)
     struct simt *t = *state;
     const char *hist[] = {"keep", "drop"};
     for (int k = 0; k < 2; k++) {
-        struct proc *p = simt_start(t, "--reasoning", "--reasoning-history",
-                                    hist[k], NULL);
+        struct proc *p =
+            simt_start(t, "--reasoning", "--reasoning-history", hist[k], NULL);
         char *u = text(200, 9);
         json_t *msgs = json_pack("[o]", simt_msg("user", u));
         json_t *r1 = simt_ok(t, p, "/v1/chat/completions",

@@ -948,7 +948,6 @@ static json_t *blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
             if (c->blobs[i].h)
                 *blob_slot(t, cap, c->blobs[i].h) = c->blobs[i];
         free(c->blobs);
-        json_decref(c->blob0);
         c->blobs = t;
         c->blobs_cap = cap;
     }

@@ -58,6 +58,8 @@ static const struct field fields[] = {
     D(prefill_noise, 0, 100),
     D(decode_noise, 0, 100),
     D(noise_growth, 0, 8),
+    L(noise_from, 0, 1 << 24),
+    L(noise_saturate, 0, 1 << 24),
     D(logit_scale, 0.01, 100),
     D(nondeterminism, 0, 100),
     D(batch_variance, 0, 100),

@@ -31,6 +31,8 @@ struct sim_config {
     double prefill_noise;
     double decode_noise;
     double noise_growth;
+    long noise_from;     /* noise only at positions >= this */
+    long noise_saturate; /* growth stops at this position; 0: never */
     double logit_scale;
     double nondeterminism;
     double batch_variance;

@@ -71,7 +71,10 @@ const char CMD_DRIFT_HELP[] =
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
     "  --kl-mean W,F (1e-4,1e-3)    --kl-p999 W,F (1e-3,1e-2)\n"
     "  --top1 W,F (0.995,0.975)     --dp-rms W,F (0.003,0.012)\n"
-    "  --growth W,F (1.5,2)         --growth-floor X (1e-5)\n"
+    "  --growth W,F (0.585,1)       slope of ln(excess KL) on ln(position)\n"
+    "                               past the first quarter of the positions\n"
+    "                               (excess x1.5 / x2 per doubling)\n"
+    "  --growth-floor X (1e-5)      excess below it counts as it, for growth\n"
     "  --flip-margin X (0.2)\n"
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
@@ -379,7 +382,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         bad = set_pair(v, 0, 1, th->dp_rms);
         break;
     case O_GROW:
-        bad = set_pair(v, 1, 1e9, th->growth);
+        bad = set_pair(v, 0, 1e3, th->growth);
         break;
     case O_GFLOOR:
         bad = cli_parse_double(v, 0, 1e3, &th->growth_floor);

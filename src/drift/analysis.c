@@ -29,7 +29,7 @@ void drift_thresholds_default(struct drift_thresholds *t)
         .kl_p999 = {1e-3, 1e-2},
         .top1 = {0.995, 0.975},
         .dp_rms = {0.003, 0.012},
-        .growth = {1.5, 2.0},
+        .growth = {0.585, 1.0},
         .growth_floor = 1e-5,
         .flip_margin = 0.2,
     };
@@ -194,6 +194,8 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
         s[1] += 1;
     }
     if (arm == DRIFT_ARM_CAND) {
+        if (pos > a->pos_max)
+            a->pos_max = pos;
         struct drift_worst w = {seq,   pos,    m->kl,     m->dlp,
                                 m->dp, forced, m->top1_g, m->top1_c};
         worst_push(a, &w);

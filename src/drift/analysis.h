@@ -83,14 +83,15 @@ enum drift_verdict drift_verdict_worse(enum drift_verdict a,
 
 /* Thresholds on the excess; [0] warn, [1] fail. Defaults from the issue:
  * mean KL 1e-4/1e-3, p99.9 KL 1e-3/1e-2, top-1 agreement 99.5%/97.5%,
- * RMS delta-p 0.3%/1.2%, growth ratio 1.5/2. */
+ * RMS delta-p 0.3%/1.2%; growth slope 0.585/1 (excess KL times 1.5 / 2
+ * per doubling of position). */
 struct drift_thresholds {
     double kl_mean[2];
     double kl_p999[2];
     double top1[2];
     double dp_rms[2];
-    double growth[2];
-    double growth_floor; /* growth judged only when last excess >= this */
+    double growth[2];    /* slope of ln(excess KL) on ln(position) */
+    double growth_floor; /* excess below this counts as this, for growth */
     double flip_margin;  /* golden p1 - p2 above which a flip is decisive */
 };
 void drift_thresholds_default(struct drift_thresholds *t);
@@ -120,6 +121,7 @@ struct drift_analysis {
     /* worst positions of DRIFT_ARM_CAND: a min-heap on kl */
     struct drift_worst worst[DRIFT_WORST_MAX];
     size_t n_worst, worst_cap;
+    uint32_t pos_max; /* largest position folded into DRIFT_ARM_CAND */
     /* per sequence, per bucket, per arm: (kl_sum, n) for the bootstrap */
     double *seq_sums;
     size_t n_seq, seq_alloc;
@@ -173,18 +175,38 @@ void drift_bucket_excess(const struct drift_bsum *cand,
 enum drift_verdict drift_bucket_verdict(const struct drift_bsum *excess,
                                         const struct drift_thresholds *th);
 
+/* The shape of the candidate's excess past the first quarter. */
+enum drift_shape {
+    DRIFT_SHAPE_NONE,     /* no bucket's excess reaches the floor */
+    DRIFT_SHAPE_CONSTANT, /* a difference that does not grow: its level is
+                             judged by the bucket thresholds */
+    DRIFT_SHAPE_GROWING   /* growth WARN or FAIL */
+};
+const char *drift_shape_name(enum drift_shape s);
+
 /* Growth of the candidate's excess mean KL with position. */
 struct drift_growth {
-    double slope;        /* of ln(excess mean KL) on ln(mean position) */
+    double slope;        /* of ln(max(excess mean KL, floor)) on
+                            ln(mean position), trend buckets only */
     double lo, hi;       /* 95% bootstrap interval over whole sequences */
-    double ratio;        /* last / first bucket excess mean KL */
+    double ratio;        /* last / first bucket excess mean KL (shown) */
     double first, last;  /* those two excess means */
+    double peak;         /* largest excess among the trend buckets */
+    uint32_t from;       /* trend buckets start at or after this position */
     unsigned points;     /* buckets used by the slope */
-    unsigned replicates; /* bootstrap replicates with a defined slope */
+    unsigned replicates; /* bootstrap replicates */
     enum drift_verdict verdict;
+    enum drift_shape shape;
 };
-/* Computes growth with `replicates` bootstrap draws from seed. has_self as
- * in drift_bucket_excess(). */
+/*
+ * Computes growth with `replicates` bootstrap draws from seed. has_self as
+ * in drift_bucket_excess(). The trend buckets are those that start past
+ * the first quarter of the positions compared (edge * 4 >= largest
+ * position + 1). Growth is a slope whose bootstrap interval lies above 0
+ * (with two or more sequences) with a trend excess at or above
+ * th.growth_floor; its verdict is the slope against th.growth (WARN, FAIL).
+ * NA when no trend bucket reaches the floor or fewer than 2 have data.
+ */
 void drift_growth_compute(const struct drift_analysis *a, bool has_self,
                           unsigned replicates, uint64_t seed,
                           struct drift_growth *g);

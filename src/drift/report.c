@@ -143,20 +143,34 @@ static void bucket_table(const struct drift_result *r, struct buf *b)
 static void growth_block(const struct drift_result *r, struct buf *b)
 {
     const struct drift_growth *g = &r->growth;
-    buf_printf(b, "\ngrowth: slope of ln(excess KL) on ln(position) ");
+    buf_printf(b,
+               "\ngrowth: slope of ln(excess KL) on ln(position) from "
+               "position %u ",
+               g->from);
     if (isnan(g->slope))
-        buf_printf(b, "n/a (fewer than 2 buckets with excess KL)");
+        buf_printf(b, "n/a (%s)",
+                   g->points < 2 ? "fewer than 2 buckets past the first "
+                                   "quarter"
+                                 : "no excess KL above the floor");
     else
         buf_printf(b,
                    "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
                    "replicates over whole sequences)",
                    g->slope, g->lo, g->hi, g->points, g->replicates);
-    buf_printf(b, "\ngrowth: last/first bucket excess KL ratio ");
-    if (isnan(g->ratio))
-        buf_printf(b, "n/a");
-    else
-        buf_printf(b, "%.3f (%.3e / %.3e)", g->ratio, g->last, g->first);
     buf_printf(b, " -> %s\n", arm_verdict(g->verdict));
+    buf_printf(b, "growth: shape %s", drift_shape_name(g->shape));
+    if (g->shape == DRIFT_SHAPE_CONSTANT)
+        buf_printf(b,
+                   " (excess KL up to %.3e past position %u; its level is "
+                   "judged by the KL thresholds)",
+                   g->peak, g->from);
+    else if (g->shape == DRIFT_SHAPE_GROWING)
+        buf_printf(b, " (excess KL up to %.3e)", g->peak);
+    buf_printf(b, "; last/first bucket excess KL ratio ");
+    if (isnan(g->ratio))
+        buf_printf(b, "n/a\n");
+    else
+        buf_printf(b, "%.3f (%.3e / %.3e)\n", g->ratio, g->last, g->first);
 }
 
 static void skips(const struct drift_result *r, struct buf *b)
@@ -357,6 +371,9 @@ static json_t *growth_json(const struct drift_growth *g)
     json_object_set_new(o, "last_excess_kl", jnum(g->last));
     json_object_set_new(o, "buckets", json_integer(g->points));
     json_object_set_new(o, "replicates", json_integer(g->replicates));
+    json_object_set_new(o, "from_position", json_integer(g->from));
+    json_object_set_new(o, "peak_excess_kl", jnum(g->peak));
+    json_object_set_new(o, "shape", json_string(drift_shape_name(g->shape)));
     json_object_set_new(o, "verdict",
                         json_string(drift_verdict_name(g->verdict)));
     return o;

@@ -150,6 +150,8 @@ void drift_analysis_skip(struct drift_analysis *a, enum drift_arm arm,
                          enum drift_skip why, uint64_t count);
 
 void drift_bucket_summary(const struct drift_acc *acc, struct drift_bsum *s);
+/* Adds the sums of c into out (same arm, any buckets or analyses). */
+void drift_acc_merge(struct drift_acc *out, const struct drift_acc *c);
 /* Totals of one arm over every bucket. */
 void drift_analysis_total(const struct drift_analysis *a, enum drift_arm arm,
                           struct drift_acc *out);

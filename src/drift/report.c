@@ -210,7 +210,40 @@ static void decode_block(const struct drift_result *r, struct buf *b)
                    nm[k], s->kl_mean, s->kl_max, 100 * s->top1, 100 * s->dp_rms,
                    arm_verdict(dc->verdict[k]), dc->excess[k].kl_mean);
     }
-    buf_printf(b, "attribution: %s\n", drift_attr_name(dc->attribution));
+    for (unsigned i = 0; i < dc->n_points; i++) {
+        const struct drift_dpoint *p = &dc->point[i];
+        buf_printf(b,
+                   "at prompt %-6u (%s%u sequences, %u steps): PP %s %.2e, "
+                   "DG %s %.2e",
+                   p->prompt, p->diverged ? "where prefill diverged, " : "",
+                   p->seqs, p->generated, arm_verdict(p->verdict[DRIFT_DP_PP]),
+                   p->excess[DRIFT_DP_PP].kl_mean,
+                   arm_verdict(p->verdict[DRIFT_DP_DG]),
+                   p->excess[DRIFT_DP_DG].kl_mean);
+        if (p->gap_measured)
+            buf_printf(b, ", decode-vs-prefill gap %.2e (golden's %.2e)%s",
+                       p->gap_cand, p->gap_golden,
+                       p->gap_differs ? " DIFFERS" : "");
+        buf_addch(b, '\n');
+    }
+}
+
+/* Attribution: always with what could and could not be attributed when
+ * something differs or the run fails. */
+static void attr_block(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_decode *dc = &r->dec;
+    bool say = dc->attribution != DRIFT_ATTR_NONE || r->verdict == DRIFT_FAIL;
+    if (!dc->ran && !say)
+        return;
+    buf_printf(b, "%sattribution: %s\n", dc->ran ? "" : "\n",
+               drift_attr_name(dc->attribution));
+    if (!say)
+        return;
+    buf_printf(b, "attributed: %s\n",
+               dc->attributed[0] ? dc->attributed : "nothing");
+    buf_printf(b, "not attributed: %s\n",
+               dc->not_attributed[0] ? dc->not_attributed : "nothing");
 }
 
 static void det_block(const struct drift_result *r, struct buf *b)
@@ -275,6 +308,7 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
         skips(r, b);
     }
     decode_block(r, b);
+    attr_block(r, b);
     det_block(r, b);
     if (nw) {
         buf_printf(b, "\n%zu worst positions (candidate KL):\n", nw);
@@ -393,6 +427,30 @@ static json_t *decode_json(const struct drift_decode *dc)
                             json_string(drift_verdict_name(dc->verdict[k])));
         json_object_set_new(o, nm[k], s);
     }
+    json_t *pts = json_array();
+    for (unsigned i = 0; i < dc->n_points; i++) {
+        const struct drift_dpoint *p = &dc->point[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "prompt", json_integer(p->prompt));
+        json_object_set_new(x, "diverged", json_boolean(p->diverged));
+        json_object_set_new(x, "sequences", json_integer(p->seqs));
+        json_object_set_new(x, "generated", json_integer(p->generated));
+        for (int k = 0; k < DRIFT_DPATHS; k++) {
+            json_t *s = bsum_json(&p->sum[k]);
+            json_object_set_new(s, "excess", bsum_json(&p->excess[k]));
+            json_object_set_new(s, "verdict",
+                                json_string(drift_verdict_name(p->verdict[k])));
+            json_object_set_new(x, nm[k], s);
+        }
+        if (p->gap_measured)
+            json_object_set_new(
+                x, "gap",
+                json_pack("{s:o,s:o,s:o,s:b}", "candidate", jnum(p->gap_cand),
+                          "golden", jnum(p->gap_golden), "se", jnum(p->gap_se),
+                          "differs", p->gap_differs));
+        json_array_append_new(pts, x);
+    }
+    json_object_set_new(o, "points", pts);
     json_object_set_new(o, "attribution",
                         json_string(drift_attr_name(dc->attribution)));
     return o;
@@ -476,6 +534,12 @@ json_t *drift_report_json(const struct drift_result *r,
     }
     if (r->dec.ran)
         json_object_set_new(o, "decode", decode_json(&r->dec));
+    json_object_set_new(o, "attribution",
+                        json_pack("{s:s,s:s,s:s,s:s}", "kind",
+                                  drift_attr_kind(r->dec.attribution), "words",
+                                  drift_attr_name(r->dec.attribution),
+                                  "attributed", r->dec.attributed,
+                                  "not_attributed", r->dec.not_attributed));
     if (r->det.ran) {
         json_t *d = json_object();
         json_object_set_new(d, "golden", det_json(&r->det.side[0]));

@@ -3,11 +3,10 @@
  * cause and shape, against pairs of `fidelity sim` servers on ephemeral
  * 127.0.0.1 ports (a healthy golden, a candidate with the fault shape
  * under test): attribution to the prefill path, the decode path or both
- * (flat from the start, growing with position), growth judged past the
- * first quarter of the positions, and the harm scalar that ranks
- * candidates. Each test reads the --json summary; every server is stopped,
- * also when an assertion fails. Corpora are small (2 sequences, at most
- * 3,072 tokens) to keep `make test` fast.
+ * (flat from the start, growing with position) and growth judged past
+ * the first quarter of the positions. Each test reads the --json summary;
+ * every server is stopped, also when an assertion fails. Corpora are
+ * small (1-2 sequences, at most 2,560 tokens) to keep `make test` fast.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -172,11 +171,155 @@ static void test_saturating_shift_is_constant_not_growth(void **state)
     run_free(&r);
 }
 
+/* The decode point chosen inside the first failing bucket, or NULL. */
+static const json_t *diverged_point(const json_t *j)
+{
+    const json_t *pts = get(j, "decode", "points");
+    for (size_t i = 0; i < json_array_size(pts); i++)
+        if (json_is_true(json_object_get(json_array_get(pts, i), "diverged")))
+            return json_array_get(pts, i);
+    return NULL;
+}
+
+/* A FAIL says what could and could not be attributed, in text and JSON. */
+static void says_what_was_attributed(const struct run *r)
+{
+    assert_non_null(strstr(r->out.data, "\nattributed: "));
+    assert_non_null(strstr(r->out.data, "\nnot attributed: "));
+    assert_true(strlen(str(r->j, "attribution", "attributed")) > 20);
+    assert_true(json_is_string(get(r->j, "attribution", "not_attributed")));
+}
+
+/* Prefill noise that starts at position 2048: with the default options
+ * (--decode-prompt 512, where nothing differs) the decode path is also
+ * measured inside the first failing bucket, and the difference is put
+ * down to prefill. */
+static void test_prefill_from_2048_is_prefill_with_defaults(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--prefill-noise", "0.3", "--noise-from", "2048", NULL};
+    start(0, f);
+    const char *o[] = {"--sequences", "1", "--max-context", "2560", NULL};
+    drift(&r, 0, o);
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(str(r.j, NULL, "verdict"), "FAIL");
+    assert_string_equal(str(r.j, "attribution", "kind"), "prefill");
+    assert_string_equal(str(r.j, "decode", "attribution"), "prefill only");
+    const json_t *p = diverged_point(r.j);
+    assert_non_null(p);
+    double at = num(p, NULL, "prompt");
+    assert_true(at >= 2048 && at < 2560);
+    assert_true(num(p, NULL, "generated") > 0);
+    assert_string_equal(str(p, "prefill_vs_prefill", "verdict"), "FAIL");
+    assert_string_equal(str(p, "decode_vs_golden_prefill", "verdict"), "PASS");
+    /* the default prompt alone would have seen nothing */
+    const json_t *pts = get(r.j, "decode", "points");
+    assert_int_equal(json_array_size(pts), 2);
+    const json_t *d = json_array_get(pts, 1);
+    assert_int_equal(num(d, NULL, "prompt"), 512);
+    assert_true(num(d, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+                           "prefill differs from position 2048"));
+    assert_non_null(strstr(r.out.data, "attribution: prefill only"));
+    says_what_was_attributed(&r);
+    run_free(&r);
+}
+
+/* Decode-only noise below the WARN thresholds: every verdict passes, but
+ * the candidate's decode departs from its own prefill more than the
+ * golden's does: "decode only", with the figures. */
+static void test_decode_noise_below_warn_is_decode_only(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--decode-noise", "0.01", NULL};
+    start(0, f);
+    const char *o[] = {"--sequences", "2", "--max-context", "512", NULL};
+    drift(&r, 0, o);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    assert_true(num(r.j, "total", "kl_max") == 0.0); /* prefill identical */
+    const json_t *dc = get(r.j, "decode", NULL);
+    assert_string_equal(str(dc, "decode_vs_golden_prefill", "verdict"), "PASS");
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 0);
+    assert_string_equal(str(r.j, "attribution", "kind"), "decode");
+    assert_string_equal(str(dc, NULL, "attribution"), "decode only");
+    const json_t *p = json_array_get(json_object_get(dc, "points"), 0);
+    assert_true(json_is_true(get(p, "gap", "differs")));
+    assert_true(num(p, "gap", "candidate") > num(p, "gap", "golden"));
+    assert_true(num(p, "gap", "golden") == 0.0);
+    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+                           "below the WARN thresholds"));
+    assert_non_null(strstr(r.out.data, "attribution: decode only"));
+    assert_non_null(strstr(r.out.data, "decode-vs-prefill gap"));
+    run_free(&r);
+}
+
+/* Noise on both paths growing with position. */
+static void test_growing_noise_on_both_paths(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--prefill-noise",
+                       "0.1",
+                       "--decode-noise",
+                       "0.1",
+                       "--noise-growth",
+                       "1",
+                       NULL};
+    start(0, f);
+    const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
+    drift(&r, 0, o);
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(str(r.j, "growth", "shape"), "growing");
+    assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
+    assert_string_equal(str(r.j, "attribution", "kind"), "both-growing");
+    assert_non_null(
+        strstr(str(r.j, "decode", "attribution"), "growing with position"));
+    const json_t *p = diverged_point(r.j);
+    assert_non_null(p);
+    assert_string_not_equal(str(p, "decode_vs_golden_prefill", "verdict"),
+                            "PASS");
+    says_what_was_attributed(&r);
+    run_free(&r);
+}
+
+/* A constant change on both paths (a routed-scaling factor): flat from
+ * the start, not growth. */
+static void test_constant_shift_on_both_paths(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--logit-scale", "1.02", NULL};
+    start(0, f);
+    const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
+    drift(&r, 0, o);
+    assert_string_equal(str(r.j, "growth", "shape"), "constant");
+    assert_string_equal(str(r.j, "growth", "verdict"), "PASS");
+    assert_string_equal(str(r.j, "attribution", "kind"), "both-flat");
+    assert_non_null(
+        strstr(str(r.j, "decode", "attribution"), "flat from the start"));
+    const json_t *p = diverged_point(r.j);
+    assert_non_null(p);
+    assert_true(num(p, NULL, "prompt") < 64); /* the first bucket fails */
+    /* both paths move together: the decode agrees with its own prefill */
+    assert_string_equal(str(p, "decode_vs_prefill", "verdict"), "PASS");
+    assert_false(json_is_true(get(p, "gap", "differs")));
+    run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_saturating_shift_is_constant_not_growth,
                                   teardown),
+        cmocka_unit_test_teardown(
+            test_prefill_from_2048_is_prefill_with_defaults, teardown),
+        cmocka_unit_test_teardown(test_decode_noise_below_warn_is_decode_only,
+                                  teardown),
+        cmocka_unit_test_teardown(test_growing_noise_on_both_paths, teardown),
+        cmocka_unit_test_teardown(test_constant_shift_on_both_paths, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

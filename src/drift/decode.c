@@ -111,6 +111,25 @@ static int golden_gap(struct drift_side *g, const struct drift_opts *o,
     return 0;
 }
 
+/* Adds item i's DG and baseline sums of this point to the harm sums. */
+static void harm_sums(struct drift_result *r, size_t item,
+                      const struct drift_analysis *an, const uint32_t *seq)
+{
+    if (!r->dec.seq_sums || item >= r->dec.n_seq)
+        return;
+    double *h = r->dec.seq_sums + item * DRIFT_HS_N * 2;
+    size_t stride = an[0].n_buckets * DRIFT_ARMS * 2;
+    const double *dg =
+        an[DRIFT_DP_DG].seq_sums + seq[2] * stride + DRIFT_ARM_CAND * 2;
+    const double *pp = an[DRIFT_DP_PP].seq_sums + seq[0] * stride;
+    h[DRIFT_HS_DG * 2] += dg[0];
+    h[DRIFT_HS_DG * 2 + 1] += dg[1];
+    h[DRIFT_HS_CTRL * 2] += pp[DRIFT_ARM_CTRL * 2];
+    h[DRIFT_HS_CTRL * 2 + 1] += pp[DRIFT_ARM_CTRL * 2 + 1];
+    h[DRIFT_HS_SELF * 2] += pp[DRIFT_ARM_SELF * 2];
+    h[DRIFT_HS_SELF * 2 + 1] += pp[DRIFT_ARM_SELF * 2 + 1];
+}
+
 static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_opts *o, struct drift_result *r,
                    size_t item, uint32_t prompt_at, struct drift_analysis *an,
@@ -163,6 +182,7 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                          &l.cp2, prompt, n, o, "decode-self");
     drift_compare_lp(&an[DRIFT_DP_DG], DRIFT_ARM_CAND, seq[2], &l.gp, &l.dshift,
                      prompt, n, o, dp_names[DRIFT_DP_DG]);
+    harm_sums(r, item, an, seq);
     pt->generated += l.dec.n;
     pt->seqs++;
 out:
@@ -285,6 +305,10 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
     memset(agg, 0, sizeof(agg));
     r->dec.ran = true;
     r->dec.have_pp = r->prefill;
+    r->dec.n_seq = r->corpus.n;
+    free(r->dec.seq_sums);
+    r->dec.seq_sums = xcalloc(r->dec.n_seq ? r->dec.n_seq : 1,
+                              DRIFT_HS_N * 2 * sizeof(double));
     r->dec.n_points = drift_decode_prompts(o, r, r->dec.point);
     for (unsigned k = 0; k < r->dec.n_points && !ret; k++)
         ret = run_point(g, c, o, r, &r->dec.point[k], agg, d);

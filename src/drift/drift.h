@@ -95,6 +95,11 @@ struct drift_dpoint {
     bool gap_differs; /* gap_cand - gap_golden - 2 gap_se > 0 */
 };
 
+/* Per corpus item, the decode path's (kl_sum, n) of DG (candidate decode
+ * vs golden prefill) and of its noise baseline (control, self), for the
+ * harm bootstrap. */
+enum { DRIFT_HS_DG, DRIFT_HS_CTRL, DRIFT_HS_SELF, DRIFT_HS_N };
+
 struct drift_decode {
     bool ran;
     bool have_pp; /* false when the candidate has no prompt logprobs */
@@ -105,9 +110,22 @@ struct drift_decode {
     enum drift_verdict verdict[DRIFT_DPATHS];
     unsigned n_points;
     struct drift_dpoint point[DRIFT_DPOINTS_MAX];
+    double *seq_sums; /* n_seq x DRIFT_HS_N x (sum, n); owned */
+    size_t n_seq;
     enum drift_attr attribution;
     char attributed[1024];     /* what could be attributed, with figures */
     char not_attributed[1024]; /* what could not, and why ("" nothing) */
+};
+
+/* The harm scalar that ranks candidates: the excess KL mean over every
+ * compared position of both paths (prefill positions and decode steps,
+ * each weighted by its count), with a 95% bootstrap interval over whole
+ * sequences, and the excess decisive top-1 flips per 1,000 positions. */
+struct drift_harm {
+    double excess_kl_mean, lo, hi; /* clamped at 0 */
+    double flips_per_1k;
+    uint64_t positions; /* prefill positions + decode steps */
+    unsigned replicates;
 };
 
 /* Determinism of one side: N identical requests alone, then at once. */
@@ -133,6 +151,7 @@ struct drift_result {
     struct drift_growth growth;
     struct drift_decode dec;
     struct drift_det det;
+    struct drift_harm harm;
     unsigned sequences;
     uint64_t positions;
     enum drift_verdict bucket_verdict[DRIFT_BUCKETS_MAX];
@@ -216,7 +235,9 @@ unsigned drift_decode_prompts(const struct drift_opts *o,
 /* Attribution from the prefill verdicts and the decode points, with the
  * texts of what could and could not be attributed (attr.c). */
 void drift_attribute(const struct drift_opts *o, struct drift_result *r);
-
+/* The harm scalar (harm.c), after the verdicts. */
+void drift_harm_compute(const struct drift_result *r, unsigned replicates,
+                        uint64_t seed, struct drift_harm *h);
 int drift_determinism_run(struct drift_side *s, const uint32_t *ids, size_t n,
                           unsigned count, unsigned max_new,
                           struct drift_det_side *out, struct diag *d);

@@ -246,6 +246,18 @@ static void attr_block(const struct drift_result *r, struct buf *b)
                dc->not_attributed[0] ? dc->not_attributed : "nothing");
 }
 
+static void harm_block(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_harm *h = &r->harm;
+    buf_printf(b, "\nharm: excess KL mean %.3e", h->excess_kl_mean);
+    if (!isnan(h->lo))
+        buf_printf(b, ", 95%% interval [%.3e, %.3e]", h->lo, h->hi);
+    buf_printf(b,
+               " over %llu positions of both paths; decisive flips per "
+               "1,000: %.3f\n",
+               (unsigned long long)h->positions, h->flips_per_1k);
+}
+
 static void det_block(const struct drift_result *r, struct buf *b)
 {
     static const char *const side[] = {"golden", "candidate"};
@@ -309,6 +321,7 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
     }
     decode_block(r, b);
     attr_block(r, b);
+    harm_block(r, b);
     det_block(r, b);
     if (nw) {
         buf_printf(b, "\n%zu worst positions (candidate KL):\n", nw);
@@ -456,6 +469,15 @@ static json_t *decode_json(const struct drift_decode *dc)
     return o;
 }
 
+static json_t *harm_json(const struct drift_harm *h)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i}", "excess_kl_mean",
+                     jnum(h->excess_kl_mean), "lo", jnum(h->lo), "hi",
+                     jnum(h->hi), "flips_per_1k", jnum(h->flips_per_1k),
+                     "positions", (json_int_t)h->positions, "replicates",
+                     (int)h->replicates);
+}
+
 static json_t *det_json(const struct drift_det_side *s)
 {
     json_t *o = json_object();
@@ -540,6 +562,7 @@ json_t *drift_report_json(const struct drift_result *r,
                                   drift_attr_name(r->dec.attribution),
                                   "attributed", r->dec.attributed,
                                   "not_attributed", r->dec.not_attributed));
+    json_object_set_new(o, "harm", harm_json(&r->harm));
     if (r->det.ran) {
         json_t *d = json_object();
         json_object_set_new(d, "golden", det_json(&r->det.side[0]));

@@ -41,6 +41,8 @@ void drift_result_release(struct drift_result *r)
 {
     drift_analysis_release(&r->an);
     drift_corpus_release(&r->corpus);
+    free(r->dec.seq_sums);
+    r->dec.seq_sums = NULL;
 }
 
 /* Renders item i on both servers and checks the ids agree. */
@@ -243,6 +245,7 @@ static void verdicts(const struct drift_opts *o, struct drift_result *r)
         }
     r->verdict = v == DRIFT_NA ? DRIFT_PASS : v;
     drift_attribute(o, r);
+    drift_harm_compute(r, o->bootstrap, o->seed, &r->harm);
 }
 
 int drift_run(struct drift_side *g, struct drift_side *c,

@@ -3,10 +3,11 @@
  * cause and shape, against pairs of `fidelity sim` servers on ephemeral
  * 127.0.0.1 ports (a healthy golden, a candidate with the fault shape
  * under test): attribution to the prefill path, the decode path or both
- * (flat from the start, growing with position) and growth judged past
- * the first quarter of the positions. Each test reads the --json summary;
- * every server is stopped, also when an assertion fails. Corpora are
- * small (1-2 sequences, at most 2,560 tokens) to keep `make test` fast.
+ * (flat from the start, growing with position), growth judged past the
+ * first quarter of the positions, and the harm scalar that ranks
+ * candidates. Each test reads the --json summary; every server is stopped,
+ * also when an assertion fails. Corpora are small (1-2 sequences, at most
+ * 2,560 tokens) to keep `make test` fast.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -309,6 +310,44 @@ static void test_constant_shift_on_both_paths(void **state)
     run_free(&r);
 }
 
+/* The harm scalar ranks five candidates of increasing noise (both paths):
+ * in order, with intervals around each figure, the extremes apart. */
+static void test_harm_orders_five_candidates(void **state)
+{
+    (void)state;
+    static const char *const sigma[NCAND] = {"0.02", "0.05", "0.1", "0.2",
+                                             "0.4"};
+    double h[NCAND], lo[NCAND], hi[NCAND];
+    for (int i = 0; i < NCAND; i++) {
+        const char *f[] = {"--prefill-noise", sigma[i], "--decode-noise",
+                           sigma[i], NULL};
+        start(i, f);
+    }
+    for (int i = 0; i < NCAND; i++) {
+        struct run r;
+        const char *o[] = {
+            "--sequences", "2", "--max-context", "256", "--decode-tokens",
+            "16",          NULL};
+        drift(&r, i, o);
+        h[i] = num(r.j, "harm", "excess_kl_mean");
+        lo[i] = num(r.j, "harm", "lo");
+        hi[i] = num(r.j, "harm", "hi");
+        assert_true(num(r.j, "harm", "flips_per_1k") >= 0);
+        /* prefill positions and decode steps, each counted */
+        double steps = num(r.j, "decode", "generated");
+        assert_true(num(r.j, "harm", "positions") ==
+                    num(r.j, "total", "count") + steps);
+        assert_non_null(strstr(r.out.data, "harm: excess KL mean"));
+        run_free(&r);
+        assert_true(lo[i] <= h[i] && h[i] <= hi[i]);
+        if (i > 0 && !(h[i] > h[i - 1]))
+            fail_msg("harm of noise %s (%.3e) not above noise %s (%.3e)",
+                     sigma[i], h[i], sigma[i - 1], h[i - 1]);
+    }
+    assert_true(h[0] > 0);
+    assert_true(lo[NCAND - 1] > hi[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +359,7 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_growing_noise_on_both_paths, teardown),
         cmocka_unit_test_teardown(test_constant_shift_on_both_paths, teardown),
+        cmocka_unit_test_teardown(test_harm_orders_five_candidates, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -214,7 +214,15 @@ static void attributed_words(const struct drift_result *r,
     case DRIFT_ATTR_BOTH_GROWING:
         prefill_words(r, f->fb, b);
         buf_adds(b, "; the decode path differs too: ");
-        point_words(&dc->point[f->both >= 0 ? f->both : f->decode], b);
+        const struct drift_dpoint *p =
+            &dc->point[f->both >= 0 ? f->both : f->decode];
+        point_words(p, b);
+        if (p->gap_measured)
+            buf_adds(b, p->gap_differs
+                            ? "; decode departs from the candidate's own "
+                              "prefill as well: each path in its own way"
+                            : "; decode agrees with the candidate's own "
+                              "prefill: one change common to both paths");
         break;
     default:
         buf_adds(b, "neither path differs: every prefill bucket passes");
@@ -249,6 +257,13 @@ static void unattributed_words(const struct drift_result *r,
                        "decode path was not measured where prefill "
                        "diverged; ",
                        dc->point[k].prompt);
+    for (unsigned k = 0; k < dc->n_points; k++)
+        if (dc->point[k].gap_why[0])
+            buf_printf(b,
+                       "the golden's own decode-vs-prefill gap at prompt "
+                       "%u could not be measured (%s): a decode "
+                       "difference below the thresholds may go unseen; ",
+                       dc->point[k].prompt, dc->point[k].gap_why);
     size_t before = b->len;
     for (size_t i = 0; i < r->an.n_buckets; i++) {
         bool seen = false;

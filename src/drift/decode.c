@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,11 +169,20 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                          prompt, n, o, dp_names[DRIFT_DP_PP]);
         drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &l.cp,
                          &l.dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
+        /* a golden that cannot generate leaves the gap unmeasured (and
+         * said so); one that cannot be reached stops the run */
+        struct diag gd = {{0}};
         ret = golden_gap(g, o, it->ids, prompt, max_new, &l, &an[AN_GDP],
-                         seq[AN_GDP], d);
-        if (ret)
+                         seq[AN_GDP], &gd);
+        if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
+            if (d)
+                *d = gd;
             goto out;
-        pt->gap_measured = true;
+        }
+        if (ret && !pt->gap_why[0])
+            snprintf(pt->gap_why, sizeof(pt->gap_why), "%s", gd.msg);
+        pt->gap_measured = ret == 0 || pt->gap_measured;
+        ret = 0;
     }
     if (r->has_control)
         drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &l.gp,

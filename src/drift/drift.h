@@ -92,7 +92,8 @@ struct drift_dpoint {
      * its prefill, over its control noise) */
     bool gap_measured;
     double gap_cand, gap_golden, gap_se;
-    bool gap_differs; /* gap_cand - gap_golden - 2 gap_se > 0 */
+    bool gap_differs;  /* gap_cand - gap_golden - 2 gap_se > 0 */
+    char gap_why[256]; /* why the golden's gap was not measured, or "" */
 };
 
 /* Per corpus item, the decode path's (kl_sum, n) of DG (candidate decode

@@ -282,6 +282,9 @@ static void test_growing_noise_on_both_paths(void **state)
     assert_non_null(p);
     assert_string_not_equal(str(p, "decode_vs_golden_prefill", "verdict"),
                             "PASS");
+    /* the two paths' noises are drawn apart: each its own way */
+    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+                           "each path in its own way"));
     says_what_was_attributed(&r);
     run_free(&r);
 }
@@ -307,6 +310,8 @@ static void test_constant_shift_on_both_paths(void **state)
     /* both paths move together: the decode agrees with its own prefill */
     assert_string_equal(str(p, "decode_vs_prefill", "verdict"), "PASS");
     assert_false(json_is_true(get(p, "gap", "differs")));
+    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+                           "one change common to both paths"));
     run_free(&r);
 }
 

@@ -133,6 +133,17 @@ static void gather(const struct drift_result *r, struct facts *f)
         } else if (!pp && !dg && !gap && f->agree < 0)
             f->agree = (int)k;
     }
+    /* over every point at once (more steps, a smaller error) a path can
+     * be off where no single point is */
+    bool pp_all = dc->have_pp && is_off(dc->verdict[DRIFT_DP_PP]);
+    bool dg_all = is_off(dc->verdict[DRIFT_DP_DG]);
+    f->prefill |= pp_all;
+    if (dg_all && f->both < 0 && f->decode < 0 && dc->n_points) {
+        if (pp_all)
+            f->both = 0;
+        else
+            f->decode = 0;
+    }
 }
 
 static void point_words(const struct drift_dpoint *p, struct buf *b)

@@ -77,8 +77,10 @@ static uint32_t *concat(const uint32_t *a, uint32_t na, const uint32_t *b,
                         uint32_t nb)
 {
     uint32_t *v = xmalloc((na + nb + 1) * sizeof(*v));
-    memcpy(v, a, na * sizeof(*v));
-    memcpy(v + na, b, nb * sizeof(*v));
+    if (na)
+        memcpy(v, a, na * sizeof(*v));
+    if (nb)
+        memcpy(v + na, b, nb * sizeof(*v));
     return v;
 }
 
@@ -95,7 +97,8 @@ static int golden_gap(struct drift_side *g, const struct drift_opts *o,
         return ret;
     const struct drift_lp *ref = &l->gp;
     bool same = l->gdec.n == l->dec.n &&
-                !memcmp(l->gdec.ids, l->dec.ids, l->dec.n * sizeof(uint32_t));
+                (l->dec.n == 0 ||
+                 !memcmp(l->gdec.ids, l->dec.ids, l->dec.n * sizeof(uint32_t)));
     if (!same) {
         uint32_t *full = concat(ids, prompt, l->gdec.ids, l->gdec.n);
         ret = drift_side_score(g, full, prompt + l->gdec.n, &l->gown, d);

@@ -176,7 +176,10 @@ static void prefill_words(const struct drift_result *r, int fb, struct buf *b)
                    r->excess[fb].kl_mean);
     else
         buf_printf(b, "every prefill bucket passes");
-    if (g->shape == DRIFT_SHAPE_GROWING)
+    if (g->shape == DRIFT_SHAPE_GROWING && isnan(g->lo))
+        buf_printf(b, ", growing past position %u (slope %+.2f)", g->from,
+                   g->slope);
+    else if (g->shape == DRIFT_SHAPE_GROWING)
         buf_printf(b,
                    ", growing past position %u (slope %+.2f, interval "
                    "[%+.2f, %+.2f])",

@@ -152,6 +152,9 @@ static void growth_block(const struct drift_result *r, struct buf *b)
                    g->points < 2 ? "fewer than 2 buckets past the first "
                                    "quarter"
                                  : "no excess KL above the floor");
+    else if (isnan(g->lo))
+        buf_printf(b, "%+.3f, no interval (one sequence; %u buckets)", g->slope,
+                   g->points);
     else
         buf_printf(b,
                    "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "

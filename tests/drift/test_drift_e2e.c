@@ -239,6 +239,10 @@ static void test_nondeterminism_is_not_drift(void **state)
     assert_string_equal(str(det, "candidate", "verdict"), "nondeterministic");
     assert_string_equal(str(det, "golden", "verdict"), "deterministic");
     assert_non_null(strstr(r.out.data, "NONDETERMINISTIC"));
+    /* run-to-run noise is put down to neither path */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r.j, "attribution"), "kind")),
+                        "none");
     run_free(&r);
 }
 

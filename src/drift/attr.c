@@ -189,12 +189,26 @@ static void prefill_words(const struct drift_result *r, int fb, struct buf *b)
                    g->peak);
 }
 
+/* The difference is there from the first bucket with positions on (its
+ * excess at or above the growth floor), not one that starts later. */
+static bool from_start(const struct drift_result *r)
+{
+    for (size_t b = 0; b < r->an.n_buckets; b++)
+        if (r->an.acc[DRIFT_ARM_CAND][b].n)
+            return r->excess[b].kl_mean >= r->an.th.growth_floor &&
+                   r->excess[b].kl_mean > 0;
+    return false;
+}
+
 static enum drift_attr decide(const struct drift_result *r,
                               const struct facts *f)
 {
+    /* a difference that starts at a position (a selection size, a
+     * window) depends on position as much as one that grows */
     if (f->both >= 0 || (f->prefill && f->decode >= 0))
-        return r->growth.shape == DRIFT_SHAPE_GROWING ? DRIFT_ATTR_BOTH_GROWING
-                                                      : DRIFT_ATTR_BOTH_FLAT;
+        return r->growth.shape != DRIFT_SHAPE_GROWING && from_start(r)
+                   ? DRIFT_ATTR_BOTH_FLAT
+                   : DRIFT_ATTR_BOTH_GROWING;
     if (f->prefill)
         return DRIFT_ATTR_PREFILL;
     if (f->decode >= 0)

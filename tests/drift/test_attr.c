@@ -151,6 +151,7 @@ static void test_attribution_kinds(void **state)
     /* both, flat or growing as growth's shape says */
     result(&r, 2, 1024);
     r.bucket_verdict[0] = DRIFT_WARN;
+    r.excess[0].kl_mean = 2e-4; /* there from the first bucket */
     r.growth.shape = DRIFT_SHAPE_CONSTANT;
     point(&r, 0, 0, DRIFT_WARN, DRIFT_WARN, false);
     assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_FLAT);
@@ -158,6 +159,17 @@ static void test_attribution_kinds(void **state)
     r.growth.shape = DRIFT_SHAPE_GROWING;
     r.growth.verdict = DRIFT_FAIL;
     assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_GROWING);
+    drift_result_release(&r);
+
+    /* flat past the first quarter but absent before 256: it starts at a
+     * position (a selection size), which is not "flat from the start" */
+    result(&r, 2, 1024);
+    r.bucket_verdict[3] = DRIFT_FAIL;
+    r.excess[3].kl_mean = r.excess[4].kl_mean = 2e-3;
+    r.growth.shape = DRIFT_SHAPE_CONSTANT;
+    point(&r, 0, 3, DRIFT_FAIL, DRIFT_FAIL, true);
+    assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_GROWING);
+    assert_non_null(strstr(r.dec.attributed, "from position 256"));
     drift_result_release(&r);
 }
 

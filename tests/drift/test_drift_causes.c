@@ -289,6 +289,34 @@ static void test_growing_noise_on_both_paths(void **state)
     run_free(&r);
 }
 
+/* Noise on both paths that starts at position 256, flat after it (an
+ * attention-selection patch: exact below its selection size): not "flat
+ * from the start" but a difference that depends on position. */
+static void test_step_on_both_paths_depends_on_position(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *f[] = {"--prefill-noise",
+                       "0.2",
+                       "--decode-noise",
+                       "0.2",
+                       "--noise-from",
+                       "256",
+                       NULL};
+    start(0, f);
+    const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
+    drift(&r, 0, o);
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(str(r.j, "attribution", "kind"), "both-growing");
+    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+                           "prefill differs from position 256"));
+    const json_t *p = diverged_point(r.j);
+    assert_non_null(p);
+    assert_true(num(p, NULL, "prompt") >= 256);
+    says_what_was_attributed(&r);
+    run_free(&r);
+}
+
 /* A constant change on both paths (a routed-scaling factor): flat from
  * the start, not growth. */
 static void test_constant_shift_on_both_paths(void **state)
@@ -364,6 +392,8 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_growing_noise_on_both_paths, teardown),
         cmocka_unit_test_teardown(test_constant_shift_on_both_paths, teardown),
+        cmocka_unit_test_teardown(test_step_on_both_paths_depends_on_position,
+                                  teardown),
         cmocka_unit_test_teardown(test_harm_orders_five_candidates, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

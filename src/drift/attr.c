@@ -234,8 +234,12 @@ static void attributed_words(const struct drift_result *r,
                         ? "the decode path, below the WARN thresholds: its "
                           "decode departs from its own prefill more than the "
                           "golden's does, while the prefills agree: "
-                        : "the decode path: its decode departs from the "
-                          "golden's prefill while the prefills agree: ");
+                    : dc->have_pp
+                        ? "the decode path: its decode departs from the "
+                          "golden's prefill while the prefills agree: "
+                        : "the decode path as far as it can be measured: its "
+                          "decode departs from the golden's prefill (its "
+                          "own prefill gives no logprobs): ");
         point_words(&dc->point[f->decode], b);
         break;
     case DRIFT_ATTR_BOTH_FLAT:

@@ -202,7 +202,8 @@ static void test_what_could_not_be_attributed(void **state)
     point(&r, 0, 3, DRIFT_NA, DRIFT_FAIL, false);
     r.dec.have_pp = false;
     r.dec.point[0].gap_measured = false;
-    attribute(&r);
+    assert_int_equal(attribute(&r), DRIFT_ATTR_DECODE);
+    assert_non_null(strstr(r.dec.attributed, "as far as it can be measured"));
     assert_non_null(strstr(r.dec.not_attributed, "no prompt logprobs"));
     drift_result_release(&r);
 

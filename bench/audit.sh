@@ -13,6 +13,9 @@
 #   AUDIT_BENCH_DB=FILE       audit a copy of FILE instead of recording one
 #   FIDELITY=BIN              the binary to audit with (default ./fidelity)
 set -eu
+for t in /usr/bin/time python3; do
+    command -v $t >/dev/null || { echo "bench/audit.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
+done
 turns=${1:-100}
 bin=${FIDELITY:-./fidelity}
 fx=tests/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json

@@ -7,7 +7,7 @@
 # of HTTP answers (read where they are, copied only to be sanitized).
 # Printed: positions per wall-clock second (the goal's figure) and per CPU
 # second (all threads' CPU time); beside it the same run with a fresh copy
-# of each answer per fetch, as the figures before session 3's last pass
+# of each answer per fetch, as earlier figures
 # were taken (a 5.8 MB memcpy and its page faults per vLLM answer, in the
 # fetch's turn: transport, not analysis); with THREADS1=1, the run on one
 # thread. Peer run side by side: Python's json module parsing the same
@@ -16,6 +16,9 @@
 # Goal (issue 5): >= 1,000,000 positions/s and < 64 MB peak.
 #   sh bench/drift.sh [TOTAL] [SEQ]      THREADS=N overrides the CPUs
 set -eu
+for t in /usr/bin/time python3; do
+    command -v $t >/dev/null || { echo "bench/drift.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 TOTAL=${1:-1000000}
 SEQ=${2:-4096}

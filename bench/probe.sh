@@ -11,6 +11,9 @@
 #
 # Usage: sh bench/probe.sh        (N=40 CASES=1000 by default)
 set -eu
+for t in /usr/bin/time curl; do
+    command -v $t >/dev/null || { echo "bench/probe.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 N=${N:-40}
 CASES=${CASES:-1000}

@@ -27,8 +27,9 @@
 #   SROUNDS=0 sh bench/record.sh               # the fixed-rate runs only
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
 #
-# nginx and mitmproxy are installed with apt-get when missing and running
-# as root; otherwise their rows are skipped. wrk and python3 are required.
+# `make bench-deps` installs the peers (nginx, mitmproxy) and tools (wrk,
+# python3); without a peer its rows are skipped, wrk and python3 are
+# required.
 set -eu
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10}
@@ -43,17 +44,13 @@ ROUNDS=${ROUNDS:-5}    # fixed-rate rounds (direct, record, nginx and direct
 SROUNDS=${SROUNDS:-3}  # saturated rounds (direct, record, nginx in turn)
 HZ=$(getconf CLK_TCK)
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need mitmdump || ! need wrk; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light \
-            mitmproxy wrk >/dev/null
-    fi
-fi
-need wrk || { echo "bench/record.sh: wrk is required (apt-get install wrk)" >&2; exit 2; }
-need python3 || { echo "bench/record.sh: python3 is required" >&2; exit 2; }
 PATH=$PATH:/usr/sbin
+need() { command -v "$1" >/dev/null 2>&1; }
+for peer in nginx mitmdump; do
+    need $peer || echo "bench/record.sh: $peer not installed, its rows are skipped (run 'make bench-deps')" >&2
+done
+need wrk || { echo "bench/record.sh: wrk is required; run 'make bench-deps'" >&2; exit 2; }
+need python3 || { echo "bench/record.sh: python3 is required; run 'make bench-deps'" >&2; exit 2; }
 make -s fidelity >/dev/null
 # bench/pace: the fixed-rate load generator (libevent, as fidelity);
 # bench/windows: how often the CPU runs slow, printed before those rounds

@@ -14,7 +14,7 @@ set -eu
 cd "$(dirname "$0")/.."
 KIND=${KIND:-json}
 DUR=${DUR:-5}
-command -v valgrind >/dev/null || { echo "bench/record_cg.sh: valgrind is required" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "bench/record_cg.sh: valgrind is required; run 'make bench-deps'" >&2; exit 2; }
 . bench/record_common.sh
 valgrind --tool=callgrind --separate-threads=yes \
     --callgrind-out-file="$tmp/cg.%p" "$BIN" record --listen 127.0.0.1:0 \

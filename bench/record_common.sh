@@ -10,7 +10,7 @@
 # stopped at exit.
 ME=bench/$(basename "$0")
 need_tool() {
-    command -v "$1" >/dev/null || { echo "$ME: $1 is required" >&2; exit 2; }
+    command -v "$1" >/dev/null || { echo "$ME: $1 is required; run 'make bench-deps'" >&2; exit 2; }
 }
 need_tool wrk
 if [ -z "${BIN:-}" ]; then

@@ -41,7 +41,7 @@ paste "$tmp/t0" "$tmp/t1" | awk -v n="$N" -v hz="$(getconf CLK_TCK)" '
     { d[$1] += $4 - $2 }
     END { for (k in d) printf "  %-16s %6.1f us\n", k, d[k] * 1e6 / hz / n }'
 
-command -v strace >/dev/null || { echo "(no strace: system calls skipped)"; exit 0; }
+command -v strace >/dev/null || { echo "(no strace: system calls skipped; 'make bench-deps' installs it)"; exit 0; }
 rm -f "$tmp/r.db"*
 strace -f -c -o "$tmp/st.txt" "$BIN" record --listen 127.0.0.1:0 \
     --upstream "http://127.0.0.1:$SIM" --db "$tmp/r.db" \

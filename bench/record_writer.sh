@@ -14,6 +14,9 @@
 #
 # Needs valgrind, wrk, python3.
 set -eu
+for t in valgrind wrk python3; do
+    command -v $t >/dev/null || { echo "bench/record_writer.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
+done
 cd "$(dirname "$0")/.."
 DUR=${DUR:-5}
 CONNS=${CONNS:-8}

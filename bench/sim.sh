@@ -14,7 +14,7 @@ BIN=${FIDELITY_BIN:-./fidelity}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-1}
-command -v wrk >/dev/null || { echo "bench/sim.sh: 'wrk' not found; apt-get install -y wrk" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "bench/sim.sh: 'wrk' not found; run 'make bench-deps'" >&2; exit 2; }
 [ -x "$BIN" ] || make -s fidelity
 tmp=$(mktemp -d)
 sim_pid=""; ngx_pid=""
@@ -82,7 +82,7 @@ NGX
         cat "$tmp/ngx/error.log" >&2; ngx_rps=""
     fi
 else
-    echo "== nginx not installed: no peer ratio (apt-get install -y nginx)"
+    echo "== nginx not installed: no peer ratio (run 'make bench-deps')"
 fi
 
 echo

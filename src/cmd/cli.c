@@ -2,9 +2,12 @@
  * cli: error printing, option-value parsing and JSON output shared by every
  * cmd_*.c. Messages follow git: "fidelity probe: cannot open 'x': reason".
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +83,43 @@ int cli_parse_listen(const char *s, char **host, int *port, struct diag *d)
         *host = xstrndup(s, (size_t)(colon - s));
     *port = (int)p;
     return 0;
+}
+
+static bool addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a =
+            &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) ||
+               (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+int cli_is_loopback(const char *host)
+{
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &ai) || !ai)
+        return -1;
+    int all = 1;
+    for (const struct addrinfo *p = ai; p; p = p->ai_next)
+        if (!addr_is_loopback(p->ai_addr))
+            all = 0;
+    freeaddrinfo(ai);
+    return all;
+}
+
+char *cli_url_host(const char *host)
+{
+    if (strchr(host, ':'))
+        return xasprintf("[%s]", host);
+    return xstrdup(host);
 }
 
 int cli_parse_long(const char *s, long min, long max, long *out)

@@ -47,6 +47,14 @@ int cli_help(const char *cmd);
 /* Parses "HOST:PORT" (HOST may be empty for 127.0.0.1; PORT 0 picks one).
  * host is a fresh string. */
 int cli_parse_listen(const char *s, char **host, int *port, struct diag *d);
+/* Whether a listen host is a loopback address: 1 when every address it
+ * resolves to is (127.0.0.0/8, ::1, or 127.x mapped into IPv6), 0 when
+ * one is not (0.0.0.0, ::, a LAN address), -1 when it does not resolve
+ * (the bind will say why). */
+int cli_is_loopback(const char *host);
+/* host as it is written in a URL: an IPv6 address in brackets (RFC 3986
+ * section 3.2.2), anything else as it is. Fresh string. */
+char *cli_url_host(const char *host);
 /* Parses a whole decimal number in [min, max]. */
 int cli_parse_long(const char *s, long min, long max, long *out);
 int cli_parse_double(const char *s, double min, double max, double *out);

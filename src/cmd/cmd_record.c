@@ -21,6 +21,8 @@ const char CMD_RECORD_HELP[] =
     "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db FILE]\n"
     "                       [--spill FILE] [--max-body BYTES] [--timeout S]\n"
     "                       [--upstream-cacert FILE] [--insecure]\n"
+    "                       [--header-timeout S] [--idle-timeout S]\n"
+    "                       [--max-conns N] [--allow-remote]\n"
     "\n"
     "A transparent reverse proxy between a harness (opencode, a script, an\n"
     "SDK) and an OpenAI-compatible server. Every method and path is\n"
@@ -42,7 +44,12 @@ const char CMD_RECORD_HELP[] =
     "  --upstream URL      the server to forward to (http:// or https://;\n"
     "                      a path prefix is kept: http://h:8000/api)\n"
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0\n"
-    "                      picks a free one)\n"
+    "                      picks a free one; IPv6 as [::1]:PORT). An address\n"
+    "                      that is not loopback needs --allow-remote\n"
+    "  --allow-remote      listen on a non-loopback address (0.0.0.0, [::],\n"
+    "                      a LAN address). The proxy has no authentication:\n"
+    "                      whoever reaches the port uses the upstream and any\n"
+    "                      key it trusts; a warning says so on stderr\n"
     "  --db FILE           the store (default $FIDELITY_DB or fidelity.db)\n"
     "  --spill FILE        where exchanges go when the store fails\n"
     "                      (default FILE.spill.jsonl beside --db)\n"
@@ -54,6 +61,19 @@ const char CMD_RECORD_HELP[] =
     "                      an https:// upstream, e.g. a self-signed server\n"
     "  --insecure          do not verify the https:// upstream's certificate\n"
     "                      (the traffic is still encrypted)\n"
+    "  --header-timeout S  a request head must arrive within S seconds of\n"
+    "                      the connection (or of its first byte after a\n"
+    "                      keep-alive wait), a body must not pause longer;\n"
+    "                      else 408 and the close (default 30)\n"
+    "  --idle-timeout S    close a keep-alive connection idle S seconds\n"
+    "                      between requests (default 75). A response that\n"
+    "                      is still streaming is never cut, however quiet\n"
+    "  --max-conns N       client connections at once; one more gets 503\n"
+    "                      with a JSON error and is closed (default: half of\n"
+    "                      what the descriptor limit leaves after 64, e.g.\n"
+    "                      480 with ulimit -n 1024, at least 16). When\n"
+    "                      descriptors run out anyway, record pauses\n"
+    "                      accepting and logs it at most once a second\n"
     "\n"
     "The first line on standard output is\n"
     "  fidelity record: listening on http://HOST:PORT -> URL\n"
@@ -115,8 +135,52 @@ static const struct option OPTS[] = {
     {"timeout", required_argument, NULL, 't'},
     {"upstream-cacert", required_argument, NULL, 'c'},
     {"insecure", no_argument, NULL, 'k'},
+    {"header-timeout", required_argument, NULL, 'H'},
+    {"idle-timeout", required_argument, NULL, 'I'},
+    {"max-conns", required_argument, NULL, 'M'},
+    {"allow-remote", no_argument, NULL, 'R'},
     {NULL, 0, NULL, 0},
 };
+
+/* Seconds (a decimal fraction allowed) into milliseconds, > 0. */
+static int parse_secs(const char *s, long *ms)
+{
+    double v;
+    if (cli_parse_double(s, 0.001, 86400, &v))
+        return -1;
+    *ms = (long)(v * 1000 + 0.5);
+    return 0;
+}
+
+/* A non-loopback listen address needs --allow-remote: record forwards
+ * whatever reaches it to the upstream, with no authentication of its own,
+ * so it must not become an open proxy without a word. *remote is set when
+ * the address is not loopback (one that does not resolve is left to the
+ * bind to report). 0, or the exit code. */
+static int check_remote(const char *listen, const char *host, bool allow_remote,
+                        bool *remote)
+{
+    *remote = cli_is_loopback(host) == 0;
+    if (allow_remote || !*remote)
+        return 0;
+    return cli_usage_error("record",
+                           "--listen '%s' is not a loopback address and the "
+                           "proxy has no authentication: anyone who reaches "
+                           "it uses the upstream. Add --allow-remote to "
+                           "listen there anyway",
+                           listen);
+}
+
+static void warn_remote(const char *host, int port, const char *upstream)
+{
+    char *h = cli_url_host(host);
+    fprintf(stderr,
+            "fidelity record: warning: listening on %s:%d, which is not a "
+            "loopback address; the proxy has no authentication: anyone who "
+            "can reach this port uses '%s' and any key it trusts\n",
+            h, port, upstream);
+    free(h);
+}
 
 int cmd_record(int argc, char **argv)
 {
@@ -124,7 +188,8 @@ int cmd_record(int argc, char **argv)
     const char *listen = "127.0.0.1:8080";
     char *spill = NULL, *host = NULL;
     struct diag d = {{0}};
-    long timeout_s = 600;
+    long timeout_s = 600, max_conns = 0;
+    bool allow_remote = false, remote;
     int c, rc;
 
     o.max_body = (size_t)64 << 20;
@@ -168,6 +233,29 @@ int cmd_record(int argc, char **argv)
         case 'k':
             o.insecure = true;
             break;
+        case 'H':
+            if (parse_secs(optarg, &o.header_timeout_ms))
+                return cli_usage_error("record",
+                                       "--header-timeout '%s' must be "
+                                       "0.001-86400 seconds",
+                                       optarg);
+            break;
+        case 'I':
+            if (parse_secs(optarg, &o.idle_timeout_ms))
+                return cli_usage_error("record",
+                                       "--idle-timeout '%s' must be "
+                                       "0.001-86400 seconds",
+                                       optarg);
+            break;
+        case 'M':
+            if (cli_parse_long(optarg, 1, 1000000, &max_conns))
+                return cli_usage_error(
+                    "record", "--max-conns '%s' must be 1-1000000", optarg);
+            o.max_conns = (size_t)max_conns;
+            break;
+        case 'R':
+            allow_remote = true;
+            break;
         default:
             return cli_bad_option("record", c, argv);
         }
@@ -185,6 +273,9 @@ int cmd_record(int argc, char **argv)
                                o.upstream);
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
+    rc = check_remote(listen, host, allow_remote, &remote);
+    if (rc)
+        goto out;
     if (!o.spill_path)
         o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
     o.host = host;
@@ -202,9 +293,13 @@ int cmd_record(int argc, char **argv)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
-    printf("fidelity record: listening on http://%s:%d -> %s\n", host,
+    char *uh = cli_url_host(host);
+    if (remote)
+        warn_remote(host, record_port(r), o.upstream);
+    printf("fidelity record: listening on http://%s:%d -> %s\n", uh,
            record_port(r), o.upstream);
     fflush(stdout);
+    free(uh);
     rc = record_run(r, &d);
     struct record_stats st;
     record_get_stats(r, &st);

@@ -25,8 +25,17 @@ const char CMD_SIM_HELP[] =
     "                         port 0 picks a free one). Prints\n"
     "                         'fidelity sim: listening on http://HOST:PORT'.\n"
     "  --model NAME           model id to report (default fidelity-sim)\n"
-    "  --preset LIST          mhc-bf16, splitk-decode, sparse-indexer,\n"
-    "                         routed-scaling (comma-separated)\n"
+    "  --preset LIST          presets, comma-separated (below)\n"
+    "\n"
+    "Presets play the four patches of the README's case, each as the fault\n"
+    "it causes (later options override a preset's values):\n"
+    "  mhc-bf16        prefill noise, grows with length: mHC mixing in bf16 "
+    "not fp32\n"
+    "  splitk-decode   decode-only noise: a split-K decode attention kernel\n"
+    "  sparse-indexer  sees only the last 2048 tokens: a sparse-attention "
+    "indexer\n"
+    "  routed-scaling  every logit times 1.02: a changed MoE routed-scaling "
+    "factor\n"
     "\n"
     "Faults (also settable at run time with POST /sim/config):\n"
     "  --max-model-len N      --context-limit N\n"
@@ -53,8 +62,10 @@ const char CMD_SIM_HELP[] =
 
 static void ready(int port, void *ud)
 {
-    printf("fidelity sim: listening on http://%s:%d\n", (const char *)ud, port);
+    char *h = cli_url_host(ud); /* [::1] for IPv6 */
+    printf("fidelity sim: listening on http://%s:%d\n", h, port);
     fflush(stdout);
+    free(h);
 }
 
 static int parse(int argc, char **argv, struct sim_config *c, char **host,

@@ -5,9 +5,12 @@
  * reading a request (head, then body), or busy (the request is with the
  * caller), or lingering (its last response written and the write side
  * shut, draining the client's leftovers until it closes, so that a close
- * never resets a response the client has not read yet). Idle connections,
- * clients that stop reading and lingering ones are closed by a sweep once a
- * second: no timer is touched per read or write.
+ * never resets a response the client has not read yet). Heads that do not
+ * arrive in time, idle keep-alive connections, clients that stop reading
+ * and lingering ones are closed by a sweep (once a second, four times with
+ * deadlines under 4 s): no timer is touched per read or write. The
+ * listener is paused while accept(2) fails (descriptors exhausted) and
+ * resumed when a connection closes or after RESUME_MS.
  */
 #include "record/front.h"
 
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,7 +36,8 @@
 #define READ_MIN 4095
 /* buffered beyond the request being answered: more, and reading pauses */
 #define BUSY_READ_MAX (H1_MAX_HEAD + 65536)
-#define LINGER_S 2
+#define LINGER_MS 2000
+#define RESUME_MS 100        /* accept is retried this often while it fails */
 #define BIG_BUF (256 * 1024) /* an emptied buffer this large is freed */
 
 enum out_mode { OUT_NONE, OUT_RAW, OUT_CHUNKED };
@@ -49,7 +54,11 @@ struct front_conn {
     size_t in_off;
     struct buf out; /* unwritten output: out.data[out_off .. out.len) */
     size_t out_off;
-    time_t last; /* last progress, for the sweep */
+    int64_t last;  /* ms: last progress, for the sweep */
+    int64_t since; /* ms: start of the wait for a head (or, kept, for the
+                      next request of a keep-alive connection) */
+    bool kept;     /* waiting idle for the next request */
+    bool over;     /* answered 503 beyond max_conns; not counted */
     /* the request being read (positions relative to in_off) */
     bool head_seen, continued;
     size_t head_len;
@@ -72,19 +81,28 @@ struct front {
     struct front_cbs cbs;
     void *ud;
     size_t max_body;
-    long idle_s;
+    int64_t header_ms, idle_ms, stall_ms;
+    size_t max_conns;
     struct front_conn *conns, *dirty;
-    size_t nconns;
+    size_t nconns;  /* open, the refused ones included */
+    size_t nserved; /* open and counted against max_conns */
     struct event *flush_ev, *sweep_ev;
-    struct h1_req req; /* scratch: one request head parsed at a time */
+    /* accept(2) failing: the listener is paused */
+    bool paused;
+    struct event *resume_ev;
+    uint64_t accept_fails; /* since the last log line */
+    int64_t logged_ms;     /* when that line was written */
+    struct h1_req req;     /* scratch: one request head parsed at a time */
 };
 
-static time_t now_s(const struct front *f)
+static int64_t now_ms(const struct front *f)
 {
     struct timeval tv;
     event_base_gettimeofday_cached(f->base, &tv);
-    return tv.tv_sec;
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
+
+static void resume_accepting(struct front *f);
 
 /* ---- connection lifecycle ---- */
 
@@ -127,6 +145,8 @@ static void conn_free(struct front_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     f->nconns--;
+    if (!c->over)
+        f->nserved--;
     event_del(&c->rev);
     event_del(&c->wev);
     close(c->fd);
@@ -134,6 +154,8 @@ static void conn_free(struct front_conn *c)
     buf_release(&c->out);
     buf_release(&c->body);
     free(c);
+    if (f->paused) /* a descriptor came free */
+        resume_accepting(f);
 }
 
 /* Ends c from one of front's own callbacks: the caller hears of a request
@@ -170,7 +192,7 @@ static void start_linger(struct front_conn *c)
 {
     shutdown(c->fd, SHUT_WR);
     c->linger = true;
-    c->last = now_s(c->f);
+    c->last = now_ms(c->f);
     read_on(c);
 }
 
@@ -183,7 +205,7 @@ static int flush(struct front_conn *c)
                          c->out.len - c->out_off, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_off += (size_t)n;
-            c->last = now_s(c->f);
+            c->last = now_ms(c->f);
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -236,6 +258,8 @@ static const char *reason_of(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
     case 413:
         return "Content Too Large";
     case 417:
@@ -386,6 +410,10 @@ static void response_done(struct front_conn *c)
         buf_release(&c->in); /* after a large upload */
         c->in_off = 0;
     }
+    /* the next head's deadline runs from now when it has begun (a
+     * pipelined request), else the keep-alive wait does */
+    c->since = now_ms(c->f);
+    c->kept = c->in.len == c->in_off;
     if (!c->close_after && c->in.len > c->in_off)
         defer(c);
 }
@@ -729,7 +757,11 @@ static bool read_in(struct front_conn *c)
     if (n > 0) {
         c->in.len += (size_t)n;
         c->in.data[c->in.len] = '\0';
-        c->last = now_s(c->f);
+        c->last = now_ms(c->f);
+        if (c->kept) { /* a new request begins: its head's deadline */
+            c->kept = false;
+            c->since = c->last;
+        }
         if (c->busy && c->in.len - c->in_off > BUSY_READ_MAX) {
             event_del(&c->rev); /* enough waits; read on after the reply */
             c->rev_on = false;
@@ -777,23 +809,50 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* A request that did not arrive in time: 408 when it had begun, a quiet
+ * close when nothing came (nginx does the same for client_header_timeout). */
+static void request_late(struct front_conn *c)
+{
+    if (c->head_seen || c->in.len > c->in_off) {
+        refuse(c, 408, "request_timeout",
+               "the request did not arrive within --header-timeout");
+        if (!c->dead)
+            return;
+    }
+    conn_fail(c);
+}
+
+/* What the sweep does with c: nothing, or close it. */
+static void sweep_one(struct front *f, struct front_conn *c, int64_t now)
+{
+    if (c->linger) {
+        if (now - c->last >= LINGER_MS)
+            conn_free(c);
+    } else if (c->out_off < c->out.len) {
+        /* a client not reading what it was sent */
+        if (now - c->last >= f->stall_ms)
+            conn_fail(c);
+    } else if (c->busy) {
+        /* the response is the caller's: however quiet, never cut here */
+    } else if (c->kept) {
+        if (now - c->since >= f->idle_ms)
+            conn_fail(c);
+    } else if (c->head_seen ? now - c->last >= f->header_ms
+                            : now - c->since >= f->header_ms) {
+        /* the head by its deadline; the body without a pause as long */
+        request_late(c);
+    }
+}
+
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct front *f = arg;
-    time_t now = now_s(f);
+    int64_t now = now_ms(f);
     (void)fd;
     (void)what;
     for (struct front_conn *c = f->conns, *next; c; c = next) {
         next = c->next;
-        long idle = (long)(now - c->last);
-        if (c->linger) {
-            if (idle >= LINGER_S)
-                conn_free(c);
-        } else if (!c->busy || c->out_off < c->out.len) {
-            /* idle, or a client not reading its response */
-            if (idle >= f->idle_s)
-                conn_fail(c);
-        }
+        sweep_one(f, c, now);
     }
 }
 
@@ -810,7 +869,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
     buf_init(&c->in, 0);
     buf_init(&c->out, 0);
     buf_init(&c->body, 0);
-    c->last = now_s(f);
+    c->last = c->since = now_ms(f);
     event_assign(&c->rev, f->base, fd, EV_READ | EV_PERSIST, on_read, c);
     event_assign(&c->wev, f->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
     read_on(c);
@@ -819,6 +878,66 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
         f->conns->prev = c;
     f->conns = c;
     f->nconns++;
+    if (f->nserved < f->max_conns) {
+        f->nserved++;
+        return;
+    }
+    /* one too many: answered at once, its request read and dropped */
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "%zu connections are open, the most --max-conns allows; retry "
+             "shortly",
+             f->max_conns);
+    c->over = true;
+    refuse(c, 503, "too_many_connections", msg);
+    if (c->dead)
+        conn_free(c);
+}
+
+/* ---- accepting while descriptors run out ---- */
+
+static void resume_accepting(struct front *f)
+{
+    f->paused = false;
+    evtimer_del(f->resume_ev);
+    if (f->lis)
+        evconnlistener_enable(f->lis);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    resume_accepting(arg);
+}
+
+/* accept(2) failed (libevent has dealt with EAGAIN and ECONNABORTED):
+ * mostly EMFILE or ENFILE, descriptors exhausted. The pending connection
+ * stays in the kernel's queue, so retrying at once would fail at once,
+ * forever; the listener pauses until a connection closes or RESUME_MS
+ * pass, and the failures are counted into one log line a second. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct front *f = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    int64_t now = now_ms(f);
+    struct timeval tv = {0, RESUME_MS * 1000};
+    evconnlistener_disable(l);
+    f->paused = true;
+    evtimer_add(f->resume_ev, &tv);
+    f->accept_fails++;
+    if (now - f->logged_ms < 1000 || !f->cbs.log)
+        return;
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "cannot accept connections: %s (%zu open); accepting paused, "
+             "retried every %d ms and when a connection closes (%llu failed "
+             "accepts since the last such message)",
+             strerror(err), f->nconns, RESUME_MS,
+             (unsigned long long)f->accept_fails);
+    f->cbs.log(f->ud, msg);
+    f->logged_ms = now;
+    f->accept_fails = 0;
 }
 
 /* ---- the listener ---- */
@@ -868,6 +987,7 @@ static int listen_on(struct front *f, const char *host, int port,
         close(fd);
         return diag_set(d, ENOMEM, "cannot listen on %s:%d", host, port);
     }
+    evconnlistener_set_error_cb(f->lis, on_accept_error);
     return 0;
 }
 
@@ -881,7 +1001,11 @@ int front_new(struct event_base *base, const struct front_opts *o,
     f->cbs = *cbs;
     f->ud = ud;
     f->max_body = o->max_body;
-    f->idle_s = o->idle_s > 0 ? o->idle_s : 600;
+    f->header_ms = o->header_ms > 0 ? o->header_ms : 30000;
+    f->idle_ms = o->idle_ms > 0 ? o->idle_ms : 75000;
+    f->stall_ms = (o->stall_s > 0 ? o->stall_s : 600) * (int64_t)1000;
+    f->max_conns = o->max_conns ? o->max_conns : front_default_max_conns();
+    f->logged_ms = INT64_MIN / 2;
     int rc = listen_on(f, o->host, o->port, d);
     if (rc) {
         free(f);
@@ -889,7 +1013,11 @@ int front_new(struct event_base *base, const struct front_opts *o,
     }
     f->flush_ev = event_new(base, -1, 0, on_flush, f);
     f->sweep_ev = event_new(base, -1, EV_PERSIST, on_sweep, f);
-    struct timeval tv = {1, 0};
+    f->resume_ev = evtimer_new(base, on_resume, f);
+    /* a deadline is kept to within a quarter of itself, at worst 1 s */
+    int64_t shortest = f->header_ms < f->idle_ms ? f->header_ms : f->idle_ms;
+    long tick_ms = shortest < 4000 ? 250 : 1000;
+    struct timeval tv = {tick_ms / 1000, tick_ms % 1000 * 1000};
     event_add(f->sweep_ev, &tv);
     *out = f;
     return 0;
@@ -911,6 +1039,18 @@ void front_stop_accepting(struct front *f)
         evconnlistener_free(f->lis);
         f->lis = NULL;
     }
+    f->paused = false;
+    evtimer_del(f->resume_ev);
+}
+
+size_t front_default_max_conns(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > (1u << 20))
+        return (size_t)1 << 19;
+    size_t n = rl.rlim_cur > 64 ? (size_t)(rl.rlim_cur - 64) / 2 : 0;
+    return n < 16 ? 16 : n;
 }
 
 void front_free(struct front *f)
@@ -922,6 +1062,7 @@ void front_free(struct front *f)
         conn_free(f->conns);
     event_free(f->flush_ev);
     event_free(f->sweep_ev);
+    event_free(f->resume_ev);
     free(f);
 }
 

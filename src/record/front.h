@@ -8,7 +8,11 @@
  * delimited by the close). What it refuses itself (a malformed request, a
  * body above the limit, a head too large, CONNECT) gets a JSON error in
  * the shape of the OpenAI API's. One request per connection is answered
- * at a time; the next one waits in the buffer. Not thread-safe.
+ * at a time; the next one waits in the buffer. It bounds what clients can
+ * hold: a request head must arrive within a deadline, an idle keep-alive
+ * connection is closed, connections beyond a maximum get a 503, and when
+ * the process runs out of descriptors it stops accepting for a moment
+ * instead of retrying a failing accept(2). Not thread-safe.
  */
 #ifndef RECORD_FRONT_H
 #define RECORD_FRONT_H
@@ -43,15 +47,36 @@ struct front_cbs {
      * front_set_ud gave. c is freed when this returns: do not use it
      * again. Never called from inside a front_* call. */
     void (*gone)(void *ud, struct front_conn *c, void *cud);
+    /* A condition worth a log line (accept failing for want of
+     * descriptors), at most once a second; msg has no newline. May be
+     * NULL. */
+    void (*log)(void *ud, const char *msg);
 };
 
 struct front_opts {
     const char *host; /* listen address */
     int port;         /* 0: pick a free port */
     size_t max_body;  /* request body cap (413 above, naming --max-body) */
-    long idle_s;      /* an idle connection, or a client that stops reading
-                         its response, is closed after this long */
+    /* a request head (from the connection's start, or from the first byte
+     * after a keep-alive wait) must be complete within this, and a body
+     * must not stop arriving for longer: else 408 and the close. 0: 30 s */
+    long header_ms;
+    /* a keep-alive connection waiting for its next request is closed
+     * after this long. 0: 75 s */
+    long idle_ms;
+    /* a client that stops reading its response is closed after this
+     * long. 0: 600 s. A response that is merely quiet (the upstream
+     * thinking) is never cut by front. */
+    long stall_s;
+    /* connections served at once; one more is answered 503 and closed.
+     * 0: front_default_max_conns() */
+    size_t max_conns;
 };
+
+/* The default of max_conns: half of what the descriptor limit
+ * (RLIMIT_NOFILE) leaves after 64 for the process's own files, since each
+ * client connection may need an upstream one; at least 16. */
+size_t front_default_max_conns(void);
 
 /* Binds and listens. On error *out is NULL and d says what (-errno). */
 int front_new(struct event_base *base, const struct front_opts *o,

@@ -2259,8 +2259,13 @@ int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
     return rc ? -1 : 0;
 }
 
-static const struct front_cbs FRONT_CBS = {.request = on_request,
-                                           .gone = on_client_gone};
+static void on_front_log(void *ud, const char *msg)
+{
+    logf_(ud, "%s", msg);
+}
+
+static const struct front_cbs FRONT_CBS = {
+    .request = on_request, .gone = on_client_gone, .log = on_front_log};
 
 static int setup_front(struct record *r, struct diag *d)
 {
@@ -2268,8 +2273,11 @@ static int setup_front(struct record *r, struct diag *d)
         .host = r->o.host,
         .port = r->o.port,
         .max_body = r->o.max_body,
-        /* above the upstream timeout: a slow generation is not idle */
-        .idle_s = r->o.timeout_ms ? r->o.timeout_ms / 1000 + 60 : 24 * 3600,
+        .header_ms = r->o.header_timeout_ms,
+        .idle_ms = r->o.idle_timeout_ms,
+        /* above the upstream timeout: a slow generation is not a stall */
+        .stall_s = r->o.timeout_ms ? r->o.timeout_ms / 1000 + 60 : 24 * 3600,
+        .max_conns = r->o.max_conns,
     };
     int rc = front_new(r->base, &fo, &FRONT_CBS, r, &r->front, d);
     if (rc)

@@ -28,6 +28,12 @@ struct record_opts {
     size_t max_body;    /* request body cap, bytes (413 above) */
     size_t max_capture; /* response bytes kept per exchange; 0: 256 MiB */
     long timeout_ms;    /* whole upstream exchange; 0: none */
+    /* client side limits (front.h): a request head must arrive within
+     * header_timeout_ms, a keep-alive connection may wait idle_timeout_ms
+     * for its next request (0: 30 s and 75 s); max_conns client
+     * connections at once, 503 beyond (0: front_default_max_conns) */
+    long header_timeout_ms, idle_timeout_ms;
+    size_t max_conns;
     /* https:// upstreams (libcurl): a CA bundle to trust (NULL: the
      * system's), or no certificate checks at all */
     const char *cacert;

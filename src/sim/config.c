@@ -236,6 +236,11 @@ static const struct preset presets[] = {
     {"routed-scaling", "logit_scale=1.02"},
 };
 
+const char *sim_config_preset_name(size_t i)
+{
+    return i < sizeof(presets) / sizeof(presets[0]) ? presets[i].name : NULL;
+}
+
 static int apply_preset(struct sim_config *c, const struct preset *p,
                         struct diag *d)
 {

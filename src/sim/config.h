@@ -63,6 +63,8 @@ bool sim_config_is_flag(const char *name);
 int sim_config_apply_json(struct sim_config *c, json_t *obj, struct diag *d);
 /* Applies the comma-separated presets; on error c may be partly changed. */
 int sim_config_preset(struct sim_config *c, const char *list, struct diag *d);
+/* The name of the i-th preset, NULL past the last (for help and tests). */
+const char *sim_config_preset_name(size_t i);
 json_t *sim_config_to_json(const struct sim_config *c);
 /* The tokens the server keeps: context_limit or max_model_len. */
 long sim_config_limit(const struct sim_config *c);

@@ -7,7 +7,8 @@
  * title request and two main turns, the prefix relation between the turns
  * (turn 2 = turn 1's messages + the reply as streamed + the new user
  * message), the sampling parameters opencode sent, and no API key on disk.
- * Skipped (not passed) when npm or the registry is unavailable.
+ * Skipped (not passed) when npm or the registry is unavailable; failed
+ * under CI=true (tests/util/need.h).
  */
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
+#include "util/need.h"
 #include "util/rec.h"
 
 #define API_KEY "sk-oc-SECRET-9911"
@@ -148,11 +150,9 @@ static void test_opencode_two_turns_through_record(void **state)
 {
     (void)state;
     char *bin = install_opencode();
-    if (!bin) {
-        fprintf(stderr, "opencode-ai could not be installed (npm or the "
-                        "registry unavailable): test skipped\n");
-        skip();
-    }
+    if (!bin)
+        need_missing("the opencode CLI (npm opencode-ai, "
+                     "tests/e2e/opencode/install.sh failed)");
     char *dir = rec_tmpdir();
     char *db = xasprintf("%s/oc.db", dir);
     char *sub = xasprintf("%s/proj", dir);

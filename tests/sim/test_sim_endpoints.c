@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
+#include "util/need.h"
 #include "util/simtest.h"
 
 static json_t *choice0(json_t *r)
@@ -501,6 +502,46 @@ static void test_404_for_non_utf8_path_has_a_message(void **state)
     simt_assert_alive(t, p);
 }
 
+/* An IPv6 listen address is printed in brackets, "http://[::1]:PORT" (it
+ * was "http://::1:PORT", which no client parses), and served there. */
+static void test_ipv6_listen_printed_bracketed(void **state)
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+    a.sin6_addr = in6addr_loopback;
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    bool has_v6 = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a));
+    if (fd >= 0)
+        close(fd);
+    (void)state;
+    if (!has_v6) {
+        need_missing("an IPv6 loopback address (::1)");
+    }
+    const char *av[] = {"sim", "--listen", "[::1]:0", NULL};
+    struct proc p;
+    assert_int_equal(proc_start(&p, av), 0);
+    char want[64];
+    snprintf(want, sizeof(want), "fidelity sim: listening on http://[::1]:%d",
+             p.port);
+    bool line_ok = !strcmp(p.line, want);
+    a.sin6_port = htons((uint16_t)p.port);
+    fd = socket(AF_INET6, SOCK_STREAM, 0);
+    bool served = false;
+    if (fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+        static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\n"
+                                  "Connection: close\r\n\r\n";
+        char got[64] = "";
+        if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) > 0 &&
+            recv(fd, got, sizeof(got) - 1, MSG_WAITALL) > 12)
+            served = !strncmp(got, "HTTP/1.1 200", 12);
+    }
+    if (fd >= 0)
+        close(fd);
+    proc_stop(&p);
+    if (!line_ok)
+        fail_msg("first line '%s', want '%s'", p.line, want);
+    assert_true(served);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -520,6 +561,7 @@ int main(void)
         T(test_sim_stats_counts_requests),
         T(test_unknown_path_and_wrong_method),
         T(test_404_for_non_utf8_path_has_a_message),
+        cmocka_unit_test(test_ipv6_listen_printed_bracketed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

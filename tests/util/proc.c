@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,11 +23,16 @@ const char *fidelity_bin(void)
 }
 
 static void exec_child(const char *const argv[], int out_fd, int err_fd,
-                       const char *in_file, const char *err_path)
+                       const char *in_file, const char *err_path, long nofile)
 {
     const char *av[64];
     int n = 0;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (nofile > 0) {
+        struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+        if (setrlimit(RLIMIT_NOFILE, &rl))
+            _exit(126);
+    }
     av[n++] = fidelity_bin();
     for (int i = 0; argv[i] && n < 63; i++)
         av[n++] = argv[i];
@@ -53,6 +59,12 @@ int proc_start(struct proc *p, const char *const argv[])
 int proc_start_err(struct proc *p, const char *const argv[],
                    const char *err_path)
 {
+    return proc_start_nofile(p, argv, err_path, 0);
+}
+
+int proc_start_nofile(struct proc *p, const char *const argv[],
+                      const char *err_path, long nofile)
+{
     int fds[2];
     char line[512];
     size_t len = 0;
@@ -66,7 +78,7 @@ int proc_start_err(struct proc *p, const char *const argv[],
         return -1;
     if (p->pid == 0) {
         close(fds[0]);
-        exec_child(argv, fds[1], -1, NULL, err_path);
+        exec_child(argv, fds[1], -1, NULL, err_path, nofile);
     }
     close(fds[1]);
     p->out_fd = fds[0];
@@ -79,10 +91,12 @@ int proc_start_err(struct proc *p, const char *const argv[],
             break;
         if (line[len] == '\n' || len + 2 >= sizeof(line)) {
             line[len] = '\0';
+            snprintf(p->line, sizeof(p->line), "%s", line);
             const char *u = strstr(line, "http://");
             /* the first URL on the line is the server's own; record's
              * line names its upstream after it */
-            const char *colon = u ? strchr(u + 7, ':') : NULL;
+            const char *h = u && u[7] == '[' ? strchr(u, ']') : u;
+            const char *colon = h ? strchr(h + (h == u ? 7 : 0), ':') : NULL;
             if (colon)
                 p->port = atoi(colon + 1);
             return p->port > 0 ? 0 : (proc_stop(p), -1);
@@ -144,7 +158,7 @@ int proc_run(const char *const argv[], const char *in_file, struct buf *out,
     if (pid == 0) {
         close(o[0]);
         close(e[0]);
-        exec_child(argv, o[1], e[1], in_file, NULL);
+        exec_child(argv, o[1], e[1], in_file, NULL, 0);
     }
     close(o[1]);
     close(e[1]);

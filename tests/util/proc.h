@@ -14,20 +14,26 @@
 struct proc {
     pid_t pid;
     int port;
-    int out_fd; /* the server's stdout after its first line */
+    int out_fd;     /* the server's stdout after its first line */
+    char line[256]; /* that first line, without its newline */
 };
 
 /* Path of the binary under test: $FIDELITY_BIN, else ./fidelity. */
 const char *fidelity_bin(void);
 /*
  * Starts `fidelity ARGV...` (argv[0] is the subcommand, NULL-terminated),
- * which must print "... listening on http://127.0.0.1:PORT" as its first
- * stdout line within 10 s. Returns 0 and fills p, or -1.
+ * which must print "... listening on http://HOST:PORT" as its first
+ * stdout line within 10 s (HOST may be a bracketed IPv6 address). Returns 0 and
+ * fills p, or -1.
  */
 int proc_start(struct proc *p, const char *const argv[]);
 /* The same, with the server's stderr appended to err_path (NULL: kept). */
 int proc_start_err(struct proc *p, const char *const argv[],
                    const char *err_path);
+/* The same, with the child's descriptor limit (RLIMIT_NOFILE, soft and
+ * hard) set to nofile before exec. */
+int proc_start_nofile(struct proc *p, const char *const argv[],
+                      const char *err_path, long nofile);
 /* SIGTERM, wait up to 5 s, then SIGKILL. Returns the exit status or -1. */
 int proc_stop(struct proc *p);
 /* Runs `fidelity ARGV...` to completion (at most timeout_s), stdout and

@@ -362,6 +362,16 @@ static int serve(struct upstream *u, int fd, const char *method,
         }
         return write_all(fd, "0\r\n\r\n", 5);
     }
+    if (!strncmp(path, "/quiet", 6)) { /* an event, 3.2 s of silence, one */
+        if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1) ||
+            send_chunk(fd, SSE_EVENTS[1], strlen(SSE_EVENTS[1])))
+            return -1;
+        for (int i = 0; i < 320 && !atomic_load(&u->stop); i++)
+            usleep(10000);
+        if (send_chunk(fd, SSE_EVENTS[1], strlen(SSE_EVENTS[1])))
+            return -1;
+        return write_all(fd, "0\r\n\r\n", 5);
+    }
     static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0"
                              "\r\n\r\n";
     return write_all(fd, nf, sizeof(nf) - 1);

@@ -22,7 +22,8 @@
  * without an answer), /resetsized (500 of 1000 announced bytes, then the
  * close), /garbage (a malformed status line), /bighead (the /json body
  * after a 12 KB header field, the head written 1,000 bytes at a time),
- * /hang (no answer for 3 s, then the close). HEAD
+ * /hang (no answer for 3 s, then the close), /quiet (an event of the
+ * /slow stream, 3.2 s of silence, the same event again, the end). HEAD
  * /json gets the head only.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H

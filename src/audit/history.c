@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "audit/audit_int.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 
 static const char *const step_names[] = {"prefix", "echo", "prune",
@@ -330,20 +331,22 @@ static void report_step(struct actx *c, size_t i, const struct audit_step *st,
         break;
     case AUDIT_STEP_PRUNE:
         finding_add(c, AUDIT_WARN, "history.prune", r, ev,
-                    "%zu tool result(s) replaced in place, %lld bytes lost",
-                    st->changed, (long long)st->bytes_lost);
+                    "%zu tool result%s replaced in place, %lld bytes lost",
+                    st->changed, plural_s(st->changed),
+                    (long long)st->bytes_lost);
         break;
     case AUDIT_STEP_COMPACTION:
         finding_add(c, AUDIT_WARN, "history.compaction", r, ev,
-                    "history compacted: %zu of %zu messages removed, "
+                    "history compacted: %zu of %zu message%s removed, "
                     "%zu -> %zu bytes",
-                    st->removed, st->expected, p->msg_bytes, r->msg_bytes);
+                    st->removed, st->expected, plural_s(st->expected),
+                    p->msg_bytes, r->msg_bytes);
         break;
     case AUDIT_STEP_REWRITE:
         finding_add(c, AUDIT_ERROR, "history.rewrite", r, ev,
-                    "history rewritten: %zu message(s) removed from %zu, "
+                    "history rewritten: %zu message%s removed from %zu, "
                     "first difference at message %zu, %lld bytes lost",
-                    st->removed, st->expected, st->kept,
+                    st->removed, plural_s(st->removed), st->expected, st->kept,
                     (long long)st->bytes_lost);
         break;
     }
@@ -411,8 +414,10 @@ static void check_orphans(struct actx *c, size_t i)
     if (json_array_size(fresh))
         finding_add(c, AUDIT_ERROR, "history.orphan", r,
                     json_pack("{s:O}", "orphans", fresh),
-                    "%zu tool call(s)/result(s) without their partner",
-                    json_array_size(fresh));
+                    "%zu %s without %s partner", json_array_size(fresh),
+                    plural(json_array_size(fresh), "tool call or result",
+                           "tool calls or results"),
+                    plural(json_array_size(fresh), "its", "their"));
     json_decref(now);
     json_decref(before);
     json_decref(fresh);

@@ -10,6 +10,7 @@
 
 #include "audit/audit_int.h"
 #include "core/hash.h"
+#include "core/plural.h"
 
 enum rstate { R_EQUAL, R_DROPPED, R_EMPTY, R_INLINE, R_CHANGED, R_NSTATES };
 static const char *const rstate_names[] = {"equal", "dropped", "empty",
@@ -136,9 +137,10 @@ static void one_request(struct actx *c, json_t *idx, size_t i,
                               audit_policy_name(pol), "tools", r->tools, "want",
                               keep ? "keep" : "drop", "turns", turns),
                     "policy %s (%s tools) wants earlier reasoning %s; %zu "
-                    "assistant turn(s) disagree",
+                    "assistant %s",
                     audit_policy_name(pol), r->tools ? "with" : "without",
-                    keep ? "kept" : "dropped", bad);
+                    keep ? "kept" : "dropped", bad,
+                    plural(bad, "turn disagrees", "turns disagree"));
     } else {
         json_decref(turns);
     }

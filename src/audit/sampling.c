@@ -9,6 +9,7 @@
 
 #include "audit/audit_int.h"
 #include "core/buf.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 
 /* OpenAI, vLLM and sglang field names (OpenAI chat completions reference;
@@ -100,9 +101,10 @@ static void report_sent(struct actx *c, const char *model, const char *kind)
                 json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "model", model,
                           "kind", kind, "requests", (json_int_t)n, "sent", sent,
                           "absent", absent, "varied", varied),
-                "%s (%s, %zu request(s)) sent: %s; %zu parameter(s) left to "
+                "%s (%s, %zu request%s) sent: %s; %zu parameter%s left to "
                 "the server default",
-                model, kind, n, line.len ? line.data : "(none)", nabsent);
+                model, kind, n, plural_s(n), line.len ? line.data : "(none)",
+                nabsent, plural_s(nabsent));
     buf_release(&line);
 }
 
@@ -139,8 +141,9 @@ static void report_changes(struct actx *c, const char *model, const char *kind)
                                   "kind", kind, "param", params[p], "values",
                                   steps),
                         "%s changes within the session for %s (%s): %zu "
-                        "value change(s)",
-                        params[p], model, kind, json_array_size(steps) - 1);
+                        "value change%s",
+                        params[p], model, kind, json_array_size(steps) - 1,
+                        plural_s(json_array_size(steps) - 1));
         json_decref(steps);
     }
 }
@@ -215,8 +218,8 @@ static void check_expect(struct actx *c, const char *model, const char *kind)
                           "sent", seen, "mismatched", (json_int_t)bad,
                           "requests", (json_int_t)n, "source",
                           json_object_get(src, key)),
-                "%s: expected %s, sent %s in %zu of %zu %s request(s) of %s%s",
-                key, w, g, bad, n, kind, model,
+                "%s: expected %s, sent %s in %zu of %zu %s request%s of %s%s",
+                key, w, g, bad, n, kind, plural_s(n), model,
                 json_is_null(json_array_get(seen, 0))
                     ? " (the server's default applies)"
                     : "");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "audit/audit_int.h"
+#include "core/plural.h"
 
 static void integrity(struct actx *c, const struct areq *r)
 {
@@ -84,9 +85,9 @@ static void spilled(struct actx *c)
         finding_add(c, AUDIT_WARN, "record.spilled", first,
                     json_pack("{s:I, s:I}", "spilled", (json_int_t)n,
                               "exchanges", (json_int_t)c->n),
-                    "%zu of %zu exchange(s) came from the spill file: the "
+                    "%zu of %zu exchange%s came from the spill file: the "
                     "store failed while recording",
-                    n, c->n);
+                    n, c->n, plural_s(c->n));
 }
 
 void rule_stream(struct actx *c)

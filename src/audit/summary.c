@@ -85,22 +85,23 @@ json_t *audit_session_turns(const struct audit_session *s)
         const struct xchg *x = r[i].x;
         json_array_append_new(
             rows,
-            json_pack("{s:I, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, "
-                      "s:s?, s:i, s:f, s:I, s:I, s:I}",
-                      "request", (json_int_t)x->id, "kind", r[i].kind, "turn",
-                      r[i].turn, "model", r[i].model, "path",
-                      x->path ? x->path : "", "messages", (json_int_t)r[i].nmsg,
-                      "new_messages", (json_int_t)r[i].new_msgs,
-                      "request_bytes", (json_int_t)r[i].msg_bytes,
-                      "prompt_tokens", (json_int_t)r[i].prompt_tokens,
-                      "completion_tokens", (json_int_t)r[i].completion_tokens,
-                      "finish_reason", r[i].finish, "status", x->status,
-                      "ttfb_ms", x->down_ttfb_ms, "reply_bytes",
-                      (json_int_t)(r[i].content ? strlen(r[i].content) : 0),
-                      "reasoning_bytes",
-                      (json_int_t)(r[i].reasoning ? strlen(r[i].reasoning) : 0),
-                      "tool_calls",
-                      (json_int_t)json_array_size(r[i].tool_calls)));
+            json_pack(
+                "{s:I, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, "
+                "s:s?, s:i, s:s*, s:f, s:I, s:I, s:I}",
+                "request", (json_int_t)x->id, "kind", r[i].kind, "turn",
+                r[i].turn, "model", r[i].model, "path", x->path ? x->path : "",
+                "messages", (json_int_t)r[i].nmsg, "new_messages",
+                (json_int_t)r[i].new_msgs, "request_bytes",
+                (json_int_t)r[i].msg_bytes, "prompt_tokens",
+                (json_int_t)r[i].prompt_tokens, "completion_tokens",
+                (json_int_t)r[i].completion_tokens, "finish_reason",
+                r[i].finish, "status", xchg_status_sent(x), "answered_by",
+                !x->status && xchg_status_sent(x) ? "record" : NULL, "ttfb_ms",
+                x->down_ttfb_ms, "reply_bytes",
+                (json_int_t)(r[i].content ? strlen(r[i].content) : 0),
+                "reasoning_bytes",
+                (json_int_t)(r[i].reasoning ? strlen(r[i].reasoning) : 0),
+                "tool_calls", (json_int_t)json_array_size(r[i].tool_calls)));
     }
     areqs_free(r, s->n);
     return rows;

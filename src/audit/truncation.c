@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "audit/audit_int.h"
+#include "core/plural.h"
 #include "core/stats.h"
 #include "core/xalloc.h"
 
@@ -206,8 +207,9 @@ static char *next_action(struct actx *c, size_t i, int64_t *next_id)
             return xstrdup("retried the same request");
         if (n->msg_bytes < r->msg_bytes)
             return xasprintf("retried with %zu fewer bytes (%zu -> %zu "
-                             "messages)",
-                             r->msg_bytes - n->msg_bytes, r->nmsg, n->nmsg);
+                             "message%s)",
+                             r->msg_bytes - n->msg_bytes, r->nmsg, n->nmsg,
+                             plural_s(n->nmsg));
         return xstrdup("sent a longer request");
     }
     return xstrdup("nothing: the session ends here");

@@ -59,8 +59,28 @@ char *cli_url_host(const char *host);
 int cli_parse_long(const char *s, long min, long max, long *out);
 int cli_parse_double(const char *s, double min, double max, double *out);
 
+/* The store options of the commands that save results (probe, drift):
+ * the same names and words in each help. */
+#define CLI_STORE_HELP                                                         \
+    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"    \
+    "  --no-store            save no results in the store and reuse none\n"
+
 /* Writes j (pretty, sorted keys) to path, "-" meaning standard output. */
 int cli_json_write(json_t *j, const char *path, struct diag *d);
+
+/* The readiness request (cmd/ready.c): GETs BASE/v1/models with headers
+ * and waits at most timeout_ms for any answer, drawing on a terminal what it
+ * waits for once the wait passes 2 s. 0 when a JSON answer came (any
+ * status: what it says is for the caller's own requests) or an error
+ * status with no body (a server without /v1/models); else one line
+ * "fidelity CMD: WHAT: ..." says why (unreachable, no answer in time, or an
+ * answer that is not JSON, with its status, content type and first bytes)
+ * and EXIT_UNREACHABLE is returned. */
+#define CLI_READY_TIMEOUT_MS 30000L
+int cli_ready(const char *cmd, const char *what, const char *base,
+              const char *const *headers, long timeout_ms);
+/* Parses --ready-timeout SEC (0.1-86400, fractions allowed) into *ms. */
+int cli_parse_ready_timeout(const char *s, long *ms);
 
 /* True when fd is a terminal and progress lines should be drawn. */
 bool cli_is_tty(int fd);

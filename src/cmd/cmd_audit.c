@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "audit/audit.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 #include "store/store.h"
@@ -148,7 +150,18 @@ static int load_profile(struct audit_args *a)
 {
     json_error_t je;
     struct diag d;
-    json_t *doc = json_load_file(a->profile, 0, &je);
+    struct stat st;
+    FILE *f = fopen(a->profile, "r");
+    if (f && !fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        f = NULL;
+        errno = EISDIR;
+    }
+    if (!f)
+        return cli_usage_error("audit", "cannot read profile '%s': %s",
+                               a->profile, strerror(errno));
+    json_t *doc = json_loadf(f, 0, &je);
+    fclose(f);
     if (!doc)
         return cli_usage_error("audit", "--profile '%s': line %d: %s",
                                a->profile, je.line, je.text);
@@ -212,9 +225,10 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
         fputc('\n', stderr);
     if (refused && !rc)
         fprintf(stderr,
-                "fidelity audit: %s gave no count for %zu request(s); "
-                "those use the bytes-per-token estimate\n",
-                a->tokenize_url, refused);
+                "fidelity audit: %s gave no count for %zu request%s; "
+                "%s the bytes-per-token estimate\n",
+                a->tokenize_url, refused, plural_s(refused),
+                plural(refused, "it uses", "those use"));
     http_client_free(hc);
     return rc;
 }
@@ -237,10 +251,11 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
     for (size_t i = 0; i < set->n; i++) {
         const struct audit_session *s = &set->s[i];
         json_t *row = audit_session_json(s, l);
-        printf("session %s (%s, %zu exchange(s), %d turn(s))\n",
+        int turns = (int)json_integer_value(json_object_get(row, "turns"));
+        printf("session %s (%s, %zu exchange%s, %d turn%s)\n",
                *s->id ? s->id : "(none)",
                json_string_value(json_object_get(row, "harness")), s->n,
-               (int)json_integer_value(json_object_get(row, "turns")));
+               plural_s(s->n), turns, plural_s(turns));
         json_decref(row);
         for (size_t k = 0; k < l->n; k++) {
             const struct audit_finding *f = &l->v[k];
@@ -256,11 +271,11 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
             print_evidence(f->evidence);
         }
     }
-    printf("%zu finding(s): %zu error, %zu warn, %zu info in %zu "
-           "session(s)\n",
-           l->n, audit_list_count(l, AUDIT_ERROR),
+    printf("%zu finding%s: %zu error, %zu warn, %zu info in %zu "
+           "session%s\n",
+           l->n, plural_s(l->n), audit_list_count(l, AUDIT_ERROR),
            audit_list_count(l, AUDIT_WARN) - audit_list_count(l, AUDIT_ERROR),
-           l->n - audit_list_count(l, AUDIT_WARN), set->n);
+           l->n - audit_list_count(l, AUDIT_WARN), set->n, plural_s(set->n));
 }
 
 static json_t *thresholds_json(const struct audit_thresholds *t)

@@ -44,6 +44,9 @@ const char CMD_DRIFT_HELP[] =
     "  --model NAME          model field of requests\n"
     "  --dialect D           auto (default), vllm, echo, sglang, tgi\n"
     "  --timeout SECONDS     per request (default 600)\n"
+    "  --ready-timeout SEC   wait for the first answer of each server\n"
+    "                        (GET /v1/models) before any long request\n"
+    "                        (default 30)\n"
     "corpus:\n"
     "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
     "  --sequences N         built-in conversations (default 4)\n"
@@ -82,9 +85,7 @@ const char CMD_DRIFT_HELP[] =
     "  --flip-margin X (0.2)\n"
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
-    "  --jsonl FILE          one record per compared position\n"
-    "  --db PATH             store (default $FIDELITY_DB or fidelity.db)\n"
-    "  --no-store            do not save the run\n"
+    "  --jsonl FILE          one record per compared position\n" CLI_STORE_HELP
     "\n"
     "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
     "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"
@@ -145,7 +146,8 @@ enum {
     O_JSON,
     O_JSONL,
     O_DB,
-    O_NOSTORE
+    O_NOSTORE,
+    O_READY
 };
 
 static const struct option longopts[] = {
@@ -197,6 +199,7 @@ static const struct option longopts[] = {
     {"jsonl", required_argument, NULL, O_JSONL},
     {"db", required_argument, NULL, O_DB},
     {"no-store", no_argument, NULL, O_NOSTORE},
+    {"ready-timeout", required_argument, NULL, O_READY},
     {NULL, 0, NULL, 0},
 };
 
@@ -205,6 +208,7 @@ struct ctx {
     struct drift_opts o;
     const char *json_path, *jsonl_path, *db_path;
     bool no_store, from_db;
+    long ready_ms;
     FILE *jsonl;
     struct buf line;
     bool tty;
@@ -442,6 +446,10 @@ static int parse(struct ctx *x, int argc, char **argv)
         case O_NOSTORE:
             x->no_store = true;
             break;
+        case O_READY:
+            if (cli_parse_ready_timeout(optarg, &x->ready_ms))
+                return BAD("bad value '%s' for '--ready-timeout'", optarg);
+            break;
         case '?':
         case ':':
             return cli_bad_option("drift", c, argv);
@@ -468,6 +476,26 @@ static int parse(struct ctx *x, int argc, char **argv)
             return rc;
     }
     return 0;
+}
+
+/* The readiness request to one side, with its key and headers. */
+static int ready(const struct drift_side *s, long ms)
+{
+    const char *h[DRIFT_HEADERS_MAX + 2];
+    char *auth =
+        s->api_key ? xasprintf("Authorization: Bearer %s", s->api_key) : NULL;
+    size_t n = 0;
+    if (auth)
+        h[n++] = auth;
+    for (size_t i = 0; i < s->n_headers; i++)
+        h[n++] = s->headers[i];
+    h[n] = NULL;
+    int code = cli_ready("drift", s->label, s->url, h, ms);
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    return code;
 }
 
 static int exit_for(int err)
@@ -548,7 +576,12 @@ int cmd_drift(int argc, char **argv)
     drift_opts_default(&x.o);
     buf_init(&x.line, 0);
     drift_result_init(&r);
+    x.ready_ms = CLI_READY_TIMEOUT_MS;
     code = parse(&x, argc, argv);
+    if (!code)
+        code = ready(&x.g, x.ready_ms);
+    if (!code && strcmp(x.g.url, x.c.url))
+        code = ready(&x.c, x.ready_ms);
     if (code)
         goto out;
     x.tty = cli_is_tty(2);

@@ -18,6 +18,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/hash.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
 #include "store/store.h"
@@ -37,6 +38,9 @@ const char CMD_PROBE_HELP[] =
     "  --header 'N: v'       extra request header (repeatable)\n"
     "  --extra-body JSON     object merged into every chat request\n"
     "  --timeout SEC         per request (default 300)\n"
+    "  --ready-timeout SEC   wait for the first answer of each endpoint\n"
+    "                        (GET /v1/models) before any long request\n"
+    "                        (default 30)\n"
     "  --retries N           on 429, 5xx and connection errors (default 3)\n"
     "  -j, --jobs N          concurrent requests (default 4)\n"
     "grid:\n"
@@ -55,8 +59,8 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
-    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
-    "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below "
+    "PCT\n" CLI_STORE_HELP
     "  --fresh               redo cases already in the store\n"
     "\n"
     "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
@@ -105,7 +109,9 @@ enum {
     OPT_JUNIT,
     OPT_FAILUNDER,
     OPT_DB,
-    OPT_FRESH
+    OPT_FRESH,
+    OPT_READY,
+    OPT_NOSTORE
 };
 
 struct opts {
@@ -113,10 +119,10 @@ struct opts {
     const char *junit, *db;
     const char *headers[48];
     size_t n_headers;
-    long timeout_ms, retries, jobs, repeats, max_tokens, max_context;
+    long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh;
+    bool dry, fresh, no_store;
     struct probe_grid_opts g;
     unsigned lengths[32];
     int depths[32];
@@ -241,6 +247,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fail-under", required_argument, NULL, OPT_FAILUNDER},
         {"db", required_argument, NULL, OPT_DB},
         {"fresh", no_argument, NULL, OPT_FRESH},
+        {"ready-timeout", required_argument, NULL, OPT_READY},
+        {"no-store", no_argument, NULL, OPT_NOSTORE},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -249,6 +257,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->ready_ms = CLI_READY_TIMEOUT_MS;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -287,6 +296,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (cli_parse_double(optarg, 0.1, 86400, &dv))
                 return BAD("--timeout", "seconds between 0.1 and 86400");
             o->timeout_ms = lround(dv * 1000);
+            break;
+        case OPT_READY:
+            if (cli_parse_ready_timeout(optarg, &o->ready_ms))
+                return BAD("--ready-timeout", "seconds between 0.1 and 86400");
             break;
         case OPT_RETRIES:
             if (cli_parse_long(optarg, 0, 10, &o->retries))
@@ -355,6 +368,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_FRESH:
             o->fresh = true;
+            break;
+        case OPT_NOSTORE:
+            o->no_store = true;
             break;
         default:
             return cli_bad_option("probe", c, argv);
@@ -458,9 +474,10 @@ static void print_plan(FILE *out, const struct opts *o,
     }
     unsigned ends = base ? 2 : 1;
     fprintf(out,
-            "plan: %zu cases x %u endpoint%s = %zu chat requests, "
+            "plan: %zu case%s x %u endpoint%s = %zu chat request%s, "
             "%llu prompt tokens in all\n  kinds:",
-            n, ends, ends > 1 ? "s" : "", n * ends, tokens * ends);
+            n, plural_s(n), ends, plural_s(ends), n * ends, plural_s(n * ends),
+            tokens * ends);
     for (int k = 0; k < PROBE_NKINDS; k++)
         if (per[k])
             fprintf(out, " %s %zu", probe_kind_name(k), per[k]);
@@ -576,19 +593,20 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                        !strncmp(in->res[i].error, "cannot reach", 12);
         }
     fprintf(out,
-            "\n%zu of %zu cases finished (%zu from the store, %zu chat "
-            "requests sent), pass rate %.1f%%\n",
-            done, in->n, run->cached, run->sent, rate);
+            "\n%zu of %zu case%s finished (%zu from the store, %zu chat "
+            "request%s sent), pass rate %.1f%%\n",
+            done, in->n, plural_s(in->n), run->cached, run->sent,
+            plural_s(run->sent), rate);
     if (done && unreach == done)
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
     if (run->interrupted) {
         fprintf(stderr,
-                "fidelity probe: interrupted: %zu of %zu cases "
+                "fidelity probe: interrupted: %zu of %zu case%s "
                 "finished and stored; run the same command again "
                 "to finish\n",
-                done, in->n);
+                done, in->n, plural_s(in->n));
         return EXIT_FAIL;
     }
     if (rate < o->fail_under) {
@@ -610,7 +628,13 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     size_t n = 0;
     struct diag d;
     sqlite3 *db = NULL;
-    int code = connect_ep(ep, c, o->dry, "endpoint");
+    int code =
+        cli_ready("probe", "endpoint", ep->url, ep->headers, o->ready_ms);
+    if (!code && base)
+        code = cli_ready("probe", "baseline", base->url, base->headers,
+                         o->ready_ms);
+    if (!code)
+        code = connect_ep(ep, c, o->dry, "endpoint");
     if (!code && base)
         code = connect_ep(base, c, o->dry, "baseline");
     if (code)
@@ -632,9 +656,10 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         goto out;
     }
     const char *path = o->db ? o->db : store_default_path();
-    if (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-        probe_store_endpoint(db, ep, &d) ||
-        (base && probe_store_endpoint(db, base, &d))) {
+    if (!o->no_store &&
+        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
+         probe_store_endpoint(db, ep, &d) ||
+         (base && probe_store_endpoint(db, base, &d)))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }

@@ -13,6 +13,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "record/record.h"
 #include "store/store.h"
@@ -305,11 +306,11 @@ int cmd_record(int argc, char **argv)
     record_get_stats(r, &st);
     record_free(r);
     fprintf(stderr,
-            "fidelity record: stopped; %llu exchanges, %llu stored, %llu "
+            "fidelity record: stopped; %llu exchange%s, %llu stored, %llu "
             "spilled to '%s', %llu lost\n",
-            (unsigned long long)st.exchanges, (unsigned long long)st.stored,
-            (unsigned long long)st.spilled, o.spill_path,
-            (unsigned long long)st.lost);
+            (unsigned long long)st.exchanges, plural_s(st.exchanges),
+            (unsigned long long)st.stored, (unsigned long long)st.spilled,
+            o.spill_path, (unsigned long long)st.lost);
     if (rc)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
     else

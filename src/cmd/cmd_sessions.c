@@ -14,6 +14,7 @@
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
 #include "core/buf.h"
+#include "core/plural.h"
 #include "store/store.h"
 
 const char CMD_SESSIONS_HELP[] =
@@ -82,7 +83,8 @@ static void print_table(json_t *rows)
             (long long)json_integer_value(json_object_get(f, "error")),
             (long long)json_integer_value(json_object_get(f, "warn")));
     }
-    printf("%zu session(s)\n", json_array_size(rows));
+    printf("%zu session%s\n", json_array_size(rows),
+           plural_s(json_array_size(rows)));
     buf_release(&kinds);
     buf_release(&models);
 }

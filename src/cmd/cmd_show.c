@@ -14,6 +14,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
+#include "core/plural.h"
 #include "store/store.h"
 
 const char CMD_SHOW_HELP[] =
@@ -22,8 +23,10 @@ const char CMD_SHOW_HELP[] =
     "Prints one recorded session turn by turn: for each exchange its id,\n"
     "kind (main, title, compaction, subagent, other), user turn, number of\n"
     "messages (+ new ones), request bytes, prompt and completion tokens,\n"
-    "finish reason, HTTP status and time to first byte, with the audit's\n"
-    "findings (default options) under the request they are about.\n"
+    "finish reason, HTTP status the client got (a 502 or 504 'record'\n"
+    "answered itself is marked so) and time to first byte, '-' for what is\n"
+    "not known, with the audit's findings (default options) under the\n"
+    "request they are about.\n"
     "'fidelity sessions' lists the session ids.\n"
     "\n"
     "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
@@ -37,6 +40,16 @@ const char CMD_SHOW_HELP[] =
 static long long geti(json_t *o, const char *k)
 {
     return (long long)json_integer_value(json_object_get(o, k));
+}
+
+/* A count of the turn, or "-" when it is not known (negative). */
+static const char *num(json_t *t, const char *k, char *out, size_t n)
+{
+    json_t *v = json_object_get(t, k);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return "-";
+    snprintf(out, n, "%lld", (long long)json_integer_value(v));
+    return out;
 }
 
 static void print_findings(const struct audit_list *l, long long request)
@@ -53,22 +66,29 @@ static void print_session(const struct audit_session *s, json_t *turns,
     json_t *sum = audit_session_json(s, l);
     size_t i;
     json_t *t;
-    printf("session %s  harness %s  %zu exchange(s)\n", s->id,
-           json_string_value(json_object_get(sum, "harness")), s->n);
+    printf("session %s  harness %s  %zu exchange%s\n", s->id,
+           json_string_value(json_object_get(sum, "harness")), s->n,
+           plural_s(s->n));
     json_decref(sum);
     print_findings(l, 0);
     json_array_foreach(turns, i, t)
     {
         const char *fin =
             json_string_value(json_object_get(t, "finish_reason"));
-        printf("#%-5lld %-10s turn %-3lld %3lld msgs (+%lld) %8lld B  "
-               "prompt %6lld  compl %5lld  %-10s %3lld  ttfb %.0f ms\n",
-               geti(t, "request"),
-               json_string_value(json_object_get(t, "kind")), geti(t, "turn"),
-               geti(t, "messages"), geti(t, "new_messages"),
-               geti(t, "request_bytes"), geti(t, "prompt_tokens"),
-               geti(t, "completion_tokens"), fin ? fin : "-", geti(t, "status"),
-               json_number_value(json_object_get(t, "ttfb_ms")));
+        const char *by = json_string_value(json_object_get(t, "answered_by"));
+        char pt[24], ct[24], st[24], ttfb[32] = "-";
+        double ms = json_number_value(json_object_get(t, "ttfb_ms"));
+        if (geti(t, "status") > 0 && ms >= 0 && !by)
+            snprintf(ttfb, sizeof(ttfb), "%.0f ms", ms);
+        printf(
+            "#%-5lld %-10s turn %-3lld %3lld msgs (+%lld) %8lld B  "
+            "prompt %6s  compl %5s  %-10s %3s  ttfb %s%s\n",
+            geti(t, "request"), json_string_value(json_object_get(t, "kind")),
+            geti(t, "turn"), geti(t, "messages"), geti(t, "new_messages"),
+            geti(t, "request_bytes"), num(t, "prompt_tokens", pt, sizeof(pt)),
+            num(t, "completion_tokens", ct, sizeof(ct)), fin ? fin : "-",
+            geti(t, "status") > 0 ? num(t, "status", st, sizeof(st)) : "-",
+            ttfb, by ? "  (answered by record: no upstream response)" : "");
         print_findings(l, geti(t, "request"));
     }
 }

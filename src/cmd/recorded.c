@@ -8,6 +8,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/recorded.h"
+#include "core/plural.h"
 #include "record/record.h"
 #include "store/store.h"
 
@@ -45,9 +46,9 @@ int recorded_replay(const char *cmd, const char *db, const char *spill)
     }
     if (n)
         fprintf(stderr,
-                "fidelity %s: committed %llu exchanges that a 'fidelity "
+                "fidelity %s: committed %llu exchange%s that a 'fidelity "
                 "record' which did not stop left in '%s-intake'\n",
-                cmd, (unsigned long long)n, db);
+                cmd, (unsigned long long)n, plural_s(n), db);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/plural.h"
 #include "drift/drift.h"
 
 const char *drift_attr_name(enum drift_attr a)
@@ -149,10 +150,11 @@ static void gather(const struct drift_result *r, struct facts *f)
 static void point_words(const struct drift_dpoint *p, struct buf *b)
 {
     buf_printf(b,
-               "at prompt %u (%u sequences, %u steps) prefill vs prefill %s "
+               "at prompt %u (%u sequence%s, %u step%s) prefill vs prefill %s "
                "(excess KL %.2e), decode vs golden prefill %s (excess KL "
                "%.2e)",
-               p->prompt, p->seqs, p->generated,
+               p->prompt, p->seqs, plural_s(p->seqs), p->generated,
+               plural_s(p->generated),
                drift_verdict_name(p->verdict[DRIFT_DP_PP]),
                p->excess[DRIFT_DP_PP].kl_mean,
                drift_verdict_name(p->verdict[DRIFT_DP_DG]),
@@ -315,9 +317,10 @@ static void unattributed_words(const struct drift_result *r,
                 !is_off(dc->point[k].verdict[DRIFT_DP_PP]))
                 buf_printf(b,
                            "the prefill comparison at prompt %u (%u "
-                           "steps) does not show the bucket's difference "
+                           "step%s) does not show the bucket's difference "
                            "on its own; ",
-                           dc->point[k].prompt, dc->point[k].generated);
+                           dc->point[k].prompt, dc->point[k].generated,
+                           plural_s(dc->point[k].generated));
     }
     while (b->len >= 2 && !strcmp(b->data + b->len - 2, "; "))
         b->len -= 2, b->data[b->len] = '\0';

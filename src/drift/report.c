@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "drift/dstore.h"
 
@@ -158,8 +159,9 @@ static void growth_block(const struct drift_result *r, struct buf *b)
     else
         buf_printf(b,
                    "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
-                   "replicates over whole sequences)",
-                   g->slope, g->lo, g->hi, g->points, g->replicates);
+                   "replicate%s over whole sequences)",
+                   g->slope, g->lo, g->hi, g->points, g->replicates,
+                   plural_s(g->replicates));
     buf_printf(b, " -> %s\n", arm_verdict(g->verdict));
     buf_printf(b, "growth: shape %s", drift_shape_name(g->shape));
     if (g->shape == DRIFT_SHAPE_CONSTANT)
@@ -185,8 +187,9 @@ static void skips(const struct drift_result *r, struct buf *b)
     for (int a = 0; a < DRIFT_ARMS; a++)
         for (int k = 0; k < DRIFT_SKIPS; k++)
             if (r->an.skipped[a][k])
-                buf_printf(b, "skipped: %s arm, %llu positions %s\n", arm[a],
-                           (unsigned long long)r->an.skipped[a][k], why[k]);
+                buf_printf(b, "skipped: %s arm, %llu position%s %s\n", arm[a],
+                           (unsigned long long)r->an.skipped[a][k],
+                           plural_s(r->an.skipped[a][k]), why[k]);
 }
 
 static void decode_block(const struct drift_result *r, struct buf *b)
@@ -198,9 +201,10 @@ static void decode_block(const struct drift_result *r, struct buf *b)
     if (!dc->ran)
         return;
     buf_printf(b,
-               "\n====== Decode path (%u sequences, %u generated tokens) "
+               "\n====== Decode path (%u sequence%s, %u generated token%s) "
                "======\n",
-               dc->seqs, dc->generated);
+               dc->seqs, plural_s(dc->seqs), dc->generated,
+               plural_s(dc->generated));
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         const struct drift_bsum *s = &dc->sum[k];
         if (dc->verdict[k] == DRIFT_NA) {
@@ -216,10 +220,11 @@ static void decode_block(const struct drift_result *r, struct buf *b)
     for (unsigned i = 0; i < dc->n_points; i++) {
         const struct drift_dpoint *p = &dc->point[i];
         buf_printf(b,
-                   "at prompt %-6u (%s%u sequences, %u steps): PP %s %.2e, "
-                   "DG %s %.2e",
+                   "at prompt %-6u (%s%u sequence%s, %u step%s): PP %s "
+                   "%.2e, DG %s %.2e",
                    p->prompt, p->diverged ? "where prefill diverged, " : "",
-                   p->seqs, p->generated, arm_verdict(p->verdict[DRIFT_DP_PP]),
+                   p->seqs, plural_s(p->seqs), p->generated,
+                   plural_s(p->generated), arm_verdict(p->verdict[DRIFT_DP_PP]),
                    p->excess[DRIFT_DP_PP].kl_mean,
                    arm_verdict(p->verdict[DRIFT_DP_DG]),
                    p->excess[DRIFT_DP_DG].kl_mean);
@@ -256,9 +261,10 @@ static void harm_block(const struct drift_result *r, struct buf *b)
     if (!isnan(h->lo))
         buf_printf(b, ", 95%% interval [%.3e, %.3e]", h->lo, h->hi);
     buf_printf(b,
-               " over %llu positions of both paths; decisive flips per "
+               " over %llu position%s of both paths; decisive flips per "
                "1,000: %.3f\n",
-               (unsigned long long)h->positions, h->flips_per_1k);
+               (unsigned long long)h->positions, plural_s(h->positions),
+               h->flips_per_1k);
 }
 
 static void det_block(const struct drift_result *r, struct buf *b)
@@ -273,9 +279,10 @@ static void det_block(const struct drift_result *r, struct buf *b)
         if (!s->ran)
             continue;
         for (int ph = 0; ph < 2; ph++) {
-            buf_printf(b, "%-9s %-10s: %u requests, %u distinct outputs",
+            buf_printf(b, "%-9s %-10s: %u request%s, %u distinct output%s",
                        side[k], ph ? "under load" : "alone", s->n,
-                       s->distinct[ph]);
+                       plural_s(s->n), s->distinct[ph],
+                       plural_s(s->distinct[ph]));
             if (s->first_diff[ph] >= 0)
                 buf_printf(b, ", first differing token %ld", s->first_diff[ph]);
             if (s->prompt_checked)
@@ -293,8 +300,8 @@ static void det_block(const struct drift_result *r, struct buf *b)
                    : bv ? "BATCH-VARIANT (differs only under load)"
                         : "deterministic");
         if (s->failed)
-            buf_printf(b, "%-9s failures  : %u requests failed\n", side[k],
-                       s->failed);
+            buf_printf(b, "%-9s failures  : %u request%s failed\n", side[k],
+                       s->failed, plural_s(s->failed));
     }
 }
 
@@ -311,8 +318,9 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
                drift_dialect_name(c->dialect));
     free(gu);
     free(cu);
-    buf_printf(b, "corpus   : %u sequences, %llu positions\n", r->sequences,
-               (unsigned long long)r->positions);
+    buf_printf(b, "corpus   : %u sequence%s, %llu position%s\n", r->sequences,
+               plural_s(r->sequences), (unsigned long long)r->positions,
+               plural_s(r->positions));
     if (!r->prefill)
         buf_printf(b, "note     : %s\n", r->fallback_why);
     buf_printf(b, "\n");
@@ -327,7 +335,8 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
     harm_block(r, b);
     det_block(r, b);
     if (nw) {
-        buf_printf(b, "\n%zu worst positions (candidate KL):\n", nw);
+        buf_printf(b, "\n%zu worst position%s (candidate KL):\n", nw,
+                   plural_s(nw));
         buf_printf(b, "%4s %8s %8s %11s %10s  %s\n", "seq", "pos", "offset",
                    "KL", "dlogp", "token -> golden top1 / candidate top1");
     }

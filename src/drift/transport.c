@@ -148,11 +148,16 @@ static int call_raw(struct drift_side *s, const char *path, json_t *body,
         diag_prefix(d, "%s", s->label);
     } else if (resp->status < 200 || resp->status > 299) {
         json_error_t jerr;
+        char line[sizeof(d->msg)];
         json_t *e = json_loadb(resp->body.data ? resp->body.data : "",
                                resp->body.len, 0, &jerr);
-        ret =
-            diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s", s->label,
-                     url, resp->status, e ? err_text(e) : buf_str(&resp->body));
+        if (e)
+            ret = diag_set(d, EPROTO, "%s: %s answered HTTP %ld: %.200s",
+                           s->label, url, resp->status, err_text(e));
+        else
+            ret = diag_set(
+                d, EPROTO, "%s: %s", s->label,
+                http_resp_describe(resp, url, "an error", line, sizeof(line)));
         json_decref(e);
     }
     if (ret)
@@ -179,11 +184,14 @@ int drift_side_call(struct drift_side *s, const char *path, json_t *body,
         drift_json_sanitize(resp.body.data, resp.body.len);
         *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len,
                           0, &jerr);
-        if (!*out)
-            ret = diag_set(d, EBADMSG,
-                           "%s: %s%s answered with a body that is not JSON "
-                           "(%s)",
-                           s->label, s->url, path, jerr.text);
+        if (!*out) {
+            char line[sizeof(d->msg)], *url = xasprintf("%s%s", s->url, path);
+            ret = diag_set(
+                d, EBADMSG, "%s: %s", s->label,
+                http_resp_describe(&resp, url, "not JSON", line, sizeof(line)));
+            free(url);
+            redact_msg(s, d);
+        }
     }
     http_resp_release(&resp);
     return ret;

@@ -6,8 +6,11 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/xalloc.h"
 
@@ -71,6 +74,15 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     return sz * n;
 }
 
+static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
+                   curl_off_t un)
+{
+    const struct http_req *req = ud;
+    (void)dt, (void)dn, (void)ut, (void)un;
+    req->on_wait(req->wait_ud);
+    return 0;
+}
+
 int http_do(struct http_client *c, const struct http_req *req,
             struct http_resp *resp, struct diag *d)
 {
@@ -94,6 +106,11 @@ int http_do(struct http_client *c, const struct http_req *req,
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, &resp->headers);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    if (req->on_wait) {
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xfer);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, req);
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    }
     if (req->method && strcmp(req->method, "GET"))
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
     if (req->body) {
@@ -131,6 +148,50 @@ int http_do(struct http_client *c, const struct http_req *req,
     }
     curl_slist_free_all(hdrs);
     return ret;
+}
+
+char *http_resp_ctype(const struct http_resp *r, char *out, size_t n)
+{
+    const char *h = buf_str(&r->headers);
+    out[0] = '\0';
+    for (const char *l = h; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : l) {
+        if (strncasecmp(l, "content-type:", 13))
+            continue;
+        const char *v = l + 13;
+        v += strspn(v, " \t");
+        size_t k = strcspn(v, ";\r\n");
+        while (k && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+            k--;
+        snprintf(out, n, "%.*s", (int)k, v);
+        break;
+    }
+    return out;
+}
+
+char *http_resp_describe(const struct http_resp *r, const char *url,
+                         const char *what, char *out, size_t n)
+{
+    char ct[128], head[HTTP_DESCRIBE_BYTES + 1];
+    size_t k = 0;
+    bool space = false;
+    for (size_t i = 0; i < r->body.len && k < HTTP_DESCRIBE_BYTES; i++) {
+        unsigned char ch = (unsigned char)r->body.data[i];
+        if (ch == ' ' || (ch >= '\t' && ch <= '\r')) {
+            space = k > 0;
+            continue;
+        }
+        if (ch < 0x20 || ch > 0x7e)
+            continue;
+        if (space && k < HTTP_DESCRIBE_BYTES - 1)
+            head[k++] = ' ';
+        space = false;
+        head[k++] = (char)ch;
+    }
+    head[k] = '\0';
+    http_resp_ctype(r, ct, sizeof(ct));
+    snprintf(out, n, "'%s' answered HTTP %ld (%s), %s: '%s'", url, r->status,
+             ct[0] ? ct : "no content type", what, head);
+    return out;
 }
 
 void http_json_headers(const char **hdrs, const char *const *extra)
@@ -173,17 +234,10 @@ int http_json(struct http_client *c, const char *url, json_t *body,
     *out = json_loadb(resp.body.data ? resp.body.data : "", resp.body.len, 0,
                       &jerr);
     if (!*out) {
-        char head[81];
-        size_t k = resp.body.len < 80 ? resp.body.len : 80;
-        memcpy(head, resp.body.data ? resp.body.data : "", k);
-        head[k] = '\0';
-        for (size_t i = 0; i < k; i++)
-            if (head[i] == '\n' || head[i] == '\r')
-                head[i] = ' ';
-        ret = diag_set(d, EBADMSG,
-                       "'%s' answered HTTP %ld with a body that is not JSON "
-                       "(%s): '%s'",
-                       url, resp.status, jerr.text, head);
+        char line[sizeof(d->msg)];
+        ret = diag_set(
+            d, EBADMSG, "%s",
+            http_resp_describe(&resp, url, "not JSON", line, sizeof(line)));
     }
 out:
     free(text);

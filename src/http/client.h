@@ -23,6 +23,10 @@ struct http_req {
     const char *const *headers; /* "Name: value" strings, NULL-terminated */
     long timeout_ms;            /* whole request; 0 means 300 s */
     size_t max_body;            /* cap on the response body; 0: 256 MiB */
+    /* Called several times a second while the request is under way (NULL:
+     * never); for a caller that shows what it waits for. */
+    void (*on_wait)(void *ud);
+    void *wait_ud;
 };
 
 struct http_resp {
@@ -46,6 +50,22 @@ void http_resp_release(struct http_resp *r);
  */
 int http_do(struct http_client *c, const struct http_req *req,
             struct http_resp *resp, struct diag *d);
+
+/*
+ * The response's Content-Type value (without parameters) into out, or ""
+ * when it has none. Returns out.
+ */
+char *http_resp_ctype(const struct http_resp *r, char *out, size_t n);
+
+/*
+ * One line on an answer that was not what was asked for, into out:
+ * "'URL' answered HTTP 200 (text/html), WHAT: '<first 80 printable bytes>'"
+ * (runs of white space become one space, other bytes outside printable
+ * ASCII are left out; "no content type" when it had none). Returns out.
+ */
+#define HTTP_DESCRIBE_BYTES 80
+char *http_resp_describe(const struct http_resp *r, const char *url,
+                         const char *what, char *out, size_t n);
 
 /*
  * Fills hdrs (room for HTTP_JSON_HEADERS_MAX entries) with

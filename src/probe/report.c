@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/plural.h"
 #include "core/stats.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
@@ -563,8 +564,8 @@ static void explain(FILE *out, const struct probe_report_in *in,
             fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
                     err ? err : "?");
         if (t.no_ctx)
-            fprintf(out, " %u replies said there was no earlier context;",
-                    t.no_ctx);
+            fprintf(out, " %u %s said there was no earlier context;", t.no_ctx,
+                    plural(t.no_ctx, "reply", "replies"));
         fputc('\n', out);
     }
     if (!any)

@@ -34,6 +34,7 @@
 #include <zlib.h>
 
 #include "core/buf.h"
+#include "core/plural.h"
 #include "core/xalloc.h"
 #include "record/classify.h"
 #include "record/front.h"
@@ -1103,7 +1104,7 @@ static void reply_error(struct ex *e, enum xchg_end end)
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
              e->r->upstream, what,
              e->curl_err[0] ? e->curl_err : "no response");
-    send_json_error(e->fc, end == XCHG_TIMEOUT ? 504 : 502, type, msg);
+    send_json_error(e->fc, xchg_own_status(end), type, msg);
 }
 
 /* The client side of a finished exchange, once it is stored or in the
@@ -2170,20 +2171,21 @@ static int replay_intake(struct record *r, uint64_t *n, struct diag *d)
     *n = p.stored + p.spilled + p.lost;
     if (*n || torn)
         logf_(r,
-              "intake log '%s': %llu exchanges a record that did not stop "
-              "left were committed (%llu to the spill file, %llu lost); "
+              "intake log '%s': %llu exchange%s a record that did not stop "
+              "left %s committed (%llu to the spill file, %llu lost); "
               "%llu bytes of an unfinished append ignored",
-              r->intake->path, (unsigned long long)p.stored,
-              (unsigned long long)p.spilled, (unsigned long long)p.lost,
-              (unsigned long long)torn);
+              r->intake->path, (unsigned long long)p.stored, plural_s(p.stored),
+              plural(p.stored, "was", "were"), (unsigned long long)p.spilled,
+              (unsigned long long)p.lost, (unsigned long long)torn);
     if (rc)
         return -1;
     if (p.lost) {
         diag_set(d, EIO,
-                 "cannot commit %llu exchanges of the intake log '%s' to the "
+                 "cannot commit %llu exchange%s of the intake log '%s' to the "
                  "store or the spill file '%s'; the log is kept for the next "
                  "try",
-                 (unsigned long long)p.lost, r->intake->path, r->o.spill_path);
+                 (unsigned long long)p.lost, plural_s(p.lost), r->intake->path,
+                 r->o.spill_path);
         return -1;
     }
     return intake_reset(r->intake, d) ? -1 : 0;

@@ -204,6 +204,18 @@ const char *xchg_end_name(enum xchg_end e)
     return "unknown";
 }
 
+int xchg_own_status(enum xchg_end e)
+{
+    return e == XCHG_TIMEOUT ? 504 : 502;
+}
+
+int xchg_status_sent(const struct xchg *x)
+{
+    if (x->status || x->end == XCHG_COMPLETE || x->end == XCHG_CLIENT_GONE)
+        return x->status;
+    return xchg_own_status(x->end);
+}
+
 struct xchg_cache *xchg_cache_new(void)
 {
     return xcalloc(1, sizeof(struct xchg_cache));

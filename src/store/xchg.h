@@ -107,6 +107,13 @@ struct xchg {
 void xchg_init(struct xchg *x);
 void xchg_release(struct xchg *x);
 const char *xchg_end_name(enum xchg_end e);
+/* The status record answers a client with itself when no response head
+ * came from upstream (record/proxy.c): 504 after a timeout, else 502. */
+int xchg_own_status(enum xchg_end e);
+/* The status the client got: upstream's, else record's own (above) when
+ * the exchange ended without a response head and the client was still
+ * there; 0 when it got none. */
+int xchg_status_sent(const struct xchg *x);
 
 /* Creates the tables when missing. */
 int xchg_schema(sqlite3 *db, struct diag *d);

@@ -273,6 +273,59 @@ static void test_profile_file(void **state)
     buf_release(&err);
 }
 
+/* Counts of one read "1 exchange", "1 turn", "1 request", "1 session":
+ * no "(s)" and no "1 exchanges". */
+static void test_plural_of_one(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    char *one = xasprintf("%s/one.db", dir);
+    sqlite3 *db;
+    struct diag d;
+    struct xchg x;
+    assert_int_equal(store_open(one, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    xb_init(&x, 0, "ses_one",
+            xb_body("m", json_pack("[o]", xb_msg("user", "Hello there."))));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "Hi.", NULL, NULL, 10, 2, "stop");
+    assert_int_equal(xchg_put(db, &x, &d), 0);
+    xb_release(&x);
+    store_close(db);
+    const char *argv[] = {"audit", "--db", one, "--fail-on", "never", NULL};
+    assert_int_equal(run(argv, &out, &err), EXIT_PASS);
+    print_message("%s", out.data);
+    assert_non_null(strstr(out.data, "session ses_one (test-harness/1.0, "
+                                     "1 exchange, 1 turn)\n"));
+    assert_non_null(strstr(out.data, "m (main, 1 request) sent: (none); "));
+    assert_non_null(strstr(out.data, " parameters left to the server"));
+    assert_non_null(strstr(out.data, " info in 1 session\n"));
+    assert_null(strstr(out.data, "(s)"));
+    free(one);
+    buf_release(&out);
+    buf_release(&err);
+}
+
+/* A profile that cannot be read: the file and the reason, no JSON line. */
+static void test_missing_profile_names_file_and_reason(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *miss[] = {"audit",     "--db",          db_path,
+                          "--profile", "/missing.json", NULL};
+    assert_int_equal(run(miss, &out, &err), EXIT_USAGE);
+    assert_non_null(strstr(err.data, "fidelity audit: cannot read profile "
+                                     "'/missing.json': No such file or "
+                                     "directory\n"));
+    assert_null(strstr(err.data, "line"));
+    const char *isdir[] = {"audit", "--db", db_path, "--profile", dir, NULL};
+    assert_int_equal(run(isdir, &out, &err), EXIT_USAGE);
+    assert_non_null(strstr(err.data, "': Is a directory\n"));
+    assert_null(strstr(err.data, "line"));
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_sessions_and_show(void **state)
 {
     (void)state;
@@ -376,6 +429,8 @@ int main(void)
         cmocka_unit_test(test_bad_input_is_usage_error),
         cmocka_unit_test(test_store_errors_exit_4),
         cmocka_unit_test(test_profile_file),
+        cmocka_unit_test(test_missing_profile_names_file_and_reason),
+        cmocka_unit_test(test_plural_of_one),
         cmocka_unit_test(test_sessions_and_show),
         cmocka_unit_test(test_spill_file_is_audited),
     };

@@ -111,6 +111,34 @@ static void test_text_report_matches_golden(void **state)
     free(bres);
 }
 
+/* One reply that said there was no earlier context: "1 reply said". */
+static void test_text_report_plural_of_one(void **state)
+{
+    (void)state;
+    struct probe_spec *specs;
+    struct probe_result *res, *bres;
+    size_t n, kept = 0;
+    fixture(&specs, &n, &res, &bres);
+    for (size_t i = 0; i < n; i++)
+        if (res[i].no_context && kept++)
+            res[i].no_context = false;
+    assert_int_equal(kept, 4);
+    struct probe_endpoint ep;
+    probe_endpoint_init(&ep, "http://127.0.0.1:8000");
+    ep.model = strdup("m");
+    ep.max_model_len = 32768;
+    struct probe_report_in in = {.ep = &ep, .specs = specs, .res = res, .n = n};
+    char *text = render(&in);
+    assert_non_null(strstr(text, " 1 reply said there was no earlier "
+                                 "context;"));
+    assert_null(strstr(text, "1 replies"));
+    free(text);
+    probe_endpoint_release(&ep);
+    free(specs);
+    free(res);
+    free(bres);
+}
+
 static json_t *find_cell(json_t *cells, long len, long depth)
 {
     size_t i;
@@ -185,6 +213,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_report_matches_golden),
+        cmocka_unit_test(test_text_report_plural_of_one),
         cmocka_unit_test(test_json_statistics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,19 +7,21 @@ PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 # Debian packages: what the build needs, then every real part the tests
 # use (TLS upstreams served by openssl, man pages rendered by man-db and
-# groff, npm for the opencode CLI). `make deps` installs them all.
+# groff, npm for the opencode CLI, chromium for the report's browser
+# tests). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl man-db groff-base nodejs npm
-# Report tests (when they exist): add chromium here.
+            openssl man-db groff-base nodejs npm chromium
 # Bisect tests (when they exist): add slurm-wlm and munge here.
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
 NPM_DEPS := tests/e2e/opencode/install.sh
 # What only the benchmarks in bench/ use, installed by `make bench-deps`:
 # the peers they measure against (nginx, mitmproxy), the load generator
-# (wrk), python3 for their helpers, valgrind, strace and GNU time.
-BENCH_DEBS := nginx-light wrk mitmproxy python3 valgrind strace time
+# (wrk), python3 for their helpers and matplotlib (the peer of
+# bench/report.sh), valgrind, strace and GNU time.
+BENCH_DEBS := nginx-light wrk mitmproxy python3 python3-matplotlib valgrind \
+              strace time
 
 CC      ?= cc
 ifdef SANITIZE
@@ -52,7 +54,8 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 TEST_STAMP := $(BUILD)/.test-deps-ok
 
-.PHONY: all deps deps-debs bench-deps test check-format format demo demo-sim clean man install uninstall
+.PHONY: all deps deps-debs bench-deps test check-format format demo demo-sim clean man install uninstall \
+        golden-report
 all: fidelity man
 
 # $(call apt_deps,NAME,PACKAGES): the missing Debian packages installed
@@ -167,6 +170,12 @@ install: $(BIN) $(MAN_GEN)
 
 uninstall:
 	rm -f $(DESTDIR)$(bindir)/fidelity $(MAN_PAGES:%=$(DESTDIR)$(man1dir)/%)
+
+# The report's golden files (tests/report/golden/), rewritten from seeded
+# runs against fidelity sim; review the diff before committing it.
+golden-report: $(BIN) $(BUILD)/tests/report/test_report_e2e
+	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
+	  sh tests/run.sh $(BUILD)/tests/report/test_report_e2e
 
 CLANG_FORMAT ?= clang-format
 FMT_FILES = $(wildcard src/*.c src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h)

@@ -3,8 +3,9 @@
 # processes on free ports (a healthy one, and one that silently drops the
 # middle of any prompt past 8k tokens), runs `fidelity probe` with the
 # faulty one as endpoint and the healthy one as baseline on a small grid,
-# prints where the faulty one breaks and why, and stops both sims (also on
-# Ctrl-C or failure).
+# prints where the faulty one breaks and why, writes the HTML report
+# (report.html in the repository root, or $REPORT) and prints its path, and
+# stops both sims (also on Ctrl-C or failure).
 set -eu
 cd "$(dirname "$0")/.."
 make -s fidelity >/dev/null
@@ -32,6 +33,7 @@ start() {
     [ -n "$url" ] || { echo "demo: sim '$name' did not start"; cat "$tmp/$name.log"; exit 1; }
 }
 
+report=${REPORT:-$PWD/report.html}
 start healthy
 healthy=$url
 start faulty --context-limit 8192 --overflow middle
@@ -42,7 +44,7 @@ echo
 "$bin" probe --endpoint "$faulty" --baseline "$healthy" \
     --kinds needle,multi-needle,canary,first-message,variables \
     --lengths 2k,4k,8k,16k,32k --depths 0,25,50,75,100 \
-    --db "$tmp/demo.db" --json "$tmp/probe.json"
+    --db "$tmp/demo.db" --json "$tmp/probe.json" --report "$report"
 echo
 echo "== in short"
 jq_missing=1
@@ -53,3 +55,6 @@ if [ $jq_missing = 0 ]; then
 else
     echo "(install jq for a one-line summary per kind; the report above has it all)"
 fi
+echo
+echo "== the pictures (one self-contained HTML file, no script):"
+echo "$report"

@@ -19,6 +19,7 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "http/client.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_AUDIT_HELP[] =
@@ -27,6 +28,7 @@ const char CMD_AUDIT_HELP[] =
     "                      [--reasoning-policy drop|keep|keep-with-tools]\n"
     "                      [--context-length N] [--tokenize-url URL]\n"
     "                      [--fail-on error|warn|never] [--json FILE]\n"
+    "                      [--report FILE]\n"
     "\n"
     "Reads the exchanges 'fidelity record' stored and reports findings,\n"
     "each with a severity (info, warn, error), the session, the request id,\n"
@@ -59,6 +61,8 @@ const char CMD_AUDIT_HELP[] =
     "  --fail-on LEVEL      exit 1 when a finding is at LEVEL or above\n"
     "                       (default warn; never: always 0)\n"
     "  --json FILE          write the findings as JSON ('-': stdout)\n"
+    "  --report FILE        self-contained HTML page: prompt tokens per turn\n"
+    "                       with the findings marked (fidelity help report)\n"
     "\n"
     "Exit status: 0 no finding at the --fail-on level, 1 findings at it,\n"
     "2 usage or bad input file, 3 --tokenize-url unreachable, 4 store error.\n"
@@ -71,7 +75,9 @@ const char CMD_AUDIT_HELP[] =
 
 struct audit_args {
     struct recorded_args rec; /* --db, --spill, --json */
-    const char *session, *profile, *tokenize_url;
+    const char *session, *profile, *tokenize_url, *report;
+    int argc;
+    char **argv;
     int fail_on; /* enum audit_sev, or 3 for never */
     struct audit_opts o;
 };
@@ -87,6 +93,7 @@ static int parse(int argc, char **argv, struct audit_args *a)
         {"context-length", required_argument, NULL, 'c'},
         {"tokenize-url", required_argument, NULL, 't'},
         {"fail-on", required_argument, NULL, 'f'},
+        {"report", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0},
     };
     struct diag d;
@@ -106,6 +113,9 @@ static int parse(int argc, char **argv, struct audit_args *a)
             break;
         case 't':
             a->tokenize_url = optarg;
+            break;
+        case 'R':
+            a->report = optarg;
             break;
         case 'e':
             if (audit_expect_add(a->o.expect, optarg, &d))
@@ -343,6 +353,14 @@ static int run(struct audit_args *a)
             goto out;
         }
     }
+    if (a->report) {
+        json_t *doc = report_audit_doc(&set, &l);
+        rc = cmd_report_hook("audit", a->report, a->argc, a->argv, NULL, NULL,
+                             doc);
+        json_decref(doc);
+        if (rc)
+            goto out;
+    }
     if (!a->rec.json || strcmp(a->rec.json, "-"))
         print_human(&set, &l);
     rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
@@ -361,6 +379,8 @@ int cmd_audit(int argc, char **argv)
     recorded_args_init(&a.rec);
     audit_opts_init(&a.o);
     a.o.expect = json_object();
+    a.argc = argc;
+    a.argv = argv;
     rc = parse(argc, argv, &a);
     if (!rc && a.profile)
         rc = load_profile(&a);

@@ -85,8 +85,9 @@ const char CMD_DRIFT_HELP[] =
     "  --flip-margin X (0.2)\n"
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
-    "  --jsonl FILE          one record per compared position\n" CLI_STORE_HELP
-    "\n"
+    "  --jsonl FILE          one record per compared position\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n" CLI_STORE_HELP "\n"
     "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
     "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"
     "4 store or I/O error.\n"
@@ -147,7 +148,8 @@ enum {
     O_JSONL,
     O_DB,
     O_NOSTORE,
-    O_READY
+    O_READY,
+    O_REPORT
 };
 
 static const struct option longopts[] = {
@@ -200,13 +202,16 @@ static const struct option longopts[] = {
     {"db", required_argument, NULL, O_DB},
     {"no-store", no_argument, NULL, O_NOSTORE},
     {"ready-timeout", required_argument, NULL, O_READY},
+    {"report", required_argument, NULL, O_REPORT},
     {NULL, 0, NULL, 0},
 };
 
 struct ctx {
     struct drift_side g, c;
     struct drift_opts o;
-    const char *json_path, *jsonl_path, *db_path;
+    const char *json_path, *jsonl_path, *db_path, *report_path;
+    int argc;
+    char **argv;
     bool no_store, from_db;
     long ready_ms;
     FILE *jsonl;
@@ -440,6 +445,9 @@ static int parse(struct ctx *x, int argc, char **argv)
         case O_JSONL:
             x->jsonl_path = optarg;
             break;
+        case O_REPORT:
+            x->report_path = optarg;
+            break;
         case O_DB:
             x->db_path = optarg;
             break;
@@ -552,6 +560,9 @@ static int finish(struct ctx *x, struct drift_result *r)
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
+    if (x->report_path && cmd_report_hook("drift", x->report_path, x->argc,
+                                          x->argv, NULL, summary, NULL))
+        code = EXIT_INTERNAL;
     if (!x->no_store) {
         int s = save(x, summary);
         if (s)
@@ -577,6 +588,8 @@ int cmd_drift(int argc, char **argv)
     buf_init(&x.line, 0);
     drift_result_init(&r);
     x.ready_ms = CLI_READY_TIMEOUT_MS;
+    x.argc = argc;
+    x.argv = argv;
     code = parse(&x, argc, argv);
     if (!code)
         code = ready(&x.g, x.ready_ms);

@@ -21,6 +21,7 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "report/report.h"
 #include "store/store.h"
 
 const char CMD_PROBE_HELP[] =
@@ -59,6 +60,8 @@ const char CMD_PROBE_HELP[] =
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
+    "  --report FILE         self-contained HTML page (see 'fidelity help "
+    "report')\n"
     "  --fail-under PCT      exit 1 when the pass rate is below "
     "PCT\n" CLI_STORE_HELP
     "  --fresh               redo cases already in the store\n"
@@ -111,12 +114,15 @@ enum {
     OPT_DB,
     OPT_FRESH,
     OPT_READY,
-    OPT_NOSTORE
+    OPT_NOSTORE,
+    OPT_REPORT
 };
 
 struct opts {
     const char *endpoint, *baseline, *model, *api_key, *extra, *json;
-    const char *junit, *db;
+    const char *junit, *db, *report;
+    int argc;
+    char **argv;
     const char *headers[48];
     size_t n_headers;
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
@@ -249,6 +255,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"fresh", no_argument, NULL, OPT_FRESH},
         {"ready-timeout", required_argument, NULL, OPT_READY},
         {"no-store", no_argument, NULL, OPT_NOSTORE},
+        {"report", required_argument, NULL, OPT_REPORT},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -371,6 +378,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case OPT_NOSTORE:
             o->no_store = true;
+            break;
+        case OPT_REPORT:
+            o->report = optarg;
             break;
         default:
             return cli_bad_option("probe", c, argv);
@@ -561,6 +571,36 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
     return c;
 }
 
+/* What probe_run keeps of the report: the whole document but the cases,
+ * of which only the first failed ones per side stay, as many as the HTML
+ * report shows (fidelity report draws the same page from it). */
+static json_t *stored_summary(const json_t *j)
+{
+    json_t *sum = json_deep_copy(j);
+    static const char *const sides[] = {"results", "baseline_results"};
+    for (int s = 0; s < 2; s++) {
+        json_t *side = json_object_get(sum, sides[s]);
+        json_t *cases = json_object_get(side, "case_results"), *keep;
+        size_t i;
+        json_t *c;
+        if (!cases)
+            continue;
+        keep = json_array();
+        json_array_foreach(cases, i, c)
+        {
+            const char *oc = json_string_value(json_object_get(c, "outcome"));
+            if (json_is_true(json_object_get(c, "passed")) ||
+                (oc && !strcmp(oc, "not-run")))
+                continue;
+            if (json_array_size(keep) >= REPORT_PROBE_EXAMPLES)
+                break;
+            json_array_append(keep, c);
+        }
+        json_object_set_new(side, "case_results", keep);
+    }
+    return sum;
+}
+
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                   struct probe_report_in *in, sqlite3 *db)
 {
@@ -572,9 +612,10 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_t *sum = json_deep_copy(json_object_get(j, "results"));
-    json_object_del(sum, "case_results");
-    json_object_del(sum, "cells");
+    if (o->report &&
+        cmd_report_hook("probe", o->report, o->argc, o->argv, j, NULL, NULL))
+        code = EXIT_INTERNAL;
+    json_t *sum = stored_summary(j);
     if (db && probe_store_run(db, in->ep->fp, in->base ? in->base->fp : NULL,
                               sum, NULL, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
@@ -717,6 +758,8 @@ int cmd_probe(int argc, char **argv)
     int code = parse_opts(argc, argv, &o);
     if (code)
         return code;
+    o.argc = argc;
+    o.argv = argv;
     json_t *extra = NULL;
     char *extra_key = NULL, *auth = NULL;
     if (o.extra) {

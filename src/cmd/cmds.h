@@ -5,6 +5,8 @@
 #ifndef CMD_CMDS_H
 #define CMD_CMDS_H
 
+#include <jansson.h>
+
 int cmd_drift(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
@@ -13,6 +15,15 @@ int cmd_audit(int argc, char **argv);
 int cmd_sessions(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+
+/* The --report FILE hook of probe, drift and audit (cmd_report.c): writes
+ * the page of the documents given (NULL: section left out), the command
+ * line taken from argv with secrets redacted. 0, or EXIT_INTERNAL after
+ * the message. */
+int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
+                    const json_t *probe, const json_t *drift,
+                    const json_t *audit);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
@@ -22,5 +33,6 @@ extern const char CMD_AUDIT_HELP[];
 extern const char CMD_SESSIONS_HELP[];
 extern const char CMD_SHOW_HELP[];
 extern const char CMD_PROBE_HELP[];
+extern const char CMD_REPORT_HELP[];
 
 #endif

@@ -95,7 +95,7 @@ void drift_analysis_release(struct drift_analysis *a)
     a->n_seq = a->seq_alloc = 0;
 }
 
-#define SEQ_STRIDE(a) ((a)->n_buckets * DRIFT_ARMS * 2)
+#define SEQ_STRIDE(a) ((a)->n_buckets * DRIFT_ARMS * DRIFT_SEQ_F)
 
 uint32_t drift_analysis_begin_seq(struct drift_analysis *a)
 {
@@ -189,9 +189,14 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
     }
     if (seq < a->n_seq) {
         double *s = a->seq_sums + seq * SEQ_STRIDE(a) +
-                    ((size_t)b * DRIFT_ARMS + arm) * 2;
+                    ((size_t)b * DRIFT_ARMS + arm) * DRIFT_SEQ_F;
         s[0] += m->kl;
         s[1] += 1;
+        s[2] += m->dp * m->dp;
+        if (m->has_top) {
+            s[3] += 1;
+            s[4] += m->top1_agree;
+        }
     }
     if (arm == DRIFT_ARM_CAND) {
         if (pos > a->pos_max)

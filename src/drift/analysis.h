@@ -97,6 +97,9 @@ struct drift_thresholds {
 void drift_thresholds_default(struct drift_thresholds *t);
 
 #define DRIFT_BUCKETS_MAX 64
+/* Per-sequence sums kept per bucket and arm for the bootstrap: KL, count,
+ * squared delta-p, positions with a top-k, top-1 agreements. */
+#define DRIFT_SEQ_F 5
 #define DRIFT_WORST_MAX 256
 
 struct drift_worst {
@@ -123,7 +126,7 @@ struct drift_analysis {
     size_t n_worst, worst_cap;
     uint32_t pos_max; /* largest position folded into DRIFT_ARM_CAND */
     /* per sequence, per bucket, per arm: (kl_sum, n) for the bootstrap */
-    double *seq_sums;
+    double *seq_sums; /* [seq][bucket][arm][DRIFT_SEQ_F] */
     size_t n_seq, seq_alloc;
     struct drift_thresholds th;
 };
@@ -199,7 +202,13 @@ struct drift_growth {
     unsigned replicates; /* bootstrap replicates */
     enum drift_verdict verdict;
     enum drift_shape shape;
+    /* Per bucket, the same whole-sequence bootstrap's 95% percentile
+     * intervals of the excess mean KL, the candidate's RMS delta-p and its
+     * top-1 agreement ([b][DRIFT_CI_*][lo, hi]); NaN where a bucket has
+     * too few replicates (fewer than 2 sequences, or empty). */
+    double ci[DRIFT_BUCKETS_MAX][3][2];
 };
+enum { DRIFT_CI_KL = 0, DRIFT_CI_DP, DRIFT_CI_TOP1 };
 /*
  * Computes growth with `replicates` bootstrap draws from seed. has_self as
  * in drift_bucket_excess(). The trend buckets are those that start past

@@ -122,16 +122,16 @@ static void harm_sums(struct drift_result *r, size_t item,
     if (!r->dec.seq_sums || item >= r->dec.n_seq)
         return;
     double *h = r->dec.seq_sums + item * DRIFT_HS_N * 2;
-    size_t stride = an[0].n_buckets * DRIFT_ARMS * 2;
-    const double *dg =
-        an[DRIFT_DP_DG].seq_sums + seq[2] * stride + DRIFT_ARM_CAND * 2;
+    size_t stride = an[0].n_buckets * DRIFT_ARMS * DRIFT_SEQ_F;
+    const double *dg = an[DRIFT_DP_DG].seq_sums + seq[2] * stride +
+                       DRIFT_ARM_CAND * DRIFT_SEQ_F;
     const double *pp = an[DRIFT_DP_PP].seq_sums + seq[0] * stride;
     h[DRIFT_HS_DG * 2] += dg[0];
     h[DRIFT_HS_DG * 2 + 1] += dg[1];
-    h[DRIFT_HS_CTRL * 2] += pp[DRIFT_ARM_CTRL * 2];
-    h[DRIFT_HS_CTRL * 2 + 1] += pp[DRIFT_ARM_CTRL * 2 + 1];
-    h[DRIFT_HS_SELF * 2] += pp[DRIFT_ARM_SELF * 2];
-    h[DRIFT_HS_SELF * 2 + 1] += pp[DRIFT_ARM_SELF * 2 + 1];
+    h[DRIFT_HS_CTRL * 2] += pp[DRIFT_ARM_CTRL * DRIFT_SEQ_F];
+    h[DRIFT_HS_CTRL * 2 + 1] += pp[DRIFT_ARM_CTRL * DRIFT_SEQ_F + 1];
+    h[DRIFT_HS_SELF * 2] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F];
+    h[DRIFT_HS_SELF * 2 + 1] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F + 1];
 }
 
 static int one_seq(struct drift_side *g, struct drift_side *c,

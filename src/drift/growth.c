@@ -8,7 +8,9 @@
  * percentile bootstrap interval that resamples whole sequences (positions
  * within a sequence are correlated, so resampling tokens would give
  * intervals that are too narrow); and, for the record, the last/first
- * bucket ratio.
+ * bucket ratio. The same replicates give each bucket's interval of its
+ * excess mean KL, the candidate's RMS delta-p and top-1 agreement (the
+ * report's whiskers).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -36,16 +38,17 @@ static void excess_means(const double *sums, size_t nb, bool has_self,
                          double *ex)
 {
     for (size_t b = 0; b < nb; b++) {
-        const double *s = sums + b * DRIFT_ARMS * 2;
-        double nc = s[DRIFT_ARM_CAND * 2 + 1];
+        const double *s = sums + b * DRIFT_ARMS * DRIFT_SEQ_F;
+        double nc = s[DRIFT_ARM_CAND * DRIFT_SEQ_F + 1];
         if (nc == 0) {
             ex[b] = NAN;
             continue;
         }
-        double c = s[DRIFT_ARM_CAND * 2] / nc;
-        double nt = s[DRIFT_ARM_CTRL * 2 + 1], ns = s[DRIFT_ARM_SELF * 2 + 1];
-        double ct = nt ? s[DRIFT_ARM_CTRL * 2] / nt : 0;
-        double se = ns ? s[DRIFT_ARM_SELF * 2] / ns : 0;
+        double c = s[DRIFT_ARM_CAND * DRIFT_SEQ_F] / nc;
+        double nt = s[DRIFT_ARM_CTRL * DRIFT_SEQ_F + 1];
+        double ns = s[DRIFT_ARM_SELF * DRIFT_SEQ_F + 1];
+        double ct = nt ? s[DRIFT_ARM_CTRL * DRIFT_SEQ_F] / nt : 0;
+        double se = ns ? s[DRIFT_ARM_SELF * DRIFT_SEQ_F] / ns : 0;
         double base = has_self ? 0.5 * ct + 0.5 * se : ct;
         ex[b] = c - base > 0 ? c - base : 0;
     }
@@ -96,6 +99,45 @@ static void ratio_of(const double *ex, size_t nb, struct drift_growth *g)
         g->ratio = g->last > TINY ? INFINITY : NAN;
 }
 
+/* The candidate's RMS delta-p and top-1 agreement of bucket b from the
+ * summed arms; NaN when undefined. */
+static void cand_metrics(const double *sums, size_t b, double *dp, double *top1)
+{
+    const double *s = sums + (b * DRIFT_ARMS + DRIFT_ARM_CAND) * DRIFT_SEQ_F;
+    *dp = s[1] > 0 ? sqrt(s[2] / s[1]) : NAN;
+    *top1 = s[3] > 0 ? s[4] / s[3] : NAN;
+}
+
+/* The 2.5% and 97.5% points of the defined values among v[0..n) (sorted
+ * in place), NaN when fewer than 2 are defined. */
+static void interval(double *v, size_t n, double out[2])
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(v[i]))
+            v[k++] = v[i];
+    out[0] = out[1] = NAN;
+    if (k < 2)
+        return;
+    qsort(v, k, sizeof(double), cmp_double);
+    out[0] = v[(size_t)floor(0.025 * (k - 1))];
+    out[1] = v[(size_t)ceil(0.975 * (k - 1))];
+}
+
+/* Per-bucket intervals from the replicates' values vals[rep][b][3]. */
+static void bucket_intervals(double *vals, unsigned reps, size_t nb,
+                             struct drift_growth *g)
+{
+    double *col = xmalloc((reps ? reps : 1) * sizeof(double));
+    for (size_t b = 0; b < nb; b++)
+        for (int m = 0; m < 3; m++) {
+            for (unsigned k = 0; k < reps; k++)
+                col[k] = vals[((size_t)k * nb + b) * 3 + (size_t)m];
+            interval(col, reps, g->ci[b][m]);
+        }
+    free(col);
+}
+
 struct trend {
     double lx[DRIFT_BUCKETS_MAX];
     bool use[DRIFT_BUCKETS_MAX];
@@ -106,9 +148,11 @@ static void bootstrap(const struct drift_analysis *a, bool has_self,
                       unsigned reps, uint64_t seed, const struct trend *tr,
                       struct drift_growth *g)
 {
-    size_t nb = a->n_buckets, stride = nb * DRIFT_ARMS * 2;
+    size_t nb = a->n_buckets, stride = nb * DRIFT_ARMS * DRIFT_SEQ_F;
     double *sums = xmalloc(stride * sizeof(double));
     double *slopes = xmalloc((reps ? reps : 1) * sizeof(double));
+    double *vals =
+        xmalloc(((size_t)(reps ? reps : 1) * nb * 3 + 1) * sizeof(double));
     double ex[DRIFT_BUCKETS_MAX];
     struct rng r;
     unsigned ok = 0;
@@ -122,10 +166,17 @@ static void bootstrap(const struct drift_analysis *a, bool has_self,
                 sums[j] += s[j];
         }
         excess_means(sums, nb, has_self, ex);
+        for (size_t b = 0; b < nb; b++) {
+            double *v = vals + ((size_t)k * nb + b) * 3;
+            v[DRIFT_CI_KL] = ex[b];
+            cand_metrics(sums, b, &v[DRIFT_CI_DP], &v[DRIFT_CI_TOP1]);
+        }
         double sl = slope_of(ex, tr->lx, tr->use, nb, tr->floor, NULL);
         /* a replicate with nothing above the floor is flat */
         slopes[ok++] = isnan(sl) ? 0 : sl;
     }
+    bucket_intervals(vals, reps, nb, g);
+    free(vals);
     g->replicates = ok;
     g->lo = g->hi = NAN;
     if (ok >= 2) {
@@ -166,12 +217,15 @@ void drift_growth_compute(const struct drift_analysis *a, bool has_self,
                           struct drift_growth *g)
 {
     size_t nb = a->n_buckets;
-    double sums[DRIFT_BUCKETS_MAX * DRIFT_ARMS * 2] = {0};
+    double sums[DRIFT_BUCKETS_MAX * DRIFT_ARMS * DRIFT_SEQ_F] = {0};
     double ex[DRIFT_BUCKETS_MAX];
     struct trend tr = {.floor = a->th.growth_floor > TINY ? a->th.growth_floor
                                                           : TINY};
 
     memset(g, 0, sizeof(*g));
+    for (size_t b = 0; b < DRIFT_BUCKETS_MAX; b++)
+        for (int m = 0; m < 3; m++)
+            g->ci[b][m][0] = g->ci[b][m][1] = NAN;
     g->from = (a->pos_max + 3) / 4;
     for (size_t b = 0; b < nb; b++) {
         const struct drift_acc *c = &a->acc[DRIFT_ARM_CAND][b];
@@ -179,15 +233,17 @@ void drift_growth_compute(const struct drift_analysis *a, bool has_self,
         /* past the first quarter: the bucket starts at or after it */
         tr.use[b] = (uint64_t)a->edges[b] * 4 >= (uint64_t)a->pos_max + 1;
         for (int arm = 0; arm < DRIFT_ARMS; arm++) {
-            sums[(b * DRIFT_ARMS + arm) * 2] = a->acc[arm][b].kl_sum;
-            sums[(b * DRIFT_ARMS + arm) * 2 + 1] = (double)a->acc[arm][b].n;
+            sums[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F] = a->acc[arm][b].kl_sum;
+            sums[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F + 1] =
+                (double)a->acc[arm][b].n;
         }
     }
     excess_means(sums, nb, has_self, ex);
     g->slope = slope_of(ex, tr.lx, tr.use, nb, tr.floor, &g->points);
     ratio_of(ex, nb, g);
-    bool defined = !isnan(g->slope);
-    bootstrap(a, has_self, defined && a->n_seq >= 2 ? replicates : 0, seed, &tr,
-              g);
+    /* the replicates also give the buckets' intervals, slope or not */
+    bootstrap(a, has_self, a->n_seq >= 2 ? replicates : 0, seed, &tr, g);
+    if (isnan(g->slope))
+        g->lo = g->hi = NAN;
     judge(&a->th, ex, &tr, nb, g);
 }

@@ -67,11 +67,13 @@ static void add_seq(const struct drift_result *r, size_t i, struct hsums *h)
 {
     const struct drift_analysis *a = &r->an;
     if (i < a->n_seq) {
-        const double *s = a->seq_sums + i * a->n_buckets * DRIFT_ARMS * 2;
+        const double *s =
+            a->seq_sums + i * a->n_buckets * DRIFT_ARMS * DRIFT_SEQ_F;
         for (size_t b = 0; b < a->n_buckets; b++)
             for (int arm = 0; arm < DRIFT_ARMS; arm++) {
-                h->pre[b][arm][0] += s[(b * DRIFT_ARMS + arm) * 2];
-                h->pre[b][arm][1] += s[(b * DRIFT_ARMS + arm) * 2 + 1];
+                h->pre[b][arm][0] += s[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F];
+                h->pre[b][arm][1] +=
+                    s[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F + 1];
             }
     }
     if (r->dec.seq_sums && i < r->dec.n_seq) {

@@ -13,6 +13,15 @@
 #include "core/xalloc.h"
 #include "drift/dstore.h"
 
+/* The last max bytes of s, starting on a UTF-8 character; fresh. */
+static char *tail_text(const char *s, size_t max)
+{
+    size_t n = strlen(s), k = n > max ? n - max : 0;
+    while (k < n && ((unsigned char)s[k] & 0xc0) == 0x80)
+        k++;
+    return xstrdup(s + k);
+}
+
 void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
                        const struct drift_worst *w, size_t n,
                        struct drift_worst_text *out)
@@ -37,9 +46,18 @@ void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
             const struct drift_item *it = &r->corpus.items[w[i].seq];
             char *pre = NULL;
             if (w[i].pos <= it->n &&
-                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d))
+                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d)) {
                 t->offset = (long)strlen(pre);
+                t->before = tail_text(pre, DRIFT_CONTEXT_BYTES);
+            }
             free(pre);
+            size_t from = (size_t)w[i].pos + 1;
+            size_t cnt = it->n > from ? it->n - from : 0;
+            if (cnt > DRIFT_CONTEXT_TOKENS)
+                cnt = DRIFT_CONTEXT_TOKENS;
+            if (cnt && drift_side_detokenize(golden, it->ids + from, cnt,
+                                             &t->after, &d))
+                t->after = NULL;
         }
     }
 }
@@ -50,6 +68,8 @@ void drift_worst_texts_free(struct drift_worst_text *t, size_t n)
         free(t[i].token);
         free(t[i].top1_g);
         free(t[i].top1_c);
+        free(t[i].before);
+        free(t[i].after);
     }
 }
 
@@ -393,6 +413,34 @@ static json_t *side_json(const struct drift_side *s)
     return o;
 }
 
+static json_t *pair_json(const double v[2])
+{
+    return json_pack("[o, o]", jnum(v[0]), jnum(v[1]));
+}
+
+/* A bucket's whole-sequence bootstrap intervals (growth.c). */
+static json_t *ci_json(const double ci[3][2])
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "excess_kl_mean", pair_json(ci[DRIFT_CI_KL]));
+    json_object_set_new(o, "dp_rms", pair_json(ci[DRIFT_CI_DP]));
+    json_object_set_new(o, "top1_agreement", pair_json(ci[DRIFT_CI_TOP1]));
+    return o;
+}
+
+static json_t *thresholds_json(const struct drift_thresholds *t)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "kl_mean", pair_json(t->kl_mean));
+    json_object_set_new(o, "kl_p999", pair_json(t->kl_p999));
+    json_object_set_new(o, "top1", pair_json(t->top1));
+    json_object_set_new(o, "dp_rms", pair_json(t->dp_rms));
+    json_object_set_new(o, "growth", pair_json(t->growth));
+    json_object_set_new(o, "growth_floor", jnum(t->growth_floor));
+    json_object_set_new(o, "flip_margin", jnum(t->flip_margin));
+    return o;
+}
+
 static json_t *buckets_json(const struct drift_result *r)
 {
     const struct drift_analysis *a = &r->an;
@@ -411,6 +459,7 @@ static json_t *buckets_json(const struct drift_result *r)
                 json_object_set_new(o, arm[m], bsum_json(&s));
         }
         json_object_set_new(o, "excess", bsum_json(&r->excess[k]));
+        json_object_set_new(o, "ci95", ci_json(r->growth.ci[k]));
         json_object_set_new(
             o, "verdict",
             json_string(drift_verdict_name(r->bucket_verdict[k])));
@@ -562,6 +611,7 @@ json_t *drift_report_json(const struct drift_result *r,
         drift_analysis_total(&r->an, DRIFT_ARM_CTRL, &tot);
         drift_bucket_summary(&tot, &s);
         json_object_set_new(o, "control_total", bsum_json(&s));
+        json_object_set_new(o, "thresholds", thresholds_json(&r->an.th));
         json_object_set_new(o, "buckets", buckets_json(r));
         json_object_set_new(o, "growth", growth_json(&r->growth));
         json_object_set_new(o, "skipped", skips_json(r));
@@ -600,6 +650,12 @@ json_t *drift_report_json(const struct drift_result *r,
             if (wt[i].top1_c)
                 json_object_set_new(x, "candidate_top1",
                                     json_string(wt[i].top1_c));
+            if (wt[i].before)
+                json_object_set_new(x, "context_before",
+                                    json_string(wt[i].before));
+            if (wt[i].after)
+                json_object_set_new(x, "context_after",
+                                    json_string(wt[i].after));
         }
         json_array_append_new(wa, x);
     }

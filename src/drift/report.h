@@ -12,9 +12,15 @@
 #include "core/buf.h"
 #include "drift/drift.h"
 
-/* Text of one worst position, looked up by drift_worst_texts(). */
+/* Text of one worst position, looked up by drift_worst_texts(): the
+ * forced and top-1 tokens, and around the position the last
+ * DRIFT_CONTEXT_BYTES of the text before it and the text of the
+ * DRIFT_CONTEXT_TOKENS tokens after it. */
+#define DRIFT_CONTEXT_BYTES 80
+#define DRIFT_CONTEXT_TOKENS 8
 struct drift_worst_text {
     char *token, *top1_g, *top1_c; /* fresh, may be NULL */
+    char *before, *after;          /* fresh, may be NULL */
     long offset;                   /* byte offset in the sequence; -1 */
 };
 

@@ -230,6 +230,40 @@ static void test_growth_ignores_a_difference_that_settles(void **state)
     drift_analysis_release(&a);
 }
 
+/* Each bucket's bootstrap interval (the report's whiskers) holds the
+ * bucket's own excess mean KL, is ordered, and is undefined with a single
+ * sequence (nothing to resample). */
+static void test_growth_bucket_intervals(void **state)
+{
+    (void)state;
+    struct drift_analysis a;
+    struct drift_growth g;
+    fill(&a, 1e-3, 1, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    size_t checked = 0;
+    for (size_t b = 0; b < a.n_buckets; b++) {
+        const struct drift_acc *c = &a.acc[DRIFT_ARM_CAND][b];
+        if (!c->n)
+            continue;
+        double mean = c->kl_sum / (double)c->n;
+        const double *ci = g.ci[b][DRIFT_CI_KL];
+        assert_true(ci[0] <= mean * (1 + 1e-9) && ci[1] >= mean * (1 - 1e-9));
+        assert_true(ci[0] < ci[1]);
+        /* every position agreed on top-1 and had delta-p 0 */
+        assert_true(g.ci[b][DRIFT_CI_TOP1][0] == 1);
+        assert_true(g.ci[b][DRIFT_CI_DP][1] == 0);
+        checked++;
+    }
+    assert_true(checked >= 5);
+    assert_true(isnan(g.ci[a.n_buckets][DRIFT_CI_KL][0]));
+    drift_analysis_release(&a);
+
+    fill(&a, 1e-3, 1, 1);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(isnan(g.ci[a.n_buckets - 1][DRIFT_CI_KL][0]));
+    drift_analysis_release(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_top1_verdict),
         cmocka_unit_test(test_growth_detects_growth),
         cmocka_unit_test(test_growth_ignores_a_difference_that_settles),
+        cmocka_unit_test(test_growth_bucket_intervals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

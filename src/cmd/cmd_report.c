@@ -1,0 +1,260 @@
+/*
+ * cmd_report: `fidelity report`, one self-contained HTML page of what the
+ * store holds: the latest (or a given) probe run, drift run and the
+ * recorded sessions with audit's findings (default options). Parses
+ * options, loads through src/report/load.c and audit, renders with
+ * src/report/ and writes the file. Also the `--report FILE` hook that
+ * probe, drift and audit call with their in-memory documents
+ * (cmd_report_hook). See docs/REPORT.md.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "cmd/recorded.h"
+#include "core/num.h"
+#include "core/xalloc.h"
+#include "report/report.h"
+#include "store/store.h"
+#include "version.h"
+
+const char CMD_REPORT_HELP[] =
+    "usage: fidelity report [--db FILE] [--probe-run ID] [--drift-run ID]\n"
+    "                       [--session KEY] [-o FILE]\n"
+    "\n"
+    "Writes one self-contained HTML page (inline CSS and SVG, no script,\n"
+    "nothing fetched) with the pictures of what the store holds: probe's\n"
+    "length x depth heatmaps, drift's metrics against position, audit's\n"
+    "prompt tokens per turn with its findings. Attach it to a bug report.\n"
+    "\n"
+    "options:\n"
+    "  --db FILE          store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --spill FILE       record's spill file (default DB.spill.jsonl)\n"
+    "  --probe-run ID     probe run to draw (default: the latest)\n"
+    "  --drift-run ID     drift run to draw (default: the latest)\n"
+    "  --session KEY      draw only this recorded session\n"
+    "  --no-probe, --no-drift, --no-audit   leave a section out\n"
+    "  -o, --output FILE  where to write (default report.html, '-' stdout)\n"
+    "\n"
+    "'probe', 'drift' and 'audit' also take --report FILE to write the page\n"
+    "of the run they just made. SOURCE_DATE_EPOCH, when set, is the time\n"
+    "the page shows as generated.\n"
+    "\n"
+    "exit status: 0 written, 2 usage (no such run or session, nothing to\n"
+    "report), 4 store or I/O failure.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity report\n"
+    "  fidelity report --db runs.db --probe-run 3 -o probe3.html\n"
+    "  fidelity report --session 7f3a --no-probe --no-drift\n";
+
+enum {
+    O_PROBE_RUN = 256,
+    O_DRIFT_RUN,
+    O_SESSION,
+    O_NO_PROBE,
+    O_NO_DRIFT,
+    O_NO_AUDIT
+};
+
+struct args {
+    struct recorded_args rec;
+    const char *out, *session;
+    long long probe_id, drift_id;
+    bool no_probe, no_drift, no_audit;
+};
+
+static time_t report_now(void)
+{
+    const char *s = getenv("SOURCE_DATE_EPOCH");
+    long v;
+    if (s && *s && !num_parse_long(s, 0, 0x7fffffffffffL, &v))
+        return (time_t)v;
+    return time(NULL);
+}
+
+int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
+                    const json_t *probe, const json_t *drift,
+                    const json_t *audit)
+{
+    struct diag d;
+    char *line = report_cmdline(argc, argv);
+    struct report_in in = {.version = FIDELITY_VERSION,
+                           .cmdline = line,
+                           .generated = report_now(),
+                           .probe = probe,
+                           .drift = drift,
+                           .audit = audit};
+    int r = report_write(&in, path, &d);
+    free(line);
+    if (r)
+        return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
+    if (strcmp(path, "-"))
+        fprintf(stderr, "fidelity %s: report written to '%s'\n", cmd, path);
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct args *a)
+{
+    static const struct option lo[] = {
+        {"db", required_argument, NULL, 'd'},
+        {"spill", required_argument, NULL, 'S'},
+        {"probe-run", required_argument, NULL, O_PROBE_RUN},
+        {"drift-run", required_argument, NULL, O_DRIFT_RUN},
+        {"session", required_argument, NULL, O_SESSION},
+        {"no-probe", no_argument, NULL, O_NO_PROBE},
+        {"no-drift", no_argument, NULL, O_NO_DRIFT},
+        {"no-audit", no_argument, NULL, O_NO_AUDIT},
+        {"output", required_argument, NULL, 'o'},
+        {NULL, 0, NULL, 0},
+    };
+    long v;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":o:", lo, NULL)) != -1) {
+        if ((c == 'd' || c == 'S') && recorded_take_opt(&a->rec, c, optarg))
+            continue;
+        switch (c) {
+        case O_PROBE_RUN:
+        case O_DRIFT_RUN:
+            if (cli_parse_long(optarg, 1, 0x7fffffffL, &v))
+                return cli_usage_error(
+                    "report",
+                    "invalid value '%s' for %s: a run id "
+                    "(a whole number from 1)",
+                    optarg, c == O_PROBE_RUN ? "--probe-run" : "--drift-run");
+            *(c == O_PROBE_RUN ? &a->probe_id : &a->drift_id) = v;
+            break;
+        case O_SESSION:
+            a->session = optarg;
+            break;
+        case O_NO_PROBE:
+            a->no_probe = true;
+            break;
+        case O_NO_DRIFT:
+            a->no_drift = true;
+            break;
+        case O_NO_AUDIT:
+            a->no_audit = true;
+            break;
+        case 'o':
+            a->out = optarg;
+            break;
+        default:
+            return cli_bad_option("report", c, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("report", "unexpected argument '%s'",
+                               argv[optind]);
+    return 0;
+}
+
+/* Loads one stored run into *doc: 0 (also when there is none and none was
+ * asked for), or the exit code after the message. */
+static int load_run(sqlite3 *db, const struct args *a, bool drift, json_t **doc,
+                    char **origin)
+{
+    struct diag d;
+    long long id = drift ? a->drift_id : a->probe_id;
+    int r = drift ? report_load_drift(db, id, doc, origin, &d)
+                  : report_load_probe(db, id, doc, origin, &d);
+    if (!r)
+        return 0;
+    if (r == -ENOENT && !id)
+        return 0;
+    return cli_error("report", r == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
+                     "%s in '%s'", d.msg, a->rec.db);
+}
+
+static int load_audit(const struct args *a, json_t **doc, char **origin)
+{
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_set_init(&set);
+    audit_list_init(&l);
+    audit_opts_init(&o);
+    int rc = recorded_load("report", &a->rec, a->session, &set);
+    if (!rc && set.n) {
+        audit_run(&set, &o, &l);
+        const char **order = xcalloc(set.n + 1, sizeof(*order));
+        for (size_t i = 0; i < set.n; i++)
+            order[i] = set.s[i].id;
+        audit_list_sort(&l, order, set.n);
+        free(order);
+        *doc = report_audit_doc(&set, &l);
+        *origin = xasprintf("audit of %zu recorded session%s in '%s' "
+                            "(default options)",
+                            set.n, set.n == 1 ? "" : "s", a->rec.db);
+    }
+    audit_list_release(&l);
+    audit_set_release(&set);
+    return rc;
+}
+
+int cmd_report(int argc, char **argv)
+{
+    struct args a = {.out = "report.html"};
+    json_t *probe = NULL, *drift = NULL, *audit = NULL;
+    char *po = NULL, *dO = NULL, *ao = NULL, *line = NULL;
+    sqlite3 *db = NULL;
+    struct diag d;
+    recorded_args_init(&a.rec);
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    if (access(a.rec.db, F_OK))
+        return cli_usage_error("report", "no store '%s'", a.rec.db);
+    if (store_open(a.rec.db, &db, &d)) {
+        rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    if (!a.no_probe && (rc = load_run(db, &a, false, &probe, &po)))
+        goto out;
+    if (!a.no_drift && (rc = load_run(db, &a, true, &drift, &dO)))
+        goto out;
+    store_close(db);
+    db = NULL;
+    if (!a.no_audit && (rc = load_audit(&a, &audit, &ao)))
+        goto out;
+    if (!probe && !drift && !audit) {
+        rc = cli_usage_error("report",
+                             "nothing to report: '%s' holds no probe run, "
+                             "drift run or recorded session",
+                             a.rec.db);
+        goto out;
+    }
+    line = report_cmdline(argc, argv);
+    struct report_in in = {.version = FIDELITY_VERSION,
+                           .cmdline = line,
+                           .generated = report_now(),
+                           .probe = probe,
+                           .drift = drift,
+                           .audit = audit,
+                           .probe_origin = po,
+                           .drift_origin = dO,
+                           .audit_origin = ao};
+    if (report_write(&in, a.out, &d)) {
+        rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    if (strcmp(a.out, "-"))
+        printf("%s\n", a.out);
+out:
+    store_close(db);
+    free(line);
+    free(po);
+    free(dO);
+    free(ao);
+    json_decref(probe);
+    json_decref(drift);
+    json_decref(audit);
+    return rc;
+}

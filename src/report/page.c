@@ -1,0 +1,341 @@
+/*
+ * page: the report's frame. The CSS (a light and a dark scheme through
+ * prefers-color-scheme, print rules), a Content-Security-Policy that
+ * allows no script and nothing from outside the file, the header (what was
+ * tested: endpoints, their fingerprints and server details, fidelity's
+ * version, the command line, when) and the sections in a fixed order.
+ * report_write puts the page in place through a temporary file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/xalloc.h"
+#include "report/report.h"
+#include "report/report_int.h"
+
+static const char css[] =
+    ":root{--bg:#fff;--fg:#1b1b1f;--mute:#5d5d66;--line:#d4d4da;"
+    "--card:#f5f5f7;--s1:#0072b2;--s2:#d55e00;--warn:#e69f00;"
+    "--fail:#cc3311;--ok:#009e73;color-scheme:light dark}"
+    "@media (prefers-color-scheme:dark){:root{--bg:#16161a;--fg:#e8e8ec;"
+    "--mute:#a0a0aa;--line:#3a3a44;--card:#202026;--s1:#56b4e9;"
+    "--s2:#f0a050}}"
+    "body{background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,"
+    "-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;"
+    "max-width:1180px;padding:16px 20px}"
+    "h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;"
+    "border-bottom:1px solid var(--line);padding-bottom:4px}"
+    "h3{font-size:15px;margin:18px 0 6px}"
+    "table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}"
+    "th,td{border:1px solid var(--line);padding:3px 7px;text-align:left;"
+    "vertical-align:top}th{background:var(--card)}"
+    "td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    "tr.all td{font-weight:600}"
+    "table.cases "
+    "td{max-width:520px;overflow-wrap:anywhere}td.url code{white-space:nowrap}"
+    "code{font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace;"
+    "white-space:pre-wrap;overflow-wrap:anywhere}"
+    "mark{background:var(--warn);color:#000}"
+    ".note{color:var(--mute)}.warn{color:var(--fail);font-weight:600}"
+    ".err{color:var(--fail)}"
+    ".v.PASS,.v.info{color:var(--ok);font-weight:600}"
+    ".v.WARN,.v.warn{color:var(--warn);font-weight:600}"
+    ".v.FAIL,.v.error{color:var(--fail);font-weight:600}"
+    "figure{margin:8px 0 14px}figcaption{font-weight:600;margin-bottom:4px}"
+    ".row{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}"
+    ".legends{display:flex;flex-wrap:wrap;gap:18px}"
+    "svg{max-width:100%;height:auto;font:11px system-ui,sans-serif}"
+    "svg text{fill:var(--fg)}svg text.t{font-weight:600;font-size:12px}"
+    "svg text.on{fill:#000}svg text.on-dark{fill:#fff}"
+    "svg text.hl{fill:var(--mute)}"
+    "rect.empty{fill:var(--card);stroke:var(--line)}"
+    "path.few{fill:#000;stroke:#fff;stroke-width:.8}rect.sig{stroke:var(--fg);"
+    "stroke-width:2.5}"
+    "rect.frame{fill:none;stroke:var(--line)}"
+    "line.grid{stroke:var(--line);stroke-width:.5}"
+    "polyline.s1{fill:none;stroke:var(--s1);stroke-width:1.6}"
+    "polyline.s2{fill:none;stroke:var(--s2);stroke-width:1.6;"
+    "stroke-dasharray:5 3}"
+    "circle.s1{fill:var(--s1)}rect.s2{fill:var(--s2)}"
+    "line.s1{stroke:var(--s1);stroke-width:1.6}"
+    "line.s2{stroke:var(--s2);stroke-width:1.6;stroke-dasharray:5 3}"
+    "path.ci{fill:none;stroke-width:1.2}path.ci.s1{stroke:var(--s1)}"
+    "path.ci.s2{stroke:var(--s2)}"
+    "line.th-warn{stroke:var(--warn);stroke-dasharray:2 3;stroke-width:1.4}"
+    "line.th-fail{stroke:var(--fail);stroke-dasharray:8 3;stroke-width:1.4}"
+    "line.decode{stroke:var(--mute);stroke-dasharray:1 2;stroke-width:2}"
+    "path.m0{fill:#e69f00}rect.m1{fill:#d55e00}path.m2{fill:#cc79a7}"
+    "circle.m3{fill:none;stroke:#0072b2;stroke-width:2}"
+    "path.m4{stroke:var(--fg);stroke-width:2}"
+    "dl.hdr{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;"
+    "margin:8px 0}dl.hdr dt{color:var(--mute)}dl.hdr dd{margin:0}"
+    "@media print{body{max-width:none;padding:0;font-size:11px}"
+    "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
+    ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* An object as "key: value" lines in key order (at most 8, each value cut
+ * at 160 bytes); anything else as compact JSON. */
+static void kv_lines(struct buf *b, const json_t *o)
+{
+    const char *keys[8];
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    if (!json_is_object(o)) {
+        buf_adds(b, "<code>");
+        html_esc_json(b, o, 300);
+        buf_adds(b, "</code>");
+        return;
+    }
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (n < 8)
+            keys[n++] = k;
+    }
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        buf_adds(b, i ? "<br><b>" : "<b>");
+        html_esc(b, keys[i], 60);
+        buf_adds(b, "</b>: <code>");
+        html_esc_json(b, json_object_get(o, keys[i]), 160);
+        buf_adds(b, "</code>");
+    }
+    if (json_object_size(o) > n)
+        buf_printf(b, "<br>(%zu more)", json_object_size(o) - n);
+}
+
+/* One endpoint: probe's {url, model, fingerprint (hex), max_model_len,
+ * tokenizer, server_info} or drift's {url, dialect, model, fingerprint
+ * (what the server said about itself)}. */
+static void ep_row(struct buf *b, const char *role, const json_t *e)
+{
+    if (!json_is_object(e))
+        return;
+    buf_adds(b, "<tr><td>");
+    html_esc(b, role, 0);
+    buf_adds(b, "</td><td class=\"url\"><code>");
+    html_esc(b, jstr(e, "url", "-"), 200);
+    buf_adds(b, "</code></td><td>");
+    html_esc(b, jstr(e, "model", "-"), 120);
+    buf_adds(b, "</td><td class=\"n\">");
+    long long ctx = jint(e, "max_model_len", -1);
+    if (ctx > 0)
+        buf_printf(b, "%lld", ctx);
+    else
+        buf_addch(b, '-');
+    const json_t *fp = jget(e, "fingerprint");
+    buf_adds(b, "</td><td><code>");
+    if (json_is_string(fp))
+        html_esc(b, json_string_value(fp), 80);
+    else
+        buf_addch(b, '-');
+    buf_adds(b, "</code></td><td>");
+    if (jstr(e, "tokenizer", NULL)) {
+        buf_adds(b, "<b>tokens by</b>: ");
+        html_esc(b, jstr(e, "tokenizer", ""), 40);
+        buf_adds(b, "<br>");
+    }
+    if (jstr(e, "dialect", NULL)) {
+        buf_adds(b, "<b>dialect</b>: ");
+        html_esc(b, jstr(e, "dialect", ""), 40);
+        buf_adds(b, "<br>");
+    }
+    kv_lines(b, json_is_string(fp) ? jget(e, "server_info") : fp);
+    buf_adds(b, "</td></tr>\n");
+}
+
+static void header(const struct report_in *in, struct buf *b)
+{
+    buf_adds(b, "<header><h1>fidelity report</h1><dl class=\"hdr\">"
+                "<dt>generated</dt><dd>");
+    fmt_time(b, (long long)in->generated);
+    buf_adds(b, "</dd><dt>fidelity</dt><dd>");
+    html_esc(b, in->version ? in->version : "-", 0);
+    buf_adds(b, "</dd><dt>command line</dt><dd><code>");
+    html_esc(b, in->cmdline ? in->cmdline : "-", 2000);
+    buf_adds(b, "</code></dd>");
+    const char *const origin[3] = {in->probe_origin, in->drift_origin,
+                                   in->audit_origin};
+    static const char *const what[3] = {"probe", "drift", "audit"};
+    for (int i = 0; i < 3; i++)
+        if (origin[i]) {
+            buf_printf(b, "<dt>%s</dt><dd>", what[i]);
+            html_esc(b, origin[i], 400);
+            buf_adds(b, "</dd>");
+        }
+    buf_adds(b, "</dl>");
+    if (in->probe || in->drift) {
+        buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
+                    "</th><th>context length</th><th>fingerprint</th>"
+                    "<th>server and flags seen</th></tr></thead><tbody>");
+        ep_row(b, "probe endpoint", jget(in->probe, "endpoint"));
+        ep_row(b, "probe baseline", jget(in->probe, "baseline"));
+        ep_row(b, "drift golden", jget(in->drift, "golden"));
+        ep_row(b, "drift candidate", jget(in->drift, "candidate"));
+        buf_adds(b, "</tbody></table>\n");
+    }
+    buf_adds(b, "</header>\n");
+}
+
+int report_html(const struct report_in *in, struct buf *b)
+{
+    buf_adds(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta "
+                "charset=\"utf-8\">\n<meta http-equiv=\"Content-Security-"
+                "Policy\" content=\"default-src 'none'; style-src "
+                "'unsafe-inline'; img-src data:\">\n<meta name=\"viewport\" "
+                "content=\"width=device-width,initial-scale=1\">\n"
+                "<meta name=\"color-scheme\" content=\"light dark\">\n"
+                "<title>fidelity report</title>\n<style>");
+    buf_adds(b, css);
+    buf_adds(b, "</style></head>\n<body>\n");
+    header(in, b);
+    if (!in->probe && !in->drift && !in->audit)
+        buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
+                    "recorded session was found.</p>");
+    report_probe_section(in->probe, b);
+    report_drift_section(in->drift, b);
+    report_audit_section(in->audit, b);
+    /* bisect: NOT BUILT. `fidelity bisect` does not exist yet; when it
+     * lands, its section (the ranking table with a bar chart of each
+     * toggle's harm and interval, claimed against measured path) goes
+     * here, drawn from its JSON like the others (docs/REPORT.md). */
+    buf_adds(b, "<footer class=\"note\"><p>Colour scales: viridis (pass "
+                "rate) and PuOr (differences), both readable with the "
+                "common colour-vision deficiencies; every cell also holds "
+                "its number.</p></footer>\n</body></html>\n");
+    if (b->max && b->len >= b->max)
+        return -ENOBUFS;
+    return 0;
+}
+
+int report_write(const struct report_in *in, const char *path, struct diag *d)
+{
+    struct buf b;
+    buf_init(&b, 0);
+    int r = report_html(in, &b);
+    if (r) {
+        buf_release(&b);
+        return diag_set(d, -r, "report too large");
+    }
+    if (!strcmp(path, "-")) {
+        r = fwrite(b.data, 1, b.len, stdout) == b.len && !fflush(stdout)
+                ? 0
+                : diag_set(d, EIO, "cannot write the report to stdout");
+        buf_release(&b);
+        return r;
+    }
+    char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        r = diag_set(d, errno, "cannot open '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    size_t w = fwrite(b.data, 1, b.len, f);
+    if (fclose(f) || w != b.len) {
+        r = diag_set(d, EIO, "cannot write '%s'", tmp);
+        unlink(tmp);
+        goto out;
+    }
+    if (rename(tmp, path)) {
+        r = diag_set(d, errno, "cannot rename '%s' to '%s': %s", tmp, path,
+                     strerror(errno));
+        unlink(tmp);
+    }
+out:
+    free(tmp);
+    buf_release(&b);
+    return r;
+}
+
+/* ---- command line ---- */
+
+static bool is_secret_opt(const char *name)
+{
+    static const char *const words[] = {"key",    "secret", "passw",     "auth",
+                                        "header", "cookie", "credential"};
+    char nm[64];
+    size_t n = strcspn(name, "=");
+    snprintf(nm, sizeof(nm), "%.*s", (int)n, name);
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strstr(nm, words[i]))
+            return true;
+    /* --hf-token, not --max-tokens */
+    return n >= 5 && n < sizeof(nm) && !strcmp(nm + n - 5, "token");
+}
+
+static void add_arg(struct buf *b, const char *a)
+{
+    bool plain = *a != '\0';
+    for (const char *p = a; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789-_./:=,+@%",
+                    *p))
+            plain = false;
+    if (plain) {
+        buf_adds(b, a);
+        return;
+    }
+    buf_addch(b, '\'');
+    for (const char *p = a; *p; p++)
+        if (*p == '\'')
+            buf_adds(b, "'\\''");
+        else
+            buf_addch(b, *p);
+    buf_addch(b, '\'');
+}
+
+/* a with a URL's user:password@ replaced by ***@. */
+static char *redact_url(const char *a)
+{
+    const char *s = strstr(a, "://");
+    if (!s)
+        return xstrdup(a);
+    const char *host = s + 3, *end = host + strcspn(host, "/?#");
+    const char *at = NULL;
+    for (const char *p = host; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return xstrdup(a);
+    return xasprintf("%.*s***%s", (int)(host - a), a, at);
+}
+
+char *report_cmdline(int argc, char **argv)
+{
+    struct buf b;
+    bool hide_next = false;
+    buf_init(&b, 0);
+    buf_adds(&b, "fidelity");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        buf_addch(&b, ' ');
+        if (hide_next) {
+            buf_adds(&b, "***");
+            hide_next = false;
+            continue;
+        }
+        if (!strncmp(a, "--", 2) && is_secret_opt(a + 2)) {
+            const char *eq = strchr(a, '=');
+            if (eq) {
+                buf_add(&b, a, (size_t)(eq - a) + 1);
+                buf_adds(&b, "***");
+            } else {
+                buf_adds(&b, a);
+                hide_next = true;
+            }
+            continue;
+        }
+        char *r = redact_url(a);
+        add_arg(&b, r);
+        free(r);
+    }
+    return buf_detach(&b, NULL);
+}

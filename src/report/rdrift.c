@@ -1,0 +1,445 @@
+/*
+ * rdrift: the drift section of the report, from a fidelity.drift/1
+ * summary (docs/DRIFT.md). Three figures against position on a log axis,
+ * one per metric (mean KL, RMS delta-p, top-1 agreement): the candidate's
+ * prefill values per bucket and their excess over the noise baseline, with
+ * the per-bucket whole-sequence bootstrap intervals when the summary holds
+ * them ("ci95"), the WARN and FAIL thresholds the verdicts apply to the
+ * excess, and the decode path on the same axes (drift keeps it as one
+ * value over all generated positions, drawn as a level line). Then the
+ * per-bucket verdict table, growth, and the worst positions with the text
+ * around them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "report/report.h"
+#include "report/report_int.h"
+
+#define W 660
+#define H 250
+#define PL 64
+#define PR 16
+#define PT 22
+#define PB 40
+#define MAXB 64
+
+struct series {
+    const char *name, *cls;
+    double x[MAXB], y[MAXB], lo[MAXB], hi[MAXB];
+    bool ci[MAXB];
+    size_t n;
+};
+
+struct hline {
+    double y;
+    const char *label, *cls;
+};
+
+static void marker(struct buf *b, const char *cls, double x, double y)
+{
+    if (!strcmp(cls, "s2"))
+        buf_printf(b,
+                   "<rect class=\"%s\" x=\"%.1f\" y=\"%.1f\" width=\"7\" "
+                   "height=\"7\"/>",
+                   cls, x - 3.5, y - 3.5);
+    else
+        buf_printf(b,
+                   "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
+                   cls, x, y);
+}
+
+static void tick_label(struct buf *b, const struct axis *a, double v)
+{
+    if (a->log && (v >= 1e4 || v < 1e-2))
+        buf_printf(b, "1e%d", (int)lround(log10(v)));
+    else if (v >= 1024 && fmod(v, 1024) == 0)
+        fmt_tokens(b, (long long)v);
+    else
+        buf_printf(b, "%g", v);
+}
+
+static void axes(struct buf *b, const struct axis *X, const struct axis *Y,
+                 const char *xlabel)
+{
+    double t[16];
+    size_t n = axis_ticks(X, t, 16);
+    buf_printf(b,
+               "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" "
+               "height=\"%d\"/>",
+               PL, PT, W - PL - PR, H - PT - PB);
+    for (size_t i = 0; i < n; i++) {
+        double x = axis_map(X, t[i]);
+        buf_printf(b,
+                   "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" "
+                   "y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" "
+                   "text-anchor=\"middle\">",
+                   x, x, PT, H - PB, x, H - PB + 14);
+        tick_label(b, X, t[i]);
+        buf_adds(b, "</text>");
+    }
+    buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
+               (W + PL) / 2, H - 6);
+    html_esc(b, xlabel, 0);
+    buf_adds(b, "</text>");
+    n = axis_ticks(Y, t, 16);
+    for (size_t i = 0; i < n; i++) {
+        double y = axis_map(Y, t[i]);
+        buf_printf(b,
+                   "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
+                   "y2=\"%.1f\"/><text x=\"%d\" y=\"%.1f\" "
+                   "text-anchor=\"end\">",
+                   PL, W - PR, y, y, PL - 4, y + 4);
+        tick_label(b, Y, t[i]);
+        buf_adds(b, "</text>");
+    }
+}
+
+static void draw_series(struct buf *b, const struct axis *X,
+                        const struct axis *Y, const struct series *s)
+{
+    if (!s->n)
+        return;
+    buf_printf(b, "<polyline class=\"%s\" points=\"", s->cls);
+    for (size_t i = 0; i < s->n; i++)
+        buf_printf(b, "%s%.1f,%.1f", i ? " " : "", axis_map(X, s->x[i]),
+                   axis_map(Y, s->y[i]));
+    buf_adds(b, "\"/>");
+    for (size_t i = 0; i < s->n; i++) {
+        double x = axis_map(X, s->x[i]);
+        if (s->ci[i])
+            buf_printf(b,
+                       "<path class=\"ci %s\" d=\"M%.1f %.1fV%.1fM%.1f "
+                       "%.1fh8M%.1f %.1fh8\"/>",
+                       s->cls, x, axis_map(Y, s->lo[i]), axis_map(Y, s->hi[i]),
+                       x - 4, axis_map(Y, s->lo[i]), x - 4,
+                       axis_map(Y, s->hi[i]));
+        marker(b, s->cls, x, axis_map(Y, s->y[i]));
+    }
+}
+
+static void chart(struct buf *b, const char *title, const struct axis *X,
+                  const struct axis *Y, const struct series *s, size_t ns,
+                  const struct hline *hl, size_t nh)
+{
+    buf_adds(b, "<figure class=\"chart\"><figcaption>");
+    html_esc(b, title, 0);
+    buf_printf(b,
+               "</figcaption><svg viewBox=\"0 0 %d %d\" width=\"%d\" "
+               "height=\"%d\" role=\"img\">",
+               W, H, W, H);
+    axes(b, X, Y, "position in the sequence (tokens, log scale)");
+    for (size_t i = 0; i < nh; i++) {
+        double y = axis_map(Y, hl[i].y);
+        buf_printf(b,
+                   "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
+                   "y2=\"%.1f\"/><text class=\"hl\" x=\"%d\" y=\"%.1f\" "
+                   "text-anchor=\"end\">",
+                   hl[i].cls, PL, W - PR, y, y, W - PR - 2, y - 3);
+        html_esc(b, hl[i].label, 0);
+        buf_adds(b, "</text>");
+    }
+    for (size_t i = 0; i < ns; i++)
+        draw_series(b, X, Y, &s[i]);
+    int lx = PL + 8;
+    for (size_t i = 0; i < ns; i++) {
+        if (!s[i].n)
+            continue;
+        buf_printf(b,
+                   "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%d\" "
+                   "y2=\"%d\"/>",
+                   s[i].cls, lx, lx + 18, PT + 10, PT + 10);
+        marker(b, s[i].cls, lx + 9, PT + 10);
+        buf_printf(b, "<text x=\"%d\" y=\"%d\">", lx + 22, PT + 14);
+        html_esc(b, s[i].name, 0);
+        buf_adds(b, "</text>");
+        lx += 26 + 7 * (int)strlen(s[i].name);
+    }
+    buf_adds(b, "</svg></figure>\n");
+}
+
+enum metric { M_KL, M_DP, M_TOP1 };
+static const char *const mkey[] = {"kl_mean", "dp_rms", "top1_agreement"};
+static const char *const thkey[] = {"kl_mean", "dp_rms", "top1"};
+static const char *const cikey[] = {"excess_kl_mean", "dp_rms",
+                                    "top1_agreement"};
+
+static void fill(struct series *s, const json_t *buckets, const char *arm,
+                 enum metric m, bool with_ci)
+{
+    size_t i;
+    const json_t *bk;
+    s->n = 0;
+    json_array_foreach(buckets, i, bk)
+    {
+        const json_t *a = jget(bk, arm);
+        double v = jnum(a, mkey[m], NAN);
+        if (!isfinite(v) || jint(a, "count", 0) <= 0 || s->n >= MAXB)
+            continue;
+        double from = jnum(bk, "from", 1), to = jnum(bk, "to", from + 1);
+        size_t k = s->n++;
+        s->x[k] = sqrt((from < 1 ? 1 : from) * (to < 1 ? 1 : to));
+        s->y[k] = v;
+        const json_t *ci = jpath(bk, "ci95", cikey[m]);
+        s->ci[k] = with_ci && json_array_size(ci) == 2 &&
+                   json_is_number(json_array_get(ci, 0)) &&
+                   json_is_number(json_array_get(ci, 1));
+        if (s->ci[k]) {
+            s->lo[k] = json_number_value(json_array_get(ci, 0));
+            s->hi[k] = json_number_value(json_array_get(ci, 1));
+        }
+    }
+}
+
+static void range_add(double *lo, double *hi, double v, bool log)
+{
+    if (!isfinite(v) || (log && v <= 0))
+        return;
+    if (v < *lo)
+        *lo = v;
+    if (v > *hi)
+        *hi = v;
+}
+
+static void metric_chart(struct buf *b, const json_t *doc, enum metric m,
+                         const struct axis *X)
+{
+    static const char *const title[] = {
+        "Mean KL divergence (golden || candidate) per bucket",
+        "RMS delta-p of the forced token per bucket",
+        "Top-1 agreement per bucket"};
+    const json_t *bks = jget(doc, "buckets");
+    struct series s[2] = {{.name = "candidate (prefill)", .cls = "s1"},
+                          {.name = "excess over noise", .cls = "s2"}};
+    fill(&s[0], bks, "candidate", m, m != M_KL);
+    fill(&s[1], bks, "excess", m, m == M_KL);
+    struct hline hl[4];
+    size_t nh = 0;
+    const json_t *th = jpath(doc, "thresholds", thkey[m]);
+    static const char *const lab[2][2] = {{"WARN (excess)", "FAIL (excess)"},
+                                          {"WARN", "FAIL"}};
+    for (int k = 0; k < 2 && json_array_size(th) == 2; k++)
+        hl[nh++] = (struct hline){json_number_value(json_array_get(th, k)),
+                                  lab[0][k], k ? "th-fail" : "th-warn"};
+    const json_t *dec = jpath(doc, "decode", "decode_vs_prefill");
+    double dv = jnum(dec, mkey[m], NAN);
+    if (isfinite(dv))
+        hl[nh++] =
+            (struct hline){dv, "decode vs prefill (all generated)", "decode"};
+    bool lg = m == M_KL;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < s[k].n; i++) {
+            range_add(&lo, &hi, s[k].y[i], lg);
+            if (s[k].ci[i]) {
+                range_add(&lo, &hi, s[k].lo[i], lg);
+                range_add(&lo, &hi, s[k].hi[i], lg);
+            }
+        }
+    for (size_t i = 0; i < nh; i++)
+        range_add(&lo, &hi, hl[i].y, lg);
+    struct axis Y = {.p0 = H - PB, .p1 = PT, .log = lg};
+    if (lg) {
+        Y.lo = isfinite(lo) ? pow(10, floor(log10(lo))) : 1e-6;
+        Y.hi = isfinite(hi) ? pow(10, ceil(log10(hi))) : 1e-2;
+        if (Y.lo < 1e-9)
+            Y.lo = 1e-9;
+        if (Y.hi <= Y.lo)
+            Y.hi = Y.lo * 100;
+    } else if (m == M_TOP1) {
+        Y.hi = 1;
+        Y.lo = isfinite(lo) && lo < 0.99 ? floor(lo * 20) / 20 : 0.95;
+    } else {
+        Y.lo = 0;
+        Y.hi = isfinite(hi) && hi > 0 ? hi * 1.15 : 0.01;
+    }
+    chart(b, title[m], X, &Y, s, 2, hl, nh);
+}
+
+static void verdict_cell(struct buf *b, const char *v)
+{
+    buf_adds(b, "<td class=\"v ");
+    html_esc(b, v, 16);
+    buf_adds(b, "\">");
+    html_esc(b, v, 0);
+    buf_adds(b, "</td>");
+}
+
+static void ci_text(struct buf *b, const json_t *ci)
+{
+    if (json_array_size(ci) != 2)
+        return;
+    buf_adds(b, " <small>[");
+    fmt_sig(b, json_number_value(json_array_get(ci, 0)));
+    buf_adds(b, ", ");
+    fmt_sig(b, json_number_value(json_array_get(ci, 1)));
+    buf_adds(b, "]</small>");
+}
+
+static void bucket_table(struct buf *b, const json_t *doc)
+{
+    size_t i;
+    const json_t *bk;
+    buf_adds(b, "<h3>Per-bucket verdicts</h3><table><thead><tr><th>positions"
+                "</th><th>count</th><th>KL mean</th><th>excess KL mean "
+                "[95% CI]</th><th>KL p99.9</th><th>top-1 agreement</th>"
+                "<th>RMS delta-p</th><th>verdict</th></tr></thead><tbody>");
+    json_array_foreach(jget(doc, "buckets"), i, bk)
+    {
+        const json_t *c = jget(bk, "candidate"), *x = jget(bk, "excess");
+        buf_printf(b,
+                   "<tr><td class=\"n\">%lld-%lld</td><td class=\"n\">%lld"
+                   "</td><td class=\"n\">",
+                   jint(bk, "from", 0), jint(bk, "to", 0) - 1,
+                   jint(c, "count", 0));
+        fmt_sig(b, jnum(c, "kl_mean", NAN));
+        buf_adds(b, "</td><td class=\"n\">");
+        fmt_sig(b, jnum(x, "kl_mean", NAN));
+        ci_text(b, jpath(bk, "ci95", "excess_kl_mean"));
+        buf_adds(b, "</td><td class=\"n\">");
+        fmt_sig(b, jnum(c, "kl_p999", NAN));
+        buf_adds(b, "</td><td class=\"n\">");
+        fmt_fixed(b, jnum(c, "top1_agreement", NAN), 4);
+        ci_text(b, jpath(bk, "ci95", "top1_agreement"));
+        buf_adds(b, "</td><td class=\"n\">");
+        fmt_sig(b, jnum(c, "dp_rms", NAN));
+        ci_text(b, jpath(bk, "ci95", "dp_rms"));
+        buf_adds(b, "</td>");
+        verdict_cell(b, jstr(bk, "verdict", "-"));
+        buf_adds(b, "</tr>\n");
+    }
+    buf_adds(b, "</tbody></table>\n");
+}
+
+static void growth_line(struct buf *b, const json_t *g)
+{
+    if (!g)
+        return;
+    buf_adds(b, "<p>Growth of the excess KL with position: slope ");
+    fmt_sig(b, jnum(g, "slope", NAN));
+    buf_adds(b, " (95% CI ");
+    fmt_sig(b, jnum(g, "slope_lo", NAN));
+    buf_adds(b, " to ");
+    fmt_sig(b, jnum(g, "slope_hi", NAN));
+    buf_adds(b, "), last/first bucket ratio ");
+    fmt_sig(b, jnum(g, "ratio", NAN));
+    buf_adds(b, ": <b>");
+    html_esc(b, jstr(g, "verdict", "-"), 0);
+    buf_adds(b, "</b>.</p>");
+}
+
+static void tok(struct buf *b, const json_t *w, const char *k)
+{
+    const char *s = jstr(w, k, NULL);
+    if (!s) {
+        buf_adds(b, "<td>?</td>");
+        return;
+    }
+    buf_adds(b, "<td><code class=\"tok\">");
+    html_esc(b, s, 80);
+    buf_adds(b, "</code></td>");
+}
+
+static void worst_table(struct buf *b, const json_t *doc)
+{
+    const json_t *ws = jget(doc, "worst");
+    size_t i;
+    const json_t *w;
+    if (!json_array_size(ws))
+        return;
+    buf_adds(b, "<h3>Worst positions</h3><table class=\"cases\"><thead><tr>"
+                "<th>seq</th><th>pos</th><th>KL</th><th>delta logp</th>"
+                "<th>text around the token</th><th>golden top-1</th>"
+                "<th>candidate top-1</th></tr></thead><tbody>");
+    json_array_foreach(ws, i, w)
+    {
+        if (i >= 50)
+            break;
+        buf_printf(b,
+                   "<tr><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
+                   "<td class=\"n\">",
+                   jint(w, "seq", 0), jint(w, "pos", 0));
+        fmt_sig(b, jnum(w, "kl", NAN));
+        buf_adds(b, "</td><td class=\"n\">");
+        fmt_fixed(b, jnum(w, "dlogp", NAN), 4);
+        buf_adds(b, "</td><td><code class=\"ctx\">");
+        const char *pre = jstr(w, "context_before", NULL);
+        if (pre) {
+            size_t n = strlen(pre), k = n > 60 ? n - 60 : 0;
+            while (k > 0 && k < n && ((unsigned char)pre[k] & 0xc0) == 0x80)
+                k++; /* start on a character */
+            html_esc(b, pre + k, 0);
+        }
+        buf_adds(b, "<mark>");
+        html_esc(b, jstr(w, "text", "?"), 80);
+        buf_adds(b, "</mark>");
+        html_esc(b, jstr(w, "context_after", ""), 60);
+        buf_adds(b, "</code></td>");
+        tok(b, w, "golden_top1");
+        tok(b, w, "candidate_top1");
+        buf_adds(b, "</tr>\n");
+    }
+    buf_adds(b, "</tbody></table>\n");
+}
+
+static void x_axis(const json_t *doc, struct axis *X)
+{
+    size_t i;
+    const json_t *bk;
+    double lo = INFINITY, hi = 0;
+    json_array_foreach(jget(doc, "buckets"), i, bk)
+    {
+        double f = jnum(bk, "from", 1), t = jnum(bk, "to", f + 1);
+        if (f < 1)
+            f = 1;
+        lo = f < lo ? f : lo;
+        hi = t > hi ? t : hi;
+    }
+    *X = (struct axis){.p0 = PL + 6, .p1 = W - PR - 6, .log = true};
+    X->lo = isfinite(lo) ? pow(10, floor(log10(lo))) : 1;
+    X->hi = hi > X->lo ? pow(10, ceil(log10(hi))) : X->lo * 10;
+}
+
+int report_drift_section(const json_t *doc, struct buf *b)
+{
+    if (!doc)
+        return 0;
+    buf_adds(b, "<section id=\"drift\"><h2>drift: candidate against golden, "
+                "token by token</h2><p>Verdict: <span class=\"v ");
+    html_esc(b, jstr(doc, "verdict", "-"), 16);
+    buf_adds(b, "\">");
+    html_esc(b, jstr(doc, "verdict", "-"), 0);
+    buf_adds(b, "</span>");
+    buf_printf(b, " over %lld sequences, %lld positions",
+               jint(doc, "sequences", 0), jint(doc, "positions", 0));
+    if (!json_is_true(jget(doc, "prefill"))) {
+        buf_adds(b, "; no prefill comparison (");
+        html_esc(b, jstr(doc, "fallback", "-"), 200);
+        buf_addch(b, ')');
+    }
+    buf_adds(b, ".</p>");
+    if (json_array_size(jget(doc, "buckets"))) {
+        struct axis X;
+        x_axis(doc, &X);
+        if (!jget(doc, "thresholds"))
+            buf_adds(b, "<p class=\"note\">This summary holds no thresholds; "
+                        "the lines are left out.</p>");
+        for (int m = M_KL; m <= M_TOP1; m++)
+            metric_chart(b, doc, (enum metric)m, &X);
+        bucket_table(b, doc);
+        growth_line(b, jget(doc, "growth"));
+    }
+    const json_t *dec = jget(doc, "decode");
+    if (dec) {
+        buf_adds(b, "<p>Decode path: attribution <b>");
+        html_esc(b, jstr(dec, "attribution", "-"), 0);
+        buf_adds(b, "</b>; decode vs prefill mean KL ");
+        fmt_sig(b, jnum(jget(dec, "decode_vs_prefill"), "kl_mean", NAN));
+        buf_adds(b, ", prefill vs prefill ");
+        fmt_sig(b, jnum(jget(dec, "prefill_vs_prefill"), "kl_mean", NAN));
+        buf_adds(b, ".</p>");
+    }
+    worst_table(b, doc);
+    buf_adds(b, "</section>\n");
+    return 0;
+}

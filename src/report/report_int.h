@@ -1,0 +1,65 @@
+/*
+ * report_int: what the files of src/report/ share: escaping, fixed number
+ * formatting, the colour scales and small JSON accessors. Not a contract
+ * for anyone outside src/report/.
+ */
+#ifndef REPORT_REPORT_INT_H
+#define REPORT_REPORT_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/buf.h"
+
+/* Appends s escaped for HTML text and attribute values (& < > " '):
+ * invalid UTF-8 and control characters other than tab and newline become
+ * U+FFFD, so no byte of s can end an element, an attribute or a comment.
+ * At most max bytes of s are taken (0: all), cut on a character boundary,
+ * with an ellipsis when cut. */
+void html_esc(struct buf *b, const char *s, size_t max);
+/* The same for len bytes that may hold NULs (shown as U+FFFD). */
+void html_escn(struct buf *b, const char *s, size_t len, size_t max);
+/* html_esc of a JSON value: strings as their text, others compact with
+ * sorted keys; null and absent as "-". */
+void html_esc_json(struct buf *b, const json_t *v, size_t max);
+
+/* Fixed formats: "%.*f" with '-' for NaN or a missing number. */
+void fmt_fixed(struct buf *b, double v, int prec);
+/* 3 significant digits in plain or e notation ("%.3g"), '-' for NaN. */
+void fmt_sig(struct buf *b, double v);
+/* A token count: 4096 -> "4k", 1500 -> "1500". */
+void fmt_tokens(struct buf *b, long long v);
+/* UTC "YYYY-MM-DD HH:MM:SS UTC". */
+void fmt_time(struct buf *b, long long t);
+
+/* Sequential colour-blind-safe scale (viridis) for t in [0, 1] -> "#rrggbb"
+ * in out[8]; *dark_bg tells whether white text reads on it. */
+void color_seq(double t, char out[8], bool *dark_bg);
+/* Diverging scale (ColorBrewer PuOr) for t in [-1, 1]. */
+void color_div(double t, char out[8], bool *dark_bg);
+
+/* JSON accessors: the member or a default. */
+double jnum(const json_t *o, const char *k, double dflt);
+long long jint(const json_t *o, const char *k, long long dflt);
+const char *jstr(const json_t *o, const char *k, const char *dflt);
+const json_t *jget(const json_t *o, const char *k);
+const json_t *jpath(const json_t *o, const char *a, const char *b);
+
+/* A figure's axes: linear or log10, data range -> pixel range. */
+struct axis {
+    double lo, hi; /* data */
+    double p0, p1; /* pixels */
+    bool log;
+};
+double axis_map(const struct axis *a, double v);
+/* Ticks for a: powers of ten for log axes, 5 nice steps for linear; n
+ * ticks written to out (at most max). */
+size_t axis_ticks(const struct axis *a, double *out, size_t max);
+
+/* The legend of color_seq as an SVG strip (0..100%), with the few-cases
+ * mark explained. */
+void svg_seq_legend(struct buf *b, const char *label);
+void svg_div_legend(struct buf *b, const char *label);
+
+#endif

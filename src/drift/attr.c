@@ -120,7 +120,8 @@ static void gather(const struct drift_result *r, struct facts *f)
         const struct drift_dpoint *p = &dc->point[k];
         if (p->seqs == 0)
             continue;
-        bool pp = dc->have_pp && is_off(p->verdict[DRIFT_DP_PP]);
+        bool pp =
+            dc->have_pp && (is_off(p->verdict[DRIFT_DP_PP]) || p->pp_below);
         bool dg = is_off(p->verdict[DRIFT_DP_DG]);
         bool gap = p->gap_measured && p->gap_differs;
         f->prefill |= pp;
@@ -178,6 +179,15 @@ static void prefill_words(const struct drift_result *r, int fb, struct buf *b)
                    r->excess[fb].kl_mean);
     else
         buf_printf(b, "every prefill bucket passes");
+    for (unsigned k = 0; fb < 0 && k < r->dec.n_points; k++)
+        if (r->dec.point[k].pp_below) {
+            buf_printf(b,
+                       ", but at prompt %u the prefills differ by more than "
+                       "their noise (excess KL %.2e, below the thresholds)",
+                       r->dec.point[k].prompt,
+                       r->dec.point[k].excess[DRIFT_DP_PP].kl_mean);
+            break;
+        }
     if (g->shape == DRIFT_SHAPE_GROWING && isnan(g->lo))
         buf_printf(b, ", growing past position %u (slope %+.2f)", g->from,
                    g->slope);

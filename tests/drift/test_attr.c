@@ -161,6 +161,20 @@ static void test_attribution_kinds(void **state)
     assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_GROWING);
     drift_result_release(&r);
 
+    /* the prefills differ above their noise but below the thresholds,
+     * the decode path more: both paths, not "decode only" */
+    result(&r, 2, 1024);
+    r.excess[0].kl_mean = 2e-5;
+    r.growth.shape = DRIFT_SHAPE_CONSTANT;
+    point(&r, 0, 3, DRIFT_PASS, DRIFT_WARN, true);
+    r.dec.point[0].pp_below = true;
+    assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_FLAT);
+    assert_non_null(strstr(r.dec.attributed, "differ by more than their "
+                                             "noise"));
+    r.dec.point[0].pp_below = false;
+    assert_int_equal(attribute(&r), DRIFT_ATTR_DECODE);
+    drift_result_release(&r);
+
     /* flat past the first quarter but absent before 256: it starts at a
      * position (a selection size), which is not "flat from the start" */
     result(&r, 2, 1024);

@@ -9,6 +9,9 @@
 # and the ratio audit time / recording time.
 #
 # usage: sh bench/audit.sh [TURNS]    (default 100; run from the repo root)
+#   AUDIT_BENCH_SCALE=1       linearity: record 2,000 turns (4,000
+#                             exchanges), audit the first 1,000 exchanges
+#                             and then all 4,000; print both and the ratio
 #   AUDIT_BENCH_KEEP=FILE     keep the recorded store in FILE
 #   AUDIT_BENCH_DB=FILE       audit a copy of FILE instead of recording one
 #   FIDELITY=BIN              the binary to audit with (default ./fidelity)
@@ -17,6 +20,7 @@ for t in /usr/bin/time python3; do
     command -v $t >/dev/null || { echo "bench/audit.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
 done
 turns=${1:-100}
+[ -n "${AUDIT_BENCH_SCALE:-}" ] && turns=2000
 bin=${FIDELITY:-./fidelity}
 fx=tests/fixtures/opencode-1.18.33/plain-02-turn1-first-request.json
 [ -x "$bin" ] || { echo "bench/audit.sh: build first: make" >&2; exit 2; }
@@ -33,7 +37,7 @@ if [ -n "${AUDIT_BENCH_DB:-}" ]; then
     cp "$AUDIT_BENCH_DB" "$dir/b.db"
     start=0; end=0
 else
-$bin sim --listen 127.0.0.1:0 >"$dir/sim.out" 2>/dev/null &
+$bin sim --listen 127.0.0.1:0 --max-model-len 16777216 >"$dir/sim.out" 2>/dev/null &
 sim_pid=$!
 while ! grep -q listening "$dir/sim.out" 2>/dev/null; do sleep 0.05; done
 sim_url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$dir/sim.out")
@@ -78,6 +82,24 @@ end=$(date +%s.%N)
 kill -TERM $rec_pid; wait $rec_pid 2>/dev/null || true
 fi
 
+if [ -n "${AUDIT_BENCH_SCALE:-}" ]; then
+    # the first 1,000 exchanges of the same session: later rows only refer
+    # to earlier ones (req_base), so cutting the tail leaves a valid store
+    cp "$dir/b.db" "$dir/k.db"
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('delete from xchg where id > 1000'); c.commit(); c.execute('vacuum')" "$dir/k.db"
+    best() { # the fastest of 3 runs: "wall cpu" seconds
+        for i in 1 2 3; do
+            /usr/bin/time -f "%e %U %S" $bin audit --db "$1" --fail-on never \
+                2>&1 >/dev/null | tail -n 1 | awk '{ print $1, $2 + $3 }'
+        done | sort -n | head -n 1
+    }
+    b1=$(best "$dir/k.db"); b4=$(best "$dir/b.db")
+    t1=${b1%% *}; c1=${b1##* }; t4=${b4%% *}; c4=${b4##* }
+    n4=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from xchg').fetchone()[0])" "$dir/b.db")
+    echo "fidelity audit, 1000 exchanges: ${t1} s wall, ${c1} s CPU (best of 3)"
+    echo "fidelity audit, $n4 exchanges: ${t4} s wall, ${c4} s CPU (best of 3)"
+    echo "ratio $n4 / 1000: wall $(echo "$t4 / $t1" | bc -l | cut -c1-5), CPU $(echo "$c4 / $c1" | bc -l | cut -c1-5) (target <= 4.5)"
+fi
 /usr/bin/time -v $bin audit --db "$dir/b.db" --fail-on never \
     >"$dir/audit.out" 2>"$dir/audit.time"
 /usr/bin/time -v $bin sessions --db "$dir/b.db" >/dev/null 2>"$dir/sessions.time"

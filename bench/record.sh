@@ -26,6 +26,7 @@
 #   DUR=5 sh bench/record.sh
 #   SROUNDS=0 sh bench/record.sh               # the fixed-rate runs only
 #   FIDELITY_RECORD_LIBCURL=1 sh bench/record.sh   # record through libcurl
+#   REDACT_ONLY=1 sh bench/record.sh           # body redaction's cost alone
 #
 # `make bench-deps` installs the peers (nginx, mitmproxy) and tools (wrk,
 # python3); without a peer its rows are skipped, wrk and python3 are
@@ -56,6 +57,14 @@ make -s fidelity >/dev/null
 # bench/windows: how often the CPU runs slow, printed before those rounds
 cc -O2 -Wall -o build/pace bench/pace.c $(pkg-config --cflags --libs libevent) -lm
 cc -O2 -Wall -o build/windows bench/windows.c
+# The body redaction record does on its loop before anything is kept
+# (src/record/redact.c), per exchange, on opencode's request bodies.
+# REDACT_ONLY=1: this figure alone (a few seconds).
+cc -O2 -Wall -Isrc -o build/redact_bench bench/redact_bench.c \
+    build/libfidelity.a $(pkg-config --cflags --libs jansson)
+build/redact_bench "${REDACT_ITERS:-2000}" \
+    tests/fixtures/opencode-1.18.33/*request*.json
+[ "${REDACT_ONLY:-0}" = 1 ] && exit 0
 
 tmp=$(mktemp -d)
 pids=""

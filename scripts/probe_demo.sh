@@ -41,11 +41,19 @@ faulty=$url
 echo "== healthy sim: $healthy"
 echo "== faulty sim:  $faulty (--context-limit 8192 --overflow middle)"
 echo
+# The faulty endpoint must fail the run: exit 1, the summary line saying
+# which rule decided. Anything else is a broken demo.
+code=0
 "$bin" probe --endpoint "$faulty" --baseline "$healthy" \
     --kinds needle,multi-needle,canary,first-message,variables \
     --lengths 2k,4k,8k,16k,32k --depths 0,25,50,75,100 \
-    --db "$tmp/demo.db" --json "$tmp/probe.json" --report "$report"
+    --db "$tmp/demo.db" --json "$tmp/probe.json" --report "$report" || code=$?
+if [ "$code" != 1 ]; then
+    echo "demo: probe exited $code on the faulty endpoint; expected 1"
+    exit 1
+fi
 echo
+echo "== probe exited 1 on the faulty endpoint, as it should (a check failed)"
 echo "== in short"
 jq_missing=1
 command -v jq >/dev/null 2>&1 && jq_missing=0

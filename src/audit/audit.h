@@ -53,14 +53,34 @@ json_t *audit_finding_json(const struct audit_finding *f);
 /* One session: its exchanges in id order. The set owns deep copies. */
 struct audit_session {
     char *id;
+    /* The session whose task-like tool call (task, agent, ...) handed this
+     * one its first user message as the call's "prompt", and that call's
+     * id; NULL when none (audit_set_link_subagents). */
+    char *parent;
+    char *parent_call;
+    bool result_returned; /* the parent got that call's tool result */
     struct xchg **x;
     size_t n, alloc;
+};
+
+/* A row of the store that could not be read (xchg_bad), kept for the
+ * store.corrupt finding. */
+struct audit_bad {
+    int64_t id;
+    char *session; /* "" when its session column was unreadable */
+    const char *column, *why;
 };
 
 struct audit_set {
     struct audit_session *s;
     size_t n, alloc;
-    json_t *interned; /* hash -> the one copy of a message or tool list */
+    /* hash -> the one copy of a message or tool list (open addressing;
+     * a key of 0 marks an empty slot) */
+    uint64_t *ikey;
+    json_t **ival;
+    size_t in, icap;
+    struct audit_bad *bad; /* rows skipped by audit_set_load, in id order */
+    size_t nbad, bad_alloc;
 };
 
 void audit_set_init(struct audit_set *set);
@@ -68,13 +88,19 @@ void audit_set_release(struct audit_set *set);
 /* Copies x into the session named x->session ("" when NULL), appending;
  * sessions keep the order of their first exchange. Messages and tool
  * lists equal to ones already in the set are shared (treat bodies as
- * read-only); resp_raw is kept only for non-2xx responses. */
+ * read-only); resp_raw is kept only for non-2xx responses (NULL for the
+ * others), resp_raw_len for every response: the bytes it had. */
 void audit_set_add(struct audit_set *set, const struct xchg *x);
 const struct audit_session *audit_set_find(const struct audit_set *set,
                                            const char *id);
+/* Notes a row the store reader skipped (audit_run reports it as
+ * store.corrupt). */
+void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b);
 
 /* Adds the exchanges of the store (of one session when session is not
- * NULL); *n gets how many. Store errors are returned with d filled. */
+ * NULL); *n gets how many. A row that cannot be decoded is skipped and
+ * noted in set->bad; the rest is read. Errors of the store itself (it
+ * cannot be opened or queried) are returned with d filled. */
 int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d);
 /* The same from a spill file (docs/RECORD.md); a missing file adds none. */
@@ -82,6 +108,25 @@ int audit_set_load_spill(const char *path, const char *session,
                          struct audit_set *set, size_t *n, struct diag *d);
 /* Puts each session's exchanges in the order they started. */
 void audit_set_order(struct audit_set *set);
+/* Regroups the sessions record keyed by their first messages ("p:": no
+ * session header) by what their requests share (group.c, docs/AUDIT.md):
+ * a request joins the session that last carried one of its user turns or
+ * assistant replies; side requests that share none join the conversation
+ * under way; one-shot requests stay alone. Sessions keep record's key of
+ * their first exchange ("#2", "#3"... when several start from one key),
+ * and each moved exchange's session is renamed. Header sessions are left
+ * as they are. */
+void audit_set_regroup(struct audit_set *set);
+/* Side requests under a session header of their own that names another
+ * session (Kilo sends its title request as "title-ses_X" beside "ses_X")
+ * join that session. Call audit_set_order afterwards. */
+void audit_set_attach_side(struct audit_set *set);
+/* Links subagent sessions to their parent (struct audit_session.parent):
+ * a session whose first user message equals the "prompt" argument of a
+ * task-like tool call (task, Task, agent, spawn_agent, subagent) another
+ * session's reply made. result_returned tells whether the parent later
+ * sent that call's tool result. */
+void audit_set_link_subagents(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
  * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
  * -ENOENT when neither file exists; other errors are the store's; d says which
@@ -112,6 +157,13 @@ struct audit_thresholds {
     size_t reasoning_min_bytes;
     double gap_ms;        /* longest pause between SSE chunks */
     double added_ttfb_ms; /* down_ttfb - up_ttfb */
+    /* prefix-cache reuse (cache.c) */
+    double cache_min_shared;   /* cache.refill: shared tokens at least */
+    double cache_refill_share; /* ... and more than this share refilled */
+    long cache_unused_turns;   /* cache.reply_not_reused: turns */
+    double cache_drop_share;   /* cache.reuse_drop: below this x median */
+    long cache_drop_run;       /* ... for this many requests in a row */
+    double cache_idle_s;       /* a longer gap excuses a miss */
 };
 extern const struct audit_thresholds audit_default_thresholds;
 
@@ -143,7 +195,8 @@ int audit_expect_add(json_t *expect, const char *arg, struct diag *d);
  */
 int audit_profile_check(json_t *doc, struct diag *d);
 
-/* Runs every rule over every session of set, appending to out. */
+/* Runs every rule over every session of set, appending to out; then a
+ * store.corrupt finding (error) for each row in set->bad. */
 void audit_run(const struct audit_set *set, const struct audit_opts *o,
                struct audit_list *out);
 

@@ -8,21 +8,31 @@
 
 #include "audit/audit.h"
 
+/* Message roles, as view.c codes them once per distinct message. */
+enum { AROLE_OTHER = 0, AROLE_SYSTEM, AROLE_USER, AROLE_ASSISTANT, AROLE_TOOL };
+
 struct areq {
     const struct xchg *x;
     const char *kind;  /* x->kind, or classified from the body */
     const char *model; /* "" when absent */
     json_t *msgs;      /* borrowed messages array, NULL when none */
     size_t nmsg;
-    uint64_t *mhash;   /* per message; reasoning fields left out */
-    size_t *mbytes;    /* canonical JSON bytes per message */
-    size_t msg_bytes;  /* sum of mbytes */
-    size_t tool_bytes; /* compact JSON bytes of the tools array */
-    int users;         /* user messages in the request */
-    bool tools;        /* a non-empty tools array */
-    int turn;          /* session user turn, 1-based */
-    long prev;         /* predecessor in the same conversation, -1 none */
-    size_t new_msgs;   /* messages beyond what prev + reply explain */
+    uint64_t *mhash;      /* per message; reasoning fields left out */
+    size_t *mbytes;       /* canonical JSON bytes per message */
+    unsigned char *mrole; /* AROLE_* per message */
+    size_t msg_bytes;     /* sum of mbytes */
+    size_t tool_bytes;    /* compact JSON bytes of the tools array */
+    int users;            /* user messages in the request */
+    bool tools;           /* a non-empty tools array */
+    int turn;             /* session user turn, 1-based */
+    long prev;            /* predecessor in the same conversation, -1 none */
+    size_t link_k;        /* prev's messages are this request's first link_k
+                           * (0: prev was chosen by the fallback) */
+    bool retry;           /* the same messages as prev: sent again */
+    int64_t lost_summary; /* set by rule_history: the id of the summary
+                           * request whose lost history this request was
+                           * given (history.compaction_lost), 0: none */
+    size_t new_msgs;      /* messages beyond what prev + reply explain */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
     const char *reasoning;
@@ -39,6 +49,7 @@ struct actx {
     const struct audit_session *s;
     struct areq *r;
     size_t n;
+    void *truncation_memo; /* truncation.c's, while it runs */
 };
 
 /* Builds the view of session s; free with areqs_free. */
@@ -72,5 +83,6 @@ void rule_truncation(struct actx *c);
 void rule_first_message(struct actx *c);
 void rule_degeneration(struct actx *c);
 void rule_stream(struct actx *c);
+void rule_cache(struct actx *c);
 
 #endif

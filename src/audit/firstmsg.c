@@ -11,6 +11,8 @@
 
 #include "audit/audit_int.h"
 #include "core/buf.h"
+#include "core/hash.h"
+#include "core/xalloc.h"
 
 /* Phrases real models use when they see no history (lowercase, straight
  * apostrophes; the text is normalised the same way). */
@@ -53,42 +55,112 @@ bool audit_is_first_message_claim(const char *text)
     return hit;
 }
 
-static int max_users_before(struct actx *c, size_t i)
+/* A set of message hashes (open addressing, 0 is empty). */
+struct hset {
+    uint64_t *v;
+    size_t n, cap;
+};
+
+static bool hset_has(const struct hset *h, uint64_t k)
 {
-    int m = 0;
-    for (size_t j = 0; j < i; j++)
-        if (is_main_kind(c->r[j].kind) && c->r[j].users > m)
-            m = c->r[j].users;
-    return m;
+    if (!h->cap)
+        return false;
+    k = k ? k : 1;
+    size_t j = mix64(k) & (h->cap - 1);
+    while (h->v[j] && h->v[j] != k)
+        j = (j + 1) & (h->cap - 1);
+    return h->v[j] == k;
+}
+
+static void hset_add(struct hset *h, uint64_t k)
+{
+    k = k ? k : 1;
+    if (2 * (h->n + 1) > h->cap) {
+        struct hset old = *h;
+        h->cap = old.cap ? 2 * old.cap : 256;
+        h->v = xcalloc(h->cap, sizeof(*h->v));
+        h->n = 0;
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.v[i])
+                hset_add(h, old.v[i]);
+        free(old.v);
+    }
+    size_t j = mix64(k) & (h->cap - 1);
+    while (h->v[j] && h->v[j] != k)
+        j = (j + 1) & (h->cap - 1);
+    if (!h->v[j]) {
+        h->v[j] = k;
+        h->n++;
+    }
+}
+
+/* How many of the user turns in seen r does not carry. */
+static size_t missing_turns(const struct hset *seen, const struct areq *r)
+{
+    struct hset mine = {0};
+    size_t miss = 0;
+    for (size_t k = 0; k < r->nmsg; k++)
+        if (r->mrole[k] == AROLE_USER)
+            hset_add(&mine, r->mhash[k]);
+    for (size_t i = 0; i < seen->cap; i++)
+        if (seen->v[i] && !hset_has(&mine, seen->v[i]))
+            miss++;
+    free(mine.v);
+    return miss;
 }
 
 void rule_first_message(struct actx *c)
 {
+    struct hset seen = {0}; /* user turns of the session's main requests */
+    int64_t lost = 0;       /* the latest summary that lost the history */
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->msgs || !is_main_kind(r->kind))
             continue;
+        if (r->lost_summary)
+            lost = r->lost_summary;
+        int before = (int)seen.n;
         bool in_content =
             r->content && audit_is_first_message_claim(r->content);
         bool in_reason =
             r->reasoning && audit_is_first_message_claim(r->reasoning);
+        size_t miss = in_content || in_reason ? missing_turns(&seen, r) : 0;
+        /* only the messages a prefix-linked request added are new */
+        for (size_t k = r->prev >= 0 ? r->link_k : 0; k < r->nmsg; k++)
+            if (r->mrole[k] == AROLE_USER)
+                hset_add(&seen, r->mhash[k]);
         if (!in_content && !in_reason)
             continue;
-        int before = max_users_before(c, i);
-        const char *blame = r->users >= 2 ? "server" : "harness";
-        if (r->users < 2 && before < 1)
-            continue; /* truly the first message */
-        finding_add(
-            c, AUDIT_ERROR, "first_message.claim", r,
-            json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame, "where",
-                      in_content ? "content" : "reasoning", "user_turns_sent",
-                      r->users, "user_turns_before", before, "messages_sent",
-                      (json_int_t)r->nmsg, "reply",
-                      in_content ? r->content : r->reasoning),
-            "reply claims no earlier conversation although %s; blame the %s",
-            r->users >= 2 ? "the request carried the history"
-                          : "the session had earlier turns the request "
-                            "left out",
-            blame);
+        /* the server is blamed only when the request carried the history:
+         * every user turn the session had so far */
+        bool carried = r->users >= 2 && !miss;
+        bool after_lost = lost != 0;
+        if (!carried && !miss)
+            continue; /* it lacked nothing: truly the first message */
+        const char *blame = carried ? "server" : "harness";
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame,
+                               "where", in_content ? "content" : "reasoning",
+                               "user_turns_sent", r->users, "user_turns_before",
+                               before, "messages_sent", (json_int_t)r->nmsg,
+                               "reply", in_content ? r->content : r->reasoning);
+        if (after_lost && !carried)
+            json_object_set_new(ev, "compaction_lost_request",
+                                json_integer(lost));
+        if (after_lost && !carried)
+            finding_add(c, AUDIT_ERROR, "first_message.claim", r, ev,
+                        "reply claims no earlier conversation: the history "
+                        "was replaced by the summary of request %lld, which "
+                        "had lost it (history.compaction_lost); blame the "
+                        "harness",
+                        (long long)lost);
+        else
+            finding_add(
+                c, AUDIT_ERROR, "first_message.claim", r, ev,
+                "reply claims no earlier conversation although %s; blame "
+                "the %s",
+                carried ? "the request carried the history"
+                        : "the session had earlier turns the request left out",
+                blame);
     }
+    free(seen.v);
 }

@@ -212,8 +212,9 @@ static void removal(const struct areq *p, const struct areq *r,
         bool from_prev = has_hash(p, r->mhash[i]);
         if (!reply_kept && !echo_diff(p, m))
             reply_kept = true; /* what follows continues normally */
-        else if (!from_prev && summary && *summary && strstr(t, summary))
-            summary_seen = true;
+        else if ((!from_prev || i < 4) && summary && *summary &&
+                 strstr(t, summary))
+            summary_seen = true; /* near the head: the same summary twice */
         else if (!from_prev && !strcmp(role_of(m), "user") &&
                  is_continue_injection(t))
             injected = true;
@@ -223,16 +224,31 @@ static void removal(const struct areq *p, const struct areq *r,
             new_assistant = true; /* a summary no stream produced */
         free(t);
     }
+    /* A head replaced in place: the messages removed are one block of
+     * two or more starting where the requests part, and a message no
+     * earlier request carried (user or assistant) stands there instead:
+     * a gateway's or harness's summary, whether or not a summary request
+     * was seen. A window or dropped turns leave no such message; an edited
+     * first message replaces one. */
+    size_t block = 0;
+    for (size_t i = st->kept; i < p->nmsg && !has_hash(r, p->mhash[i]); i++)
+        block++;
+    bool in_place = block >= 2 && block == st->removed && st->kept < r->nmsg &&
+                    !has_hash(p, r->mhash[st->kept]) &&
+                    (r->mrole[st->kept] == AROLE_USER ||
+                     r->mrole[st->kept] == AROLE_ASSISTANT);
     if (!reply_kept) {
         st->removed++;
         st->bytes_lost += (int64_t)reply_bytes(p);
         json_array_append_new(removed, json_string("reply"));
     }
-    st->kind = (summary_seen || injected || (new_assistant && st->removed))
-                   ? AUDIT_STEP_COMPACTION
-                   : AUDIT_STEP_REWRITE;
+    st->kind =
+        (summary_seen || injected || in_place || (new_assistant && st->removed))
+            ? AUDIT_STEP_COMPACTION
+            : AUDIT_STEP_REWRITE;
     if (ev) {
         json_object_set_new(ev, "removed", removed);
+        json_object_set_new(ev, "replaced_in_place", json_boolean(in_place));
         json_object_set_new(ev, "summary_found", json_boolean(summary_seen));
         json_object_set_new(ev, "continue_injected", json_boolean(injected));
     } else {
@@ -398,19 +414,68 @@ static bool in_array(json_t *a, json_t *v)
     return false;
 }
 
-static void check_orphans(struct actx *c, size_t i)
+/* Orphans of r that its predecessor did not have. When r extends its
+ * predecessor (link_k), only the messages from link_k on are new: a result
+ * there is an orphan when no call of the session so far has its id (called
+ * holds every call id the session's requests carried), a call there when
+ * no result follows it in r. Otherwise r is compared whole with its
+ * predecessor. Linear in the new messages. */
+static json_t *fresh_orphans(struct actx *c, size_t i, json_t *called)
 {
     struct areq *r = &c->r[i];
-    json_t *now = orphans(r), *before = NULL, *fresh = json_array();
-    size_t k;
-    json_t *v;
-    if (r->prev >= 0)
-        before = orphans(&c->r[r->prev]);
-    json_array_foreach(now, k, v)
-    {
-        if (!before || !in_array(before, v))
-            json_array_append(fresh, v);
+    json_t *fresh = json_array();
+    size_t from = r->prev >= 0 && r->link_k ? r->link_k : 0;
+    if (!from) {
+        json_t *now = orphans(r), *before = NULL, *v;
+        size_t k;
+        if (r->prev >= 0)
+            before = orphans(&c->r[r->prev]);
+        json_array_foreach(now, k, v)
+        {
+            if (!before || !in_array(before, v))
+                json_array_append(fresh, v);
+        }
+        json_decref(now);
+        json_decref(before);
     }
+    json_t *pending = json_object();
+    for (size_t k = from; k < r->nmsg; k++) {
+        if (r->mrole[k] != AROLE_TOOL && r->mrole[k] != AROLE_ASSISTANT)
+            continue;
+        json_t *m = json_array_get(r->msgs, k), *tc;
+        const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+        size_t t;
+        if (r->mrole[k] == AROLE_TOOL) {
+            if (from && (!id || !json_object_get(called, id)))
+                json_array_append_new(
+                    fresh, json_sprintf("result:%s", id ? id : "(none)"));
+            if (id)
+                json_object_del(pending, id);
+        }
+        json_array_foreach(json_object_get(m, "tool_calls"), t, tc)
+        {
+            const char *cid = json_string_value(json_object_get(tc, "id"));
+            if (!cid)
+                continue;
+            json_object_set_new(called, cid, json_true());
+            json_object_set_new(pending, cid, json_true());
+        }
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(pending, k, v)
+    {
+        json_t *s = json_sprintf("call:%s", k);
+        if (from)
+            json_array_append(fresh, s);
+        json_decref(s);
+    }
+    json_decref(pending);
+    return fresh;
+}
+
+static void report_orphans(struct actx *c, struct areq *r, json_t *fresh)
+{
     if (json_array_size(fresh))
         finding_add(c, AUDIT_ERROR, "history.orphan", r,
                     json_pack("{s:O}", "orphans", fresh),
@@ -418,36 +483,227 @@ static void check_orphans(struct actx *c, size_t i)
                     plural(json_array_size(fresh), "tool call or result",
                            "tool calls or results"),
                     plural(json_array_size(fresh), "its", "their"));
-    json_decref(now);
-    json_decref(before);
-    json_decref(fresh);
+}
+
+/* Tool results among orphans: with a compaction, their calls went into the
+ * summary; they belong to the compaction, not to an orphan finding. */
+static json_t *take_results(json_t *orph)
+{
+    json_t *res = json_array(), *rest = json_array(), *v;
+    size_t k;
+    json_array_foreach(orph, k, v)
+    {
+        const char *s = json_string_value(v);
+        json_array_append(strncmp(s, "result:", 7) ? rest : res, v);
+    }
+    json_array_clear(orph);
+    json_array_extend(orph, rest);
+    json_decref(rest);
+    return res;
+}
+
+static void report_retry(struct actx *c, struct areq *r)
+{
+    struct areq *p = &c->r[r->prev];
+    const char *end =
+        p->x->end == XCHG_COMPLETE ? "" : xchg_end_name(p->x->end);
+    finding_add(c, AUDIT_INFO, "history.retry", r,
+                json_pack("{s:I, s:i, s:s, s:I}", "prev_request",
+                          (json_int_t)p->x->id, "prev_status", p->x->status,
+                          "prev_end", end, "messages", (json_int_t)r->nmsg),
+                "the same request as %lld sent again (that one got %d%s%s)",
+                (long long)p->x->id, p->x->status, *end ? ", " : "", end);
+}
+
+/* Pruning and a wrong echo are two causes: a pruned request whose
+ * message at the reply's position differs from the stream gets its own
+ * history.echo too. */
+static void echo_after_prune(struct actx *c, size_t i)
+{
+    struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    if (!has_reply(p) || r->nmsg <= p->nmsg)
+        return;
+    const char *d = echo_diff(p, json_array_get(r->msgs, p->nmsg));
+    if (!d || !strcmp(d, "role"))
+        return;
+    json_t *ev = json_object();
+    echo_evidence(p, r, p->nmsg, d, ev);
+    json_object_set_new(ev, "prev_request", json_integer(p->x->id));
+    finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
+                "assistant message %zu sent back differs from the streamed "
+                "reply of request %lld (%s)",
+                p->nmsg, (long long)p->x->id, d);
+}
+
+/* Digit runs of 3 or more in t (codes, numbers, years), as keys of obj. */
+static void add_facts(json_t *obj, const char *t)
+{
+    for (const char *p = t; *p;) {
+        if (*p < '0' || *p > '9') {
+            p++;
+            continue;
+        }
+        size_t n = strspn(p, "0123456789");
+        if (n >= 3 && n < 40) {
+            char k[40];
+            memcpy(k, p, n);
+            k[n] = 0;
+            json_object_set_new(obj, k, json_true());
+        }
+        p += n;
+    }
+}
+
+static const char *user_agent(const struct xchg *x)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(x->req_headers, k, v)
+    {
+        if (!strcasecmp(k, "user-agent") && json_is_string(v))
+            return json_string_value(v);
+    }
+    return "unknown";
+}
+
+/* history.compaction_lost: the summary request (sj) that the compaction
+ * at request i relied on lost what it was given: its reply claims there
+ * was no earlier conversation, or it kept none of the facts (digit runs)
+ * of the transcript and user turns it summarised. */
+static void check_summary(struct actx *c, size_t i, size_t sj)
+{
+    struct areq *q = &c->r[sj], *r = &c->r[i], *p = &c->r[r->prev];
+    const char *sum = q->content ? q->content : "";
+    bool claim = audit_is_first_message_claim(sum) ||
+                 (q->reasoning && audit_is_first_message_claim(q->reasoning));
+    json_t *facts = json_object(), *lost = json_array();
+    size_t kept = 0;
+    const char *k;
+    json_t *v;
+    for (size_t m = 0; m < q->nmsg; m++)
+        if (q->mrole[m] == AROLE_USER || q->mrole[m] == AROLE_ASSISTANT) {
+            char *t = msg_text(json_array_get(q->msgs, m));
+            add_facts(facts, t);
+            free(t);
+        }
+    for (size_t m = 0; m < p->nmsg; m++)
+        if (p->mrole[m] == AROLE_USER) {
+            char *t = msg_text(json_array_get(p->msgs, m));
+            add_facts(facts, t);
+            free(t);
+        }
+    json_object_foreach(facts, k, v)
+    {
+        if (strstr(sum, k))
+            kept++;
+        else if (json_array_size(lost) < 10)
+            json_array_append_new(lost, json_string(k));
+    }
+    size_t total = json_object_size(facts);
+    json_decref(facts);
+    if (!claim && (total < 2 || kept > 0)) {
+        json_decref(lost);
+        return;
+    }
+    const char *ua = user_agent(q->x);
+    size_t ual = strcspn(ua, " ");
+    char *ex = excerpt(sum, 160);
+    finding_add(c, AUDIT_ERROR, "history.compaction_lost", r,
+                json_pack("{s:I, s:I, s:b, s:I, s:I, s:o, s:s%, s:s}",
+                          "summary_request", (json_int_t)q->x->id,
+                          "prev_request", (json_int_t)p->x->id,
+                          "first_message_claim", claim, "facts",
+                          (json_int_t)total, "facts_kept", (json_int_t)kept,
+                          "lost", lost, "harness", ua, ual, "summary", ex),
+                "the summary of request %lld that replaced the history %s; "
+                "the harness (%.*s) went on with it",
+                (long long)q->x->id,
+                claim ? "says there was no earlier conversation"
+                      : "kept none of the facts it was given",
+                (int)ual, ua);
+    free(ex);
+    r->lost_summary = q->x->id;
+}
+
+/* A user interrupt: the predecessor's stream ended with the client gone
+ * (no final event), and the request carries everything before it but not
+ * its partial reply. */
+static bool is_interrupt(const struct areq *p, const struct areq *r,
+                         const struct audit_step *st)
+{
+    return p->x->end == XCHG_CLIENT_GONE && st->kind == AUDIT_STEP_REWRITE &&
+           st->kept == p->nmsg && st->removed == 1 && r->nmsg > p->nmsg &&
+           r->mrole[p->nmsg] != AROLE_ASSISTANT;
+}
+
+static void report_interrupt(struct actx *c, size_t i,
+                             const struct audit_step *st, json_t *ev)
+{
+    struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    json_object_set_new(ev, "prev_request", json_integer(p->x->id));
+    json_object_set_new(ev, "partial_bytes",
+                        json_integer((json_int_t)reply_bytes(p)));
+    json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
+    json_object_del(ev, "removed");
+    json_object_del(ev, "summary_found");
+    json_object_del(ev, "continue_injected");
+    finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
+                "the user interrupted request %lld: its partial reply (%zu "
+                "bytes) was dropped and the conversation went on",
+                (long long)p->x->id, reply_bytes(p));
 }
 
 void rule_history(struct actx *c)
 {
+    json_t *called = json_object();
     for (size_t i = 0; i < c->n; i++) {
         struct areq *r = &c->r[i];
         if (!r->msgs || !is_main_kind(r->kind))
             continue;
-        check_orphans(c, i);
+        json_t *orph = fresh_orphans(c, i, called);
         if (r->prev < 0) {
             r->new_msgs = r->nmsg;
+            report_orphans(c, r, orph);
+            json_decref(orph);
+            continue;
+        }
+        if (r->retry) {
+            r->new_msgs = 0;
+            report_retry(c, r);
+            report_orphans(c, r, orph);
+            json_decref(orph);
             continue;
         }
         struct audit_step st;
         json_t *ev = json_object();
-        step(&c->r[r->prev], r, summary_between(c, r->prev, i), &st, ev);
-        r->new_msgs = st.added;
         const char *sid = summary_between(c, r->prev, i);
-        if (st.kind == AUDIT_STEP_COMPACTION && sid)
-            for (size_t j = i; j-- > (size_t)(r->prev + 1);)
-                if (c->r[j].content == sid) {
-                    json_object_set_new(ev, "summary_request",
-                                        json_integer(c->r[j].x->id));
-                    json_object_set_new(ev, "summary_bytes",
-                                        json_integer((json_int_t)strlen(sid)));
-                    break;
-                }
-        report_step(c, i, &st, ev);
+        step(&c->r[r->prev], r, sid, &st, ev);
+        r->new_msgs = st.added;
+        long sj = -1;
+        if (st.kind == AUDIT_STEP_COMPACTION) {
+            json_object_set_new(ev, "orphaned_results", take_results(orph));
+            if (sid)
+                for (size_t j = i; j-- > (size_t)(r->prev + 1);)
+                    if (c->r[j].content == sid) {
+                        json_object_set_new(ev, "summary_request",
+                                            json_integer(c->r[j].x->id));
+                        json_object_set_new(
+                            ev, "summary_bytes",
+                            json_integer((json_int_t)strlen(sid)));
+                        sj = (long)j;
+                        break;
+                    }
+        }
+        report_orphans(c, r, orph);
+        json_decref(orph);
+        if (st.kind == AUDIT_STEP_PRUNE)
+            echo_after_prune(c, i);
+        if (is_interrupt(&c->r[r->prev], r, &st))
+            report_interrupt(c, i, &st, ev);
+        else
+            report_step(c, i, &st, ev);
+        if (sj >= 0)
+            check_summary(c, i, (size_t)sj);
     }
+    json_decref(called);
 }

@@ -29,13 +29,19 @@ static int add_one(const struct xchg *x, void *ud)
     return 0;
 }
 
+static void add_bad(const struct xchg_bad *b, void *ud)
+{
+    struct load_ctx *c = ud;
+    audit_set_add_bad(c->set, b);
+}
+
 int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d)
 {
     struct load_ctx c = {set, session, 0};
     int rc = xchg_schema(db, d);
     if (!rc)
-        rc = xchg_each(db, session, add_one, &c, d);
+        rc = xchg_each_checked(db, session, add_one, add_bad, &c, d);
     if (n)
         *n = c.n;
     return rc;
@@ -72,6 +78,28 @@ void audit_set_order(struct audit_set *set)
             qsort(set->s[i].x, set->s[i].n, sizeof(*set->s[i].x), by_start);
 }
 
+/* Drops every session but id. */
+static void keep_session(struct audit_set *set, const char *id)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        struct audit_session *s = &set->s[i];
+        if (!strcmp(s->id, id)) {
+            set->s[kept++] = *s;
+            continue;
+        }
+        for (size_t j = 0; j < s->n; j++) {
+            xchg_release(s->x[j]);
+            free(s->x[j]);
+        }
+        free(s->x);
+        free(s->id);
+        free(s->parent);
+        free(s->parent_call);
+    }
+    set->n = kept;
+}
+
 int audit_load_paths(const char *db_path, const char *spill,
                      const char *session, struct audit_set *set, struct diag *d)
 {
@@ -92,10 +120,12 @@ int audit_load_paths(const char *db_path, const char *spill,
                         "store with --db",
                         db_path, db_path);
     }
+    /* all of it: a session without a header is known only once the
+     * requests are regrouped */
     if (have_db) {
         rc = store_open(db_path, &db, d);
         if (!rc)
-            rc = audit_set_load(db, session, set, NULL, d);
+            rc = audit_set_load(db, NULL, set, NULL, d);
         store_close(db);
         if (rc) {
             free(def);
@@ -103,9 +133,14 @@ int audit_load_paths(const char *db_path, const char *spill,
         }
     }
     if (have_spill) {
-        rc = audit_set_load_spill(spill, session, set, NULL, d);
+        rc = audit_set_load_spill(spill, NULL, set, NULL, d);
     }
+    audit_set_attach_side(set);
     audit_set_order(set);
+    audit_set_regroup(set);
+    audit_set_link_subagents(set);
+    if (session)
+        keep_session(set, session);
     free(def);
     return rc;
 }

@@ -11,59 +11,54 @@
 #include "audit/audit_int.h"
 #include "core/hash.h"
 #include "core/plural.h"
+#include "core/xalloc.h"
 
 enum rstate { R_EQUAL, R_DROPPED, R_EMPTY, R_INLINE, R_CHANGED, R_NSTATES };
 static const char *const rstate_names[] = {"equal", "dropped", "empty",
                                            "inline", "changed"};
 
-/* Key of a reply or of an assistant message echoing it: its first
- * tool-call id, else its content (without an inline <think> block), hashed;
- * NULL when it has neither. Writes into key[40]. */
-static const char *reply_key(json_t *calls, const char *content, char key[40])
+/* The request whose streamed reply the assistant message at index mi of
+ * r[i] echoes, by structure: r[i]'s predecessor when mi is where its reply
+ * goes (its message count), else the predecessor's own source for that
+ * index when mi lies in the prefix they share; never a reply found by its
+ * text. -1 when the structure says nothing (a rewritten request, a message
+ * no stream produced). */
+static long source_by_structure(struct actx *c, size_t i, size_t mi)
 {
-    json_t *tc = json_array_get(calls, 0);
-    const char *id = json_string_value(json_object_get(tc, "id"));
-    const char *end = content ? strstr(content, "</think>") : NULL;
-    char hex[17];
-    if (id) {
-        hash_hex(hash64(id, strlen(id), 1), hex);
-        snprintf(key, 40, "id:%s", hex);
-        return key;
+    const struct areq *cur = &c->r[i];
+    while (cur->prev >= 0 && cur->link_k) {
+        const struct areq *p = &c->r[cur->prev];
+        if (!cur->retry && mi == p->nmsg)
+            return cur->prev;
+        if (mi >= p->nmsg)
+            return -1;
+        cur = p;
     }
-    if (content && !strncmp(content, "<think>", 7) && end)
-        content = end + 8; /* inline reasoning before the answer */
-    if (!content || !*content)
-        return NULL;
-    hash_hex(hash64(content, strlen(content), 2), hex);
-    snprintf(key, 40, "c:%s", hex);
-    return key;
+    return -1;
 }
 
-/* key -> index of the first request whose reply has that key. */
-static json_t *index_replies(struct actx *c)
+static void hkey(uint64_t h, char out[17])
 {
-    json_t *idx = json_object();
-    char key[40];
-    for (size_t j = 0; j < c->n; j++) {
-        const char *k = reply_key(c->r[j].tool_calls, c->r[j].content, key);
-        if (k && !json_object_get(idx, k))
-            json_object_set_new(idx, k, json_integer((json_int_t)j));
-    }
-    return idx;
+    hash_hex(h, out);
 }
 
-/* The earlier reply (before request index i) that m echoes. */
-static const struct areq *source_of(struct actx *c, json_t *idx, size_t i,
-                                    json_t *m)
+/* The earlier reply (before request index i) that message mi of r[i]
+ * echoes: by structure, else (a request that does not extend its
+ * predecessor) through echoes: the reply an earlier request carried at its
+ * reply position under the same message hash. */
+static const struct areq *source_of(struct actx *c, json_t *echoes, size_t i,
+                                    size_t mi)
 {
-    char key[40];
-    const char *k =
-        reply_key(json_object_get(m, "tool_calls"),
-                  json_string_value(json_object_get(m, "content")), key);
-    json_t *j = k ? json_object_get(idx, k) : NULL;
-    if (!j || (size_t)json_integer_value(j) >= i)
+    long j = source_by_structure(c, i, mi);
+    if (j < 0 && !c->r[i].link_k) {
+        char k[17];
+        hkey(c->r[i].mhash[mi], k);
+        json_t *v = json_object_get(echoes, k);
+        j = v ? (long)json_integer_value(v) : -1;
+    }
+    if (j < 0 || (size_t)j >= i)
         return NULL;
-    return &c->r[json_integer_value(j)];
+    return &c->r[j];
 }
 
 static int classify(json_t *m, const char *streamed)
@@ -101,21 +96,57 @@ static bool violates(enum audit_policy p, bool tools, int st)
     return st == R_EQUAL || st == R_INLINE || st == R_CHANGED;
 }
 
-/* counts[tools][state] over the session, for the summary finding. */
-static void one_request(struct actx *c, json_t *idx, size_t i,
+/* True when q carries m itself (the set shares equal messages, so the
+ * same bytes are the same pointer). */
+static bool in_request(const struct areq *q, json_t *m)
+{
+    for (size_t k = 0; k < q->nmsg; k++)
+        if (q->mrole[k] == AROLE_ASSISTANT && json_array_get(q->msgs, k) == m)
+            return true;
+    return false;
+}
+
+/* counts[tools][state] over the session, for the summary finding. An
+ * assistant message is judged where it first appears: one sent again
+ * byte for byte at the same place as in the predecessor was judged there
+ * (the set shares equal messages, so the pointers are equal). */
+static void one_request(struct actx *c, json_t *echoes, size_t i,
                         unsigned counts[2][R_NSTATES])
 {
     struct areq *r = &c->r[i];
+    const struct areq *p = r->prev >= 0 ? &c->r[r->prev] : NULL;
     enum audit_policy pol = policy_for(c, r->model);
     json_t *turns = json_array();
-    size_t bad = 0, m_i;
-    json_t *m;
-    json_array_foreach(r->msgs, m_i, m)
-    {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || strcmp(role, "assistant"))
+    size_t bad = 0;
+    if (p && r->link_k && !r->retry && r->link_k < r->nmsg &&
+        r->mrole[r->link_k] == AROLE_ASSISTANT) {
+        char k[17];
+        hkey(r->mhash[r->link_k], k);
+        if (!json_object_get(echoes, k))
+            json_object_set_new(echoes, k, json_integer(r->prev));
+    }
+    for (size_t m_i = 0; m_i < r->nmsg; m_i++) {
+        if (r->mrole[m_i] != AROLE_ASSISTANT)
             continue;
-        const struct areq *src = source_of(c, idx, i, m);
+        json_t *m = json_array_get(r->msgs, m_i);
+        if (p && m_i < p->nmsg && m_i < r->link_k &&
+            json_array_get(p->msgs, m_i) == m)
+            continue;
+        /* a request that rewrote its predecessor (a compaction keeping the
+         * recent turns) still carries some of its messages unchanged,
+         * elsewhere: they were judged there */
+        if (p && !r->link_k && in_request(p, m))
+            continue;
+        const struct areq *src = NULL;
+        /* a rewritten request that kept its predecessor's reply (the tail
+         * a compaction keeps): that reply, not one of equal text */
+        if (p && !r->link_k && p->content && *p->content) {
+            const char *t = json_string_value(json_object_get(m, "content"));
+            if (t && !strcmp(t, p->content))
+                src = p;
+        }
+        if (!src)
+            src = source_of(c, echoes, i, m_i);
         if (!src || !src->reasoning || !*src->reasoning)
             continue;
         int st = classify(m, src->reasoning);
@@ -146,15 +177,81 @@ static void one_request(struct actx *c, json_t *idx, size_t i,
     }
 }
 
+static uint64_t all_messages_key(const struct areq *r)
+{
+    uint64_t h = 0x5eed;
+    for (size_t k = 0; k < r->nmsg; k++)
+        h = mix2(h, r->mhash[k]);
+    return h ? h : 1;
+}
+
+static bool used_up_by_reasoning(const struct areq *r)
+{
+    return r->finish && !strcmp(r->finish, "length") && r->reasoning &&
+           *r->reasoning && (!r->content || !*r->content) &&
+           !json_array_size(r->tool_calls);
+}
+
+/* reasoning.budget: the reply ran out of tokens while still reasoning, so
+ * the content is empty (a title request's max_tokens of 16 spent on
+ * thinking). Reported once, at the first such request, with how many times
+ * the harness sent the same request again afterwards (for side requests:
+ * another request of the same kind); info only for a lone
+ * main request that nothing followed in its session. */
+static void budget(struct actx *c)
+{
+    uint64_t *key = xcalloc(c->n + 1, sizeof(*key));
+    /* a side request (a title) is one cause whatever its words: a harness
+     * that asks for a title on every turn with the same budget */
+    for (size_t i = 0; i < c->n; i++)
+        key[i] = !c->r[i].msgs ? 0
+                 : is_main_kind(c->r[i].kind)
+                     ? all_messages_key(&c->r[i])
+                     : hash64(c->r[i].kind, strlen(c->r[i].kind), 5) | 1;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct areq *r = &c->r[i];
+        bool seen = false;
+        if (!key[i] || !used_up_by_reasoning(r))
+            continue;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = key[j] == key[i] && used_up_by_reasoning(&c->r[j]);
+        if (seen)
+            continue;
+        size_t retries = 0;
+        for (size_t j = i + 1; j < c->n; j++)
+            retries += key[j] == key[i];
+        json_t *mt = json_object_get(r->x->req_body, "max_tokens");
+        if (!mt)
+            mt = json_object_get(r->x->req_body, "max_completion_tokens");
+        /* the harness needed the text when it sent the request again,
+         * when a side request's answer was lost, or when the conversation
+         * went on; a lone request nobody followed up is only noted */
+        bool needed = retries || !is_main_kind(r->kind) || i + 1 < c->n;
+        finding_add(
+            c, needed ? AUDIT_WARN : AUDIT_INFO, "reasoning.budget", r,
+            json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
+                      "max_tokens", mt ? mt : json_null(), "reasoning_bytes",
+                      (json_int_t)strlen(r->reasoning), "completion_tokens",
+                      (json_int_t)r->completion_tokens, "retries",
+                      (json_int_t)retries),
+            "%s reply empty: reasoning (%zu bytes) used all of "
+            "max_tokens %lld; the harness sent it again %zu time%s",
+            r->kind, strlen(r->reasoning), (long long)json_integer_value(mt),
+            retries, plural_s(retries));
+    }
+    free(key);
+}
+
 void rule_reasoning(struct actx *c)
 {
+    budget(c);
     unsigned counts[2][R_NSTATES] = {{0}};
     unsigned total = 0;
-    json_t *idx = index_replies(c);
+    json_t *echoes = json_object();
     for (size_t i = 0; i < c->n; i++)
         if (c->r[i].msgs && is_main_kind(c->r[i].kind))
-            one_request(c, idx, i, counts);
-    json_decref(idx);
+            one_request(c, echoes, i, counts);
+    json_decref(echoes);
     json_t *ev = json_object();
     for (int t = 0; t < 2; t++) {
         json_t *o = json_object();

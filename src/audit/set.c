@@ -25,6 +25,12 @@ const struct audit_thresholds audit_default_thresholds = {
     .reasoning_min_bytes = 2000,
     .gap_ms = 5000,
     .added_ttfb_ms = 50,
+    .cache_min_shared = 2048,
+    .cache_refill_share = 0.5,
+    .cache_unused_turns = 3,
+    .cache_drop_share = 0.5,
+    .cache_drop_run = 3,
+    .cache_idle_s = 600,
 };
 
 static const char *const sev_names[] = {"info", "warn", "error"};
@@ -141,7 +147,6 @@ json_t *audit_finding_json(const struct audit_finding *f)
 void audit_set_init(struct audit_set *set)
 {
     memset(set, 0, sizeof(*set));
-    set->interned = json_object();
 }
 
 static char *dup_or_null(const char *s)
@@ -164,24 +169,34 @@ static json_t *copy_json(json_t *j)
     return j ? json_deep_copy(j) : NULL;
 }
 
+static void intern_grow(struct audit_set *set)
+{
+    uint64_t *ok = set->ikey;
+    json_t **ov = set->ival;
+    size_t oc = set->icap;
+    set->icap = oc ? 2 * oc : 4096;
+    set->ikey = xcalloc(set->icap, sizeof(*set->ikey));
+    set->ival = xcalloc(set->icap, sizeof(*set->ival));
+    for (size_t i = 0; i < oc; i++)
+        if (ok[i]) {
+            size_t j = mix64(ok[i]) & (set->icap - 1);
+            while (set->ikey[j])
+                j = (j + 1) & (set->icap - 1);
+            set->ikey[j] = ok[i];
+            set->ival[j] = ov[i];
+        }
+    free(ok);
+    free(ov);
+}
+
 /* The one instance of v the set keeps: a session re-sends its history with
  * every request, so messages (and tool lists) are shared between the
  * copies, keyed by the hash of their canonical JSON; memory grows with the
  * distinct messages, not with their square. h is that hash when the store
  * gave it (xchg.req_msg_h), else 0: v is dumped to compute it. Returns a
  * new reference. */
-/* hash_hex without snprintf: intern runs once per message reference */
-static void key_hex(uint64_t h, char out[17])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; i--, h >>= 4)
-        out[i] = hex[h & 15];
-    out[16] = '\0';
-}
-
 static json_t *intern(struct audit_set *set, json_t *v, uint64_t h)
 {
-    char key[17];
     if (!h) {
         char *s =
             json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
@@ -190,13 +205,18 @@ static json_t *intern(struct audit_set *set, json_t *v, uint64_t h)
         h = hash64(s, strlen(s), 0);
         free(s);
     }
-    key_hex(h, key);
-    json_t *have = json_object_get(set->interned, key);
-    if (!have) {
-        have = json_deep_copy(v);
-        json_object_set_new(set->interned, key, have);
+    h = h ? h : 1;
+    if (2 * (set->in + 1) > set->icap)
+        intern_grow(set);
+    size_t j = mix64(h) & (set->icap - 1);
+    while (set->ikey[j] && set->ikey[j] != h)
+        j = (j + 1) & (set->icap - 1);
+    if (!set->ikey[j]) {
+        set->ikey[j] = h;
+        set->ival[j] = json_deep_copy(v);
+        set->in++;
     }
-    return json_incref(have);
+    return json_incref(set->ival[j]);
 }
 
 static json_t *copy_body(struct audit_set *set, const struct xchg *x)
@@ -232,6 +252,18 @@ static json_t *copy_body(struct audit_set *set, const struct xchg *x)
     return c;
 }
 
+/* The stream reached its end: "data: [DONE]", or the last chunk with a
+ * finish_reason and the usage (a server that sends no [DONE]). A client
+ * that closes the connection right after it (Python clients often do)
+ * received everything: the exchange is complete. */
+static bool got_final_event(json_t *reply)
+{
+    json_t *fin = json_object_get(reply, "finish_reason");
+    return json_is_true(json_object_get(reply, "done")) ||
+           (json_is_string(fin) &&
+            json_is_object(json_object_get(reply, "usage")));
+}
+
 static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
 {
     struct xchg *c = xmalloc(sizeof(*c));
@@ -249,9 +281,13 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->req_msg_n = 0;
     c->req_raw = dup_bytes(x->req_raw, x->req_raw_len);
     c->resp_headers = copy_json(x->resp_headers);
+    /* the bytes of a 2xx response are not needed, their count is: the
+     * stream rules report how much was delivered */
     c->resp_raw = error ? dup_bytes(x->resp_raw, x->resp_raw_len) : NULL;
-    c->resp_raw_len = error ? x->resp_raw_len : 0;
+    c->resp_raw_len = x->resp_raw_len;
     c->reply = copy_json(x->reply);
+    if (c->end == XCHG_CLIENT_GONE && got_final_event(c->reply))
+        c->end = XCHG_COMPLETE;
     return c;
 }
 
@@ -269,9 +305,17 @@ void audit_set_release(struct audit_set *set)
             xchg_copy_free(s->x[j]);
         free(s->x);
         free(s->id);
+        free(s->parent);
+        free(s->parent_call);
     }
     free(set->s);
-    json_decref(set->interned);
+    for (size_t i = 0; i < set->icap; i++)
+        json_decref(set->ival[i]);
+    free(set->ikey);
+    free(set->ival);
+    for (size_t i = 0; i < set->nbad; i++)
+        free(set->bad[i].session);
+    free(set->bad);
     memset(set, 0, sizeof(*set));
 }
 
@@ -282,6 +326,19 @@ const struct audit_session *audit_set_find(const struct audit_set *set,
         if (!strcmp(set->s[i].id, id))
             return &set->s[i];
     return NULL;
+}
+
+void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b)
+{
+    if (set->nbad == set->bad_alloc) {
+        set->bad_alloc = set->bad_alloc ? 2 * set->bad_alloc : 8;
+        set->bad = xrealloc(set->bad, set->bad_alloc * sizeof(*set->bad));
+    }
+    struct audit_bad *a = &set->bad[set->nbad++];
+    a->id = b->id;
+    a->session = xstrdup(b->session ? b->session : "");
+    a->column = b->column;
+    a->why = b->why;
 }
 
 void audit_set_add(struct audit_set *set, const struct xchg *x)

@@ -60,13 +60,20 @@ json_t *audit_session_json(const struct audit_session *s,
         if (!strcmp(findings->v[i].session, s->id))
             sev[findings->v[i].sev]++;
     areqs_free(r, s->n);
-    return json_pack("{s:s, s:o, s:o, s:i, s:I, s:o, s:I, s:I, "
-                     "s:{s:i, s:i, s:i}}",
-                     "session", s->id, "harness", harness(s), "models", models,
-                     "turns", turns, "exchanges", (json_int_t)s->n, "requests",
-                     kinds, "prompt_tokens", pt, "completion_tokens", ct,
-                     "findings", "info", sev[0], "warn", sev[1], "error",
-                     sev[2]);
+    json_t *row =
+        json_pack("{s:s, s:o, s:o, s:i, s:I, s:o, s:I, s:I, "
+                  "s:{s:i, s:i, s:i}}",
+                  "session", s->id, "harness", harness(s), "models", models,
+                  "turns", turns, "exchanges", (json_int_t)s->n, "requests",
+                  kinds, "prompt_tokens", pt, "completion_tokens", ct,
+                  "findings", "info", sev[0], "warn", sev[1], "error", sev[2]);
+    json_object_set_new(row, "parent",
+                        s->parent
+                            ? json_pack("{s:s, s:s, s:b}", "session", s->parent,
+                                        "call", s->parent_call,
+                                        "result_returned", s->result_returned)
+                            : json_null());
+    return row;
 }
 
 json_t *audit_session_turns(const struct audit_session *s)

@@ -40,8 +40,40 @@ static bool counted(const struct areq *r)
  * template does not render, a fixed system prompt); truncated pairs grow
  * in tokens least, so they pull the quartile up least. *anchor gets the
  * first counted request of the kind. */
+/* The ratio of each kind is computed once per session: it depends on the
+ * kind only, and computing it per request made the rule quadratic. */
+struct ratio_memo {
+    const char *kind[8];
+    double ratio[8];
+    const struct areq *anchor[8];
+    size_t n[8], used;
+};
+
+static double marginal_ratio_of_kind(struct actx *c, const struct areq *r,
+                                     const struct areq **anchor, size_t *n);
+
 static double marginal_ratio(struct actx *c, const struct areq *r,
                              const struct areq **anchor, size_t *n)
+{
+    struct ratio_memo *m = c->truncation_memo;
+    for (size_t k = 0; m && k < m->used; k++)
+        if (!strcmp(m->kind[k], r->kind)) {
+            *anchor = m->anchor[k];
+            *n = m->n[k];
+            return m->ratio[k];
+        }
+    double v = marginal_ratio_of_kind(c, r, anchor, n);
+    if (m && m->used < 8) {
+        m->kind[m->used] = r->kind;
+        m->ratio[m->used] = v;
+        m->anchor[m->used] = *anchor;
+        m->n[m->used++] = *n;
+    }
+    return v;
+}
+
+static double marginal_ratio_of_kind(struct actx *c, const struct areq *r,
+                                     const struct areq **anchor, size_t *n)
 {
     double *v = xcalloc(c->n + 1, sizeof(*v));
     const struct areq *last = NULL;
@@ -236,6 +268,8 @@ static void check_error(struct actx *c, size_t i)
 
 void rule_truncation(struct actx *c)
 {
+    struct ratio_memo memo = {0};
+    c->truncation_memo = &memo;
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->msgs)
@@ -248,4 +282,5 @@ void rule_truncation(struct actx *c)
             check_flat(c, i);
         check_limits(c, i);
     }
+    c->truncation_memo = NULL;
 }

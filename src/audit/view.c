@@ -167,16 +167,35 @@ static long usage_tokens(json_t *usage, const char *key)
 
 /* Hashes of messages already seen in this build, by address: the set
  * shares equal messages (audit_set_add), so a session's history is hashed
- * once, not once per request that re-sends it. Open addressing. */
+ * once, not once per request that re-sends it. Open addressing. The role
+ * is kept too: counting a request's user turns must not look each message
+ * up again. */
 struct memo {
     json_t **key;
     uint64_t *hash;
     size_t *bytes;
+    unsigned char *role;
     size_t n, cap;
     /* the last tool list measured: the set shares equal ones too */
     json_t *tools;
     size_t tool_bytes;
 };
+
+static unsigned char role_code(json_t *m)
+{
+    const char *r = json_string_value(json_object_get(m, "role"));
+    if (!r)
+        return AROLE_OTHER;
+    if (!strcmp(r, "user"))
+        return AROLE_USER;
+    if (!strcmp(r, "assistant"))
+        return AROLE_ASSISTANT;
+    if (!strcmp(r, "tool"))
+        return AROLE_TOOL;
+    if (!strcmp(r, "system") || !strcmp(r, "developer"))
+        return AROLE_SYSTEM;
+    return AROLE_OTHER;
+}
 
 static void memo_grow(struct memo *mm)
 {
@@ -186,6 +205,7 @@ static void memo_grow(struct memo *mm)
     mm->key = xcalloc(mm->cap, sizeof(*mm->key));
     mm->hash = xcalloc(mm->cap, sizeof(*mm->hash));
     mm->bytes = xcalloc(mm->cap, sizeof(*mm->bytes));
+    mm->role = xcalloc(mm->cap, sizeof(*mm->role));
     for (size_t i = 0; i < old.cap; i++)
         if (old.key[i]) {
             size_t j = mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
@@ -194,14 +214,17 @@ static void memo_grow(struct memo *mm)
             mm->key[j] = old.key[i];
             mm->hash[j] = old.hash[i];
             mm->bytes[j] = old.bytes[i];
+            mm->role[j] = old.role[i];
             mm->n++;
         }
     free(old.key);
     free(old.hash);
     free(old.bytes);
+    free(old.role);
 }
 
-static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
+static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes,
+                          unsigned char *role)
 {
     if (2 * (mm->n + 1) > mm->cap)
         memo_grow(mm);
@@ -211,9 +234,11 @@ static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes)
     if (!mm->key[j]) {
         mm->key[j] = m;
         mm->hash[j] = message_hash(m, &mm->bytes[j]);
+        mm->role[j] = role_code(m);
         mm->n++;
     }
     *bytes = mm->bytes[j];
+    *role = mm->role[j];
     return mm->hash[j];
 }
 
@@ -242,12 +267,12 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm)
     r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);
     r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));
     r->mbytes = xcalloc(r->nmsg + 1, sizeof(*r->mbytes));
+    r->mrole = xcalloc(r->nmsg + 1, sizeof(*r->mrole));
     for (size_t i = 0; i < r->nmsg; i++) {
         json_t *m = json_array_get(msgs, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i]);
+        r->mhash[i] = memo_hash(mm, m, &r->mbytes[i], &r->mrole[i]);
         r->msg_bytes += r->mbytes[i];
-        r->users += role && !strcmp(role, "user");
+        r->users += r->mrole[i] == AROLE_USER;
     }
     r->content = json_string_value(json_object_get(reply, "content"));
     r->reasoning =
@@ -271,57 +296,284 @@ static size_t common_prefix(const struct areq *a, const struct areq *b)
     return k;
 }
 
-/* The earlier request of the same kind sharing the longest message prefix
- * (latest on ties); for "main" the latest main request when none shares
- * any, since compaction may replace even the first message. */
-static long find_prev(const struct areq *r, size_t i)
+/* Requests by (kind, hash of all their messages): the latest of each.
+ * Open addressing over uint64 keys; 0 marks an empty slot. */
+struct pmap {
+    uint64_t *key;
+    long *idx;
+    size_t n, cap;
+};
+
+static void pmap_put(struct pmap *m, uint64_t k, long idx);
+
+static void pmap_grow(struct pmap *m)
 {
-    long best = -1, latest = -1;
-    size_t best_k = 0;
-    for (size_t j = 0; j < i; j++) {
-        if (strcmp(r[j].kind, r[i].kind) || !r[j].msgs)
+    struct pmap old = *m;
+    m->cap = old.cap ? 2 * old.cap : 256;
+    m->n = 0;
+    m->key = xcalloc(m->cap, sizeof(*m->key));
+    m->idx = xcalloc(m->cap, sizeof(*m->idx));
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.key[i])
+            pmap_put(m, old.key[i], old.idx[i]);
+    free(old.key);
+    free(old.idx);
+}
+
+static void pmap_put(struct pmap *m, uint64_t k, long idx)
+{
+    if (2 * (m->n + 1) > m->cap)
+        pmap_grow(m);
+    k = k ? k : 1;
+    size_t j = mix64(k) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    if (!m->key[j])
+        m->n++;
+    m->key[j] = k;
+    m->idx[j] = idx;
+}
+
+static long pmap_get(const struct pmap *m, uint64_t k)
+{
+    if (!m->cap)
+        return -1;
+    k = k ? k : 1;
+    size_t j = mix64(k) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    return m->key[j] ? m->idx[j] : -1;
+}
+
+static uint64_t kind_seed(const char *kind)
+{
+    return hash64(kind, strlen(kind), 7);
+}
+
+/* How many earlier requests of the kind the fallback looks at when no
+ * request forms a prefix: bounded, so a session of thousands of rewritten
+ * requests stays linear. */
+#define FALLBACK_WINDOW 32
+
+/* The predecessor of r[i] by structure: the latest earlier request of the
+ * same kind whose messages are r[i]'s first k messages, for the largest k
+ * (k == nmsg: the same request sent again). Its reply may sit between that
+ * prefix and r[i]'s new messages; history.c checks it. h is scratch room
+ * for nmsg prefix hashes. When none forms a prefix: the request sharing
+ * the longest leading run of messages among the last FALLBACK_WINDOW of
+ * the kind (latest on ties), else for "main" the latest main request, since
+ * compaction may replace even the first message. */
+static long find_prev(struct areq *r, size_t i, const struct pmap *m,
+                      uint64_t *h, long last_side)
+{
+    struct areq *q = &r[i];
+    uint64_t acc = kind_seed(q->kind);
+    for (size_t k = 0; k < q->nmsg; k++)
+        h[k] = acc = mix2(acc, q->mhash[k]);
+    long latest = -1;
+    for (size_t j = i; j-- > 0;)
+        if (r[j].msgs && !strcmp(r[j].kind, q->kind)) {
+            latest = (long)j;
+            break;
+        }
+    for (size_t k = q->nmsg; k >= 1; k--) {
+        long j = pmap_get(m, h[k - 1]);
+        if (j >= 0 && r[j].nmsg == k && !strcmp(r[j].kind, q->kind) &&
+            common_prefix(&r[j], q) == k) {
+            /* the latest request may share more without being a prefix:
+             * a tool result pruned in place, an echo changed */
+            if (latest != j && k < q->nmsg && common_prefix(&r[latest], q) >= k)
+                return latest;
+            /* a summary request since j replaced the history: what looks
+             * like j again (the same summary twice) follows the latest */
+            if (latest != j && last_side > j)
+                return latest;
+            q->link_k = k;
+            q->retry = k == q->nmsg;
+            return j;
+        }
+    }
+    long best = -1;
+    latest = -1;
+    size_t best_k = 0, seen = 0;
+    for (size_t j = i; j-- > 0 && seen < FALLBACK_WINDOW;) {
+        if (strcmp(r[j].kind, q->kind) || !r[j].msgs)
             continue;
-        size_t k = common_prefix(&r[j], &r[i]);
-        latest = (long)j;
-        if (k >= 1 && k >= best_k) {
+        seen++;
+        if (latest < 0)
+            latest = (long)j;
+        size_t k = common_prefix(&r[j], q);
+        if (k >= 1 && k > best_k) {
             best = (long)j;
             best_k = k;
         }
     }
-    if (best < 0 && !strcmp(r[i].kind, "main"))
+    if (best < 0 && !strcmp(q->kind, "main"))
         best = latest;
     return best;
 }
 
 static bool last_is_user(const struct areq *r)
 {
-    json_t *m = json_array_get(r->msgs, r->nmsg ? r->nmsg - 1 : 0);
-    const char *role = json_string_value(json_object_get(m, "role"));
-    return r->nmsg && role && !strcmp(role, "user");
+    return r->nmsg && r->mrole[r->nmsg - 1] == AROLE_USER;
+}
+
+static uint64_t text_key(const char *t)
+{
+    uint64_t h = hash64(t, strlen(t), 11);
+    return h ? h : 1;
+}
+
+/* What a request is by its structure, whatever its words (docs/AUDIT.md):
+ *  - a summary request: it asks for a summary (its last user message or
+ *    its system prompt) and its reply heads a later main request (among
+ *    its first HEAD messages) that does not extend it: the history was
+ *    replaced by that reply. With or without tools (Continue's /compact
+ *    sends them).
+ *  - a title request: no tools, no assistant message, one or two user
+ *    messages asking for a "title", and a small max_tokens or a system
+ *    prompt about titles.
+ * Linear: the head messages of main requests are indexed once. */
+#define HEAD 4
+
+/* q's reply is among next's first HEAD messages and no user message of q
+ * comes before it there: what came before was replaced, not windowed (a
+ * window keeps the user turn the reply answered). */
+static bool summary_heads(const struct areq *q, const struct areq *next)
+{
+    for (size_t k = 0; k < next->nmsg && k < HEAD; k++) {
+        char *t = msg_text(json_array_get(next->msgs, k));
+        bool here = !strcmp(t, q->content);
+        free(t);
+        if (here)
+            return true;
+        if (next->mrole[k] != AROLE_USER)
+            continue;
+        for (size_t m = 0; m < q->nmsg; m++)
+            if (q->mhash[m] == next->mhash[k])
+                return false;
+    }
+    return false;
+}
+
+/* The request asks for a summary: its last user message, or its system
+ * prompt early on, says so (opencode, Continue and Kilo all do). */
+static bool asks_summary(const struct areq *q)
+{
+    bool yes = false;
+    for (size_t k = q->nmsg; k-- > 0 && !yes;) {
+        if (q->mrole[k] == AROLE_USER) {
+            char *t = msg_text(json_array_get(q->msgs, k));
+            yes = head_has(t, SIZE_MAX, "summar");
+            free(t);
+            break;
+        }
+    }
+    if (!yes && q->nmsg && q->mrole[0] == AROLE_SYSTEM) {
+        char *t = msg_text(json_array_get(q->msgs, 0));
+        yes = head_has(t, 1000, "summar");
+        free(t);
+    }
+    return yes;
+}
+
+static void kinds_by_structure(struct areq *r, size_t n)
+{
+    struct pmap heads = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i].msgs || strcmp(r[i].kind, "main"))
+            continue;
+        for (size_t k = 0; k < r[i].nmsg && k < HEAD; k++) {
+            if (r[i].mrole[k] != AROLE_ASSISTANT && r[i].mrole[k] != AROLE_USER)
+                continue;
+            char *t = msg_text(json_array_get(r[i].msgs, k));
+            if (*t)
+                pmap_put(&heads, text_key(t), (long)i);
+            free(t);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct areq *q = &r[i];
+        if (!q->msgs || !strcmp(q->kind, "title") ||
+            !strcmp(q->kind, "compaction"))
+            continue;
+        if (q->content && strlen(q->content) >= 16 && asks_summary(q)) {
+            long j = pmap_get(&heads, text_key(q->content));
+            if (j > (long)i && common_prefix(q, &r[j]) < q->nmsg &&
+                summary_heads(q, &r[j])) {
+                q->kind = "compaction";
+                continue;
+            }
+        }
+        int users = 0, assistants = 0;
+        for (size_t k = 0; k < q->nmsg; k++) {
+            users += q->mrole[k] == AROLE_USER;
+            assistants += q->mrole[k] == AROLE_ASSISTANT;
+        }
+        if (q->tools || assistants || users < 1 || users > 2)
+            continue;
+        json_t *mt = json_object_get(q->x->req_body, "max_tokens");
+        if (!mt)
+            mt = json_object_get(q->x->req_body, "max_completion_tokens");
+        bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
+        bool asks = false, sys_title = false;
+        for (size_t k = 0; k < q->nmsg; k++) {
+            char *t = msg_text(json_array_get(q->msgs, k));
+            if (q->mrole[k] == AROLE_USER && head_has(t, SIZE_MAX, "title"))
+                asks = true;
+            if (q->mrole[k] == AROLE_SYSTEM && head_has(t, 400, "title"))
+                sys_title = true;
+            free(t);
+        }
+        if (asks && (small || sys_title))
+            q->kind = "title";
+    }
+    free(heads.key);
+    free(heads.idx);
 }
 
 struct areq *areqs_build(const struct audit_session *s)
 {
     struct areq *r = xcalloc(s->n + 1, sizeof(*r));
     struct memo mm = {0};
+    struct pmap pm = {0};
+    uint64_t *h = NULL;
+    size_t hcap = 0;
     int main_turn = 0;
-    for (size_t i = 0; i < s->n; i++) {
+    long last_summary = -1; /* the latest summary (compaction) request */
+    for (size_t i = 0; i < s->n; i++)
         view_one(&r[i], s->x[i], &mm);
+    kinds_by_structure(r, s->n);
+    for (size_t i = 0; i < s->n; i++) {
+        if (!strcmp(r[i].kind, "compaction"))
+            last_summary = (long)i;
         if (!r[i].msgs || !is_main_kind(r[i].kind)) {
             r[i].turn = main_turn ? main_turn : 1;
             continue;
         }
-        r[i].prev = find_prev(r, i);
+        if (r[i].nmsg > hcap) {
+            hcap = 2 * r[i].nmsg;
+            h = xrealloc(h, hcap * sizeof(*h));
+        }
+        r[i].prev = find_prev(r, i, &pm, h, last_summary);
+        if (r[i].nmsg)
+            pmap_put(&pm, h[r[i].nmsg - 1], (long)i);
         if (r[i].prev < 0)
             r[i].turn = main_turn ? main_turn : 1;
+        else if (r[i].retry)
+            r[i].turn = r[r[i].prev].turn;
         else
             r[i].turn = r[r[i].prev].turn + (last_is_user(&r[i]) ? 1 : 0);
         if (!strcmp(r[i].kind, "main"))
             main_turn = r[i].turn;
     }
+    free(h);
+    free(pm.key);
+    free(pm.idx);
     free(mm.key);
     free(mm.hash);
     free(mm.bytes);
+    free(mm.role);
     return r;
 }
 
@@ -330,6 +582,7 @@ void areqs_free(struct areq *r, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(r[i].mhash);
         free(r[i].mbytes);
+        free(r[i].mrole);
     }
     free(r);
 }
@@ -359,12 +612,29 @@ void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
     f->evidence = evidence ? evidence : json_object();
 }
 
+/* store.corrupt: the rows load.c could not read, one finding each. */
+static void corrupt_rows(const struct audit_set *set, struct audit_list *out)
+{
+    for (size_t i = 0; i < set->nbad; i++) {
+        const struct audit_bad *b = &set->bad[i];
+        struct audit_session s = {.id = b->session};
+        struct actx c = {.out = out, .s = &s};
+        finding_add(&c, AUDIT_ERROR, "store.corrupt", NULL,
+                    json_pack("{s:I, s:s, s:s}", "exchange", (json_int_t)b->id,
+                              "column", b->column, "reason", b->why),
+                    "exchange %lld cannot be read from the store (column "
+                    "'%s': %s); it is left out of the audit",
+                    (long long)b->id, b->column, b->why);
+        out->v[out->n - 1].request = b->id;
+    }
+}
+
 void audit_run(const struct audit_set *set, const struct audit_opts *o,
                struct audit_list *out)
 {
     static void (*const rules[])(struct actx *) = {
         rule_history,       rule_sampling,     rule_reasoning, rule_truncation,
-        rule_first_message, rule_degeneration, rule_stream,
+        rule_first_message, rule_degeneration, rule_stream,    rule_cache,
     };
     for (size_t i = 0; i < set->n; i++) {
         struct actx c = {.o = o, .out = out, .s = &set->s[i]};
@@ -374,4 +644,5 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
             rules[k](&c);
         areqs_free(c.r, c.n);
     }
+    corrupt_rows(set, out);
 }

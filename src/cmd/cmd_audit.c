@@ -35,7 +35,8 @@ const char CMD_AUDIT_HELP[] =
     "the user turn and the evidence: history rewrites (compaction, pruning,\n"
     "echo errors, orphaned tool calls), sampling parameters sent, reasoning\n"
     "sent back, silent truncation, replies claiming a first message,\n"
-    "degenerate replies and stream integrity. docs/AUDIT.md lists every\n"
+    "degenerate replies, stream integrity and prefix-cache reuse.\n"
+    "docs/AUDIT.md lists every\n"
     "rule, its thresholds and the JSON schema.\n"
     "\n"
     "  --db FILE            the store (default $FIDELITY_DB or fidelity.db)\n"
@@ -63,6 +64,16 @@ const char CMD_AUDIT_HELP[] =
     "  --json FILE          write the findings as JSON ('-': stdout)\n"
     "  --report FILE        self-contained HTML page: prompt tokens per turn\n"
     "                       with the findings marked (fidelity help report)\n"
+    "prefix-cache reuse (when the server reports cached tokens):\n"
+    "  --cache-min-shared N shared tokens for cache.refill (default 2048)\n"
+    "  --cache-refill X     ... and share of them prefilled again (0.5)\n"
+    "  --cache-unused-turns N  turns the previous reply goes unreused\n"
+    "                       before cache.reply_not_reused (default 3)\n"
+    "  --cache-drop X       cache.reuse_drop: reuse under X times the\n"
+    "                       session median (0.5) ...\n"
+    "  --cache-drop-run N   ... for N requests in a row (default 3)\n"
+    "  --cache-idle SECONDS the server's idle eviction time: a longer gap\n"
+    "                       excuses a miss (default 600)\n"
     "\n"
     "Exit status: 0 no finding at the --fail-on level, 1 findings at it,\n"
     "2 usage or bad input file, 3 --tokenize-url unreachable, 4 store error.\n"
@@ -82,6 +93,35 @@ struct audit_args {
     struct audit_opts o;
 };
 
+enum { O_CMIN = 1000, O_CREFILL, O_CTURNS, O_CDROP, O_CRUN, O_CIDLE };
+
+/* The prefix-cache thresholds (src/audit/cache.c). */
+static int cache_opt(struct audit_thresholds *th, int c, const char *v)
+{
+    double x;
+    long n;
+    switch (c) {
+    case O_CMIN:
+        return cli_parse_double(v, 1, 1e9, &th->cache_min_shared);
+    case O_CREFILL:
+        return cli_parse_double(v, 0, 1, &th->cache_refill_share);
+    case O_CDROP:
+        return cli_parse_double(v, 0, 1, &th->cache_drop_share);
+    case O_CIDLE:
+        if (cli_parse_double(v, 0, 1e9, &x))
+            return -1;
+        th->cache_idle_s = x;
+        return 0;
+    case O_CTURNS:
+    case O_CRUN:
+        if (cli_parse_long(v, 1, 1000, &n))
+            return -1;
+        *(c == O_CTURNS ? &th->cache_unused_turns : &th->cache_drop_run) = n;
+        return 0;
+    }
+    return -1;
+}
+
 static int parse(int argc, char **argv, struct audit_args *a)
 {
     static const struct option longopts[] = {
@@ -94,6 +134,12 @@ static int parse(int argc, char **argv, struct audit_args *a)
         {"tokenize-url", required_argument, NULL, 't'},
         {"fail-on", required_argument, NULL, 'f'},
         {"report", required_argument, NULL, 'R'},
+        {"cache-min-shared", required_argument, NULL, O_CMIN},
+        {"cache-refill", required_argument, NULL, O_CREFILL},
+        {"cache-unused-turns", required_argument, NULL, O_CTURNS},
+        {"cache-drop", required_argument, NULL, O_CDROP},
+        {"cache-drop-run", required_argument, NULL, O_CRUN},
+        {"cache-idle", required_argument, NULL, O_CIDLE},
         {NULL, 0, NULL, 0},
     };
     struct diag d;
@@ -145,6 +191,18 @@ static int parse(int argc, char **argv, struct audit_args *a)
                                        optarg);
             else
                 a->fail_on = (int)sev;
+            break;
+        case O_CMIN:
+        case O_CREFILL:
+        case O_CTURNS:
+        case O_CDROP:
+        case O_CRUN:
+        case O_CIDLE:
+            if (cache_opt(&a->o.th, c, optarg))
+                return cli_usage_error("audit",
+                                       "bad value '%s' for a --cache-* "
+                                       "option (docs/AUDIT.md, thresholds)",
+                                       optarg);
             break;
         default:
             return cli_bad_option("audit", c, argv);
@@ -302,6 +360,20 @@ static json_t *thresholds_json(const struct audit_thresholds *t)
                      "added_ttfb_ms", t->added_ttfb_ms);
 }
 
+/* The thresholds as the JSON report gives them. */
+static json_t *all_thresholds_json(const struct audit_thresholds *t)
+{
+    json_t *o = thresholds_json(t);
+    json_object_update_new(
+        o, json_pack(
+               "{s:f, s:f, s:I, s:f, s:I, s:f}", "cache_min_shared",
+               t->cache_min_shared, "cache_refill_share", t->cache_refill_share,
+               "cache_unused_turns", (json_int_t)t->cache_unused_turns,
+               "cache_drop_share", t->cache_drop_share, "cache_drop_run",
+               (json_int_t)t->cache_drop_run, "cache_idle_s", t->cache_idle_s));
+    return o;
+}
+
 static json_t *report_json(const struct audit_args *a,
                            const struct audit_set *set,
                            const struct audit_list *l)
@@ -318,7 +390,7 @@ static json_t *report_json(const struct audit_args *a,
         "expect", a->o.expect, "reasoning_policy",
         audit_policy_name(a->o.policy), "context_length",
         (json_int_t)a->o.context_length, "tokenize", a->tokenize_url != NULL,
-        "thresholds", thresholds_json(&a->o.th), "counts", "error",
+        "thresholds", all_thresholds_json(&a->o.th), "counts", "error",
         (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
         (json_int_t)(audit_list_count(l, AUDIT_WARN) -
                      audit_list_count(l, AUDIT_ERROR)),

@@ -17,6 +17,7 @@
 #include "cmd/recorded.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "drift/cache_arm.h"
 #include "drift/drift.h"
 #include "drift/dstore.h"
 #include "drift/report.h"
@@ -75,6 +76,12 @@ const char CMD_DRIFT_HELP[] =
     "order,\n"
     "                        and results are the same for any N\n"
     "  --worst N             worst positions listed (default 50)\n"
+    "cache arm (the same final request cold and warm, on the candidate):\n"
+    "  --cache-arm N         conversations (default 1, within a tenth of the\n"
+    "                        run's requests unless N is given)\n"
+    "  --no-cache-arm        skip it\n"
+    "  --cache-evict         also after traffic that evicts it, sized from\n"
+    "                        the server's reported cache capacity\n"
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
     "  --kl-mean W,F (1e-4,1e-3)    --kl-p999 W,F (1e-3,1e-2)\n"
     "  --top1 W,F (0.995,0.975)     --dp-rms W,F (0.003,0.012)\n"
@@ -149,7 +156,10 @@ enum {
     O_DB,
     O_NOSTORE,
     O_READY,
-    O_REPORT
+    O_REPORT,
+    O_CACHE_ARM,
+    O_NO_CACHE_ARM,
+    O_CACHE_EVICT
 };
 
 static const struct option longopts[] = {
@@ -203,12 +213,18 @@ static const struct option longopts[] = {
     {"no-store", no_argument, NULL, O_NOSTORE},
     {"ready-timeout", required_argument, NULL, O_READY},
     {"report", required_argument, NULL, O_REPORT},
+    {"cache-arm", required_argument, NULL, O_CACHE_ARM},
+    {"no-cache-arm", no_argument, NULL, O_NO_CACHE_ARM},
+    {"cache-evict", no_argument, NULL, O_CACHE_EVICT},
     {NULL, 0, NULL, 0},
 };
 
 struct ctx {
     struct drift_side g, c;
     struct drift_opts o;
+    struct drift_cache_opts cache; /* the cache arm (cache_arm.h) */
+    bool cache_n_given;
+    struct drift_cache_result cres;
     const char *json_path, *jsonl_path, *db_path, *report_path;
     int argc;
     char **argv;
@@ -411,6 +427,20 @@ static int num_opt(struct ctx *x, int c, const char *v)
     return 0;
 }
 
+static int cache_opt(struct ctx *x, int c, const char *v)
+{
+    long n;
+    if (c == O_NO_CACHE_ARM)
+        x->cache.convs = 0;
+    else if (c == O_CACHE_EVICT)
+        x->cache.evict = true;
+    else if (cli_parse_long(v, 0, 1000, &n))
+        return -1;
+    else
+        x->cache.convs = (unsigned)n, x->cache_n_given = true;
+    return 0;
+}
+
 static int parse(struct ctx *x, int argc, char **argv)
 {
     struct diag d = {{0}};
@@ -453,6 +483,12 @@ static int parse(struct ctx *x, int argc, char **argv)
             break;
         case O_NOSTORE:
             x->no_store = true;
+            break;
+        case O_CACHE_ARM:
+        case O_NO_CACHE_ARM:
+        case O_CACHE_EVICT:
+            if (cache_opt(x, c, optarg))
+                return BAD("bad value '%s' for '--cache-arm'", optarg);
             break;
         case O_READY:
             if (cli_parse_ready_timeout(optarg, &x->ready_ms))
@@ -557,6 +593,8 @@ static int finish(struct ctx *x, struct drift_result *r)
     bool json_stdout =
         (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
     drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
+    drift_cache_text(&x->cres, &out);
+    json_object_set_new(summary, "cache", drift_cache_json(&x->cres));
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
@@ -574,6 +612,29 @@ static int finish(struct ctx *x, struct drift_result *r)
     return code;
 }
 
+/* The cache arm after the other arms: a tenth of their requests unless
+ * --cache-arm N was given; its verdict joins the overall one. */
+static int cache_arm(struct ctx *x, struct drift_result *r, struct diag *d)
+{
+    x->cache.seed = x->o.seed;
+    x->cache.self = x->o.self;
+    x->cache.max_context = x->o.max_context;
+    if (x->o.decode_tokens)
+        x->cache.gen_tokens = x->o.decode_tokens;
+    if (!x->cache_n_given) {
+        unsigned tenth = (unsigned)((x->g.requests + x->c.requests) / 10);
+        x->cache.budget = tenth < 3 ? 3 : tenth;
+    }
+    int ret = drift_cache_run(&x->c, &r->corpus, &x->cache, &x->o, &x->cres, d);
+    if (!ret)
+        r->verdict = drift_verdict_worse(
+            r->verdict,
+            drift_verdict_worse(x->cres.verdict, x->cres.evict_ran
+                                                     ? x->cres.evict_verdict
+                                                     : DRIFT_NA));
+    return ret;
+}
+
 int cmd_drift(int argc, char **argv)
 {
     struct ctx x;
@@ -585,6 +646,7 @@ int cmd_drift(int argc, char **argv)
     drift_side_init(&x.g, "golden");
     drift_side_init(&x.c, "candidate");
     drift_opts_default(&x.o);
+    drift_cache_opts_default(&x.cache);
     buf_init(&x.line, 0);
     drift_result_init(&r);
     x.ready_ms = CLI_READY_TIMEOUT_MS;
@@ -612,6 +674,20 @@ int cmd_drift(int argc, char **argv)
     int ret = drift_run(&x.g, &x.c, &x.o, &r, &d);
     if (x.tty)
         fputs("\r\033[K", stderr);
+    /* --from-db: rows the store could not decode were left out */
+    for (const char *p = r.corpus.skipped; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr,
+                "fidelity drift: warning: store.corrupt: %.*s; left out of "
+                "the corpus\n",
+                (int)n, p);
+        p += n + (p[n] == '\n');
+    }
+    if (ret) {
+        code = cli_error("drift", exit_for(ret), "%s", d.msg);
+        goto out;
+    }
+    ret = cache_arm(&x, &r, &d);
     if (ret) {
         code = cli_error("drift", exit_for(ret), "%s", d.msg);
         goto out;

@@ -17,10 +17,12 @@
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "cmd/probe_live.h"
 #include "core/hash.h"
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "probe/vary.h"
 #include "report/report.h"
 #include "store/store.h"
 
@@ -29,11 +31,16 @@ const char CMD_PROBE_HELP[] =
     "\n"
     "Sends seeded multi-turn conversations to an OpenAI-compatible endpoint,\n"
     "scores the replies deterministically, and reports where recall breaks\n"
-    "and why: truncated-by-server, output-clipped, server-error or missed.\n"
+    "and why: truncated-by-server, dropped-before-the-model (a window by\n"
+    "turns, a summary, clipping), output-clipped, server-error or missed.\n"
+    "Cases are sized by probe's own count (text pieces tokenized alone,\n"
+    "template framing from short requests, checked against the bytes), so\n"
+    "a path that rewrites requests cannot hide what it dropped.\n"
     "\n"
     "connection:\n"
     "  --endpoint URL        base URL (http://host:port or .../v1)\n"
-    "  --baseline URL        send the same cases here too; McNemar per kind\n"
+    "  --baseline URL        send the same cases here too; McNemar overall\n"
+    "                        and per kind (Holm-corrected)\n"
     "  --model NAME          default: the first model /v1/models lists\n"
     "  --api-key KEY         default: $OPENAI_API_KEY (never printed/stored)\n"
     "  --header 'N: v'       extra request header (repeatable)\n"
@@ -52,23 +59,41 @@ const char CMD_PROBE_HELP[] =
     "                        up to max_model_len or --max-context)\n"
     "  --depths LIST         percent, e.g. 0,50,100\n"
     "  --max-context N       longest default length\n"
-    "  --temperature LIST    e.g. 0,0.6 (default 0)\n"
+    "  --temperature LIST    e.g. 0,0.6 (default 0); short for\n"
+    "                        --vary temperature=LIST\n"
+    "  --vary KEY=V1,V2,...  vary a request field (dotted path for nested\n"
+    "                        JSON; values JSON or strings; repeatable);\n"
+    "                        the grid is the product\n"
     "  --repeats N           per cell (default 1 at temperature 0, else 3)\n"
     "  --seed N              default 1\n"
-    "  --max-tokens N        reply budget (default 256)\n"
+    "  --max-tokens N        reply budget (default 256; --live: 4096)\n"
+    "live sessions:\n"
+    "  --live                play sessions with the model's own replies\n"
+    "                        carried forward; report where recall breaks\n"
+    "                        per cell of the --vary x --send-reasoning grid\n"
+    "  --turns N             user turns a session (default 12, 4-64)\n"
+    "  --send-reasoning LIST keep,drop,keep-with-tools (default keep)\n"
+    "  --seeds N             sessions a cell (default 3)\n"
+    "  --turn-bytes N        code or text pasted a work turn (default 600)\n"
     "output:\n"
     "  --dry-run             print the plan and the first case; send nothing\n"
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
     "  --report FILE         self-contained HTML page (see 'fidelity help "
     "report')\n"
-    "  --fail-under PCT      exit 1 when the pass rate is below "
-    "PCT\n" CLI_STORE_HELP
-    "  --fresh               redo cases already in the store\n"
+    "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
+    "                        (default 90; 0: the rate decides "
+    "nothing)\n" CLI_STORE_HELP
+    "  --fresh               redo cases already in the store (results are\n"
+    "                        reused only when a canary request, sent twice\n"
+    "                        at temperature 0, gets the same answer)\n"
     "\n"
-    "exit status: 0 ran (and passed --fail-under), 1 below --fail-under or\n"
-    "interrupted, 2 usage or config error, 3 endpoint unreachable or not\n"
-    "OpenAI-compatible, 4 store or I/O failure.\n"
+    "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
+    "--fail-under, or the endpoint is significantly worse than --baseline\n"
+    "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
+    "rule decided), or the run was interrupted; 2 usage or config error;\n"
+    "3 endpoint unreachable or not OpenAI-compatible; 4 store or I/O\n"
+    "failure.\n"
     "\n"
     "examples:\n"
     "  fidelity probe --endpoint http://127.0.0.1:8000\n"
@@ -78,7 +103,10 @@ const char CMD_PROBE_HELP[] =
     "  fidelity probe --endpoint https://api.example.com/v1 --model m \\\n"
     "      --extra-body '{\"chat_template_kwargs\": {\"thinking\": true}}' "
     "\\\n"
-    "      --temperature 0,0.6 --json probe.json --fail-under 90\n";
+    "      --temperature 0,0.6 --json probe.json --fail-under 90\n"
+    "  fidelity probe --endpoint http://127.0.0.1:8000 --live --turns 12 \\\n"
+    "      --vary reasoning_effort=high,max --vary temperature=0.2,0.6 \\\n"
+    "      --send-reasoning keep,drop\n";
 
 static volatile sig_atomic_t stop_flag;
 
@@ -115,7 +143,13 @@ enum {
     OPT_FRESH,
     OPT_READY,
     OPT_NOSTORE,
-    OPT_REPORT
+    OPT_REPORT,
+    OPT_VARY,
+    OPT_LIVE,
+    OPT_TURNS,
+    OPT_SENDR,
+    OPT_SEEDS,
+    OPT_TURNBYTES
 };
 
 struct opts {
@@ -128,7 +162,10 @@ struct opts {
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh, no_store;
+    bool dry, fresh, no_store, live, max_tokens_given;
+    long turns, seeds, turn_bytes;
+    unsigned sendr_mask;
+    struct probe_vary vary;
     struct probe_grid_opts g;
     unsigned lengths[32];
     int depths[32];
@@ -222,6 +259,40 @@ static int parse_kinds(const char *s, struct opts *o, const char **bad)
     return r || !o->g.kinds ? -EINVAL : 0;
 }
 
+/* --vary KEY=LIST, or --temperature LIST as --vary temperature=LIST (key
+ * set). Prints the usage error and returns non-zero. */
+static int add_vary(struct opts *o, const char *key, const char *arg)
+{
+    struct diag d;
+    char *full = key ? xasprintf("%s=%s", key, arg) : xstrdup(arg);
+    int r = probe_vary_add(&o->vary, full, &d);
+    free(full);
+    if (r == -EEXIST && (key || probe_vary_has(&o->vary, "temperature")))
+        cli_usage_error("probe", "give --temperature LIST or --vary "
+                                 "temperature=LIST, not both");
+    else if (r)
+        cli_usage_error("probe", "invalid --vary: %s", d.msg);
+    return r;
+}
+
+static int parse_sendr(const char *s, struct opts *o)
+{
+    char *dup = xstrdup(s), *save = NULL;
+    int r = 0;
+    o->sendr_mask = 0;
+    for (char *t = strtok_r(dup, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        int v = probe_sendr_parse(t);
+        if (v < 0) {
+            r = -EINVAL;
+            break;
+        }
+        o->sendr_mask |= 1u << v;
+    }
+    free(dup);
+    return r || !o->sendr_mask ? -EINVAL : 0;
+}
+
 #define BAD(what, hint)                                                        \
     cli_usage_error("probe", "invalid value '%s' for %s: %s", optarg, what,    \
                     hint)
@@ -256,6 +327,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"ready-timeout", required_argument, NULL, OPT_READY},
         {"no-store", no_argument, NULL, OPT_NOSTORE},
         {"report", required_argument, NULL, OPT_REPORT},
+        {"vary", required_argument, NULL, OPT_VARY},
+        {"live", no_argument, NULL, OPT_LIVE},
+        {"turns", required_argument, NULL, OPT_TURNS},
+        {"send-reasoning", required_argument, NULL, OPT_SENDR},
+        {"seeds", required_argument, NULL, OPT_SEEDS},
+        {"turn-bytes", required_argument, NULL, OPT_TURNBYTES},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -264,6 +341,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
 
     o->timeout_ms = 300000;
+    o->fail_under = 90;
     o->ready_ms = CLI_READY_TIMEOUT_MS;
     o->retries = 3;
     o->jobs = 4;
@@ -343,6 +421,32 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case OPT_TEMP:
             if (parse_temps(optarg, o))
                 return BAD("--temperature", "a comma list of numbers 0-2");
+            if (add_vary(o, "temperature", optarg))
+                return EXIT_USAGE;
+            break;
+        case OPT_VARY:
+            if (add_vary(o, NULL, optarg))
+                return EXIT_USAGE;
+            break;
+        case OPT_LIVE:
+            o->live = true;
+            break;
+        case OPT_TURNS:
+            if (cli_parse_long(optarg, 4, PROBE_LIVE_MAX_TURNS, &o->turns))
+                return BAD("--turns", "a whole number 4-64");
+            break;
+        case OPT_SEEDS:
+            if (cli_parse_long(optarg, 1, 1000, &o->seeds))
+                return BAD("--seeds", "a whole number 1-1000");
+            break;
+        case OPT_TURNBYTES:
+            if (cli_parse_long(optarg, 0, 16L << 20, &o->turn_bytes))
+                return BAD("--turn-bytes", "a byte count 0-16777216");
+            break;
+        case OPT_SENDR:
+            if (parse_sendr(optarg, o))
+                return BAD("--send-reasoning",
+                           "a comma list of keep, drop, keep-with-tools");
             break;
         case OPT_REPEATS:
             if (cli_parse_long(optarg, 1, 1000, &o->repeats))
@@ -356,6 +460,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case OPT_MAXTOK:
             if (cli_parse_long(optarg, 1, 1 << 20, &o->max_tokens))
                 return BAD("--max-tokens", "a whole number of at least 1");
+            o->max_tokens_given = true;
             break;
         case OPT_DRY:
             o->dry = true;
@@ -389,6 +494,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (optind < argc)
         return cli_usage_error("probe", "unexpected argument '%s'",
                                argv[optind]);
+    if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
+        return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
+                                        "and --turn-bytes need --live");
+    if (o->live && (o->baseline || o->junit || o->report))
+        return cli_usage_error("probe", "--baseline, --junit and --report "
+                                        "are not available with --live");
+    if (o->live && !o->max_tokens_given)
+        o->max_tokens = 4096;
     if (!o->endpoint)
         return cli_usage_error("probe", "--endpoint URL is required");
     if (strncmp(o->endpoint, "http://", 7) &&
@@ -446,6 +559,15 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
     json_decref(hello);
     if (!r) {
         e->has_tokenize = true;
+        r = probe_own_calibrate(e, c, &d);
+        if (r && r != -ENOTSUP)
+            return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+        if (r)
+            fprintf(stderr,
+                    "fidelity probe: note: %s; the %s's cases are counted "
+                    "whole through /tokenize, which a path that rewrites "
+                    "requests rewrites too\n",
+                    d.msg, what);
         if (probe_size_prepare(e, c, &d))
             return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
         return 0;
@@ -506,6 +628,67 @@ static void print_plan(FILE *out, const struct opts *o,
     fflush(out);
 }
 
+/* Sends the canary (canary.c) to e; 0 or an exit code after printing
+ * why. */
+static int canary(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                  struct http_client *c, const struct probe_spec *s, size_t n,
+                  const char *what)
+{
+    struct diag d;
+    unsigned longest = 0;
+    for (size_t i = 0; i < n; i++)
+        longest = s[i].target > longest ? s[i].target : longest;
+    /* the first canary's length for this server stays, so that the
+     * canaries of runs with other grids can be compared */
+    long pinned = db ? probe_store_canary_length(db, e->info_fp, &d) : 0;
+    if (pinned < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (pinned > 0)
+        longest = (unsigned)pinned;
+    if (probe_canary_run(e, c, longest, &d))
+        return cli_error("probe", EXIT_UNREACHABLE, "%s: canary: %s", what,
+                         d.msg);
+    if (!e->canary_deterministic)
+        fprintf(out,
+                "note: the %s answered the canary (a fixed %u-token request "
+                "at temperature 0) two ways: it is nondeterministic, and is "
+                "fingerprinted by the canary's prompt token count alone\n",
+                what, e->canary_length);
+    return 0;
+}
+
+/* Says when the store holds results for e's URL, model and info from a
+ * server that answered the canary otherwise, then records e's canary. */
+static int canary_compare(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+                          bool fresh, const char *what)
+{
+    struct probe_endpoint old;
+    struct diag d;
+    long n = 0;
+    memset(&old, 0, sizeof(old));
+    int r = probe_store_other_canary(db, e, &old, &n, &d);
+    long mine = probe_store_results(db, e->fp, &d);
+    if (r < 0 || mine < 0)
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (r == 1 && !fresh && !mine) {
+        fprintf(out,
+                "note: stored results for the %s %s were for a different "
+                "server (%ld results): the canary (a fixed %u-token request "
+                "at temperature 0) gave %ld prompt tokens and \"%.60s\"%s, "
+                "it now gives %ld and \"%.60s\"%s; they are not reused, the "
+                "cases run again\n",
+                what, e->url, n, e->canary_length, old.canary_prompt_tokens,
+                old.canary_answer,
+                old.canary_deterministic ? "" : " (nondeterministic)",
+                e->canary_prompt_tokens, e->canary_answer,
+                e->canary_deterministic ? "" : " (nondeterministic)");
+        fflush(out);
+    }
+    if (probe_store_canary(db, e, &d))
+        return cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    return 0;
+}
+
 static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
                    const struct probe_spec *s, unsigned max_tokens)
 {
@@ -513,7 +696,7 @@ static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
     struct diag d;
     unsigned tok = 0;
     memset(&pc, 0, sizeof(pc));
-    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, &d))
+    if (!ep->has_tokenize || probe_size_case(ep, c, s, &pc, &tok, NULL, &d))
         probe_case_build(&pc, s, probe_filler_for(s));
     fprintf(out,
             "\nfirst case: %s, length %u, depth %d, variant %s (%s "
@@ -650,14 +833,80 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                 done, in->n, plural_s(in->n));
         return EXIT_FAIL;
     }
-    if (rate < o->fail_under) {
-        fprintf(stderr,
-                "fidelity probe: pass rate %.1f%% is below "
-                "--fail-under %.1f%%\n",
-                rate, o->fail_under);
+    struct probe_verdict v;
+    probe_verdict(in, o->fail_under, &v);
+    fprintf(out, "%s\n", v.line);
+    if (v.worse || v.below || v.sizing) {
+        if (out != stderr) /* the report's last line says it in full */
+            fprintf(stderr, "fidelity probe: a check failed:%s%s%s\n",
+                    v.worse ? " significantly worse than the baseline;" : "",
+                    v.below ? " pass rate below --fail-under;" : "",
+                    v.sizing ? " sizing under 50% of target;" : "");
         return EXIT_FAIL;
     }
     return EXIT_PASS;
+}
+
+/* Classifies the cases that lost context across the run (lost.c) and
+ * stores what changed. A store error here was already met by the run. */
+static void restore_lost(sqlite3 *db, const struct probe_endpoint *e,
+                         const struct probe_spec *specs,
+                         struct probe_result *res, size_t n)
+{
+    struct diag d;
+    probe_lost_classify(specs, res, n, e->max_model_len);
+    for (size_t i = 0; db && i < n; i++)
+        if (res[i].done && !res[i].cached && res[i].lost)
+            probe_store_put(db, e->fp, &specs[i], &res[i], &d);
+}
+
+static int run_live(const struct opts *o, struct probe_endpoint *ep,
+                    const char *extra_key)
+{
+    struct probe_live_cmd lc = {
+        .json = o->json,
+        .db = o->db,
+        .no_store = o->no_store,
+        .fresh = o->fresh,
+        .dry = o->dry,
+        .jobs = (unsigned)o->jobs,
+        .max_tokens = (unsigned)o->max_tokens,
+        .turns = o->turns ? (unsigned)o->turns : 12,
+        .seeds = o->seeds ? (unsigned)o->seeds : 3,
+        .sendr_mask = o->sendr_mask,
+        .turn_bytes = o->turn_bytes ? (size_t)o->turn_bytes : 600,
+        .seed = o->seed,
+        .fail_under = o->fail_under,
+        .vary = &o->vary,
+        .stop = &stop_flag,
+        .on_sigint = on_sigint,
+    };
+    return cmd_probe_live(&lc, ep, extra_key);
+}
+
+/* Scripted cases take --vary temperature=LIST as --temperature LIST (the
+ * grid's repeats and keys); 0, or a usage error printed. */
+static int temps_from_vary(struct opts *o)
+{
+    json_t *tv = probe_vary_take(&o->vary, "temperature"), *x;
+    size_t i;
+    int r = 0;
+    if (!tv)
+        return 0;
+    o->g.n_temps = 0;
+    json_array_foreach(tv, i, x)
+    {
+        double v = json_number_value(x);
+        if (!json_is_number(x) || v < 0 || v > 2 || o->g.n_temps >= 16) {
+            r = cli_usage_error("probe", "invalid --vary temperature: "
+                                         "expected at most 16 numbers 0-2");
+            break;
+        }
+        o->temps[o->g.n_temps++] = v;
+    }
+    o->g.temps = o->temps;
+    json_decref(tv);
+    return r;
 }
 
 static int run_probe(struct opts *o, struct probe_endpoint *ep,
@@ -669,6 +918,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     size_t n = 0;
     struct diag d;
     sqlite3 *db = NULL;
+    struct probe_vary_cells vc = {0};
     int code =
         cli_ready("probe", "endpoint", ep->url, ep->headers, o->ready_ms);
     if (!code && base)
@@ -680,6 +930,10 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         code = connect_ep(base, c, o->dry, "baseline");
     if (code)
         goto out;
+    if (o->live) {
+        code = run_live(o, ep, extra_key);
+        goto out;
+    }
     o->g.seed = o->seed;
     o->g.max_tokens = (unsigned)o->max_tokens;
     o->g.repeats = (unsigned)o->repeats;
@@ -691,6 +945,13 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         code = cli_usage_error("probe", "%s", d.msg);
         goto out;
     }
+    if (o->vary.n) { /* each case once per --vary cell */
+        struct probe_spec *all;
+        probe_vary_cells_build(&o->vary, &vc);
+        probe_vary_expand(specs, n, &vc, &all, &n);
+        free(specs);
+        specs = all;
+    }
     print_plan(out, o, specs, n, ep, base);
     if (o->dry) {
         code = dry_run(out, ep, c, &specs[0], (unsigned)o->max_tokens);
@@ -698,12 +959,25 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     }
     const char *path = o->db ? o->db : store_default_path();
     if (!o->no_store &&
-        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
-         probe_store_endpoint(db, ep, &d) ||
-         (base && probe_store_endpoint(db, base, &d)))) {
+        (store_open(path, &db, &d) || probe_store_init(db, &d))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
+    code = canary(out, db, ep, c, specs, n, "endpoint");
+    if (!code && base)
+        code = canary(out, db, base, c, specs, n, "baseline");
+    if (code)
+        goto out;
+    if (db && (probe_store_endpoint(db, ep, &d) ||
+               (base && probe_store_endpoint(db, base, &d)))) {
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+        goto out;
+    }
+    code = db ? canary_compare(out, db, ep, o->fresh, "endpoint") : 0;
+    if (!code && db && base)
+        code = canary_compare(out, db, base, o->fresh, "baseline");
+    if (code)
+        goto out;
     struct prog pg = {.tty = cli_is_tty(2)};
     clock_gettime(CLOCK_MONOTONIC, &pg.t0);
     struct probe_run run = {
@@ -725,6 +999,9 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     signal(SIGINT, on_sigint);
     probe_run(&run);
     signal(SIGINT, SIG_DFL);
+    restore_lost(db, ep, specs, run.res, n);
+    if (base)
+        restore_lost(db, base, specs, run.bres, n);
     if (pg.tty)
         fputc('\n', stderr);
     json_t *cfg = config_json(o, specs, n);
@@ -743,6 +1020,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
 out:
     store_close(db);
     free(specs);
+    probe_vary_cells_release(&vc);
     http_client_free(c);
     return code;
 }
@@ -755,9 +1033,14 @@ int cmd_probe(int argc, char **argv)
      * for reuse instead of a fresh mmap (and its page faults) each time. */
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 128 << 20);
+    probe_vary_init(&o.vary);
     int code = parse_opts(argc, argv, &o);
-    if (code)
+    if (!code && !o.live)
+        code = temps_from_vary(&o);
+    if (code) {
+        probe_vary_release(&o.vary);
         return code;
+    }
     o.argc = argc;
     o.argv = argv;
     json_t *extra = NULL;
@@ -767,6 +1050,7 @@ int cmd_probe(int argc, char **argv)
         extra = json_loads(o.extra, 0, &je);
         if (!json_is_object(extra)) {
             json_decref(extra);
+            probe_vary_release(&o.vary);
             return cli_usage_error("probe",
                                    "invalid --extra-body: expected a JSON "
                                    "object (%s)",
@@ -809,5 +1093,6 @@ int cmd_probe(int argc, char **argv)
     }
     free(extra_key);
     json_decref(extra);
+    probe_vary_release(&o.vary);
     return code;
 }

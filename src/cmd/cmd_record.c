@@ -16,6 +16,7 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "record/record.h"
+#include "record/redact.h"
 #include "store/store.h"
 
 const char CMD_RECORD_HELP[] =
@@ -24,6 +25,7 @@ const char CMD_RECORD_HELP[] =
     "                       [--upstream-cacert FILE] [--insecure]\n"
     "                       [--header-timeout S] [--idle-timeout S]\n"
     "                       [--max-conns N] [--allow-remote]\n"
+    "                       [--redact-key NAME]...\n"
     "\n"
     "A transparent reverse proxy between a harness (opencode, a script, an\n"
     "SDK) and an OpenAI-compatible server. Every method and path is\n"
@@ -32,7 +34,9 @@ const char CMD_RECORD_HELP[] =
     "(FILE-intake beside --db) before the client receives its last byte,\n"
     "and committed to the SQLite store moments later, off the client's\n"
     "path: request headers (Authorization, api-key and similar redacted),\n"
-    "body, response, the reply reassembled from the stream, timings on both\n"
+    "body (the string values of keys such as api_key, password, secret,\n"
+    "access_token redacted, keeping their length), response, the reply "
+    "reassembled from the stream, timings on both\n"
     "sides and how it ended. After a crash or kill -9, the next fidelity\n"
     "command that opens the store commits what the log still holds.\n"
     "Messages are stored once, content-addressed and compressed. If the\n"
@@ -75,6 +79,9 @@ const char CMD_RECORD_HELP[] =
     "                      480 with ulimit -n 1024, at least 16). When\n"
     "                      descriptors run out anyway, record pauses\n"
     "                      accepting and logs it at most once a second\n"
+    "  --redact-key NAME   also redact the string values of request-body\n"
+    "                      keys named NAME (any case, any depth;\n"
+    "                      repeatable); the upstream still gets them\n"
     "\n"
     "The first line on standard output is\n"
     "  fidelity record: listening on http://HOST:PORT -> URL\n"
@@ -96,7 +103,8 @@ const char CMD_RECORD_HELP[] =
     "  fidelity audit --db fidelity.db\n"
     "\n"
     "exit status: 0 stopped cleanly, 2 bad option, 4 store or listen\n"
-    "failure (or exchanges lost because both store and spill failed).\n";
+    "failure (or exchanges lost because both store and spill failed, or\n"
+    "left in the intake log for the next start to commit).\n";
 
 static void log_line(void *ud, const char *msg)
 {
@@ -140,6 +148,7 @@ static const struct option OPTS[] = {
     {"idle-timeout", required_argument, NULL, 'I'},
     {"max-conns", required_argument, NULL, 'M'},
     {"allow-remote", no_argument, NULL, 'R'},
+    {"redact-key", required_argument, NULL, 'K'},
     {NULL, 0, NULL, 0},
 };
 
@@ -188,6 +197,8 @@ int cmd_record(int argc, char **argv)
     struct record_opts o = {0};
     const char *listen = "127.0.0.1:8080";
     char *spill = NULL, *host = NULL;
+    const char *redact[REDACT_KEYS_MAX];
+    size_t nredact = 0;
     struct diag d = {{0}};
     long timeout_s = 600, max_conns = 0;
     bool allow_remote = false, remote;
@@ -257,6 +268,17 @@ int cmd_record(int argc, char **argv)
         case 'R':
             allow_remote = true;
             break;
+        case 'K':
+            if (!redact_name_ok(optarg))
+                return cli_usage_error("record",
+                                       "--redact-key '%s' must be 1-%d bytes",
+                                       optarg, REDACT_NAME_MAX);
+            if (nredact == REDACT_KEYS_MAX)
+                return cli_usage_error("record",
+                                       "--redact-key given more than %d times",
+                                       REDACT_KEYS_MAX);
+            redact[nredact++] = optarg;
+            break;
         default:
             return cli_bad_option("record", c, argv);
         }
@@ -280,6 +302,8 @@ int cmd_record(int argc, char **argv)
     if (!o.spill_path)
         o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
     o.host = host;
+    o.redact_keys = redact;
+    o.n_redact_keys = nredact;
     o.timeout_ms = timeout_s * 1000;
     o.handle_signals = 1;
     /* undocumented in --help: forward http:// through libcurl as well, to
@@ -307,14 +331,20 @@ int cmd_record(int argc, char **argv)
     record_free(r);
     fprintf(stderr,
             "fidelity record: stopped; %llu exchange%s, %llu stored, %llu "
-            "spilled to '%s', %llu lost\n",
+            "spilled to '%s', %llu lost",
             (unsigned long long)st.exchanges, plural_s(st.exchanges),
             (unsigned long long)st.stored, (unsigned long long)st.spilled,
             o.spill_path, (unsigned long long)st.lost);
+    if (st.in_log)
+        fprintf(stderr,
+                ", %llu in the intake log '%s-intake' (recoverable: the next "
+                "start commits them)",
+                (unsigned long long)st.in_log, o.db_path);
+    fputc('\n', stderr);
     if (rc)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
     else
-        rc = st.lost ? EXIT_INTERNAL : EXIT_PASS;
+        rc = st.lost || st.in_log ? EXIT_INTERNAL : EXIT_PASS;
 out:
     free(spill);
     free(host);

@@ -82,6 +82,11 @@ static void print_table(json_t *rows)
                 json_object_get(r, "completion_tokens")),
             (long long)json_integer_value(json_object_get(f, "error")),
             (long long)json_integer_value(json_object_get(f, "warn")));
+        json_t *parent = json_object_get(r, "parent");
+        if (json_is_object(parent))
+            printf("  subagent of %s (tool call %s)\n",
+                   json_string_value(json_object_get(parent, "session")),
+                   json_string_value(json_object_get(parent, "call")));
     }
     printf("%zu session%s\n", json_array_size(rows),
            plural_s(json_array_size(rows)));

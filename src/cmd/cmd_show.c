@@ -69,6 +69,9 @@ static void print_session(const struct audit_session *s, json_t *turns,
     printf("session %s  harness %s  %zu exchange%s\n", s->id,
            json_string_value(json_object_get(sum, "harness")), s->n,
            plural_s(s->n));
+    if (s->parent)
+        printf("subagent of %s (tool call %s%s)\n", s->parent, s->parent_call,
+               s->result_returned ? ", its result went back" : "");
     json_decref(sum);
     print_findings(l, 0);
     json_array_foreach(turns, i, t)
@@ -130,6 +133,13 @@ int cmd_show(int argc, char **argv)
             json_array_append_new(f, audit_finding_json(&l.v[i]));
         json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
                               id, "turns", turns, "findings", f);
+        const struct audit_session *s = &set.s[0];
+        json_object_set_new(
+            j, "parent",
+            s->parent ? json_pack("{s:s, s:s, s:b}", "session", s->parent,
+                                  "call", s->parent_call, "result_returned",
+                                  s->result_returned)
+                      : json_null());
         rc = cli_json_write(j, a.json, &d)
                  ? cli_error("show", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;

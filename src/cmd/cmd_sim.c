@@ -50,6 +50,22 @@ const char CMD_SIM_HELP[] =
     "  --latency-ms N         --token-interval-ms N\n"
     "  --rate-429 R  --rate-500 R  --rate-503 R   --cut-stream-after N\n"
     "  --reasoning            --seed N            --max-body BYTES\n"
+    "  --hide-faults          /get_server_info and /sim/config show no fault\n"
+    "                         (a server whose settings its info hides)\n"
+    "  --feedback-base N      --feedback-growth G --feedback-budget N\n"
+    "  --feedback-window N    --feedback-max N    --feedback-jitter J\n"
+    "  --lose-summary\n"
+    "Prefix cache (cached_tokens in usage.prompt_tokens_details and\n"
+    "sglang's meta_info):\n"
+    "  --cache-tokens N       capacity (default 65536; 0: no cache)\n"
+    "  --cache-block N        tokens per block (default 16)\n"
+    "  --flush-endpoints both|sglang|vllm|none\n"
+    "                         POST /flush_cache, POST /reset_prefix_cache\n"
+    "  --no-cache-report      report no cache figures\n"
+    "  --warm-noise S         noise on the path served from the cache\n"
+    "  --recompute-noise S    noise when an evicted prefix is recomputed\n"
+    "  --no-cache-output      generated tokens are never cached\n"
+    "  --cache-collapse-after N  from turn N+1, 40% of the reuse\n"
     "See docs/SIM.md for what each one does and which real failure it\n"
     "stands for.\n"
     "\n"
@@ -118,6 +134,7 @@ int cmd_sim(int argc, char **argv)
     s = calloc(1, sizeof(*s));
     sim_init(s, &c);
     r = sim_serve(s, host, port, ready, host, &d);
+    sim_release(s);
     free(s);
     free(host);
     if (r)

@@ -9,7 +9,7 @@
 #include "cmd/cmd.h"
 #include "cmd/recorded.h"
 #include "core/plural.h"
-#include "record/record.h"
+#include "store/replay.h"
 #include "store/store.h"
 
 void recorded_args_init(struct recorded_args *a)
@@ -36,7 +36,7 @@ int recorded_replay(const char *cmd, const char *db, const char *spill)
 {
     struct diag d = {{0}};
     uint64_t n = 0;
-    if (record_replay(db, spill, &n, &d)) {
+    if (store_replay(db, spill, &n, &d)) {
         /* a read-only copy of a store, say: what is committed still reads */
         fprintf(stderr,
                 "fidelity %s: warning: %s; reading what the store holds "
@@ -60,6 +60,15 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     if (rc)
         return rc;
     rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    /* rows that could not be decoded were skipped; the rest is read */
+    for (size_t i = 0; i < set->nbad; i++)
+        fprintf(stderr,
+                "fidelity %s: warning: store.corrupt: exchange %lld%s%s%s "
+                "in '%s' cannot be read (column '%s': %s); skipped\n",
+                cmd, (long long)set->bad[i].id,
+                set->bad[i].session[0] ? " of session '" : "",
+                set->bad[i].session, set->bad[i].session[0] ? "'" : "", a->db,
+                set->bad[i].column, set->bad[i].why);
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);

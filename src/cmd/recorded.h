@@ -19,13 +19,15 @@ void recorded_args_init(struct recorded_args *a);
  * ('d' --db, 'S' --spill, 'j' --json): true when taken. */
 bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_);
 /* Commits what a record that did not stop left in db's intake log
- * (record_replay; a line on stderr says how many, or a warning when it
- * cannot, and the store is read without those exchanges): 0. Kept an int
- * for the callers' "return rc if non-zero". recorded_load calls it. */
+ * (store_replay in store/replay.h; a line on stderr says how many, or a warning
+ * when it cannot, and the store is read without those exchanges): 0. Kept an
+ * int for the callers' "return rc if non-zero". recorded_load calls it. */
 int recorded_replay(const char *cmd, const char *db, const char *spill);
 /* Loads a->db and a->spill (only session when not NULL) into an initialised
  * set. 0, or the exit code after the error was printed: usage for a store
- * that does not exist or a session that is not in it, internal otherwise. */
+ * that does not exist or a session that is not in it, internal otherwise.
+ * A row that cannot be decoded is skipped with a warning on stderr naming
+ * it and its column (store.corrupt; set->bad), and is not an error. */
 int recorded_load(const char *cmd, const struct recorded_args *a,
                   const char *session, struct audit_set *set);
 

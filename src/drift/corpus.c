@@ -30,6 +30,7 @@ void drift_corpus_release(struct drift_corpus *c)
     for (size_t i = 0; i < c->n; i++)
         item_release(&c->items[i]);
     free(c->items);
+    free(c->skipped);
     drift_corpus_init(c);
 }
 

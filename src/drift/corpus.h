@@ -26,6 +26,10 @@ struct drift_item {
 struct drift_corpus {
     struct drift_item *items;
     size_t n, alloc;
+    /* drift_corpus_from_db: rows of the store that could not be decoded
+     * and were left out, one line each ("exchange N: column 'C': why"),
+     * or NULL */
+    char *skipped;
 };
 
 void drift_corpus_init(struct drift_corpus *c);

@@ -72,6 +72,17 @@ static int each(const struct xchg *x, void *ud)
     return 0;
 }
 
+/* A row the store could not decode: left out, and named in c->skipped. */
+static void skip(const struct xchg_bad *b, void *ud)
+{
+    struct walk *w = ud;
+    char *line = xasprintf("%sexchange %lld: column '%s': %s\n",
+                           w->c->skipped ? w->c->skipped : "", (long long)b->id,
+                           b->column, b->why);
+    free(w->c->skipped);
+    w->c->skipped = line;
+}
+
 int drift_corpus_from_db(struct drift_corpus *c, const char *path,
                          const char *session, struct diag *d)
 {
@@ -81,7 +92,7 @@ int drift_corpus_from_db(struct drift_corpus *c, const char *path,
     int ret = store_open(path, &db, d);
     if (ret)
         return ret;
-    ret = xchg_each(db, session, each, &w, d);
+    ret = xchg_each_checked(db, session, each, skip, &w, d);
     store_close(db);
     free(w.is_main);
     if (ret)

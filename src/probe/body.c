@@ -19,7 +19,7 @@ static const unsigned char must_escape[256] = {
 };
 
 /* Writes s as a JSON string: memcpy of each run that needs no escape. */
-static void put_string(struct buf *b, const char *s, size_t n)
+void probe_json_put_string(struct buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s, *end = p + n;
@@ -78,7 +78,7 @@ static void put(struct buf *b, const json_t *j)
             if (!first)
                 buf_addch(b, ',');
             first = false;
-            put_string(b, k, strlen(k));
+            probe_json_put_string(b, k, strlen(k));
             buf_addch(b, ':');
             put(b, v);
         }
@@ -95,7 +95,7 @@ static void put(struct buf *b, const json_t *j)
         buf_addch(b, ']');
         break;
     case JSON_STRING:
-        put_string(b, json_string_value(j), json_string_length(j));
+        probe_json_put_string(b, json_string_value(j), json_string_length(j));
         break;
     case JSON_INTEGER:
         buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(j));

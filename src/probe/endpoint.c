@@ -16,6 +16,7 @@
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "probe/probe.h"
+#include "probe/vary.h"
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url)
 {
@@ -138,7 +139,8 @@ static void fingerprint_hash(struct probe_endpoint *e)
     const char *mp = json_string_value(json_object_get(si, "model_path"));
     char *s = xasprintf("%s|%s|%u|%s|%s", e->url, e->model ? e->model : "",
                         e->max_model_len, v ? v : "", mp ? mp : "");
-    hash_hex(hash64(s, strlen(s), 0x6670ULL), e->fp);
+    hash_hex(hash64(s, strlen(s), 0x6670ULL), e->info_fp);
+    memcpy(e->fp, e->info_fp, sizeof(e->fp));
     free(s);
     free(v);
 }
@@ -230,19 +232,12 @@ int probe_scan_count(const char *s, size_t len, unsigned *count)
     return 0;
 }
 
-int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
-                   const json_t *messages, const json_t *tools, size_t hint,
-                   unsigned *count, struct diag *d)
+/* POSTs the JSON text (tlen bytes, freed here) to /tokenize and reads
+ * the count. */
+static int post_tokenize_text(struct probe_endpoint *e, struct http_client *c,
+                              char *text, size_t tlen, unsigned *count,
+                              struct diag *d)
 {
-    json_t *body = json_object();
-    json_object_set_new(body, "model", json_string(e->model ? e->model : ""));
-    json_object_set(body, "messages", (json_t *)messages);
-    json_object_set_new(body, "add_generation_prompt", json_true());
-    if (tools)
-        json_object_set(body, "tools", (json_t *)tools);
-    size_t tlen;
-    char *text = probe_json_dump(body, hint, &tlen);
-    json_decref(body);
     char *url = xasprintf("%s/tokenize", e->url);
     const char *hdrs[HTTP_JSON_HEADERS_MAX];
     http_json_headers(hdrs, e->headers);
@@ -271,10 +266,53 @@ out:
     return r;
 }
 
+/* POSTs body (consumed) to /tokenize and reads the count. */
+static int post_tokenize(struct probe_endpoint *e, struct http_client *c,
+                         json_t *body, size_t hint, unsigned *count,
+                         struct diag *d)
+{
+    size_t tlen;
+    char *text = probe_json_dump(body, hint, &tlen);
+    json_decref(body);
+    return post_tokenize_text(e, c, text, tlen, count, d);
+}
+
+int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
+                   const json_t *messages, const json_t *tools, size_t hint,
+                   unsigned *count, struct diag *d)
+{
+    json_t *body = json_object();
+    json_object_set_new(body, "model", json_string(e->model ? e->model : ""));
+    json_object_set(body, "messages", (json_t *)messages);
+    json_object_set_new(body, "add_generation_prompt", json_true());
+    if (tools)
+        json_object_set(body, "tools", (json_t *)tools);
+    return post_tokenize(e, c, body, hint, count, d);
+}
+
+int probe_tokenize_text(struct probe_endpoint *e, struct http_client *c,
+                        const char *text, size_t len, unsigned *count,
+                        struct diag *d)
+{
+    /* written directly: the text of a long case is half a megabyte */
+    struct buf b = BUF_INIT;
+    const char *model = e->model ? e->model : "";
+    buf_grow(&b, len + len / 16 + strlen(model) + 64);
+    buf_adds(&b, "{\"model\":");
+    probe_json_put_string(&b, model, strlen(model));
+    buf_adds(&b, ",\"prompt\":");
+    probe_json_put_string(&b, text, len);
+    buf_adds(&b, ",\"add_special_tokens\":false}");
+    size_t tlen;
+    char *body = buf_detach(&b, &tlen);
+    return post_tokenize_text(e, c, body, tlen, count, d);
+}
+
 void probe_reply_release(struct probe_reply *r)
 {
     free(r->content);
     free(r->reasoning);
+    json_decref(r->message);
     memset(r, 0, sizeof(*r));
 }
 
@@ -292,6 +330,8 @@ json_t *probe_chat_body(const struct probe_endpoint *e,
         json_object_set(b, "tools", pc->tools);
     if (e->extra_body)
         json_object_update(b, e->extra_body);
+    if (pc->spec.vary)
+        probe_vary_apply(b, pc->spec.vary);
     return b;
 }
 
@@ -324,6 +364,7 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
         json_decref(j);
         return -EBADMSG;
     }
+    r->message = json_incref(m);
     r->content = dup_str(json_object_get(m, "content"));
     r->reasoning = dup_str(json_object_get(m, "reasoning_content"));
     if (!r->reasoning)

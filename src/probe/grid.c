@@ -25,6 +25,7 @@ static const char *const outcome_names[PROBE_NOUTCOMES] = {
     [PROBE_CLIPPED] = "output-clipped",
     [PROBE_ERROR] = "server-error",
     [PROBE_MISSED] = "missed",
+    [PROBE_DROPPED] = "dropped-before-the-model",
 };
 static const char *const rv_names[PROBE_RV_COUNT] = {
     [PROBE_RV_FIELD] = "reasoning_content",
@@ -136,6 +137,7 @@ static void push(struct grid *g, enum probe_kind k, unsigned len, int depth,
                 g->v = xrealloc(g->v, g->alloc * sizeof(*g->v));
             }
             struct probe_spec *s = &g->v[g->n++];
+            memset(s, 0, sizeof(*s));
             s->kind = k;
             s->length = len;
             s->target = len;
@@ -256,6 +258,11 @@ void probe_spec_key(const struct probe_spec *s, const char *model,
                   s->variant, s->temperature, s->rep,
                   (unsigned long long)s->seed, model ? model : "", max_tokens,
                   extra_body ? extra_body : "", endpoint_fp ? endpoint_fp : "");
+    if (s->vary_key && *s->vary_key) { /* varied fields: part of the key */
+        char *v = xasprintf("%s|vary|%s", cfg, s->vary_key);
+        free(cfg);
+        cfg = v;
+    }
     hash_hex(hash64(cfg, strlen(cfg), 0x70726f6265ULL), out);
     free(cfg);
 }

@@ -78,6 +78,8 @@ enum probe_outcome {
     PROBE_CLIPPED,   /* finish_reason "length" */
     PROBE_ERROR,     /* no usable answer after the retries */
     PROBE_MISSED,    /* the server kept the prompt and the answer is wrong */
+    PROBE_DROPPED,   /* the prompt reached the model shorter than probe sent
+                        it, and not at one cap: the path dropped context */
     PROBE_NOUTCOMES
 };
 const char *probe_outcome_name(enum probe_outcome o);
@@ -93,8 +95,11 @@ struct probe_spec {
     int variant;
     double temperature;
     unsigned rep;
-    uint64_t seed; /* content seed: run seed, kind, length, depth, variant,
-                      rep (not temperature: the same case at each one) */
+    uint64_t seed;      /* content seed: run seed, kind, length, depth, variant,
+                           rep (not temperature: the same case at each one) */
+    const json_t *vary; /* --vary cell set in the request (vary.h), or
+                           NULL; borrowed for the run */
+    const char *vary_key; /* its label, part of the store key; or NULL */
 };
 
 /* ---- grid.c ---- */
@@ -181,6 +186,8 @@ void probe_case_drop_cache(struct probe_case *c);
 /* Number of user turns before the question for a target size. */
 unsigned probe_turns_for(unsigned target);
 
+struct probe_shape;
+
 /* ---- endpoint.c ---- */
 
 struct probe_endpoint {
@@ -194,11 +201,34 @@ struct probe_endpoint {
     unsigned backoff_ms;    /* first retry delay; doubles each time */
     unsigned max_model_len; /* 0: unknown */
     json_t *info;           /* owned: what each fingerprint URL said */
-    char fp[17];            /* hash of url, model and info */
+    char fp[17];            /* hash of url, model, info and the canary */
+    char info_fp[17];       /* the same without the canary */
+    /* The canary (canary.c): a fixed long request at temperature 0. */
+    bool canary_done;
+    bool canary_deterministic; /* the same answer twice */
+    unsigned canary_length;    /* its target tokens */
+    long canary_prompt_tokens; /* usage.prompt_tokens; -1: none */
+    long canary_status;        /* HTTP status of its answer */
+    char canary_answer[161];   /* the start of its answer */
     bool has_tokenize;
     bool calibrated;     /* sized from usage.prompt_tokens */
     double cal_a, cal_b; /* tokens ~= cal_a + cal_b * units */
+    double cal_err;      /* tokens: the line's worst miss on its samples */
     double tok_per_unit; /* of filler, by /tokenize; 0: unknown */
+    /* probe's own accounting (own.c): what a request costs by evidence
+     * the path cannot rewrite, measured on short requests. */
+    bool own_ready;
+    double own_base;    /* tokens of a request around its messages */
+    double own_role[4]; /* per message: system, user, assistant, tool */
+    double own_call;    /* per tool call beside its name and arguments */
+    double own_esc;     /* per quote or backslash of tool call arguments */
+    double own_reason;  /* per reasoning block beside its text; < 0: the
+                           template does not render reasoning */
+    double own_tools;   /* the tools list of a request */
+    double own_sep;     /* tokens the separator between pieces adds */
+    double own_k;       /* tokens per unit of short texts */
+    double own_kerr;    /* relative spread of own_k across the samples */
+    double own_err;     /* tokens: the model's miss on a held-out request */
 };
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url);
@@ -219,6 +249,11 @@ int probe_endpoint_fingerprint(struct probe_endpoint *e, struct http_client *c,
 int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
                    const json_t *messages, const json_t *tools, size_t hint,
                    unsigned *count, struct diag *d);
+/* Counts the tokens of a text alone: POST /tokenize {"prompt": text,
+ * "add_special_tokens": false}. Errors as probe_tokenize. */
+int probe_tokenize_text(struct probe_endpoint *e, struct http_client *c,
+                        const char *text, size_t len, unsigned *count,
+                        struct diag *d);
 
 /* The token count from a /tokenize answer s (len bytes, NUL-terminated):
  * the number after "count" (vLLM, sim), else the number of elements of
@@ -233,6 +268,7 @@ struct probe_reply {
     char finish[16];
     char *content;   /* owned, may be NULL */
     char *reasoning; /* owned, may be NULL */
+    json_t *message; /* owned: choices[0].message as answered, or NULL */
     double latency;  /* seconds, last attempt */
     char error[256]; /* why it failed, when it did */
 };
@@ -250,12 +286,26 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
 json_t *probe_chat_body(const struct probe_endpoint *e,
                         const struct probe_case *pc, unsigned max_tokens);
 
+/* ---- canary.c ---- */
+
+/* Sends the canary to e: a fixed needle case of about `target` tokens
+ * (the run's longest), max_tokens 32, temperature 0, twice. Its prompt
+ * token count and answer (the answer only when both attempts agree) go
+ * into e->fp, so stored results are reused only for a server that answers
+ * it the same. A failed canary is fingerprinted by its status. 0, or an
+ * error when the case cannot be sized. */
+int probe_canary_run(struct probe_endpoint *e, struct http_client *c,
+                     unsigned target, struct diag *d);
+
 /* ---- body.c ---- */
 
 /* Compact JSON of j, as json_dumps(j, JSON_COMPACT) means it, written with
  * memcpy for runs that need no escape; hint is the expected size (0 if
  * unknown). The caller frees it. */
 char *probe_json_dump(const json_t *j, size_t hint, size_t *len);
+/* Appends n bytes of s to b as a quoted JSON string (escapes as
+ * probe_json_dump writes them). */
+void probe_json_put_string(struct buf *b, const char *s, size_t n);
 
 /* ---- size.c ---- */
 
@@ -268,18 +318,70 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
  * /tokenize). */
 int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
                        struct diag *d);
-/* Builds c for spec sized so that its token count (by /tokenize, or the
- * calibration) is within [0.98 * target, target]; *tokens gets the count.
+/* Builds c for spec sized so that its token count (probe's own count,
+ * else the whole request by /tokenize, else the calibration) is within
+ * [0.98 * target, target]; *tokens gets the count and *shape (may be
+ * NULL; zeroed when probe's own count is not used) the case's shape.
  * Uses at most 6 /tokenize calls. */
 int probe_size_case(struct probe_endpoint *e, struct http_client *c,
                     const struct probe_spec *spec, struct probe_case *pc,
-                    unsigned *tokens, struct diag *d);
+                    unsigned *tokens, struct probe_shape *shape,
+                    struct diag *d);
 /* The expected count of an already built case on another endpoint. */
 int probe_count_case(struct probe_endpoint *e, struct http_client *c,
                      const struct probe_case *pc, unsigned *tokens,
-                     struct diag *d);
+                     struct probe_shape *shape, struct diag *d);
 /* Token estimate without any request (dry runs): 3.5 bytes a token. */
 size_t probe_filler_for(const struct probe_spec *spec);
+
+/* Units of a text (size.c): word pieces of at most 4 letters or digits
+ * (taking a space before them along), punctuation and other bytes. */
+double probe_text_units(const char *s);
+
+/* ---- own.c ---- */
+
+#define PROBE_MAX_MSGS 96
+
+/* What probe sent, by its own count: each message's tokens (its text
+ * pieces tokenized on their own plus the calibrated framing), its bytes
+ * and its turn (0: before the first user message; a turn is a user
+ * message and what follows it up to the next one). */
+struct probe_shape {
+    unsigned total; /* probe's own count of the request */
+    unsigned n;     /* messages (at most PROBE_MAX_MSGS are described) */
+    unsigned tok[PROBE_MAX_MSGS];
+    unsigned bytes[PROBE_MAX_MSGS];
+    unsigned char turn[PROBE_MAX_MSGS];
+    unsigned turns;
+    unsigned frame;    /* tokens outside the messages' texts */
+    double err;        /* tokens the count may miss by */
+    bool pieces_short; /* /tokenize counted the pieces well under what
+                          their bytes hold (the path clips them): the
+                          count comes from the bytes */
+};
+
+/* Measures the template's framing and the tokens per unit of text with
+ * about a dozen short /tokenize requests (none holds more than one user
+ * turn or a long text, so history windows, compaction and clipping leave
+ * them alone). -ENOTSUP when /tokenize cannot count a text alone (then
+ * own_ready stays false and the whole-request count is used). */
+int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
+                        struct diag *d);
+/* probe's own count of a built case: one /tokenize of its text pieces
+ * joined by newlines, cross-checked against the units of the bytes. */
+int probe_own_count(struct probe_endpoint *e, struct http_client *c,
+                    const struct probe_case *pc, struct probe_shape *sh,
+                    struct diag *d);
+/* Without /tokenize: the shape of a case by the calibrated line (no
+ * request), its total the calibrated count. */
+void probe_own_estimate(const struct probe_endpoint *e,
+                        const struct probe_case *pc, struct probe_shape *sh);
+/* Refines the tokens of each message of sh (counted by probe_own_count)
+ * turn by turn: one /tokenize of each turn's pieces (used for the cases
+ * that lost context, whose shape is then compared with windows). */
+int probe_own_turns(struct probe_endpoint *e, struct http_client *c,
+                    const struct probe_case *pc, struct probe_shape *sh,
+                    struct diag *d);
 
 /* ---- score.c ---- */
 
@@ -310,7 +412,38 @@ struct probe_result {
     char key[17];
     char reply[241]; /* start of the reply (content) */
     char error[160];
+    /* probe's own accounting (own.c, lost.c) */
+    unsigned path_tokens; /* the request as the path's /tokenize counts it;
+                             0: not counted */
+    bool lost;            /* reached the model under 90% of `expected` */
+    int drop;             /* enum probe_drop when outcome is DROPPED */
+    unsigned drop_turns;  /* window: turns dropped */
+    double drop_ratio;    /* prompt_tokens / expected */
+    bool have_shape;
+    struct probe_shape shape;
 };
+
+/* ---- lost.c ---- */
+
+enum probe_drop {
+    PROBE_DROP_NONE = 0,
+    PROBE_DROP_WINDOW,  /* whole turns gone from the front */
+    PROBE_DROP_SUMMARY, /* the front replaced by something short */
+    PROBE_DROP_CLIP,    /* every long message shortened */
+    PROBE_DROP_COUNT
+};
+/* "window", "summary", "clipping", or "" */
+const char *probe_drop_name(int drop);
+/* True when a reached count is lost context: under 90% of probe's own
+ * count, beyond the count's error. */
+bool probe_is_lost(long reached, const struct probe_shape *sh);
+/* After a run: the failed cases whose prompt reached the model short are
+ * truncated-by-server when the reached counts sit at one cap across the
+ * cases (or at the context length model_len), and dropped-before-the-model
+ * otherwise, with the shape of the drop from each case's own count. */
+void probe_lost_classify(const struct probe_spec *specs,
+                         struct probe_result *res, size_t n,
+                         unsigned model_len);
 
 /* ---- pstore.c ---- */
 
@@ -324,6 +457,21 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *r,
 int probe_store_put(sqlite3 *db, const char *endpoint_fp,
                     const struct probe_spec *s, const struct probe_result *r,
                     struct diag *d);
+/* Records e's canary (fingerprint, prompt tokens, answer). */
+int probe_store_canary(sqlite3 *db, const struct probe_endpoint *e,
+                       struct diag *d);
+/* The canary length first used for this info fingerprint (0: none), so
+ * that later runs send a canary that can be compared; < 0 on error. */
+long probe_store_canary_length(sqlite3 *db, const char *info_fp,
+                               struct diag *d);
+/* The number of stored results of fingerprint fp (< 0 on error). */
+long probe_store_results(sqlite3 *db, const char *fp, struct diag *d);
+/* What the store holds for e's URL, model and info under another canary:
+ * 1 with *other filled (its canary fields and fp) and *results the number
+ * of its stored results, 0 when none, < 0 on error. */
+int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
+                             struct probe_endpoint *other, long *results,
+                             struct diag *d);
 /* Records a finished run and its JSON summary; *id gets its row id. */
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,
@@ -365,11 +513,16 @@ int probe_run(struct probe_run *r);
 
 #define PROBE_RULER_THRESHOLD 0.856
 #define PROBE_NOLIMA_SHARE 0.85
+/* NoLiMa's rule needs a base score: under this mean pass rate at the
+ * three shortest lengths the kind has effective length 0. */
+#define PROBE_NOLIMA_MIN_BASE 0.5
 
 /* Effective length by RULER's rule (the longest length before the first
  * one whose pass rate falls below threshold) and NoLiMa's (the same with
  * the threshold 0.85 x the mean rate of the three shortest lengths).
- * lengths ascending; 0 when even the shortest fails. */
+ * lengths ascending; 0 when even the shortest fails (NoLiMa: also when
+ * the base is under PROBE_NOLIMA_MIN_BASE: a kind whose pass rate never
+ * reaches a rule's threshold has effective length 0 by both rules). */
 unsigned probe_effective_ruler(const unsigned *lengths, const double *rate,
                                size_t n, double threshold);
 unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
@@ -393,6 +546,37 @@ json_t *probe_report_json(const struct probe_report_in *in);
 void probe_report_text(const struct probe_report_in *in, FILE *out);
 int probe_report_junit(const struct probe_report_in *in, const char *path,
                        struct diag *d);
+/* The reasoning grid's conclusion in words: for the reasoning_content
+ * field and for <think> inside content, with and without tools, whether
+ * prior reasoning reached the model, and which field the path or template
+ * drops. false when the run has no reasoning case. */
+bool probe_reasoning_words(const struct probe_report_in *in,
+                           const struct probe_result *res, char *out,
+                           size_t size);
+
+/* Holm's step-down adjustment of n p-values (Holm 1979): adj[i] for
+ * p[i], monotone in the order of the p-values, at most 1. */
+void probe_holm(const double *p, size_t n, double *adj);
+
+/* The decision of a run: exit 1 when the endpoint is significantly worse
+ * than the baseline (McNemar over all paired cases, p < 0.05, more pairs
+ * passing only on the baseline) or its pass rate is below fail_under
+ * (percent; 0 disables), or when a case's sizing achieved under 50% of
+ * its target (an error-level finding). line says which rule decided. */
+struct probe_verdict {
+    bool worse, below;
+    size_t sizing; /* cases sized under 50% of their target: an error */
+    double pass_rate, p_value;
+    unsigned paired, endpoint_only, baseline_only;
+    char line[512];
+};
+void probe_verdict(const struct probe_report_in *in, double fail_under,
+                   struct probe_verdict *v);
+
+/* Cases whose sizing achieved under 50% of their target (an error-level
+ * finding: the lengths tested are not the ones asked for). */
+size_t probe_sizing_under(const struct probe_report_in *in,
+                          const struct probe_result *res);
 /* Overall pass rate of finished cases (0 when none). */
 double probe_pass_rate(const struct probe_result *res, size_t n);
 

@@ -27,6 +27,13 @@ static const char schema[] =
     " finish TEXT, status INTEGER, attempts INTEGER, latency REAL,"
     " reply TEXT, error TEXT, created INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS probe_result_fp ON probe_result(endpoint_fp);"
+    "CREATE TABLE IF NOT EXISTS probe_canary("
+    " fp TEXT PRIMARY KEY, info_fp TEXT NOT NULL, length INTEGER,"
+    " status INTEGER, prompt_tokens INTEGER, answer TEXT,"
+    " deterministic INTEGER, seen INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS probe_lost("
+    " key TEXT PRIMARY KEY, path_tokens INTEGER, lost INTEGER,"
+    " drop_kind TEXT, drop_turns INTEGER, drop_ratio REAL);"
     "CREATE TABLE IF NOT EXISTS probe_run("
     " id INTEGER PRIMARY KEY, created INTEGER NOT NULL,"
     " endpoint_fp TEXT NOT NULL, baseline_fp TEXT, summary TEXT);";
@@ -103,8 +110,10 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *res,
     char oc[32];
     int r = prep(db,
                  "SELECT outcome, no_context, expected, prompt_tokens,"
-                 " status, attempts, latency, finish, reply, error"
-                 " FROM probe_result WHERE key = ?",
+                 " status, attempts, latency, finish, reply, error,"
+                 " l.path_tokens, l.lost, l.drop_kind, l.drop_turns,"
+                 " l.drop_ratio FROM probe_result"
+                 " LEFT JOIN probe_lost l USING (key) WHERE key = ?",
                  &st, d);
     if (r)
         return r;
@@ -124,6 +133,14 @@ int probe_store_get(sqlite3 *db, const char *key, struct probe_result *res,
         copy_col(st, 7, res->finish, sizeof(res->finish));
         copy_col(st, 8, res->reply, sizeof(res->reply));
         copy_col(st, 9, res->error, sizeof(res->error));
+        res->path_tokens = (unsigned)sqlite3_column_int64(st, 10);
+        res->lost = sqlite3_column_int(st, 11) != 0;
+        copy_col(st, 12, oc, sizeof(oc));
+        for (int k = 1; k < PROBE_DROP_COUNT; k++)
+            if (!strcmp(oc, probe_drop_name(k)))
+                res->drop = k;
+        res->drop_turns = (unsigned)sqlite3_column_int(st, 13);
+        res->drop_ratio = sqlite3_column_double(st, 14);
         snprintf(res->key, sizeof(res->key), "%s", key);
         res->done = true;
         res->cached = true;
@@ -170,7 +187,106 @@ int probe_store_put(sqlite3 *db, const char *endpoint_fp,
     sqlite3_bind_text(st, 19, res->reply, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 20, res->error, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 21, (sqlite3_int64)time(NULL));
+    r = step_done(db, st, d);
+    if (r || (!res->path_tokens && !res->lost))
+        return r;
+    r = prep(db, "INSERT OR REPLACE INTO probe_lost VALUES(?,?,?,?,?,?)", &st,
+             d);
+    if (r)
+        return r;
+    sqlite3_bind_text(st, 1, res->key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, res->path_tokens);
+    sqlite3_bind_int(st, 3, res->lost);
+    sqlite3_bind_text(st, 4, probe_drop_name(res->drop), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, (int)res->drop_turns);
+    sqlite3_bind_double(st, 6, res->drop_ratio);
     return step_done(db, st, d);
+}
+
+int probe_store_canary(sqlite3 *db, const struct probe_endpoint *e,
+                       struct diag *d)
+{
+    sqlite3_stmt *st;
+    if (!e->canary_done)
+        return 0;
+    int r =
+        prep(db, "INSERT OR REPLACE INTO probe_canary VALUES(?,?,?,?,?,?,?,?)",
+             &st, d);
+    if (r)
+        return r;
+    sqlite3_bind_text(st, 1, e->fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, e->info_fp, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, e->canary_length);
+    sqlite3_bind_int64(st, 4, e->canary_status);
+    sqlite3_bind_int64(st, 5, e->canary_prompt_tokens);
+    sqlite3_bind_text(st, 6, e->canary_answer, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, e->canary_deterministic);
+    sqlite3_bind_int64(st, 8, (sqlite3_int64)time(NULL));
+    return step_done(db, st, d);
+}
+
+/* One integer from a query with one text parameter; 0 when no row. */
+static long long query_int(sqlite3 *db, const char *sql, const char *arg,
+                           struct diag *d)
+{
+    sqlite3_stmt *st;
+    if (prep(db, sql, &st, d))
+        return -1;
+    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    long long v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        v = diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return v;
+}
+
+long probe_store_canary_length(sqlite3 *db, const char *info_fp, struct diag *d)
+{
+    return (long)query_int(db,
+                           "SELECT length FROM probe_canary WHERE info_fp = ?"
+                           " ORDER BY seen ASC, rowid ASC LIMIT 1",
+                           info_fp, d);
+}
+
+long probe_store_results(sqlite3 *db, const char *fp, struct diag *d)
+{
+    return (long)query_int(
+        db, "SELECT count(*) FROM probe_result WHERE endpoint_fp = ?", fp, d);
+}
+
+int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
+                             struct probe_endpoint *other, long *results,
+                             struct diag *d)
+{
+    sqlite3_stmt *st;
+    int r = prep(db,
+                 "SELECT c.fp, c.length, c.status, c.prompt_tokens, c.answer,"
+                 " c.deterministic, (SELECT count(*) FROM probe_result p"
+                 " WHERE p.endpoint_fp = c.fp) AS n FROM probe_canary c"
+                 " WHERE c.info_fp = ? AND c.fp != ? AND n > 0"
+                 " ORDER BY c.seen DESC LIMIT 1",
+                 &st, d);
+    if (r)
+        return r;
+    sqlite3_bind_text(st, 1, e->info_fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, e->fp, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        copy_col(st, 0, other->fp, sizeof(other->fp));
+        other->canary_length = (unsigned)sqlite3_column_int64(st, 1);
+        other->canary_status = (long)sqlite3_column_int64(st, 2);
+        other->canary_prompt_tokens = (long)sqlite3_column_int64(st, 3);
+        copy_col(st, 4, other->canary_answer, sizeof(other->canary_answer));
+        other->canary_deterministic = sqlite3_column_int(st, 5) != 0;
+        other->canary_done = true;
+        *results = (long)sqlite3_column_int64(st, 6);
+        r = 1;
+    } else if (rc != SQLITE_DONE) {
+        r = diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    }
+    sqlite3_finalize(st);
+    return r;
 }
 
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,

@@ -43,9 +43,23 @@ unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
         b += rate[i] / k;
     if (base)
         *base = b;
-    if (!k || b <= 0)
+    /* A kind that fails at its shortest lengths has no base score to keep
+     * 85% of (at 5%, 85% of it is 4%, which any length reaches): its
+     * effective length is 0, below the shortest length tested, as by
+     * RULER's rule. */
+    if (!k || b < PROBE_NOLIMA_MIN_BASE)
         return 0;
     return probe_effective_ruler(lengths, rate, n, PROBE_NOLIMA_SHARE * b);
+}
+
+size_t probe_sizing_under(const struct probe_report_in *in,
+                          const struct probe_result *res)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        n += res[i].done && res[i].expected &&
+             res[i].expected < 0.5 * in->specs[i].target;
+    return n;
 }
 
 double probe_pass_rate(const struct probe_result *res, size_t n)
@@ -178,6 +192,27 @@ static void pair_add(struct pairs *p, const struct probe_result *a,
         p->neither++;
 }
 
+void probe_holm(const double *p, size_t n, double *adj)
+{
+    size_t idx[PROBE_NKINDS * 4];
+    if (n > sizeof(idx) / sizeof(*idx))
+        n = sizeof(idx) / sizeof(*idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    for (size_t i = 1; i < n; i++) /* ascending p, stable */
+        for (size_t j = i; j > 0 && p[idx[j - 1]] > p[idx[j]]; j--) {
+            size_t t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    double run = 0;
+    for (size_t r = 0; r < n; r++) {
+        double a = fmin(1, (double)(n - r) * p[idx[r]]);
+        run = fmax(run, a); /* adjusted p-values never decrease */
+        adj[idx[r]] = run;
+    }
+}
+
 static json_t *pairs_json(const struct pairs *p)
 {
     double pv = stats_mcnemar_exact(p->a_only, p->b_only);
@@ -185,6 +220,29 @@ static json_t *pairs_json(const struct pairs *p)
                      "endpoint_only_pass", p->a_only, "baseline_only_pass",
                      p->b_only, "both_fail", p->neither, "p_value", pv,
                      "significant", pv < 0.05);
+}
+
+static bool has_pairs(const struct pairs *p)
+{
+    return p->both + p->a_only + p->b_only + p->neither > 0;
+}
+
+/* Holm-adjusted McNemar p-values of the kinds that have pairs. */
+static void kind_holm(const struct pairs *kind, double adj[PROBE_NKINDS])
+{
+    double p[PROBE_NKINDS], a[PROBE_NKINDS];
+    int which[PROBE_NKINDS];
+    size_t m = 0;
+    for (int k = 0; k < PROBE_NKINDS; k++) {
+        adj[k] = 1;
+        if (!has_pairs(&kind[k]))
+            continue;
+        which[m] = k;
+        p[m++] = stats_mcnemar_exact(kind[k].a_only, kind[k].b_only);
+    }
+    probe_holm(p, m, a);
+    for (size_t i = 0; i < m; i++)
+        adj[which[i]] = a[i];
 }
 
 static json_t *comparison_json(const struct probe_report_in *in)
@@ -201,9 +259,16 @@ static json_t *comparison_json(const struct probe_report_in *in)
     }
     json_t *c = json_object(), *bk = json_object(), *bl = json_array();
     json_object_set_new(c, "overall", pairs_json(&all));
+    double adj[PROBE_NKINDS];
+    kind_holm(kind, adj);
     for (int k = 0; k < PROBE_NKINDS; k++)
-        if (kind[k].both + kind[k].a_only + kind[k].b_only + kind[k].neither)
-            json_object_set_new(bk, probe_kind_name(k), pairs_json(&kind[k]));
+        if (has_pairs(&kind[k])) {
+            /* a kind is significant after Holm's correction over the kinds */
+            json_t *p = pairs_json(&kind[k]);
+            json_object_set_new(p, "p_holm", json_real(adj[k]));
+            json_object_set_new(p, "significant", json_boolean(adj[k] < 0.05));
+            json_object_set_new(bk, probe_kind_name(k), p);
+        }
     for (size_t j = 0; j < nl; j++) {
         json_t *p = pairs_json(&len[j]);
         json_object_set_new(p, "length", json_integer(L[j]));
@@ -212,6 +277,57 @@ static json_t *comparison_json(const struct probe_report_in *in)
     json_object_set_new(c, "by_kind", bk);
     json_object_set_new(c, "by_length", bl);
     return c;
+}
+
+void probe_verdict(const struct probe_report_in *in, double fail_under,
+                   struct probe_verdict *v)
+{
+    struct pairs all = {0};
+    memset(v, 0, sizeof(*v));
+    v->pass_rate = 100 * probe_pass_rate(in->res, in->n);
+    v->p_value = 1;
+    if (in->base && in->bres) {
+        for (size_t i = 0; i < in->n; i++)
+            pair_add(&all, &in->res[i], &in->bres[i]);
+        v->paired = all.both + all.a_only + all.b_only + all.neither;
+        v->endpoint_only = all.a_only;
+        v->baseline_only = all.b_only;
+        v->p_value = stats_mcnemar_exact(all.a_only, all.b_only);
+        v->worse = v->p_value < 0.05 && all.b_only > all.a_only;
+    }
+    v->below = fail_under > 0 && v->pass_rate < fail_under;
+    v->sizing = probe_sizing_under(in, in->res);
+    char base[160] = "", rate[120];
+    if (in->base && in->bres)
+        snprintf(base, sizeof(base),
+                 "%s than the baseline (McNemar p = %.3g over %u paired "
+                 "cases, %u pass only on the baseline, %u only on the "
+                 "endpoint)",
+                 v->worse ? "significantly worse" : "not significantly worse",
+                 v->p_value, v->paired, v->baseline_only, v->endpoint_only);
+    if (fail_under > 0)
+        snprintf(rate, sizeof(rate), "pass rate %.1f%% %s --fail-under %g%%",
+                 v->pass_rate, v->below ? "is below" : "meets", fail_under);
+    else
+        snprintf(rate, sizeof(rate),
+                 "pass rate %.1f%% (--fail-under 0: not a rule)", v->pass_rate);
+    if (v->worse && v->below)
+        snprintf(v->line, sizeof(v->line), "FAIL: %s, and the %s", base, rate);
+    else if (v->worse)
+        snprintf(v->line, sizeof(v->line), "FAIL: %s; %s", base, rate);
+    else if (v->below)
+        snprintf(v->line, sizeof(v->line), "FAIL: the %s%s%s", rate,
+                 base[0] ? "; " : "", base);
+    else
+        snprintf(v->line, sizeof(v->line), "%s: the %s%s%s",
+                 v->sizing ? "FAIL" : "PASS", rate, base[0] ? "; " : "", base);
+    if (v->sizing) {
+        size_t l = strlen(v->line);
+        snprintf(v->line + l, sizeof(v->line) - l,
+                 "; sizing achieved under 50%% of the target in %zu cases "
+                 "(an error: the lengths tested are not the ones asked for)",
+                 v->sizing);
+    }
 }
 
 /* ---- JSON ---- */
@@ -246,6 +362,8 @@ static json_t *case_json(const struct probe_spec *s,
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->seed);
     json_object_set_new(c, "seed", json_string(seed));
+    if (s->vary)
+        json_object_set(c, "vary", (json_t *)s->vary);
     if (s->kind == PROBE_CANARY && s->depth >= 0) {
         unsigned n = probe_turns_for(s->target);
         json_object_set_new(
@@ -263,6 +381,16 @@ static json_t *case_json(const struct probe_spec *s,
     json_object_set_new(c, "reply", json_string(r->reply));
     if (r->error[0])
         json_object_set_new(c, "error", json_string(r->error));
+    if (r->path_tokens)
+        json_object_set_new(c, "path_tokens", json_integer(r->path_tokens));
+    json_object_set_new(c, "lost_context", json_boolean(r->lost));
+    if (r->outcome == PROBE_DROPPED || r->outcome == PROBE_TRUNCATED)
+        json_object_set_new(c, "reached_ratio", json_real(r->drop_ratio));
+    if (r->outcome == PROBE_DROPPED) {
+        json_object_set_new(c, "drop", json_string(probe_drop_name(r->drop)));
+        if (r->drop_turns)
+            json_object_set_new(c, "drop_turns", json_integer(r->drop_turns));
+    }
     return c;
 }
 
@@ -270,7 +398,9 @@ static bool same_cell(const struct probe_spec *a, const struct probe_spec *b)
 {
     return a->kind == b->kind && a->length == b->length &&
            a->depth == b->depth && a->variant == b->variant &&
-           a->temperature == b->temperature;
+           a->temperature == b->temperature &&
+           !strcmp(a->vary_key ? a->vary_key : "",
+                   b->vary_key ? b->vary_key : "");
 }
 
 static json_t *cells_json(const struct probe_report_in *in,
@@ -290,11 +420,16 @@ static json_t *cells_json(const struct probe_report_in *in,
         json_object_set_new(
             c, "variant", json_string(probe_variant_name(s->kind, s->variant)));
         json_object_set_new(c, "temperature", json_real(s->temperature));
+        if (s->vary)
+            json_object_set(c, "vary", (json_t *)s->vary);
         json_array_append_new(cells, c);
         i = j;
     }
     return cells;
 }
+
+static json_t *reasoning_json(const struct probe_report_in *in,
+                              const struct probe_result *res);
 
 static json_t *kinds_json(const struct probe_report_in *in,
                           const struct probe_result *res)
@@ -327,6 +462,9 @@ static json_t *kinds_json(const struct probe_report_in *in,
                             json_pack("{s:i, s:f, s:i, s:f}", "ruler", ruler,
                                       "ruler_threshold", PROBE_RULER_THRESHOLD,
                                       "nolima", nolima, "nolima_base", base));
+        json_t *rj = k == PROBE_REASONING ? reasoning_json(in, res) : NULL;
+        if (rj)
+            json_object_set_new(kj, "reasoning_fields", rj);
         json_array_append_new(ks, kj);
     }
     return ks;
@@ -349,6 +487,8 @@ static json_t *side_json(const struct probe_report_in *in,
         s, "effective_length",
         json_pack("{s:i, s:i}", "ruler", ruler, "nolima", nolima));
     json_object_set_new(s, "kinds", kinds_json(in, res));
+    json_object_set_new(s, "sizing_under_half",
+                        json_integer((json_int_t)probe_sizing_under(in, res)));
     json_object_set_new(s, "cells", cells_json(in, res));
     json_t *cases = json_array();
     for (size_t i = 0; i < in->n; i++)
@@ -375,7 +515,8 @@ json_t *probe_report_json(const struct probe_report_in *in)
 
 /* ---- text ---- */
 
-static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C', 'E', 'M'};
+static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C',
+                                                     'E', 'M', 'D'};
 
 static void fmt_len(unsigned l, char *out, size_t n)
 {
@@ -466,6 +607,7 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
 static void summary_table(FILE *out, const struct probe_report_in *in,
                           const struct probe_result *res)
 {
+    bool below = false;
     fprintf(out, "%-14s %6s %6s %7s  %-13s %7s %7s  %s\n", "kind", "cases",
             "passed", "rate", "95% CI", "ruler", "nolima", "failures");
     for (int k = 0; k < PROBE_NKINDS; k++) {
@@ -488,6 +630,8 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
         fprintf(out, "%-14s %6u %6u %6.1f%%  %-13s %7s %7s  ",
                 probe_kind_name(k), all.n, all.pass, 100 * rate_of(&all), ci,
                 ruler ? r1 : "<min", nolima ? r2 : "<min");
+        if (!ruler || !nolima)
+            below = true;
         bool any = false;
         for (int o = 1; o < PROBE_NOUTCOMES; o++)
             if (all.out[o]) {
@@ -497,6 +641,141 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
             }
         fprintf(out, "%s\n", any ? "" : "-");
     }
+    if (below)
+        fprintf(out, "(<min: effective length 0, below the shortest length "
+                     "tested: the pass rate never reaches the rule's "
+                     "threshold)\n");
+}
+
+/* ---- the reasoning grid in words ---- */
+
+/* kept[v]: 1 when variant v of the reasoning kind mostly passed, 0 when it
+ * mostly failed, -1 when it was not run. */
+static void reasoning_kept(const struct probe_report_in *in,
+                           const struct probe_result *res,
+                           int kept[PROBE_RV_COUNT])
+{
+    unsigned n[PROBE_RV_COUNT] = {0}, pass[PROBE_RV_COUNT] = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_spec *s = &in->specs[i];
+        if (s->kind != PROBE_REASONING || !res[i].done ||
+            res[i].outcome == PROBE_ERROR || s->variant < 0 ||
+            s->variant >= PROBE_RV_COUNT)
+            continue;
+        n[s->variant]++;
+        pass[s->variant] += res[i].outcome == PROBE_PASS;
+    }
+    for (int v = 0; v < PROBE_RV_COUNT; v++)
+        kept[v] = n[v] ? 2 * pass[v] > n[v] : -1;
+}
+
+static const char *kept_word(int k)
+{
+    return k < 0 ? "not tested" : k ? "kept" : "dropped";
+}
+
+bool probe_reasoning_words(const struct probe_report_in *in,
+                           const struct probe_result *res, char *out,
+                           size_t size)
+{
+    int k[PROBE_RV_COUNT];
+    reasoning_kept(in, res, k);
+    int f = k[PROBE_RV_FIELD], ft = k[PROBE_RV_FIELD_TOOLS];
+    int t = k[PROBE_RV_INLINE], tt = k[PROBE_RV_INLINE_TOOLS];
+    bool any = false;
+    for (int v = 0; v < PROBE_RV_COUNT; v++)
+        any |= k[v] >= 0;
+    if (!any)
+        return false;
+    const char *why;
+    if (k[PROBE_RV_OMITTED] == 0)
+        why = "the control (reasoning not sent back) recalled the fact it "
+              "was never sent: the grid cannot tell what reaches the model";
+    else if (f == 0 && ft == 1)
+        why = "the path or template drops prior reasoning_content unless the "
+              "request offers tools (DeepSeek V3.2's rule); with tools it "
+              "reaches the model";
+    else if (f == 0 && ft == 0 && (t == 1 || tt == 1))
+        why = "the path or template drops the reasoning_content field, with "
+              "and without tools, while <think> inside content reaches the "
+              "model: the field itself is dropped (a path that strips it, "
+              "or a template that does not render it)";
+    else if (f == 1 && ft == 0)
+        why = "prior reasoning_content is dropped when the request offers "
+              "tools, kept without";
+    else if ((f == 0 || ft == 0) && t == 0 && tt == 0)
+        why = "prior reasoning reaches the model in no form (neither the "
+              "reasoning_content field nor <think> inside content): the path "
+              "strips it, or the template drops it";
+    else if (f == 1 && ft == 1 && (t == 0 || tt == 0))
+        why = "the reasoning_content field reaches the model, but <think> "
+              "inside content does not: the path or template strips think "
+              "blocks from content";
+    else if (f == 1 && ft == 1)
+        why = "prior reasoning reaches the model, as reasoning_content and "
+              "inside content, with and without tools";
+    else
+        why = "no single rule explains the variants";
+    snprintf(out, size,
+             "reasoning_content: %s without tools, %s with tools; <think> in "
+             "content: %s without tools, %s with tools; so %s",
+             kept_word(f), kept_word(ft), kept_word(t), kept_word(tt), why);
+    return true;
+}
+
+static json_t *reasoning_json(const struct probe_report_in *in,
+                              const struct probe_result *res)
+{
+    int k[PROBE_RV_COUNT];
+    char words[768];
+    if (!probe_reasoning_words(in, res, words, sizeof(words)))
+        return NULL;
+    reasoning_kept(in, res, k);
+    return json_pack("{s:{s:s, s:s}, s:{s:s, s:s}, s:s}", "reasoning_content",
+                     "without_tools", kept_word(k[PROBE_RV_FIELD]),
+                     "with_tools", kept_word(k[PROBE_RV_FIELD_TOOLS]),
+                     "inline_think", "without_tools",
+                     kept_word(k[PROBE_RV_INLINE]), "with_tools",
+                     kept_word(k[PROBE_RV_INLINE_TOOLS]), "conclusion", words);
+}
+
+/* The dropped cases of kind k: how many, the share of probe's own count
+ * that reached the model, and what the drop looks like. */
+static void explain_dropped(FILE *out, const struct probe_report_in *in,
+                            const struct probe_result *res, int k)
+{
+    unsigned by[PROBE_DROP_COUNT] = {0}, n = 0;
+    double lo = 2, hi = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_DROPPED)
+            continue;
+        n++;
+        by[r->drop]++;
+        lo = fmin(lo, r->drop_ratio);
+        hi = fmax(hi, r->drop_ratio);
+    }
+    static const char *const what[PROBE_DROP_COUNT] = {
+        [PROBE_DROP_NONE] = "of an unknown shape",
+        [PROBE_DROP_WINDOW] = "a window by turns (whole turns gone from the "
+                              "front)",
+        [PROBE_DROP_SUMMARY] = "a summary (the front replaced by a short "
+                               "text: compaction)",
+        [PROBE_DROP_CLIP] = "clipping (long messages shortened)",
+    };
+    fprintf(out,
+            " %u dropped-before-the-model (%.0f%% to %.0f%% of probe's own "
+            "count reached the model, at no common cap: the path between "
+            "probe and the model dropped context; it looks like",
+            n, 100 * lo, 100 * hi);
+    bool first = true;
+    for (int d = 0; d < PROBE_DROP_COUNT; d++)
+        if (by[d]) {
+            fprintf(out, "%s %s in %u", first ? "" : ",", what[d], by[d]);
+            first = false;
+        }
+    fputs(");", out);
 }
 
 /* Where recall breaks and why: per kind, the shortest failing length and
@@ -550,6 +829,8 @@ static void explain(FILE *out, const struct probe_report_in *in,
                     "window by turns or messages drops the front; see the "
                     "canary map);",
                     t.out[PROBE_TRUNCATED], min_kept, max_kept);
+        if (t.out[PROBE_DROPPED])
+            explain_dropped(out, in, res, k);
         if (t.out[PROBE_MISSED])
             fprintf(out,
                     " %u missed (prompt tokens intact; the model did "
@@ -566,6 +847,10 @@ static void explain(FILE *out, const struct probe_report_in *in,
         if (t.no_ctx)
             fprintf(out, " %u %s said there was no earlier context;", t.no_ctx,
                     plural(t.no_ctx, "reply", "replies"));
+        char words[768];
+        if (k == PROBE_REASONING &&
+            probe_reasoning_words(in, res, words, sizeof(words)))
+            fprintf(out, "\n    %s", words);
         fputc('\n', out);
     }
     if (!any)
@@ -591,6 +876,28 @@ static void side_text(FILE *out, const struct probe_report_in *in,
                 "sizing: achieved %.1f%% to %.1f%% of the target "
                 "tokens\n",
                 100 * lo, 100 * hi);
+    size_t under = probe_sizing_under(in, res);
+    if (under)
+        fprintf(out,
+                "error: sizing achieved under 50%% of the target in %zu "
+                "cases: the lengths tested are not the lengths asked for "
+                "(the path rewrites probe's sizing requests, or the server "
+                "counts tokens another way); results by length do not "
+                "mean what they say\n",
+                under);
+    size_t rewrote = 0, counted = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (res[i].done && res[i].path_tokens && res[i].expected) {
+            counted++;
+            rewrote +=
+                res[i].path_tokens < 0.9 * res[i].expected - res[i].shape.err;
+        }
+    if (rewrote)
+        fprintf(out,
+                "note: the path's /tokenize counted %zu of the %zu cases "
+                "that lost context under 90%% of probe's own count: it "
+                "rewrites /tokenize requests as it rewrites chat requests\n",
+                rewrote, counted);
     summary_table(out, in, res);
     for (int k = 0; k < PROBE_NKINDS; k++) {
         if (probe_kind_has_depth(k)) {
@@ -601,8 +908,8 @@ static void side_text(FILE *out, const struct probe_report_in *in,
         }
     }
     fprintf(out, "\nlegend: cell = pass %%, letter = most common failure: "
-                 "T truncated-by-server, M missed, C output-clipped, "
-                 "E server-error\n");
+                 "T truncated-by-server, D dropped-before-the-model, "
+                 "M missed, C output-clipped, E server-error\n");
     fprintf(out, "\nwhere it breaks and why (%s):\n", who);
     explain(out, in, res, who);
 }
@@ -618,17 +925,24 @@ void probe_report_text(const struct probe_report_in *in, FILE *out)
         pair_add(&all, &in->res[i], &in->bres[i]);
         pair_add(&kind[in->specs[i].kind], &in->res[i], &in->bres[i]);
     }
-    fprintf(out, "\n== endpoint vs baseline (paired cases, McNemar exact)\n");
-    fprintf(out, "%-14s %6s %9s %9s %6s %9s\n", "kind", "both", "end-only",
-            "base-only", "none", "p-value");
+    double adj[PROBE_NKINDS];
+    kind_holm(kind, adj);
+    fprintf(out, "\n== endpoint vs baseline (paired cases, McNemar exact; "
+                 "kinds Holm-corrected)\n");
+    fprintf(out, "%-14s %6s %9s %9s %6s %9s %9s\n", "kind", "both", "end-only",
+            "base-only", "none", "p-value", "p-holm");
     for (int k = -1; k < PROBE_NKINDS; k++) {
         const struct pairs *p = k < 0 ? &all : &kind[k];
-        if (k >= 0 && !(p->both + p->a_only + p->b_only + p->neither))
+        if (k >= 0 && !has_pairs(p))
             continue;
         double pv = stats_mcnemar_exact(p->a_only, p->b_only);
-        fprintf(out, "%-14s %6u %9u %9u %6u %9.3g%s\n",
+        double ph = k < 0 ? pv : adj[k];
+        char hb[16];
+        snprintf(hb, sizeof(hb), "%.3g", ph);
+        fprintf(out, "%-14s %6u %9u %9u %6u %9.3g %9s%s\n",
                 k < 0 ? "all" : probe_kind_name(k), p->both, p->a_only,
-                p->b_only, p->neither, pv, pv < 0.05 ? "  significant" : "");
+                p->b_only, p->neither, pv, k < 0 ? "-" : hb,
+                ph < 0.05 ? "  significant" : "");
     }
     double pv = stats_mcnemar_exact(all.a_only, all.b_only);
     fprintf(out, "%s (p = %.3g)\n",

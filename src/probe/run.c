@@ -20,11 +20,31 @@ struct shared {
     size_t next, done, passed;
 };
 
+/* What probe knows of a case before it is sent: its own count (and
+ * shape), and the path's count of the whole request. */
+struct counts {
+    unsigned expected;
+    unsigned path; /* 0: not counted */
+    struct probe_shape shape;
+};
+
 static void fill(struct probe_result *res, const struct probe_case *pc,
-                 const struct probe_reply *rep, unsigned expected, double tol)
+                 const struct probe_reply *rep, const struct counts *k,
+                 double tol)
 {
     bool passed = rep->err == 0 && probe_score(pc, rep->content);
-    res->outcome = probe_classify(passed, rep, expected, tol);
+    unsigned expected = k->expected;
+    /* the path's count of the whole request, when it has one, is the
+     * server's view: below it by tol, the server dropped tokens */
+    res->outcome =
+        probe_classify(passed, rep, k->path ? k->path : expected, tol);
+    res->have_shape = k->shape.total > 0;
+    res->shape = k->shape;
+    res->path_tokens = k->path;
+    res->lost = probe_is_lost(rep->prompt_tokens, &k->shape);
+    if (res->lost && !passed &&
+        (res->outcome == PROBE_MISSED || res->outcome == PROBE_CLIPPED))
+        res->outcome = PROBE_TRUNCATED; /* lost.c says by whom */
     res->no_context = probe_has_no_context(rep->content);
     res->expected = expected;
     res->prompt_tokens = rep->prompt_tokens;
@@ -74,15 +94,37 @@ static bool lookup(struct shared *sh, const char *key, struct probe_result *res)
     return probe_store_get(r->db, key, res, &d) == 1;
 }
 
+/* The path's count of the whole request, next to probe's own. */
+static void path_count(struct probe_endpoint *e, struct http_client *c,
+                       const struct probe_case *pc, struct counts *k)
+{
+    struct diag d;
+    k->path = 0;
+    if (!e->own_ready || !e->has_tokenize ||
+        probe_tokenize(e, c, pc->messages, pc->tools, pc->chars, &k->path, &d))
+        k->path = 0;
+}
+
 /* Sends pc to one endpoint and fills res. */
 static void send_one(struct shared *sh, struct probe_endpoint *e,
                      struct http_client *c, const struct probe_case *pc,
-                     unsigned expected, struct probe_result *res)
+                     struct counts *k, struct probe_result *res)
 {
     struct probe_run *r = sh->r;
     struct probe_reply rep;
+    struct diag d;
     probe_chat(e, c, pc, r->max_tokens, &rep, r->stop);
-    fill(res, pc, &rep, expected, r->tol);
+    /* a case that lost context gets its turns counted one by one, so
+     * that its shape can be compared with a window, and the path's count
+     * of the whole request, which says whether the path rewrites
+     * /tokenize too (intact cases need neither: probe's own count is
+     * the expectation) */
+    if (!rep.err && e->own_ready &&
+        probe_is_lost(rep.prompt_tokens, &k->shape)) {
+        probe_own_turns(e, c, pc, &k->shape, &d);
+        path_count(e, c, pc, k);
+    }
+    fill(res, pc, &rep, k, r->tol);
     unsigned attempts = rep.attempts;
     probe_reply_release(&rep);
     pthread_mutex_lock(&sh->mu);
@@ -98,7 +140,8 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
     struct probe_result *ra = &r->res[i], *rb = r->bres ? &r->bres[i] : NULL;
     char key[17];
     struct diag d;
-    unsigned tok = 0;
+    struct counts k;
+    memset(&k, 0, sizeof(k));
 
     probe_spec_key(s, r->ep->model, r->max_tokens, r->extra_key, r->ep->fp,
                    key);
@@ -111,7 +154,7 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
     }
     if (have_a && have_b)
         return;
-    if (probe_size_case(r->ep, ca, s, pc, &tok, &d)) {
+    if (probe_size_case(r->ep, ca, s, pc, &k.expected, &k.shape, &d)) {
         if (!have_a) {
             fail(ra, d.msg, 0);
             store(sh, r->ep->fp, s, ra);
@@ -124,14 +167,15 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
     }
     probe_case_drop_cache(pc);
     if (!have_a) {
-        send_one(sh, r->ep, ca, pc, tok, ra);
+        send_one(sh, r->ep, ca, pc, &k, ra);
         store(sh, r->ep->fp, s, ra);
     }
     if (!have_b) {
-        unsigned btok = 0;
-        if (probe_count_case(r->base, cb, pc, &btok, &d))
-            btok = 0;
-        send_one(sh, r->base, cb, pc, btok, rb);
+        struct counts bk;
+        memset(&bk, 0, sizeof(bk));
+        if (probe_count_case(r->base, cb, pc, &bk.expected, &bk.shape, &d))
+            memset(&bk, 0, sizeof(bk));
+        send_one(sh, r->base, cb, pc, &bk, rb);
         store(sh, r->base->fp, s, rb);
     }
 }

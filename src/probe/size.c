@@ -38,7 +38,7 @@ static size_t clamp_filler(double f)
 /* Units of one text: word pieces (a run of letters and digits, one per 4
  * bytes begun, taking one space before it along), punctuation bytes, and
  * the other whitespace bytes. */
-static double text_units(const char *p)
+double probe_text_units(const char *p)
 {
     /* 1: letter or digit. A table, not isalnum(): this runs over every
      * byte of a case. */
@@ -72,7 +72,7 @@ static double text_units(const char *p)
     return u;
 }
 
-/* A tokenizer-free size of a case: text_units of every text the template
+/* A tokenizer-free size of a case: probe_text_units of every text the template
  * renders plus a few units a message for its framing. Byte counts track
  * tokens badly across prose, code and JSON filler (0.45 to 0.6 tokens a
  * byte on the sim); this tracks them within about 1% there. */
@@ -84,8 +84,8 @@ static double units_of(const struct probe_case *pc)
     json_array_foreach(pc->messages, i, m)
     {
         u += 4;
-        u += text_units(json_string_value(json_object_get(m, "content")));
-        u += text_units(
+        u += probe_text_units(json_string_value(json_object_get(m, "content")));
+        u += probe_text_units(
             json_string_value(json_object_get(m, "reasoning_content")));
         size_t k;
         json_t *tc;
@@ -93,17 +93,33 @@ static double units_of(const struct probe_case *pc)
         {
             json_t *f = json_object_get(tc, "function");
             u += 12;
-            u += text_units(json_string_value(json_object_get(f, "name")));
-            u += text_units(json_string_value(json_object_get(f, "arguments")));
+            u +=
+                probe_text_units(json_string_value(json_object_get(f, "name")));
+            u += probe_text_units(
+                json_string_value(json_object_get(f, "arguments")));
         }
     }
     return u;
 }
 
-/* The count that sizing steers by: the server's, or the calibrated line. */
+/* The count that sizing steers by: probe's own (own.c), else the server's
+ * count of the whole request, else the calibrated line. sh (may be NULL)
+ * gets the case's shape when probe's own count is used. */
 static int count(struct probe_endpoint *e, struct http_client *c,
-                 const struct probe_case *pc, unsigned *t, struct diag *d)
+                 const struct probe_case *pc, unsigned *t,
+                 struct probe_shape *sh, struct diag *d)
 {
+    if (e->own_ready) {
+        struct probe_shape tmp;
+        struct probe_shape *s = sh ? sh : &tmp;
+        int r = probe_own_count(e, c, pc, s, d);
+        *t = s->total;
+        return r;
+    }
+    if (sh)
+        memset(sh, 0, sizeof(*sh));
+    if (!e->has_tokenize && e->calibrated && sh)
+        probe_own_estimate(e, pc, sh);
     if (e->has_tokenize)
         return probe_tokenize(e, c, pc->messages, pc->tools, pc->chars, t, d);
     double v = e->cal_a + e->cal_b * units_of(pc);
@@ -129,8 +145,9 @@ static size_t filler_for_units(const struct probe_spec *spec,
 
 int probe_size_case(struct probe_endpoint *e, struct http_client *c,
                     const struct probe_spec *spec, struct probe_case *pc,
-                    unsigned *tokens, struct diag *d)
+                    unsigned *tokens, struct probe_shape *shape, struct diag *d)
 {
+    struct probe_shape cur, best_sh;
     /* The calibrated line misses by about 1%: aim lower so that a case
      * stays under its target. */
     double aim = e->has_tokenize ? aim_of(spec->target) : spec->target * 0.985;
@@ -142,12 +159,15 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
     int r;
 
     probe_case_build(pc, spec, 0);
-    r = count(e, c, pc, &t0, d);
+    r = count(e, c, pc, &t0, &cur, d);
     if (r)
         return r;
     best_t = t0;
+    best_sh = cur;
     if (t0 >= aim) {
         *tokens = t0;
+        if (shape)
+            *shape = cur;
         return 0;
     }
     /* First guess from units: the filler's tokens per unit were measured
@@ -157,17 +177,20 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
     f1 = (double)filler_for_units(spec, pc, u0, u0 + (aim - t0) / k);
     for (int i = 1; i < MAX_COUNTS; i++) {
         probe_case_build(pc, spec, clamp_filler(f1));
-        r = count(e, c, pc, &t1, d);
+        r = count(e, c, pc, &t1, &cur, d);
         if (r)
             return r;
         if (t1 <= spec->target && t1 >= spec->target * lo) {
             *tokens = t1;
+            if (shape)
+                *shape = cur;
             return 0;
         }
         if ((t1 <= spec->target && (best_t > spec->target || t1 > best_t)) ||
             (best_t > spec->target && t1 < best_t)) {
             best_t = t1;
             best_f = clamp_filler(f1);
+            best_sh = cur;
         }
         double slope =
             t1 != t0 ? (f1 - f0) / ((double)t1 - t0) : BYTES_PER_TOKEN;
@@ -180,6 +203,8 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
     }
     probe_case_build(pc, spec, best_f);
     *tokens = best_t;
+    if (shape)
+        *shape = best_sh;
     return 0;
 }
 
@@ -199,11 +224,11 @@ int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
         return 0;
     probe_case_build(&pc, &s, 0);
     double u0 = units_of(&pc);
-    int r = count(e, c, &pc, &t0, d);
+    int r = count(e, c, &pc, &t0, NULL, d);
     probe_case_build(&pc, &s, 20000);
     double u1 = units_of(&pc);
     if (!r)
-        r = count(e, c, &pc, &t1, d);
+        r = count(e, c, &pc, &t1, NULL, d);
     if (!r && u1 > u0 && t1 > t0)
         e->tok_per_unit = (t1 - t0) / (u1 - u0);
     probe_case_release(&pc);
@@ -212,9 +237,28 @@ int probe_size_prepare(struct probe_endpoint *e, struct http_client *c,
 
 int probe_count_case(struct probe_endpoint *e, struct http_client *c,
                      const struct probe_case *pc, unsigned *tokens,
-                     struct diag *d)
+                     struct probe_shape *shape, struct diag *d)
 {
-    return count(e, c, pc, tokens, d);
+    return count(e, c, pc, tokens, shape, d);
+}
+
+/* A calibration request: one short system message and one user message
+ * of `bytes` of filler, a single turn, so that a path that keeps the last
+ * turns, drops the oldest or compacts leaves it as it is. */
+static void calibration_case(struct probe_case *pc, size_t bytes, uint64_t seed)
+{
+    struct buf b = BUF_INIT;
+    probe_case_release(pc);
+    memset(pc, 0, sizeof(*pc));
+    for (int src = 0; src < FILLER_NSOURCES; src++)
+        probe_filler(&b, (enum probe_filler)src, seed + (uint64_t)src,
+                     bytes / FILLER_NSOURCES);
+    pc->messages = json_pack("[{s:s, s:s}, {s:s, s:s%}]", "role", "system",
+                             "content", "You are a helpful assistant.", "role",
+                             "user", "content", b.data ? b.data : "", b.len);
+    pc->chars = b.len + 28;
+    pc->spec.seed = seed;
+    buf_release(&b);
 }
 
 int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
@@ -230,13 +274,8 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
     for (size_t i = 0; i < 3; i++) {
         if (i && sizes[i] / 3 > cap / 2)
             break;
-        struct probe_spec s = {.kind = PROBE_NEEDLE,
-                               .length = 2048,
-                               .target = 2048,
-                               .depth = 50,
-                               .seed = 0xca11b8a7e + i};
         struct probe_reply rep;
-        probe_case_build(&pc, &s, sizes[i]);
+        calibration_case(&pc, sizes[i], 0xca11b8a7e + i);
         int r = probe_chat(e, c, &pc, 1, &rep, NULL);
         if (r || rep.prompt_tokens <= 0) {
             r = r ? r : -EPROTO;
@@ -271,6 +310,60 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
     if (e->cal_b <= 0)
         e->cal_b = 1 / BYTES_PER_TOKEN;
     e->cal_a = my - e->cal_b * mx;
+    /* the fit's worst miss: a path that clips the longest sample bends
+     * the line, and the miss says by how much */
+    e->cal_err = 0;
+    for (size_t i = 0; i < n; i++)
+        e->cal_err = fmax(e->cal_err, fabs(e->cal_a + e->cal_b * x[i] - y[i]));
     e->calibrated = true;
     return 0;
+}
+
+/* Each message's units, as units_of counts them. */
+static double msg_units(json_t *m)
+{
+    double u = 4;
+    u += probe_text_units(json_string_value(json_object_get(m, "content")));
+    u += probe_text_units(
+        json_string_value(json_object_get(m, "reasoning_content")));
+    size_t k;
+    json_t *tc;
+    json_array_foreach(json_object_get(m, "tool_calls"), k, tc)
+    {
+        json_t *f = json_object_get(tc, "function");
+        u += 12;
+        u += probe_text_units(json_string_value(json_object_get(f, "name")));
+        u += probe_text_units(
+            json_string_value(json_object_get(f, "arguments")));
+    }
+    return u;
+}
+
+void probe_own_estimate(const struct probe_endpoint *e,
+                        const struct probe_case *pc, struct probe_shape *sh)
+{
+    size_t i;
+    json_t *m;
+    unsigned turn = 0;
+    double total = e->cal_a;
+    memset(sh, 0, sizeof(*sh));
+    json_array_foreach(pc->messages, i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *ct = json_string_value(json_object_get(m, "content"));
+        size_t j = i < PROBE_MAX_MSGS ? i : PROBE_MAX_MSGS - 1;
+        double t = e->cal_b * msg_units(m);
+        if (role && !strcmp(role, "user"))
+            turn++;
+        sh->tok[j] += (unsigned)lround(t);
+        sh->bytes[j] += ct ? (unsigned)strlen(ct) : 0;
+        sh->turn[j] = (unsigned char)(turn < 255 ? turn : 255);
+        sh->n = (unsigned)j + 1;
+        total += t;
+    }
+    sh->turns = turn;
+    sh->total = total > 0 ? (unsigned)lround(total) : 0;
+    /* the line misses by about 1% on the sim, more elsewhere */
+    sh->err = e->cal_err + 0.03 * total;
+    sh->frame = e->cal_a > 0 ? (unsigned)lround(e->cal_a) : 0;
 }

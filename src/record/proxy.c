@@ -31,18 +31,20 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/plural.h"
 #include "core/xalloc.h"
-#include "record/classify.h"
 #include "record/front.h"
-#include "record/intake.h"
 #include "record/record.h"
+#include "record/redact.h"
 #include "record/rtiming.h"
 #include "record/upclient.h"
+#include "store/classify.h"
+#include "store/ingest.h"
+#include "store/intake.h"
 #include "store/jscan.h"
+#include "store/replay.h"
 #include "store/reply.h"
 #include "store/sse.h"
 #include "store/store.h"
@@ -62,8 +64,6 @@
 /* in flight at most, for an exchange to be stored on the loop's thread */
 #define INLINE_MAX_ACTIVE 64
 #define MEMO_SLOTS 64
-/* bytes of a stream parser's or reply's buffer kept for the next stream */
-#define STREAM_KEEP (64u << 10)
 /* finished exchanges kept for reuse (ex_get), with their client-side
  * buffers when these stay under SPARE_BUF_MAX */
 #define SPARE_MAX 64
@@ -88,13 +88,10 @@ struct record {
     struct event *sig[2];
     sqlite3 *db;
     struct xchg_cache *cache;
-    struct classify_state *cls;
-    /* a stream's parser and reply, kept from one stream to the next so
-     * that their buffers are not grown again each time (store_batch's,
-     * which runs on one thread at a time); set up when first used */
-    struct sse_parser sp;
-    struct reply_acc ra;
-    bool stream_state;
+    /* builds each row from its exchange (store/ingest.h: classifies,
+     * reassembles the reply); store_batch's, which runs on one thread at
+     * a time */
+    struct ingest *ing;
     struct ex *active;  /* in flight, doubly linked */
     struct ex *storing; /* finished, with the writer thread */
     struct ex *spare;   /* completed, for reuse (ex_get), linked by next */
@@ -152,6 +149,11 @@ struct record {
     uint64_t mark_epoch, mark_off;
     bool mark_due;         /* the batch being stored moves the frontier */
     atomic_bool in_failed; /* an append failed: the log is not used */
+    /* An exchange of the log could be neither stored nor spilled: the
+     * frontier stays before it, and the writer leaves the later ones of
+     * the log there too (outcome 3), for the next start to commit; the
+     * log is neither emptied nor removed. Set by the writer. */
+    atomic_bool log_stuck;
     bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
 };
 
@@ -172,10 +174,12 @@ struct gap_scan {
 struct ex {
     struct record *r;
     struct ex *prev, *next;
-    struct ex *wnext;        /* writer queues */
-    bool ct_json;            /* request Content-Type mentions json */
-    const char *ct;          /* its Content-Type, during intake */
-    int outcome;             /* 0 stored, 1 spilled, 2 lost */
+    struct ex *wnext; /* writer queues */
+    bool ct_json;     /* request Content-Type mentions json */
+    const char *ct;   /* its Content-Type, during intake */
+    /* 0 stored, 1 spilled, 2 lost, 3 left in the intake log for the next
+     * start (neither stored nor spilled, past the frontier) */
+    int outcome;
     struct front_conn *fc;   /* the client's connection; NULL once gone */
     bool head_req, finished; /* a HEAD request; finish_as() ran */
     CURL *easy;
@@ -1181,6 +1185,7 @@ static bool intake_put(struct record *r, struct ex *e)
         .streamed = x->streamed,
         .resp_capped = e->resp_capped,
         .ct_json = e->ct_json,
+        .req_redacted = x->req_redacted,
         .method = x->method,
         .method_len = strlen(x->method),
         .path = x->path,
@@ -1228,6 +1233,10 @@ static void finish_as(struct ex *e, enum xchg_end end)
         e->upq = NULL;
     }
     e->x.end = end;
+    /* the upstream has the request (upclient copied it, curl is done
+     * with it): from here on the body is only kept, so its secrets go */
+    e->x.req_redacted = redact_body(e->body.data, e->body.len, r->o.redact_keys,
+                                    r->o.n_redact_keys) > 0;
     fill_response(e, t);
     r->stats.exchanges++;
     list_add(&r->storing, e);
@@ -1283,234 +1292,43 @@ static void on_client_gone(void *ud, struct front_conn *c, void *cud)
         finish(e, CURLE_OK);
 }
 
-/* ---- request intake ---- */
-
-static bool looks_json(const struct ex *e)
-{
-    return e->ct_json || e->body.len == 0;
-}
-
-static void parse_request(struct record *r, struct ex *e)
-{
-    struct xchg *x = &e->x;
-    json_t *j = NULL;
-    if (e->body.len) {
-        /* in place when the scanner is sure, else jansson (same value) */
-        /* the validating walk also finds "messages" and "tools" (unless
-         * a key has escapes: then plain jscan_doc, and xchg_req_json
-         * finds the messages) */
-        static const struct jscan_pick top = {
-            {"messages", "tools"}, {0, 1}, {-1, -1}, false, 0};
-        struct jspan doc, at[2];
-        bool picked =
-            !jscan_doc_pick(e->body.data, e->body.len, &top, at, 2, &doc);
-        if ((picked || !jscan_doc(e->body.data, e->body.len, &doc)) &&
-            (doc.t == JS_OBJECT || doc.t == JS_ARRAY)) {
-            /* messages and tools seen in an earlier request are shared
-             * with it */
-            j = picked ? xchg_req_json_msgs(r->cache, &doc, &at[0], &at[1], x)
-                       : xchg_req_json(r->cache, &doc, x);
-            /* the store hashes messages by these bytes */
-            x->req_src = e->body.data;
-            x->req_src_len = e->body.len;
-        } else {
-            j = json_loadb(e->body.data, e->body.len, JSON_ALLOW_NUL, NULL);
-        }
-        if (!j && looks_json(e))
-            x->req_malformed = true;
-    }
-    bool chat =
-        json_is_object(j) && json_is_array(json_object_get(j, "messages"));
-    if (!chat && e->body.len) {
-        x->req_raw = xmalloc(e->body.len + 1);
-        memcpy(x->req_raw, e->body.data, e->body.len + 1);
-        x->req_raw_len = e->body.len;
-    }
-    x->req_body = j;
-    /* remembered by the bytes of the messages they read (set by
-     * xchg_req_json) */
-    x->kind = xstrdup(classify_request_memo(
-        r->cls, &x->req_hl, j, x->req_msg_raw, x->req_msg_n, &x->session));
-    if (chat && x->req_msg_new) {
-        /* a message shared with an earlier request was learnt from then */
-        json_t *msgs = json_object_get(j, "messages");
-        for (size_t i = 0; i < x->req_msg_n; i++)
-            if (x->req_msg_new[i])
-                classify_learn_message(r->cls, json_array_get(msgs, i));
-    } else if (chat) {
-        classify_learn(r->cls, j, NULL);
-    }
-}
-
 /* ---- the writer thread ---- */
 
-/* Feeds the captured stream body[0..len) to the writer's parser and
- * accumulator (r->sp, r->ra: kept from one stream to the next), which then
- * hold its reply but for "max_gap_ms". */
-static struct reply_acc *stream_parse(struct record *r, const char *body,
-                                      size_t len)
-{
-    struct sse_parser *p = &r->sp;
-    struct reply_acc *a = &r->ra;
-    if (!r->stream_state) {
-        sse_init(p, r->o.max_capture);
-        reply_init(a);
-        r->stream_state = true;
-    } else {
-        sse_reset(p, STREAM_KEEP);
-        reply_reset(a, STREAM_KEEP);
-    }
-    if (body)
-        sse_feed(p, body, len, reply_sse_event, a);
-    return a;
-}
-
-/* The reply reassembled from a captured stream the store cannot derive it
- * from (content-encoded or cut at the capture cap: see store_batch), with
- * the gaps the loop measured as the events arrived: its text in
- * x->reply_text (the task prompts of its tool calls learnt here), or, when
- * the text cannot be written, the object in x->reply (learnt by the
- * caller). */
-static void stream_reply(struct record *r, struct ex *e, const char *body,
-                         size_t len)
-{
-    struct xchg *x = &e->x;
-    struct reply_acc *a = stream_parse(r, body, len);
-    struct buf t;
-    /* what reply_take gives, with "max_gap_ms" the loop's */
-    a->max_gap_ms = e->max_gap_ms;
-    buf_init(&t, 0);
-    if (!reply_finish_text(a, &t)) {
-        x->reply_text_len = t.len;
-        x->reply_text = buf_detach(&t, NULL);
-        classify_learn_calls(r->cls, a->tool_calls);
-    } else {
-        buf_release(&t);
-        x->reply = reply_take(a);
-    }
-}
-
-/* x->reply_text from a JSON body of the common shape
- * (reply_text_from_body): 0, or -1 with x unaltered. */
-static int reply_body_text(struct xchg *x, const char *body, size_t len)
-{
-    struct buf t;
-    buf_init(&t, 0);
-    if (reply_text_from_body(body, len, &t)) {
-        buf_release(&t);
-        return -1;
-    }
-    x->reply_text_len = t.len;
-    x->reply_text = buf_detach(&t, NULL);
-    return 0;
-}
-
-/* Adds "NAME": true to the reply, as json_object_set_new(reply, name,
- * json_true()) would (at the end of the text). */
-static void reply_flag(struct xchg *x, const char *name)
-{
-    if (x->reply) {
-        json_object_set_new(x->reply, name, json_true());
-        return;
-    }
-    if (!x->reply_text || !x->reply_text_len)
-        return;
-    char *s = xasprintf("%.*s,\"%s\":true}", (int)(x->reply_text_len - 1),
-                        x->reply_text, name);
-    free(x->reply_text);
-    x->reply_text = s;
-    x->reply_text_len = strlen(s);
-}
-
-/* The response's Content-Encoding when it is one record can undo (RFC
- * 9110 8.4.1: gzip, x-gzip, deflate), else NULL. */
-static int is_coding(const char *name, const char *c, size_t len, void *ud)
-{
-    (void)len;
-    if (strcasecmp(name, "content-encoding"))
-        return 0;
-    if (strcasecmp(c, "gzip") && strcasecmp(c, "x-gzip") &&
-        strcasecmp(c, "deflate"))
-        return 0;
-    *(const char **)ud = (c[0] | 0x20) == 'g'   ? "gzip"
-                         : (c[0] | 0x20) == 'x' ? "x-gzip"
-                                                : "deflate";
-    return 1;
-}
-
-static const char *body_coding(const struct xchg *x)
-{
-    const char *c = NULL;
-    hdrs_each(&x->resp_hl, is_coding, &c);
-    return c;
-}
-
-/* Inflates src into out with windowBits wb. 0, 1 when out's cap cut it
- * short, or -2 when src is not that format. A stream cut short (upstream
- * reset) gives what was decoded up to the cut. */
-static int inflate_into(const char *src, size_t len, int wb, struct buf *out)
-{
-    z_stream z;
-    unsigned char tmp[16384];
-    int rc = 0;
-    memset(&z, 0, sizeof(z));
-    if (inflateInit2(&z, wb) != Z_OK)
-        return -2;
-    z.next_in = (Bytef *)src;
-    z.avail_in = (uInt)len;
-    for (;;) {
-        z.next_out = tmp;
-        z.avail_out = sizeof(tmp);
-        int zr = inflate(&z, Z_NO_FLUSH);
-        size_t got = sizeof(tmp) - z.avail_out;
-        if (got && buf_add(out, tmp, got)) {
-            rc = 1;
-            break;
-        }
-        if (zr == Z_STREAM_END && z.avail_in) { /* gzip members, RFC 1952 */
-            inflateReset(&z);
-            continue;
-        }
-        if (zr == Z_STREAM_END || (zr == Z_BUF_ERROR && !z.avail_in))
-            break;
-        if (zr != Z_OK) {
-            rc = out->len ? 0 : -2;
-            break;
-        }
-    }
-    inflateEnd(&z);
-    return rc;
-}
-
-/* The response body decoded into out when the upstream compressed it: 0,
- * 1 (cut at the capture cap), -1 (not compressed: use resp_raw as it is)
- * or -2 (compressed but undecodable). */
-static int decode_body(const struct xchg *x, struct buf *out)
-{
-    const char *coding = body_coding(x);
-    if (!coding || !x->resp_raw)
-        return -1;
-    /* 15 + 32: zlib or gzip by their header; "deflate" is sometimes sent
-     * as a raw deflate stream */
-    int rc = inflate_into(x->resp_raw, x->resp_raw_len, 15 + 32, out);
-    if (rc == -2 && !strcasecmp(coding, "deflate")) {
-        buf_reset(out);
-        rc = inflate_into(x->resp_raw, x->resp_raw_len, -15, out);
-    }
-    return rc;
-}
-
-/* Appends an exchange the store refused to the spill file: 1, or 2 when
- * that fails too (lost). */
-static int spill(struct record *r, struct ex *e, const char *why)
+/* Appends an exchange the store refused to the spill file: 1, or when
+ * that fails too, 3 if in_log (it stays in the intake log, past the
+ * frontier, for the next start), else 2 (lost). */
+static int spill(struct record *r, struct ex *e, const char *why, bool in_log)
 {
     struct diag sd = {{0}};
     logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
           why, r->o.spill_path);
     if (!xchg_spill_append(r->o.spill_path, &e->x, &sd))
         return 1;
+    if (in_log) {
+        if (!atomic_exchange(&r->log_stuck, true))
+            logf_(r,
+                  "exchange %s %s: %s; it stays in the intake log '%s', "
+                  "with the exchanges after it, and the next start commits "
+                  "them",
+                  e->x.method, e->x.path, sd.msg, r->intake->path);
+        return 3;
+    }
     logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
     return 2;
+}
+
+/* Releases what the writer's work on e holds (its copy is stored,
+ * spilled or left in the log), keeping how it ended and its timing
+ * samples for the loop. */
+static void writer_done(struct ex *e, bool timing)
+{
+    enum xchg_end end = e->x.end;
+    double queued = e->x.up_total_ms;
+    xchg_release(&e->x);
+    e->x.end = end;
+    e->x.up_total_ms = queued;
+    e->x.down_total_ms = timing ? now_ms() : 0;
+    buf_release(&e->body);
 }
 
 /* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
@@ -1531,66 +1349,36 @@ static void note_batch(struct ex **batch, size_t n, double t0, double t1,
     }
 }
 
-/* Parses, classifies and stores a batch; failures go to the spill file. */
-static void store_batch(struct record *r, struct ex **batch, size_t n)
+/* Parses, classifies and stores a batch; failures go to the spill file.
+ * Once the log is stuck (log_stuck), its exchanges stay there. */
+static void store_batch(struct record *r, struct ex **all, size_t nall)
 {
     struct xchg *xs[BATCH_MAX];
+    struct ex *batch[BATCH_MAX];
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
     bool timing = rtiming_on();
     double t0 = timing ? now_ms() : 0, t1 = 0;
     uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    size_t n = 0;
+    for (size_t i = 0; i < nall; i++) {
+        if (all[i]->in_end && atomic_load(&r->log_stuck)) {
+            all[i]->outcome = 3;
+            writer_done(all[i], timing);
+        } else {
+            batch[n++] = all[i];
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
-        parse_request(r, batch[i]);
-        /* the reply is read from an inflated copy when the upstream
-         * compressed the body; the stored body stays as it was sent */
-        struct buf plain;
-        buf_init(&plain, r->o.max_capture);
-        const char *body = x->resp_raw;
-        size_t len = x->resp_raw_len;
-        int dec = decode_body(x, &plain);
-        if (dec >= 0) {
-            body = buf_str(&plain);
-            len = plain.len;
-        }
-        if (x->streamed && dec == -1 && !batch[i]->resp_capped) {
-            /* the stream as sent, whole: its reply is reply_from_stream
-             * of the stored bytes and the loop's gap, derived when the
-             * row is read; parsed here only when it may hold tool calls
-             * for classify_learn_calls */
-            x->reply_of_raw = true;
-            x->stream_gap_ms = batch[i]->max_gap_ms;
-            if (body && reply_may_call_tools(body, len))
-                classify_learn_calls(r->cls,
-                                     stream_parse(r, body, len)->tool_calls);
-        } else if (x->streamed) {
-            stream_reply(r, batch[i], body, len);
-        } else if (body && dec == -1 && !batch[i]->resp_capped) {
-            /* the body as sent, whole: its reply is reply_from_body of
-             * the stored bytes, derived when the row is read (xchg.h,
-             * reply_of_raw); built here only when it may hold tool calls
-             * for classify_learn */
-            x->reply_of_raw = true;
-            if (reply_may_call_tools(body, len)) {
-                json_t *rv = reply_from_body(body, len);
-                classify_learn(r->cls, NULL, rv);
-                json_decref(rv);
-            }
-        } else if (body) {
-            /* the object, but for an inflated body, whole and of the
-             * common shape, whose column text is written without it (it
-             * has no tool calls for classify_learn to read) */
-            if (dec != 0 || batch[i]->resp_capped ||
-                reply_body_text(x, body, len))
-                x->reply = reply_from_body(body, len);
-        }
-        if (batch[i]->resp_capped || dec == 1)
-            reply_flag(x, "resp_truncated");
-        if (dec < -1)
-            reply_flag(x, "resp_undecodable");
-        buf_release(&plain);
-        classify_learn(r->cls, NULL, x->reply);
+        struct ingest_src src = {
+            .body = batch[i]->body.data,
+            .body_len = batch[i]->body.len,
+            .ct_json = batch[i]->ct_json,
+            .resp_capped = batch[i]->resp_capped,
+            .max_gap_ms = batch[i]->max_gap_ms,
+        };
+        ingest_build(r->ing, x, &src);
         xs[i] = x;
     }
     if (timing)
@@ -1602,21 +1390,19 @@ static void store_batch(struct record *r, struct ex **batch, size_t n)
             r->mark_off = batch[i]->in_end;
             r->mark_due = true;
         }
-    xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
+    /* when the transaction did not commit, the frontier stayed before
+     * the batch: an exchange of the log that cannot be spilled either is
+     * still there for the next start (if it committed, the frontier
+     * passed the batch: such an exchange is lost) */
+    bool rolled_back = n && xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     if (timing)
         note_batch(batch, n, t0, t1, now_ms());
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
-        e->outcome = rcs[i] ? spill(r, e, d.msg) : 0;
+        e->outcome = rcs[i] ? spill(r, e, d.msg, e->in_end && rolled_back) : 0;
         /* free the recorded copy here, off the forwarding loop; the loop
          * needs only how it ended (and the timing samples) */
-        enum xchg_end end = e->x.end;
-        double queued = e->x.up_total_ms;
-        xchg_release(&e->x);
-        e->x.end = end;
-        e->x.up_total_ms = queued;
-        e->x.down_total_ms = timing ? now_ms() : 0;
-        buf_release(&e->body);
+        writer_done(e, timing);
     }
     atomic_fetch_add_explicit(&store_ns,
                               clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
@@ -1764,6 +1550,7 @@ static void stored_back(struct record *r, struct ex *e, double now)
     r->stats.stored += e->outcome == 0;
     r->stats.spilled += e->outcome == 1;
     r->stats.lost += e->outcome == 2;
+    r->stats.in_log += e->outcome == 3;
     complete(r, e);
 }
 
@@ -1786,7 +1573,7 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     /* a long log is emptied once all it holds is committed; exchanges
      * wait for their commit meanwhile (intake_put) */
     if (r->intake && !r->in_failed && !r->in_pending &&
-        r->intake->size >= INTAKE_ROTATE) {
+        !atomic_load(&r->log_stuck) && r->intake->size >= INTAKE_ROTATE) {
         struct diag d = {{0}};
         if (intake_reset(r->intake, &d)) {
             logf_(r, "%s; exchanges are now held until they are committed",
@@ -2079,117 +1866,7 @@ static int open_store(struct record *r, struct diag *d)
     return 0;
 }
 
-/* ---- the intake log: replay and opening ---- */
-
-/* An exchange as the loop had it when it finished, from the log. */
-static struct ex *ex_of_rec(struct record *r, const struct intake_rec *ir)
-{
-    struct ex *e = xcalloc(1, sizeof(*e));
-    struct xchg *x = &e->x;
-    e->r = r;
-    x->started = ir->started;
-    x->method = xstrndup(ir->method_len ? ir->method : "", ir->method_len);
-    x->path = xstrndup(ir->path_len ? ir->path : "", ir->path_len);
-    if (ir->req_hl_set) {
-        hdrs_start(&x->req_hl);
-        buf_add(&x->req_hl.b, ir->req_hl, ir->req_hl_len);
-        x->req_hl.n = ir->req_hl_n;
-    }
-    if (ir->resp_hl_set) {
-        hdrs_start(&x->resp_hl);
-        buf_add(&x->resp_hl.b, ir->resp_hl, ir->resp_hl_len);
-        x->resp_hl.n = ir->resp_hl_n;
-    }
-    buf_init(&e->body, 0);
-    buf_add(&e->body, ir->body, ir->body_len);
-    x->status = ir->status;
-    if (ir->resp_len) {
-        x->resp_raw = xmalloc(ir->resp_len + 1);
-        memcpy(x->resp_raw, ir->resp, ir->resp_len);
-        x->resp_raw[ir->resp_len] = '\0';
-        x->resp_raw_len = ir->resp_len;
-    }
-    x->streamed = ir->streamed;
-    x->up_ttfb_ms = ir->up_ttfb_ms;
-    x->up_total_ms = ir->up_total_ms;
-    x->down_ttfb_ms = ir->down_ttfb_ms;
-    x->down_total_ms = ir->down_total_ms;
-    x->end = (enum xchg_end)ir->end;
-    e->ct_json = ir->ct_json;
-    e->resp_capped = ir->resp_capped;
-    e->max_gap_ms = ir->max_gap_ms;
-    return e;
-}
-
-struct replay {
-    struct record *r;
-    uint64_t epoch;
-    struct ex *batch[BATCH_MAX];
-    size_t n;
-    uint64_t stored, spilled, lost;
-};
-
-static void replay_flush(struct replay *p)
-{
-    if (!p->n)
-        return;
-    store_batch(p->r, p->batch, p->n);
-    for (size_t i = 0; i < p->n; i++) {
-        p->stored += p->batch[i]->outcome == 0;
-        p->spilled += p->batch[i]->outcome == 1;
-        p->lost += p->batch[i]->outcome == 2;
-        ex_free(p->batch[i]);
-    }
-    p->n = 0;
-}
-
-static int replay_rec(const struct intake_rec *ir, uint64_t end, void *ud)
-{
-    struct replay *p = ud;
-    struct ex *e = ex_of_rec(p->r, ir);
-    e->in_epoch = p->epoch;
-    e->in_end = end;
-    p->batch[p->n++] = e;
-    if (p->n == BATCH_MAX)
-        replay_flush(p);
-    return 0;
-}
-
-/* Commits what r->intake holds past the store's frontier (what a record
- * that did not stop left), then empties it; *n gets how many exchanges.
- * 0, or -1 with d set and the log kept when one could be neither stored
- * nor spilled. */
-static int replay_intake(struct record *r, uint64_t *n, struct diag *d)
-{
-    uint64_t fe, fo, torn;
-    struct replay p = {.r = r, .epoch = r->intake->epoch};
-    *n = 0;
-    if (intake_frontier(r->db, &fe, &fo, d))
-        return -1;
-    int rc = intake_read(r->intake->fd, fe, fo, replay_rec, &p, &torn, d);
-    replay_flush(&p);
-    *n = p.stored + p.spilled + p.lost;
-    if (*n || torn)
-        logf_(r,
-              "intake log '%s': %llu exchange%s a record that did not stop "
-              "left %s committed (%llu to the spill file, %llu lost); "
-              "%llu bytes of an unfinished append ignored",
-              r->intake->path, (unsigned long long)p.stored, plural_s(p.stored),
-              plural(p.stored, "was", "were"), (unsigned long long)p.spilled,
-              (unsigned long long)p.lost, (unsigned long long)torn);
-    if (rc)
-        return -1;
-    if (p.lost) {
-        diag_set(d, EIO,
-                 "cannot commit %llu exchange%s of the intake log '%s' to the "
-                 "store or the spill file '%s'; the log is kept for the next "
-                 "try",
-                 (unsigned long long)p.lost, plural_s(p.lost), r->intake->path,
-                 r->o.spill_path);
-        return -1;
-    }
-    return intake_reset(r->intake, d) ? -1 : 0;
-}
+/* ---- the intake log ---- */
 
 /* Opens r's intake log and commits what it holds. Without a log (another
  * record holds it, or it cannot be opened) exchanges are held until they
@@ -2198,7 +1875,6 @@ static int replay_intake(struct record *r, uint64_t *n, struct diag *d)
 static int open_intake(struct record *r, struct diag *d)
 {
     struct diag od = {{0}};
-    uint64_t n;
     int rc = intake_schema(r->db, d);
     if (rc)
         return rc;
@@ -2209,7 +1885,18 @@ static int open_intake(struct record *r, struct diag *d)
                       : od.msg);
         return 0;
     }
-    if (replay_intake(r, &n, d)) {
+    /* what a record that did not stop left in it (store/replay.h) */
+    struct replay_counts k;
+    rc = replay_log(r->db, r->cache, r->ing, r->intake, r->o.spill_path, &k, d);
+    if (k.stored || k.spilled || k.kept || k.torn)
+        logf_(r,
+              "intake log '%s': %llu exchange%s a record that did not stop "
+              "left %s committed (%llu to the spill file, %llu kept in the "
+              "log); %llu bytes of an unfinished append ignored",
+              r->intake->path, (unsigned long long)k.stored, plural_s(k.stored),
+              plural(k.stored, "was", "were"), (unsigned long long)k.spilled,
+              (unsigned long long)k.kept, (unsigned long long)k.torn);
+    if (rc) {
         intake_close(r->intake, false);
         r->intake = NULL;
         return -1;
@@ -2217,48 +1904,6 @@ static int open_intake(struct record *r, struct diag *d)
     xchg_cache_pre_commit(r->cache, on_intake_commit, r);
     r->idle_ok = can_leave_idle();
     return 0;
-}
-
-int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
-                  struct diag *d)
-{
-    char *path = intake_path(db_path);
-    bool none = access(path, F_OK) != 0;
-    free(path);
-    *n = 0;
-    if (none)
-        return 0;
-    struct record *r = xcalloc(1, sizeof(*r));
-    char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
-    int rc = 0;
-    r->o.db_path = db_path;
-    r->o.spill_path = spill_path ? spill_path : spill;
-    r->o.max_capture = (size_t)256 << 20;
-    r->cache = xchg_cache_new();
-    r->cls = classify_new();
-    r->stopping = 1;
-    if (open_store(r, d)) {
-        rc = -1;
-    } else if (intake_schema(r->db, d)) {
-        rc = -1;
-    } else if ((rc = intake_open(db_path, &r->intake, d)) == 1) {
-        rc = 0; /* a live record commits it */
-    } else if (rc == 0) {
-        xchg_cache_pre_commit(r->cache, on_intake_commit, r);
-        rc = replay_intake(r, n, d);
-        intake_close(r->intake, rc == 0);
-        r->intake = NULL;
-    }
-    xchg_cache_free(r->cache);
-    store_close(r->db);
-    classify_free(r->cls);
-    if (r->stream_state) {
-        reply_release(&r->ra);
-        sse_release(&r->sp);
-    }
-    free(spill);
-    free(r);
-    return rc ? -1 : 0;
 }
 
 static void on_front_log(void *ud, const char *msg)
@@ -2360,7 +2005,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     }
     r->multi = curl_multi_init();
     r->cache = xchg_cache_new();
-    r->cls = classify_new();
+    r->ing = ingest_new(r->cache, r->o.max_capture);
     if (!r->base || !r->multi) {
         rc = diag_set(d, ENOMEM, "cannot create the event loop");
         goto fail;
@@ -2407,6 +2052,9 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
         event_add(r->sig[0], NULL);
         event_add(r->sig[1], NULL);
         signal(SIGPIPE, SIG_IGN);
+        /* a file size limit (RLIMIT_FSIZE) is a full disk: the write
+         * fails with EFBIG, and the exchange is spilled or kept */
+        signal(SIGXFSZ, SIG_IGN);
     }
     *out = r;
     return 0;
@@ -2463,8 +2111,9 @@ void record_free(struct record *r)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
     writer_stop(r); /* stores what is queued, completes it */
     checkpointer_stop(r);
-    /* all it held is committed or in the spill file */
-    intake_close(r->intake, r->stats.lost == 0);
+    /* all it held is committed or in the spill file, unless exchanges
+     * were left in it for the next start */
+    intake_close(r->intake, r->stats.in_log == 0 && r->stats.lost == 0);
     r->intake = NULL;
     while (r->storing) { /* the writer never started */
         struct ex *e = r->storing;
@@ -2498,13 +2147,9 @@ void record_free(struct record *r)
         event_free(r->timer);
     if (r->base)
         event_base_free(r->base);
+    ingest_free(r->ing);
     xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
-    classify_free(r->cls);
-    if (r->stream_state) {
-        reply_release(&r->ra);
-        sse_release(&r->sp);
-    }
     free(r->upstream);
     free(r);
 }

@@ -5,7 +5,7 @@
  * upstream (keep-alive pool, its own HTTP/1.1 parser, h1.h) and a libcurl
  * multi handle to an https:// one (TLS and HTTP/2 come from libcurl). Bytes
  * are forwarded as they arrive; a copy is parsed (store/sse.h,
- * store/reply.h, classify.h) and each
+ * store/reply.h, store/classify.h through store/ingest.h) and each
  * exchange is committed to the store (store/xchg.h), or appended to the
  * spill file when the store fails, before the last byte of its response is
  * handed to the client.
@@ -42,6 +42,10 @@ struct record_opts {
      * (comparisons and tests; default: our own client, upclient.h) */
     bool via_libcurl;
     int handle_signals; /* stop on SIGINT/SIGTERM */
+    /* --redact-key: more request-body keys whose string values are hidden
+     * before anything is kept (redact.h; borrowed) */
+    const char *const *redact_keys;
+    size_t n_redact_keys;
     /* Called for each failure worth a log line (store failed, spilled,
      * lost); msg has no newline. May be NULL. */
     void (*log)(void *ud, const char *msg);
@@ -52,7 +56,10 @@ struct record_stats {
     uint64_t exchanges; /* finished */
     uint64_t stored;    /* committed to the store */
     uint64_t spilled;   /* appended to the spill file */
-    uint64_t lost;      /* neither (both failed) */
+    uint64_t lost;      /* neither (both failed), and not in the log */
+    /* neither, but in the intake log past its frontier: the next start
+     * (record, or a command that reads the store) commits them */
+    uint64_t in_log;
 };
 
 struct record;
@@ -71,14 +78,5 @@ int record_run(struct record *r, struct diag *d);
 void record_stop(struct record *r);
 void record_get_stats(const struct record *r, struct record_stats *s);
 void record_free(struct record *r);
-
-/* Commits what a `fidelity record` that did not stop (kill -9, a crash)
- * left in db_path's intake log (record/intake.h): every command that reads
- * the store calls it first. Nothing to do without a log, or when a live
- * record holds it (that record commits it). spill_path: where exchanges
- * the store refuses go (NULL: DB.spill.jsonl, record's default). *n gets
- * how many exchanges were committed. 0, or -1 with d set. */
-int record_replay(const char *db_path, const char *spill_path, uint64_t *n,
-                  struct diag *d);
 
 #endif

@@ -5,12 +5,14 @@
  * the reply tokens from the decode path.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "sim/feedback.h"
 #include "sim/reply.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
@@ -172,14 +174,32 @@ static json_t *content_logprobs(const struct sim *s, const struct sim_req *rq,
     return arr;
 }
 
-static json_t *usage(const struct chat *c)
+static json_t *usage(const struct sim *s, const struct chat *c)
 {
     size_t gen = c->reasoning_toks.n + c->content_toks.n;
     if (c->out.tool_name)
         gen += strlen(c->out.tool_args) / 3 + 1;
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)c->prompt.n,
-                     "completion_tokens", (json_int_t)gen, "total_tokens",
-                     (json_int_t)(c->prompt.n + gen));
+    json_t *u =
+        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)c->prompt.n,
+                  "completion_tokens", (json_int_t)gen, "total_tokens",
+                  (json_int_t)(c->prompt.n + gen));
+    sim_cache_usage(s, u);
+    return u;
+}
+
+/* The prompt and the reply as the model generated them, into the cache. */
+static void cache_reply(struct sim *s, const struct chat *c)
+{
+    struct tokv all;
+    tokv_init(&all);
+    for (size_t i = 0; i < c->prompt.n; i++)
+        tokv_push(&all, c->prompt.v[i]);
+    for (size_t i = 0; i < c->reasoning_toks.n; i++)
+        tokv_push(&all, c->reasoning_toks.v[i]);
+    for (size_t i = 0; i < c->content_toks.n; i++)
+        tokv_push(&all, c->content_toks.v[i]);
+    sim_cache_end(s, all.v, c->prompt.n, all.n);
+    tokv_release(&all);
 }
 
 static json_t *tool_calls(const struct chat *c, bool with_args)
@@ -220,7 +240,7 @@ static void whole(const struct sim *s, const struct sim_req *rq, struct chat *c,
                           c->id, "object", "chat.completion", "created",
                           c->created, "model", s->cfg.model, "choices", "index",
                           0, "message", msg, "logprobs", lp, "finish_reason",
-                          c->finish, "usage", usage(c)));
+                          c->finish, "usage", usage(s, c)));
 }
 
 /* Appends the SSE event "data: <j>\n\n" and drops j. jdump writes what
@@ -332,10 +352,43 @@ static void streamed(const struct sim *s, const struct sim_req *rq,
         event(r,
               json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", c->id, "object",
                         "chat.completion.chunk", "created", c->created, "model",
-                        s->cfg.model, "choices", "usage", usage(c)));
+                        s->cfg.model, "choices", "usage", usage(s, c)));
     r->events = xrealloc(r->events, (r->nevents + 1) * sizeof(*r->events));
     r->events[r->nevents++] = xstrdup("data: [DONE]\n\n");
     json_decref(lps);
+}
+
+/* Offset of "summar" in the first n bytes of t (any case), or -1. */
+static long summar_at(const char *t, size_t n)
+{
+    for (size_t i = 0; t[i] && i + 6 <= n; i++) {
+        size_t k = 0;
+        while (k < 6 && (t[i + k] | 0x20) == "summar"[k])
+            k++;
+        if (k == 6)
+            return (long)i;
+    }
+    return -1;
+}
+
+/* A summary (compaction) request: its last user message asks for a
+ * summary, or its system prompt says so in its first 1,000 bytes. */
+static bool is_summary_request(json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    json_t *first = json_array_get(msgs, 0);
+    const char *fr = json_string_value(json_object_get(first, "role"));
+    const char *ft = json_string_value(json_object_get(first, "content"));
+    if (fr && ft && !strcmp(fr, "system") && summar_at(ft, 1000) >= 0)
+        return true;
+    for (size_t k = json_array_size(msgs); k-- > 0;) {
+        json_t *m = json_array_get(msgs, k);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const char *t = json_string_value(json_object_get(m, "content"));
+        if (role && !strcmp(role, "user"))
+            return t && summar_at(t, SIZE_MAX) >= 0;
+    }
+    return false;
 }
 
 void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
@@ -359,8 +412,25 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
         .variant = variant(s, &c),
         .want_reasoning = c.reasoning,
     };
+    feedback_window(&s->cfg, &c.prompt, &in.window);
+    sim_cache_begin(s, c.prompt.v, c.prompt.n, SIZE_MAX);
     reply_write(&in, &c.out);
+    if (c.reasoning && s->cfg.feedback_base > 0) {
+        uint64_t seed =
+            json_object_get(c.body, "seed") ? (uint64_t)c.seed : s->counter;
+        size_t n = feedback_length(&s->cfg, c.body, c.temperature, seed,
+                                   feedback_in_context(&c.prompt));
+        feedback_reasoning(n, seed, &c.out.reasoning);
+    }
+    if (s->cfg.lose_summary && is_summary_request(c.body)) {
+        buf_reset(&c.out.content);
+        buf_adds(&c.out.content, REPLY_NOT_SEEN);
+        free(c.out.tool_name);
+        free(c.out.tool_args);
+        c.out.tool_name = c.out.tool_args = NULL;
+    }
     generate(s, &c);
+    cache_reply(s, &c);
     if (c.stream)
         streamed(s, rq, &c, r);
     else

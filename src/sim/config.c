@@ -28,6 +28,8 @@ static const char *const overflow_names[] = {"error", "oldest", "middle",
                                              "newest", NULL};
 static const char *const rhist_names[] = {"keep", "drop", "keep-with-tools",
                                           NULL};
+static const char *const flush_names[] = {"both", "sglang", "vllm", "none",
+                                          NULL};
 
 #define L(n, lo, hi)                                                           \
     {                                                                          \
@@ -74,8 +76,24 @@ static const struct field fields[] = {
     D(rate_503, 0, 1),
     L(cut_stream_after, 0, 1L << 40),
     B(reasoning),
+    B(lose_summary),
     L(seed, 0, 1L << 62),
     L(max_body, 1024, 1L << 34),
+    L(cache_tokens, 0, 1L << 26),
+    L(cache_block, 1, 4096),
+    E(flush_endpoints, flush_names),
+    B(no_cache_report),
+    D(warm_noise, 0, 100),
+    D(recompute_noise, 0, 100),
+    B(no_cache_output),
+    L(cache_collapse_after, 0, 1 << 20),
+    B(hide_faults),
+    L(feedback_base, 0, 1 << 20),
+    D(feedback_growth, 0, 100),
+    L(feedback_budget, 1, 1 << 24),
+    L(feedback_window, 1, 1 << 24),
+    L(feedback_max, 1, 1 << 24),
+    D(feedback_jitter, 0, 0.9),
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -87,6 +105,13 @@ void sim_config_defaults(struct sim_config *c)
     c->logit_scale = 1.0;
     c->batch_window_ms = 20;
     c->max_body = 64L << 20;
+    c->cache_tokens = 65536;
+    c->cache_block = 16;
+    c->feedback_growth = 0.1;
+    c->feedback_budget = 2500;
+    c->feedback_window = 1024;
+    c->feedback_max = 1024;
+    c->feedback_jitter = 0.1;
 }
 
 long sim_config_limit(const struct sim_config *c)
@@ -280,6 +305,10 @@ int sim_config_preset(struct sim_config *c, const char *list, struct diag *d)
 
 json_t *sim_config_to_json(const struct sim_config *c)
 {
+    /* a server whose settings its info endpoints do not show */
+    if (c->hide_faults)
+        return json_pack("{s:s, s:I, s:b}", "model", c->model, "max_model_len",
+                         (json_int_t)c->max_model_len, "hide_faults", 1);
     json_t *o = json_object();
     for (size_t i = 0; i < NFIELDS; i++) {
         const struct field *f = &fields[i];

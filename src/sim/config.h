@@ -18,6 +18,9 @@ enum sim_overflow {
     OVERFLOW_NEWEST
 };
 enum sim_rhist { RHIST_KEEP, RHIST_DROP, RHIST_KEEP_WITH_TOOLS };
+/* which cache flush endpoints the sim answers (docs/SIM.md, "Prefix
+ * cache") */
+enum sim_flush { FLUSH_BOTH, FLUSH_SGLANG, FLUSH_VLLM, FLUSH_NONE };
 
 struct sim_config {
     char model[128];
@@ -47,8 +50,26 @@ struct sim_config {
     double rate_503;
     long cut_stream_after;
     bool reasoning;
+    bool lose_summary; /* answer summary requests "no earlier message" */
     long seed;
     long max_body;
+    /* prefix cache (sim/cache.c) */
+    long cache_tokens;         /* capacity; 0: no prefix cache */
+    long cache_block;          /* tokens per block */
+    long flush_endpoints;      /* enum sim_flush */
+    bool no_cache_report;      /* answers carry no cached_tokens */
+    double warm_noise;         /* noise on positions computed over cached KV */
+    double recompute_noise;    /* ... over KV recomputed after eviction */
+    bool no_cache_output;      /* generated tokens never cached */
+    long cache_collapse_after; /* from this turn on, reuse collapses */
+    bool hide_faults; /* /get_server_info and /sim/config show no fault */
+    /* The feedback loop (sim/feedback.c): off while feedback_base is 0. */
+    long feedback_base;     /* reasoning tokens of a reply, before scaling */
+    double feedback_growth; /* extra per token of reasoning in context */
+    long feedback_budget;   /* reasoning in context that breaks recall */
+    long feedback_window;   /* tokens visible once past the budget */
+    long feedback_max;      /* cap on one reply's reasoning tokens */
+    double feedback_jitter; /* +- share, per request seed */
 };
 
 void sim_config_defaults(struct sim_config *c);

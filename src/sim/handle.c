@@ -28,20 +28,29 @@ enum ep {
     EP_DETOKENIZE,
     EP_CONFIG,
     EP_STATS,
+    EP_FLUSH,
     EP_OTHER,
     EP_N
 };
 
 static const char *const ep_names[EP_N] = {
-    "health",     "models",      "version",   "get_server_info",
-    "chat",       "completions", "generate",  "tokenize",
-    "detokenize", "sim_config",  "sim_stats", "other"};
+    "health",      "models",   "version",  "get_server_info", "chat",
+    "completions", "generate", "tokenize", "detokenize",      "sim_config",
+    "sim_stats",   "flush",    "other"};
 
 void sim_init(struct sim *s, const struct sim_config *c)
 {
     memset(s, 0, sizeof(*s));
     s->cfg = *c;
     s->initial = *c;
+    buf_init(&s->last_chat, 0);
+}
+
+void sim_release(struct sim *s)
+{
+    buf_release(&s->last_chat);
+    sim_cache_free(s->cache);
+    s->cache = NULL;
 }
 
 void sim_resp_init(struct sim_resp *r)
@@ -329,6 +338,11 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
         nz.jitter = c->batch_variance;
         nz.jitter_seed = mix2(rq->batch, 4);
     }
+    nz.warm_sigma = c->warm_noise;
+    nz.warm_n = s->use.cached;
+    nz.recomp_sigma = c->recompute_noise;
+    nz.recomp_n = s->use.recomputed ? s->use.cached + s->use.recomputed : 0;
+    nz.cache_seed = mix2((uint64_t)c->seed, decode ? 6 : 5);
     return nz;
 }
 
@@ -386,16 +400,52 @@ static void h_version(struct sim *s, const struct sim_req *rq,
              json_pack("{s:s}", "version", "fidelity-sim " FIDELITY_VERSION));
 }
 
+/* max_total_num_tokens is sglang's KV pool size, the cache's capacity;
+ * page_size its block (sglang server args). */
 static void h_server_info(struct sim *s, const struct sim_req *rq,
                           struct sim_resp *r)
 {
     (void)rq;
-    sim_json(r, json_pack("{s:s,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
-                          "context_length", (json_int_t)s->cfg.max_model_len,
-                          "max_total_num_tokens",
-                          (json_int_t)sim_config_limit(&s->cfg), "version",
-                          "fidelity-sim " FIDELITY_VERSION, "sim_config",
-                          sim_config_to_json(&s->cfg)));
+    long pool = s->cfg.hide_faults ? s->cfg.max_model_len
+                : s->cfg.cache_tokens >= s->cfg.cache_block
+                    ? s->cfg.cache_tokens
+                    : sim_config_limit(&s->cfg);
+    sim_json(r,
+             json_pack("{s:s,s:I,s:I,s:I,s:s,s:o}", "model_path", s->cfg.model,
+                       "context_length", (json_int_t)s->cfg.max_model_len,
+                       "max_total_num_tokens", (json_int_t)pool, "page_size",
+                       (json_int_t)s->cfg.cache_block, "version",
+                       "fidelity-sim " FIDELITY_VERSION, "sim_config",
+                       sim_config_to_json(&s->cfg)));
+}
+
+/* sglang: GET or POST /flush_cache answers 200 with a line of text
+ * (python/sglang/srt/entrypoints/http_server.py, flush_cache). */
+static void h_flush_sglang(struct sim *s, const struct sim_req *rq,
+                           struct sim_resp *r)
+{
+    (void)rq;
+    sim_cache_flush(s);
+    s->flushes++;
+    buf_reset(&r->body);
+    buf_adds(&r->body, "Cache flushed.\n");
+    r->status = 200;
+    r->reason = "OK";
+    r->ctype = "text/plain; charset=utf-8";
+}
+
+/* vLLM: POST /reset_prefix_cache, only with VLLM_SERVER_DEV_MODE=1,
+ * answers an empty 200 (vllm/entrypoints/openai/api_server.py,
+ * reset_prefix_cache). */
+static void h_flush_vllm(struct sim *s, const struct sim_req *rq,
+                         struct sim_resp *r)
+{
+    (void)rq;
+    sim_cache_flush(s);
+    s->flushes++;
+    buf_reset(&r->body);
+    r->status = 200;
+    r->reason = "OK";
 }
 
 static void h_config(struct sim *s, const struct sim_req *rq,
@@ -406,8 +456,10 @@ static void h_config(struct sim *s, const struct sim_req *rq,
         json_t *b = sim_body(rq, r);
         if (!b)
             return;
-        if (json_is_true(json_object_get(b, "reset")))
+        if (json_is_true(json_object_get(b, "reset"))) {
             s->cfg = s->initial;
+            sim_cache_flush(s);
+        }
         if (sim_config_apply_json(&s->cfg, b, &d)) {
             json_decref(b);
             sim_error(r, 400, NULL, "%s", d.msg);
@@ -425,9 +477,27 @@ static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     for (int i = 0; i < EP_N; i++)
         json_object_set_new(by, ep_names[i],
                             json_integer((json_int_t)s->stats[i]));
-    sim_json(r, json_pack("{s:o,s:I,s:I}", "requests", by, "model_requests",
-                          (json_int_t)s->counter, "errors_injected",
-                          (json_int_t)s->injected));
+    sim_json(r, json_pack("{s:o,s:I,s:I,s:{s:I,s:I,s:I}}", "requests", by,
+                          "model_requests", (json_int_t)s->counter,
+                          "errors_injected", (json_int_t)s->injected, "cache",
+                          "blocks", (json_int_t)sim_cache_blocks(s),
+                          "cached_tokens", (json_int_t)s->cached_total,
+                          "flushes", (json_int_t)s->flushes));
+}
+
+/* The last chat request's body as received: what a client really sent
+ * (tests read the conversation at the server's side). */
+static void h_last(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
+{
+    (void)rq;
+    json_t *j = s->last_chat.len
+                    ? json_loadb(s->last_chat.data, s->last_chat.len, 0, NULL)
+                    : NULL;
+    if (!j) {
+        sim_error(r, 404, NULL, "no chat request yet");
+        return;
+    }
+    sim_json(r, j);
 }
 
 struct route {
@@ -449,7 +519,22 @@ static const struct route routes[] = {
     {"/detokenize", "POST", EP_DETOKENIZE, sim_detokenize},
     {"/sim/config", "*", EP_CONFIG, h_config},
     {"/sim/stats", "GET", EP_STATS, h_stats},
+    {"/flush_cache", "GET", EP_FLUSH, h_flush_sglang},
+    {"/flush_cache", "POST", EP_FLUSH, h_flush_sglang},
+    {"/reset_prefix_cache", "POST", EP_FLUSH, h_flush_vllm},
+    {"/sim/last-request", "GET", EP_OTHER, h_last},
 };
+
+/* Whether the flush endpoint at path is switched on (--flush-endpoints). */
+static bool flush_on(const struct sim *s, const char *path)
+{
+    long f = s->cfg.flush_endpoints;
+    if (!strcmp(path, "/flush_cache"))
+        return f == FLUSH_BOTH || f == FLUSH_SGLANG;
+    if (!strcmp(path, "/reset_prefix_cache"))
+        return f == FLUSH_BOTH || f == FLUSH_VLLM;
+    return true;
+}
 
 bool sim_is_model_path(const char *path)
 {
@@ -478,8 +563,9 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
 {
     const struct route *rt = NULL;
     bool path_known = false;
+    memset(&s->use, 0, sizeof(s->use));
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (strcmp(routes[i].path, rq->path))
+        if (strcmp(routes[i].path, rq->path) || !flush_on(s, rq->path))
             continue;
         path_known = true;
         if (!strcmp(routes[i].method, "*") ||
@@ -505,6 +591,10 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
                   "(raise it with --max-body)",
                   rq->len, s->cfg.max_body);
         return;
+    }
+    if (rt->ep == EP_CHAT) {
+        buf_reset(&s->last_chat);
+        buf_add(&s->last_chat, rq->body ? rq->body : "", rq->len);
     }
     if (sim_is_model_path(rq->path)) {
         s->counter++;

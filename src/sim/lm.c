@@ -86,28 +86,33 @@ static int rank_of(const struct dist *d, int32_t id)
 struct cmpl {
     long logprobs, prompt_logprobs;
     bool echo;
+    bool as_ids; /* vLLM return_tokens_as_token_ids: "token_id:N" */
     json_t *tokens, *token_lps, *tops, *offsets, *plps;
     size_t offset;
     const int32_t *seqv; /* refreshed by the pass */
     struct lm_pass *pass;
 };
 
+/* A token as the answer names it: its text, or "token_id:N". */
+static json_t *cmpl_tok(const struct cmpl *c, int32_t id)
+{
+    return c->as_ids ? json_sprintf("token_id:%d", id) : sim_tok_json(id);
+}
+
 static void cmpl_add(struct cmpl *c, int32_t id, json_t *lp, json_t *top)
 {
-    json_array_append_new(c->tokens, sim_tok_json(id));
+    json_array_append_new(c->tokens, cmpl_tok(c, id));
     json_array_append_new(c->token_lps, lp);
     json_array_append_new(c->tops, top);
     json_array_append_new(c->offsets, json_integer((json_int_t)c->offset));
     c->offset += piece_len(id);
 }
 
-static json_t *legacy_top(const struct dist *d, long k)
+static json_t *legacy_top(const struct cmpl *c, const struct dist *d, long k)
 {
     json_t *o = json_object();
     for (long i = 0; i < k && i < d->n; i++) {
-        char piece[16];
-        size_t n = tok_piece(d->id[i], piece);
-        json_t *key = sim_jstr(piece, n);
+        json_t *key = cmpl_tok(c, d->id[i]);
         json_object_set_new(o, json_string_value(key), json_real(d->lp[i]));
         json_decref(key);
     }
@@ -136,7 +141,7 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
     if (!c->tokens || (!gen && !c->echo))
         return;
     cmpl_add(c, id, json_real(lp),
-             c->logprobs > 0 ? legacy_top(d, c->logprobs) : json_null());
+             c->logprobs > 0 ? legacy_top(c, d, c->logprobs) : json_null());
 }
 
 static int prompt_ids(json_t *b, const char *field, struct tokv *out,
@@ -187,6 +192,7 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     if (!b || prompt_ids(b, "prompt", &p.seq, r) ||
         sim_get_long(b, "max_tokens", 0, 1 << 24, 16, &max_new, r) ||
         sim_get_bool(b, "echo", false, &c.echo, r) ||
+        sim_get_bool(b, "return_tokens_as_token_ids", false, &c.as_ids, r) ||
         sim_get_bool(b, "stream", false, &stream, r) ||
         sim_get_long(b, "logprobs", 0, 20, -1, &c.logprobs, r) ||
         sim_get_long(b, "prompt_logprobs", 0, 20, -1, &c.prompt_logprobs, r))
@@ -214,7 +220,13 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
         c.plps = json_pack("[n]");
     if ((c.echo && c.logprobs >= 0) || c.plps)
         p.from = 1;
+    /* vLLM V1 skips the prefix cache for a request with prompt logprobs
+     * (vllm/v1/core/kv_cache_manager.py, get_computed_blocks); echo
+     * with logprobs is served through them */
+    sim_cache_begin(s, p.seq.v, p.seq.n,
+                    (c.echo && c.logprobs >= 0) || c.plps ? 0 : SIZE_MAX);
     const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
     char id[48];
     sim_id(s, "cmpl", id);
     size_t from = c.echo ? 0 : p.prompt_n;
@@ -230,13 +242,15 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     if (c.plps)
         json_object_set_new(choice, "prompt_logprobs", c.plps);
     c.tokens = c.token_lps = c.tops = c.offsets = c.plps = NULL;
-    sim_json(r,
-             json_pack("{s:s,s:s,s:I,s:s,s:[o],s:{s:I,s:I,s:I}}", "id", id,
-                       "object", "text_completion", "created",
-                       (json_int_t)time(NULL), "model", s->cfg.model, "choices",
-                       choice, "usage", "prompt_tokens", (json_int_t)p.prompt_n,
-                       "completion_tokens", (json_int_t)(p.seq.n - p.prompt_n),
-                       "total_tokens", (json_int_t)p.seq.n));
+    json_t *usage =
+        json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)p.prompt_n,
+                  "completion_tokens", (json_int_t)(p.seq.n - p.prompt_n),
+                  "total_tokens", (json_int_t)p.seq.n);
+    sim_cache_usage(s, usage);
+    sim_json(r, json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", id, "object",
+                          "text_completion", "created", (json_int_t)time(NULL),
+                          "model", s->cfg.model, "choices", choice, "usage",
+                          usage));
 out:
     json_decref(c.tokens);
     json_decref(c.token_lps);
@@ -341,9 +355,12 @@ static void sgl_answer(struct sim *s, struct sgl *g, struct lm_pass *p,
             : json_pack("{s:s,s:I}", "type", "length", "length",
                         (json_int_t)p->max_new);
     json_t *meta =
-        json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason", fin,
+        json_pack("{s:s,s:o,s:I,s:I}", "id", id, "finish_reason", fin,
                   "prompt_tokens", (json_int_t)p->prompt_n, "completion_tokens",
-                  (json_int_t)(p->seq.n - p->prompt_n), "cached_tokens", 0);
+                  (json_int_t)(p->seq.n - p->prompt_n));
+    if (!s->cfg.no_cache_report)
+        json_object_set_new(meta, "cached_tokens",
+                            json_integer((json_int_t)s->use.cached));
     if (g->want) {
         json_object_set_new(meta, "input_token_logprobs", g->in_lp);
         json_object_set_new(meta, "input_top_logprobs", g->in_top);
@@ -390,7 +407,14 @@ static void sglang(struct sim *s, const struct sim_req *rq, json_t *b,
             json_array_append_new(g.in_ids, json_null());
         }
     }
-    sgl_answer(s, &g, &p, lm_run(s, rq, &p), r);
+    /* sglang matches a prefix of at most logprob_start_len tokens when
+     * logprobs are asked from there (python/sglang/srt/managers/
+     * schedule_batch.py, Req: max_prefix_len) */
+    sim_cache_begin(s, p.seq.v, p.seq.n,
+                    g.want && g.start >= 0 ? (size_t)g.start : SIZE_MAX);
+    const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
+    sgl_answer(s, &g, &p, finish, r);
 out:
     json_decref(g.in_lp);
     json_decref(g.in_top);
@@ -464,7 +488,9 @@ static void tgi(struct sim *s, const struct sim_req *rq, json_t *b,
             g.prefill, json_pack("{s:i,s:o,s:n}", "id", p.seq.v[0], "text",
                                  sim_tok_json(p.seq.v[0]), "logprob"));
     }
+    sim_cache_begin(s, p.seq.v, p.seq.n, dec_details ? 0 : SIZE_MAX);
     const char *finish = lm_run(s, rq, &p);
+    sim_cache_end(s, p.seq.v, p.prompt_n, p.seq.n);
     json_t *out =
         json_pack("{s:o}", "generated_text",
                   text_of(p.seq.v + p.prompt_n, p.seq.n - p.prompt_n));

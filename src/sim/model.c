@@ -81,6 +81,17 @@ static int by_logit_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+/* The prefix-cache faults' noise at position t for candidate id. */
+static double cache_noise(const struct model_noise *nz, size_t t, uint64_t id)
+{
+    double v = 0, u = hash_normal(mix2(nz->cache_seed, mix2(t, id)));
+    if (nz->warm_sigma > 0 && nz->warm_n > 0 && t >= nz->warm_n)
+        v += nz->warm_sigma * (double)nz->warm_n / (double)t * u;
+    if (nz->recomp_sigma > 0 && nz->recomp_n > 0 && t >= nz->recomp_n)
+        v += nz->recomp_sigma * (double)nz->recomp_n / (double)t * u;
+    return v;
+}
+
 void model_dist(struct model *m, const int32_t *toks, size_t t,
                 const struct model_noise *nz, struct dist *out)
 {
@@ -124,6 +135,8 @@ void model_dist(struct model *m, const int32_t *toks, size_t t,
         if (jitter > 0)
             lg[j][0] += jitter * hash_normal(mix2(nz->jitter_seed,
                                                   mix2(t, (uint64_t)lg[j][1])));
+        if (nz)
+            lg[j][0] += cache_noise(nz, t, (uint64_t)lg[j][1]);
         mx = lg[j][0] > mx ? lg[j][0] : mx;
     }
     for (int j = 0; j < n; j++)

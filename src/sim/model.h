@@ -25,6 +25,14 @@ struct model_noise {
     uint64_t seed;   /* which noise */
     double jitter;   /* run-to-run noise scale (nondeterminism, batches) */
     uint64_t jitter_seed;
+    /* prefix-cache faults: positions t >= warm_n computed over warm_n
+     * cached tokens get noise warm_sigma * warm_n / t (the cached share
+     * of what they attend to); the same for recomputed KV */
+    double warm_sigma;
+    size_t warm_n;
+    double recomp_sigma;
+    size_t recomp_n;
+    uint64_t cache_seed;
 };
 
 struct dist {

@@ -121,7 +121,8 @@ static void send_events(struct out *o)
     struct evkeyvalq *h = evhttp_request_get_output_headers(o->req);
     if (!r->stream) {
         struct evbuffer *b = evbuffer_new();
-        evhttp_add_header(h, "Content-Type", "application/json");
+        evhttp_add_header(h, "Content-Type",
+                          r->ctype ? r->ctype : "application/json");
         evbuffer_add(b, buf_str(&r->body), r->body.len);
         evhttp_send_reply(o->req, r->status, r->reason, b);
         evbuffer_free(b);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/buf.h"
+#include "sim/cache.h"
 #include "sim/config.h"
 
 struct sim {
@@ -21,6 +22,13 @@ struct sim {
     uint64_t counter;          /* model requests served */
     uint64_t stats[16];        /* by endpoint, see sim_endpoint_names */
     uint64_t injected;         /* errors injected by rate faults */
+    struct sim_cache *cache;   /* prefix cache (cache.c); NULL until used */
+    struct sim_cache_use use;  /* what the cache gave the current request */
+    bool use_skip;             /* the current request bypasses the cache */
+    uint64_t cached_total;     /* tokens served from the cache */
+    uint64_t flushes;          /* flush endpoint calls that emptied it */
+    struct buf last_chat;      /* body of the last chat request, for
+                                  GET /sim/last-request */
 };
 
 struct sim_req {
@@ -38,12 +46,16 @@ struct sim_resp {
     bool stream;     /* text/event-stream: send events */
     char **events;   /* each a full "data: ...\n\n" event */
     size_t nevents;
-    long latency_ms;  /* delay before the first byte */
-    long interval_ms; /* delay between events */
-    long cut_after;   /* close after this many body bytes; 0: never */
+    long latency_ms;   /* delay before the first byte */
+    long interval_ms;  /* delay between events */
+    long cut_after;    /* close after this many body bytes; 0: never */
+    const char *ctype; /* Content-Type of a body; NULL: application/json */
 };
 
 void sim_init(struct sim *s, const struct sim_config *c);
+/* Frees what the sim holds (the last request's body, its prefix
+ * cache). */
+void sim_release(struct sim *s);
 void sim_resp_init(struct sim_resp *r);
 void sim_resp_release(struct sim_resp *r);
 /* Fills out for rq. Never fails: bad requests get 4xx bodies. */

@@ -58,6 +58,19 @@ int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
 /* "prefix-<16 hex>" from the request counter. */
 void sim_id(const struct sim *s, const char *prefix, char out[48]);
 
+/* The prefix cache around one model request (cache.c): looks prompt up
+ * (at most limit tokens; 0 skips the cache, as vLLM and sglang do for a
+ * request that asks for prompt logprobs) into s->use; then inserts the
+ * prompt, and the generated tokens all[prompt_n..n) unless the
+ * no-cache-output fault is on. */
+void sim_cache_begin(struct sim *s, const int32_t *prompt, size_t n,
+                     size_t limit);
+void sim_cache_end(struct sim *s, const int32_t *all, size_t prompt_n,
+                   size_t n);
+/* Adds "prompt_tokens_details": {"cached_tokens": N} to usage, unless the
+ * sim reports no cache figures. */
+void sim_cache_usage(const struct sim *s, json_t *usage);
+
 void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r);
 void sim_completions(struct sim *s, const struct sim_req *rq,
                      struct sim_resp *r);

@@ -25,6 +25,10 @@
 #include "store/reply.h"
 
 #define XCHG_MAX_DEPTH 32
+/* The longest value a reader decodes (a request is capped at 64 MiB by
+ * default, a captured response at 256 MiB): a longer stored length is
+ * corrupt. */
+#define XCHG_RAW_MAX ((size_t)1 << 30)
 #define CACHE_SLOTS 256
 #define BASE_CANDIDATES 3
 #define RECENT_SLOTS 64
@@ -68,7 +72,8 @@ static const char SCHEMA[] =
     " resp_raw BLOB, resp_raw_len INTEGER, resp_raw_zip INTEGER,"
     " streamed INTEGER NOT NULL DEFAULT 0, reply TEXT,"
     " up_ttfb_ms REAL, up_total_ms REAL, down_ttfb_ms REAL,"
-    " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0);"
+    " down_total_ms REAL, ending INTEGER NOT NULL DEFAULT 0,"
+    " req_redacted INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
@@ -329,6 +334,17 @@ static int sql_fail(sqlite3 *db, struct diag *d, const char *what)
     return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
 }
 
+/* Whether table xchg has column req_redacted (stores written before it
+ * was added do not). */
+static bool has_redacted_column(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    bool ok = sqlite3_prepare_v2(db, "SELECT req_redacted FROM xchg LIMIT 0",
+                                 -1, &st, NULL) == SQLITE_OK;
+    sqlite3_finalize(st);
+    return ok;
+}
+
 int xchg_schema(sqlite3 *db, struct diag *d)
 {
     char *err = NULL;
@@ -338,6 +354,13 @@ int xchg_schema(sqlite3 *db, struct diag *d)
         sqlite3_free(err);
         return -EIO;
     }
+    /* an older store gets the column; one that cannot be written (a
+     * read-only copy) is still read, as unredacted (xchg_each) */
+    if (!has_redacted_column(db))
+        sqlite3_exec(db,
+                     "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
+                     " NULL DEFAULT 0",
+                     NULL, NULL, NULL);
     return 0;
 }
 
@@ -475,9 +498,32 @@ static unsigned char *unpack_lines_deflate(const unsigned char *z, size_t zlen,
     return l;
 }
 
+/* Whether a stored value of zlen bytes coded as zip can decode to raw_len
+ * bytes, checked before anything is allocated for it: a corrupt length
+ * must not ask for gigabytes. deflate expands at most 1032 times (zlib's
+ * technical details); ldelta has no such bound, so XCHG_RAW_MAX alone. */
+static bool packed_plausible(size_t zlen, size_t raw_len, int zip)
+{
+    if (raw_len > XCHG_RAW_MAX)
+        return false;
+    switch (zip) {
+    case ZIP_NONE:
+        return zlen == raw_len;
+    case ZIP_DEFLATE:
+        return raw_len <= zlen * 1032 + 64;
+    case ZIP_LINES:
+    case ZIP_LINES_DEFLATE:
+        return zlen > 0 || raw_len == 0;
+    default:
+        return false;
+    }
+}
+
 /* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
 static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 {
+    if (!packed_plausible(zlen, raw_len, zip) || (zlen && !z))
+        return NULL;
     char *out = xmalloc(raw_len + 1);
     int rc = 0;
     if (zip == ZIP_DEFLATE) {
@@ -843,7 +889,12 @@ static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
     if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, h);
-    if (sqlite3_step(st) == SQLITE_ROW) {
+    if (sqlite3_step(st) == SQLITE_ROW &&
+        sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+        sqlite3_column_int64(st, 0) >= 0 &&
+        sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
+        /* raw_len and zip may be anything in a corrupt store: unpack
+         * checks them against the bytes before it allocates */
         char *s = unpack(
             sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
             (size_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1));
@@ -933,24 +984,40 @@ static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
         unprep(c, st);
         return NULL;
     }
+    /* every column as untrusted: types, a prefix no longer than the
+     * base's list (read first, before anything is sized by it), whole
+     * 8-byte hashes */
+    int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
     int64_t base = sqlite3_column_int64(st, 0);
-    size_t prefix = (size_t)sqlite3_column_int64(st, 1);
+    int64_t prefix = sqlite3_column_int64(st, 1);
     int depth = sqlite3_column_int(st, 2);
-    size_t own = (size_t)sqlite3_column_bytes(st, 3) / 8;
+    size_t mlen = (size_t)sqlite3_column_bytes(st, 3);
+    if ((tb != SQLITE_INTEGER && tb != SQLITE_NULL) ||
+        sqlite3_column_type(st, 1) != SQLITE_INTEGER || prefix < 0 ||
+        (tm != SQLITE_BLOB && tm != SQLITE_NULL) || mlen % 8 ||
+        mlen / 8 > XCHG_RAW_MAX / 8 || (prefix && (!base || base == id))) {
+        unprep(c, st);
+        return NULL;
+    }
+    size_t own = mlen / 8;
+    uint64_t *h = xmalloc((own + 1) * sizeof(*h));
     const unsigned char *p = sqlite3_column_blob(st, 3);
-    uint64_t *h = xmalloc((prefix + own + 1) * sizeof(*h));
     for (size_t i = 0; i < own; i++)
-        h[prefix + i] = get_be64(p + 8 * i);
+        h[i] = get_be64(p + 8 * i);
     unprep(c, st);
     if (prefix) {
-        struct list_ent *b = base ? list_load(db, c, base, guard + 1) : NULL;
-        if (!b || b->n < prefix) {
+        struct list_ent *b = list_load(db, c, base, guard + 1);
+        if (!b || b->n < (size_t)prefix) {
             free(h);
             return NULL;
         }
-        memcpy(h, b->h, prefix * sizeof(*h));
+        uint64_t *all = xmalloc(((size_t)prefix + own + 1) * sizeof(*all));
+        memcpy(all, b->h, (size_t)prefix * sizeof(*all));
+        memcpy(all + prefix, h, own * sizeof(*all));
+        free(h);
+        h = all;
     }
-    return cache_put(c, id, depth, h, prefix + own);
+    return cache_put(c, id, depth, h, (size_t)prefix + own);
 }
 
 static size_t common_prefix(const uint64_t *a, size_t na, const uint64_t *b,
@@ -1235,9 +1302,11 @@ static const char INSERT_SQL[] =
     " req_params, req_tools, req_base, req_prefix, req_depth, req_msgs,"
     " req_raw, req_raw_len, req_raw_zip, req_malformed, status,"
     " resp_headers, resp_raw, resp_raw_len, resp_raw_zip, streamed, reply,"
-    " up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms, ending)"
+    " up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms, ending,"
+    " req_redacted)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
+    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
+    " ?29)";
 
 /* A stream's max gap as the reply column of a derived stream reply (see
  * read_row): milliseconds as a JSON number with six decimals, to the
@@ -1334,6 +1403,7 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_double(st, 26, x->down_ttfb_ms);
     sqlite3_bind_double(st, 27, x->down_total_ms);
     sqlite3_bind_int(st, 28, (int)x->end);
+    sqlite3_bind_int(st, 29, x->req_redacted);
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
                  : sql_fail(db, d, "cannot store an exchange");
@@ -1464,8 +1534,10 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
      * alone to the spill file; a batch of one needs none. */
     if (put_all(db, c, xs, n, rcs, rr, false, d)) {
         roll_back(db, c, xs, n, rr);
-        if (n == 1)
-            goto out; /* rcs[0] says why */
+        if (n == 1) { /* rcs[0] says why; nothing was committed */
+            rc = rcs[0];
+            goto out;
+        }
         if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
             rc = sql_fail(db, d, "cannot begin a transaction");
             goto fail_all;
@@ -1516,66 +1588,214 @@ int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d)
 
 /* ---- read ---- */
 
-static char *col_str(sqlite3_stmt *st, int i)
-{
-    const unsigned char *s = sqlite3_column_text(st, i);
-    return s ? xstrdup((const char *)s) : NULL;
-}
+/* Every column of every row is read as untrusted (a store can be damaged
+ * by a disk, a tool or a hand): each is checked for its type and range
+ * before it is used, and a row that fails a check is reported with the
+ * column and skipped (xchg_each_checked), never read on a guess. */
 
-static json_t *col_json(sqlite3_stmt *st, int i)
+/* Whether s[0..n) is UTF-8 without NUL bytes (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF). */
+static bool text_ok(const unsigned char *s, size_t n)
 {
-    const unsigned char *s = sqlite3_column_text(st, i);
-    return s ? json_loads((const char *)s, JSON_DECODE_ANY | JSON_ALLOW_NUL,
-                          NULL)
-             : NULL;
-}
-
-static char *col_packed(sqlite3_stmt *st, int i, size_t *len)
-{
-    if (sqlite3_column_type(st, i) == SQLITE_NULL) {
-        *len = 0;
-        return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t k;
+        uint32_t cp;
+        if (c && c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            k = 1, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            k = 2, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            k = 3, cp = c & 0x07;
+        else
+            return false;
+        if (n - i <= k)
+            return false;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + j] & 0x3f);
+        }
+        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
+            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        i += k + 1;
     }
-    *len = (size_t)sqlite3_column_int64(st, i + 1);
-    return unpack(sqlite3_column_blob(st, i),
-                  (size_t)sqlite3_column_bytes(st, i), *len,
-                  sqlite3_column_int(st, i + 2));
+    return true;
+}
+
+/* The row being read and, once a check fails, what failed. */
+struct rowck {
+    sqlite3_stmt *st;
+    struct xchg_bad *bad;
+};
+
+static int col_bad(struct rowck *r, const char *column, const char *why)
+{
+    r->bad->column = column;
+    r->bad->why = why;
+    return -1;
+}
+
+/* A text column: a fresh copy in *out (NULL for SQL NULL when !required). */
+static int col_text(struct rowck *r, int i, const char *name, bool required,
+                    char **out)
+{
+    int t = sqlite3_column_type(r->st, i);
+    *out = NULL;
+    if (t == SQLITE_NULL && !required)
+        return 0;
+    if (t != SQLITE_TEXT)
+        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not text");
+    const unsigned char *s = sqlite3_column_text(r->st, i);
+    size_t n = (size_t)sqlite3_column_bytes(r->st, i);
+    if (!s || !text_ok(s, n))
+        return col_bad(r, name, "not UTF-8 text");
+    *out = xstrndup((const char *)s, n);
+    return 0;
+}
+
+/* An integer column within [lo, hi] (SQL NULL: 0 when null_ok). */
+static int col_int(struct rowck *r, int i, const char *name, int64_t lo,
+                   int64_t hi, bool null_ok, int64_t *out)
+{
+    int t = sqlite3_column_type(r->st, i);
+    *out = 0;
+    if (t == SQLITE_NULL && null_ok)
+        return 0;
+    if (t != SQLITE_INTEGER)
+        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not an integer");
+    *out = sqlite3_column_int64(r->st, i);
+    if (*out < lo || *out > hi)
+        return col_bad(r, name, "out of range");
+    return 0;
+}
+
+/* A number column (SQL NULL: 0 when null_ok). */
+static int col_num(struct rowck *r, int i, const char *name, bool null_ok,
+                   double *out)
+{
+    int t = sqlite3_column_type(r->st, i);
+    *out = 0;
+    if (t == SQLITE_NULL && null_ok)
+        return 0;
+    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT)
+        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not a number");
+    *out = sqlite3_column_double(r->st, i);
+    return 0;
+}
+
+/* A JSON object column (SQL NULL: none). */
+static int col_object(struct rowck *r, int i, const char *name, json_t **out)
+{
+    char *s = NULL;
+    *out = NULL;
+    if (col_text(r, i, name, false, &s))
+        return -1;
+    if (!s)
+        return 0;
+    *out = json_loads(s, JSON_ALLOW_NUL, NULL);
+    free(s);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return col_bad(r, name, "not a JSON object");
+    }
+    return 0;
+}
+
+/* A packed value (columns i, i + 1, i + 2: bytes, raw length, coding):
+ * *out NULL and *len 0 for SQL NULL, else the decoded bytes. */
+static int col_packed(struct rowck *r, int i, const char *name, char **out,
+                      size_t *len)
+{
+    int t = sqlite3_column_type(r->st, i);
+    int64_t raw_len, zip;
+    *out = NULL;
+    *len = 0;
+    if (t == SQLITE_NULL)
+        return 0;
+    if (t != SQLITE_BLOB && t != SQLITE_TEXT)
+        return col_bad(r, name, "not bytes");
+    if (col_int(r, i + 1, name, 0, (int64_t)XCHG_RAW_MAX, false, &raw_len) ||
+        col_int(r, i + 2, name, ZIP_NONE, ZIP_LINES_DEFLATE, false, &zip))
+        return col_bad(r, name, "bad length or coding");
+    const void *z = sqlite3_column_blob(r->st, i);
+    *out = unpack(z, (size_t)sqlite3_column_bytes(r->st, i), (size_t)raw_len,
+                  (int)zip);
+    if (!*out)
+        return col_bad(r, name, "cannot be unpacked");
+    *len = (size_t)raw_len;
+    return 0;
+}
+
+/* The reply column (see read_row), with resp_raw already read. */
+static int col_reply(struct rowck *r, struct xchg *x)
+{
+    int t = sqlite3_column_type(r->st, 19);
+    if (t == SQLITE_NULL)
+        return 0;
+    if (t != SQLITE_TEXT)
+        return col_bad(r, "reply", "not text");
+    const char *s = (const char *)sqlite3_column_text(r->st, 19);
+    if (s && !s[0]) {
+        x->reply = x->resp_raw && !x->streamed
+                       ? reply_from_body(x->resp_raw, x->resp_raw_len)
+                       : NULL;
+        return 0;
+    }
+    if (s && x->streamed && s[0] >= '0' && s[0] <= '9') {
+        char *end;
+        double gap = strtod(s, &end);
+        if (*end)
+            return col_bad(r, "reply", "not a stream's gap");
+        x->reply = reply_from_stream(x->resp_raw ? x->resp_raw : "",
+                                     x->resp_raw_len, gap);
+        return 0;
+    }
+    return col_object(r, 19, "reply", &x->reply);
 }
 
 /* Rebuilds the chat request body of row st (columns as in SELECT_SQL).
  * The body object is x's own; its messages and tools are shared with the
  * cache (xchg_each: read-only). */
-static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
-                        struct xchg *x, struct diag *d)
+static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
+                        struct xchg *x)
 {
-    json_t *params = blob_get(db, c, sqlite3_column_int64(st, 6));
-    struct list_ent *e = list_load(db, c, x->id, 0);
-    if (!json_is_object(params) || !e)
-        return diag_set(d, EIO, "store: exchange %lld: request is corrupt",
-                        (long long)x->id);
-    json_t *body = json_copy(params);
-    if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
-        json_t *tools = blob_get(db, c, sqlite3_column_int64(st, 7));
-        if (!tools) {
-            json_decref(body);
-            return diag_set(d, EIO, "store: exchange %lld: tools missing",
-                            (long long)x->id);
-        }
-        json_object_set(body, "tools", tools);
-        x->req_tools_h = (uint64_t)sqlite3_column_int64(st, 7);
+    int64_t ph, th;
+    if (col_int(r, 6, "req_params", INT64_MIN, INT64_MAX, false, &ph) ||
+        col_int(r, 7, "req_tools", INT64_MIN, INT64_MAX, true, &th))
+        return -1;
+    json_t *params = blob_get(db, c, ph);
+    if (!json_is_object(params))
+        return col_bad(r, "req_params", "blob missing or not an object");
+    json_t *tools = NULL;
+    if (sqlite3_column_type(r->st, 7) != SQLITE_NULL) {
+        tools = blob_get(db, c, th);
+        if (!json_is_array(tools))
+            return col_bad(r, "req_tools", "blob missing or not an array");
     }
+    struct list_ent *e = list_load(db, c, x->id, 0);
+    if (!e)
+        return col_bad(r, "req_msgs", "message list unreadable");
     json_t *msgs = json_array();
     for (size_t i = 0; i < e->n; i++) {
         json_t *m = blob_get(db, c, (int64_t)e->h[i]);
-        if (!m) {
+        if (!json_is_object(m)) {
             json_decref(msgs);
-            json_decref(body);
-            return diag_set(d, EIO,
-                            "store: exchange %lld: message %zu"
-                            " missing",
-                            (long long)x->id, i);
+            return col_bad(r, "req_msgs",
+                           "a message blob missing or not an object");
         }
         json_array_append(msgs, m);
+    }
+    json_t *body = json_copy(params);
+    if (tools) {
+        json_object_set(body, "tools", tools);
+        x->req_tools_h = (uint64_t)th;
     }
     json_object_set_new(body, "messages", msgs);
     x->req_body = body;
@@ -1585,46 +1805,53 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
     return 0;
 }
 
-static int read_row(sqlite3 *db, struct xchg_cache *c, sqlite3_stmt *st,
-                    struct xchg *x, struct diag *d)
+/* Reads row st into x: 0, or -1 with r->bad naming the column that failed
+ * (x then holds what was read so far; the caller releases it). */
+static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
+                    struct xchg *x)
 {
+    sqlite3_stmt *st = r->st;
+    int64_t v;
     x->id = sqlite3_column_int64(st, 0);
-    x->session = col_str(st, 1);
-    x->kind = col_str(st, 2);
-    x->started = sqlite3_column_double(st, 3);
-    x->method = col_str(st, 4);
-    x->path = col_str(st, 5);
-    x->req_headers = col_json(st, 8);
-    x->req_malformed = sqlite3_column_int(st, 12);
-    x->status = sqlite3_column_int(st, 13);
-    x->resp_headers = col_json(st, 14);
-    x->resp_raw = col_packed(st, 15, &x->resp_raw_len);
-    x->streamed = sqlite3_column_int(st, 18);
+    r->bad->id = x->id;
+    if (col_text(r, 1, "session", true, &x->session) ||
+        col_text(r, 2, "kind", true, &x->kind) ||
+        col_num(r, 3, "started", false, &x->started) ||
+        col_text(r, 4, "method", true, &x->method) ||
+        col_text(r, 5, "path", true, &x->path) ||
+        col_object(r, 8, "req_headers", &x->req_headers))
+        return -1;
+    r->bad->session = x->session;
+    if (col_int(r, 12, "req_malformed", 0, 1, false, &v))
+        return -1;
+    x->req_malformed = v;
+    if (col_int(r, 13, "status", 0, 999, false, &v))
+        return -1;
+    x->status = (int)v;
+    if (col_object(r, 14, "resp_headers", &x->resp_headers) ||
+        col_packed(r, 15, "resp_raw", &x->resp_raw, &x->resp_raw_len) ||
+        col_int(r, 18, "streamed", 0, 1, false, &v))
+        return -1;
+    x->streamed = v;
     /* A reply column that is empty, or a number for a stream (never
      * written by older builds, whose column is an object or NULL), says
      * the reply is the one the stored body or stream gives: derived here,
      * with the function the recorder would have used; the number is the
      * stream's max gap (gap_text) */
-    const char *rtext = sqlite3_column_type(st, 19) == SQLITE_TEXT
-                            ? (const char *)sqlite3_column_text(st, 19)
-                            : NULL;
-    if (rtext && !rtext[0])
-        x->reply = x->resp_raw && !x->streamed
-                       ? reply_from_body(x->resp_raw, x->resp_raw_len)
-                       : NULL;
-    else if (rtext && x->streamed && rtext[0] >= '0' && rtext[0] <= '9')
-        x->reply = reply_from_stream(x->resp_raw ? x->resp_raw : "",
-                                     x->resp_raw_len, strtod(rtext, NULL));
-    else
-        x->reply = col_json(st, 19);
-    x->up_ttfb_ms = sqlite3_column_double(st, 20);
-    x->up_total_ms = sqlite3_column_double(st, 21);
-    x->down_ttfb_ms = sqlite3_column_double(st, 22);
-    x->down_total_ms = sqlite3_column_double(st, 23);
-    x->end = (enum xchg_end)sqlite3_column_int(st, 24);
+    if (col_reply(r, x) || col_num(r, 20, "up_ttfb_ms", true, &x->up_ttfb_ms) ||
+        col_num(r, 21, "up_total_ms", true, &x->up_total_ms) ||
+        col_num(r, 22, "down_ttfb_ms", true, &x->down_ttfb_ms) ||
+        col_num(r, 23, "down_total_ms", true, &x->down_total_ms) ||
+        col_int(r, 24, "ending", XCHG_COMPLETE, XCHG_TIMEOUT, false, &v))
+        return -1;
+    x->end = (enum xchg_end)v;
+    if (col_int(r, 25, "req_redacted", 0, 1, true, &v))
+        return -1;
+    x->req_redacted = v;
     if (sqlite3_column_type(st, 6) != SQLITE_NULL)
-        return rebuild_body(db, c, st, x, d);
-    x->req_raw = col_packed(st, 9, &x->req_raw_len);
+        return rebuild_body(db, c, r, x);
+    if (col_packed(r, 9, "req_raw", &x->req_raw, &x->req_raw_len))
+        return -1;
     if (x->req_raw && !x->req_malformed)
         x->req_body = json_loadb(x->req_raw, x->req_raw_len,
                                  JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
@@ -1636,15 +1863,24 @@ static const char SELECT_SQL[] =
     " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
     " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
     " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
-    " down_total_ms, ending FROM xchg";
+    " down_total_ms, ending, req_redacted FROM xchg";
+/* the same for a store without req_redacted that could not be given it */
+static const char SELECT_SQL_OLD[] =
+    "SELECT id, session, kind, started, method, path, req_params,"
+    " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
+    " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
+    " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
+    " down_total_ms, ending, 0 FROM xchg";
 
-int xchg_each(sqlite3 *db, const char *session,
-              int (*fn)(const struct xchg *x, void *ud), void *ud,
-              struct diag *d)
+int xchg_each_checked(sqlite3 *db, const char *session,
+                      int (*fn)(const struct xchg *x, void *ud),
+                      void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
+                      struct diag *d)
 {
     sqlite3_stmt *st = NULL;
-    char *sql = xasprintf("%s%s ORDER BY id", SELECT_SQL,
-                          session ? " WHERE session=?" : "");
+    const char *sel = has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
+    char *sql =
+        xasprintf("%s%s ORDER BY id", sel, session ? " WHERE session=?" : "");
     int rc = 0;
 
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
@@ -1665,10 +1901,15 @@ int xchg_each(sqlite3 *db, const char *session,
             break;
         }
         struct xchg x;
+        struct xchg_bad b = {0};
+        struct rowck r = {st, &b};
         xchg_init(&x);
-        rc = read_row(db, c, st, &x, d);
-        if (!rc)
+        if (read_row(db, c, &r, &x)) {
+            if (bad)
+                bad(&b, ud);
+        } else {
             rc = fn(&x, ud);
+        }
         xchg_release(&x);
         if (rc)
             break;
@@ -1676,6 +1917,13 @@ int xchg_each(sqlite3 *db, const char *session,
     xchg_cache_free(c);
     sqlite3_finalize(st);
     return rc;
+}
+
+int xchg_each(sqlite3 *db, const char *session,
+              int (*fn)(const struct xchg *x, void *ud), void *ud,
+              struct diag *d)
+{
+    return xchg_each_checked(db, session, fn, NULL, ud, d);
 }
 
 static int sum_query(sqlite3 *db, const char *sql, int64_t *out, struct diag *d)

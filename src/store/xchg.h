@@ -48,6 +48,9 @@ struct xchg {
     char *req_raw;    /* raw body when it was not a JSON object */
     size_t req_raw_len;
     bool req_malformed; /* body was not valid JSON */
+    /* secret values in the body were hidden before it was kept
+     * (record/redact.h); the stored body is the redacted one */
+    bool req_redacted;
     /* The bytes req_body was read from when store/jscan.h read them
      * (jscan_doc accepted them; borrowed, not freed by xchg_release; may be
      * NULL): the store reuses a message's hash when the same bytes came
@@ -120,11 +123,35 @@ int xchg_schema(sqlite3 *db, struct diag *d);
 /* Stores x in one transaction (sets x->id). Header redaction is the
  * caller's job and has happened before this call. */
 int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d);
+/* A row xchg_each_checked could not decode: the exchange's id, its
+ * session when that column was readable (else NULL; valid during the
+ * call), the first column that failed its check ("resp_raw", "req_msgs",
+ * ...: the xchg table's names; a message, tools or parameter blob is
+ * named by the request column that refers to it) and why (a short phrase
+ * such as "cannot be unpacked"). Strings are static but session. */
+struct xchg_bad {
+    int64_t id;
+    const char *session;
+    const char *column;
+    const char *why;
+};
+
 /* Calls fn for each exchange in id order (session NULL: all sessions);
  * x is valid only during the call and read-only: the messages and tools of
  * its req_body are shared with the other exchanges of the walk (each
  * distinct message is read and parsed once). fn returning non-zero stops the
- * walk and that value is returned. */
+ * walk and that value is returned.
+ *
+ * Every column of every row is untrusted: its type, range and encoding are
+ * checked before use, a packed value's length against its bytes before
+ * anything is allocated. A row that fails is skipped and passed to bad
+ * (may be NULL: skipped silently), and the walk goes on; only an SQLite
+ * error (the file itself unreadable) stops it, with d set. */
+int xchg_each_checked(sqlite3 *db, const char *session,
+                      int (*fn)(const struct xchg *x, void *ud),
+                      void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
+                      struct diag *d);
+/* xchg_each_checked without a bad callback. */
 int xchg_each(sqlite3 *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d);

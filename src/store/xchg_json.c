@@ -126,6 +126,8 @@ json_t *xchg_to_json(const struct xchg *x)
     set_json(o, "req_body", x->req_body);
     set_bytes(o, "req_raw", x->req_raw, x->req_raw_len);
     json_object_set_new(o, "req_malformed", json_boolean(x->req_malformed));
+    if (x->req_redacted)
+        json_object_set_new(o, "req_redacted", json_true());
     json_object_set_new(o, "status", json_integer(x->status));
     set_headers(o, "resp_headers", x->resp_headers, &x->resp_hl);
     set_bytes(o, "resp_raw", x->resp_raw, x->resp_raw_len);
@@ -209,6 +211,7 @@ int xchg_from_json(const json_t *j, struct xchg *x, struct diag *d)
     x->req_headers = get_json(j, "req_headers");
     x->req_body = get_json(j, "req_body");
     x->req_malformed = json_is_true(json_object_get(j, "req_malformed"));
+    x->req_redacted = json_is_true(json_object_get(j, "req_redacted"));
     x->status = (int)json_integer_value(json_object_get(j, "status"));
     x->resp_headers = get_json(j, "resp_headers");
     x->streamed = json_is_true(json_object_get(j, "streamed"));

@@ -27,6 +27,7 @@
 #include "store/store.h"
 #include "util/proc.h"
 #include "util/rec.h"
+#include "util/upstream.h"
 
 static char dir[64];
 
@@ -280,6 +281,51 @@ static void test_overflow_middle_gives_truncation_findings(void **state)
 
 /* opencode's last request before auto-compaction, its summary request and
  * the request after it, sent through record with opencode's own headers. */
+/* A stream the upstream cuts after N bytes: audit's finding says N (the
+ * audit copy of an exchange once zeroed the length of every 2xx body, so
+ * each stream finding said "after 0 bytes"). */
+static void test_cut_stream_finding_says_bytes(void **state)
+{
+    (void)state;
+    struct upstream *up = upstream_start();
+    assert_non_null(up);
+    struct proc rec;
+    char *db = xasprintf("%s/cut.db", dir);
+    if (rec_start_record(&rec, upstream_url(up), db, NULL)) {
+        upstream_stop(up);
+        fail_msg("fidelity record did not start");
+    }
+    char *url = xasprintf("%s/reset", proc_url(&rec));
+    static const char body[] = "{\"model\":\"m\",\"stream\":true,\"messages\":"
+                               "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    struct rec_resp r;
+    rec_resp_init(&r);
+    rec_fetch(url, body, strlen(body), NULL, 0, &r);
+    size_t n;
+    char *sent = upstream_body("/reset", &n);
+    size_t got = r.body.len;
+    rec_resp_release(&r);
+    free(sent);
+    free(url);
+    proc_stop(&rec);
+    upstream_stop(up);
+    assert_true(n > 0);
+    assert_int_equal(got, n); /* the client had those N bytes */
+    json_t *rep = audit_json(db, NULL, 1);
+    json_t *f = finding(rep, "stream.incomplete");
+    assert_non_null(f);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(f, "evidence"), "bytes")),
+                     (json_int_t)n);
+    char *want = xasprintf("after %zu bytes", n);
+    const char *summary = json_string_value(json_object_get(f, "summary"));
+    if (!strstr(summary, want))
+        fail_msg("summary '%s' does not say '%s'", summary, want);
+    free(want);
+    json_decref(rep);
+    free(db);
+}
+
 static void test_opencode_compaction_through_record(void **state)
 {
     (void)state;
@@ -342,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_keep_last_turns_gives_first_message_finding),
         cmocka_unit_test(test_overflow_middle_gives_truncation_findings),
         cmocka_unit_test(test_opencode_compaction_through_record),
+        cmocka_unit_test(test_cut_stream_finding_says_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -274,6 +274,305 @@ static void test_crafted_window_is_rewrite(void **state)
     free_xs(xs, 2);
 }
 
+/* A crafted conversation: request k (id k+1) is request k-1's messages,
+ * the assistant message echoing its reply (with the streamed reasoning when
+ * echo_reasoning), then the user message users[k]. replies[k] and
+ * reasoning[k] are what request k streamed. */
+static void conversation(struct xchg *xs, size_t n, const char *const *users,
+                         const char *const *replies,
+                         const char *const *reasoning, bool echo_reasoning)
+{
+    json_t *msgs = json_pack("[o]", xb_msg("system", "You help."));
+    for (size_t k = 0; k < n; k++) {
+        if (k) {
+            json_t *a = xb_echo(&xs[k - 1]);
+            if (echo_reasoning && reasoning && reasoning[k - 1])
+                json_object_set_new(a, "reasoning_content",
+                                    json_string(reasoning[k - 1]));
+            json_array_append_new(msgs, a);
+        }
+        json_array_append_new(msgs, xb_msg("user", users[k]));
+        json_t *body = xb_body("m", json_deep_copy(msgs));
+        json_object_set_new(body, "tools",
+                            json_pack("[{s:s}]", "type", "function"));
+        xb_init(&xs[k], (long long)k + 1, "ses_c", body);
+        xb_reply(&xs[k], replies[k], reasoning ? reasoning[k] : NULL, NULL,
+                 100 + 10 * (long)k, 5, "stop");
+    }
+    json_decref(msgs);
+}
+
+static size_t warn_or_error(const struct audit_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].sev >= AUDIT_WARN)
+            print_message("unexpected: %s %s\n", l->v[i].rule, l->v[i].summary);
+    return audit_list_count(l, AUDIT_WARN);
+}
+
+/* Agents often answer "Done." several times: each echo is compared with
+ * the reply of the request it follows, never with an earlier "Done." whose
+ * reasoning was different. */
+static void test_equal_short_replies_link_by_structure(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    static const char *const users[N] = {"a", "b", "c", "d", "e"};
+    static const char *const replies[N] = {"Done.", "Done.", "Done.", "Done.",
+                                           "ok"};
+    static const char *const reasoning[N] = {"first thought", "second",
+                                             "third thought", "fourth", "x"};
+    struct xchg xs[N];
+    struct audit_list l;
+    struct audit_opts o;
+    conversation(xs, N, users, replies, reasoning, true);
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    run_audit(xs, N, &o, &l);
+    assert_int_equal(warn_or_error(&l), 0);
+    const struct audit_finding *f = find_rule(&l, "reasoning.sent");
+    assert_non_null(f);
+    /* four earlier turns, each judged once, where it first appears */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(f->evidence, "with_tools"), "equal")),
+                     4);
+    audit_list_release(&l);
+    /* requests 4 and 5 send request 3's reply back with request 2's
+     * reasoning: changed,
+     * and attributed to request 3, the one it follows */
+    for (int k = 3; k < 5; k++) {
+        json_t *m =
+            json_array_get(json_object_get(xs[k].req_body, "messages"), 6);
+        json_object_set_new(m, "reasoning_content", json_string("second"));
+    }
+    run_audit(xs, N, &o, &l);
+    f = find_rule(&l, "reasoning.policy");
+    assert_non_null(f);
+    assert_int_equal(f->request, 4);
+    json_t *t = json_array_get(json_object_get(f->evidence, "turns"), 0);
+    assert_string_equal(json_string_value(json_object_get(t, "state")),
+                        "changed");
+    assert_int_equal(json_integer_value(json_object_get(t, "from_request")), 3);
+    /* one finding per cause: request 5 repeats the turn as request 4 sent
+     * it and is not reported again */
+    assert_int_equal(count_prefix(&l, "reasoning.policy"), 1);
+    audit_list_release(&l);
+    free_xs(xs, N);
+}
+
+/* A request sent again after a 429 is a retry (info) naming the 429, not a
+ * rewrite; the conversation goes on from the retry's reply. */
+static void test_retry_after_429(void **state)
+{
+    (void)state;
+    static const char *const users[3] = {"hi", "and then?", "thanks"};
+    static const char *const replies[3] = {"Hello.", "Then this.", "Bye."};
+    struct xchg xs[4];
+    struct audit_list l;
+    conversation(&xs[1], 3, users, replies, NULL, false);
+    /* xs[0]: the first request, answered 429 with no reply */
+    xb_init(&xs[0], 1, "ses_c", json_deep_copy(xs[1].req_body));
+    xs[0].status = 429;
+    xs[0].streamed = false;
+    for (int k = 1; k < 4; k++)
+        xs[k].id = k + 1;
+    run_audit(xs, 4, NULL, &l);
+    assert_int_equal(warn_or_error(&l), 0);
+    const struct audit_finding *f = find_rule(&l, "history.retry");
+    assert_non_null(f);
+    assert_int_equal(f->sev, AUDIT_INFO);
+    assert_int_equal(f->request, 2);
+    assert_int_equal(ev_int(f, "prev_status"), 429);
+    assert_int_equal(ev_int(f, "prev_request"), 1);
+    assert_int_equal(count_prefix(&l, "history."), 1);
+    audit_list_release(&l);
+    /* the same one-shot request sent three times by a stateless client */
+    struct xchg one[3];
+    for (int k = 0; k < 3; k++) {
+        xb_init(&one[k], k + 1, "p:one",
+                xb_body("m", json_pack("[o]", xb_msg("user", "2+2?"))));
+        xb_reply(&one[k], "4", NULL, NULL, 10, 1, "stop");
+    }
+    run_audit(one, 3, NULL, &l);
+    assert_int_equal(warn_or_error(&l), 0);
+    assert_int_equal(count_prefix(&l, "history.retry"), 2);
+    audit_list_release(&l);
+    free_xs(one, 3);
+    free_xs(xs, 4);
+}
+
+/* The user interrupts a stream (the client leaves, the partial reply is
+ * dropped, two user messages follow each other): history.interrupted. A
+ * client that leaves right after [DONE] got everything: no finding. */
+static void test_interrupt_and_close_after_done(void **state)
+{
+    (void)state;
+    static const char *const users[3] = {"one", "two", "stop, do three"};
+    static const char *const replies[3] = {"One.", "Tw", "Three."};
+    struct xchg xs[3];
+    struct audit_list l;
+    conversation(xs, 3, users, replies, NULL, false);
+    /* request 3 goes on without request 2's partial reply */
+    json_t *msgs = json_object_get(xs[2].req_body, "messages");
+    json_array_remove(msgs, 4);
+    xs[1].end = XCHG_CLIENT_GONE;
+    json_object_set_new(xs[1].reply, "done", json_false());
+    json_object_del(xs[1].reply, "finish_reason");
+    json_object_del(xs[1].reply, "usage");
+    /* request 1's client closed right after [DONE] */
+    xs[0].end = XCHG_CLIENT_GONE;
+    run_audit(xs, 3, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "history.interrupted");
+    assert_non_null(f);
+    assert_int_equal(f->sev, AUDIT_INFO);
+    assert_int_equal(f->request, 3);
+    assert_int_equal(ev_int(f, "prev_request"), 2);
+    assert_null(find_rule(&l, "history.rewrite"));
+    /* request 1 is complete: no stream finding about it */
+    for (size_t i = 0; i < l.n; i++)
+        assert_false(!strncmp(l.v[i].rule, "stream.", 7) &&
+                     l.v[i].request == 1);
+    audit_list_release(&l);
+    free_xs(xs, 3);
+}
+
+/* A request that prunes a tool result and sends the reply back wrongly
+ * gets both findings. */
+static void test_prune_and_echo_both_reported(void **state)
+{
+    (void)state;
+    struct xchg xs[4];
+    struct audit_list l;
+    plain_chain(xs);
+    json_t *msgs = json_object_get(xs[3].req_body, "messages");
+    json_object_set_new(json_array_get(msgs, 5), "content",
+                        json_string("[pruned]"));
+    json_object_set_new(json_array_get(msgs, 6), "content",
+                        json_string("Something else."));
+    run_audit(xs, 4, NULL, &l);
+    const struct audit_finding *p = find_rule(&l, "history.prune");
+    const struct audit_finding *e = find_rule(&l, "history.echo");
+    assert_non_null(p);
+    assert_non_null(e);
+    assert_int_equal(p->request, 4);
+    assert_int_equal(e->request, 4);
+    assert_int_equal(ev_int(e, "index"), 6);
+    audit_list_release(&l);
+    free_xs(xs, 4);
+}
+
+#define ASK_SUMMARY                                                            \
+    "Please provide a concise summary of our conversation so far"
+#define LOST                                                                   \
+    "I don't see any earlier message; this looks like the start of our "       \
+    "conversation."
+
+/* Continue's /compact, twice: the whole history plus a request to
+ * summarise, with tools; its reply heads the next request between system
+ * messages. The second summary lost the history. */
+static void test_compaction_every_time_and_lost(void **state)
+{
+    (void)state;
+    struct xchg xs[7];
+    struct audit_list l;
+    json_t *tools = json_pack("[{s:s}]", "type", "function");
+    json_t *m = json_pack("[o, o]", xb_msg("system", "You are an agent."),
+                          xb_msg("user", "The code is 4812."));
+    const char *replies[7] = {
+        "Noted.",     "Ok.",   "Summary: the codes are 4812 and 5523.",
+        "Next done.", "Fine.", LOST,
+        LOST};
+    for (int k = 0; k < 7; k++) {
+        if (k == 1)
+            json_array_append_new(m, xb_msg("user", "Also 5523."));
+        if (k == 2 || k == 5)
+            json_array_append_new(m, xb_msg("user", ASK_SUMMARY));
+        if (k == 3 || k == 6) {
+            json_decref(m);
+            m = json_pack(
+                "[o, o, o, o]", xb_msg("system", "You are an agent."),
+                xb_msg("assistant", replies[k - 1]),
+                xb_msg("system", "Chat history compacted successfully."),
+                xb_msg("user", k == 3 ? "next" : "What was the code?"));
+        }
+        if (k == 4)
+            json_array_append_new(m, xb_msg("user", "and then?"));
+        json_t *body = xb_body("m", json_deep_copy(m));
+        json_object_set(body, "tools", tools);
+        xb_init(&xs[k], k + 1, "ses_k", body);
+        xb_reply(&xs[k], replies[k], NULL, NULL, 100 + k, 5, "stop");
+        if (k != 2 && k != 5)
+            json_array_append_new(m, xb_echo(&xs[k]));
+        else
+            json_array_remove(m, json_array_size(m) - 1);
+    }
+    json_decref(m);
+    json_decref(tools);
+    run_audit(xs, 7, NULL, &l);
+    assert_int_equal(count_prefix(&l, "history.compaction"), 3);
+    size_t comp = 0;
+    for (size_t i = 0; i < l.n; i++)
+        comp += !strcmp(l.v[i].rule, "history.compaction");
+    assert_int_equal(comp, 2);
+    assert_null(find_rule(&l, "history.rewrite"));
+    const struct audit_finding *f = find_rule(&l, "history.compaction_lost");
+    assert_non_null(f);
+    assert_int_equal(f->sev, AUDIT_ERROR);
+    assert_int_equal(f->request, 7);
+    assert_int_equal(ev_int(f, "summary_request"), 6);
+    assert_true(
+        json_is_true(json_object_get(f->evidence, "first_message_claim")));
+    /* the reply after it points at it and blames the harness */
+    f = find_rule(&l, "first_message.claim");
+    assert_non_null(f);
+    assert_int_equal(f->request, 7);
+    assert_int_equal(ev_int(f, "compaction_lost_request"), 6);
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "blame")), "harness");
+    assert_int_equal(count_prefix(&l, "first_message"), 1);
+    audit_list_release(&l);
+    free_xs(xs, 7);
+}
+
+/* Continue's title request: one user message asking for a title, a small
+ * max_tokens, no system prompt and no tools: a title request by structure,
+ * not a main one (no sampling.expect, no turn of its own). */
+static void test_title_by_structure(void **state)
+{
+    (void)state;
+    struct xchg xs[2];
+    struct audit_list l;
+    xb_init(&xs[0], 1, "ses_t",
+            xb_body("m", json_pack("[o, o]", xb_msg("system", "Agent."),
+                                   xb_msg("user", "hello"))));
+    xb_reply(&xs[0], "Hi.", NULL, NULL, 10, 1, "stop");
+    json_t *b = xb_body(
+        "m", json_pack("[o]", xb_msg("user", "Given this message: hello, "
+                                             "please reply with a title for "
+                                             "the chat")));
+    json_object_set_new(b, "max_tokens", json_integer(16));
+    xb_init(&xs[1], 2, "ses_t", b);
+    xb_reply(&xs[1], "Greeting", NULL, NULL, 10, 1, "stop");
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.expect = json_pack("{s:f}", "temperature", 0.6);
+    run_audit(xs, 2, &o, &l);
+    const struct audit_finding *f = find_rule(&l, "sampling.expect");
+    assert_non_null(f);
+    /* only the main request is checked */
+    assert_int_equal(ev_int(f, "requests"), 1);
+    size_t titles = 0;
+    for (size_t i = 0; i < l.n; i++)
+        if (!strcmp(l.v[i].rule, "sampling.sent"))
+            titles += !strcmp(
+                json_string_value(json_object_get(l.v[i].evidence, "kind")),
+                "title");
+    assert_int_equal(titles, 1);
+    audit_list_release(&l);
+    json_decref(o.expect);
+    free_xs(xs, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +583,12 @@ int main(void)
         cmocka_unit_test(test_compaction_found_in_captures),
         cmocka_unit_test(test_title_request_classified),
         cmocka_unit_test(test_crafted_window_is_rewrite),
+        cmocka_unit_test(test_equal_short_replies_link_by_structure),
+        cmocka_unit_test(test_retry_after_429),
+        cmocka_unit_test(test_interrupt_and_close_after_done),
+        cmocka_unit_test(test_prune_and_echo_both_reported),
+        cmocka_unit_test(test_compaction_every_time_and_lost),
+        cmocka_unit_test(test_title_by_structure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,10 +117,11 @@ static void test_clean_session_has_no_findings(void **state)
                                         "temperature")) == 0.6);
     const struct audit_finding *r = find_rule(&l, "reasoning.sent");
     assert_non_null(r);
-    /* requests 2-4 carry 1 + 2 + 3 earlier turns, all equal, with tools */
+    /* requests 2-4 carry 1 + 2 + 3 earlier turns, all equal, with tools;
+     * each turn is judged where it first appears */
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(r->evidence, "with_tools"), "equal")),
-                     6);
+                     3);
     audit_list_release(&l);
     json_decref(o.expect);
     free_xs(xs, N);
@@ -303,11 +304,14 @@ static void reasoning_capture(struct xchg xs[2])
         json_decref(c);
     }
     fclose(f);
-    json_t *first =
-        json_pack("[o, o, o, o]", xb_msg("system", "s"),
-                  xb_msg("user", "\"write a tic tac toe game in python\""),
-                  xb_msg("assistant", "Here is a game."),
-                  xb_msg("user", "\"to a file\""));
+    /* the request before it: reason-06's first four messages, so that
+     * reason-06 extends it (audit links by structure, not by text) */
+    json_t *b6 = fixture_body("reason-06-reasoning-model-final-request.json");
+    json_t *first = json_array();
+    for (size_t i = 0; i < 4; i++)
+        json_array_append(first,
+                          json_array_get(json_object_get(b6, "messages"), i));
+    json_decref(b6);
     xb_init(&xs[0], 1, "ses_REDACTED", body(first));
     xb_reply(&xs[0], "", reasoning.data, calls, 2685, 242, "tool_calls");
     xb_init(&xs[1], 2, "ses_REDACTED",
@@ -654,6 +658,40 @@ static void test_findings_sorted_most_severe_first(void **state)
     free_xs(xs, N);
 }
 
+/* A title request whose reasoning used all 16 tokens: empty title,
+ * finish_reason "length"; the harness sent it twice more. One finding,
+ * naming max_tokens, the reasoning and the retries. */
+static void test_reasoning_used_the_budget(void **state)
+{
+    (void)state;
+    struct xchg xs[4];
+    struct audit_list l;
+    for (int k = 0; k < 3; k++) {
+        json_t *b = xb_body(
+            "m", json_pack("[o]", xb_msg("user", "Reply with a title for the "
+                                                 "chat: hello there")));
+        json_object_set_new(b, "max_tokens", json_integer(16));
+        xb_init(&xs[k], k + 1, "ses_t", b);
+        xs[k].kind = xstrdup("title");
+        xb_reply(&xs[k], "", "The user says hello, so a title", NULL, 20, 16,
+                 "length");
+    }
+    xb_init(&xs[3], 4, "ses_t",
+            xb_body("m", json_pack("[o]", xb_msg("user", "hello there"))));
+    xb_reply(&xs[3], "Hi!", "greet", NULL, 10, 2, "stop");
+    run_audit(xs, 4, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "reasoning.budget");
+    assert_non_null(f);
+    assert_int_equal(f->sev, AUDIT_WARN);
+    assert_int_equal(f->request, 1);
+    assert_int_equal(ev_int(f, "max_tokens"), 16);
+    assert_int_equal(ev_int(f, "retries"), 2);
+    assert_int_equal(ev_int(f, "reasoning_bytes"), 31);
+    assert_int_equal(count_prefix(&l, "reasoning.budget"), 1);
+    audit_list_release(&l);
+    free_xs(xs, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -669,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_degeneration),
         cmocka_unit_test(test_stream_integrity),
         cmocka_unit_test(test_findings_sorted_most_severe_first),
+        cmocka_unit_test(test_reasoning_used_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

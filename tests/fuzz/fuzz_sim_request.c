@@ -105,6 +105,7 @@ static void run(const struct sim_config *cfg, const char *method,
     sim_resp_init(&r);
     struct sim_req rq = {method, path, (const char *)body, len, 1};
     sim_handle(&s, &rq, &r);
+    sim_release(&s);
     CHECK(known_status(r.status), "%s %s: HTTP %d", method, path, r.status);
     if (r.stream)
         check_stream(&r);

@@ -6,18 +6,25 @@
  * for byte, and a sim behind it shows the rewrite reaching the model
  * (usage.prompt_tokens).
  */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "core/xalloc.h"
 #include "http/client.h"
 #include "util/gateway.h"
+#include "util/rec.h"
 #include "util/simtest.h"
 #include "util/upstream.h"
 
@@ -150,6 +157,57 @@ static void test_pass_through_changes_nothing(void **state)
     assert_int_equal(n.rewritten, 0);
     json_decref(sent);
     json_decref(got);
+    gateway_stop(g);
+}
+
+/* A request body sent chunked is rewritten and forwarded sized. */
+static void test_chunked_request_body(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.keep_last = 1};
+    struct gateway *g = gateway_start(upstream_url(up), &o);
+    json_t *body = chat(conversation(3, false));
+    char *text = json_dumps(body, JSON_COMPACT);
+    size_t n = strlen(text), half = n / 2;
+    struct buf req = BUF_INIT;
+    buf_printf(&req,
+               "POST /echo/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+               "Content-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n%zx;ext=1\r\n",
+               half);
+    buf_add(&req, text, half);
+    buf_printf(&req, "\r\n%zX\r\n", n - half);
+    buf_add(&req, text + half, n - half);
+    buf_adds(&req, "\r\n0\r\nX-Trailer: t\r\n\r\n");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_port = htons((uint16_t)gateway_port(g));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(write(fd, req.data, req.len), (ssize_t)req.len);
+    struct buf ans = BUF_INIT;
+    char tmp[4096];
+    ssize_t k;
+    while ((k = read(fd, tmp, sizeof(tmp))) > 0) /* the gateway closes */
+        buf_add(&ans, tmp, (size_t)k);
+    close(fd);
+    assert_non_null(strstr(buf_str(&ans), "HTTP/1.1 200"));
+    /* the echo: what the upstream received, sized, with one turn left */
+    const char *echo_head = strstr(buf_str(&ans), "\r\n\r\n") + 4;
+    const char *b = strstr(echo_head, "\r\n\r\n");
+    assert_non_null(b);
+    char head[1024];
+    snprintf(head, sizeof(head), "%.*s", (int)(b - echo_head), echo_head);
+    assert_non_null(strstr(head, "Content-Length: "));
+    assert_null(strcasestr(head, "chunked"));
+    json_t *j = json_loads(b + 4, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(n_msgs(j), 2);
+    json_decref(j);
+    buf_release(&ans);
+    buf_release(&req);
+    free(text);
+    json_decref(body);
     gateway_stop(g);
 }
 
@@ -435,12 +493,95 @@ static void test_sim_behind_gateway(void **state)
     gateway_stop(keep);
 }
 
+/* Sends a chat request (streamed or not) with a 4-turn history to url;
+ * returns the HTTP status. */
+static long post_chat(const char *url, bool stream)
+{
+    struct http_client *c = http_client_new();
+    char u[128];
+    snprintf(u, sizeof(u), "%s/v1/chat/completions", url);
+    json_t *body = chat(conversation(4, false));
+    if (stream)
+        json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    const char *h[] = {"Content-Type: application/json", NULL};
+    struct http_req req = {.method = "POST",
+                           .url = u,
+                           .body = text,
+                           .body_len = strlen(text),
+                           .headers = h,
+                           .timeout_ms = 10000};
+    struct http_resp r;
+    struct diag d;
+    http_resp_init(&r);
+    long status = http_do(c, &req, &r, &d) ? -1 : r.status;
+    if (stream && !strstr(buf_str(&r.body), "data: [DONE]"))
+        status = -2;
+    http_resp_release(&r);
+    free(text);
+    json_decref(body);
+    http_client_free(c);
+    return status;
+}
+
+/* The messages of each stored exchange's request. */
+static size_t stored_msgs(json_t *all, size_t i)
+{
+    json_t *b = json_object_get(json_array_get(all, i), "req_body");
+    return json_array_size(json_object_get(b, "messages"));
+}
+
+/* The two places the gateway takes beside `record`: between record and
+ * the server (record stores what the client sent) and between the client
+ * and record (record stores what the gateway made of it). */
+static void test_gateway_beside_record(void **state)
+{
+    struct simt *t = *state;
+    struct proc *sim = simt_start(t, NULL);
+    struct gateway_opts o = {.keep_last = 1};
+    char *dir = rec_tmpdir();
+    char *db_a = xasprintf("%s/a.db", dir), *db_b = xasprintf("%s/b.db", dir);
+    struct proc ra, rb;
+    long st[4];
+
+    /* client -> record -> gateway -> sim */
+    struct gateway *ga = gateway_start(proc_url(sim), &o);
+    assert_int_equal(rec_start_record(&ra, gateway_url(ga), db_a, NULL), 0);
+    st[0] = post_chat(proc_url(&ra), false);
+    st[1] = post_chat(proc_url(&ra), true);
+    proc_stop(&ra);
+    /* client -> gateway -> record -> sim */
+    assert_int_equal(rec_start_record(&rb, proc_url(sim), db_b, NULL), 0);
+    struct gateway *gb = gateway_start(proc_url(&rb), &o);
+    st[2] = post_chat(gateway_url(gb), false);
+    st[3] = post_chat(gateway_url(gb), true);
+    proc_stop(&rb);
+    gateway_stop(ga);
+    gateway_stop(gb);
+
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], 200);
+    json_t *a = rec_load(db_a), *b = rec_load(db_b);
+    assert_int_equal(json_array_size(a), 2);
+    assert_int_equal(json_array_size(b), 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(stored_msgs(a, i), 8); /* as the client sent it */
+        assert_int_equal(stored_msgs(b, i), 2); /* system + the last turn */
+    }
+    json_decref(a);
+    json_decref(b);
+    free(db_a);
+    free(db_b);
+    rec_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_pass_through_changes_nothing),
         T(test_stream_passes_byte_for_byte),
+        T(test_chunked_request_body),
         T(test_keep_last_turns_keeps_system),
         T(test_drop_oldest_turns),
         T(test_compact_once_and_every),
@@ -449,6 +590,8 @@ int main(void)
         T(test_tokenize_rewritten_only_when_asked),
         T(test_first_attempt_refused),
         cmocka_unit_test_setup_teardown(test_sim_behind_gateway, simt_setup,
+                                        sim_teardown),
+        cmocka_unit_test_setup_teardown(test_gateway_beside_record, simt_setup,
                                         sim_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -353,6 +353,19 @@ static void test_effective_length(void **state)
     assert_int_equal(probe_effective_nolima(L, r3, 5, &base), 8192);
     assert_true(base > 0.5999 && base < 0.6001);
     assert_int_equal(probe_effective_ruler(L, r3, 5, 0.856), 0);
+    /* 5% and 0% pass rates at every length: below the shortest length
+     * tested by both rules (NoLiMa's 85% of a 5% base is 4.25%, which every
+     * length reaches: not an effective length) */
+    double r5[] = {0.05, 0.05, 0.05, 0.05, 0.05}, r0[] = {0, 0, 0, 0, 0};
+    assert_int_equal(probe_effective_ruler(L, r5, 5, 0.856), 0);
+    assert_int_equal(probe_effective_nolima(L, r5, 5, &base), 0);
+    assert_true(base > 0.0499 && base < 0.0501);
+    assert_int_equal(probe_effective_ruler(L, r0, 5, 0.856), 0);
+    assert_int_equal(probe_effective_nolima(L, r0, 5, &base), 0);
+    /* a 5% rate that rises later does not make an effective length */
+    double r6[] = {0.05, 0.05, 0.05, 1, 1};
+    assert_int_equal(probe_effective_ruler(L, r6, 5, 0.856), 0);
+    assert_int_equal(probe_effective_nolima(L, r6, 5, &base), 0);
 }
 
 int main(void)

@@ -5,6 +5,7 @@
  * --json report and asserts the acceptance list of issue 4. Grids are
  * small (1k-32k tokens) to keep `make test` fast.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <pty.h>
@@ -234,8 +235,11 @@ static void test_forget_window_is_missed_with_tokens_intact(void **state)
     snprintf(url, sizeof(url), "%s", proc_url(&sim));
     run_probe(&r, url, "forget.db", "--lengths", "2k,4k,8k,16k", "--kinds",
               "needle,multi-needle,variables", NULL);
-    proc_stop(&sim);
-    assert_int_equal(r.code, 0);
+    /* exit 1: the pass rate is below the default --fail-under 90, and the
+     * summary line says that this rule decided */
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(buf_str(&r.out), "FAIL: the pass rate "));
+    assert_non_null(strstr(buf_str(&r.out), "is below --fail-under 90%"));
     size_t i, fails = 0;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -256,6 +260,14 @@ static void test_forget_window_is_missed_with_tokens_intact(void **state)
                               iget(c, "length") == 16384 &&
                               iget(c, "depth") == 0)
         assert_string_equal(sget(c, "outcome"), "missed");
+    run_release(&r);
+    /* --fail-under 0: the same results (from the store) pass */
+    run_probe(&r, url, "forget.db", "--lengths", "2k,4k,8k,16k", "--kinds",
+              "needle,multi-needle,variables", "--fail-under", "0", NULL);
+    proc_stop(&sim);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(buf_str(&r.out), "PASS: the pass rate "));
+    assert_non_null(strstr(buf_str(&r.out), "--fail-under 0: not a rule"));
     run_release(&r);
 }
 
@@ -280,6 +292,37 @@ static void test_reasoning_drop_fails_only_reasoning_field(void **state)
         fails += field;
     }
     assert_int_equal(fails, 4); /* 2 lengths x (with, without tools) */
+    /* the grid's conclusion in words: the field is dropped, with and
+     * without tools, while <think> inside content passes */
+    json_t *k = json_array_get(
+        json_object_get(json_object_get(r.j, "results"), "kinds"), 4);
+    assert_string_equal(sget(k, "kind"), "reasoning");
+    json_t *rf = json_object_get(k, "reasoning_fields");
+    json_t *field = json_object_get(rf, "reasoning_content");
+    json_t *inl = json_object_get(rf, "inline_think");
+    assert_string_equal(sget(field, "without_tools"), "dropped");
+    assert_string_equal(sget(field, "with_tools"), "dropped");
+    assert_string_equal(sget(inl, "without_tools"), "kept");
+    assert_string_equal(sget(inl, "with_tools"), "kept");
+    assert_non_null(strstr(buf_str(&r.out),
+                           "reasoning_content: dropped without tools, "
+                           "dropped with tools; <think> in content: kept "
+                           "without tools, kept with tools; so the path or "
+                           "template drops the reasoning_content field, with "
+                           "and without tools"));
+    run_release(&r);
+
+    /* DeepSeek V3.2's rule: kept only when tools are offered */
+    start_sim(&sim, "--reasoning-history", "keep-with-tools", NULL);
+    snprintf(url, sizeof(url), "%s", proc_url(&sim));
+    run_probe(&r, url, "kwt.db", "--lengths", "1k", "--kinds", "reasoning",
+              "--fail-under", "0", NULL);
+    proc_stop(&sim);
+    assert_non_null(strstr(buf_str(&r.out),
+                           "reasoning_content: dropped without tools, kept "
+                           "with tools"));
+    assert_non_null(strstr(buf_str(&r.out), "drops prior reasoning_content "
+                                            "unless the request offers tools"));
     run_release(&r);
 }
 
@@ -294,7 +337,7 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
     run_probe(&r, url, "keep.db", "--lengths", "16k", "--kinds", "canary",
               "--depths", "0,50,80,100", NULL);
     proc_stop(&sim);
-    assert_int_equal(r.code, 0);
+    assert_int_equal(r.code, 1);
     size_t i;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -302,14 +345,16 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
         /* 12 turns at 16k: only the last two before the question stay */
         long d = iget(c, "depth");
         assert_string_equal(sget(c, "outcome"),
-                            d >= 90 ? "pass" : "truncated-by-server");
+                            d >= 90 ? "pass" : "dropped-before-the-model");
+        if (d < 90) /* the shape: whole turns gone from the front */
+            assert_string_equal(sget(c, "drop"), "window");
     }
     const char *out = buf_str(&r.out);
     const char *map = strstr(out, "canary [user] (pass % by length x turn");
     assert_non_null(map);
-    assert_non_null(strstr(map, "16k    0T    0T    0T  100"));
+    assert_non_null(strstr(map, "16k    0D    0D    0D  100"));
     /* and the explanation says it is a window, not a token limit */
-    assert_non_null(strstr(out, "not a fixed limit"));
+    assert_non_null(strstr(out, "looks like a window by turns"));
     run_release(&r);
 }
 
@@ -340,10 +385,19 @@ static void test_baseline_comparison(void **state)
     assert_true(overall_p(&r, &sig) == 1.0);
     assert_false(sig);
     assert_non_null(strstr(buf_str(&r.out), "no significant difference"));
+    assert_non_null(strstr(buf_str(&r.out), "PASS: the pass rate 100.0% meets "
+                                            "--fail-under 90%; not "
+                                            "significantly worse"));
     run_release(&r);
 
+    /* --fail-under 0: the baseline alone decides, and it fails the run */
     run_probe(&r, uf, "cmp.db", "--baseline", ua, "--kinds", "needle,variables",
-              "--lengths", "2k,16k,32k", "--depths", "0,20,40,60,80,100", NULL);
+              "--lengths", "2k,16k,32k", "--depths", "0,20,40,60,80,100",
+              "--fail-under", "0", NULL);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(buf_str(&r.out),
+                           "FAIL: significantly worse than the baseline "
+                           "(McNemar p = "));
     double p = overall_p(&r, &sig);
     assert_true(sig);
     assert_true(p > 0 && p < 0.05);
@@ -356,6 +410,83 @@ static void test_baseline_comparison(void **state)
     proc_stop(&a);
     proc_stop(&b);
     proc_stop(&f);
+}
+
+static json_t *get_json(const struct proc *p, const char *path)
+{
+    struct http_client *c = http_client_new();
+    char url[128];
+    long status = 0;
+    json_t *j = NULL;
+    struct diag d;
+    snprintf(url, sizeof(url), "%s%s", proc_url(p), path);
+    int r = http_json(c, url, NULL, NULL, 5000, &status, &j, &d);
+    http_client_free(c);
+    assert_int_equal(r, 0);
+    assert_int_equal(status, 200);
+    return j;
+}
+
+/* A server restarted on the same port with a fault its info endpoints do
+ * not show: the canary tells it apart, the cases run again and find the
+ * fault, and the output says the stored results were for another
+ * server. */
+static void test_restarted_server_is_not_read_from_the_store(void **state)
+{
+    (void)state;
+    struct proc a, b;
+    struct run r;
+    const char *argv_a[] = {"sim", "--listen", "127.0.0.1:0", "--hide-faults",
+                            NULL};
+    assert_int_equal(proc_start(&a, argv_a), 0);
+    char url[64], listen[64];
+    snprintf(url, sizeof(url), "%s", proc_url(&a));
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", a.port);
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    json_t *info_a = get_json(&a, "/get_server_info");
+    json_t *cfg_a = get_json(&a, "/sim/config");
+    proc_stop(&a);
+    assert_int_equal(r.code, 0);
+    run_release(&r);
+
+    const char *argv_b[] = {"sim",           "--listen",        listen,
+                            "--hide-faults", "--context-limit", "8192",
+                            "--overflow",    "middle",          NULL};
+    assert_int_equal(proc_start(&b, argv_b), 0);
+    json_t *info_b = get_json(&b, "/get_server_info");
+    json_t *cfg_b = get_json(&b, "/sim/config");
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    /* the info endpoints cannot tell the two apart */
+    assert_true(json_equal(info_a, info_b));
+    assert_true(json_equal(cfg_a, cfg_b));
+    assert_null(json_object_get(cfg_b, "context_limit"));
+    assert_non_null(strstr(buf_str(&r.out), "stored results for the "
+                                            "endpoint"));
+    assert_non_null(strstr(buf_str(&r.out), "were for a different server"));
+    assert_int_equal(r.code, 1);
+    size_t i, truncated = 0;
+    json_t *c;
+    json_array_foreach(cases(&r, "results"), i, c)
+    {
+        assert_false(json_is_true(json_object_get(c, "cached")));
+        truncated += !strcmp(sget(c, "outcome"), "truncated-by-server");
+    }
+    assert_true(truncated >= 2);
+    run_release(&r);
+    /* the same server again: its own results are read back, no note */
+    run_probe(&r, url, "restart.db", "--kinds", "needle,variables", "--lengths",
+              "4k,16k", NULL);
+    proc_stop(&b);
+    assert_null(strstr(buf_str(&r.out), "different server"));
+    json_array_foreach(cases(&r, "results"), i, c)
+        assert_true(json_is_true(json_object_get(c, "cached")));
+    run_release(&r);
+    json_decref(info_a);
+    json_decref(info_b);
+    json_decref(cfg_a);
+    json_decref(cfg_b);
 }
 
 static void test_interrupt_then_resume_sends_nothing_twice(void **state)
@@ -399,15 +530,16 @@ static void test_interrupt_then_resume_sends_nothing_twice(void **state)
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 1); /* interrupted */
-    long first = sim_chat_count(&sim);
-    assert_true(first >= 3 && first < 10);
+    /* each run sends the canary twice before its cases */
+    long first = sim_chat_count(&sim) - 2;
+    assert_true(first >= 1 && first < 10);
 
     struct run r;
     run_probe(&r, url, "resume.db", "--kinds", "needle", "--lengths", "1k,2k",
               "--depths", "0,25,50,75,100", "-j", "1", NULL);
     assert_int_equal(r.code, 0);
     /* every case sent exactly once over the two runs */
-    assert_int_equal(sim_chat_count(&sim), 10);
+    assert_int_equal(sim_chat_count(&sim), 10 + 2 * 2);
     size_t i, cached = 0;
     json_t *c;
     json_array_foreach(cases(&r, "results"), i, c)
@@ -421,7 +553,7 @@ static void test_interrupt_then_resume_sends_nothing_twice(void **state)
     run_probe(&r, url, "resume.db", "--kinds", "needle", "--lengths", "1k",
               "--depths", "0", "--fresh", NULL);
     assert_int_equal(r.code, 0);
-    assert_int_equal(sim_chat_count(&sim), 11);
+    assert_int_equal(sim_chat_count(&sim), 11 + 3 * 2);
     run_release(&r);
     proc_stop(&sim);
 }
@@ -437,17 +569,12 @@ static void html_answer(void *ud, const char *method, const char *path,
 }
 
 /* Forwards everything to the sim at ud, except /tokenize: 404. */
-static void no_tokenize(void *ud, const char *method, const char *path,
-                        const char *body, size_t len, long *status,
-                        const char **ctype, struct buf *out)
+static void no_tokenize_forward(void *ud, const char *method, const char *path,
+                                const char *body, size_t len, long *status,
+                                const char **ctype, struct buf *out)
 {
     const struct proc *sim = ud;
     *ctype = "application/json";
-    if (!strcmp(path, "/tokenize")) {
-        *status = 404;
-        buf_adds(out, "{\"detail\":\"Not Found\"}");
-        return;
-    }
     char url[600];
     snprintf(url, sizeof(url), "%s%s", proc_url(sim), path);
     const char *h[] = {"Content-Type: application/json", NULL};
@@ -469,6 +596,82 @@ static void no_tokenize(void *ud, const char *method, const char *path,
     }
     http_client_free(c);
     http_resp_release(&resp);
+}
+
+static void no_tokenize(void *ud, const char *method, const char *path,
+                        const char *body, size_t len, long *status,
+                        const char **ctype, struct buf *out)
+{
+    if (!strcmp(path, "/tokenize")) {
+        *ctype = "application/json";
+        *status = 404;
+        buf_adds(out, "{\"detail\":\"Not Found\"}");
+        return;
+    }
+    no_tokenize_forward(ud, method, path, body, len, status, ctype, out);
+}
+
+/* Forwards to the sim, numbering each chat answer: a server that never
+ * answers the same request the same way. */
+static void numbered(void *ud, const char *method, const char *path,
+                     const char *body, size_t len, long *status,
+                     const char **ctype, struct buf *out)
+{
+    static int counter;
+    struct buf raw = BUF_INIT;
+    no_tokenize_forward(ud, method, path, body, len, status, ctype, &raw);
+    json_t *j = json_loadb(raw.data ? raw.data : "", raw.len, 0, NULL);
+    json_t *m = json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "message");
+    if (strcmp(path, "/v1/chat/completions") || !m) {
+        buf_add(out, raw.data ? raw.data : "", raw.len);
+    } else {
+        char *t = NULL;
+        if (asprintf(&t, "[%d] %s", ++counter,
+                     json_string_value(json_object_get(m, "content"))) > 0) {
+            json_object_set_new(m, "content", json_string(t));
+            free(t);
+        }
+        char *d = json_dumps(j, JSON_COMPACT);
+        buf_adds(out, d);
+        free(d);
+    }
+    json_decref(j);
+    buf_release(&raw);
+}
+
+static void test_nondeterministic_canary(void **state)
+{
+    (void)state;
+    struct proc sim;
+    struct run r;
+    int port;
+    start_sim(&sim, NULL);
+    struct fakesrv *fs = fakesrv_start(numbered, &sim, &port);
+    assert_non_null(fs);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    run_probe(&r, url, "nondet.db", "--kinds", "needle", "--lengths", "1k",
+              "-j", "1", NULL);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(buf_str(&r.out), "two ways: it is "
+                                            "nondeterministic, and is "
+                                            "fingerprinted by the canary's "
+                                            "prompt token count alone"));
+    run_release(&r);
+    /* without the answer in it, the fingerprint is stable: read back */
+    run_probe(&r, url, "nondeterministic.db", "--kinds", "needle", "--lengths",
+              "1k", "-j", "1", NULL);
+    run_release(&r);
+    run_probe(&r, url, "nondeterministic.db", "--kinds", "needle", "--lengths",
+              "1k", "-j", "1", NULL);
+    fakesrv_stop(fs);
+    proc_stop(&sim);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases(&r, "results"), i, c)
+        assert_true(json_is_true(json_object_get(c, "cached")));
+    run_release(&r);
 }
 
 static void test_bad_input(void **state)
@@ -696,6 +899,8 @@ int main(void)
         cmocka_unit_test(test_keep_last_turns_shows_in_canary_map),
         cmocka_unit_test(test_baseline_comparison),
         cmocka_unit_test(test_interrupt_then_resume_sends_nothing_twice),
+        cmocka_unit_test(test_restarted_server_is_not_read_from_the_store),
+        cmocka_unit_test(test_nondeterministic_canary),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_dry_run_sends_nothing),
         cmocka_unit_test(test_api_key_never_printed_or_stored),

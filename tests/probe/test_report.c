@@ -209,9 +209,139 @@ static void test_json_statistics(void **state)
     free(bres);
 }
 
+static void test_holm(void **state)
+{
+    (void)state;
+    /* sorted 0.01, 0.03, 0.04: 3 x 0.01, 2 x 0.03, max(1 x 0.04, 0.06) */
+    double p[] = {0.04, 0.01, 0.03}, adj[3];
+    probe_holm(p, 3, adj);
+    assert_true(fabs(adj[1] - 0.03) < 1e-12);
+    assert_true(fabs(adj[2] - 0.06) < 1e-12);
+    assert_true(fabs(adj[0] - 0.06) < 1e-12);
+    double q[] = {0.9, 0.5}, qa[2];
+    probe_holm(q, 2, qa);
+    assert_true(qa[0] == 1.0 && qa[1] == 1.0);
+}
+
+/* The exit rule: the pass rate against --fail-under, the endpoint against
+ * the baseline (McNemar over every paired case). */
+static void test_verdict(void **state)
+{
+    (void)state;
+    struct probe_spec *specs;
+    struct probe_result *res, *bres;
+    size_t n;
+    fixture(&specs, &n, &res, &bres);
+    struct probe_endpoint ep, base;
+    probe_endpoint_init(&ep, "http://127.0.0.1:8000");
+    probe_endpoint_init(&base, "http://127.0.0.1:8001");
+    struct probe_report_in in = {
+        .ep = &ep, .specs = specs, .res = res, .bres = bres, .n = n};
+    struct probe_verdict v;
+    /* 19 of 24 pass: 79.2% */
+    probe_verdict(&in, 90, &v);
+    assert_true(v.below);
+    assert_false(v.worse);
+    assert_non_null(strstr(v.line, "FAIL: the pass rate 79.2% is below "
+                                   "--fail-under 90%"));
+    probe_verdict(&in, 0, &v);
+    assert_false(v.below);
+    assert_non_null(strstr(v.line, "PASS"));
+    probe_verdict(&in, 75, &v);
+    assert_false(v.below);
+    /* with the baseline: 5 discordant pairs, p = 0.0625: not worse */
+    in.base = &base;
+    probe_verdict(&in, 0, &v);
+    assert_false(v.worse);
+    assert_non_null(strstr(v.line, "PASS: the pass rate 79.2% (--fail-under "
+                                   "0: not a rule); not significantly worse"));
+    /* 3 more cases fail on the endpoint only: 8 discordant, p = 0.0078 */
+    for (size_t i = 0, k = 0; i < n && k < 3; i++)
+        if (res[i].outcome == PROBE_PASS) {
+            res[i].outcome = PROBE_MISSED;
+            k++;
+        }
+    probe_verdict(&in, 0, &v);
+    assert_true(v.worse);
+    assert_false(v.below);
+    assert_non_null(strstr(v.line, "FAIL: significantly worse than the "
+                                   "baseline (McNemar p = 0.00781 over 24 "
+                                   "paired cases, 8 pass only on the "
+                                   "baseline, 0 only on the endpoint)"));
+    /* a case sized under 50% of its target is an error-level finding */
+    in.base = NULL;
+    res[3].expected = in.specs[3].target / 3;
+    probe_verdict(&in, 0, &v);
+    assert_int_equal(v.sizing, 1);
+    assert_non_null(strstr(v.line, "FAIL: the pass rate"));
+    assert_non_null(strstr(v.line, "sizing achieved under 50% of the target "
+                                   "in 1 cases"));
+    char *text = render(&in);
+    assert_non_null(strstr(text, "error: sizing achieved under 50% of the "
+                                 "target in 1 cases"));
+    free(text);
+    json_t *j = probe_report_json(&in);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "results"), "sizing_under_half")),
+                     1);
+    json_decref(j);
+    res[3].expected = in.specs[3].target;
+    in.base = &base;
+    /* better than the baseline is not a failure */
+    in.res = bres;
+    in.bres = res;
+    probe_verdict(&in, 0, &v);
+    assert_false(v.worse);
+    probe_endpoint_release(&ep);
+    probe_endpoint_release(&base);
+    free(specs);
+    free(res);
+    free(bres);
+}
+
+/* A kind passing 5% (and 0%) at every length: effective length 0 by both
+ * rules in the JSON, "<min" in the text. */
+static void test_low_pass_rate_effective_length(void **state)
+{
+    (void)state;
+    for (int pct = 5; pct >= 0; pct -= 5) {
+        struct probe_spec *specs;
+        struct probe_result *res, *bres;
+        size_t n;
+        fixture(&specs, &n, &res, &bres);
+        /* 24 cases: 6 per length; pass 5% overall: 1 of 24 at 5, else 0 */
+        for (size_t i = 0; i < n; i++)
+            res[i].outcome = PROBE_MISSED;
+        if (pct)
+            res[0].outcome = PROBE_PASS;
+        struct probe_endpoint ep;
+        probe_endpoint_init(&ep, "http://127.0.0.1:8000");
+        struct probe_report_in in = {
+            .ep = &ep, .specs = specs, .res = res, .n = n};
+        json_t *j = probe_report_json(&in);
+        json_t *k = json_array_get(
+            json_object_get(json_object_get(j, "results"), "kinds"), 0);
+        json_t *eff = json_object_get(k, "effective_length");
+        assert_int_equal(json_integer_value(json_object_get(eff, "ruler")), 0);
+        assert_int_equal(json_integer_value(json_object_get(eff, "nolima")), 0);
+        char *text = render(&in);
+        assert_non_null(strstr(text, "<min    <min"));
+        assert_non_null(strstr(text, "below the shortest length tested"));
+        free(text);
+        json_decref(j);
+        probe_endpoint_release(&ep);
+        free(specs);
+        free(res);
+        free(bres);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_holm),
+        cmocka_unit_test(test_verdict),
+        cmocka_unit_test(test_low_pass_rate_effective_length),
         cmocka_unit_test(test_text_report_matches_golden),
         cmocka_unit_test(test_text_report_plural_of_one),
         cmocka_unit_test(test_json_statistics),

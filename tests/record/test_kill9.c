@@ -23,6 +23,7 @@
 
 #include "core/xalloc.h"
 #include "record/record.h"
+#include "store/replay.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
@@ -152,9 +153,9 @@ static void test_kill9_under_load_loses_nothing(void **state)
     assert_true(ok);
     store_close(s);
     /* what the writer had not committed is in the intake log: every
-     * command that reads the store commits it first (record_replay) */
+     * command that reads the store commits it first (store_replay) */
     uint64_t replayed = 0;
-    assert_int_equal(record_replay(db, NULL, &replayed, &d), 0);
+    assert_int_equal(store_replay(db, NULL, &replayed, &d), 0);
     printf("%llu exchanges committed from the intake log\n",
            (unsigned long long)replayed);
     assert_int_equal(store_open(db, &s, &d), 0);

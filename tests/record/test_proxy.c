@@ -383,6 +383,118 @@ static void test_secrets_never_stored(void **state)
     json_decref(all);
 }
 
+/* Every file of the store directory (store, -wal, -shm, intake log,
+ * spill file) appended to b. */
+static void read_store_files(const struct recfx *f, struct buf *b)
+{
+    const char *const suffixes[] = {"", "-wal", "-shm", "-intake",
+                                    ".spill.jsonl"};
+    for (int i = 0; i < 5; i++) {
+        char *p = xasprintf("%s%s", f->db, suffixes[i]);
+        rec_read_file(p, b);
+        free(p);
+    }
+}
+
+static int fx_setup_redact_key(void **state)
+{
+    static const char *const extra[] = {"--redact-key", "X-Custom-Cred", NULL};
+    return fx_setup_with(state, extra, NULL);
+}
+
+/* Secrets sent inside a JSON body (each key name, top level, nested in
+ * objects and arrays, in a tool call's arguments, in a streamed request)
+ * reach the upstream as sent but none of the store's files; plain
+ * "token" and a tool schema's "password" property are kept. */
+static void test_body_secrets_never_stored(void **state)
+{
+    struct recfx *f = *state;
+    static const char *const names[] = {
+        "api_key",  "apiKey",        "api-key",      "password",
+        "secret",   "client_secret", "access_token", "refresh_token",
+        "id_token", "authorization", "PASSWORD",     "x-custom-cred"};
+    const size_t nn = sizeof(names) / sizeof(*names);
+    for (size_t i = 0; i <= nn; i++) {
+        const char *name = names[i % nn];
+        bool spilled = i == nn; /* the last one with the store locked */
+        char *body = xasprintf(
+            "{\"model\":\"m\",\"%s\":\"BODYSECRET-%zu-top\",\"stream\":%s,"
+            "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+            "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{"
+            "\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":"
+            "\"login\",\"arguments\":\"{\\\"%s\\\":\\\"BODYSECRET-%zu-arg\\\"}"
+            "\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":"
+            "\"ok\"}],\"extra\":{\"auth\":{\"%s\":\"BODYSECRET-%zu-nested\"},"
+            "\"list\":[{\"%s\":\"BODYSECRET-%zu-array\"}]},"
+            "\"token\":\"KEEP-TOKEN\",\"tools\":[{\"type\":\"function\","
+            "\"function\":{\"name\":\"login\",\"parameters\":{\"type\":"
+            "\"object\",\"properties\":{\"%s\":{\"type\":\"string\"}}}}}]}",
+            name, i, i % 2 ? "true" : "false", name, i, name, i, name, i, name);
+        sqlite3 *lock = NULL;
+        if (spilled) {
+            wait_rows(f->db, nn);
+            lock = lock_store(f->db);
+        }
+        struct rec_resp r;
+        char *u = url_of(f, i % 2 ? "/sse" : "/json");
+        rec_resp_init(&r);
+        assert_int_equal(rec_fetch(u, body, strlen(body), NULL, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        rec_resp_release(&r);
+        free(u);
+        /* the upstream got the body byte for byte */
+        size_t seen_len;
+        char *seen = upstream_last_request(f->up, &seen_len);
+        assert_true(seen_len >= strlen(body));
+        assert_memory_equal(seen + seen_len - strlen(body), body, strlen(body));
+        free(seen);
+        free(body);
+        if (lock) {
+            wait_spilled(f->spill, 1);
+            unlock_store(lock);
+        }
+    }
+    /* while record runs: the log, the WAL and its index hold bytes */
+    struct buf bytes = BUF_INIT;
+    read_store_files(f, &bytes);
+    assert_true(rec_contains(bytes.data, bytes.len, "[redacted]"));
+    assert_false(rec_contains(bytes.data, bytes.len, "BODYSECRET"));
+    buf_release(&bytes);
+    json_t *all = stop_and_load(f);
+    read_store_files(f, &bytes);
+    assert_true(bytes.len > 1000);
+    assert_false(rec_contains(bytes.data, bytes.len, "BODYSECRET"));
+    assert_true(rec_contains(bytes.data, bytes.len, "KEEP-TOKEN"));
+    buf_release(&bytes);
+    assert_int_equal(json_array_size(all), nn);
+    for (size_t i = 0; i < nn; i++) {
+        json_t *x = json_array_get(all, i);
+        json_t *b = json_object_get(x, "req_body");
+        assert_true(json_is_true(json_object_get(x, "req_redacted")));
+        /* the marker keeps the length: "BODYSECRET-N-top" */
+        char *secret = xasprintf("BODYSECRET-%zu-top", i);
+        char *want = xasprintf("[redacted]%.*s", (int)(strlen(secret) - 10),
+                               "**********");
+        free(secret);
+        assert_string_equal(json_string_value(json_object_get(b, names[i])),
+                            want);
+        free(want);
+        assert_string_equal(json_string_value(json_object_get(b, "token")),
+                            "KEEP-TOKEN");
+        json_t *props = json_object_get(
+            json_object_get(
+                json_object_get(
+                    json_object_get(
+                        json_array_get(json_object_get(b, "tools"), 0),
+                        "function"),
+                    "parameters"),
+                "properties"),
+            names[i]);
+        assert_true(json_is_object(props));
+    }
+    json_decref(all);
+}
+
 static void test_upstream_down_gives_502_json(void **state)
 {
     (void)state;
@@ -730,6 +842,8 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_secrets_never_stored, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_body_secrets_never_stored,
+                                        fx_setup_redact_key, fx_teardown),
         cmocka_unit_test(test_upstream_down_gives_502_json),
         cmocka_unit_test_setup_teardown(test_oversize_request_413,
                                         fx_setup_small_body, fx_teardown),

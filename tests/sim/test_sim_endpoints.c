@@ -393,6 +393,38 @@ static void test_sim_config_get_set_reset(void **state)
     json_decref(c);
 }
 
+/* --hide-faults: the info endpoints of a faulty sim read as a healthy
+ * one's, while the fault still acts. */
+static void test_hide_faults(void **state)
+{
+    struct simt *t = *state;
+    struct proc *h = simt_start(t, "--hide-faults", NULL);
+    struct proc *f = simt_start(t, "--hide-faults", "--context-limit", "64",
+                                "--overflow", "oldest", NULL);
+    long st = 0;
+    json_t *ch = simt_get(t, h, "/sim/config", &st);
+    json_t *cf = simt_get(t, f, "/sim/config", &st);
+    assert_true(json_equal(ch, cf));
+    assert_null(json_object_get(cf, "context_limit"));
+    assert_true(json_is_true(json_object_get(cf, "hide_faults")));
+    json_t *ih = simt_get(t, h, "/get_server_info", &st);
+    json_t *inf = simt_get(t, f, "/get_server_info", &st);
+    assert_true(json_equal(ih, inf));
+    assert_int_equal(
+        json_integer_value(json_object_get(inf, "max_total_num_tokens")),
+        json_integer_value(json_object_get(inf, "context_length")));
+    /* the fault still acts: a long prompt is cut to 64 tokens */
+    char *text = simt_filler(300, 1);
+    json_t *r = simt_ok(t, f, "/v1/chat/completions", simt_chat1(text));
+    assert_int_equal(simt_prompt_tokens(r), 64);
+    json_decref(r);
+    free(text);
+    json_decref(ch);
+    json_decref(cf);
+    json_decref(ih);
+    json_decref(inf);
+}
+
 static void test_sim_config_rejects_unknown_key(void **state)
 {
     struct simt *t = *state;
@@ -557,6 +589,7 @@ int main(void)
         T(test_generate_tgi_shape),
         T(test_tokenize_detokenize_shape),
         T(test_sim_config_get_set_reset),
+        T(test_hide_faults),
         T(test_sim_config_rejects_unknown_key),
         T(test_sim_stats_counts_requests),
         T(test_unknown_path_and_wrong_method),

@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "audit/audit.h"
+
 #include "core/xalloc.h"
 #include "util/simtest.h"
 
@@ -368,6 +370,33 @@ static void test_forget_after_at_run_time_and_reset(void **state)
     expect(ask_long(t, p, 3000, ASK_A, NULL), FACT_A, "after reset");
 }
 
+/* --lose-summary: a summary request is answered "no earlier message"
+ * although its transcript holds the fact; other requests are not. */
+static void test_lose_summary(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, "--lose-summary", NULL);
+    json_t *sum = simt_chat(json_pack(
+        "[o,o,o]", simt_msg("user", SAFE_FACT), simt_msg("assistant", "Noted."),
+        simt_msg("user", "Summarize our conversation so far.")));
+    char *a = simt_ask(t, p, sum);
+    assert_true(audit_is_first_message_claim(a));
+    free(a);
+    json_t *sys = simt_chat(json_pack(
+        "[o,o]", simt_msg("system", "You are a context summarization agent."),
+        simt_msg("user", "[User]: " SAFE_FACT)));
+    a = simt_ask(t, p, sys);
+    assert_true(audit_is_first_message_claim(a));
+    free(a);
+    a = simt_ask(t, p,
+                 simt_chat(json_pack("[o,o,o]", simt_msg("user", SAFE_FACT),
+                                     simt_msg("assistant", "Noted."),
+                                     simt_msg("user", "What is the PIN for "
+                                                      "the safe?"))));
+    assert_non_null(strstr(a, "1234"));
+    free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +414,7 @@ int main(void)
         T(test_forget_after),
         T(test_sparse_indexer_preset),
         T(test_forget_after_at_run_time_and_reset),
+        T(test_lose_summary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

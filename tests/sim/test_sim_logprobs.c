@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +195,50 @@ static void test_greedy_completion_is_argmax(void **state)
     json_decref(r);
 }
 
+/* vLLM's return_tokens_as_token_ids: tokens and top-logprob keys are
+ * "token_id:N", the same tokens and figures as the text spelling. */
+static void test_tokens_as_token_ids(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, "--cache-tokens", "0", NULL);
+    json_t *lp[2];
+    json_t *r[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *b =
+            json_pack("{s:s, s:s, s:i, s:i, s:f}", "model", "sim", "prompt",
+                      "Old boats drift past calm docks", "logprobs", 3,
+                      "max_tokens", 6, "temperature", 0.0);
+        if (k)
+            json_object_set_new(b, "return_tokens_as_token_ids", json_true());
+        r[k] = simt_ok(t, p, "/v1/completions", b);
+        lp[k] = json_object_get(
+            json_array_get(json_object_get(r[k], "choices"), 0), "logprobs");
+    }
+    json_t *toks = json_object_get(lp[1], "tokens");
+    assert_int_equal(json_array_size(toks), 6);
+    for (size_t i = 0; i < 6; i++) {
+        const char *s = json_string_value(json_array_get(toks, i));
+        int32_t id;
+        assert_true(s && sscanf(s, "token_id:%d", &id) == 1);
+        const char *text = json_string_value(
+            json_array_get(json_object_get(lp[0], "tokens"), i));
+        int32_t want = -1;
+        assert_int_equal(simref_tokenize(text, strlen(text), &want, 1), 1);
+        assert_int_equal(id, want); /* the same token as the text names */
+        const char *k;
+        json_t *x;
+        json_object_foreach(
+            json_array_get(json_object_get(lp[1], "top_logprobs"), i), k, x)
+        {
+            assert_true(strncmp(k, "token_id:", 9) == 0);
+        }
+    }
+    assert_true(json_equal(json_object_get(lp[0], "token_logprobs"),
+                           json_object_get(lp[1], "token_logprobs")));
+    json_decref(r[0]);
+    json_decref(r[1]);
+}
+
 static void test_copy_candidate_reaches_far_context(void **state)
 {
     struct simt *t = *state;
@@ -233,6 +278,7 @@ int main(void)
         T(test_prompt_logprob_apis_agree),
         T(test_two_sims_bit_identical),
         T(test_greedy_completion_is_argmax),
+        T(test_tokens_as_token_ids),
         T(test_copy_candidate_reaches_far_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -117,12 +117,6 @@ static void test_roundtrip_chat(void **state)
     tmpdb_close(&t);
 }
 
-static int count_null_resp(const struct xchg *x, void *ud)
-{
-    *(int *)ud += x->resp_raw == NULL;
-    return 0;
-}
-
 /* The zip code and stored length of resp_raw for row id. */
 static void resp_coding(sqlite3 *db, int64_t id, int *zip, int64_t *len)
 {
@@ -137,6 +131,28 @@ static void resp_coding(sqlite3 *db, int64_t id, int *zip, int64_t *len)
     *zip = sqlite3_column_int(st, 0);
     *len = sqlite3_column_int64(st, 1);
     sqlite3_finalize(st);
+}
+
+struct seen {
+    int64_t ids[4];
+    int n;
+    struct xchg_bad bad[4];
+    int nbad;
+};
+
+static int seen_fn(const struct xchg *x, void *ud)
+{
+    struct seen *s = ud;
+    s->ids[s->n++] = x->id;
+    /* what is read is consistent: a length has its bytes */
+    assert_true(x->resp_raw || x->resp_raw_len == 0);
+    return 0;
+}
+
+static void seen_bad(const struct xchg_bad *b, void *ud)
+{
+    struct seen *s = ud;
+    s->bad[s->nbad++] = *b;
 }
 
 /* A streamed response is stored coded event against event (ldelta), and
@@ -186,15 +202,20 @@ static void test_stream_coding(void **state)
         collect_release(&c);
         xchg_release(&x);
     }
-    /* a coding cut short on disk reads as no body, not as other bytes */
+    /* a coding cut short on disk is never read as other bytes (nor as no
+     * body): each row is reported with its column and left out */
     assert_int_equal(store_exec(t.db,
                                 "UPDATE xchg SET resp_raw = substr(resp_raw, "
                                 "1, length(resp_raw) - 3)",
                                 &d),
                      0);
-    int nulls = 0;
-    assert_int_equal(xchg_each(t.db, NULL, count_null_resp, &nulls, &d), 0);
-    assert_int_equal(nulls, 3);
+    struct seen s = {0};
+    assert_int_equal(xchg_each_checked(t.db, NULL, seen_fn, seen_bad, &s, &d),
+                     0);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(s.nbad, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(s.bad[i].column, "resp_raw");
     tmpdb_close(&t);
 }
 
@@ -734,10 +755,12 @@ static void test_batch_failure_isolated(void **state)
     assert_true(xs[0].id > 0 && xs[2].id > xs[0].id);
     assert_int_equal(xs[1].id, 0);
     assert_non_null(strstr(d.msg, "refused"));
-    /* the same bad exchange alone: refused, nothing stored */
+    /* the same bad exchange alone: refused, nothing stored, and (nothing
+     * committed) the call says so, as for a failed transaction */
     rcs[1] = 0;
-    assert_int_equal(xchg_put_batch(t.db, cache, &px[1], 1, &rcs[1], &d), 0);
+    int alone = xchg_put_batch(t.db, cache, &px[1], 1, &rcs[1], &d);
     assert_true(rcs[1] < 0);
+    assert_int_equal(alone, rcs[1]);
     assert_int_equal(xs[1].id, 0);
     /* the cache still serves: a fourth request on top of the third */
     struct xchg x4;
@@ -917,6 +940,60 @@ static void test_req_json_big_message_not_kept(void **state)
     buf_release(&b);
 }
 
+/* Regression: a stored stream that could not be unpacked was read as a
+ * NULL body with its stored length, and the reply was then derived from
+ * "" with that length (AddressSanitizer: global-buffer-overflow in the
+ * SSE line reader); the walk also failed for the whole store. The row is
+ * now reported with its column and skipped, the others read. */
+static void test_corrupt_stream_row_skipped(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    tmpdb_open(&t, "xchg-corrupt");
+    struct buf sse = BUF_INIT;
+    for (int i = 0; i < 3; i++) {
+        struct xchg x;
+        fill(&x, i == 1 ? "bad" : "good", NULL);
+        json_decref(x.reply);
+        x.reply = NULL;
+        buf_reset(&sse);
+        for (int k = 0; k < 20; k++)
+            buf_printf(&sse,
+                       "data: {\"choices\":[{\"delta\":{\"content\":"
+                       "\"w%d \"}}]}\n\n",
+                       k);
+        buf_adds(&sse, "data: [DONE]\n\n");
+        free(x.resp_raw);
+        x.resp_raw = xstrdup(buf_str(&sse));
+        x.resp_raw_len = sse.len;
+        x.reply_of_raw = true; /* derived from the stream when read */
+        x.stream_gap_ms = 3;
+        assert_int_equal(xchg_put(t.db, &x, &d), 0);
+        xchg_release(&x);
+    }
+    buf_release(&sse);
+    assert_int_equal(store_exec(t.db,
+                                "UPDATE xchg SET resp_raw = x'0102030405'"
+                                " WHERE id = 2",
+                                &d),
+                     0);
+    struct seen s = {0};
+    assert_int_equal(xchg_each_checked(t.db, NULL, seen_fn, seen_bad, &s, &d),
+                     0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.ids[0], 1);
+    assert_int_equal(s.ids[1], 3);
+    assert_int_equal(s.nbad, 1);
+    assert_int_equal(s.bad[0].id, 2);
+    assert_string_equal(s.bad[0].column, "resp_raw");
+    /* the plain walk skips it too */
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(xchg_each(t.db, NULL, seen_fn, &s, &d), 0);
+    assert_int_equal(s.n, 2);
+    tmpdb_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -932,6 +1009,7 @@ int main(void)
         cmocka_unit_test(test_batch_failure_isolated),
         cmocka_unit_test(test_req_json_shares_messages),
         cmocka_unit_test(test_req_json_big_message_not_kept),
+        cmocka_unit_test(test_corrupt_stream_row_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

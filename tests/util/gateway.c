@@ -391,6 +391,30 @@ static int write_all(int fd, const void *p, size_t n)
 
 /* Reads one request (head and a Content-Length body) into in; *head_len
  * gets the head's length with its blank line. -1 on EOF or error. */
+/* Decodes a chunked body (RFC 9112 section 7.1) of n bytes at p into out:
+ * 1 when complete, 0 when more is needed, -1 when it is not chunked. */
+static int dechunk(const char *p, size_t n, struct buf *out)
+{
+    size_t i = 0;
+    buf_reset(out);
+    for (;;) {
+        const char *eol = memmem(p + i, n - i, "\r\n", 2);
+        if (!eol)
+            return 0;
+        char *end;
+        unsigned long k = strtoul(p + i, &end, 16);
+        if (end == p + i)
+            return -1;
+        i = (size_t)(eol - p) + 2;
+        if (k == 0) /* trailer fields, then a blank line */
+            return memmem(p + i - 2, n - i + 2, "\r\n\r\n", 4) ? 1 : 0;
+        if (n - i < k + 2)
+            return 0;
+        buf_add(out, p + i, k);
+        i += k + 2;
+    }
+}
+
 static int read_request(int fd, struct buf *in, size_t *head_len,
                         size_t *body_len)
 {
@@ -403,6 +427,8 @@ static int read_request(int fd, struct buf *in, size_t *head_len,
             *end = '\0';
             const char *cl = strcasestr(in->data, "\r\nContent-Length:");
             const char *ex = strcasestr(in->data, "\r\nExpect: 100-continue");
+            const char *te = strcasestr(in->data, "\r\nTransfer-Encoding:");
+            bool chunked = te && strcasestr(te, "chunked");
             *end = '\r';
             *body_len = cl ? strtoul(cl + 17, NULL, 10) : 0;
             if (ex && !continued) {
@@ -410,8 +436,24 @@ static int read_request(int fd, struct buf *in, size_t *head_len,
                 write_all(fd, c100, sizeof(c100) - 1);
                 continued = true;
             }
-            if (in->len >= *head_len + *body_len)
+            if (chunked) {
+                /* the body is forwarded with a Content-Length */
+                struct buf body = BUF_INIT;
+                int r =
+                    dechunk(in->data + *head_len, in->len - *head_len, &body);
+                if (r == 1) {
+                    in->len = *head_len;
+                    buf_add(in, body.data ? body.data : "", body.len);
+                    *body_len = body.len;
+                }
+                buf_release(&body);
+                if (r < 0)
+                    return -1;
+                if (r == 1)
+                    return 0;
+            } else if (in->len >= *head_len + *body_len) {
                 return 0;
+            }
         }
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 30000) <= 0)
@@ -650,6 +692,10 @@ static void serve(struct gateway *g, int fd)
     if (nb) {
         body = nb;
         len = strlen(nb);
+    }
+    if (g->o.no_tokenize && is_tokenize(path)) {
+        answer(fd, 404, "no /tokenize behind this gateway");
+        goto out_nb;
     }
     if (g->o.fail_first && !seen_before(g, method, path, body, len)) {
         answer(fd, 429, "first attempt refused by the test gateway");

@@ -51,6 +51,7 @@ struct gateway_opts {
                               0 or 1: every one */
     bool tokenize;         /* rewrite /tokenize requests too */
     bool fail_first;       /* 429 on the first attempt of each request */
+    bool no_tokenize;      /* answer 404 to /tokenize (a path without it) */
 };
 
 /* What a gateway did so far. */

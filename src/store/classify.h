@@ -1,12 +1,13 @@
 /*
- * classify: what the recording proxy decides about a request before it is
- * stored: which headers and query parameters are secrets (redacted before
- * anything reaches disk), which session the request belongs to, and what
- * kind of request it is (main, title, compaction, subagent, other). The
- * rules are documented in docs/RECORD.md.
+ * classify: what is decided about a recorded request before it is stored:
+ * which headers and query parameters are secrets (redacted before anything
+ * reaches disk), which session the request belongs to, and what kind of
+ * request it is (main, title, compaction, subagent, other). Part of the
+ * store because the intake log's replay (replay.h) must decide as record's
+ * writer did. The rules are documented in docs/RECORD.md.
  */
-#ifndef RECORD_CLASSIFY_H
-#define RECORD_CLASSIFY_H
+#ifndef STORE_CLASSIFY_H
+#define STORE_CLASSIFY_H
 
 #include <jansson.h>
 #include <stdbool.h>

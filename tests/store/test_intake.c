@@ -1,8 +1,8 @@
 /*
- * The intake log (src/record/intake.c) and its replay (record_replay):
- * records read back as appended, a torn end is ignored, the frontier
- * decides what is replayed, a replay commits each exchange once, and a log
- * a live record holds is left alone.
+ * The intake log (src/store/intake.c) and its replay (store_replay,
+ * src/store/replay.c): records read back as appended, a torn end is ignored,
+ * the frontier decides what is replayed, a replay commits each exchange once,
+ * and a log a live record holds is left alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,13 +14,14 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/xalloc.h"
-#include "record/intake.h"
-#include "record/record.h"
+#include "store/intake.h"
+#include "store/replay.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
@@ -225,7 +226,7 @@ static void test_replay_commits_each_once(void **state)
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
 
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, N);
     assert_int_not_equal(access(log, F_OK), 0); /* emptied and removed */
     json_t *all = rec_load(f->db);
@@ -247,7 +248,7 @@ static void test_replay_commits_each_once(void **state)
     json_decref(all);
 
     /* again: nothing more */
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 0);
     assert_int_equal(count_rows(f->db, "n="), N);
     free(log);
@@ -270,10 +271,113 @@ static void test_replay_starts_at_the_frontier(void **state)
     intake_close(in, false);
     store_close(db);
 
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 1);
     assert_int_equal(count_rows(f->db, "n=2"), 1);
     assert_int_equal(count_rows(f->db, "n="), 1);
+}
+
+/* An exchange the store refuses and the spill file cannot take stays in
+ * the log with those after it, and the frontier never passes it: the
+ * batch is stored one exchange at a time. The next replay commits exactly
+ * the rest, none twice. */
+static void test_replay_keeps_what_it_cannot_commit(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N], n = 9;
+    struct diag d = {{0}};
+    intake_close(write_log(f, ends), false);
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    assert_int_equal(store_exec(db,
+                                "CREATE TRIGGER full BEFORE INSERT ON xchg"
+                                " WHEN NEW.path LIKE '%n=1%'"
+                                " BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+                                &d),
+                     0);
+    store_close(db);
+    char *spill = xasprintf("%s/no/such/dir/s.jsonl", f->dir);
+    assert_int_equal(store_replay(f->db, spill, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "cannot commit 2 exchanges"));
+    assert_int_equal(n, 1);
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_equal(count_rows(f->db, "n="), 1);
+    char *log = intake_path(f->db);
+    assert_int_equal(access(log, F_OK), 0); /* kept */
+    /* room again: the two left, once */
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(store_exec(db, "DROP TRIGGER full", &d), 0);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, spill, &n, &d), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(count_rows(f->db, "n="), N);
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_not_equal(access(log, F_OK), 0);
+    free(log);
+    free(spill);
+}
+
+/* A damaged frontier (the intake table's row) is never read on a guess:
+ * one inside a record, or not a number, fails the replay and keeps the
+ * log, which a good frontier then replays whole; one past the end of the
+ * log (its tail undone by a power loss) means nothing is left to commit. */
+static void test_damaged_frontier_keeps_the_log(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N], n = 9;
+    struct diag d = {{0}};
+    struct intake *in = write_log(f, ends);
+    uint64_t epoch = in->epoch;
+    intake_close(in, false);
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    char *sql =
+        xasprintf("INSERT OR REPLACE INTO intake VALUES (1, %lld, %llu)",
+                  (long long)epoch, (unsigned long long)ends[0] + 5);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "not where a record of the log starts"));
+    assert_int_equal(n, 0);
+    char *log = intake_path(f->db);
+    assert_int_equal(access(log, F_OK), 0);
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(
+        store_exec(db, "UPDATE intake SET off = 'somewhere' WHERE id = 1", &d),
+        0);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_non_null(strstr(d.msg, "not two numbers"));
+    assert_int_equal(access(log, F_OK), 0);
+    /* repaired (the first one committed): the other two, once */
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    sql = xasprintf("UPDATE intake SET off = %llu WHERE id = 1",
+                    (unsigned long long)ends[0]);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(n, N - 1);
+    assert_int_equal(count_rows(f->db, "n=0"), 0);
+    assert_int_equal(count_rows(f->db, "n="), N - 1);
+    /* past the end: nothing to commit, the log emptied */
+    in = write_log(f, ends);
+    epoch = in->epoch;
+    intake_close(in, false);
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    sql = xasprintf("UPDATE intake SET epoch = %lld, off = %llu WHERE id = 1",
+                    (long long)epoch, (unsigned long long)ends[N - 1] + 4096);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(count_rows(f->db, "n="), N - 1);
+    assert_int_not_equal(access(log, F_OK), 0);
+    free(log);
 }
 
 static void test_live_log_left_alone(void **state)
@@ -285,13 +389,13 @@ static void test_live_log_left_alone(void **state)
     struct intake *other = NULL;
     assert_int_equal(intake_open(f->db, &other, &d), 1);
     assert_null(other);
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, 0);
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
     intake_close(in, false);
     /* released: now it is replayed */
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     assert_int_equal(n, N);
     free(log);
 }
@@ -379,7 +483,7 @@ static void test_log_emptied_past_64_mib(void **state)
     kill(rec.pid, SIGKILL);
     waitpid(rec.pid, NULL, 0);
     rec.pid = 0;
-    assert_int_equal(record_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
     printf("%llu exchanges committed from the new log\n",
            (unsigned long long)n);
     assert_int_equal(count_rows(f->db, "/json"), BIG_N);
@@ -389,13 +493,160 @@ static void test_log_emptied_past_64_mib(void **state)
     upstream_stop(up);
 }
 
+/* A full disk, as RLIMIT_FSIZE in record's process (1 MiB a file), with
+ * a store already near the limit and a spill file that cannot be created.
+ * Small exchanges first: each commit writes whole pages, so the store
+ * (its WAL, once checkpoints can no longer grow the file) fills long
+ * before the log; from the first commit that fails, the exchanges stay in
+ * the log. Then 64 KB ones fill the log: those after it are held, can be
+ * neither committed nor spilled, and are lost. Every client is answered;
+ * record's counts say how many of each; after the next start the store
+ * holds exactly the stored ones plus those that were in the log. */
+#define FULL_LIMIT (1u << 20)
+#define FULL_SMALL_MAX 4000
+#define FULL_BIG 40
+
+static unsigned long long stop_count(const char *line, const char *what)
+{
+    const char *p = strstr(line, what);
+    assert_non_null(p);
+    while (p > line && p[-1] == ' ')
+        p--;
+    while (p > line && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    return strtoull(p, NULL, 10);
+}
+
+static void full_fetch(const char *url, const char *body, size_t len)
+{
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(url, body, len, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200); /* served, whatever the disk */
+    rec_resp_release(&r);
+}
+
+static bool log_says(const char *path, const char *what)
+{
+    struct buf b = BUF_INIT;
+    bool yes = rec_read_file(path, &b) == 0 && strstr(buf_str(&b), what);
+    buf_release(&b);
+    return yes;
+}
+
+static void test_full_disk_counts(void **state)
+{
+    struct fx *f = *state;
+    struct upstream *up = upstream_start();
+    struct diag d = {{0}};
+    struct proc rec;
+    assert_non_null(up);
+    /* the store, grown close to the limit */
+    sqlite3 *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    char *fill = xasprintf("CREATE TABLE filler(b BLOB);"
+                           "INSERT INTO filler VALUES (zeroblob(%u));",
+                           FULL_LIMIT - (32u << 10));
+    assert_int_equal(store_exec(db, fill, &d), 0);
+    free(fill);
+    store_close(db);
+    /* record with the limit (inherited through fork; restored here) */
+    char *err = xasprintf("%s/err.log", f->dir);
+    char *spill = xasprintf("%s/no/such/dir/spill.jsonl", f->dir);
+    const char *const av[] = {
+        "record", "--listen", "127.0.0.1:0", "--upstream", upstream_url(up),
+        "--db",   f->db,      "--spill",     spill,        NULL};
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = FULL_LIMIT;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int started = rec_start(&rec, av, err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    if (started) {
+        upstream_stop(up);
+        fail_msg("record did not start");
+    }
+    char *url = xasprintf("http://127.0.0.1:%d/json", rec.port);
+    struct buf body = BUF_INIT;
+    int n = 0;
+    bool stuck = false;
+    /* small ones until a commit fails with the exchange in the log */
+    while (n < FULL_SMALL_MAX && !stuck) {
+        buf_reset(&body);
+        buf_printf(&body,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"%d\"}]}",
+                   n);
+        full_fetch(url, body.data, body.len);
+        n++;
+        if (n % 25 == 0)
+            stuck = log_says(err, "stays in the intake log");
+    }
+    assert_true(stuck);
+    /* then 64 KB ones, past what the log can take */
+    for (int i = 0; i < FULL_BIG; i++, n++) {
+        buf_reset(&body);
+        buf_printf(&body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%d ",
+                   n);
+        for (int k = 0; k < 4096; k++)
+            buf_adds(&body, "0123456789abcdef");
+        buf_adds(&body, "\"}]}");
+        full_fetch(url, body.data, body.len);
+    }
+    buf_release(&body);
+    free(url);
+    assert_int_equal(proc_stop(&rec), 4); /* exchanges not stored */
+    upstream_stop(up);
+    struct buf log = BUF_INIT;
+    assert_int_equal(rec_read_file(err, &log), 0);
+    const char *line = strstr(buf_str(&log), "stopped; ");
+    assert_non_null(line);
+    print_message("%d exchanges sent; %s", n, line);
+    unsigned long long total = stop_count(line, "exchanges,");
+    unsigned long long stored = stop_count(line, "stored,");
+    unsigned long long spilled = stop_count(line, "spilled");
+    unsigned long long lost = stop_count(line, "lost");
+    unsigned long long in_log = stop_count(line, "in the intake log");
+    assert_int_equal(total, n);
+    assert_int_equal(spilled, 0);
+    assert_true(stored > 0 && lost > 0 && in_log > 0); /* each kind seen */
+    assert_int_equal(stored + lost + in_log, n);
+    buf_release(&log);
+    /* the store holds the stored ones; the log is kept for the rest */
+    assert_int_equal(count_rows(f->db, "/json"), (int)stored);
+    char *lp = intake_path(f->db);
+    assert_int_equal(access(lp, F_OK), 0);
+    free(lp);
+    /* the next start commits exactly those in the log */
+    struct buf out = BUF_INIT, e2 = BUF_INIT;
+    const char *const sv[] = {"sessions", "--db", f->db, NULL};
+    assert_int_equal(proc_run(sv, NULL, &out, &e2, 60), 0);
+    char *said = xasprintf("committed %llu exchanges", in_log);
+    if (!strstr(buf_str(&e2), said))
+        fail_msg("sessions did not say '%s': %s", said, buf_str(&e2));
+    free(said);
+    assert_int_equal(count_rows(f->db, "/json"), (int)(stored + in_log));
+    buf_release(&out);
+    buf_release(&e2);
+    free(err);
+    free(spill);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_disk_counts, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(
             test_records_read_back_and_torn_end_ignored, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_commits_each_once, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_keeps_what_it_cannot_commit,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_frontier_keeps_the_log,
+                                        fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_starts_at_the_frontier,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_live_log_left_alone, fx_setup,

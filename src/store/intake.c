@@ -2,7 +2,7 @@
  * intake: the append-only log of finished exchanges (intake.h has the
  * file's layout and who writes and reads it).
  */
-#include "record/intake.h"
+#include "store/intake.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -177,9 +177,9 @@ static char *w_bytes(char *w, const char *p, size_t n)
 int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end)
 {
     struct buf *b = &in->rec;
-    const uint8_t flags =
-        (uint8_t)(r->streamed | r->resp_capped << 1 | r->ct_json << 2 |
-                  r->req_hl_set << 3 | r->resp_hl_set << 4);
+    const uint8_t flags = (uint8_t)(r->streamed | r->resp_capped << 1 |
+                                    r->ct_json << 2 | r->req_hl_set << 3 |
+                                    r->resp_hl_set << 4 | r->req_redacted << 5);
     if (!in->epoch || in->size == (uint64_t)-1)
         return -EBADF; /* never reset, or its last reset failed */
     size_t plen = FIXED_LEN + STRINGS * 8 + r->method_len + r->path_len +
@@ -301,6 +301,7 @@ static int decode(const char *p, size_t n, struct intake_rec *r)
     r->ct_json = flags & 4;
     r->req_hl_set = flags & 8;
     r->resp_hl_set = flags & 16;
+    r->req_redacted = flags & 32;
     r->status = (int32_t)take_u32(&c);
     r->started = take_f64(&c);
     r->up_ttfb_ms = take_f64(&c);
@@ -334,6 +335,25 @@ static int read_at(int fd, char *p, size_t n, uint64_t at)
     return 0;
 }
 
+/* Whether off is where a record of the log at fd (size bytes) starts, or
+ * at or past its end (a log whose last appends a power loss undid): the
+ * frontier a commit wrote always is, so another value is a damaged intake
+ * table, and reading from it would skip whole records. The heads are
+ * walked from the first record (16 bytes read per record). */
+static bool is_boundary(int fd, uint64_t size, uint64_t off)
+{
+    char head[INTAKE_HEAD];
+    uint64_t at = INTAKE_HEAD;
+    if (off >= size)
+        return true;
+    while (at < off) {
+        if (read_at(fd, head, sizeof(head), at) || memcmp(head, REC_MAGIC, 4))
+            return false;
+        at += INTAKE_HEAD + get_u32(head + 4);
+    }
+    return at == off;
+}
+
 int intake_read(int fd, uint64_t epoch, uint64_t off,
                 int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
                 void *ud, uint64_t *torn, struct diag *d)
@@ -355,7 +375,13 @@ int intake_read(int fd, uint64_t epoch, uint64_t off,
         *torn = size; /* no header: nothing in it was ever appended */
         return 0;
     }
-    at = mine == epoch && off >= INTAKE_HEAD ? off : INTAKE_HEAD;
+    if (mine == epoch && !is_boundary(fd, size, off))
+        return diag_set(d, EBADMSG,
+                        "the intake frontier (offset %llu) is not where a "
+                        "record of the log starts: the store's intake table "
+                        "is damaged",
+                        (unsigned long long)off);
+    at = mine == epoch ? off : INTAKE_HEAD;
     while (at < size) {
         int got = read_at(fd, head, sizeof(head), at);
         if (got < 0) {
@@ -418,7 +444,15 @@ int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off, struct diag *d)
         return -1;
     }
     rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    if (rc == SQLITE_ROW && (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
+                             sqlite3_column_type(st, 1) != SQLITE_INTEGER ||
+                             sqlite3_column_int64(st, 1) < 0)) {
+        diag_set(d, EBADMSG,
+                 "the intake frontier is not two numbers: the store's "
+                 "intake table is damaged");
+        sqlite3_finalize(st);
+        return -1;
+    } else if (rc == SQLITE_ROW) {
         *epoch = (uint64_t)sqlite3_column_int64(st, 0);
         *off = (uint64_t)sqlite3_column_int64(st, 1);
     } else if (rc != SQLITE_DONE) {

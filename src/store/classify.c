@@ -2,7 +2,7 @@
  * classify: secret names, session keys and request kinds, from the request
  * alone plus the task prompts seen so far.
  */
-#include "record/classify.h"
+#include "store/classify.h"
 
 #include <ctype.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * Tests for record/classify's memo (classify_session_memo,
+ * Tests for store/classify's memo (classify_session_memo,
  * classify_kind_memo, classify_request_memo): the recorder's writer classifies
  * each request by the bytes of the messages the session key and the kind depend
  * on, as xchg_req_json hashed them. Whatever order requests come in, first seen
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "record/classify.h"
+#include "store/classify.h"
 #include "store/jscan.h"
 #include "store/xchg.h"
 

@@ -1,5 +1,5 @@
 /*
- * Tests for record/classify: which headers and query parameters count as
+ * Tests for store/classify: which headers and query parameters count as
  * secrets, how sessions are keyed, and the request kinds on real opencode
  * requests (tests/fixtures/opencode-1.18.33/) and crafted ones,
  * including a subagent recognised from the task prompt its parent sent.
@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "core/hash.h"
-#include "record/classify.h"
+#include "store/classify.h"
 #include "util/fixture.h"
 
 static void test_secret_headers(void **state)

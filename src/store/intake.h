@@ -7,7 +7,7 @@
  * epoch and the offset after the last exchange committed). After a crash
  * the exchanges past the frontier are in the log, in the page cache or on
  * disk, and the next `fidelity` command that opens the store replays them
- * (record_replay in record.h) before anything reads it.
+ * (store_replay in replay.h) before anything reads it.
  *
  * The file: a 16-byte header ("FIDINTK1", then the log's epoch, a random
  * 64-bit number, little-endian), then records: a 16-byte head (magic
@@ -19,8 +19,8 @@
  * while it runs. A reader that cannot take the lock leaves the log alone:
  * its owner is alive and commits it.
  */
-#ifndef RECORD_INTAKE_H
-#define RECORD_INTAKE_H
+#ifndef STORE_INTAKE_H
+#define STORE_INTAKE_H
 
 #include <sqlite3.h>
 #include <stdbool.h>
@@ -40,10 +40,11 @@ struct intake_rec {
     double up_ttfb_ms, up_total_ms, down_ttfb_ms, down_total_ms;
     double max_gap_ms;
     int32_t status;
-    uint8_t end;      /* enum xchg_end */
-    bool streamed;    /* text/event-stream */
-    bool resp_capped; /* the response was cut at --max-capture */
-    bool ct_json;     /* the request's Content-Type says json */
+    uint8_t end;       /* enum xchg_end */
+    bool streamed;     /* text/event-stream */
+    bool resp_capped;  /* the response was cut at --max-capture */
+    bool ct_json;      /* the request's Content-Type says json */
+    bool req_redacted; /* secrets in the body were hidden (redact.h) */
     const char *method, *path;
     size_t method_len, path_len;
     /* header lists as store/hdrs.h keeps them: the buffer's bytes and
@@ -85,7 +86,9 @@ void intake_close(struct intake *in, bool remove);
  * (epoch, off) (from its start when the epoch differs), with the offset
  * after it; stops when fn returns non-zero. The records' pointers are
  * valid during the call. *torn gets the bytes at the end that are not a
- * whole record. 0, fn's value, or -errno with d set. */
+ * whole record. 0, fn's value, or -errno with d set: -EBADMSG when off is
+ * inside the log but not where a record starts (a damaged frontier; the
+ * log is then not read). */
 int intake_read(int fd, uint64_t epoch, uint64_t off,
                 int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
                 void *ud, uint64_t *torn, struct diag *d);
@@ -94,7 +97,8 @@ uint64_t intake_epoch_of(int fd);
 
 /* The frontier table (created by intake_schema). */
 int intake_schema(sqlite3 *db, struct diag *d);
-/* 0 with the frontier ((0, 0) when none), or -1 with d set. */
+/* 0 with the frontier ((0, 0) when none), or -1 with d set (also when
+ * the row is not two numbers: a damaged table). */
 int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off,
                     struct diag *d);
 /* Sets db's frontier to (epoch, off), inside the caller's transaction,

@@ -1,0 +1,746 @@
+/*
+ * drift cache arm (contract in cache_arm.h, method in docs/DRIFT.md,
+ * "Cache arm"): the conversation with a fresh marker, the flush endpoint
+ * found and used, the earlier turns sent through chat, the final request
+ * generated cold, warm and after eviction, and the comparison of the
+ * generated tokens' distributions while the greedy tokens agree.
+ */
+#include "drift/cache_arm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/hash.h"
+#include "core/xalloc.h"
+#include "http/client.h"
+
+void drift_cache_opts_default(struct drift_cache_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->convs = 1;
+    o->self = true;
+    o->gen_tokens = 32;
+    o->turn_tokens = 16;
+    o->max_context = 4096;
+    o->seed = 1;
+}
+
+const char *drift_cache_attribution(const struct drift_cache_result *r)
+{
+    bool warm = r->verdict == DRIFT_WARN || r->verdict == DRIFT_FAIL;
+    bool ev = r->evict_ran && (r->evict_verdict == DRIFT_WARN ||
+                               r->evict_verdict == DRIFT_FAIL);
+    if (!r->ran)
+        return "not run";
+    if (warm && ev)
+        return "warm and recomputed paths differ from cold";
+    if (warm)
+        return "warm path differs from cold";
+    if (ev)
+        return "recomputed path differs from cold";
+    return "none";
+}
+
+void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out)
+{
+    const struct drift_cache_seen *s = &r->seen;
+    if (s->warm < 0)
+        buf_adds(out, "cache use unknown (the server reports no cached "
+                      "tokens)");
+    else if (s->warm == 0)
+        buf_adds(out, "not hit: the warm request was served cold");
+    else
+        buf_printf(out, "hit (%ld of %ld prompt tokens cached)", s->warm,
+                   s->prompt);
+}
+
+/* ---- requests ---- */
+
+/* POSTs (or GETs) path with no JSON expected back; 2xx is success. */
+static int call_plain(struct drift_side *s, const char *method,
+                      const char *path, long *status, struct buf *body,
+                      struct diag *d)
+{
+    const char *hdrs[DRIFT_HEADERS_MAX + 4];
+    size_t nh = 0;
+    char *auth = NULL;
+    if (!s->http)
+        s->http = http_client_new();
+    if (s->api_key) {
+        auth = xasprintf("Authorization: Bearer %s", s->api_key);
+        hdrs[nh++] = auth;
+    }
+    for (size_t i = 0; i < s->n_headers; i++)
+        hdrs[nh++] = s->headers[i];
+    hdrs[nh] = NULL;
+    char *url = xasprintf("%s%s", s->url, path);
+    struct http_req req = {.method = method,
+                           .url = url,
+                           .headers = hdrs,
+                           .timeout_ms = s->timeout_ms};
+    struct http_resp resp;
+    http_resp_init(&resp);
+    s->requests++;
+    int ret = http_do(s->http, &req, &resp, d);
+    if (ret)
+        diag_prefix(d, "%s", s->label);
+    *status = resp.status;
+    if (body)
+        buf_add(body, resp.body.data ? resp.body.data : "", resp.body.len);
+    http_resp_release(&resp);
+    free(url);
+    free(auth);
+    return ret;
+}
+
+/* The flush endpoints, sglang's first (python/sglang/srt/entrypoints/
+ * http_server.py: GET or POST /flush_cache), then vLLM's
+ * (POST /reset_prefix_cache, with VLLM_SERVER_DEV_MODE=1). */
+static const char *const flush_paths[] = {"/flush_cache",
+                                          "/reset_prefix_cache"};
+
+/* Empties the server's cache through path: 0, -ENOENT when the server has
+ * no such endpoint or refused (sglang 400 while busy; vLLM 200 with
+ * "success": false), or a transport error. */
+static int flush_at(struct drift_side *s, const char *path, struct diag *d)
+{
+    long st = 0;
+    struct buf b = BUF_INIT;
+    int ret = call_plain(s, "POST", path, &st, &b, d);
+    if (!ret &&
+        (st < 200 || st > 299 || strstr(buf_str(&b), "\"success\":false") ||
+         strstr(buf_str(&b), "\"success\": false")))
+        ret = diag_set(d, ENOENT, "%s%s answered HTTP %ld", s->url, path, st);
+    buf_release(&b);
+    return ret;
+}
+
+/* Finds the flush endpoint on first use; NULL when there is none. */
+static int find_flush(struct drift_side *s, struct drift_cache_result *r,
+                      struct diag *d)
+{
+    for (size_t i = 0; i < 2; i++) {
+        int ret = flush_at(s, flush_paths[i], d);
+        if (!ret) {
+            r->flush = flush_paths[i];
+            return 0;
+        }
+        if (ret != -ENOENT)
+            return ret;
+    }
+    r->flush = NULL;
+    return 0;
+}
+
+/* Cached tokens an answer reports: the OpenAI usage field
+ * (usage.prompt_tokens_details.cached_tokens) or sglang's
+ * meta_info.cached_tokens; -1 when neither is there. */
+static long cached_in(const json_t *a)
+{
+    const json_t *u = json_object_get(
+        json_object_get(json_object_get(a, "usage"), "prompt_tokens_details"),
+        "cached_tokens");
+    if (!json_is_integer(u))
+        u = json_object_get(json_object_get(a, "meta_info"), "cached_tokens");
+    return json_is_integer(u) ? (long)json_integer_value(u) : -1;
+}
+
+/* Model requests sent by this arm (the budget counts these). */
+static unsigned model_requests;
+
+static int generate_in(struct drift_side *s, enum drift_dialect dl,
+                       const uint32_t *ids, size_t n, unsigned max_new,
+                       struct drift_lp *lp, long *cached, struct diag *d)
+{
+    model_requests++;
+    struct drift_req rq = {.ids = ids, .n = n, .max_new = max_new};
+    enum drift_dialect keep = s->dialect;
+    json_t *out = NULL;
+    s->dialect = dl;
+    int ret = drift_side_request(s, &rq, &out, d);
+    s->dialect = keep;
+    if (!ret)
+        ret = drift_parse_decode(dl, out, lp, d);
+    if (!ret)
+        *cached = cached_in(out);
+    json_decref(out);
+    return ret;
+}
+
+/* Greedy generation of the final request in the side's generation dialect
+ * (as drift_side_generate chooses it), never with prompt logprobs;
+ * *cached from the answer. */
+static int generate(struct drift_side *s, const uint32_t *ids, size_t n,
+                    unsigned max_new, struct drift_lp *lp, long *cached,
+                    struct diag *d)
+{
+    static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
+                                                  DRIFT_DIALECT_TGI};
+    enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
+    if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
+        dl = DRIFT_DIALECT_ECHO;
+    int ret = generate_in(s, dl, ids, n, max_new, lp, cached, d);
+    for (size_t k = 0; k < 2 && ret == -ENOKEY && !s->gen_dialect; k++) {
+        ret = generate_in(s, with_ids[k], ids, n, max_new, lp, cached, d);
+        if (!ret)
+            s->gen_dialect = with_ids[k];
+    }
+    return ret;
+}
+
+/* One harness turn: chat with the history, greedy; the reply's text. */
+static int chat_turn(struct drift_side *s, json_t *msgs, unsigned max_new,
+                     char **reply, struct diag *d)
+{
+    json_t *body = json_pack("{s:O,s:i,s:f}", "messages", msgs, "max_tokens",
+                             (int)max_new, "temperature", 0.0);
+    json_t *out = NULL;
+    long st;
+    model_requests++;
+    if (s->model)
+        json_object_set_new(body, "model", json_string(s->model));
+    int ret = drift_side_call(s, "/v1/chat/completions", body, &out, &st, d);
+    json_decref(body);
+    if (ret)
+        return ret;
+    const json_t *m = json_object_get(
+        json_array_get(json_object_get(out, "choices"), 0), "message");
+    const char *text = json_string_value(json_object_get(m, "content"));
+    *reply = xstrdup(text ? text : "");
+    json_decref(out);
+    return 0;
+}
+
+/* ---- the conversation ---- */
+
+/* A copy of msgs with a marker no server has seen at the start of the
+ * system message (one is added when there is none). */
+static json_t *marked(const json_t *msgs, uint64_t nonce)
+{
+    json_t *m = json_deep_copy(msgs);
+    char mark[64];
+    snprintf(mark, sizeof(mark), "Reference %016llx. ",
+             (unsigned long long)nonce);
+    json_t *first = json_array_get(m, 0);
+    const char *role = json_string_value(json_object_get(first, "role"));
+    const char *text = json_string_value(json_object_get(first, "content"));
+    if (role && !strcmp(role, "system") && text) {
+        char *t = xasprintf("%s%s", mark, text);
+        json_object_set_new(first, "content", json_string(t));
+        free(t);
+    } else {
+        json_array_insert_new(
+            m, 0, json_pack("{s:s,s:s}", "role", "system", "content", mark));
+    }
+    return m;
+}
+
+static bool is_user(const json_t *msg)
+{
+    const char *r = json_string_value(json_object_get(msg, "role"));
+    return r && !strcmp(r, "user");
+}
+
+static size_t users(const json_t *msgs)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++)
+        k += is_user(json_array_get(msgs, i));
+    return k;
+}
+
+/*
+ * The history of the final request: messages up to the turns-th user
+ * message. With generated, the earlier turns are sent through chat and
+ * each reply the server gave replaces the conversation's own assistant
+ * turn (as a harness sends them); else they keep the conversation's text
+ * and are sent after the cold request (warm() below).
+ */
+static int history(struct drift_side *s, const json_t *msgs, size_t turns,
+                   bool generated, unsigned turn_tokens, json_t **out,
+                   struct diag *d)
+{
+    json_t *h = json_array();
+    size_t seen = 0;
+    int ret = 0;
+    for (size_t i = 0; i < json_array_size(msgs) && !ret; i++) {
+        json_t *m = json_array_get(msgs, i);
+        bool user = is_user(m);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (user)
+            seen++;
+        if (seen > turns)
+            break;
+        if (generated && seen > 0 && !user && role &&
+            !strcmp(role, "assistant"))
+            continue; /* replaced by the server's own reply */
+        json_array_append(h, m);
+        if (!generated || !user || seen == turns)
+            continue;
+        char *reply = NULL;
+        ret = chat_turn(s, h, turn_tokens, &reply, d);
+        if (!ret)
+            json_array_append_new(h, json_pack("{s:s,s:s}", "role", "assistant",
+                                               "content", reply));
+        free(reply);
+    }
+    if (ret) {
+        json_decref(h);
+        return ret;
+    }
+    *out = h;
+    return 0;
+}
+
+/* The earlier turns of h (up to its last user message), sent through chat
+ * with the conversation's own assistant text: the warm-up without flush. */
+static int warm_up(struct drift_side *s, const json_t *h, unsigned turn_tokens,
+                   struct diag *d)
+{
+    json_t *part = json_array();
+    size_t total = users(h), seen = 0;
+    int ret = 0;
+    for (size_t i = 0; i < json_array_size(h) && !ret; i++) {
+        json_t *m = json_array_get(h, i);
+        if (is_user(m) && ++seen == total)
+            break;
+        json_array_append(part, m);
+        if (is_user(m)) {
+            char *reply = NULL;
+            ret = chat_turn(s, part, turn_tokens, &reply, d);
+            free(reply);
+        }
+    }
+    json_decref(part);
+    return ret;
+}
+
+/* ---- eviction ---- */
+
+static long capacity_of(const struct drift_side *s)
+{
+    const json_t *si = json_object_get(s->fingerprint, "/get_server_info");
+    const json_t *v = json_object_get(si, "max_total_num_tokens");
+    return json_is_integer(v) ? (long)json_integer_value(v) : -1;
+}
+
+/* Sends distinct prompts totalling 1.25 times the capacity, one new token
+ * each, so that the least recently used blocks (the final request's) go. */
+static int evict(struct drift_side *s, const struct drift_cache_opts *o,
+                 long capacity, struct diag *d)
+{
+    long target = capacity + capacity / 4 + 64, sent = 0;
+    size_t len = o->max_context > 64 ? o->max_context - 8 : 56;
+    if ((long)len > capacity)
+        len = (size_t)capacity;
+    for (unsigned i = 0; sent < target; i++) {
+        json_t *conv = drift_corpus_conversation(
+            mix2(o->nonce, 0x65766963ULL + i), i, len * 9 / 2 + 64);
+        json_t *m = marked(conv, mix2(o->nonce, i + 1));
+        uint32_t *ids = NULL;
+        size_t n = 0;
+        struct drift_lp lp;
+        long cached;
+        int ret = drift_side_tokenize(s, m, NULL, &ids, &n, d);
+        json_decref(conv);
+        json_decref(m);
+        if (ret)
+            return ret;
+        if (n > len)
+            n = len;
+        drift_lp_init(&lp);
+        ret = generate(s, ids, n, 1, &lp, &cached, d);
+        drift_lp_release(&lp);
+        free(ids);
+        if (ret)
+            return ret;
+        sent += (long)n;
+    }
+    return 0;
+}
+
+/* ---- comparison ---- */
+
+/* Decode entries at positions prompt + i, as the prefill sides are laid
+ * out (decode.c does the same). */
+static void place(const struct drift_lp *dec, uint32_t prompt,
+                  struct drift_lp *out)
+{
+    drift_lp_reset(out, prompt + dec->n);
+    out->n_returned = prompt + dec->n;
+    for (uint32_t i = 0; i < dec->n; i++) {
+        out->pos[prompt + i] = dec->pos[i];
+        out->valid[prompt + i] = dec->valid[i];
+        if (dec->pos[i].forced & DRIFT_KEY_TEXT)
+            out->pos[prompt + i].forced = dec->ids[i];
+    }
+}
+
+/* Generated tokens a and b agree on from the start. */
+static uint32_t agree(const struct drift_lp *a, const struct drift_lp *b)
+{
+    uint32_t n = a->n < b->n ? a->n : b->n, i;
+    for (i = 0; i < n && a->ids[i] == b->ids[i]; i++)
+        ;
+    return i;
+}
+
+/* Where the greedy tokens first differ both distributions still follow
+ * the same context: names ref's token as the one at p (its logprob from
+ * p's own list). False when p does not list it. */
+static bool force(struct drift_pos *p, const struct drift_pos *ref)
+{
+    for (uint32_t k = 0; k < p->n_known; k++) {
+        if (p->top[k].key == ref->forced) {
+            p->forced = ref->forced;
+            p->forced_lp = p->top[k].lp;
+            p->checked = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Folds ref vs other (decode entries) into arm of an; returns the
+ * positions compared (while the greedy tokens agree). */
+static uint32_t fold(struct drift_analysis *an, enum drift_arm arm,
+                     uint32_t prompt, const struct drift_lp *ref,
+                     const struct drift_lp *other, const struct drift_opts *o,
+                     const char *name)
+{
+    struct drift_lp a, b;
+    uint32_t m = agree(ref, other);
+    drift_lp_init(&a);
+    drift_lp_init(&b);
+    place(ref, prompt, &a);
+    place(other, prompt, &b);
+    uint32_t to = prompt + m;
+    if (m < ref->n && m < other->n && force(&b.pos[to], &a.pos[to]))
+        to++; /* the first differing token: same context, other pick */
+    uint32_t seq = drift_analysis_begin_seq(an);
+    drift_compare_lp(an, arm, seq, &a, &b, prompt, to, o, name);
+    drift_lp_release(&a);
+    drift_lp_release(&b);
+    return m;
+}
+
+static void judge(const struct drift_analysis *an, bool has_self,
+                  const struct drift_thresholds *th, struct drift_bsum *sum,
+                  struct drift_bsum *self, struct drift_bsum *excess,
+                  enum drift_verdict *v)
+{
+    struct drift_acc tot, ts;
+    struct drift_bsum zero = {0};
+    drift_analysis_total(an, DRIFT_ARM_CAND, &tot);
+    drift_analysis_total(an, DRIFT_ARM_SELF, &ts);
+    drift_bucket_summary(&tot, sum);
+    drift_bucket_summary(&ts, self);
+    /* warm and cold both carry the candidate's run-to-run noise: the
+     * baseline is the whole of cold vs cold */
+    drift_bucket_excess(sum, has_self ? self : &zero, has_self ? self : &zero,
+                        has_self, excess);
+    *v = sum->n ? drift_bucket_verdict(excess, th) : DRIFT_NA;
+}
+
+/* ---- one conversation ---- */
+
+struct conv_lps {
+    struct drift_lp cold, cold2, warm, ev;
+};
+
+static int one_conv(struct drift_side *s, const json_t *conv,
+                    const struct drift_cache_opts *o, size_t turns,
+                    struct drift_cache_result *r, struct drift_analysis an[2],
+                    const struct drift_opts *ro, struct diag *d)
+{
+    struct conv_lps l;
+    json_t *h = NULL;
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    long cold2_cached = -1;
+    int ret;
+    bool gen = r->flush != NULL;
+
+    drift_lp_init(&l.cold);
+    drift_lp_init(&l.cold2);
+    drift_lp_init(&l.warm);
+    drift_lp_init(&l.ev);
+    if (gen && (ret = flush_at(s, r->flush, d)))
+        goto out;
+    ret = history(s, conv, turns, gen, o->turn_tokens, &h, d);
+    if (!ret)
+        ret = drift_side_tokenize(s, h, NULL, &ids, &n, d);
+    if (ret)
+        goto out;
+    if (n + o->gen_tokens > o->max_context && o->max_context > o->gen_tokens)
+        n = o->max_context - o->gen_tokens;
+    r->seen.prompt = (long)n;
+    if (gen) { /* warm first, then cold after a flush */
+        ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+        if (!ret)
+            ret = flush_at(s, r->flush, d);
+        if (!ret)
+            ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+        if (!ret && r->has_self && !(ret = flush_at(s, r->flush, d)))
+            ret =
+                generate(s, ids, n, o->gen_tokens, &l.cold2, &cold2_cached, d);
+    } else { /* cold first: the content was never seen */
+        ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+        if (!ret)
+            ret = warm_up(s, h, o->turn_tokens, d);
+        if (!ret)
+            ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+    }
+    if (ret)
+        goto out;
+    uint32_t prompt = (uint32_t)n;
+    uint32_t m = fold(&an[0], DRIFT_ARM_CAND, prompt, &l.cold, &l.warm, ro,
+                      "cache-warm");
+    r->compared += m;
+    if (m < l.cold.n && r->diverged_at < 0)
+        r->diverged_at = m;
+    if (r->has_self) {
+        fold(&an[0], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2, ro,
+             "cache-self");
+        fold(&an[1], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2, ro,
+             "cache-self");
+    }
+    if (o->evict && r->capacity > 0) {
+        ret = evict(s, o, r->capacity, d);
+        if (!ret)
+            ret =
+                generate(s, ids, n, o->gen_tokens, &l.ev, &r->seen.evicted, d);
+        if (ret)
+            goto out;
+        r->evict_compared += fold(&an[1], DRIFT_ARM_CAND, prompt, &l.cold,
+                                  &l.ev, ro, "cache-evicted");
+        r->evict_ran = true;
+    }
+    r->convs++;
+out:
+    if (ret)
+        diag_prefix(d, "cache arm");
+    json_decref(h);
+    free(ids);
+    drift_lp_release(&l.cold);
+    drift_lp_release(&l.cold2);
+    drift_lp_release(&l.warm);
+    drift_lp_release(&l.ev);
+    return ret;
+}
+
+/* Turns per conversation: the budget pays for the earlier turns, warm,
+ * cold and (with a baseline) cold again; at least one earlier turn, so
+ * at least three or four model requests. */
+static size_t turns_for(const struct drift_cache_opts *o, bool self,
+                        size_t have)
+{
+    size_t fixed = 2 + (self ? 1 : 0), t = have;
+    if (o->budget) {
+        size_t per = o->budget / (o->convs ? o->convs : 1);
+        t = per > fixed ? per - fixed + 1 : 2;
+    }
+    if (t > have)
+        t = have;
+    return t < 2 ? 2 : t;
+}
+
+int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
+                    const struct drift_cache_opts *opts,
+                    const struct drift_opts *ro, struct drift_cache_result *r,
+                    struct diag *d)
+{
+    struct drift_cache_opts o = *opts;
+    struct drift_analysis *an;
+    uint64_t before = c->requests;
+    int ret = 0;
+
+    model_requests = 0;
+    memset(r, 0, sizeof(*r));
+    r->diverged_at = -1;
+    r->seen.cold = r->seen.warm = r->seen.evicted = -1;
+    r->verdict = r->evict_verdict = DRIFT_NA;
+    r->capacity = capacity_of(c);
+    if (!o.convs) {
+        snprintf(r->note, sizeof(r->note), "skipped (--no-cache-arm)");
+        return 0;
+    }
+    ret = find_flush(c, r, d);
+    if (ret)
+        return ret;
+    /* with a flush the content need only be new to this run (the same
+     * seed gives the same report); without one, to the server's life */
+    if (!o.nonce)
+        o.nonce = r->flush ? mix2(o.seed, 0x6e6f6e6365ULL)
+                           : mix2(mix2(o.seed, (uint64_t)time(NULL)),
+                                  (uint64_t)getpid());
+    r->ran = true;
+    r->has_self = o.self && r->flush;
+    r->generated_in_history = r->flush != NULL;
+    an = xcalloc(2, sizeof(*an));
+    for (int k = 0; k < 2; k++)
+        drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &ro->th);
+    for (unsigned i = 0; i < o.convs && !ret; i++) {
+        json_t *conv = NULL;
+        const struct drift_item *it =
+            corpus->n ? &corpus->items[i % corpus->n] : NULL;
+        json_t *base = it && it->messages && users(it->messages) >= 2
+                           ? json_incref(it->messages)
+                           : drift_corpus_conversation(o.seed, 1000 + i,
+                                                       o.max_context * 4);
+        conv = marked(base, mix2(o.nonce, 0x636f6e76ULL + i));
+        json_decref(base);
+        size_t turns = turns_for(&o, r->has_self, users(conv));
+        r->turns = (unsigned)turns;
+        ret = one_conv(c, conv, &o, turns, r, an, ro, d);
+        json_decref(conv);
+    }
+    if (ret && ret != -ECONNREFUSED && ret != -ETIMEDOUT) {
+        /* a server without chat or /tokenize with messages: the arm
+         * cannot run there, the rest of the run stands */
+        snprintf(r->note, sizeof(r->note), "not run: %s", d->msg);
+        r->ran = false;
+        r->verdict = DRIFT_NA;
+        ret = 0;
+    } else if (!ret) {
+        judge(&an[0], r->has_self, &ro->th, &r->sum, &r->self, &r->excess,
+              &r->verdict);
+        if (r->evict_ran) {
+            struct drift_bsum s2;
+            judge(&an[1], r->has_self, &ro->th, &r->evict_sum, &s2,
+                  &r->evict_excess, &r->evict_verdict);
+        }
+        if (o.evict && r->capacity <= 0)
+            snprintf(r->note, sizeof(r->note),
+                     "--cache-evict: the server reports no cache capacity "
+                     "(max_total_num_tokens), eviction not measured");
+    }
+    for (int k = 0; k < 2; k++)
+        drift_analysis_release(&an[k]);
+    free(an);
+    r->requests = (unsigned)(c->requests - before);
+    r->model_requests = model_requests;
+    r->budget = o.budget;
+    return ret;
+}
+
+/* ---- report ---- */
+
+static void line(struct buf *out, const char *name, const struct drift_bsum *s,
+                 const struct drift_bsum *e, enum drift_verdict v)
+{
+    buf_printf(out,
+               "  %-22s %6llu positions  KL mean %.3g (excess %.3g)  top-1 "
+               "%.2f%%  %s\n",
+               name, (unsigned long long)s->n, s->kl_mean, e->kl_mean,
+               100 * s->top1, drift_verdict_name(v));
+}
+
+void drift_cache_text(const struct drift_cache_result *r, struct buf *out)
+{
+    buf_adds(out, "\nCache arm (the same final request cold and warm)\n");
+    if (!r->ran) {
+        buf_printf(out, "  %s\n", r->note[0] ? r->note : "not run");
+        return;
+    }
+    buf_printf(out,
+               "  %u conversation(s), %u turns, %u model requests; flush: %s; "
+               "history: %s\n",
+               r->convs, r->turns, r->model_requests,
+               r->flush ? r->flush : "none (cold request sent first)",
+               r->generated_in_history ? "the server's own replies"
+                                       : "the conversation's replies");
+    buf_adds(out, "  cache: ");
+    drift_cache_hit_text(r, out);
+    if (r->seen.cold > 0)
+        buf_printf(out, "; the cold request had %ld cached tokens",
+                   r->seen.cold);
+    buf_adds(out, "\n");
+    line(out, "warm vs cold", &r->sum, &r->excess, r->verdict);
+    if (r->has_self)
+        buf_printf(out, "  %-22s %6llu positions  KL mean %.3g\n",
+                   "cold vs cold (noise)", (unsigned long long)r->self.n,
+                   r->self.kl_mean);
+    if (r->diverged_at >= 0)
+        buf_printf(out,
+                   "  greedy tokens diverge at generated token %ld; compared "
+                   "up to there\n",
+                   r->diverged_at);
+    if (r->evict_ran) {
+        line(out, "after eviction vs cold", &r->evict_sum, &r->evict_excess,
+             r->evict_verdict);
+        buf_printf(out, "  after eviction: %ld cached tokens (capacity %ld)\n",
+                   r->seen.evicted, r->capacity);
+    }
+    if (r->note[0])
+        buf_printf(out, "  note: %s\n", r->note);
+    buf_printf(out, "  attribution: %s\n", drift_cache_attribution(r));
+}
+
+static json_t *num(double v)
+{
+    return v == v ? json_real(v) : json_null();
+}
+
+static json_t *bsum_json(const struct drift_bsum *s)
+{
+    return json_pack("{s:I,s:o,s:o,s:o,s:o,s:I}", "count", (json_int_t)s->n,
+                     "kl_mean", num(s->kl_mean), "kl_max", num(s->kl_max),
+                     "top1_agreement", num(s->top1), "dp_rms", num(s->dp_rms),
+                     "decisive_flips", (json_int_t)s->flips);
+}
+
+static json_t *cached_json(long v)
+{
+    return v >= 0 ? json_integer(v) : json_null();
+}
+
+json_t *drift_cache_json(const struct drift_cache_result *r)
+{
+    struct buf hit = BUF_INIT;
+    json_t *o = json_pack("{s:b,s:s}", "ran", r->ran, "attribution",
+                          drift_cache_attribution(r));
+    if (r->note[0])
+        json_object_set_new(o, "note", json_string(r->note));
+    if (!r->ran)
+        return o;
+    drift_cache_hit_text(r, &hit);
+    json_object_set_new(o, "conversations", json_integer(r->convs));
+    json_object_set_new(o, "turns", json_integer(r->turns));
+    json_object_set_new(o, "requests", json_integer(r->requests));
+    json_object_set_new(o, "model_requests", json_integer(r->model_requests));
+    json_object_set_new(o, "budget",
+                        r->budget ? json_integer(r->budget) : json_null());
+    json_object_set_new(o, "flush",
+                        r->flush ? json_string(r->flush) : json_null());
+    json_object_set_new(o, "generated_in_history",
+                        json_boolean(r->generated_in_history));
+    json_object_set_new(o, "hit", json_string(buf_str(&hit)));
+    json_object_set_new(o, "cached_tokens",
+                        json_pack("{s:I,s:o,s:o,s:o}", "prompt",
+                                  (json_int_t)r->seen.prompt, "cold",
+                                  cached_json(r->seen.cold), "warm",
+                                  cached_json(r->seen.warm), "evicted",
+                                  cached_json(r->seen.evicted)));
+    json_object_set_new(o, "warm_vs_cold", bsum_json(&r->sum));
+    json_object_set_new(o, "excess", bsum_json(&r->excess));
+    if (r->has_self)
+        json_object_set_new(o, "cold_vs_cold", bsum_json(&r->self));
+    json_object_set_new(o, "diverged_at",
+                        r->diverged_at >= 0 ? json_integer(r->diverged_at)
+                                            : json_null());
+    json_object_set_new(o, "verdict",
+                        json_string(drift_verdict_name(r->verdict)));
+    if (r->evict_ran) {
+        json_object_set_new(o, "evicted_vs_cold", bsum_json(&r->evict_sum));
+        json_object_set_new(o, "evict_verdict",
+                            json_string(drift_verdict_name(r->evict_verdict)));
+        json_object_set_new(o, "capacity", json_integer(r->capacity));
+    }
+    buf_release(&hit);
+    return o;
+}

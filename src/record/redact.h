@@ -1,0 +1,41 @@
+/*
+ * redact: hides secrets a client sent inside a JSON request body before
+ * record keeps any copy of it (the intake log, the store, the spill file).
+ * Headers and query parameters are classify.h's; this is the body: the
+ * string value of every member whose key names a secret (api_key, apiKey,
+ * api-key, password, secret, client_secret, access_token, refresh_token,
+ * id_token, authorization, in any ASCII case, at any depth, plus the
+ * caller's extra names), and the same inside a tool call's "arguments"
+ * string when that string holds JSON. Values that are objects, arrays,
+ * numbers or literals are left alone (a tool schema's "password" property
+ * is an object). Plain "token" is not a secret's name: responses and
+ * logprob requests use it for text pieces.
+ *
+ * The body is rewritten in place and keeps its length: each byte between
+ * the value's quotes becomes part of the marker ("[redacted]" then '*',
+ * or only '*' when the value is shorter than the word), so the text stays
+ * valid JSON and every offset stays where it was. The bytes sent to the
+ * upstream are the caller's business: redact a copy, or after forwarding.
+ */
+#ifndef RECORD_REDACT_H
+#define RECORD_REDACT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Names longer than this are refused by redact_name_ok (a key is matched
+ * after its escapes are decoded into a buffer of this size). */
+#define REDACT_NAME_MAX 64
+/* Extra names `record --redact-key` takes at most. */
+#define REDACT_KEYS_MAX 64
+
+/* Whether name can be given as an extra key: 1 to REDACT_NAME_MAX bytes. */
+bool redact_name_ok(const char *name);
+/* Rewrites the secret values of body[0..len) in place (above). extra:
+ * n more key names (compared ignoring ASCII case), may be NULL. Returns how
+ * many values were hidden. A body that does not start (after white space)
+ * with '{' or '[' is left alone; one that is not valid JSON is scanned all
+ * the same, string by string. Never reads outside body[0..len). */
+size_t redact_body(char *body, size_t len, const char *const *extra, size_t n);
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * replay: committing what a record that did not stop left in the intake
+ * log (replay.h). The log is read from the frontier in batches of up to
+ * REPLAY_BATCH exchanges, each committed in one transaction that also
+ * moves the frontier past its last exchange, as record's writer does.
+ */
+#include "store/replay.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/plural.h"
+#include "core/xalloc.h"
+#include "store/store.h"
+
+#define REPLAY_BATCH 256
+/* the response cap record uses by default (an inflated copy's cap) */
+#define REPLAY_MAX_CAPTURE ((size_t)256 << 20)
+
+/* An exchange of the log, as the writer would have it. */
+struct rex {
+    struct xchg x;
+    struct buf body;
+    struct ingest_src src;
+    uint64_t end; /* the offset after its record */
+};
+
+struct replay {
+    sqlite3 *db;
+    struct xchg_cache *c;
+    struct ingest *g;
+    struct intake *in;
+    const char *spill;
+    struct rex *batch[REPLAY_BATCH];
+    size_t n;
+    uint64_t mark;  /* the frontier the batch being stored moves to */
+    const int *rcs; /* its exchanges' results, for on_commit */
+    size_t nrcs;
+    bool stuck; /* an exchange could be neither stored nor spilled */
+    struct replay_counts k;
+    struct diag why;   /* why the store refused the first one */
+    struct diag first; /* why the first kept one was kept */
+};
+
+static struct rex *rex_of_rec(const struct intake_rec *ir, uint64_t end)
+{
+    struct rex *e = xcalloc(1, sizeof(*e));
+    struct xchg *x = &e->x;
+    xchg_init(x);
+    x->started = ir->started;
+    x->method = xstrndup(ir->method_len ? ir->method : "", ir->method_len);
+    x->path = xstrndup(ir->path_len ? ir->path : "", ir->path_len);
+    if (ir->req_hl_set) {
+        hdrs_start(&x->req_hl);
+        buf_add(&x->req_hl.b, ir->req_hl, ir->req_hl_len);
+        x->req_hl.n = ir->req_hl_n;
+    }
+    if (ir->resp_hl_set) {
+        hdrs_start(&x->resp_hl);
+        buf_add(&x->resp_hl.b, ir->resp_hl, ir->resp_hl_len);
+        x->resp_hl.n = ir->resp_hl_n;
+    }
+    buf_init(&e->body, 0);
+    buf_add(&e->body, ir->body, ir->body_len);
+    x->status = ir->status;
+    if (ir->resp_len) {
+        x->resp_raw = xmalloc(ir->resp_len + 1);
+        memcpy(x->resp_raw, ir->resp, ir->resp_len);
+        x->resp_raw[ir->resp_len] = '\0';
+        x->resp_raw_len = ir->resp_len;
+    }
+    x->streamed = ir->streamed;
+    x->up_ttfb_ms = ir->up_ttfb_ms;
+    x->up_total_ms = ir->up_total_ms;
+    x->down_ttfb_ms = ir->down_ttfb_ms;
+    x->down_total_ms = ir->down_total_ms;
+    x->end = (enum xchg_end)ir->end;
+    x->req_redacted = ir->req_redacted;
+    e->src.body = buf_str(&e->body);
+    e->src.body_len = e->body.len;
+    e->src.ct_json = ir->ct_json;
+    e->src.resp_capped = ir->resp_capped;
+    e->src.max_gap_ms = ir->max_gap_ms;
+    e->end = end;
+    return e;
+}
+
+static void rex_free(struct rex *e)
+{
+    xchg_release(&e->x);
+    buf_release(&e->body);
+    free(e);
+}
+
+/* The batch's transaction moves the frontier past its last exchange, only
+ * when every exchange of it is stored: else it is rolled back, and flush
+ * stores the batch one by one. */
+static int on_commit(sqlite3 *db, void *ud)
+{
+    struct replay *p = ud;
+    for (size_t i = 0; i < p->nrcs; i++)
+        if (p->rcs[i])
+            return SQLITE_ABORT;
+    return intake_mark(p->in, db, p->in->epoch, p->mark);
+}
+
+/* Stores b[0..n) in one transaction: xchg_put_batch's result. */
+static int put(struct replay *p, struct rex **b, size_t n, int *rcs)
+{
+    struct xchg *xs[REPLAY_BATCH];
+    struct diag d = {{0}};
+    for (size_t i = 0; i < n; i++)
+        xs[i] = &b[i]->x;
+    p->rcs = rcs;
+    p->nrcs = n;
+    p->mark = b[n - 1]->end;
+    int rc = xchg_put_batch(p->db, p->c, xs, n, rcs, &d);
+    if (rc && !p->why.msg[0])
+        p->why = d;
+    return rc;
+}
+
+/* An exchange the store refused (nothing committed with it, so the
+ * frontier is still before it): to the spill file, or, when that fails
+ * too, left in the log with every exchange after it. */
+static void refused(struct replay *p, struct rex *e)
+{
+    struct diag sd = {{0}};
+    if (!xchg_spill_append(p->spill, &e->x, &sd)) {
+        p->k.spilled++;
+        return;
+    }
+    if (!p->first.msg[0])
+        diag_set(&p->first, EIO, "%s; %s", p->why.msg, sd.msg);
+    p->k.kept++;
+    p->stuck = true;
+}
+
+/* Builds and stores the batch; when it cannot be stored whole, its
+ * exchanges are stored one by one, so that the frontier never passes one
+ * that is neither stored nor spilled. */
+static void flush(struct replay *p)
+{
+    int rcs[REPLAY_BATCH];
+    if (!p->n)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        ingest_build(p->g, &p->batch[i]->x, &p->batch[i]->src);
+    if (!put(p, p->batch, p->n, rcs)) {
+        p->k.stored += p->n;
+    } else {
+        for (size_t i = 0; i < p->n; i++) {
+            int rc1 = 0;
+            if (p->stuck)
+                p->k.kept++;
+            else if (p->n == 1 || put(p, &p->batch[i], 1, &rc1))
+                refused(p, p->batch[i]);
+            else
+                p->k.stored++;
+        }
+    }
+    for (size_t i = 0; i < p->n; i++)
+        rex_free(p->batch[i]);
+    p->n = 0;
+}
+
+static int on_rec(const struct intake_rec *ir, uint64_t end, void *ud)
+{
+    struct replay *p = ud;
+    if (p->stuck) { /* left in the log, with the one before */
+        p->k.kept++;
+        return 0;
+    }
+    p->batch[p->n++] = rex_of_rec(ir, end);
+    if (p->n == REPLAY_BATCH)
+        flush(p);
+    return 0;
+}
+
+int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
+               struct intake *in, const char *spill_path,
+               struct replay_counts *out, struct diag *d)
+{
+    struct replay p = {.db = db, .c = c, .g = g, .in = in, .spill = spill_path};
+    uint64_t fe, fo;
+    memset(out, 0, sizeof(*out));
+    if (intake_frontier(db, &fe, &fo, d))
+        return -1;
+    xchg_cache_pre_commit(c, on_commit, &p);
+    int rc = intake_read(in->fd, fe, fo, on_rec, &p, &p.k.torn, d);
+    flush(&p);
+    xchg_cache_pre_commit(c, NULL, NULL);
+    *out = p.k;
+    if (rc)
+        return -1;
+    if (p.k.kept) {
+        diag_set(d, EIO,
+                 "cannot commit %llu exchange%s of the intake log '%s' to the "
+                 "store or the spill file '%s' (%s); the log is kept for the "
+                 "next try",
+                 (unsigned long long)p.k.kept, plural_s(p.k.kept), in->path,
+                 spill_path, p.first.msg);
+        return -1;
+    }
+    return intake_reset(in, d) ? -1 : 0;
+}
+
+int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
+                 struct diag *d)
+{
+    char *path = intake_path(db_path);
+    bool none = access(path, F_OK) != 0;
+    free(path);
+    *n = 0;
+    if (none)
+        return 0;
+    char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
+    sqlite3 *db = NULL;
+    struct intake *in = NULL;
+    struct replay_counts k;
+    int rc = store_open_unshared(db_path, &db, d);
+    if (!rc) {
+        /* a locked store fails fast, as record's writer does */
+        sqlite3_busy_timeout(db, 200);
+        rc = xchg_schema(db, d);
+    }
+    if (!rc)
+        rc = intake_schema(db, d);
+    if (!rc && (rc = intake_open(db_path, &in, d)) == 1)
+        rc = 0; /* a live record commits it */
+    else if (!rc) {
+        struct xchg_cache *c = xchg_cache_new();
+        struct ingest *g = ingest_new(c, REPLAY_MAX_CAPTURE);
+        rc = replay_log(db, c, g, in, spill_path ? spill_path : spill, &k, d);
+        *n = k.stored + k.spilled;
+        ingest_free(g);
+        xchg_cache_free(c); /* before its db is closed */
+        intake_close(in, rc == 0);
+    }
+    store_close(db);
+    free(spill);
+    return rc ? -1 : 0;
+}

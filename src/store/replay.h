@@ -1,0 +1,50 @@
+/*
+ * replay: the intake log's crash recovery. What a `fidelity record` that
+ * did not stop (kill -9, a crash, a full disk) left in the store's intake
+ * log (intake.h) past the frontier is committed to the store, each
+ * exchange built as record's writer builds it (ingest.h), and the log is
+ * emptied. `record` replays when it opens the store, before it serves;
+ * every command that reads a store (audit, sessions, show, drift
+ * --from-db) calls store_replay first, so that it reads what the clients
+ * saw complete.
+ */
+#ifndef STORE_REPLAY_H
+#define STORE_REPLAY_H
+
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "core/diag.h"
+#include "store/ingest.h"
+#include "store/intake.h"
+#include "store/xchg.h"
+
+struct replay_counts {
+    uint64_t stored;  /* committed to the store */
+    uint64_t spilled; /* refused by the store, appended to the spill file */
+    uint64_t kept;    /* neither: still in the log for the next try */
+    uint64_t torn;    /* bytes of an unfinished append at the end, ignored */
+};
+
+/* Replays the log `in` (opened and locked by the caller) into db (with the
+ * exchange and intake tables), through c (db's cache) and g (built on c).
+ * Exchanges the store refuses go to spill_path. Once one can be neither
+ * stored nor spilled, it and those after it stay in the log (the frontier
+ * stays before them: a batch that cannot be stored whole is stored one
+ * exchange at a time) and are counted kept. The counts go to *out. On
+ * success, 0 and the log emptied (intake_reset); -1 with d set when
+ * exchanges were kept (the log is left as it is) or the log or the store
+ * could not be read. c's pre-commit hook is used during the call and
+ * cleared after it. */
+int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
+               struct intake *in, const char *spill_path,
+               struct replay_counts *out, struct diag *d);
+
+/* Opens db_path and replays its intake log, if there is one and no live
+ * record holds it (that record commits it). spill_path: where exchanges
+ * the store refuses go (NULL: DB.spill.jsonl, record's default). *n gets
+ * how many exchanges were committed or spilled. 0, or -1 with d set. */
+int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
+                 struct diag *d);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * Replays of real harness sessions kept in tests/fixtures/: the exchanges
+ * record stored (xchg_to_json lines) are read back, regrouped and audited
+ * as `fidelity audit` would. The opencode session
+ * (tests/e2e/opencode/record_compaction.sh) compacted twice, the second
+ * summary lost the history: two history.compaction, one
+ * history.compaction_lost, the "first message" reply pointing at it, no
+ * rewrite, and no reasoning.policy under "keep" although every reasoning
+ * went back as streamed. Kilo's and Continue's sessions likewise.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "audit_test.h"
+#include "util/fixture.h"
+
+static int add_positive(const struct xchg *x, void *ud)
+{
+    struct xchg c = *x;
+    c.id = x->id < 0 ? -x->id : x->id; /* line numbers, as record's ids */
+    audit_set_add(ud, &c);
+    return 0;
+}
+
+static void replay(const char *name, struct audit_set *set,
+                   const struct audit_opts *o, struct audit_list *l)
+{
+    struct diag d = {{0}};
+    char *path = fixture_path(name);
+    audit_set_init(set);
+    int rc = xchg_spill_each(path, add_positive, set, &d);
+    if (rc)
+        fail_msg("cannot replay '%s': %s", path, d.msg);
+    free(path);
+    audit_set_attach_side(set);
+    audit_set_order(set);
+    audit_set_regroup(set);
+    audit_list_init(l);
+    audit_run(set, o, l);
+}
+
+static size_t count_rule(const struct audit_list *l, const char *rule)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        n += !strcmp(l->v[i].rule, rule);
+    return n;
+}
+
+static void test_opencode_two_compactions(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    replay("compaction-session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    for (size_t i = 0; i < l.n; i++)
+        if (l.v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    assert_int_equal(count_rule(&l, "history.compaction"), 2);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 1);
+    assert_int_equal(count_rule(&l, "history.rewrite"), 0);
+    assert_int_equal(count_rule(&l, "reasoning.policy"), 0);
+    const struct audit_finding *lost = find_rule(&l, "history.compaction_lost");
+    const struct audit_finding *f = find_rule(&l, "first_message.claim");
+    assert_non_null(f);
+    assert_int_equal(ev_int(f, "compaction_lost_request"),
+                     ev_int(lost, "summary_request"));
+    /* opencode sent the streamed reasoning back: equal, never changed */
+    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
+/* The Kilo CLI 7.7.7 (an opencode fork), the same script: its title
+ * request comes under a header of its own ("title-ses_..."), and is
+ * attached to the session it names. The sim's first summary kept none of
+ * the facts (the code), the second claims there was no conversation. */
+static void test_kilo_two_compactions(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    replay("../kilo-7.7.7/compaction-session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     2);
+    json_decref(row);
+    for (size_t i = 0; i < l.n; i++)
+        if (l.v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    assert_int_equal(count_rule(&l, "history.compaction"), 2);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 2);
+    assert_int_equal(count_rule(&l, "first_message.claim"), 1);
+    /* nothing else above info */
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 5);
+    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
+/* The Continue CLI 1.5.47 in its TUI, no session header: its title
+ * requests (one user message "...please reply with a title for the chat",
+ * max_tokens 16, no system prompt, no tools; record calls them main) whose
+ * reasoning used the 16 tokens on every turn, and its /compact (the whole
+ * history plus "Please provide a concise summary...", with tools) followed
+ * by [system, assistant(summary), system, user]. One session, the title and
+ * summary requests attached, the compaction found, the empty titles one
+ * budget finding with Continue's 3 further tries, nothing else. */
+static void test_continue_titles_and_compact(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    replay("../continue-1.5.47/session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 4);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     1);
+    json_decref(row);
+    for (size_t i = 0; i < l.n; i++)
+        if (l.v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    const struct audit_finding *b = find_rule(&l, "reasoning.budget");
+    assert_non_null(b);
+    assert_int_equal(ev_int(b, "max_tokens"), 16);
+    assert_int_equal(ev_int(b, "retries"), 3);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 2);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_opencode_two_compactions),
+        cmocka_unit_test(test_kilo_two_compactions),
+        cmocka_unit_test(test_continue_titles_and_compact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,320 @@
+/*
+ * probe's own accounting (src/probe/own.c, lost.c), end to end: `fidelity
+ * probe` against a healthy `fidelity sim` behind the rewriting gateway of
+ * tests/util/gateway.c, which keeps the last N turns, drops the oldest K,
+ * compacts into a summary or clips long messages, with and without
+ * rewriting /tokenize too. Every failing case must be
+ * dropped-before-the-model with the kind of drop named; the healthy
+ * gateway gives no failure. Unit tests of the classification beside.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "probe/probe.h"
+#include "util/gateway.h"
+#include "util/proc.h"
+
+static char tmpdir[256];
+static struct proc sim;
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/fidelity-lost-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    const char *argv[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    return proc_start(&sim, argv);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    gateway_stop_all();
+    if (sim.pid > 0)
+        proc_stop(&sim);
+    sim.pid = 0;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+struct run {
+    int code;
+    struct buf out, err;
+    json_t *j;
+};
+
+static void run_release(struct run *r)
+{
+    buf_release(&r->out);
+    buf_release(&r->err);
+    json_decref(r->j);
+}
+
+/* `fidelity probe --endpoint URL` on a small grid with a fresh store. */
+static void run_probe(struct run *r, const char *url, const char *lengths)
+{
+    char db[320], js[320];
+    snprintf(db, sizeof(db), "%s/p.db", tmpdir);
+    snprintf(js, sizeof(js), "%s/out.json", tmpdir);
+    const char *argv[] = {"probe",     "--endpoint",
+                          url,         "--db",
+                          db,          "--json",
+                          js,          "--fresh",
+                          "--kinds",   "needle,canary,multi-needle,variables",
+                          "--lengths", lengths,
+                          "--depths",  "0,50,100",
+                          "--retries", "0",
+                          NULL};
+    memset(r, 0, sizeof(*r));
+    unlink(js);
+    r->code = proc_run(argv, NULL, &r->out, &r->err, 120);
+    r->j = json_load_file(js, 0, NULL);
+    if (!r->j)
+        fail_msg("probe exited %d without a report: %s", r->code,
+                 buf_str(&r->err));
+}
+
+/* Asserts every failing case is dropped-before-the-model of the kind
+ * named, and that there is at least one; returns the failures. */
+static size_t assert_dropped(const struct run *r, const char *drop)
+{
+    json_t *cs =
+        json_object_get(json_object_get(r->j, "results"), "case_results");
+    size_t i, failed = 0;
+    json_t *c;
+    assert_true(json_array_size(cs) > 0);
+    json_array_foreach(cs, i, c)
+    {
+        const char *o = json_string_value(json_object_get(c, "outcome"));
+        if (!strcmp(o, "pass"))
+            continue;
+        failed++;
+        if (strcmp(o, "dropped-before-the-model") ||
+            strcmp(json_string_value(json_object_get(c, "drop")), drop))
+            fail_msg("case %zu (%s at %lld, depth %lld): %s, drop '%s', "
+                     "expected %s by %s; prompt %lld of %lld",
+                     i, json_string_value(json_object_get(c, "kind")),
+                     json_integer_value(json_object_get(c, "length")),
+                     json_integer_value(json_object_get(c, "depth")), o,
+                     json_string_value(json_object_get(c, "drop")), drop,
+                     "the gateway",
+                     json_integer_value(json_object_get(c, "prompt_tokens")),
+                     json_integer_value(json_object_get(c, "expected_tokens")));
+        double ratio = json_real_value(json_object_get(c, "reached_ratio"));
+        assert_true(ratio > 0 && ratio < 0.9);
+    }
+    assert_true(failed > 0);
+    /* the text names the kind of drop */
+    assert_non_null(strstr(buf_str(&r->out), "dropped-before-the-model"));
+    return failed;
+}
+
+static void behind(const struct gateway_opts *o, const char *lengths,
+                   const char *drop, const char *words)
+{
+    for (int tok = 1; tok >= 0; tok--) {
+        struct gateway_opts g = *o;
+        g.tokenize = tok;
+        struct gateway *gw = gateway_start(proc_url(&sim), &g);
+        assert_non_null(gw);
+        struct run r;
+        run_probe(&r, gateway_url(gw), lengths);
+        struct gateway_counts n;
+        gateway_counts(gw, &n);
+        gateway_stop(gw);
+        assert_true(n.rewritten > 0);
+        assert_int_equal(n.tokenize_rewritten > 0, tok);
+        assert_dropped(&r, drop);
+        assert_non_null(strstr(buf_str(&r.out), words));
+        /* sizing is probe's own: the cases are as long as asked */
+        assert_null(strstr(buf_str(&r.out), "error: sizing achieved"));
+        if (tok) /* and the report says the path rewrote /tokenize */
+            assert_non_null(strstr(buf_str(&r.out), "rewrites /tokenize"));
+        run_release(&r);
+    }
+}
+
+static void test_keep_last_turns(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.keep_last = 3};
+    behind(&o, "8k,16k", "window", "window by turns");
+}
+
+static void test_drop_oldest_turns(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.drop_oldest = 3};
+    behind(&o, "8k,16k", "window", "window by turns");
+}
+
+static void test_compaction(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.compact_after = 5, .compact_every = true};
+    behind(&o, "4k,8k,16k", "summary", "a summary");
+}
+
+static void test_clipping(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.clip = 1500};
+    behind(&o, "8k,16k", "clipping", "clipping");
+}
+
+/* Without /tokenize, sized by the calibration from single-turn requests
+ * (which a window leaves alone): the drop is still found. */
+static void test_window_without_tokenize(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.keep_last = 3, .no_tokenize = true};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    struct run r;
+    run_probe(&r, gateway_url(gw), "8k,16k");
+    gateway_stop(gw);
+    assert_non_null(strstr(buf_str(&r.err), "calibration"));
+    assert_dropped(&r, "window");
+    run_release(&r);
+}
+
+/* A gateway stripping reasoning_content: the reasoning grid says the
+ * field is dropped, and <think> inside content still arrives. */
+static void test_strip_reasoning_in_words(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.strip_reasoning = true};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    char db[320], js[320];
+    snprintf(db, sizeof(db), "%s/p.db", tmpdir);
+    snprintf(js, sizeof(js), "%s/out.json", tmpdir);
+    const char *argv[] = {
+        "probe", "--endpoint", gateway_url(gw), "--db",      db,      "--json",
+        js,      "--kinds",    "reasoning",     "--lengths", "1k,2k", NULL};
+    struct buf out = BUF_INIT;
+    int code = proc_run(argv, NULL, &out, NULL, 60);
+    struct gateway_counts n;
+    gateway_counts(gw, &n);
+    gateway_stop(gw);
+    assert_true(n.stripped > 0);
+    assert_int_equal(code, 1); /* 4 of 10 fail: below --fail-under 90 */
+    assert_non_null(strstr(buf_str(&out),
+                           "so the path or template drops the "
+                           "reasoning_content field, with and without tools"));
+    buf_release(&out);
+}
+
+static void test_healthy_gateway_no_failure(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.tokenize = true};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    struct run r;
+    run_probe(&r, gateway_url(gw), "4k,16k");
+    gateway_stop(gw);
+    json_t *res = json_object_get(r.j, "results");
+    assert_int_equal(json_integer_value(json_object_get(res, "passed")),
+                     json_integer_value(json_object_get(res, "cases")));
+    assert_int_equal(r.code, 0);
+    run_release(&r);
+}
+
+/* ---- lost.c alone ---- */
+
+/* A shape of `turns` turns of `per` tokens each after a head of 50. */
+static void shape(struct probe_result *r, unsigned turns, unsigned per,
+                  long reached)
+{
+    memset(r, 0, sizeof(*r));
+    struct probe_shape *s = &r->shape;
+    s->tok[0] = 50;
+    s->bytes[0] = 175;
+    s->n = 1;
+    for (unsigned t = 1; t <= turns; t++) {
+        s->tok[s->n] = t == turns ? 20 : per;
+        s->bytes[s->n] = s->tok[s->n] * 7 / 2;
+        s->turn[s->n++] = (unsigned char)t;
+    }
+    s->turns = turns;
+    s->total = 52;
+    for (unsigned j = 0; j < s->n; j++)
+        s->total += s->tok[j];
+    s->err = 1;
+    r->done = true;
+    r->have_shape = true;
+    r->prompt_tokens = reached;
+    r->lost = probe_is_lost(reached, s);
+    r->outcome = PROBE_TRUNCATED;
+}
+
+static void test_classify_cap_window_summary(void **state)
+{
+    (void)state;
+    struct probe_result r[3];
+    struct probe_spec s[3];
+    memset(s, 0, sizeof(s));
+    /* the same 8192 reached from 10k and 20k sent: one cap */
+    shape(&r[0], 8, 1300, 8192);
+    shape(&r[1], 16, 1300, 8192);
+    probe_lost_classify(s, r, 2, 0);
+    assert_int_equal(r[0].outcome, PROBE_TRUNCATED);
+    assert_int_equal(r[1].outcome, PROBE_TRUNCATED);
+    /* the last 2 turns of each: a window of 6 and 14 turns */
+    shape(&r[0], 8, 1300, 52 + 50 + 1300 + 20);
+    shape(&r[1], 16, 1300, 52 + 50 + 1300 + 20);
+    probe_lost_classify(s, r, 2, 0);
+    assert_int_equal(r[0].outcome, PROBE_DROPPED);
+    assert_int_equal(r[0].drop, PROBE_DROP_WINDOW);
+    assert_int_equal(r[0].drop_turns, 6);
+    assert_int_equal(r[1].drop_turns, 14);
+    /* the head, 180 tokens, the last turn: a summary */
+    shape(&r[0], 8, 1300, 52 + 50 + 180 + 20);
+    shape(&r[1], 16, 1300, 52 + 50 + 190 + 20);
+    shape(&r[2], 12, 1300, 52 + 50 + 185 + 20);
+    probe_lost_classify(s, r, 3, 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i].outcome, PROBE_DROPPED);
+        assert_int_equal(r[i].drop, PROBE_DROP_SUMMARY);
+    }
+    /* every message cut to 700 bytes (200 tokens): clipping */
+    shape(&r[0], 8, 1300, 52 + 50 + 7 * 200 + 20);
+    shape(&r[1], 16, 1300, 52 + 50 + 15 * 200 + 20);
+    shape(&r[2], 12, 1300, 52 + 50 + 11 * 200 + 20);
+    probe_lost_classify(s, r, 3, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(r[i].drop, PROBE_DROP_CLIP);
+    /* a count the path's own /tokenize clipped is clipping */
+    shape(&r[0], 8, 1300, 3000);
+    r[0].shape.pieces_short = true;
+    probe_lost_classify(s, r, 1, 0);
+    assert_int_equal(r[0].drop, PROBE_DROP_CLIP);
+    /* under 90% of the own count only */
+    shape(&r[0], 8, 1300, (long)(0.95 * (52 + 50 + 7 * 1300 + 20)));
+    assert_false(r[0].lost);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_classify_cap_window_summary),
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+        T(test_healthy_gateway_no_failure),
+        T(test_strip_reasoning_in_words),
+        T(test_window_without_tokenize),
+        T(test_keep_last_turns),
+        T(test_drop_oldest_turns),
+        T(test_compaction),
+        T(test_clipping),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -55,6 +55,7 @@ const char CMD_SIM_HELP[] =
     "  --feedback-base N      --feedback-growth G --feedback-budget N\n"
     "  --feedback-window N    --feedback-max N    --feedback-jitter J\n"
     "  --lose-summary\n"
+    "  --noise-recall-limit S --pair-a  --pair-b  --pair-noise S\n"
     "Prefix cache (cached_tokens in usage.prompt_tokens_details and\n"
     "sglang's meta_info):\n"
     "  --cache-tokens N       capacity (default 65536; 0: no cache)\n"

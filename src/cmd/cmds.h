@@ -15,6 +15,8 @@ int cmd_audit(int argc, char **argv);
 int cmd_sessions(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_bisect(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 
 /* The --report FILE hook of probe, drift and audit (cmd_report.c): writes
@@ -33,6 +35,8 @@ extern const char CMD_AUDIT_HELP[];
 extern const char CMD_SESSIONS_HELP[];
 extern const char CMD_SHOW_HELP[];
 extern const char CMD_PROBE_HELP[];
+extern const char CMD_BISECT_HELP[];
+extern const char CMD_INSPECT_HELP[];
 extern const char CMD_REPORT_HELP[];
 
 #endif

@@ -407,7 +407,7 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     struct reply_in in = {
         .toks = c.prompt.v,
         .n = c.prompt.n,
-        .window = (size_t)s->cfg.forget_after,
+        .window = sim_recall_window(&s->cfg, c.prompt.n),
         .tools = json_array_size(c.tools) ? c.tools : NULL,
         .variant = variant(s, &c),
         .want_reasoning = c.reasoning,

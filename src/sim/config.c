@@ -62,6 +62,10 @@ static const struct field fields[] = {
     D(noise_growth, 0, 8),
     L(noise_from, 0, 1 << 24),
     L(noise_saturate, 0, 1 << 24),
+    D(noise_recall_limit, 0, 100),
+    B(pair_a),
+    B(pair_b),
+    D(pair_noise, 0, 100),
     D(logit_scale, 0.01, 100),
     D(nondeterminism, 0, 100),
     D(batch_variance, 0, 100),
@@ -104,6 +108,7 @@ void sim_config_defaults(struct sim_config *c)
     c->max_model_len = 131072;
     c->logit_scale = 1.0;
     c->batch_window_ms = 20;
+    c->pair_noise = 0.3;
     c->max_body = 64L << 20;
     c->cache_tokens = 65536;
     c->cache_block = 16;
@@ -112,6 +117,28 @@ void sim_config_defaults(struct sim_config *c)
     c->feedback_window = 1024;
     c->feedback_max = 1024;
     c->feedback_jitter = 0.1;
+}
+
+double sim_prefill_sigma(const struct sim_config *c)
+{
+    return c->prefill_noise + (c->pair_a && c->pair_b ? c->pair_noise : 0);
+}
+
+size_t sim_recall_window(const struct sim_config *c, size_t n)
+{
+    size_t w = (size_t)c->forget_after;
+    double s = sim_prefill_sigma(c), lim = c->noise_recall_limit;
+    if (lim <= 0 || s <= 0)
+        return w;
+    /* the noise at position t is s ((t + 1) / 1024)^growth (model.c) */
+    double len = c->noise_growth > 0
+                     ? 1024 * pow(lim / s, 1 / c->noise_growth) - 1
+                 : s > lim ? 1
+                           : (double)n + 1;
+    if (len >= (double)n)
+        return w;
+    size_t nw = len < 1 ? 1 : (size_t)len;
+    return w && w < nw ? w : nw;
 }
 
 long sim_config_limit(const struct sim_config *c)

@@ -34,8 +34,11 @@ struct sim_config {
     double prefill_noise;
     double decode_noise;
     double noise_growth;
-    long noise_from;     /* noise only at positions >= this */
-    long noise_saturate; /* growth stops at this position; 0: never */
+    long noise_from;           /* noise only at positions >= this */
+    long noise_saturate;       /* growth stops at this position; 0: never */
+    double noise_recall_limit; /* 0: off */
+    bool pair_a, pair_b;       /* the pair fault: both on */
+    double pair_noise;
     double logit_scale;
     double nondeterminism;
     double batch_variance;
@@ -73,6 +76,13 @@ struct sim_config {
 };
 
 void sim_config_defaults(struct sim_config *c);
+/* The prefill noise scale: prefill_noise, plus pair_noise when pair_a and
+ * pair_b are both on. */
+double sim_prefill_sigma(const struct sim_config *c);
+/* The recall window of an n-token prompt (0: everything visible):
+ * forget_after, narrowed when noise_recall_limit is set to the length at
+ * which the prefill noise, growing with position, passes that limit. */
+size_t sim_recall_window(const struct sim_config *c, size_t n);
 /* Sets one field by option name ("context-limit" or "context_limit") from
  * text. value is NULL for a flag. -ENOENT for an unknown name, -EINVAL for
  * a bad value; d says which and what is allowed. */

@@ -324,7 +324,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 {
     const struct sim_config *c = &s->cfg;
     struct model_noise nz = {
-        .sigma = decode ? c->decode_noise : c->prefill_noise,
+        .sigma = decode ? c->decode_noise : sim_prefill_sigma(c),
         .growth = c->noise_growth,
         .from = (size_t)c->noise_from,
         .saturate = (size_t)c->noise_saturate,

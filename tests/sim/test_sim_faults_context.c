@@ -345,6 +345,41 @@ static void test_forget_after(void **state)
     assert_int_equal(n, nh);
 }
 
+/* Prefill noise growing with position hurts recall once it passes
+ * --noise-recall-limit: 0.05 ((t + 1) / 1024) passes 0.1 at 2,047 tokens,
+ * so facts farther than that from the end are lost; a short prompt and
+ * constant noise below the limit lose nothing. */
+static void test_noise_recall_limit(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p =
+        simt_start(t, "--noise-recall-limit", "0.1", "--prefill-noise", "0.05",
+                   "--noise-growth", "1", NULL);
+    expect(ask_long(t, p, 3000, ASK_A, NULL), SIM_DONT_SEE, "A, far");
+    expect(ask_long(t, p, 3000, ASK_C, NULL), FACT_C, "C, near");
+    expect(ask_long(t, p, 300, ASK_A, NULL), FACT_A, "A, short prompt");
+    struct proc *c = simt_start(t, "--noise-recall-limit", "0.1",
+                                "--prefill-noise", "0.05", NULL);
+    expect(ask_long(t, c, 3000, ASK_A, NULL), FACT_A, "A, constant noise");
+}
+
+/* The pair fault: --pair-a or --pair-b alone change nothing; both add
+ * --pair-noise (0.3) to the prefill noise, past the recall limit. */
+static void test_pair_fault_needs_both(void **state)
+{
+    struct simt *t = *state;
+    struct proc *a =
+        simt_start(t, "--noise-recall-limit", "0.1", "--pair-a", NULL);
+    expect(ask_long(t, a, 3000, ASK_A, NULL), FACT_A, "A, pair-a alone");
+    struct proc *b =
+        simt_start(t, "--noise-recall-limit", "0.1", "--pair-b", NULL);
+    expect(ask_long(t, b, 3000, ASK_A, NULL), FACT_A, "A, pair-b alone");
+    struct proc *ab = simt_start(t, "--noise-recall-limit", "0.1", "--pair-a",
+                                 "--pair-b", NULL);
+    expect(ask_long(t, ab, 3000, ASK_A, NULL), SIM_DONT_SEE, "A, both");
+    expect(ask_long(t, ab, 300, ASK_C, NULL), SIM_DONT_SEE, "C, both");
+}
+
 static void test_sparse_indexer_preset(void **state)
 {
     struct simt *t = *state;
@@ -412,6 +447,8 @@ int main(void)
         T(test_ignore_system),
         T(test_reasoning_history_policies),
         T(test_forget_after),
+        T(test_noise_recall_limit),
+        T(test_pair_fault_needs_both),
         T(test_sparse_indexer_preset),
         T(test_forget_after_at_run_time_and_reset),
         T(test_lose_summary),

@@ -1,0 +1,69 @@
+/*
+ * bisect/launch: starting and stopping the servers bisect measures, behind
+ * an interface a cluster launcher can implement too: submit a
+ * configuration, wait until its ready URL answers (the address to measure),
+ * its log, cancel. The local launcher (local.c) runs each configuration on
+ * this host in its own process group, watched by a small watchdog process
+ * that kills the group when bisect's end of a pipe closes, so no server
+ * outlives bisect, even when bisect is killed with SIGKILL.
+ *
+ * Errors: -errno with d filled. wait_ready returns -ECHILD when the server
+ * exited first, -ETIMEDOUT when the timeout passed, -EINTR when *stop was
+ * set; its log (log_path) then says why.
+ */
+#ifndef BISECT_LAUNCH_H
+#define BISECT_LAUNCH_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "core/buf.h"
+#include "core/diag.h"
+
+struct launch_spec {
+    const char *name;    /* configuration name, for messages */
+    const char *command; /* placeholders expanded; run by /bin/sh -c */
+    char *const *env;    /* "NAME=VALUE" added to the environment */
+    size_t n_env;
+    const char *workdir;   /* NULL: the current directory */
+    const char *log_path;  /* the server's stdout and stderr */
+    const char *ready_url; /* GET answers 200 when the server is ready */
+    double ready_timeout;  /* seconds */
+    int stop_signal;
+    double stop_grace; /* seconds between stop_signal and SIGKILL */
+};
+
+struct launch;
+struct launcher;
+
+struct launcher_ops {
+    const char *name;
+    /* Starts s; *out is the running launch. */
+    int (*submit)(struct launcher *l, const struct launch_spec *s,
+                  struct launch **out, struct diag *d);
+    /* Waits until s->ready_url answers 200; addr gets the base URL to
+     * measure (scheme, host and port of the ready URL). */
+    int (*wait_ready)(struct launch *x, volatile sig_atomic_t *stop, char *addr,
+                      size_t addr_len, struct diag *d);
+    const char *(*log_path)(const struct launch *x);
+    /* Stops the configuration (signal, grace, then kill) and frees x.
+     * Returns once nothing of it runs. */
+    int (*cancel)(struct launch *x, struct diag *d);
+    void (*free)(struct launcher *l);
+};
+
+struct launcher {
+    const struct launcher_ops *ops;
+};
+
+/* The local launcher: processes on this host. */
+struct launcher *launcher_local_new(void);
+
+/* The last `lines` lines of the file at path appended to out (at most
+ * 4 KiB of them). 0, or -errno when it cannot be read. */
+int launch_log_tail(const char *path, size_t lines, struct buf *out);
+
+/* The base URL of url: "http://host:port" (no path). */
+void launch_base_url(const char *url, char *out, size_t len);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * bisect/local: the local launcher. Each configuration gets a watchdog
+ * process W (a child of bisect) that starts the server S with /bin/sh -c in
+ * S's own process group, its output in the configuration's log. W holds the
+ * read end of a pipe whose write end only bisect holds (close-on-exec; W
+ * closes every other descriptor, so no other watchdog keeps it open). When
+ * the pipe closes, because bisect cancels the launch, exits, or is killed
+ * with SIGKILL, W sends the stop signal to S's group, waits the grace
+ * period and kills the group. When S exits on its own, W kills what is left
+ * of the group and exits with S's status (128 + signal when killed).
+ * PR_SET_PDEATHSIG alone would miss the server's own children and fire
+ * when the forking thread (not the process) exits, so it is not used.
+ * W and S use only async-signal-safe calls between fork and exec.
+ */
+#define _GNU_SOURCE
+#include "bisect/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/xalloc.h"
+#include "http/client.h"
+
+extern char **environ;
+
+struct launch {
+    pid_t watchdog;
+    pid_t group; /* the server's process group (its pid) */
+    int pipe_w;
+    char *log_path;
+    char *ready_url;
+    double ready_timeout;
+    bool exited; /* the watchdog has been reaped */
+    int status;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* environ with env overriding or adding, in a fresh array (strings
+ * borrowed). */
+static char **build_envp(char *const *env, size_t n_env)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **e = xcalloc(n + n_env + 1, sizeof(*e));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        for (; j < n_env; j++) {
+            size_t nl = strcspn(env[j], "=");
+            if (!strncmp(environ[i], env[j], nl) && environ[i][nl] == '=')
+                break;
+        }
+        if (j == n_env)
+            e[k++] = environ[i];
+    }
+    for (size_t j = 0; j < n_env; j++)
+        e[k++] = env[j];
+    return e;
+}
+
+static void close_others(int a, int b)
+{
+    if (a > b) {
+        int t = a;
+        a = b;
+        b = t;
+    }
+    if (a > 3)
+        close_range(3, (unsigned)a - 1, 0);
+    if (b > a + 1)
+        close_range((unsigned)a + 1, (unsigned)b - 1, 0);
+    close_range((unsigned)b + 1, ~0U, 0);
+}
+
+static void reset_signals(void)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+}
+
+static void write_str(int fd, const char *s)
+{
+    ssize_t r = write(fd, s, strlen(s));
+    (void)r;
+}
+
+static __attribute__((noreturn)) void server_main(const struct launch_spec *s,
+                                                  char **envp, int log)
+{
+    reset_signals();
+    setpgid(0, 0);
+    int in = open("/dev/null", O_RDONLY);
+    if (in >= 0)
+        dup2(in, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    if (s->workdir && chdir(s->workdir)) {
+        write_str(2, "bisect: cannot enter the workdir '");
+        write_str(2, s->workdir);
+        write_str(2, "'\n");
+        _exit(127);
+    }
+    char *argv[] = {(char *)"sh", (char *)"-c", (char *)s->command, NULL};
+    execve("/bin/sh", argv, envp);
+    write_str(2, "bisect: cannot run /bin/sh\n");
+    _exit(127);
+}
+
+static int status_code(int st)
+{
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Stop signal to the group, the grace, then SIGKILL; reaps S. */
+static void stop_group(pid_t s, int sig, double grace)
+{
+    kill(-s, sig);
+    double end = now_s() + grace;
+    bool reaped = false;
+    while (now_s() < end) {
+        if (!reaped && waitpid(s, NULL, WNOHANG) == s)
+            reaped = true;
+        if (reaped && kill(-s, 0) && errno == ESRCH)
+            return;
+        nap_ms(20);
+    }
+    kill(-s, SIGKILL);
+    if (!reaped)
+        waitpid(s, NULL, 0);
+}
+
+static __attribute__((noreturn)) void
+watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
+{
+    signal(SIGINT, SIG_IGN); /* Ctrl-C is bisect's to handle */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    close_others(rd, log);
+    pid_t srv = fork();
+    if (srv < 0)
+        _exit(127);
+    if (srv == 0) {
+        close(rd);
+        server_main(s, envp, log);
+    }
+    setpgid(srv, srv);
+    close(log);
+    for (;;) {
+        struct pollfd p = {rd, POLLIN, 0};
+        int n = poll(&p, 1, 100);
+        if (n > 0) { /* bisect closed its end (or wrote: same meaning) */
+            stop_group(srv, s->stop_signal, s->stop_grace);
+            _exit(0);
+        }
+        int st;
+        if (waitpid(srv, &st, WNOHANG) == srv) {
+            kill(-srv, SIGKILL); /* what it left behind */
+            _exit(status_code(st));
+        }
+    }
+}
+
+static int local_submit(struct launcher *l, const struct launch_spec *s,
+                        struct launch **out, struct diag *d)
+{
+    (void)l;
+    int log = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log < 0) {
+        int err = errno;
+        return diag_set(d, err, "cannot create the log '%s': %s", s->log_path,
+                        strerror(err));
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC)) {
+        int err = errno;
+        close(log);
+        return diag_set(d, err, "cannot make a pipe: %s", strerror(err));
+    }
+    char **envp = build_envp(s->env, s->n_env);
+    pid_t w = fork();
+    if (w == 0) {
+        close(p[1]);
+        watchdog_main(s, envp, p[0], log);
+    }
+    int err = errno;
+    free(envp);
+    close(p[0]);
+    close(log);
+    if (w < 0) {
+        close(p[1]);
+        return diag_set(d, err, "cannot start '%s': %s", s->name,
+                        strerror(err));
+    }
+    struct launch *x = xcalloc(1, sizeof(*x));
+    x->watchdog = w;
+    x->pipe_w = p[1];
+    x->log_path = xstrdup(s->log_path);
+    x->ready_url = xstrdup(s->ready_url);
+    x->ready_timeout = s->ready_timeout;
+    *out = x;
+    return 0;
+}
+
+static bool has_exited(struct launch *x)
+{
+    if (!x->exited && waitpid(x->watchdog, &x->status, WNOHANG) == x->watchdog)
+        x->exited = true;
+    return x->exited;
+}
+
+static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
+                            char *addr, size_t addr_len, struct diag *d)
+{
+    struct http_client *c = http_client_new();
+    double start = now_s();
+    int rc;
+    for (;;) {
+        if (stop && *stop) {
+            rc = diag_set(d, EINTR, "interrupted while waiting for ready");
+            break;
+        }
+        if (has_exited(x)) {
+            rc = diag_set(d, ECHILD,
+                          "the server exited (status %d) before it was "
+                          "ready",
+                          WEXITSTATUS(x->status));
+            break;
+        }
+        struct http_req rq = {
+            .url = x->ready_url, .timeout_ms = 2000, .max_body = 1 << 20};
+        struct http_resp rs;
+        http_resp_init(&rs);
+        bool ok = !http_do(c, &rq, &rs, NULL) && rs.status == 200;
+        http_resp_release(&rs);
+        if (ok && !has_exited(x)) {
+            launch_base_url(x->ready_url, addr, addr_len);
+            rc = 0;
+            break;
+        }
+        if (now_s() - start >= x->ready_timeout) {
+            rc = diag_set(d, ETIMEDOUT,
+                          "not ready after %g s (no 200 from '%s')",
+                          x->ready_timeout, x->ready_url);
+            break;
+        }
+        nap_ms(100);
+    }
+    http_client_free(c);
+    return rc;
+}
+
+static const char *local_log_path(const struct launch *x)
+{
+    return x->log_path;
+}
+
+static int local_cancel(struct launch *x, struct diag *d)
+{
+    (void)d;
+    if (!x)
+        return 0;
+    close(x->pipe_w); /* the watchdog stops the group */
+    if (!x->exited)
+        while (waitpid(x->watchdog, &x->status, 0) < 0 && errno == EINTR)
+            ;
+    free(x->log_path);
+    free(x->ready_url);
+    free(x);
+    return 0;
+}
+
+static void local_free(struct launcher *l)
+{
+    free(l);
+}
+
+static const struct launcher_ops local_ops = {
+    .name = "local",
+    .submit = local_submit,
+    .wait_ready = local_wait_ready,
+    .log_path = local_log_path,
+    .cancel = local_cancel,
+    .free = local_free,
+};
+
+struct launcher *launcher_local_new(void)
+{
+    struct launcher *l = xcalloc(1, sizeof(*l));
+    l->ops = &local_ops;
+    return l;
+}
+
+void launch_base_url(const char *url, char *out, size_t len)
+{
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    size_t n = (size_t)(h - url) + strcspn(h, "/");
+    snprintf(out, len, "%.*s", (int)n, url);
+}
+
+int launch_log_tail(const char *path, size_t lines, struct buf *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char tail[4096];
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof(tail) ? end - (off_t)sizeof(tail) : 0;
+    ssize_t n = pread(fd, tail, sizeof(tail), from);
+    close(fd);
+    if (n < 0)
+        return -EIO;
+    size_t i = (size_t)n;
+    if (i && tail[i - 1] == '\n')
+        i--;
+    size_t seen = 0;
+    while (i > 0 && seen < lines) {
+        if (tail[i - 1] == '\n')
+            seen++;
+        if (seen < lines)
+            i--;
+    }
+    return buf_add(out, tail + i, (size_t)n - i);
+}

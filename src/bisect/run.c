@@ -1,0 +1,534 @@
+/*
+ * bisect/run: the golden, then the configurations of the mode, on
+ * `slots` worker threads (adaptive mode: one, as each set depends on the
+ * last answer). Per configuration: launch (launch.h), wait for ready, run
+ * `fidelity drift` and `fidelity probe` as child processes writing JSON
+ * into DIR, stop, and write DIR/NAME.json (to a temporary name, then
+ * renamed, so a killed bisect leaves finished files only).
+ */
+#define _GNU_SOURCE
+#include "bisect/run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bisect/inspect.h"
+#include "bisect/verdict.h"
+#include "core/buf.h"
+#include "core/xalloc.h"
+#include "http/client.h"
+
+const char *bisect_phase_name(enum bisect_phase p)
+{
+    static const char *const n[] = {"starting",  "waiting for ready",
+                                    "comparing", "probing",
+                                    "stopping",  "done"};
+    return n[p];
+}
+
+char *bisect_set_name(const struct bisect_config *c, bisect_set s)
+{
+    if (!s)
+        return xstrdup("golden");
+    struct buf b = BUF_INIT;
+    for (size_t i = 0; i < c->n_toggles; i++)
+        if (s & ((bisect_set)1 << i))
+            buf_printf(&b, "%s%s", b.len ? "+" : "", c->toggles[i].name);
+    return buf_detach(&b, NULL);
+}
+
+char *bisect_set_template(const struct bisect_config *c, bisect_set s)
+{
+    struct buf b = BUF_INIT;
+    buf_adds(&b, c->command);
+    for (size_t i = 0; i < c->n_toggles; i++)
+        if ((s & ((bisect_set)1 << i)) && *c->toggles[i].args)
+            buf_printf(&b, " %s", c->toggles[i].args);
+    return buf_detach(&b, NULL);
+}
+
+char *bisect_set_command(const struct bisect_config *c, bisect_set s, int port,
+                         int slot)
+{
+    char *t = bisect_set_template(c, s);
+    char *e = bisect_expand(t, port, slot);
+    free(t);
+    return e;
+}
+
+struct ctx {
+    const struct bisect_config *c;
+    const struct bisect_opts *o;
+    struct launcher *l;
+    char golden[256];
+    json_t *golden_fp; /* the golden's fingerprint (inspect.h) */
+    pthread_mutex_t mu;
+    size_t launches, next, total, started;
+    bisect_set *sets;
+    struct bisect_outcome *out;
+    int err;
+    struct diag d;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, len) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void progress(struct ctx *x, const char *name, size_t idx,
+                     enum bisect_phase ph)
+{
+    if (!x->o->on_progress)
+        return;
+    struct bisect_progress p = {name, idx, x->total, ph};
+    pthread_mutex_lock(&x->mu);
+    x->o->on_progress(x->o->ud, &p);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* The profile's options for drift (which 0) or probe (1). */
+static const char *profile_args(const struct bisect_config *c, int which)
+{
+    static const char *const test[] = {
+        "--sequences 2 --max-context 1024 --decode-tokens 16 "
+        "--decode-seqs 1 --decode-prompt 128 --bootstrap 50 --jobs 1",
+        "--kinds needle --lengths 1k,2k,4k,8k,16k --depths 0,25,50,75,100 "
+        "--max-tokens 64 -j 2"};
+    static const char *const quick[] = {"--sequences 4 --max-context 4096",
+                                        "--profile quick"};
+    return !strcmp(c->profile, "test") ? test[which] : quick[which];
+}
+
+static void add_words(const char ***v, size_t *n, char *s)
+{
+    char *save = NULL;
+    for (char *t = strtok_r(s, " \t", &save); t;
+         t = strtok_r(NULL, " \t", &save)) {
+        *v = xrealloc(*v, (*n + 2) * sizeof(**v));
+        (*v)[(*n)++] = t;
+    }
+}
+
+/* Runs fidelity with argv (words of `fixed`, then `extra`), output to log;
+ * its exit code, or -1. */
+static int run_self(struct ctx *x, const char *fixed, const char *extra,
+                    const char *log)
+{
+    char *a = xstrdup(fixed), *b = xstrdup(extra);
+    const char **v = xcalloc(2, sizeof(*v));
+    size_t n = 0;
+    v[n++] = x->o->self;
+    add_words(&v, &n, a);
+    add_words(&v, &n, b);
+    v[n] = NULL;
+    int rc = -1;
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t p = fd < 0 ? -1 : fork();
+    if (p == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        int in = open("/dev/null", O_RDONLY);
+        dup2(in, 0);
+        execv(x->o->self, (char *const *)v);
+        _exit(127);
+    }
+    int st;
+    bool sent = false; /* when bisect is stopped, so is the measurement */
+    while (p > 0) {
+        pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p) {
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            break;
+        }
+        if (w < 0 && errno != EINTR)
+            break;
+        if (!sent && x->o->stop && *x->o->stop) {
+            kill(p, SIGINT);
+            sent = true;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(v);
+    free(a);
+    free(b);
+    return rc;
+}
+
+static json_t *load_json(const char *path)
+{
+    return json_load_file(path, 0, NULL);
+}
+
+static char *path_of(struct ctx *x, const char *name, const char *ext)
+{
+    return xasprintf("%s/%s%s", x->o->dir, name, ext);
+}
+
+static void set_error(json_t *doc, const char *log, const char *fmt,
+                      const char *detail)
+{
+    char msg[600];
+    snprintf(msg, sizeof(msg), fmt, detail);
+    json_object_set_new(doc, "status", json_string("failed"));
+    json_object_set_new(doc, "error", json_string(msg));
+    struct buf t = BUF_INIT;
+    if (log && !launch_log_tail(log, 15, &t))
+        json_object_set_new(doc, "log_tail", json_string(buf_str(&t)));
+    buf_release(&t);
+}
+
+/* Drift then probe of the running candidate at addr; fills doc. */
+static void measure_running(struct ctx *x, const char *name, size_t idx,
+                            const char *addr, json_t *doc)
+{
+    char *mlog = path_of(x, name, ".measure.log");
+    char *dj = path_of(x, name, ".drift.json");
+    char *pj = path_of(x, name, ".probe.json");
+    char *db = path_of(x, "probe", ".db");
+    char fixed[2048];
+    progress(x, name, idx, BISECT_COMPARING);
+    snprintf(fixed, sizeof(fixed),
+             "drift --golden %s --candidate %s --json %s --no-store %s%s%s",
+             x->golden, addr, dj, profile_args(x->c, 0),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
+    double t0 = now_s();
+    int rc = run_self(x, fixed, x->c->drift_args, mlog);
+    json_object_set_new(doc, "drift_seconds", json_real(now_s() - t0));
+    json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
+    progress(x, name, idx, BISECT_PROBING);
+    snprintf(fixed, sizeof(fixed),
+             "probe --endpoint %s --baseline %s --json %s --db %s --fresh "
+             "%s%s%s",
+             addr, x->golden, pj, db, profile_args(x->c, 1),
+             x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
+    t0 = now_s();
+    rc = drift ? run_self(x, fixed, x->c->probe_args, mlog) : -1;
+    json_object_set_new(doc, "probe_seconds", json_real(now_s() - t0));
+    json_t *probe = rc == 0 || rc == 1 ? load_json(pj) : NULL;
+    if (drift && probe) {
+        json_object_set_new(doc, "status", json_string("ok"));
+        json_object_set_new(doc, "drift", drift);
+        json_object_set_new(doc, "probe", probe);
+    } else {
+        json_decref(drift);
+        json_decref(probe);
+        set_error(doc, mlog, "%s failed; see the measurement log",
+                  drift ? "probe" : "drift");
+    }
+    free(mlog);
+    free(dj);
+    free(pj);
+    free(db);
+}
+
+static void spec_env(const struct bisect_config *c, bisect_set s, int port,
+                     int slot, char ***env, size_t *n)
+{
+    *n = 0;
+    *env = NULL;
+    for (size_t i = 0; i < c->n_env; i++) {
+        *env = xrealloc(*env, (*n + 1) * sizeof(**env));
+        (*env)[(*n)++] = bisect_expand(c->env[i], port, slot);
+    }
+    for (size_t t = 0; t < c->n_toggles; t++)
+        for (size_t i = 0; (s >> t & 1) && i < c->toggles[t].n_env; i++) {
+            *env = xrealloc(*env, (*n + 1) * sizeof(**env));
+            (*env)[(*n)++] = bisect_expand(c->toggles[t].env[i], port, slot);
+        }
+}
+
+/* Launches s on slot; on ready, *lx is running and addr set. Else doc
+ * holds the failure. */
+static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
+                     size_t idx, struct launch **lx, char *addr, json_t *doc)
+{
+    const struct bisect_config *c = x->c;
+    int port = c->first_port ? c->first_port + slot : free_port();
+    char *cmd = bisect_set_command(c, s, port, slot);
+    char *url = bisect_expand(c->ready_url, port, slot);
+    char *log = path_of(x, name, ".server.log");
+    char **env;
+    size_t n_env;
+    spec_env(c, s, port, slot, &env, &n_env);
+    struct launch_spec spec = {
+        name,           cmd,          env, n_env,
+        c->workdir,     log,          url, c->ready_timeout,
+        c->stop_signal, c->stop_grace};
+    json_object_set_new(doc, "command", json_string(cmd));
+    json_object_set_new(doc, "log", json_string(log));
+    struct diag d = {0};
+    progress(x, name, idx, BISECT_STARTING);
+    int rc = x->l->ops->submit(x->l, &spec, lx, &d);
+    if (!rc) {
+        pthread_mutex_lock(&x->mu);
+        x->launches++;
+        pthread_mutex_unlock(&x->mu);
+        progress(x, name, idx, BISECT_WAITING);
+        rc = x->l->ops->wait_ready(*lx, x->o->stop, addr, 256, &d);
+        if (rc) {
+            progress(x, name, idx, BISECT_STOPPING);
+            x->l->ops->cancel(*lx, NULL);
+            *lx = NULL;
+        }
+    }
+    if (rc)
+        set_error(doc, log, "%s", d.msg);
+    for (size_t i = 0; i < n_env; i++)
+        free(env[i]);
+    free(env);
+    free(cmd);
+    free(url);
+    free(log);
+    return rc;
+}
+
+static void write_doc(struct ctx *x, const char *name, json_t *doc)
+{
+    char *path = path_of(x, name, ".json");
+    char *tmp = path_of(x, name, ".json.tmp");
+    if (!json_dump_file(doc, tmp, JSON_INDENT(1) | JSON_SORT_KEYS))
+        rename(tmp, path);
+    free(path);
+    free(tmp);
+}
+
+static json_t *stored(struct ctx *x, const char *name)
+{
+    if (!x->o->resume)
+        return NULL;
+    char *path = path_of(x, name, ".json");
+    json_t *doc = load_json(path);
+    free(path);
+    if (doc && strcmp(json_string_value(json_object_get(doc, "status"))
+                          ? json_string_value(json_object_get(doc, "status"))
+                          : "",
+                      "ok")) {
+        json_decref(doc);
+        doc = NULL;
+    }
+    return doc;
+}
+
+/* Measures configuration s on slot (or reuses its stored result). */
+static json_t *fingerprint_of(const char *addr)
+{
+    struct http_client *c = http_client_new();
+    json_t *a = NULL, *fp = NULL;
+    if (!inspect_fetch(c, addr, 10000, &a, NULL))
+        fp = inspect_normalise(addr, a);
+    json_decref(a);
+    http_client_free(c);
+    return fp;
+}
+
+/* What the server reports against the golden, and the note for toggles
+ * the server may not read, before anything is measured. */
+static void compare_fingerprint(struct ctx *x, bisect_set s, const char *addr,
+                                json_t *doc)
+{
+    json_t *fp = fingerprint_of(addr);
+    if (!fp || !x->golden_fp) {
+        json_decref(fp);
+        return;
+    }
+    json_t *fps[2] = {x->golden_fp, fp};
+    json_t *diff = inspect_diff(fps, 2);
+    json_object_set_new(doc, "fingerprint", fp);
+    json_object_set_new(doc, "fingerprint_diff", diff);
+    bool args = false;
+    for (size_t i = 0; i < x->c->n_toggles; i++)
+        args |= (s >> i & 1) && *x->c->toggles[i].args;
+    const char *note = !args ? "not visible in server info"
+                       : json_array_size(diff)
+                           ? NULL
+                           : "possibly not read by the server";
+    if (note)
+        json_object_set_new(doc, "server_info_note", json_string(note));
+}
+
+static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
+{
+    char *name = bisect_set_name(x->c, s);
+    json_t *doc = stored(x, name);
+    if (doc)
+        goto out_done;
+    doc = json_object();
+    json_object_set_new(doc, "name", json_string(name));
+    json_t *tg = json_array();
+    for (size_t i = 0; i < x->c->n_toggles; i++)
+        if (s >> i & 1)
+            json_array_append_new(tg, json_string(x->c->toggles[i].name));
+    json_object_set_new(doc, "toggles", tg);
+    double t0 = now_s();
+    struct launch *lx = NULL;
+    char addr[256];
+    json_t *tm = json_object();
+    if (!start_set(x, s, slot, name, idx, &lx, addr, doc)) {
+        double t1 = now_s();
+        compare_fingerprint(x, s, addr, doc);
+        double t2 = now_s();
+        measure_running(x, name, idx, addr, doc);
+        double t3 = now_s();
+        progress(x, name, idx, BISECT_STOPPING);
+        x->l->ops->cancel(lx, NULL);
+        json_object_set_new(tm, "ready", json_real(t1 - t0));
+        json_object_set_new(tm, "fingerprint", json_real(t2 - t1));
+        json_object_set_new(tm, "measure", json_real(t3 - t2));
+        json_object_set_new(tm, "stop", json_real(now_s() - t3));
+    }
+    json_object_set_new(doc, "timing", tm);
+    json_object_set_new(doc, "seconds", json_real(now_s() - t0));
+    if (!(x->o->stop && *x->o->stop))
+        write_doc(x, name, doc);
+out_done:
+    progress(x, name, idx, BISECT_DONE);
+    free(name);
+    return doc;
+}
+
+static void keep(struct ctx *x, bisect_set s, json_t *doc)
+{
+    pthread_mutex_lock(&x->mu);
+    struct bisect_outcome *o = x->out;
+    o->results = xrealloc(o->results, (o->n_results + 1) * sizeof(*o->results));
+    o->results[o->n_results++] =
+        (struct bisect_result){s, bisect_set_name(x->c, s), doc};
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void *worker(void *arg)
+{
+    struct ctx *x = arg;
+    pthread_mutex_lock(&x->mu);
+    int slot = (int)(++x->started); /* the golden holds slot 0 */
+    pthread_mutex_unlock(&x->mu);
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        size_t i = x->next++;
+        pthread_mutex_unlock(&x->mu);
+        if (i >= x->total || (x->o->stop && *x->o->stop))
+            return NULL;
+        keep(x, x->sets[i], measure_set(x, x->sets[i], slot, i + 1));
+    }
+}
+
+static int adaptive_test(bisect_set s, bool *harmful, void *ud)
+{
+    struct ctx *x = ud;
+    x->total = x->next + 1;
+    json_t *doc = measure_set(x, s, 1, ++x->next);
+    keep(x, s, doc);
+    if (x->o->stop && *x->o->stop)
+        return -EINTR;
+    struct bisect_verdict v;
+    bisect_verdict_from(json_object_get(doc, "drift"),
+                        json_object_get(doc, "probe"), &v);
+    if (!v.measured)
+        return diag_set(&x->d, EIO, "configuration '%s' was not measured: %s",
+                        json_string_value(json_object_get(doc, "name")),
+                        json_string_value(json_object_get(doc, "error")));
+    *harmful = v.harmful;
+    return 0;
+}
+
+static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
+{
+    json_t *doc = json_object();
+    x->out->golden = doc;
+    if (x->c->golden_url) {
+        snprintf(x->golden, sizeof(x->golden), "%s", x->c->golden_url);
+        json_object_set_new(doc, "url", json_string(x->golden));
+        x->golden_fp = fingerprint_of(x->golden);
+        return 0;
+    }
+    json_object_set_new(doc, "name", json_string("golden"));
+    if (start_set(x, 0, 0, "golden", 0, g, x->golden, doc))
+        return diag_set(d, ECONNREFUSED, "the golden did not start: %s",
+                        json_string_value(json_object_get(doc, "error")));
+    json_object_set_new(doc, "url", json_string(x->golden));
+    x->golden_fp = fingerprint_of(x->golden);
+    if (x->golden_fp)
+        json_object_set(doc, "fingerprint", x->golden_fp);
+    return 0;
+}
+
+int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
+               struct bisect_outcome *out, struct diag *d)
+{
+    struct ctx x = {.c = c, .o = o, .out = out};
+    memset(out, 0, sizeof(*out));
+    if (mkdir(o->dir, 0755) && errno != EEXIST)
+        return diag_set(d, errno, "cannot create '%s': %s", o->dir,
+                        strerror(errno));
+    pthread_mutex_init(&x.mu, NULL);
+    x.l = launcher_local_new();
+    struct launch *g = NULL;
+    int rc = run_golden(&x, &g, d);
+    if (rc)
+        goto out_launcher;
+    if (o->mode == BISECT_ADAPTIVE) {
+        rc = bisect_adaptive(c->n_toggles, adaptive_test, &x, &out->adaptive);
+        if (rc && rc != -EINTR)
+            diag_set(d, -rc, "%s", x.d.msg);
+    } else {
+        rc = bisect_plan_static(o->mode, c->n_toggles, &x.sets, &x.total, d);
+        int n = o->slots < 1 ? 1 : o->slots;
+        pthread_t th[64];
+        for (int i = 0; !rc && i < n && i < 64; i++)
+            pthread_create(&th[i], NULL, worker, &x);
+        for (int i = 0; !rc && i < n && i < 64; i++)
+            pthread_join(th[i], NULL);
+        free(x.sets);
+    }
+    if (!rc && o->stop && *o->stop)
+        rc = diag_set(d, EINTR, "interrupted");
+out_launcher:
+    if (g)
+        x.l->ops->cancel(g, NULL);
+    out->launches = x.launches;
+    json_decref(x.golden_fp);
+    x.l->ops->free(x.l);
+    pthread_mutex_destroy(&x.mu);
+    return rc;
+}
+
+void bisect_outcome_release(struct bisect_outcome *out)
+{
+    for (size_t i = 0; i < out->n_results; i++) {
+        free(out->results[i].name);
+        json_decref(out->results[i].doc);
+    }
+    free(out->results);
+    json_decref(out->golden);
+    memset(out, 0, sizeof(*out));
+}

@@ -1,0 +1,174 @@
+/*
+ * bisect/verdict: one configuration's verdict from drift's and probe's JSON
+ * (schemas in docs/DRIFT.md and docs/PROBE.md). Harm is the candidate's KL
+ * mean over the golden minus the control arm's (golden against itself);
+ * the recall change is probe's pass-rate difference with Newcombe's hybrid
+ * Wilson interval (Newcombe 1998, method 10) and its exact McNemar p.
+ */
+#include "bisect/verdict.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/stats.h"
+
+static double num(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static const char *str(const json_t *o, const char *k, const char *def)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : def;
+}
+
+static void attribute(const json_t *d, struct bisect_verdict *v);
+
+/* drift's own harm scalar and attribution, when its summary has them:
+ * "harm": {"excess_kl_mean", "lo", "hi", "flips_per_1k"} and
+ * "attribution": {"kind": prefill, decode, both-flat, both-growing, none,
+ * not-run}. They replace the figures derived above. */
+static void from_drift_harm(const json_t *d, struct bisect_verdict *v)
+{
+    const json_t *h = json_object_get(d, "harm");
+    if (json_is_number(json_object_get(h, "excess_kl_mean"))) {
+        v->harm = num(h, "excess_kl_mean");
+        v->harm_lo = num(h, "lo");
+        v->harm_hi = num(h, "hi");
+        if (json_is_number(json_object_get(h, "flips_per_1k")))
+            v->flips_per_1k = num(h, "flips_per_1k");
+    }
+    const char *k = str(json_object_get(d, "attribution"), "kind", NULL);
+    static const struct {
+        const char *kind, *words;
+        enum bisect_path p;
+    } kinds[] = {
+        {"prefill", "prefill only", BISECT_PATH_PREFILL},
+        {"decode", "decode only", BISECT_PATH_DECODE},
+        {"both-flat", "both flat", BISECT_PATH_BOTH},
+        {"both-growing", "both growing", BISECT_PATH_BOTH},
+        {"none", "none", BISECT_PATH_UNKNOWN},
+    };
+    for (size_t i = 0; k && i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (!strcmp(k, kinds[i].kind)) {
+            v->attribution = kinds[i].words;
+            v->measured_path = kinds[i].p;
+            v->path_known = kinds[i].p != BISECT_PATH_UNKNOWN;
+        }
+}
+
+static void from_drift(const json_t *d, struct bisect_verdict *v)
+{
+    const json_t *tot = json_object_get(d, "total");
+    const json_t *ctl = json_object_get(d, "control_total");
+    double kl = num(tot, "kl_mean"), base = num(ctl, "kl_mean");
+    v->harm = isnan(base) ? kl : fmax(0, kl - base);
+    v->harm_lo = v->harm_hi = NAN;
+    double flips = num(tot, "decisive_flips"), count = num(tot, "count");
+    v->flips_per_1k = count > 0 ? 1000 * flips / count : NAN;
+    v->drift_verdict = str(d, "verdict", "?");
+    v->growth = str(json_object_get(d, "growth"), "verdict", "?");
+    v->identical_logprobs = num(tot, "kl_max") == 0 &&
+                            num(tot, "dp_rms") == 0 &&
+                            num(tot, "top1_agreement") == 1;
+    attribute(d, v);
+    from_drift_harm(d, v);
+}
+
+static bool is_warn_or_fail(const char *s)
+{
+    return s && (!strcmp(s, "WARN") || !strcmp(s, "FAIL"));
+}
+
+/* Which path changed: prefill when a position bucket or the growth is
+ * WARN or FAIL, decode when drift's decode attribution names the decode
+ * path; in the words of drift's attribution (prefill only, decode only,
+ * both flat, both growing, none). */
+static void attribute(const json_t *d, struct bisect_verdict *v)
+{
+    const json_t *bk = json_object_get(d, "buckets");
+    bool pre = is_warn_or_fail(v->growth);
+    for (size_t i = 0; i < json_array_size(bk); i++)
+        pre |= is_warn_or_fail(str(json_array_get(bk, i), "verdict", NULL));
+    const json_t *dec = json_object_get(d, "decode");
+    const char *a = str(dec, "attribution", "not run");
+    bool deco = strstr(a, "decode") || strstr(a, "shared");
+    v->decode_identical =
+        !dec ||
+        num(json_object_get(json_object_get(dec, "decode_vs_golden_prefill"),
+                            "excess"),
+            "kl_max") == 0;
+    v->path_known = pre || deco;
+    v->measured_path = pre && deco ? BISECT_PATH_BOTH
+                       : pre       ? BISECT_PATH_PREFILL
+                       : deco      ? BISECT_PATH_DECODE
+                                   : BISECT_PATH_UNKNOWN;
+    v->attribution = pre && deco ? (is_warn_or_fail(v->growth) ? "both growing"
+                                                               : "both flat")
+                     : pre       ? "prefill only"
+                     : deco      ? "decode only"
+                                 : "none";
+}
+
+static void from_probe(const json_t *p, struct bisect_verdict *v)
+{
+    const json_t *r = json_object_get(p, "results");
+    const json_t *b = json_object_get(p, "baseline_results");
+    const json_t *o =
+        json_object_get(json_object_get(p, "comparison"), "overall");
+    double n1 = num(r, "cases"), k1 = num(r, "passed");
+    double n2 = num(b, "cases"), k2 = num(b, "passed");
+    v->cases = n1 > 0 ? (unsigned)n1 : 0;
+    v->mcnemar_p = num(o, "p_value");
+    v->pass_diff = v->diff_lo = v->diff_hi = NAN;
+    if (n1 > 0 && n2 > 0) {
+        double p1 = k1 / n1, p2 = k2 / n2, l1, u1, l2, u2;
+        stats_wilson((unsigned)k1, (unsigned)n1, 1.96, &l1, &u1);
+        stats_wilson((unsigned)k2, (unsigned)n2, 1.96, &l2, &u2);
+        v->pass_diff = p1 - p2;
+        v->diff_lo =
+            v->pass_diff - sqrt((p1 - l1) * (p1 - l1) + (u2 - p2) * (u2 - p2));
+        v->diff_hi =
+            v->pass_diff + sqrt((u1 - p1) * (u1 - p1) + (p2 - l2) * (p2 - l2));
+    }
+    v->recall_worse =
+        json_is_true(json_object_get(o, "significant")) && v->pass_diff < 0;
+    /* identical answers: each case's reply equals the golden's */
+    const json_t *ca = json_object_get(r, "case_results");
+    const json_t *cb = json_object_get(b, "case_results");
+    v->identical_answers =
+        json_array_size(ca) > 0 && json_array_size(ca) == json_array_size(cb);
+    for (size_t i = 0; v->identical_answers && i < json_array_size(ca); i++) {
+        const char *x = str(json_array_get(ca, i), "reply", NULL);
+        const char *y = str(json_array_get(cb, i), "reply", NULL);
+        v->identical_answers = x && y && !strcmp(x, y);
+    }
+}
+
+void bisect_verdict_from(const json_t *drift, const json_t *probe,
+                         struct bisect_verdict *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->harm = v->harm_lo = v->harm_hi = v->flips_per_1k = NAN;
+    v->pass_diff = v->diff_lo = v->diff_hi = v->mcnemar_p = NAN;
+    v->drift_verdict = v->growth = "?";
+    v->attribution = "not measured";
+    if (!drift || !probe)
+        return;
+    v->measured = true;
+    from_drift(drift, v);
+    from_probe(probe, v);
+    v->harmful = !strcmp(v->drift_verdict, "FAIL") || v->recall_worse;
+    v->inert = !v->harmful && v->identical_logprobs && v->decode_identical &&
+               v->identical_answers;
+}
+
+bool bisect_path_mismatch(enum bisect_path claimed,
+                          const struct bisect_verdict *v)
+{
+    if (claimed == BISECT_PATH_UNKNOWN || !v->path_known)
+        return false;
+    return claimed != v->measured_path;
+}

@@ -1,0 +1,44 @@
+/*
+ * bisect/verdict: what one configuration's measurements say, read from the
+ * JSON of `fidelity drift` (against the golden) and `fidelity probe` (with
+ * the golden as baseline). bisect_verdict_from is the one place that reads
+ * drift's figures, so a new drift field changes one function.
+ */
+#ifndef BISECT_VERDICT_H
+#define BISECT_VERDICT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "bisect/config.h"
+
+struct bisect_verdict {
+    bool measured;
+    double harm, harm_lo, harm_hi; /* excess KL mean (NAN lo/hi: no interval) */
+    double flips_per_1k;           /* decisive top-1 flips per 1,000 tokens */
+    const char *drift_verdict;     /* PASS, WARN, FAIL */
+    const char *growth;            /* drift's growth verdict */
+    enum bisect_path measured_path; /* from drift's decode attribution */
+    bool path_known;
+    const char *attribution; /* in words */
+    bool identical_logprobs; /* every compared position bit-identical */
+    bool decode_identical;   /* the decode path's too */
+    unsigned cases;
+    double pass_diff, diff_lo, diff_hi; /* candidate minus golden, 95 % */
+    double mcnemar_p;
+    bool identical_answers;
+    bool recall_worse; /* significantly fewer passes than the golden */
+    bool harmful;
+    bool inert;
+};
+
+/* Fills v from the two documents (either may be NULL: not measured). */
+void bisect_verdict_from(const json_t *drift, const json_t *probe,
+                         struct bisect_verdict *v);
+
+/* Whether the measured path contradicts the claimed one (unknown claims
+ * contradict nothing). */
+bool bisect_path_mismatch(enum bisect_path claimed,
+                          const struct bisect_verdict *v);
+
+#endif

@@ -1,0 +1,566 @@
+/*
+ * cmd_bisect: `fidelity bisect CONFIG`, which launches server
+ * configurations with patches (toggles) turned on and off, measures each
+ * against the golden with drift and probe, and ranks the toggles. Parses
+ * options, loads the config (src/bisect/config.c), runs src/bisect/run.c,
+ * prints the ranking and chooses the exit code. See docs/BISECT.md.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bisect/config.h"
+#include "bisect/plan.h"
+#include "bisect/run.h"
+#include "bisect/verdict.h"
+#include "cmd/cmd.h"
+#include "cmd/cmds.h"
+#include "core/buf.h"
+#include "core/xalloc.h"
+
+const char CMD_BISECT_HELP[] =
+    "usage: fidelity bisect CONFIG [options]\n"
+    "\n"
+    "Launches the server of CONFIG once with every toggle off (the golden)\n"
+    "and once per configuration the mode asks for, measures each against\n"
+    "the golden (drift: teacher-forced logprobs; probe: recall, with the\n"
+    "golden as baseline), stops it, and ranks the toggles: harm, attribution\n"
+    "against the claimed path, recall change, inert toggles. No server is\n"
+    "left running, also when bisect is interrupted or killed. CONFIG format:\n"
+    "docs/BISECT.md.\n"
+    "\n"
+    "options:\n"
+    "  --mode M      one-at-a-time (default: each toggle alone), "
+    "leave-one-out\n"
+    "                (all on, each removed), adaptive (group testing: fewest\n"
+    "                launches), full (all 2^n, n <= 5)\n"
+    "  --slots N     configurations at once (default 1; ports and {slot}\n"
+    "                1..N, the golden holds slot 0)\n"
+    "  --out DIR     results and logs (default bisect.out)\n"
+    "  --resume      reuse finished configurations in DIR, rerun the rest\n"
+    "  --dry-run     print the configurations, their commands and the\n"
+    "                launch count; launch nothing\n"
+    "  --json FILE   the ranking as JSON ('-' = stdout)\n"
+    "\n"
+    "exit status: 0 no culprit, 1 culprit found, 2 usage or config error,\n"
+    "3 the golden could not be started or reached, 4 I/O error,\n"
+    "130 interrupted.\n"
+    "\n"
+    "examples:\n"
+    "  fidelity bisect sglang.ini --dry-run\n"
+    "  fidelity bisect sglang.ini --mode adaptive --json bisect.json\n"
+    "  fidelity bisect sglang.ini --slots 4 --resume\n";
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+struct opts {
+    const char *config;
+    enum bisect_mode mode;
+    long slots;
+    const char *out;
+    const char *json;
+    bool resume, dry_run;
+};
+
+enum { OPT_MODE = 256, OPT_SLOTS, OPT_OUT, OPT_RESUME, OPT_DRY, OPT_JSON };
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        {"mode", required_argument, NULL, OPT_MODE},
+        {"slots", required_argument, NULL, OPT_SLOTS},
+        {"out", required_argument, NULL, OPT_OUT},
+        {"resume", no_argument, NULL, OPT_RESUME},
+        {"dry-run", no_argument, NULL, OPT_DRY},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (struct opts){.slots = 1, .out = "bisect.out"};
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODE:
+            if (bisect_mode_parse(optarg, &o->mode))
+                return cli_usage_error("bisect",
+                                       "unknown mode '%s'; use one-at-a-time, "
+                                       "leave-one-out, adaptive or full",
+                                       optarg);
+            break;
+        case OPT_SLOTS:
+            if (cli_parse_long(optarg, 1, 64, &o->slots))
+                return cli_usage_error(
+                    "bisect", "--slots wants 1 to 64, not '%s'", optarg);
+            break;
+        case OPT_OUT:
+            o->out = optarg;
+            break;
+        case OPT_RESUME:
+            o->resume = true;
+            break;
+        case OPT_DRY:
+            o->dry_run = true;
+            break;
+        case OPT_JSON:
+            o->json = optarg;
+            break;
+        case 'h':
+            return cli_help("bisect") - 1;
+        default:
+            return cli_bad_option("bisect", c, argv);
+        }
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("bisect", "give one CONFIG file");
+    o->config = argv[optind];
+    return 0;
+}
+
+static int dry_run(const struct bisect_config *c, const struct opts *o)
+{
+    bisect_set *sets;
+    size_t n;
+    struct diag d = {0};
+    if (bisect_plan_static(o->mode, c->n_toggles, &sets, &n, &d))
+        return cli_error("bisect", EXIT_USAGE, "%s", d.msg);
+    int golden = c->golden_url ? 0 : 1;
+    printf("mode %s, %zu toggles, golden %s\n", bisect_mode_name(o->mode),
+           c->n_toggles, c->golden_url ? c->golden_url : "launched");
+    if (golden) {
+        char *cmd = c->first_port ? bisect_set_command(c, 0, c->first_port, 0)
+                                  : bisect_set_template(c, 0);
+        printf("  golden: %s\n", cmd);
+        free(cmd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *name = bisect_set_name(c, sets[i]);
+        int slot = (int)(i % (size_t)o->slots) + 1;
+        char *cmd =
+            c->first_port
+                ? bisect_set_command(c, sets[i], c->first_port + slot, slot)
+                : bisect_set_template(c, sets[i]);
+        printf("  %s: %s\n", name, cmd);
+        for (size_t t = 0; t < c->n_toggles; t++)
+            for (size_t k = 0; (sets[i] >> t & 1) && k < c->toggles[t].n_env;
+                 k++)
+                printf("      env %s\n", c->toggles[t].env[k]);
+        free(name);
+        free(cmd);
+    }
+    unsigned l = bisect_log2_ceil(c->n_toggles);
+    if (o->mode == BISECT_ADAPTIVE)
+        printf("launches: %d golden + 1 to %u (one culprit: at most %u, a "
+               "pair: at most %u)\n",
+               golden, 2 * l + 3, l + 2, 2 * l + 3);
+    else
+        printf("launches: %d golden + %zu\n", golden, n);
+    free(sets);
+    return EXIT_PASS;
+}
+
+static double start_time;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void on_progress(void *ud, const struct bisect_progress *p)
+{
+    (void)ud;
+    double el = now_s() - start_time;
+    char eta[32] = "";
+    if (p->index > 1 && p->index <= p->total)
+        snprintf(eta, sizeof(eta), ", ETA %.0f s",
+                 el / (double)(p->index - 1) *
+                     (double)(p->total - p->index + 1));
+    fprintf(stderr, "\r\033[Kconfiguration %zu of %zu (%s): %s, %.0f s%s",
+            p->index, p->total, p->name, bisect_phase_name(p->phase), el, eta);
+    if (p->phase == BISECT_DONE)
+        fputc('\n', stderr);
+}
+
+/* The toggles of set s claim one path when they agree, else unknown. */
+static enum bisect_path claimed_path(const struct bisect_config *c,
+                                     bisect_set s)
+{
+    enum bisect_path p = BISECT_PATH_UNKNOWN;
+    for (size_t i = 0; i < c->n_toggles; i++)
+        if (s >> i & 1) {
+            if (p != BISECT_PATH_UNKNOWN && p != c->toggles[i].path)
+                return BISECT_PATH_UNKNOWN;
+            p = c->toggles[i].path;
+        }
+    return p;
+}
+
+struct row {
+    const struct bisect_result *r;
+    struct bisect_verdict v;
+    enum bisect_path claimed;
+    bool mismatch;
+    const char *verdict;
+};
+
+/* Culprits (recall falls) first, then drift alone, harmless, inert. */
+static int rank_of(const struct bisect_verdict *v)
+{
+    return v->recall_worse ? 0
+           : v->harmful    ? 1
+           : v->inert      ? 3
+           : v->measured   ? 2
+                           : 4;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    int rx = rank_of(&x->v), ry = rank_of(&y->v);
+    if (rx != ry)
+        return rx - ry;
+    double hx = isnan(x->v.harm) ? -1 : x->v.harm;
+    double hy = isnan(y->v.harm) ? -1 : y->v.harm;
+    return hx < hy ? 1 : hx > hy ? -1 : strcmp(x->r->name, y->r->name);
+}
+
+static void fill_rows(const struct bisect_config *c,
+                      const struct bisect_outcome *out, struct row *rows)
+{
+    for (size_t i = 0; i < out->n_results; i++) {
+        struct row *w = &rows[i];
+        w->r = &out->results[i];
+        bisect_verdict_from(json_object_get(w->r->doc, "drift"),
+                            json_object_get(w->r->doc, "probe"), &w->v);
+        w->claimed = claimed_path(c, w->r->set);
+        w->mismatch = bisect_path_mismatch(w->claimed, &w->v);
+        w->verdict = !w->v.measured      ? "not measured"
+                     : w->v.recall_worse ? "CULPRIT"
+                     : w->v.harmful      ? "drifts (recall unchanged)"
+                     : w->v.inert        ? "inert"
+                                         : "harmless (below thresholds)";
+    }
+    qsort(rows, out->n_results, sizeof(*rows), row_cmp);
+}
+
+/* Named in the first line: the target set when there is one (adaptive's
+ * answer, full mode's interaction), else the configurations whose recall
+ * fell, else those whose drift failed. */
+static bool is_named(const struct row *w, bisect_set target, bool by_recall)
+{
+    if (target)
+        return w->v.harmful && w->r->set == target;
+    return by_recall ? w->v.recall_worse : w->v.harmful;
+}
+
+/* One line: the culprits (recall falls; else drift fails) and the
+ * evidence. */
+static void print_headline(const struct row *rows, size_t n, bisect_set target,
+                           bool together)
+{
+    bool by_recall = false;
+    for (size_t i = 0; i < n; i++)
+        by_recall |= rows[i].v.recall_worse;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct row *w = &rows[i];
+        if (!is_named(w, target, by_recall))
+            continue;
+        char ci[64] = "";
+        if (!isnan(w->v.harm_lo))
+            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", w->v.harm_lo,
+                     w->v.harm_hi);
+        printf("%s%s%s: excess KL %.3g%s (%s), drift %s, recall %+.0f "
+               "points (McNemar p %.3g)",
+               k ? "; " : "culprit: ", w->r->name,
+               together ? " (only together)" : "", w->v.harm, ci,
+               w->v.attribution, w->v.drift_verdict, 100 * w->v.pass_diff,
+               w->v.mcnemar_p);
+        k++;
+    }
+    if (k)
+        printf("\n");
+    else
+        printf("no culprit: no configuration's drift failed or recall fell "
+               "significantly below the golden's\n");
+}
+
+/* What the server reports differently from the golden (a few fields). */
+static void print_reported(const json_t *diff)
+{
+    size_t n = json_array_size(diff);
+    for (size_t i = 0; i < n && i < 4; i++) {
+        const json_t *d = json_array_get(diff, i);
+        const json_t *v = json_object_get(d, "values");
+        char *a = json_dumps(json_array_get(v, 0),
+                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        char *b = json_dumps(json_array_get(v, 1),
+                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        printf("%s%s %s -> %s", i ? ", " : "    server reports: ",
+               json_string_value(json_object_get(d, "field")), a ? a : "?",
+               b ? b : "?");
+        free(a);
+        free(b);
+    }
+    if (n > 4)
+        printf(" and %zu more", n - 4);
+    if (n)
+        printf("\n");
+}
+
+/* Drift's excess KL by position bucket and its growth verdict. */
+static void print_buckets(const struct row *w)
+{
+    const json_t *d = json_object_get(w->r->doc, "drift");
+    const json_t *bk = json_object_get(d, "buckets");
+    printf("    excess KL by position:");
+    for (size_t i = 0; i < json_array_size(bk); i++) {
+        const json_t *b = json_array_get(bk, i);
+        printf(" %lld-%lld %.2g%s",
+               (long long)json_integer_value(json_object_get(b, "from")),
+               (long long)json_integer_value(json_object_get(b, "to")),
+               json_number_value(
+                   json_object_get(json_object_get(b, "excess"), "kl_mean")),
+               strcmp(json_string_value(json_object_get(b, "verdict")), "PASS")
+                   ? "!"
+                   : "");
+    }
+    printf("; growth %s\n", w->v.growth);
+}
+
+static void print_row(const struct row *w)
+{
+    const struct bisect_verdict *v = &w->v;
+    printf("%-24s ", w->r->name);
+    if (!v->measured) {
+        printf("%s: %s\n", w->verdict,
+               json_string_value(json_object_get(w->r->doc, "error")));
+        const char *t =
+            json_string_value(json_object_get(w->r->doc, "log_tail"));
+        if (t)
+            printf("    log tail:\n%s\n", t);
+        return;
+    }
+    printf("%-10.3g %-8.1f %-6s %-13s %-8s %+5.0f [%+.0f,%+.0f] p=%-6.3g %s\n",
+           v->harm, v->flips_per_1k, v->drift_verdict, v->attribution,
+           bisect_path_name(w->claimed), 100 * v->pass_diff, 100 * v->diff_lo,
+           100 * v->diff_hi, v->mcnemar_p, w->verdict);
+    const char *note =
+        json_string_value(json_object_get(w->r->doc, "server_info_note"));
+    if (note)
+        printf("    server info: %s\n", note);
+    print_reported(json_object_get(w->r->doc, "fingerprint_diff"));
+    if (w->mismatch)
+        printf("    MISMATCH: claims %s, but the measured change is %s\n",
+               bisect_path_name(w->claimed), v->attribution);
+    if (v->inert)
+        printf("    inert: bit-identical prompt logprobs and identical "
+               "answers; check that the server reads this flag at all\n");
+    else if (strcmp(v->drift_verdict, "PASS") || strcmp(v->growth, "n/a"))
+        print_buckets(w);
+}
+
+static json_t *row_json(const struct row *w)
+{
+    const struct bisect_verdict *v = &w->v;
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(w->r->name));
+    json_object_set(o, "toggles", json_object_get(w->r->doc, "toggles"));
+    json_object_set_new(o, "verdict", json_string(w->verdict));
+    json_object_set_new(o, "measured", json_boolean(v->measured));
+    json_object_set(o, "server_info_note",
+                    json_object_get(w->r->doc, "server_info_note"));
+    json_object_set(o, "fingerprint_diff",
+                    json_object_get(w->r->doc, "fingerprint_diff"));
+    if (!v->measured) {
+        json_object_set(o, "error", json_object_get(w->r->doc, "error"));
+        return o;
+    }
+    json_object_set_new(o, "harm", json_real(v->harm));
+    json_object_set_new(o, "harm_ci",
+                        isnan(v->harm_lo)
+                            ? json_null()
+                            : json_pack("[ff]", v->harm_lo, v->harm_hi));
+    json_object_set_new(o, "flips_per_1k", json_real(v->flips_per_1k));
+    json_object_set_new(o, "drift_verdict", json_string(v->drift_verdict));
+    json_object_set_new(o, "growth", json_string(v->growth));
+    json_object_set_new(o, "attribution", json_string(v->attribution));
+    json_object_set_new(o, "claimed",
+                        json_string(bisect_path_name(w->claimed)));
+    json_object_set_new(o, "path_mismatch", json_boolean(w->mismatch));
+    json_object_set_new(o, "pass_diff", json_real(v->pass_diff));
+    json_object_set_new(o, "pass_diff_ci",
+                        json_pack("[ff]", v->diff_lo, v->diff_hi));
+    json_object_set_new(o, "mcnemar_p", json_real(v->mcnemar_p));
+    json_object_set_new(o, "inert", json_boolean(v->inert));
+    json_object_set_new(o, "harmful", json_boolean(v->harmful));
+    json_object_set_new(o, "recall_worse", json_boolean(v->recall_worse));
+    return o;
+}
+
+static bool harmful_set(const struct row *rows, size_t n, bisect_set s,
+                        bool *known)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].r->set == s && rows[i].v.measured) {
+            *known = true;
+            return rows[i].v.harmful;
+        }
+    *known = false;
+    return false;
+}
+
+/* Toggles that hurt only together. adaptive: the pair it ended on.
+ * leave-one-out: the toggles whose removal alone makes the rest harmless,
+ * when two or more are (each is needed). full: the smallest harmful set of
+ * two or more whose single toggles were each measured harmless. */
+static bisect_set interaction(const struct bisect_config *c, enum bisect_mode m,
+                              const struct row *rows, size_t n,
+                              const struct bisect_outcome *out)
+{
+    bisect_set all = c->n_toggles >= 64 ? ~(bisect_set)0
+                                        : ((bisect_set)1 << c->n_toggles) - 1;
+    bisect_set need = 0, best = 0;
+    bool known;
+    switch (m) {
+    case BISECT_ADAPTIVE:
+        return out->adaptive.interaction ? out->adaptive.culprits : 0;
+    case BISECT_LEAVE_ONE_OUT:
+        for (size_t t = 0; t < c->n_toggles; t++) {
+            bool h = harmful_set(rows, n, all & ~((bisect_set)1 << t), &known);
+            if (known && !h)
+                need |= (bisect_set)1 << t;
+        }
+        return __builtin_popcountll(need) >= 2 ? need : 0;
+    case BISECT_FULL:
+        for (size_t i = 0; i < n; i++) {
+            bisect_set s = rows[i].r->set;
+            bool alone_ok = __builtin_popcountll(s) >= 2 && rows[i].v.harmful;
+            for (size_t t = 0; alone_ok && t < c->n_toggles; t++)
+                if (s >> t & 1)
+                    alone_ok =
+                        !harmful_set(rows, n, (bisect_set)1 << t, &known) &&
+                        known;
+            if (alone_ok &&
+                (!best || __builtin_popcountll(s) < __builtin_popcountll(best)))
+                best = s;
+        }
+        return best;
+    default:
+        return 0;
+    }
+}
+
+static int report(const struct bisect_config *c, const struct opts *o,
+                  const struct bisect_outcome *out)
+{
+    size_t n = out->n_results;
+    struct row *rows = xcalloc(n ? n : 1, sizeof(*rows));
+    fill_rows(c, out, rows);
+    bisect_set inter = interaction(c, o->mode, rows, n, out);
+    bisect_set target = o->mode == BISECT_ADAPTIVE ? out->adaptive.culprits
+                        : o->mode == BISECT_FULL   ? inter
+                                                   : 0;
+    print_headline(rows, n, target, inter && target == inter);
+    printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
+           "excess KL", "flips/1k", "drift", "measured", "claimed",
+           "recall (points) p", "verdict");
+    bool culprit = false;
+    json_t *j = json_object();
+    json_t *ja = json_array();
+    for (size_t i = 0; i < n; i++) {
+        print_row(&rows[i]);
+        culprit |= rows[i].v.harmful;
+        json_array_append_new(ja, row_json(&rows[i]));
+    }
+    if (inter) {
+        char *names = bisect_set_name(c, inter);
+        printf("\ninteraction: %s hurt only together\n", names);
+        json_object_set_new(j, "interaction", json_string(names));
+        free(names);
+    }
+    printf("\nlaunches: %zu (golden included)\n", out->launches);
+    json_object_set_new(j, "schema", json_string("fidelity.bisect/1"));
+    json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));
+    json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
+    json_object_set_new(j, "configurations", ja);
+    json_object_set_new(j, "culprit", json_boolean(culprit));
+    int rc = culprit ? EXIT_FAIL : EXIT_PASS;
+    struct diag d = {0};
+    if (o->json && cli_json_write(j, o->json, &d))
+        rc = cli_error("bisect", EXIT_INTERNAL, "%s", d.msg);
+    json_decref(j);
+    free(rows);
+    return rc;
+}
+
+int cmd_bisect(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? EXIT_PASS : rc;
+    struct bisect_config c;
+    struct diag d = {0};
+    if (bisect_config_load(&c, o.config, &d))
+        return cli_error("bisect", EXIT_USAGE, "%s", d.msg);
+    if (o.dry_run) {
+        rc = dry_run(&c, &o);
+        goto out_config;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        rc = cli_error("bisect", EXIT_INTERNAL, "cannot find my own binary");
+        goto out_config;
+    }
+    self[n] = '\0';
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    start_time = now_s();
+    struct bisect_opts bo = {.mode = o.mode,
+                             .slots = (int)o.slots,
+                             .resume = o.resume,
+                             .dir = o.out,
+                             .self = self,
+                             .stop = &stop_flag,
+                             .on_progress = cli_is_tty(2) ? on_progress : NULL};
+    struct bisect_outcome out;
+    int err = bisect_run(&c, &bo, &out, &d);
+    if (err == -EINTR || stop_flag)
+        rc = cli_error("bisect", 130,
+                       "interrupted; every server is stopped, '--resume' "
+                       "goes on where this run ended");
+    else if (err == -ECONNREFUSED) {
+        rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
+        const char *t =
+            json_string_value(json_object_get(out.golden, "log_tail"));
+        if (t)
+            fprintf(stderr, "the golden's log ends with:\n%s\n", t);
+    } else if (err)
+        rc = cli_error("bisect", err == -EINVAL ? EXIT_USAGE : EXIT_INTERNAL,
+                       "%s", d.msg);
+    else
+        rc = report(&c, &o, &out);
+    bisect_outcome_release(&out);
+out_config:
+    bisect_config_release(&c);
+    return rc;
+}

@@ -1,0 +1,537 @@
+/*
+ * End-to-end tests of `fidelity bisect` against `fidelity sim` servers it
+ * launches itself: the five-toggle acceptance config in one-at-a-time mode,
+ * adaptive mode with one culprit and with a pair among 8 toggles (launches
+ * counted by the server command itself, which appends a line to a file),
+ * --dry-run, bad configs, an unreachable golden, --resume after SIGKILL,
+ * and SIGINT in the middle of a configuration. Every server carries an
+ * environment marker; after each run the process table must hold none.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "util/proc.h"
+
+static char dir[64];
+static char mark[64];
+static pid_t bg; /* a bisect running in the background, killed in teardown */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int marked(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[300], env[65536];
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, env, sizeof(env) - 1);
+        close(fd);
+        if (k <= 0)
+            continue;
+        env[k] = '\0';
+        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1)
+            if (!strcmp(env + i, mark)) {
+                n++;
+                break;
+            }
+    }
+    closedir(d);
+    return n;
+}
+
+static int marked_after(double s)
+{
+    double end = now_s() + s;
+    int n;
+    while ((n = marked()) && now_s() < end)
+        usleep(50000);
+    return n;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/fidelity-bisect-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(mark, sizeof(mark), "FIDELITY_BISECT_TEST=%d", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (bg > 0) {
+        kill(bg, SIGKILL);
+        waitpid(bg, NULL, 0);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A fresh run directory DIR/name with config.ini: the sim server (every
+ * launch appends a line to DIR/name/count) and the toggles text. */
+static void write_config(const char *name, const char *server_extra,
+                         const char *toggles, char *cfg, size_t len)
+{
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/%s", dir, name);
+    mkdir(sub, 0755);
+    snprintf(cfg, len, "%s/config.ini", sub);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "[server]\n"
+            "command = echo launch >> %s/count; exec '%s' sim "
+            "--listen 127.0.0.1:{port} %s\n"
+            "env = %s\n"
+            "ready_timeout = 20\n"
+            "stop_grace = 3\n\n"
+            "[measure]\nprofile = test\n\n%s",
+            sub, fidelity_bin(), server_extra, mark, toggles);
+    fclose(f);
+}
+
+static int launches(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s/count", dir, name);
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    while (f && (c = fgetc(f)) != EOF)
+        n += c == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Runs bisect on cfg with extra options; output dir DIR/name/out, JSON in
+ * DIR/name/out.json (loaded into *j when j). The exit code. */
+static int run_bisect(const char *name, const char *cfg, const char *mode,
+                      const char *extra, struct buf *out, struct buf *err,
+                      json_t **j)
+{
+    char od[128], jp[128];
+    snprintf(od, sizeof(od), "%s/%s/out", dir, name);
+    snprintf(jp, sizeof(jp), "%s/%s/out.json", dir, name);
+    const char *argv[] = {"bisect", cfg,      "--mode", mode,  "--out",
+                          od,       "--json", jp,       extra, NULL};
+    int rc = proc_run(argv, NULL, out, err, 300);
+    if (j)
+        *j = json_load_file(jp, 0, NULL);
+    assert_int_equal(marked_after(3), 0);
+    return rc;
+}
+
+static const json_t *row(const json_t *j, const char *name)
+{
+    const json_t *a = json_object_get(j, "configurations");
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!strcmp(json_string_value(
+                        json_object_get(json_array_get(a, i), "name")),
+                    name))
+            return json_array_get(a, i);
+    fail_msg("no configuration '%s'", name);
+    return NULL;
+}
+
+static const char *rs(const json_t *r, const char *k)
+{
+    const char *s = json_string_value(json_object_get(r, k));
+    return s ? s : "";
+}
+
+static const char five[] =
+    "[toggle unread-flag]\nargs = --seed 0\npath = prefill\n\n"
+    "[toggle fp8-gemm]\nargs = --prefill-noise 0.003\npath = prefill\n\n"
+    "[toggle mhc-bf16]\nargs = --prefill-noise 0.05 --noise-growth 1\n"
+    "path = decode\n\n"
+    "[toggle splitk-decode]\nargs = --decode-noise 0.3\npath = both\n\n"
+    "[toggle overlap]\nargs = --pair-a --prefill-noise 0.002\n"
+    "path = unknown\n";
+
+static void test_one_at_a_time_ranks_the_five(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("five", "--noise-recall-limit 0.1", five, cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    int rc =
+        run_bisect("five", cfg, "one-at-a-time", "--slots=2", &out, NULL, &j);
+    assert_int_equal(rc, 1);
+    assert_non_null(j);
+    assert_int_equal(launches("five"), 6);
+    /* the first line names the culprit and the evidence */
+    assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: excess KL ", 29));
+    const char *nl = strchr(buf_str(&out), '\n');
+    const char *pf = strstr(buf_str(&out), "(prefill only)");
+    assert_true(nl && pf && pf < nl);
+    const json_t *c = json_array_get(json_object_get(j, "configurations"), 0);
+    assert_string_equal(rs(c, "name"), "mhc-bf16");
+    assert_string_equal(rs(c, "verdict"), "CULPRIT");
+    assert_string_equal(rs(c, "attribution"), "prefill only");
+    assert_true(json_is_true(json_object_get(c, "path_mismatch")));
+    assert_true(json_number_value(json_object_get(c, "pass_diff")) < -0.2);
+    assert_true(json_number_value(json_object_get(c, "mcnemar_p")) < 0.05);
+    const json_t *d = row(j, "splitk-decode");
+    assert_string_equal(rs(d, "attribution"), "decode only");
+    assert_string_equal(rs(d, "claimed"), "both");
+    assert_true(json_is_true(json_object_get(d, "path_mismatch")));
+    assert_string_equal(rs(d, "verdict"), "drifts (recall unchanged)");
+    assert_string_equal(rs(row(j, "fp8-gemm"), "verdict"),
+                        "harmless (below thresholds)");
+    assert_string_equal(rs(row(j, "overlap"), "verdict"),
+                        "harmless (below thresholds)");
+    assert_string_equal(rs(row(j, "unread-flag"), "verdict"), "inert");
+    assert_string_equal(rs(row(j, "unread-flag"), "server_info_note"),
+                        "possibly not read by the server");
+    assert_string_equal(rs(row(j, "fp8-gemm"), "server_info_note"), "");
+    const json_t *fd =
+        json_object_get(row(j, "splitk-decode"), "fingerprint_diff");
+    assert_int_equal(json_array_size(fd), 1);
+    assert_string_equal(rs(json_array_get(fd, 0), "field"),
+                        "get_server_info.sim_config.decode_noise");
+    assert_true(json_is_true(json_object_get(row(j, "unread-flag"), "inert")));
+    assert_non_null(strstr(buf_str(&out), "check that the server reads"));
+    assert_non_null(strstr(buf_str(&out), "MISMATCH: claims both, but the "
+                                          "measured change is decode only"));
+    json_decref(j);
+    buf_release(&out);
+}
+
+/* n toggles that change nothing but a label, plus the given ones. */
+static void eight(char *t, size_t len, const char *special)
+{
+    size_t off = 0;
+    for (int i = 0; i < 6; i++)
+        off += (size_t)snprintf(t + off, len - off,
+                                "[toggle flag%d]\nenv = FLAG%d=1\n\n", i, i);
+    snprintf(t + off, len - off, "%s", special);
+}
+
+static void test_adaptive_one_culprit_of_eight(void **state)
+{
+    (void)state;
+    char t[2048], cfg[128];
+    eight(t, sizeof(t),
+          "[toggle mhc-bf16]\nargs = --prefill-noise 0.05 --noise-growth 1\n"
+          "[toggle quiet]\nenv = QUIET=1\n");
+    write_config("adapt1", "--noise-recall-limit 0.1", t, cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(
+        run_bisect("adapt1", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
+    assert_true(launches("adapt1") <= 1 + 5); /* golden + ceil(log2 8) + 2 */
+    assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: ", 19));
+    json_decref(j);
+    buf_release(&out);
+}
+
+static void test_adaptive_pair_of_eight(void **state)
+{
+    (void)state;
+    char t[2048], cfg[128];
+    eight(t, sizeof(t),
+          "[toggle overlap]\nargs = --pair-a\n"
+          "[toggle fused]\nargs = --pair-b\n");
+    write_config("adapt2", "--noise-recall-limit 0.1", t, cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(
+        run_bisect("adapt2", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
+    assert_true(launches("adapt2") <= 1 + 9); /* golden + 2 ceil(log2 8) + 3 */
+    assert_true(!strncmp(buf_str(&out),
+                         "culprit: overlap+fused (only "
+                         "together): ",
+                         40));
+    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    json_decref(j);
+    buf_release(&out);
+}
+
+/* A toggle that only sets the environment: the server does not report
+ * it, which is said before it is measured. */
+static void test_env_only_toggle_not_visible(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("envonly", "",
+                 "[toggle flashinfer]\nenv = ATTENTION_BACKEND=FLASHINFER\n",
+                 cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(run_bisect("envonly", cfg, "one-at-a-time", "--slots=1",
+                                &out, NULL, &j),
+                     0);
+    assert_int_equal(launches("envonly"), 2);
+    assert_string_equal(rs(row(j, "flashinfer"), "server_info_note"),
+                        "not visible in server info");
+    assert_string_equal(rs(row(j, "flashinfer"), "verdict"), "inert");
+    assert_true(!strncmp(buf_str(&out), "no culprit: ", 12));
+    json_decref(j);
+    buf_release(&out);
+}
+
+/* full mode finds the pair as the smallest harmful set whose toggles are
+ * each harmless; leave-one-out, resumed from the same results (its sets
+ * were all measured by full mode: only the golden is launched), finds the
+ * two toggles each needed. */
+static void test_full_and_leave_one_out_show_the_pair(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("full", "--noise-recall-limit 0.1",
+                 "[toggle overlap]\nargs = --pair-a\n"
+                 "[toggle fused]\nargs = --pair-b\n"
+                 "[toggle quiet]\nenv = QUIET=1\n",
+                 cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    json_t *j;
+    assert_int_equal(
+        run_bisect("full", cfg, "full", "--slots=2", &out, NULL, &j), 1);
+    assert_int_equal(launches("full"), 8);
+    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_true(!strncmp(buf_str(&out),
+                         "culprit: overlap+fused (only together): ", 40));
+    json_decref(j);
+    buf_reset(&out);
+    assert_int_equal(
+        run_bisect("full", cfg, "leave-one-out", "--resume", &out, NULL, &j),
+        1);
+    assert_int_equal(launches("full"), 9);
+    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_non_null(
+        strstr(buf_str(&out), "interaction: overlap+fused hurt only together"));
+    json_decref(j);
+    buf_release(&out);
+}
+
+static void test_dry_run_launches_nothing(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("dry", "", five, cfg, sizeof(cfg));
+    struct buf out = BUF_INIT;
+    const char *argv[] = {"bisect",        cfg, "--dry-run", "--mode",
+                          "leave-one-out", NULL};
+    assert_int_equal(proc_run(argv, NULL, &out, NULL, 30), 0);
+    assert_int_equal(launches("dry"), 0);
+    assert_non_null(strstr(buf_str(&out), "mode leave-one-out, 5 toggles"));
+    assert_non_null(strstr(buf_str(&out),
+                           "  unread-flag+fp8-gemm+mhc-bf16+splitk-decode: "));
+    assert_non_null(strstr(buf_str(&out), "launches: 1 golden + 5\n"));
+    buf_release(&out);
+}
+
+static void test_bad_config_is_exit_2(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("bad", "", "[toggle a]\nargs = -a\nclaim = prefill\n", cfg,
+                 sizeof(cfg));
+    struct buf err = BUF_INIT;
+    const char *argv[] = {"bisect", cfg, NULL};
+    assert_int_equal(proc_run(argv, NULL, NULL, &err, 30), 2);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "fidelity bisect: %s:12: unknown key 'claim' in [toggle NAME]",
+             cfg);
+    assert_non_null(strstr(buf_str(&err), want));
+    buf_reset(&err);
+    const char *argv2[] = {"bisect", "/nonexistent.ini", NULL};
+    assert_int_equal(proc_run(argv2, NULL, NULL, &err, 30), 2);
+    assert_non_null(strstr(buf_str(&err), "cannot read '/nonexistent.ini'"));
+    assert_int_equal(launches("bad"), 0);
+    buf_release(&err);
+}
+
+static void test_golden_that_exits_is_exit_3(void **state)
+{
+    (void)state;
+    char cfg[128], sub[128];
+    snprintf(sub, sizeof(sub), "%s/dead", dir);
+    mkdir(sub, 0755);
+    snprintf(cfg, sizeof(cfg), "%s/config.ini", sub);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "[server]\ncommand = echo 'CUDA error: out of memory "
+               "{port}'; exit 1\n[toggle a]\nargs = -a\n");
+    fclose(f);
+    struct buf err = BUF_INIT;
+    char od[160];
+    snprintf(od, sizeof(od), "--out=%s/out", sub);
+    const char *argv[] = {"bisect", cfg, od, NULL};
+    double t0 = now_s();
+    assert_int_equal(proc_run(argv, NULL, NULL, &err, 30), 3);
+    assert_true(now_s() - t0 < 5);
+    assert_non_null(strstr(buf_str(&err), "the golden did not start"));
+    assert_non_null(strstr(buf_str(&err), "CUDA error: out of memory"));
+    buf_release(&err);
+}
+
+/* Starts bisect in the background; its pid. */
+static pid_t spawn_bisect(const char *cfg, const char *od, const char *extra)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(fidelity_bin(), fidelity_bin(), "bisect", cfg, "--out", od, extra,
+              (char *)NULL);
+        _exit(127);
+    }
+    bg = p;
+    return p;
+}
+
+static bool exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+static void test_resume_after_sigkill(void **state)
+{
+    (void)state;
+    char cfg[128], od[128], first[160];
+    write_config("resume", "", five, cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/resume/out", dir);
+    snprintf(first, sizeof(first), "%s/unread-flag.json", od);
+    pid_t b = spawn_bisect(cfg, od, "--slots=1");
+    double end = now_s() + 60;
+    while (!exists(first) && now_s() < end)
+        usleep(50000);
+    assert_true(exists(first));
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    bg = 0;
+    assert_int_equal(marked_after(5), 0); /* the watchdogs stopped them */
+    int before = launches("resume");
+    char done[160];
+    int finished = 0;
+    static const char *const names[] = {"unread-flag", "fp8-gemm", "mhc-bf16",
+                                        "splitk-decode", "overlap"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(done, sizeof(done), "%s/%s.json", od, names[i]);
+        finished += exists(done);
+    }
+    assert_true(finished >= 1 && finished < 5);
+    struct buf out = BUF_INIT;
+    const char *argv[] = {"bisect", cfg, "--out", od, "--resume", NULL};
+    assert_int_equal(proc_run(argv, NULL, &out, NULL, 300), 1);
+    assert_int_equal(launches("resume") - before, 1 + 5 - finished);
+    assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: ", 19));
+    assert_int_equal(marked_after(3), 0);
+    buf_release(&out);
+}
+
+static void test_sigint_mid_configuration(void **state)
+{
+    (void)state;
+    char cfg[128], sub[128], od[160];
+    snprintf(sub, sizeof(sub), "%s/sigint", dir);
+    mkdir(sub, 0755);
+    snprintf(cfg, sizeof(cfg), "%s/config.ini", sub);
+    FILE *f = fopen(cfg, "w");
+    /* never ready, and ignores SIGTERM: the grace then SIGKILL */
+    fprintf(f,
+            "[server]\ncommand = trap '' TERM; echo launch >> %s/count; "
+            "sh -c 'sleep 300' & sleep 301 # {port}\nenv = %s\n"
+            "ready_timeout = 60\nstop_grace = 1\n[toggle a]\nargs = -a\n",
+            sub, mark);
+    fclose(f);
+    snprintf(od, sizeof(od), "%s/out", sub);
+    pid_t b = spawn_bisect(cfg, od, "--slots=1");
+    double end = now_s() + 10;
+    while (marked() < 3 && now_s() < end)
+        usleep(50000);
+    assert_true(marked() >= 3);
+    usleep(200000);
+    kill(b, SIGINT);
+    double t0 = now_s();
+    int st;
+    waitpid(b, &st, 0);
+    bg = 0;
+    assert_true(now_s() - t0 < 5);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    assert_int_equal(marked_after(1), 0);
+}
+
+/* SIGINT while drift measures a slow server: the measurement is stopped
+ * too, and so are both servers. */
+static void test_sigint_while_comparing(void **state)
+{
+    (void)state;
+    char cfg[128], od[128], mlog[160];
+    write_config("sigint2", "--latency-ms 400",
+                 "[toggle a]\nargs = --decode-noise 0.1\n", cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/sigint2/out", dir);
+    snprintf(mlog, sizeof(mlog), "%s/a.measure.log", od);
+    pid_t b = spawn_bisect(cfg, od, "--slots=1");
+    double end = now_s() + 20;
+    while (!exists(mlog) && now_s() < end)
+        usleep(50000);
+    assert_true(exists(mlog));
+    usleep(300000);
+    assert_int_equal(marked(), 2); /* the golden and the candidate */
+    kill(b, SIGINT);
+    double t0 = now_s();
+    int st;
+    waitpid(b, &st, 0);
+    bg = 0;
+    assert_true(now_s() - t0 < 8);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+    assert_int_equal(marked_after(1), 0);
+    char done[160];
+    snprintf(done, sizeof(done), "%s/a.json", od);
+    assert_false(exists(done)); /* unfinished: --resume measures it */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_config_is_exit_2),
+        cmocka_unit_test(test_dry_run_launches_nothing),
+        cmocka_unit_test(test_golden_that_exits_is_exit_3),
+        cmocka_unit_test(test_sigint_mid_configuration),
+        cmocka_unit_test(test_sigint_while_comparing),
+        cmocka_unit_test(test_one_at_a_time_ranks_the_five),
+        cmocka_unit_test(test_env_only_toggle_not_visible),
+        cmocka_unit_test(test_adaptive_one_culprit_of_eight),
+        cmocka_unit_test(test_adaptive_pair_of_eight),
+        cmocka_unit_test(test_full_and_leave_one_out_show_the_pair),
+        cmocka_unit_test(test_resume_after_sigkill),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

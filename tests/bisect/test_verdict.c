@@ -1,0 +1,149 @@
+/*
+ * Tests for bisect/verdict: harm, attribution words and the claimed-path
+ * mismatch from drift's summary, and the recall change (Newcombe's hybrid
+ * Wilson interval, McNemar) and identical answers from probe's report,
+ * on small hand-written documents in the two schemas.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bisect/verdict.h"
+
+static json_t *drift(double kl, double ctl, const char *growth,
+                     const char *bucket_verdict, const char *attribution,
+                     const char *verdict)
+{
+    return json_pack(
+        "{s:{s:i,s:f,s:f,s:f,s:f,s:i},s:{s:f},s:{s:s},s:[{s:s}],"
+        "s:{s:s,s:{s:{s:f}}},s:s}",
+        "total", "count", 2000, "kl_mean", kl, "kl_max", kl * 10, "dp_rms",
+        kl ? 0.01 : 0.0, "top1_agreement", kl ? 0.99 : 1.0, "decisive_flips", 4,
+        "control_total", "kl_mean", ctl, "growth", "verdict", growth, "buckets",
+        "verdict", bucket_verdict, "decode", "attribution", attribution,
+        "decode_vs_golden_prefill", "excess", "kl_max",
+        strcmp(attribution, "none") ? 0.01 : 0.0, "verdict", verdict);
+}
+
+static json_t *probe(int k1, int k2, int n, double p, bool sig,
+                     const char *reply1, const char *reply2)
+{
+    return json_pack("{s:{s:i,s:i,s:[{s:s}]},s:{s:i,s:i,s:[{s:s}]},"
+                     "s:{s:{s:f,s:b}}}",
+                     "results", "cases", n, "passed", k1, "case_results",
+                     "reply", reply1, "baseline_results", "cases", n, "passed",
+                     k2, "case_results", "reply", reply2, "comparison",
+                     "overall", "p_value", p, "significant", sig);
+}
+
+static void test_prefill_culprit(void **state)
+{
+    (void)state;
+    json_t *d = drift(3e-4, 1e-4, "FAIL", "WARN", "none", "FAIL");
+    json_t *p = probe(15, 25, 25, 0.002, true, "a", "b");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.measured && v.harmful && v.recall_worse && !v.inert);
+    assert_true(fabs(v.harm - 2e-4) < 1e-12);
+    assert_true(fabs(v.flips_per_1k - 2.0) < 1e-12);
+    assert_string_equal(v.attribution, "prefill only");
+    assert_int_equal(v.measured_path, BISECT_PATH_PREFILL);
+    assert_true(bisect_path_mismatch(BISECT_PATH_DECODE, &v));
+    assert_false(bisect_path_mismatch(BISECT_PATH_PREFILL, &v));
+    assert_false(bisect_path_mismatch(BISECT_PATH_UNKNOWN, &v));
+    /* 15/25 against 25/25: -0.40, Newcombe hybrid interval */
+    assert_true(fabs(v.pass_diff + 0.40) < 1e-12);
+    assert_true(v.diff_lo < -0.55 && v.diff_lo > -0.62);
+    assert_true(v.diff_hi < -0.17 && v.diff_hi > -0.22);
+    json_decref(d);
+    json_decref(p);
+}
+
+static void test_decode_and_both(void **state)
+{
+    (void)state;
+    json_t *d = drift(0, 0, "n/a", "PASS", "decode kernels", "FAIL");
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_string_equal(v.attribution, "decode only");
+    assert_true(v.harmful && !v.recall_worse && !v.inert);
+    assert_true(bisect_path_mismatch(BISECT_PATH_BOTH, &v));
+    json_decref(d);
+    d = drift(3e-4, 0, "WARN", "FAIL", "prefill and decode kernels", "FAIL");
+    bisect_verdict_from(d, p, &v);
+    assert_string_equal(v.attribution, "both growing");
+    json_decref(d);
+    d = drift(3e-4, 0, "PASS", "FAIL",
+              "shared by both paths (weights, "
+              "scaling)",
+              "FAIL");
+    bisect_verdict_from(d, p, &v);
+    assert_string_equal(v.attribution, "both flat");
+    assert_int_equal(v.measured_path, BISECT_PATH_BOTH);
+    json_decref(d);
+    json_decref(p);
+}
+
+static void test_inert_needs_identical_everything(void **state)
+{
+    (void)state;
+    json_t *d = drift(0, 0, "n/a", "PASS", "none", "PASS");
+    json_t *same =
+        probe(25, 25, 25, 1, false, "The code is 4812.", "The code is 4812.");
+    json_t *other =
+        probe(25, 25, 25, 1, false, "The code is 4812.", "the code is 4812.");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, same, &v);
+    assert_true(v.inert && !v.harmful);
+    assert_string_equal(v.attribution, "none");
+    bisect_verdict_from(d, other, &v);
+    assert_false(v.inert); /* one answer differs in a byte */
+    bisect_verdict_from(NULL, same, &v);
+    assert_false(v.measured);
+    assert_false(v.inert);
+    json_decref(d);
+    json_decref(same);
+    json_decref(other);
+}
+
+/* When drift's summary carries its harm scalar and attribution, they are
+ * used as given (interval included). */
+static void test_drift_harm_fields_used(void **state)
+{
+    (void)state;
+    json_t *d = drift(3e-4, 1e-4, "PASS", "PASS", "none", "FAIL");
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f,s:f}", "excess_kl_mean", 5e-4,
+                                  "lo", 4e-4, "hi", 6e-4, "flips_per_1k", 3.5));
+    json_object_set_new(d, "attribution",
+                        json_pack("{s:s,s:s}", "kind", "both-growing", "words",
+                                  "both paths, growing with position"));
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harm == 5e-4 && v.harm_lo == 4e-4 && v.harm_hi == 6e-4);
+    assert_true(v.flips_per_1k == 3.5);
+    assert_string_equal(v.attribution, "both growing");
+    assert_int_equal(v.measured_path, BISECT_PATH_BOTH);
+    assert_true(bisect_path_mismatch(BISECT_PATH_DECODE, &v));
+    json_decref(d);
+    json_decref(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_culprit),
+        cmocka_unit_test(test_decode_and_both),
+        cmocka_unit_test(test_inert_needs_identical_everything),
+        cmocka_unit_test(test_drift_harm_fields_used),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

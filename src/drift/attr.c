@@ -43,6 +43,11 @@ const char *drift_attr_kind(enum drift_attr a)
     return n[a];
 }
 
+static double nz(double v)
+{
+    return isnan(v) ? 0 : v;
+}
+
 static bool is_off(enum drift_verdict v)
 {
     return v == DRIFT_WARN || v == DRIFT_FAIL;
@@ -123,7 +128,11 @@ static void gather(const struct drift_result *r, struct facts *f)
         bool pp =
             dc->have_pp && (is_off(p->verdict[DRIFT_DP_PP]) || p->pp_below);
         bool dg = is_off(p->verdict[DRIFT_DP_DG]);
-        bool gap = p->gap_measured && p->gap_differs;
+        /* the gap says decode only when decode is the side that departs
+         * from the golden: a prefill-only change opens the gap too */
+        bool gap = p->gap_measured && p->gap_differs &&
+                   nz(p->excess[DRIFT_DP_DG].kl_mean) >
+                       nz(p->excess[DRIFT_DP_PP].kl_mean);
         f->prefill |= pp;
         if (pp && !dg && f->pponly < 0)
             f->pponly = (int)k;

@@ -269,9 +269,8 @@ static void judge_gap(const struct drift_result *r, struct drift_dpoint *pt,
 
 /* Whether the prefills differ below the thresholds at this point (see
  * struct drift_dpoint). */
-static void pp_below(const struct drift_result *r, const struct drift_opts *o,
-                     struct drift_dpoint *pt, const struct drift_acc *ctl,
-                     const struct drift_acc *self)
+static void pp_below(const struct drift_result *r, struct drift_dpoint *pt,
+                     const struct drift_acc *ctl, const struct drift_acc *self)
 {
     struct drift_bsum t, s;
     const struct drift_bsum *x = &pt->excess[DRIFT_DP_PP];
@@ -279,9 +278,8 @@ static void pp_below(const struct drift_result *r, const struct drift_opts *o,
     drift_bucket_summary(self, &s);
     double cb = r->has_control ? nz(t.kl_mean) : 0;
     double base = r->has_self ? 0.5 * cb + 0.5 * nz(s.kl_mean) : cb;
-    double floor = o->th.growth_floor > base ? o->th.growth_floor : base;
     pt->pp_below =
-        r->dec.have_pp && x->n > 0 && nz(x->kl_mean) - 2 * nz(x->kl_se) > floor;
+        r->dec.have_pp && x->n > 0 && nz(x->kl_mean) - 2 * nz(x->kl_se) > base;
 }
 
 /* Runs one point over up to decode_seqs items that reach its prompt
@@ -313,7 +311,7 @@ static int run_point(struct drift_side *g, struct drift_side *c,
     drift_analysis_total(&an[AN_GDP], DRIFT_ARM_CAND, &gdp);
     judge_paths(r, o, sums, base, pt->sum, pt->excess, pt->verdict);
     judge_gap(r, pt, &gdp, &base[0], &base[1]);
-    pp_below(r, o, pt, &base[0], &base[1]);
+    pp_below(r, pt, &base[0], &base[1]);
     for (int k = 0; k < DRIFT_DPATHS; k++)
         drift_acc_merge(&agg[k], &sums[k]);
     drift_acc_merge(&agg[AN_N], &base[0]);

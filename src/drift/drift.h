@@ -94,8 +94,8 @@ struct drift_dpoint {
     double gap_cand, gap_golden, gap_se;
     bool gap_differs; /* gap_cand - gap_golden - 2 gap_se > 0 */
     /* the prefills differ below the thresholds: PP's excess, less 2 SE,
-     * above both the growth floor and the noise baseline itself (so that
-     * the baseline's own bias under heavy noise does not count) */
+     * above the noise baseline itself (0 for deterministic servers; under
+     * heavy noise the baseline's own bias must not count) */
     bool pp_below;
     char gap_why[256]; /* why the golden's gap was not measured, or "" */
 };

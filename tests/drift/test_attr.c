@@ -100,6 +100,8 @@ static void point(struct drift_result *r, unsigned k, int bucket,
     p->gap_cand = gap ? 3e-5 : 0;
     p->gap_se = 1e-6;
     p->gap_differs = gap;
+    p->excess[DRIFT_DP_PP].kl_mean = pp != DRIFT_PASS ? 5e-4 : 0;
+    p->excess[DRIFT_DP_DG].kl_mean = dg != DRIFT_PASS || gap ? 3e-5 : 0;
     if (k + 1 > r->dec.n_points)
         r->dec.n_points = k + 1;
     r->dec.ran = true;
@@ -173,6 +175,16 @@ static void test_attribution_kinds(void **state)
                                              "noise"));
     r.dec.point[0].pp_below = false;
     assert_int_equal(attribute(&r), DRIFT_ATTR_DECODE);
+    drift_result_release(&r);
+
+    /* a prefill-only change below the thresholds opens the candidate's
+     * gap too, but decode does not depart from the golden: prefill */
+    result(&r, 2, 1024);
+    point(&r, 0, 3, DRIFT_PASS, DRIFT_PASS, true);
+    r.dec.point[0].excess[DRIFT_DP_PP].kl_mean = 2e-6;
+    r.dec.point[0].excess[DRIFT_DP_DG].kl_mean = 0;
+    r.dec.point[0].pp_below = true;
+    assert_int_equal(attribute(&r), DRIFT_ATTR_PREFILL);
     drift_result_release(&r);
 
     /* flat past the first quarter but absent before 256: it starts at a

@@ -11,8 +11,8 @@ TESTPKGS := cmocka
 # tests). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl man-db groff-base nodejs npm chromium
-# Bisect tests (when they exist): add slurm-wlm and munge here.
+            openssl man-db groff-base nodejs npm chromium slurm-wlm munge
+# slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
 NPM_DEPS := tests/e2e/opencode/install.sh

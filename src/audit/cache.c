@@ -152,6 +152,12 @@ static void check_reply(struct actx *c, const struct cuse *u)
         const struct areq *r = &c->r[i];
         if (!u[i].ok || !u[i].reply || u[i].reply_tokens < 32)
             continue;
+        /* a reply that began with reasoning is reused only when the
+         * template renders that reasoning back as it was generated; many
+         * drop it (DeepSeek's rule), and then no server can reuse the
+         * reply: no claim about the server */
+        if (c->r[r->prev].reasoning && *c->r[r->prev].reasoning)
+            continue;
         if ((double)u[i].cached > tokens_of(c, &c->r[r->prev]))
             return; /* a reply was reused once: the cache keeps output */
         if (u[i].cached <= 0)

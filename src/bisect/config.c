@@ -25,7 +25,14 @@
 #define CONFIG_MAX_BYTES (1 << 20)
 #define CONFIG_MAX_TOGGLES 64
 
-enum section { SEC_NONE, SEC_SERVER, SEC_GOLDEN, SEC_MEASURE, SEC_TOGGLE };
+enum section {
+    SEC_NONE,
+    SEC_SERVER,
+    SEC_GOLDEN,
+    SEC_MEASURE,
+    SEC_TOGGLE,
+    SEC_SLURM
+};
 
 struct key {
     enum section sec;
@@ -34,27 +41,23 @@ struct key {
 };
 
 static const struct key keys[] = {
-    {SEC_SERVER, "command", false},
-    {SEC_SERVER, "env", true},
-    {SEC_SERVER, "workdir", false},
-    {SEC_SERVER, "ready_url", false},
-    {SEC_SERVER, "ready_timeout", false},
-    {SEC_SERVER, "stop_signal", false},
-    {SEC_SERVER, "stop_grace", false},
-    {SEC_SERVER, "port", false},
-    {SEC_GOLDEN, "url", false},
-    {SEC_MEASURE, "profile", false},
-    {SEC_MEASURE, "model", false},
-    {SEC_MEASURE, "drift_args", false},
-    {SEC_MEASURE, "probe_args", false},
-    {SEC_TOGGLE, "args", false},
-    {SEC_TOGGLE, "env", true},
-    {SEC_TOGGLE, "description", false},
-    {SEC_TOGGLE, "path", false},
+    {SEC_SERVER, "command", false},       {SEC_SERVER, "env", true},
+    {SEC_SERVER, "workdir", false},       {SEC_SERVER, "ready_url", false},
+    {SEC_SERVER, "ready_timeout", false}, {SEC_SERVER, "stop_signal", false},
+    {SEC_SERVER, "stop_grace", false},    {SEC_SERVER, "port", false},
+    {SEC_SERVER, "launcher", false},      {SEC_GOLDEN, "url", false},
+    {SEC_MEASURE, "profile", false},      {SEC_MEASURE, "model", false},
+    {SEC_MEASURE, "drift_args", false},   {SEC_MEASURE, "probe_args", false},
+    {SEC_TOGGLE, "args", false},          {SEC_TOGGLE, "env", true},
+    {SEC_TOGGLE, "description", false},   {SEC_TOGGLE, "path", false},
+    {SEC_SLURM, "partition", false},      {SEC_SLURM, "account", false},
+    {SEC_SLURM, "nodes", false},          {SEC_SLURM, "gpus_per_node", false},
+    {SEC_SLURM, "time", false},           {SEC_SLURM, "sbatch", true},
+    {SEC_SLURM, "host", false},           {SEC_SLURM, "queue_timeout", false},
 };
 
-static const char *const sec_names[] = {"", "server", "golden", "measure",
-                                        "toggle NAME"};
+static const char *const sec_names[] = {"",        "server",      "golden",
+                                        "measure", "toggle NAME", "slurm"};
 
 struct parser {
     struct bisect_config *c;
@@ -63,7 +66,7 @@ struct parser {
     enum section sec;
     struct bisect_toggle *tog;
     int seen_line[sizeof(keys) / sizeof(keys[0])]; /* this section's */
-    int sec_line[SEC_TOGGLE]; /* where [server], [golden], [measure] began */
+    int sec_line[SEC_SLURM + 1]; /* where each named section began */
 };
 
 void bisect_config_init(struct bisect_config *c)
@@ -72,6 +75,8 @@ void bisect_config_init(struct bisect_config *c)
     c->ready_timeout = 600;
     c->stop_signal = SIGTERM;
     c->stop_grace = 30;
+    c->slurm.nodes = 1;
+    c->slurm.queue_timeout = 3600;
 }
 
 static void free_strv(char **v, size_t n)
@@ -101,6 +106,11 @@ void bisect_config_release(struct bisect_config *c)
         free(t->description);
     }
     free(c->toggles);
+    free(c->slurm.partition);
+    free(c->slurm.account);
+    free(c->slurm.time);
+    free_strv(c->slurm.sbatch, c->slurm.n_sbatch);
+    free(c->slurm.host);
     bisect_config_init(c);
 }
 
@@ -145,7 +155,7 @@ char *bisect_expand(const char *tmpl, int port, int slot)
 {
     struct buf b = BUF_INIT;
     for (const char *p = tmpl; *p; p++) {
-        if (!strncmp(p, "{port}", 6)) {
+        if (!strncmp(p, "{port}", 6) && port >= 0) {
             buf_printf(&b, "%d", port);
             p += 5;
         } else if (!strncmp(p, "{slot}", 6)) {
@@ -265,6 +275,13 @@ static int server_key(struct parser *p, int line, const char *k, const char *v)
                         v);
         return 0;
     }
+    if (!strcmp(k, "launcher")) {
+        if (!strcmp(v, "local") || !strcmp(v, "slurm")) {
+            c->launcher = *v == 's' ? BISECT_LAUNCH_SLURM : BISECT_LAUNCH_LOCAL;
+            return 0;
+        }
+        return fail(p, line, "unknown launcher '%s'; use local or slurm", v);
+    }
     /* port */
     long n;
     if (num_parse_long(v, 1, 65000, &n))
@@ -289,6 +306,42 @@ static int measure_key(struct parser *p, int line, const char *k, const char *v)
     } else {
         c->probe_args = xstrdup(v);
     }
+    return 0;
+}
+
+static int slurm_count(struct parser *p, int line, const char *k, const char *v,
+                       long max, int *out)
+{
+    long n;
+    if (num_parse_long(v, 0, max, &n))
+        return fail(p, line, "'%s' must be a whole number, 0 to %ld", k, max);
+    *out = (int)n;
+    return 0;
+}
+
+static int slurm_key(struct parser *p, int line, const char *k, const char *v)
+{
+    struct bisect_slurm *s = &p->c->slurm;
+    if (!strcmp(k, "nodes")) {
+        int rc = slurm_count(p, line, k, v, 10000, &s->nodes);
+        if (!rc && !s->nodes)
+            return fail(p, line, "'nodes' must be 1 or more");
+        return rc;
+    }
+    if (!strcmp(k, "gpus_per_node"))
+        return slurm_count(p, line, k, v, 1024, &s->gpus_per_node);
+    if (!strcmp(k, "queue_timeout"))
+        return set_number(p, line, k, v, 7 * 86400, &s->queue_timeout);
+    if (!strcmp(k, "sbatch")) {
+        s->sbatch = xrealloc(s->sbatch, (s->n_sbatch + 1) * sizeof(*s->sbatch));
+        s->sbatch[s->n_sbatch++] = xstrdup(v);
+        return 0;
+    }
+    char **dst = !strcmp(k, "partition") ? &s->partition
+                 : !strcmp(k, "account") ? &s->account
+                 : !strcmp(k, "time")    ? &s->time
+                                         : &s->host;
+    *dst = xstrdup(v);
     return 0;
 }
 
@@ -356,6 +409,8 @@ static int on_pair(struct parser *p, int line, const char *k, const char *v)
     }
     case SEC_MEASURE:
         return measure_key(p, line, k, v);
+    case SEC_SLURM:
+        return slurm_key(p, line, k, v);
     default:
         return toggle_key(p, line, k, v);
     }
@@ -416,8 +471,9 @@ static int on_section(struct parser *p, int line, char *s)
         enum section sec;
     } secs[] = {{"server", SEC_SERVER},
                 {"golden", SEC_GOLDEN},
-                {"measure", SEC_MEASURE}};
-    for (size_t i = 0; i < 3; i++)
+                {"measure", SEC_MEASURE},
+                {"slurm", SEC_SLURM}};
+    for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++)
         if (!strcmp(s, secs[i].name)) {
             if (p->sec_line[secs[i].sec])
                 return fail(p, line,
@@ -429,7 +485,7 @@ static int on_section(struct parser *p, int line, char *s)
         }
     return fail(p, line,
                 "unknown section '[%s]'; the sections are [server], "
-                "[golden], [measure] and [toggle NAME]",
+                "[golden], [measure], [slurm] and [toggle NAME]",
                 s);
 }
 

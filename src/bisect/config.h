@@ -35,6 +35,23 @@ struct bisect_toggle {
     int line; /* of its [toggle NAME] header */
 };
 
+/* Where configurations run: this host, or Slurm batch jobs (slurm.h). */
+enum bisect_launcher { BISECT_LAUNCH_LOCAL = 0, BISECT_LAUNCH_SLURM };
+
+/* [slurm]: the batch job of each configuration under the Slurm launcher. */
+struct bisect_slurm {
+    char *partition;   /* NULL: the cluster's default */
+    char *account;     /* NULL: the user's default */
+    char *time;        /* --time, as sbatch reads it; NULL: the partition's */
+    int nodes;         /* default 1 */
+    int gpus_per_node; /* --gres=gpu:N; 0: none */
+    char **sbatch;     /* extra "#SBATCH" options, verbatim */
+    size_t n_sbatch;
+    char *host; /* the node's address as bisect reaches it, evaluated by
+                   the job's shell; default $(hostname) */
+    double queue_timeout; /* seconds a job may pend (default 3600) */
+};
+
 struct bisect_config {
     char *file; /* as given, for messages */
     /* [server] */
@@ -48,6 +65,8 @@ struct bisect_config {
     int stop_signal;      /* default SIGTERM */
     double stop_grace;    /* seconds before SIGKILL (default 30) */
     int first_port;       /* ports first_port + slot (0: free ones) */
+    enum bisect_launcher launcher;
+    struct bisect_slurm slurm;
     /* [golden] */
     char *golden_url; /* NULL: launch the command with every toggle off */
     /* [measure] */
@@ -70,7 +89,8 @@ int bisect_config_load(struct bisect_config *c, const char *path,
                        struct diag *d);
 
 const char *bisect_path_name(enum bisect_path p);
-/* Expands {port} and {slot} in tmpl; a fresh string. */
+/* Expands {port} and {slot} in tmpl; a fresh string. A negative port
+ * keeps {port} (the Slurm launcher picks it on the node). */
 char *bisect_expand(const char *tmpl, int port, int slot);
 /* The signal named "SIGTERM", "TERM" or "15"; 0 when unknown. */
 int bisect_signal_parse(const char *s);

@@ -15,6 +15,7 @@
 #define BISECT_LAUNCH_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/buf.h"
@@ -38,6 +39,9 @@ struct launcher;
 
 struct launcher_ops {
     const char *name;
+    /* The server's port is picked where it runs: the spec's command, env
+     * and ready_url keep their {port} placeholder. */
+    bool port_on_node;
     /* Starts s; *out is the running launch. */
     int (*submit)(struct launcher *l, const struct launch_spec *s,
                   struct launch **out, struct diag *d);

@@ -273,7 +273,9 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
                      size_t idx, struct launch **lx, char *addr, json_t *doc)
 {
     const struct bisect_config *c = x->c;
-    int port = c->first_port ? c->first_port + slot : free_port();
+    int port = c->first_port             ? c->first_port + slot
+               : x->l->ops->port_on_node ? -1
+                                         : free_port();
     char *cmd = bisect_set_command(c, s, port, slot);
     char *url = bisect_expand(c->ready_url, port, slot);
     char *log = path_of(x, name, ".server.log");
@@ -491,7 +493,7 @@ int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
         return diag_set(d, errno, "cannot create '%s': %s", o->dir,
                         strerror(errno));
     pthread_mutex_init(&x.mu, NULL);
-    x.l = launcher_local_new();
+    x.l = o->launcher ? o->launcher : launcher_local_new();
     struct launch *g = NULL;
     int rc = run_golden(&x, &g, d);
     if (rc)
@@ -517,7 +519,8 @@ out_launcher:
         x.l->ops->cancel(g, NULL);
     out->launches = x.launches;
     json_decref(x.golden_fp);
-    x.l->ops->free(x.l);
+    if (!o->launcher)
+        x.l->ops->free(x.l);
     pthread_mutex_destroy(&x.mu);
     return rc;
 }

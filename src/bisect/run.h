@@ -41,6 +41,7 @@ struct bisect_opts {
     const char *dir;  /* results and logs */
     const char *self; /* the fidelity binary to run drift and probe with */
     volatile sig_atomic_t *stop;
+    struct launcher *launcher; /* NULL: the local one; borrowed */
     void (*on_progress)(void *ud, const struct bisect_progress *p);
     void *ud;
 };

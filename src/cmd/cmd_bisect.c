@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bisect/config.h"
 #include "bisect/plan.h"
 #include "bisect/run.h"
+#include "bisect/slurm.h"
 #include "bisect/verdict.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
@@ -41,11 +43,16 @@ const char CMD_BISECT_HELP[] =
     "                (all on, each removed), adaptive (group testing: fewest\n"
     "                launches), full (all 2^n, n <= 5)\n"
     "  --slots N     configurations at once (default 1; ports and {slot}\n"
-    "                1..N, the golden holds slot 0)\n"
+    "                1..N, the golden holds slot 0; Slurm: jobs queued)\n"
     "  --out DIR     results and logs (default bisect.out)\n"
     "  --resume      reuse finished configurations in DIR, rerun the rest\n"
     "  --dry-run     print the configurations, their commands and the\n"
-    "                launch count; launch nothing\n"
+    "                launch count (Slurm: the batch scripts); launch "
+    "nothing\n"
+    "  --launcher L  local (default: processes on this host) or slurm (one\n"
+    "                batch job per configuration; the [slurm] section)\n"
+    "  --queue-timeout S  Slurm: seconds a job may stay pending before it\n"
+    "                is reported and cancelled (default 3600)\n"
     "  --json FILE   the ranking as JSON ('-' = stdout)\n"
     "\n"
     "exit status: 0 no culprit, 1 culprit found, 2 usage or config error,\n"
@@ -72,9 +79,20 @@ struct opts {
     const char *out;
     const char *json;
     bool resume, dry_run;
+    const char *launcher; /* NULL: the config's */
+    double queue_timeout; /* < 0: the config's */
 };
 
-enum { OPT_MODE = 256, OPT_SLOTS, OPT_OUT, OPT_RESUME, OPT_DRY, OPT_JSON };
+enum {
+    OPT_MODE = 256,
+    OPT_SLOTS,
+    OPT_OUT,
+    OPT_RESUME,
+    OPT_DRY,
+    OPT_JSON,
+    OPT_LAUNCHER,
+    OPT_QTIMEOUT
+};
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -85,10 +103,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"resume", no_argument, NULL, OPT_RESUME},
         {"dry-run", no_argument, NULL, OPT_DRY},
         {"json", required_argument, NULL, OPT_JSON},
+        {"launcher", required_argument, NULL, OPT_LAUNCHER},
+        {"queue-timeout", required_argument, NULL, OPT_QTIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (struct opts){.slots = 1, .out = "bisect.out"};
+    *o = (struct opts){.slots = 1, .out = "bisect.out", .queue_timeout = -1};
     int c;
     opterr = 0;
     optind = 1;
@@ -118,6 +138,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case OPT_JSON:
             o->json = optarg;
             break;
+        case OPT_LAUNCHER:
+            if (strcmp(optarg, "local") && strcmp(optarg, "slurm"))
+                return cli_usage_error(
+                    "bisect", "unknown launcher '%s'; use local or slurm",
+                    optarg);
+            o->launcher = optarg;
+            break;
+        case OPT_QTIMEOUT:
+            if (cli_parse_double(optarg, 0, 7 * 86400, &o->queue_timeout))
+                return cli_usage_error("bisect",
+                                       "--queue-timeout wants seconds, 0 to "
+                                       "604800, not '%s'",
+                                       optarg);
+            break;
         case 'h':
             return cli_help("bisect") - 1;
         default:
@@ -128,6 +162,50 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         return cli_usage_error("bisect", "give one CONFIG file");
     o->config = argv[optind];
     return 0;
+}
+
+/* The batch script of configuration s on slot, as the Slurm launcher
+ * would submit it. */
+static void print_script(const struct bisect_config *c, const struct opts *o,
+                         bisect_set s, int slot)
+{
+    char *name = bisect_set_name(c, s);
+    int port = c->first_port ? c->first_port + slot : -1;
+    char *cmd = bisect_set_command(c, s, port, slot);
+    char *log = xasprintf("%s/%s.server.log", o->out, name);
+    char **env = NULL;
+    size_t n_env = 0;
+    for (size_t i = 0; i < c->n_env; i++) {
+        env = xrealloc(env, (n_env + 1) * sizeof(*env));
+        env[n_env++] = bisect_expand(c->env[i], port, slot);
+    }
+    for (size_t t = 0; t < c->n_toggles; t++)
+        for (size_t i = 0; (s >> t & 1) && i < c->toggles[t].n_env; i++) {
+            env = xrealloc(env, (n_env + 1) * sizeof(*env));
+            env[n_env++] = bisect_expand(c->toggles[t].env[i], port, slot);
+        }
+    struct launch_spec spec = {.name = name,
+                               .command = cmd,
+                               .env = env,
+                               .n_env = n_env,
+                               .workdir = c->workdir,
+                               .log_path = log};
+    struct buf b = BUF_INIT;
+    slurm_script(&c->slurm, o->out, &spec, &b);
+    printf("\n--- %s.sbatch\n%s", name, buf_str(&b));
+    buf_release(&b);
+    for (size_t i = 0; i < n_env; i++)
+        free(env[i]);
+    free(env);
+    free(log);
+    free(cmd);
+    free(name);
+}
+
+static bool use_slurm(const struct bisect_config *c, const struct opts *o)
+{
+    return o->launcher ? !strcmp(o->launcher, "slurm")
+                       : c->launcher == BISECT_LAUNCH_SLURM;
 }
 
 static int dry_run(const struct bisect_config *c, const struct opts *o)
@@ -168,6 +246,13 @@ static int dry_run(const struct bisect_config *c, const struct opts *o)
                golden, 2 * l + 3, l + 2, 2 * l + 3);
     else
         printf("launches: %d golden + %zu\n", golden, n);
+    if (use_slurm(c, o)) {
+        printf("batch scripts (Slurm; {port} is picked on the node):\n");
+        if (golden)
+            print_script(c, o, 0, 0);
+        for (size_t i = 0; i < n; i++)
+            print_script(c, o, sets[i], (int)(i % (size_t)o->slots) + 1);
+    }
     free(sets);
     return EXIT_PASS;
 }
@@ -535,7 +620,29 @@ int cmd_bisect(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     start_time = now_s();
+    struct launcher *l = NULL;
+    if (use_slurm(&c, &o)) {
+        if (mkdir(o.out, 0755) && errno != EEXIST) {
+            rc = cli_error("bisect", EXIT_INTERNAL, "cannot create '%s': %s",
+                           o.out, strerror(errno));
+            goto out_config;
+        }
+        size_t cancelled = 0;
+        double qt =
+            o.queue_timeout >= 0 ? o.queue_timeout : c.slurm.queue_timeout;
+        l = launcher_slurm_new(&c.slurm, o.out, qt, o.resume, &cancelled, &d);
+        if (!l) {
+            rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
+            goto out_config;
+        }
+        if (cancelled)
+            fprintf(stderr,
+                    "bisect: cancelled %zu job(s) of the earlier run over "
+                    "'%s'\n",
+                    cancelled, o.out);
+    }
     struct bisect_opts bo = {.mode = o.mode,
+                             .launcher = l,
                              .slots = (int)o.slots,
                              .resume = o.resume,
                              .dir = o.out,
@@ -560,6 +667,8 @@ int cmd_bisect(int argc, char **argv)
     else
         rc = report(&c, &o, &out);
     bisect_outcome_release(&out);
+    if (l)
+        l->ops->free(l);
 out_config:
     bisect_config_release(&c);
     return rc;

@@ -194,8 +194,14 @@ static void cache_reply(struct sim *s, const struct chat *c)
     tokv_init(&all);
     for (size_t i = 0; i < c->prompt.n; i++)
         tokv_push(&all, c->prompt.v[i]);
-    for (size_t i = 0; i < c->reasoning_toks.n; i++)
-        tokv_push(&all, c->reasoning_toks.v[i]);
+    /* generated as the template renders an assistant turn (tmpl.c):
+     * reasoning between its markers, then the content */
+    if (c->reasoning_toks.n) {
+        tokv_push(&all, TOK_THINK);
+        for (size_t i = 0; i < c->reasoning_toks.n; i++)
+            tokv_push(&all, c->reasoning_toks.v[i]);
+        tokv_push(&all, TOK_THINK_END);
+    }
     for (size_t i = 0; i < c->content_toks.n; i++)
         tokv_push(&all, c->content_toks.v[i]);
     sim_cache_end(s, all.v, c->prompt.n, all.n);

@@ -427,6 +427,8 @@ static void test_thresholds_are_options(void **state)
  * xb_tokens counts), every reply sent back; cached[t] is what the server
  * reported for turn t (-1: no figure), gap[t] the seconds between turn
  * t-1's end and turn t; field names the usage key. */
+static const char *reply_reasoning; /* each reply's reasoning, or NULL */
+
 static void session(struct xchg xs[NT], const long cached[NT],
                     const double gap[NT], const char *field)
 {
@@ -448,7 +450,7 @@ static void session(struct xchg xs[NT], const long cached[NT],
                  "Reply %d: noted, with a few words more to make it long "
                  "enough to be a reply of some forty tokens or so in all.",
                  t);
-        xb_reply(&xs[t], reply, NULL, NULL, pt, 48, "stop");
+        xb_reply(&xs[t], reply, reply_reasoning, NULL, pt, 48, "stop");
         json_t *usage = json_object_get(xs[t].reply, "usage");
         if (cached[t] >= 0 && !strcmp(field, "prompt_tokens_details"))
             json_object_set_new(
@@ -461,7 +463,11 @@ static void session(struct xchg xs[NT], const long cached[NT],
         xs[t].up_ttfb_ms = 400;
         xs[t].up_total_ms = 1000;
         t0 += 1.0;
-        json_array_append_new(msgs, xb_msg("assistant", reply));
+        json_t *a = xb_msg("assistant", reply);
+        if (reply_reasoning)
+            json_object_set_new(a, "reasoning_content",
+                                json_string(reply_reasoning));
+        json_array_append_new(msgs, a);
     }
     json_decref(msgs);
 }
@@ -567,6 +573,32 @@ static void test_reply_reused_once_is_not_a_finding(void **state)
     free_xs(xs, NT);
 }
 
+/* Replies that began with reasoning and were never reused make no claim
+ * about the server: a template that drops prior reasoning (DeepSeek's
+ * rule) makes them unreusable on any server. */
+static void test_reasoning_reply_not_reused_is_no_claim(void **state)
+{
+    (void)state;
+    struct xchg xs[NT];
+    struct audit_list l;
+    const double gap[NT] = {0, 5, 5, 5, 5};
+    long cached[NT] = {0, 0, 0, 0, 0};
+    session(xs, cached, gap, "prompt_tokens_details");
+    for (int t = 1; t < NT; t++)
+        cached[t] =
+            (long)json_integer_value(json_object_get(
+                json_object_get(xs[t - 1].reply, "usage"), "prompt_tokens")) /
+            16 * 16;
+    free_xs(xs, NT);
+    reply_reasoning = "Let me think about what the user asked for here.";
+    session(xs, cached, gap, "prompt_tokens_details");
+    reply_reasoning = NULL;
+    run_audit(xs, NT, NULL, &l);
+    assert_null(find_rule(&l, "cache.reply_not_reused"));
+    audit_list_release(&l);
+    free_xs(xs, NT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -581,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_idle_gap_default_is_ten_minutes),
         cmocka_unit_test(test_deepseek_cache_hit_field),
         cmocka_unit_test(test_reply_reused_once_is_not_a_finding),
+        cmocka_unit_test(test_reasoning_reply_not_reused_is_no_claim),
     };
     return cmocka_run_group_tests(tests, setup, group_teardown);
 }

@@ -116,13 +116,60 @@ static void test_unknown_key(void **state)
     bad("[server]\ncommand = s {port}\n\nready_timout = 5\n",
         "t.ini:4: unknown key 'ready_timout' in [server]; the keys there are "
         "command, env, workdir, ready_url, ready_timeout, stop_signal, "
-        "stop_grace, port");
+        "stop_grace, port, launcher");
     bad("[server]\ncommand = s {port}\n[toggle a]\nargs = -a\nclaims = "
         "prefill\n",
         "t.ini:5: unknown key 'claims' in [toggle NAME]; the keys there are "
         "args, env, description, path");
     bad("[servers]\n", "t.ini:1: unknown section '[servers]'; the sections "
-                       "are [server], [golden], [measure] and [toggle NAME]");
+                       "are [server], [golden], [measure], [slurm] and "
+                       "[toggle NAME]");
+}
+
+/* The Slurm launcher's settings: [server] launcher and [slurm]. */
+static void test_slurm_section(void **state)
+{
+    (void)state;
+    struct bisect_config c;
+    struct diag d = {0};
+    assert_int_equal(parse(&c,
+                           "[server]\ncommand=srv {port}\nlauncher = slurm\n"
+                           "[slurm]\npartition = gpu-h100\naccount = llm\n"
+                           "nodes = 2\ngpus_per_node = 8\ntime = 02:00:00\n"
+                           "sbatch = --exclusive\nsbatch = --qos=high\n"
+                           "host = $(hostname -f)\nqueue_timeout = 900\n"
+                           "[toggle a]\nargs=-a\n",
+                           &d),
+                     0);
+    assert_int_equal(c.launcher, BISECT_LAUNCH_SLURM);
+    assert_string_equal(c.slurm.partition, "gpu-h100");
+    assert_string_equal(c.slurm.account, "llm");
+    assert_int_equal(c.slurm.nodes, 2);
+    assert_int_equal(c.slurm.gpus_per_node, 8);
+    assert_string_equal(c.slurm.time, "02:00:00");
+    assert_int_equal(c.slurm.n_sbatch, 2);
+    assert_string_equal(c.slurm.sbatch[1], "--qos=high");
+    assert_string_equal(c.slurm.host, "$(hostname -f)");
+    assert_true(c.slurm.queue_timeout == 900);
+    bisect_config_release(&c);
+    assert_int_equal(
+        parse(&c, "[server]\ncommand=srv {port}\n[toggle a]\nargs=-a\n", &d),
+        0);
+    assert_int_equal(c.launcher, BISECT_LAUNCH_LOCAL);
+    assert_int_equal(c.slurm.nodes, 1);
+    assert_true(c.slurm.queue_timeout == 3600);
+    assert_null(c.slurm.partition);
+    bisect_config_release(&c);
+    bad("[server]\ncommand = s {port}\nlauncher = k8s\n",
+        "t.ini:3: unknown launcher 'k8s'; use local or slurm");
+    bad("[server]\ncommand = s {port}\n[slurm]\nnodes = 0\n",
+        "t.ini:4: 'nodes' must be 1 or more");
+    bad("[server]\ncommand = s {port}\n[slurm]\ngpus_per_node = eight\n",
+        "t.ini:4: 'gpus_per_node' must be a whole number, 0 to 1024");
+    bad("[server]\ncommand = s {port}\n[slurm]\nqueue = 5\n",
+        "t.ini:4: unknown key 'queue' in [slurm]; the keys there are "
+        "partition, account, nodes, gpus_per_node, time, sbatch, host, "
+        "queue_timeout");
 }
 
 static void test_missing_placeholder(void **state)
@@ -213,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_good_config_read),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_slurm_section),
         cmocka_unit_test(test_missing_placeholder),
         cmocka_unit_test(test_duplicated_toggle),
         cmocka_unit_test(test_bad_values),

@@ -159,6 +159,44 @@ static void test_generated_tokens_cached_or_not(void **state)
     assert_true(c2 <= p1 && c2 > p1 - 17); /* only the prompt's blocks */
 }
 
+/* A reply that began with reasoning, sent back with its reasoning_content:
+ * its blocks are reused when the template renders the reasoning as it was
+ * generated (between its markers), and cannot be when the template drops
+ * prior reasoning. Regression: the cache once held the reasoning without
+ * its markers, so no reasoning reply was ever reused. */
+static void test_reasoning_reply_reused_as_rendered(void **state)
+{
+    struct simt *t = *state;
+    const char *hist[] = {"keep", "drop"};
+    for (int k = 0; k < 2; k++) {
+        struct proc *p =
+            simt_start(t, "--reasoning", "--reasoning-history", hist[k], NULL);
+        char *u = text(200, 9);
+        json_t *msgs = json_pack("[o]", simt_msg("user", u));
+        json_t *r1 = simt_ok(t, p, "/v1/chat/completions",
+                             simt_chat(json_deep_copy(msgs)));
+        long p1 = simt_prompt_tokens(r1);
+        json_t *m1 = json_object_get(
+            json_object_get(json_array_get(json_object_get(r1, "choices"), 0),
+                            "message"),
+            "reasoning_content");
+        assert_true(json_is_string(m1) && json_string_length(m1) > 0);
+        json_t *a = simt_msg("assistant", simt_reply(r1));
+        json_object_set(a, "reasoning_content", m1);
+        json_array_append_new(msgs, a);
+        json_array_append_new(msgs, simt_msg("user", "Now tell me more."));
+        json_t *r2 = simt_ok(t, p, "/v1/chat/completions", simt_chat(msgs));
+        long c2 = cached_of(r2);
+        if (k == 0)
+            assert_true(c2 > p1 + 16); /* the reasoning reply's blocks */
+        else
+            assert_true(c2 <= p1); /* only the prompt's blocks */
+        json_decref(r1);
+        json_decref(r2);
+        free(u);
+    }
+}
+
 static void test_lru_eviction(void **state)
 {
     struct simt *t = *state;
@@ -337,6 +375,7 @@ int main(void)
         T(test_every_endpoint_reports_cached_tokens),
         T(test_prompt_logprobs_bypass_the_cache),
         T(test_generated_tokens_cached_or_not),
+        T(test_reasoning_reply_reused_as_rendered),
         T(test_lru_eviction),
         T(test_flush_endpoints_on_and_off),
         T(test_no_cache_report),

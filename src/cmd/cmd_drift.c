@@ -31,7 +31,10 @@ const char CMD_DRIFT_HELP[] =
     "position (teacher forcing) and reports where they diverge: KL (a lower\n"
     "bound over the golden's top-k), forced-token deltas, top-1 agreement\n"
     "and decisive flips, by position bucket, with growth, a control arm\n"
-    "(golden against itself), the decode path and determinism.\n"
+    "(golden against itself), the decode path and determinism. The\n"
+    "difference is attributed (prefill only, decode only, both paths flat\n"
+    "or growing) and one figure ranks candidates: harm, the excess KL\n"
+    "mean over both paths' positions.\n"
     "\n"
     "servers (api-key, header, extra-body, model and dialect also exist\n"
     "per side as --golden-X / --candidate-X):\n"
@@ -62,7 +65,8 @@ const char CMD_DRIFT_HELP[] =
     "  --decode-tokens N     decode-path tokens per sequence (default 32; 0\n"
     "                        skips the decode path)\n"
     "  --decode-seqs N       sequences for the decode path (default 2)\n"
-    "  --decode-prompt N     prompt tokens for it (default 512)\n"
+    "  --decode-prompt N     a prompt length for it (default 512); it also\n"
+    "                        runs inside the first failing prefill bucket\n"
     "  --determinism N       N identical requests alone, then at once\n"
     "  --token-ids-logprob N sglang candidates: also ask for the golden's\n"
     "                        N highest-ranked token ids (token_ids_logprob)\n"
@@ -81,7 +85,10 @@ const char CMD_DRIFT_HELP[] =
     "thresholds (WARN,FAIL on the excess over the noise baseline):\n"
     "  --kl-mean W,F (1e-4,1e-3)    --kl-p999 W,F (1e-3,1e-2)\n"
     "  --top1 W,F (0.995,0.975)     --dp-rms W,F (0.003,0.012)\n"
-    "  --growth W,F (1.5,2)         --growth-floor X (1e-5)\n"
+    "  --growth W,F (0.585,1)       slope of ln(excess KL) on ln(position)\n"
+    "                               past the first quarter of the positions\n"
+    "                               (excess x1.5 / x2 per doubling)\n"
+    "  --growth-floor X (1e-5)      excess below it counts as it, for growth\n"
     "  --flip-margin X (0.2)\n"
     "output:\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
@@ -404,7 +411,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
         bad = set_pair(v, 0, 1, th->dp_rms);
         break;
     case O_GROW:
-        bad = set_pair(v, 1, 1e9, th->growth);
+        bad = set_pair(v, 0, 1e3, th->growth);
         break;
     case O_GFLOOR:
         bad = cli_parse_double(v, 0, 1e3, &th->growth_floor);

@@ -29,7 +29,7 @@ void drift_thresholds_default(struct drift_thresholds *t)
         .kl_p999 = {1e-3, 1e-2},
         .top1 = {0.995, 0.975},
         .dp_rms = {0.003, 0.012},
-        .growth = {1.5, 2.0},
+        .growth = {0.585, 1.0},
         .growth_floor = 1e-5,
         .flip_margin = 0.2,
     };
@@ -199,6 +199,8 @@ void drift_analysis_add(struct drift_analysis *a, enum drift_arm arm,
         }
     }
     if (arm == DRIFT_ARM_CAND) {
+        if (pos > a->pos_max)
+            a->pos_max = pos;
         struct drift_worst w = {seq,   pos,    m->kl,     m->dlp,
                                 m->dp, forced, m->top1_g, m->top1_c};
         worst_push(a, &w);
@@ -243,36 +245,39 @@ void drift_bucket_summary(const struct drift_acc *c, struct drift_bsum *s)
     s->overlap = c->top_n ? c->overlap_sum / (double)c->top_n : 1;
 }
 
+void drift_acc_merge(struct drift_acc *out, const struct drift_acc *c)
+{
+    out->n += c->n;
+    out->pos_sum += c->pos_sum;
+    out->kl_sum += c->kl_sum;
+    out->kl_sq += c->kl_sq;
+    if (c->kl_max > out->kl_max)
+        out->kl_max = c->kl_max;
+    out->nll_g += c->nll_g;
+    out->nll_c += c->nll_c;
+    out->dp_sum += c->dp_sum;
+    out->dp_sq += c->dp_sq;
+    out->dp_q += c->dp_q;
+    out->top_n += c->top_n;
+    out->top1_agree += c->top1_agree;
+    out->flips += c->flips;
+    out->overlap_sum += c->overlap_sum;
+    out->kl.n += c->kl.n;
+    out->kl.zero += c->kl.zero;
+    out->kl.under += c->kl.under;
+    out->kl.over += c->kl.over;
+    if (c->kl.max > out->kl.max)
+        out->kl.max = c->kl.max;
+    for (size_t i = 0; i < DRIFT_SK_BINS; i++)
+        out->kl.bin[i] += c->kl.bin[i];
+}
+
 void drift_analysis_total(const struct drift_analysis *a, enum drift_arm arm,
                           struct drift_acc *out)
 {
     memset(out, 0, sizeof(*out));
-    for (size_t b = 0; b < a->n_buckets; b++) {
-        const struct drift_acc *c = &a->acc[arm][b];
-        out->n += c->n;
-        out->pos_sum += c->pos_sum;
-        out->kl_sum += c->kl_sum;
-        out->kl_sq += c->kl_sq;
-        if (c->kl_max > out->kl_max)
-            out->kl_max = c->kl_max;
-        out->nll_g += c->nll_g;
-        out->nll_c += c->nll_c;
-        out->dp_sum += c->dp_sum;
-        out->dp_sq += c->dp_sq;
-        out->dp_q += c->dp_q;
-        out->top_n += c->top_n;
-        out->top1_agree += c->top1_agree;
-        out->flips += c->flips;
-        out->overlap_sum += c->overlap_sum;
-        out->kl.n += c->kl.n;
-        out->kl.zero += c->kl.zero;
-        out->kl.under += c->kl.under;
-        out->kl.over += c->kl.over;
-        if (c->kl.max > out->kl.max)
-            out->kl.max = c->kl.max;
-        for (size_t i = 0; i < DRIFT_SK_BINS; i++)
-            out->kl.bin[i] += c->kl.bin[i];
-    }
+    for (size_t b = 0; b < a->n_buckets; b++)
+        drift_acc_merge(out, &a->acc[arm][b]);
 }
 
 static double nz(double v)

@@ -83,14 +83,15 @@ enum drift_verdict drift_verdict_worse(enum drift_verdict a,
 
 /* Thresholds on the excess; [0] warn, [1] fail. Defaults from the issue:
  * mean KL 1e-4/1e-3, p99.9 KL 1e-3/1e-2, top-1 agreement 99.5%/97.5%,
- * RMS delta-p 0.3%/1.2%, growth ratio 1.5/2. */
+ * RMS delta-p 0.3%/1.2%; growth slope 0.585/1 (excess KL times 1.5 / 2
+ * per doubling of position). */
 struct drift_thresholds {
     double kl_mean[2];
     double kl_p999[2];
     double top1[2];
     double dp_rms[2];
-    double growth[2];
-    double growth_floor; /* growth judged only when last excess >= this */
+    double growth[2];    /* slope of ln(excess KL) on ln(position) */
+    double growth_floor; /* excess below this counts as this, for growth */
     double flip_margin;  /* golden p1 - p2 above which a flip is decisive */
 };
 void drift_thresholds_default(struct drift_thresholds *t);
@@ -123,6 +124,7 @@ struct drift_analysis {
     /* worst positions of DRIFT_ARM_CAND: a min-heap on kl */
     struct drift_worst worst[DRIFT_WORST_MAX];
     size_t n_worst, worst_cap;
+    uint32_t pos_max; /* largest position folded into DRIFT_ARM_CAND */
     /* per sequence, per bucket, per arm: (kl_sum, n) for the bootstrap */
     double *seq_sums; /* [seq][bucket][arm][DRIFT_SEQ_F] */
     size_t n_seq, seq_alloc;
@@ -151,6 +153,8 @@ void drift_analysis_skip(struct drift_analysis *a, enum drift_arm arm,
                          enum drift_skip why, uint64_t count);
 
 void drift_bucket_summary(const struct drift_acc *acc, struct drift_bsum *s);
+/* Adds the sums of c into out (same arm, any buckets or analyses). */
+void drift_acc_merge(struct drift_acc *out, const struct drift_acc *c);
 /* Totals of one arm over every bucket. */
 void drift_analysis_total(const struct drift_analysis *a, enum drift_arm arm,
                           struct drift_acc *out);
@@ -176,15 +180,28 @@ void drift_bucket_excess(const struct drift_bsum *cand,
 enum drift_verdict drift_bucket_verdict(const struct drift_bsum *excess,
                                         const struct drift_thresholds *th);
 
+/* The shape of the candidate's excess past the first quarter. */
+enum drift_shape {
+    DRIFT_SHAPE_NONE,     /* no bucket's excess reaches the floor */
+    DRIFT_SHAPE_CONSTANT, /* a difference that does not grow: its level is
+                             judged by the bucket thresholds */
+    DRIFT_SHAPE_GROWING   /* growth WARN or FAIL */
+};
+const char *drift_shape_name(enum drift_shape s);
+
 /* Growth of the candidate's excess mean KL with position. */
 struct drift_growth {
-    double slope;        /* of ln(excess mean KL) on ln(mean position) */
+    double slope;        /* of ln(max(excess mean KL, floor)) on
+                            ln(mean position), trend buckets only */
     double lo, hi;       /* 95% bootstrap interval over whole sequences */
-    double ratio;        /* last / first bucket excess mean KL */
+    double ratio;        /* last / first bucket excess mean KL (shown) */
     double first, last;  /* those two excess means */
+    double peak;         /* largest excess among the trend buckets */
+    uint32_t from;       /* trend buckets start at or after this position */
     unsigned points;     /* buckets used by the slope */
-    unsigned replicates; /* bootstrap replicates with a defined slope */
+    unsigned replicates; /* bootstrap replicates */
     enum drift_verdict verdict;
+    enum drift_shape shape;
     /* Per bucket, the same whole-sequence bootstrap's 95% percentile
      * intervals of the excess mean KL, the candidate's RMS delta-p and its
      * top-1 agreement ([b][DRIFT_CI_*][lo, hi]); NaN where a bucket has
@@ -192,8 +209,15 @@ struct drift_growth {
     double ci[DRIFT_BUCKETS_MAX][3][2];
 };
 enum { DRIFT_CI_KL = 0, DRIFT_CI_DP, DRIFT_CI_TOP1 };
-/* Computes growth with `replicates` bootstrap draws from seed. has_self as
- * in drift_bucket_excess(). */
+/*
+ * Computes growth with `replicates` bootstrap draws from seed. has_self as
+ * in drift_bucket_excess(). The trend buckets are those that start past
+ * the first quarter of the positions compared (edge * 4 >= largest
+ * position + 1). Growth is a slope whose bootstrap interval lies above 0
+ * (with two or more sequences) with a trend excess at or above
+ * th.growth_floor; its verdict is the slope against th.growth (WARN, FAIL).
+ * NA when no trend bucket reaches the floor or fewer than 2 have data.
+ */
 void drift_growth_compute(const struct drift_analysis *a, bool has_self,
                           unsigned replicates, uint64_t seed,
                           struct drift_growth *g);

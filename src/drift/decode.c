@@ -3,15 +3,16 @@
  * output by prefill on golden and candidate, and compare three ways over
  * the generated positions: golden prefill vs candidate prefill (PP),
  * candidate prefill vs candidate decode (DP), golden prefill vs candidate
- * decode (DG). PP shows prefill kernels; DG shows decode kernels (the
- * decode path against the reference); DP, the candidate against itself,
- * moves with either. Attribution: prefill kernels when PP is off and DG
- * is not; decode kernels when DG is off and PP is not; when both are off,
- * "shared" if the candidate's decode agrees with its own prefill (DP
- * passes: a change common to both paths, such as weights or scaling), else
- * both kernels.
+ * decode (DG). PP shows the prefill path; DG the decode path against the
+ * reference; DP, the candidate against itself, moves with either. The
+ * golden also generates from the same prompt, and its decode is compared
+ * with its own prefill: the golden's decode-vs-prefill gap, the yardstick
+ * for the candidate's DP below the thresholds. All of it at each prompt
+ * length drift_decode_prompts() chose (attr.c, which also attributes).
  */
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,145 +38,310 @@ static void shift_decode(const struct drift_lp *dec, uint32_t prompt,
     }
 }
 
+/* The analyses of one point: the three paths and the golden's own gap. */
+enum { AN_GDP = DRIFT_DPATHS, AN_N };
+
+struct seq_lps {
+    struct drift_lp dec, gp, cp, dshift, gp2, cp2, gdec, gshift, gown;
+};
+
+static void lps_init(struct seq_lps *l)
+{
+    struct drift_lp *v[] = {&l->dec, &l->gp,   &l->cp,     &l->dshift, &l->gp2,
+                            &l->cp2, &l->gdec, &l->gshift, &l->gown};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        drift_lp_init(v[i]);
+}
+
+static void lps_release(struct seq_lps *l)
+{
+    struct drift_lp *v[] = {&l->dec, &l->gp,   &l->cp,     &l->dshift, &l->gp2,
+                            &l->cp2, &l->gdec, &l->gshift, &l->gown};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        drift_lp_release(v[i]);
+}
+
+/* Decode entries name the generated token by id (or text in echo); the
+ * forced keys must match the prefill side's for the deltas. */
+static void check_forced(struct drift_lp *dshift, const struct drift_lp *gp,
+                         uint32_t from, uint32_t n)
+{
+    for (uint32_t i = from; i < n && i < gp->n; i++)
+        if (dshift->valid[i] && gp->valid[i] &&
+            dshift->pos[i].forced != gp->pos[i].forced &&
+            !(dshift->pos[i].forced & DRIFT_KEY_TEXT))
+            dshift->mismatch[i] = 1, dshift->valid[i] = 0;
+}
+
+static uint32_t *concat(const uint32_t *a, uint32_t na, const uint32_t *b,
+                        uint32_t nb)
+{
+    uint32_t *v = xmalloc((na + nb + 1) * sizeof(*v));
+    if (na)
+        memcpy(v, a, na * sizeof(*v));
+    if (nb)
+        memcpy(v + na, b, nb * sizeof(*v));
+    return v;
+}
+
+/* The golden's own decode-vs-prefill gap from the same prompt: its
+ * greedy output's decode entries against its prefill scoring of them
+ * (the candidate's golden prefill when the outputs agree). */
+static int golden_gap(struct drift_side *g, const struct drift_opts *o,
+                      const uint32_t *ids, uint32_t prompt, unsigned max_new,
+                      struct seq_lps *l, struct drift_analysis *an,
+                      uint32_t seq, struct diag *d)
+{
+    int ret = drift_side_generate(g, ids, prompt, max_new, &l->gdec, d);
+    if (ret)
+        return ret;
+    const struct drift_lp *ref = &l->gp;
+    bool same = l->gdec.n == l->dec.n &&
+                (l->dec.n == 0 ||
+                 !memcmp(l->gdec.ids, l->dec.ids, l->dec.n * sizeof(uint32_t)));
+    if (!same) {
+        uint32_t *full = concat(ids, prompt, l->gdec.ids, l->gdec.n);
+        ret = drift_side_score(g, full, prompt + l->gdec.n, &l->gown, d);
+        free(full);
+        if (ret)
+            return ret;
+        ref = &l->gown;
+    }
+    uint32_t n = prompt + l->gdec.n;
+    shift_decode(&l->gdec, prompt, &l->gshift);
+    check_forced(&l->gshift, ref, prompt, n);
+    drift_compare_lp(an, DRIFT_ARM_CAND, seq, ref, &l->gshift, prompt, n, o,
+                     "decode-golden");
+    return 0;
+}
+
+/* Adds item i's DG and baseline sums of this point to the harm sums. */
+static void harm_sums(struct drift_result *r, size_t item,
+                      const struct drift_analysis *an, const uint32_t *seq)
+{
+    if (!r->dec.seq_sums || item >= r->dec.n_seq)
+        return;
+    double *h = r->dec.seq_sums + item * DRIFT_HS_N * 2;
+    size_t stride = an[0].n_buckets * DRIFT_ARMS * DRIFT_SEQ_F;
+    const double *dg = an[DRIFT_DP_DG].seq_sums + seq[2] * stride +
+                       DRIFT_ARM_CAND * DRIFT_SEQ_F;
+    const double *pp = an[DRIFT_DP_PP].seq_sums + seq[0] * stride;
+    h[DRIFT_HS_DG * 2] += dg[0];
+    h[DRIFT_HS_DG * 2 + 1] += dg[1];
+    h[DRIFT_HS_CTRL * 2] += pp[DRIFT_ARM_CTRL * DRIFT_SEQ_F];
+    h[DRIFT_HS_CTRL * 2 + 1] += pp[DRIFT_ARM_CTRL * DRIFT_SEQ_F + 1];
+    h[DRIFT_HS_SELF * 2] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F];
+    h[DRIFT_HS_SELF * 2 + 1] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F + 1];
+}
+
 static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_opts *o, struct drift_result *r,
-                   const struct drift_item *it, struct drift_analysis an[3],
-                   struct diag *d)
+                   size_t item, uint32_t prompt_at, struct drift_analysis *an,
+                   struct drift_dpoint *pt, struct diag *d)
 {
-    struct drift_lp dec, gp, cp, dshift, gp2, cp2;
-    uint32_t prompt =
-        (uint32_t)(it->n < o->decode_prompt ? it->n : o->decode_prompt);
+    const struct drift_item *it = &r->corpus.items[item];
+    struct seq_lps l;
+    uint32_t prompt = (uint32_t)(it->n < prompt_at ? it->n : prompt_at);
     unsigned max_new = o->decode_tokens ? o->decode_tokens : 32;
     uint32_t *full = NULL;
     int ret;
 
-    drift_lp_init(&dec);
-    drift_lp_init(&gp);
-    drift_lp_init(&cp);
-    drift_lp_init(&dshift);
-    drift_lp_init(&gp2);
-    drift_lp_init(&cp2);
-    ret = drift_side_generate(c, it->ids, prompt, max_new, &dec, d);
+    lps_init(&l);
+    ret = drift_side_generate(c, it->ids, prompt, max_new, &l.dec, d);
     if (ret)
         goto out;
-    full = xmalloc((prompt + dec.n + 1) * sizeof(*full));
-    memcpy(full, it->ids, prompt * sizeof(*full));
-    memcpy(full + prompt, dec.ids, dec.n * sizeof(*full));
-    uint32_t n = prompt + dec.n;
-    ret = drift_side_score(g, full, n, &gp, d);
+    full = concat(it->ids, prompt, l.dec.ids, l.dec.n);
+    uint32_t n = prompt + l.dec.n;
+    ret = drift_side_score(g, full, n, &l.gp, d);
     if (!ret && r->dec.have_pp)
-        ret = drift_side_score(c, full, n, &cp, d);
+        ret = drift_side_score(c, full, n, &l.cp, d);
     /* second passes: the noise baseline on these very positions */
     if (!ret && r->has_control)
-        ret = drift_side_score(g, full, n, &gp2, d);
+        ret = drift_side_score(g, full, n, &l.gp2, d);
     if (!ret && r->has_self)
-        ret = drift_side_score(c, full, n, &cp2, d);
+        ret = drift_side_score(c, full, n, &l.cp2, d);
     if (ret)
         goto out;
-    /* decode entries name the generated token by id (or text in echo);
-     * the forced keys must match the prefill side's for the deltas */
-    shift_decode(&dec, prompt, &dshift);
-    for (uint32_t i = prompt; i < n; i++)
-        if (dshift.valid[i] && gp.valid[i] &&
-            dshift.pos[i].forced != gp.pos[i].forced &&
-            !(dshift.pos[i].forced & DRIFT_KEY_TEXT))
-            dshift.mismatch[i] = 1, dshift.valid[i] = 0;
-    uint32_t seq[3];
-    for (int k = 0; k < 3; k++)
+    shift_decode(&l.dec, prompt, &l.dshift);
+    check_forced(&l.dshift, &l.gp, prompt, n);
+    uint32_t seq[AN_N];
+    for (int k = 0; k < AN_N; k++)
         seq[k] = drift_analysis_begin_seq(&an[k]);
     if (r->dec.have_pp) {
-        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CAND, seq[0], &gp, &cp,
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CAND, seq[0], &l.gp, &l.cp,
                          prompt, n, o, dp_names[DRIFT_DP_PP]);
-        drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &cp, &dshift,
-                         prompt, n, o, dp_names[DRIFT_DP_DP]);
+        drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &l.cp,
+                         &l.dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
+        /* a golden that cannot generate leaves the gap unmeasured (and
+         * said so); one that cannot be reached stops the run */
+        struct diag gd = {{0}};
+        ret = golden_gap(g, o, it->ids, prompt, max_new, &l, &an[AN_GDP],
+                         seq[AN_GDP], &gd);
+        if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
+            if (d)
+                *d = gd;
+            goto out;
+        }
+        if (ret && !pt->gap_why[0])
+            snprintf(pt->gap_why, sizeof(pt->gap_why), "%s", gd.msg);
+        pt->gap_measured = ret == 0 || pt->gap_measured;
+        ret = 0;
     }
     if (r->has_control)
-        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &gp, &gp2,
-                         prompt, n, o, "decode-control");
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &l.gp,
+                         &l.gp2, prompt, n, o, "decode-control");
     if (r->has_self)
-        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, seq[0], &cp, &cp2,
-                         prompt, n, o, "decode-self");
-    drift_compare_lp(&an[DRIFT_DP_DG], DRIFT_ARM_CAND, seq[2], &gp, &dshift,
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, seq[0], &l.cp,
+                         &l.cp2, prompt, n, o, "decode-self");
+    drift_compare_lp(&an[DRIFT_DP_DG], DRIFT_ARM_CAND, seq[2], &l.gp, &l.dshift,
                      prompt, n, o, dp_names[DRIFT_DP_DG]);
-    r->dec.generated += dec.n;
-    r->dec.seqs++;
+    harm_sums(r, item, an, seq);
+    pt->generated += l.dec.n;
+    pt->seqs++;
 out:
     if (ret)
-        diag_prefix(d, "decode path, %s", it->name);
+        diag_prefix(d, "decode path at prompt %u, %s", prompt, it->name);
     free(full);
-    drift_lp_release(&dec);
-    drift_lp_release(&gp);
-    drift_lp_release(&cp);
-    drift_lp_release(&dshift);
-    drift_lp_release(&gp2);
-    drift_lp_release(&cp2);
+    lps_release(&l);
     return ret;
 }
 
-static enum drift_attr attribute(const struct drift_decode *dc)
+/* Summaries, excess and verdicts of paths over accumulated sums: sum[k]
+ * is path k's candidate arm, base[0] the control and base[1] the self
+ * arm of the decode positions. DP compares two candidate samples, so its
+ * baseline is the whole self figure. */
+static void judge_paths(const struct drift_result *r,
+                        const struct drift_opts *o,
+                        const struct drift_acc sums[DRIFT_DPATHS],
+                        const struct drift_acc base[2], struct drift_bsum *sum,
+                        struct drift_bsum *excess, enum drift_verdict *verdict)
 {
-    bool pp = dc->have_pp && dc->verdict[DRIFT_DP_PP] != DRIFT_PASS &&
-              dc->verdict[DRIFT_DP_PP] != DRIFT_NA;
-    bool dg = dc->verdict[DRIFT_DP_DG] != DRIFT_PASS &&
-              dc->verdict[DRIFT_DP_DG] != DRIFT_NA;
-    bool dp = dc->have_pp && dc->verdict[DRIFT_DP_DP] != DRIFT_PASS &&
-              dc->verdict[DRIFT_DP_DP] != DRIFT_NA;
-    if (pp && dg)
-        return dp ? DRIFT_ATTR_BOTH : DRIFT_ATTR_SHARED;
-    if (pp)
-        return DRIFT_ATTR_PREFILL;
-    if (dg)
-        return DRIFT_ATTR_DECODE;
-    return DRIFT_ATTR_NONE;
+    struct drift_bsum bc, bs, zero = {0};
+    drift_bucket_summary(&base[0], &bc);
+    drift_bucket_summary(&base[1], &bs);
+    if (!r->has_control)
+        bc = zero;
+    for (int k = 0; k < DRIFT_DPATHS; k++) {
+        drift_bucket_summary(&sums[k], &sum[k]);
+        if (k == DRIFT_DP_DP)
+            drift_bucket_excess(&sum[k], r->has_self ? &bs : &zero, &bs,
+                                r->has_self, &excess[k]);
+        else
+            drift_bucket_excess(&sum[k], &bc, &bs, r->has_self, &excess[k]);
+        verdict[k] = drift_bucket_verdict(&excess[k], &o->th);
+    }
+    if (!r->dec.have_pp) {
+        verdict[DRIFT_DP_PP] = DRIFT_NA;
+        verdict[DRIFT_DP_DP] = DRIFT_NA;
+    }
+}
+
+static double nz(double v)
+{
+    return isnan(v) ? 0 : v;
+}
+
+/* The candidate's decode-vs-prefill gap over its own noise against the
+ * golden's over its own. */
+static void judge_gap(const struct drift_result *r, struct drift_dpoint *pt,
+                      const struct drift_acc *gdp, const struct drift_acc *ctl,
+                      const struct drift_acc *self)
+{
+    struct drift_bsum g, t, s;
+    drift_bucket_summary(gdp, &g);
+    drift_bucket_summary(ctl, &t);
+    drift_bucket_summary(self, &s);
+    const struct drift_bsum *dp = &pt->sum[DRIFT_DP_DP];
+    if (!pt->gap_measured || dp->n == 0 || g.n == 0) {
+        pt->gap_measured = false;
+        return;
+    }
+    double sb = r->has_self ? nz(s.kl_mean) : 0;
+    double cb = r->has_control ? nz(t.kl_mean) : 0;
+    pt->gap_cand = nz(dp->kl_mean) - sb;
+    pt->gap_golden = nz(g.kl_mean) - cb;
+    pt->gap_se =
+        sqrt(nz(dp->kl_se) * nz(dp->kl_se) + nz(g.kl_se) * nz(g.kl_se) +
+             (r->has_self ? nz(s.kl_se) * nz(s.kl_se) : 0) +
+             (r->has_control ? nz(t.kl_se) * nz(t.kl_se) : 0));
+    pt->gap_differs = pt->gap_cand - pt->gap_golden - 2 * pt->gap_se > 0;
+}
+
+/* Whether the prefills differ below the thresholds at this point (see
+ * struct drift_dpoint). */
+static void pp_below(const struct drift_result *r, struct drift_dpoint *pt,
+                     const struct drift_acc *ctl, const struct drift_acc *self)
+{
+    struct drift_bsum t, s;
+    const struct drift_bsum *x = &pt->excess[DRIFT_DP_PP];
+    drift_bucket_summary(ctl, &t);
+    drift_bucket_summary(self, &s);
+    double cb = r->has_control ? nz(t.kl_mean) : 0;
+    double base = r->has_self ? 0.5 * cb + 0.5 * nz(s.kl_mean) : cb;
+    pt->pp_below =
+        r->dec.have_pp && x->n > 0 && nz(x->kl_mean) - 2 * nz(x->kl_se) > base;
+}
+
+/* Runs one point over up to decode_seqs items that reach its prompt
+ * (a point chosen from the buckets needs items longer than it); merges
+ * its sums into agg. */
+static int run_point(struct drift_side *g, struct drift_side *c,
+                     const struct drift_opts *o, struct drift_result *r,
+                     struct drift_dpoint *pt, struct drift_acc agg[AN_N + 2],
+                     struct diag *d)
+{
+    static struct drift_analysis an[AN_N]; /* 4 MiB: not on the stack */
+    size_t want = o->decode_seqs ? o->decode_seqs : 1;
+    int ret = 0;
+
+    for (int k = 0; k < AN_N; k++)
+        drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &o->th);
+    for (size_t i = 0; i < r->corpus.n && pt->seqs < want && !ret; i++) {
+        if (pt->diverged && r->corpus.items[i].n <= pt->prompt)
+            continue;
+        if (o->on_progress)
+            o->on_progress(o->ud, "decode", pt->seqs, want);
+        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, d);
+    }
+    struct drift_acc sums[DRIFT_DPATHS], base[2], gdp;
+    for (int k = 0; k < DRIFT_DPATHS; k++)
+        drift_analysis_total(&an[k], DRIFT_ARM_CAND, &sums[k]);
+    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, &base[0]);
+    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, &base[1]);
+    drift_analysis_total(&an[AN_GDP], DRIFT_ARM_CAND, &gdp);
+    judge_paths(r, o, sums, base, pt->sum, pt->excess, pt->verdict);
+    judge_gap(r, pt, &gdp, &base[0], &base[1]);
+    pp_below(r, pt, &base[0], &base[1]);
+    for (int k = 0; k < DRIFT_DPATHS; k++)
+        drift_acc_merge(&agg[k], &sums[k]);
+    drift_acc_merge(&agg[AN_N], &base[0]);
+    drift_acc_merge(&agg[AN_N + 1], &base[1]);
+    for (int k = 0; k < AN_N; k++)
+        drift_analysis_release(&an[k]);
+    r->dec.generated += pt->generated;
+    if (pt->seqs > r->dec.seqs)
+        r->dec.seqs = pt->seqs;
+    return ret;
 }
 
 int drift_decode_run(struct drift_side *g, struct drift_side *c,
                      const struct drift_opts *o, struct drift_result *r,
                      struct diag *d)
 {
-    static struct drift_analysis an[3]; /* 3 MiB: not on the stack */
-    size_t nseq = o->decode_seqs ? o->decode_seqs : 1;
+    static struct drift_acc agg[AN_N + 2]; /* 30 KiB */
     int ret = 0;
 
-    if (nseq > r->corpus.n)
-        nseq = r->corpus.n;
+    memset(agg, 0, sizeof(agg));
     r->dec.ran = true;
     r->dec.have_pp = r->prefill;
-    for (int k = 0; k < 3; k++)
-        drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &o->th);
-    for (size_t i = 0; i < nseq && !ret; i++) {
-        if (o->on_progress)
-            o->on_progress(o->ud, "decode", i, nseq);
-        ret = one_seq(g, c, o, r, &r->corpus.items[i], an, d);
-    }
-    /* the noise baseline: second prefill passes over the same generated
-     * positions (golden run to run, candidate run to run); DP compares
-     * two candidate samples, so its baseline is the whole self figure */
-    struct drift_acc tc, ts;
-    struct drift_bsum bc, bs, zero = {0};
-    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, &tc);
-    drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, &ts);
-    drift_bucket_summary(&tc, &bc);
-    drift_bucket_summary(&ts, &bs);
-    if (!r->has_control)
-        bc = zero;
-    for (int k = 0; k < 3; k++) {
-        struct drift_acc tot;
-        drift_analysis_total(&an[k], DRIFT_ARM_CAND, &tot);
-        drift_bucket_summary(&tot, &r->dec.sum[k]);
-        if (k == DRIFT_DP_DP)
-            drift_bucket_excess(&r->dec.sum[k], r->has_self ? &bs : &zero, &bs,
-                                r->has_self, &r->dec.excess[k]);
-        else
-            drift_bucket_excess(&r->dec.sum[k], &bc, &bs, r->has_self,
-                                &r->dec.excess[k]);
-        r->dec.verdict[k] = drift_bucket_verdict(&r->dec.excess[k], &o->th);
-        drift_analysis_release(&an[k]);
-    }
-    if (!r->dec.have_pp) {
-        r->dec.verdict[DRIFT_DP_PP] = DRIFT_NA;
-        r->dec.verdict[DRIFT_DP_DP] = DRIFT_NA;
-    }
-    r->dec.attribution = attribute(&r->dec);
+    r->dec.n_seq = r->corpus.n;
+    free(r->dec.seq_sums);
+    r->dec.seq_sums = xcalloc(r->dec.n_seq ? r->dec.n_seq : 1,
+                              DRIFT_HS_N * 2 * sizeof(double));
+    r->dec.n_points = drift_decode_prompts(o, r, r->dec.point);
+    for (unsigned k = 0; k < r->dec.n_points && !ret; k++)
+        ret = run_point(g, c, o, r, &r->dec.point[k], agg, d);
+    judge_paths(r, o, agg, agg + AN_N, r->dec.sum, r->dec.excess,
+                r->dec.verdict);
     return ret;
 }

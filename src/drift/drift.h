@@ -62,24 +62,75 @@ enum drift_dpath {
     DRIFT_DP_DG, /* golden prefill vs candidate decode */
     DRIFT_DPATHS
 };
+/* What the difference is attributed to (attr.c; docs/DRIFT.md). */
 enum drift_attr {
-    DRIFT_ATTR_NONE,
-    DRIFT_ATTR_PREFILL,
-    DRIFT_ATTR_DECODE,
-    DRIFT_ATTR_BOTH,   /* each path differs in its own way */
-    DRIFT_ATTR_SHARED, /* both paths alike: weights, scaling, config */
-    DRIFT_ATTR_UNKNOWN /* not run */
+    DRIFT_ATTR_NONE,         /* neither path differs */
+    DRIFT_ATTR_PREFILL,      /* prefill only */
+    DRIFT_ATTR_DECODE,       /* decode only */
+    DRIFT_ATTR_BOTH_FLAT,    /* both paths, flat from the start */
+    DRIFT_ATTR_BOTH_GROWING, /* both paths, growing with position */
+    DRIFT_ATTR_UNKNOWN       /* not run */
 };
+/* The words of the report ("prefill only", ...). */
 const char *drift_attr_name(enum drift_attr a);
+/* A stable token for JSON ("none", "prefill", "decode", "both-flat",
+ * "both-growing", "not-run"). */
+const char *drift_attr_kind(enum drift_attr a);
+
+/* The decode path measured at one prompt length. */
+#define DRIFT_DPOINTS_MAX 2
+struct drift_dpoint {
+    uint32_t prompt; /* prompt tokens: the first generated position */
+    int bucket;      /* the prefill bucket it lies in; -1 none */
+    bool diverged;   /* chosen inside the first failing bucket */
+    unsigned seqs, generated;
+    struct drift_bsum sum[DRIFT_DPATHS];
+    struct drift_bsum excess[DRIFT_DPATHS];
+    enum drift_verdict verdict[DRIFT_DPATHS];
+    /* decode-vs-prefill gap: the candidate's (DP over its self noise)
+     * against the golden's own, measured the same way (its decode against
+     * its prefill, over its control noise) */
+    bool gap_measured;
+    double gap_cand, gap_golden, gap_se;
+    bool gap_differs; /* gap_cand - gap_golden - 2 gap_se > 0 */
+    /* the prefills differ below the thresholds: PP's excess, less 2 SE,
+     * above the noise baseline itself (0 for deterministic servers; under
+     * heavy noise the baseline's own bias must not count) */
+    bool pp_below;
+    char gap_why[256]; /* why the golden's gap was not measured, or "" */
+};
+
+/* Per corpus item, the decode path's (kl_sum, n) of DG (candidate decode
+ * vs golden prefill) and of its noise baseline (control, self), for the
+ * harm bootstrap. */
+enum { DRIFT_HS_DG, DRIFT_HS_CTRL, DRIFT_HS_SELF, DRIFT_HS_N };
 
 struct drift_decode {
     bool ran;
     bool have_pp; /* false when the candidate has no prompt logprobs */
     unsigned seqs, generated;
+    /* over every point */
     struct drift_bsum sum[DRIFT_DPATHS];
     struct drift_bsum excess[DRIFT_DPATHS]; /* over the prefill arms' noise */
     enum drift_verdict verdict[DRIFT_DPATHS];
+    unsigned n_points;
+    struct drift_dpoint point[DRIFT_DPOINTS_MAX];
+    double *seq_sums; /* n_seq x DRIFT_HS_N x (sum, n); owned */
+    size_t n_seq;
     enum drift_attr attribution;
+    char attributed[1024];     /* what could be attributed, with figures */
+    char not_attributed[1024]; /* what could not, and why ("" nothing) */
+};
+
+/* The harm scalar that ranks candidates: the excess KL mean over every
+ * compared position of both paths (prefill positions and decode steps,
+ * each weighted by its count), with a 95% bootstrap interval over whole
+ * sequences, and the excess decisive top-1 flips per 1,000 positions. */
+struct drift_harm {
+    double excess_kl_mean, lo, hi; /* clamped at 0 */
+    double flips_per_1k;
+    uint64_t positions; /* prefill positions + decode steps */
+    unsigned replicates;
 };
 
 /* Determinism of one side: N identical requests alone, then at once. */
@@ -105,6 +156,7 @@ struct drift_result {
     struct drift_growth growth;
     struct drift_decode dec;
     struct drift_det det;
+    struct drift_harm harm;
     unsigned sequences;
     uint64_t positions;
     enum drift_verdict bucket_verdict[DRIFT_BUCKETS_MAX];
@@ -172,10 +224,25 @@ int drift_pipe_run(const struct drift_pipe *p, struct drift_analysis *an,
                    const struct drift_opts *o, uint64_t *positions,
                    struct diag *d);
 
-/* Decode path and determinism (decode.c, determinism.c). */
+/* Decode path and determinism (decode.c, determinism.c). The decode path
+ * runs at the prompt lengths drift_decode_prompts() chooses, after the
+ * prefill verdicts (r->bucket_verdict, r->growth) are known. */
 int drift_decode_run(struct drift_side *golden, struct drift_side *cand,
                      const struct drift_opts *o, struct drift_result *r,
                      struct diag *d);
+/* The decode prompt lengths (attr.c): one inside the first prefill bucket
+ * that is not PASS (the last bucket with data when only growth is off),
+ * then --decode-prompt when it lies in another bucket or nothing failed;
+ * each below the longest sequence. Marks out[0].diverged. Returns n. */
+unsigned drift_decode_prompts(const struct drift_opts *o,
+                              const struct drift_result *r,
+                              struct drift_dpoint *out);
+/* Attribution from the prefill verdicts and the decode points, with the
+ * texts of what could and could not be attributed (attr.c). */
+void drift_attribute(const struct drift_opts *o, struct drift_result *r);
+/* The harm scalar (harm.c), after the verdicts. */
+void drift_harm_compute(const struct drift_result *r, unsigned replicates,
+                        uint64_t seed, struct drift_harm *h);
 int drift_determinism_run(struct drift_side *s, const uint32_t *ids, size_t n,
                           unsigned count, unsigned max_new,
                           struct drift_det_side *out, struct diag *d);

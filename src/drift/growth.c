@@ -1,11 +1,16 @@
 /*
  * drift growth: does the candidate's excess KL grow with position? The
  * least-squares slope of ln(excess mean KL) on ln(mean position) over the
- * buckets, a percentile bootstrap interval that resamples whole sequences
- * (positions within a sequence are correlated, so resampling tokens would
- * give intervals that are too narrow), and the last/first bucket ratio.
- * The same replicates give each bucket's interval of its excess mean KL,
- * the candidate's RMS delta-p and top-1 agreement (the report's whiskers).
+ * buckets past the first quarter of the positions (the first buckets are
+ * the least stable and a difference that settles after them is not
+ * growth), with the excess floored at --growth-floor so that a difference
+ * that starts late counts as growth and noise near zero does not; a
+ * percentile bootstrap interval that resamples whole sequences (positions
+ * within a sequence are correlated, so resampling tokens would give
+ * intervals that are too narrow); and, for the record, the last/first
+ * bucket ratio. The same replicates give each bucket's interval of its
+ * excess mean KL, the candidate's RMS delta-p and top-1 agreement (the
+ * report's whiskers).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +22,16 @@
 #include "drift/analysis.h"
 
 #define TINY 1e-12
+
+const char *drift_shape_name(enum drift_shape s)
+{
+    static const char *const n[] = {
+        [DRIFT_SHAPE_NONE] = "none",
+        [DRIFT_SHAPE_CONSTANT] = "constant",
+        [DRIFT_SHAPE_GROWING] = "growing",
+    };
+    return n[s];
+}
 
 /* Excess mean KL per bucket from (sum, n) per arm; NAN when empty. */
 static void excess_means(const double *sums, size_t nb, bool has_self,
@@ -39,20 +54,24 @@ static void excess_means(const double *sums, size_t nb, bool has_self,
     }
 }
 
-static double slope_of(const double *ex, const double *lx, size_t nb,
-                       unsigned *points)
+/* Slope over the trend buckets (use[b]), the excess floored at floor;
+ * NAN when fewer than 2 buckets or none above the floor. */
+static double slope_of(const double *ex, const double *lx, const bool *use,
+                       size_t nb, double floor, unsigned *points)
 {
     double x[DRIFT_BUCKETS_MAX], y[DRIFT_BUCKETS_MAX];
     size_t n = 0;
+    bool above = false;
     for (size_t b = 0; b < nb; b++)
-        if (!isnan(ex[b]) && ex[b] > TINY && !isnan(lx[b])) {
+        if (use[b] && !isnan(ex[b]) && !isnan(lx[b])) {
+            above |= ex[b] >= floor;
             x[n] = lx[b];
-            y[n] = log(ex[b]);
+            y[n] = log(ex[b] > floor ? ex[b] : floor);
             n++;
         }
     if (points)
         *points = (unsigned)n;
-    return stats_slope(x, y, n);
+    return above ? stats_slope(x, y, n) : NAN;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -119,8 +138,14 @@ static void bucket_intervals(double *vals, unsigned reps, size_t nb,
     free(col);
 }
 
+struct trend {
+    double lx[DRIFT_BUCKETS_MAX];
+    bool use[DRIFT_BUCKETS_MAX];
+    double floor;
+};
+
 static void bootstrap(const struct drift_analysis *a, bool has_self,
-                      unsigned reps, uint64_t seed, const double *lx,
+                      unsigned reps, uint64_t seed, const struct trend *tr,
                       struct drift_growth *g)
 {
     size_t nb = a->n_buckets, stride = nb * DRIFT_ARMS * DRIFT_SEQ_F;
@@ -146,9 +171,9 @@ static void bootstrap(const struct drift_analysis *a, bool has_self,
             v[DRIFT_CI_KL] = ex[b];
             cand_metrics(sums, b, &v[DRIFT_CI_DP], &v[DRIFT_CI_TOP1]);
         }
-        double sl = slope_of(ex, lx, nb, NULL);
-        if (!isnan(sl))
-            slopes[ok++] = sl;
+        double sl = slope_of(ex, tr->lx, tr->use, nb, tr->floor, NULL);
+        /* a replicate with nothing above the floor is flat */
+        slopes[ok++] = isnan(sl) ? 0 : sl;
     }
     bucket_intervals(vals, reps, nb, g);
     free(vals);
@@ -163,21 +188,50 @@ static void bootstrap(const struct drift_analysis *a, bool has_self,
     free(sums);
 }
 
+/* Growth's verdict and the shape of the difference; see analysis.h. */
+static void judge(const struct drift_thresholds *th, const double *ex,
+                  const struct trend *tr, size_t nb, struct drift_growth *g)
+{
+    g->peak = 0;
+    for (size_t b = 0; b < nb; b++)
+        if (tr->use[b] && !isnan(ex[b]) && ex[b] > g->peak)
+            g->peak = ex[b];
+    g->verdict = DRIFT_NA;
+    g->shape = g->peak >= tr->floor && g->peak > TINY ? DRIFT_SHAPE_CONSTANT
+                                                      : DRIFT_SHAPE_NONE;
+    if (isnan(g->slope) || g->shape == DRIFT_SHAPE_NONE)
+        return;
+    g->verdict = DRIFT_PASS;
+    if (!(g->slope > 0) || (!isnan(g->lo) && !(g->lo > 0)))
+        return;
+    if (g->slope > th->growth[1])
+        g->verdict = DRIFT_FAIL;
+    else if (g->slope > th->growth[0])
+        g->verdict = DRIFT_WARN;
+    if (g->verdict != DRIFT_PASS)
+        g->shape = DRIFT_SHAPE_GROWING;
+}
+
 void drift_growth_compute(const struct drift_analysis *a, bool has_self,
                           unsigned replicates, uint64_t seed,
                           struct drift_growth *g)
 {
     size_t nb = a->n_buckets;
     double sums[DRIFT_BUCKETS_MAX * DRIFT_ARMS * DRIFT_SEQ_F] = {0};
-    double ex[DRIFT_BUCKETS_MAX], lx[DRIFT_BUCKETS_MAX] = {0};
+    double ex[DRIFT_BUCKETS_MAX];
+    struct trend tr = {.floor = a->th.growth_floor > TINY ? a->th.growth_floor
+                                                          : TINY};
 
     memset(g, 0, sizeof(*g));
     for (size_t b = 0; b < DRIFT_BUCKETS_MAX; b++)
         for (int m = 0; m < 3; m++)
             g->ci[b][m][0] = g->ci[b][m][1] = NAN;
+    g->from = (a->pos_max + 3) / 4;
     for (size_t b = 0; b < nb; b++) {
         const struct drift_acc *c = &a->acc[DRIFT_ARM_CAND][b];
-        lx[b] = c->n ? log(c->pos_sum / (double)c->n) : NAN;
+        tr.lx[b] = c->n ? log(c->pos_sum / (double)c->n) : NAN;
+        /* past the first quarter: the bucket starts at or after it */
+        tr.use[b] = (uint64_t)a->edges[b] * 4 >= (uint64_t)a->pos_max + 1;
         for (int arm = 0; arm < DRIFT_ARMS; arm++) {
             sums[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F] = a->acc[arm][b].kl_sum;
             sums[(b * DRIFT_ARMS + arm) * DRIFT_SEQ_F + 1] =
@@ -185,21 +239,11 @@ void drift_growth_compute(const struct drift_analysis *a, bool has_self,
         }
     }
     excess_means(sums, nb, has_self, ex);
-    g->slope = slope_of(ex, lx, nb, &g->points);
+    g->slope = slope_of(ex, tr.lx, tr.use, nb, tr.floor, &g->points);
     ratio_of(ex, nb, g);
-    bootstrap(a, has_self, a->n_seq >= 2 ? replicates : 0, seed, lx, g);
-
-    /* Growth is judged only when the late excess is above the floor and,
-     * with enough sequences for an interval, the interval excludes 0. */
-    const struct drift_thresholds *th = &a->th;
-    g->verdict = DRIFT_NA;
-    if (isnan(g->ratio) || !(g->last >= th->growth_floor))
-        return;
-    g->verdict = DRIFT_PASS;
-    if (!isnan(g->lo) && !(g->lo > 0))
-        return;
-    if (g->ratio > th->growth[1])
-        g->verdict = DRIFT_FAIL;
-    else if (g->ratio > th->growth[0])
-        g->verdict = DRIFT_WARN;
+    /* the replicates also give the buckets' intervals, slope or not */
+    bootstrap(a, has_self, a->n_seq >= 2 ? replicates : 0, seed, &tr, g);
+    if (isnan(g->slope))
+        g->lo = g->hi = NAN;
+    judge(&a->th, ex, &tr, nb, g);
 }

@@ -164,21 +164,38 @@ static void bucket_table(const struct drift_result *r, struct buf *b)
 static void growth_block(const struct drift_result *r, struct buf *b)
 {
     const struct drift_growth *g = &r->growth;
-    buf_printf(b, "\ngrowth: slope of ln(excess KL) on ln(position) ");
+    buf_printf(b,
+               "\ngrowth: slope of ln(excess KL) on ln(position) from "
+               "position %u ",
+               g->from);
     if (isnan(g->slope))
-        buf_printf(b, "n/a (fewer than 2 buckets with excess KL)");
+        buf_printf(b, "n/a (%s)",
+                   g->points < 2 ? "fewer than 2 buckets past the first "
+                                   "quarter"
+                                 : "no excess KL above the floor");
+    else if (isnan(g->lo))
+        buf_printf(b, "%+.3f, no interval (one sequence; %u buckets)", g->slope,
+                   g->points);
     else
         buf_printf(b,
                    "%+.3f, 95%% interval [%+.3f, %+.3f] (%u buckets, %u "
                    "replicate%s over whole sequences)",
                    g->slope, g->lo, g->hi, g->points, g->replicates,
                    plural_s(g->replicates));
-    buf_printf(b, "\ngrowth: last/first bucket excess KL ratio ");
-    if (isnan(g->ratio))
-        buf_printf(b, "n/a");
-    else
-        buf_printf(b, "%.3f (%.3e / %.3e)", g->ratio, g->last, g->first);
     buf_printf(b, " -> %s\n", arm_verdict(g->verdict));
+    buf_printf(b, "growth: shape %s", drift_shape_name(g->shape));
+    if (g->shape == DRIFT_SHAPE_CONSTANT)
+        buf_printf(b,
+                   " (excess KL up to %.3e past position %u; its level is "
+                   "judged by the KL thresholds)",
+                   g->peak, g->from);
+    else if (g->shape == DRIFT_SHAPE_GROWING)
+        buf_printf(b, " (excess KL up to %.3e)", g->peak);
+    buf_printf(b, "; last/first bucket excess KL ratio ");
+    if (isnan(g->ratio))
+        buf_printf(b, "n/a\n");
+    else
+        buf_printf(b, "%.3f (%.3e / %.3e)\n", g->ratio, g->last, g->first);
 }
 
 static void skips(const struct drift_result *r, struct buf *b)
@@ -220,7 +237,54 @@ static void decode_block(const struct drift_result *r, struct buf *b)
                    nm[k], s->kl_mean, s->kl_max, 100 * s->top1, 100 * s->dp_rms,
                    arm_verdict(dc->verdict[k]), dc->excess[k].kl_mean);
     }
-    buf_printf(b, "attribution: %s\n", drift_attr_name(dc->attribution));
+    for (unsigned i = 0; i < dc->n_points; i++) {
+        const struct drift_dpoint *p = &dc->point[i];
+        buf_printf(b,
+                   "at prompt %-6u (%s%u sequence%s, %u step%s): PP %s "
+                   "%.2e, DG %s %.2e",
+                   p->prompt, p->diverged ? "where prefill diverged, " : "",
+                   p->seqs, plural_s(p->seqs), p->generated,
+                   plural_s(p->generated), arm_verdict(p->verdict[DRIFT_DP_PP]),
+                   p->excess[DRIFT_DP_PP].kl_mean,
+                   arm_verdict(p->verdict[DRIFT_DP_DG]),
+                   p->excess[DRIFT_DP_DG].kl_mean);
+        if (p->gap_measured)
+            buf_printf(b, ", decode-vs-prefill gap %.2e (golden's %.2e)%s",
+                       p->gap_cand, p->gap_golden,
+                       p->gap_differs ? " DIFFERS" : "");
+        buf_addch(b, '\n');
+    }
+}
+
+/* Attribution: always with what could and could not be attributed when
+ * something differs or the run fails. */
+static void attr_block(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_decode *dc = &r->dec;
+    bool say = dc->attribution != DRIFT_ATTR_NONE || r->verdict == DRIFT_FAIL;
+    if (!dc->ran && !say)
+        return;
+    buf_printf(b, "%sattribution: %s\n", dc->ran ? "" : "\n",
+               drift_attr_name(dc->attribution));
+    if (!say)
+        return;
+    buf_printf(b, "attributed: %s\n",
+               dc->attributed[0] ? dc->attributed : "nothing");
+    buf_printf(b, "not attributed: %s\n",
+               dc->not_attributed[0] ? dc->not_attributed : "nothing");
+}
+
+static void harm_block(const struct drift_result *r, struct buf *b)
+{
+    const struct drift_harm *h = &r->harm;
+    buf_printf(b, "\nharm: excess KL mean %.3e", h->excess_kl_mean);
+    if (!isnan(h->lo))
+        buf_printf(b, ", 95%% interval [%.3e, %.3e]", h->lo, h->hi);
+    buf_printf(b,
+               " over %llu position%s of both paths; decisive flips per "
+               "1,000: %.3f\n",
+               (unsigned long long)h->positions, plural_s(h->positions),
+               h->flips_per_1k);
 }
 
 static void det_block(const struct drift_result *r, struct buf *b)
@@ -287,6 +351,8 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
         skips(r, b);
     }
     decode_block(r, b);
+    attr_block(r, b);
+    harm_block(r, b);
     det_block(r, b);
     if (nw) {
         buf_printf(b, "\n%zu worst position%s (candidate KL):\n", nw,
@@ -413,6 +479,9 @@ static json_t *growth_json(const struct drift_growth *g)
     json_object_set_new(o, "last_excess_kl", jnum(g->last));
     json_object_set_new(o, "buckets", json_integer(g->points));
     json_object_set_new(o, "replicates", json_integer(g->replicates));
+    json_object_set_new(o, "from_position", json_integer(g->from));
+    json_object_set_new(o, "peak_excess_kl", jnum(g->peak));
+    json_object_set_new(o, "shape", json_string(drift_shape_name(g->shape)));
     json_object_set_new(o, "verdict",
                         json_string(drift_verdict_name(g->verdict)));
     return o;
@@ -432,9 +501,42 @@ static json_t *decode_json(const struct drift_decode *dc)
                             json_string(drift_verdict_name(dc->verdict[k])));
         json_object_set_new(o, nm[k], s);
     }
+    json_t *pts = json_array();
+    for (unsigned i = 0; i < dc->n_points; i++) {
+        const struct drift_dpoint *p = &dc->point[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "prompt", json_integer(p->prompt));
+        json_object_set_new(x, "diverged", json_boolean(p->diverged));
+        json_object_set_new(x, "sequences", json_integer(p->seqs));
+        json_object_set_new(x, "generated", json_integer(p->generated));
+        for (int k = 0; k < DRIFT_DPATHS; k++) {
+            json_t *s = bsum_json(&p->sum[k]);
+            json_object_set_new(s, "excess", bsum_json(&p->excess[k]));
+            json_object_set_new(s, "verdict",
+                                json_string(drift_verdict_name(p->verdict[k])));
+            json_object_set_new(x, nm[k], s);
+        }
+        if (p->gap_measured)
+            json_object_set_new(
+                x, "gap",
+                json_pack("{s:o,s:o,s:o,s:b}", "candidate", jnum(p->gap_cand),
+                          "golden", jnum(p->gap_golden), "se", jnum(p->gap_se),
+                          "differs", p->gap_differs));
+        json_array_append_new(pts, x);
+    }
+    json_object_set_new(o, "points", pts);
     json_object_set_new(o, "attribution",
                         json_string(drift_attr_name(dc->attribution)));
     return o;
+}
+
+static json_t *harm_json(const struct drift_harm *h)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i}", "excess_kl_mean",
+                     jnum(h->excess_kl_mean), "lo", jnum(h->lo), "hi",
+                     jnum(h->hi), "flips_per_1k", jnum(h->flips_per_1k),
+                     "positions", (json_int_t)h->positions, "replicates",
+                     (int)h->replicates);
 }
 
 static json_t *det_json(const struct drift_det_side *s)
@@ -516,6 +618,13 @@ json_t *drift_report_json(const struct drift_result *r,
     }
     if (r->dec.ran)
         json_object_set_new(o, "decode", decode_json(&r->dec));
+    json_object_set_new(o, "attribution",
+                        json_pack("{s:s,s:s,s:s,s:s}", "kind",
+                                  drift_attr_kind(r->dec.attribution), "words",
+                                  drift_attr_name(r->dec.attribution),
+                                  "attributed", r->dec.attributed,
+                                  "not_attributed", r->dec.not_attributed));
+    json_object_set_new(o, "harm", harm_json(&r->harm));
     if (r->det.ran) {
         json_t *d = json_object();
         json_object_set_new(d, "golden", det_json(&r->det.side[0]));

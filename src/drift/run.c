@@ -30,19 +30,6 @@ void drift_opts_default(struct drift_opts *o)
     drift_thresholds_default(&o->th);
 }
 
-const char *drift_attr_name(enum drift_attr a)
-{
-    static const char *const n[] = {
-        [DRIFT_ATTR_NONE] = "none",
-        [DRIFT_ATTR_PREFILL] = "prefill kernels",
-        [DRIFT_ATTR_DECODE] = "decode kernels",
-        [DRIFT_ATTR_BOTH] = "prefill and decode kernels",
-        [DRIFT_ATTR_SHARED] = "shared by both paths (weights, scaling)",
-        [DRIFT_ATTR_UNKNOWN] = "not run",
-    };
-    return n[a];
-}
-
 void drift_result_init(struct drift_result *r)
 {
     memset(r, 0, sizeof(*r));
@@ -54,6 +41,8 @@ void drift_result_release(struct drift_result *r)
 {
     drift_analysis_release(&r->an);
     drift_corpus_release(&r->corpus);
+    free(r->dec.seq_sums);
+    r->dec.seq_sums = NULL;
 }
 
 /* Renders item i on both servers and checks the ids agree. */
@@ -223,10 +212,10 @@ static int score_all(struct drift_side *g, struct drift_side *c,
     return drift_pipe_run(&p, &r->an, o, &r->positions, d);
 }
 
-static void verdicts(const struct drift_opts *o, struct drift_result *r)
+/* Bucket verdicts and growth: what the decode path's prompts follow. */
+static void prefill_verdicts(const struct drift_opts *o, struct drift_result *r)
 {
     struct drift_analysis *a = &r->an;
-    enum drift_verdict v = DRIFT_NA;
     for (size_t b = 0; b < a->n_buckets; b++) {
         struct drift_bsum c, t, s;
         drift_bucket_summary(&a->acc[DRIFT_ARM_CAND][b], &c);
@@ -234,15 +223,29 @@ static void verdicts(const struct drift_opts *o, struct drift_result *r)
         drift_bucket_summary(&a->acc[DRIFT_ARM_SELF][b], &s);
         drift_bucket_excess(&c, &t, &s, r->has_self, &r->excess[b]);
         r->bucket_verdict[b] = drift_bucket_verdict(&r->excess[b], &o->th);
-        v = drift_verdict_worse(v, r->bucket_verdict[b]);
     }
     drift_growth_compute(a, r->has_self, o->bootstrap, o->seed, &r->growth);
+}
+
+/* The worst of the buckets, growth and the decode path's PP and DG (over
+ * every point and at each). */
+static void verdicts(const struct drift_opts *o, struct drift_result *r)
+{
+    enum drift_verdict v = DRIFT_NA;
+    for (size_t b = 0; b < r->an.n_buckets; b++)
+        v = drift_verdict_worse(v, r->bucket_verdict[b]);
     v = drift_verdict_worse(v, r->growth.verdict);
     if (r->dec.ran)
-        for (int k = 0; k < DRIFT_DPATHS; k++)
-            if (k != DRIFT_DP_DP)
-                v = drift_verdict_worse(v, r->dec.verdict[k]);
+        for (int k = 0; k < DRIFT_DPATHS; k++) {
+            if (k == DRIFT_DP_DP)
+                continue;
+            v = drift_verdict_worse(v, r->dec.verdict[k]);
+            for (unsigned i = 0; i < r->dec.n_points; i++)
+                v = drift_verdict_worse(v, r->dec.point[i].verdict[k]);
+        }
     r->verdict = v == DRIFT_NA ? DRIFT_PASS : v;
+    drift_attribute(o, r);
+    drift_harm_compute(r, o->bootstrap, o->seed, &r->harm);
 }
 
 int drift_run(struct drift_side *g, struct drift_side *c,
@@ -273,6 +276,7 @@ int drift_run(struct drift_side *g, struct drift_side *c,
         ret = score_all(g, c, o, r, d);
         if (ret)
             return ret;
+        prefill_verdicts(o, r);
     }
     if (o->decode_tokens > 0 || !r->prefill) {
         ret = drift_decode_run(g, c, o, r, d);

@@ -60,6 +60,8 @@ static const struct field fields[] = {
     D(prefill_noise, 0, 100),
     D(decode_noise, 0, 100),
     D(noise_growth, 0, 8),
+    L(noise_from, 0, 1 << 24),
+    L(noise_saturate, 0, 1 << 24),
     D(noise_recall_limit, 0, 100),
     B(pair_a),
     B(pair_b),

@@ -34,6 +34,8 @@ struct sim_config {
     double prefill_noise;
     double decode_noise;
     double noise_growth;
+    long noise_from;           /* noise only at positions >= this */
+    long noise_saturate;       /* growth stops at this position; 0: never */
     double noise_recall_limit; /* 0: off */
     bool pair_a, pair_b;       /* the pair fault: both on */
     double pair_noise;

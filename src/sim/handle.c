@@ -326,6 +326,8 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
     struct model_noise nz = {
         .sigma = decode ? c->decode_noise : sim_prefill_sigma(c),
         .growth = c->noise_growth,
+        .from = (size_t)c->noise_from,
+        .saturate = (size_t)c->noise_saturate,
         .scale = c->logit_scale,
         .seed = mix2((uint64_t)c->seed, decode ? 2 : 1),
     };

@@ -120,8 +120,12 @@ void model_dist(struct model *m, const int32_t *toks, size_t t,
     }
     double sigma = nz ? nz->sigma : 0, scale = nz ? nz->scale : 1;
     double jitter = nz ? nz->jitter : 0;
-    if (sigma > 0 && nz->growth > 0)
-        sigma *= pow((double)(t + 1) / 1024.0, nz->growth);
+    if (sigma > 0 && t < nz->from)
+        sigma = 0;
+    if (sigma > 0 && nz->growth > 0) {
+        size_t g = nz->saturate && t > nz->saturate ? nz->saturate : t;
+        sigma *= pow((double)(g + 1) / 1024.0, nz->growth);
+    }
     double mx = -INFINITY, z = 0;
     for (int j = 0; j < n; j++) {
         lg[j][0] *= scale;

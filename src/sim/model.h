@@ -17,11 +17,13 @@
 #define MODEL_CAND 25
 
 struct model_noise {
-    double sigma;  /* logit noise scale at position 1023; 0: none */
-    double growth; /* scale *= ((t + 1) / 1024)^growth */
-    double scale;  /* every logit multiplied by this (1: none) */
-    uint64_t seed; /* which noise */
-    double jitter; /* run-to-run noise scale (nondeterminism, batches) */
+    double sigma;    /* logit noise scale at position 1023; 0: none */
+    double growth;   /* scale *= ((t + 1) / 1024)^growth */
+    size_t from;     /* no noise at positions t < from */
+    size_t saturate; /* growth uses min(t, saturate); 0: t */
+    double scale;    /* every logit multiplied by this (1: none) */
+    uint64_t seed;   /* which noise */
+    double jitter;   /* run-to-run noise scale (nondeterminism, batches) */
     uint64_t jitter_seed;
     /* prefix-cache faults: positions t >= warm_n computed over warm_n
      * cached tokens get noise warm_sigma * warm_n / t (the cached share

@@ -166,6 +166,67 @@ static void test_growth_detects_growth(void **state)
     drift_growth_compute(&a, false, 200, 1, &g);
     assert_true(isnan(g.slope));
     assert_int_equal(g.verdict, DRIFT_NA);
+    assert_int_equal(g.shape, DRIFT_SHAPE_NONE);
+    drift_analysis_release(&a);
+}
+
+/* kl(t) = lo below `knee`, hi from it on: a difference that rises over the
+ * first buckets and is flat after them. */
+static void fill_knee(struct drift_analysis *a, double lo, double hi,
+                      uint32_t knee, uint32_t from, int nseq)
+{
+    struct rng r;
+    rng_seed(&r, 12);
+    drift_analysis_init(a, 64, 4095, NULL, 0, 50, NULL);
+    for (int k = 0; k < nseq; k++) {
+        uint32_t s = drift_analysis_begin_seq(a);
+        for (uint32_t t = 1; t < 4096; t++) {
+            double base = t < from ? 0 : t < knee ? lo : hi;
+            double kl = base * (0.5 + rng_unit(&r));
+            struct drift_pm c = pm_kl(kl), z = pm_kl(0);
+            drift_analysis_add(a, DRIFT_ARM_CAND, s, t, 0, &c);
+            drift_analysis_add(a, DRIFT_ARM_CTRL, s, t, 0, &z);
+        }
+    }
+}
+
+/* The bf16-like case: 2e-5 in the first buckets, 6e-5 flat from 256 on.
+ * The last/first ratio is 3, which the old rule called growth; past the
+ * first quarter the difference is flat: constant, not growth. */
+static void test_growth_ignores_a_difference_that_settles(void **state)
+{
+    (void)state;
+    struct drift_analysis a;
+    struct drift_growth g;
+    fill_knee(&a, 2e-5, 6e-5, 256, 1, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(g.ratio > 2.5);
+    assert_int_equal(g.from, 1024);
+    assert_int_equal(g.points, 2); /* [1024,2048), [2048,4096) */
+    assert_true(fabs(g.slope) < 0.2);
+    assert_int_equal(g.verdict, DRIFT_PASS);
+    assert_int_equal(g.shape, DRIFT_SHAPE_CONSTANT);
+    assert_true(g.peak > 4e-5 && g.peak < 8e-5);
+    drift_analysis_release(&a);
+
+    /* a difference that starts at 2048 grows (from the floor) */
+    fill_knee(&a, 1e-3, 1e-3, 2048, 2048, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(g.slope > 3);
+    assert_true(g.lo > 0);
+    assert_int_equal(g.verdict, DRIFT_FAIL);
+    assert_int_equal(g.shape, DRIFT_SHAPE_GROWING);
+    drift_analysis_release(&a);
+
+    /* the slope thresholds: slope 0.8 is past WARN (0.585), not FAIL (1) */
+    fill(&a, 1e-3, 0.8, 6);
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_true(g.slope > 0.6 && g.slope < 1.0);
+    assert_int_equal(g.verdict, DRIFT_WARN);
+    a.th.growth[0] = 0.9;
+    drift_growth_compute(&a, false, 200, 1, &g);
+    assert_int_equal(g.verdict, DRIFT_PASS);
+    assert_int_equal(g.shape, DRIFT_SHAPE_CONSTANT);
     drift_analysis_release(&a);
 }
 
@@ -211,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_excess_and_verdicts),
         cmocka_unit_test(test_top1_verdict),
         cmocka_unit_test(test_growth_detects_growth),
+        cmocka_unit_test(test_growth_ignores_a_difference_that_settles),
         cmocka_unit_test(test_growth_bucket_intervals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

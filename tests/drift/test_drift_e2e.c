@@ -179,7 +179,7 @@ static void test_growing_prefill_noise_fails_late(void **state)
     assert_true(lo > 0.0); /* the interval excludes 0 */
     assert_true(num(r.j, "growth", "ratio") > 2);
     assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
-    assert_string_equal(str(r.j, "decode", "attribution"), "prefill kernels");
+    assert_string_equal(str(r.j, "decode", "attribution"), "prefill only");
     /* the 50 worst positions, highest KL first, with text and offsets */
     const json_t *w = json_object_get(r.j, "worst");
     assert_int_equal(json_array_size(w), 50);
@@ -213,7 +213,7 @@ static void test_decode_only_noise_is_caught_by_decode_path(void **state)
     assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 1e-4);
     assert_string_not_equal(str(dc, "decode_vs_golden_prefill", "verdict"),
                             "PASS");
-    assert_string_equal(str(r.j, "decode", "attribution"), "decode kernels");
+    assert_string_equal(str(r.j, "decode", "attribution"), "decode only");
     run_free(&r);
 }
 
@@ -239,6 +239,10 @@ static void test_nondeterminism_is_not_drift(void **state)
     assert_string_equal(str(det, "candidate", "verdict"), "nondeterministic");
     assert_string_equal(str(det, "golden", "verdict"), "deterministic");
     assert_non_null(strstr(r.out.data, "NONDETERMINISTIC"));
+    /* run-to-run noise is put down to neither path */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r.j, "attribution"), "kind")),
+                        "none");
     run_free(&r);
 }
 

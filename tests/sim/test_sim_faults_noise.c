@@ -158,6 +158,44 @@ static void test_noise_grows_with_position(void **state)
     free(b);
 }
 
+/* --noise-from: positions below it are bit-identical, the rest noisy. */
+static void test_noise_from_spares_early_positions(void **state)
+{
+    struct simt *t = *state;
+    struct proc *h = simt_start(t, NULL);
+    struct proc *p =
+        simt_start(t, "--prefill-noise", "0.5", "--noise-from", "300", NULL);
+    struct lp *a = prompt_lp(t, h, PROMPT_TOKENS);
+    struct lp *b = prompt_lp(t, p, PROMPT_TOKENS);
+    for (size_t i = 1; i < 300; i++)
+        assert_true(a->v[i] == b->v[i]);
+    size_t late = 0;
+    for (size_t i = 300; i < a->n; i++)
+        late += a->v[i] != b->v[i];
+    assert_true(late > (a->n - 300) / 2);
+    free(a);
+    free(b);
+}
+
+/* --noise-saturate: growth up to the position, flat after it. */
+static void test_noise_saturates(void **state)
+{
+    struct simt *t = *state;
+    struct proc *h = simt_start(t, NULL);
+    struct proc *p = simt_start(t, "--prefill-noise", "0.5", "--noise-growth",
+                                "1", "--noise-saturate", "256", NULL);
+    struct lp *a = prompt_lp(t, h, 2000);
+    struct lp *b = prompt_lp(t, p, 2000);
+    double early = mean_abs_diff(a, b, 20, 120);
+    double mid = mean_abs_diff(a, b, 300, 800);
+    double late = mean_abs_diff(a, b, a->n - 500, a->n);
+    if (!(mid > 2 * early && late < 1.3 * mid && late > mid / 1.3))
+        fail_msg("saturation: early %.6g, mid %.6g, late %.6g", early, mid,
+                 late);
+    free(a);
+    free(b);
+}
+
 static void test_logit_scale_keeps_the_argmax(void **state)
 {
     struct simt *t = *state;
@@ -559,6 +597,8 @@ int main(void)
         T(test_seed_reproduces_noise),
         T(test_prefill_noise_leaves_decode_identical),
         T(test_noise_grows_with_position),
+        T(test_noise_from_spares_early_positions),
+        T(test_noise_saturates),
         T(test_logit_scale_keeps_the_argmax),
         T(test_nondeterminism_differs_per_request),
         T(test_batch_variance_alone_vs_concurrent),

@@ -1,0 +1,121 @@
+/*
+ * Tests for drift/harm: the excess KL mean over both paths' positions,
+ * each weighted by its count, its whole-sequence bootstrap interval and
+ * the excess decisive flips per 1,000 positions, on synthetic sums.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "core/xalloc.h"
+#include "drift/drift.h"
+
+static struct drift_pm pm(double kl, bool flip)
+{
+    struct drift_pm m = {0};
+    m.kl = kl;
+    m.lp_g = m.lp_c = log(0.5);
+    m.has_top = true;
+    m.top1_agree = !flip;
+    m.decisive_flip = flip;
+    m.overlap = 1;
+    return m;
+}
+
+/* Two sequences of 255 prefill positions: candidate KL cand[i] (sequence
+ * i), control 2e-4; every 51st candidate position a decisive flip. */
+static void prefill(struct drift_result *r, const double cand[2])
+{
+    drift_analysis_init(&r->an, 64, 255, NULL, 0, 0, NULL);
+    r->prefill = true;
+    r->has_control = true;
+    for (int k = 0; k < 2; k++) {
+        uint32_t s = drift_analysis_begin_seq(&r->an);
+        for (uint32_t t = 1; t < 256; t++) {
+            struct drift_pm c = pm(cand[k], t % 51 == 0), z = pm(2e-4, false);
+            drift_analysis_add(&r->an, DRIFT_ARM_CAND, s, t, 0, &c);
+            drift_analysis_add(&r->an, DRIFT_ARM_CTRL, s, t, 0, &z);
+        }
+    }
+}
+
+/* 32 decode steps per sequence: DG mean dg, control 1e-3; 3 flips. */
+static void decode(struct drift_result *r, double dg)
+{
+    r->dec.ran = true;
+    r->dec.n_seq = 2;
+    r->dec.seq_sums = xcalloc(2, DRIFT_HS_N * 2 * sizeof(double));
+    for (int k = 0; k < 2; k++) {
+        double *h = r->dec.seq_sums + k * DRIFT_HS_N * 2;
+        h[DRIFT_HS_DG * 2] = 32 * dg;
+        h[DRIFT_HS_DG * 2 + 1] = 32;
+        h[DRIFT_HS_CTRL * 2] = 32 * 1e-3;
+        h[DRIFT_HS_CTRL * 2 + 1] = 32;
+    }
+    r->dec.excess[DRIFT_DP_DG].flips = 3;
+}
+
+static void test_harm_weights_both_paths_by_count(void **state)
+{
+    (void)state;
+    struct drift_result r;
+    struct drift_harm h;
+    const double cand[2] = {1e-3, 1e-3};
+    drift_result_init(&r);
+    prefill(&r, cand);
+    decode(&r, 5e-3);
+    drift_harm_compute(&r, 200, 1, &h);
+    /* prefill excess 8e-4 over 510 positions, decode 4e-3 over 64 */
+    double want = (510 * 8e-4 + 64 * 4e-3) / 574;
+    assert_true(fabs(h.excess_kl_mean - want) < 1e-12);
+    assert_int_equal(h.positions, 574);
+    /* 10 prefill flips (t = 51, 102, ..., 255 in each sequence) + 3 */
+    assert_true(fabs(h.flips_per_1k - 1000.0 * 13 / 574) < 1e-9);
+    /* identical sequences: every replicate gives the same figure */
+    assert_true(fabs(h.lo - want) < 1e-12 && fabs(h.hi - want) < 1e-12);
+    assert_int_equal(h.replicates, 200);
+    drift_result_release(&r);
+}
+
+static void test_harm_interval_and_order(void **state)
+{
+    (void)state;
+    struct drift_result r;
+    struct drift_harm h[3];
+    const double cand[3][2] = {{3e-4, 5e-4}, {1e-3, 2e-3}, {5e-3, 9e-3}};
+    for (int i = 0; i < 3; i++) {
+        drift_result_init(&r);
+        prefill(&r, cand[i]);
+        drift_harm_compute(&r, 200, 7, &h[i]);
+        drift_result_release(&r);
+        /* sequences differ: the interval is the two sequences' spread */
+        assert_true(h[i].lo < h[i].excess_kl_mean);
+        assert_true(h[i].hi > h[i].excess_kl_mean);
+        assert_true(fabs(h[i].lo - (cand[i][0] - 2e-4)) < 1e-12);
+        assert_true(fabs(h[i].hi - (cand[i][1] - 2e-4)) < 1e-12);
+        if (i > 0)
+            assert_true(h[i].excess_kl_mean > h[i - 1].excess_kl_mean);
+    }
+    /* no difference at all: 0, and never below */
+    const double same[2] = {2e-4, 1e-4};
+    drift_result_init(&r);
+    prefill(&r, same);
+    drift_harm_compute(&r, 50, 1, &h[0]);
+    assert_true(h[0].excess_kl_mean == 0);
+    assert_true(h[0].lo == 0);
+    drift_result_release(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_harm_weights_both_paths_by_count),
+        cmocka_unit_test(test_harm_interval_and_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -323,9 +323,50 @@ static void growth_line(struct buf *b, const json_t *g)
     fmt_sig(b, jnum(g, "slope_hi", NAN));
     buf_adds(b, "), last/first bucket ratio ");
     fmt_sig(b, jnum(g, "ratio", NAN));
+    if (jstr(g, "shape", NULL)) {
+        buf_adds(b, ", shape ");
+        html_esc(b, jstr(g, "shape", "-"), 0);
+        if (!strcmp(jstr(g, "shape", ""), "constant"))
+            buf_adds(b, " (below the growth slope thresholds; its level is "
+                        "judged by the KL thresholds)");
+    }
     buf_adds(b, ": <b>");
     html_esc(b, jstr(g, "verdict", "-"), 0);
     buf_adds(b, "</b>.</p>");
+}
+
+/* The harm figure that ranks candidates (docs/DRIFT.md, "Harm") and what
+ * the run could attribute; absent from summaries stored before them. */
+static void harm_line(struct buf *b, const json_t *doc)
+{
+    const json_t *h = jget(doc, "harm"), *a = jget(doc, "attribution");
+    if (h) {
+        buf_adds(b, "<p>Harm (excess KL mean over both paths): <b>");
+        fmt_sig(b, jnum(h, "excess_kl_mean", NAN));
+        buf_adds(b, "</b> (95% CI ");
+        fmt_sig(b, jnum(h, "lo", NAN));
+        buf_adds(b, " to ");
+        fmt_sig(b, jnum(h, "hi", NAN));
+        buf_adds(b, "), decisive top-1 flips per 1,000 tokens ");
+        fmt_sig(b, jnum(h, "flips_per_1k", NAN));
+        buf_printf(b, ", over %lld positions.</p>", jint(h, "positions", 0));
+    }
+    if (a) {
+        buf_adds(b, "<p>Attribution: <b>");
+        html_esc(b, jstr(a, "words", "-"), 0);
+        buf_adds(b, "</b>");
+        const char *y = jstr(a, "attributed", ""),
+                   *n = jstr(a, "not_attributed", "");
+        if (*y) {
+            buf_adds(b, "; attributed: ");
+            html_esc(b, y, 0);
+        }
+        if (*n) {
+            buf_adds(b, "; not attributed: ");
+            html_esc(b, n, 0);
+        }
+        buf_adds(b, ".</p>");
+    }
 }
 
 static void tok(struct buf *b, const json_t *w, const char *k)
@@ -429,6 +470,7 @@ int report_drift_section(const json_t *doc, struct buf *b)
         bucket_table(b, doc);
         growth_line(b, jget(doc, "growth"));
     }
+    harm_line(b, doc);
     const json_t *dec = jget(doc, "decode");
     if (dec) {
         buf_adds(b, "<p>Decode path: attribution <b>");

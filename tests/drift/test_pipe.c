@@ -176,7 +176,7 @@ static void same(const struct out *a, const struct out *b)
     assert_int_equal(a->an.n_worst, b->an.n_worst);
     assert_memory_equal(a->an.worst, b->an.worst,
                         a->an.n_worst * sizeof(a->an.worst[0]));
-    size_t stride = a->an.n_buckets * DRIFT_ARMS * 2;
+    size_t stride = a->an.n_buckets * DRIFT_ARMS * DRIFT_SEQ_F;
     assert_memory_equal(a->an.seq_sums, b->an.seq_sums,
                         a->an.n_seq * stride * sizeof(double));
 }

@@ -27,55 +27,12 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "util/marked.h"
 #include "util/proc.h"
 
 static char dir[64];
 static char mark[64];
 static pid_t bg; /* a bisect running in the background, killed in teardown */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int marked(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char path[300], env[65536];
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            continue;
-        ssize_t k = read(fd, env, sizeof(env) - 1);
-        close(fd);
-        if (k <= 0)
-            continue;
-        env[k] = '\0';
-        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1)
-            if (!strcmp(env + i, mark)) {
-                n++;
-                break;
-            }
-    }
-    closedir(d);
-    return n;
-}
-
-static int marked_after(double s)
-{
-    double end = now_s() + s;
-    int n;
-    while ((n = marked()) && now_s() < end)
-        usleep(50000);
-    return n;
-}
 
 static int setup(void **state)
 {
@@ -149,7 +106,7 @@ static int run_bisect(const char *name, const char *cfg, const char *mode,
     int rc = proc_run(argv, NULL, out, err, 300);
     if (j)
         *j = json_load_file(jp, 0, NULL);
-    assert_int_equal(marked_after(3), 0);
+    assert_int_equal(marked_after(mark, 3), 0);
     return rc;
 }
 
@@ -391,9 +348,9 @@ static void test_golden_that_exits_is_exit_3(void **state)
     char od[160];
     snprintf(od, sizeof(od), "--out=%s/out", sub);
     const char *argv[] = {"bisect", cfg, od, NULL};
-    double t0 = now_s();
+    double t0 = marked_now();
     assert_int_equal(proc_run(argv, NULL, NULL, &err, 30), 3);
-    assert_true(now_s() - t0 < 5);
+    assert_true(marked_now() - t0 < 5);
     assert_non_null(strstr(buf_str(&err), "the golden did not start"));
     assert_non_null(strstr(buf_str(&err), "CUDA error: out of memory"));
     buf_release(&err);
@@ -429,14 +386,14 @@ static void test_resume_after_sigkill(void **state)
     snprintf(od, sizeof(od), "%s/resume/out", dir);
     snprintf(first, sizeof(first), "%s/unread-flag.json", od);
     pid_t b = spawn_bisect(cfg, od, "--slots=1");
-    double end = now_s() + 60;
-    while (!exists(first) && now_s() < end)
+    double end = marked_now() + 60;
+    while (!exists(first) && marked_now() < end)
         usleep(50000);
     assert_true(exists(first));
     kill(b, SIGKILL);
     waitpid(b, NULL, 0);
     bg = 0;
-    assert_int_equal(marked_after(5), 0); /* the watchdogs stopped them */
+    assert_int_equal(marked_after(mark, 5), 0); /* the watchdogs stopped them */
     int before = launches("resume");
     char done[160];
     int finished = 0;
@@ -458,7 +415,7 @@ static void test_resume_after_sigkill(void **state)
                *k = strstr(head, "splitk-decode: ");
     assert_true(!strncmp(head, "culprit: ", 9));
     assert_true(eol && m && k && m < eol && k < eol);
-    assert_int_equal(marked_after(3), 0);
+    assert_int_equal(marked_after(mark, 3), 0);
     buf_release(&out);
 }
 
@@ -479,19 +436,19 @@ static void test_sigint_mid_configuration(void **state)
     fclose(f);
     snprintf(od, sizeof(od), "%s/out", sub);
     pid_t b = spawn_bisect(cfg, od, "--slots=1");
-    double end = now_s() + 10;
-    while (marked() < 3 && now_s() < end)
+    double end = marked_now() + 10;
+    while (marked_count(mark) < 3 && marked_now() < end)
         usleep(50000);
-    assert_true(marked() >= 3);
+    assert_true(marked_count(mark) >= 3);
     usleep(200000);
     kill(b, SIGINT);
-    double t0 = now_s();
+    double t0 = marked_now();
     int st;
     waitpid(b, &st, 0);
     bg = 0;
-    assert_true(now_s() - t0 < 5);
+    assert_true(marked_now() - t0 < 5);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
-    assert_int_equal(marked_after(1), 0);
+    assert_int_equal(marked_after(mark, 1), 0);
 }
 
 /* SIGINT while drift measures a slow server: the measurement is stopped
@@ -505,20 +462,20 @@ static void test_sigint_while_comparing(void **state)
     snprintf(od, sizeof(od), "%s/sigint2/out", dir);
     snprintf(mlog, sizeof(mlog), "%s/a.measure.log", od);
     pid_t b = spawn_bisect(cfg, od, "--slots=1");
-    double end = now_s() + 20;
-    while (!exists(mlog) && now_s() < end)
+    double end = marked_now() + 20;
+    while (!exists(mlog) && marked_now() < end)
         usleep(50000);
     assert_true(exists(mlog));
     usleep(300000);
-    assert_int_equal(marked(), 2); /* the golden and the candidate */
+    assert_int_equal(marked_count(mark), 2); /* the golden and the candidate */
     kill(b, SIGINT);
-    double t0 = now_s();
+    double t0 = marked_now();
     int st;
     waitpid(b, &st, 0);
     bg = 0;
-    assert_true(now_s() - t0 < 8);
+    assert_true(marked_now() - t0 < 8);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
-    assert_int_equal(marked_after(1), 0);
+    assert_int_equal(marked_after(mark, 1), 0);
     char done[160];
     snprintf(done, sizeof(done), "%s/a.json", od);
     assert_false(exists(done)); /* unfinished: --resume measures it */

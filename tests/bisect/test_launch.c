@@ -26,55 +26,11 @@
 #include <cmocka.h>
 
 #include "bisect/launch.h"
+#include "util/marked.h"
 #include "util/proc.h"
 
 static char dir[64];
 static char mark[64];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Processes whose environment holds mark. */
-static int marked(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char path[300], env[65536];
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            continue;
-        ssize_t k = read(fd, env, sizeof(env) - 1);
-        close(fd);
-        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1) {
-            env[k] = '\0';
-            if (!strcmp(env + i, mark)) {
-                n++;
-                break;
-            }
-        }
-    }
-    closedir(d);
-    return n;
-}
-
-/* Waits up to s seconds for no marked process; the count left. */
-static int marked_after(double s)
-{
-    double end = now_s() + s;
-    int n;
-    while ((n = marked()) && now_s() < end)
-        usleep(20000);
-    return n;
-}
 
 static int free_port(void)
 {
@@ -144,17 +100,17 @@ static int launch_and_stop(struct run *r, double *wait_s, double *stop_s,
     struct launch *x;
     struct diag d = {0};
     assert_int_equal(l->ops->submit(l, &r->spec, &x, &d), 0);
-    double t0 = now_s();
+    double t0 = marked_now();
     char a[128] = "";
     int rc = l->ops->wait_ready(x, NULL, a, sizeof(a), &d);
-    double t1 = now_s();
+    double t1 = marked_now();
     assert_int_equal(l->ops->cancel(x, &d), 0);
     *wait_s = t1 - t0;
-    *stop_s = now_s() - t1;
+    *stop_s = marked_now() - t1;
     if (addr)
         strcpy(addr, a);
     l->ops->free(l);
-    assert_int_equal(marked_after(1), 0);
+    assert_int_equal(marked_after(mark, 1), 0);
     return rc;
 }
 
@@ -209,13 +165,13 @@ static void test_forking_server(void **state)
     struct launch *x;
     struct diag d = {0};
     assert_int_equal(l->ops->submit(l, &r.spec, &x, &d), 0);
-    double end = now_s() + 5;
-    while (marked() < 5 && now_s() < end) /* sh, sh, 3 sleeps */
+    double end = marked_now() + 5;
+    while (marked_count(mark) < 5 && marked_now() < end) /* sh, sh, 3 sleeps */
         usleep(20000);
-    assert_int_equal(marked(), 5);
+    assert_int_equal(marked_count(mark), 5);
     assert_int_equal(l->ops->cancel(x, &d), 0);
     l->ops->free(l);
-    assert_int_equal(marked_after(1), 0);
+    assert_int_equal(marked_after(mark, 1), 0);
 }
 
 static void test_ready_sim(void **state)
@@ -258,15 +214,15 @@ static void test_owner_killed(void **state)
     }
     char c;
     assert_int_equal(read(p[0], &c, 1), 1);
-    double end = now_s() + 5;
-    while (marked() < 4 && now_s() < end)
+    double end = marked_now() + 5;
+    while (marked_count(mark) < 4 && marked_now() < end)
         usleep(20000);
-    assert_int_equal(marked(), 4);
+    assert_int_equal(marked_count(mark), 4);
     kill(owner, SIGKILL);
     waitpid(owner, NULL, 0);
-    double t0 = now_s();
-    assert_int_equal(marked_after(3), 0);
-    assert_true(now_s() - t0 < 2);
+    double t0 = marked_now();
+    assert_int_equal(marked_after(mark, 3), 0);
+    assert_true(marked_now() - t0 < 2);
     close(p[0]);
     close(p[1]);
 }

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "util/marked.h"
 #include "util/proc.h"
 #include "util/slurm.h"
 
@@ -36,51 +37,6 @@ static bool cluster_up;
 static char dir[64];
 static char mark[64];
 static pid_t bg;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Processes whose environment holds the marker. */
-static int marked(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char path[300], env[65536];
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            continue;
-        ssize_t k = read(fd, env, sizeof(env) - 1);
-        close(fd);
-        if (k <= 0)
-            continue;
-        env[k] = '\0';
-        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1)
-            if (!strcmp(env + i, mark)) {
-                n++;
-                break;
-            }
-    }
-    closedir(d);
-    return n;
-}
-
-static int marked_after(double s)
-{
-    double end = now_s() + s;
-    int n;
-    while ((n = marked()) && now_s() < end)
-        usleep(100000);
-    return n;
-}
 
 /* bisect's jobs ("fb-" names) squeue still lists. */
 static int our_jobs(void)
@@ -240,7 +196,7 @@ static void test_five_ranked_through_slurm(void **state)
     if (rc != 1)
         fail_msg("exit %d\n%s\n%s", rc, buf_str(&out), buf_str(&err));
     assert_int_equal(our_jobs(), 0);
-    assert_int_equal(marked_after(5), 0);
+    assert_int_equal(marked_after(mark, 5), 0);
     assert_int_equal(launches("five"), 6);
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: excess KL ", 29));
     json_t *j = json_load_file(jp, 0, NULL);
@@ -284,9 +240,9 @@ static void test_golden_failing_at_start(void **state)
     snprintf(od, sizeof(od), "%s/bad/out", dir);
     const char *argv[] = {"bisect", cfg, "--out", od, NULL};
     struct buf err = BUF_INIT;
-    double t0 = now_s();
+    double t0 = marked_now();
     assert_int_equal(proc_run(argv, NULL, NULL, &err, 60), 3);
-    assert_true(now_s() - t0 < 30);
+    assert_true(marked_now() - t0 < 30);
     const char *e = buf_str(&err);
     if (!strstr(e, "the golden did not start: job ") ||
         !strstr(e, "before the server was ready") ||
@@ -323,9 +279,9 @@ static void test_pending_past_queue_timeout(void **state)
     const char *argv[] = {"bisect",          cfg, "--out", od,
                           "--queue-timeout", "3", NULL};
     struct buf err = BUF_INIT;
-    double t0 = now_s();
+    double t0 = marked_now();
     assert_int_equal(proc_run(argv, NULL, NULL, &err, 60), 3);
-    double took = now_s() - t0;
+    double took = marked_now() - t0;
     assert_true(took >= 3 && took < 20);
     const char *e = buf_str(&err);
     if (!strstr(e, "still pending after 3 s (reason: "))
@@ -357,8 +313,8 @@ static pid_t spawn_bisect(const char *cfg, const char *od, const char *extra)
 /* Waits until n of bisect's jobs run; false after secs. */
 static bool jobs_running(int n, double secs)
 {
-    double end = now_s() + secs;
-    while (now_s() < end) {
+    double end = marked_now() + secs;
+    while (marked_now() < end) {
         struct buf s = BUF_INIT;
         slurm_sh("squeue -h -t RUNNING -o %j", &s, 5);
         int k = 0;
@@ -385,14 +341,14 @@ static void test_sigint_mid_run(void **state)
     assert_true(jobs_running(2, 30));
     usleep(500000);
     kill(b, SIGINT);
-    double t0 = now_s();
+    double t0 = marked_now();
     int st;
     waitpid(b, &st, 0);
     bg = 0;
-    assert_true(now_s() - t0 < 20);
+    assert_true(marked_now() - t0 < 20);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
     assert_int_equal(our_jobs(), 0);
-    assert_int_equal(marked_after(5), 0);
+    assert_int_equal(marked_after(mark, 5), 0);
 }
 
 static void test_resume_cancels_and_resubmits(void **state)
@@ -421,7 +377,7 @@ static void test_resume_cancels_and_resubmits(void **state)
                                           "run"));
     assert_non_null(strstr(buf_str(&out), "launches: 2"));
     assert_int_equal(our_jobs(), 0);
-    assert_int_equal(marked_after(5), 0);
+    assert_int_equal(marked_after(mark, 5), 0);
     buf_release(&out);
     buf_release(&err);
 }

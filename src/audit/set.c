@@ -243,7 +243,8 @@ static json_t *copy_msgs(struct audit_set *set, json_t *msgs,
             set->last_h =
                 xrealloc(set->last_h, set->last_cap * sizeof(*set->last_h));
         }
-        memcpy(set->last_h, hs, n * sizeof(*hs));
+        if (n) /* last_h is still NULL before the first list */
+            memcpy(set->last_h, hs, n * sizeof(*hs));
         set->last_n = n;
         set->last_msgs = json_incref(a);
     }

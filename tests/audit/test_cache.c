@@ -310,8 +310,8 @@ static void test_changing_bytes_per_token_is_no_refill(void **state)
     struct buf sys = BUF_INIT;
     for (int i = 0; i < 6000; i++)
         buf_adds(&sys, "abcd ");
-    json_t *m = json_pack("[{s:s, s:s}]", "role", "system", "content",
-                          buf_str(&sys));
+    json_t *m =
+        json_pack("[{s:s, s:s}]", "role", "system", "content", buf_str(&sys));
     buf_release(&sys);
     for (int t = 1; t <= 60; t++) {
         char u[640];

@@ -11,20 +11,28 @@
 /* Message roles, as view.c codes them once per distinct message. */
 enum { AROLE_OTHER = 0, AROLE_SYSTEM, AROLE_USER, AROLE_ASSISTANT, AROLE_TOOL };
 
+/* The per-message view of one shared messages array (xchg.req_msgs): the
+ * requests whose messages are views of the same array share it, each
+ * reading its first nmsg positions; every position is computed once. */
+struct alin;
+
 struct areq {
     const struct xchg *x;
+    struct alin *lin;  /* the view of msgs' array; NULL when none */
+    bool lin_own;      /* this request made lin (areqs_free frees it) */
     const char *kind;  /* x->kind, or classified from the body */
     const char *model; /* "" when absent */
     json_t *msgs;      /* borrowed messages array, NULL when none */
     size_t nmsg;
-    uint64_t *mhash;      /* per message; reasoning fields left out */
-    size_t *mbytes;       /* canonical JSON bytes per message */
-    unsigned char *mrole; /* AROLE_* per message */
-    size_t msg_bytes;     /* sum of mbytes */
-    size_t tool_bytes;    /* compact JSON bytes of the tools array */
-    int users;            /* user messages in the request */
-    bool tools;           /* a non-empty tools array */
-    int turn;             /* session user turn, 1-based */
+    /* per message (lin's arrays, borrowed; valid for the first nmsg) */
+    const uint64_t *mhash;      /* reasoning fields left out */
+    const size_t *mbytes;       /* canonical JSON bytes per message */
+    const unsigned char *mrole; /* AROLE_* per message */
+    size_t msg_bytes;           /* sum of mbytes */
+    size_t tool_bytes;          /* compact JSON bytes of the tools array */
+    int users;                  /* user messages in the request */
+    bool tools;                 /* a non-empty tools array */
+    int turn;                   /* session user turn, 1-based */
     long prev;            /* predecessor in the same conversation, -1 none */
     size_t link_k;        /* prev's messages are this request's first link_k
                            * (0: prev was chosen by the fallback) */
@@ -47,6 +55,27 @@ struct areq {
     long completion_tokens;
 };
 
+/* The messages of an exchange: its view (xchg.req_msgs, the first
+ * req_msgs_n of an array that later requests may have extended; always so
+ * in a set), else req_body's messages array; NULL when neither. */
+static inline json_t *xmsgs(const struct xchg *x)
+{
+    if (x->req_msgs)
+        return x->req_msgs;
+    json_t *m = json_object_get(x->req_body, "messages");
+    return json_is_array(m) ? m : NULL;
+}
+
+static inline size_t xmsg_n(const struct xchg *x)
+{
+    return x->req_msgs ? x->req_msgs_n : json_array_size(xmsgs(x));
+}
+
+static inline json_t *xmsg(const struct xchg *x, size_t i)
+{
+    return i < xmsg_n(x) ? json_array_get(xmsgs(x), i) : NULL;
+}
+
 struct actx {
     const struct audit_opts *o;
     struct audit_list *out;
@@ -59,6 +88,15 @@ struct actx {
 /* Builds the view of session s; free with areqs_free. */
 struct areq *areqs_build(const struct audit_session *s);
 void areqs_free(struct areq *r, size_t n);
+
+/* The number of leading messages a and b share (equal hashes): O(1) when
+ * both are views of one array. */
+size_t areq_common(const struct areq *a, const struct areq *b);
+/* A hash of r's first k messages (k <= nmsg; reasoning left out), equal
+ * for requests whose first k messages are equal. */
+uint64_t areq_key(const struct areq *r, size_t k);
+/* The canonical JSON bytes of r's first k messages (k <= nmsg). */
+size_t areq_bytes(const struct areq *r, size_t k);
 
 /* Appends a finding about r (NULL: the session) taking evidence. */
 void finding_add(struct actx *c, enum audit_sev sev, const char *rule,

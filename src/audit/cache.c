@@ -113,10 +113,8 @@ static void measure(const struct actx *c, size_t i, double bpt, struct cuse *u)
         local = bpt;
     if (local <= 0)
         return;
-    size_t k = 0;
-    double bytes = 0;
-    while (k < p->nmsg && k < r->nmsg && p->mhash[k] == r->mhash[k])
-        bytes += (double)r->mbytes[k++];
+    size_t k = areq_common(p, r);
+    double bytes = (double)areq_bytes(r, k);
     if (k == p->nmsg && k < r->nmsg && is_reply(r, k, p)) {
         u->reply = true;
         bytes += (double)r->mbytes[k];

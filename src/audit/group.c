@@ -179,8 +179,7 @@ static bool looks_title(const struct xchg *x)
     if (json_array_size(json_object_get(b, "tools")) || !json_is_integer(mt) ||
         json_integer_value(mt) > 64)
         return false;
-    json_array_foreach(json_object_get(b, "messages"), i, m)
-    {
+    for (i = 0; (m = xmsg(x, i)); i++) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "assistant"))
             return false;
@@ -275,12 +274,10 @@ static int best_group(struct regroup *rg, bool use_shared)
 static void place(struct regroup *rg, struct xchg *x, size_t seq,
                   const char *from, int *last_active)
 {
-    json_t *msgs = json_object_get(x->req_body, "messages");
     size_t i, users = 0, assistants = 0;
     json_t *m;
     rg->rn = 0;
-    json_array_foreach(msgs, i, m)
-    {
+    for (i = 0; (m = xmsg(x, i)); i++) {
         const char *role = json_string_value(json_object_get(m, "role"));
         users += role && !strcmp(role, "user");
         assistants += role && !strcmp(role, "assistant");
@@ -409,8 +406,7 @@ static const char *first_user_text(const struct xchg *x, char **owned)
 {
     size_t i;
     json_t *m;
-    json_array_foreach(json_object_get(x->req_body, "messages"), i, m)
-    {
+    for (i = 0; (m = xmsg(x, i)); i++) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "user"))
             return *owned = msg_text(m);
@@ -424,8 +420,7 @@ static bool has_result(const struct audit_session *p, const char *id)
     for (size_t j = p->n; j-- > 0;) {
         size_t i;
         json_t *m;
-        json_array_foreach(json_object_get(p->x[j]->req_body, "messages"), i, m)
-        {
+        for (i = 0; (m = xmsg(p->x[j], i)); i++) {
             const char *c =
                 json_string_value(json_object_get(m, "tool_call_id"));
             if (c && !strcmp(c, id))

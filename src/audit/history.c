@@ -259,11 +259,9 @@ static void removal(const struct areq *p, const struct areq *r,
 static void step(const struct areq *p, const struct areq *r,
                  const char *summary, struct audit_step *st, json_t *ev)
 {
-    size_t np = p->nmsg, k = 0;
+    size_t np = p->nmsg, k = areq_common(p, r);
     memset(st, 0, sizeof(*st));
     st->expected = np + has_reply(p);
-    while (k < np && k < r->nmsg && p->mhash[k] == r->mhash[k])
-        k++;
     st->kept = k;
     if (k == np && (!has_reply(p) || r->nmsg > np)) {
         const char *d =

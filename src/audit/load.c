@@ -41,7 +41,8 @@ int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
     struct load_ctx c = {set, session, 0};
     int rc = xchg_schema(db, d);
     if (!rc)
-        rc = xchg_each_checked(db, session, add_one, add_bad, &c, d);
+        rc = xchg_each_flags(db, session, XCHG_EACH_VIEWS, add_one, add_bad, &c,
+                             d);
     if (n)
         *n = c.n;
     return rc;

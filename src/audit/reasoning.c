@@ -125,7 +125,10 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
         if (!json_object_get(echoes, k))
             json_object_set_new(echoes, k, json_integer(r->prev));
     }
-    for (size_t m_i = 0; m_i < r->nmsg; m_i++) {
+    /* views of one array share their leading messages' instances: the
+     * ones up to link_k are p's own */
+    size_t from = p && p->lin == r->lin ? r->link_k : 0;
+    for (size_t m_i = from; m_i < r->nmsg; m_i++) {
         if (r->mrole[m_i] != AROLE_ASSISTANT)
             continue;
         json_t *m = json_array_get(r->msgs, m_i);
@@ -179,9 +182,7 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
 
 static uint64_t all_messages_key(const struct areq *r)
 {
-    uint64_t h = 0x5eed;
-    for (size_t k = 0; k < r->nmsg; k++)
-        h = mix2(h, r->mhash[k]);
+    uint64_t h = areq_key(r, r->nmsg);
     return h ? h : 1;
 }
 

@@ -251,13 +251,23 @@ static json_t *copy_msgs(struct audit_set *set, json_t *msgs,
     return a;
 }
 
-static json_t *copy_body(struct audit_set *set, const struct xchg *x)
+/* The copy of x's body without its messages, which go to *view (a new
+ * reference) and *view_n: x's own view when it has one, else an interned
+ * copy of its messages array. */
+static json_t *copy_body(struct audit_set *set, const struct xchg *x,
+                         json_t **view, size_t *view_n)
 {
     json_t *body = x->req_body;
     json_t *msgs = json_object_get(body, "messages");
     json_t *tools = json_object_get(body, "tools");
     const char *k;
     json_t *v;
+    *view = NULL;
+    *view_n = 0;
+    if (x->req_msgs) {
+        *view = json_incref(x->req_msgs);
+        *view_n = x->req_msgs_n;
+    }
     if (!json_is_object(body))
         return copy_json(body);
     /* the store's message hashes are hash64 of the canonical JSON that
@@ -265,11 +275,15 @@ static json_t *copy_body(struct audit_set *set, const struct xchg *x)
     const uint64_t *hs = x->req_msg_h && x->req_msg_n == json_array_size(msgs)
                              ? x->req_msg_h
                              : NULL;
+    if (!x->req_msgs && json_is_array(msgs)) {
+        *view = copy_msgs(set, msgs, hs);
+        *view_n = json_array_size(msgs);
+    }
     json_t *c = json_object();
     json_object_foreach(body, k, v)
     {
         if (v == msgs && json_is_array(msgs)) {
-            json_object_set_new(c, k, copy_msgs(set, msgs, hs));
+            continue; /* a view: *view, *view_n */
         } else if (v == tools) {
             json_object_set_new(c, k, intern(set, v, x->req_tools_h));
         } else {
@@ -301,7 +315,7 @@ static struct xchg *xchg_copy(struct audit_set *set, const struct xchg *x)
     c->method = dup_or_null(x->method);
     c->path = dup_or_null(x->path);
     c->req_headers = copy_json(x->req_headers);
-    c->req_body = copy_body(set, x);
+    c->req_body = copy_body(set, x, &c->req_msgs, &c->req_msgs_n);
     c->req_msg_raw = NULL; /* owned by x; the copy needs none of them */
     c->req_msg_new = NULL;
     c->req_msg_h = NULL;

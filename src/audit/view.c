@@ -101,9 +101,8 @@ static bool head_has(const char *s, size_t n, const char *needle)
     return false;
 }
 
-static char *text_with_role(json_t *msgs, const char *role, bool last)
+static char *text_with_role(json_t *msgs, size_t n, const char *role, bool last)
 {
-    size_t n = json_array_size(msgs);
     for (size_t k = 0; k < n; k++) {
         json_t *m = json_array_get(msgs, last ? n - 1 - k : k);
         const char *r = json_string_value(json_object_get(m, "role"));
@@ -118,16 +117,16 @@ static char *text_with_role(json_t *msgs, const char *role, bool last)
  * "title" early in its system prompt or asks to "generate a title"; a
  * compaction request mentions a summary early in its system prompt or
  * hands over the <conversation>. */
-static const char *classify(json_t *msgs, bool tools)
+static const char *classify(json_t *msgs, size_t n, bool tools)
 {
     const char *kind = "main";
-    if (!msgs || !json_array_size(msgs))
+    if (!msgs || !n)
         return "other";
     if (tools)
         return kind;
-    char *sys = text_with_role(msgs, "system", false);
-    char *first = text_with_role(msgs, "user", false);
-    char *last = text_with_role(msgs, "user", true);
+    char *sys = text_with_role(msgs, n, "system", false);
+    char *first = text_with_role(msgs, n, "user", false);
+    char *last = text_with_role(msgs, n, "user", true);
     if (head_has(sys, 400, "title") || head_has(first, 200, "generate a title"))
         kind = "title";
     else if (head_has(sys, 1000, "summar") ||
@@ -242,21 +241,126 @@ static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes,
     return mm->hash[j];
 }
 
-/* r's view of x; p is the request viewed before it (NULL: none): the
- * leading messages r shares with it (the same instances: the set shares
- * equal messages) take p's hashes by position, without a lookup. */
+struct alin {
+    json_t *arr;
+    size_t n, cap; /* positions computed; the array's size */
+    uint64_t *h;
+    size_t *bytes;
+    unsigned char *role;
+    /* chain[k]: the hash of the first k + 1 messages; cum_*[k]: the sum
+     * over the first k */
+    uint64_t *chain;
+    size_t *cum_bytes;
+    int *cum_users, *cum_assistants;
+};
+
+/* Lineages by array address (open addressing). */
+struct lmap {
+    json_t **key;
+    struct alin **v;
+    size_t n, cap;
+};
+
+static struct alin **lmap_slot(struct lmap *m, json_t *k)
+{
+    if (2 * (m->n + 1) > m->cap) {
+        struct lmap old = *m;
+        m->cap = old.cap ? 2 * old.cap : 64;
+        m->key = xcalloc(m->cap, sizeof(*m->key));
+        m->v = xcalloc(m->cap, sizeof(*m->v));
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.key[i]) {
+                size_t j =
+                    mix64((uint64_t)(uintptr_t)old.key[i]) & (m->cap - 1);
+                while (m->key[j])
+                    j = (j + 1) & (m->cap - 1);
+                m->key[j] = old.key[i];
+                m->v[j] = old.v[i];
+            }
+        free(old.key);
+        free(old.v);
+    }
+    size_t j = mix64((uint64_t)(uintptr_t)k) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != k)
+        j = (j + 1) & (m->cap - 1);
+    if (!m->key[j]) {
+        m->key[j] = k;
+        m->n++;
+    }
+    return &m->v[j];
+}
+
+static struct alin *alin_new(json_t *arr)
+{
+    struct alin *l = xcalloc(1, sizeof(*l));
+    l->arr = arr;
+    l->cap = json_array_size(arr); /* final: the set is loaded */
+    l->h = xcalloc(l->cap + 1, sizeof(*l->h));
+    l->bytes = xcalloc(l->cap + 1, sizeof(*l->bytes));
+    l->role = xcalloc(l->cap + 1, sizeof(*l->role));
+    l->chain = xcalloc(l->cap + 1, sizeof(*l->chain));
+    l->cum_bytes = xcalloc(l->cap + 1, sizeof(*l->cum_bytes));
+    l->cum_users = xcalloc(l->cap + 1, sizeof(*l->cum_users));
+    l->cum_assistants = xcalloc(l->cap + 1, sizeof(*l->cum_assistants));
+    return l;
+}
+
+static void alin_free(struct alin *l)
+{
+    if (!l)
+        return;
+    free(l->h);
+    free(l->bytes);
+    free(l->role);
+    free(l->chain);
+    free(l->cum_bytes);
+    free(l->cum_users);
+    free(l->cum_assistants);
+    free(l);
+}
+
+#define CHAIN_SEED 0x6c696e65616765ULL
+
+/* Computes l's positions up to n. */
+static void alin_fill(struct alin *l, size_t n, struct memo *mm)
+{
+    for (size_t k = l->n; k < n && k < l->cap; k++) {
+        json_t *m = json_array_get(l->arr, k);
+        l->h[k] = memo_hash(mm, m, &l->bytes[k], &l->role[k]);
+        l->chain[k] = mix2(k ? l->chain[k - 1] : CHAIN_SEED, l->h[k]);
+        l->cum_bytes[k + 1] = l->cum_bytes[k] + l->bytes[k];
+        l->cum_users[k + 1] = l->cum_users[k] + (l->role[k] == AROLE_USER);
+        l->cum_assistants[k + 1] =
+            l->cum_assistants[k] + (l->role[k] == AROLE_ASSISTANT);
+        l->n = k + 1;
+    }
+}
+
+uint64_t areq_key(const struct areq *r, size_t k)
+{
+    return r->lin && k && k <= r->nmsg ? r->lin->chain[k - 1] : CHAIN_SEED;
+}
+
+size_t areq_bytes(const struct areq *r, size_t k)
+{
+    return r->lin && k <= r->nmsg ? r->lin->cum_bytes[k] : 0;
+}
+
+/* r's view of x: its messages' hashes, bytes and roles are its lineage's
+ * (the lineage of x's messages array, made on first sight), each position
+ * computed once for all the requests that view it. */
 static void view_one(struct areq *r, const struct xchg *x, struct memo *mm,
-                     const struct areq *p)
+                     struct lmap *lm)
 {
     json_t *body = x->req_body;
-    json_t *msgs = json_object_get(body, "messages");
+    json_t *msgs = xmsgs(x); /* a view: the first xmsg_n */
     json_t *tools = json_object_get(body, "tools");
     json_t *reply = x->reply;
     const char *model = json_string_value(json_object_get(body, "model"));
     r->x = x;
     r->prev = -1;
-    r->msgs = json_is_array(msgs) ? msgs : NULL;
-    r->nmsg = r->msgs ? json_array_size(msgs) : 0;
+    r->msgs = msgs;
+    r->nmsg = xmsg_n(x);
     r->tools = json_is_array(tools) && json_array_size(tools) > 0;
     if (tools && tools == mm->tools) {
         r->tool_bytes = mm->tool_bytes;
@@ -268,25 +372,29 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm,
         mm->tool_bytes = r->tool_bytes;
     }
     r->model = model ? model : "";
-    r->kind = x->kind && *x->kind ? x->kind : classify(r->msgs, r->tools);
-    r->mhash = xcalloc(r->nmsg + 1, sizeof(*r->mhash));
-    r->mbytes = xcalloc(r->nmsg + 1, sizeof(*r->mbytes));
-    r->mrole = xcalloc(r->nmsg + 1, sizeof(*r->mrole));
-    size_t same = 0;
-    if (p && p->msgs && r->msgs) {
-        while (same < r->nmsg && same < p->nmsg &&
-               json_array_get(msgs, same) == json_array_get(p->msgs, same))
-            same++;
-        memcpy(r->mhash, p->mhash, same * sizeof(*r->mhash));
-        memcpy(r->mbytes, p->mbytes, same * sizeof(*r->mbytes));
-        memcpy(r->mrole, p->mrole, same * sizeof(*r->mrole));
-    }
-    for (size_t i = 0; i < r->nmsg; i++) {
-        json_t *m = json_array_get(msgs, i);
-        if (i >= same)
-            r->mhash[i] = memo_hash(mm, m, &r->mbytes[i], &r->mrole[i]);
-        r->msg_bytes += r->mbytes[i];
-        r->users += r->mrole[i] == AROLE_USER;
+    r->kind =
+        x->kind && *x->kind ? x->kind : classify(r->msgs, r->nmsg, r->tools);
+    static const uint64_t none_h[1];
+    static const size_t none_b[1];
+    static const unsigned char none_r[1];
+    r->mhash = none_h;
+    r->mbytes = none_b;
+    r->mrole = none_r;
+    if (msgs) {
+        struct alin **slot = lmap_slot(lm, msgs);
+        if (!*slot) {
+            *slot = alin_new(msgs);
+            r->lin_own = true;
+        }
+        r->lin = *slot;
+        if (r->nmsg > r->lin->cap)
+            r->nmsg = r->lin->cap;
+        alin_fill(r->lin, r->nmsg, mm);
+        r->mhash = r->lin->h;
+        r->mbytes = r->lin->bytes;
+        r->mrole = r->lin->role;
+        r->msg_bytes = r->lin->cum_bytes[r->nmsg];
+        r->users = r->lin->cum_users[r->nmsg];
     }
     r->content = json_string_value(json_object_get(reply, "content"));
     r->reasoning =
@@ -302,8 +410,10 @@ static void view_one(struct areq *r, const struct xchg *x, struct memo *mm,
     r->completion_tokens = usage_tokens(r->usage, "completion_tokens");
 }
 
-static size_t common_prefix(const struct areq *a, const struct areq *b)
+size_t areq_common(const struct areq *a, const struct areq *b)
 {
+    if (a->lin && a->lin == b->lin)
+        return a->nmsg < b->nmsg ? a->nmsg : b->nmsg;
     size_t k = 0;
     while (k < a->nmsg && k < b->nmsg && a->mhash[k] == b->mhash[k])
         k++;
@@ -364,6 +474,12 @@ static uint64_t kind_seed(const char *kind)
     return hash64(kind, strlen(kind), 7);
 }
 
+/* The key of q's kind and first k messages (1 <= k <= nmsg). */
+static uint64_t prefix_key(const struct areq *q, size_t k)
+{
+    return mix2(kind_seed(q->kind), areq_key(q, k));
+}
+
 /* How many earlier requests of the kind the fallback looks at when no
  * request forms a prefix: bounded, so a session of thousands of rewritten
  * requests stays linear. */
@@ -372,18 +488,15 @@ static uint64_t kind_seed(const char *kind)
 /* The predecessor of r[i] by structure: the latest earlier request of the
  * same kind whose messages are r[i]'s first k messages, for the largest k
  * (k == nmsg: the same request sent again). Its reply may sit between that
- * prefix and r[i]'s new messages; history.c checks it. h is scratch room
- * for nmsg prefix hashes. When none forms a prefix: the request sharing
+ * prefix and r[i]'s new messages; history.c checks it. When none forms a
+ * prefix: the request sharing
  * the longest leading run of messages among the last FALLBACK_WINDOW of
  * the kind (latest on ties), else for "main" the latest main request, since
  * compaction may replace even the first message. */
 static long find_prev(struct areq *r, size_t i, const struct pmap *m,
-                      uint64_t *h, long last_side)
+                      long last_side)
 {
     struct areq *q = &r[i];
-    uint64_t acc = kind_seed(q->kind);
-    for (size_t k = 0; k < q->nmsg; k++)
-        h[k] = acc = mix2(acc, q->mhash[k]);
     long latest = -1;
     for (size_t j = i; j-- > 0;)
         if (r[j].msgs && !strcmp(r[j].kind, q->kind)) {
@@ -391,12 +504,12 @@ static long find_prev(struct areq *r, size_t i, const struct pmap *m,
             break;
         }
     for (size_t k = q->nmsg; k >= 1; k--) {
-        long j = pmap_get(m, h[k - 1]);
+        long j = pmap_get(m, prefix_key(q, k));
         if (j >= 0 && r[j].nmsg == k && !strcmp(r[j].kind, q->kind) &&
-            common_prefix(&r[j], q) == k) {
+            areq_common(&r[j], q) == k) {
             /* the latest request may share more without being a prefix:
              * a tool result pruned in place, an echo changed */
-            if (latest != j && k < q->nmsg && common_prefix(&r[latest], q) >= k)
+            if (latest != j && k < q->nmsg && areq_common(&r[latest], q) >= k)
                 return latest;
             /* a summary request since j replaced the history: what looks
              * like j again (the same summary twice) follows the latest */
@@ -416,7 +529,7 @@ static long find_prev(struct areq *r, size_t i, const struct pmap *m,
         seen++;
         if (latest < 0)
             latest = (long)j;
-        size_t k = common_prefix(&r[j], q);
+        size_t k = areq_common(&r[j], q);
         if (k >= 1 && k > best_k) {
             best = (long)j;
             best_k = k;
@@ -513,17 +626,13 @@ static void kinds_by_structure(struct areq *r, size_t n)
             continue;
         if (q->content && strlen(q->content) >= 16 && asks_summary(q)) {
             long j = pmap_get(&heads, text_key(q->content));
-            if (j > (long)i && common_prefix(q, &r[j]) < q->nmsg &&
+            if (j > (long)i && areq_common(q, &r[j]) < q->nmsg &&
                 summary_heads(q, &r[j])) {
                 q->kind = "compaction";
                 continue;
             }
         }
-        int users = 0, assistants = 0;
-        for (size_t k = 0; k < q->nmsg; k++) {
-            users += q->mrole[k] == AROLE_USER;
-            assistants += q->mrole[k] == AROLE_ASSISTANT;
-        }
+        int users = q->users, assistants = q->lin->cum_assistants[q->nmsg];
         if (q->tools || assistants || users < 1 || users > 2)
             continue;
         json_t *mt = json_object_get(q->x->req_body, "max_tokens");
@@ -551,12 +660,13 @@ struct areq *areqs_build(const struct audit_session *s)
     struct areq *r = xcalloc(s->n + 1, sizeof(*r));
     struct memo mm = {0};
     struct pmap pm = {0};
-    uint64_t *h = NULL;
-    size_t hcap = 0;
+    struct lmap lm = {0};
     int main_turn = 0;
     long last_summary = -1; /* the latest summary (compaction) request */
     for (size_t i = 0; i < s->n; i++)
-        view_one(&r[i], s->x[i], &mm, i ? &r[i - 1] : NULL);
+        view_one(&r[i], s->x[i], &mm, &lm);
+    free(lm.key);
+    free(lm.v);
     kinds_by_structure(r, s->n);
     for (size_t i = 0; i < s->n; i++) {
         if (!strcmp(r[i].kind, "compaction"))
@@ -565,13 +675,9 @@ struct areq *areqs_build(const struct audit_session *s)
             r[i].turn = main_turn ? main_turn : 1;
             continue;
         }
-        if (r[i].nmsg > hcap) {
-            hcap = 2 * r[i].nmsg;
-            h = xrealloc(h, hcap * sizeof(*h));
-        }
-        r[i].prev = find_prev(r, i, &pm, h, last_summary);
+        r[i].prev = find_prev(r, i, &pm, last_summary);
         if (r[i].nmsg)
-            pmap_put(&pm, h[r[i].nmsg - 1], (long)i);
+            pmap_put(&pm, prefix_key(&r[i], r[i].nmsg), (long)i);
         if (r[i].prev < 0)
             r[i].turn = main_turn ? main_turn : 1;
         else if (r[i].retry)
@@ -581,7 +687,6 @@ struct areq *areqs_build(const struct audit_session *s)
         if (!strcmp(r[i].kind, "main"))
             main_turn = r[i].turn;
     }
-    free(h);
     free(pm.key);
     free(pm.idx);
     free(mm.key);
@@ -593,11 +698,9 @@ struct areq *areqs_build(const struct audit_session *s)
 
 void areqs_free(struct areq *r, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        free(r[i].mhash);
-        free(r[i].mbytes);
-        free(r[i].mrole);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (r[i].lin_own)
+            alin_free(r[i].lin);
     free(r);
 }
 

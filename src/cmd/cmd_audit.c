@@ -257,15 +257,18 @@ static int tokenize_all(struct audit_args *a, const struct audit_set *set)
     for (size_t i = 0; i < set->n && !rc; i++)
         for (size_t j = 0; j < set->s[i].n && !rc; j++) {
             const struct xchg *x = set->s[i].x[j];
-            json_t *msgs = json_object_get(x->req_body, "messages");
             json_t *out = NULL;
             long status = 0;
             if (tty)
                 fprintf(stderr, "\rtokenize %zu/%zu", ++done, total);
-            if (!json_is_array(msgs))
+            if (!x->req_msgs)
                 continue;
+            /* the set's messages are a view: the first req_msgs_n */
+            json_t *msgs = json_array();
+            for (size_t k = 0; k < x->req_msgs_n; k++)
+                json_array_append(msgs, json_array_get(x->req_msgs, k));
             json_t *req =
-                json_pack("{s:O, s:O}", "model",
+                json_pack("{s:O, s:o}", "model",
                           json_object_get(x->req_body, "model") ?: json_null(),
                           "messages", msgs);
             int e = http_json(hc, a->tokenize_url, req, NULL, 30000, &status,

@@ -98,6 +98,15 @@ struct list_ent {
 /* gap_text's longest: 12 digits, a point, 6 decimals, NUL */
 #define GAP_TEXT_MAX 24
 
+struct lineage {
+    json_t *arr; /* NULL: free slot */
+    uint64_t *h;
+    size_t n, cap;
+    unsigned used;
+};
+
+#define LINEAGES 64
+
 struct xchg_cache {
     struct list_ent e[CACHE_SLOTS];
     /* pick_base's candidates by session (hash64 of the name, direct
@@ -136,6 +145,14 @@ struct xchg_cache {
     json_t **last_v;
     uint64_t *last_h;
     size_t last_n, last_cap;
+    /* Reading with XCHG_EACH_VIEWS: the conversations of the walk, each a
+     * growing array of messages with their hashes; a row's messages are a
+     * view of the one whose leading messages they are (extended when they
+     * go further), and a new one, copying the shared head, only where
+     * they part (a compaction, a rewrite, another session). The least
+     * recently used goes when all slots are taken. */
+    struct lineage lin[LINEAGES];
+    unsigned lin_clock;
     /* Writing: the canonical hash of messages by the XXH3-128 of the exact
      * bytes they arrived as (open addressing, all-zero key = empty), so a
      * history re-sent unchanged is not dumped and hashed again. Cleared
@@ -200,6 +217,7 @@ void xchg_release(struct xchg *x)
     free(x->req_msg_raw);
     free(x->req_msg_new);
     free(x->req_msg_h);
+    json_decref(x->req_msgs);
     json_decref(x->resp_headers);
     hdrs_release(&x->req_hl);
     hdrs_release(&x->resp_hl);
@@ -258,6 +276,10 @@ void xchg_cache_free(struct xchg_cache *c)
     json_decref(c->blob0);
     free(c->last_v);
     free(c->last_h);
+    for (int i = 0; i < LINEAGES; i++) {
+        json_decref(c->lin[i].arr);
+        free(c->lin[i].h);
+    }
     free(c->memo);
     for (size_t i = 0; i < c->trees_cap; i++)
         json_decref(c->trees[i].v);
@@ -1771,8 +1793,80 @@ static int col_reply(struct rowck *r, struct xchg *x)
 /* Rebuilds the chat request body of row st (columns as in SELECT_SQL).
  * The body object is x's own; its messages and tools are shared with the
  * cache (xchg_each: read-only). */
+static size_t hashes_shared(const uint64_t *a, const uint64_t *b, size_t n)
+{
+    if (!memcmp(a, b, n * sizeof(*a)))
+        return n;
+    size_t k = 0;
+    while (k < n && a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* The lineage whose messages h[0..n) are a view of (first n), extended or
+ * started as needed; NULL when a message blob is missing or not an object
+ * (nothing changed then). */
+static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
+                                   const uint64_t *h, size_t n)
+{
+    struct lineage *best = NULL, *slot = NULL;
+    size_t best_k = 0;
+    for (int i = 0; i < LINEAGES; i++) {
+        struct lineage *l = &c->lin[i];
+        if (!l->arr) { /* a free slot before the least recently used */
+            if (!slot || slot->arr)
+                slot = l;
+            continue;
+        }
+        if (!slot || (slot->arr && l->used < slot->used))
+            slot = l;
+        size_t k = hashes_shared(l->h, h, l->n < n ? l->n : n);
+        if (k > best_k || (k == best_k && best && l->used > best->used)) {
+            best = l;
+            best_k = k;
+        }
+    }
+    struct lineage *l = best;
+    if (!best || (best_k < n && best_k < best->n)) {
+        /* a new one: the head it shares with best, then its own */
+        l = slot;
+        json_t *arr = json_array();
+        uint64_t *lh = xmalloc((n + 1) * sizeof(*lh));
+        for (size_t i = 0; i < best_k; i++)
+            json_array_append(arr, json_array_get(best->arr, i));
+        if (best_k)
+            memcpy(lh, best->h, best_k * sizeof(*lh));
+        json_decref(l->arr);
+        free(l->h);
+        l->arr = arr;
+        l->h = lh;
+        l->n = best_k;
+        l->cap = n + 1;
+    }
+    size_t from = l->n;
+    for (size_t i = from; i < n; i++) {
+        json_t *m = blob_get(db, c, (int64_t)h[i]);
+        if (!json_is_object(m)) {
+            while (json_array_size(l->arr) > from)
+                json_array_remove(l->arr, json_array_size(l->arr) - 1);
+            return NULL;
+        }
+        json_array_append(l->arr, m);
+    }
+    if (n > l->n) {
+        if (n > l->cap) {
+            l->cap = 2 * n;
+            l->h = xrealloc(l->h, l->cap * sizeof(*l->h));
+        }
+        memcpy(l->h + l->n, h + l->n, (n - l->n) * sizeof(*h));
+        l->n = n;
+    }
+    l->used = ++c->lin_clock;
+    return l;
+}
+
 static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
-                        struct xchg *x)
+                        struct xchg *x, unsigned flags)
 {
     int64_t ph, th;
     if (col_int(r, 6, "req_params", INT64_MIN, INT64_MAX, false, &ph) ||
@@ -1790,6 +1884,20 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     struct list_ent *e = list_load(db, c, x->id, 0);
     if (!e)
         return col_bad(r, "req_msgs", "message list unreadable");
+    if (flags & XCHG_EACH_VIEWS) {
+        struct lineage *l = lineage_for(db, c, e->h, e->n);
+        if (!l)
+            return col_bad(r, "req_msgs",
+                           "a message blob missing or not an object");
+        x->req_body = json_copy(params);
+        if (tools) {
+            json_object_set(x->req_body, "tools", tools);
+            x->req_tools_h = (uint64_t)th;
+        }
+        x->req_msgs = json_incref(l->arr);
+        x->req_msgs_n = e->n;
+        return 0;
+    }
     json_t *msgs = json_array();
     size_t same = 0;
     if (e->n > c->last_cap) {
@@ -1829,7 +1937,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
 /* Reads row st into x: 0, or -1 with r->bad naming the column that failed
  * (x then holds what was read so far; the caller releases it). */
 static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
-                    struct xchg *x)
+                    struct xchg *x, unsigned flags)
 {
     sqlite3_stmt *st = r->st;
     int64_t v;
@@ -1870,7 +1978,7 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
         return -1;
     x->req_redacted = v;
     if (sqlite3_column_type(st, 6) != SQLITE_NULL)
-        return rebuild_body(db, c, r, x);
+        return rebuild_body(db, c, r, x, flags);
     if (col_packed(r, 9, "req_raw", &x->req_raw, &x->req_raw_len))
         return -1;
     if (x->req_raw && !x->req_malformed)
@@ -1897,6 +2005,14 @@ int xchg_each_checked(sqlite3 *db, const char *session,
                       int (*fn)(const struct xchg *x, void *ud),
                       void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                       struct diag *d)
+{
+    return xchg_each_flags(db, session, 0, fn, bad, ud, d);
+}
+
+int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
+                    int (*fn)(const struct xchg *x, void *ud),
+                    void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
+                    struct diag *d)
 {
     sqlite3_stmt *st = NULL;
     const char *sel = has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
@@ -1925,7 +2041,7 @@ int xchg_each_checked(sqlite3 *db, const char *session,
         struct xchg_bad b = {0};
         struct rowck r = {st, &b};
         xchg_init(&x);
-        if (read_row(db, c, &r, &x)) {
+        if (read_row(db, c, &r, &x, flags)) {
             if (bad)
                 bad(&b, ud);
         } else {

@@ -73,7 +73,17 @@ struct xchg {
      * JSON), so a reader can key messages without dumping them. */
     uint64_t *req_msg_h;
     uint64_t req_tools_h; /* likewise for req_body's "tools", else 0 */
-    int status;           /* 0 when no response arrived */
+    /* A view of the messages, set instead of req_body's "messages" (then
+     * absent) by xchg_each_flags with XCHG_EACH_VIEWS, and in audit's
+     * copies: the messages are the first req_msgs_n of req_msgs (an owned
+     * reference), an array that other exchanges share and that may be
+     * longer; read-only. A conversation re-sends its history with every
+     * request; through views each message is appended once, so a walk
+     * costs what the conversation holds, not its square. NULL: none (the
+     * messages, if any, are in req_body). */
+    json_t *req_msgs;
+    size_t req_msgs_n;
+    int status; /* 0 when no response arrived */
     json_t *resp_headers;
     struct hdrs resp_hl;
     char *resp_raw; /* raw response body or SSE stream, as received */
@@ -151,6 +161,16 @@ int xchg_each_checked(sqlite3 *db, const char *session,
                       int (*fn)(const struct xchg *x, void *ud),
                       void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                       struct diag *d);
+/* xchg_each_checked, with flags: XCHG_EACH_VIEWS gives each chat request's
+ * messages as a view (xchg.req_msgs, req_msgs_n) instead of an array in
+ * req_body. The views of a walk share a few growing arrays (the
+ * conversations it is walking); each is valid after the call as long as a
+ * reference to it is held. */
+#define XCHG_EACH_VIEWS 1u
+int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
+                    int (*fn)(const struct xchg *x, void *ud),
+                    void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
+                    struct diag *d);
 /* xchg_each_checked without a bad callback. */
 int xchg_each(sqlite3 *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,

@@ -449,6 +449,128 @@ static void test_rebuild_exact(void **state)
     tmpdb_close(&t);
 }
 
+struct check_views {
+    json_t *expect; /* array of bodies, in order */
+    size_t n;
+    size_t until;        /* count distinct arrays over the first until */
+    json_t *arrays[256]; /* distinct view arrays seen (a reference each) */
+    size_t narrays;
+};
+
+static int check_view_fn(const struct xchg *x, void *ud)
+{
+    struct check_views *c = ud;
+    json_t *want = json_array_get(c->expect, c->n++);
+    json_t *msgs = json_object_get(want, "messages");
+    assert_non_null(x->req_msgs);
+    assert_null(json_object_get(x->req_body, "messages"));
+    assert_int_equal(x->req_msgs_n, json_array_size(msgs));
+    assert_true(json_array_size(x->req_msgs) >= x->req_msgs_n);
+    for (size_t i = 0; i < x->req_msgs_n; i++)
+        assert_true(json_equal(json_array_get(x->req_msgs, i),
+                               json_array_get(msgs, i)));
+    json_t *rest = json_copy(want);
+    json_object_del(rest, "messages");
+    assert_true(json_equal(x->req_body, rest));
+    json_decref(rest);
+    size_t k = 0;
+    while (k < c->narrays && c->arrays[k] != x->req_msgs)
+        k++;
+    if (c->n <= c->until && k == c->narrays && k < 256)
+        c->arrays[c->narrays++] = json_incref(x->req_msgs);
+    return 0;
+}
+
+/* Stores one request of conversation k (messages msgs) and expects it. */
+static void put_conv(struct tmpdb *t, struct xchg_cache *cache,
+                     struct check_views *c, int k, json_t *msgs, int n)
+{
+    struct diag d = {{0}};
+    json_t *body =
+        json_pack("{s:o, s:i}", "messages", json_deep_copy(msgs), "n", n);
+    json_array_append(c->expect, body);
+    struct xchg x;
+    char sid[16];
+    snprintf(sid, sizeof(sid), "c%d", k);
+    fill(&x, sid, body);
+    assert_int_equal(xchg_put_cached(t->db, cache, &x, &d), 0);
+    xchg_release(&x);
+}
+
+/* With XCHG_EACH_VIEWS each request's messages are a view of an array the
+ * requests of its conversation share, exactly the messages it sent, after
+ * the walk too: through an edit in place, a compaction, a request sent
+ * twice and one shorter than the last; then more conversations interleaved
+ * than the reader keeps arrays for (each view still exact). */
+static void test_views_exact(void **state)
+{
+    (void)state;
+    struct tmpdb t;
+    struct diag d = {{0}};
+    struct rng r;
+    struct xchg_cache *cache = xchg_cache_new();
+    struct check_views c = {.expect = json_array()};
+    enum { CONV = 80, TURNS = 8 };
+    json_t *msgs[CONV];
+
+    rng_seed(&r, 12);
+    tmpdb_open(&t, "views");
+    for (int k = 0; k < CONV; k++) {
+        msgs[k] = json_array();
+        json_array_append_new(msgs[k], text_msg("system", prose(&r, 200)));
+    }
+    for (int i = 0; i < TURNS; i++)
+        for (int k = 0; k < 3; k++) {
+            add_turn(msgs[k], &r, i);
+            if (k == 0 && i == 4) /* an old message edited in place */
+                json_array_set_new(msgs[k], 1, text_msg("user", prose(&r, 20)));
+            if (k == 1 && i == 5) /* a compaction */
+                while (json_array_size(msgs[k]) > 2)
+                    json_array_remove(msgs[k], 1);
+            put_conv(&t, cache, &c, k, msgs[k], i);
+            if (k == 2 && i == 3) /* sent again */
+                put_conv(&t, cache, &c, k, msgs[k], i);
+            if (k == 2 && i == 6) { /* a shorter one: a side question */
+                json_t *side = json_array();
+                for (size_t m = 0; m < 2; m++)
+                    json_array_append(side, json_array_get(msgs[k], m));
+                put_conv(&t, cache, &c, k, side, -1);
+                json_decref(side);
+            }
+            json_array_append_new(msgs[k],
+                                  text_msg("assistant", prose(&r, 40)));
+        }
+    c.until = json_array_size(c.expect);
+    for (int i = 0; i < 3; i++) /* the rest, round robin */
+        for (int k = 3; k < CONV; k++) {
+            add_turn(msgs[k], &r, i);
+            put_conv(&t, cache, &c, k, msgs[k], i);
+            json_array_append_new(msgs[k],
+                                  text_msg("assistant", prose(&r, 40)));
+        }
+    size_t sent = json_array_size(c.expect);
+    assert_int_equal(xchg_each_flags(t.db, NULL, XCHG_EACH_VIEWS, check_view_fn,
+                                     NULL, &c, &d),
+                     0);
+    assert_int_equal(c.n, sent);
+    /* the three conversations: one array each, one more where the first
+     * was edited and one more where the second was compacted */
+    assert_int_equal(c.narrays, 5);
+    for (size_t i = 0; i < c.narrays; i++) /* held after the walk */
+        assert_true(json_array_size(c.arrays[i]) >= 2);
+    for (size_t i = 0; i < c.narrays; i++)
+        json_decref(c.arrays[i]);
+    /* the plain walk still gives whole bodies */
+    struct check_session p = {c.expect, 0};
+    assert_int_equal(xchg_each(t.db, NULL, check_fn, &p, &d), 0);
+    assert_int_equal(p.n, sent);
+    json_decref(c.expect);
+    for (int k = 0; k < CONV; k++)
+        json_decref(msgs[k]);
+    xchg_cache_free(cache);
+    tmpdb_close(&t);
+}
+
 static int spill_fn(const struct xchg *x, void *ud)
 {
     struct collect *c = ud;
@@ -1004,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_params_hash_by_bytes),
         cmocka_unit_test(test_recent_bases_without_query),
         cmocka_unit_test(test_rebuild_exact),
+        cmocka_unit_test(test_views_exact),
         cmocka_unit_test(test_spill_roundtrip_and_torn_line),
         cmocka_unit_test(test_message_hash_by_bytes),
         cmocka_unit_test(test_batch_failure_isolated),

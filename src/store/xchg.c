@@ -103,7 +103,18 @@ struct lineage {
     uint64_t *h;
     size_t n, cap;
     unsigned used;
+    unsigned gen; /* counts the slot's reuses: a view_ent of an older one
+                   * no longer holds */
 };
+
+struct view_ent {
+    int64_t id; /* 0: empty */
+    struct lineage *l;
+    unsigned gen;
+    size_t n;
+};
+
+#define VIEW_SLOTS 1024
 
 #define LINEAGES 64
 
@@ -153,6 +164,7 @@ struct xchg_cache {
      * recently used goes when all slots are taken. */
     struct lineage lin[LINEAGES];
     unsigned lin_clock;
+    struct view_ent *views; /* by row id, direct mapped (VIEW_SLOTS) */
     /* Writing: the canonical hash of messages by the XXH3-128 of the exact
      * bytes they arrived as (open addressing, all-zero key = empty), so a
      * history re-sent unchanged is not dumped and hashed again. Cleared
@@ -280,6 +292,7 @@ void xchg_cache_free(struct xchg_cache *c)
         json_decref(c->lin[i].arr);
         free(c->lin[i].h);
     }
+    free(c->views);
     free(c->memo);
     for (size_t i = 0; i < c->trees_cap; i++)
         json_decref(c->trees[i].v);
@@ -1803,23 +1816,82 @@ static size_t hashes_shared(const uint64_t *a, const uint64_t *b, size_t n)
     return k;
 }
 
+/* A slot for a new lineage: a free one, else the least recently used. */
+static struct lineage *lineage_slot(struct xchg_cache *c)
+{
+    struct lineage *slot = NULL;
+    for (int i = 0; i < LINEAGES; i++) {
+        struct lineage *l = &c->lin[i];
+        if (!l->arr)
+            return l;
+        if (!slot || l->used < slot->used)
+            slot = l;
+    }
+    return slot;
+}
+
+/* A new lineage holding the first k messages of from (may be NULL with k
+ * 0), room for n. */
+static struct lineage *lineage_fork(struct xchg_cache *c,
+                                    const struct lineage *from, size_t k,
+                                    size_t n)
+{
+    struct lineage *l = lineage_slot(c);
+    json_t *arr = json_array();
+    uint64_t *lh = xmalloc((n + 1) * sizeof(*lh));
+    for (size_t i = 0; i < k; i++)
+        json_array_append(arr, json_array_get(from->arr, i));
+    if (k)
+        memcpy(lh, from->h, k * sizeof(*lh));
+    /* from may be the slot taken: its arrays are let go only now */
+    json_decref(l->arr);
+    free(l->h);
+    l->arr = arr;
+    l->h = lh;
+    l->n = k;
+    l->cap = n + 1;
+    l->gen++;
+    return l;
+}
+
+/* Appends the messages h[0..m) (read from the blobs) to l; -1, with l
+ * unchanged, when a blob is missing or not an object. */
+static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
+                          const uint64_t *h, size_t m)
+{
+    size_t from = l->n;
+    for (size_t i = 0; i < m; i++) {
+        json_t *v = blob_get(db, c, (int64_t)h[i]);
+        if (!json_is_object(v)) {
+            while (json_array_size(l->arr) > from)
+                json_array_remove(l->arr, json_array_size(l->arr) - 1);
+            return -1;
+        }
+        json_array_append(l->arr, v);
+    }
+    if (from + m > l->cap) {
+        l->cap = 2 * (from + m);
+        l->h = xrealloc(l->h, l->cap * sizeof(*l->h));
+    }
+    if (m)
+        memcpy(l->h + from, h, m * sizeof(*h));
+    l->n = from + m;
+    return 0;
+}
+
 /* The lineage whose messages h[0..n) are a view of (first n), extended or
  * started as needed; NULL when a message blob is missing or not an object
- * (nothing changed then). */
+ * (nothing changed then). Compares h with every lineage: for a row whose
+ * base the walk has not seen. */
 static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
                                    const uint64_t *h, size_t n)
 {
-    struct lineage *best = NULL, *slot = NULL;
+    struct lineage *best = NULL;
     size_t best_k = 0;
     for (int i = 0; i < LINEAGES; i++) {
         struct lineage *l = &c->lin[i];
-        if (!l->arr) { /* a free slot before the least recently used */
-            if (!slot || slot->arr)
-                slot = l;
+        if (!l->arr)
             continue;
-        }
-        if (!slot || (slot->arr && l->used < slot->used))
-            slot = l;
         size_t k = hashes_shared(l->h, h, l->n < n ? l->n : n);
         if (k > best_k || (k == best_k && best && l->used > best->used)) {
             best = l;
@@ -1827,42 +1899,88 @@ static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
         }
     }
     struct lineage *l = best;
-    if (!best || (best_k < n && best_k < best->n)) {
-        /* a new one: the head it shares with best, then its own */
-        l = slot;
-        json_t *arr = json_array();
-        uint64_t *lh = xmalloc((n + 1) * sizeof(*lh));
-        for (size_t i = 0; i < best_k; i++)
-            json_array_append(arr, json_array_get(best->arr, i));
-        if (best_k)
-            memcpy(lh, best->h, best_k * sizeof(*lh));
-        json_decref(l->arr);
-        free(l->h);
-        l->arr = arr;
-        l->h = lh;
-        l->n = best_k;
-        l->cap = n + 1;
-    }
-    size_t from = l->n;
-    for (size_t i = from; i < n; i++) {
-        json_t *m = blob_get(db, c, (int64_t)h[i]);
-        if (!json_is_object(m)) {
-            while (json_array_size(l->arr) > from)
-                json_array_remove(l->arr, json_array_size(l->arr) - 1);
-            return NULL;
-        }
-        json_array_append(l->arr, m);
-    }
-    if (n > l->n) {
-        if (n > l->cap) {
-            l->cap = 2 * n;
-            l->h = xrealloc(l->h, l->cap * sizeof(*l->h));
-        }
-        memcpy(l->h + l->n, h + l->n, (n - l->n) * sizeof(*h));
-        l->n = n;
-    }
+    if (!best || (best_k < n && best_k < best->n))
+        l = lineage_fork(c, best, best_k, n);
+    if (n > l->n && lineage_append(db, c, l, h + l->n, n - l->n))
+        return NULL;
     l->used = ++c->lin_clock;
     return l;
+}
+
+/* Where the walk put row id's messages: a lineage and their number. */
+static struct view_ent *view_slot(struct xchg_cache *c, int64_t id)
+{
+    if (!c->views)
+        c->views = xcalloc(VIEW_SLOTS, sizeof(*c->views));
+    return &c->views[(uint64_t)id % VIEW_SLOTS];
+}
+
+/* Row id's messages as a view: *l and *n. A row stored as "the first P
+ * messages of row B, then these" whose B the walk gave a view of reads
+ * only its own hashes: its messages extend B's lineage (nothing is copied
+ * when B's were the last of it), or share it (a request sent again), or
+ * start a new one from B's first P (a request that parted from it). Other
+ * rows go through their whole list (list_load). -1 when a blob is missing
+ * or the list is unreadable. */
+static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
+                    struct lineage **lp, size_t *np)
+{
+    sqlite3_stmt *st = prep(c, db, SQL_LIST_LOAD);
+    struct lineage *l = NULL;
+    size_t n = 0;
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        unprep(c, st);
+        return -1;
+    }
+    int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
+    int64_t base = sqlite3_column_int64(st, 0);
+    int64_t prefix = sqlite3_column_int64(st, 1);
+    size_t mlen = (size_t)sqlite3_column_bytes(st, 3);
+    struct view_ent *b = prefix > 0 ? view_slot(c, base) : NULL;
+    bool fast = (tb == SQLITE_INTEGER || tb == SQLITE_NULL) &&
+                sqlite3_column_type(st, 1) == SQLITE_INTEGER && prefix > 0 &&
+                base && base != id &&
+                (tm == SQLITE_BLOB || tm == SQLITE_NULL) && mlen % 8 == 0 &&
+                mlen / 8 <= XCHG_RAW_MAX / 8 && b->id == base &&
+                b->l->gen == b->gen && (size_t)prefix <= b->n;
+    if (fast) {
+        size_t own = mlen / 8, p = (size_t)prefix;
+        uint64_t *h = xmalloc((own + 1) * sizeof(*h));
+        const unsigned char *blob = sqlite3_column_blob(st, 3);
+        for (size_t i = 0; i < own; i++)
+            h[i] = get_be64(blob + 8 * i);
+        unprep(c, st);
+        /* b's view is l's first b->n: l's first p are this row's */
+        l = b->l;
+        size_t k = l->n - p < own ? l->n - p : own;
+        k = p + hashes_shared(l->h + p, h, k);
+        n = p + own;
+        if (k < n && k < l->n)
+            l = lineage_fork(c, l, k, n);
+        int rc =
+            n > l->n ? lineage_append(db, c, l, h + (l->n - p), n - l->n) : 0;
+        free(h);
+        if (rc)
+            return -1;
+    } else {
+        unprep(c, st);
+        struct list_ent *e = list_load(db, c, id, 0);
+        if (!e || !(l = lineage_for(db, c, e->h, e->n)))
+            return -1;
+        n = e->n;
+    }
+    l->used = ++c->lin_clock;
+    struct view_ent *v = view_slot(c, id);
+    v->id = id;
+    v->l = l;
+    v->gen = l->gen;
+    v->n = n;
+    *lp = l;
+    *np = n;
+    return 0;
 }
 
 static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
@@ -1881,23 +1999,25 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
         if (!json_is_array(tools))
             return col_bad(r, "req_tools", "blob missing or not an array");
     }
-    struct list_ent *e = list_load(db, c, x->id, 0);
-    if (!e)
-        return col_bad(r, "req_msgs", "message list unreadable");
     if (flags & XCHG_EACH_VIEWS) {
-        struct lineage *l = lineage_for(db, c, e->h, e->n);
-        if (!l)
+        struct lineage *l;
+        size_t n;
+        if (row_view(db, c, x->id, &l, &n))
             return col_bad(r, "req_msgs",
-                           "a message blob missing or not an object");
+                           "message list unreadable, or a message blob "
+                           "missing or not an object");
         x->req_body = json_copy(params);
         if (tools) {
             json_object_set(x->req_body, "tools", tools);
             x->req_tools_h = (uint64_t)th;
         }
         x->req_msgs = json_incref(l->arr);
-        x->req_msgs_n = e->n;
+        x->req_msgs_n = n;
         return 0;
     }
+    struct list_ent *e = list_load(db, c, x->id, 0);
+    if (!e)
+        return col_bad(r, "req_msgs", "message list unreadable");
     json_t *msgs = json_array();
     size_t same = 0;
     if (e->n > c->last_cap) {

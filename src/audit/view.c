@@ -585,7 +585,12 @@ static bool summary_heads(const struct areq *q, const struct areq *next)
 
 /* The request asks for a summary: its last user message, or its system
  * prompt early on, says so (opencode, Continue and Kilo all do). */
-static bool asks_summary(const struct areq *q)
+struct sys_memo {
+    json_t *msg; /* the system message last looked at */
+    bool yes;    /* whether it mentions a summary early on */
+};
+
+static bool asks_summary(const struct areq *q, struct sys_memo *sm)
 {
     bool yes = false;
     for (size_t k = q->nmsg; k-- > 0 && !yes;) {
@@ -597,9 +602,16 @@ static bool asks_summary(const struct areq *q)
         }
     }
     if (!yes && q->nmsg && q->mrole[0] == AROLE_SYSTEM) {
-        char *t = msg_text(json_array_get(q->msgs, 0));
-        yes = head_has(t, 1000, "summar");
-        free(t);
+        /* a session's requests share one system prompt (the same
+         * instance): it is read once, not once per request */
+        json_t *m = json_array_get(q->msgs, 0);
+        if (m != sm->msg) {
+            char *t = msg_text(m);
+            sm->msg = m;
+            sm->yes = head_has(t, 1000, "summar");
+            free(t);
+        }
+        yes = sm->yes;
     }
     return yes;
 }
@@ -607,6 +619,7 @@ static bool asks_summary(const struct areq *q)
 static void kinds_by_structure(struct areq *r, size_t n)
 {
     struct pmap heads = {0};
+    struct sys_memo sm = {0};
     for (size_t i = 0; i < n; i++) {
         if (!r[i].msgs || strcmp(r[i].kind, "main"))
             continue;
@@ -624,7 +637,7 @@ static void kinds_by_structure(struct areq *r, size_t n)
         if (!q->msgs || !strcmp(q->kind, "title") ||
             !strcmp(q->kind, "compaction"))
             continue;
-        if (q->content && strlen(q->content) >= 16 && asks_summary(q)) {
+        if (q->content && strlen(q->content) >= 16 && asks_summary(q, &sm)) {
             long j = pmap_get(&heads, text_key(q->content));
             if (j > (long)i && areq_common(q, &r[j]) < q->nmsg &&
                 summary_heads(q, &r[j])) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "audit/audit_int.h"
+#include "core/buf.h"
 #include "core/stats.h"
 #include "core/xalloc.h"
 
@@ -132,35 +133,83 @@ static void measure(const struct actx *c, size_t i, double bpt, struct cuse *u)
     u->ok = !u->idle;
 }
 
-/* A long shared prefix mostly prefilled again. */
-static void check_refill(struct actx *c, size_t i, const struct cuse *u)
+static bool refilled(const struct actx *c, const struct cuse *u)
 {
     const struct audit_thresholds *th = &c->o->th;
-    const struct areq *r = &c->r[i];
+    return u->ok && u->shared >= th->cache_min_shared &&
+           u->shared - (double)u->cached > th->cache_refill_share * u->shared;
+}
+
+/* The share of r's time to first token spent on the missed tokens: the
+ * time goes to the tokens computed, of which these were had before. */
+static double refill_cost(const struct actx *c, const struct areq *r,
+                          const struct cuse *u)
+{
     double missed = u->shared - (double)u->cached;
-    if (!u->ok || u->shared < th->cache_min_shared ||
-        missed <= th->cache_refill_share * u->shared)
-        return;
-    /* time to first token is spent on the tokens computed: the share of
-     * it that went to the shared tokens computed again */
     double computed = tokens_of(c, r) - (double)u->cached;
     double cost = computed > 0 ? r->x->up_ttfb_ms * missed / computed : 0;
-    if (cost > r->x->up_ttfb_ms)
-        cost = r->x->up_ttfb_ms;
-    finding_add(
-        c, AUDIT_WARN, "cache.refill", r,
-        json_pack("{s:f, s:I, s:f, s:f, s:f, s:f, s:b, s:f, s:f}",
-                  "shared_tokens", u->shared, "cached_tokens",
-                  (json_int_t)u->cached, "refilled_tokens", missed, "ttft_ms",
-                  r->x->up_ttfb_ms, "ttft_cost_ms", cost, "gap_s", u->gap_s,
-                  "reply_shared", u->reply, "threshold_tokens",
-                  th->cache_min_shared, "threshold_share",
-                  th->cache_refill_share),
-        "%.0f tokens shared with the previous request, %ld served from the "
-        "cache: %.0f prefilled again (%.0f%%), about %.0f ms of the %.0f ms "
-        "to first token",
-        u->shared, u->cached, missed, 100 * missed / u->shared, cost,
-        r->x->up_ttfb_ms);
+    return cost > r->x->up_ttfb_ms ? r->x->up_ttfb_ms : cost;
+}
+
+/* A long shared prefix mostly prefilled again: one finding per run of
+ * such requests in a row (one cause: a cache too small for the prompt,
+ * eviction, a cache turned off), at the first of them, with the first's
+ * figures and the run's. A judged request that reused its prefix ends a
+ * run, and so does an idle gap; requests not judged (no predecessor, no
+ * figures) do not. */
+static void check_refill(struct actx *c, const struct cuse *u)
+{
+    const struct audit_thresholds *th = &c->o->th;
+    size_t i = 0;
+    while (i < c->n) {
+        if (!refilled(c, &u[i])) {
+            i++;
+            continue;
+        }
+        size_t first = i, last = i, run = 0;
+        double missed_all = 0, cost_all = 0;
+        for (; i < c->n; i++) {
+            if (u[i].idle || (u[i].ok && !refilled(c, &u[i])))
+                break;
+            if (!refilled(c, &u[i]))
+                continue;
+            run++;
+            last = i;
+            missed_all += u[i].shared - (double)u[i].cached;
+            cost_all += refill_cost(c, &c->r[i], &u[i]);
+        }
+        const struct areq *r = &c->r[first];
+        const struct cuse *f = &u[first];
+        double missed = f->shared - (double)f->cached;
+        double cost = refill_cost(c, r, f);
+        struct buf more = BUF_INIT;
+        if (run > 1)
+            buf_printf(&more,
+                       "; so were the %zu requests after it in a row, to "
+                       "request %lld (%.0f tokens prefilled again in all, "
+                       "about %.0f ms of time to first token)",
+                       run - 1, (long long)c->r[last].x->id, missed_all,
+                       cost_all);
+        finding_add(
+            c, AUDIT_WARN, "cache.refill", r,
+            json_pack("{s:f, s:I, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:f, "
+                      "s:f, s:f, s:f}",
+                      "shared_tokens", f->shared, "cached_tokens",
+                      (json_int_t)f->cached, "refilled_tokens", missed,
+                      "ttft_ms", r->x->up_ttfb_ms, "ttft_cost_ms", cost,
+                      "gap_s", f->gap_s, "reply_shared", f->reply, "requests",
+                      (json_int_t)run, "last_request",
+                      (json_int_t)c->r[last].x->id, "refilled_tokens_in_run",
+                      missed_all, "ttft_cost_ms_in_run", cost_all,
+                      "threshold_tokens", th->cache_min_shared,
+                      "threshold_share", th->cache_refill_share),
+            "%.0f tokens shared with the previous request, %ld served from "
+            "the cache: %.0f prefilled again (%.0f%%), about %.0f ms of the "
+            "%.0f ms to first token%s",
+            f->shared, f->cached, missed, 100 * missed / f->shared, cost,
+            r->x->up_ttfb_ms, more.len ? more.data : "");
+        buf_release(&more);
+    }
 }
 
 /* The previous reply sent back but never found in the cache: the cached
@@ -271,10 +320,9 @@ void rule_cache(struct actx *c)
     }
     double bpt = bytes_per_token(c);
     struct cuse *u = xcalloc(c->n + 1, sizeof(*u));
-    for (size_t i = 0; i < c->n; i++) {
+    for (size_t i = 0; i < c->n; i++)
         measure(c, i, bpt, &u[i]);
-        check_refill(c, i, &u[i]);
-    }
+    check_refill(c, u);
     check_reply(c, u);
     check_drop(c, u);
     free(u);

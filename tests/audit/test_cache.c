@@ -269,12 +269,17 @@ static void test_reuse_collapses_after_turn(void **state)
     assert_true(ev_num(x, "session_median") > 0.9);
     assert_true(ev_num(x, "refilled_tokens_in_run") > 3000);
     json_decref(c);
-    /* from turn 6 the shared prefix passes 2,048 tokens: each is a refill */
+    /* from turn 6 the shared prefix passes 2,048 tokens: each is a
+     * refill, three in a row, one cause: one finding, at turn 6 */
     c = findings(j, "cache.refill");
-    assert_int_equal(json_array_size(c), 3);
+    assert_int_equal(json_array_size(c), 1);
     x = json_array_get(c, 0);
+    assert_int_equal(json_integer_value(json_object_get(x, "turn")), 6);
+    assert_int_equal((long)ev_num(x, "requests"), 3);
     assert_true(ev_num(x, "shared_tokens") >= 2048);
     assert_true(ev_num(x, "refilled_tokens") > ev_num(x, "shared_tokens") / 2);
+    assert_true(ev_num(x, "refilled_tokens_in_run") >
+                2 * ev_num(x, "refilled_tokens"));
     assert_true(ev_num(x, "cached_tokens") > 0);
     json_decref(c);
     json_decref(j);
@@ -555,6 +560,41 @@ static void test_idle_gap_default_is_ten_minutes(void **state)
     free_xs(xs, NT);
 }
 
+/* Refills in a row are one finding; a request that reused its prefix
+ * ends the run, and the next run is a finding of its own. */
+static void test_refill_runs_are_one_finding_each(void **state)
+{
+    (void)state;
+    struct xchg xs[NT];
+    struct audit_list l;
+    long cached[NT];
+    const double gap[NT] = {0, 5, 5, 5, 5};
+    healthy_cached(cached);
+    cached[3] = cached[4] = 0; /* turns 4 and 5 found nothing */
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, NULL, &l);
+    assert_int_equal(count_prefix(&l, "cache.refill"), 1);
+    const struct audit_finding *f = find_rule(&l, "cache.refill");
+    assert_int_equal(f->request, 4);
+    assert_int_equal(ev_int(f, "requests"), 2);
+    assert_int_equal(ev_int(f, "last_request"), 5);
+    audit_list_release(&l);
+    free_xs(xs, NT);
+    healthy_cached(cached);
+    cached[2] = cached[4] = 0; /* turn 4 reused its prefix between */
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.th.cache_min_shared = 1024; /* turn 3 shares about 1,860 */
+    session(xs, cached, gap, "prompt_tokens_details");
+    run_audit(xs, NT, &o, &l);
+    assert_int_equal(count_prefix(&l, "cache.refill"), 2);
+    for (size_t i = 0; i < l.n; i++)
+        if (!strcmp(l.v[i].rule, "cache.refill"))
+            assert_int_equal(ev_int(&l.v[i], "requests"), 1);
+    audit_list_release(&l);
+    free_xs(xs, NT);
+}
+
 static void test_deepseek_cache_hit_field(void **state)
 {
     (void)state;
@@ -648,6 +688,7 @@ int main(void)
         T(test_changing_bytes_per_token_is_no_refill),
         cmocka_unit_test(test_idle_gap_default_is_ten_minutes),
         cmocka_unit_test(test_deepseek_cache_hit_field),
+        cmocka_unit_test(test_refill_runs_are_one_finding_each),
         cmocka_unit_test(test_reply_reused_once_is_not_a_finding),
         cmocka_unit_test(test_reasoning_reply_not_reused_is_no_claim),
     };

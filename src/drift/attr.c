@@ -3,7 +3,8 @@
  * chosen from where prefill diverged) and what the difference is put down
  * to: prefill only, decode only (also below the thresholds, when the
  * candidate's decode-vs-prefill gap exceeds the golden's own), both paths
- * flat from the start, both paths growing with position, or none when
+ * flat from the start, both paths depending on position (growing, or
+ * absent at the start and there later), or none when
  * neither path differs; with the words of what could and could not be
  * attributed. Contract in drift.h; the rules in docs/DRIFT.md.
  */
@@ -23,7 +24,7 @@ const char *drift_attr_name(enum drift_attr a)
         [DRIFT_ATTR_DECODE] = "decode only",
         [DRIFT_ATTR_BOTH_FLAT] = "both paths, flat from the start (weights, "
                                  "scaling, a constant change)",
-        [DRIFT_ATTR_BOTH_GROWING] = "both paths, growing with position "
+        [DRIFT_ATTR_BOTH_GROWING] = "both paths, depending on position "
                                     "(attention, positions, selection, cache)",
         [DRIFT_ATTR_UNKNOWN] = "not run",
     };
@@ -266,6 +267,12 @@ static void attributed_words(const struct drift_result *r,
     case DRIFT_ATTR_BOTH_FLAT:
     case DRIFT_ATTR_BOTH_GROWING:
         prefill_words(r, f->fb, b);
+        /* not growing, yet not flat from the start: say which it is, so
+         * that the growth's "constant" and this agree */
+        if (dc->attribution == DRIFT_ATTR_BOTH_GROWING &&
+            r->growth.shape != DRIFT_SHAPE_GROWING)
+            buf_adds(b, ", absent at the start (the first bucket's excess "
+                        "is below the growth floor) and there later");
         buf_adds(b, "; the decode path differs too: ");
         const struct drift_dpoint *p =
             &dc->point[f->both >= 0 ? f->both : f->decode];

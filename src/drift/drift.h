@@ -68,7 +68,8 @@ enum drift_attr {
     DRIFT_ATTR_PREFILL,      /* prefill only */
     DRIFT_ATTR_DECODE,       /* decode only */
     DRIFT_ATTR_BOTH_FLAT,    /* both paths, flat from the start */
-    DRIFT_ATTR_BOTH_GROWING, /* both paths, growing with position */
+    DRIFT_ATTR_BOTH_GROWING, /* both paths, depending on position: growing,
+                              * or absent at the start and there later */
     DRIFT_ATTR_UNKNOWN       /* not run */
 };
 /* The words of the report ("prefill only", ...). */

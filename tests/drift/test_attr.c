@@ -161,6 +161,7 @@ static void test_attribution_kinds(void **state)
     r.growth.shape = DRIFT_SHAPE_GROWING;
     r.growth.verdict = DRIFT_FAIL;
     assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_GROWING);
+    assert_null(strstr(r.dec.attributed, "absent at the start"));
     drift_result_release(&r);
 
     /* the prefills differ above their noise but below the thresholds,
@@ -196,6 +197,11 @@ static void test_attribution_kinds(void **state)
     point(&r, 0, 3, DRIFT_FAIL, DRIFT_FAIL, true);
     assert_int_equal(attribute(&r), DRIFT_ATTR_BOTH_GROWING);
     assert_non_null(strstr(r.dec.attributed, "from position 256"));
+    /* the words agree with growth's shape: not "growing", but absent at
+     * the start and there later */
+    assert_null(strstr(r.dec.attributed, "growing"));
+    assert_non_null(strstr(r.dec.attributed, "absent at the start"));
+    assert_null(strstr(drift_attr_name(DRIFT_ATTR_BOTH_GROWING), "growing"));
     drift_result_release(&r);
 }
 

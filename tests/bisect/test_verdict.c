@@ -124,7 +124,7 @@ static void test_drift_harm_fields_used(void **state)
                                   "lo", 4e-4, "hi", 6e-4, "flips_per_1k", 3.5));
     json_object_set_new(d, "attribution",
                         json_pack("{s:s,s:s}", "kind", "both-growing", "words",
-                                  "both paths, growing with position"));
+                                  "both paths, depending on position"));
     json_t *p = probe(25, 25, 25, 1, false, "a", "a");
     struct bisect_verdict v;
     bisect_verdict_from(d, p, &v);

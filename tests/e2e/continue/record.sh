@@ -11,8 +11,9 @@ out=${1:-tests/fixtures/continue-1.5.47/session.jsonl}
 cn=$(sh tests/e2e/continue/install.sh)
 F=$PWD/fidelity
 d=$(mktemp -d)
+[ -z "${KEEP:-}" ] || echo "record.sh: keeping $d" >&2
 pids=""
-trap 'for p in $pids; do kill $p 2>/dev/null || true; done; rm -rf "$d"' EXIT INT TERM
+trap 'for p in $pids; do kill $p 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$d"' EXIT INT TERM
 mkdir -p "$d/proj" "$d/home"
 "$F" sim --listen 127.0.0.1:0 --reasoning --token-interval-ms 40 >"$d/sim.out" 2>/dev/null &
 pids="$pids $!"
@@ -35,8 +36,9 @@ models:
     apiKey: sk-not-a-secret
     roles: [chat, edit, apply, summarize]
 YAML
-timeout 200 python3 tests/e2e/continue/drive.py "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log"
+timeout 300 python3 tests/e2e/continue/drive.py "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log" "$sim"
 kill -TERM $rp; wait $rp 2>/dev/null || true
+make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
     $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread

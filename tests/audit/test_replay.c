@@ -6,7 +6,9 @@
  * summary lost the history: two history.compaction, one
  * history.compaction_lost, the "first message" reply pointing at it, no
  * rewrite, and no reasoning.policy under "keep" although every reasoning
- * went back as streamed. Kilo's and Continue's sessions likewise.
+ * went back as streamed. Kilo's and Continue's sessions likewise, and each
+ * with a tool call round trip and a user interrupt: one session, the side
+ * requests attached, and no warn or error beyond what the test names.
  */
 #include <setjmp.h>
 #include <stdbool.h>
@@ -233,12 +235,56 @@ static void test_continue_titles_and_compact(void **state)
     audit_set_release(&set);
 }
 
+/* The Kilo CLI 7.7.7 (tests/e2e/kilo/record.sh): `kilo run` turns, the
+ * prompts on stdin, a read tool call run and its result sent back, a reply
+ * interrupted with Ctrl-C (SIGINT) while it streamed (Kilo sends back the
+ * reasoning and an empty content in its place), one compaction whose
+ * summary kept the facts, and a title request under a header of its own.
+ * One session, the title and summary requests attached, the compaction,
+ * the interrupt, and no other warn or error: the title came back with text
+ * (max_tokens 1000), so no budget finding. */
+static void test_kilo_tool_interrupt_compaction(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    replay("../kilo-7.7.7/session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     1);
+    json_decref(row);
+    static const char *const expected[] = {"history.compaction", NULL};
+    assert_int_equal(other_warnings(&l, expected), 0);
+    assert_true(tool_round_trip(&set.s[0]) > 0);
+    assert_interrupt(&l, &set.s[0]);
+    const struct audit_finding *f = find_rule(&l, "history.interrupted");
+    assert_int_equal(ev_int(f, "partial_sent_bytes"), 0);
+    assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 0);
+    assert_int_equal(count_rule(&l, "reasoning.budget"), 0);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 1);
+    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opencode_two_compactions),
         cmocka_unit_test(test_kilo_two_compactions),
         cmocka_unit_test(test_continue_titles_and_compact),
+        cmocka_unit_test(test_kilo_tool_interrupt_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

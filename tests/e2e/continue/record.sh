@@ -3,9 +3,13 @@
 # (tests/e2e/continue/install.sh) in its TUI under a pseudo-terminal
 # (drive.py), offline, against `fidelity sim --reasoning` (40 ms between
 # tokens) through `fidelity record`, with no session header (Continue sends
-# none). The exchanges are written as JSON lines in xchg_to_json's shape
-# (tests/e2e/opencode/dump.c), the temporary paths replaced.
-# usage: sh tests/e2e/continue/record.sh [OUT]  (from the repo root, after make)
+# none): a fact, a Read tool call, a reply interrupted with Esc while it
+# streams (drive.py slows the sim for that turn), /compact, the question.
+# The exchanges are written as JSON lines in xchg_to_json's shape
+# (tests/e2e/opencode/dump.c), the temporary paths replaced. Run by hand;
+# `make test` only replays the fixture (tests/audit/test_replay.c).
+# usage: sh tests/e2e/continue/record.sh [OUT]  (from the repo root, after
+# make; KEEP=1 keeps the temporary directory with the store and the TUI log)
 set -eu
 out=${1:-tests/fixtures/continue-1.5.47/session.jsonl}
 cn=$(sh tests/e2e/continue/install.sh)

@@ -11,8 +11,8 @@
  * requests attached, and no warn or error beyond what the test names.
  */
 #include <setjmp.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,8 +74,7 @@ static size_t other_warnings(const struct audit_list *l,
     return n;
 }
 
-static const struct xchg *xchg_by_id(const struct audit_session *s,
-                                     int64_t id)
+static const struct xchg *xchg_by_id(const struct audit_session *s, int64_t id)
 {
     for (size_t i = 0; i < s->n; i++)
         if (s->x[i]->id == id)
@@ -101,8 +100,8 @@ static int64_t tool_round_trip(const struct audit_session *s)
                                k, m)
             {
                 const char *r = json_string_value(json_object_get(m, "role"));
-                const char *c = json_string_value(
-                    json_object_get(m, "tool_call_id"));
+                const char *c =
+                    json_string_value(json_object_get(m, "tool_call_id"));
                 if (r && c && !strcmp(r, "tool") && !strcmp(c, id))
                     return s->x[i]->id;
             }

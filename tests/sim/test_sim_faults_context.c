@@ -439,12 +439,12 @@ static void test_summary_keeps_the_facts(void **state)
 {
     struct simt *t = *state;
     struct proc *p = simt_start(t, NULL);
-    char *a = simt_ask(
-        t, p,
-        simt_chat(json_pack(
-            "[o,o,o]", simt_msg("user", SAFE_FACT),
-            simt_msg("assistant", "Noted."),
-            simt_msg("user", "Summarize our conversation so far."))));
+    char *a =
+        simt_ask(t, p,
+                 simt_chat(json_pack(
+                     "[o,o,o]", simt_msg("user", SAFE_FACT),
+                     simt_msg("assistant", "Noted."),
+                     simt_msg("user", "Summarize our conversation so far."))));
     assert_string_equal(a, "Summary of our conversation: The pin for safe "
                            "is 1234.");
     free(a);

@@ -6,7 +6,9 @@
 # turns, each followed by one tool round trip, goes through `fidelity
 # record` to `fidelity sim`; then `fidelity audit` and `fidelity sessions`
 # read the store under /usr/bin/time -v. Prints the seconds, the peak RSS
-# and the ratio audit time / recording time.
+# and the ratio audit time / recording time. The sim's prefix cache holds
+# the whole session (--cache-tokens): the conversation is a healthy one,
+# and its audit has no warning to give.
 #
 # usage: sh bench/audit.sh [TURNS]    (default 100; run from the repo root)
 #   AUDIT_BENCH_SCALE=1       linearity: record 2,000 turns (4,000
@@ -37,7 +39,7 @@ if [ -n "${AUDIT_BENCH_DB:-}" ]; then
     cp "$AUDIT_BENCH_DB" "$dir/b.db"
     start=0; end=0
 else
-$bin sim --listen 127.0.0.1:0 --max-model-len 16777216 >"$dir/sim.out" 2>/dev/null &
+$bin sim --listen 127.0.0.1:0 --max-model-len 16777216 --cache-tokens 4194304 >"$dir/sim.out" 2>/dev/null &
 sim_pid=$!
 while ! grep -q listening "$dir/sim.out" 2>/dev/null; do sleep 0.05; done
 sim_url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$dir/sim.out")

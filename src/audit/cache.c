@@ -84,14 +84,35 @@ static bool is_reply(const struct areq *r, size_t m, const struct areq *p)
     return same;
 }
 
+/* Bytes per prompt token of r alone (its messages and tools over its
+ * prompt tokens), 0 when r reported none. */
+static double own_bpt(const struct actx *c, const struct areq *r)
+{
+    double t = tokens_of(c, r);
+    return t > 0 && is_ok(r) ? (double)(r->msg_bytes + r->tool_bytes) / t : 0;
+}
+
+/* The shared prefix in tokens is measured at the predecessor's own bytes
+ * per token (when all of p is shared: exactly p's prompt tokens), else at
+ * r's, else at the session's median: a session's early requests (a long
+ * system prompt) and late ones (many short messages) differ by 2x and
+ * more, and the median would overstate the early ones' prefix. Never more
+ * than r's own prompt. */
 static void measure(const struct actx *c, size_t i, double bpt, struct cuse *u)
 {
     const struct areq *r = &c->r[i];
     memset(u, 0, sizeof(*u));
     u->cached = cached_of(r);
-    if (r->prev < 0 || !r->msgs || !is_ok(r) || u->cached < 0 || bpt <= 0)
+    if (r->prev < 0 || !r->msgs || !is_ok(r) || u->cached < 0)
         return;
     const struct areq *p = &c->r[r->prev];
+    double local = own_bpt(c, p);
+    if (local <= 0)
+        local = own_bpt(c, r);
+    if (local <= 0)
+        local = bpt;
+    if (local <= 0)
+        return;
     size_t k = 0;
     double bytes = 0;
     while (k < p->nmsg && k < r->nmsg && p->mhash[k] == r->mhash[k])
@@ -102,7 +123,10 @@ static void measure(const struct actx *c, size_t i, double bpt, struct cuse *u)
     }
     if (k && r->tool_bytes == p->tool_bytes)
         bytes += (double)r->tool_bytes; /* rendered with the system prompt */
-    u->shared = bytes / bpt;
+    u->shared = bytes / local;
+    double own = tokens_of(c, r);
+    if (own > 0 && u->shared > own)
+        u->shared = own;
     u->reply_tokens = p->completion_tokens;
     double end = p->x->started + p->x->up_total_ms / 1000.0;
     u->gap_s = r->x->started - end;

@@ -296,6 +296,41 @@ static void test_healthy_sim_has_no_cache_findings(void **state)
     free(db);
 }
 
+/* A session whose bytes per token change as it goes, the shape of an
+ * agent's: a long system prompt of words first (about 5 bytes a token in
+ * the sim), then dozens of messages of punctuation (one token a byte). Every
+ * shared token was served from the cache; measured at the session's
+ * median bytes per token, the early requests' shared prefix came out at
+ * twice their whole prompt and each was called a refill. */
+static void test_changing_bytes_per_token_is_no_refill(void **state)
+{
+    (void)state;
+    char *db = xasprintf("%s/ratio.db", dir);
+    start(NULL, db);
+    struct buf sys = BUF_INIT;
+    for (int i = 0; i < 6000; i++)
+        buf_adds(&sys, "abcd ");
+    json_t *m =
+        json_pack("[{s:s, s:s}]", "role", "system", "content", buf_str(&sys));
+    buf_release(&sys);
+    for (int t = 1; t <= 60; t++) {
+        char u[640];
+        int n = snprintf(u, sizeof(u), "%d", t);
+        memset(u + n, '.', 600);
+        u[n + 600] = 0;
+        json_array_append_new(m, xb_msg("user", u));
+        char *reply = exchange("ratio", m);
+        json_array_append_new(m, xb_msg("assistant", reply));
+        free(reply);
+    }
+    json_decref(m);
+    stop();
+    json_t *j = audit(db, NULL);
+    assert_no_cache_findings(j);
+    json_decref(j);
+    free(db);
+}
+
 /* A small cache other sessions' load evicts while the session is idle:
  * the miss after the gap is excused by --cache-idle; with the default
  * idle time of 10 minutes the same store gives the refill. */
@@ -610,6 +645,7 @@ int main(void)
         T(test_compaction_is_compared_with_what_is_shared),
         T(test_no_cache_figures_said_once),
         T(test_thresholds_are_options),
+        T(test_changing_bytes_per_token_is_no_refill),
         cmocka_unit_test(test_idle_gap_default_is_ten_minutes),
         cmocka_unit_test(test_deepseek_cache_hit_field),
         cmocka_unit_test(test_reply_reused_once_is_not_a_finding),

@@ -623,35 +623,84 @@ static void check_summary(struct actx *c, size_t i, size_t sj)
     r->lost_summary = q->x->id;
 }
 
+/* The assistant message m a harness sent back in place of p's interrupted
+ * reply keeps at most the part of it the client had: no tool calls, and
+ * content empty or a beginning of the partial text (Kilo keeps the
+ * reasoning and an empty content). */
+static bool is_partial_kept(const struct areq *p, json_t *m)
+{
+    if (strcmp(role_of(m), "assistant") ||
+        json_array_size(json_object_get(m, "tool_calls")) > 0)
+        return false;
+    char *sent = msg_text(m);
+    const char *have = p->content ? p->content : "";
+    bool part = !strncmp(have, sent, strlen(sent));
+    free(sent);
+    return part;
+}
+
 /* A user interrupt: the predecessor's stream ended with the client gone
  * (no final event), and the request carries everything before it but not
- * its partial reply (or the client left before any text came). */
+ * its partial reply (or the client left before any text came), or an
+ * assistant message in its place that keeps at most the partial text;
+ * a user message follows. */
 static bool is_interrupt(const struct areq *p, const struct areq *r,
                          const struct audit_step *st)
 {
+    if (p->x->end != XCHG_CLIENT_GONE || st->kept != p->nmsg)
+        return false;
     bool dropped = st->kind == AUDIT_STEP_REWRITE && st->removed == 1;
     bool none = st->kind == AUDIT_STEP_PREFIX && !has_reply(p);
-    return p->x->end == XCHG_CLIENT_GONE && (dropped || none) &&
-           st->kept == p->nmsg && r->nmsg > p->nmsg &&
-           r->mrole[p->nmsg] != AROLE_ASSISTANT;
+    size_t next = p->nmsg;
+    if (st->kind == AUDIT_STEP_ECHO &&
+        is_partial_kept(p, json_array_get(r->msgs, p->nmsg)))
+        next++;
+    else if (!dropped && !none)
+        return false;
+    return r->nmsg > next && r->mrole[next] != AROLE_ASSISTANT;
 }
 
 static void report_interrupt(struct actx *c, size_t i,
                              const struct audit_step *st, json_t *ev)
 {
+    static const char *const echo_keys[] = {"index",
+                                            "field",
+                                            "streamed_bytes",
+                                            "streamed",
+                                            "sent",
+                                            "sent_bytes",
+                                            "removed",
+                                            "summary_found",
+                                            "continue_injected",
+                                            "sent_tool_calls",
+                                            "streamed_tool_calls"};
     struct areq *r = &c->r[i], *p = &c->r[r->prev];
+    size_t sent = 0;
+    if (st->kind == AUDIT_STEP_ECHO) {
+        char *t = msg_text(json_array_get(r->msgs, p->nmsg));
+        sent = strlen(t);
+        free(t);
+    }
+    for (size_t k = 0; k < sizeof(echo_keys) / sizeof(*echo_keys); k++)
+        json_object_del(ev, echo_keys[k]);
     json_object_set_new(ev, "prev_request", json_integer(p->x->id));
     json_object_set_new(ev, "partial_bytes",
                         json_integer((json_int_t)reply_bytes(p)));
+    json_object_set_new(ev, "partial_sent_bytes",
+                        json_integer((json_int_t)sent));
     json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
-    json_object_del(ev, "removed");
-    json_object_del(ev, "summary_found");
-    json_object_del(ev, "continue_injected");
     p->interrupted = true;
-    finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
-                "the user interrupted request %lld: its partial reply (%zu "
-                "bytes) was dropped and the conversation went on",
-                (long long)p->x->id, reply_bytes(p));
+    if (st->kind == AUDIT_STEP_ECHO && sent)
+        finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
+                    "the user interrupted request %lld: %zu of its partial "
+                    "reply's %zu bytes were sent back and the conversation "
+                    "went on",
+                    (long long)p->x->id, sent, reply_bytes(p));
+    else
+        finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
+                    "the user interrupted request %lld: its partial reply "
+                    "(%zu bytes) was dropped and the conversation went on",
+                    (long long)p->x->id, reply_bytes(p));
 }
 
 void rule_history(struct actx *c)

@@ -417,6 +417,7 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
         .tools = json_array_size(c.tools) ? c.tools : NULL,
         .variant = variant(s, &c),
         .want_reasoning = c.reasoning,
+        .summary = is_summary_request(c.body),
     };
     feedback_window(&s->cfg, &c.prompt, &in.window);
     sim_cache_begin(s, c.prompt.v, c.prompt.n, SIZE_MAX);

@@ -469,6 +469,29 @@ static bool tool_call(const struct reply_in *in, const struct seg *q,
     return false;
 }
 
+/* A summary request's answer: each fact the visible conversation states,
+ * once (its latest value), as "The ATTR for ENTITY is VALUE."; false, and
+ * nothing written, when it states none. */
+static bool summarise(const struct view *v, struct buf *out)
+{
+    struct facts fs;
+    size_t said = 0;
+    collect_facts(v, &fs);
+    for (size_t i = 0; i < fs.n; i++) {
+        bool later = false;
+        for (size_t j = i + 1; j < fs.n && !later; j++)
+            later = !strcmp(fs.v[j].attr, fs.v[i].attr) &&
+                    !strcmp(fs.v[j].ent, fs.v[i].ent);
+        if (later)
+            continue;
+        buf_adds(out, said++ ? " " : "Summary of our conversation: ");
+        buf_printf(out, "The %s for %s is %s.", fs.v[i].attr, fs.v[i].ent,
+                   fs.v[i].value);
+    }
+    facts_release(&fs);
+    return said > 0;
+}
+
 static void answer(const struct reply_in *in, const struct view *v,
                    struct reply_out *out)
 {
@@ -490,6 +513,8 @@ static void answer(const struct reply_in *in, const struct view *v,
     const char *qm = w ? memchr(w, '?', (size_t)(end - w)) : NULL;
     long first = first_user(v, qi);
     if (tool_call(in, q, out))
+        return;
+    if (in->summary && summarise(v, c))
         return;
     if (find_ci(t, end, "first message") && memchr(t, '?', q->text.len)) {
         if (first < 0) {

@@ -22,6 +22,8 @@ struct reply_in {
     json_t *tools; /* the request's tools array, or NULL */
     int variant;   /* 0: plain; 1, 2: phrasing variants */
     bool want_reasoning;
+    bool summary; /* a summary (compaction) request: answered with the
+                   * facts the conversation states (a healthy summary) */
 };
 
 struct reply_out {

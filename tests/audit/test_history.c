@@ -438,6 +438,59 @@ static void test_interrupt_and_close_after_done(void **state)
     free_xs(xs, 3);
 }
 
+/* Request 3 after the user interrupted request 2 (the partial reply "Tw")
+ * sends back an assistant message with content sent2 in its place: Kilo
+ * keeps the reasoning and an empty content. */
+static void interrupted_then(const char *sent2, struct audit_list *l)
+{
+    static const char *const users[3] = {"one", "two", "stop, do three"};
+    static const char *const replies[3] = {"One.", "Tw", "Three."};
+    static const char *const reasoning[3] = {"r1", "r2", "r3"};
+    struct xchg xs[3];
+    conversation(xs, 3, users, replies, reasoning, true);
+    json_t *a = json_array_get(json_object_get(xs[2].req_body, "messages"), 4);
+    json_object_set_new(a, "content", json_string(sent2));
+    xs[1].end = XCHG_CLIENT_GONE;
+    json_object_set_new(xs[1].reply, "done", json_false());
+    json_object_del(xs[1].reply, "finish_reason");
+    json_object_del(xs[1].reply, "usage");
+    run_audit(xs, 3, NULL, l);
+    free_xs(xs, 3);
+}
+
+/* A harness that sends back what it had of the interrupted reply (none of
+ * its text, or a beginning of it) is the same user interrupt, not an echo
+ * error (the Kilo CLI 7.7.7 after Ctrl-C: an empty content with the
+ * reasoning); text the stream never carried still is an echo error. */
+static void test_interrupt_partial_sent_back(void **state)
+{
+    (void)state;
+    struct audit_list l;
+    interrupted_then("", &l);
+    const struct audit_finding *f = find_rule(&l, "history.interrupted");
+    assert_non_null(f);
+    assert_int_equal(f->request, 3);
+    assert_int_equal(ev_int(f, "prev_request"), 2);
+    assert_int_equal(ev_int(f, "partial_bytes"), 2);
+    assert_int_equal(ev_int(f, "partial_sent_bytes"), 0);
+    assert_null(find_rule(&l, "history.echo"));
+    assert_int_equal(warn_or_error(&l), 0);
+    audit_list_release(&l);
+
+    interrupted_then("T", &l);
+    f = find_rule(&l, "history.interrupted");
+    assert_non_null(f);
+    assert_int_equal(ev_int(f, "partial_sent_bytes"), 1);
+    assert_non_null(strstr(f->summary, "1 of its partial reply's 2 bytes"));
+    assert_int_equal(warn_or_error(&l), 0);
+    audit_list_release(&l);
+
+    interrupted_then("Two, done.", &l);
+    assert_null(find_rule(&l, "history.interrupted"));
+    assert_non_null(find_rule(&l, "history.echo"));
+    audit_list_release(&l);
+}
+
 /* The user left before any text came: nothing to drop, still an
  * interrupt, and its stream is not reported again. */
 static void test_interrupt_before_any_text(void **state)
@@ -626,6 +679,7 @@ int main(void)
         cmocka_unit_test(test_retry_after_429),
         cmocka_unit_test(test_interrupt_and_close_after_done),
         cmocka_unit_test(test_interrupt_before_any_text),
+        cmocka_unit_test(test_interrupt_partial_sent_back),
         cmocka_unit_test(test_prune_and_echo_both_reported),
         cmocka_unit_test(test_compaction_every_time_and_lost),
         cmocka_unit_test(test_title_by_structure),

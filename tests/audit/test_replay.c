@@ -6,10 +6,13 @@
  * summary lost the history: two history.compaction, one
  * history.compaction_lost, the "first message" reply pointing at it, no
  * rewrite, and no reasoning.policy under "keep" although every reasoning
- * went back as streamed. Kilo's and Continue's sessions likewise.
+ * went back as streamed. Kilo's and Continue's sessions likewise, and each
+ * with a tool call round trip and a user interrupt: one session, the side
+ * requests attached, and no warn or error beyond what the test names.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +54,74 @@ static size_t count_rule(const struct audit_list *l, const char *rule)
     for (size_t i = 0; i < l->n; i++)
         n += !strcmp(l->v[i].rule, rule);
     return n;
+}
+
+/* Prints every warn or error finding (so that a failure explains itself)
+ * and returns how many are of none of the rules in allowed (NULL-ended). */
+static size_t other_warnings(const struct audit_list *l,
+                             const char *const *allowed)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].sev < AUDIT_WARN)
+            continue;
+        print_message("%s %s\n", l->v[i].rule, l->v[i].summary);
+        bool ok = false;
+        for (size_t k = 0; allowed[k]; k++)
+            ok |= !strcmp(l->v[i].rule, allowed[k]);
+        n += !ok;
+    }
+    return n;
+}
+
+static const struct xchg *xchg_by_id(const struct audit_session *s, int64_t id)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->x[i]->id == id)
+            return s->x[i];
+    return NULL;
+}
+
+/* The id of the first exchange whose reply called a tool whose result a
+ * later request of the session sent back (a "tool" message answering
+ * that call's id); -1 when none. */
+static int64_t tool_round_trip(const struct audit_session *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        json_t *tc = json_object_get(s->x[i]->reply, "tool_calls");
+        const char *id =
+            json_string_value(json_object_get(json_array_get(tc, 0), "id"));
+        if (!id)
+            continue;
+        for (size_t j = i + 1; j < s->n; j++) {
+            size_t k;
+            json_t *m;
+            json_array_foreach(json_object_get(s->x[j]->req_body, "messages"),
+                               k, m)
+            {
+                const char *r = json_string_value(json_object_get(m, "role"));
+                const char *c =
+                    json_string_value(json_object_get(m, "tool_call_id"));
+                if (r && c && !strcmp(r, "tool") && !strcmp(c, id))
+                    return s->x[i]->id;
+            }
+        }
+    }
+    return -1;
+}
+
+/* The one history.interrupted finding: the exchange it names ended with
+ * the client gone, and the request that went on is the one after it. */
+static void assert_interrupt(const struct audit_list *l,
+                             const struct audit_session *s)
+{
+    assert_int_equal(count_rule(l, "history.interrupted"), 1);
+    const struct audit_finding *f = find_rule(l, "history.interrupted");
+    assert_int_equal(f->sev, AUDIT_INFO);
+    const struct xchg *p = xchg_by_id(s, ev_int(f, "prev_request"));
+    assert_non_null(p);
+    assert_int_equal(p->end, XCHG_CLIENT_GONE);
+    assert_true(f->request > p->id);
 }
 
 static void test_opencode_two_compactions(void **state)
@@ -125,11 +196,14 @@ static void test_kilo_two_compactions(void **state)
 /* The Continue CLI 1.5.47 in its TUI, no session header: its title
  * requests (one user message "...please reply with a title for the chat",
  * max_tokens 16, no system prompt, no tools; record calls them main) whose
- * reasoning used the 16 tokens on every turn, and its /compact (the whole
- * history plus "Please provide a concise summary...", with tools) followed
- * by [system, assistant(summary), system, user]. One session, the title and
- * summary requests attached, the compaction found, the empty titles one
- * budget finding with Continue's 3 further tries, nothing else. */
+ * reasoning used the 16 tokens on every turn, a Read tool call run in
+ * --auto and its result sent back, a reply interrupted with Esc while it
+ * streamed (the client left, the next request has two user messages in a
+ * row), and its /compact (the whole history plus "Please provide a
+ * concise summary...", with tools) followed by [system, assistant(summary),
+ * system, user]. One session, the title and summary requests attached,
+ * the compaction found, the interrupt, the empty titles one budget
+ * finding with Continue's 3 further tries, and no other warn or error. */
 static void test_continue_titles_and_compact(void **state)
 {
     (void)state;
@@ -145,15 +219,60 @@ static void test_continue_titles_and_compact(void **state)
     assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
                      1);
     json_decref(row);
-    for (size_t i = 0; i < l.n; i++)
-        if (l.v[i].sev >= AUDIT_WARN)
-            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    static const char *const expected[] = {"history.compaction",
+                                           "reasoning.budget", NULL};
+    assert_int_equal(other_warnings(&l, expected), 0);
+    assert_true(tool_round_trip(&set.s[0]) > 0);
+    assert_interrupt(&l, &set.s[0]);
     assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    assert_int_equal(count_rule(&l, "reasoning.budget"), 1);
     const struct audit_finding *b = find_rule(&l, "reasoning.budget");
-    assert_non_null(b);
     assert_int_equal(ev_int(b, "max_tokens"), 16);
     assert_int_equal(ev_int(b, "retries"), 3);
     assert_int_equal(audit_list_count(&l, AUDIT_WARN), 2);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
+/* The Kilo CLI 7.7.7 (tests/e2e/kilo/record.sh): `kilo run` turns, the
+ * prompts on stdin, a read tool call run and its result sent back, a reply
+ * interrupted with Ctrl-C (SIGINT) while it streamed (Kilo sends back the
+ * reasoning and an empty content in its place), one compaction whose
+ * summary kept the facts, and a title request under a header of its own.
+ * One session, the title and summary requests attached, the compaction,
+ * the interrupt, and no other warn or error: the title came back with text
+ * (max_tokens 1000), so no budget finding. */
+static void test_kilo_tool_interrupt_compaction(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.policy = AUDIT_POLICY_KEEP;
+    replay("../kilo-7.7.7/session.jsonl", &set, &o, &l);
+    assert_int_equal(set.n, 1);
+    json_t *row = audit_session_json(&set.s[0], &l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     1);
+    json_decref(row);
+    static const char *const expected[] = {"history.compaction", NULL};
+    assert_int_equal(other_warnings(&l, expected), 0);
+    assert_true(tool_round_trip(&set.s[0]) > 0);
+    assert_interrupt(&l, &set.s[0]);
+    const struct audit_finding *f = find_rule(&l, "history.interrupted");
+    assert_int_equal(ev_int(f, "partial_sent_bytes"), 0);
+    assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 0);
+    assert_int_equal(count_rule(&l, "reasoning.budget"), 0);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 1);
+    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
     audit_list_release(&l);
     audit_set_release(&set);
 }
@@ -164,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_opencode_two_compactions),
         cmocka_unit_test(test_kilo_two_compactions),
         cmocka_unit_test(test_continue_titles_and_compact),
+        cmocka_unit_test(test_kilo_tool_interrupt_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

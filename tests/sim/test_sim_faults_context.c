@@ -432,6 +432,31 @@ static void test_lose_summary(void **state)
     free(a);
 }
 
+/* Without --lose-summary a summary request is answered with the facts
+ * its transcript states (a healthy summary): in the conversation, and in
+ * a transcript quoted into one user message (Kilo, opencode). */
+static void test_summary_keeps_the_facts(void **state)
+{
+    struct simt *t = *state;
+    struct proc *p = simt_start(t, NULL);
+    char *a =
+        simt_ask(t, p,
+                 simt_chat(json_pack(
+                     "[o,o,o]", simt_msg("user", SAFE_FACT),
+                     simt_msg("assistant", "Noted."),
+                     simt_msg("user", "Summarize our conversation so far."))));
+    assert_string_equal(a, "Summary of our conversation: The pin for safe "
+                           "is 1234.");
+    free(a);
+    a = simt_ask(t, p,
+                 simt_chat(json_pack(
+                     "[o]", simt_msg("user", "Here is the conversation so "
+                                             "far: [User]: " SAFE_FACT
+                                             " Write a summary of it."))));
+    assert_non_null(strstr(a, "is 1234."));
+    free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -452,6 +477,7 @@ int main(void)
         T(test_sparse_indexer_preset),
         T(test_forget_after_at_run_time_and_reset),
         T(test_lose_summary),
+        T(test_summary_keeps_the_facts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,16 +3,21 @@
 # (tests/e2e/continue/install.sh) in its TUI under a pseudo-terminal
 # (drive.py), offline, against `fidelity sim --reasoning` (40 ms between
 # tokens) through `fidelity record`, with no session header (Continue sends
-# none). The exchanges are written as JSON lines in xchg_to_json's shape
-# (tests/e2e/opencode/dump.c), the temporary paths replaced.
-# usage: sh tests/e2e/continue/record.sh [OUT]  (from the repo root, after make)
+# none): a fact, a Read tool call, a reply interrupted with Esc while it
+# streams (drive.py slows the sim for that turn), /compact, the question.
+# The exchanges are written as JSON lines in xchg_to_json's shape
+# (tests/e2e/opencode/dump.c), the temporary paths replaced. Run by hand;
+# `make test` only replays the fixture (tests/audit/test_replay.c).
+# usage: sh tests/e2e/continue/record.sh [OUT]  (from the repo root, after
+# make; KEEP=1 keeps the temporary directory with the store and the TUI log)
 set -eu
 out=${1:-tests/fixtures/continue-1.5.47/session.jsonl}
 cn=$(sh tests/e2e/continue/install.sh)
 F=$PWD/fidelity
 d=$(mktemp -d)
+[ -z "${KEEP:-}" ] || echo "record.sh: keeping $d" >&2
 pids=""
-trap 'for p in $pids; do kill $p 2>/dev/null || true; done; rm -rf "$d"' EXIT INT TERM
+trap 'for p in $pids; do kill $p 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$d"' EXIT INT TERM
 mkdir -p "$d/proj" "$d/home"
 "$F" sim --listen 127.0.0.1:0 --reasoning --token-interval-ms 40 >"$d/sim.out" 2>/dev/null &
 pids="$pids $!"
@@ -35,8 +40,9 @@ models:
     apiKey: sk-not-a-secret
     roles: [chat, edit, apply, summarize]
 YAML
-timeout 200 python3 tests/e2e/continue/drive.py "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log"
+timeout 300 python3 tests/e2e/continue/drive.py "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log" "$sim"
 kill -TERM $rp; wait $rp 2>/dev/null || true
+make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
     $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread

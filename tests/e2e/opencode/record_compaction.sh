@@ -75,6 +75,7 @@ while [ $t -le 16 ]; do
 done
 run -c "What is the access code for the blue door?"
 kill -TERM $rp; wait $rp 2>/dev/null || true
+make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
     $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread

@@ -94,11 +94,9 @@ static int64_t tool_round_trip(const struct audit_session *s)
         if (!id)
             continue;
         for (size_t j = i + 1; j < s->n; j++) {
-            size_t k;
-            json_t *m;
-            json_array_foreach(json_object_get(s->x[j]->req_body, "messages"),
-                               k, m)
-            {
+            /* a set's messages are views: the first req_msgs_n */
+            for (size_t k = 0; k < s->x[j]->req_msgs_n; k++) {
+                json_t *m = json_array_get(s->x[j]->req_msgs, k);
                 const char *r = json_string_value(json_object_get(m, "role"));
                 const char *c =
                     json_string_value(json_object_get(m, "tool_call_id"));

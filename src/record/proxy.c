@@ -147,7 +147,14 @@ struct record {
     struct intake *intake;
     size_t in_pending, in_bytes;
     uint64_t mark_epoch, mark_off;
-    bool mark_due;         /* the batch being stored moves the frontier */
+    bool mark_due; /* the batch being stored moves the frontier */
+    /* the batch being stored and its results, for on_intake_commit, which
+     * refuses to move the frontier past one of the log's exchanges that
+     * failed (batch_refused): the batch is then stored one by one */
+    struct ex **batch_ex;
+    const int *batch_rcs;
+    size_t batch_n;
+    bool batch_refused;
     atomic_bool in_failed; /* an append failed: the log is not used */
     /* An exchange of the log could be neither stored nor spilled: the
      * frontier stays before it, and the writer leaves the later ones of
@@ -1349,6 +1356,25 @@ static void note_batch(struct ex **batch, size_t n, double t0, double t1,
     }
 }
 
+/* What the transaction storing batch[0..n) (results in rcs) does to the
+ * intake log's frontier: it moves past the batch's last exchange of the
+ * log (on_intake_commit). */
+static void set_mark(struct record *r, struct ex **batch, size_t n,
+                     const int *rcs)
+{
+    r->mark_due = false;
+    for (size_t i = 0; i < n; i++)
+        if (batch[i]->in_end) { /* the queue keeps the log's order */
+            r->mark_epoch = batch[i]->in_epoch;
+            r->mark_off = batch[i]->in_end;
+            r->mark_due = true;
+        }
+    r->batch_ex = batch;
+    r->batch_rcs = rcs;
+    r->batch_n = n;
+    r->batch_refused = false;
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file.
  * Once the log is stuck (log_stuck), its exchanges stay there. */
 static void store_batch(struct record *r, struct ex **all, size_t nall)
@@ -1383,23 +1409,34 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
     }
     if (timing)
         t1 = now_ms();
-    r->mark_due = false;
-    for (size_t i = 0; i < n; i++)
-        if (batch[i]->in_end) { /* the queue keeps the log's order */
-            r->mark_epoch = batch[i]->in_epoch;
-            r->mark_off = batch[i]->in_end;
-            r->mark_due = true;
-        }
+    set_mark(r, batch, n, rcs);
     /* when the transaction did not commit, the frontier stayed before
      * the batch: an exchange of the log that cannot be spilled either is
-     * still there for the next start (if it committed, the frontier
-     * passed the batch: such an exchange is lost) */
+     * still there for the next start. It commits only when every exchange
+     * of the log in it was stored (on_intake_commit): else the batch is
+     * stored again one by one, so that the frontier never passes an
+     * exchange that is neither stored nor spilled. */
     bool rolled_back = n && xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     if (timing)
         note_batch(batch, n, t0, t1, now_ms());
+    bool one_by_one = rolled_back && r->batch_refused;
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
-        e->outcome = rcs[i] ? spill(r, e, d.msg, e->in_end && rolled_back) : 0;
+        bool in_log = e->in_end && rolled_back;
+        struct diag d1 = {{0}};
+        if (one_by_one && e->in_end && atomic_load(&r->log_stuck)) {
+            e->outcome = 3; /* with the one before it */
+            writer_done(e, timing);
+            continue;
+        }
+        if (one_by_one) {
+            set_mark(r, &batch[i], 1, &rcs[i]);
+            bool back =
+                xchg_put_batch(r->db, r->cache, &xs[i], 1, &rcs[i], &d1);
+            in_log = e->in_end && back;
+        }
+        e->outcome =
+            rcs[i] ? spill(r, e, one_by_one ? d1.msg : d.msg, in_log) : 0;
         /* free the recorded copy here, off the forwarding loop; the loop
          * needs only how it ended (and the timing samples) */
         writer_done(e, timing);
@@ -1416,6 +1453,14 @@ static int on_intake_commit(sqlite3 *db, void *ud)
     struct record *r = ud;
     if (!r->mark_due)
         return SQLITE_OK;
+    /* an exchange of the log the store refused: committing would move the
+     * frontier past it, and were the spill file to fail too it would be
+     * lost; the batch is stored again one by one (store_batch) */
+    for (size_t i = 0; i < r->batch_n; i++)
+        if (r->batch_rcs[i] && r->batch_ex[i]->in_end) {
+            r->batch_refused = true;
+            return SQLITE_ABORT;
+        }
     return intake_mark(r->intake, db, r->mark_epoch, r->mark_off);
 }
 

@@ -14,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "core/xalloc.h"
+#include "store/replay.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/rec.h"
@@ -694,6 +696,94 @@ static void test_store_locked_spills(void **state)
     assert_int_equal(c.complete, 3);
 }
 
+/* Rows of the store whose path holds what. */
+static size_t rows_with(const char *db, const char *what)
+{
+    json_t *all = rec_load(db), *x;
+    size_t i, n = 0;
+    json_array_foreach(all, i, x)
+    {
+        const char *p = json_string_value(json_object_get(x, "path"));
+        n += p && strstr(p, what);
+    }
+    json_decref(all);
+    return n;
+}
+
+/* The store refuses one exchange of a batch (a trigger) and the spill
+ * file cannot take it (a directory stands at its path): the batch is
+ * stored one by one, so the intake log's frontier never passes the
+ * refused exchange, which the next start commits, once, with those after
+ * it; nothing is lost and nothing is stored twice. A slow exchange (a
+ * trigger counting, a body too big to be stored on the loop) holds the
+ * writer while the next three queue up into one batch. */
+static void test_refused_in_batch_stays_in_log(void **state)
+{
+    struct recfx *f = *state;
+    struct rec_resp r;
+    struct diag d = {{0}};
+    static const char small[] =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}";
+    char *u = url_of(f, "/json?first");
+    fetch_ok(u, small, &r);
+    rec_resp_release(&r);
+    free(u);
+    wait_rows(f->db, 1);
+    sqlite3 *s = NULL;
+    assert_int_equal(store_open(f->db, &s, &d), 0);
+    assert_int_equal(
+        store_exec(s,
+                   "CREATE TRIGGER slow BEFORE INSERT ON xchg"
+                   " WHEN NEW.path LIKE '%slow%' BEGIN SELECT count(*) FROM"
+                   " (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1"
+                   " FROM c WHERE x < 3000000) SELECT x FROM c); END;"
+                   "CREATE TRIGGER refuse BEFORE INSERT ON xchg"
+                   " WHEN NEW.path LIKE '%n=1%'"
+                   " BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+                   &d),
+        0);
+    store_close(s);
+    assert_int_equal(mkdir(f->spill, 0700), 0);
+    size_t big_n = 80u << 10;
+    char *big = xmalloc(big_n + 64);
+    int k =
+        snprintf(big, 64, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    memset(big + k, 'x', big_n);
+    strcpy(big + k + big_n, "\"}]}");
+    u = url_of(f, "/json?slow");
+    fetch_ok(u, big, &r);
+    rec_resp_release(&r);
+    free(u);
+    free(big);
+    for (int i = 0; i < 3; i++) {
+        char path[32];
+        snprintf(path, sizeof(path), "/json?n=%d", i);
+        u = url_of(f, path);
+        fetch_ok(u, small, &r);
+        rec_resp_release(&r);
+        free(u);
+    }
+    /* record stops with the refused one (and those after it) still in
+     * its intake log */
+    proc_stop(&f->rec);
+    assert_int_equal(rows_with(f->db, "n=1"), 0);
+    assert_int_equal(rmdir(f->spill), 0);
+    assert_int_equal(store_open(f->db, &s, &d), 0);
+    assert_int_equal(
+        store_exec(s, "DROP TRIGGER refuse; DROP TRIGGER slow", &d), 0);
+    store_close(s);
+    uint64_t n = 0;
+    assert_int_equal(store_replay(f->db, f->spill, &n, &d), 0);
+    assert_true(n >= 1);
+    assert_int_equal(rows_with(f->db, "first"), 1);
+    assert_int_equal(rows_with(f->db, "slow"), 1);
+    for (int i = 0; i < 3; i++) {
+        char what[8];
+        snprintf(what, sizeof(what), "n=%d", i);
+        assert_int_equal(rows_with(f->db, what), 1);
+    }
+}
+
 /* Session header and request kinds. */
 static void test_session_header_and_kinds(void **state)
 {
@@ -855,6 +945,8 @@ int main(void)
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_locked_spills, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_in_batch_stays_in_log,
+                                        fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_session_header_and_kinds, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_keep_alive, fx_setup, fx_teardown),

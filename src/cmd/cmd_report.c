@@ -25,7 +25,8 @@
 #include "version.h"
 
 const char CMD_REPORT_HELP[] =
-    "usage: fidelity report [--db FILE] [--probe-run ID] [--probe-live-run ID]\n"
+    "usage: fidelity report [--db FILE] [--probe-run ID] [--probe-live-run "
+    "ID]\n"
     "                       [--drift-run ID] [--session KEY] [-o FILE]\n"
     "\n"
     "Writes one self-contained HTML page (inline CSS and SVG, no script,\n"
@@ -85,8 +86,8 @@ static time_t report_now(void)
 }
 
 /* Writes in's documents with argv's command line and the time now. */
-static int hook_write(const char *cmd, const char *path, int argc,
-                      char **argv, struct report_in *in)
+static int hook_write(const char *cmd, const char *path, int argc, char **argv,
+                      struct report_in *in)
 {
     struct diag d;
     char *line = report_cmdline(argc, argv);
@@ -148,10 +149,9 @@ static int parse(int argc, char **argv, struct args *a)
                                        "invalid value '%s' for %s: a run id "
                                        "(a whole number from 1)",
                                        optarg,
-                                       c == O_PROBE_RUN ? "--probe-run"
-                                       : c == O_DRIFT_RUN
-                                           ? "--drift-run"
-                                           : "--probe-live-run");
+                                       c == O_PROBE_RUN   ? "--probe-run"
+                                       : c == O_DRIFT_RUN ? "--drift-run"
+                                                          : "--probe-live-run");
             *(c == O_PROBE_RUN   ? &a->probe_id
               : c == O_DRIFT_RUN ? &a->drift_id
                                  : &a->live_id) = v;

@@ -15,7 +15,7 @@
 #include "report/report_int.h"
 
 static const char *const cls[CHART_STYLES] = {"s1", "s2", "s3", "s4",
-                                               "s5", "s6", "s7", "s8"};
+                                              "s5", "s6", "s7", "s8"};
 static const char *const group_cls[3] = {"", " g2", " g3"};
 
 const char *chart_class(unsigned style)
@@ -35,7 +35,8 @@ void chart_marker(struct buf *b, unsigned style, double x, double y)
     const char *c = chart_class(style);
     switch (style % CHART_STYLES) {
     case 0:
-        buf_printf(b, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
+        buf_printf(b,
+                   "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
                    c, x, y);
         break;
     case 1:
@@ -57,7 +58,8 @@ void chart_marker(struct buf *b, unsigned style, double x, double y)
                    y + 4);
         break;
     case 5:
-        buf_printf(b, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
+        buf_printf(b,
+                   "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
                    c, x, y);
         break;
     case 6:

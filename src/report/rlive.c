@@ -85,7 +85,9 @@ static void live_chart(struct buf *b, const json_t *doc, bool recall)
                      .p0 = CHART_PL + 8,
                      .p1 = CHART_W - CHART_PR - 8};
     struct axis Y = {.lo = 0,
-                     .hi = recall ? 100 : ymax > 0 ? ymax * 1.15 : 1,
+                     .hi = recall     ? 100
+                           : ymax > 0 ? ymax * 1.15
+                                      : 1,
                      .p0 = CHART_H - CHART_PB,
                      .p1 = CHART_PT};
     buf_printf(b,
@@ -156,8 +158,9 @@ static void first_break(struct buf *b, const json_t *doc)
 {
     const json_t *fb = jget(doc, "first_break");
     if (!json_is_object(fb)) {
-        buf_printf(b, "<p class=\"breaks\">No cell breaks within %lld turns."
-                      "</p>",
+        buf_printf(b,
+                   "<p class=\"breaks\">No cell breaks within %lld turns."
+                   "</p>",
                    jint(doc, "turns", 0));
         return;
     }
@@ -240,8 +243,9 @@ static void errors(struct buf *b, const json_t *doc)
     if (shown)
         buf_adds(b, "</tbody></table>\n");
     if (total > shown)
-        buf_printf(b, "<p class=\"note\">%zu more sessions ended with an "
-                      "error (the JSON has them all).</p>",
+        buf_printf(b,
+                   "<p class=\"note\">%zu more sessions ended with an "
+                   "error (the JSON has them all).</p>",
                    total - shown);
 }
 
@@ -254,13 +258,13 @@ int report_live_section(const json_t *doc, struct buf *b)
     buf_adds(b, "<section id=\"probe-live\"><h2>Live sessions: where recall "
                 "breaks when the model's own replies are carried forward"
                 "</h2>");
-    buf_printf(b, "<p>%lld turns a session, %lld seed%s a cell; the planted "
-                  "facts are asked at turns",
+    buf_printf(b,
+               "<p>%lld turns a session, %lld seed%s a cell; the planted "
+               "facts are asked at turns",
                jint(doc, "turns", 0), jint(doc, "seeds", 0),
                jint(doc, "seeds", 0) == 1 ? "" : "s");
-    json_array_foreach(jget(doc, "question_turns"), i, q)
-        buf_printf(b, "%s%lld", i ? ", " : " ",
-                   (long long)json_integer_value(q));
+    json_array_foreach(jget(doc, "question_turns"), i, q) buf_printf(
+        b, "%s%lld", i ? ", " : " ", (long long)json_integer_value(q));
     buf_adds(b, ". A session that never breaks counts as turns + 1 in the "
                 "median and range.</p>");
     if (json_is_true(jget(doc, "interrupted")))

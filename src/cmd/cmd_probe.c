@@ -70,7 +70,9 @@ const char CMD_PROBE_HELP[] =
     "live sessions:\n"
     "  --live                play sessions with the model's own replies\n"
     "                        carried forward; report where recall breaks\n"
-    "                        per cell of the --vary x --send-reasoning grid\n"
+    "                        per cell of the --vary x --send-reasoning grid;\n"
+    "                        the run is stored for 'fidelity report'\n"
+    "                        (--baseline and --junit do not apply)\n"
     "  --turns N             user turns a session (default 12, 4-64)\n"
     "  --send-reasoning LIST keep,drop,keep-with-tools (default keep)\n"
     "  --seeds N             sessions a cell (default 3)\n"
@@ -80,7 +82,8 @@ const char CMD_PROBE_HELP[] =
     "  --json FILE           machine-readable report ('-' = stdout)\n"
     "  --junit FILE          JUnit XML, one testcase per case\n"
     "  --report FILE         self-contained HTML page (see 'fidelity help "
-    "report')\n"
+    "report');\n"
+    "                        with --live, the live sessions' section\n"
     "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
     "                        (default 90; 0: the rate decides "
     "nothing)\n" CLI_STORE_HELP
@@ -497,9 +500,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
         return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
                                         "and --turn-bytes need --live");
-    if (o->live && (o->baseline || o->junit || o->report))
-        return cli_usage_error("probe", "--baseline, --junit and --report "
-                                        "are not available with --live");
+    if (o->live && (o->baseline || o->junit))
+        return cli_usage_error("probe", "--baseline and --junit are not "
+                                        "available with --live");
     if (o->live && !o->max_tokens_given)
         o->max_tokens = 4096;
     if (!o->endpoint)
@@ -866,6 +869,9 @@ static int run_live(const struct opts *o, struct probe_endpoint *ep,
     struct probe_live_cmd lc = {
         .json = o->json,
         .db = o->db,
+        .report = o->report,
+        .argc = o->argc,
+        .argv = o->argv,
         .no_store = o->no_store,
         .fresh = o->fresh,
         .dry = o->dry,

@@ -1,11 +1,12 @@
 /*
  * cmd_report: `fidelity report`, one self-contained HTML page of what the
  * store holds: the latest (or a given) probe run, drift run and the
- * recorded sessions with audit's findings (default options). Parses
+ * recorded sessions with audit's findings (default options), and the
+ * latest probe --live run. Parses
  * options, loads through src/report/load.c and audit, renders with
  * src/report/ and writes the file. Also the `--report FILE` hook that
  * probe, drift and audit call with their in-memory documents
- * (cmd_report_hook). See docs/REPORT.md.
+ * (cmd_report_hook, cmd_report_live_hook). See docs/REPORT.md.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,26 +25,31 @@
 #include "version.h"
 
 const char CMD_REPORT_HELP[] =
-    "usage: fidelity report [--db FILE] [--probe-run ID] [--drift-run ID]\n"
-    "                       [--session KEY] [-o FILE]\n"
+    "usage: fidelity report [--db FILE] [--probe-run ID] [--probe-live-run "
+    "ID]\n"
+    "                       [--drift-run ID] [--session KEY] [-o FILE]\n"
     "\n"
     "Writes one self-contained HTML page (inline CSS and SVG, no script,\n"
     "nothing fetched) with the pictures of what the store holds: probe's\n"
-    "length x depth heatmaps, drift's metrics against position, audit's\n"
-    "prompt tokens per turn with its findings. Attach it to a bug report.\n"
+    "length x depth heatmaps, probe --live's break turns with recall and\n"
+    "reasoning by turn, drift's metrics against position, audit's prompt\n"
+    "tokens per turn with its findings. Attach it to a bug report.\n"
     "\n"
     "options:\n"
     "  --db FILE          store (default $FIDELITY_DB or fidelity.db)\n"
     "  --spill FILE       record's spill file (default DB.spill.jsonl)\n"
     "  --probe-run ID     probe run to draw (default: the latest)\n"
+    "  --probe-live-run ID\n"
+    "                     probe --live run to draw (default: the latest)\n"
     "  --drift-run ID     drift run to draw (default: the latest)\n"
     "  --session KEY      draw only this recorded session\n"
     "  --no-probe, --no-drift, --no-audit   leave a section out\n"
+    "                     (--no-probe: scripted and live probe runs)\n"
     "  -o, --output FILE  where to write (default report.html, '-' stdout)\n"
     "\n"
-    "'probe', 'drift' and 'audit' also take --report FILE to write the page\n"
-    "of the run they just made. SOURCE_DATE_EPOCH, when set, is the time\n"
-    "the page shows as generated.\n"
+    "'probe' (--live too), 'drift' and 'audit' also take --report FILE to\n"
+    "write the page of the run they just made. SOURCE_DATE_EPOCH, when set,\n"
+    "is the time the page shows as generated.\n"
     "\n"
     "exit status: 0 written, 2 usage (no such run or session, nothing to\n"
     "report), 4 store or I/O failure.\n"
@@ -55,6 +61,7 @@ const char CMD_REPORT_HELP[] =
 
 enum {
     O_PROBE_RUN = 256,
+    O_PROBE_LIVE_RUN,
     O_DRIFT_RUN,
     O_SESSION,
     O_NO_PROBE,
@@ -65,7 +72,7 @@ enum {
 struct args {
     struct recorded_args rec;
     const char *out, *session;
-    long long probe_id, drift_id;
+    long long probe_id, live_id, drift_id;
     bool no_probe, no_drift, no_audit;
 };
 
@@ -78,19 +85,16 @@ static time_t report_now(void)
     return time(NULL);
 }
 
-int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
-                    const json_t *probe, const json_t *drift,
-                    const json_t *audit)
+/* Writes in's documents with argv's command line and the time now. */
+static int hook_write(const char *cmd, const char *path, int argc, char **argv,
+                      struct report_in *in)
 {
     struct diag d;
     char *line = report_cmdline(argc, argv);
-    struct report_in in = {.version = FIDELITY_VERSION,
-                           .cmdline = line,
-                           .generated = report_now(),
-                           .probe = probe,
-                           .drift = drift,
-                           .audit = audit};
-    int r = report_write(&in, path, &d);
+    in->version = FIDELITY_VERSION;
+    in->cmdline = line;
+    in->generated = report_now();
+    int r = report_write(in, path, &d);
     free(line);
     if (r)
         return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
@@ -99,12 +103,28 @@ int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
     return 0;
 }
 
+int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
+                    const json_t *probe, const json_t *drift,
+                    const json_t *audit)
+{
+    struct report_in in = {.probe = probe, .drift = drift, .audit = audit};
+    return hook_write(cmd, path, argc, argv, &in);
+}
+
+int cmd_report_live_hook(const char *cmd, const char *path, int argc,
+                         char **argv, const json_t *live)
+{
+    struct report_in in = {.live = live};
+    return hook_write(cmd, path, argc, argv, &in);
+}
+
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option lo[] = {
         {"db", required_argument, NULL, 'd'},
         {"spill", required_argument, NULL, 'S'},
         {"probe-run", required_argument, NULL, O_PROBE_RUN},
+        {"probe-live-run", required_argument, NULL, O_PROBE_LIVE_RUN},
         {"drift-run", required_argument, NULL, O_DRIFT_RUN},
         {"session", required_argument, NULL, O_SESSION},
         {"no-probe", no_argument, NULL, O_NO_PROBE},
@@ -122,14 +142,19 @@ static int parse(int argc, char **argv, struct args *a)
             continue;
         switch (c) {
         case O_PROBE_RUN:
+        case O_PROBE_LIVE_RUN:
         case O_DRIFT_RUN:
             if (cli_parse_long(optarg, 1, 0x7fffffffL, &v))
-                return cli_usage_error(
-                    "report",
-                    "invalid value '%s' for %s: a run id "
-                    "(a whole number from 1)",
-                    optarg, c == O_PROBE_RUN ? "--probe-run" : "--drift-run");
-            *(c == O_PROBE_RUN ? &a->probe_id : &a->drift_id) = v;
+                return cli_usage_error("report",
+                                       "invalid value '%s' for %s: a run id "
+                                       "(a whole number from 1)",
+                                       optarg,
+                                       c == O_PROBE_RUN   ? "--probe-run"
+                                       : c == O_DRIFT_RUN ? "--drift-run"
+                                                          : "--probe-live-run");
+            *(c == O_PROBE_RUN   ? &a->probe_id
+              : c == O_DRIFT_RUN ? &a->drift_id
+                                 : &a->live_id) = v;
             break;
         case O_SESSION:
             a->session = optarg;
@@ -156,15 +181,20 @@ static int parse(int argc, char **argv, struct args *a)
     return 0;
 }
 
+enum run_kind { RUN_PROBE, RUN_LIVE, RUN_DRIFT };
+
 /* Loads one stored run into *doc: 0 (also when there is none and none was
  * asked for), or the exit code after the message. */
-static int load_run(sqlite3 *db, const struct args *a, bool drift, json_t **doc,
-                    char **origin)
+static int load_run(sqlite3 *db, const struct args *a, enum run_kind k,
+                    json_t **doc, char **origin)
 {
     struct diag d;
-    long long id = drift ? a->drift_id : a->probe_id;
-    int r = drift ? report_load_drift(db, id, doc, origin, &d)
-                  : report_load_probe(db, id, doc, origin, &d);
+    long long id = k == RUN_DRIFT  ? a->drift_id
+                   : k == RUN_LIVE ? a->live_id
+                                   : a->probe_id;
+    int r = k == RUN_DRIFT  ? report_load_drift(db, id, doc, origin, &d)
+            : k == RUN_LIVE ? report_load_live(db, id, doc, origin, &d)
+                            : report_load_probe(db, id, doc, origin, &d);
     if (!r)
         return 0;
     if (r == -ENOENT && !id)
@@ -202,8 +232,8 @@ static int load_audit(const struct args *a, json_t **doc, char **origin)
 int cmd_report(int argc, char **argv)
 {
     struct args a = {.out = "report.html"};
-    json_t *probe = NULL, *drift = NULL, *audit = NULL;
-    char *po = NULL, *dO = NULL, *ao = NULL, *line = NULL;
+    json_t *probe = NULL, *live = NULL, *drift = NULL, *audit = NULL;
+    char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *line = NULL;
     sqlite3 *db = NULL;
     struct diag d;
     recorded_args_init(&a.rec);
@@ -216,18 +246,20 @@ int cmd_report(int argc, char **argv)
         rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
-    if (!a.no_probe && (rc = load_run(db, &a, false, &probe, &po)))
+    if (!a.no_probe && (rc = load_run(db, &a, RUN_PROBE, &probe, &po)))
         goto out;
-    if (!a.no_drift && (rc = load_run(db, &a, true, &drift, &dO)))
+    if (!a.no_probe && (rc = load_run(db, &a, RUN_LIVE, &live, &lo)))
+        goto out;
+    if (!a.no_drift && (rc = load_run(db, &a, RUN_DRIFT, &drift, &dO)))
         goto out;
     store_close(db);
     db = NULL;
     if (!a.no_audit && (rc = load_audit(&a, &audit, &ao)))
         goto out;
-    if (!probe && !drift && !audit) {
+    if (!probe && !live && !drift && !audit) {
         rc = cli_usage_error("report",
                              "nothing to report: '%s' holds no probe run, "
-                             "drift run or recorded session",
+                             "live probe run, drift run or recorded session",
                              a.rec.db);
         goto out;
     }
@@ -236,9 +268,11 @@ int cmd_report(int argc, char **argv)
                            .cmdline = line,
                            .generated = report_now(),
                            .probe = probe,
+                           .live = live,
                            .drift = drift,
                            .audit = audit,
                            .probe_origin = po,
+                           .live_origin = lo,
                            .drift_origin = dO,
                            .audit_origin = ao};
     if (report_write(&in, a.out, &d)) {
@@ -251,9 +285,11 @@ out:
     store_close(db);
     free(line);
     free(po);
+    free(lo);
     free(dO);
     free(ao);
     json_decref(probe);
+    json_decref(live);
     json_decref(drift);
     json_decref(audit);
     return rc;

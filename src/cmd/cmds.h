@@ -26,6 +26,10 @@ int cmd_report(int argc, char **argv);
 int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
                     const json_t *probe, const json_t *drift,
                     const json_t *audit);
+/* The same for probe --live: the page of a fidelity-probe-live/1 document
+ * (its "Live sessions" section). */
+int cmd_report_live_hook(const char *cmd, const char *path, int argc,
+                         char **argv, const json_t *live);
 
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];

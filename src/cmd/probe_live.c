@@ -1,10 +1,12 @@
 /*
  * probe_live: `fidelity probe --live`. Builds the grid of cells (the
  * --vary product crossed with --send-reasoning), prints the plan, plays
- * the sessions (src/probe/live.c), prints the per-cell report and picks
- * the exit code: 0 finished (and recall at least --fail-under), 1 below it
- * or interrupted, 3 when the endpoint stopped answering, 4 store or output
- * failure. See docs/PROBE.md, "Live sessions".
+ * the sessions (src/probe/live.c), prints the per-cell report, stores the
+ * run's JSON document in probe_live_run (what `fidelity report` draws),
+ * writes the HTML page with --report and picks the exit code: 0 finished
+ * (and recall at least --fail-under), 1 below it or interrupted, 3 when the
+ * endpoint stopped answering, 4 store or output failure. See
+ * docs/PROBE.md, "Live sessions".
  */
 #include "cmd/probe_live.h"
 
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
+#include "cmd/cmds.h"
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "store/store.h"
@@ -59,8 +62,12 @@ static int report(const struct probe_live_cmd *o, FILE *out,
     json_t *j = probe_live_report_json(run);
     if (o->json && cli_json_write(j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (o->report &&
+        cmd_report_live_hook("probe", o->report, o->argc, o->argv, j))
+        code = EXIT_INTERNAL;
+    if (db && probe_live_store_run(db, run->ep->fp, j, NULL, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     json_decref(j);
-    (void)db;
     if (run->store_err)
         code = cli_error("probe", EXIT_INTERNAL, "%s", run->store_diag.msg);
     if (code)

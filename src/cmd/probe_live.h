@@ -15,6 +15,9 @@
 
 struct probe_live_cmd {
     const char *json, *db;
+    const char *report; /* --report FILE, or NULL */
+    int argc;           /* for the page's command line */
+    char **argv;
     bool no_store, fresh, dry;
     unsigned jobs, max_tokens, turns, seeds, sendr_mask;
     size_t turn_bytes;

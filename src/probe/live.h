@@ -134,6 +134,10 @@ int probe_live_store_put(sqlite3 *db, const char *endpoint_fp, const char *cell,
                          unsigned seed, const struct probe_live_result *r,
                          struct diag *d);
 json_t *probe_live_result_json(const struct probe_live_result *r);
+/* Records a finished run's JSON document (probe_live_report_json) in
+ * probe_live_run; *id (may be NULL) gets its row id. */
+int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
+                         const json_t *doc, long long *id, struct diag *d);
 int probe_live_result_parse(json_t *j, struct probe_live_result *r);
 
 /* ---- livereport.c ---- */

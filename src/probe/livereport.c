@@ -199,10 +199,11 @@ json_t *probe_live_report_json(const struct probe_live_run *r)
     json_t *ask = json_array();
     for (size_t i = 0; i < p->n_ask; i++)
         json_array_append_new(ask, json_integer(p->ask[i]));
-    return json_pack("{s:s,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:b}", "format",
-                     "fidelity-probe-live/1", "turns", (int)p->turns, "seeds",
-                     (int)p->seeds, "question_turns", ask, "cells", cells,
-                     "first_break", fb, "comparisons", cmp, "sessions",
+    return json_pack("{s:s,s:o,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:b}", "format",
+                     "fidelity-probe-live/1", "endpoint",
+                     probe_endpoint_json(r->ep), "turns", (int)p->turns,
+                     "seeds", (int)p->seeds, "question_turns", ask, "cells",
+                     cells, "first_break", fb, "comparisons", cmp, "sessions",
                      sessions, "interrupted", r->interrupted);
 }
 

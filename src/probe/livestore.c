@@ -4,6 +4,8 @@
  * session plan, model, extra body, endpoint fingerprint), with its turns as
  * JSON. A re-run reads them back instead of playing the session again.
  * Nothing the model wrote is stored beyond the measures of each turn.
+ * probe_live_run keeps each finished run's --json document, which
+ * `fidelity report` draws (src/report/load.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,7 +19,10 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS probe_live("
     " key TEXT PRIMARY KEY, endpoint_fp TEXT NOT NULL, cell TEXT NOT NULL,"
     " seed INTEGER, turns INTEGER, break_turn INTEGER, requests INTEGER,"
-    " result TEXT NOT NULL, created INTEGER NOT NULL);";
+    " result TEXT NOT NULL, created INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS probe_live_run("
+    " id INTEGER PRIMARY KEY, created INTEGER NOT NULL,"
+    " endpoint_fp TEXT NOT NULL, summary TEXT NOT NULL);";
 
 int probe_live_store_init(sqlite3 *db, struct diag *d)
 {
@@ -162,5 +167,28 @@ int probe_live_store_put(sqlite3 *db, const char *endpoint_fp, const char *cell,
     free(text);
     if (rc != SQLITE_DONE)
         return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    return 0;
+}
+
+int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
+                         const json_t *doc, long long *id, struct diag *d)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO probe_live_run(created, endpoint_fp, "
+                           "summary) VALUES(?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)time(NULL));
+    sqlite3_bind_text(st, 2, endpoint_fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    free(text);
+    if (rc != SQLITE_DONE)
+        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    if (id)
+        *id = sqlite3_last_insert_rowid(db);
     return 0;
 }

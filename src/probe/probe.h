@@ -472,6 +472,10 @@ long probe_store_results(sqlite3 *db, const char *fp, struct diag *d);
 int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
                              struct probe_endpoint *other, long *results,
                              struct diag *d);
+/* The endpoint as the JSON documents give it (report.c): url, model,
+ * fingerprint, max_model_len, tokenizer, calibration, server_info; null
+ * for NULL. New reference. */
+json_t *probe_endpoint_json(const struct probe_endpoint *e);
 /* Records a finished run and its JSON summary; *id gets its row id. */
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,

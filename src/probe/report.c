@@ -332,7 +332,7 @@ void probe_verdict(const struct probe_report_in *in, double fail_under,
 
 /* ---- JSON ---- */
 
-static json_t *endpoint_json(const struct probe_endpoint *e)
+json_t *probe_endpoint_json(const struct probe_endpoint *e)
 {
     if (!e)
         return json_null();
@@ -501,8 +501,8 @@ json_t *probe_report_json(const struct probe_report_in *in)
 {
     json_t *j = json_object();
     json_object_set_new(j, "format", json_string("fidelity-probe/1"));
-    json_object_set_new(j, "endpoint", endpoint_json(in->ep));
-    json_object_set_new(j, "baseline", endpoint_json(in->base));
+    json_object_set_new(j, "endpoint", probe_endpoint_json(in->ep));
+    json_object_set_new(j, "baseline", probe_endpoint_json(in->base));
     json_object_set(j, "config", in->config ? in->config : json_null());
     json_object_set_new(j, "interrupted", json_boolean(in->interrupted));
     json_object_set_new(j, "results", side_json(in, in->res));

@@ -1,7 +1,8 @@
 /*
  * load: the stored runs the report draws, read from probe's probe_run and
- * drift's drift_runs tables (src/probe/pstore.c, src/drift/dstore.c). Both
- * keep their JSON summary in a `summary` column; a probe run stored before
+ * probe_live_run and drift's drift_runs tables (src/probe/pstore.c,
+ * src/probe/livestore.c, src/drift/dstore.c). Each keeps its JSON summary
+ * in a `summary` column; a probe run stored before
  * the summary held the whole document (cells, baseline, comparison) is
  * wrapped as {"results": summary}, which draws everything but the maps.
  * Read-only: a table that does not exist means "no run".
@@ -38,8 +39,9 @@ static int load_row(sqlite3 *db, const char *table, const char *sql_one,
     sqlite3_stmt *st;
     if (!has_table(db, table))
         return diag_set(d, ENOENT, "no %s in the store",
-                        !strcmp(table, "probe_run") ? "probe run"
-                                                    : "drift run");
+                        !strcmp(table, "probe_run")        ? "probe run"
+                        : !strcmp(table, "probe_live_run") ? "live probe run"
+                                                           : "drift run");
     if (sqlite3_prepare_v2(db, id > 0 ? sql_one : sql_last, -1, &st, NULL) !=
         SQLITE_OK)
         return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
@@ -94,6 +96,22 @@ int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **org,
     }
     *doc = j;
     *org = origin("probe", got, when);
+    return 0;
+}
+
+int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **org,
+                     struct diag *d)
+{
+    int64_t got = 0, when = 0;
+    int r = load_row(db, "probe_live_run",
+                     "SELECT id, created, summary FROM probe_live_run WHERE "
+                     "id=?",
+                     "SELECT id, created, summary FROM probe_live_run ORDER BY "
+                     "id DESC LIMIT 1",
+                     id, &got, &when, doc, d);
+    if (r)
+        return r;
+    *org = origin("probe --live", got, when);
     return 0;
 }
 

@@ -18,11 +18,13 @@
 
 static const char css[] =
     ":root{--bg:#fff;--fg:#1b1b1f;--mute:#5d5d66;--line:#d4d4da;"
-    "--card:#f5f5f7;--s1:#0072b2;--s2:#d55e00;--warn:#e69f00;"
+    "--card:#f5f5f7;--s1:#0072b2;--s2:#d55e00;--s3:#009e73;--s4:#e69f00;"
+    "--s5:#cc79a7;--s6:#56b4e9;--s7:var(--fg);--s8:var(--mute);"
+    "--warn:#e69f00;"
     "--fail:#cc3311;--ok:#009e73;color-scheme:light dark}"
     "@media (prefers-color-scheme:dark){:root{--bg:#16161a;--fg:#e8e8ec;"
     "--mute:#a0a0aa;--line:#3a3a44;--card:#202026;--s1:#56b4e9;"
-    "--s2:#f0a050}}"
+    "--s2:#f0a050;--s6:#0072b2;--s8:#f0e442}}"
     "body{background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,"
     "-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;"
     "max-width:1180px;padding:16px 20px}"
@@ -60,6 +62,23 @@ static const char css[] =
     "polyline.s2{fill:none;stroke:var(--s2);stroke-width:1.6;"
     "stroke-dasharray:5 3}"
     "circle.s1{fill:var(--s1)}rect.s2{fill:var(--s2)}"
+    "polyline.s3,polyline.s4,polyline.s5,polyline.s6,polyline.s7,"
+    "polyline.s8{fill:none;stroke-width:1.6}"
+    "line.s3,line.s4,line.s5,line.s6,line.s7,line.s8{stroke-width:1.6}"
+    ".s3{stroke:var(--s3);stroke-dasharray:1.5 2.5}"
+    ".s4{stroke:var(--s4);stroke-dasharray:8 3 2 3}"
+    ".s5{stroke:var(--s5);stroke-dasharray:3 3}"
+    ".s6{stroke:var(--s6);stroke-dasharray:10 3}"
+    ".s7{stroke:var(--s7);stroke-dasharray:4 2 1 2 1 2}"
+    ".s8{stroke:var(--s8);stroke-dasharray:2 4}"
+    "path.s3{fill:var(--s3);stroke:none}path.s4{fill:var(--s4);stroke:none}"
+    "path.s5{fill:var(--s5);stroke:none}"
+    "circle.s6{fill:none;stroke-width:1.8;stroke-dasharray:none}"
+    "path.s7,path.s8{fill:none;stroke-width:2;stroke-dasharray:none}"
+    "polyline.g2,line.g2{stroke-width:3}polyline.g3,line.g3{stroke-width:.8}"
+    "ul.key{list-style:none;padding:0;margin:4px 0;display:flex;"
+    "flex-wrap:wrap;gap:2px 16px}ul.key svg{vertical-align:middle;"
+    "margin-right:4px}"
     "line.s1{stroke:var(--s1);stroke-width:1.6}"
     "line.s2{stroke:var(--s2);stroke-width:1.6;stroke-dasharray:5 3}"
     "path.ci{fill:none;stroke-width:1.2}path.ci.s1{stroke:var(--s1)}"
@@ -162,22 +181,24 @@ static void header(const struct report_in *in, struct buf *b)
     buf_adds(b, "</dd><dt>command line</dt><dd><code>");
     html_esc(b, in->cmdline ? in->cmdline : "-", 2000);
     buf_adds(b, "</code></dd>");
-    const char *const origin[3] = {in->probe_origin, in->drift_origin,
-                                   in->audit_origin};
-    static const char *const what[3] = {"probe", "drift", "audit"};
-    for (int i = 0; i < 3; i++)
+    const char *const origin[4] = {in->probe_origin, in->live_origin,
+                                   in->drift_origin, in->audit_origin};
+    static const char *const what[4] = {"probe", "probe --live", "drift",
+                                        "audit"};
+    for (int i = 0; i < 4; i++)
         if (origin[i]) {
             buf_printf(b, "<dt>%s</dt><dd>", what[i]);
             html_esc(b, origin[i], 400);
             buf_adds(b, "</dd>");
         }
     buf_adds(b, "</dl>");
-    if (in->probe || in->drift) {
+    if (in->probe || in->live || in->drift) {
         buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
                     "</th><th>context length</th><th>fingerprint</th>"
                     "<th>server and flags seen</th></tr></thead><tbody>");
         ep_row(b, "probe endpoint", jget(in->probe, "endpoint"));
         ep_row(b, "probe baseline", jget(in->probe, "baseline"));
+        ep_row(b, "probe --live endpoint", jget(in->live, "endpoint"));
         ep_row(b, "drift golden", jget(in->drift, "golden"));
         ep_row(b, "drift candidate", jget(in->drift, "candidate"));
         buf_adds(b, "</tbody></table>\n");
@@ -197,10 +218,11 @@ int report_html(const struct report_in *in, struct buf *b)
     buf_adds(b, css);
     buf_adds(b, "</style></head>\n<body>\n");
     header(in, b);
-    if (!in->probe && !in->drift && !in->audit)
+    if (!in->probe && !in->live && !in->drift && !in->audit)
         buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
                     "recorded session was found.</p>");
     report_probe_section(in->probe, b);
+    report_live_section(in->live, b);
     report_drift_section(in->drift, b);
     report_audit_section(in->audit, b);
     /* bisect: NOT BUILT. `fidelity bisect` does not exist yet; when it

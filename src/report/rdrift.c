@@ -16,16 +16,17 @@
 #include "report/report.h"
 #include "report/report_int.h"
 
-#define W 660
-#define H 250
-#define PL 64
-#define PR 16
-#define PT 22
-#define PB 40
+#define W CHART_W
+#define H CHART_H
+#define PL CHART_PL
+#define PR CHART_PR
+#define PT CHART_PT
+#define PB CHART_PB
 #define MAXB 64
 
 struct series {
-    const char *name, *cls;
+    const char *name;
+    unsigned style; /* chart.c: 0 circles and a solid line, 1 squares */
     double x[MAXB], y[MAXB], lo[MAXB], hi[MAXB];
     bool ci[MAXB];
     size_t n;
@@ -36,86 +37,18 @@ struct hline {
     const char *label, *cls;
 };
 
-static void marker(struct buf *b, const char *cls, double x, double y)
-{
-    if (!strcmp(cls, "s2"))
-        buf_printf(b,
-                   "<rect class=\"%s\" x=\"%.1f\" y=\"%.1f\" width=\"7\" "
-                   "height=\"7\"/>",
-                   cls, x - 3.5, y - 3.5);
-    else
-        buf_printf(b,
-                   "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"/>",
-                   cls, x, y);
-}
-
-static void tick_label(struct buf *b, const struct axis *a, double v)
-{
-    if (a->log && (v >= 1e4 || v < 1e-2))
-        buf_printf(b, "1e%d", (int)lround(log10(v)));
-    else if (v >= 1024 && fmod(v, 1024) == 0)
-        fmt_tokens(b, (long long)v);
-    else
-        buf_printf(b, "%g", v);
-}
-
-static void axes(struct buf *b, const struct axis *X, const struct axis *Y,
-                 const char *xlabel)
-{
-    double t[16];
-    size_t n = axis_ticks(X, t, 16);
-    buf_printf(b,
-               "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" "
-               "height=\"%d\"/>",
-               PL, PT, W - PL - PR, H - PT - PB);
-    for (size_t i = 0; i < n; i++) {
-        double x = axis_map(X, t[i]);
-        buf_printf(b,
-                   "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" "
-                   "y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" "
-                   "text-anchor=\"middle\">",
-                   x, x, PT, H - PB, x, H - PB + 14);
-        tick_label(b, X, t[i]);
-        buf_adds(b, "</text>");
-    }
-    buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
-               (W + PL) / 2, H - 6);
-    html_esc(b, xlabel, 0);
-    buf_adds(b, "</text>");
-    n = axis_ticks(Y, t, 16);
-    for (size_t i = 0; i < n; i++) {
-        double y = axis_map(Y, t[i]);
-        buf_printf(b,
-                   "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
-                   "y2=\"%.1f\"/><text x=\"%d\" y=\"%.1f\" "
-                   "text-anchor=\"end\">",
-                   PL, W - PR, y, y, PL - 4, y + 4);
-        tick_label(b, Y, t[i]);
-        buf_adds(b, "</text>");
-    }
-}
-
 static void draw_series(struct buf *b, const struct axis *X,
                         const struct axis *Y, const struct series *s)
 {
-    if (!s->n)
-        return;
-    buf_printf(b, "<polyline class=\"%s\" points=\"", s->cls);
-    for (size_t i = 0; i < s->n; i++)
-        buf_printf(b, "%s%.1f,%.1f", i ? " " : "", axis_map(X, s->x[i]),
-                   axis_map(Y, s->y[i]));
-    buf_adds(b, "\"/>");
-    for (size_t i = 0; i < s->n; i++) {
-        double x = axis_map(X, s->x[i]);
-        if (s->ci[i])
-            buf_printf(b,
-                       "<path class=\"ci %s\" d=\"M%.1f %.1fV%.1fM%.1f "
-                       "%.1fh8M%.1f %.1fh8\"/>",
-                       s->cls, x, axis_map(Y, s->lo[i]), axis_map(Y, s->hi[i]),
-                       x - 4, axis_map(Y, s->lo[i]), x - 4,
-                       axis_map(Y, s->hi[i]));
-        marker(b, s->cls, x, axis_map(Y, s->y[i]));
-    }
+    struct chart_series cs = {.name = s->name,
+                              .style = s->style,
+                              .n = s->n,
+                              .x = s->x,
+                              .y = s->y,
+                              .lo = s->lo,
+                              .hi = s->hi,
+                              .ci = s->ci};
+    chart_series(b, X, Y, &cs);
 }
 
 static void chart(struct buf *b, const char *title, const struct axis *X,
@@ -128,7 +61,7 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
                "</figcaption><svg viewBox=\"0 0 %d %d\" width=\"%d\" "
                "height=\"%d\" role=\"img\">",
                W, H, W, H);
-    axes(b, X, Y, "position in the sequence (tokens, log scale)");
+    chart_axes(b, X, Y, "position in the sequence (tokens, log scale)");
     for (size_t i = 0; i < nh; i++) {
         double y = axis_map(Y, hl[i].y);
         buf_printf(b,
@@ -148,8 +81,8 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
         buf_printf(b,
                    "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%d\" "
                    "y2=\"%d\"/>",
-                   s[i].cls, lx, lx + 18, PT + 10, PT + 10);
-        marker(b, s[i].cls, lx + 9, PT + 10);
+                   chart_class(s[i].style), lx, lx + 18, PT + 10, PT + 10);
+        chart_marker(b, s[i].style, lx + 9, PT + 10);
         buf_printf(b, "<text x=\"%d\" y=\"%d\">", lx + 22, PT + 14);
         html_esc(b, s[i].name, 0);
         buf_adds(b, "</text>");
@@ -209,8 +142,8 @@ static void metric_chart(struct buf *b, const json_t *doc, enum metric m,
         "RMS delta-p of the forced token per bucket",
         "Top-1 agreement per bucket"};
     const json_t *bks = jget(doc, "buckets");
-    struct series s[2] = {{.name = "candidate (prefill)", .cls = "s1"},
-                          {.name = "excess over noise", .cls = "s2"}};
+    struct series s[2] = {{.name = "candidate (prefill)", .style = 0},
+                          {.name = "excess over noise", .style = 1}};
     fill(&s[0], bks, "candidate", m, m != M_KL);
     fill(&s[1], bks, "excess", m, m == M_KL);
     struct hline hl[4];

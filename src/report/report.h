@@ -1,8 +1,9 @@
 /*
  * report: one self-contained HTML page with the pictures of what probe,
  * drift and audit found (docs/REPORT.md). The renderer reads the JSON
- * documents those commands write (fidelity-probe/1, fidelity.drift/1 and
- * the audit document built by report_audit_doc), never their structs, so
+ * documents those commands write (fidelity-probe/1, fidelity-probe-live/1,
+ * fidelity.drift/1 and the audit document built by report_audit_doc),
+ * never their structs, so
  * fields they add later only need a line here to be drawn. The page has no
  * script and no external resource: inline CSS and SVG, a
  * Content-Security-Policy that forbids scripts, and every string that came
@@ -15,6 +16,8 @@
  *   html.c    escaping, number formatting, colour scales, the SVG helpers
  *   page.c    the page: CSS, header (endpoints, fingerprints, command line)
  *   rprobe.c  probe: heatmaps, difference maps, effective lengths, failures
+ *   rlive.c   probe --live: break turns, recall and reasoning by turn, McNemar
+ *   chart.c   the line charts' frame, series and keys
  *   rdrift.c  drift: metrics against position, verdict table, worst tokens
  *   raudit.c  audit: prompt tokens against turn, findings with evidence
  *   load.c    the latest (or a given) stored run of each, from the store
@@ -45,11 +48,12 @@ struct report_in {
     time_t generated;    /* shown as "generated"; the caller picks it */
     /* Borrowed documents; NULL leaves the section out. */
     const json_t *probe; /* fidelity-probe/1 */
+    const json_t *live;  /* fidelity-probe-live/1 */
     const json_t *drift; /* fidelity.drift/1 */
     const json_t *audit; /* report_audit_doc() */
     /* Where the documents came from ("probe run 3 stored 2026-..."), one
      * line each, or NULL. */
-    const char *probe_origin, *drift_origin, *audit_origin;
+    const char *probe_origin, *live_origin, *drift_origin, *audit_origin;
 };
 
 /* Appends the whole page to out. -ENOBUFS when out's cap is reached. */
@@ -57,6 +61,7 @@ int report_html(const struct report_in *in, struct buf *out);
 /* The sections alone (each a <section id="...">), for tests and for
  * report_html. An absent document appends nothing. */
 int report_probe_section(const json_t *probe, struct buf *out);
+int report_live_section(const json_t *live, struct buf *out);
 int report_drift_section(const json_t *drift, struct buf *out);
 int report_audit_section(const json_t *audit, struct buf *out);
 /* Renders in and writes it to path ("-": stdout) through a temporary file
@@ -81,6 +86,10 @@ json_t *report_audit_doc(const struct audit_set *set,
  * a store error; d says which. */
 int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **origin,
                       struct diag *d);
+/* The same for probe --live's probe_live_run (a fidelity-probe-live/1
+ * document). */
+int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **origin,
+                     struct diag *d);
 /* The same for drift_runs. */
 int report_load_drift(sqlite3 *db, int64_t id, json_t **doc, char **origin,
                       struct diag *d);

@@ -57,6 +57,40 @@ double axis_map(const struct axis *a, double v);
  * ticks written to out (at most max). */
 size_t axis_ticks(const struct axis *a, double *out, size_t max);
 
+/* Line charts (chart.c): CHART_W x CHART_H pixels, the plot inside the
+ * margins. A series' style picks its marker shape, dash and colour (8
+ * slots, Okabe-Ito and grey); styles past 8 repeat a slot with a thicker
+ * (8-15) or thinner (16-23) line, so up to CHART_MAX_SERIES series differ. */
+#define CHART_W 660
+#define CHART_H 250
+#define CHART_PL 64
+#define CHART_PR 16
+#define CHART_PT 22
+#define CHART_PB 40
+#define CHART_STYLES 8
+#define CHART_MAX_SERIES 24
+
+struct chart_series {
+    const char *name;
+    unsigned style;
+    size_t n;
+    const double *x, *y;
+    const double *lo, *hi; /* whiskers where ci[i]; ci may be NULL */
+    const bool *ci;
+};
+/* The CSS class of a style ("s1".."s8"). */
+const char *chart_class(unsigned style);
+/* The frame, the grid lines and tick labels of both axes, the x label. */
+void chart_axes(struct buf *b, const struct axis *X, const struct axis *Y,
+                const char *xlabel);
+/* A polyline of the points, whiskers where given, a marker per point. */
+void chart_series(struct buf *b, const struct axis *X, const struct axis *Y,
+                  const struct chart_series *s);
+void chart_marker(struct buf *b, unsigned style, double x, double y);
+/* A small inline SVG of the style's line and marker, for a legend in the
+ * page's text. */
+void chart_key(struct buf *b, unsigned style);
+
 /* The legend of color_seq as an SVG strip (0..100%), with the few-cases
  * mark explained. */
 void svg_seq_legend(struct buf *b, const char *label);

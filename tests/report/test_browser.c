@@ -9,6 +9,8 @@
  * server sent and the replies, through `fidelity record` in front of a
  * scripted server; `fidelity audit --report` draws them and chromium's
  * --dump-dom must hold them as text, with no element made from them.
+ * The same for a `probe --live --report` page whose cell names hold the
+ * payload (a --vary value a user wrote).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -430,12 +432,51 @@ static void test_payloads_stay_text(void **state)
     free(up_url);
 }
 
+static void test_live_payloads_stay_text(void **state)
+{
+    (void)state;
+    chromium();
+    const char *sim[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    assert_int_equal(proc_start(&P[0], sim), 0);
+    up[0] = true;
+    char *url = xstrdup(proc_url(&P[0]));
+    char *page = xasprintf("%s/live.html", dir);
+    const char *av[] = {
+        "probe",      "--endpoint", url,  "--live", "--turns",
+        "4",          "--seeds",    "1",  "--vary", "tag=a," PAYLOAD,
+        "--no-store", "--report",   page, NULL};
+    assert_int_equal(proc_run(av, NULL, NULL, NULL, 60), 0);
+    char *html = golden_read(page, NULL);
+    assert_non_null(html);
+    assert_non_null(strstr(html, "<section id=\"probe-live\">"));
+    char *dump = xasprintf("%s/dom.html", dir);
+    assert_int_equal(run_chromium(page, "--dump-dom", dump), 0);
+    char *dom = golden_read(dump, NULL);
+    assert_non_null(dom);
+    /* the cell's name in the table, both charts' keys and the command
+     * line, as text */
+    assert_true(golden_count(dom, "&lt;script&gt;document.title") >= 4);
+    assert_true(golden_count(dom, "&lt;img src=x onerror=alert(1)&gt;") >= 4);
+    assert_int_equal(golden_count(dom, "<script"), 0);
+    assert_int_equal(golden_count(dom, "<img"), 0);
+    assert_int_equal(golden_count(dom, "<svg"), golden_count(html, "<svg"));
+    assert_false(in_a_tag(dom, "onerror"));
+    assert_false(in_a_tag(dom, "onload"));
+    free(dom);
+    free(dump);
+    free(html);
+    free(page);
+    free(url);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(
             test_screenshot_has_size_and_is_not_blank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payloads_stay_text, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_live_payloads_stay_text, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,9 @@
  * End-to-end tests of the HTML report: seeded runs of `fidelity probe`,
  * `fidelity drift` and `fidelity audit` (after `fidelity record`) against
  * `fidelity sim` servers on ephemeral 127.0.0.1 ports write pages with
- * --report; each section is compared with its golden file under
+ * --report (probe --live too, against the feedback-loop fault, with a
+ * markup payload in a --vary value); each section is compared with its
+ * golden file under
  * tests/report/golden/ (`make golden-report` regenerates them), and
  * `fidelity report` must draw the same section from what the run stored.
  * Also the command's errors and the header (time, redacted command line).
@@ -99,7 +101,7 @@ static char *stored_section(const char *db, const char *id)
     char *out = path("stored.html");
     const char *av[12] = {"report", "--db", db, "-o", out};
     size_t n = 5;
-    if (strcmp(id, "probe"))
+    if (strcmp(id, "probe") && strcmp(id, "probe-live"))
         av[n++] = "--no-probe";
     if (strcmp(id, "drift"))
         av[n++] = "--no-drift";
@@ -288,6 +290,145 @@ static void test_audit_section_golden(void **state)
     free(s0);
 }
 
+/* The polylines of s in order: how many points each has, into n[]. */
+static size_t polyline_points(const char *s, size_t *n, size_t max)
+{
+    size_t k = 0;
+    for (const char *p = strstr(s, "<polyline"); p && k < max;
+         p = strstr(p + 1, "<polyline")) {
+        const char *pts = strstr(p, "points=\""), *end;
+        assert_non_null(pts);
+        pts += 8;
+        end = strchr(pts, '"');
+        n[k] = 1;
+        for (const char *q = pts; q < end; q++)
+            n[k] += *q == ' ';
+        k++;
+    }
+    return k;
+}
+
+static void test_live_section_golden(void **state)
+{
+    (void)state;
+    const char *loop[] = {"--max-model-len",
+                          "16384",
+                          "--feedback-base",
+                          "40",
+                          "--feedback-budget",
+                          "2000",
+                          "--feedback-max",
+                          "512",
+                          NULL};
+    char *f = (char *)sim(0, loop);
+    char *db = path("live.db"), *page = path("live.html");
+    const char *av[] = {"probe",
+                        "--endpoint",
+                        f,
+                        "--live",
+                        "--turns",
+                        "8",
+                        "--seeds",
+                        "2",
+                        "--vary",
+                        "tag=a,\"><script>alert(1)</script>",
+                        "--send-reasoning",
+                        "keep,drop",
+                        "--extra-body",
+                        "{\"reasoning_effort\": \"max\"}",
+                        "--db",
+                        db,
+                        "--report",
+                        page,
+                        NULL};
+    /* exit 1: carrying the reasoning forward breaks recall, below the
+     * default --fail-under; the page is written all the same */
+    assert_int_equal(run(av, NULL), 1);
+    char *html = golden_read(page, NULL);
+    assert_non_null(html);
+    /* the user's payload stays text, in the cells and the command line */
+    assert_null(strstr(html, "<script"));
+    assert_null(strstr(html, "</script>"));
+    assert_non_null(strstr(html, "&quot;&gt;&lt;script&gt;alert(1)"));
+    assert_non_null(strstr(html, "probe --live endpoint"));
+    free(html);
+    char *s = section(page, "probe-live");
+    /* four cells (tag x send-reasoning): the first-breaking one in its
+     * table row, the two charts' keys and the sentence; the drop cells in
+     * the table and against the first */
+    assert_int_equal(golden_count(s, "tag=&quot;a&quot; send-reasoning=keep"),
+                     1 + 2 + 1);
+    assert_int_equal(golden_count(s, "send-reasoning=drop</td>"), 2 + 2);
+    /* the keep cells break, the drop cells never: one named first */
+    assert_non_null(strstr(s, "Breaks first: <b>tag="));
+    assert_non_null(strstr(s, "send-reasoning=keep</b>, at turn "));
+    assert_int_equal(golden_count(s, ">never</td><td class=\"n\">2</td>"), 2);
+    /* two charts, a series per cell in each: recall at the three question
+     * turns (4, 6, 8), reasoning at every one of the 8 turns */
+    assert_int_equal(golden_count(s, "<figure class=\"chart\">"), 2);
+    size_t pts[16];
+    assert_int_equal(polyline_points(s, pts, 16), 8);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pts[i], 3);
+        assert_int_equal(pts[4 + i], 8);
+    }
+    /* styles differ per cell: the four first marker shapes */
+    assert_non_null(strstr(s, "<polyline class=\"s1\""));
+    assert_non_null(strstr(s, "<polyline class=\"s4\""));
+    /* McNemar of the three other cells against the first-breaking one */
+    assert_non_null(strstr(s, "McNemar exact"));
+    assert_true(golden_check("tests/report/golden/live.html", s));
+    /* `fidelity report` draws the same section from the store */
+    char *t = stored_section(db, "probe-live");
+    assert_string_equal(t, s);
+    free(t);
+    char *out = path("r.html");
+    const char *one[] = {"report", "--db", db,  "--probe-live-run",
+                         "1",      "-o",   out, NULL};
+    assert_int_equal(run(one, NULL), 0);
+    t = section(out, "probe-live");
+    assert_string_equal(t, s);
+    free(t);
+    const char *nine[] = {"report", "--db", db,  "--probe-live-run",
+                          "9",      "-o",   out, NULL};
+    assert_int_equal(proc_run(nine, NULL, NULL, NULL, 30), 2);
+    /* --no-probe leaves it out: with nothing else, nothing to report */
+    const char *np[] = {"report", "--db", db, "--no-probe", "-o", out, NULL};
+    assert_int_equal(proc_run(np, NULL, NULL, NULL, 30), 2);
+    /* --no-store: the page still, no run stored */
+    char *page2 = path("live2.html");
+    const char *ns[] = {"probe",      "--endpoint", f,         "--live",
+                        "--turns",    "4",          "--seeds", "1",
+                        "--no-store", "--report",   page2,     NULL};
+    assert_int_equal(run(ns, NULL), 0);
+    char *u = section(page2, "probe-live");
+    assert_non_null(strstr(u, "No cell breaks within 4 turns."));
+    free(u);
+    const char *two[] = {"report", "--db", db,  "--probe-live-run",
+                         "2",      "-o",   out, NULL};
+    assert_int_equal(proc_run(two, NULL, NULL, NULL, 30), 2);
+    /* with a drift run beside it, --no-probe draws drift alone */
+    char *h = (char *)sim(1, NULL);
+    const char *dr[] = {"drift", "--golden",    h,    "--candidate",
+                        f,       "--sequences", "1",  "--max-context",
+                        "512",   "--bootstrap", "20", "--decode-tokens",
+                        "4",     "--db",        db,   NULL};
+    int rc = run(dr, NULL);
+    assert_true(rc == 0 || rc == 1);
+    assert_int_equal(run(np, NULL), 0);
+    html = golden_read(out, NULL);
+    assert_non_null(strstr(html, "<section id=\"drift\">"));
+    assert_null(strstr(html, "<section id=\"probe-live\">"));
+    free(html);
+    free(h);
+    free(page2);
+    free(out);
+    free(s);
+    free(db);
+    free(page);
+    free(f);
+}
+
 static void test_report_errors(void **state)
 {
     (void)state;
@@ -322,6 +463,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_drift_section_golden, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_audit_section_golden, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_live_section_golden, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_report_errors, setup, teardown),
     };

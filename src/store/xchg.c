@@ -7,9 +7,11 @@
  * chat request is its parameter and tool blob hashes plus its message list,
  * stored as "the first K messages of exchange B, then these hashes", so a
  * session that re-sends its history costs a few bytes per turn. Chains are
- * cut every XCHG_MAX_DEPTH links so reading one row stays cheap.
+ * cut every XCHG_MAX_DEPTH links so reading one row stays cheap. Reading
+ * the rows back is xchg_read.c; the cache both use is in xchg_int.h.
  */
 #include "store/xchg.h"
+#include "store/xchg_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -23,23 +25,6 @@
 #include "store/jscan.h"
 #include "store/ldelta.h"
 #include "store/reply.h"
-
-#define XCHG_MAX_DEPTH 32
-/* The longest value a reader decodes (a request is capped at 64 MiB by
- * default, a captured response at 256 MiB): a longer stored length is
- * corrupt. */
-#define XCHG_RAW_MAX ((size_t)1 << 30)
-#define CACHE_SLOTS 256
-#define BASE_CANDIDATES 3
-#define RECENT_SLOTS 64
-
-/* The ids SQL_RECENT would return for a session (newest first), kept as
- * this connection inserts them */
-struct recent_ent {
-    char *session; /* NULL: empty slot */
-    int64_t ids[BASE_CANDIDATES];
-    int n;
-};
 
 enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
 
@@ -79,110 +64,12 @@ static const char SCHEMA[] =
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
 static const char SQL_BLOB_INSERT[] =
     "INSERT INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, ?, ?, ?)";
-static const char SQL_LIST_LOAD[] =
+const char XC_SQL_LIST_LOAD[] =
     "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
     " WHERE id=? AND req_params IS NOT NULL";
 static const char SQL_RECENT[] =
     "SELECT id FROM xchg WHERE session=? AND req_params IS NOT NULL"
     " ORDER BY id DESC LIMIT 3";
-
-/* A message list as stored for one exchange, fully resolved. */
-struct list_ent {
-    int64_t id; /* 0: empty slot */
-    int depth;
-    size_t n;
-    uint64_t *h;
-};
-
-#define STMT_SLOTS 12
-/* gap_text's longest: 12 digits, a point, 6 decimals, NUL */
-#define GAP_TEXT_MAX 24
-
-struct lineage {
-    json_t *arr; /* NULL: free slot */
-    uint64_t *h;
-    size_t n, cap;
-    unsigned used;
-    unsigned gen; /* counts the slot's reuses: a view_ent of an older one
-                   * no longer holds */
-};
-
-struct view_ent {
-    int64_t id; /* 0: empty */
-    struct lineage *l;
-    unsigned gen;
-    size_t n;
-};
-
-#define VIEW_SLOTS 1024
-
-#define LINEAGES 64
-
-struct xchg_cache {
-    struct list_ent e[CACHE_SLOTS];
-    /* pick_base's candidates by session (hash64 of the name, direct
-     * mapped): filled by its SELECT, then kept up to date by put_all as
-     * rows are inserted, so a session's next exchange needs no query;
-     * cleared with the list cache when a transaction is rolled back */
-    struct recent_ent recent[RECENT_SLOTS];
-    unsigned int data_version; /* data_version() after this cache's commit */
-    /* prepared statements by SQL text (string literals: compared by
-     * address); the cache belongs to one db connection */
-    const char *sql[STMT_SLOTS];
-    sqlite3_stmt *st[STMT_SLOTS];
-    z_stream zs; /* reused: deflateInit costs more than small inputs */
-    bool zs_ready;
-    /* xchg_cache_pre_commit's: run inside each batch's transaction */
-    int (*pre_commit)(sqlite3 *db, void *ud);
-    void *pre_commit_ud;
-    /* Blob hashes known to be committed (open addressing, 0 = empty), so a
-     * session re-sending its history skips a SELECT per message. Hashes
-     * seen inside the open transaction wait in pend until its COMMIT; an
-     * exchange rolled back to its savepoint drops its own. */
-    uint64_t *known;
-    size_t known_cap, known_n;
-    uint64_t *pend;
-    size_t pend_n, pend_cap;
-    /* Reading (xchg_each): blobs parsed so far by hash (open addressing,
-     * h 0 = empty), so a message re-sent by N requests is decompressed and
-     * parsed once, not N times. */
-    struct blob_ent *blobs;
-    size_t blobs_cap, blobs_n;
-    json_t *blob0; /* the blob whose hash is 0, which marks empty slots */
-    /* Reading: the messages of the row read last (borrowed from blobs) and
-     * their hashes; the next request of a conversation re-sends them first
-     * and takes them from here by position instead of looking each one
-     * up. */
-    json_t **last_v;
-    uint64_t *last_h;
-    size_t last_n, last_cap;
-    /* Reading with XCHG_EACH_VIEWS: the conversations of the walk, each a
-     * growing array of messages with their hashes; a row's messages are a
-     * view of the one whose leading messages they are (extended when they
-     * go further), and a new one, copying the shared head, only where
-     * they part (a compaction, a rewrite, another session). The least
-     * recently used goes when all slots are taken. */
-    struct lineage lin[LINEAGES];
-    unsigned lin_clock;
-    struct view_ent *views; /* by row id, direct mapped (VIEW_SLOTS) */
-    /* Writing: the canonical hash of messages by the XXH3-128 of the exact
-     * bytes they arrived as (open addressing, all-zero key = empty), so a
-     * history re-sent unchanged is not dumped and hashed again. Cleared
-     * when full. */
-    struct memo_ent *memo;
-    size_t memo_cap, memo_n, memo_hits, rest_hits, recent_hits;
-    /* Parsing (xchg_req_json): message values by the XXH3-128 of their
-     * bytes, shared by the requests that carry them, so a re-sent history
-     * is hashed, not built and freed again (open addressing, all-zero key
-     * = empty; started over when full or past TREES_BYTES of source). */
-    struct tree_ent *trees;
-    size_t trees_cap, trees_n, trees_bytes;
-    struct jspan *spans; /* xchg_req_json's, kept for the next request */
-    size_t spans_cap;
-    /* insert_row's header texts, bound in place (SQLITE_STATIC) and kept
-     * for the next row instead of a malloc and free per column */
-    struct buf hdr_text[2];
-};
 
 struct tree_ent {
     XXH128_hash_t raw;
@@ -340,7 +227,7 @@ static struct list_ent *cache_put(struct xchg_cache *c, int64_t id, int depth,
 }
 
 /* A prepared statement for sql, from c when it has it. NULL on error. */
-static sqlite3_stmt *prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
+sqlite3_stmt *xc_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
     sqlite3_stmt *st = NULL;
     for (int i = 0; c && i < STMT_SLOTS; i++)
@@ -360,7 +247,7 @@ static sqlite3_stmt *prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
 }
 
 /* Done with st: reset when c keeps it, else finalized. */
-static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
+void xc_unprep(struct xchg_cache *c, sqlite3_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
@@ -373,14 +260,14 @@ static void unprep(struct xchg_cache *c, sqlite3_stmt *st)
     sqlite3_finalize(st);
 }
 
-static int sql_fail(sqlite3 *db, struct diag *d, const char *what)
+int xc_sql_fail(sqlite3 *db, struct diag *d, const char *what)
 {
     return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
 }
 
 /* Whether table xchg has column req_redacted (stores written before it
  * was added do not). */
-static bool has_redacted_column(sqlite3 *db)
+bool xc_has_redacted_column(sqlite3 *db)
 {
     sqlite3_stmt *st = NULL;
     bool ok = sqlite3_prepare_v2(db, "SELECT req_redacted FROM xchg LIMIT 0",
@@ -400,7 +287,7 @@ int xchg_schema(sqlite3 *db, struct diag *d)
     }
     /* an older store gets the column; one that cannot be written (a
      * read-only copy) is still read, as unredacted (xchg_each) */
-    if (!has_redacted_column(db))
+    if (!xc_has_redacted_column(db))
         sqlite3_exec(db,
                      "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
                      " NULL DEFAULT 0",
@@ -443,16 +330,6 @@ static int deflate_with(struct xchg_cache *c, const void *data, size_t len,
  * trees), which was a quarter of the writer's work on a small exchange,
  * to save a few hundred bytes (docs/PERFORMANCE.md, "writer"). */
 #define PACK_MIN 1024
-
-/* How a stored value is coded (the *_zip columns) */
-enum zip {
-    ZIP_NONE = 0,    /* as it is */
-    ZIP_DEFLATE = 1, /* zlib */
-    ZIP_LINES = 2,   /* ldelta.h: each event against the one before */
-    /* ldelta, then zlib: the coded length as a LEB128 number, then the
-     * zlib stream of the coded bytes */
-    ZIP_LINES_DEFLATE = 3,
-};
 
 /* An event stream coded by ldelta, deflated too when the coding is still
  * PACK_MIN or more: a stream of many events codes to a few bytes per
@@ -564,7 +441,7 @@ static bool packed_plausible(size_t zlen, size_t raw_len, int zip)
 }
 
 /* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
-static char *unpack(const void *z, size_t zlen, size_t raw_len, int zip)
+char *xc_unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 {
     if (!packed_plausible(zlen, raw_len, zip) || (zlen && !z))
         return NULL;
@@ -665,11 +542,11 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
 
     if (known_has(c, (uint64_t)h))
         return 0;
-    if (!(st = prep(c, db, SQL_BLOB_EXISTS)))
+    if (!(st = xc_prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
     int step = sqlite3_step(st);
-    unprep(c, st);
+    xc_unprep(c, st);
     st = NULL;
     if (step == SQLITE_ROW) {
         rc = 0;
@@ -682,7 +559,7 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     size_t zlen;
     int zip;
     pack(c, s, len, false, &z, &zlen, &zip);
-    if (!(st = prep(c, db, SQL_BLOB_INSERT))) {
+    if (!(st = xc_prep(c, db, SQL_BLOB_INSERT))) {
         free(z);
         goto out;
     }
@@ -697,9 +574,9 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     }
 out:
     if (rc)
-        sql_fail(db, d, "cannot store a message");
+        xc_sql_fail(db, d, "cannot store a message");
     if (st)
-        unprep(c, st);
+        xc_unprep(c, st);
     return rc;
 }
 
@@ -928,7 +805,7 @@ static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
 /* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
 static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
 {
-    sqlite3_stmt *st = prep(c, db, SQL_BLOB_GET);
+    sqlite3_stmt *st = xc_prep(c, db, SQL_BLOB_GET);
     json_t *v = NULL;
     if (!st)
         return NULL;
@@ -939,14 +816,14 @@ static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
         sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
         /* raw_len and zip may be anything in a corrupt store: unpack
          * checks them against the bytes before it allocates */
-        char *s = unpack(
+        char *s = xc_unpack(
             sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
             (size_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1));
         if (s)
             v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         free(s);
     }
-    unprep(c, st);
+    xc_unprep(c, st);
     return v;
 }
 
@@ -961,7 +838,7 @@ static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
 /* Blob h through c's cache of parsed blobs: a borrowed reference, shared
  * by every exchange of the walk that names h, or NULL when missing or
  * corrupt (not cached: each try reports it). */
-static json_t *blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
+json_t *xc_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
 {
     if (!h) {
         if (!c->blob0)
@@ -1001,18 +878,10 @@ static void put_be64(unsigned char *p, uint64_t v)
         p[i] = (unsigned char)v;
 }
 
-static uint64_t get_be64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Resolves the message list of exchange id through the cache; NULL when the
  * row is missing or not a chat request. */
-static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
-                                  int guard)
+struct list_ent *xc_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+                              int guard)
 {
     struct list_ent *e = cache_get(c, id);
     if (e)
@@ -1020,11 +889,11 @@ static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
     if (guard > XCHG_MAX_DEPTH + 1)
         return NULL;
     sqlite3_stmt *st = NULL;
-    if (!(st = prep(c, db, SQL_LIST_LOAD)))
+    if (!(st = xc_prep(c, db, XC_SQL_LIST_LOAD)))
         return NULL;
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        unprep(c, st);
+        xc_unprep(c, st);
         return NULL;
     }
     /* every column as untrusted: types, a prefix no longer than the
@@ -1039,17 +908,17 @@ static struct list_ent *list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
         sqlite3_column_type(st, 1) != SQLITE_INTEGER || prefix < 0 ||
         (tm != SQLITE_BLOB && tm != SQLITE_NULL) || mlen % 8 ||
         mlen / 8 > XCHG_RAW_MAX / 8 || (prefix && (!base || base == id))) {
-        unprep(c, st);
+        xc_unprep(c, st);
         return NULL;
     }
     size_t own = mlen / 8;
     uint64_t *h = xmalloc((own + 1) * sizeof(*h));
     const unsigned char *p = sqlite3_column_blob(st, 3);
     for (size_t i = 0; i < own; i++)
-        h[i] = get_be64(p + 8 * i);
-    unprep(c, st);
+        h[i] = xc_get_be64(p + 8 * i);
+    xc_unprep(c, st);
     if (prefix) {
-        struct list_ent *b = list_load(db, c, base, guard + 1);
+        struct list_ent *b = xc_list_load(db, c, base, guard + 1);
         if (!b || b->n < (size_t)prefix) {
             free(h);
             return NULL;
@@ -1144,12 +1013,12 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
         nid = r->n;
         memcpy(ids, r->ids, sizeof(ids));
     } else {
-        if (!(st = prep(c, db, SQL_RECENT)))
-            return sql_fail(db, d, "cannot read recent exchanges");
+        if (!(st = xc_prep(c, db, SQL_RECENT)))
+            return xc_sql_fail(db, d, "cannot read recent exchanges");
         sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
         while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
             ids[nid++] = sqlite3_column_int64(st, 0);
-        unprep(c, st);
+        xc_unprep(c, st);
         if (r) {
             free(r->session);
             r->session = xstrdup(session);
@@ -1158,7 +1027,7 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
         }
     }
     for (int i = 0; i < nid; i++) {
-        struct list_ent *e = list_load(db, c, ids[i], 0);
+        struct list_ent *e = xc_list_load(db, c, ids[i], 0);
         if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
             continue;
         size_t k = common_prefix(e->h, e->n, h, n);
@@ -1390,8 +1259,8 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_stmt *st = NULL;
     char *body_text = NULL; /* bound until the step */
     char gap[GAP_TEXT_MAX]; /* likewise */
-    if (!(st = prep(c, db, INSERT_SQL)))
-        return sql_fail(db, d, "cannot store an exchange");
+    if (!(st = xc_prep(c, db, INSERT_SQL)))
+        return xc_sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, x->kind ? x->kind : "other", -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, x->started);
@@ -1449,8 +1318,8 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_int(st, 29, x->req_redacted);
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
-                 : sql_fail(db, d, "cannot store an exchange");
-    unprep(c, st);
+                 : xc_sql_fail(db, d, "cannot store an exchange");
+    xc_unprep(c, st);
     free(body_text);
     return rc;
 }
@@ -1462,11 +1331,11 @@ static const char SQL_RELEASE[] = "RELEASE one";
 /* Runs a statement without results through the statement cache. */
 static void run_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
-    sqlite3_stmt *st = prep(c, db, sql);
+    sqlite3_stmt *st = xc_prep(c, db, sql);
     if (!st)
         return;
     sqlite3_step(st);
-    unprep(c, st);
+    xc_unprep(c, st);
 }
 
 static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
@@ -1477,11 +1346,11 @@ static const char SQL_COMMIT[] = "COMMIT";
  * parsing (sqlite3_exec) was a visible part of storing one. */
 static int step_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
-    sqlite3_stmt *st = prep(c, db, sql);
+    sqlite3_stmt *st = xc_prep(c, db, sql);
     if (!st)
         return SQLITE_ERROR;
     int rc = sqlite3_step(st);
-    unprep(c, st);
+    xc_unprep(c, st);
     return rc;
 }
 
@@ -1567,7 +1436,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
 
     c->pend_n = 0;
     if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
-        rc = sql_fail(db, d, "cannot begin a transaction");
+        rc = xc_sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
     recent_check(c, db);
@@ -1582,18 +1451,18 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
             goto out;
         }
         if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
-            rc = sql_fail(db, d, "cannot begin a transaction");
+            rc = xc_sql_fail(db, d, "cannot begin a transaction");
             goto fail_all;
         }
         put_all(db, c, xs, n, rcs, rr, true, d);
     }
     if (c->pre_commit && c->pre_commit(db, c->pre_commit_ud) != SQLITE_OK) {
-        rc = sql_fail(db, d, "cannot commit exchanges");
+        rc = xc_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
     }
     if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
-        rc = sql_fail(db, d, "cannot commit exchanges");
+        rc = xc_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
     }
@@ -1627,609 +1496,4 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
 int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d)
 {
     return xchg_put_cached(db, NULL, x, d);
-}
-
-/* ---- read ---- */
-
-/* Every column of every row is read as untrusted (a store can be damaged
- * by a disk, a tool or a hand): each is checked for its type and range
- * before it is used, and a row that fails a check is reported with the
- * column and skipped (xchg_each_checked), never read on a guess. */
-
-/* Whether s[0..n) is UTF-8 without NUL bytes (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF). */
-static bool text_ok(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c && c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf)
-            k = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            k = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            k = 3, cp = c & 0x07;
-        else
-            return false;
-        if (n - i <= k)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
-            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
-/* The row being read and, once a check fails, what failed. */
-struct rowck {
-    sqlite3_stmt *st;
-    struct xchg_bad *bad;
-};
-
-static int col_bad(struct rowck *r, const char *column, const char *why)
-{
-    r->bad->column = column;
-    r->bad->why = why;
-    return -1;
-}
-
-/* A text column: a fresh copy in *out (NULL for SQL NULL when !required). */
-static int col_text(struct rowck *r, int i, const char *name, bool required,
-                    char **out)
-{
-    int t = sqlite3_column_type(r->st, i);
-    *out = NULL;
-    if (t == SQLITE_NULL && !required)
-        return 0;
-    if (t != SQLITE_TEXT)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not text");
-    const unsigned char *s = sqlite3_column_text(r->st, i);
-    size_t n = (size_t)sqlite3_column_bytes(r->st, i);
-    if (!s || !text_ok(s, n))
-        return col_bad(r, name, "not UTF-8 text");
-    *out = xstrndup((const char *)s, n);
-    return 0;
-}
-
-/* An integer column within [lo, hi] (SQL NULL: 0 when null_ok). */
-static int col_int(struct rowck *r, int i, const char *name, int64_t lo,
-                   int64_t hi, bool null_ok, int64_t *out)
-{
-    int t = sqlite3_column_type(r->st, i);
-    *out = 0;
-    if (t == SQLITE_NULL && null_ok)
-        return 0;
-    if (t != SQLITE_INTEGER)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not an integer");
-    *out = sqlite3_column_int64(r->st, i);
-    if (*out < lo || *out > hi)
-        return col_bad(r, name, "out of range");
-    return 0;
-}
-
-/* A number column (SQL NULL: 0 when null_ok). */
-static int col_num(struct rowck *r, int i, const char *name, bool null_ok,
-                   double *out)
-{
-    int t = sqlite3_column_type(r->st, i);
-    *out = 0;
-    if (t == SQLITE_NULL && null_ok)
-        return 0;
-    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not a number");
-    *out = sqlite3_column_double(r->st, i);
-    return 0;
-}
-
-/* A JSON object column (SQL NULL: none). */
-static int col_object(struct rowck *r, int i, const char *name, json_t **out)
-{
-    char *s = NULL;
-    *out = NULL;
-    if (col_text(r, i, name, false, &s))
-        return -1;
-    if (!s)
-        return 0;
-    *out = json_loads(s, JSON_ALLOW_NUL, NULL);
-    free(s);
-    if (!json_is_object(*out)) {
-        json_decref(*out);
-        *out = NULL;
-        return col_bad(r, name, "not a JSON object");
-    }
-    return 0;
-}
-
-/* A packed value (columns i, i + 1, i + 2: bytes, raw length, coding):
- * *out NULL and *len 0 for SQL NULL, else the decoded bytes. */
-static int col_packed(struct rowck *r, int i, const char *name, char **out,
-                      size_t *len)
-{
-    int t = sqlite3_column_type(r->st, i);
-    int64_t raw_len, zip;
-    *out = NULL;
-    *len = 0;
-    if (t == SQLITE_NULL)
-        return 0;
-    if (t != SQLITE_BLOB && t != SQLITE_TEXT)
-        return col_bad(r, name, "not bytes");
-    if (col_int(r, i + 1, name, 0, (int64_t)XCHG_RAW_MAX, false, &raw_len) ||
-        col_int(r, i + 2, name, ZIP_NONE, ZIP_LINES_DEFLATE, false, &zip))
-        return col_bad(r, name, "bad length or coding");
-    const void *z = sqlite3_column_blob(r->st, i);
-    *out = unpack(z, (size_t)sqlite3_column_bytes(r->st, i), (size_t)raw_len,
-                  (int)zip);
-    if (!*out)
-        return col_bad(r, name, "cannot be unpacked");
-    *len = (size_t)raw_len;
-    return 0;
-}
-
-/* The reply column (see read_row), with resp_raw already read. */
-static int col_reply(struct rowck *r, struct xchg *x)
-{
-    int t = sqlite3_column_type(r->st, 19);
-    if (t == SQLITE_NULL)
-        return 0;
-    if (t != SQLITE_TEXT)
-        return col_bad(r, "reply", "not text");
-    const char *s = (const char *)sqlite3_column_text(r->st, 19);
-    if (s && !s[0]) {
-        x->reply = x->resp_raw && !x->streamed
-                       ? reply_from_body(x->resp_raw, x->resp_raw_len)
-                       : NULL;
-        return 0;
-    }
-    if (s && x->streamed && s[0] >= '0' && s[0] <= '9') {
-        char *end;
-        double gap = strtod(s, &end);
-        if (*end)
-            return col_bad(r, "reply", "not a stream's gap");
-        x->reply = reply_from_stream(x->resp_raw ? x->resp_raw : "",
-                                     x->resp_raw_len, gap);
-        return 0;
-    }
-    return col_object(r, 19, "reply", &x->reply);
-}
-
-/* Rebuilds the chat request body of row st (columns as in SELECT_SQL).
- * The body object is x's own; its messages and tools are shared with the
- * cache (xchg_each: read-only). */
-static size_t hashes_shared(const uint64_t *a, const uint64_t *b, size_t n)
-{
-    if (!memcmp(a, b, n * sizeof(*a)))
-        return n;
-    size_t k = 0;
-    while (k < n && a[k] == b[k])
-        k++;
-    return k;
-}
-
-/* A slot for a new lineage: a free one, else the least recently used. */
-static struct lineage *lineage_slot(struct xchg_cache *c)
-{
-    struct lineage *slot = NULL;
-    for (int i = 0; i < LINEAGES; i++) {
-        struct lineage *l = &c->lin[i];
-        if (!l->arr)
-            return l;
-        if (!slot || l->used < slot->used)
-            slot = l;
-    }
-    return slot;
-}
-
-/* A new lineage holding the first k messages of from (may be NULL with k
- * 0), room for n. */
-static struct lineage *lineage_fork(struct xchg_cache *c,
-                                    const struct lineage *from, size_t k,
-                                    size_t n)
-{
-    struct lineage *l = lineage_slot(c);
-    json_t *arr = json_array();
-    uint64_t *lh = xmalloc((n + 1) * sizeof(*lh));
-    for (size_t i = 0; i < k; i++)
-        json_array_append(arr, json_array_get(from->arr, i));
-    if (k)
-        memcpy(lh, from->h, k * sizeof(*lh));
-    /* from may be the slot taken: its arrays are let go only now */
-    json_decref(l->arr);
-    free(l->h);
-    l->arr = arr;
-    l->h = lh;
-    l->n = k;
-    l->cap = n + 1;
-    l->gen++;
-    return l;
-}
-
-/* Appends the messages h[0..m) (read from the blobs) to l; -1, with l
- * unchanged, when a blob is missing or not an object. */
-static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
-                          const uint64_t *h, size_t m)
-{
-    size_t from = l->n;
-    for (size_t i = 0; i < m; i++) {
-        json_t *v = blob_get(db, c, (int64_t)h[i]);
-        if (!json_is_object(v)) {
-            while (json_array_size(l->arr) > from)
-                json_array_remove(l->arr, json_array_size(l->arr) - 1);
-            return -1;
-        }
-        json_array_append(l->arr, v);
-    }
-    if (from + m > l->cap) {
-        l->cap = 2 * (from + m);
-        l->h = xrealloc(l->h, l->cap * sizeof(*l->h));
-    }
-    if (m)
-        memcpy(l->h + from, h, m * sizeof(*h));
-    l->n = from + m;
-    return 0;
-}
-
-/* The lineage whose messages h[0..n) are a view of (first n), extended or
- * started as needed; NULL when a message blob is missing or not an object
- * (nothing changed then). Compares h with every lineage: for a row whose
- * base the walk has not seen. */
-static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
-                                   const uint64_t *h, size_t n)
-{
-    struct lineage *best = NULL;
-    size_t best_k = 0;
-    for (int i = 0; i < LINEAGES; i++) {
-        struct lineage *l = &c->lin[i];
-        if (!l->arr)
-            continue;
-        size_t k = hashes_shared(l->h, h, l->n < n ? l->n : n);
-        if (k > best_k || (k == best_k && best && l->used > best->used)) {
-            best = l;
-            best_k = k;
-        }
-    }
-    struct lineage *l = best;
-    if (!best || (best_k < n && best_k < best->n))
-        l = lineage_fork(c, best, best_k, n);
-    if (n > l->n && lineage_append(db, c, l, h + l->n, n - l->n))
-        return NULL;
-    l->used = ++c->lin_clock;
-    return l;
-}
-
-/* Where the walk put row id's messages: a lineage and their number. */
-static struct view_ent *view_slot(struct xchg_cache *c, int64_t id)
-{
-    if (!c->views)
-        c->views = xcalloc(VIEW_SLOTS, sizeof(*c->views));
-    return &c->views[(uint64_t)id % VIEW_SLOTS];
-}
-
-/* Row id's messages as a view: *l and *n. A row stored as "the first P
- * messages of row B, then these" whose B the walk gave a view of reads
- * only its own hashes: its messages extend B's lineage (nothing is copied
- * when B's were the last of it), or share it (a request sent again), or
- * start a new one from B's first P (a request that parted from it). Other
- * rows go through their whole list (list_load). -1 when a blob is missing
- * or the list is unreadable. */
-static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
-                    struct lineage **lp, size_t *np)
-{
-    sqlite3_stmt *st = prep(c, db, SQL_LIST_LOAD);
-    struct lineage *l = NULL;
-    size_t n = 0;
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        unprep(c, st);
-        return -1;
-    }
-    int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
-    int64_t base = sqlite3_column_int64(st, 0);
-    int64_t prefix = sqlite3_column_int64(st, 1);
-    size_t mlen = (size_t)sqlite3_column_bytes(st, 3);
-    struct view_ent *b = prefix > 0 ? view_slot(c, base) : NULL;
-    bool fast = (tb == SQLITE_INTEGER || tb == SQLITE_NULL) &&
-                sqlite3_column_type(st, 1) == SQLITE_INTEGER && prefix > 0 &&
-                base && base != id &&
-                (tm == SQLITE_BLOB || tm == SQLITE_NULL) && mlen % 8 == 0 &&
-                mlen / 8 <= XCHG_RAW_MAX / 8 && b->id == base &&
-                b->l->gen == b->gen && (size_t)prefix <= b->n;
-    if (fast) {
-        size_t own = mlen / 8, p = (size_t)prefix;
-        uint64_t *h = xmalloc((own + 1) * sizeof(*h));
-        const unsigned char *blob = sqlite3_column_blob(st, 3);
-        for (size_t i = 0; i < own; i++)
-            h[i] = get_be64(blob + 8 * i);
-        unprep(c, st);
-        /* b's view is l's first b->n: l's first p are this row's */
-        l = b->l;
-        size_t k = l->n - p < own ? l->n - p : own;
-        k = p + hashes_shared(l->h + p, h, k);
-        n = p + own;
-        if (k < n && k < l->n)
-            l = lineage_fork(c, l, k, n);
-        int rc =
-            n > l->n ? lineage_append(db, c, l, h + (l->n - p), n - l->n) : 0;
-        free(h);
-        if (rc)
-            return -1;
-    } else {
-        unprep(c, st);
-        struct list_ent *e = list_load(db, c, id, 0);
-        if (!e || !(l = lineage_for(db, c, e->h, e->n)))
-            return -1;
-        n = e->n;
-    }
-    l->used = ++c->lin_clock;
-    struct view_ent *v = view_slot(c, id);
-    v->id = id;
-    v->l = l;
-    v->gen = l->gen;
-    v->n = n;
-    *lp = l;
-    *np = n;
-    return 0;
-}
-
-static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
-                        struct xchg *x, unsigned flags)
-{
-    int64_t ph, th;
-    if (col_int(r, 6, "req_params", INT64_MIN, INT64_MAX, false, &ph) ||
-        col_int(r, 7, "req_tools", INT64_MIN, INT64_MAX, true, &th))
-        return -1;
-    json_t *params = blob_get(db, c, ph);
-    if (!json_is_object(params))
-        return col_bad(r, "req_params", "blob missing or not an object");
-    json_t *tools = NULL;
-    if (sqlite3_column_type(r->st, 7) != SQLITE_NULL) {
-        tools = blob_get(db, c, th);
-        if (!json_is_array(tools))
-            return col_bad(r, "req_tools", "blob missing or not an array");
-    }
-    if (flags & XCHG_EACH_VIEWS) {
-        struct lineage *l;
-        size_t n;
-        if (row_view(db, c, x->id, &l, &n))
-            return col_bad(r, "req_msgs",
-                           "message list unreadable, or a message blob "
-                           "missing or not an object");
-        x->req_body = json_copy(params);
-        if (tools) {
-            json_object_set(x->req_body, "tools", tools);
-            x->req_tools_h = (uint64_t)th;
-        }
-        x->req_msgs = json_incref(l->arr);
-        x->req_msgs_n = n;
-        return 0;
-    }
-    struct list_ent *e = list_load(db, c, x->id, 0);
-    if (!e)
-        return col_bad(r, "req_msgs", "message list unreadable");
-    json_t *msgs = json_array();
-    size_t same = 0;
-    if (e->n > c->last_cap) {
-        c->last_cap = 2 * e->n;
-        c->last_h = xrealloc(c->last_h, c->last_cap * sizeof(*c->last_h));
-        c->last_v = xrealloc(c->last_v, c->last_cap * sizeof(*c->last_v));
-    }
-    while (same < e->n && same < c->last_n && e->h[same] &&
-           e->h[same] == c->last_h[same])
-        json_array_append(msgs, c->last_v[same++]);
-    c->last_n = 0; /* until this row's list is complete */
-    for (size_t i = same; i < e->n; i++) {
-        json_t *m = blob_get(db, c, (int64_t)e->h[i]);
-        if (!json_is_object(m)) {
-            json_decref(msgs);
-            return col_bad(r, "req_msgs",
-                           "a message blob missing or not an object");
-        }
-        json_array_append(msgs, m);
-        c->last_h[i] = e->h[i];
-        c->last_v[i] = m;
-    }
-    c->last_n = e->n;
-    json_t *body = json_copy(params);
-    if (tools) {
-        json_object_set(body, "tools", tools);
-        x->req_tools_h = (uint64_t)th;
-    }
-    json_object_set_new(body, "messages", msgs);
-    x->req_body = body;
-    x->req_msg_h = xmalloc((e->n + 1) * sizeof(*x->req_msg_h));
-    memcpy(x->req_msg_h, e->h, e->n * sizeof(*x->req_msg_h));
-    x->req_msg_n = e->n;
-    return 0;
-}
-
-/* Reads row st into x: 0, or -1 with r->bad naming the column that failed
- * (x then holds what was read so far; the caller releases it). */
-static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
-                    struct xchg *x, unsigned flags)
-{
-    sqlite3_stmt *st = r->st;
-    int64_t v;
-    x->id = sqlite3_column_int64(st, 0);
-    r->bad->id = x->id;
-    if (col_text(r, 1, "session", true, &x->session) ||
-        col_text(r, 2, "kind", true, &x->kind) ||
-        col_num(r, 3, "started", false, &x->started) ||
-        col_text(r, 4, "method", true, &x->method) ||
-        col_text(r, 5, "path", true, &x->path) ||
-        col_object(r, 8, "req_headers", &x->req_headers))
-        return -1;
-    r->bad->session = x->session;
-    if (col_int(r, 12, "req_malformed", 0, 1, false, &v))
-        return -1;
-    x->req_malformed = v;
-    if (col_int(r, 13, "status", 0, 999, false, &v))
-        return -1;
-    x->status = (int)v;
-    if (col_object(r, 14, "resp_headers", &x->resp_headers) ||
-        col_packed(r, 15, "resp_raw", &x->resp_raw, &x->resp_raw_len) ||
-        col_int(r, 18, "streamed", 0, 1, false, &v))
-        return -1;
-    x->streamed = v;
-    /* A reply column that is empty, or a number for a stream (never
-     * written by older builds, whose column is an object or NULL), says
-     * the reply is the one the stored body or stream gives: derived here,
-     * with the function the recorder would have used; the number is the
-     * stream's max gap (gap_text) */
-    if (col_reply(r, x) || col_num(r, 20, "up_ttfb_ms", true, &x->up_ttfb_ms) ||
-        col_num(r, 21, "up_total_ms", true, &x->up_total_ms) ||
-        col_num(r, 22, "down_ttfb_ms", true, &x->down_ttfb_ms) ||
-        col_num(r, 23, "down_total_ms", true, &x->down_total_ms) ||
-        col_int(r, 24, "ending", XCHG_COMPLETE, XCHG_TIMEOUT, false, &v))
-        return -1;
-    x->end = (enum xchg_end)v;
-    if (col_int(r, 25, "req_redacted", 0, 1, true, &v))
-        return -1;
-    x->req_redacted = v;
-    if (sqlite3_column_type(st, 6) != SQLITE_NULL)
-        return rebuild_body(db, c, r, x, flags);
-    if (col_packed(r, 9, "req_raw", &x->req_raw, &x->req_raw_len))
-        return -1;
-    if (x->req_raw && !x->req_malformed)
-        x->req_body = json_loadb(x->req_raw, x->req_raw_len,
-                                 JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-    return 0;
-}
-
-static const char SELECT_SQL[] =
-    "SELECT id, session, kind, started, method, path, req_params,"
-    " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
-    " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
-    " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
-    " down_total_ms, ending, req_redacted FROM xchg";
-/* the same for a store without req_redacted that could not be given it */
-static const char SELECT_SQL_OLD[] =
-    "SELECT id, session, kind, started, method, path, req_params,"
-    " req_tools, req_headers, req_raw, req_raw_len, req_raw_zip,"
-    " req_malformed, status, resp_headers, resp_raw, resp_raw_len,"
-    " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
-    " down_total_ms, ending, 0 FROM xchg";
-
-int xchg_each_checked(sqlite3 *db, const char *session,
-                      int (*fn)(const struct xchg *x, void *ud),
-                      void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
-                      struct diag *d)
-{
-    return xchg_each_flags(db, session, 0, fn, bad, ud, d);
-}
-
-int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
-                    int (*fn)(const struct xchg *x, void *ud),
-                    void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
-                    struct diag *d)
-{
-    sqlite3_stmt *st = NULL;
-    const char *sel = has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
-    char *sql =
-        xasprintf("%s%s ORDER BY id", sel, session ? " WHERE session=?" : "");
-    int rc = 0;
-
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = sql_fail(db, d, "cannot read exchanges");
-        free(sql);
-        return rc;
-    }
-    free(sql);
-    if (session)
-        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
-    struct xchg_cache *c = xchg_cache_new();
-    for (;;) {
-        int step = sqlite3_step(st);
-        if (step == SQLITE_DONE)
-            break;
-        if (step != SQLITE_ROW) {
-            rc = sql_fail(db, d, "cannot read exchanges");
-            break;
-        }
-        struct xchg x;
-        struct xchg_bad b = {0};
-        struct rowck r = {st, &b};
-        xchg_init(&x);
-        if (read_row(db, c, &r, &x, flags)) {
-            if (bad)
-                bad(&b, ud);
-        } else {
-            rc = fn(&x, ud);
-        }
-        xchg_release(&x);
-        if (rc)
-            break;
-    }
-    xchg_cache_free(c);
-    sqlite3_finalize(st);
-    return rc;
-}
-
-int xchg_each(sqlite3 *db, const char *session,
-              int (*fn)(const struct xchg *x, void *ud), void *ud,
-              struct diag *d)
-{
-    return xchg_each_checked(db, session, fn, NULL, ud, d);
-}
-
-static int sum_query(sqlite3 *db, const char *sql, int64_t *out, struct diag *d)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(db, d, "cannot measure storage");
-    int rc = sqlite3_step(st) == SQLITE_ROW
-                 ? 0
-                 : sql_fail(db, d, "cannot measure storage");
-    *out = rc ? 0 : sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return rc;
-}
-
-int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
-                       int64_t *request_bytes, struct diag *d)
-{
-    int64_t rows = 0, blobs = 0;
-    int rc = sum_query(db,
-                       "SELECT COALESCE(SUM(length(z)), 0) FROM xchg_blob"
-                       " WHERE kind=0",
-                       message_bytes, d);
-    if (rc)
-        return rc;
-    rc = sum_query(db,
-                   "SELECT COALESCE(SUM(length(z)), 0) FROM xchg_blob"
-                   " WHERE kind<>0",
-                   &blobs, d);
-    if (rc)
-        return rc;
-    /* Request-side payload of each row: text and blob columns, and 8 bytes
-     * for each number. */
-    rc = sum_query(db,
-                   "SELECT COALESCE(SUM(length(session) + length(kind) +"
-                   " length(method) + length(path) +"
-                   " COALESCE(length(req_headers), 0) +"
-                   " COALESCE(length(req_msgs), 0) +"
-                   " COALESCE(length(req_raw), 0) + 8 * 9), 0) FROM xchg",
-                   &rows, d);
-    *request_bytes = rows + blobs;
-    return rc;
-}
-
-int xchg_storage_response_bytes(sqlite3 *db, int64_t *bytes, struct diag *d)
-{
-    return sum_query(db,
-                     "SELECT COALESCE(SUM(COALESCE(length(resp_headers), 0) +"
-                     " COALESCE(length(resp_raw), 0) +"
-                     " COALESCE(length(reply), 0) + 8 * 7), 0) FROM xchg",
-                     bytes, d);
 }

@@ -2,7 +2,9 @@
  * xchg: one recorded HTTP exchange between a harness and a server, as the
  * recording proxy stores it and audit/sessions/show read it back. This header
  * is the contract between src/record/ (writer) and src/audit/ (reader);
- * src/store/xchg.c implements it over the SQLite store.
+ * src/store/xchg.c (the schema, writing) and src/store/xchg_read.c (reading)
+ * implement it over the SQLite store; src/store/xchg_int.h is what the two
+ * share.
  *
  * Storage grows with the conversation, not its square: chat messages are
  * stored once, content-addressed by hash64 of their canonical JSON

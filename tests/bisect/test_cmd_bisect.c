@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "util/bisectfx.h"
 #include "util/marked.h"
 #include "util/proc.h"
 
@@ -79,19 +80,6 @@ static void write_config(const char *name, const char *server_extra,
     fclose(f);
 }
 
-static int launches(const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "%s/%s/count", dir, name);
-    FILE *f = fopen(path, "r");
-    int n = 0, c;
-    while (f && (c = fgetc(f)) != EOF)
-        n += c == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
-
 /* Runs bisect on cfg with extra options; output dir DIR/name/out, JSON in
  * DIR/name/out.json (loaded into *j when j). The exit code. */
 static int run_bisect(const char *name, const char *cfg, const char *mode,
@@ -110,76 +98,55 @@ static int run_bisect(const char *name, const char *cfg, const char *mode,
     return rc;
 }
 
-static const json_t *row(const json_t *j, const char *name)
-{
-    const json_t *a = json_object_get(j, "configurations");
-    for (size_t i = 0; i < json_array_size(a); i++)
-        if (!strcmp(json_string_value(
-                        json_object_get(json_array_get(a, i), "name")),
-                    name))
-            return json_array_get(a, i);
-    fail_msg("no configuration '%s'", name);
-    return NULL;
-}
-
-static const char *rs(const json_t *r, const char *k)
-{
-    const char *s = json_string_value(json_object_get(r, k));
-    return s ? s : "";
-}
-
-static const char five[] =
-    "[toggle unread-flag]\nargs = --seed 0\npath = prefill\n\n"
-    "[toggle fp8-gemm]\nargs = --prefill-noise 0.003\npath = prefill\n\n"
-    "[toggle mhc-bf16]\nargs = --prefill-noise 0.05 --noise-growth 1\n"
-    "path = decode\n\n"
-    "[toggle splitk-decode]\nargs = --decode-noise 0.3\npath = both\n\n"
-    "[toggle overlap]\nargs = --pair-a --prefill-noise 0.002\n"
-    "path = unknown\n";
-
 static void test_one_at_a_time_ranks_the_five(void **state)
 {
     (void)state;
     char cfg[128];
-    write_config("five", "--noise-recall-limit 0.1", five, cfg, sizeof(cfg));
+    write_config("five", "--noise-recall-limit 0.1", bisectfx_five, cfg,
+                 sizeof(cfg));
     struct buf out = BUF_INIT;
     json_t *j;
     int rc =
         run_bisect("five", cfg, "one-at-a-time", "--slots=2", &out, NULL, &j);
     assert_int_equal(rc, 1);
     assert_non_null(j);
-    assert_int_equal(launches("five"), 6);
+    assert_int_equal(bisectfx_launches(dir, "five"), 6);
     /* the first line names the culprit and the evidence */
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: excess KL ", 29));
     const char *nl = strchr(buf_str(&out), '\n');
     const char *pf = strstr(buf_str(&out), "(prefill only)");
     assert_true(nl && pf && pf < nl);
     const json_t *c = json_array_get(json_object_get(j, "configurations"), 0);
-    assert_string_equal(rs(c, "name"), "mhc-bf16");
-    assert_string_equal(rs(c, "verdict"), "CULPRIT");
-    assert_string_equal(rs(c, "attribution"), "prefill only");
+    assert_string_equal(bisectfx_str(c, "name"), "mhc-bf16");
+    assert_string_equal(bisectfx_str(c, "verdict"), "CULPRIT");
+    assert_string_equal(bisectfx_str(c, "attribution"), "prefill only");
     assert_true(json_is_true(json_object_get(c, "path_mismatch")));
     assert_true(json_number_value(json_object_get(c, "pass_diff")) < -0.2);
     assert_true(json_number_value(json_object_get(c, "mcnemar_p")) < 0.05);
-    const json_t *d = row(j, "splitk-decode");
-    assert_string_equal(rs(d, "attribution"), "decode only");
-    assert_string_equal(rs(d, "claimed"), "both");
+    const json_t *d = bisectfx_row(j, "splitk-decode");
+    assert_string_equal(bisectfx_str(d, "attribution"), "decode only");
+    assert_string_equal(bisectfx_str(d, "claimed"), "both");
     assert_true(json_is_true(json_object_get(d, "path_mismatch")));
-    assert_string_equal(rs(d, "verdict"), "drifts (recall unchanged)");
-    assert_string_equal(rs(row(j, "fp8-gemm"), "verdict"),
+    assert_string_equal(bisectfx_str(d, "verdict"),
+                        "drifts (recall unchanged)");
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "fp8-gemm"), "verdict"),
                         "harmless (below thresholds)");
-    assert_string_equal(rs(row(j, "overlap"), "verdict"),
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "overlap"), "verdict"),
                         "harmless (below thresholds)");
-    assert_string_equal(rs(row(j, "unread-flag"), "verdict"), "inert");
-    assert_string_equal(rs(row(j, "unread-flag"), "server_info_note"),
-                        "possibly not read by the server");
-    assert_string_equal(rs(row(j, "fp8-gemm"), "server_info_note"), "");
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "unread-flag"), "verdict"),
+                        "inert");
+    assert_string_equal(
+        bisectfx_str(bisectfx_row(j, "unread-flag"), "server_info_note"),
+        "possibly not read by the server");
+    assert_string_equal(
+        bisectfx_str(bisectfx_row(j, "fp8-gemm"), "server_info_note"), "");
     const json_t *fd =
-        json_object_get(row(j, "splitk-decode"), "fingerprint_diff");
+        json_object_get(bisectfx_row(j, "splitk-decode"), "fingerprint_diff");
     assert_int_equal(json_array_size(fd), 1);
-    assert_string_equal(rs(json_array_get(fd, 0), "field"),
+    assert_string_equal(bisectfx_str(json_array_get(fd, 0), "field"),
                         "get_server_info.sim_config.decode_noise");
-    assert_true(json_is_true(json_object_get(row(j, "unread-flag"), "inert")));
+    assert_true(
+        json_is_true(json_object_get(bisectfx_row(j, "unread-flag"), "inert")));
     assert_non_null(strstr(buf_str(&out), "check that the server reads"));
     assert_non_null(strstr(buf_str(&out), "MISMATCH: claims both, but the "
                                           "measured change is decode only"));
@@ -209,7 +176,8 @@ static void test_adaptive_one_culprit_of_eight(void **state)
     json_t *j;
     assert_int_equal(
         run_bisect("adapt1", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
-    assert_true(launches("adapt1") <= 1 + 5); /* golden + ceil(log2 8) + 2 */
+    assert_true(bisectfx_launches(dir, "adapt1") <=
+                1 + 5); /* golden + ceil(log2 8) + 2 */
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: ", 19));
     json_decref(j);
     buf_release(&out);
@@ -227,12 +195,13 @@ static void test_adaptive_pair_of_eight(void **state)
     json_t *j;
     assert_int_equal(
         run_bisect("adapt2", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
-    assert_true(launches("adapt2") <= 1 + 9); /* golden + 2 ceil(log2 8) + 3 */
+    assert_true(bisectfx_launches(dir, "adapt2") <=
+                1 + 9); /* golden + 2 ceil(log2 8) + 3 */
     assert_true(!strncmp(buf_str(&out),
                          "culprit: overlap+fused (only "
                          "together): ",
                          40));
-    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_string_equal(bisectfx_str(j, "interaction"), "overlap+fused");
     json_decref(j);
     buf_release(&out);
 }
@@ -251,10 +220,12 @@ static void test_env_only_toggle_not_visible(void **state)
     assert_int_equal(run_bisect("envonly", cfg, "one-at-a-time", "--slots=1",
                                 &out, NULL, &j),
                      0);
-    assert_int_equal(launches("envonly"), 2);
-    assert_string_equal(rs(row(j, "flashinfer"), "server_info_note"),
-                        "not visible in server info");
-    assert_string_equal(rs(row(j, "flashinfer"), "verdict"), "inert");
+    assert_int_equal(bisectfx_launches(dir, "envonly"), 2);
+    assert_string_equal(
+        bisectfx_str(bisectfx_row(j, "flashinfer"), "server_info_note"),
+        "not visible in server info");
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "flashinfer"), "verdict"),
+                        "inert");
     assert_true(!strncmp(buf_str(&out), "no culprit: ", 12));
     json_decref(j);
     buf_release(&out);
@@ -277,8 +248,8 @@ static void test_full_and_leave_one_out_show_the_pair(void **state)
     json_t *j;
     assert_int_equal(
         run_bisect("full", cfg, "full", "--slots=2", &out, NULL, &j), 1);
-    assert_int_equal(launches("full"), 8);
-    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_int_equal(bisectfx_launches(dir, "full"), 8);
+    assert_string_equal(bisectfx_str(j, "interaction"), "overlap+fused");
     assert_true(!strncmp(buf_str(&out),
                          "culprit: overlap+fused (only together): ", 40));
     json_decref(j);
@@ -286,8 +257,8 @@ static void test_full_and_leave_one_out_show_the_pair(void **state)
     assert_int_equal(
         run_bisect("full", cfg, "leave-one-out", "--resume", &out, NULL, &j),
         1);
-    assert_int_equal(launches("full"), 9);
-    assert_string_equal(rs(j, "interaction"), "overlap+fused");
+    assert_int_equal(bisectfx_launches(dir, "full"), 9);
+    assert_string_equal(bisectfx_str(j, "interaction"), "overlap+fused");
     assert_non_null(
         strstr(buf_str(&out), "interaction: overlap+fused hurt only together"));
     json_decref(j);
@@ -298,12 +269,12 @@ static void test_dry_run_launches_nothing(void **state)
 {
     (void)state;
     char cfg[128];
-    write_config("dry", "", five, cfg, sizeof(cfg));
+    write_config("dry", "", bisectfx_five, cfg, sizeof(cfg));
     struct buf out = BUF_INIT;
     const char *argv[] = {"bisect",        cfg, "--dry-run", "--mode",
                           "leave-one-out", NULL};
     assert_int_equal(proc_run(argv, NULL, &out, NULL, 30), 0);
-    assert_int_equal(launches("dry"), 0);
+    assert_int_equal(bisectfx_launches(dir, "dry"), 0);
     assert_non_null(strstr(buf_str(&out), "mode leave-one-out, 5 toggles"));
     assert_non_null(strstr(buf_str(&out),
                            "  unread-flag+fp8-gemm+mhc-bf16+splitk-decode: "));
@@ -329,7 +300,7 @@ static void test_bad_config_is_exit_2(void **state)
     const char *argv2[] = {"bisect", "/nonexistent.ini", NULL};
     assert_int_equal(proc_run(argv2, NULL, NULL, &err, 30), 2);
     assert_non_null(strstr(buf_str(&err), "cannot read '/nonexistent.ini'"));
-    assert_int_equal(launches("bad"), 0);
+    assert_int_equal(bisectfx_launches(dir, "bad"), 0);
     buf_release(&err);
 }
 
@@ -382,7 +353,7 @@ static void test_resume_after_sigkill(void **state)
 {
     (void)state;
     char cfg[128], od[128], first[160];
-    write_config("resume", "", five, cfg, sizeof(cfg));
+    write_config("resume", "", bisectfx_five, cfg, sizeof(cfg));
     snprintf(od, sizeof(od), "%s/resume/out", dir);
     snprintf(first, sizeof(first), "%s/unread-flag.json", od);
     pid_t b = spawn_bisect(cfg, od, "--slots=1");
@@ -394,7 +365,7 @@ static void test_resume_after_sigkill(void **state)
     waitpid(b, NULL, 0);
     bg = 0;
     assert_int_equal(marked_after(mark, 5), 0); /* the watchdogs stopped them */
-    int before = launches("resume");
+    int before = bisectfx_launches(dir, "resume");
     char done[160];
     int finished = 0;
     static const char *const names[] = {"unread-flag", "fp8-gemm", "mhc-bf16",
@@ -407,7 +378,8 @@ static void test_resume_after_sigkill(void **state)
     struct buf out = BUF_INIT;
     const char *argv[] = {"bisect", cfg, "--out", od, "--resume", NULL};
     assert_int_equal(proc_run(argv, NULL, &out, NULL, 300), 1);
-    assert_int_equal(launches("resume") - before, 1 + 5 - finished);
+    assert_int_equal(bisectfx_launches(dir, "resume") - before,
+                     1 + 5 - finished);
     /* both drifting configurations are named on the first line (in the
      * order of drift's harm, which counts splitk-decode's decode steps) */
     const char *head = buf_str(&out), *eol = strchr(head, '\n');

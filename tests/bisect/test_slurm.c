@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "util/bisectfx.h"
 #include "util/marked.h"
 #include "util/proc.h"
 #include "util/slurm.h"
@@ -139,54 +140,13 @@ static char *hanging_server(void)
     return s;
 }
 
-static int launches(const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "%s/%s/count", dir, name);
-    FILE *f = fopen(path, "r");
-    int n = 0, c;
-    while (f && (c = fgetc(f)) != EOF)
-        n += c == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
-
-static const json_t *row(const json_t *j, const char *name)
-{
-    const json_t *a = json_object_get(j, "configurations");
-    for (size_t i = 0; i < json_array_size(a); i++)
-        if (!strcmp(json_string_value(
-                        json_object_get(json_array_get(a, i), "name")),
-                    name))
-            return json_array_get(a, i);
-    fail_msg("no configuration '%s'", name);
-    return NULL;
-}
-
-static const char *rs(const json_t *r, const char *k)
-{
-    const char *s = json_string_value(json_object_get(r, k));
-    return s ? s : "";
-}
-
-/* The five toggles of test_cmd_bisect's acceptance config. */
-static const char five[] =
-    "[toggle unread-flag]\nargs = --seed 0\npath = prefill\n\n"
-    "[toggle fp8-gemm]\nargs = --prefill-noise 0.003\npath = prefill\n\n"
-    "[toggle mhc-bf16]\nargs = --prefill-noise 0.05 --noise-growth 1\n"
-    "path = decode\n\n"
-    "[toggle splitk-decode]\nargs = --decode-noise 0.3\npath = both\n\n"
-    "[toggle overlap]\nargs = --pair-a --prefill-noise 0.002\n"
-    "path = unknown\n";
-
 static void test_five_ranked_through_slurm(void **state)
 {
     (void)state;
     need_cluster();
     char cfg[128], od[128], jp[128];
-    write_config("five", sim_server("--noise-recall-limit 0.1"), five, cfg,
-                 sizeof(cfg));
+    write_config("five", sim_server("--noise-recall-limit 0.1"), bisectfx_five,
+                 cfg, sizeof(cfg));
     snprintf(od, sizeof(od), "%s/five/out", dir);
     snprintf(jp, sizeof(jp), "%s/five/out.json", dir);
     const char *argv[] = {"bisect", cfg, "--out",     od,
@@ -197,23 +157,25 @@ static void test_five_ranked_through_slurm(void **state)
         fail_msg("exit %d\n%s\n%s", rc, buf_str(&out), buf_str(&err));
     assert_int_equal(our_jobs(), 0);
     assert_int_equal(marked_after(mark, 5), 0);
-    assert_int_equal(launches("five"), 6);
+    assert_int_equal(bisectfx_launches(dir, "five"), 6);
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: excess KL ", 29));
     json_t *j = json_load_file(jp, 0, NULL);
     assert_non_null(j);
     const json_t *c = json_array_get(json_object_get(j, "configurations"), 0);
-    assert_string_equal(rs(c, "name"), "mhc-bf16");
-    assert_string_equal(rs(c, "verdict"), "CULPRIT");
-    assert_string_equal(rs(c, "attribution"), "prefill only");
+    assert_string_equal(bisectfx_str(c, "name"), "mhc-bf16");
+    assert_string_equal(bisectfx_str(c, "verdict"), "CULPRIT");
+    assert_string_equal(bisectfx_str(c, "attribution"), "prefill only");
     assert_true(json_is_true(json_object_get(c, "path_mismatch")));
-    const json_t *d = row(j, "splitk-decode");
-    assert_string_equal(rs(d, "attribution"), "decode only");
-    assert_string_equal(rs(d, "verdict"), "drifts (recall unchanged)");
-    assert_string_equal(rs(row(j, "fp8-gemm"), "verdict"),
+    const json_t *d = bisectfx_row(j, "splitk-decode");
+    assert_string_equal(bisectfx_str(d, "attribution"), "decode only");
+    assert_string_equal(bisectfx_str(d, "verdict"),
+                        "drifts (recall unchanged)");
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "fp8-gemm"), "verdict"),
                         "harmless (below thresholds)");
-    assert_string_equal(rs(row(j, "overlap"), "verdict"),
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "overlap"), "verdict"),
                         "harmless (below thresholds)");
-    assert_string_equal(rs(row(j, "unread-flag"), "verdict"), "inert");
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "unread-flag"), "verdict"),
+                        "inert");
     /* each configuration ran as a job: its script and the job's output */
     char path[192];
     snprintf(path, sizeof(path), "%s/mhc-bf16.sbatch", od);
@@ -287,7 +249,7 @@ static void test_pending_past_queue_timeout(void **state)
     if (!strstr(e, "still pending after 3 s (reason: "))
         fail_msg("unexpected report:\n%s", e);
     assert_int_equal(our_jobs(), 0);
-    assert_int_equal(launches("pend"), 0);
+    assert_int_equal(bisectfx_launches(dir, "pend"), 0);
     assert_int_equal(slurm_jobs_named("blocker"), 1);
     slurm_sh("scancel -n blocker", NULL, 10);
     buf_release(&o);
@@ -411,7 +373,7 @@ static void test_dry_run_prints_the_scripts(void **state)
     char *golden = strndup(g, (size_t)(a - g));
     assert_null(strstr(golden, "--seed 1'"));
     free(golden);
-    assert_int_equal(launches("dry"), 0);
+    assert_int_equal(bisectfx_launches(dir, "dry"), 0);
     struct stat st;
     assert_true(stat(od, &st) != 0); /* nothing written */
     buf_release(&out);

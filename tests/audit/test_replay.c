@@ -82,6 +82,21 @@ static const struct xchg *xchg_by_id(const struct audit_session *s, int64_t id)
     return NULL;
 }
 
+/* The replay gave one session, with titles title requests and
+ * compactions summary requests attached to it. */
+static void one_session(const struct audit_set *set, const struct audit_list *l,
+                        int titles, int compactions)
+{
+    assert_int_equal(set->n, 1);
+    json_t *row = audit_session_json(&set->s[0], l);
+    json_t *kinds = json_object_get(row, "requests");
+    assert_int_equal(json_integer_value(json_object_get(kinds, "title")),
+                     titles);
+    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
+                     compactions);
+    json_decref(row);
+}
+
 /* The id of the first exchange whose reply called a tool whose result a
  * later request of the session sent back (a "tool" message answering
  * that call's id); -1 when none. */
@@ -167,13 +182,7 @@ static void test_kilo_two_compactions(void **state)
     audit_opts_init(&o);
     o.policy = AUDIT_POLICY_KEEP;
     replay("../kilo-7.7.7/compaction-session.jsonl", &set, &o, &l);
-    assert_int_equal(set.n, 1);
-    json_t *row = audit_session_json(&set.s[0], &l);
-    json_t *kinds = json_object_get(row, "requests");
-    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
-    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
-                     2);
-    json_decref(row);
+    one_session(&set, &l, 1, 2);
     for (size_t i = 0; i < l.n; i++)
         if (l.v[i].sev >= AUDIT_WARN)
             print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
@@ -210,13 +219,7 @@ static void test_continue_titles_and_compact(void **state)
     struct audit_opts o;
     audit_opts_init(&o);
     replay("../continue-1.5.47/session.jsonl", &set, &o, &l);
-    assert_int_equal(set.n, 1);
-    json_t *row = audit_session_json(&set.s[0], &l);
-    json_t *kinds = json_object_get(row, "requests");
-    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 4);
-    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
-                     1);
-    json_decref(row);
+    one_session(&set, &l, 4, 1);
     static const char *const expected[] = {"history.compaction",
                                            "reasoning.budget", NULL};
     assert_int_equal(other_warnings(&l, expected), 0);
@@ -249,13 +252,7 @@ static void test_kilo_tool_interrupt_compaction(void **state)
     audit_opts_init(&o);
     o.policy = AUDIT_POLICY_KEEP;
     replay("../kilo-7.7.7/session.jsonl", &set, &o, &l);
-    assert_int_equal(set.n, 1);
-    json_t *row = audit_session_json(&set.s[0], &l);
-    json_t *kinds = json_object_get(row, "requests");
-    assert_int_equal(json_integer_value(json_object_get(kinds, "title")), 1);
-    assert_int_equal(json_integer_value(json_object_get(kinds, "compaction")),
-                     1);
-    json_decref(row);
+    one_session(&set, &l, 1, 1);
     static const char *const expected[] = {"history.compaction", NULL};
     assert_int_equal(other_warnings(&l, expected), 0);
     assert_true(tool_round_trip(&set.s[0]) > 0);

@@ -82,6 +82,25 @@ static const struct xchg *xchg_by_id(const struct audit_session *s, int64_t id)
     return NULL;
 }
 
+/* Prints the warn and error findings, so that a failure explains itself. */
+static void print_warnings(const struct audit_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].sev >= AUDIT_WARN)
+            print_message("%s %s\n", l->v[i].rule, l->v[i].summary);
+}
+
+/* The harness sent earlier reasoning back with tool calls exactly as it
+ * was streamed: reasoning.sent counts some equal and none changed. */
+static void assert_reasoning_as_streamed(const struct audit_list *l)
+{
+    const struct audit_finding *r = find_rule(l, "reasoning.sent");
+    assert_non_null(r);
+    json_t *wt = json_object_get(r->evidence, "with_tools");
+    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+}
+
 /* The replay gave one session, with titles title requests and
  * compactions summary requests attached to it. */
 static void one_session(const struct audit_set *set, const struct audit_list *l,
@@ -147,9 +166,7 @@ static void test_opencode_two_compactions(void **state)
     o.policy = AUDIT_POLICY_KEEP;
     replay("compaction-session.jsonl", &set, &o, &l);
     assert_int_equal(set.n, 1);
-    for (size_t i = 0; i < l.n; i++)
-        if (l.v[i].sev >= AUDIT_WARN)
-            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    print_warnings(&l);
     assert_int_equal(count_rule(&l, "history.compaction"), 2);
     assert_int_equal(count_rule(&l, "history.compaction_lost"), 1);
     assert_int_equal(count_rule(&l, "history.rewrite"), 0);
@@ -160,11 +177,7 @@ static void test_opencode_two_compactions(void **state)
     assert_int_equal(ev_int(f, "compaction_lost_request"),
                      ev_int(lost, "summary_request"));
     /* opencode sent the streamed reasoning back: equal, never changed */
-    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
-    assert_non_null(r);
-    json_t *wt = json_object_get(r->evidence, "with_tools");
-    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
-    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    assert_reasoning_as_streamed(&l);
     audit_list_release(&l);
     audit_set_release(&set);
 }
@@ -183,19 +196,13 @@ static void test_kilo_two_compactions(void **state)
     o.policy = AUDIT_POLICY_KEEP;
     replay("../kilo-7.7.7/compaction-session.jsonl", &set, &o, &l);
     one_session(&set, &l, 1, 2);
-    for (size_t i = 0; i < l.n; i++)
-        if (l.v[i].sev >= AUDIT_WARN)
-            print_message("%s %s\n", l.v[i].rule, l.v[i].summary);
+    print_warnings(&l);
     assert_int_equal(count_rule(&l, "history.compaction"), 2);
     assert_int_equal(count_rule(&l, "history.compaction_lost"), 2);
     assert_int_equal(count_rule(&l, "first_message.claim"), 1);
     /* nothing else above info */
     assert_int_equal(audit_list_count(&l, AUDIT_WARN), 5);
-    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
-    assert_non_null(r);
-    json_t *wt = json_object_get(r->evidence, "with_tools");
-    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
-    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    assert_reasoning_as_streamed(&l);
     audit_list_release(&l);
     audit_set_release(&set);
 }
@@ -263,11 +270,7 @@ static void test_kilo_tool_interrupt_compaction(void **state)
     assert_int_equal(count_rule(&l, "history.compaction_lost"), 0);
     assert_int_equal(count_rule(&l, "reasoning.budget"), 0);
     assert_int_equal(audit_list_count(&l, AUDIT_WARN), 1);
-    const struct audit_finding *r = find_rule(&l, "reasoning.sent");
-    assert_non_null(r);
-    json_t *wt = json_object_get(r->evidence, "with_tools");
-    assert_true(json_integer_value(json_object_get(wt, "equal")) > 0);
-    assert_int_equal(json_integer_value(json_object_get(wt, "changed")), 0);
+    assert_reasoning_as_streamed(&l);
     audit_list_release(&l);
     audit_set_release(&set);
 }

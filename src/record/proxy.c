@@ -43,10 +43,10 @@
 #include "store/classify.h"
 #include "store/ingest.h"
 #include "store/intake.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 #include "store/replay.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
 

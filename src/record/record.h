@@ -4,8 +4,8 @@
  * requests; on the same event loop, upclient.h forwards them to an http://
  * upstream (keep-alive pool, its own HTTP/1.1 parser, h1.h) and a libcurl
  * multi handle to an https:// one (TLS and HTTP/2 come from libcurl). Bytes
- * are forwarded as they arrive; a copy is parsed (store/sse.h,
- * store/reply.h, store/classify.h through store/ingest.h) and each
+ * are forwarded as they arrive; a copy is parsed (wire/sse.h,
+ * wire/reply.h, store/classify.h through store/ingest.h) and each
  * exchange is committed to the store (store/xchg.h), or appended to the
  * spill file when the store fails, before the last byte of its response is
  * handed to the client.

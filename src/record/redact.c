@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 
 static const char MARK[] = "[redacted]";
 

@@ -16,7 +16,7 @@
 #include "sim/reply.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 struct chat {
     json_t *body;

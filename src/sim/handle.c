@@ -13,7 +13,7 @@
 #include "core/xalloc.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 #include "version.h"
 
 enum ep {

@@ -18,7 +18,7 @@
 void sim_error(struct sim_resp *r, int status, const char *param,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Appends j's compact text to b, byte for byte what json_dumps(j,
- * JSON_COMPACT) writes (store/jdump.c, several times faster). */
+ * JSON_COMPACT) writes (wire/jdump.c, several times faster). */
 void sim_dump(struct buf *b, const json_t *j);
 /* Appends the JSON string sim_jstr(p, n) would make, as sim_dump writes
  * it, without making it. */

@@ -14,7 +14,7 @@
 #include "core/buf.h"
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 #define TASK_PROMPTS_MAX 4096
 

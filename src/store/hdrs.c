@@ -16,7 +16,7 @@
 #include <strings.h>
 
 #include "core/xalloc.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 void hdrs_start(struct hdrs *h)
 {

@@ -14,9 +14,9 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "store/jscan.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/jscan.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 
 /* bytes of a stream parser's or reply's buffer kept for the next stream */
 #define STREAM_KEEP (64u << 10)

@@ -21,10 +21,10 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "store/jdump.h"
-#include "store/jscan.h"
+#include "wire/jdump.h"
+#include "wire/jscan.h"
 #include "store/ldelta.h"
-#include "store/reply.h"
+#include "wire/reply.h"
 
 enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
 
@@ -475,7 +475,7 @@ char *xc_unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 /* ---- blobs ---- */
 
 /* json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY), the
- * text a blob is addressed by (store/jdump.h) */
+ * text a blob is addressed by (wire/jdump.h) */
 static char *canonical(const json_t *v, size_t *len)
 {
     char *s = jdump_str(v, true, len);

@@ -23,7 +23,7 @@
 
 #include "core/diag.h"
 #include "store/hdrs.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 
 enum xchg_end {
     XCHG_COMPLETE = 0,   /* upstream answered and the client got all of it */
@@ -53,7 +53,7 @@ struct xchg {
     /* secret values in the body were hidden before it was kept
      * (record/redact.h); the stored body is the redacted one */
     bool req_redacted;
-    /* The bytes req_body was read from when store/jscan.h read them
+    /* The bytes req_body was read from when wire/jscan.h read them
      * (jscan_doc accepted them; borrowed, not freed by xchg_release; may be
      * NULL): the store reuses a message's hash when the same bytes came
      * before, instead of dumping its canonical JSON again. */
@@ -98,12 +98,12 @@ struct xchg {
     json_t *reply;
     /* Or, with reply NULL, its compact JSON text (owned; what jdump of the
      * object would write): the recorder's stream replies (reply_finish_text in
-     * store/reply.h). The store writes it to the reply column as is; the
+     * wire/reply.h). The store writes it to the reply column as is; the
      * spill file parses it; readers get reply. */
     char *reply_text;
     size_t reply_text_len;
     /* Set by the writer instead of reply (left NULL) when the reply is
-     * reply_from_body(resp_raw, resp_raw_len) (store/reply.h): a JSON body
+     * reply_from_body(resp_raw, resp_raw_len) (wire/reply.h): a JSON body
      * not streamed, not content-encoded and not cut at the capture cap;
      * or, for such a stream, reply_from_stream(resp_raw, resp_raw_len,
      * stream_gap_ms). The store then writes no reply (the column is empty

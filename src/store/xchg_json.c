@@ -12,7 +12,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "store/reply.h"
+#include "wire/reply.h"
 #include "store/xchg.h"
 
 static const char B64[] =

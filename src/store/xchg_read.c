@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "store/reply.h"
+#include "wire/reply.h"
 #include "store/xchg.h"
 #include "store/xchg_int.h"
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_reply: the in-place reply reader (store/jscan.h behind reply_chunk
+ * fuzz_reply: the in-place reply reader (wire/jscan.h behind reply_chunk
  * and reply_from_body) against the jansson reference on arbitrary bytes.
  * The input is split at '\x1e' into SSE data payloads; invariants: the
  * reply accumulated by reply_chunk and by reply_chunk_jansson is the same
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/jdump.h"
-#include "store/jscan.h"
-#include "store/reply.h"
+#include "wire/jdump.h"
+#include "wire/jscan.h"
+#include "wire/reply.h"
 
 static char *text_of(json_t *v)
 {

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "store/jdump.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 
 struct seen {
     struct buf log;

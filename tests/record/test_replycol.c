@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
-#include "store/reply.h"
+#include "wire/reply.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/proc.h"

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "store/classify.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 #include "store/xchg.h"
 
 static const char *const BODIES[] = {

@@ -20,7 +20,7 @@
 #include "core/rng.h"
 #include "core/xalloc.h"
 #include "store/hdrs.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 /* The recorder's former json_add_header (repeat: always looked up). */
 static void ref_add(json_t *o, const char *name, const char *v)

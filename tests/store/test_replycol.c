@@ -30,9 +30,9 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "store/jdump.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/fixture.h"

@@ -21,8 +21,8 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "store/jdump.h"
-#include "store/jscan.h"
+#include "wire/jdump.h"
+#include "wire/jscan.h"
 #include "store/xchg.h"
 
 static const struct jscan_pick TOP = {

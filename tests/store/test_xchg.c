@@ -20,7 +20,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/tmpdb.h"

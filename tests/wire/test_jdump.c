@@ -1,5 +1,5 @@
 /*
- * Tests for store/jdump: the text is byte for byte jansson's json_dumps
+ * Tests for wire/jdump: the text is byte for byte jansson's json_dumps
  * (JSON_COMPACT | JSON_ENCODE_ANY, with and without JSON_SORT_KEYS) on
  * hand-picked edge cases (escapes, NUL, reals, integer limits, key order)
  * and on thousands of generated values, so message hashes stay those the
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "core/rng.h"
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 static void assert_same(const json_t *v)
 {

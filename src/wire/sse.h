@@ -5,8 +5,8 @@
  * forwarded; it calls back once per dispatched event with the joined data
  * lines. Lines end in CRLF, LF or CR, possibly split across chunks.
  */
-#ifndef STORE_SSE_H
-#define STORE_SSE_H
+#ifndef WIRE_SSE_H
+#define WIRE_SSE_H
 
 #include <stdbool.h>
 #include <stddef.h>

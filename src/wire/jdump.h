@@ -6,8 +6,8 @@
  * (sorted keys) to address messages, so equality with jansson's output is
  * the contract; tests/store/test_jdump.c checks it on generated values.
  */
-#ifndef STORE_JDUMP_H
-#define STORE_JDUMP_H
+#ifndef WIRE_JDUMP_H
+#define WIRE_JDUMP_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "store/sse.h"
+#include "wire/sse.h"
 
 static int collect(const char *event, const char *data, size_t len, void *ud)
 {

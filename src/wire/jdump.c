@@ -6,7 +6,7 @@
  * values, "+" and leading zeros dropped from exponents) and the same key
  * order (insertion order, or bytewise with the shorter key first on a tie).
  */
-#include "store/jdump.h"
+#include "wire/jdump.h"
 
 #include <errno.h>
 #include <math.h>

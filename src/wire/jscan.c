@@ -4,7 +4,7 @@
  * escapes \" \\ \/ \b \f \n \r \t \uXXXX with paired surrogates), minus
  * the cases listed in jscan.h where it answers "unsure" instead.
  */
-#include "store/jscan.h"
+#include "wire/jscan.h"
 
 #include <errno.h>
 #include <stddef.h>

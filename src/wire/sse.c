@@ -3,7 +3,7 @@
  * pairs) anywhere. A line that arrives whole is read in place; only a line
  * split between chunks is gathered in p->line first.
  */
-#include "store/sse.h"
+#include "wire/sse.h"
 
 #include <errno.h>
 #include <string.h>

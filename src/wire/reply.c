@@ -4,15 +4,15 @@
  * usage) and the reasoning extensions of vLLM/sglang (reasoning_content)
  * and OpenRouter/llama.cpp (reasoning).
  */
-#include "store/reply.h"
+#include "wire/reply.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "store/jdump.h"
-#include "store/jscan.h"
-#include "store/sse.h"
+#include "wire/jdump.h"
+#include "wire/jscan.h"
+#include "wire/sse.h"
 
 #define REPLY_TEXT_MAX ((size_t)256 << 20)
 

@@ -1,5 +1,5 @@
 /*
- * Tests for store/jscan: what it accepts it reads as jansson does (the
+ * Tests for wire/jscan: what it accepts it reads as jansson does (the
  * value jscan_json builds dumps to jansson's text, key order and
  * duplicate keys included), and it says "unsure" for what jansson refuses
  * or what it does not read exactly (NUL and lone surrogate escapes,
@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "store/jdump.h"
-#include "store/jscan.h"
+#include "wire/jdump.h"
+#include "wire/jscan.h"
 
 static void test_accepts_like_jansson(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * Tests for store/reply's reply_text: the recorder writes a stream's reply
+ * Tests for wire/reply's reply_text: the recorder writes a stream's reply
  * column straight from the accumulator instead of building the reply object
  * and dumping it, so the text must be, byte for byte, what the column held
  * before: jdump of reply_finish with the loop's "max_gap_ms" set in place,
@@ -19,9 +19,9 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "store/jdump.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 #include "util/fixture.h"
 #include "util/rec.h"
 #include "util/sse_streams.h"

@@ -12,15 +12,15 @@
  * stored body or stream when the row is read (xchg.c, read_row;
  * docs/RECORD.md).
  */
-#ifndef STORE_REPLY_H
-#define STORE_REPLY_H
+#ifndef WIRE_REPLY_H
+#define WIRE_REPLY_H
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "core/buf.h"
-#include "store/jscan.h"
+#include "wire/jscan.h"
 
 struct reply_acc {
     struct buf content;
@@ -37,7 +37,7 @@ struct reply_acc {
     bool done;      /* a data: [DONE] event arrived */
     long chunks;    /* JSON data events */
     long bad;       /* data events that were not JSON */
-    long scanned;   /* of chunks, those read in place (store/jscan.h) */
+    long scanned;   /* of chunks, those read in place (wire/jscan.h) */
     long reused;    /* of those, read from the previous chunk's spans */
     double last_ms; /* arrival of the previous event */
     double max_gap_ms;
@@ -56,7 +56,7 @@ void reply_release(struct reply_acc *a);
 void reply_reset(struct reply_acc *a, size_t keep);
 /* One SSE data payload that arrived at now_ms. Never fails: what is not
  * understood is counted in a->bad. A chunk of the common shape is read in
- * place (store/jscan.h); anything else goes to reply_chunk_jansson. */
+ * place (wire/jscan.h); anything else goes to reply_chunk_jansson. */
 void reply_chunk(struct reply_acc *a, const char *data, size_t len,
                  double now_ms);
 /* The reference: the same, always through a jansson tree. reply_chunk must
@@ -80,7 +80,7 @@ int reply_finish_text(const struct reply_acc *a, struct buf *out);
 json_t *reply_from_body(const char *body, size_t len);
 /* The text jdump(reply_from_body(body, len), false) writes, appended to
  * out without building the reply object, for the common body: read in
- * place (store/jscan.h), no error member, no tool calls, a usage object
+ * place (wire/jscan.h), no error member, no tool calls, a usage object
  * that jscan_dump_plain copies. 0, or -1 for any other body (out may hold
  * a partial text then; use reply_from_body). */
 int reply_text_from_body(const char *body, size_t len, struct buf *out);
@@ -89,7 +89,7 @@ int reply_text_from_body(const char *body, size_t len, struct buf *out);
  * bytes nor a \u escape (the only escape that could spell one of its
  * letters) occur in it. True means "maybe". */
 bool reply_may_call_tools(const char *body, size_t len);
-/* An sse_event_fn (store/sse.h) that gives each event's data to
+/* An sse_event_fn (wire/sse.h) that gives each event's data to
  * reply_chunk(ud, data, len, 0): ud is a struct reply_acc. Returns 0. */
 int reply_sse_event(const char *event, const char *data, size_t len, void *ud);
 /* The reply object for a captured SSE stream raw[0..len) (the whole

@@ -12,8 +12,8 @@
  * exponent, more than 18 integer digits, nesting deeper than
  * JSCAN_MAX_DEPTH). Callers fall back to jansson then.
  */
-#ifndef STORE_JSCAN_H
-#define STORE_JSCAN_H
+#ifndef WIRE_JSCAN_H
+#define WIRE_JSCAN_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * Tests for store/reply: the answer reassembled from a real opencode-era
+ * Tests for wire/reply: the answer reassembled from a real opencode-era
  * reassembled from a real opencode-era SSE reply
  * (tests/fixtures/opencode-1.18.33/ mock-sse-reply-reasoning-toolcall.txt),
  * parallel tool calls merged by index, the "reasoning" field variant, errors in
@@ -16,9 +16,9 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "store/jdump.h"
-#include "store/reply.h"
-#include "store/sse.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 #include "util/fixture.h"
 #include "util/rec.h"
 

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "core/diag.h"
-#include "record/h1.h"
+#include "http/h1.h"
 
 struct front;
 struct front_conn;

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 
 #include "core/buf.h"
-#include "record/h1.h"
+#include "http/h1.h"
 
 struct upc;
 struct upc_req;

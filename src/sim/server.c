@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 
 #include "core/xalloc.h"
-#include "http/method.h"
+#include "sim/method.h"
 #include "sim/sim.h"
 
 struct server {
@@ -197,7 +197,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     o->srv = srv;
     o->req = req;
     snprintf(o->method, 15, "%s",
-             http_method_name(evhttp_request_get_command(req)));
+             sim_method_name(evhttp_request_get_command(req)));
     o->path = xstrdup(path && *path ? path : "/");
     o->len = evbuffer_get_length(in);
     o->body = xmalloc(o->len + 1);

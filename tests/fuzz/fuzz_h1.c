@@ -1,5 +1,5 @@
 /*
- * fuzz_h1: record's HTTP/1.1 response parser (src/record/h1.c) on
+ * fuzz_h1: record's HTTP/1.1 response parser (src/http/h1.c) on
  * arbitrary bytes. The first byte picks a split point and whether the
  * response answers a HEAD. Invariants: a parsed head lies inside the
  * input, its names are tokens and its values hold no CR or LF; a strict
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "record/h1.h"
+#include "http/h1.h"
 
 static bool is_tchar(unsigned char c)
 {

@@ -1,6 +1,6 @@
 /*
  * fuzz_h1req: record's HTTP/1.1 request parser (h1_parse_request and the
- * request framing rules in src/record/h1.c, used by front.c) on arbitrary
+ * request framing rules in src/http/h1.c, used by front.c) on arbitrary
  * bytes; the first byte picks a cut. Invariants: the verdict is -1, -2,
  * -3 or a length inside the input; a parsed head's method is a token, its
  * target holds no space or control byte, its names are tokens and its
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "record/h1.h"
+#include "http/h1.h"
 
 static bool is_tchar(unsigned char c)
 {

@@ -7,8 +7,8 @@
  * nothing allocates. Fuzzed by tests/fuzz/fuzz_h1.c (responses, chunked)
  * and tests/fuzz/fuzz_h1req.c (requests).
  */
-#ifndef RECORD_H1_H
-#define RECORD_H1_H
+#ifndef HTTP_H1_H
+#define HTTP_H1_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * h1 (src/record/h1.c): the HTTP/1.1 response and request head parsers,
+ * h1 (src/http/h1.c): the HTTP/1.1 response and request head parsers,
  * the framing rules of RFC 9112 section 6.3 and the chunked decoder, case
  * by case. tests/fuzz/fuzz_h1.c and fuzz_h1req.c check their invariants
  * on arbitrary input.
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "record/h1.h"
+#include "http/h1.h"
 
 static struct h1_head H;
 

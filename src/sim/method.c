@@ -1,10 +1,10 @@
 /*
- * method: the name of an evhttp request method, for the two servers built
- * on evhttp (the simulator and the recording proxy).
+ * method: the name of an evhttp request method, for the simulator (the one
+ * server built on evhttp; record parses its own requests with http/h1.c).
  */
-#include "http/method.h"
+#include "sim/method.h"
 
-const char *http_method_name(enum evhttp_cmd_type t)
+const char *sim_method_name(enum evhttp_cmd_type t)
 {
     switch (t) {
     case EVHTTP_REQ_GET:

@@ -6,7 +6,7 @@
  * request, folded or malformed header lines, chunk sizes that overflow),
  * lenient about bare LF line ends.
  */
-#include "record/h1.h"
+#include "http/h1.h"
 
 #include <stdint.h>
 #include <string.h>

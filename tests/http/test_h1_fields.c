@@ -1,5 +1,5 @@
 /*
- * h1 field lines (src/record/h1.c, parse_fields): the parser reads the
+ * h1 field lines (src/http/h1.c, parse_fields): the parser reads the
  * common line ("name:" OWS value OWS CRLF) in one pass, 8 bytes at a time
  * for the value, and every other line the line-by-line way. This test
  * holds it to a reference, the line-by-line reading alone (RFC 9112
@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "core/rng.h"
-#include "record/h1.h"
+#include "http/h1.h"
 
 /* ---- the reference: one line at a time ---- */
 

@@ -20,7 +20,7 @@
 #include "drift/cache_arm.h"
 #include "drift/drift.h"
 #include "drift/dstore.h"
-#include "drift/report.h"
+#include "drift/render.h"
 #include "store/store.h"
 
 const char CMD_DRIFT_HELP[] =

@@ -1,5 +1,5 @@
 /*
- * Tests for src/probe/report.c on synthetic results (no server): the text
+ * Tests for src/probe/render.c on synthetic results (no server): the text
  * report against a golden file, and the statistics the JSON carries (per
  * cell Wilson intervals, RULER and NoLiMa effective lengths, McNemar
  * against a baseline). Regenerate the golden file with

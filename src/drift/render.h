@@ -4,8 +4,8 @@
  * worst positions) and the JSON summary whose schema docs/DRIFT.md gives.
  * Pure formatting into a struct buf / json_t; cmd_drift.c writes them.
  */
-#ifndef DRIFT_REPORT_H
-#define DRIFT_REPORT_H
+#ifndef DRIFT_RENDER_H
+#define DRIFT_RENDER_H
 
 #include <jansson.h>
 

@@ -2,7 +2,7 @@
  * drift report: text and JSON renderings of a struct drift_result.
  * Numbers use fixed formats so the output is stable for golden tests.
  */
-#include "drift/report.h"
+#include "drift/render.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * cmd_bisect: `fidelity bisect CONFIG`, which launches server
  * configurations with patches (toggles) turned on and off, measures each
  * against the golden with drift and probe, and ranks the toggles. Parses
- * options, loads the config (src/bisect/config.c), runs src/bisect/run.c,
+ * options, loads the config (src/bisect/config.c), runs src/bisect/bisect.c,
  * prints the ranking and chooses the exit code. See docs/BISECT.md.
  */
 #include <errno.h>
@@ -18,7 +18,7 @@
 
 #include "bisect/config.h"
 #include "bisect/plan.h"
-#include "bisect/run.h"
+#include "bisect/bisect.h"
 #include "bisect/slurm.h"
 #include "bisect/verdict.h"
 #include "cmd/cmd.h"

@@ -1,7 +1,7 @@
 /*
  * cmd_probe: `fidelity probe`, multi-turn context-fidelity tests of a live
  * OpenAI-compatible endpoint. Parses options, fingerprints the endpoint(s),
- * prints the plan, runs the cases through src/probe/run.c, stores them and
+ * prints the plan, runs the cases through src/probe/pool.c, stores them and
  * prints the report. The only file of probe that prints or chooses an exit
  * code. See docs/PROBE.md.
  */

@@ -13,7 +13,7 @@
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "sim/feedback.h"
-#include "sim/reply.h"
+#include "sim/answer.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
 #include "wire/jdump.h"

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "sim/config.h"
-#include "sim/reply.h"
+#include "sim/answer.h"
 #include "sim/tmpl.h"
 
 /* Renders msgs (JSON text) under cfg, truncates to limit with overflow,

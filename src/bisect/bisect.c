@@ -1,5 +1,5 @@
 /*
- * bisect/run: the golden, then the configurations of the mode, on
+ * bisect: the golden, then the configurations of the mode, on
  * `slots` worker threads (adaptive mode: one, as each set depends on the
  * last answer). Per configuration: launch (launch.h), wait for ready, run
  * `fidelity drift` and `fidelity probe` as child processes writing JSON
@@ -7,7 +7,7 @@
  * renamed, so a killed bisect leaves finished files only).
  */
 #define _GNU_SOURCE
-#include "bisect/run.h"
+#include "bisect/bisect.h"
 
 #include <errno.h>
 #include <fcntl.h>

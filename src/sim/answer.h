@@ -1,12 +1,12 @@
 /*
- * reply: the simulator's rule-based chat answers (docs/SIM.md, "The
+ * answer: the simulator's rule-based chat answers (docs/SIM.md, "The
  * model"). It reads the prompt tokens the model saw, finds the facts,
  * variables and user messages that are visible (inside --forget-after of the
  * end), and writes the reply a real model would give, or the "I don't see
  * any earlier message" reply when what was asked for is not visible.
  */
-#ifndef SIM_REPLY_H
-#define SIM_REPLY_H
+#ifndef SIM_ANSWER_H
+#define SIM_ANSWER_H
 
 #include <jansson.h>
 #include <stdbool.h>

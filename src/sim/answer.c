@@ -1,7 +1,7 @@
 /*
- * reply: facts, questions and answers over the visible prompt text.
+ * answer: facts, questions and answers over the visible prompt text.
  */
-#include "sim/reply.h"
+#include "sim/answer.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -1,13 +1,13 @@
 /*
- * bisect/run: one bisect over a config: the golden once, then each
+ * bisect: one bisect over a config: the golden once, then each
  * configuration a mode asks for: launch, wait for ready, drift against the
  * golden and probe with the golden as baseline (by running this same
  * fidelity binary), stop. Each finished configuration is written to
  * DIR/NAME.json at once, so --resume measures only what is missing.
  * Prints nothing: progress goes to a callback.
  */
-#ifndef BISECT_RUN_H
-#define BISECT_RUN_H
+#ifndef BISECT_BISECT_H
+#define BISECT_BISECT_H
 
 #include <jansson.h>
 #include <signal.h>

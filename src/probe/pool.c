@@ -1,5 +1,5 @@
 /*
- * run: the worker pool. Each of -j threads has its own http_client and
+ * pool: the worker pool. Each of -j threads has its own http_client and
  * takes the next case index under a mutex; for each case it looks the key
  * up in the store (skipping finished cases unless --fresh), sizes the case
  * against the endpoint's tokenizer, sends it to the endpoint and the

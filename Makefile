@@ -55,7 +55,7 @@ STAMP    := $(BUILD)/.deps-ok
 TEST_STAMP := $(BUILD)/.test-deps-ok
 
 .PHONY: all deps deps-debs bench-deps test check-format format demo demo-sim clean man install uninstall \
-        golden-report
+        golden golden-report
 all: fidelity man
 
 # $(call apt_deps,NAME,PACKAGES): the missing Debian packages installed
@@ -176,6 +176,15 @@ uninstall:
 golden-report: $(BIN) $(BUILD)/tests/report/test_report_e2e
 	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
 	  sh tests/run.sh $(BUILD)/tests/report/test_report_e2e
+
+# Every golden file (tests/*/golden/): the commands' text and JSON
+# (tests/*/test_golden_*.c), the report's sections and probe's text report,
+# rewritten by their tests; review the diff before committing it.
+GOLDEN_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/*/test_golden_*.c)) \
+              $(BUILD)/tests/report/test_report_e2e $(BUILD)/tests/probe/test_report
+golden: $(BIN) $(GOLDEN_BIN)
+	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
+	  sh tests/run.sh $(GOLDEN_BIN)
 
 CLANG_FORMAT ?= clang-format
 FMT_FILES = $(wildcard src/*.c src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h)

@@ -1,0 +1,193 @@
+/*
+ * Golden files of what `fidelity audit`, `fidelity sessions` and `fidelity
+ * show` print, as text and as JSON, on one fixed store: three harness
+ * sessions of tests/fixtures/ (opencode's two compactions, Kilo's tool
+ * call, interrupt and compaction, Continue's titles and /compact), stored
+ * row by row in file order as record would have stored them. The output is
+ * compared byte for byte with tests/audit/golden/ after the one
+ * normalisation of tests/util/golden.h (the temporary directory becomes
+ * DIR); FIDELITY_GOLDEN_UPDATE=1 (`make golden`) rewrites the files, to be
+ * reviewed as a diff.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "core/xalloc.h"
+#include "store/store.h"
+#include "store/xchg.h"
+#include "util/golden.h"
+#include "util/rec.h"
+
+#define GOLDEN "tests/audit/golden/"
+
+/* The recorded sessions, in the order they are stored: one of each
+ * harness, so that the store has one side session (Kilo's title) to
+ * attach. */
+static const char *const fixtures[] = {
+    "tests/fixtures/opencode-1.18.33/compaction-session.jsonl",
+    "tests/fixtures/kilo-7.7.7/session.jsonl",
+    "tests/fixtures/continue-1.5.47/session.jsonl",
+};
+
+/* Their session keys: opencode's and Kilo's from their session headers,
+ * Continue's (no header) from its first messages. */
+#define OPENCODE "ses_dcdd8ae0effet1oqJEGYMcZ1ak"
+#define KILO "ses_dcd4efc6effeYack6r0ISx8vve"
+#define CONTINUE "p:262f88083d4a86b1"
+
+static char *dir, *db;
+static const char *subs[3];
+
+/* Stores a copy of one exchange of the spill-format fixture; ids are
+ * given by the store (1, 2, ... in file order). */
+static int put(const struct xchg *x, void *ud)
+{
+    struct diag d = {{0}};
+    struct xchg c;
+    xchg_init(&c);
+    json_t *j = xchg_to_json(x);
+    int rc = xchg_from_json(j, &c, &d);
+    json_decref(j);
+    c.id = 0;
+    if (!rc)
+        rc = xchg_put(ud, &c, &d);
+    if (rc)
+        fprintf(stderr, "cannot store an exchange: %s\n", d.msg);
+    xchg_release(&c);
+    return rc;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    dir = rec_tmpdir();
+    if (!dir)
+        return -1;
+    db = xasprintf("%s/fixtures.db", dir);
+    subs[0] = dir;
+    subs[1] = "DIR";
+    subs[2] = NULL;
+    sqlite3 *s;
+    struct diag d = {{0}};
+    if (store_open(db, &s, &d) || xchg_schema(s, &d)) {
+        fprintf(stderr, "cannot create '%s': %s\n", db, d.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof(fixtures) / sizeof(*fixtures); i++)
+        if ((rc = xchg_spill_each(fixtures[i], put, s, &d)))
+            fprintf(stderr, "cannot read '%s': %s\n", fixtures[i], d.msg);
+    store_close(s);
+    return rc ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rec_rmdir(dir);
+    dir = NULL;
+    free(db);
+    db = NULL;
+    return 0;
+}
+
+static void test_audit_text(void **state)
+{
+    (void)state;
+    const char *av[] = {"audit", "--db", db, NULL};
+    assert_true(golden_cmd(GOLDEN "audit.txt", 1, subs, av, 60, NULL));
+}
+
+static void test_audit_json(void **state)
+{
+    (void)state;
+    const char *av[] = {"audit", "--db", db, "--json", "-", NULL};
+    assert_true(golden_cmd(GOLDEN "audit.json", 1, subs, av, 60, NULL));
+}
+
+/* The options a deployment's audit gives: the temperature the model card
+ * asks for, DeepSeek's reasoning policy, the server's context length. */
+static void test_audit_expect_text(void **state)
+{
+    (void)state;
+    const char *av[] = {"audit",
+                        "--db",
+                        db,
+                        "--expect",
+                        "temperature=0.6",
+                        "--reasoning-policy",
+                        "keep-with-tools",
+                        "--context-length",
+                        "16384",
+                        "--fail-on",
+                        "error",
+                        NULL};
+    assert_true(golden_cmd(GOLDEN "audit-expect.txt", 1, subs, av, 60, NULL));
+}
+
+static void test_sessions_text(void **state)
+{
+    (void)state;
+    const char *av[] = {"sessions", "--db", db, NULL};
+    assert_true(golden_cmd(GOLDEN "sessions.txt", 0, subs, av, 60, NULL));
+}
+
+static void test_sessions_json(void **state)
+{
+    (void)state;
+    const char *av[] = {"sessions", "--db", db, "--json", "-", NULL};
+    assert_true(golden_cmd(GOLDEN "sessions.json", 0, subs, av, 60, NULL));
+}
+
+/* show SESSION as text and JSON into NAME.txt and NAME.json. */
+static void show(const char *session, const char *name)
+{
+    char *txt = xasprintf(GOLDEN "show-%s.txt", name);
+    char *json = xasprintf(GOLDEN "show-%s.json", name);
+    const char *av[] = {"show", session, "--db", db, NULL};
+    const char *aj[] = {"show", session, "--db", db, "--json", "-", NULL};
+    bool ok = golden_cmd(txt, 0, subs, av, 60, NULL);
+    ok = golden_cmd(json, 0, subs, aj, 60, NULL) && ok;
+    free(txt);
+    free(json);
+    assert_true(ok);
+}
+
+static void test_show_opencode(void **state)
+{
+    (void)state;
+    show(OPENCODE, "opencode");
+}
+
+static void test_show_kilo(void **state)
+{
+    (void)state;
+    show(KILO, "kilo");
+}
+
+static void test_show_continue(void **state)
+{
+    (void)state;
+    show(CONTINUE, "continue");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_audit_text),
+        cmocka_unit_test(test_audit_json),
+        cmocka_unit_test(test_audit_expect_text),
+        cmocka_unit_test(test_sessions_text),
+        cmocka_unit_test(test_sessions_json),
+        cmocka_unit_test(test_show_opencode),
+        cmocka_unit_test(test_show_kilo),
+        cmocka_unit_test(test_show_continue),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -485,33 +485,50 @@ static bool side_only(const struct audit_session *s)
     return s->n > 0;
 }
 
+/* Moves the exchanges of side session s into to (a session that is not
+ * side-only) and frees what is left of s. */
+static void attach_to(struct audit_session *s, struct audit_session *to)
+{
+    for (size_t j = 0; j < s->n; j++) {
+        if (to->n == to->alloc) {
+            to->alloc = to->alloc ? 2 * to->alloc : 16;
+            to->x = xrealloc(to->x, to->alloc * sizeof(*to->x));
+        }
+        free(s->x[j]->session);
+        s->x[j]->session = xstrdup(to->id);
+        to->x[to->n++] = s->x[j];
+    }
+    free(s->x);
+    free(s->id);
+    free(s->parent);
+    free(s->parent_call);
+    s->x = NULL;
+    s->id = s->parent = s->parent_call = NULL;
+    s->n = 0;
+}
+
+/* Two passes: every side session is attached while the array is intact
+ * (a target is never side-only, so never removed), then the array is
+ * compacted. Compacting while scanning read moved and freed slots. */
 void audit_set_attach_side(struct audit_set *set)
 {
-    size_t kept = 0;
+    bool *gone = xcalloc(set->n ? set->n : 1, sizeof(*gone));
     for (size_t i = 0; i < set->n; i++) {
         struct audit_session *s = &set->s[i];
-        struct audit_session *to = NULL;
-        for (size_t k = 0; side_only(s) && k < set->n && !to; k++)
-            if (k != i && *set->s[k].id && !side_only(&set->s[k]) &&
-                strstr(s->id, set->s[k].id))
-                to = &set->s[k];
-        if (!to) {
-            set->s[kept++] = *s;
+        if (!side_only(s))
             continue;
-        }
-        for (size_t j = 0; j < s->n; j++) {
-            if (to->n == to->alloc) {
-                to->alloc = to->alloc ? 2 * to->alloc : 16;
-                to->x = xrealloc(to->x, to->alloc * sizeof(*to->x));
+        for (size_t k = 0; k < set->n; k++)
+            if (k != i && !gone[k] && set->s[k].id && *set->s[k].id &&
+                !side_only(&set->s[k]) && strstr(s->id, set->s[k].id)) {
+                attach_to(s, &set->s[k]);
+                gone[i] = true;
+                break;
             }
-            free(s->x[j]->session);
-            s->x[j]->session = xstrdup(to->id);
-            to->x[to->n++] = s->x[j];
-        }
-        free(s->x);
-        free(s->id);
-        free(s->parent);
-        free(s->parent_call);
     }
+    size_t kept = 0;
+    for (size_t i = 0; i < set->n; i++)
+        if (!gone[i])
+            set->s[kept++] = set->s[i];
     set->n = kept;
+    free(gone);
 }

@@ -17,11 +17,14 @@
 #include <stdlib.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
+#include "core/buf.h"
 #include "core/xalloc.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/golden.h"
+#include "util/proc.h"
 #include "util/rec.h"
 
 #define GOLDEN "tests/audit/golden/"
@@ -63,6 +66,23 @@ static int put(const struct xchg *x, void *ud)
     return rc;
 }
 
+/* Creates the store path holding the fixtures names[0..n), in order. */
+static int make_store(const char *path, const char *const *names, size_t n)
+{
+    sqlite3 *s;
+    struct diag d = {{0}};
+    if (store_open(path, &s, &d) || xchg_schema(s, &d)) {
+        fprintf(stderr, "cannot create '%s': %s\n", path, d.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        if ((rc = xchg_spill_each(names[i], put, s, &d)))
+            fprintf(stderr, "cannot read '%s': %s\n", names[i], d.msg);
+    store_close(s);
+    return rc;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -73,18 +93,8 @@ static int setup(void **state)
     subs[0] = dir;
     subs[1] = "DIR";
     subs[2] = NULL;
-    sqlite3 *s;
-    struct diag d = {{0}};
-    if (store_open(db, &s, &d) || xchg_schema(s, &d)) {
-        fprintf(stderr, "cannot create '%s': %s\n", db, d.msg);
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; !rc && i < sizeof(fixtures) / sizeof(*fixtures); i++)
-        if ((rc = xchg_spill_each(fixtures[i], put, s, &d)))
-            fprintf(stderr, "cannot read '%s': %s\n", fixtures[i], d.msg);
-    store_close(s);
-    return rc ? -1 : 0;
+    return make_store(db, fixtures, sizeof(fixtures) / sizeof(*fixtures)) ? -1
+                                                                          : 0;
 }
 
 static int teardown(void **state)
@@ -177,9 +187,39 @@ static void test_show_continue(void **state)
     show(CONTINUE, "continue");
 }
 
+/* Kilo's two sessions, then Continue's, in one store: the
+ * side sessions (titles, summaries) were attached while the session array
+ * was being compacted, reading moved and freed slots (a crash of
+ * sessions, audit and show). Each command now lists the three sessions. */
+static void test_three_sessions_in_one_store(void **state)
+{
+    (void)state;
+    static const char *const order[] = {
+        "tests/fixtures/kilo-7.7.7/compaction-session.jsonl",
+        "tests/fixtures/kilo-7.7.7/session.jsonl",
+        "tests/fixtures/continue-1.5.47/session.jsonl",
+    };
+    char *three = xasprintf("%s/three.db", dir);
+    assert_int_equal(make_store(three, order, 3), 0);
+    const char *av[] = {"sessions", "--db", three, "--json", "-", NULL};
+    struct buf out = BUF_INIT;
+    assert_int_equal(proc_run(av, NULL, &out, NULL, 60), 0);
+    json_t *j = json_loads(buf_str(&out), 0, NULL);
+    assert_non_null(j);
+    json_t *list = json_is_array(j) ? j : json_object_get(j, "sessions");
+    assert_int_equal(json_array_size(list), 3);
+    json_decref(j);
+    buf_release(&out);
+    const char *aud[] = {"audit", "--db", three, NULL};
+    assert_int_equal(proc_run(aud, NULL, &out, NULL, 60), 1);
+    buf_release(&out);
+    free(three);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_three_sessions_in_one_store),
         cmocka_unit_test(test_audit_text),
         cmocka_unit_test(test_audit_json),
         cmocka_unit_test(test_audit_expect_text),

@@ -62,7 +62,17 @@ static void print_table(json_t *rows)
     struct buf kinds = BUF_INIT, models = BUF_INIT;
     size_t i;
     json_t *r;
-    printf("%-24s %-18s %-16s %5s %-26s %9s %9s %s\n", "SESSION", "HARNESS",
+    /* the session column is as wide as its longest id (opencode's and
+     * Kilo's are 30 characters), at least 24 */
+    int w = 24;
+    json_array_foreach(rows, i, r)
+    {
+        size_t len =
+            strlen(json_string_value(json_object_get(r, "session")) ?: "");
+        if (len > (size_t)w && len < 200)
+            w = (int)len;
+    }
+    printf("%-*s %-18s %-16s %5s %-26s %9s %9s %s\n", w, "SESSION", "HARNESS",
            "MODEL", "TURNS", "REQUESTS", "PROMPT", "COMPL", "FINDINGS");
     json_array_foreach(rows, i, r)
     {
@@ -71,9 +81,9 @@ static void print_table(json_t *rows)
         models_str(json_object_get(r, "models"), &models);
         const char *id = json_string_value(json_object_get(r, "session"));
         printf(
-            "%-24s %-18s %-16s %5lld %-26s %9lld %9lld %lld error, %lld "
+            "%-*s %-18s %-16s %5lld %-26s %9lld %9lld %lld error, %lld "
             "warn\n",
-            *id ? id : "(none)",
+            w, *id ? id : "(none)",
             json_string_value(json_object_get(r, "harness")), models.data,
             (long long)json_integer_value(json_object_get(r, "turns")),
             kinds.data,

@@ -83,15 +83,16 @@ static void print_session(const struct audit_session *s, json_t *turns,
         double ms = json_number_value(json_object_get(t, "ttfb_ms"));
         if (geti(t, "status") > 0 && ms >= 0 && !by)
             snprintf(ttfb, sizeof(ttfb), "%.0f ms", ms);
-        printf(
-            "#%-5lld %-10s turn %-3lld %3lld msgs (+%lld) %8lld B  "
-            "prompt %6s  compl %5s  %-10s %3s  ttfb %s%s\n",
-            geti(t, "request"), json_string_value(json_object_get(t, "kind")),
-            geti(t, "turn"), geti(t, "messages"), geti(t, "new_messages"),
-            geti(t, "request_bytes"), num(t, "prompt_tokens", pt, sizeof(pt)),
-            num(t, "completion_tokens", ct, sizeof(ct)), fin ? fin : "-",
-            geti(t, "status") > 0 ? num(t, "status", st, sizeof(st)) : "-",
-            ttfb, by ? "  (answered by record: no upstream response)" : "");
+        printf("#%-5lld %-10s turn %-3lld %3lld msg%s (+%lld) %8lld B  "
+               "prompt %6s  compl %5s  %-10s %3s  ttfb %s%s\n",
+               geti(t, "request"),
+               json_string_value(json_object_get(t, "kind")), geti(t, "turn"),
+               geti(t, "messages"), geti(t, "messages") == 1 ? " " : "s",
+               geti(t, "new_messages"), geti(t, "request_bytes"),
+               num(t, "prompt_tokens", pt, sizeof(pt)),
+               num(t, "completion_tokens", ct, sizeof(ct)), fin ? fin : "-",
+               geti(t, "status") > 0 ? num(t, "status", st, sizeof(st)) : "-",
+               ttfb, by ? "  (answered by record: no upstream response)" : "");
         print_findings(l, geti(t, "request"));
     }
 }

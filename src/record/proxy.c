@@ -872,13 +872,13 @@ static void finish_as(struct ex *e, enum xchg_end end)
      * complete() runs when the writer hands it back */
     if (!r->writer_started)
         return;
-    double ta = rtiming_on() ? now_ms() : 0;
+    double ta = r->timing ? now_ms() : 0;
     if (writer_intake_put(r, e)) {
         if (ta > 0) { /* the client's end waited for the append alone */
             double tb = now_ms();
-            rtiming_add(RT_APPEND, tb - ta);
-            rtiming_add(RT_HELD, tb - ta);
-            rtiming_add(RT_TOTAL, tb - e->t0);
+            rtiming_add(r->timing, RT_APPEND, tb - ta);
+            rtiming_add(r->timing, RT_HELD, tb - ta);
+            rtiming_add(r->timing, RT_TOTAL, tb - e->t0);
         }
         answer(e);
         writer_enqueue(r, e);
@@ -924,10 +924,10 @@ static void on_client_gone(void *ud, struct front_conn *c, void *cud)
 void proxy_stored_back(struct record *r, struct ex *e, double now)
 {
     if (now > 0) { /* see note_batch */
-        rtiming_add(RT_BACK, now - e->x.down_total_ms);
+        rtiming_add(r->timing, RT_BACK, now - e->x.down_total_ms);
         if (!e->in_end) { /* else answered at its append (finish_as) */
-            rtiming_add(RT_HELD, now - e->x.up_total_ms);
-            rtiming_add(RT_TOTAL, now - e->t0);
+            rtiming_add(r->timing, RT_HELD, now - e->x.up_total_ms);
+            rtiming_add(r->timing, RT_TOTAL, now - e->t0);
         }
     }
     list_del(&r->storing, e);
@@ -1212,6 +1212,8 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     r->multi = curl_multi_init();
     r->cache = xchg_cache_new();
     r->ing = ingest_new(r->cache, r->o.max_capture);
+    if (o->timing)
+        r->timing = rtiming_new();
     if (!r->base || !r->multi) {
         rc = diag_set(d, ENOMEM, "cannot create the event loop");
         goto fail;
@@ -1325,6 +1327,7 @@ void record_free(struct record *r)
     if (r->base)
         event_base_free(r->base);
     ingest_free(r->ing);
+    rtiming_free(r->timing);
     xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
     free(r->upstream);

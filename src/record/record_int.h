@@ -21,6 +21,7 @@
 #include "core/diag.h"
 #include "record/front.h"
 #include "record/record.h"
+#include "record/rtiming.h"
 #include "record/upclient.h"
 #include "store/hdrs.h"
 #include "store/ingest.h"
@@ -123,6 +124,15 @@ struct record {
      * log is neither emptied nor removed. Set by the writer. */
     atomic_bool log_stuck;
     bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
+    /* CPU time spent storing (store_batch, on either thread), in ns: the
+     * storing load that decides where a lone exchange is stored; and the
+     * loop's window over it (storing_light: since win_start, store_ns was
+     * win_stored then; win_heavy: the last window's verdict) */
+    _Atomic uint64_t store_ns;
+    uint64_t win_start, win_stored;
+    bool win_heavy;
+    /* where the time goes (rtiming.h; NULL: o.timing is off) */
+    struct rtiming *timing;
 };
 
 /* Where the events of a stream end (the HTML standard's event stream

@@ -91,11 +91,6 @@ static void wake_writer(struct record *r, size_t n)
     }
 }
 
-/* CPU time spent storing (store_batch, on either thread), in ns: the
- * storing load that decides where a lone exchange is stored. Process-wide;
- * one record per process outside the tests. */
-static _Atomic uint64_t store_ns;
-
 static uint64_t clock_ns(clockid_t id)
 {
     struct timespec ts;
@@ -116,19 +111,17 @@ static uint64_t clock_ns(clockid_t id)
 #define LOAD_WINDOW_NS 50000000u
 #define INLINE_LOAD 10
 
-/* Whether storing has been light lately (the loop's thread, per loop). */
-static bool storing_light(void)
+/* Whether storing has been light lately (the loop's thread). */
+static bool storing_light(struct record *r)
 {
-    static _Thread_local uint64_t win_start, win_stored;
-    static _Thread_local bool heavy;
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
-    if (now - win_start >= LOAD_WINDOW_NS) {
-        uint64_t s = atomic_load_explicit(&store_ns, memory_order_relaxed);
-        heavy = (s - win_stored) * INLINE_LOAD > now - win_start;
-        win_start = now;
-        win_stored = s;
+    if (now - r->win_start >= LOAD_WINDOW_NS) {
+        uint64_t s = atomic_load_explicit(&r->store_ns, memory_order_relaxed);
+        r->win_heavy = (s - r->win_stored) * INLINE_LOAD > now - r->win_start;
+        r->win_start = now;
+        r->win_stored = s;
     }
-    return !heavy;
+    return !r->win_heavy;
 }
 
 /* Bytes of request and response above which an exchange is left to the
@@ -160,7 +153,7 @@ bool writer_store_inline(struct record *r, struct ex *e)
 {
     bool mine;
     if (r->nactive > INLINE_MAX_ACTIVE ||
-        e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light())
+        e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light(r))
         return false;
     bool idle = false;
     mine = atomic_load(&r->q_n) == 0 &&
@@ -168,10 +161,10 @@ bool writer_store_inline(struct record *r, struct ex *e)
     if (!mine)
         return false;
     store_batch(r, &e, 1);
-    if (rtiming_on())
-        rtiming_add(RT_INLINE, 1);
+    if (r->timing)
+        rtiming_add(r->timing, RT_INLINE, 1);
     atomic_store(&r->storing_now, false);
-    proxy_stored_back(r, e, rtiming_on() ? now_ms() : 0);
+    proxy_stored_back(r, e, r->timing ? now_ms() : 0);
     proxy_maybe_exit(r);
     return true;
 }
@@ -286,20 +279,20 @@ static void writer_done(struct ex *e, bool timing)
     buf_release(&e->body);
 }
 
-/* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
+/* record_opts.timing (rtiming.h): samples of a stored batch. Once
  * its row is written the exchange's xchg is released; its timing fields
  * then carry, until the loop completes it, when it was queued (up_total_ms)
  * and stored (down_total_ms), in now_ms() time. */
-static void note_batch(struct ex **batch, size_t n, double t0, double t1,
-                       double t2)
+static void note_batch(struct rtiming *t, struct ex **batch, size_t n,
+                       double t0, double t1, double t2)
 {
     for (size_t i = 0; i < n; i++) {
         struct xchg *x = &batch[i]->x;
         double queued = batch[i]->t0 + x->down_total_ms;
-        rtiming_add(RT_WAIT, t0 - queued);
-        rtiming_add(RT_BUILD, t1 - t0);
-        rtiming_add(RT_PUT, t2 - t1);
-        rtiming_add(RT_BATCH, (double)n);
+        rtiming_add(t, RT_WAIT, t0 - queued);
+        rtiming_add(t, RT_BUILD, t1 - t0);
+        rtiming_add(t, RT_PUT, t2 - t1);
+        rtiming_add(t, RT_BATCH, (double)n);
         x->up_total_ms = queued;
     }
 }
@@ -331,7 +324,7 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
     struct ex *batch[BATCH_MAX];
     int rcs[BATCH_MAX];
     struct diag d = {{0}};
-    bool timing = rtiming_on();
+    bool timing = r->timing != NULL;
     double t0 = timing ? now_ms() : 0, t1 = 0;
     uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     size_t n = 0;
@@ -366,7 +359,7 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
      * exchange that is neither stored nor spilled. */
     bool rolled_back = n && xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
     if (timing)
-        note_batch(batch, n, t0, t1, now_ms());
+        note_batch(r->timing, batch, n, t0, t1, now_ms());
     bool one_by_one = rolled_back && r->batch_refused;
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
@@ -389,7 +382,7 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
          * needs only how it ended (and the timing samples) */
         writer_done(e, timing);
     }
-    atomic_fetch_add_explicit(&store_ns,
+    atomic_fetch_add_explicit(&r->store_ns,
                               clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
                               memory_order_relaxed);
 }
@@ -512,8 +505,8 @@ static void *writer_main(void *arg)
              no = false)
             sched_yield();
         store_batch(r, batch, n);
-        for (size_t i = 0; i < n && rtiming_on(); i++)
-            rtiming_add(RT_INLINE, 0);
+        for (size_t i = 0; i < n && r->timing; i++)
+            rtiming_add(r->timing, RT_INLINE, 0);
         atomic_store(&r->storing_now, false);
         handed_back(r, batch, n);
         if (write(r->wake[1], "x", 1) < 0) {
@@ -533,7 +526,7 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
     while (fd >= 0 && read(fd, drain, sizeof(drain)) == (ssize_t)sizeof(drain))
         ;
     struct ex *e = take_all(&r->d_in);
-    double now = rtiming_on() ? now_ms() : 0;
+    double now = r->timing ? now_ms() : 0;
     while (e) {
         struct ex *next = e->wnext;
         proxy_stored_back(r, e, now);
@@ -551,8 +544,8 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
             r->in_failed = true;
         }
     }
-    if (fd < 0 && rtiming_on()) /* the last call, from writer_stop */
-        rtiming_report(r->o.log, r->o.log_ud);
+    if (fd < 0 && r->timing) /* the last call, from writer_stop */
+        rtiming_report(r->timing, r->o.log, r->o.log_ud);
     proxy_maybe_exit(r);
 }
 

@@ -34,7 +34,6 @@
 #include "record/redact.h"
 #include "record/rtiming.h"
 #include "record/upclient.h"
-#include "store/classify.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "wire/jscan.h"
@@ -310,14 +309,14 @@ static bool same_bytes(const char *a, const char *b, size_t n)
     return x == y;
 }
 
-/* is_secret_header() with a memo: the same few header names come with
+/* redact_is_secret_header() with a memo: the same few header names come with
  * every exchange, and the rule (a dozen substring searches on a lowered
  * copy) was most of the cost of copying headers. A direct-mapped table
  * keyed by the name's exact bytes; a collision only costs a recompute. */
 static bool is_secret_memo(struct record *r, const char *name, size_t n)
 {
     if (n >= sizeof(r->memo[0].name))
-        return is_secret_header(name);
+        return redact_is_secret_header(name);
     /* the slot: the length and the first and last four bytes */
     uint32_t h = (uint32_t)n * 0x9e3779b1u;
     if (n >= 4) {
@@ -335,7 +334,7 @@ static bool is_secret_memo(struct record *r, const char *name, size_t n)
         return m->secret;
     memcpy(m->name, name, n);
     m->len = (uint8_t)(n + 1);
-    m->secret = is_secret_header(name);
+    m->secret = redact_is_secret_header(name);
     return m->secret;
 }
 
@@ -346,7 +345,7 @@ static void hl_add(struct record *r, struct hdrs *hl, const char *name,
                    size_t nl, const char *value, size_t vl)
 {
     if (is_secret_memo(r, name, nl))
-        hdrs_add(hl, name, nl, REDACTED, sizeof(REDACTED) - 1);
+        hdrs_add(hl, name, nl, REDACT_MARK, sizeof(REDACT_MARK) - 1);
     else
         hdrs_add(hl, name, nl, value, vl);
 }
@@ -359,7 +358,7 @@ static size_t hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
     for (size_t i = 0; i < n; i++)
         total += h[i].name_len + h[i].value_len;
     hdrs_start(hl);
-    hdrs_reserve(hl, n, total + sizeof(REDACTED));
+    hdrs_reserve(hl, n, total + sizeof(REDACT_MARK));
     return total;
 }
 
@@ -735,7 +734,7 @@ static void up_done(void *ud, int err, const char *why)
     finish_as(e, end);
 }
 
-static const struct upc_cbs UP_CBS = {
+static const struct upclient_cbs UP_CBS = {
     .head = up_head, .body = up_body, .done = up_done};
 
 /* ---- finishing an exchange ---- */
@@ -856,7 +855,7 @@ static void finish_as(struct ex *e, enum xchg_end end)
     e->finished = true;
     release_easy(r, e);
     if (e->upq) { /* client gone, or stopping: cancel the upstream side */
-        upc_cancel(e->upq);
+        upclient_cancel(e->upq);
         e->upq = NULL;
     }
     e->x.end = end;
@@ -1037,8 +1036,8 @@ static void send_upstream(struct record *r, struct ex *e,
     }
     buf_add(b, "\r\n", 2);
     buf_add(b, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
-                      sizeof(e->curl_err));
+    e->upq = upclient_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
+                           sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);
 }
@@ -1174,7 +1173,7 @@ static bool split_http_url(struct record *r)
             return false;
         }
     }
-    r->upc = upc_new(r->base, host, (int)pn, r->o.timeout_ms);
+    r->upc = upclient_new(r->base, host, (int)pn, r->o.timeout_ms);
     r->up_authority = auth;
     r->up_prefix = xstrdup(a + al);
     r->up_prefix_len = strlen(r->up_prefix);
@@ -1310,7 +1309,7 @@ void record_free(struct record *r)
         r->spare = e->next;
         ex_free(e);
     }
-    upc_free(r->upc);
+    upclient_free(r->upc);
     free(r->up_authority);
     free(r->up_prefix);
     free(r->up_host_line);

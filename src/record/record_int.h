@@ -85,14 +85,14 @@ struct record {
     CURL *pool[EASY_POOL];
     int npool;
     /* http:// upstreams: our own client (NULL: libcurl forwards) */
-    struct upc *upc;
+    struct upclient *upc;
     char *up_authority; /* host[:port] as in the URL, for Host */
     char *up_prefix;    /* path prefix of the URL, without trailing '/' */
     size_t up_prefix_len;
     /* " HTTP/1.1\r\nHost: <up_authority>\r\n", after the target */
     char *up_host_line;
     size_t up_host_len;
-    struct buf wire; /* the request being built (upc_send swaps it) */
+    struct buf wire; /* the request being built (upclient_send swaps it) */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     /* the checkpointer thread and its own connection (checkpointer_*) */
     sqlite3 *ck_db;
@@ -156,8 +156,8 @@ struct ex {
     struct front_conn *fc;   /* the client's connection; NULL once gone */
     bool head_req, finished; /* a HEAD request; finish_as() ran */
     CURL *easy;
-    struct upc_req *upq; /* the upclient request, while in flight */
-    int up_err;          /* how upclient ended it (upclient.h) */
+    struct upclient_req *upq; /* the upclient request, while in flight */
+    int up_err;               /* how upclient ended it (upclient.h) */
     struct curl_slist *hdrs;
     char *url;
     struct buf body;

@@ -142,7 +142,7 @@ static bool storing_light(struct record *r)
  * activated event (a loop pass later: about 0.4 ms at p99 on a busy
  * machine). That is safe from every caller of finish_as: upclient calls
  * its done callback last, with the request already freed and its
- * connection pooled or closed, and never from inside upc_send; curl's
+ * connection pooled or closed, and never from inside upclient_send; curl's
  * results are read (check_done) outside its callbacks; front lets a
  * request be answered from inside its request callback and never calls
  * gone from inside a front_* call; and complete() touches only the

@@ -17,6 +17,7 @@
 #include "cmd/cmd.h"
 #include "core/num.h"
 #include "core/xalloc.h"
+#include "store/store.h"
 
 const struct cmd *cmd_find(const char *name)
 {
@@ -120,6 +121,12 @@ char *cli_url_host(const char *host)
     if (strchr(host, ':'))
         return xasprintf("[%s]", host);
     return xstrdup(host);
+}
+
+const char *cli_default_db(void)
+{
+    const char *p = getenv("FIDELITY_DB");
+    return p && *p ? p : STORE_DEFAULT_PATH;
 }
 
 int cli_parse_long(const char *s, long min, long max, long *out)

@@ -55,6 +55,9 @@ int cli_is_loopback(const char *host);
 /* host as it is written in a URL: an IPv6 address in brackets (RFC 3986
  * section 3.2.2), anything else as it is. Fresh string. */
 char *cli_url_host(const char *host);
+/* The store used when no --db is given: $FIDELITY_DB, else
+ * STORE_DEFAULT_PATH. */
+const char *cli_default_db(void);
 /* Parses a whole decimal number in [min, max]. */
 int cli_parse_long(const char *s, long min, long max, long *out);
 int cli_parse_double(const char *s, double min, double max, double *out);

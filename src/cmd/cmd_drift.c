@@ -514,7 +514,7 @@ static int parse(struct ctx *x, int argc, char **argv)
     if (x->o.session && !x->from_db)
         return BAD("%s", "--session needs --from-db");
     if (x->from_db) {
-        x->o.from_db = x->db_path ? x->db_path : store_default_path();
+        x->o.from_db = x->db_path ? x->db_path : cli_default_db();
         int rc = recorded_replay("drift", x->o.from_db, NULL);
         if (rc)
             return rc;
@@ -568,7 +568,7 @@ static int save(struct ctx *x, json_t *summary)
     struct diag d = {{0}};
     sqlite3 *db;
     int64_t id;
-    const char *path = x->db_path ? x->db_path : store_default_path();
+    const char *path = x->db_path ? x->db_path : cli_default_db();
     if (store_open(path, &db, &d))
         return cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
     int r = drift_store_save(db, summary, &id, &d);

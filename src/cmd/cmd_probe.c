@@ -963,7 +963,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         code = dry_run(out, ep, c, &specs[0], (unsigned)o->max_tokens);
         goto out;
     }
-    const char *path = o->db ? o->db : store_default_path();
+    const char *path = o->db ? o->db : cli_default_db();
     if (!o->no_store &&
         (store_open(path, &db, &d) || probe_store_init(db, &d))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);

@@ -205,7 +205,7 @@ int cmd_record(int argc, char **argv)
     int c, rc;
 
     o.max_body = (size_t)64 << 20;
-    o.db_path = store_default_path();
+    o.db_path = cli_default_db();
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", OPTS, NULL)) != -1) {
@@ -309,6 +309,10 @@ int cmd_record(int argc, char **argv)
     /* undocumented in --help: forward http:// through libcurl as well, to
      * compare the two clients (docs/RECORD.md) */
     o.via_libcurl = getenv("FIDELITY_RECORD_LIBCURL") != NULL;
+    /* docs/RECORD.md: percentiles of where the time goes, logged at the
+     * stop; any value but empty and "0" */
+    const char *timing = getenv("FIDELITY_RECORD_TIMING");
+    o.timing = timing && *timing && strcmp(timing, "0");
     o.log = log_line;
     signal(SIGPIPE, SIG_IGN);
 

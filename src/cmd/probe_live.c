@@ -137,7 +137,7 @@ int cmd_probe_live(const struct probe_live_cmd *o, struct probe_endpoint *ep,
         json_decref(b);
         goto out;
     }
-    const char *path = o->db ? o->db : store_default_path();
+    const char *path = o->db ? o->db : cli_default_db();
     if (!o->no_store &&
         (store_open(path, &db, &d) || probe_store_init(db, &d) ||
          probe_live_store_init(db, &d) || probe_store_endpoint(db, ep, &d))) {

@@ -14,7 +14,7 @@
 
 void recorded_args_init(struct recorded_args *a)
 {
-    a->db = store_default_path();
+    a->db = cli_default_db();
     a->spill = NULL;
     a->json = NULL;
 }

@@ -5,225 +5,51 @@
  * http:// upstream, upclient.c (bufferevents, a keep-alive pool, h1.c's
  * parser); for https://, a curl multi handle driven by libevent
  * (curl_multi_socket_action with one event per socket and one timer, the
- * pattern of curl's hiperfifo example). One struct ex follows an exchange
- * from the request callback to the moment it is stored and the client has
- * its last byte.
+ * pattern of curl's hiperfifo example). One struct ex (record_int.h)
+ * follows an exchange from the request callback to the moment it is
+ * stored and the client has its last byte; storing it is writer.c's.
  */
-#define _GNU_SOURCE /* pthread_setname_np */
 #include <curl/curl.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
-#include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/buf.h"
-#include "core/plural.h"
 #include "core/xalloc.h"
 #include "record/front.h"
 #include "record/record.h"
+#include "record/record_int.h"
 #include "record/redact.h"
 #include "record/rtiming.h"
 #include "record/upclient.h"
-#include "store/classify.h"
-#include "store/ingest.h"
-#include "store/intake.h"
-#include "wire/jscan.h"
-#include "store/replay.h"
-#include "wire/reply.h"
-#include "wire/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
+#include "wire/jscan.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 
-#define EASY_POOL 64
 #define STOP_GRACE_S 5
-#define BATCH_MAX 256
-/* Under sustained load (the last batch held LINGER_FROM or more), the
- * writer waits up to LINGER_NS for LINGER_N exchanges before it takes the
- * queue: a transaction's own cost (about six fcntl locks on the WAL index,
- * the commit, the rewrite of the pages its rows share) is then shared by
- * more exchanges. A lone exchange, or light load, is never held for it. */
-#define LINGER_FROM 8
-#define LINGER_N 32
-#define LINGER_NS 200000L
-/* in flight at most, for an exchange to be stored on the loop's thread */
-#define INLINE_MAX_ACTIVE 64
-#define MEMO_SLOTS 64
 /* finished exchanges kept for reuse (ex_get), with their client-side
  * buffers when these stay under SPARE_BUF_MAX */
 #define SPARE_MAX 64
 #define SPARE_BUF_MAX (16u << 10)
 
-struct name_memo {
-    char name[40];
-    uint8_t len; /* name length + 1; 0: empty slot */
-    bool secret;
-};
-
-struct ex;
-
-struct record {
-    struct record_opts o;
-    char *upstream; /* without a trailing slash */
-    struct event_base *base;
-    struct front *front; /* the client side */
-    int port;
-    CURLM *multi;
-    struct event *timer;
-    struct event *sig[2];
-    sqlite3 *db;
-    struct xchg_cache *cache;
-    /* builds each row from its exchange (store/ingest.h: classifies,
-     * reassembles the reply); store_batch's, which runs on one thread at
-     * a time */
-    struct ingest *ing;
-    struct ex *active;  /* in flight, doubly linked */
-    struct ex *storing; /* finished, with the writer thread */
-    struct ex *spare;   /* completed, for reuse (ex_get), linked by next */
-    size_t nspare;
-    size_t nactive, nstoring;
-    /* The writer thread: parses requests, classifies and commits finished
-     * exchanges in batches (one transaction each); the loop completes the
-     * client side of each once it is stored. */
-    pthread_t writer;
-    bool writer_started;
-    /* Hand-offs without a lock: a writer at SCHED_IDLE preempted inside
-     * one would hold the loop up until it ran again. q_in: to store,
-     * pushed by the loop (a stack, newest first; the writer takes it whole
-     * and reverses it); q_n: pushed and not yet in a batch; d_in: stored,
-     * pushed back by the writer (likewise). The writer sleeps on the
-     * futex w_sleep until q_n reaches w_want (writer_wait). */
-    _Atomic(struct ex *) q_in;
-    atomic_size_t q_n;
-    _Atomic(struct ex *) d_in;
-    atomic_uint w_sleep;
-    atomic_size_t w_want;
-    atomic_bool quit;
-    atomic_bool storing_now; /* store_batch is running, on either thread */
-    struct event *done_ev;
-    int wake[2]; /* writer -> loop: a byte per handed-back batch; a pipe
-                  * rather than event_active keeps libevent lock-free */
-    int stopping;
-    struct record_stats stats;
-    CURL *pool[EASY_POOL];
-    int npool;
-    /* http:// upstreams: our own client (NULL: libcurl forwards) */
-    struct upc *upc;
-    char *up_authority; /* host[:port] as in the URL, for Host */
-    char *up_prefix;    /* path prefix of the URL, without trailing '/' */
-    size_t up_prefix_len;
-    /* " HTTP/1.1\r\nHost: <up_authority>\r\n", after the target */
-    char *up_host_line;
-    size_t up_host_len;
-    struct buf wire; /* the request being built (upc_send swaps it) */
-    struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
-    /* the checkpointer thread and its own connection (checkpointer_*) */
-    sqlite3 *ck_db;
-    pthread_t ck_thread;
-    bool ck_started, ck_due, ck_quit;
-    pthread_mutex_t ck_mu;
-    pthread_cond_t ck_cv;
-    /* The intake log (intake.h; NULL: every exchange is held until it is
-     * committed): exchanges appended to it are answered at once and
-     * committed by the writer later. in_pending, in_bytes: how many of
-     * those are not handed back yet, and their request and response bytes
-     * (the loop's counts). mark_*: the frontier
-     * the writer's batch moves (store_batch, on_intake_commit). */
-    struct intake *intake;
-    size_t in_pending, in_bytes;
-    uint64_t mark_epoch, mark_off;
-    bool mark_due; /* the batch being stored moves the frontier */
-    /* the batch being stored and its results, for on_intake_commit, which
-     * refuses to move the frontier past one of the log's exchanges that
-     * failed (batch_refused): the batch is then stored one by one */
-    struct ex **batch_ex;
-    const int *batch_rcs;
-    size_t batch_n;
-    bool batch_refused;
-    atomic_bool in_failed; /* an append failed: the log is not used */
-    /* An exchange of the log could be neither stored nor spilled: the
-     * frontier stays before it, and the writer leaves the later ones of
-     * the log there too (outcome 3), for the next start to commit; the
-     * log is neither emptied nor removed. Set by the writer. */
-    atomic_bool log_stuck;
-    bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
-};
-
 struct sock {
     struct event ev; /* embedded: reassigned, never reallocated */
     short kind;      /* what ev waits for; 0: not added yet */
 };
-
-/* Where the events of a stream end (the HTML standard's event stream
- * grammar: a blank line ends an event, which counts when it had a data
- * field), for the gaps between them; the writer parses the stream. */
-struct gap_scan {
-    size_t len;   /* bytes of the current line so far */
-    char head[5]; /* its first bytes */
-    bool after_cr, has_data;
-};
-
-struct ex {
-    struct record *r;
-    struct ex *prev, *next;
-    struct ex *wnext; /* writer queues */
-    bool ct_json;     /* request Content-Type mentions json */
-    const char *ct;   /* its Content-Type, during intake */
-    /* 0 stored, 1 spilled, 2 lost, 3 left in the intake log for the next
-     * start (neither stored nor spilled, past the frontier) */
-    int outcome;
-    struct front_conn *fc;   /* the client's connection; NULL once gone */
-    bool head_req, finished; /* a HEAD request; finish_as() ran */
-    CURL *easy;
-    struct upc_req *upq; /* the upclient request, while in flight */
-    int up_err;          /* how upclient ended it (upclient.h) */
-    struct curl_slist *hdrs;
-    char *url;
-    struct buf body;
-    struct xchg x;
-    struct buf resp;
-    bool resp_capped;
-    struct gap_scan gs; /* event boundaries, for the gaps */
-    double last_event_ms, max_gap_ms;
-    bool headers_done, reply_started, client_gone;
-    int status;
-    char *reason; /* reason_in, or allocated when longer */
-    char reason_in[32];
-    struct hdrs resp_hl;    /* moved to x by fill_response */
-    int64_t content_length; /* -1: none */
-    int64_t forwarded;
-    struct buf held; /* the end of a sized body, sent once stored */
-    struct buf rh;   /* response header lines for the client */
-    double t0, up_first, down_first;
-    char curl_err[CURL_ERROR_SIZE];
-    /* appended to the intake log (in_end: the offset after its record,
-     * 0 when not) and already answered */
-    uint64_t in_epoch, in_end;
-    size_t in_size; /* its bytes in r->in_bytes */
-    bool answered;
-};
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static double wall_s(void)
 {
@@ -232,9 +58,7 @@ static double wall_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void logf_(struct record *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void logf_(struct record *r, const char *fmt, ...)
+void record_logf(struct record *r, const char *fmt, ...)
 {
     char msg[600];
     va_list ap;
@@ -485,14 +309,14 @@ static bool same_bytes(const char *a, const char *b, size_t n)
     return x == y;
 }
 
-/* is_secret_header() with a memo: the same few header names come with
+/* redact_is_secret_header() with a memo: the same few header names come with
  * every exchange, and the rule (a dozen substring searches on a lowered
  * copy) was most of the cost of copying headers. A direct-mapped table
  * keyed by the name's exact bytes; a collision only costs a recompute. */
 static bool is_secret_memo(struct record *r, const char *name, size_t n)
 {
     if (n >= sizeof(r->memo[0].name))
-        return is_secret_header(name);
+        return redact_is_secret_header(name);
     /* the slot: the length and the first and last four bytes */
     uint32_t h = (uint32_t)n * 0x9e3779b1u;
     if (n >= 4) {
@@ -510,7 +334,7 @@ static bool is_secret_memo(struct record *r, const char *name, size_t n)
         return m->secret;
     memcpy(m->name, name, n);
     m->len = (uint8_t)(n + 1);
-    m->secret = is_secret_header(name);
+    m->secret = redact_is_secret_header(name);
     return m->secret;
 }
 
@@ -521,7 +345,7 @@ static void hl_add(struct record *r, struct hdrs *hl, const char *name,
                    size_t nl, const char *value, size_t vl)
 {
     if (is_secret_memo(r, name, nl))
-        hdrs_add(hl, name, nl, REDACTED, sizeof(REDACTED) - 1);
+        hdrs_add(hl, name, nl, REDACT_MARK, sizeof(REDACT_MARK) - 1);
     else
         hdrs_add(hl, name, nl, value, vl);
 }
@@ -534,7 +358,7 @@ static size_t hl_start(struct hdrs *hl, const struct h1_header *h, size_t n)
     for (size_t i = 0; i < n; i++)
         total += h[i].name_len + h[i].value_len;
     hdrs_start(hl);
-    hdrs_reserve(hl, n, total + sizeof(REDACTED));
+    hdrs_reserve(hl, n, total + sizeof(REDACT_MARK));
     return total;
 }
 
@@ -887,141 +711,6 @@ static void up_body(void *ud, const char *p, size_t n)
 {
     got_body(ud, p, n);
 }
-
-static void store_batch(struct record *r, struct ex **batch, size_t n);
-
-/* Pushes e onto the stack *top (newest first), any thread. */
-static void push(_Atomic(struct ex *) *top, struct ex *first, struct ex *last)
-{
-    struct ex *head = atomic_load(top);
-    do
-        last->wnext = head;
-    while (!atomic_compare_exchange_weak(top, &head, first));
-}
-
-/* Takes the whole stack *top, oldest first. */
-static struct ex *take_all(_Atomic(struct ex *) *top)
-{
-    struct ex *e = atomic_exchange(top, NULL), *fifo = NULL;
-    while (e) {
-        struct ex *next = e->wnext;
-        e->wnext = fifo;
-        fifo = e;
-        e = next;
-    }
-    return fifo;
-}
-
-/* Hands stored exchanges back to the loop, in one push. */
-static void handed_back(struct record *r, struct ex **batch, size_t n)
-{
-    for (size_t i = 1; i < n; i++)
-        batch[i]->wnext = batch[i - 1];
-    push(&r->d_in, batch[n - 1], batch[0]);
-}
-
-static void futex_wait(atomic_uint *a, unsigned val, const struct timespec *rel)
-{
-    syscall(SYS_futex, a, FUTEX_WAIT_PRIVATE, val, rel, NULL, 0);
-}
-
-/* Loop side: wakes the writer if it waits for at most n exchanges. */
-static void wake_writer(struct record *r, size_t n)
-{
-    if (atomic_load(&r->w_sleep) && n >= atomic_load(&r->w_want)) {
-        atomic_store(&r->w_sleep, 0);
-        syscall(SYS_futex, &r->w_sleep, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-    }
-}
-
-/* CPU time spent storing (store_batch, on either thread), in ns: the
- * storing load that decides where a lone exchange is stored. Process-wide;
- * one record per process outside the tests. */
-static _Atomic uint64_t store_ns;
-
-static uint64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Storing took more CPU than 1/INLINE_LOAD of the last LOAD_WINDOW_NS:
- * leave it to the writer thread, beside the loop. A tenth, not a fifth as
- * before: a saturated SSE run (64 connections, storing about 15 % of the
- * time) counted as light and stored nearly every exchange inline, one
- * transaction each (6 fcntl locks and the WAL frames of the pages it
- * touched, per exchange; 12 system calls per exchange on the loop's thread
- * instead of 6), while the writer would have taken them in batches. At
- * 1,000 requests/s storing is 2-3 % of the time, and an exchange is still
- * stored inline even when wrk's paced connections arrive together (which
- * counting the exchanges in flight instead did not allow). */
-#define LOAD_WINDOW_NS 50000000u
-#define INLINE_LOAD 10
-
-/* Whether storing has been light lately (the loop's thread, per loop). */
-static bool storing_light(void)
-{
-    static _Thread_local uint64_t win_start, win_stored;
-    static _Thread_local bool heavy;
-    uint64_t now = clock_ns(CLOCK_MONOTONIC);
-    if (now - win_start >= LOAD_WINDOW_NS) {
-        uint64_t s = atomic_load_explicit(&store_ns, memory_order_relaxed);
-        heavy = (s - win_stored) * INLINE_LOAD > now - win_start;
-        win_start = now;
-        win_stored = s;
-    }
-    return !heavy;
-}
-
-/* Bytes of request and response above which an exchange is left to the
- * writer thread: storing it would hold up the other exchanges' forwarding
- * (a long session's 40 KB request costs about 0.5M instructions) */
-#define INLINE_MAX_BYTES (64u << 10)
-
-static void stored_back(struct record *r, struct ex *e, double now);
-static void maybe_exit(struct record *r);
-
-/* Stores a lone exchange on the loop's own thread when the writer is idle
- * with nothing queued, the exchange is small (INLINE_MAX_BYTES) and storing
- * has taken less than a fifth of the last 50 ms (storing_light): the writer
- * would take it alone anyway, and the two thread hand-offs (wake the writer,
- * wake the loop) are most of what a lone exchange waits for on a busy machine;
- * they also let exchanges pile up into batches whose last member waits for all
- * the others. Under load the writer thread does the work, in batches, beside
- * the loop. The client still gets its last byte only after the commit.
- *
- * Once stored, the exchange is completed here, directly, not through an
- * activated event (a loop pass later: about 0.4 ms at p99 on a busy
- * machine). That is safe from every caller of finish_as: upclient calls
- * its done callback last, with the request already freed and its
- * connection pooled or closed, and never from inside upc_send; curl's
- * results are read (check_done) outside its callbacks; front lets a
- * request be answered from inside its request callback and never calls
- * gone from inside a front_* call; and complete() touches only the
- * client's connection (front_*, which defers what follows a response to
- * the loop) and the exchange, which nothing up the stack uses after
- * finish_as. */
-static bool store_inline(struct record *r, struct ex *e)
-{
-    bool mine;
-    if (r->nactive > INLINE_MAX_ACTIVE ||
-        e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light())
-        return false;
-    bool idle = false;
-    mine = atomic_load(&r->q_n) == 0 &&
-           atomic_compare_exchange_strong(&r->storing_now, &idle, true);
-    if (!mine)
-        return false;
-    store_batch(r, &e, 1);
-    if (rtiming_on())
-        rtiming_add(RT_INLINE, 1);
-    atomic_store(&r->storing_now, false);
-    stored_back(r, e, rtiming_on() ? now_ms() : 0);
-    maybe_exit(r);
-    return true;
-}
-
 static void finish_as(struct ex *e, enum xchg_end end);
 
 static void up_done(void *ud, int err, const char *why)
@@ -1045,7 +734,7 @@ static void up_done(void *ud, int err, const char *why)
     finish_as(e, end);
 }
 
-static const struct upc_cbs UP_CBS = {
+static const struct upclient_cbs UP_CBS = {
     .head = up_head, .body = up_body, .done = up_done};
 
 /* ---- finishing an exchange ---- */
@@ -1093,7 +782,7 @@ static void fill_response(struct ex *e, double t)
     x->down_total_ms = t;
 }
 
-static void maybe_exit(struct record *r)
+void proxy_maybe_exit(struct record *r)
 {
     if (r->stopping && r->nactive == 0 && r->nstoring == 0) {
         struct timeval tv = {0, 100000}; /* let the last replies flush */
@@ -1156,76 +845,6 @@ static void complete(struct record *r, struct ex *e)
     ex_put(r, e);
 }
 
-static void enqueue(struct record *r, struct ex *e)
-{
-    push(&r->q_in, e, e);
-    /* the writer waits for the first, or lingers for LINGER_N */
-    wake_writer(r, atomic_fetch_add(&r->q_n, 1) + 1);
-}
-
-/* Exchanges past these wait for their commit as without the log: the
- * writer has fallen this far behind (memory), or the log is this long and
- * is emptied once they are all committed (on_stored). */
-#define INTAKE_MAX_QUEUED 4096
-#define INTAKE_MAX_BYTES ((size_t)64 << 20)
-#define INTAKE_ROTATE ((uint64_t)64 << 20)
-
-/* Appends e to the intake log: true when it is there (then the client may
- * have its end now), false when it must be held until committed. */
-static bool intake_put(struct record *r, struct ex *e)
-{
-    struct intake *in = r->intake;
-    size_t bytes = e->body.len + e->x.resp_raw_len;
-    if (!in || r->in_failed || r->in_pending >= INTAKE_MAX_QUEUED ||
-        r->in_bytes + bytes > INTAKE_MAX_BYTES || in->size >= INTAKE_ROTATE)
-        return false;
-    const struct xchg *x = &e->x;
-    struct intake_rec ir = {
-        .started = x->started,
-        .up_ttfb_ms = x->up_ttfb_ms,
-        .up_total_ms = x->up_total_ms,
-        .down_ttfb_ms = x->down_ttfb_ms,
-        .down_total_ms = x->down_total_ms,
-        .max_gap_ms = e->max_gap_ms,
-        .status = x->status,
-        .end = (uint8_t)x->end,
-        .streamed = x->streamed,
-        .resp_capped = e->resp_capped,
-        .ct_json = e->ct_json,
-        .req_redacted = x->req_redacted,
-        .method = x->method,
-        .method_len = strlen(x->method),
-        .path = x->path,
-        .path_len = strlen(x->path),
-        .req_hl = x->req_hl.b.data,
-        .req_hl_len = x->req_hl.b.len,
-        .req_hl_n = x->req_hl.n,
-        .req_hl_set = x->req_hl.set,
-        .resp_hl = x->resp_hl.b.data,
-        .resp_hl_len = x->resp_hl.b.len,
-        .resp_hl_n = x->resp_hl.n,
-        .resp_hl_set = x->resp_hl.set,
-        .body = e->body.data,
-        .body_len = e->body.len,
-        .resp = x->resp_raw,
-        .resp_len = x->resp_raw_len,
-    };
-    int rc = intake_append(in, &ir, &e->in_end);
-    if (rc) {
-        logf_(r,
-              "cannot append to the intake log '%s': %s; exchanges are "
-              "now held until they are committed",
-              in->path, strerror(-rc));
-        r->in_failed = true;
-        return false;
-    }
-    e->in_epoch = in->epoch;
-    e->in_size = bytes;
-    r->in_pending++;
-    r->in_bytes += bytes;
-    return true;
-}
-
 static void finish_as(struct ex *e, enum xchg_end end)
 {
     struct record *r = e->r;
@@ -1236,7 +855,7 @@ static void finish_as(struct ex *e, enum xchg_end end)
     e->finished = true;
     release_easy(r, e);
     if (e->upq) { /* client gone, or stopping: cancel the upstream side */
-        upc_cancel(e->upq);
+        upclient_cancel(e->upq);
         e->upq = NULL;
     }
     e->x.end = end;
@@ -1252,18 +871,18 @@ static void finish_as(struct ex *e, enum xchg_end end)
      * complete() runs when the writer hands it back */
     if (!r->writer_started)
         return;
-    double ta = rtiming_on() ? now_ms() : 0;
-    if (intake_put(r, e)) {
+    double ta = r->timing ? now_ms() : 0;
+    if (writer_intake_put(r, e)) {
         if (ta > 0) { /* the client's end waited for the append alone */
             double tb = now_ms();
-            rtiming_add(RT_APPEND, tb - ta);
-            rtiming_add(RT_HELD, tb - ta);
-            rtiming_add(RT_TOTAL, tb - e->t0);
+            rtiming_add(r->timing, RT_APPEND, tb - ta);
+            rtiming_add(r->timing, RT_HELD, tb - ta);
+            rtiming_add(r->timing, RT_TOTAL, tb - e->t0);
         }
         answer(e);
-        enqueue(r, e);
-    } else if (!store_inline(r, e)) {
-        enqueue(r, e);
+        writer_enqueue(r, e);
+    } else if (!writer_store_inline(r, e)) {
+        writer_enqueue(r, e);
     }
 }
 
@@ -1299,291 +918,15 @@ static void on_client_gone(void *ud, struct front_conn *c, void *cud)
         finish(e, CURLE_OK);
 }
 
-/* ---- the writer thread ---- */
-
-/* Appends an exchange the store refused to the spill file: 1, or when
- * that fails too, 3 if in_log (it stays in the intake log, past the
- * frontier, for the next start), else 2 (lost). */
-static int spill(struct record *r, struct ex *e, const char *why, bool in_log)
-{
-    struct diag sd = {{0}};
-    logf_(r, "cannot store %s %s: %s; spilling to '%s'", e->x.method, e->x.path,
-          why, r->o.spill_path);
-    if (!xchg_spill_append(r->o.spill_path, &e->x, &sd))
-        return 1;
-    if (in_log) {
-        if (!atomic_exchange(&r->log_stuck, true))
-            logf_(r,
-                  "exchange %s %s: %s; it stays in the intake log '%s', "
-                  "with the exchanges after it, and the next start commits "
-                  "them",
-                  e->x.method, e->x.path, sd.msg, r->intake->path);
-        return 3;
-    }
-    logf_(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
-    return 2;
-}
-
-/* Releases what the writer's work on e holds (its copy is stored,
- * spilled or left in the log), keeping how it ended and its timing
- * samples for the loop. */
-static void writer_done(struct ex *e, bool timing)
-{
-    enum xchg_end end = e->x.end;
-    double queued = e->x.up_total_ms;
-    xchg_release(&e->x);
-    e->x.end = end;
-    e->x.up_total_ms = queued;
-    e->x.down_total_ms = timing ? now_ms() : 0;
-    buf_release(&e->body);
-}
-
-/* FIDELITY_RECORD_TIMING (rtiming.h): samples of a stored batch. Once
- * its row is written the exchange's xchg is released; its timing fields
- * then carry, until the loop completes it, when it was queued (up_total_ms)
- * and stored (down_total_ms), in now_ms() time. */
-static void note_batch(struct ex **batch, size_t n, double t0, double t1,
-                       double t2)
-{
-    for (size_t i = 0; i < n; i++) {
-        struct xchg *x = &batch[i]->x;
-        double queued = batch[i]->t0 + x->down_total_ms;
-        rtiming_add(RT_WAIT, t0 - queued);
-        rtiming_add(RT_BUILD, t1 - t0);
-        rtiming_add(RT_PUT, t2 - t1);
-        rtiming_add(RT_BATCH, (double)n);
-        x->up_total_ms = queued;
-    }
-}
-
-/* What the transaction storing batch[0..n) (results in rcs) does to the
- * intake log's frontier: it moves past the batch's last exchange of the
- * log (on_intake_commit). */
-static void set_mark(struct record *r, struct ex **batch, size_t n,
-                     const int *rcs)
-{
-    r->mark_due = false;
-    for (size_t i = 0; i < n; i++)
-        if (batch[i]->in_end) { /* the queue keeps the log's order */
-            r->mark_epoch = batch[i]->in_epoch;
-            r->mark_off = batch[i]->in_end;
-            r->mark_due = true;
-        }
-    r->batch_ex = batch;
-    r->batch_rcs = rcs;
-    r->batch_n = n;
-    r->batch_refused = false;
-}
-
-/* Parses, classifies and stores a batch; failures go to the spill file.
- * Once the log is stuck (log_stuck), its exchanges stay there. */
-static void store_batch(struct record *r, struct ex **all, size_t nall)
-{
-    struct xchg *xs[BATCH_MAX];
-    struct ex *batch[BATCH_MAX];
-    int rcs[BATCH_MAX];
-    struct diag d = {{0}};
-    bool timing = rtiming_on();
-    double t0 = timing ? now_ms() : 0, t1 = 0;
-    uint64_t start_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    size_t n = 0;
-    for (size_t i = 0; i < nall; i++) {
-        if (all[i]->in_end && atomic_load(&r->log_stuck)) {
-            all[i]->outcome = 3;
-            writer_done(all[i], timing);
-        } else {
-            batch[n++] = all[i];
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct xchg *x = &batch[i]->x;
-        struct ingest_src src = {
-            .body = batch[i]->body.data,
-            .body_len = batch[i]->body.len,
-            .ct_json = batch[i]->ct_json,
-            .resp_capped = batch[i]->resp_capped,
-            .max_gap_ms = batch[i]->max_gap_ms,
-        };
-        ingest_build(r->ing, x, &src);
-        xs[i] = x;
-    }
-    if (timing)
-        t1 = now_ms();
-    set_mark(r, batch, n, rcs);
-    /* when the transaction did not commit, the frontier stayed before
-     * the batch: an exchange of the log that cannot be spilled either is
-     * still there for the next start. It commits only when every exchange
-     * of the log in it was stored (on_intake_commit): else the batch is
-     * stored again one by one, so that the frontier never passes an
-     * exchange that is neither stored nor spilled. */
-    bool rolled_back = n && xchg_put_batch(r->db, r->cache, xs, n, rcs, &d);
-    if (timing)
-        note_batch(batch, n, t0, t1, now_ms());
-    bool one_by_one = rolled_back && r->batch_refused;
-    for (size_t i = 0; i < n; i++) {
-        struct ex *e = batch[i];
-        bool in_log = e->in_end && rolled_back;
-        struct diag d1 = {{0}};
-        if (one_by_one && e->in_end && atomic_load(&r->log_stuck)) {
-            e->outcome = 3; /* with the one before it */
-            writer_done(e, timing);
-            continue;
-        }
-        if (one_by_one) {
-            set_mark(r, &batch[i], 1, &rcs[i]);
-            bool back =
-                xchg_put_batch(r->db, r->cache, &xs[i], 1, &rcs[i], &d1);
-            in_log = e->in_end && back;
-        }
-        e->outcome =
-            rcs[i] ? spill(r, e, one_by_one ? d1.msg : d.msg, in_log) : 0;
-        /* free the recorded copy here, off the forwarding loop; the loop
-         * needs only how it ended (and the timing samples) */
-        writer_done(e, timing);
-    }
-    atomic_fetch_add_explicit(&store_ns,
-                              clock_ns(CLOCK_THREAD_CPUTIME_ID) - start_ns,
-                              memory_order_relaxed);
-}
-
-/* xchg_put_batch's last statement in each transaction: the intake log's
- * frontier moves past the batch's last exchange from the log. */
-static int on_intake_commit(sqlite3 *db, void *ud)
-{
-    struct record *r = ud;
-    if (!r->mark_due)
-        return SQLITE_OK;
-    /* an exchange of the log the store refused: committing would move the
-     * frontier past it, and were the spill file to fail too it would be
-     * lost; the batch is stored again one by one (store_batch) */
-    for (size_t i = 0; i < r->batch_n; i++)
-        if (r->batch_rcs[i] && r->batch_ex[i]->in_end) {
-            r->batch_refused = true;
-            return SQLITE_ABORT;
-        }
-    return intake_mark(r->intake, db, r->mark_epoch, r->mark_off);
-}
-
-/* Writer side: waits until want exchanges are queued, quit, or (ns > 0)
- * ns nanoseconds have passed. w_sleep is set before q_n is read, and the
- * loop adds to q_n before it reads w_sleep (all sequentially consistent),
- * so one of the two sees the other: no wake-up is lost. */
-static void writer_wait(struct record *r, size_t want, long ns)
-{
-    uint64_t end = ns > 0 ? clock_ns(CLOCK_MONOTONIC) + (uint64_t)ns : 0;
-    atomic_store(&r->w_want, want);
-    for (;;) {
-        atomic_store(&r->w_sleep, 1);
-        if (atomic_load(&r->q_n) >= want || atomic_load(&r->quit))
-            break;
-        struct timespec rel, *relp = NULL;
-        if (end) {
-            uint64_t now = clock_ns(CLOCK_MONOTONIC);
-            if (now >= end)
-                break;
-            rel.tv_sec = (time_t)((end - now) / 1000000000u);
-            rel.tv_nsec = (long)((end - now) % 1000000000u);
-            relp = &rel;
-        }
-        futex_wait(&r->w_sleep, 1, relp);
-    }
-    atomic_store(&r->w_sleep, 0);
-}
-
-/* With the intake log, no client waits for the writer, which then runs at
- * SCHED_IDLE while it keeps up: its work yields to the loop, the upstream
- * and the clients on a busy machine (their p99 is the cost of anything
- * running beside them). When WRITER_BEHIND exchanges wait, or once the log
- * is off, it runs as any thread again, until fewer than WRITER_CAUGHT_UP
- * wait. A thread can leave SCHED_IDLE only with CAP_SYS_NICE or an
- * RLIMIT_NICE of 20 (sched(7)); without them the writer runs at
- * SCHED_BATCH instead, whose wake-ups do not preempt the loop. */
-#define WRITER_BEHIND 256
-#define WRITER_CAUGHT_UP 32
-
-static bool can_leave_idle(void)
-{
-    struct rlimit rl;
-    return geteuid() == 0 ||
-           (getrlimit(RLIMIT_NICE, &rl) == 0 && rl.rlim_cur >= 20);
-}
-
-static void writer_policy(struct record *r, bool *idle, size_t waiting)
-{
-    struct sched_param sp = {0};
-    bool want = r->idle_ok && !atomic_load(&r->in_failed) &&
-                waiting < (*idle ? WRITER_BEHIND : WRITER_CAUGHT_UP);
-    if (want != *idle &&
-        !pthread_setschedparam(pthread_self(), want ? SCHED_IDLE : SCHED_OTHER,
-                               &sp))
-        *idle = want;
-}
-
-static void *writer_main(void *arg)
-{
-    struct record *r = arg;
-    struct ex *batch[BATCH_MAX];
-    size_t last = 0;
-    bool idle = false;
-    if (r->intake && !r->idle_ok) {
-        struct sched_param sp = {0};
-        pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
-    }
-    struct ex *head = NULL, *tail = NULL; /* taken from q_in, in order */
-    for (;;) {
-        size_t n = 0;
-        if (!head)
-            writer_wait(r, 1, 0);
-        if (last >= LINGER_FROM)
-            writer_wait(r, LINGER_N, LINGER_NS);
-        for (struct ex *e = take_all(&r->q_in); e; e = e->wnext) {
-            if (tail)
-                tail->wnext = e;
-            else
-                head = e;
-            tail = e;
-        }
-        while (head && n < BATCH_MAX) {
-            batch[n++] = head;
-            head = head->wnext;
-        }
-        if (!head)
-            tail = NULL;
-        last = n;
-        size_t waiting = atomic_fetch_sub(&r->q_n, n);
-        if (r->intake)
-            writer_policy(r, &idle, waiting);
-        if (!n) {
-            if (atomic_load(&r->quit))
-                break; /* quit with an empty queue */
-            continue;
-        }
-        /* the loop may be storing a lone exchange (store_inline) */
-        for (bool no = false;
-             !atomic_compare_exchange_weak(&r->storing_now, &no, true);
-             no = false)
-            sched_yield();
-        store_batch(r, batch, n);
-        for (size_t i = 0; i < n && rtiming_on(); i++)
-            rtiming_add(RT_INLINE, 0);
-        atomic_store(&r->storing_now, false);
-        handed_back(r, batch, n);
-        if (write(r->wake[1], "x", 1) < 0) {
-            /* full pipe: the loop has wake-ups pending already */
-        }
-    }
-    return NULL;
-}
-
 /* Loop side: a stored (or spilled) exchange is counted and its client
  * answered; now is now_ms() when timing, else 0. */
-static void stored_back(struct record *r, struct ex *e, double now)
+void proxy_stored_back(struct record *r, struct ex *e, double now)
 {
     if (now > 0) { /* see note_batch */
-        rtiming_add(RT_BACK, now - e->x.down_total_ms);
+        rtiming_add(r->timing, RT_BACK, now - e->x.down_total_ms);
         if (!e->in_end) { /* else answered at its append (finish_as) */
-            rtiming_add(RT_HELD, now - e->x.up_total_ms);
-            rtiming_add(RT_TOTAL, now - e->t0);
+            rtiming_add(r->timing, RT_HELD, now - e->x.up_total_ms);
+            rtiming_add(r->timing, RT_TOTAL, now - e->t0);
         }
     }
     list_del(&r->storing, e);
@@ -1597,50 +940,6 @@ static void stored_back(struct record *r, struct ex *e, double now)
     r->stats.lost += e->outcome == 2;
     r->stats.in_log += e->outcome == 3;
     complete(r, e);
-}
-
-/* Loop side: exchanges the writer has stored (or spilled). */
-static void on_stored(evutil_socket_t fd, short what, void *arg)
-{
-    struct record *r = arg;
-    char drain[256];
-    (void)what;
-    /* a short read emptied the pipe: no second read to learn EAGAIN */
-    while (fd >= 0 && read(fd, drain, sizeof(drain)) == (ssize_t)sizeof(drain))
-        ;
-    struct ex *e = take_all(&r->d_in);
-    double now = rtiming_on() ? now_ms() : 0;
-    while (e) {
-        struct ex *next = e->wnext;
-        stored_back(r, e, now);
-        e = next;
-    }
-    /* a long log is emptied once all it holds is committed; exchanges
-     * wait for their commit meanwhile (intake_put) */
-    if (r->intake && !r->in_failed && !r->in_pending &&
-        !atomic_load(&r->log_stuck) && r->intake->size >= INTAKE_ROTATE) {
-        struct diag d = {{0}};
-        if (intake_reset(r->intake, &d)) {
-            logf_(r, "%s; exchanges are now held until they are committed",
-                  d.msg);
-            r->in_failed = true;
-        }
-    }
-    if (fd < 0 && rtiming_on()) /* the last call, from writer_stop */
-        rtiming_report(r->o.log, r->o.log_ud);
-    maybe_exit(r);
-}
-
-static void writer_stop(struct record *r)
-{
-    if (!r->writer_started)
-        return;
-    atomic_store(&r->quit, true);
-    atomic_store(&r->w_want, 0);
-    wake_writer(r, 0);
-    pthread_join(r->writer, NULL);
-    r->writer_started = false;
-    on_stored(-1, 0, r);
 }
 
 /* Methods whose request carries a Content-Length even when empty. */
@@ -1737,8 +1036,8 @@ static void send_upstream(struct record *r, struct ex *e,
     }
     buf_add(b, "\r\n", 2);
     buf_add(b, e->body.data, e->body.len);
-    e->upq = upc_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
-                      sizeof(e->curl_err));
+    e->upq = upclient_send(r->upc, b, e->head_req, &UP_CBS, e, e->curl_err,
+                           sizeof(e->curl_err));
     if (!e->upq)
         finish_as(e, XCHG_UPSTREAM_ERROR);
 }
@@ -1812,148 +1111,9 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
     record_stop(arg);
 }
 
-/* ---- the checkpointer ----
- *
- * In WAL mode a commit appends to the WAL without fsync (synchronous=
- * NORMAL); SQLite's automatic checkpoint then runs inside the commit that
- * crosses 1,000 WAL pages, copying pages into the database and fsyncing
- * it: milliseconds during which every exchange waiting for its commit (and
- * so its client's last byte) waits too. Instead, the writer's commit hook
- * only signals a thread that checkpoints on its own connection (PASSIVE:
- * it never blocks the writer), so commits never wait for a disk flush.
- * Durability is unchanged: what a commit wrote is in the WAL either way. */
-#define CKPT_PAGES 1000
-
-static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int pages)
-{
-    struct record *r = arg;
-    (void)db;
-    (void)name;
-    if (pages >= CKPT_PAGES) {
-        pthread_mutex_lock(&r->ck_mu);
-        r->ck_due = true;
-        pthread_cond_signal(&r->ck_cv);
-        pthread_mutex_unlock(&r->ck_mu);
-    }
-    return SQLITE_OK;
-}
-
-static void *checkpointer_main(void *arg)
-{
-    struct record *r = arg;
-    for (;;) {
-        pthread_mutex_lock(&r->ck_mu);
-        while (!r->ck_due && !r->ck_quit)
-            pthread_cond_wait(&r->ck_cv, &r->ck_mu);
-        bool quit = r->ck_quit;
-        r->ck_due = false;
-        pthread_mutex_unlock(&r->ck_mu);
-        if (quit)
-            break;
-        sqlite3_wal_checkpoint_v2(r->ck_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
-                                  NULL, NULL);
-    }
-    return NULL;
-}
-
-/* Starts the checkpointer; when it cannot (a second connection fails),
- * SQLite's automatic checkpoints stay on. */
-static void checkpointer_start(struct record *r)
-{
-    struct diag d = {{0}};
-    if (store_open(r->o.db_path, &r->ck_db, &d))
-        return;
-    pthread_mutex_init(&r->ck_mu, NULL);
-    pthread_cond_init(&r->ck_cv, NULL);
-    if (pthread_create(&r->ck_thread, NULL, checkpointer_main, r)) {
-        pthread_mutex_destroy(&r->ck_mu);
-        pthread_cond_destroy(&r->ck_cv);
-        store_close(r->ck_db);
-        r->ck_db = NULL;
-        return;
-    }
-    pthread_setname_np(r->ck_thread, "record-ckpt");
-    r->ck_started = true;
-    /* replaces the automatic checkpoint, which is itself a WAL hook */
-    sqlite3_wal_hook(r->db, on_wal_commit, r);
-}
-
-static void checkpointer_stop(struct record *r)
-{
-    if (!r->ck_started)
-        return;
-    pthread_mutex_lock(&r->ck_mu);
-    r->ck_quit = true;
-    pthread_cond_signal(&r->ck_cv);
-    pthread_mutex_unlock(&r->ck_mu);
-    pthread_join(r->ck_thread, NULL);
-    store_close(r->ck_db);
-    r->ck_db = NULL;
-    pthread_mutex_destroy(&r->ck_mu);
-    pthread_cond_destroy(&r->ck_cv);
-    r->ck_started = false;
-}
-
-static int open_store(struct record *r, struct diag *d)
-{
-    /* one thread at a time: the writer, or the loop for a lone exchange
-     * (store_inline), ordered by the atomic storing_now */
-    int rc = store_open_unshared(r->o.db_path, &r->db, d);
-    if (rc)
-        return rc;
-    /* A locked store must not stall the proxy: fail fast and spill. */
-    sqlite3_busy_timeout(r->db, 200);
-    rc = xchg_schema(r->db, d);
-    if (rc) {
-        diag_prefix(d, "'%s'", r->o.db_path);
-        return rc;
-    }
-    return 0;
-}
-
-/* ---- the intake log ---- */
-
-/* Opens r's intake log and commits what it holds. Without a log (another
- * record holds it, or it cannot be opened) exchanges are held until they
- * are committed, as before the log: a log line says so. -1 with d set when
- * what the log holds cannot be committed. */
-static int open_intake(struct record *r, struct diag *d)
-{
-    struct diag od = {{0}};
-    int rc = intake_schema(r->db, d);
-    if (rc)
-        return rc;
-    rc = intake_open(r->o.db_path, &r->intake, &od);
-    if (rc) {
-        logf_(r, "%s; exchanges are held until they are committed",
-              rc == 1 ? "the intake log is locked by another fidelity record"
-                      : od.msg);
-        return 0;
-    }
-    /* what a record that did not stop left in it (store/replay.h) */
-    struct replay_counts k;
-    rc = replay_log(r->db, r->cache, r->ing, r->intake, r->o.spill_path, &k, d);
-    if (k.stored || k.spilled || k.kept || k.torn)
-        logf_(r,
-              "intake log '%s': %llu exchange%s a record that did not stop "
-              "left %s committed (%llu to the spill file, %llu kept in the "
-              "log); %llu bytes of an unfinished append ignored",
-              r->intake->path, (unsigned long long)k.stored, plural_s(k.stored),
-              plural(k.stored, "was", "were"), (unsigned long long)k.spilled,
-              (unsigned long long)k.kept, (unsigned long long)k.torn);
-    if (rc) {
-        intake_close(r->intake, false);
-        r->intake = NULL;
-        return -1;
-    }
-    xchg_cache_pre_commit(r->cache, on_intake_commit, r);
-    r->idle_ok = can_leave_idle();
-    return 0;
-}
-
 static void on_front_log(void *ud, const char *msg)
 {
-    logf_(ud, "%s", msg);
+    record_logf(ud, "%s", msg);
 }
 
 static const struct front_cbs FRONT_CBS = {
@@ -2013,7 +1173,7 @@ static bool split_http_url(struct record *r)
             return false;
         }
     }
-    r->upc = upc_new(r->base, host, (int)pn, r->o.timeout_ms);
+    r->upc = upclient_new(r->base, host, (int)pn, r->o.timeout_ms);
     r->up_authority = auth;
     r->up_prefix = xstrdup(a + al);
     r->up_prefix_len = strlen(r->up_prefix);
@@ -2051,6 +1211,8 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     r->multi = curl_multi_init();
     r->cache = xchg_cache_new();
     r->ing = ingest_new(r->cache, r->o.max_capture);
+    if (o->timing)
+        r->timing = rtiming_new();
     if (!r->base || !r->multi) {
         rc = diag_set(d, ENOMEM, "cannot create the event loop");
         goto fail;
@@ -2067,30 +1229,12 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     /* keep upstream connections for as many clients as are likely to be
      * open at once; curl's default cache closes them under load */
     curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, 1024L);
-    rc = open_store(r, d);
-    if (rc || (rc = open_intake(r, d)))
-        goto fail;
-    rc = setup_front(r, d);
+    rc = writer_open(r, d);
     if (rc)
         goto fail;
-    if (pipe(r->wake)) {
-        rc = diag_set(d, errno, "cannot create a pipe: %s", strerror(errno));
+    rc = setup_front(r, d);
+    if (rc || (rc = writer_start(r, d)))
         goto fail;
-    }
-    evutil_make_socket_nonblocking(r->wake[0]);
-    evutil_make_socket_nonblocking(r->wake[1]);
-    r->done_ev =
-        event_new(r->base, r->wake[0], EV_READ | EV_PERSIST, on_stored, r);
-    event_add(r->done_ev, NULL);
-    checkpointer_start(r); /* before the writer uses the connection */
-    if (pthread_create(&r->writer, NULL, writer_main, r)) {
-        rc = diag_set(d, EAGAIN, "cannot start the store writer thread");
-        goto fail;
-    }
-    r->writer_started = true;
-    /* named, so that CPU time per thread can be told apart
-     * (/proc/PID/task/TID/comm; bench/record.sh) */
-    pthread_setname_np(r->writer, "record-writer");
     if (o->handle_signals) {
         r->sig[0] = evsignal_new(r->base, SIGINT, on_signal, r);
         r->sig[1] = evsignal_new(r->base, SIGTERM, on_signal, r);
@@ -2122,7 +1266,7 @@ void record_stop(struct record *r)
         front_stop_accepting(r->front);
     struct timeval grace = {STOP_GRACE_S, 0};
     event_base_loopexit(r->base, &grace);
-    maybe_exit(r);
+    proxy_maybe_exit(r);
 }
 
 int record_run(struct record *r, struct diag *d)
@@ -2154,29 +1298,18 @@ void record_free(struct record *r)
     r->front = NULL;
     while (r->active)
         finish(r->active, CURLE_OPERATION_TIMEDOUT);
-    writer_stop(r); /* stores what is queued, completes it */
-    checkpointer_stop(r);
-    /* all it held is committed or in the spill file, unless exchanges
-     * were left in it for the next start */
-    intake_close(r->intake, r->stats.in_log == 0 && r->stats.lost == 0);
-    r->intake = NULL;
+    writer_free(r);      /* stores what is queued, completes it */
     while (r->storing) { /* the writer never started */
         struct ex *e = r->storing;
         list_del(&r->storing, e);
         ex_free(e);
-    }
-    if (r->done_ev)
-        event_free(r->done_ev);
-    if (r->wake[0] >= 0) {
-        close(r->wake[0]);
-        close(r->wake[1]);
     }
     while (r->spare) {
         struct ex *e = r->spare;
         r->spare = e->next;
         ex_free(e);
     }
-    upc_free(r->upc);
+    upclient_free(r->upc);
     free(r->up_authority);
     free(r->up_prefix);
     free(r->up_host_line);
@@ -2193,6 +1326,7 @@ void record_free(struct record *r)
     if (r->base)
         event_base_free(r->base);
     ingest_free(r->ing);
+    rtiming_free(r->timing);
     xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
     free(r->upstream);

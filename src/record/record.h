@@ -42,6 +42,9 @@ struct record_opts {
      * (comparisons and tests; default: our own client, upclient.h) */
     bool via_libcurl;
     int handle_signals; /* stop on SIGINT/SIGTERM */
+    /* log percentiles of where each exchange's time went when stopping
+     * (rtiming.h; `fidelity record` sets it from FIDELITY_RECORD_TIMING) */
+    bool timing;
     /* --redact-key: more request-body keys whose string values are hidden
      * before anything is kept (redact.h; borrowed) */
     const char *const *redact_keys;

@@ -1,20 +1,37 @@
 /*
- * redact: secret values inside a JSON request body, hidden in place
- * (redact.h). The walk is lexical: outside a string every '"' opens one,
- * and a string followed by ':' is a key, so any depth is covered in one
- * pass of memchr over the strings, without building the document.
+ * redact: which header and query parameter names are secrets, and secret
+ * values inside a JSON request body, hidden in place (redact.h). The
+ * body's walk is lexical: outside a string every '"' opens one, and a
+ * string followed by ':' is a key, so any depth is covered in one pass of
+ * memchr over the strings, without building the document.
  */
 #include "record/redact.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "core/buf.h"
 #include "core/xalloc.h"
 #include "wire/jscan.h"
 
-static const char MARK[] = "[redacted]";
+static const char MARK[] = REDACT_MARK;
+
+/* Headers (lower case): whole names, then parts of names; then query
+ * parameters (any case). */
+static const char *const SECRET_NAMES[] = {
+    "authorization", "proxy-authorization", "cookie", "set-cookie",
+    "api-key",       "x-api-key",           NULL};
+static const char *const SECRET_PARTS[] = {
+    "api-key",  "apikey", "api_key",       "token", "secret",
+    "password", "auth",   "session-token", NULL};
+static const char *const SECRET_PARAMS[] = {
+    "key",          "api_key",  "apikey", "api-key", "token",
+    "access_token", "password", "secret", "sig",     "signature",
+    "auth",         "code",     NULL};
 
 /* Lower-case names; a key is decoded and lowered before it is compared. */
 static const char *const SECRET_KEYS[] = {
@@ -34,6 +51,61 @@ struct scan {
     const size_t *map;
     size_t hidden;
 };
+
+bool redact_is_secret_header(const char *name)
+{
+    char low[128];
+    size_t n = strlen(name);
+    if (n >= sizeof(low))
+        n = sizeof(low) - 1; /* a longer name is judged by its start */
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)tolower((unsigned char)name[i]);
+    low[n] = '\0';
+    if (strstr(low, "ratelimit")) /* x-ratelimit-remaining-tokens */
+        return false;
+    for (int i = 0; SECRET_NAMES[i]; i++)
+        if (!strcmp(low, SECRET_NAMES[i]))
+            return true;
+    for (int i = 0; SECRET_PARTS[i]; i++)
+        if (strstr(low, SECRET_PARTS[i]))
+            return true;
+    return false;
+}
+
+static bool is_secret_param(const char *name, size_t n)
+{
+    for (int i = 0; SECRET_PARAMS[i]; i++)
+        if (strlen(SECRET_PARAMS[i]) == n &&
+            !strncasecmp(name, SECRET_PARAMS[i], n))
+            return true;
+    return false;
+}
+
+char *redact_path(const char *path)
+{
+    const char *q = strchr(path, '?');
+    if (!q)
+        return xstrdup(path);
+    struct buf b = BUF_INIT;
+    buf_add(&b, path, (size_t)(q - path) + 1);
+    const char *p = q + 1;
+    while (*p) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (eq && is_secret_param(p, (size_t)(eq - p))) {
+            buf_add(&b, p, (size_t)(eq - p) + 1);
+            buf_adds(&b, REDACT_MARK);
+        } else {
+            buf_add(&b, p, len);
+        }
+        if (!amp)
+            break;
+        buf_addch(&b, '&');
+        p = amp + 1;
+    }
+    return buf_detach(&b, NULL);
+}
 
 bool redact_name_ok(const char *name)
 {

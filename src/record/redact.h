@@ -1,11 +1,11 @@
 /*
- * redact: hides secrets a client sent inside a JSON request body before
- * record keeps any copy of it (the intake log, the store, the spill file).
- * Headers and query parameters are classify.h's; this is the body: the
- * string value of every member whose key names a secret (api_key, apiKey,
- * api-key, password, secret, client_secret, access_token, refresh_token,
- * id_token, authorization, in any ASCII case, at any depth, plus the
- * caller's extra names), and the same inside a tool call's "arguments"
+ * redact: hides secrets a client sent before record keeps any copy of
+ * them (the intake log, the store, the spill file): the values of secret
+ * headers and query parameters become REDACT_MARK, and in a JSON request
+ * body the string value of every member whose key names a secret (api_key,
+ * apiKey, api-key, password, secret, client_secret, access_token,
+ * refresh_token, id_token, authorization, in any ASCII case, at any depth, plus
+ * the caller's extra names), and the same inside a tool call's "arguments"
  * string when that string holds JSON. Values that are objects, arrays,
  * numbers or literals are left alone (a tool schema's "password" property
  * is an object). Plain "token" is not a secret's name: responses and
@@ -22,6 +22,20 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* What a secret header's or query parameter's value becomes; a hidden
+ * body value starts with it. */
+#define REDACT_MARK "[redacted]"
+
+/* True for a header whose value is a credential (case-insensitive name):
+ * Authorization, Proxy-Authorization, Cookie, Set-Cookie, api-key,
+ * x-api-key and any name containing "api-key", "apikey", "token",
+ * "secret", "password" or "auth" (not "ratelimit"). */
+bool redact_is_secret_header(const char *name);
+/* A fresh copy of path with the values of secret query parameters (key,
+ * api_key, apikey, token, access_token, password, secret, sig, signature,
+ * auth...) replaced by REDACT_MARK. */
+char *redact_path(const char *path);
 
 /* Names longer than this are refused by redact_name_ok (a key is matched
  * after its escapes are decoded into a buffer of this size). */

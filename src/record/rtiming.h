@@ -2,15 +2,14 @@
  * rtiming: where the time between an exchange's end and its client's last
  * byte goes (waiting for the store, building the row, the SQLite insert
  * and commit, the hand-back to the loop), for finding record's latency
- * tail. Off unless FIDELITY_RECORD_TIMING is set in the environment; then
- * proxy.c adds one sample per exchange and phase, and reports percentiles
- * through its log callback when it stops. Process-wide (one record per
- * process); each metric is written by one thread at a time.
+ * tail. Off unless record_opts.timing is set (`fidelity record` sets it
+ * when FIDELITY_RECORD_TIMING is in the environment); then proxy.c and
+ * writer.c add one sample per exchange and phase to their record's
+ * struct rtiming, and report percentiles through its log callback when it
+ * stops. Each metric is written by one thread at a time.
  */
 #ifndef RECORD_RTIMING_H
 #define RECORD_RTIMING_H
-
-#include <stdbool.h>
 
 enum rt_metric {
     RT_WAIT,   /* queued for storage -> its batch starts */
@@ -27,11 +26,15 @@ enum rt_metric {
     RT_N
 };
 
-/* Whether FIDELITY_RECORD_TIMING is set (read once). */
-bool rtiming_on(void);
-void rtiming_add(enum rt_metric m, double v);
+struct rtiming;
+
+/* Empty histograms, one per metric (about 360 KiB). */
+struct rtiming *rtiming_new(void);
+void rtiming_free(struct rtiming *t);
+void rtiming_add(struct rtiming *t, enum rt_metric m, double v);
 /* One line per metric (count, p50, p90, p99, p99.9, max) to log, then the
  * samples are dropped. */
-void rtiming_report(void (*log)(void *ud, const char *msg), void *ud);
+void rtiming_report(struct rtiming *t, void (*log)(void *ud, const char *msg),
+                    void *ud);
 
 #endif

@@ -31,22 +31,22 @@
 #define READ_MAX 65536 /* ... and at most, when reads keep filling it */
 #define BIG_BUF (256 * 1024)
 /* ended requests kept for reuse, with their request buffer when it stays
- * under SPARE_MSG_MAX (upc_send hands it back to the caller) */
+ * under SPARE_MSG_MAX (upclient_send hands it back to the caller) */
 #define SPARE_MAX 64
 #define SPARE_MSG_MAX (16u << 10)
 #define IN_FLIGHT_MSG_MAX (4u << 10)
 
 enum phase { P_IDLE, P_HEAD, P_BODY };
 
-struct upc_conn {
-    struct upc *u;
+struct upclient_conn {
+    struct upclient *u;
     int fd;
     struct event rev, wev; /* readable (armed unless closing), writable */
     bool wev_on;
     struct buf in; /* unread response bytes: in.data[in_off .. in.len) */
     size_t in_off;
-    struct upc_conn *prev, *next; /* u->idle or u->busy */
-    struct upc_req *q;
+    struct upclient_conn *prev, *next; /* u->idle or u->busy */
+    struct upclient_req *q;
     enum phase phase;
     bool connected, reused, keep;
     bool in_cb, dead; /* a callback runs; closed during it */
@@ -55,43 +55,43 @@ struct upc_conn {
     struct h1_chunked ch;
 };
 
-struct upc_req {
-    struct upc *u;
-    struct upc_conn *c;
+struct upclient_req {
+    struct upclient *u;
+    struct upclient_conn *c;
     struct buf msg; /* the request; kept for a retry until a response byte */
     size_t sent;    /* bytes of msg written on c */
     bool all_sent, head_req, retried, got_bytes;
-    const struct upc_cbs *cbs;
+    const struct upclient_cbs *cbs;
     void *ud;
     /* in u's deadline queue (timer_on), in the order sent */
     bool timer_on;
-    struct upc_req *tprev, *tnext;
+    struct upclient_req *tprev, *tnext;
     uint64_t deadline_us; /* monotonic */
-    struct upc_req *next_spare;
+    struct upclient_req *next_spare;
 };
 
-struct upc {
+struct upclient {
     struct event_base *base;
     char *host;
     int port;
     long timeout_ms;
     struct sockaddr_storage addr;
     socklen_t addr_len; /* 0: not resolved */
-    struct upc_conn *idle, *busy;
+    struct upclient_conn *idle, *busy;
     size_t nidle, nconn;
-    struct upc_req *spare; /* linked by next_spare */
+    struct upclient_req *spare; /* linked by next_spare */
     size_t nspare;
     /* Requests with a deadline, oldest first: all have the same timeout,
      * so the order sent is the order due, and one timer (armed for the
      * head's deadline, re-armed when it fires) serves them all; an ended
      * request only leaves the queue, no timer is touched per request. */
-    struct upc_req *tq_head, *tq_tail;
+    struct upclient_req *tq_head, *tq_tail;
     struct event tq_timer;
     bool tq_armed;
     struct h1_head head; /* scratch for parsing, one response at a time */
 };
 
-static void conn_list_add(struct upc_conn **head, struct upc_conn *c)
+static void conn_list_add(struct upclient_conn **head, struct upclient_conn *c)
 {
     c->prev = NULL;
     c->next = *head;
@@ -100,7 +100,7 @@ static void conn_list_add(struct upc_conn **head, struct upc_conn *c)
     *head = c;
 }
 
-static void conn_list_del(struct upc_conn **head, struct upc_conn *c)
+static void conn_list_del(struct upclient_conn **head, struct upclient_conn *c)
 {
     if (c->prev)
         c->prev->next = c->next;
@@ -112,12 +112,12 @@ static void conn_list_del(struct upc_conn **head, struct upc_conn *c)
 }
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg);
-static void tq_del(struct upc_req *q);
+static void tq_del(struct upclient_req *q);
 
-struct upc *upc_new(struct event_base *base, const char *host, int port,
-                    long timeout_ms)
+struct upclient *upclient_new(struct event_base *base, const char *host,
+                              int port, long timeout_ms)
 {
-    struct upc *u = xcalloc(1, sizeof(*u));
+    struct upclient *u = xcalloc(1, sizeof(*u));
     u->base = base;
     size_t hl = strlen(host);
     if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']')
@@ -130,14 +130,14 @@ struct upc *upc_new(struct event_base *base, const char *host, int port,
     return u;
 }
 
-size_t upc_connections(const struct upc *u)
+size_t upclient_connections(const struct upclient *u)
 {
     return u->nconn;
 }
 
-static void conn_free(struct upc_conn *c)
+static void conn_free(struct upclient_conn *c)
 {
-    struct upc *u = c->u;
+    struct upclient *u = c->u;
     conn_list_del(c->phase == P_IDLE ? &u->idle : &u->busy, c);
     if (c->phase == P_IDLE)
         u->nidle--;
@@ -151,7 +151,7 @@ static void conn_free(struct upc_conn *c)
 
 /* Closes c, now or, when one of its callbacks is running, once it
  * returns. */
-static void conn_close(struct upc_conn *c)
+static void conn_close(struct upclient_conn *c)
 {
     if (c->in_cb) {
         c->dead = true;
@@ -163,10 +163,10 @@ static void conn_close(struct upc_conn *c)
     conn_free(c);
 }
 
-/* Done with q: kept for reuse (upc_send) or freed. */
-static void req_free(struct upc_req *q)
+/* Done with q: kept for reuse (upclient_send) or freed. */
+static void req_free(struct upclient_req *q)
 {
-    struct upc *u = q->u;
+    struct upclient *u = q->u;
     if (q->timer_on)
         tq_del(q);
     if (u->nspare >= SPARE_MAX) {
@@ -184,7 +184,7 @@ static void req_free(struct upc_req *q)
 /* Lets go of a request's bytes once they are no longer needed (sent, and
  * no retry possible): kept for reuse when small (IN_FLIGHT_MSG_MAX: a
  * thousand open streams then hold at most 4 MiB of them). */
-static void drop_msg(struct upc_req *q)
+static void drop_msg(struct upclient_req *q)
 {
     if (q->msg.alloc > IN_FLIGHT_MSG_MAX)
         buf_release(&q->msg);
@@ -192,8 +192,8 @@ static void drop_msg(struct upc_req *q)
         buf_reset(&q->msg);
 }
 
-static void start_on(struct upc_req *q, struct upc_conn *c);
-static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl);
+static void start_on(struct upclient_req *q, struct upclient_conn *c);
+static struct upclient_conn *conn_new(struct upclient *u, char *why, size_t wl);
 
 /* ---- the deadline queue ---- */
 
@@ -206,7 +206,7 @@ static uint64_t now_us(void)
 
 /* Arms the timer for the head's deadline, unless it is armed already
  * (then for an earlier or equal one) or nothing waits. */
-static void tq_arm(struct upc *u, uint64_t now)
+static void tq_arm(struct upclient *u, uint64_t now)
 {
     if (u->tq_armed || !u->tq_head)
         return;
@@ -217,7 +217,7 @@ static void tq_arm(struct upc *u, uint64_t now)
     u->tq_armed = true;
 }
 
-static void tq_add(struct upc *u, struct upc_req *q)
+static void tq_add(struct upclient *u, struct upclient_req *q)
 {
     uint64_t now = now_us();
     q->deadline_us = now + (uint64_t)u->timeout_ms * 1000u;
@@ -232,9 +232,9 @@ static void tq_add(struct upc *u, struct upc_req *q)
     tq_arm(u, now);
 }
 
-static void tq_del(struct upc_req *q)
+static void tq_del(struct upclient_req *q)
 {
-    struct upc *u = q->u;
+    struct upclient *u = q->u;
     if (q->tprev)
         q->tprev->tnext = q->tnext;
     else
@@ -249,10 +249,10 @@ static void tq_del(struct upc_req *q)
 
 /* Ends q with err, detaching it from its connection first; the connection
  * goes back to the pool when it can carry another request. */
-static void finish(struct upc_req *q, int err, const char *why)
+static void finish(struct upclient_req *q, int err, const char *why)
 {
-    struct upc_conn *c = q->c;
-    struct upc *u = q->u;
+    struct upclient_conn *c = q->c;
+    struct upclient *u = q->u;
     if (c) {
         c->q = NULL;
         q->c = NULL;
@@ -271,7 +271,7 @@ static void finish(struct upc_req *q, int err, const char *why)
             conn_close(c);
         }
     }
-    const struct upc_cbs *cbs = q->cbs;
+    const struct upclient_cbs *cbs = q->cbs;
     void *ud = q->ud;
     req_free(q);
     cbs->done(ud, err, why);
@@ -279,9 +279,9 @@ static void finish(struct upc_req *q, int err, const char *why)
 
 /* A failure on q's connection before anything of the response came: once,
  * on a reused connection, the request goes out again on a new one. */
-static void fail(struct upc_req *q, int err, const char *why)
+static void fail(struct upclient_req *q, int err, const char *why)
 {
-    struct upc_conn *c = q->c;
+    struct upclient_conn *c = q->c;
     char w[256];
     if (c && c->reused && !q->got_bytes && !q->retried && err != -ETIMEDOUT &&
         err != -EPROTO) {
@@ -289,7 +289,7 @@ static void fail(struct upc_req *q, int err, const char *why)
         q->c = NULL;
         conn_close(c);
         q->retried = true;
-        struct upc_conn *n = conn_new(q->u, w, sizeof(w));
+        struct upclient_conn *n = conn_new(q->u, w, sizeof(w));
         if (n) {
             start_on(q, n);
             return;
@@ -301,7 +301,7 @@ static void fail(struct upc_req *q, int err, const char *why)
 }
 
 /* Ends q: it did not complete within timeout_ms. */
-static void time_out(struct upc_req *q)
+static void time_out(struct upclient_req *q)
 {
     char why[64];
     snprintf(why, sizeof(why), "no complete response within %ld ms",
@@ -314,13 +314,13 @@ static void time_out(struct upc_req *q)
  * then the timer waits for the next one due. */
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
-    struct upc *u = arg;
+    struct upclient *u = arg;
     (void)fd;
     (void)what;
     u->tq_armed = false;
     uint64_t now = now_us();
     while (u->tq_head && u->tq_head->deadline_us <= now) {
-        struct upc_req *q = u->tq_head;
+        struct upclient_req *q = u->tq_head;
         tq_del(q);
         time_out(q);
     }
@@ -329,7 +329,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* Calls a callback of q with c marked busy; false when q was cancelled or
  * c closed meanwhile (the caller must stop touching both). */
-static bool after_cb(struct upc_conn *c, struct upc_req *q)
+static bool after_cb(struct upclient_conn *c, struct upclient_req *q)
 {
     c->in_cb = false;
     if (c->dead) {
@@ -339,8 +339,8 @@ static bool after_cb(struct upc_conn *c, struct upc_req *q)
     return c->q == q;
 }
 
-static void deliver(struct upc_conn *c, struct upc_req *q, const char *p,
-                    size_t n, bool *alive)
+static void deliver(struct upclient_conn *c, struct upclient_req *q,
+                    const char *p, size_t n, bool *alive)
 {
     c->in_cb = true;
     q->cbs->body(q->ud, p, n);
@@ -362,9 +362,9 @@ static void terminate_in_place(const struct h1_head *h)
 
 /* Reads the response head; 1 when the body phase began, 0 for more input,
  * -1 when q is finished or gone. */
-static int read_head(struct upc_conn *c, struct upc_req *q)
+static int read_head(struct upclient_conn *c, struct upclient_req *q)
 {
-    struct upc *u = c->u;
+    struct upclient *u = c->u;
     for (;;) {
         size_t avail = c->in.len - c->in_off;
         if (!avail)
@@ -406,7 +406,8 @@ static int read_head(struct upc_conn *c, struct upc_req *q)
 
 /* Passes up to max readable bytes to the body callback in one piece;
  * returns how many went, or -1 when q or c went away meanwhile. */
-static long pass_body(struct upc_conn *c, struct upc_req *q, uint64_t max)
+static long pass_body(struct upclient_conn *c, struct upclient_req *q,
+                      uint64_t max)
 {
     size_t n = c->in.len - c->in_off;
     if (n > max)
@@ -423,7 +424,7 @@ static long pass_body(struct upc_conn *c, struct upc_req *q, uint64_t max)
 
 /* Chunked body: decodes what is readable; 1 when the body ended, 0 for
  * more input, -1 when q is finished or gone. */
-static int read_chunked(struct upc_conn *c, struct upc_req *q)
+static int read_chunked(struct upclient_conn *c, struct upclient_req *q)
 {
     for (;;) {
         size_t avail = c->in.len - c->in_off;
@@ -451,7 +452,7 @@ static int read_chunked(struct upc_conn *c, struct upc_req *q)
 }
 
 /* What the buffer holds of q's response, by phase and framing. */
-static void on_data(struct upc_conn *c, struct upc_req *q)
+static void on_data(struct upclient_conn *c, struct upclient_req *q)
 {
     if (!q->got_bytes) {
         q->got_bytes = true; /* no retry from here on */
@@ -485,7 +486,7 @@ static void on_data(struct upc_conn *c, struct upc_req *q)
 }
 
 /* The connection failed or closed (err: errno, 0 for EOF). */
-static void on_gone(struct upc_conn *c, struct upc_req *q, int err)
+static void on_gone(struct upclient_conn *c, struct upclient_req *q, int err)
 {
     char why[200];
     if (!err && c->phase == P_BODY && c->fr == H1_CLOSE) {
@@ -507,8 +508,8 @@ static void on_gone(struct upc_conn *c, struct upc_req *q, int err)
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
-    struct upc_conn *c = arg;
-    struct upc_req *q = c->q;
+    struct upclient_conn *c = arg;
+    struct upclient_req *q = c->q;
     (void)what;
     if (!q) { /* nothing may arrive on an idle connection */
         conn_close(c);
@@ -540,7 +541,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Writes what is left of q's request; 0, or an errno. */
-static int write_req(struct upc_conn *c, struct upc_req *q)
+static int write_req(struct upclient_conn *c, struct upclient_req *q)
 {
     while (q->sent < q->msg.len) {
         ssize_t n = send(c->fd, q->msg.data + q->sent, q->msg.len - q->sent,
@@ -572,8 +573,8 @@ static int write_req(struct upc_conn *c, struct upc_req *q)
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
-    struct upc_conn *c = arg;
-    struct upc_req *q = c->q;
+    struct upclient_conn *c = arg;
+    struct upclient_req *q = c->q;
     (void)fd;
     if (!q) {
         conn_close(c);
@@ -605,7 +606,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         on_gone(c, q, err);
 }
 
-static int resolve(struct upc *u, char *why, size_t wl)
+static int resolve(struct upclient *u, char *why, size_t wl)
 {
     struct addrinfo hints = {0}, *ai = NULL;
     char port[16];
@@ -624,7 +625,7 @@ static int resolve(struct upc *u, char *why, size_t wl)
     return 0;
 }
 
-static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl)
+static struct upclient_conn *conn_new(struct upclient *u, char *why, size_t wl)
 {
     if (!u->addr_len && resolve(u, why, wl))
         return NULL;
@@ -646,7 +647,7 @@ static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl)
             close(fd);
         return NULL;
     }
-    struct upc_conn *c = xcalloc(1, sizeof(*c));
+    struct upclient_conn *c = xcalloc(1, sizeof(*c));
     c->u = u;
     c->fd = fd;
     c->phase = P_HEAD;
@@ -662,7 +663,7 @@ static struct upc_conn *conn_new(struct upc *u, char *why, size_t wl)
     return c;
 }
 
-static void start_on(struct upc_req *q, struct upc_conn *c)
+static void start_on(struct upclient_req *q, struct upclient_conn *c)
 {
     q->c = c;
     q->sent = 0;
@@ -675,16 +676,17 @@ static void start_on(struct upc_req *q, struct upc_conn *c)
     /* A pooled connection takes the request at once, in one send; the
      * write event is armed only for what the socket does not take. A
      * failure is reported from the loop (the write event, which fails
-     * again), never from inside upc_send. */
+     * again), never from inside upclient_send. */
     if (write_req(c, q))
         event_active(&c->wev, EV_WRITE, 1);
 }
 
-struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
-                         const struct upc_cbs *cbs, void *ud, char *why,
-                         size_t wl)
+struct upclient_req *upclient_send(struct upclient *u, struct buf *msg,
+                                   bool head_req,
+                                   const struct upclient_cbs *cbs, void *ud,
+                                   char *why, size_t wl)
 {
-    struct upc_conn *c = u->idle;
+    struct upclient_conn *c = u->idle;
     if (c) {
         conn_list_del(&u->idle, c);
         u->nidle--;
@@ -696,7 +698,7 @@ struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
             return NULL;
         }
     }
-    struct upc_req *q = u->spare;
+    struct upclient_req *q = u->spare;
     struct buf back = BUF_INIT; /* for msg: a spare request's buffer */
     if (q) {
         u->spare = q->next_spare;
@@ -720,11 +722,11 @@ struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
     return q;
 }
 
-void upc_cancel(struct upc_req *q)
+void upclient_cancel(struct upclient_req *q)
 {
     if (!q)
         return;
-    struct upc_conn *c = q->c;
+    struct upclient_conn *c = q->c;
     if (c) {
         c->q = NULL;
         conn_close(c);
@@ -732,14 +734,14 @@ void upc_cancel(struct upc_req *q)
     req_free(q);
 }
 
-void upc_free(struct upc *u)
+void upclient_free(struct upclient *u)
 {
     if (!u)
         return;
     while (u->idle)
         conn_free(u->idle);
     while (u->busy) {
-        struct upc_conn *c = u->busy;
+        struct upclient_conn *c = u->busy;
         if (c->q) {
             c->q->c = NULL;
             req_free(c->q);
@@ -748,7 +750,7 @@ void upc_free(struct upc *u)
     }
     event_del(&u->tq_timer);
     while (u->spare) {
-        struct upc_req *q = u->spare;
+        struct upclient_req *q = u->spare;
         u->spare = q->next_spare;
         buf_release(&q->msg);
         free(q);

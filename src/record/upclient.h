@@ -17,13 +17,13 @@
 #include "core/buf.h"
 #include "http/h1.h"
 
-struct upc;
-struct upc_req;
+struct upclient;
+struct upclient_req;
 
 /* What a request reports, in this order: head once (the final response;
  * 1xx interim responses are skipped), body zero or more times, done once.
- * After done, or after upc_cancel, nothing more is called. */
-struct upc_cbs {
+ * After done, or after upclient_cancel, nothing more is called. */
+struct upclient_cbs {
     /* h and its slices are valid during the call only; the reason, the
      * names and the values are NUL-terminated in place */
     void (*head)(void *ud, const struct h1_head *h, enum h1_framing f,
@@ -42,11 +42,11 @@ struct upc_cbs {
  * connecting is bounded by 10 s. The name is resolved when the first
  * connection is made (and again after a failure). Never fails but for
  * memory (aborts). */
-struct upc *upc_new(struct event_base *base, const char *host, int port,
-                    long timeout_ms);
+struct upclient *upclient_new(struct event_base *base, const char *host,
+                              int port, long timeout_ms);
 /* Closes every connection; requests still in flight get no callbacks.
  * NULL is a no-op. */
-void upc_free(struct upc *u);
+void upclient_free(struct upclient *u);
 
 /* Sends msg (request line, headers with Host and framing, body: its
  * contents are taken, msg is left empty, with the memory of an earlier
@@ -59,14 +59,15 @@ void upc_free(struct upc *u);
  * connection can be started (the name does not resolve, no socket, the
  * connection is refused at once), NULL is returned with why filled, msg
  * is emptied and no callback is ever called. */
-struct upc_req *upc_send(struct upc *u, struct buf *msg, bool head_req,
-                         const struct upc_cbs *cbs, void *ud, char *why,
-                         size_t wl);
+struct upclient_req *upclient_send(struct upclient *u, struct buf *msg,
+                                   bool head_req,
+                                   const struct upclient_cbs *cbs, void *ud,
+                                   char *why, size_t wl);
 /* Abandons q: its connection is closed (the upstream sees its peer go) and
  * no callback is called for q again. */
-void upc_cancel(struct upc_req *q);
+void upclient_cancel(struct upclient_req *q);
 
 /* Connections open (busy and idle), for tests and stats. */
-size_t upc_connections(const struct upc *u);
+size_t upclient_connections(const struct upclient *u);
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * classify: secret names, session keys and request kinds, from the request
- * alone plus the task prompts seen so far.
+ * classify: session keys and request kinds, from the request alone plus
+ * the task prompts seen so far.
  */
 #include "store/classify.h"
 
@@ -18,16 +18,6 @@
 
 #define TASK_PROMPTS_MAX 4096
 
-static const char *const SECRET_NAMES[] = {
-    "authorization", "proxy-authorization", "cookie", "set-cookie",
-    "api-key",       "x-api-key",           NULL};
-static const char *const SECRET_PARTS[] = {
-    "api-key",  "apikey", "api_key",       "token", "secret",
-    "password", "auth",   "session-token", NULL};
-static const char *const SECRET_PARAMS[] = {
-    "key",          "api_key",  "apikey", "api-key", "token",
-    "access_token", "password", "secret", "sig",     "signature",
-    "auth",         "code",     NULL};
 /* Tool names harnesses use to hand a prompt to a subagent. */
 static const char *const TASK_TOOLS[] = {"task",        "Task",     "agent",
                                          "spawn_agent", "subagent", NULL};
@@ -62,61 +52,6 @@ static bool contains_ci(const char *hay, size_t hn, const char *needle)
         p = q + 1;
     }
     return false;
-}
-
-bool is_secret_header(const char *name)
-{
-    char low[128];
-    size_t n = strlen(name);
-    if (n >= sizeof(low))
-        n = sizeof(low) - 1; /* a longer name is judged by its start */
-    for (size_t i = 0; i < n; i++)
-        low[i] = (char)tolower((unsigned char)name[i]);
-    low[n] = '\0';
-    if (strstr(low, "ratelimit")) /* x-ratelimit-remaining-tokens */
-        return false;
-    for (int i = 0; SECRET_NAMES[i]; i++)
-        if (!strcmp(low, SECRET_NAMES[i]))
-            return true;
-    for (int i = 0; SECRET_PARTS[i]; i++)
-        if (strstr(low, SECRET_PARTS[i]))
-            return true;
-    return false;
-}
-
-static bool is_secret_param(const char *name, size_t n)
-{
-    for (int i = 0; SECRET_PARAMS[i]; i++)
-        if (strlen(SECRET_PARAMS[i]) == n &&
-            !strncasecmp(name, SECRET_PARAMS[i], n))
-            return true;
-    return false;
-}
-
-char *redact_path(const char *path)
-{
-    const char *q = strchr(path, '?');
-    if (!q)
-        return xstrdup(path);
-    struct buf b = BUF_INIT;
-    buf_add(&b, path, (size_t)(q - path) + 1);
-    const char *p = q + 1;
-    while (*p) {
-        const char *amp = strchr(p, '&');
-        size_t len = amp ? (size_t)(amp - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        if (eq && is_secret_param(p, (size_t)(eq - p))) {
-            buf_add(&b, p, (size_t)(eq - p) + 1);
-            buf_adds(&b, REDACTED);
-        } else {
-            buf_add(&b, p, len);
-        }
-        if (!amp)
-            break;
-        buf_addch(&b, '&');
-        p = amp + 1;
-    }
-    return buf_detach(&b, NULL);
 }
 
 /* ---- message text ---- */

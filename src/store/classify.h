@@ -1,10 +1,11 @@
 /*
  * classify: what is decided about a recorded request before it is stored:
- * which headers and query parameters are secrets (redacted before anything
- * reaches disk), which session the request belongs to, and what kind of
- * request it is (main, title, compaction, subagent, other). Part of the
- * store because the intake log's replay (replay.h) must decide as record's
- * writer did. The rules are documented in docs/RECORD.md.
+ * which session the request belongs to, and what kind of request it is
+ * (main, title, compaction, subagent, other). Part of the store because
+ * the intake log's replay (replay.h) must decide as record's writer did.
+ * The rules are documented in docs/RECORD.md. (Which headers and query
+ * parameters are secrets is record/redact.h's: they are hidden before
+ * anything is kept.)
  */
 #ifndef STORE_CLASSIFY_H
 #define STORE_CLASSIFY_H
@@ -14,18 +15,6 @@
 #include <xxhash.h>
 
 #include "store/hdrs.h"
-
-#define REDACTED "[redacted]"
-
-/* True for a header whose value is a credential (case-insensitive name):
- * Authorization, Proxy-Authorization, Cookie, Set-Cookie, api-key,
- * x-api-key and any name containing "api-key", "apikey", "token",
- * "secret", "password" or "auth". */
-bool is_secret_header(const char *name);
-/* A fresh copy of path with the values of secret query parameters (key,
- * api_key, apikey, token, access_token, password, secret, sig, signature,
- * auth...) replaced by [redacted]. */
-char *redact_path(const char *path);
 
 /* Remembers the prompts the main agent handed to subagents (arguments of
  * "task"-like tool calls), so that a subagent's first request is recognised. */

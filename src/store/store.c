@@ -7,12 +7,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-const char *store_default_path(void)
-{
-    const char *p = getenv("FIDELITY_DB");
-    return p && *p ? p : "fidelity.db";
-}
-
 /* SQLite's process-wide settings, before its first use (sqlite3_config
  * refuses once SQLite is initialised; then the defaults stay): no memory
  * statistics, which cost every allocation a global mutex and counters

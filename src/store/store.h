@@ -1,6 +1,7 @@
 /*
  * store: the embedded SQLite database every command shares (WAL mode, one
- * file, default ./fidelity.db or $FIDELITY_DB). This file opens it and runs
+ * file; the commands default to $FIDELITY_DB, else STORE_DEFAULT_PATH, in
+ * cli_default_db). This file opens it and runs
  * schema statements; each subsystem owns its own tables and keeps their
  * CREATE statements beside its code.
  */
@@ -11,8 +12,8 @@
 
 #include "core/diag.h"
 
-/* The path used when no --db is given: $FIDELITY_DB, else "fidelity.db". */
-const char *store_default_path(void);
+/* The store's file when neither --db nor $FIDELITY_DB names one. */
+#define STORE_DEFAULT_PATH "fidelity.db"
 /* Opens (creating) path in WAL mode with a busy timeout. On error *db is
  * NULL, d names the file and SQLite's reason, and -EIO is returned. */
 int store_open(const char *path, sqlite3 **db, struct diag *d);

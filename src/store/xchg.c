@@ -21,9 +21,9 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
+#include "store/ldelta.h"
 #include "wire/jdump.h"
 #include "wire/jscan.h"
-#include "store/ldelta.h"
 #include "wire/reply.h"
 
 enum blob_kind { BLOB_MESSAGE = 0, BLOB_PARAMS = 1, BLOB_TOOLS = 2 };
@@ -64,7 +64,7 @@ static const char SCHEMA[] =
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
 static const char SQL_BLOB_INSERT[] =
     "INSERT INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, ?, ?, ?)";
-const char XC_SQL_LIST_LOAD[] =
+const char XCHG_SQL_LIST_LOAD[] =
     "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
     " WHERE id=? AND req_params IS NOT NULL";
 static const char SQL_RECENT[] =
@@ -227,7 +227,7 @@ static struct list_ent *cache_put(struct xchg_cache *c, int64_t id, int depth,
 }
 
 /* A prepared statement for sql, from c when it has it. NULL on error. */
-sqlite3_stmt *xc_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
+sqlite3_stmt *xchg_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
     sqlite3_stmt *st = NULL;
     for (int i = 0; c && i < STMT_SLOTS; i++)
@@ -247,7 +247,7 @@ sqlite3_stmt *xc_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
 }
 
 /* Done with st: reset when c keeps it, else finalized. */
-void xc_unprep(struct xchg_cache *c, sqlite3_stmt *st)
+void xchg_unprep(struct xchg_cache *c, sqlite3_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
@@ -260,14 +260,14 @@ void xc_unprep(struct xchg_cache *c, sqlite3_stmt *st)
     sqlite3_finalize(st);
 }
 
-int xc_sql_fail(sqlite3 *db, struct diag *d, const char *what)
+int xchg_sql_fail(sqlite3 *db, struct diag *d, const char *what)
 {
     return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
 }
 
 /* Whether table xchg has column req_redacted (stores written before it
  * was added do not). */
-bool xc_has_redacted_column(sqlite3 *db)
+bool xchg_has_redacted_column(sqlite3 *db)
 {
     sqlite3_stmt *st = NULL;
     bool ok = sqlite3_prepare_v2(db, "SELECT req_redacted FROM xchg LIMIT 0",
@@ -287,7 +287,7 @@ int xchg_schema(sqlite3 *db, struct diag *d)
     }
     /* an older store gets the column; one that cannot be written (a
      * read-only copy) is still read, as unredacted (xchg_each) */
-    if (!xc_has_redacted_column(db))
+    if (!xchg_has_redacted_column(db))
         sqlite3_exec(db,
                      "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
                      " NULL DEFAULT 0",
@@ -441,7 +441,7 @@ static bool packed_plausible(size_t zlen, size_t raw_len, int zip)
 }
 
 /* A fresh NUL-terminated copy of the stored bytes, or NULL when corrupt. */
-char *xc_unpack(const void *z, size_t zlen, size_t raw_len, int zip)
+char *xchg_unpack(const void *z, size_t zlen, size_t raw_len, int zip)
 {
     if (!packed_plausible(zlen, raw_len, zip) || (zlen && !z))
         return NULL;
@@ -542,11 +542,11 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
 
     if (known_has(c, (uint64_t)h))
         return 0;
-    if (!(st = xc_prep(c, db, SQL_BLOB_EXISTS)))
+    if (!(st = xchg_prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
     sqlite3_bind_int64(st, 1, h);
     int step = sqlite3_step(st);
-    xc_unprep(c, st);
+    xchg_unprep(c, st);
     st = NULL;
     if (step == SQLITE_ROW) {
         rc = 0;
@@ -559,7 +559,7 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     size_t zlen;
     int zip;
     pack(c, s, len, false, &z, &zlen, &zip);
-    if (!(st = xc_prep(c, db, SQL_BLOB_INSERT))) {
+    if (!(st = xchg_prep(c, db, SQL_BLOB_INSERT))) {
         free(z);
         goto out;
     }
@@ -574,9 +574,9 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
     }
 out:
     if (rc)
-        xc_sql_fail(db, d, "cannot store a message");
+        xchg_sql_fail(db, d, "cannot store a message");
     if (st)
-        xc_unprep(c, st);
+        xchg_unprep(c, st);
     return rc;
 }
 
@@ -805,7 +805,7 @@ static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
 /* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
 static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
 {
-    sqlite3_stmt *st = xc_prep(c, db, SQL_BLOB_GET);
+    sqlite3_stmt *st = xchg_prep(c, db, SQL_BLOB_GET);
     json_t *v = NULL;
     if (!st)
         return NULL;
@@ -816,14 +816,14 @@ static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
         sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
         /* raw_len and zip may be anything in a corrupt store: unpack
          * checks them against the bytes before it allocates */
-        char *s = xc_unpack(
+        char *s = xchg_unpack(
             sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
             (size_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1));
         if (s)
             v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         free(s);
     }
-    xc_unprep(c, st);
+    xchg_unprep(c, st);
     return v;
 }
 
@@ -838,7 +838,7 @@ static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
 /* Blob h through c's cache of parsed blobs: a borrowed reference, shared
  * by every exchange of the walk that names h, or NULL when missing or
  * corrupt (not cached: each try reports it). */
-json_t *xc_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
+json_t *xchg_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
 {
     if (!h) {
         if (!c->blob0)
@@ -880,8 +880,8 @@ static void put_be64(unsigned char *p, uint64_t v)
 
 /* Resolves the message list of exchange id through the cache; NULL when the
  * row is missing or not a chat request. */
-struct list_ent *xc_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
-                              int guard)
+struct list_ent *xchg_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+                                int guard)
 {
     struct list_ent *e = cache_get(c, id);
     if (e)
@@ -889,11 +889,11 @@ struct list_ent *xc_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
     if (guard > XCHG_MAX_DEPTH + 1)
         return NULL;
     sqlite3_stmt *st = NULL;
-    if (!(st = xc_prep(c, db, XC_SQL_LIST_LOAD)))
+    if (!(st = xchg_prep(c, db, XCHG_SQL_LIST_LOAD)))
         return NULL;
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        xc_unprep(c, st);
+        xchg_unprep(c, st);
         return NULL;
     }
     /* every column as untrusted: types, a prefix no longer than the
@@ -908,17 +908,17 @@ struct list_ent *xc_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
         sqlite3_column_type(st, 1) != SQLITE_INTEGER || prefix < 0 ||
         (tm != SQLITE_BLOB && tm != SQLITE_NULL) || mlen % 8 ||
         mlen / 8 > XCHG_RAW_MAX / 8 || (prefix && (!base || base == id))) {
-        xc_unprep(c, st);
+        xchg_unprep(c, st);
         return NULL;
     }
     size_t own = mlen / 8;
     uint64_t *h = xmalloc((own + 1) * sizeof(*h));
     const unsigned char *p = sqlite3_column_blob(st, 3);
     for (size_t i = 0; i < own; i++)
-        h[i] = xc_get_be64(p + 8 * i);
-    xc_unprep(c, st);
+        h[i] = xchg_get_be64(p + 8 * i);
+    xchg_unprep(c, st);
     if (prefix) {
-        struct list_ent *b = xc_list_load(db, c, base, guard + 1);
+        struct list_ent *b = xchg_list_load(db, c, base, guard + 1);
         if (!b || b->n < (size_t)prefix) {
             free(h);
             return NULL;
@@ -1013,12 +1013,12 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
         nid = r->n;
         memcpy(ids, r->ids, sizeof(ids));
     } else {
-        if (!(st = xc_prep(c, db, SQL_RECENT)))
-            return xc_sql_fail(db, d, "cannot read recent exchanges");
+        if (!(st = xchg_prep(c, db, SQL_RECENT)))
+            return xchg_sql_fail(db, d, "cannot read recent exchanges");
         sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
         while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
             ids[nid++] = sqlite3_column_int64(st, 0);
-        xc_unprep(c, st);
+        xchg_unprep(c, st);
         if (r) {
             free(r->session);
             r->session = xstrdup(session);
@@ -1027,7 +1027,7 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
         }
     }
     for (int i = 0; i < nid; i++) {
-        struct list_ent *e = xc_list_load(db, c, ids[i], 0);
+        struct list_ent *e = xchg_list_load(db, c, ids[i], 0);
         if (!e || e->depth + 1 >= XCHG_MAX_DEPTH)
             continue;
         size_t k = common_prefix(e->h, e->n, h, n);
@@ -1259,8 +1259,8 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_stmt *st = NULL;
     char *body_text = NULL; /* bound until the step */
     char gap[GAP_TEXT_MAX]; /* likewise */
-    if (!(st = xc_prep(c, db, INSERT_SQL)))
-        return xc_sql_fail(db, d, "cannot store an exchange");
+    if (!(st = xchg_prep(c, db, INSERT_SQL)))
+        return xchg_sql_fail(db, d, "cannot store an exchange");
     sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, x->kind ? x->kind : "other", -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, x->started);
@@ -1318,8 +1318,8 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     sqlite3_bind_int(st, 29, x->req_redacted);
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
-                 : xc_sql_fail(db, d, "cannot store an exchange");
-    xc_unprep(c, st);
+                 : xchg_sql_fail(db, d, "cannot store an exchange");
+    xchg_unprep(c, st);
     free(body_text);
     return rc;
 }
@@ -1331,11 +1331,11 @@ static const char SQL_RELEASE[] = "RELEASE one";
 /* Runs a statement without results through the statement cache. */
 static void run_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
-    sqlite3_stmt *st = xc_prep(c, db, sql);
+    sqlite3_stmt *st = xchg_prep(c, db, sql);
     if (!st)
         return;
     sqlite3_step(st);
-    xc_unprep(c, st);
+    xchg_unprep(c, st);
 }
 
 static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
@@ -1346,11 +1346,11 @@ static const char SQL_COMMIT[] = "COMMIT";
  * parsing (sqlite3_exec) was a visible part of storing one. */
 static int step_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
 {
-    sqlite3_stmt *st = xc_prep(c, db, sql);
+    sqlite3_stmt *st = xchg_prep(c, db, sql);
     if (!st)
         return SQLITE_ERROR;
     int rc = sqlite3_step(st);
-    xc_unprep(c, st);
+    xchg_unprep(c, st);
     return rc;
 }
 
@@ -1436,7 +1436,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
 
     c->pend_n = 0;
     if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
-        rc = xc_sql_fail(db, d, "cannot begin a transaction");
+        rc = xchg_sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
     recent_check(c, db);
@@ -1451,18 +1451,18 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
             goto out;
         }
         if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
-            rc = xc_sql_fail(db, d, "cannot begin a transaction");
+            rc = xchg_sql_fail(db, d, "cannot begin a transaction");
             goto fail_all;
         }
         put_all(db, c, xs, n, rcs, rr, true, d);
     }
     if (c->pre_commit && c->pre_commit(db, c->pre_commit_ud) != SQLITE_OK) {
-        rc = xc_sql_fail(db, d, "cannot commit exchanges");
+        rc = xchg_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
     }
     if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
-        rc = xc_sql_fail(db, d, "cannot commit exchanges");
+        rc = xchg_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
     }

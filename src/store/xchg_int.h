@@ -140,29 +140,29 @@ enum zip {
 };
 
 /* The statement that reads one row's message list (base, prefix, depth,
- * own hashes); one text, so that xc_prep caches one statement. */
-extern const char XC_SQL_LIST_LOAD[];
+ * own hashes); one text, so that xchg_prep caches one statement. */
+extern const char XCHG_SQL_LIST_LOAD[];
 
 /* A prepared statement for sql, from c when it has it (sql is compared by
  * address). NULL on error. */
-sqlite3_stmt *xc_prep(struct xchg_cache *c, sqlite3 *db, const char *sql);
+sqlite3_stmt *xchg_prep(struct xchg_cache *c, sqlite3 *db, const char *sql);
 /* Gives st back to c (reset), or finalizes it when c did not keep it. */
-void xc_unprep(struct xchg_cache *c, sqlite3_stmt *st);
+void xchg_unprep(struct xchg_cache *c, sqlite3_stmt *st);
 /* Sets d from SQLite's error: "what: message". Returns the error. */
-int xc_sql_fail(sqlite3 *db, struct diag *d, const char *what);
+int xchg_sql_fail(sqlite3 *db, struct diag *d, const char *what);
 /* Whether the xchg table has the req_redacted column (older stores not). */
-bool xc_has_redacted_column(sqlite3 *db);
+bool xchg_has_redacted_column(sqlite3 *db);
 /* A stored value decoded (enum zip), NUL-terminated; NULL when corrupt. */
-char *xc_unpack(const void *z, size_t zlen, size_t raw_len, int zip);
+char *xchg_unpack(const void *z, size_t zlen, size_t raw_len, int zip);
 /* The blob with hash h, parsed once per cache (borrowed); NULL when
  * missing or corrupt. */
-json_t *xc_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h);
+json_t *xchg_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h);
 /* The message list of exchange id, resolved through its bases (cached);
  * NULL when a link is missing or corrupt. guard: links followed so far. */
-struct list_ent *xc_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
-                              int guard);
+struct list_ent *xchg_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+                                int guard);
 
-static inline uint64_t xc_get_be64(const unsigned char *p)
+static inline uint64_t xchg_get_be64(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)

@@ -12,8 +12,8 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "wire/reply.h"
 #include "store/xchg.h"
+#include "wire/reply.h"
 
 static const char B64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

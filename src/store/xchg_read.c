@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "wire/reply.h"
 #include "store/xchg.h"
 #include "store/xchg_int.h"
+#include "wire/reply.h"
 
 /* ---- read ---- */
 
@@ -152,8 +152,8 @@ static int col_packed(struct rowck *r, int i, const char *name, char **out,
         col_int(r, i + 2, name, ZIP_NONE, ZIP_LINES_DEFLATE, false, &zip))
         return col_bad(r, name, "bad length or coding");
     const void *z = sqlite3_column_blob(r->st, i);
-    *out = xc_unpack(z, (size_t)sqlite3_column_bytes(r->st, i), (size_t)raw_len,
-                     (int)zip);
+    *out = xchg_unpack(z, (size_t)sqlite3_column_bytes(r->st, i),
+                       (size_t)raw_len, (int)zip);
     if (!*out)
         return col_bad(r, name, "cannot be unpacked");
     *len = (size_t)raw_len;
@@ -245,7 +245,7 @@ static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
 {
     size_t from = l->n;
     for (size_t i = 0; i < m; i++) {
-        json_t *v = xc_blob_get(db, c, (int64_t)h[i]);
+        json_t *v = xchg_blob_get(db, c, (int64_t)h[i]);
         if (!json_is_object(v)) {
             while (json_array_size(l->arr) > from)
                 json_array_remove(l->arr, json_array_size(l->arr) - 1);
@@ -309,14 +309,14 @@ static struct view_ent *view_slot(struct xchg_cache *c, int64_t id)
 static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
                     struct lineage **lp, size_t *np)
 {
-    sqlite3_stmt *st = xc_prep(c, db, XC_SQL_LIST_LOAD);
+    sqlite3_stmt *st = xchg_prep(c, db, XCHG_SQL_LIST_LOAD);
     struct lineage *l = NULL;
     size_t n = 0;
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        xc_unprep(c, st);
+        xchg_unprep(c, st);
         return -1;
     }
     int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
@@ -335,8 +335,8 @@ static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
         uint64_t *h = xmalloc((own + 1) * sizeof(*h));
         const unsigned char *blob = sqlite3_column_blob(st, 3);
         for (size_t i = 0; i < own; i++)
-            h[i] = xc_get_be64(blob + 8 * i);
-        xc_unprep(c, st);
+            h[i] = xchg_get_be64(blob + 8 * i);
+        xchg_unprep(c, st);
         /* b's view is l's first b->n: l's first p are this row's */
         l = b->l;
         size_t k = l->n - p < own ? l->n - p : own;
@@ -350,8 +350,8 @@ static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
         if (rc)
             return -1;
     } else {
-        xc_unprep(c, st);
-        struct list_ent *e = xc_list_load(db, c, id, 0);
+        xchg_unprep(c, st);
+        struct list_ent *e = xchg_list_load(db, c, id, 0);
         if (!e || !(l = lineage_for(db, c, e->h, e->n)))
             return -1;
         n = e->n;
@@ -374,12 +374,12 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     if (col_int(r, 6, "req_params", INT64_MIN, INT64_MAX, false, &ph) ||
         col_int(r, 7, "req_tools", INT64_MIN, INT64_MAX, true, &th))
         return -1;
-    json_t *params = xc_blob_get(db, c, ph);
+    json_t *params = xchg_blob_get(db, c, ph);
     if (!json_is_object(params))
         return col_bad(r, "req_params", "blob missing or not an object");
     json_t *tools = NULL;
     if (sqlite3_column_type(r->st, 7) != SQLITE_NULL) {
-        tools = xc_blob_get(db, c, th);
+        tools = xchg_blob_get(db, c, th);
         if (!json_is_array(tools))
             return col_bad(r, "req_tools", "blob missing or not an array");
     }
@@ -399,7 +399,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
         x->req_msgs_n = n;
         return 0;
     }
-    struct list_ent *e = xc_list_load(db, c, x->id, 0);
+    struct list_ent *e = xchg_list_load(db, c, x->id, 0);
     if (!e)
         return col_bad(r, "req_msgs", "message list unreadable");
     json_t *msgs = json_array();
@@ -414,7 +414,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
         json_array_append(msgs, c->last_v[same++]);
     c->last_n = 0; /* until this row's list is complete */
     for (size_t i = same; i < e->n; i++) {
-        json_t *m = xc_blob_get(db, c, (int64_t)e->h[i]);
+        json_t *m = xchg_blob_get(db, c, (int64_t)e->h[i]);
         if (!json_is_object(m)) {
             json_decref(msgs);
             return col_bad(r, "req_msgs",
@@ -519,13 +519,14 @@ int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
                     struct diag *d)
 {
     sqlite3_stmt *st = NULL;
-    const char *sel = xc_has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
+    const char *sel =
+        xchg_has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
     char *sql =
         xasprintf("%s%s ORDER BY id", sel, session ? " WHERE session=?" : "");
     int rc = 0;
 
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        rc = xc_sql_fail(db, d, "cannot read exchanges");
+        rc = xchg_sql_fail(db, d, "cannot read exchanges");
         free(sql);
         return rc;
     }
@@ -538,7 +539,7 @@ int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
         if (step == SQLITE_DONE)
             break;
         if (step != SQLITE_ROW) {
-            rc = xc_sql_fail(db, d, "cannot read exchanges");
+            rc = xchg_sql_fail(db, d, "cannot read exchanges");
             break;
         }
         struct xchg x;
@@ -571,10 +572,10 @@ static int sum_query(sqlite3 *db, const char *sql, int64_t *out, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return xc_sql_fail(db, d, "cannot measure storage");
+        return xchg_sql_fail(db, d, "cannot measure storage");
     int rc = sqlite3_step(st) == SQLITE_ROW
                  ? 0
-                 : xc_sql_fail(db, d, "cannot measure storage");
+                 : xchg_sql_fail(db, d, "cannot measure storage");
     *out = rc ? 0 : sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     return rc;

@@ -1,8 +1,9 @@
 /*
- * Tests for record/redact: which body members are hidden (each secret
- * name, any case, any depth, tool call arguments), which are not (plain
- * "token", objects such as a tool schema's "password" property, numbers),
- * and that the body keeps its length and stays the same JSON otherwise.
+ * Tests for record/redact: which header and query parameter names are
+ * secrets, which body members are hidden (each secret name, any case, any
+ * depth, tool call arguments), which are not (plain "token", objects such
+ * as a tool schema's "password" property, numbers), and that the body
+ * keeps its length and stays the same JSON otherwise.
  */
 #include <jansson.h>
 #include <setjmp.h>
@@ -35,6 +36,41 @@ static char *redacted(const char *in, const char *const *extra, size_t n,
     }
     json_decref(a);
     return s;
+}
+
+static void test_secret_headers(void **state)
+{
+    (void)state;
+    static const char *const secret[] = {
+        "Authorization",     "authorization",   "Proxy-Authorization",
+        "api-key",           "X-Api-Key",       "Cookie",
+        "Set-Cookie",        "x-goog-api-key",  "X-Auth-Token",
+        "anthropic-api-key", "X-Client-Secret", NULL};
+    static const char *const plain[] = {
+        "Content-Type",       "User-Agent", "x-session-id",
+        "x-session-affinity", "Accept",     "x-ratelimit-remaining-tokens",
+        "Content-Length",     NULL};
+    for (int i = 0; secret[i]; i++)
+        if (!redact_is_secret_header(secret[i]))
+            fail_msg("'%s' should be secret", secret[i]);
+    for (int i = 0; plain[i]; i++)
+        if (redact_is_secret_header(plain[i]))
+            fail_msg("'%s' should not be secret", plain[i]);
+}
+
+static void test_redact_path(void **state)
+{
+    (void)state;
+    char *p = redact_path("/v1/models?key=abc&alt=sse&api_key=x&token=");
+    assert_string_equal(p, "/v1/models?key=[redacted]&alt=sse&api_key="
+                           "[redacted]&token=[redacted]");
+    free(p);
+    p = redact_path("/v1/chat/completions");
+    assert_string_equal(p, "/v1/chat/completions");
+    free(p);
+    p = redact_path("/x?monkey=1&Key=2");
+    assert_string_equal(p, "/x?monkey=1&Key=[redacted]");
+    free(p);
 }
 
 static void test_each_name_any_depth(void **state)
@@ -186,6 +222,8 @@ static void test_truncated_bodies(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_secret_headers),
+        cmocka_unit_test(test_redact_path),
         cmocka_unit_test(test_each_name_any_depth),
         cmocka_unit_test(test_left_alone),
         cmocka_unit_test(test_escapes_and_marker),

@@ -19,11 +19,11 @@
 #include <cmocka.h>
 
 #include "core/xalloc.h"
-#include "wire/reply.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/proc.h"
 #include "util/rec.h"
+#include "wire/reply.h"
 
 struct got {
     size_t n;

@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "store/classify.h"
-#include "wire/jscan.h"
 #include "store/xchg.h"
+#include "wire/jscan.h"
 
 static const char *const BODIES[] = {
     "{\"messages\":[{\"role\":\"system\",\"content\":\"You are an agent.\"},"

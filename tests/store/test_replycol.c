@@ -30,15 +30,15 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "wire/jdump.h"
-#include "wire/reply.h"
-#include "wire/sse.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/fixture.h"
 #include "util/rec.h"
 #include "util/sse_streams.h"
 #include "util/tmpdb.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 
 /* Bodies of every kind the recorder meets, with the status they came with */
 static const struct {

@@ -21,9 +21,9 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "store/xchg.h"
 #include "wire/jdump.h"
 #include "wire/jscan.h"
-#include "store/xchg.h"
 
 static const struct jscan_pick TOP = {
     {"messages", "tools"}, {0, 1}, {-1, -1}, false, 0};

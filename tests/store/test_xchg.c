@@ -20,10 +20,10 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
-#include "wire/jscan.h"
 #include "store/store.h"
 #include "store/xchg.h"
 #include "util/tmpdb.h"
+#include "wire/jscan.h"
 
 static void fill(struct xchg *x, const char *session, json_t *body)
 {

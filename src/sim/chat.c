@@ -12,8 +12,8 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "sim/feedback.h"
 #include "sim/answer.h"
+#include "sim/feedback.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
 #include "wire/jdump.h"

@@ -13,8 +13,8 @@
 #include "core/xalloc.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
-#include "wire/jdump.h"
 #include "version.h"
+#include "wire/jdump.h"
 
 enum ep {
     EP_HEALTH,

@@ -13,11 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "util/need.h"
+#include "util/sh.h"
 
 /* The layer of each folder of src/; main.c is its own top layer. */
 static const struct {
@@ -154,12 +157,42 @@ static void test_rule_refuses_upward_and_undrawn(void **state)
     assert_false(is_allowed("probe", "nowhere"));
 }
 
+/* Names in the archive: an exported function or object never shares its
+ * name with a static elsewhere (grep and the debugger would take one for
+ * the other), and none squats jansson's json_ namespace. */
+static void test_exported_names_are_unique(void **state)
+{
+    (void)state;
+    need_command("nm");
+    const char *build = getenv("BUILD");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "nm -o %s/libfidelity.a | awk 'NF == 3 { n = $3; "
+             "sub(/\\.[0-9]+$/, \"\", n); "
+             "if ($2 ~ /^[TDBR]$/) g[n] = 1; else if ($2 ~ /^[tdbr]$/) "
+             "s[n] = 1 } END { for (n in g) { c++; if (n in s) "
+             "print n \" is exported and also a static elsewhere\"; "
+             "if (n ~ /^json_/) print n \" is exported under json_, "
+             "the jansson namespace\" } print \"total\", c }'",
+             build && *build ? build : "build");
+    struct buf out = BUF_INIT;
+    assert_int_equal(sh_run(cmd, &out, NULL, 60), 0);
+    const char *last = strstr(out.data ? out.data : "", "total ");
+    assert_non_null(last);
+    if (last != out.data)
+        fail_msg("names in libfidelity.a:\n%.*s", (int)(last - out.data),
+                 out.data);
+    assert_true(atoi(last + 6) > 300);
+    buf_release(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_includes_point_down),
         cmocka_unit_test(test_every_folder_has_a_layer),
         cmocka_unit_test(test_rule_refuses_upward_and_undrawn),
+        cmocka_unit_test(test_exported_names_are_unique),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "sim/config.h"
 #include "sim/answer.h"
+#include "sim/config.h"
 #include "sim/tmpl.h"
 
 /* Renders msgs (JSON text) under cfg, truncates to limit with overflow,

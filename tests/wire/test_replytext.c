@@ -19,12 +19,12 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "wire/jdump.h"
-#include "wire/reply.h"
-#include "wire/sse.h"
 #include "util/fixture.h"
 #include "util/rec.h"
 #include "util/sse_streams.h"
+#include "wire/jdump.h"
+#include "wire/reply.h"
+#include "wire/sse.h"
 
 static int feed(const char *event, const char *data, size_t len, void *ud)
 {

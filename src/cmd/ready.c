@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cmd/cmd.h"
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 
@@ -53,33 +54,6 @@ int cli_parse_ready_timeout(const char *s, long *ms)
     return 0;
 }
 
-/* url as it may be shown: a user:password@ becomes ***@ (drift's form). */
-static char *shown(const char *url)
-{
-    const char *s = strstr(url, "://");
-    const char *start = s ? s + 3 : url;
-    const char *end = start + strcspn(start, "/?#"), *at = NULL;
-    for (const char *p = start; p < end; p++)
-        if (*p == '@')
-            at = p;
-    if (!at)
-        return xstrdup(url);
-    return xasprintf("%.*s***%s", (int)(start - url), url, at);
-}
-
-/* d's message with url shown as shown (curl's messages quote it). */
-static const char *redacted(struct diag *d, const char *url, const char *as)
-{
-    char *at = strstr(d->msg, url);
-    if (at && strcmp(url, as)) {
-        char out[sizeof(d->msg)];
-        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, as,
-                 at + strlen(url));
-        memcpy(d->msg, out, sizeof(out));
-    }
-    return d->msg;
-}
-
 static bool is_json(const struct http_resp *r)
 {
     json_error_t je;
@@ -103,7 +77,7 @@ static bool is_foreign(const struct http_resp *r)
 int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms)
 {
-    char *url = xasprintf("%s/v1/models", base), *show = shown(url);
+    char *url = xasprintf("%s/v1/models", base), *show = url_mask(url);
     struct waiter w = {.url = show, .limit_s = timeout_ms / 1000.0};
     struct http_req req = {.url = url,
                            .headers = headers,
@@ -130,10 +104,10 @@ int cli_ready(const char *cmd, const char *what, const char *base,
                          "(--ready-timeout): is the server stuck or still "
                          "starting?",
                          what, show, w.limit_s);
-    else if (r && r != -ENOBUFS)
-        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
-                         redacted(&d, url, show));
-    else if (!r && is_foreign(&resp))
+    else if (r && r != -ENOBUFS) {
+        url_mask_in(d.msg, sizeof(d.msg), url); /* curl's messages quote it */
+        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    } else if (!r && is_foreign(&resp))
         code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
                          http_resp_describe(&resp, show,
                                             "not JSON: not an "

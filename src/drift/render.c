@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "core/plural.h"
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "drift/dstore.h"
 
 /* The last max bytes of s, starting on a UTF-8 character; fresh. */
 static char *tail_text(const char *s, size_t max)
@@ -330,8 +330,8 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
                        const struct drift_worst_text *wt, size_t nw,
                        struct buf *b)
 {
-    char *gu = drift_url_redact(g->url ? g->url : "");
-    char *cu = drift_url_redact(c->url ? c->url : "");
+    char *gu = url_mask(g->url ? g->url : "");
+    char *cu = url_mask(c->url ? c->url : "");
     buf_printf(b, "golden   : %s (%s dialect)\n", gu,
                drift_dialect_name(g->dialect));
     buf_printf(b, "candidate: %s (%s dialect)\n", cu,
@@ -400,7 +400,7 @@ static json_t *bsum_json(const struct drift_bsum *s)
 static json_t *side_json(const struct drift_side *s)
 {
     json_t *o = json_object();
-    char *url = drift_url_redact(s->url ? s->url : "");
+    char *url = url_mask(s->url ? s->url : "");
     json_object_set_new(o, "url", json_string(url));
     free(url);
     json_object_set_new(o, "dialect",

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "drift/dstore.h"
 #include "http/client.h"
 
 void drift_side_init(struct drift_side *s, const char *label)
@@ -94,22 +94,12 @@ static const char *err_text(const json_t *j)
     return json_is_string(m) ? json_string_value(m) : "";
 }
 
-/* Replaces the side's URL in d's message by its redacted form, so a
+/* Replaces the side's URL in d's message by its masked form, so a
  * user:password part never reaches the terminal. */
 static void redact_msg(const struct drift_side *s, struct diag *d)
 {
-    if (!d || !s->url)
-        return;
-    char *red = drift_url_redact(s->url);
-    size_t ul = strlen(s->url);
-    char *at = strstr(d->msg, s->url);
-    if (at && strcmp(red, s->url)) {
-        char out[sizeof(d->msg)];
-        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, red,
-                 at + ul);
-        memcpy(d->msg, out, sizeof(out));
-    }
-    free(red);
+    if (d && s->url)
+        url_mask_in(d->msg, sizeof(d->msg), s->url);
 }
 
 /* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
@@ -203,7 +193,7 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d)
                                         "/get_server_info"};
     json_t *fp = json_object();
     int reached = 0, ret = 0;
-    char *url = drift_url_redact(s->url);
+    char *url = url_mask(s->url);
     json_object_set_new(fp, "url", json_string(url));
     free(url);
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cmd/cmd.h"
+#include "core/clock.h"
 #include "core/url.h"
 #include "core/xalloc.h"
 #include "http/client.h"
@@ -22,21 +22,14 @@
 struct waiter {
     const char *url;
     double limit_s;
-    struct timespec t0;
+    double t0;  /* clock_now_s() at the start */
     long shown; /* last whole second drawn; 0: nothing drawn */
 };
-
-static double elapsed(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 static void on_wait(void *ud)
 {
     struct waiter *w = ud;
-    double el = elapsed(&w->t0);
+    double el = clock_now_s() - w->t0;
     if (el <= WAIT_QUIET_S || (long)el == w->shown)
         return;
     w->shown = (long)el;
@@ -93,7 +86,7 @@ int cli_ready(const char *cmd, const char *what, const char *base,
         req.on_wait = on_wait;
         req.wait_ud = &w;
     }
-    clock_gettime(CLOCK_MONOTONIC, &w.t0);
+    w.t0 = clock_now_s();
     http_resp_init(&resp);
     int r = http_do(c, &req, &resp, &d);
     if (w.shown)

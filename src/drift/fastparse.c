@@ -22,7 +22,9 @@
 #endif
 
 #include "core/utf8.h"
-#include "drift/dialect_int.h"
+#include "drift/dec2dbl.h"
+#include "drift/fastparse.h"
+#include "drift/scan.h"
 
 /*
  * A scanner. The validator may jump over spans [skip_b, skip_e) that the

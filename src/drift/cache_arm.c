@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "http/client.h"
 
 void drift_cache_opts_default(struct drift_cache_opts *o)
 {
@@ -60,43 +60,6 @@ void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out)
 
 /* ---- requests ---- */
 
-/* POSTs (or GETs) path with no JSON expected back; 2xx is success. */
-static int call_plain(struct drift_side *s, const char *method,
-                      const char *path, long *status, struct buf *body,
-                      struct diag *d)
-{
-    const char *hdrs[DRIFT_HEADERS_MAX + 4];
-    size_t nh = 0;
-    char *auth = NULL;
-    if (!s->http)
-        s->http = http_client_new();
-    if (s->api_key) {
-        auth = xasprintf("Authorization: Bearer %s", s->api_key);
-        hdrs[nh++] = auth;
-    }
-    for (size_t i = 0; i < s->n_headers; i++)
-        hdrs[nh++] = s->headers[i];
-    hdrs[nh] = NULL;
-    char *url = xasprintf("%s%s", s->url, path);
-    struct http_req req = {.method = method,
-                           .url = url,
-                           .headers = hdrs,
-                           .timeout_ms = s->timeout_ms};
-    struct http_resp resp;
-    http_resp_init(&resp);
-    s->requests++;
-    int ret = http_do(s->http, &req, &resp, d);
-    if (ret)
-        diag_prefix(d, "%s", s->label);
-    *status = resp.status;
-    if (body)
-        buf_add(body, resp.body.data ? resp.body.data : "", resp.body.len);
-    http_resp_release(&resp);
-    free(url);
-    free(auth);
-    return ret;
-}
-
 /* The flush endpoints, sglang's first (python/sglang/srt/entrypoints/
  * http_server.py: GET or POST /flush_cache), then vLLM's
  * (POST /reset_prefix_cache, with VLLM_SERVER_DEV_MODE=1). */
@@ -110,11 +73,13 @@ static int flush_at(struct drift_side *s, const char *path, struct diag *d)
 {
     long st = 0;
     struct buf b = BUF_INIT;
-    int ret = call_plain(s, "POST", path, &st, &b, d);
+    int ret = drift_side_send_plain(s, "POST", path, &st, &b, d);
     if (!ret &&
         (st < 200 || st > 299 || strstr(buf_str(&b), "\"success\":false") ||
-         strstr(buf_str(&b), "\"success\": false")))
+         strstr(buf_str(&b), "\"success\": false"))) {
         ret = diag_set(d, ENOENT, "%s%s answered HTTP %ld", s->url, path, st);
+        url_mask_in(d->msg, sizeof(d->msg), s->url);
+    }
     buf_release(&b);
     return ret;
 }
@@ -136,60 +101,18 @@ static int find_flush(struct drift_side *s, struct drift_cache_result *r,
     return 0;
 }
 
-/* Cached tokens an answer reports: the OpenAI usage field
- * (usage.prompt_tokens_details.cached_tokens) or sglang's
- * meta_info.cached_tokens; -1 when neither is there. */
-static long cached_in(const json_t *a)
-{
-    const json_t *u = json_object_get(
-        json_object_get(json_object_get(a, "usage"), "prompt_tokens_details"),
-        "cached_tokens");
-    if (!json_is_integer(u))
-        u = json_object_get(json_object_get(a, "meta_info"), "cached_tokens");
-    return json_is_integer(u) ? (long)json_integer_value(u) : -1;
-}
-
 /* Model requests sent by this arm (the budget counts these). */
 static unsigned model_requests;
 
-static int generate_in(struct drift_side *s, enum drift_dialect dl,
-                       const uint32_t *ids, size_t n, unsigned max_new,
-                       struct drift_lp *lp, long *cached, struct diag *d)
-{
-    model_requests++;
-    struct drift_req rq = {.ids = ids, .n = n, .max_new = max_new};
-    enum drift_dialect keep = s->dialect;
-    json_t *out = NULL;
-    s->dialect = dl;
-    int ret = drift_side_request(s, &rq, &out, d);
-    s->dialect = keep;
-    if (!ret)
-        ret = drift_parse_decode(dl, out, lp, d);
-    if (!ret)
-        *cached = cached_in(out);
-    json_decref(out);
-    return ret;
-}
-
 /* Greedy generation of the final request in the side's generation dialect
- * (as drift_side_generate chooses it), never with prompt logprobs;
- * *cached from the answer. */
+ * (drift_side_generate's choice), never with prompt logprobs; *cached from
+ * the answer. */
 static int generate(struct drift_side *s, const uint32_t *ids, size_t n,
                     unsigned max_new, struct drift_lp *lp, long *cached,
                     struct diag *d)
 {
-    static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
-                                                  DRIFT_DIALECT_TGI};
-    enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
-    if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
-        dl = DRIFT_DIALECT_ECHO;
-    int ret = generate_in(s, dl, ids, n, max_new, lp, cached, d);
-    for (size_t k = 0; k < 2 && ret == -ENOKEY && !s->gen_dialect; k++) {
-        ret = generate_in(s, with_ids[k], ids, n, max_new, lp, cached, d);
-        if (!ret)
-            s->gen_dialect = with_ids[k];
-    }
-    return ret;
+    return drift_side_generate_seen(s, ids, n, max_new, lp, cached,
+                                    &model_requests, d);
 }
 
 /* One harness turn: chat with the history, greedy; the reply's text. */

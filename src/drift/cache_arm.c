@@ -101,29 +101,27 @@ static int find_flush(struct drift_side *s, struct drift_cache_result *r,
     return 0;
 }
 
-/* Model requests sent by this arm (the budget counts these). */
-static unsigned model_requests;
-
 /* Greedy generation of the final request in the side's generation dialect
  * (drift_side_generate's choice), never with prompt logprobs; *cached from
- * the answer. */
-static int generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                    unsigned max_new, struct drift_lp *lp, long *cached,
-                    struct diag *d)
+ * the answer; the requests sent count in r->model_requests. */
+static int generate(struct drift_side *s, struct drift_cache_result *r,
+                    const uint32_t *ids, size_t n, unsigned max_new,
+                    struct drift_lp *lp, long *cached, struct diag *d)
 {
     return drift_side_generate_seen(s, ids, n, max_new, lp, cached,
-                                    &model_requests, d);
+                                    &r->model_requests, d);
 }
 
 /* One harness turn: chat with the history, greedy; the reply's text. */
-static int chat_turn(struct drift_side *s, json_t *msgs, unsigned max_new,
-                     char **reply, struct diag *d)
+static int chat_turn(struct drift_side *s, struct drift_cache_result *r,
+                     json_t *msgs, unsigned max_new, char **reply,
+                     struct diag *d)
 {
     json_t *body = json_pack("{s:O,s:i,s:f}", "messages", msgs, "max_tokens",
                              (int)max_new, "temperature", 0.0);
     json_t *out = NULL;
     long st;
-    model_requests++;
+    r->model_requests++;
     if (s->model)
         json_object_set_new(body, "model", json_string(s->model));
     int ret = drift_side_call(s, "/v1/chat/completions", body, &out, &st, d);
@@ -183,9 +181,9 @@ static size_t users(const json_t *msgs)
  * turn (as a harness sends them); else they keep the conversation's text
  * and are sent after the cold request (warm() below).
  */
-static int history(struct drift_side *s, const json_t *msgs, size_t turns,
-                   bool generated, unsigned turn_tokens, json_t **out,
-                   struct diag *d)
+static int history(struct drift_side *s, struct drift_cache_result *r,
+                   const json_t *msgs, size_t turns, bool generated,
+                   unsigned turn_tokens, json_t **out, struct diag *d)
 {
     json_t *h = json_array();
     size_t seen = 0;
@@ -205,7 +203,7 @@ static int history(struct drift_side *s, const json_t *msgs, size_t turns,
         if (!generated || !user || seen == turns)
             continue;
         char *reply = NULL;
-        ret = chat_turn(s, h, turn_tokens, &reply, d);
+        ret = chat_turn(s, r, h, turn_tokens, &reply, d);
         if (!ret)
             json_array_append_new(h, json_pack("{s:s,s:s}", "role", "assistant",
                                                "content", reply));
@@ -221,8 +219,8 @@ static int history(struct drift_side *s, const json_t *msgs, size_t turns,
 
 /* The earlier turns of h (up to its last user message), sent through chat
  * with the conversation's own assistant text: the warm-up without flush. */
-static int warm_up(struct drift_side *s, const json_t *h, unsigned turn_tokens,
-                   struct diag *d)
+static int warm_up(struct drift_side *s, struct drift_cache_result *r,
+                   const json_t *h, unsigned turn_tokens, struct diag *d)
 {
     json_t *part = json_array();
     size_t total = users(h), seen = 0;
@@ -234,7 +232,7 @@ static int warm_up(struct drift_side *s, const json_t *h, unsigned turn_tokens,
         json_array_append(part, m);
         if (is_user(m)) {
             char *reply = NULL;
-            ret = chat_turn(s, part, turn_tokens, &reply, d);
+            ret = chat_turn(s, r, part, turn_tokens, &reply, d);
             free(reply);
         }
     }
@@ -253,8 +251,9 @@ static long capacity_of(const struct drift_side *s)
 
 /* Sends distinct prompts totalling 1.25 times the capacity, one new token
  * each, so that the least recently used blocks (the final request's) go. */
-static int evict(struct drift_side *s, const struct drift_cache_opts *o,
-                 long capacity, struct diag *d)
+static int evict(struct drift_side *s, struct drift_cache_result *r,
+                 const struct drift_cache_opts *o, long capacity,
+                 struct diag *d)
 {
     long target = capacity + capacity / 4 + 64, sent = 0;
     size_t len = o->max_context > 64 ? o->max_context - 8 : 56;
@@ -276,7 +275,7 @@ static int evict(struct drift_side *s, const struct drift_cache_opts *o,
         if (n > len)
             n = len;
         drift_lp_init(&lp);
-        ret = generate(s, ids, n, 1, &lp, &cached, d);
+        ret = generate(s, r, ids, n, 1, &lp, &cached, d);
         drift_lp_release(&lp);
         free(ids);
         if (ret)
@@ -394,7 +393,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     drift_lp_init(&l.ev);
     if (gen && (ret = flush_at(s, r->flush, d)))
         goto out;
-    ret = history(s, conv, turns, gen, o->turn_tokens, &h, d);
+    ret = history(s, r, conv, turns, gen, o->turn_tokens, &h, d);
     if (!ret)
         ret = drift_side_tokenize(s, h, NULL, &ids, &n, d);
     if (ret)
@@ -403,20 +402,22 @@ static int one_conv(struct drift_side *s, const json_t *conv,
         n = o->max_context - o->gen_tokens;
     r->seen.prompt = (long)n;
     if (gen) { /* warm first, then cold after a flush */
-        ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+        ret = generate(s, r, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
         if (!ret)
             ret = flush_at(s, r->flush, d);
         if (!ret)
-            ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.cold, &r->seen.cold,
+                           d);
         if (!ret && r->has_self && !(ret = flush_at(s, r->flush, d)))
-            ret =
-                generate(s, ids, n, o->gen_tokens, &l.cold2, &cold2_cached, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.cold2, &cold2_cached,
+                           d);
     } else { /* cold first: the content was never seen */
-        ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+        ret = generate(s, r, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
         if (!ret)
-            ret = warm_up(s, h, o->turn_tokens, d);
+            ret = warm_up(s, r, h, o->turn_tokens, d);
         if (!ret)
-            ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.warm, &r->seen.warm,
+                           d);
     }
     if (ret)
         goto out;
@@ -433,10 +434,10 @@ static int one_conv(struct drift_side *s, const json_t *conv,
              "cache-self");
     }
     if (o->evict && r->capacity > 0) {
-        ret = evict(s, o, r->capacity, d);
+        ret = evict(s, r, o, r->capacity, d);
         if (!ret)
-            ret =
-                generate(s, ids, n, o->gen_tokens, &l.ev, &r->seen.evicted, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.ev, &r->seen.evicted,
+                           d);
         if (ret)
             goto out;
         r->evict_compared += fold(&an[1], DRIFT_ARM_CAND, prompt, &l.cold,
@@ -482,7 +483,6 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
     uint64_t before = c->requests;
     int ret = 0;
 
-    model_requests = 0;
     memset(r, 0, sizeof(*r));
     r->diverged_at = -1;
     r->seen.cold = r->seen.warm = r->seen.evicted = -1;
@@ -546,7 +546,6 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         drift_analysis_release(&an[k]);
     free(an);
     r->requests = (unsigned)(c->requests - before);
-    r->model_requests = model_requests;
     r->budget = o.budget;
     return ret;
 }

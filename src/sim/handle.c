@@ -277,7 +277,7 @@ json_t *sim_tok_json(int32_t id)
     return sim_jstr(piece, k);
 }
 
-int sim_get_ids(json_t *arr, const char *field, struct tokv *out,
+int sim_get_ids(json_t *arr, const char *field, struct tok_vec *out,
                 struct sim_resp *r)
 {
     size_t i;
@@ -294,7 +294,7 @@ int sim_get_ids(json_t *arr, const char *field, struct tokv *out,
                       TOK_VOCAB - 1);
             return -1;
         }
-        tokv_push(out, (int32_t)json_integer_value(v));
+        tok_vec_push(out, (int32_t)json_integer_value(v));
     }
     return 0;
 }
@@ -327,7 +327,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 }
 
 /* vLLM's wording (vllm/entrypoints/openai/serving_engine.py). */
-int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
+int sim_fit_context(const struct sim *s, struct tok_vec *toks, long max_new,
                     struct sim_resp *r)
 {
     long limit = sim_config_limit(&s->cfg);

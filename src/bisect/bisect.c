@@ -19,12 +19,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bisect/inspect.h"
 #include "bisect/verdict.h"
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 
@@ -79,13 +79,6 @@ struct ctx {
     int err;
     struct diag d;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int free_port(void)
 {
@@ -173,8 +166,7 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
             kill(p, SIGINT);
             sent = true;
         }
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        clock_nap_ms(20);
     }
     if (fd >= 0)
         close(fd);
@@ -221,9 +213,9 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
              "drift --golden %s --candidate %s --json %s --no-store %s%s%s",
              x->golden, addr, dj, profile_args(x->c, 0),
              x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int rc = run_self(x, fixed, x->c->drift_args, mlog);
-    json_object_set_new(doc, "drift_seconds", json_real(now_s() - t0));
+    json_object_set_new(doc, "drift_seconds", json_real(clock_now_s() - t0));
     json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
     progress(x, name, idx, BISECT_PROBING);
     snprintf(fixed, sizeof(fixed),
@@ -231,9 +223,9 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
              "%s%s%s",
              addr, x->golden, pj, db, profile_args(x->c, 1),
              x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
-    t0 = now_s();
+    t0 = clock_now_s();
     rc = drift ? run_self(x, fixed, x->c->probe_args, mlog) : -1;
-    json_object_set_new(doc, "probe_seconds", json_real(now_s() - t0));
+    json_object_set_new(doc, "probe_seconds", json_real(clock_now_s() - t0));
     json_t *probe = rc == 0 || rc == 1 ? load_json(pj) : NULL;
     if (drift && probe) {
         json_object_set_new(doc, "status", json_string("ok"));
@@ -391,25 +383,25 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
         if (s >> i & 1)
             json_array_append_new(tg, json_string(x->c->toggles[i].name));
     json_object_set_new(doc, "toggles", tg);
-    double t0 = now_s();
+    double t0 = clock_now_s();
     struct launch *lx = NULL;
     char addr[256];
     json_t *tm = json_object();
     if (!start_set(x, s, slot, name, idx, &lx, addr, doc)) {
-        double t1 = now_s();
+        double t1 = clock_now_s();
         compare_fingerprint(x, s, addr, doc);
-        double t2 = now_s();
+        double t2 = clock_now_s();
         measure_running(x, name, idx, addr, doc);
-        double t3 = now_s();
+        double t3 = clock_now_s();
         progress(x, name, idx, BISECT_STOPPING);
         x->l->ops->cancel(lx, NULL);
         json_object_set_new(tm, "ready", json_real(t1 - t0));
         json_object_set_new(tm, "fingerprint", json_real(t2 - t1));
         json_object_set_new(tm, "measure", json_real(t3 - t2));
-        json_object_set_new(tm, "stop", json_real(now_s() - t3));
+        json_object_set_new(tm, "stop", json_real(clock_now_s() - t3));
     }
     json_object_set_new(doc, "timing", tm);
-    json_object_set_new(doc, "seconds", json_real(now_s() - t0));
+    json_object_set_new(doc, "seconds", json_real(clock_now_s() - t0));
     if (!(x->o->stop && *x->o->stop))
         write_doc(x, name, doc);
 out_done:

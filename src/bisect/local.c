@@ -24,9 +24,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 
@@ -42,19 +42,6 @@ struct launch {
     bool exited; /* the watchdog has been reaped */
     int status;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* environ with env overriding or adding, in a fresh array (strings
  * borrowed). */
@@ -142,14 +129,14 @@ static int status_code(int st)
 static void stop_group(pid_t s, int sig, double grace)
 {
     kill(-s, sig);
-    double end = now_s() + grace;
+    double end = clock_now_s() + grace;
     bool reaped = false;
-    while (now_s() < end) {
+    while (clock_now_s() < end) {
         if (!reaped && waitpid(s, NULL, WNOHANG) == s)
             reaped = true;
         if (reaped && kill(-s, 0) && errno == ESRCH)
             return;
-        nap_ms(20);
+        clock_nap_ms(20);
     }
     kill(-s, SIGKILL);
     if (!reaped)
@@ -239,7 +226,7 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
                             char *addr, size_t addr_len, struct diag *d)
 {
     struct http_client *c = http_client_new();
-    double start = now_s();
+    double start = clock_now_s();
     int rc;
     for (;;) {
         if (stop && *stop) {
@@ -264,13 +251,13 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
             rc = 0;
             break;
         }
-        if (now_s() - start >= x->ready_timeout) {
+        if (clock_now_s() - start >= x->ready_timeout) {
             rc = diag_set(d, ETIMEDOUT,
                           "not ready after %g s (no 200 from '%s')",
                           x->ready_timeout, x->ready_url);
             break;
         }
-        nap_ms(100);
+        clock_nap_ms(100);
     }
     http_client_free(c);
     return rc;

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 
@@ -46,19 +46,6 @@ struct launch {
     double ready_timeout, stop_grace, submitted;
     int stop_signal;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Runs argv (a Slurm client command) to completion in its own process
  * group; stdout into out, stderr into err (either may be NULL). Its exit
@@ -298,7 +285,7 @@ static int slurm_submit(struct launcher *base, const struct launch_spec *s,
                          .ready_url = xstrdup(s->ready_url),
                          .ready_timeout = s->ready_timeout,
                          .stop_grace = s->stop_grace,
-                         .submitted = now_s(),
+                         .submitted = clock_now_s(),
                          .stop_signal = s->stop_signal};
     addr = NULL;
     *out = x;
@@ -388,7 +375,7 @@ static int wait_loop(struct launch *x, struct http_client *c,
         if (job_state(x->id, st, sizeof(st), why, sizeof(why)))
             return diag_set(d, EIO, "squeue cannot tell job %ld's state",
                             x->id);
-        double now = now_s();
+        double now = clock_now_s();
         if (!strcmp(st, "PENDING")) {
             if (now - x->submitted >= x->l->queue_timeout)
                 return diag_set(d, ETIMEDOUT,
@@ -415,7 +402,7 @@ static int wait_loop(struct launch *x, struct http_client *c,
                             "job %ld ended (%s) before the server was ready",
                             x->id, st[0] ? st : "no longer queued");
         }
-        nap_ms(300);
+        clock_nap_ms(300);
     }
 }
 
@@ -463,16 +450,16 @@ static bool is_final(const char *st)
  * running); true when it did. */
 static bool wait_gone(long id, double secs, bool only_running)
 {
-    double end = now_s() + secs;
+    double end = clock_now_s() + secs;
     for (;;) {
         char st[64], why[256];
         bool q = job_state(id, st, sizeof(st), why, sizeof(why)) == 0;
         if (q && (is_final(st) ||
                   (only_running && !is_running(st) && strcmp(st, "PENDING"))))
             return true;
-        if (now_s() >= end)
+        if (clock_now_s() >= end)
             return false;
-        nap_ms(200);
+        clock_nap_ms(200);
     }
 }
 

@@ -24,6 +24,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/xalloc.h"
 
 const char CMD_BISECT_HELP[] =
@@ -259,17 +260,10 @@ static int dry_run(const struct bisect_config *c, const struct opts *o)
 
 static double start_time;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void on_progress(void *ud, const struct bisect_progress *p)
 {
     (void)ud;
-    double el = now_s() - start_time;
+    double el = clock_now_s() - start_time;
     char eta[32] = "";
     if (p->index > 1 && p->index <= p->total)
         snprintf(eta, sizeof(eta), ", ETA %.0f s",
@@ -619,7 +613,7 @@ int cmd_bisect(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    start_time = now_s();
+    start_time = clock_now_s();
     struct launcher *l = NULL;
     if (use_slurm(&c, &o)) {
         if (mkdir(o.out, 0755) && errno != EEXIST) {

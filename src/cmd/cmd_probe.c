@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/probe_live.h"
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/plural.h"
 #include "core/xalloc.h"
@@ -524,22 +524,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 struct prog {
     bool tty;
-    struct timespec t0;
+    double t0; /* clock_now_s() at the start */
 };
-
-static double since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 static void progress(void *ud, size_t done, size_t passed, size_t total)
 {
     struct prog *p = ud;
     if (!p->tty)
         return;
-    double el = since(&p->t0), eta = done ? el / done * (total - done) : 0;
+    double el = clock_now_s() - p->t0,
+           eta = done ? el / done * (total - done) : 0;
     fprintf(stderr, "\r%zu/%zu cases  pass %.0f%%  eta %ld:%02ld   ", done,
             total, done ? 100.0 * passed / done : 0.0, (long)eta / 60,
             (long)eta % 60);
@@ -984,8 +978,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         code = canary_compare(out, db, base, o->fresh, "baseline");
     if (code)
         goto out;
-    struct prog pg = {.tty = cli_is_tty(2)};
-    clock_gettime(CLOCK_MONOTONIC, &pg.t0);
+    struct prog pg = {.tty = cli_is_tty(2), .t0 = clock_now_s()};
     struct probe_run run = {
         .ep = ep,
         .base = base,

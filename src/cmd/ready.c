@@ -9,9 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cmd/cmd.h"
+#include "core/clock.h"
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "http/client.h"
 
@@ -21,21 +22,14 @@
 struct waiter {
     const char *url;
     double limit_s;
-    struct timespec t0;
+    double t0;  /* clock_now_s() at the start */
     long shown; /* last whole second drawn; 0: nothing drawn */
 };
-
-static double elapsed(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 static void on_wait(void *ud)
 {
     struct waiter *w = ud;
-    double el = elapsed(&w->t0);
+    double el = clock_now_s() - w->t0;
     if (el <= WAIT_QUIET_S || (long)el == w->shown)
         return;
     w->shown = (long)el;
@@ -51,33 +45,6 @@ int cli_parse_ready_timeout(const char *s, long *ms)
         return -EINVAL;
     *ms = (long)(v * 1000 + 0.5);
     return 0;
-}
-
-/* url as it may be shown: a user:password@ becomes ***@ (drift's form). */
-static char *shown(const char *url)
-{
-    const char *s = strstr(url, "://");
-    const char *start = s ? s + 3 : url;
-    const char *end = start + strcspn(start, "/?#"), *at = NULL;
-    for (const char *p = start; p < end; p++)
-        if (*p == '@')
-            at = p;
-    if (!at)
-        return xstrdup(url);
-    return xasprintf("%.*s***%s", (int)(start - url), url, at);
-}
-
-/* d's message with url shown as shown (curl's messages quote it). */
-static const char *redacted(struct diag *d, const char *url, const char *as)
-{
-    char *at = strstr(d->msg, url);
-    if (at && strcmp(url, as)) {
-        char out[sizeof(d->msg)];
-        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, as,
-                 at + strlen(url));
-        memcpy(d->msg, out, sizeof(out));
-    }
-    return d->msg;
 }
 
 static bool is_json(const struct http_resp *r)
@@ -103,7 +70,7 @@ static bool is_foreign(const struct http_resp *r)
 int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms)
 {
-    char *url = xasprintf("%s/v1/models", base), *show = shown(url);
+    char *url = xasprintf("%s/v1/models", base), *show = url_mask(url);
     struct waiter w = {.url = show, .limit_s = timeout_ms / 1000.0};
     struct http_req req = {.url = url,
                            .headers = headers,
@@ -119,7 +86,7 @@ int cli_ready(const char *cmd, const char *what, const char *base,
         req.on_wait = on_wait;
         req.wait_ud = &w;
     }
-    clock_gettime(CLOCK_MONOTONIC, &w.t0);
+    w.t0 = clock_now_s();
     http_resp_init(&resp);
     int r = http_do(c, &req, &resp, &d);
     if (w.shown)
@@ -130,10 +97,10 @@ int cli_ready(const char *cmd, const char *what, const char *base,
                          "(--ready-timeout): is the server stuck or still "
                          "starting?",
                          what, show, w.limit_s);
-    else if (r && r != -ENOBUFS)
-        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
-                         redacted(&d, url, show));
-    else if (!r && is_foreign(&resp))
+    else if (r && r != -ENOBUFS) {
+        url_mask_in(d.msg, sizeof(d.msg), url); /* curl's messages quote it */
+        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    } else if (!r && is_foreign(&resp))
         code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
                          http_resp_describe(&resp, show,
                                             "not JSON: not an "

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "core/hash.h"
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "http/client.h"
 
 void drift_cache_opts_default(struct drift_cache_opts *o)
 {
@@ -60,43 +60,6 @@ void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out)
 
 /* ---- requests ---- */
 
-/* POSTs (or GETs) path with no JSON expected back; 2xx is success. */
-static int call_plain(struct drift_side *s, const char *method,
-                      const char *path, long *status, struct buf *body,
-                      struct diag *d)
-{
-    const char *hdrs[DRIFT_HEADERS_MAX + 4];
-    size_t nh = 0;
-    char *auth = NULL;
-    if (!s->http)
-        s->http = http_client_new();
-    if (s->api_key) {
-        auth = xasprintf("Authorization: Bearer %s", s->api_key);
-        hdrs[nh++] = auth;
-    }
-    for (size_t i = 0; i < s->n_headers; i++)
-        hdrs[nh++] = s->headers[i];
-    hdrs[nh] = NULL;
-    char *url = xasprintf("%s%s", s->url, path);
-    struct http_req req = {.method = method,
-                           .url = url,
-                           .headers = hdrs,
-                           .timeout_ms = s->timeout_ms};
-    struct http_resp resp;
-    http_resp_init(&resp);
-    s->requests++;
-    int ret = http_do(s->http, &req, &resp, d);
-    if (ret)
-        diag_prefix(d, "%s", s->label);
-    *status = resp.status;
-    if (body)
-        buf_add(body, resp.body.data ? resp.body.data : "", resp.body.len);
-    http_resp_release(&resp);
-    free(url);
-    free(auth);
-    return ret;
-}
-
 /* The flush endpoints, sglang's first (python/sglang/srt/entrypoints/
  * http_server.py: GET or POST /flush_cache), then vLLM's
  * (POST /reset_prefix_cache, with VLLM_SERVER_DEV_MODE=1). */
@@ -110,11 +73,13 @@ static int flush_at(struct drift_side *s, const char *path, struct diag *d)
 {
     long st = 0;
     struct buf b = BUF_INIT;
-    int ret = call_plain(s, "POST", path, &st, &b, d);
+    int ret = drift_side_send_plain(s, "POST", path, &st, &b, d);
     if (!ret &&
         (st < 200 || st > 299 || strstr(buf_str(&b), "\"success\":false") ||
-         strstr(buf_str(&b), "\"success\": false")))
+         strstr(buf_str(&b), "\"success\": false"))) {
         ret = diag_set(d, ENOENT, "%s%s answered HTTP %ld", s->url, path, st);
+        url_mask_in(d->msg, sizeof(d->msg), s->url);
+    }
     buf_release(&b);
     return ret;
 }
@@ -136,71 +101,27 @@ static int find_flush(struct drift_side *s, struct drift_cache_result *r,
     return 0;
 }
 
-/* Cached tokens an answer reports: the OpenAI usage field
- * (usage.prompt_tokens_details.cached_tokens) or sglang's
- * meta_info.cached_tokens; -1 when neither is there. */
-static long cached_in(const json_t *a)
-{
-    const json_t *u = json_object_get(
-        json_object_get(json_object_get(a, "usage"), "prompt_tokens_details"),
-        "cached_tokens");
-    if (!json_is_integer(u))
-        u = json_object_get(json_object_get(a, "meta_info"), "cached_tokens");
-    return json_is_integer(u) ? (long)json_integer_value(u) : -1;
-}
-
-/* Model requests sent by this arm (the budget counts these). */
-static unsigned model_requests;
-
-static int generate_in(struct drift_side *s, enum drift_dialect dl,
-                       const uint32_t *ids, size_t n, unsigned max_new,
-                       struct drift_lp *lp, long *cached, struct diag *d)
-{
-    model_requests++;
-    struct drift_req rq = {.ids = ids, .n = n, .max_new = max_new};
-    enum drift_dialect keep = s->dialect;
-    json_t *out = NULL;
-    s->dialect = dl;
-    int ret = drift_side_request(s, &rq, &out, d);
-    s->dialect = keep;
-    if (!ret)
-        ret = drift_parse_decode(dl, out, lp, d);
-    if (!ret)
-        *cached = cached_in(out);
-    json_decref(out);
-    return ret;
-}
-
 /* Greedy generation of the final request in the side's generation dialect
- * (as drift_side_generate chooses it), never with prompt logprobs;
- * *cached from the answer. */
-static int generate(struct drift_side *s, const uint32_t *ids, size_t n,
-                    unsigned max_new, struct drift_lp *lp, long *cached,
-                    struct diag *d)
+ * (drift_side_generate's choice), never with prompt logprobs; *cached from
+ * the answer; the requests sent count in r->model_requests. */
+static int generate(struct drift_side *s, struct drift_cache_result *r,
+                    const uint32_t *ids, size_t n, unsigned max_new,
+                    struct drift_lp *lp, long *cached, struct diag *d)
 {
-    static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
-                                                  DRIFT_DIALECT_TGI};
-    enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
-    if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
-        dl = DRIFT_DIALECT_ECHO;
-    int ret = generate_in(s, dl, ids, n, max_new, lp, cached, d);
-    for (size_t k = 0; k < 2 && ret == -ENOKEY && !s->gen_dialect; k++) {
-        ret = generate_in(s, with_ids[k], ids, n, max_new, lp, cached, d);
-        if (!ret)
-            s->gen_dialect = with_ids[k];
-    }
-    return ret;
+    return drift_side_generate_seen(s, ids, n, max_new, lp, cached,
+                                    &r->model_requests, d);
 }
 
 /* One harness turn: chat with the history, greedy; the reply's text. */
-static int chat_turn(struct drift_side *s, json_t *msgs, unsigned max_new,
-                     char **reply, struct diag *d)
+static int chat_turn(struct drift_side *s, struct drift_cache_result *r,
+                     json_t *msgs, unsigned max_new, char **reply,
+                     struct diag *d)
 {
     json_t *body = json_pack("{s:O,s:i,s:f}", "messages", msgs, "max_tokens",
                              (int)max_new, "temperature", 0.0);
     json_t *out = NULL;
     long st;
-    model_requests++;
+    r->model_requests++;
     if (s->model)
         json_object_set_new(body, "model", json_string(s->model));
     int ret = drift_side_call(s, "/v1/chat/completions", body, &out, &st, d);
@@ -260,9 +181,9 @@ static size_t users(const json_t *msgs)
  * turn (as a harness sends them); else they keep the conversation's text
  * and are sent after the cold request (warm() below).
  */
-static int history(struct drift_side *s, const json_t *msgs, size_t turns,
-                   bool generated, unsigned turn_tokens, json_t **out,
-                   struct diag *d)
+static int history(struct drift_side *s, struct drift_cache_result *r,
+                   const json_t *msgs, size_t turns, bool generated,
+                   unsigned turn_tokens, json_t **out, struct diag *d)
 {
     json_t *h = json_array();
     size_t seen = 0;
@@ -282,7 +203,7 @@ static int history(struct drift_side *s, const json_t *msgs, size_t turns,
         if (!generated || !user || seen == turns)
             continue;
         char *reply = NULL;
-        ret = chat_turn(s, h, turn_tokens, &reply, d);
+        ret = chat_turn(s, r, h, turn_tokens, &reply, d);
         if (!ret)
             json_array_append_new(h, json_pack("{s:s,s:s}", "role", "assistant",
                                                "content", reply));
@@ -298,8 +219,8 @@ static int history(struct drift_side *s, const json_t *msgs, size_t turns,
 
 /* The earlier turns of h (up to its last user message), sent through chat
  * with the conversation's own assistant text: the warm-up without flush. */
-static int warm_up(struct drift_side *s, const json_t *h, unsigned turn_tokens,
-                   struct diag *d)
+static int warm_up(struct drift_side *s, struct drift_cache_result *r,
+                   const json_t *h, unsigned turn_tokens, struct diag *d)
 {
     json_t *part = json_array();
     size_t total = users(h), seen = 0;
@@ -311,7 +232,7 @@ static int warm_up(struct drift_side *s, const json_t *h, unsigned turn_tokens,
         json_array_append(part, m);
         if (is_user(m)) {
             char *reply = NULL;
-            ret = chat_turn(s, part, turn_tokens, &reply, d);
+            ret = chat_turn(s, r, part, turn_tokens, &reply, d);
             free(reply);
         }
     }
@@ -330,8 +251,9 @@ static long capacity_of(const struct drift_side *s)
 
 /* Sends distinct prompts totalling 1.25 times the capacity, one new token
  * each, so that the least recently used blocks (the final request's) go. */
-static int evict(struct drift_side *s, const struct drift_cache_opts *o,
-                 long capacity, struct diag *d)
+static int evict(struct drift_side *s, struct drift_cache_result *r,
+                 const struct drift_cache_opts *o, long capacity,
+                 struct diag *d)
 {
     long target = capacity + capacity / 4 + 64, sent = 0;
     size_t len = o->max_context > 64 ? o->max_context - 8 : 56;
@@ -353,7 +275,7 @@ static int evict(struct drift_side *s, const struct drift_cache_opts *o,
         if (n > len)
             n = len;
         drift_lp_init(&lp);
-        ret = generate(s, ids, n, 1, &lp, &cached, d);
+        ret = generate(s, r, ids, n, 1, &lp, &cached, d);
         drift_lp_release(&lp);
         free(ids);
         if (ret)
@@ -471,7 +393,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     drift_lp_init(&l.ev);
     if (gen && (ret = flush_at(s, r->flush, d)))
         goto out;
-    ret = history(s, conv, turns, gen, o->turn_tokens, &h, d);
+    ret = history(s, r, conv, turns, gen, o->turn_tokens, &h, d);
     if (!ret)
         ret = drift_side_tokenize(s, h, NULL, &ids, &n, d);
     if (ret)
@@ -480,20 +402,22 @@ static int one_conv(struct drift_side *s, const json_t *conv,
         n = o->max_context - o->gen_tokens;
     r->seen.prompt = (long)n;
     if (gen) { /* warm first, then cold after a flush */
-        ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+        ret = generate(s, r, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
         if (!ret)
             ret = flush_at(s, r->flush, d);
         if (!ret)
-            ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.cold, &r->seen.cold,
+                           d);
         if (!ret && r->has_self && !(ret = flush_at(s, r->flush, d)))
-            ret =
-                generate(s, ids, n, o->gen_tokens, &l.cold2, &cold2_cached, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.cold2, &cold2_cached,
+                           d);
     } else { /* cold first: the content was never seen */
-        ret = generate(s, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
+        ret = generate(s, r, ids, n, o->gen_tokens, &l.cold, &r->seen.cold, d);
         if (!ret)
-            ret = warm_up(s, h, o->turn_tokens, d);
+            ret = warm_up(s, r, h, o->turn_tokens, d);
         if (!ret)
-            ret = generate(s, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.warm, &r->seen.warm,
+                           d);
     }
     if (ret)
         goto out;
@@ -510,10 +434,10 @@ static int one_conv(struct drift_side *s, const json_t *conv,
              "cache-self");
     }
     if (o->evict && r->capacity > 0) {
-        ret = evict(s, o, r->capacity, d);
+        ret = evict(s, r, o, r->capacity, d);
         if (!ret)
-            ret =
-                generate(s, ids, n, o->gen_tokens, &l.ev, &r->seen.evicted, d);
+            ret = generate(s, r, ids, n, o->gen_tokens, &l.ev, &r->seen.evicted,
+                           d);
         if (ret)
             goto out;
         r->evict_compared += fold(&an[1], DRIFT_ARM_CAND, prompt, &l.cold,
@@ -559,7 +483,6 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
     uint64_t before = c->requests;
     int ret = 0;
 
-    model_requests = 0;
     memset(r, 0, sizeof(*r));
     r->diverged_at = -1;
     r->seen.cold = r->seen.warm = r->seen.evicted = -1;
@@ -623,7 +546,6 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         drift_analysis_release(&an[k]);
     free(an);
     r->requests = (unsigned)(c->requests - before);
-    r->model_requests = model_requests;
     r->budget = o.budget;
     return ret;
 }

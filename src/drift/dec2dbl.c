@@ -7,7 +7,7 @@
  * the significand normalised to 64 bits times a 128-bit truncated power of
  * five, the result rounded from the top bits of the product, and a refusal
  * (the caller uses strtod) whenever the truncation error could change the
- * rounding. The fast path is inline in dialect_int.h (with the derivation
+ * rounding. The fast path is inline in dec2dbl.h (with the derivation
  * of its error bound and refusal test); this file computes the table of
  * powers of five at first use with exact big-integer arithmetic and
  * settles the rare results next to a halfway point.
@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "drift/dialect_int.h"
+#include "drift/dec2dbl.h"
 
 #define Q_MIN DRIFT_DEC_Q_MIN
 #define Q_MAX DRIFT_DEC_Q_MAX

@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "core/xalloc.h"
-#include "drift/dialect_int.h"
+#include "drift/fastparse.h"
+#include "drift/lp.h"
+#include "drift/scan.h"
 
 static const char *const names[DRIFT_DIALECTS] = {
     [DRIFT_DIALECT_AUTO] = "auto", [DRIFT_DIALECT_VLLM] = "vllm",
@@ -36,149 +38,6 @@ int drift_dialect_parse(const char *s, enum drift_dialect *out)
             return 0;
         }
     return -EINVAL;
-}
-
-void drift_lp_init(struct drift_lp *lp)
-{
-    memset(lp, 0, sizeof(*lp));
-}
-
-void drift_lp_release(struct drift_lp *lp)
-{
-    free(lp->pos);
-    free(lp->valid);
-    free(lp->mismatch);
-    free(lp->pool);
-    free(lp->ids);
-    free(lp->off);
-    drift_lp_init(lp);
-}
-
-void drift_lp_reset(struct drift_lp *lp, uint32_t n)
-{
-    if (n > lp->alloc_n) {
-        lp->alloc_n = n;
-        lp->pos = xrealloc(lp->pos, n * sizeof(*lp->pos));
-        lp->valid = xrealloc(lp->valid, n);
-        lp->mismatch = xrealloc(lp->mismatch, n);
-        lp->ids = xrealloc(lp->ids, n * sizeof(*lp->ids));
-        lp->off = xrealloc(lp->off, n * sizeof(*lp->off));
-    }
-    lp->n = n;
-    lp->n_returned = 0;
-    lp->n_invalid = lp->n_mismatch = 0;
-    lp->pool_len = 0;
-    lp->pool_bad = false;
-    if (n) {
-        memset(lp->pos, 0, n * sizeof(*lp->pos));
-        memset(lp->valid, 0, n);
-        memset(lp->mismatch, 0, n);
-        memset(lp->off, 0, n * sizeof(*lp->off));
-    }
-}
-
-void drift_lp_pool_grow(struct drift_lp *lp)
-{
-    lp->pool_alloc = lp->pool_alloc ? lp->pool_alloc * 2 : 1024;
-    lp->pool = xrealloc(lp->pool, lp->pool_alloc * sizeof(*lp->pool));
-}
-
-size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
-{
-    size_t n = lp->pool_len - lp->off[i];
-    if (n == 0) {
-        lp->pos[i].n_top = lp->pos[i].n_known = 0;
-        return 0;
-    }
-    struct drift_tok *t = lp->pool + lp->off[i];
-    {
-        /* the usual list: in order and without a duplicate key, so
-         * nothing to sort or drop; one pass says so. The filter here is
-         * the key's low 6 bits (no multiply): on random ids it clashes as
-         * often as the hash below (about 3 clashes in a list of 21, each a
-         * pairwise look), on ids in arithmetic progression less. */
-        uint64_t seen = 1ULL << (t[0].key & 63);
-        bool dup = false;
-        size_t k = 1;
-        for (; k < n && !dup; k++) {
-            if (t[k - 1].lp < t[k].lp ||
-                (t[k - 1].lp == t[k].lp && t[k - 1].key > t[k].key))
-                break;
-            uint64_t bit = 1ULL << (t[k].key & 63);
-            if (seen & bit)
-                for (size_t j = 0; j < k && !dup; j++)
-                    dup = t[j].key == t[k].key;
-            seen |= bit;
-        }
-        if (k == n && !dup) {
-            lp->pos[i].n_top = (uint32_t)(n > top_k ? top_k : n);
-            lp->pos[i].n_known = (uint32_t)n;
-            return 0;
-        }
-    }
-    drift_tok_sort(t, n);
-    /* drop duplicate keys (a server listing the forced token twice) */
-    size_t m = 0;
-    /* a 64-bit filter of the kept keys: the pairwise look only when the
-     * key's bit is already set (a bit clear means no kept key equals it) */
-    uint64_t seen = 0;
-    for (size_t k = 0; k < n; k++) {
-        bool dup = false;
-        uint64_t bit = 1ULL << ((t[k].key * 0x9E3779B97F4A7C15ULL) >> 58);
-        if (seen & bit)
-            for (size_t j = 0; j < m && !dup; j++)
-                dup = t[j].key == t[k].key;
-        seen |= bit;
-        if (!dup) {
-            if (m != k)
-                t[m] = t[k];
-            m++;
-        }
-    }
-    lp->pool_len = lp->off[i] + m;
-    size_t dups = n - m;
-    if (m > top_k)
-        m = top_k;
-    lp->pos[i].n_top = (uint32_t)m;
-    lp->pos[i].n_known = (uint32_t)(lp->pool_len - lp->off[i]);
-    return dups;
-}
-
-void drift_lp_finish(struct drift_lp *lp)
-{
-    lp->n_invalid = 0;
-    for (uint32_t i = 0; i < lp->n; i++) {
-        lp->pos[i].top =
-            lp->pool && lp->pos[i].n_known ? lp->pool + lp->off[i] : NULL;
-        lp->pos[i].checked = false;
-        if (!lp->valid[i])
-            lp->n_invalid++;
-        if (!lp->valid[i])
-            continue;
-        /* an entry whose logprobs are NaN or above 0 is invalid */
-        if (isnan(lp->pos[i].forced_lp) || lp->pos[i].forced_lp > 1e-6) {
-            lp->valid[i] = 0;
-            lp->n_invalid++;
-            continue;
-        }
-        /* entries are checked only when one added was bad (pool_bad) */
-        for (uint32_t k = 0; lp->pool_bad && k < lp->pos[i].n_known; k++)
-            if (isnan(lp->pos[i].top[k].lp) || lp->pos[i].top[k].lp > 1e-6) {
-                lp->valid[i] = 0;
-                lp->n_invalid++;
-                break;
-            }
-        /* valid, and top[0..n_top) was deduplicated by _pos_close (the
-         * only place n_top is set; later entries go after n_known) */
-        lp->pos[i].checked = lp->valid[i] != 0;
-    }
-}
-
-void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i)
-{
-    lp->valid[i] = 0;
-    lp->mismatch[i] = 1;
-    lp->n_mismatch++;
 }
 
 /* A JSON number as a double; NAN for null, strings and anything else. */

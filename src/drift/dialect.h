@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/diag.h"
+#include "drift/lp.h"
 #include "drift/metrics.h"
 
 enum drift_dialect {
@@ -42,32 +43,6 @@ enum drift_dialect {
 const char *drift_dialect_name(enum drift_dialect d);
 /* Parses "auto", "vllm", "echo", "sglang", "tgi"; -EINVAL otherwise. */
 int drift_dialect_parse(const char *s, enum drift_dialect *out);
-
-/*
- * Log-probabilities one server gave for one request. pos[i] is the
- * distribution of token i given tokens [0, i) (prefill), or of generated
- * token i (decode). valid[i] is 0 where the entry was missing, null, NaN,
- * or named a different token than was sent (then mismatch[i] is 1).
- */
-struct drift_lp {
-    uint32_t n;          /* entries expected */
-    uint32_t n_returned; /* entries the server gave (may be < n) */
-    struct drift_pos *pos;
-    uint8_t *valid;
-    uint8_t *mismatch;
-    uint32_t n_invalid, n_mismatch;
-    struct drift_tok *pool;
-    size_t pool_len, pool_alloc;
-    bool pool_bad; /* an entry added since the reset is NaN or > 1e-6 */
-    uint32_t *ids; /* decode: the generated token ids (n of them) */
-    size_t *off;   /* start of pos[i]'s entries in pool while parsing */
-    size_t alloc_n;
-};
-
-void drift_lp_init(struct drift_lp *lp);
-void drift_lp_release(struct drift_lp *lp);
-/* Empties lp and sizes it for n entries (all invalid until filled). */
-void drift_lp_reset(struct drift_lp *lp, uint32_t n);
 
 /*
  * Rewrites the non-JSON number spellings Python servers emit outside

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/xalloc.h"
+#include "core/url.h"
 #include "store/store.h"
 
 static const char schema[] =
@@ -29,20 +29,6 @@ static const char schema[] =
 int drift_store_schema(sqlite3 *db, struct diag *d)
 {
     return store_exec(db, schema, d);
-}
-
-char *drift_url_redact(const char *url)
-{
-    const char *s = strstr(url, "://");
-    const char *start = s ? s + 3 : url;
-    const char *end = start + strcspn(start, "/?#");
-    const char *at = NULL;
-    for (const char *p = start; p < end; p++)
-        if (*p == '@')
-            at = p;
-    if (!at)
-        return xstrdup(url);
-    return xasprintf("%.*s***%s", (int)(start - url), url, at);
 }
 
 static const char *sget(const json_t *o, const char *a, const char *b)
@@ -122,8 +108,8 @@ int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
         return -EIO;
     }
     sqlite3_bind_int64(st, 1, (int64_t)time(NULL));
-    bind_text_fresh(st, 2, drift_url_redact(sget(summary, "golden", "url")));
-    bind_text_fresh(st, 3, drift_url_redact(sget(summary, "candidate", "url")));
+    bind_text_fresh(st, 2, url_mask(sget(summary, "golden", "url")));
+    bind_text_fresh(st, 3, url_mask(sget(summary, "candidate", "url")));
     sqlite3_bind_text(st, 4, sget(summary, "golden", "dialect"), -1,
                       SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, sget(summary, "candidate", "dialect"), -1,

@@ -20,7 +20,5 @@ int drift_store_schema(sqlite3 *db, struct diag *d);
  * row's id. -EIO with d holding SQLite's message on failure. */
 int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
                      struct diag *d);
-/* Copies url with any "user:pass@" replaced by "***@"; fresh string. */
-char *drift_url_redact(const char *url);
 
 #endif

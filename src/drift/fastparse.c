@@ -21,7 +21,10 @@
 #include <emmintrin.h>
 #endif
 
-#include "drift/dialect_int.h"
+#include "core/utf8.h"
+#include "drift/dec2dbl.h"
+#include "drift/fastparse.h"
+#include "drift/scan.h"
 
 /*
  * A scanner. The validator may jump over spans [skip_b, skip_e) that the
@@ -62,34 +65,6 @@ static inline __attribute__((always_inline)) void ws(struct sc *s)
     while (s->p < s->end && (unsigned char)*s->p <= ' ' &&
            (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
-}
-
-static int utf8_len(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    int n;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, min = 0x10000;
-    else
-        return -1;
-    if (end - p < n)
-        return -1;
-    unsigned v = c & (0x3f >> (n - 1));
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return -1;
-        v = v << 6 | (p[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return -1;
-    return n;
 }
 
 static int hex4(const char *p, unsigned *v)
@@ -158,9 +133,9 @@ static int str(struct sc *s, const char **b, const char **e, bool *plain)
             s->p += 2;
             continue;
         }
-        int n = utf8_len((const unsigned char *)s->p,
-                         (const unsigned char *)s->end);
-        if (n < 0)
+        size_t n =
+            utf8_seq_len((const unsigned char *)s->p, (size_t)(s->end - s->p));
+        if (!n)
             return -1;
         s->p += n;
     }

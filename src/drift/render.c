@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "core/plural.h"
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "drift/dstore.h"
 
 /* The last max bytes of s, starting on a UTF-8 character; fresh. */
 static char *tail_text(const char *s, size_t max)
@@ -330,8 +330,8 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
                        const struct drift_worst_text *wt, size_t nw,
                        struct buf *b)
 {
-    char *gu = drift_url_redact(g->url ? g->url : "");
-    char *cu = drift_url_redact(c->url ? c->url : "");
+    char *gu = url_mask(g->url ? g->url : "");
+    char *cu = url_mask(c->url ? c->url : "");
     buf_printf(b, "golden   : %s (%s dialect)\n", gu,
                drift_dialect_name(g->dialect));
     buf_printf(b, "candidate: %s (%s dialect)\n", cu,
@@ -373,7 +373,7 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
     buf_printf(b, "\nverdict: %s\n", drift_verdict_name(r->verdict));
 }
 
-static json_t *jnum(double v)
+static json_t *real_or_null(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
 }
@@ -382,25 +382,25 @@ static json_t *bsum_json(const struct drift_bsum *s)
 {
     json_t *o = json_object();
     json_object_set_new(o, "count", json_integer((json_int_t)s->n));
-    json_object_set_new(o, "kl_mean", jnum(s->kl_mean));
-    json_object_set_new(o, "kl_p50", jnum(s->kl_p50));
-    json_object_set_new(o, "kl_p99", jnum(s->kl_p99));
-    json_object_set_new(o, "kl_p999", jnum(s->kl_p999));
-    json_object_set_new(o, "kl_max", jnum(s->kl_max));
-    json_object_set_new(o, "log_ppl_ratio", jnum(s->log_ppl_ratio));
-    json_object_set_new(o, "dp_mean", jnum(s->dp_mean));
-    json_object_set_new(o, "dp_rms", jnum(s->dp_rms));
-    json_object_set_new(o, "top1_agreement", jnum(s->top1));
+    json_object_set_new(o, "kl_mean", real_or_null(s->kl_mean));
+    json_object_set_new(o, "kl_p50", real_or_null(s->kl_p50));
+    json_object_set_new(o, "kl_p99", real_or_null(s->kl_p99));
+    json_object_set_new(o, "kl_p999", real_or_null(s->kl_p999));
+    json_object_set_new(o, "kl_max", real_or_null(s->kl_max));
+    json_object_set_new(o, "log_ppl_ratio", real_or_null(s->log_ppl_ratio));
+    json_object_set_new(o, "dp_mean", real_or_null(s->dp_mean));
+    json_object_set_new(o, "dp_rms", real_or_null(s->dp_rms));
+    json_object_set_new(o, "top1_agreement", real_or_null(s->top1));
     json_object_set_new(o, "decisive_flips",
                         json_integer((json_int_t)s->flips));
-    json_object_set_new(o, "topk_overlap", jnum(s->overlap));
+    json_object_set_new(o, "topk_overlap", real_or_null(s->overlap));
     return o;
 }
 
 static json_t *side_json(const struct drift_side *s)
 {
     json_t *o = json_object();
-    char *url = drift_url_redact(s->url ? s->url : "");
+    char *url = url_mask(s->url ? s->url : "");
     json_object_set_new(o, "url", json_string(url));
     free(url);
     json_object_set_new(o, "dialect",
@@ -415,7 +415,7 @@ static json_t *side_json(const struct drift_side *s)
 
 static json_t *pair_json(const double v[2])
 {
-    return json_pack("[o, o]", jnum(v[0]), jnum(v[1]));
+    return json_pack("[o, o]", real_or_null(v[0]), real_or_null(v[1]));
 }
 
 /* A bucket's whole-sequence bootstrap intervals (growth.c). */
@@ -436,8 +436,8 @@ static json_t *thresholds_json(const struct drift_thresholds *t)
     json_object_set_new(o, "top1", pair_json(t->top1));
     json_object_set_new(o, "dp_rms", pair_json(t->dp_rms));
     json_object_set_new(o, "growth", pair_json(t->growth));
-    json_object_set_new(o, "growth_floor", jnum(t->growth_floor));
-    json_object_set_new(o, "flip_margin", jnum(t->flip_margin));
+    json_object_set_new(o, "growth_floor", real_or_null(t->growth_floor));
+    json_object_set_new(o, "flip_margin", real_or_null(t->flip_margin));
     return o;
 }
 
@@ -471,16 +471,16 @@ static json_t *buckets_json(const struct drift_result *r)
 static json_t *growth_json(const struct drift_growth *g)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "slope", jnum(g->slope));
-    json_object_set_new(o, "slope_lo", jnum(g->lo));
-    json_object_set_new(o, "slope_hi", jnum(g->hi));
-    json_object_set_new(o, "ratio", jnum(g->ratio));
-    json_object_set_new(o, "first_excess_kl", jnum(g->first));
-    json_object_set_new(o, "last_excess_kl", jnum(g->last));
+    json_object_set_new(o, "slope", real_or_null(g->slope));
+    json_object_set_new(o, "slope_lo", real_or_null(g->lo));
+    json_object_set_new(o, "slope_hi", real_or_null(g->hi));
+    json_object_set_new(o, "ratio", real_or_null(g->ratio));
+    json_object_set_new(o, "first_excess_kl", real_or_null(g->first));
+    json_object_set_new(o, "last_excess_kl", real_or_null(g->last));
     json_object_set_new(o, "buckets", json_integer(g->points));
     json_object_set_new(o, "replicates", json_integer(g->replicates));
     json_object_set_new(o, "from_position", json_integer(g->from));
-    json_object_set_new(o, "peak_excess_kl", jnum(g->peak));
+    json_object_set_new(o, "peak_excess_kl", real_or_null(g->peak));
     json_object_set_new(o, "shape", json_string(drift_shape_name(g->shape)));
     json_object_set_new(o, "verdict",
                         json_string(drift_verdict_name(g->verdict)));
@@ -517,11 +517,12 @@ static json_t *decode_json(const struct drift_decode *dc)
             json_object_set_new(x, nm[k], s);
         }
         if (p->gap_measured)
-            json_object_set_new(
-                x, "gap",
-                json_pack("{s:o,s:o,s:o,s:b}", "candidate", jnum(p->gap_cand),
-                          "golden", jnum(p->gap_golden), "se", jnum(p->gap_se),
-                          "differs", p->gap_differs));
+            json_object_set_new(x, "gap",
+                                json_pack("{s:o,s:o,s:o,s:b}", "candidate",
+                                          real_or_null(p->gap_cand), "golden",
+                                          real_or_null(p->gap_golden), "se",
+                                          real_or_null(p->gap_se), "differs",
+                                          p->gap_differs));
         json_array_append_new(pts, x);
     }
     json_object_set_new(o, "points", pts);
@@ -533,9 +534,10 @@ static json_t *decode_json(const struct drift_decode *dc)
 static json_t *harm_json(const struct drift_harm *h)
 {
     return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i}", "excess_kl_mean",
-                     jnum(h->excess_kl_mean), "lo", jnum(h->lo), "hi",
-                     jnum(h->hi), "flips_per_1k", jnum(h->flips_per_1k),
-                     "positions", (json_int_t)h->positions, "replicates",
+                     real_or_null(h->excess_kl_mean), "lo", real_or_null(h->lo),
+                     "hi", real_or_null(h->hi), "flips_per_1k",
+                     real_or_null(h->flips_per_1k), "positions",
+                     (json_int_t)h->positions, "replicates",
                      (int)h->replicates);
 }
 
@@ -637,9 +639,9 @@ json_t *drift_report_json(const struct drift_result *r,
         json_object_set_new(x, "seq", json_integer(w[i].seq));
         json_object_set_new(x, "pos", json_integer(w[i].pos));
         json_object_set_new(x, "token", json_integer((json_int_t)w[i].forced));
-        json_object_set_new(x, "kl", jnum(w[i].kl));
-        json_object_set_new(x, "dlogp", jnum(w[i].dlp));
-        json_object_set_new(x, "dp", jnum(w[i].dp));
+        json_object_set_new(x, "kl", real_or_null(w[i].kl));
+        json_object_set_new(x, "dlogp", real_or_null(w[i].dlp));
+        json_object_set_new(x, "dp", real_or_null(w[i].dp));
         if (wt) {
             json_object_set_new(x, "offset", json_integer(wt[i].offset));
             if (wt[i].token)

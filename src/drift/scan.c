@@ -20,7 +20,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "drift/dialect_int.h"
+#include "drift/scan.h"
 
 /* -1: choose by the CPU; 0: baseline; 1: AVX2 when the CPU has it. */
 static int forced = -1;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/url.h"
 #include "core/xalloc.h"
-#include "drift/dstore.h"
 #include "http/client.h"
 
 void drift_side_init(struct drift_side *s, const char *label)
@@ -94,37 +94,31 @@ static const char *err_text(const json_t *j)
     return json_is_string(m) ? json_string_value(m) : "";
 }
 
-/* Replaces the side's URL in d's message by its redacted form, so a
+/* Replaces the side's URL in d's message by its masked form, so a
  * user:password part never reaches the terminal. */
 static void redact_msg(const struct drift_side *s, struct diag *d)
 {
-    if (!d || !s->url)
-        return;
-    char *red = drift_url_redact(s->url);
-    size_t ul = strlen(s->url);
-    char *at = strstr(d->msg, s->url);
-    if (at && strcmp(red, s->url)) {
-        char out[sizeof(d->msg)];
-        snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - d->msg), d->msg, red,
-                 at + ul);
-        memcpy(d->msg, out, sizeof(out));
-    }
-    free(red);
+    if (d && s->url)
+        url_mask_in(d->msg, sizeof(d->msg), s->url);
 }
 
-/* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
- * A non-2xx status gives -EPROTO with the server's message. */
-static int call_raw(struct drift_side *s, const char *path, json_t *body,
-                    struct http_resp *resp, struct diag *d)
+/* Sends one request to path with the side's headers (Content-Type:
+ * application/json first when json), its API key as a Bearer token (the
+ * header line wiped after use) and text as the body (none when NULL); the
+ * answer, whatever its status, in resp. On a transport error d names the
+ * side, with the URL masked. */
+static int send_req(struct drift_side *s, const char *method, const char *path,
+                    bool json, const char *text, struct http_resp *resp,
+                    struct diag *d)
 {
     const char *hdrs[DRIFT_HEADERS_MAX + 4];
     size_t nh = 0;
-    char *auth = NULL, *text = NULL, *url;
-    int ret;
+    char *auth = NULL;
 
     if (!s->http)
         s->http = http_client_new();
-    hdrs[nh++] = "Content-Type: application/json";
+    if (json)
+        hdrs[nh++] = "Content-Type: application/json";
     if (s->api_key) {
         auth = xasprintf("Authorization: Bearer %s", s->api_key);
         hdrs[nh++] = auth;
@@ -132,21 +126,38 @@ static int call_raw(struct drift_side *s, const char *path, json_t *body,
     for (size_t i = 0; i < s->n_headers; i++)
         hdrs[nh++] = s->headers[i];
     hdrs[nh] = NULL;
-    url = xasprintf("%s%s", s->url, path);
-    struct http_req req = {.method = body ? "POST" : "GET",
+    char *url = xasprintf("%s%s", s->url, path);
+    struct http_req req = {.method = method,
                            .url = url,
                            .headers = hdrs,
                            .timeout_ms = s->timeout_ms};
-    if (body) {
-        text = json_dumps(body, JSON_COMPACT);
+    if (text) {
         req.body = text;
         req.body_len = strlen(text);
     }
     s->requests++;
-    ret = http_do(s->http, &req, resp, d);
+    int ret = http_do(s->http, &req, resp, d);
     if (ret) {
         diag_prefix(d, "%s", s->label);
-    } else if (resp->status < 200 || resp->status > 299) {
+        redact_msg(s, d);
+    }
+    if (auth) {
+        memset(auth, 0, strlen(auth));
+        free(auth);
+    }
+    free(url);
+    return ret;
+}
+
+/* Sends body (GET when NULL) to path; on 0 the answer is in resp (2xx).
+ * A non-2xx status gives -EPROTO with the server's message. */
+static int call_raw(struct drift_side *s, const char *path, json_t *body,
+                    struct http_resp *resp, struct diag *d)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    int ret = send_req(s, body ? "POST" : "GET", path, true, text, resp, d);
+    if (!ret && (resp->status < 200 || resp->status > 299)) {
+        char *url = xasprintf("%s%s", s->url, path);
         json_error_t jerr;
         char line[sizeof(d->msg)];
         json_t *e = json_loadb(resp->body.data ? resp->body.data : "",
@@ -159,15 +170,24 @@ static int call_raw(struct drift_side *s, const char *path, json_t *body,
                 d, EPROTO, "%s: %s", s->label,
                 http_resp_describe(resp, url, "an error", line, sizeof(line)));
         json_decref(e);
-    }
-    if (ret)
+        free(url);
         redact_msg(s, d);
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
     }
     free(text);
-    free(url);
+    return ret;
+}
+
+int drift_side_send_plain(struct drift_side *s, const char *method,
+                          const char *path, long *status, struct buf *body,
+                          struct diag *d)
+{
+    struct http_resp resp;
+    http_resp_init(&resp);
+    int ret = send_req(s, method, path, false, NULL, &resp, d);
+    *status = resp.status;
+    if (body)
+        buf_add(body, resp.body.data ? resp.body.data : "", resp.body.len);
+    http_resp_release(&resp);
     return ret;
 }
 
@@ -203,7 +223,7 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d)
                                         "/get_server_info"};
     json_t *fp = json_object();
     int reached = 0, ret = 0;
-    char *url = drift_url_redact(s->url);
+    char *url = url_mask(s->url);
     json_object_set_new(fp, "url", json_string(url));
     free(url);
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
@@ -325,14 +345,32 @@ int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
     return ret;
 }
 
+/* Cached prompt tokens an answer reports: the OpenAI usage field
+ * (usage.prompt_tokens_details.cached_tokens) or sglang's
+ * meta_info.cached_tokens; -1 when neither is there. */
+static long cached_in(const json_t *a)
+{
+    const json_t *u = json_object_get(
+        json_object_get(json_object_get(a, "usage"), "prompt_tokens_details"),
+        "cached_tokens");
+    if (!json_is_integer(u))
+        u = json_object_get(json_object_get(a, "meta_info"), "cached_tokens");
+    return json_is_integer(u) ? (long)json_integer_value(u) : -1;
+}
+
+/* One generation request in dialect dl; *cached and *sent as in
+ * drift_side_generate_seen. */
 static int generate_in(struct drift_side *s, enum drift_dialect dl,
                        const uint32_t *ids, size_t n, unsigned max_new,
-                       struct drift_lp *lp, struct diag *d)
+                       struct drift_lp *lp, long *cached, unsigned *sent,
+                       struct diag *d)
 {
     struct drift_req r = {.ids = ids, .n = n, .max_new = max_new};
     enum drift_dialect keep = s->dialect;
     json_t *out;
     s->dialect = dl;
+    if (sent)
+        (*sent)++;
     int ret = drift_side_request(s, &r, &out, d);
     if (!ret) {
         ret = drift_parse_decode(dl, out, lp, d);
@@ -340,6 +378,8 @@ static int generate_in(struct drift_side *s, enum drift_dialect dl,
             diag_prefix(d, "%s generation (%s dialect)", s->label,
                         drift_dialect_name(dl));
     }
+    if (!ret && cached)
+        *cached = cached_in(out);
     s->dialect = keep;
     json_decref(out);
     return ret;
@@ -348,13 +388,20 @@ static int generate_in(struct drift_side *s, enum drift_dialect dl,
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
                         unsigned max_new, struct drift_lp *lp, struct diag *d)
 {
+    return drift_side_generate_seen(s, ids, n, max_new, lp, NULL, NULL, d);
+}
+
+int drift_side_generate_seen(struct drift_side *s, const uint32_t *ids,
+                             size_t n, unsigned max_new, struct drift_lp *lp,
+                             long *cached, unsigned *sent, struct diag *d)
+{
     static const enum drift_dialect with_ids[] = {DRIFT_DIALECT_SGLANG,
                                                   DRIFT_DIALECT_TGI};
     enum drift_dialect dl = s->gen_dialect ? s->gen_dialect : s->dialect;
     /* a server without prompt logprobs still generates like OpenAI */
     if (dl == DRIFT_DIALECT_NONE || dl == DRIFT_DIALECT_AUTO)
         dl = DRIFT_DIALECT_ECHO;
-    int ret = generate_in(s, dl, ids, n, max_new, lp, d);
+    int ret = generate_in(s, dl, ids, n, max_new, lp, cached, sent, d);
     if (ret != -ENOKEY || s->gen_dialect)
         return ret;
     /* OpenAI completions may name generated tokens only by text: ask the
@@ -362,7 +409,7 @@ int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
     char first[sizeof(d->msg)];
     snprintf(first, sizeof(first), "%s", d->msg);
     for (size_t i = 0; i < 2; i++) {
-        ret = generate_in(s, with_ids[i], ids, n, max_new, lp, d);
+        ret = generate_in(s, with_ids[i], ids, n, max_new, lp, cached, sent, d);
         if (!ret) {
             s->gen_dialect = with_ids[i];
             return 0;

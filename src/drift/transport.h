@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/buf.h"
 #include "core/diag.h"
 #include "drift/dialect.h"
 
@@ -71,6 +72,14 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d);
 int drift_side_detect(struct drift_side *s, const uint32_t *probe, size_t n,
                       struct diag *d);
 
+/* Sends an empty request (method "GET" or "POST") to path with the side's
+ * headers and key, no JSON expected: *status and the body as they came (a
+ * non-2xx status is not an error here). For endpoints outside the model
+ * API, such as the cache arm's flush. */
+int drift_side_send_plain(struct drift_side *s, const char *method,
+                          const char *path, long *status, struct buf *body,
+                          struct diag *d);
+
 /* Prompt log-probabilities of ids[0..n) into lp: fetch, then parse. */
 int drift_side_score(struct drift_side *s, const uint32_t *ids, size_t n,
                      struct drift_lp *lp, struct diag *d);
@@ -91,6 +100,13 @@ int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
  * generation are tried and the first that works is kept in gen_dialect. */
 int drift_side_generate(struct drift_side *s, const uint32_t *ids, size_t n,
                         unsigned max_new, struct drift_lp *lp, struct diag *d);
+/* The same, also giving what the answer says of the server's prefix
+ * cache (*cached: cached prompt tokens, -1 when the answer has no figure)
+ * and adding the generation requests sent, fallback dialects included, to
+ * *sent; either may be NULL. */
+int drift_side_generate_seen(struct drift_side *s, const uint32_t *ids,
+                             size_t n, unsigned max_new, struct drift_lp *lp,
+                             long *cached, unsigned *sent, struct diag *d);
 /* Sends r (model, top_k and extra body from s) in s's dialect and returns
  * the parsed answer in *out (for the determinism check, which parses
  * prompt and decode parts of one answer). */

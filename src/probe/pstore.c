@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/xalloc.h"
+#include "core/url.h"
 #include "probe/probe.h"
 #include "store/store.h"
 
@@ -59,17 +59,6 @@ static int step_done(sqlite3 *db, sqlite3_stmt *st, struct diag *d)
     return 0;
 }
 
-/* The URL without a user:password@ part. */
-static char *safe_url(const char *url)
-{
-    const char *s = strstr(url, "://");
-    const char *at = s ? strchr(s + 3, '@') : NULL;
-    const char *slash = s ? strchr(s + 3, '/') : NULL;
-    if (!at || (slash && slash < at))
-        return xstrdup(url);
-    return xasprintf("%.*s%s", (int)(s + 3 - url), url, at + 1);
-}
-
 int probe_store_endpoint(sqlite3 *db, const struct probe_endpoint *e,
                          struct diag *d)
 {
@@ -80,7 +69,7 @@ int probe_store_endpoint(sqlite3 *db, const struct probe_endpoint *e,
                  &st, d);
     if (r)
         return r;
-    char *url = safe_url(e->url);
+    char *url = url_mask(e->url);
     char *info =
         e->info ? json_dumps(e->info, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_text(st, 1, e->fp, -1, SQLITE_STATIC);

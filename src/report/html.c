@@ -11,44 +11,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/utf8.h"
 #include "report/report.h"
 #include "report/report_int.h"
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t k;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        k = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        k = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        k = 4, min = 0x10000;
-    else
-        return 0;
-    if (k > n)
-        return 0;
-    unsigned cp = c & (0x7f >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return k;
-}
 
 void html_escn(struct buf *b, const char *s, size_t len, size_t max)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, lim = max && max < len ? max : len;
     while (i < len) {
-        size_t k = utf8_len(p + i, len - i);
+        size_t k = utf8_seq_len(p + i, len - i);
         if (i + (k ? k : 1) > lim) {
             buf_adds(b, "\xe2\x80\xa6"); /* ... */
             return;

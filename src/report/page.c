@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "report/report.h"
 #include "report/report_int.h"
@@ -314,22 +315,6 @@ static void add_arg(struct buf *b, const char *a)
     buf_addch(b, '\'');
 }
 
-/* a with a URL's user:password@ replaced by ***@. */
-static char *redact_url(const char *a)
-{
-    const char *s = strstr(a, "://");
-    if (!s)
-        return xstrdup(a);
-    const char *host = s + 3, *end = host + strcspn(host, "/?#");
-    const char *at = NULL;
-    for (const char *p = host; p < end; p++)
-        if (*p == '@')
-            at = p;
-    if (!at)
-        return xstrdup(a);
-    return xasprintf("%.*s***%s", (int)(host - a), a, at);
-}
-
 char *report_cmdline(int argc, char **argv)
 {
     struct buf b;
@@ -355,7 +340,7 @@ char *report_cmdline(int argc, char **argv)
             }
             continue;
         }
-        char *r = redact_url(a);
+        char *r = url_mask(a);
         add_arg(&b, r);
         free(r);
     }

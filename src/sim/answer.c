@@ -11,10 +11,10 @@
 #include "core/xalloc.h"
 #include "sim/tok.h"
 
-const char REPLY_NOT_SEEN[] =
+const char ANSWER_NOT_SEEN[] =
     "I don't see any earlier message about that; this looks like the start "
     "of our conversation.";
-const char REPLY_FIRST_MESSAGE[] =
+const char ANSWER_FIRST_MESSAGE[] =
     "This is the very first message of our conversation, so I don't know "
     "what \"that\" refers to.";
 
@@ -305,7 +305,7 @@ static void answer_variable(const struct view *v, const char *name,
         char *val = assignment(v, cur);
         free(cur);
         if (!val) {
-            buf_adds(out, REPLY_NOT_SEEN);
+            buf_adds(out, ANSWER_NOT_SEEN);
             return;
         }
         if (!is_ident(val, strlen(val)) || isdigit((unsigned char)val[0])) {
@@ -316,7 +316,7 @@ static void answer_variable(const struct view *v, const char *name,
         cur = val;
     }
     free(cur);
-    buf_adds(out, REPLY_NOT_SEEN);
+    buf_adds(out, ANSWER_NOT_SEEN);
 }
 
 static const char *ord_suffix(int n)
@@ -334,7 +334,7 @@ static void answer_fact(const struct view *v, const char *q, const char *end,
     char *attr, *ent;
     const char *as = q + olen;
     if (!split_attr(as, end, &attr, &ent)) {
-        buf_adds(out, REPLY_NOT_SEEN);
+        buf_adds(out, ANSWER_NOT_SEEN);
         return;
     }
     /* Answer in the question's own words: "ATTR for ENTITY" as asked. */
@@ -350,7 +350,7 @@ static void answer_fact(const struct view *v, const char *q, const char *end,
         if (!strcmp(fs.v[i].attr, attr) && !strcmp(fs.v[i].ent, ent))
             match[n++] = i;
     if (n == 0) {
-        buf_adds(out, REPLY_NOT_SEEN);
+        buf_adds(out, ANSWER_NOT_SEEN);
     } else if (ord > 0 && (size_t)ord > n) {
         buf_printf(out, "I only see %zu %.*s for %.*s.", n, alen, as, elen, es);
     } else {
@@ -432,8 +432,8 @@ static json_t *trigger_args(const char *args, size_t n)
     return a;
 }
 
-static bool tool_call(const struct reply_in *in, const struct seg *q,
-                      struct reply_out *out)
+static bool tool_call(const struct answer_in *in, const struct seg *q,
+                      struct answer_out *out)
 {
     const char *t = buf_str(&q->text), *end = t + q->text.len;
     const char *p = find_ci(t, end, "Call the ");
@@ -492,8 +492,8 @@ static bool summarise(const struct view *v, struct buf *out)
     return said > 0;
 }
 
-static void answer(const struct reply_in *in, const struct view *v,
-                   struct reply_out *out)
+static void answer(const struct answer_in *in, const struct view *v,
+                   struct answer_out *out)
 {
     long qi = last_seg(v, TOK_USER), ti = last_seg(v, TOK_TOOL);
     struct buf *c = &out->content;
@@ -504,7 +504,7 @@ static void answer(const struct reply_in *in, const struct view *v,
         return;
     }
     if (qi < 0) {
-        buf_adds(c, REPLY_NOT_SEEN);
+        buf_adds(c, ANSWER_NOT_SEEN);
         return;
     }
     const struct seg *q = &v->segs[qi];
@@ -518,7 +518,7 @@ static void answer(const struct reply_in *in, const struct view *v,
         return;
     if (find_ci(t, end, "first message") && memchr(t, '?', q->text.len)) {
         if (first < 0) {
-            buf_adds(c, REPLY_NOT_SEEN);
+            buf_adds(c, ANSWER_NOT_SEEN);
             return;
         }
         buf_adds(c, "Your first message asked: \"");
@@ -532,7 +532,7 @@ static void answer(const struct reply_in *in, const struct view *v,
     } else if (w && qm) {
         answer_fact(v, w + 12, qm, c);
     } else if (is_follow_up(t) && first < 0) {
-        buf_adds(c, REPLY_FIRST_MESSAGE);
+        buf_adds(c, ANSWER_FIRST_MESSAGE);
     } else if (first >= 0) {
         buf_adds(c, "Continuing from your first request (\"");
         quote(c, &v->segs[first].text, 60);
@@ -544,7 +544,7 @@ static void answer(const struct reply_in *in, const struct view *v,
     }
 }
 
-void reply_out_init(struct reply_out *r)
+void answer_out_init(struct answer_out *r)
 {
     buf_init(&r->content, 0);
     buf_init(&r->reasoning, 0);
@@ -552,7 +552,7 @@ void reply_out_init(struct reply_out *r)
     r->tool_args = NULL;
 }
 
-void reply_out_release(struct reply_out *r)
+void answer_out_release(struct answer_out *r)
 {
     buf_release(&r->content);
     buf_release(&r->reasoning);
@@ -560,7 +560,7 @@ void reply_out_release(struct reply_out *r)
     free(r->tool_args);
 }
 
-void reply_write(const struct reply_in *in, struct reply_out *out)
+void answer_write(const struct answer_in *in, struct answer_out *out)
 {
     static const char *const prefixes[] = {"", "Sure. ",
                                            "From what you said: "};

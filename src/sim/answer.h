@@ -15,7 +15,7 @@
 
 #include "core/buf.h"
 
-struct reply_in {
+struct answer_in {
     const int32_t *toks; /* the prompt as the model saw it */
     size_t n;
     size_t window; /* forget-after; 0: everything is visible */
@@ -26,19 +26,19 @@ struct reply_in {
                    * facts the conversation states (a healthy summary) */
 };
 
-struct reply_out {
+struct answer_out {
     struct buf content;
     struct buf reasoning;
     char *tool_name; /* set when the reply is a tool call */
     char *tool_args; /* JSON text of its arguments */
 };
 
-void reply_out_init(struct reply_out *r);
-void reply_out_release(struct reply_out *r);
-void reply_write(const struct reply_in *in, struct reply_out *out);
+void answer_out_init(struct answer_out *r);
+void answer_out_release(struct answer_out *r);
+void answer_write(const struct answer_in *in, struct answer_out *out);
 
 /* The "not visible" answers, exposed for tests and for docs. */
-extern const char REPLY_NOT_SEEN[];
-extern const char REPLY_FIRST_MESSAGE[];
+extern const char ANSWER_NOT_SEEN[];
+extern const char ANSWER_FIRST_MESSAGE[];
 
 #endif

@@ -24,9 +24,9 @@ struct chat {
     long max_tokens, top_logprobs, seed;
     double temperature;
     json_t *tools;
-    struct tokv prompt;
-    struct tokv reasoning_toks, content_toks;
-    struct reply_out out;
+    struct tok_vec prompt;
+    struct tok_vec reasoning_toks, content_toks;
+    struct answer_out out;
     const char *finish;
     char id[48];
     json_int_t created;
@@ -99,7 +99,7 @@ static int variant(const struct sim *s, const struct chat *c)
 /* Reasoning then content tokens, cut by collapse and max_tokens. */
 static void generate(const struct sim *s, struct chat *c)
 {
-    struct tokv *rt = &c->reasoning_toks, *ct = &c->content_toks;
+    struct tok_vec *rt = &c->reasoning_toks, *ct = &c->content_toks;
     tok_encode(c->out.reasoning.data ? c->out.reasoning.data : "",
                c->out.reasoning.len, rt);
     tok_encode(c->out.content.data ? c->out.content.data : "",
@@ -108,14 +108,14 @@ static void generate(const struct sim *s, struct chat *c)
     long limit = c->max_tokens ? c->max_tokens : 1L << 30;
     if (s->cfg.collapse_after > 0) {
         size_t keep = (size_t)s->cfg.collapse_after;
-        struct tokv loop;
-        tokv_init(&loop);
+        struct tok_vec loop;
+        tok_vec_init(&loop);
         tok_encode(" and the same again", 19, &loop);
         ct->n = ct->n < keep ? ct->n : keep;
         long cap = c->max_tokens ? c->max_tokens : 512;
         for (size_t i = 0; (long)(rt->n + ct->n) < cap; i++)
-            tokv_push(ct, loop.v[i % loop.n]);
-        tokv_release(&loop);
+            tok_vec_push(ct, loop.v[i % loop.n]);
+        tok_vec_release(&loop);
         c->finish = "length";
     }
     if ((long)rt->n > limit)
@@ -145,24 +145,24 @@ static json_t *top_entry(int32_t id, double lp)
 static json_t *content_logprobs(const struct sim *s, const struct sim_req *rq,
                                 const struct chat *c)
 {
-    struct tokv seq;
+    struct tok_vec seq;
     struct model m;
     struct dist d;
     struct model_noise nz = sim_noise(s, rq, true);
     json_t *arr = json_array();
-    tokv_init(&seq);
+    tok_vec_init(&seq);
     for (size_t i = 0; i < c->prompt.n; i++)
-        tokv_push(&seq, c->prompt.v[i]);
+        tok_vec_push(&seq, c->prompt.v[i]);
     for (size_t i = 0; i < c->reasoning_toks.n; i++)
-        tokv_push(&seq, c->reasoning_toks.v[i]);
+        tok_vec_push(&seq, c->reasoning_toks.v[i]);
     size_t base = seq.n;
     for (size_t i = 0; i < c->content_toks.n; i++)
-        tokv_push(&seq, c->content_toks.v[i]);
+        tok_vec_push(&seq, c->content_toks.v[i]);
     model_init(&m, (size_t)s->cfg.forget_after);
     for (size_t i = 0; i < c->content_toks.n; i++) {
         int32_t id = c->content_toks.v[i];
         model_dist(&m, seq.v, base + i, &nz, &d);
-        json_t *e = top_entry(id, dist_logprob(&d, id));
+        json_t *e = top_entry(id, model_dist_logprob(&d, id));
         json_t *tops = json_array();
         for (int k = 0; k < c->top_logprobs && k < d.n; k++)
             json_array_append_new(tops, top_entry(d.id[k], d.lp[k]));
@@ -170,7 +170,7 @@ static json_t *content_logprobs(const struct sim *s, const struct sim_req *rq,
         json_array_append_new(arr, e);
     }
     model_release(&m);
-    tokv_release(&seq);
+    tok_vec_release(&seq);
     return arr;
 }
 
@@ -190,22 +190,22 @@ static json_t *usage(const struct sim *s, const struct chat *c)
 /* The prompt and the reply as the model generated them, into the cache. */
 static void cache_reply(struct sim *s, const struct chat *c)
 {
-    struct tokv all;
-    tokv_init(&all);
+    struct tok_vec all;
+    tok_vec_init(&all);
     for (size_t i = 0; i < c->prompt.n; i++)
-        tokv_push(&all, c->prompt.v[i]);
+        tok_vec_push(&all, c->prompt.v[i]);
     /* generated as the template renders an assistant turn (tmpl.c):
      * reasoning between its markers, then the content */
     if (c->reasoning_toks.n) {
-        tokv_push(&all, TOK_THINK);
+        tok_vec_push(&all, TOK_THINK);
         for (size_t i = 0; i < c->reasoning_toks.n; i++)
-            tokv_push(&all, c->reasoning_toks.v[i]);
-        tokv_push(&all, TOK_THINK_END);
+            tok_vec_push(&all, c->reasoning_toks.v[i]);
+        tok_vec_push(&all, TOK_THINK_END);
     }
     for (size_t i = 0; i < c->content_toks.n; i++)
-        tokv_push(&all, c->content_toks.v[i]);
+        tok_vec_push(&all, c->content_toks.v[i]);
     sim_cache_end(s, all.v, c->prompt.n, all.n);
-    tokv_release(&all);
+    tok_vec_release(&all);
 }
 
 static json_t *tool_calls(const struct chat *c, bool with_args)
@@ -217,7 +217,7 @@ static json_t *tool_calls(const struct chat *c, bool with_args)
                      "arguments", with_args ? c->out.tool_args : "");
 }
 
-static json_t *text_of(const struct tokv *t)
+static json_t *text_of(const struct tok_vec *t)
 {
     struct buf b = BUF_INIT;
     tok_decode(t->v, t->n, &b);
@@ -282,8 +282,8 @@ static json_t *chunk(const struct sim *s, const struct chat *c, json_t *delta,
  * delta {field: piece} (tests/sim/test_sim_stream.c compares the two), at a
  * fraction of the cost of building and dumping the objects per token. */
 static void stream_tokens(const struct sim *s, const struct chat *c,
-                          const struct tokv *t, const char *field, json_t *lps,
-                          struct sim_resp *r)
+                          const struct tok_vec *t, const char *field,
+                          json_t *lps, struct sim_resp *r)
 {
     struct buf pend = BUF_INIT, head = BUF_INIT;
     char piece[16];
@@ -401,16 +401,16 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     struct chat c;
     memset(&c, 0, sizeof(c));
-    tokv_init(&c.prompt);
-    tokv_init(&c.reasoning_toks);
-    tokv_init(&c.content_toks);
-    reply_out_init(&c.out);
+    tok_vec_init(&c.prompt);
+    tok_vec_init(&c.reasoning_toks);
+    tok_vec_init(&c.content_toks);
+    answer_out_init(&c.out);
     c.body = sim_body(rq, r);
     if (!c.body || parse(s, &c, r))
         goto out;
     sim_id(s, "chatcmpl", c.id);
     c.created = (json_int_t)time(NULL);
-    struct reply_in in = {
+    struct answer_in in = {
         .toks = c.prompt.v,
         .n = c.prompt.n,
         .window = sim_recall_window(&s->cfg, c.prompt.n),
@@ -421,7 +421,7 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     };
     feedback_window(&s->cfg, &c.prompt, &in.window);
     sim_cache_begin(s, c.prompt.v, c.prompt.n, SIZE_MAX);
-    reply_write(&in, &c.out);
+    answer_write(&in, &c.out);
     if (c.reasoning && s->cfg.feedback_base > 0) {
         uint64_t seed =
             json_object_get(c.body, "seed") ? (uint64_t)c.seed : s->counter;
@@ -431,7 +431,7 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     }
     if (s->cfg.lose_summary && is_summary_request(c.body)) {
         buf_reset(&c.out.content);
-        buf_adds(&c.out.content, REPLY_NOT_SEEN);
+        buf_adds(&c.out.content, ANSWER_NOT_SEEN);
         free(c.out.tool_name);
         free(c.out.tool_args);
         c.out.tool_name = c.out.tool_args = NULL;
@@ -443,9 +443,9 @@ void sim_chat(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     else
         whole(s, rq, &c, r);
 out:
-    reply_out_release(&c.out);
-    tokv_release(&c.prompt);
-    tokv_release(&c.reasoning_toks);
-    tokv_release(&c.content_toks);
+    answer_out_release(&c.out);
+    tok_vec_release(&c.prompt);
+    tok_vec_release(&c.reasoning_toks);
+    tok_vec_release(&c.content_toks);
     json_decref(c.body);
 }

@@ -10,7 +10,7 @@
 
 #include "core/hash.h"
 
-size_t feedback_in_context(const struct tokv *prompt)
+size_t feedback_in_context(const struct tok_vec *prompt)
 {
     size_t n = 0;
     bool in = false;
@@ -26,7 +26,7 @@ size_t feedback_in_context(const struct tokv *prompt)
     return n;
 }
 
-void feedback_window(const struct sim_config *c, const struct tokv *prompt,
+void feedback_window(const struct sim_config *c, const struct tok_vec *prompt,
                      size_t *window)
 {
     if (c->feedback_base <= 0 ||
@@ -81,8 +81,8 @@ void feedback_reasoning(size_t tokens, uint64_t seed, struct buf *out)
         "Verifying assumptions one by one here.",
     };
     struct buf text = BUF_INIT;
-    struct tokv t;
-    tokv_init(&t);
+    struct tok_vec t;
+    tok_vec_init(&t);
     for (size_t i = 0; text.len < tokens * 6 + 64; i++) {
         const char *s = steps[mix2(seed, i) % 6];
         if (text.len)
@@ -94,6 +94,6 @@ void feedback_reasoning(size_t tokens, uint64_t seed, struct buf *out)
         t.n = tokens;
     buf_reset(out);
     tok_decode(t.v, t.n, out);
-    tokv_release(&t);
+    tok_vec_release(&t);
     buf_release(&text);
 }

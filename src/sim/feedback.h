@@ -19,10 +19,10 @@
 #include "sim/tok.h"
 
 /* Reasoning tokens in a rendered prompt (between think markers). */
-size_t feedback_in_context(const struct tokv *prompt);
+size_t feedback_in_context(const struct tok_vec *prompt);
 /* The visible window for a request: *window narrowed to feedback_window
  * when the reasoning in prompt passes feedback_budget (0: all visible). */
-void feedback_window(const struct sim_config *c, const struct tokv *prompt,
+void feedback_window(const struct sim_config *c, const struct tok_vec *prompt,
                      size_t *window);
 /* The reasoning tokens the reply writes: (base + growth x in-context) x
  * effort x 1 / (0.5 + temperature) x (1 +- jitter), at most feedback_max.

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/hash.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "sim/sim_int.h"
 #include "sim/tmpl.h"
@@ -218,27 +219,6 @@ int sim_get_num(json_t *o, const char *k, double min, double max, double def,
     return 0;
 }
 
-/* Length of the UTF-8 sequence starting at p (1-4), 0 when invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    size_t len = p[0] < 0x80             ? 1
-                 : (p[0] & 0xe0) == 0xc0 ? 2
-                 : (p[0] & 0xf0) == 0xe0 ? 3
-                 : (p[0] & 0xf8) == 0xf0 ? 4
-                                         : 0;
-    if (!len || len > n || (len == 2 && p[0] < 0xc2) || p[0] > 0xf4)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    /* RFC 3629 section 4: no overlong forms, surrogates or code points
-     * above U+10FFFF */
-    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) ||
-        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
-        return 0;
-    return len;
-}
-
 /* Appends p[0..n) to b with each invalid UTF-8 byte and each NUL replaced
  * by U+FFFD. */
 static void utf8_clean(struct buf *b, const char *p, size_t n)
@@ -246,7 +226,7 @@ static void utf8_clean(struct buf *b, const char *p, size_t n)
     const unsigned char *u = (const unsigned char *)p;
     size_t i = 0;
     while (i < n) {
-        size_t k = utf8_seq(u + i, n - i);
+        size_t k = utf8_seq_len(u + i, n - i);
         if (k && !(k == 1 && u[i] == 0)) {
             buf_add(b, p + i, k);
             i += k;
@@ -297,7 +277,7 @@ json_t *sim_tok_json(int32_t id)
     return sim_jstr(piece, k);
 }
 
-int sim_get_ids(json_t *arr, const char *field, struct tokv *out,
+int sim_get_ids(json_t *arr, const char *field, struct tok_vec *out,
                 struct sim_resp *r)
 {
     size_t i;
@@ -314,7 +294,7 @@ int sim_get_ids(json_t *arr, const char *field, struct tokv *out,
                       TOK_VOCAB - 1);
             return -1;
         }
-        tokv_push(out, (int32_t)json_integer_value(v));
+        tok_vec_push(out, (int32_t)json_integer_value(v));
     }
     return 0;
 }
@@ -347,7 +327,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 }
 
 /* vLLM's wording (vllm/entrypoints/openai/serving_engine.py). */
-int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
+int sim_fit_context(const struct sim *s, struct tok_vec *toks, long max_new,
                     struct sim_resp *r)
 {
     long limit = sim_config_limit(&s->cfg);

@@ -18,7 +18,7 @@
  * position t >= from with its distribution; generated tokens are appended
  * to seq. Returns the finish reason. */
 struct lm_pass {
-    struct tokv seq;
+    struct tok_vec seq;
     size_t prompt_n;
     long max_new;
     size_t from; /* first prompt position to score; SIZE_MAX: none */
@@ -43,11 +43,11 @@ static const char *lm_run(struct sim *s, const struct sim_req *rq,
     for (long i = 0; i < p->max_new; i++) {
         size_t t = p->seq.n;
         if (t == 0) {
-            tokv_push(&p->seq, TOK_BOS);
+            tok_vec_push(&p->seq, TOK_BOS);
             continue;
         }
         model_dist(&m, p->seq.v, t, &dec, &d);
-        tokv_push(&p->seq, d.id[0]);
+        tok_vec_push(&p->seq, d.id[0]);
         p->on_pos(p->ud, t, &d, true);
         if (d.id[0] == TOK_END) {
             finish = "stop";
@@ -123,7 +123,7 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
 {
     struct cmpl *c = ud;
     int32_t id = c->pass->seq.v[t];
-    double lp = dist_logprob(d, id);
+    double lp = model_dist_logprob(d, id);
     if (!gen && c->plps) {
         json_t *o = json_object();
         char key[16];
@@ -132,7 +132,7 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
             snprintf(key, sizeof(key), "%d", kid);
             json_object_set_new(o, key,
                                 json_pack("{s:f,s:i,s:o}", "logprob",
-                                          dist_logprob(d, kid), "rank",
+                                          model_dist_logprob(d, kid), "rank",
                                           k < 0 ? rank_of(d, id) : (int)k + 1,
                                           "decoded_token", sim_tok_json(kid)));
         }
@@ -144,7 +144,7 @@ static void cmpl_pos(void *ud, size_t t, const struct dist *d, bool gen)
              c->logprobs > 0 ? legacy_top(c, d, c->logprobs) : json_null());
 }
 
-static int prompt_ids(json_t *b, const char *field, struct tokv *out,
+static int prompt_ids(json_t *b, const char *field, struct tok_vec *out,
                       struct sim_resp *r)
 {
     json_t *p = json_object_get(b, field);
@@ -187,7 +187,7 @@ void sim_completions(struct sim *s, const struct sim_req *rq,
     struct lm_pass p = {.on_pos = cmpl_pos, .ud = &c, .from = SIZE_MAX};
     bool stream;
     long max_new;
-    tokv_init(&p.seq);
+    tok_vec_init(&p.seq);
     c.pass = &p;
     if (!b || prompt_ids(b, "prompt", &p.seq, r) ||
         sim_get_long(b, "max_tokens", 0, 1 << 24, 16, &max_new, r) ||
@@ -257,7 +257,7 @@ out:
     json_decref(c.tops);
     json_decref(c.offsets);
     json_decref(c.plps);
-    tokv_release(&p.seq);
+    tok_vec_release(&p.seq);
     json_decref(b);
 }
 
@@ -292,11 +292,11 @@ static void sgl_pos(void *ud, size_t t, const struct dist *d, bool gen)
         json_array_foreach(g->ids_asked, i, v)
         {
             int32_t q = (int32_t)json_integer_value(v);
-            json_array_append_new(ids, triple(dist_logprob(d, q), q));
+            json_array_append_new(ids, triple(model_dist_logprob(d, q), q));
         }
     }
     json_array_append_new(gen ? g->out_lp : g->in_lp,
-                          triple(dist_logprob(d, id), id));
+                          triple(model_dist_logprob(d, id), id));
     json_array_append_new(gen ? g->out_top : g->in_top, top);
     if (ids)
         json_array_append_new(gen ? g->out_ids : g->in_ids, ids);
@@ -329,10 +329,10 @@ static int sgl_parse(const struct sim *s, json_t *b, struct sgl *g,
     if (json_is_null(g->ids_asked))
         g->ids_asked = NULL;
     if (g->ids_asked) {
-        struct tokv chk;
-        tokv_init(&chk);
+        struct tok_vec chk;
+        tok_vec_init(&chk);
         int bad = sim_get_ids(g->ids_asked, "token_ids_logprob", &chk, r);
-        tokv_release(&chk);
+        tok_vec_release(&chk);
         if (bad)
             return -1;
     }
@@ -388,7 +388,7 @@ static void sglang(struct sim *s, const struct sim_req *rq, json_t *b,
 {
     struct sgl g = {0};
     struct lm_pass p = {.on_pos = sgl_pos, .ud = &g, .from = SIZE_MAX};
-    tokv_init(&p.seq);
+    tok_vec_init(&p.seq);
     g.pass = &p;
     if (sgl_parse(s, b, &g, &p, r) || sim_fit_context(s, &p.seq, p.max_new, r))
         goto out;
@@ -422,7 +422,7 @@ out:
     json_decref(g.out_lp);
     json_decref(g.out_top);
     json_decref(g.out_ids);
-    tokv_release(&p.seq);
+    tok_vec_release(&p.seq);
 }
 
 /* ---- TGI /generate ---- */
@@ -444,12 +444,12 @@ static void tgi_pos(void *ud, size_t t, const struct dist *d, bool gen)
     struct tgi *g = ud;
     int32_t id = g->pass->seq.v[t];
     if (!gen) {
-        json_t *e = tgi_tok(id, dist_logprob(d, id));
+        json_t *e = tgi_tok(id, model_dist_logprob(d, id));
         json_object_del(e, "special");
         json_array_append_new(g->prefill, e);
         return;
     }
-    json_array_append_new(g->tokens, tgi_tok(id, dist_logprob(d, id)));
+    json_array_append_new(g->tokens, tgi_tok(id, model_dist_logprob(d, id)));
     json_t *top = json_array();
     for (long k = 0; k < g->topn && k < d->n; k++)
         json_array_append_new(top, tgi_tok(d->id[k], d->lp[k]));
@@ -463,7 +463,7 @@ static void tgi(struct sim *s, const struct sim_req *rq, json_t *b,
     struct lm_pass p = {.on_pos = tgi_pos, .ud = &g, .from = SIZE_MAX};
     json_t *prm = json_object_get(b, "parameters"), *in;
     bool dec_details, details;
-    tokv_init(&p.seq);
+    tok_vec_init(&p.seq);
     g.pass = &p;
     in = json_object_get(b, "inputs");
     if (!json_is_string(in)) {
@@ -509,7 +509,7 @@ out:
     json_decref(g.prefill);
     json_decref(g.tokens);
     json_decref(g.top);
-    tokv_release(&p.seq);
+    tok_vec_release(&p.seq);
 }
 
 void sim_generate(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
@@ -529,9 +529,9 @@ void sim_generate(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 void sim_tokenize(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     json_t *b = sim_body(rq, r), *msgs;
-    struct tokv t;
+    struct tok_vec t;
     bool gen;
-    tokv_init(&t);
+    tok_vec_init(&t);
     if (!b)
         return;
     msgs = json_object_get(b, "messages");
@@ -565,7 +565,7 @@ void sim_tokenize(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
                           "max_model_len", (json_int_t)s->cfg.max_model_len,
                           "tokens", ids));
 out:
-    tokv_release(&t);
+    tok_vec_release(&t);
     json_decref(b);
 }
 
@@ -573,14 +573,14 @@ void sim_detokenize(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
 {
     (void)s;
     json_t *b = sim_body(rq, r);
-    struct tokv t;
-    tokv_init(&t);
+    struct tok_vec t;
+    tok_vec_init(&t);
     if (!b)
         return;
     if (!json_object_get(b, "tokens"))
         sim_error(r, 400, "tokens", "'tokens' is required");
     else if (!sim_get_ids(json_object_get(b, "tokens"), "tokens", &t, r))
         sim_json(r, json_pack("{s:o}", "prompt", text_of(t.v, t.n)));
-    tokv_release(&t);
+    tok_vec_release(&t);
     json_decref(b);
 }

@@ -151,7 +151,7 @@ void model_dist(struct model *m, const int32_t *toks, size_t t,
     out->tail_lp = log(tail) - log((double)TOK_VOCAB - n);
 }
 
-double dist_logprob(const struct dist *d, int32_t id)
+double model_dist_logprob(const struct dist *d, int32_t id)
 {
     for (int j = 0; j < d->n; j++)
         if (d->id[j] == id)

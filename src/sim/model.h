@@ -57,6 +57,6 @@ void model_release(struct model *m);
 /* The distribution of toks[t] given toks[0..t); t >= 1. */
 void model_dist(struct model *m, const int32_t *toks, size_t t,
                 const struct model_noise *nz, struct dist *out);
-double dist_logprob(const struct dist *d, int32_t id);
+double model_dist_logprob(const struct dist *d, int32_t id);
 
 #endif

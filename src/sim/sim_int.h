@@ -45,7 +45,7 @@ size_t sim_utf8_whole(const char *p, size_t n);
 /* The text of one token as a JSON string. */
 json_t *sim_tok_json(int32_t id);
 /* Token ids from a JSON array, or a 400 naming field. */
-int sim_get_ids(json_t *arr, const char *field, struct tokv *out,
+int sim_get_ids(json_t *arr, const char *field, struct tok_vec *out,
                 struct sim_resp *r);
 
 /* Noise for the prefill (decode == false) or decode path of a request. */
@@ -53,7 +53,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
                              bool decode);
 /* Checks toks against the context limit: truncates as configured and
  * returns 0, or sets vLLM's 400 and returns -1. */
-int sim_fit_context(const struct sim *s, struct tokv *toks, long max_new,
+int sim_fit_context(const struct sim *s, struct tok_vec *toks, long max_new,
                     struct sim_resp *r);
 /* "prefix-<16 hex>" from the request counter. */
 void sim_id(const struct sim *s, const char *prefix, char out[48]);

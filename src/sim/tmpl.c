@@ -66,7 +66,7 @@ static const char *reasoning_of(json_t *m)
                                                       : NULL;
 }
 
-static int add_tool_calls(json_t *calls, size_t i, struct tokv *out,
+static int add_tool_calls(json_t *calls, size_t i, struct tok_vec *out,
                           struct diag *d)
 {
     size_t k;
@@ -89,7 +89,7 @@ static int add_tool_calls(json_t *calls, size_t i, struct tokv *out,
         json_t *o = json_pack("{s:O,s:o}", "name", name, "arguments",
                               args ? json_incref(args) : json_string(""));
         char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-        tokv_push(out, TOK_TOOL_CALL);
+        tok_vec_push(out, TOK_TOOL_CALL);
         tok_encode(text, strlen(text), out);
         free(text);
         json_decref(o);
@@ -113,30 +113,30 @@ static size_t first_kept(json_t *messages, long keep)
 }
 
 static int render_one(json_t *m, size_t i, int role, bool keep_reasoning,
-                      struct tokv *out, struct buf *text, struct diag *d)
+                      struct tok_vec *out, struct buf *text, struct diag *d)
 {
     int r;
     buf_reset(text);
     if ((r = add_content(json_object_get(m, "content"), i, text, d)))
         return r == -ENOBUFS ? diag_set(d, E2BIG, "message too large") : r;
-    tokv_push(out, role);
+    tok_vec_push(out, role);
     const char *reasoning = role == TOK_ASSISTANT ? reasoning_of(m) : NULL;
     if (reasoning && keep_reasoning) {
-        tokv_push(out, TOK_THINK);
+        tok_vec_push(out, TOK_THINK);
         tok_encode(reasoning, strlen(reasoning), out);
-        tokv_push(out, TOK_THINK_END);
+        tok_vec_push(out, TOK_THINK_END);
     }
     tok_encode(text->data ? text->data : "", text->len, out);
     if (role == TOK_ASSISTANT &&
         (r = add_tool_calls(json_object_get(m, "tool_calls"), i, out, d)))
         return r;
-    tokv_push(out, TOK_END);
-    tokv_push(out, TOK_BYTE0 + '\n');
+    tok_vec_push(out, TOK_END);
+    tok_vec_push(out, TOK_BYTE0 + '\n');
     return 0;
 }
 
 int tmpl_render(json_t *messages, bool has_tools, bool add_generation_prompt,
-                const struct sim_config *c, struct tokv *out, struct diag *d)
+                const struct sim_config *c, struct tok_vec *out, struct diag *d)
 {
     struct buf text = BUF_INIT;
     size_t i, start;
@@ -151,7 +151,7 @@ int tmpl_render(json_t *messages, bool has_tools, bool add_generation_prompt,
     if (json_array_size(messages) == 0)
         return diag_set(d, EINVAL, "'messages' must not be empty");
     start = first_kept(messages, c->keep_last_turns);
-    tokv_push(out, TOK_BOS);
+    tok_vec_push(out, TOK_BOS);
     json_array_foreach(messages, i, m)
     {
         json_t *role = json_object_get(m, "role");
@@ -174,12 +174,12 @@ int tmpl_render(json_t *messages, bool has_tools, bool add_generation_prompt,
             break;
     }
     if (!r && add_generation_prompt)
-        tokv_push(out, TOK_ASSISTANT);
+        tok_vec_push(out, TOK_ASSISTANT);
     buf_release(&text);
     return r;
 }
 
-size_t tmpl_truncate(struct tokv *toks, size_t limit, long overflow)
+size_t tmpl_truncate(struct tok_vec *toks, size_t limit, long overflow)
 {
     size_t n = toks->n, cut;
     if (n <= limit || overflow == OVERFLOW_ERROR)

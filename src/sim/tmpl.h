@@ -21,10 +21,11 @@
  * the field, e.g. "messages[2].role must be one of ...".
  */
 int tmpl_render(json_t *messages, bool has_tools, bool add_generation_prompt,
-                const struct sim_config *c, struct tokv *out, struct diag *d);
+                const struct sim_config *c, struct tok_vec *out,
+                struct diag *d);
 
 /* Cuts toks to limit tokens as overflow says (oldest / middle / newest).
  * Returns the number of tokens removed. OVERFLOW_ERROR cuts nothing. */
-size_t tmpl_truncate(struct tokv *toks, size_t limit, long overflow);
+size_t tmpl_truncate(struct tok_vec *toks, size_t limit, long overflow);
 
 #endif

@@ -21,20 +21,20 @@ static const int32_t word_off[5] = {0, 0, 62, 62 + 3844, 62 + 3844 + 238328};
 static const char alnum[] =
     "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
-void tokv_init(struct tokv *t)
+void tok_vec_init(struct tok_vec *t)
 {
     t->v = NULL;
     t->n = 0;
     t->cap = 0;
 }
 
-void tokv_release(struct tokv *t)
+void tok_vec_release(struct tok_vec *t)
 {
     free(t->v);
-    tokv_init(t);
+    tok_vec_init(t);
 }
 
-void tokv_push(struct tokv *t, int32_t id)
+void tok_vec_push(struct tok_vec *t, int32_t id)
 {
     if (t->n == t->cap) {
         t->cap = t->cap ? t->cap * 2 : 256;
@@ -68,14 +68,14 @@ static size_t match_special(const char *p, size_t left, int32_t *id)
     return 0;
 }
 
-void tok_encode(const char *text, size_t len, struct tokv *out)
+void tok_encode(const char *text, size_t len, struct tok_vec *out)
 {
     size_t i = 0;
     while (i < len) {
         int32_t id;
         size_t n = match_special(text + i, len - i, &id);
         if (n) {
-            tokv_push(out, id);
+            tok_vec_push(out, id);
             i += n;
             continue;
         }
@@ -92,11 +92,11 @@ void tok_encode(const char *text, size_t len, struct tokv *out)
             L++;
         }
         if (L == 0) {
-            tokv_push(out, TOK_BYTE0 + (unsigned char)text[i]);
+            tok_vec_push(out, TOK_BYTE0 + (unsigned char)text[i]);
             i++;
             continue;
         }
-        tokv_push(out, TOK_WORD0 + space * TOK_WORD_N + word_off[L] + idx);
+        tok_vec_push(out, TOK_WORD0 + space * TOK_WORD_N + word_off[L] + idx);
         i = j + L;
     }
 }

@@ -30,18 +30,18 @@ enum {
 #define TOK_WORD_N 15018570 /* 62 + 62^2 + 62^3 + 62^4 */
 #define TOK_VOCAB (TOK_WORD0 + 2 * TOK_WORD_N)
 
-struct tokv {
+struct tok_vec {
     int32_t *v;
     size_t n;
     size_t cap;
 };
 
-void tokv_init(struct tokv *t);
-void tokv_release(struct tokv *t);
-void tokv_push(struct tokv *t, int32_t id);
+void tok_vec_init(struct tok_vec *t);
+void tok_vec_release(struct tok_vec *t);
+void tok_vec_push(struct tok_vec *t, int32_t id);
 
 /* Appends the tokens of text[0..len) to out. */
-void tok_encode(const char *text, size_t len, struct tokv *out);
+void tok_encode(const char *text, size_t len, struct tok_vec *out);
 /* Writes the text of one token into out (at most 16 bytes) and returns its
  * length; an id outside the vocabulary or a reserved special gives 0. */
 size_t tok_piece(int32_t id, char out[16]);

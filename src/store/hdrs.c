@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "wire/jdump.h"
 
@@ -51,26 +52,6 @@ static size_t field_size(const struct hdr_field *f)
     return sizeof(*f) + f->nl + f->vl + 2;
 }
 
-/* Whether jansson accepts s[0..n) as a string (valid UTF-8): ASCII is
- * checked 8 bytes at a time, anything else by jansson itself (rare). */
-static bool is_utf8(const char *s, size_t n)
-{
-    uint64_t hi = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        hi |= w;
-    }
-    for (; i < n; i++)
-        hi |= (unsigned char)s[i];
-    if (!(hi & 0x8080808080808080ull))
-        return true;
-    json_t *j = json_stringn(s, n);
-    json_decref(j);
-    return j != NULL;
-}
-
 void hdrs_add(struct hdrs *h, const char *name, size_t nl, const char *value,
               size_t vl)
 {
@@ -96,12 +77,12 @@ void hdrs_add(struct hdrs *h, const char *name, size_t nl, const char *value,
         }
         o += field_size(&g);
     }
-    bool ok = is_utf8(value, vl);
+    bool ok = utf8_valid(value, vl);
     if (key != SIZE_MAX) {
         f.role = ok ? 2 : 0;
         d[key + offsetof(struct hdr_field, joined)] |= ok;
     } else {
-        f.role = ok && is_utf8(name, nl) ? 1 : 0;
+        f.role = ok && utf8_valid(name, nl) ? 1 : 0;
     }
     char *o = d + h->b.len;
     memcpy(o, &f, sizeof(f));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "store/xchg.h"
 #include "store/xchg_int.h"
@@ -19,41 +20,6 @@
  * by a disk, a tool or a hand): each is checked for its type and range
  * before it is used, and a row that fails a check is reported with the
  * column and skipped (xchg_each_checked), never read on a guess. */
-
-/* Whether s[0..n) is UTF-8 without NUL bytes (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF). */
-static bool text_ok(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c && c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf)
-            k = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef)
-            k = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4)
-            k = 3, cp = c & 0x07;
-        else
-            return false;
-        if (n - i <= k)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
-            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
 
 /* The row being read and, once a check fails, what failed. */
 struct rowck {
@@ -80,7 +46,7 @@ static int col_text(struct rowck *r, int i, const char *name, bool required,
         return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not text");
     const unsigned char *s = sqlite3_column_text(r->st, i);
     size_t n = (size_t)sqlite3_column_bytes(r->st, i);
-    if (!s || !text_ok(s, n))
+    if (!s || !utf8_valid_text((const char *)s, n))
         return col_bad(r, name, "not UTF-8 text");
     *out = xstrndup((const char *)s, n);
     return 0;

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
+
 struct scan {
     const char *p, *end;
     /* jscan_json_with: the value starting at byte `at` is `with`; with
@@ -56,38 +58,6 @@ static long hex4(const char *p)
         v = v << 4 | h;
     }
     return v;
-}
-
-/* Length of the valid UTF-8 sequence at p (first byte >= 0x80), or 0. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    size_t n;
-    unsigned long v;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        v = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        v = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        v = c & 0x07;
-    } else {
-        return 0;
-    }
-    if ((size_t)(end - p) < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (p[i] & 0x3f);
-    }
-    if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    if ((n == 3 && v < 0x800) || (n == 4 && v < 0x10000))
-        return 0;
-    return n;
 }
 
 /* A \uXXXX escape at s->p (after the backslash and 'u'), with its low
@@ -159,8 +129,8 @@ static int scan_string(struct scan *s, struct jspan *v)
             continue;
         }
         if (c >= 0x80) {
-            size_t n = utf8_len((const unsigned char *)s->p,
-                                (const unsigned char *)s->end);
+            size_t n = utf8_seq_len((const unsigned char *)s->p,
+                                    (size_t)(s->end - s->p));
             if (!n)
                 return -1;
             s->p += n;

@@ -22,8 +22,9 @@
 
 #include "core/buf.h"
 #include "core/rng.h"
+#include "drift/dec2dbl.h"
 #include "drift/dialect.h"
-#include "drift/dialect_int.h"
+#include "drift/fastparse.h"
 
 static uint64_t bits_of(double x)
 {

@@ -20,8 +20,9 @@
 #include "core/rng.h"
 #include "drift/analysis.h"
 #include "drift/dialect.h"
-#include "drift/dialect_int.h"
 #include "drift/drift.h"
+#include "drift/fastparse.h"
+#include "drift/scan.h"
 
 static const uint32_t ids[3] = {0, 300, 301};
 

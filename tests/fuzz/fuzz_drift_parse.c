@@ -18,7 +18,7 @@
 
 #include "drift/corpus.h"
 #include "drift/dialect.h"
-#include "drift/dialect_int.h"
+#include "drift/fastparse.h"
 #include "drift/metrics.h"
 
 #define CHECK(x)                                                               \

@@ -15,16 +15,16 @@
 #include "sim/model.h"
 #include "sim/tok.h"
 
-static void seq_of(const char *text, struct tokv *t)
+static void seq_of(const char *text, struct tok_vec *t)
 {
-    tokv_init(t);
+    tok_vec_init(t);
     tok_encode(text, strlen(text), t);
 }
 
 static void test_proper_distribution(void **state)
 {
     (void)state;
-    struct tokv t;
+    struct tok_vec t;
     struct model m;
     struct dist d;
     seq_of("one two three four five six seven", &t);
@@ -41,13 +41,13 @@ static void test_proper_distribution(void **state)
         assert_true(fabs(mass - 1.0) < 1e-9);
     }
     model_release(&m);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_copy_reaches_far_and_window_cuts_it(void **state)
 {
     (void)state;
-    struct tokv t;
+    struct tok_vec t;
     struct model m;
     struct dist d;
     char text[8192] = "alpha beta gamma";
@@ -67,13 +67,13 @@ static void test_copy_reaches_far_and_window_cuts_it(void **state)
     model_dist(&m, t.v, t.n, NULL, &d);
     assert_true(d.lp[0] < -0.5);
     model_release(&m);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_deterministic_and_noise_only_when_asked(void **state)
 {
     (void)state;
-    struct tokv t;
+    struct tok_vec t;
     struct model a, b;
     struct dist da, db;
     struct model_noise none = {.scale = 1.0};
@@ -102,7 +102,7 @@ static void test_deterministic_and_noise_only_when_asked(void **state)
     model_release(&a);
     model_release(&b);
     model_release(&c);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 int main(void)

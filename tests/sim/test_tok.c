@@ -15,22 +15,22 @@
 
 static void roundtrip(const char *s, size_t n)
 {
-    struct tokv t;
+    struct tok_vec t;
     struct buf b = BUF_INIT;
-    tokv_init(&t);
+    tok_vec_init(&t);
     tok_encode(s, n, &t);
     assert_int_equal(tok_decode(t.v, t.n, &b), 0);
     assert_int_equal(b.len, n);
     assert_memory_equal(b.data ? b.data : "", s, n);
     buf_release(&b);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_documented_ids(void **state)
 {
     (void)state;
-    struct tokv t;
-    tokv_init(&t);
+    struct tok_vec t;
+    tok_vec_init(&t);
     tok_encode("<|user|>a Ab\n", 13, &t);
     assert_int_equal(t.n, 4);
     assert_int_equal(t.v[0], TOK_USER);
@@ -39,22 +39,22 @@ static void test_documented_ids(void **state)
     /* " Ab": space, L=2, A=10, b=37 -> 272 + N + 62 + 10 + 37*62 */
     assert_int_equal(t.v[2], 272 + TOK_WORD_N + 62 + 10 + 37 * 62);
     assert_int_equal(t.v[3], TOK_BYTE0 + '\n');
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_long_words_split_every_four(void **state)
 {
     (void)state;
-    struct tokv t;
+    struct tok_vec t;
     char piece[16];
-    tokv_init(&t);
+    tok_vec_init(&t);
     tok_encode(" tictactoe", 10, &t);
     assert_int_equal(t.n, 3);
     assert_int_equal(tok_piece(t.v[0], piece), 5);
     assert_memory_equal(piece, " tict", 5);
     assert_int_equal(tok_piece(t.v[2], piece), 1);
     assert_memory_equal(piece, "e", 1);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_roundtrip_random_bytes(void **state)
@@ -84,12 +84,12 @@ static void test_english_rate(void **state)
     (void)state;
     const char *text = "The quick brown fox jumps over the lazy dog while "
                        "the access code for the blue door is 4812.";
-    struct tokv t;
-    tokv_init(&t);
+    struct tok_vec t;
+    tok_vec_init(&t);
     tok_encode(text, strlen(text), &t);
     double per = (double)strlen(text) / t.n;
     assert_true(per > 2.5 && per < 4.5);
-    tokv_release(&t);
+    tok_vec_release(&t);
 }
 
 static void test_decode_rejects_out_of_range(void **state)

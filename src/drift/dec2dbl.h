@@ -1,48 +1,15 @@
 /*
- * dialect_int: what dialect.c (jansson parsers) and fastparse.c (the
- * allocation-free scanner for the hot path) share: filling a struct
- * drift_lp entry by entry.
+ * dec2dbl: exact decimal to double for the reader of drift's hot path
+ * (fastparse.c), by the Eisel-Lemire method: the inline fast path here,
+ * the second product, the halfway cases and the table of powers of five
+ * in dec2dbl.c.
  */
-#ifndef DRIFT_DIALECT_INT_H
-#define DRIFT_DIALECT_INT_H
+#ifndef DRIFT_DEC2DBL_H
+#define DRIFT_DEC2DBL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-
-#include "drift/dialect.h"
-
-/* Appends one (key, logprob) entry to the pool (growing it: _grow). */
-void drift_lp_pool_grow(struct drift_lp *lp);
-static inline void drift_lp_pool_add(struct drift_lp *lp, uint64_t key,
-                                     double v)
-{
-    if (lp->pool_len == lp->pool_alloc)
-        drift_lp_pool_grow(lp);
-    lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
-    lp->pool_bad |= !(v <= 1e-6);
-}
-/* Sorts the entries added since off[i] by logprob, drops duplicate keys
- * (returns how many), keeps at most top_k as the top. */
-size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k);
-/* Points every pos[].top into the (now stable) pool; counts and marks
- * invalid entries (NaN or positive logprobs). */
-void drift_lp_finish(struct drift_lp *lp);
-void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i);
-
-/*
- * The whole-text searches (scan.c), AVX2 when the CPU has it, else the
- * baseline (SSE2 or bytes); both give the same answers. drift_scan_n_or_i:
- * whether s[0..len) holds an 'N' or an 'I'. drift_scan_find: the first
- * occurrence of nd (nl >= 4 bytes) in [p, end), as memmem. drift_scan_force
- * (tests): -1 chooses by the CPU (the default), 0 the baseline, 1 AVX2 when
- * drift_scan_has_avx2(); not to be called while other threads scan.
- */
-bool drift_scan_n_or_i(const char *s, size_t len);
-const char *drift_scan_find(const char *p, const char *end, const char *nd,
-                            size_t nl);
-void drift_scan_force(int level);
-bool drift_scan_has_avx2(void);
 
 /*
  * Exact decimal to double (dec2dbl.c, Eisel-Lemire): m * 10^q correctly
@@ -164,16 +131,5 @@ static inline __attribute__((always_inline)) double drift_dec_small(uint64_t m,
     memcpy(&out, &bits, sizeof(out));
     return out;
 }
-
-/*
- * The fast path of drift_parse_prompt_text() for the vllm and sglang
- * dialects: validates the whole text (len bytes followed by a NUL) as
- * JSON (RFC 8259 grammar, UTF-8, jansson's limits) without building a
- * tree, then reads the one array it needs. Returns 0 with lp filled exactly as
- * the jansson parser would, or -EAGAIN for anything it does not handle (the
- * caller falls back).
- */
-int drift_fast_prompt(enum drift_dialect d, const char *text, size_t len,
-                      const struct drift_req *r, struct drift_lp *lp);
 
 #endif

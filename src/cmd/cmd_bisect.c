@@ -193,7 +193,7 @@ static void print_script(const struct bisect_config *c, const struct opts *o,
                                .workdir = c->workdir,
                                .log_path = log};
     struct buf b = BUF_INIT;
-    slurm_script(&c->slurm, o->out, &spec, &b);
+    bisect_slurm_script(&c->slurm, o->out, &spec, &b);
     printf("\n--- %s.sbatch\n%s", name, buf_str(&b));
     buf_release(&b);
     for (size_t i = 0; i < n_env; i++)
@@ -514,7 +514,7 @@ int cmd_bisect(int argc, char **argv)
         size_t cancelled = 0;
         double qt =
             o.queue_timeout >= 0 ? o.queue_timeout : c.slurm.queue_timeout;
-        l = launcher_slurm_new(&c.slurm, o.out, qt, o.resume, &cancelled, &d);
+        l = launch_slurm_new(&c.slurm, o.out, qt, o.resume, &cancelled, &d);
         if (!l) {
             rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
             goto out_config;

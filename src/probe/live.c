@@ -9,6 +9,7 @@
  * (at most three tool rounds a turn).
  */
 #include "probe/live.h"
+#include "probe/probe_int.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 struct shared {
     struct probe_run *r;

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 #include "store/store.h"
 
 static const char schema[] =

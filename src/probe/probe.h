@@ -360,6 +360,11 @@ int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,
                     struct diag *d);
+struct store_run;
+/* The stored run id (0: the latest) from probe_run, as store_run_get
+ * (store/runs.h) reads it: -ENOENT when there is none. */
+int probe_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                        struct diag *d);
 
 /* ---- run.c ---- */
 

@@ -22,7 +22,7 @@ static char *origin(const char *what, int64_t id, int64_t when)
     struct buf b;
     buf_init(&b, 0);
     buf_printf(&b, "%s run %lld, stored ", what, (long long)id);
-    fmt_time(&b, when);
+    html_fmt_time(&b, when);
     return buf_detach(&b, NULL);
 }
 

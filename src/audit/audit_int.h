@@ -1,7 +1,10 @@
 /*
  * audit_int: what the rule files of src/audit/ share and nobody else sees:
  * a per-request view computed once per session (kind, model, message
- * hashes, turn, predecessor in the conversation) and the finding builder.
+ * hashes, turn, predecessor in the conversation; view.c), the finding
+ * builder and rule table (audit.c) and the message and JSON helpers
+ * (msg.c). Names carry the audit_ prefix, except the request view's
+ * functions, whose prefix is areq_ (areqs_ for the whole session's).
  */
 #ifndef AUDIT_AUDIT_INT_H
 #define AUDIT_AUDIT_INT_H
@@ -37,14 +40,14 @@ struct areq {
     size_t link_k;        /* prev's messages are this request's first link_k
                            * (0: prev was chosen by the fallback) */
     bool retry;           /* the same messages as prev: sent again */
-    int64_t lost_summary; /* set by rule_history: the id of the summary
+    int64_t lost_summary; /* set by audit_rule_history: the id of the summary
                            * request whose lost history this request was
                            * given (history.compaction_lost), 0: none */
     size_t new_msgs;      /* messages beyond what prev + reply explain */
-    bool interrupted;     /* set by rule_history: the user left this
+    bool interrupted;     /* set by audit_rule_history: the user left this
                            * request's stream and the conversation went on
                            * without its partial reply (history.interrupted
-                           * on the next request); rule_stream says no more */
+                           * on the next request); audit_rule_stream says no more */
     /* The reply (from x->reply), borrowed; "" / NULL when absent. */
     const char *content;
     const char *reasoning;
@@ -85,6 +88,8 @@ struct actx {
     void *truncation_memo; /* truncation.c's, while it runs */
 };
 
+/* view.c: the per-request view. */
+
 /* Builds the view of session s; free with areqs_free. */
 struct areq *areqs_build(const struct audit_session *s);
 void areqs_free(struct areq *r, size_t n);
@@ -97,34 +102,41 @@ size_t areq_common(const struct areq *a, const struct areq *b);
 uint64_t areq_key(const struct areq *r, size_t k);
 /* The canonical JSON bytes of r's first k messages (k <= nmsg). */
 size_t areq_bytes(const struct areq *r, size_t k);
+/* A kind of the conversation itself: "main" or "subagent". */
+bool audit_is_main_kind(const char *kind);
+
+/* audit.c: the rule table's runner and the finding builder. */
 
 /* Appends a finding about r (NULL: the session) taking evidence. */
-void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
-                 const struct areq *r, json_t *evidence, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+void audit_finding_add(struct actx *c, enum audit_sev sev, const char *rule,
+                       const struct areq *r, json_t *evidence, const char *fmt,
+                       ...) __attribute__((format(printf, 6, 7)));
+
+/* msg.c: message and JSON helpers. */
 
 /* Text of a message's content: the string, or the concatenated "text" of
  * content parts; "" otherwise. Fresh string. */
-char *msg_text(json_t *msg);
+char *audit_msg_text(json_t *msg);
 /* Reasoning sent with an assistant message (reasoning_content, else
  * reasoning) or NULL when neither key is present. */
-json_t *msg_reasoning(json_t *msg);
-bool is_main_kind(const char *kind);
+json_t *audit_msg_reasoning(json_t *msg);
 /* Numbers compare by value (1 == 1.0); objects and arrays recursively. */
-bool json_same(json_t *a, json_t *b);
+bool audit_json_same(json_t *a, json_t *b);
 /* Dotted path lookup ("chat_template_kwargs.enable_thinking"). */
-json_t *json_path(json_t *obj, const char *path);
+json_t *audit_json_path(json_t *obj, const char *path);
 
-/* The --profile entry for model (exact key, else first matching glob). */
-json_t *profile_for(json_t *profile, const char *model);
+/* set.c: the --profile entry for model (exact key, else first matching
+ * glob). */
+json_t *audit_profile_for(json_t *profile, const char *model);
 
-void rule_history(struct actx *c);
-void rule_sampling(struct actx *c);
-void rule_reasoning(struct actx *c);
-void rule_truncation(struct actx *c);
-void rule_first_message(struct actx *c);
-void rule_degeneration(struct actx *c);
-void rule_stream(struct actx *c);
-void rule_cache(struct actx *c);
+/* The rules, one file each, in the order audit.c runs them. */
+void audit_rule_history(struct actx *c);
+void audit_rule_sampling(struct actx *c);
+void audit_rule_reasoning(struct actx *c);
+void audit_rule_truncation(struct actx *c);
+void audit_rule_first_message(struct actx *c);
+void audit_rule_degeneration(struct actx *c);
+void audit_rule_stream(struct actx *c);
+void audit_rule_cache(struct actx *c);
 
 #endif

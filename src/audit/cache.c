@@ -79,7 +79,7 @@ static bool is_reply(const struct areq *r, size_t m, const struct areq *p)
     const char *role = json_string_value(json_object_get(msg, "role"));
     if (!role || strcmp(role, "assistant") || !p->content || !*p->content)
         return false;
-    char *t = msg_text(msg);
+    char *t = audit_msg_text(msg);
     bool same = !strcmp(t, p->content);
     free(t);
     return same;
@@ -190,7 +190,7 @@ static void check_refill(struct actx *c, const struct cuse *u)
                        "about %.0f ms of time to first token)",
                        run - 1, (long long)c->r[last].x->id, missed_all,
                        cost_all);
-        finding_add(
+        audit_finding_add(
             c, AUDIT_WARN, "cache.refill", r,
             json_pack("{s:f, s:I, s:f, s:f, s:f, s:f, s:b, s:I, s:I, s:f, "
                       "s:f, s:f, s:f}",
@@ -239,14 +239,15 @@ static void check_reply(struct actx *c, const struct cuse *u)
     }
     if (turns < (size_t)th->cache_unused_turns)
         return;
-    finding_add(c, AUDIT_WARN, "cache.reply_not_reused", &c->r[last],
-                json_pack("{s:I, s:f, s:I}", "turns", (json_int_t)turns,
-                          "reply_tokens_refilled", refilled, "threshold_turns",
-                          (json_int_t)th->cache_unused_turns),
-                "over %zu turns the previous reply was sent back and never "
-                "served from the cache: %.0f generated tokens prefilled "
-                "again (the server does not cache its output)",
-                turns, refilled);
+    audit_finding_add(
+        c, AUDIT_WARN, "cache.reply_not_reused", &c->r[last],
+        json_pack("{s:I, s:f, s:I}", "turns", (json_int_t)turns,
+                  "reply_tokens_refilled", refilled, "threshold_turns",
+                  (json_int_t)th->cache_unused_turns),
+        "over %zu turns the previous reply was sent back and never "
+        "served from the cache: %.0f generated tokens prefilled "
+        "again (the server does not cache its output)",
+        turns, refilled);
 }
 
 /* Reuse (cached / shared) below a share of the session median for a run
@@ -279,18 +280,18 @@ static void check_drop(struct actx *c, const struct cuse *u)
         low += u[i].shared - (double)u[i].cached;
         if (++run != (size_t)th->cache_drop_run)
             continue;
-        finding_add(c, AUDIT_WARN, "cache.reuse_drop", &c->r[i],
-                    json_pack("{s:f, s:f, s:I, s:f, s:f, s:f, s:I}", "reuse",
-                              reuse, "session_median", med, "cached_tokens",
-                              (json_int_t)u[i].cached, "shared_tokens",
-                              u[i].shared, "refilled_tokens_in_run", low,
-                              "threshold_share", th->cache_drop_share,
-                              "threshold_run", (json_int_t)th->cache_drop_run),
-                    "cache reuse %.0f%% of the shared prefix, under %.0f%% "
-                    "of the session's median %.0f%% for %zu requests in a "
-                    "row (%.0f tokens prefilled again)",
-                    100 * reuse, 100 * th->cache_drop_share, 100 * med, run,
-                    low);
+        audit_finding_add(
+            c, AUDIT_WARN, "cache.reuse_drop", &c->r[i],
+            json_pack("{s:f, s:f, s:I, s:f, s:f, s:f, s:I}", "reuse", reuse,
+                      "session_median", med, "cached_tokens",
+                      (json_int_t)u[i].cached, "shared_tokens", u[i].shared,
+                      "refilled_tokens_in_run", low, "threshold_share",
+                      th->cache_drop_share, "threshold_run",
+                      (json_int_t)th->cache_drop_run),
+            "cache reuse %.0f%% of the shared prefix, under %.0f%% "
+            "of the session's median %.0f%% for %zu requests in a "
+            "row (%.0f tokens prefilled again)",
+            100 * reuse, 100 * th->cache_drop_share, 100 * med, run, low);
     }
 }
 
@@ -302,7 +303,7 @@ static bool said_no_figures(const struct actx *c)
     return false;
 }
 
-void rule_cache(struct actx *c)
+void audit_rule_cache(struct actx *c)
 {
     bool figures = false, chained = false;
     for (size_t i = 0; i < c->n; i++) {
@@ -312,10 +313,10 @@ void rule_cache(struct actx *c)
     }
     if (!figures) {
         if (chained && !said_no_figures(c))
-            finding_add(c, AUDIT_INFO, "cache.no_figures", NULL, NULL,
-                        "the server reports no cached tokens "
-                        "(usage.prompt_tokens_details.cached_tokens): "
-                        "prefix-cache reuse is not checked");
+            audit_finding_add(c, AUDIT_INFO, "cache.no_figures", NULL, NULL,
+                              "the server reports no cached tokens "
+                              "(usage.prompt_tokens_details.cached_tokens): "
+                              "prefix-cache reuse is not checked");
         return;
     }
     double bpt = bytes_per_token(c);

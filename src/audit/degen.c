@@ -84,15 +84,15 @@ static void judge(struct actx *c, const struct areq *r, const char *what,
     double gz = audit_gzip_ratio(text, len), ng = audit_ngram_share(text, len);
     if (gz < th->gzip_ratio && ng < th->ngram_share)
         return;
-    finding_add(c, AUDIT_WARN, "degeneration.repetition", r,
-                json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:s}", "field", what,
-                          "bytes", (json_int_t)len, "gzip_ratio", gz,
-                          "gzip_threshold", th->gzip_ratio, "ngram_share", ng,
-                          "ngram_threshold", th->ngram_share, "finish_reason",
-                          r->finish ? r->finish : ""),
-                "%s of %zu bytes looks degenerate: zlib ratio %.1f "
-                "(threshold %.1f), repeated 4-grams %.0f%% (threshold %.0f%%)",
-                what, len, gz, th->gzip_ratio, 100 * ng, 100 * th->ngram_share);
+    audit_finding_add(
+        c, AUDIT_WARN, "degeneration.repetition", r,
+        json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:s}", "field", what, "bytes",
+                  (json_int_t)len, "gzip_ratio", gz, "gzip_threshold",
+                  th->gzip_ratio, "ngram_share", ng, "ngram_threshold",
+                  th->ngram_share, "finish_reason", r->finish ? r->finish : ""),
+        "%s of %zu bytes looks degenerate: zlib ratio %.1f "
+        "(threshold %.1f), repeated 4-grams %.0f%% (threshold %.0f%%)",
+        what, len, gz, th->gzip_ratio, 100 * ng, 100 * th->ngram_share);
 }
 
 static void reasoning_share(struct actx *c, const struct areq *r)
@@ -108,21 +108,21 @@ static void reasoning_share(struct actx *c, const struct areq *r)
         return;
     if (!cb && calls)
         return;
-    finding_add(c, cb ? AUDIT_INFO : AUDIT_WARN, "degeneration.reasoning", r,
-                json_pack("{s:I, s:I, s:f, s:f, s:I, s:s}", "reasoning_bytes",
-                          (json_int_t)rb, "content_bytes", (json_int_t)cb,
-                          "ratio", ratio, "threshold", th->reasoning_ratio,
-                          "threshold_bytes",
-                          (json_int_t)th->reasoning_min_bytes, "finish_reason",
-                          r->finish ? r->finish : ""),
-                cb ? "reasoning %zu bytes for a %zu-byte answer (ratio %.0f, "
-                     "threshold %.0f)"
-                   : "reasoning %zu bytes and no answer (%zu bytes of content, "
-                     "ratio %.0f, threshold %.0f)",
-                rb, cb, ratio, th->reasoning_ratio);
+    audit_finding_add(
+        c, cb ? AUDIT_INFO : AUDIT_WARN, "degeneration.reasoning", r,
+        json_pack("{s:I, s:I, s:f, s:f, s:I, s:s}", "reasoning_bytes",
+                  (json_int_t)rb, "content_bytes", (json_int_t)cb, "ratio",
+                  ratio, "threshold", th->reasoning_ratio, "threshold_bytes",
+                  (json_int_t)th->reasoning_min_bytes, "finish_reason",
+                  r->finish ? r->finish : ""),
+        cb ? "reasoning %zu bytes for a %zu-byte answer (ratio %.0f, "
+             "threshold %.0f)"
+           : "reasoning %zu bytes and no answer (%zu bytes of content, "
+             "ratio %.0f, threshold %.0f)",
+        rb, cb, ratio, th->reasoning_ratio);
 }
 
-void rule_degeneration(struct actx *c)
+void audit_rule_degeneration(struct actx *c)
 {
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];

@@ -109,13 +109,13 @@ static size_t missing_turns(const struct hset *seen, const struct areq *r)
     return miss;
 }
 
-void rule_first_message(struct actx *c)
+void audit_rule_first_message(struct actx *c)
 {
     struct hset seen = {0}; /* user turns of the session's main requests */
     int64_t lost = 0;       /* the latest summary that lost the history */
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
-        if (!r->msgs || !is_main_kind(r->kind))
+        if (!r->msgs || !audit_is_main_kind(r->kind))
             continue;
         if (r->lost_summary)
             lost = r->lost_summary;
@@ -147,14 +147,15 @@ void rule_first_message(struct actx *c)
             json_object_set_new(ev, "compaction_lost_request",
                                 json_integer(lost));
         if (after_lost && !carried)
-            finding_add(c, AUDIT_ERROR, "first_message.claim", r, ev,
-                        "reply claims no earlier conversation: the history "
-                        "was replaced by the summary of request %lld, which "
-                        "had lost it (history.compaction_lost); blame the "
-                        "harness",
-                        (long long)lost);
+            audit_finding_add(
+                c, AUDIT_ERROR, "first_message.claim", r, ev,
+                "reply claims no earlier conversation: the history "
+                "was replaced by the summary of request %lld, which "
+                "had lost it (history.compaction_lost); blame the "
+                "harness",
+                (long long)lost);
         else
-            finding_add(
+            audit_finding_add(
                 c, AUDIT_ERROR, "first_message.claim", r, ev,
                 "reply claims no earlier conversation although %s; blame "
                 "the %s",

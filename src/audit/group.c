@@ -110,7 +110,7 @@ static uint64_t message_key(json_t *m)
         tag = 'a';
     else
         return 0;
-    char *t = msg_text(m);
+    char *t = audit_msg_text(m);
     /* an inline <think> block is not part of the reply's text */
     const char *body = t, *end = strstr(t, "</think>");
     if (!strncmp(t, "<think>", 7) && end)
@@ -184,7 +184,7 @@ static bool looks_title(const struct xchg *x)
         if (role && !strcmp(role, "assistant"))
             return false;
         if (role && !strcmp(role, "user")) {
-            char *t = msg_text(m);
+            char *t = audit_msg_text(m);
             users++;
             for (char *p = t; *p; p++)
                 *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
@@ -409,7 +409,7 @@ static const char *first_user_text(const struct xchg *x, char **owned)
     for (i = 0; (m = xmsg(x, i)); i++) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "user"))
-            return *owned = msg_text(m);
+            return *owned = audit_msg_text(m);
     }
     return NULL;
 }

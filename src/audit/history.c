@@ -47,13 +47,13 @@ static bool same_arguments(json_t *a, json_t *b)
 {
     const char *sa = json_string_value(a), *sb = json_string_value(b);
     if (!sa || !sb)
-        return json_same(a, b);
+        return audit_json_same(a, b);
     if (!strcmp(sa, sb))
         return true;
     /* Harnesses re-serialise arguments ({"a": 1} -> {"a":1}). */
     json_t *ja = json_loads(sa, JSON_DECODE_ANY, NULL);
     json_t *jb = json_loads(sb, JSON_DECODE_ANY, NULL);
-    bool same = ja && jb && json_same(ja, jb);
+    bool same = ja && jb && audit_json_same(ja, jb);
     json_decref(ja);
     json_decref(jb);
     return same;
@@ -67,9 +67,10 @@ static bool same_tool_calls(json_t *a, json_t *b)
         json_t *x = json_array_get(a, i), *y = json_array_get(b, i);
         json_t *fx = json_object_get(x, "function");
         json_t *fy = json_object_get(y, "function");
-        if (!json_same(json_object_get(x, "id"), json_object_get(y, "id")) ||
-            !json_same(json_object_get(fx, "name"),
-                       json_object_get(fy, "name")) ||
+        if (!audit_json_same(json_object_get(x, "id"),
+                             json_object_get(y, "id")) ||
+            !audit_json_same(json_object_get(fx, "name"),
+                             json_object_get(fy, "name")) ||
             !same_arguments(json_object_get(fx, "arguments"),
                             json_object_get(fy, "arguments")))
             return false;
@@ -83,7 +84,7 @@ static const char *echo_diff(const struct areq *p, json_t *m)
 {
     if (strcmp(role_of(m), "assistant"))
         return "role";
-    char *sent = msg_text(m);
+    char *sent = audit_msg_text(m);
     const char *body = sent, *end = strstr(sent, "</think>");
     /* reasoning sent inline before the answer is rule 3's business */
     if (!strncmp(sent, "<think>", 7) && end)
@@ -109,7 +110,7 @@ static void echo_evidence(const struct areq *p, const struct areq *r,
                           size_t idx, const char *field, json_t *ev)
 {
     json_t *m = json_array_get(r->msgs, idx);
-    char *sent = msg_text(m);
+    char *sent = audit_msg_text(m);
     const char *streamed = p->content ? p->content : "";
     char *a = excerpt(streamed, 120), *b = excerpt(sent, 120);
     json_object_set_new(ev, "index", json_integer((json_int_t)idx));
@@ -154,9 +155,10 @@ static bool try_prune(const struct areq *p, const struct areq *r,
         json_t *ida = json_object_get(a, "tool_call_id");
         if (strcmp(role_of(a), "tool") || strcmp(role_of(b), "tool") ||
             !json_is_string(ida) ||
-            !json_same(ida, json_object_get(b, "tool_call_id")))
+            !audit_json_same(ida, json_object_get(b, "tool_call_id")))
             goto no;
-        char *ta = msg_text(a), *tb = msg_text(b), *ex = excerpt(tb, 80);
+        char *ta = audit_msg_text(a), *tb = audit_msg_text(b),
+             *ex = excerpt(tb, 80);
         json_array_append_new(
             list, json_pack("{s:I, s:O, s:I, s:I, s:s}", "index", (json_int_t)i,
                             "tool_call_id", ida, "bytes_before",
@@ -208,7 +210,7 @@ static void removal(const struct areq *p, const struct areq *r,
         }
     for (size_t i = 0; i < r->nmsg; i++) {
         json_t *m = json_array_get(r->msgs, i);
-        char *t = msg_text(m);
+        char *t = audit_msg_text(m);
         bool from_prev = has_hash(p, r->mhash[i]);
         if (!reply_kept && !echo_diff(p, m))
             reply_kept = true; /* what follows continues normally */
@@ -337,31 +339,31 @@ static void report_step(struct actx *c, size_t i, const struct audit_step *st,
         json_decref(ev);
         break;
     case AUDIT_STEP_ECHO:
-        finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
-                    "assistant message %zu sent back differs from the "
-                    "streamed reply of request %lld (%s)",
-                    st->kept, (long long)p->x->id,
-                    json_string_value(json_object_get(ev, "field")));
+        audit_finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
+                          "assistant message %zu sent back differs from the "
+                          "streamed reply of request %lld (%s)",
+                          st->kept, (long long)p->x->id,
+                          json_string_value(json_object_get(ev, "field")));
         break;
     case AUDIT_STEP_PRUNE:
-        finding_add(c, AUDIT_WARN, "history.prune", r, ev,
-                    "%zu tool result%s replaced in place, %lld bytes lost",
-                    st->changed, plural_s(st->changed),
-                    (long long)st->bytes_lost);
+        audit_finding_add(
+            c, AUDIT_WARN, "history.prune", r, ev,
+            "%zu tool result%s replaced in place, %lld bytes lost", st->changed,
+            plural_s(st->changed), (long long)st->bytes_lost);
         break;
     case AUDIT_STEP_COMPACTION:
-        finding_add(c, AUDIT_WARN, "history.compaction", r, ev,
-                    "history compacted: %zu of %zu message%s removed, "
-                    "%zu -> %zu bytes",
-                    st->removed, st->expected, plural_s(st->expected),
-                    p->msg_bytes, r->msg_bytes);
+        audit_finding_add(c, AUDIT_WARN, "history.compaction", r, ev,
+                          "history compacted: %zu of %zu message%s removed, "
+                          "%zu -> %zu bytes",
+                          st->removed, st->expected, plural_s(st->expected),
+                          p->msg_bytes, r->msg_bytes);
         break;
     case AUDIT_STEP_REWRITE:
-        finding_add(c, AUDIT_ERROR, "history.rewrite", r, ev,
-                    "history rewritten: %zu message%s removed from %zu, "
-                    "first difference at message %zu, %lld bytes lost",
-                    st->removed, plural_s(st->removed), st->expected, st->kept,
-                    (long long)st->bytes_lost);
+        audit_finding_add(c, AUDIT_ERROR, "history.rewrite", r, ev,
+                          "history rewritten: %zu message%s removed from %zu, "
+                          "first difference at message %zu, %lld bytes lost",
+                          st->removed, plural_s(st->removed), st->expected,
+                          st->kept, (long long)st->bytes_lost);
         break;
     }
 }
@@ -475,12 +477,12 @@ static json_t *fresh_orphans(struct actx *c, size_t i, json_t *called)
 static void report_orphans(struct actx *c, struct areq *r, json_t *fresh)
 {
     if (json_array_size(fresh))
-        finding_add(c, AUDIT_ERROR, "history.orphan", r,
-                    json_pack("{s:O}", "orphans", fresh),
-                    "%zu %s without %s partner", json_array_size(fresh),
-                    plural(json_array_size(fresh), "tool call or result",
-                           "tool calls or results"),
-                    plural(json_array_size(fresh), "its", "their"));
+        audit_finding_add(c, AUDIT_ERROR, "history.orphan", r,
+                          json_pack("{s:O}", "orphans", fresh),
+                          "%zu %s without %s partner", json_array_size(fresh),
+                          plural(json_array_size(fresh), "tool call or result",
+                                 "tool calls or results"),
+                          plural(json_array_size(fresh), "its", "their"));
 }
 
 /* Tool results among orphans: with a compaction, their calls went into the
@@ -505,12 +507,13 @@ static void report_retry(struct actx *c, struct areq *r)
     struct areq *p = &c->r[r->prev];
     const char *end =
         p->x->end == XCHG_COMPLETE ? "" : xchg_end_name(p->x->end);
-    finding_add(c, AUDIT_INFO, "history.retry", r,
-                json_pack("{s:I, s:i, s:s, s:I}", "prev_request",
-                          (json_int_t)p->x->id, "prev_status", p->x->status,
-                          "prev_end", end, "messages", (json_int_t)r->nmsg),
-                "the same request as %lld sent again (that one got %d%s%s)",
-                (long long)p->x->id, p->x->status, *end ? ", " : "", end);
+    audit_finding_add(
+        c, AUDIT_INFO, "history.retry", r,
+        json_pack("{s:I, s:i, s:s, s:I}", "prev_request", (json_int_t)p->x->id,
+                  "prev_status", p->x->status, "prev_end", end, "messages",
+                  (json_int_t)r->nmsg),
+        "the same request as %lld sent again (that one got %d%s%s)",
+        (long long)p->x->id, p->x->status, *end ? ", " : "", end);
 }
 
 /* Pruning and a wrong echo are two causes: a pruned request whose
@@ -527,10 +530,11 @@ static void echo_after_prune(struct actx *c, size_t i)
     json_t *ev = json_object();
     echo_evidence(p, r, p->nmsg, d, ev);
     json_object_set_new(ev, "prev_request", json_integer(p->x->id));
-    finding_add(c, AUDIT_ERROR, "history.echo", r, ev,
-                "assistant message %zu sent back differs from the streamed "
-                "reply of request %lld (%s)",
-                p->nmsg, (long long)p->x->id, d);
+    audit_finding_add(
+        c, AUDIT_ERROR, "history.echo", r, ev,
+        "assistant message %zu sent back differs from the streamed "
+        "reply of request %lld (%s)",
+        p->nmsg, (long long)p->x->id, d);
 }
 
 /* Digit runs of 3 or more in t (codes, numbers, years), as keys of obj. */
@@ -580,13 +584,13 @@ static void check_summary(struct actx *c, size_t i, size_t sj)
     json_t *v;
     for (size_t m = 0; m < q->nmsg; m++)
         if (q->mrole[m] == AROLE_USER || q->mrole[m] == AROLE_ASSISTANT) {
-            char *t = msg_text(json_array_get(q->msgs, m));
+            char *t = audit_msg_text(json_array_get(q->msgs, m));
             add_facts(facts, t);
             free(t);
         }
     for (size_t m = 0; m < p->nmsg; m++)
         if (p->mrole[m] == AROLE_USER) {
-            char *t = msg_text(json_array_get(p->msgs, m));
+            char *t = audit_msg_text(json_array_get(p->msgs, m));
             add_facts(facts, t);
             free(t);
         }
@@ -606,19 +610,19 @@ static void check_summary(struct actx *c, size_t i, size_t sj)
     const char *ua = user_agent(q->x);
     size_t ual = strcspn(ua, " ");
     char *ex = excerpt(sum, 160);
-    finding_add(c, AUDIT_ERROR, "history.compaction_lost", r,
-                json_pack("{s:I, s:I, s:b, s:I, s:I, s:o, s:s%, s:s}",
-                          "summary_request", (json_int_t)q->x->id,
-                          "prev_request", (json_int_t)p->x->id,
-                          "first_message_claim", claim, "facts",
-                          (json_int_t)total, "facts_kept", (json_int_t)kept,
-                          "lost", lost, "harness", ua, ual, "summary", ex),
-                "the summary of request %lld that replaced the history %s; "
-                "the harness (%.*s) went on with it",
-                (long long)q->x->id,
-                claim ? "says there was no earlier conversation"
-                      : "kept none of the facts it was given",
-                (int)ual, ua);
+    audit_finding_add(
+        c, AUDIT_ERROR, "history.compaction_lost", r,
+        json_pack("{s:I, s:I, s:b, s:I, s:I, s:o, s:s%, s:s}",
+                  "summary_request", (json_int_t)q->x->id, "prev_request",
+                  (json_int_t)p->x->id, "first_message_claim", claim, "facts",
+                  (json_int_t)total, "facts_kept", (json_int_t)kept, "lost",
+                  lost, "harness", ua, ual, "summary", ex),
+        "the summary of request %lld that replaced the history %s; "
+        "the harness (%.*s) went on with it",
+        (long long)q->x->id,
+        claim ? "says there was no earlier conversation"
+              : "kept none of the facts it was given",
+        (int)ual, ua);
     free(ex);
     r->lost_summary = q->x->id;
 }
@@ -632,7 +636,7 @@ static bool is_partial_kept(const struct areq *p, json_t *m)
     if (strcmp(role_of(m), "assistant") ||
         json_array_size(json_object_get(m, "tool_calls")) > 0)
         return false;
-    char *sent = msg_text(m);
+    char *sent = audit_msg_text(m);
     const char *have = p->content ? p->content : "";
     bool part = !strncmp(have, sent, strlen(sent));
     free(sent);
@@ -677,7 +681,7 @@ static void report_interrupt(struct actx *c, size_t i,
     struct areq *r = &c->r[i], *p = &c->r[r->prev];
     size_t sent = 0;
     if (st->kind == AUDIT_STEP_ECHO) {
-        char *t = msg_text(json_array_get(r->msgs, p->nmsg));
+        char *t = audit_msg_text(json_array_get(r->msgs, p->nmsg));
         sent = strlen(t);
         free(t);
     }
@@ -691,24 +695,26 @@ static void report_interrupt(struct actx *c, size_t i,
     json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
     p->interrupted = true;
     if (st->kind == AUDIT_STEP_ECHO && sent)
-        finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
-                    "the user interrupted request %lld: %zu of its partial "
-                    "reply's %zu bytes were sent back and the conversation "
-                    "went on",
-                    (long long)p->x->id, sent, reply_bytes(p));
+        audit_finding_add(
+            c, AUDIT_INFO, "history.interrupted", r, ev,
+            "the user interrupted request %lld: %zu of its partial "
+            "reply's %zu bytes were sent back and the conversation "
+            "went on",
+            (long long)p->x->id, sent, reply_bytes(p));
     else
-        finding_add(c, AUDIT_INFO, "history.interrupted", r, ev,
-                    "the user interrupted request %lld: its partial reply "
-                    "(%zu bytes) was dropped and the conversation went on",
-                    (long long)p->x->id, reply_bytes(p));
+        audit_finding_add(
+            c, AUDIT_INFO, "history.interrupted", r, ev,
+            "the user interrupted request %lld: its partial reply "
+            "(%zu bytes) was dropped and the conversation went on",
+            (long long)p->x->id, reply_bytes(p));
 }
 
-void rule_history(struct actx *c)
+void audit_rule_history(struct actx *c)
 {
     json_t *called = json_object();
     for (size_t i = 0; i < c->n; i++) {
         struct areq *r = &c->r[i];
-        if (!r->msgs || !is_main_kind(r->kind))
+        if (!r->msgs || !audit_is_main_kind(r->kind))
             continue;
         json_t *orph = fresh_orphans(c, i, called);
         if (r->prev < 0) {

@@ -63,7 +63,7 @@ static const struct areq *source_of(struct actx *c, json_t *echoes, size_t i,
 
 static int classify(json_t *m, const char *streamed)
 {
-    json_t *sent = msg_reasoning(m);
+    json_t *sent = audit_msg_reasoning(m);
     const char *content = json_string_value(json_object_get(m, "content"));
     if (content && strstr(content, "<think>") && strstr(content, streamed))
         return R_INLINE;
@@ -77,7 +77,7 @@ static int classify(json_t *m, const char *streamed)
 static enum audit_policy policy_for(struct actx *c, const char *model)
 {
     enum audit_policy p = c->o->policy;
-    json_t *prof = profile_for(c->o->profile, model);
+    json_t *prof = audit_profile_for(c->o->profile, model);
     const char *s =
         json_string_value(json_object_get(prof, "reasoning_policy"));
     if (p == AUDIT_POLICY_NONE && s)
@@ -166,15 +166,16 @@ static void one_request(struct actx *c, json_t *echoes, size_t i,
     if (bad) {
         bool keep = pol == AUDIT_POLICY_KEEP ||
                     (pol == AUDIT_POLICY_KEEP_WITH_TOOLS && r->tools);
-        finding_add(c, AUDIT_WARN, "reasoning.policy", r,
-                    json_pack("{s:s, s:b, s:s, s:o}", "policy",
-                              audit_policy_name(pol), "tools", r->tools, "want",
-                              keep ? "keep" : "drop", "turns", turns),
-                    "policy %s (%s tools) wants earlier reasoning %s; %zu "
-                    "assistant %s",
-                    audit_policy_name(pol), r->tools ? "with" : "without",
-                    keep ? "kept" : "dropped", bad,
-                    plural(bad, "turn disagrees", "turns disagree"));
+        audit_finding_add(
+            c, AUDIT_WARN, "reasoning.policy", r,
+            json_pack("{s:s, s:b, s:s, s:o}", "policy", audit_policy_name(pol),
+                      "tools", r->tools, "want", keep ? "keep" : "drop",
+                      "turns", turns),
+            "policy %s (%s tools) wants earlier reasoning %s; %zu "
+            "assistant %s",
+            audit_policy_name(pol), r->tools ? "with" : "without",
+            keep ? "kept" : "dropped", bad,
+            plural(bad, "turn disagrees", "turns disagree"));
     } else {
         json_decref(turns);
     }
@@ -206,7 +207,7 @@ static void budget(struct actx *c)
      * that asks for a title on every turn with the same budget */
     for (size_t i = 0; i < c->n; i++)
         key[i] = !c->r[i].msgs ? 0
-                 : is_main_kind(c->r[i].kind)
+                 : audit_is_main_kind(c->r[i].kind)
                      ? all_messages_key(&c->r[i])
                      : hash64(c->r[i].kind, strlen(c->r[i].kind), 5) | 1;
     for (size_t i = 0; i < c->n; i++) {
@@ -227,8 +228,8 @@ static void budget(struct actx *c)
         /* the harness needed the text when it sent the request again,
          * when a side request's answer was lost, or when the conversation
          * went on; a lone request nobody followed up is only noted */
-        bool needed = retries || !is_main_kind(r->kind) || i + 1 < c->n;
-        finding_add(
+        bool needed = retries || !audit_is_main_kind(r->kind) || i + 1 < c->n;
+        audit_finding_add(
             c, needed ? AUDIT_WARN : AUDIT_INFO, "reasoning.budget", r,
             json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,
                       "max_tokens", mt ? mt : json_null(), "reasoning_bytes",
@@ -243,14 +244,14 @@ static void budget(struct actx *c)
     free(key);
 }
 
-void rule_reasoning(struct actx *c)
+void audit_rule_reasoning(struct actx *c)
 {
     budget(c);
     unsigned counts[2][R_NSTATES] = {{0}};
     unsigned total = 0;
     json_t *echoes = json_object();
     for (size_t i = 0; i < c->n; i++)
-        if (c->r[i].msgs && is_main_kind(c->r[i].kind))
+        if (c->r[i].msgs && audit_is_main_kind(c->r[i].kind))
             one_request(c, echoes, i, counts);
     json_decref(echoes);
     json_t *ev = json_object();
@@ -266,11 +267,11 @@ void rule_reasoning(struct actx *c)
         json_decref(ev);
         return;
     }
-    finding_add(c, AUDIT_INFO, "reasoning.sent", NULL, ev,
-                "earlier reasoning sent back: with tools %u equal, %u "
-                "dropped, %u empty, %u inline, %u changed; without tools %u "
-                "equal, %u dropped, %u empty, %u inline, %u changed",
-                counts[1][0], counts[1][1], counts[1][2], counts[1][3],
-                counts[1][4], counts[0][0], counts[0][1], counts[0][2],
-                counts[0][3], counts[0][4]);
+    audit_finding_add(
+        c, AUDIT_INFO, "reasoning.sent", NULL, ev,
+        "earlier reasoning sent back: with tools %u equal, %u "
+        "dropped, %u empty, %u inline, %u changed; without tools %u "
+        "equal, %u dropped, %u empty, %u inline, %u changed",
+        counts[1][0], counts[1][1], counts[1][2], counts[1][3], counts[1][4],
+        counts[0][0], counts[0][1], counts[0][2], counts[0][3], counts[0][4]);
 }

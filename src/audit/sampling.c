@@ -40,7 +40,7 @@ static char *value_str(json_t *v)
 }
 
 /* Expected objects match when each expected key matches; other values by
- * json_same. */
+ * audit_json_same. */
 static bool matches(json_t *expected, json_t *actual)
 {
     if (json_is_null(expected))
@@ -55,7 +55,7 @@ static bool matches(json_t *expected, json_t *actual)
         }
         return true;
     }
-    return json_same(expected, actual);
+    return audit_json_same(expected, actual);
 }
 
 static void report_sent(struct actx *c, const char *model, const char *kind)
@@ -80,7 +80,8 @@ static void report_sent(struct actx *c, const char *model, const char *kind)
             json_t *vv = v ? v : json_null();
             any |= v != NULL;
             if (!json_array_size(vals) ||
-                !json_same(json_array_get(vals, json_array_size(vals) - 1), vv))
+                !audit_json_same(
+                    json_array_get(vals, json_array_size(vals) - 1), vv))
                 json_array_append(vals, vv);
         }
         if (!any) {
@@ -97,14 +98,15 @@ static void report_sent(struct actx *c, const char *model, const char *kind)
         json_decref(vals);
     }
     size_t nabsent = json_array_size(absent);
-    finding_add(c, AUDIT_INFO, "sampling.sent", first,
-                json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "model", model,
-                          "kind", kind, "requests", (json_int_t)n, "sent", sent,
-                          "absent", absent, "varied", varied),
-                "%s (%s, %zu request%s) sent: %s; %zu parameter%s left to "
-                "the server default",
-                model, kind, n, plural_s(n), line.len ? line.data : "(none)",
-                nabsent, plural_s(nabsent));
+    audit_finding_add(
+        c, AUDIT_INFO, "sampling.sent", first,
+        json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "model", model, "kind",
+                  kind, "requests", (json_int_t)n, "sent", sent, "absent",
+                  absent, "varied", varied),
+        "%s (%s, %zu request%s) sent: %s; %zu parameter%s left to "
+        "the server default",
+        model, kind, n, plural_s(n), line.len ? line.data : "(none)", nabsent,
+        plural_s(nabsent));
     buf_release(&line);
 }
 
@@ -119,8 +121,8 @@ static void report_changes(struct actx *c, const char *model, const char *kind)
             if (strcmp(r->model, model) || strcmp(r->kind, kind))
                 continue;
             json_t *v = json_object_get(r->x->req_body, params[p]);
-            if (seen &&
-                !json_same(last ? last : json_null(), v ? v : json_null())) {
+            if (seen && !audit_json_same(last ? last : json_null(),
+                                         v ? v : json_null())) {
                 at = at ? at : r;
                 json_array_append_new(steps,
                                       json_pack("{s:I, s:O}", "request",
@@ -136,14 +138,14 @@ static void report_changes(struct actx *c, const char *model, const char *kind)
             last = v;
         }
         if (at)
-            finding_add(c, AUDIT_WARN, "sampling.changed", at,
-                        json_pack("{s:s, s:s, s:s, s:O}", "model", model,
-                                  "kind", kind, "param", params[p], "values",
-                                  steps),
-                        "%s changes within the session for %s (%s): %zu "
-                        "value change%s",
-                        params[p], model, kind, json_array_size(steps) - 1,
-                        plural_s(json_array_size(steps) - 1));
+            audit_finding_add(
+                c, AUDIT_WARN, "sampling.changed", at,
+                json_pack("{s:s, s:s, s:s, s:O}", "model", model, "kind", kind,
+                          "param", params[p], "values", steps),
+                "%s changes within the session for %s (%s): %zu "
+                "value change%s",
+                params[p], model, kind, json_array_size(steps) - 1,
+                plural_s(json_array_size(steps) - 1));
         json_decref(steps);
     }
 }
@@ -154,7 +156,7 @@ static bool in_seen(json_t *seen, json_t *v)
     json_t *x;
     json_array_foreach(seen, i, x)
     {
-        if (json_same(x, v ? v : json_null()))
+        if (audit_json_same(x, v ? v : json_null()))
             return true;
     }
     return false;
@@ -164,7 +166,7 @@ static bool in_seen(json_t *seen, json_t *v)
 static json_t *expectations(struct actx *c, const char *model, json_t **src)
 {
     json_t *e = json_object();
-    json_t *prof = profile_for(c->o->profile, model);
+    json_t *prof = audit_profile_for(c->o->profile, model);
     json_t *pp = json_object_get(prof, "params");
     *src = json_object();
     const char *k;
@@ -196,7 +198,7 @@ static void check_expect(struct actx *c, const char *model, const char *kind)
             const struct areq *r = &c->r[i];
             if (strcmp(r->model, model) || strcmp(r->kind, kind))
                 continue;
-            json_t *got = json_path(r->x->req_body, key);
+            json_t *got = audit_json_path(r->x->req_body, key);
             n++;
             if (matches(want, got))
                 continue;
@@ -211,7 +213,7 @@ static void check_expect(struct actx *c, const char *model, const char *kind)
                                         !json_is_null(json_array_get(seen, 0))
                                     ? json_array_get(seen, 0)
                                     : NULL);
-            finding_add(
+            audit_finding_add(
                 c, AUDIT_WARN, "sampling.expect", first,
                 json_pack("{s:s, s:s, s:s, s:O, s:O, s:I, s:I, s:O}", "model",
                           model, "kind", kind, "param", key, "expected", want,
@@ -232,7 +234,7 @@ static void check_expect(struct actx *c, const char *model, const char *kind)
     json_decref(src);
 }
 
-void rule_sampling(struct actx *c)
+void audit_rule_sampling(struct actx *c)
 {
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
@@ -244,7 +246,7 @@ void rule_sampling(struct actx *c)
             continue;
         report_sent(c, r->model, r->kind);
         report_changes(c, r->model, r->kind);
-        if (is_main_kind(r->kind))
+        if (audit_is_main_kind(r->kind))
             check_expect(c, r->model, r->kind);
     }
 }

@@ -478,7 +478,7 @@ int audit_profile_check(json_t *doc, struct diag *d)
 
 /* The profile entry for model: an exact key first, else the first glob
  * (fnmatch) in key order that matches. */
-json_t *profile_for(json_t *profile, const char *model)
+json_t *audit_profile_for(json_t *profile, const char *model)
 {
     json_t *models = json_object_get(profile, "models");
     json_t *m = json_object_get(models, model);

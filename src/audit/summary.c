@@ -86,7 +86,7 @@ json_t *audit_session_turns(const struct audit_session *s)
     audit_opts_init(&o);
     audit_list_init(&scratch);
     struct actx c = {.o = &o, .out = &scratch, .s = s, .r = r, .n = s->n};
-    rule_history(&c);
+    audit_rule_history(&c);
     audit_list_release(&scratch);
     for (size_t i = 0; i < s->n; i++) {
         const struct xchg *x = r[i].x;

@@ -127,7 +127,7 @@ static void check_below(struct actx *c, size_t i)
     if (expected <= 0 || got >= (1 - th->token_deficit) * expected ||
         expected - got < th->token_deficit_min)
         return;
-    finding_add(
+    audit_finding_add(
         c, AUDIT_ERROR, "truncation.below", r,
         json_pack("{s:I, s:f, s:s, s:f, s:f, s:f, s:f}", "prompt_tokens",
                   (json_int_t)r->prompt_tokens, "expected_tokens", expected,
@@ -152,7 +152,7 @@ static void check_flat(struct actx *c, size_t i)
     double dt = t1 > t0 ? t1 - t0 : t0 - t1;
     if (b1 < (1 + th->flat_growth) * b0 || dt > th->flat_tokens * t0)
         return;
-    finding_add(
+    audit_finding_add(
         c, AUDIT_ERROR, "truncation.flat", r,
         json_pack("{s:I, s:f, s:f, s:I, s:I, s:f, s:f}", "prev_request",
                   (json_int_t)p->x->id, "bytes_before", b0, "bytes_after", b1,
@@ -166,7 +166,7 @@ static void check_flat(struct actx *c, size_t i)
 
 static long context_length(struct actx *c, const char *model)
 {
-    json_t *prof = profile_for(c->o->profile, model);
+    json_t *prof = audit_profile_for(c->o->profile, model);
     json_t *cl = json_object_get(prof, "context_length");
     if (c->o->context_length > 0)
         return c->o->context_length;
@@ -186,24 +186,26 @@ static void check_limits(struct actx *c, size_t i)
     const struct areq *r = &c->r[i];
     long ctx = context_length(c, r->model), mt = max_tokens(r);
     if (ctx > 0 && r->prompt_tokens >= ctx)
-        finding_add(c, AUDIT_ERROR, "truncation.at_limit", r,
-                    json_pack("{s:I, s:I}", "prompt_tokens",
-                              (json_int_t)r->prompt_tokens, "context_length",
-                              (json_int_t)ctx),
-                    "prompt_tokens %ld reached the context length %ld: the "
-                    "server may have cut the prompt",
-                    r->prompt_tokens, ctx);
+        audit_finding_add(
+            c, AUDIT_ERROR, "truncation.at_limit", r,
+            json_pack("{s:I, s:I}", "prompt_tokens",
+                      (json_int_t)r->prompt_tokens, "context_length",
+                      (json_int_t)ctx),
+            "prompt_tokens %ld reached the context length %ld: the "
+            "server may have cut the prompt",
+            r->prompt_tokens, ctx);
     if (r->finish && !strcmp(r->finish, "length") && mt > 0 &&
         r->completion_tokens >= 0 && r->completion_tokens < mt)
-        finding_add(c, AUDIT_WARN, "truncation.length_early", r,
-                    json_pack("{s:I, s:I, s:I, s:I}", "completion_tokens",
-                              (json_int_t)r->completion_tokens, "max_tokens",
-                              (json_int_t)mt, "prompt_tokens",
-                              (json_int_t)r->prompt_tokens, "context_length",
-                              (json_int_t)ctx),
-                    "finish_reason length after %ld tokens, below max_tokens "
-                    "%ld: the context ran out",
-                    r->completion_tokens, mt);
+        audit_finding_add(
+            c, AUDIT_WARN, "truncation.length_early", r,
+            json_pack("{s:I, s:I, s:I, s:I}", "completion_tokens",
+                      (json_int_t)r->completion_tokens, "max_tokens",
+                      (json_int_t)mt, "prompt_tokens",
+                      (json_int_t)r->prompt_tokens, "context_length",
+                      (json_int_t)ctx),
+            "finish_reason length after %ld tokens, below max_tokens "
+            "%ld: the context ran out",
+            r->completion_tokens, mt);
 }
 
 static bool is_context_error(const struct xchg *x)
@@ -232,7 +234,7 @@ static char *next_action(struct actx *c, size_t i, int64_t *next_id)
             *next_id = n->x->id;
             return xstrdup("asked for a compaction summary");
         }
-        if (!is_main_kind(n->kind) || n->prev != (long)i)
+        if (!audit_is_main_kind(n->kind) || n->prev != (long)i)
             continue;
         *next_id = n->x->id;
         if (n->nmsg == r->nmsg && n->msg_bytes == r->msg_bytes)
@@ -256,17 +258,17 @@ static void check_error(struct actx *c, size_t i)
     char *what = next_action(c, i, &nid);
     char *body = xstrndup(r->x->resp_raw,
                           r->x->resp_raw_len > 300 ? 300 : r->x->resp_raw_len);
-    finding_add(c, AUDIT_ERROR, "truncation.context_error", r,
-                json_pack("{s:i, s:s, s:s, s:I}", "status", r->x->status,
-                          "error", body, "next", what, "next_request",
-                          (json_int_t)nid),
-                "context-length error (HTTP %d); the harness then %s",
-                r->x->status, what);
+    audit_finding_add(c, AUDIT_ERROR, "truncation.context_error", r,
+                      json_pack("{s:i, s:s, s:s, s:I}", "status", r->x->status,
+                                "error", body, "next", what, "next_request",
+                                (json_int_t)nid),
+                      "context-length error (HTTP %d); the harness then %s",
+                      r->x->status, what);
     free(what);
     free(body);
 }
 
-void rule_truncation(struct actx *c)
+void audit_rule_truncation(struct actx *c)
 {
     struct ratio_memo memo = {0};
     c->truncation_memo = &memo;
@@ -278,7 +280,7 @@ void rule_truncation(struct actx *c)
         if (!counted(r))
             continue;
         check_below(c, i);
-        if (is_main_kind(r->kind))
+        if (audit_is_main_kind(r->kind))
             check_flat(c, i);
         check_limits(c, i);
     }

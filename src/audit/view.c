@@ -1,94 +1,21 @@
 /*
  * view: the per-request view every rule reads (struct areq), computed once
  * per session: kind, model, per-message hashes with reasoning left out,
- * the conversation predecessor of each request and its user turn. Also
- * audit_run, which builds the view and calls the rules in order, and the
- * small JSON helpers the rules share.
+ * the conversation predecessor of each request and its user turn. The
+ * rules are run by audit.c; the message and JSON helpers are in msg.c.
  */
-#include <ctype.h>
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "audit/audit_int.h"
-#include "core/buf.h"
 #include "core/hash.h"
 #include "core/xalloc.h"
 
-bool is_main_kind(const char *kind)
+bool audit_is_main_kind(const char *kind)
 {
     return !strcmp(kind, "main") || !strcmp(kind, "subagent");
-}
-
-char *msg_text(json_t *msg)
-{
-    json_t *c = json_object_get(msg, "content");
-    struct buf b = BUF_INIT;
-    size_t i;
-    json_t *part;
-    if (json_is_string(c))
-        return xstrdup(json_string_value(c));
-    json_array_foreach(c, i, part)
-    {
-        json_t *t = json_object_get(part, "text");
-        if (json_is_string(t))
-            buf_adds(&b, json_string_value(t));
-    }
-    if (!b.data)
-        return xstrdup("");
-    return buf_detach(&b, NULL);
-}
-
-json_t *msg_reasoning(json_t *msg)
-{
-    json_t *r = json_object_get(msg, "reasoning_content");
-    return r ? r : json_object_get(msg, "reasoning");
-}
-
-bool json_same(json_t *a, json_t *b)
-{
-    if (!a || !b)
-        return a == b;
-    if (json_is_number(a) && json_is_number(b)) {
-        double x = json_number_value(a), y = json_number_value(b);
-        double d = x > y ? x - y : y - x;
-        return d <= 1e-9 * (1 + (x > 0 ? x : -x));
-    }
-    if (json_is_object(a) && json_is_object(b)) {
-        const char *k;
-        json_t *v;
-        if (json_object_size(a) != json_object_size(b))
-            return false;
-        json_object_foreach(a, k, v)
-        {
-            if (!json_same(v, json_object_get(b, k)))
-                return false;
-        }
-        return true;
-    }
-    if (json_is_array(a) && json_is_array(b)) {
-        if (json_array_size(a) != json_array_size(b))
-            return false;
-        for (size_t i = 0; i < json_array_size(a); i++)
-            if (!json_same(json_array_get(a, i), json_array_get(b, i)))
-                return false;
-        return true;
-    }
-    return json_equal(a, b);
-}
-
-json_t *json_path(json_t *obj, const char *path)
-{
-    char *p = xstrdup(path), *save = NULL;
-    json_t *cur = obj;
-    for (char *k = strtok_r(p, ".", &save); k && cur;
-         k = strtok_r(NULL, ".", &save))
-        cur = json_object_get(cur, k);
-    free(p);
-    return cur;
 }
 
 /* True when needle occurs in the first n bytes of s (case-insensitive). */
@@ -107,7 +34,7 @@ static char *text_with_role(json_t *msgs, size_t n, const char *role, bool last)
         json_t *m = json_array_get(msgs, last ? n - 1 - k : k);
         const char *r = json_string_value(json_object_get(m, "role"));
         if (r && !strcmp(r, role))
-            return msg_text(m);
+            return audit_msg_text(m);
     }
     return xstrdup("");
 }
@@ -569,7 +496,7 @@ static uint64_t text_key(const char *t)
 static bool summary_heads(const struct areq *q, const struct areq *next)
 {
     for (size_t k = 0; k < next->nmsg && k < HEAD; k++) {
-        char *t = msg_text(json_array_get(next->msgs, k));
+        char *t = audit_msg_text(json_array_get(next->msgs, k));
         bool here = !strcmp(t, q->content);
         free(t);
         if (here)
@@ -595,7 +522,7 @@ static bool asks_summary(const struct areq *q, struct sys_memo *sm)
     bool yes = false;
     for (size_t k = q->nmsg; k-- > 0 && !yes;) {
         if (q->mrole[k] == AROLE_USER) {
-            char *t = msg_text(json_array_get(q->msgs, k));
+            char *t = audit_msg_text(json_array_get(q->msgs, k));
             yes = head_has(t, SIZE_MAX, "summar");
             free(t);
             break;
@@ -606,7 +533,7 @@ static bool asks_summary(const struct areq *q, struct sys_memo *sm)
          * instance): it is read once, not once per request */
         json_t *m = json_array_get(q->msgs, 0);
         if (m != sm->msg) {
-            char *t = msg_text(m);
+            char *t = audit_msg_text(m);
             sm->msg = m;
             sm->yes = head_has(t, 1000, "summar");
             free(t);
@@ -626,7 +553,7 @@ static void kinds_by_structure(struct areq *r, size_t n)
         for (size_t k = 0; k < r[i].nmsg && k < HEAD; k++) {
             if (r[i].mrole[k] != AROLE_ASSISTANT && r[i].mrole[k] != AROLE_USER)
                 continue;
-            char *t = msg_text(json_array_get(r[i].msgs, k));
+            char *t = audit_msg_text(json_array_get(r[i].msgs, k));
             if (*t)
                 pmap_put(&heads, text_key(t), (long)i);
             free(t);
@@ -654,7 +581,7 @@ static void kinds_by_structure(struct areq *r, size_t n)
         bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
         bool asks = false, sys_title = false;
         for (size_t k = 0; k < q->nmsg; k++) {
-            char *t = msg_text(json_array_get(q->msgs, k));
+            char *t = audit_msg_text(json_array_get(q->msgs, k));
             if (q->mrole[k] == AROLE_USER && head_has(t, SIZE_MAX, "title"))
                 asks = true;
             if (q->mrole[k] == AROLE_SYSTEM && head_has(t, 400, "title"))
@@ -684,7 +611,7 @@ struct areq *areqs_build(const struct audit_session *s)
     for (size_t i = 0; i < s->n; i++) {
         if (!strcmp(r[i].kind, "compaction"))
             last_summary = (long)i;
-        if (!r[i].msgs || !is_main_kind(r[i].kind)) {
+        if (!r[i].msgs || !audit_is_main_kind(r[i].kind)) {
             r[i].turn = main_turn ? main_turn : 1;
             continue;
         }
@@ -715,64 +642,4 @@ void areqs_free(struct areq *r, size_t n)
         if (r[i].lin_own)
             alin_free(r[i].lin);
     free(r);
-}
-
-void finding_add(struct actx *c, enum audit_sev sev, const char *rule,
-                 const struct areq *r, json_t *evidence, const char *fmt, ...)
-{
-    struct audit_list *l = c->out;
-    va_list ap;
-    if (l->n == l->alloc) {
-        l->alloc = l->alloc ? 2 * l->alloc : 16;
-        l->v = xrealloc(l->v, l->alloc * sizeof(*l->v));
-    }
-    struct audit_finding *f = &l->v[l->n++];
-    f->sev = sev;
-    f->rule = xstrdup(rule);
-    f->session = xstrdup(c->s->id);
-    f->request = r ? r->x->id : 0;
-    f->turn = r ? r->turn : 0;
-    va_start(ap, fmt);
-    struct buf b = BUF_INIT;
-    buf_vprintf(&b, fmt, ap);
-    va_end(ap);
-    f->summary = buf_detach(&b, NULL);
-    if (!f->summary)
-        f->summary = xstrdup("");
-    f->evidence = evidence ? evidence : json_object();
-}
-
-/* store.corrupt: the rows load.c could not read, one finding each. */
-static void corrupt_rows(const struct audit_set *set, struct audit_list *out)
-{
-    for (size_t i = 0; i < set->nbad; i++) {
-        const struct audit_bad *b = &set->bad[i];
-        struct audit_session s = {.id = b->session};
-        struct actx c = {.out = out, .s = &s};
-        finding_add(&c, AUDIT_ERROR, "store.corrupt", NULL,
-                    json_pack("{s:I, s:s, s:s}", "exchange", (json_int_t)b->id,
-                              "column", b->column, "reason", b->why),
-                    "exchange %lld cannot be read from the store (column "
-                    "'%s': %s); it is left out of the audit",
-                    (long long)b->id, b->column, b->why);
-        out->v[out->n - 1].request = b->id;
-    }
-}
-
-void audit_run(const struct audit_set *set, const struct audit_opts *o,
-               struct audit_list *out)
-{
-    static void (*const rules[])(struct actx *) = {
-        rule_history,       rule_sampling,     rule_reasoning, rule_truncation,
-        rule_first_message, rule_degeneration, rule_stream,    rule_cache,
-    };
-    for (size_t i = 0; i < set->n; i++) {
-        struct actx c = {.o = o, .out = out, .s = &set->s[i]};
-        c.n = set->s[i].n;
-        c.r = areqs_build(&set->s[i]);
-        for (size_t k = 0; k < sizeof(rules) / sizeof(*rules); k++)
-            rules[k](&c);
-        areqs_free(c.r, c.n);
-    }
-    corrupt_rows(set, out);
 }

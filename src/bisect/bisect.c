@@ -485,7 +485,7 @@ int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
         return diag_set(d, errno, "cannot create '%s': %s", o->dir,
                         strerror(errno));
     pthread_mutex_init(&x.mu, NULL);
-    x.l = o->launcher ? o->launcher : launcher_local_new();
+    x.l = o->launcher ? o->launcher : launch_local_new();
     struct launch *g = NULL;
     int rc = run_golden(&x, &g, d);
     if (rc)

@@ -7,6 +7,9 @@
  * that kills the group when bisect's end of a pipe closes, so no server
  * outlives bisect, even when bisect is killed with SIGKILL.
  *
+ * Names here carry the launch_ prefix (types: struct launch, launch_spec,
+ * launcher, launcher_ops); each launcher's constructor is launch_*_new.
+ *
  * Errors: -errno with d filled. wait_ready returns -ECHILD when the server
  * exited first, -ETIMEDOUT when the timeout passed, -EINTR when *stop was
  * set; its log (log_path) then says why.
@@ -61,7 +64,7 @@ struct launcher {
 };
 
 /* The local launcher: processes on this host. */
-struct launcher *launcher_local_new(void);
+struct launcher *launch_local_new(void);
 
 /* The last `lines` lines of the file at path appended to out (at most
  * 4 KiB of them). 0, or -errno when it cannot be read. */

@@ -297,7 +297,7 @@ static const struct launcher_ops local_ops = {
     .free = local_free,
 };
 
-struct launcher *launcher_local_new(void)
+struct launcher *launch_local_new(void)
 {
     struct launcher *l = xcalloc(1, sizeof(*l));
     l->ops = &local_ops;

@@ -213,8 +213,8 @@ static void script_for(const struct bisect_slurm *cfg, const char *abs_dir,
     free(log);
 }
 
-void slurm_script(const struct bisect_slurm *cfg, const char *dir,
-                  const struct launch_spec *s, struct buf *out)
+void bisect_slurm_script(const struct bisect_slurm *cfg, const char *dir,
+                         const struct launch_spec *s, struct buf *out)
 {
     char *abs_dir = absolute(dir);
     char tag[16];
@@ -540,10 +540,10 @@ static const struct launcher_ops slurm_ops = {
     .free = slurm_free,
 };
 
-struct launcher *launcher_slurm_new(const struct bisect_slurm *cfg,
-                                    const char *dir, double queue_timeout,
-                                    bool resume, size_t *cancelled,
-                                    struct diag *d)
+struct launcher *launch_slurm_new(const struct bisect_slurm *cfg,
+                                  const char *dir, double queue_timeout,
+                                  bool resume, size_t *cancelled,
+                                  struct diag *d)
 {
     char *abs_dir = realpath(dir, NULL);
     if (!abs_dir) {

@@ -12,6 +12,9 @@
  *
  * Jobs are named "fb-TAG-NAME", TAG a hash of DIR's absolute path, so a
  * later run over the same DIR finds the jobs of an earlier one.
+ *
+ * Names: the launcher's constructor carries launch.h's prefix (launch_),
+ * like the local one; the rest carries bisect_ (slurm_ is libslurm's).
  */
 #ifndef BISECT_SLURM_H
 #define BISECT_SLURM_H
@@ -29,14 +32,14 @@
  * first cancels the jobs of an earlier run over dir still queued (their
  * count in *cancelled). NULL and d filled when dir cannot be resolved or
  * squeue fails. */
-struct launcher *launcher_slurm_new(const struct bisect_slurm *cfg,
-                                    const char *dir, double queue_timeout,
-                                    bool resume, size_t *cancelled,
-                                    struct diag *d);
+struct launcher *launch_slurm_new(const struct bisect_slurm *cfg,
+                                  const char *dir, double queue_timeout,
+                                  bool resume, size_t *cancelled,
+                                  struct diag *d);
 
 /* The batch script of s (its command and env with {port} kept) for the run
  * writing into dir, appended to out. */
-void slurm_script(const struct bisect_slurm *cfg, const char *dir,
-                  const struct launch_spec *s, struct buf *out);
+void bisect_slurm_script(const struct bisect_slurm *cfg, const char *dir,
+                         const struct launch_spec *s, struct buf *out);
 
 #endif

@@ -3,7 +3,8 @@
  * configurations with patches (toggles) turned on and off, measures each
  * against the golden with drift and probe, and ranks the toggles. Parses
  * options, loads the config (src/bisect/config.c), runs src/bisect/bisect.c,
- * prints the ranking and chooses the exit code. See docs/BISECT.md.
+ * prints the ranking src/bisect/rank.c makes of its outcome and chooses
+ * the exit code. See docs/BISECT.md.
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,9 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bisect/bisect.h"
 #include "bisect/config.h"
 #include "bisect/plan.h"
-#include "bisect/bisect.h"
+#include "bisect/rank.h"
 #include "bisect/slurm.h"
 #include "bisect/verdict.h"
 #include "cmd/cmd.h"
@@ -192,7 +194,7 @@ static void print_script(const struct bisect_config *c, const struct opts *o,
                                .workdir = c->workdir,
                                .log_path = log};
     struct buf b = BUF_INIT;
-    slurm_script(&c->slurm, o->out, &spec, &b);
+    bisect_slurm_script(&c->slurm, o->out, &spec, &b);
     printf("\n--- %s.sbatch\n%s", name, buf_str(&b));
     buf_release(&b);
     for (size_t i = 0; i < n_env; i++)
@@ -275,72 +277,11 @@ static void on_progress(void *ud, const struct bisect_progress *p)
         fputc('\n', stderr);
 }
 
-/* The toggles of set s claim one path when they agree, else unknown. */
-static enum bisect_path claimed_path(const struct bisect_config *c,
-                                     bisect_set s)
-{
-    enum bisect_path p = BISECT_PATH_UNKNOWN;
-    for (size_t i = 0; i < c->n_toggles; i++)
-        if (s >> i & 1) {
-            if (p != BISECT_PATH_UNKNOWN && p != c->toggles[i].path)
-                return BISECT_PATH_UNKNOWN;
-            p = c->toggles[i].path;
-        }
-    return p;
-}
-
-struct row {
-    const struct bisect_result *r;
-    struct bisect_verdict v;
-    enum bisect_path claimed;
-    bool mismatch;
-    const char *verdict;
-};
-
-/* Culprits (recall falls) first, then drift alone, harmless, inert. */
-static int rank_of(const struct bisect_verdict *v)
-{
-    return v->recall_worse ? 0
-           : v->harmful    ? 1
-           : v->inert      ? 3
-           : v->measured   ? 2
-                           : 4;
-}
-
-static int row_cmp(const void *a, const void *b)
-{
-    const struct row *x = a, *y = b;
-    int rx = rank_of(&x->v), ry = rank_of(&y->v);
-    if (rx != ry)
-        return rx - ry;
-    double hx = isnan(x->v.harm) ? -1 : x->v.harm;
-    double hy = isnan(y->v.harm) ? -1 : y->v.harm;
-    return hx < hy ? 1 : hx > hy ? -1 : strcmp(x->r->name, y->r->name);
-}
-
-static void fill_rows(const struct bisect_config *c,
-                      const struct bisect_outcome *out, struct row *rows)
-{
-    for (size_t i = 0; i < out->n_results; i++) {
-        struct row *w = &rows[i];
-        w->r = &out->results[i];
-        bisect_verdict_from(json_object_get(w->r->doc, "drift"),
-                            json_object_get(w->r->doc, "probe"), &w->v);
-        w->claimed = claimed_path(c, w->r->set);
-        w->mismatch = bisect_path_mismatch(w->claimed, &w->v);
-        w->verdict = !w->v.measured      ? "not measured"
-                     : w->v.recall_worse ? "CULPRIT"
-                     : w->v.harmful      ? "drifts (recall unchanged)"
-                     : w->v.inert        ? "inert"
-                                         : "harmless (below thresholds)";
-    }
-    qsort(rows, out->n_results, sizeof(*rows), row_cmp);
-}
-
 /* Named in the first line: the target set when there is one (adaptive's
  * answer, full mode's interaction), else the configurations whose recall
  * fell, else those whose drift failed. */
-static bool is_named(const struct row *w, bisect_set target, bool by_recall)
+static bool is_named(const struct bisect_row *w, bisect_set target,
+                     bool by_recall)
 {
     if (target)
         return w->v.harmful && w->r->set == target;
@@ -349,15 +290,15 @@ static bool is_named(const struct row *w, bisect_set target, bool by_recall)
 
 /* One line: the culprits (recall falls; else drift fails) and the
  * evidence. */
-static void print_headline(const struct row *rows, size_t n, bisect_set target,
-                           bool together)
+static void print_headline(const struct bisect_row *rows, size_t n,
+                           bisect_set target, bool together)
 {
     bool by_recall = false;
     for (size_t i = 0; i < n; i++)
         by_recall |= rows[i].v.recall_worse;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct row *w = &rows[i];
+        const struct bisect_row *w = &rows[i];
         if (!is_named(w, target, by_recall))
             continue;
         char ci[64] = "";
@@ -403,7 +344,7 @@ static void print_reported(const json_t *diff)
 }
 
 /* Drift's excess KL by position bucket and its growth verdict. */
-static void print_buckets(const struct row *w)
+static void print_buckets(const struct bisect_row *w)
 {
     const json_t *d = json_object_get(w->r->doc, "drift");
     const json_t *bk = json_object_get(d, "buckets");
@@ -422,7 +363,7 @@ static void print_buckets(const struct row *w)
     printf("; growth %s\n", w->v.growth);
 }
 
-static void print_row(const struct row *w)
+static void print_row(const struct bisect_row *w)
 {
     const struct bisect_verdict *v = &w->v;
     printf("%-24s ", w->r->name);
@@ -454,7 +395,7 @@ static void print_row(const struct row *w)
         print_buckets(w);
 }
 
-static json_t *row_json(const struct row *w)
+static json_t *row_json(const struct bisect_row *w)
 {
     const struct bisect_verdict *v = &w->v;
     json_t *o = json_object();
@@ -492,79 +433,22 @@ static json_t *row_json(const struct row *w)
     return o;
 }
 
-static bool harmful_set(const struct row *rows, size_t n, bisect_set s,
-                        bool *known)
-{
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].r->set == s && rows[i].v.measured) {
-            *known = true;
-            return rows[i].v.harmful;
-        }
-    *known = false;
-    return false;
-}
-
-/* Toggles that hurt only together. adaptive: the pair it ended on.
- * leave-one-out: the toggles whose removal alone makes the rest harmless,
- * when two or more are (each is needed). full: the smallest harmful set of
- * two or more whose single toggles were each measured harmless. */
-static bisect_set interaction(const struct bisect_config *c, enum bisect_mode m,
-                              const struct row *rows, size_t n,
-                              const struct bisect_outcome *out)
-{
-    bisect_set all = c->n_toggles >= 64 ? ~(bisect_set)0
-                                        : ((bisect_set)1 << c->n_toggles) - 1;
-    bisect_set need = 0, best = 0;
-    bool known;
-    switch (m) {
-    case BISECT_ADAPTIVE:
-        return out->adaptive.interaction ? out->adaptive.culprits : 0;
-    case BISECT_LEAVE_ONE_OUT:
-        for (size_t t = 0; t < c->n_toggles; t++) {
-            bool h = harmful_set(rows, n, all & ~((bisect_set)1 << t), &known);
-            if (known && !h)
-                need |= (bisect_set)1 << t;
-        }
-        return __builtin_popcountll(need) >= 2 ? need : 0;
-    case BISECT_FULL:
-        for (size_t i = 0; i < n; i++) {
-            bisect_set s = rows[i].r->set;
-            bool alone_ok = __builtin_popcountll(s) >= 2 && rows[i].v.harmful;
-            for (size_t t = 0; alone_ok && t < c->n_toggles; t++)
-                if (s >> t & 1)
-                    alone_ok =
-                        !harmful_set(rows, n, (bisect_set)1 << t, &known) &&
-                        known;
-            if (alone_ok &&
-                (!best || __builtin_popcountll(s) < __builtin_popcountll(best)))
-                best = s;
-        }
-        return best;
-    default:
-        return 0;
-    }
-}
-
 static int report(const struct bisect_config *c, const struct opts *o,
                   const struct bisect_outcome *out)
 {
-    size_t n = out->n_results;
-    struct row *rows = xcalloc(n ? n : 1, sizeof(*rows));
-    fill_rows(c, out, rows);
-    bisect_set inter = interaction(c, o->mode, rows, n, out);
-    bisect_set target = o->mode == BISECT_ADAPTIVE ? out->adaptive.culprits
-                        : o->mode == BISECT_FULL   ? inter
-                                                   : 0;
-    print_headline(rows, n, target, inter && target == inter);
+    struct bisect_ranking rk;
+    bisect_rank(c, o->mode, out, &rk);
+    const struct bisect_row *rows = rk.rows;
+    size_t n = rk.n;
+    bisect_set inter = rk.interaction;
+    print_headline(rows, n, rk.target, inter && rk.target == inter);
     printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
            "excess KL", "flips/1k", "drift", "measured", "claimed",
            "recall (points) p", "verdict");
-    bool culprit = false;
     json_t *j = json_object();
     json_t *ja = json_array();
     for (size_t i = 0; i < n; i++) {
         print_row(&rows[i]);
-        culprit |= rows[i].v.harmful;
         json_array_append_new(ja, row_json(&rows[i]));
     }
     if (inter) {
@@ -578,13 +462,13 @@ static int report(const struct bisect_config *c, const struct opts *o,
     json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "configurations", ja);
-    json_object_set_new(j, "culprit", json_boolean(culprit));
-    int rc = culprit ? EXIT_FAIL : EXIT_PASS;
+    json_object_set_new(j, "culprit", json_boolean(rk.culprit));
+    int rc = rk.culprit ? EXIT_FAIL : EXIT_PASS;
     struct diag d = {0};
     if (o->json && cli_json_write(j, o->json, &d))
         rc = cli_error("bisect", EXIT_INTERNAL, "%s", d.msg);
     json_decref(j);
-    free(rows);
+    bisect_ranking_release(&rk);
     return rc;
 }
 
@@ -624,7 +508,7 @@ int cmd_bisect(int argc, char **argv)
         size_t cancelled = 0;
         double qt =
             o.queue_timeout >= 0 ? o.queue_timeout : c.slurm.queue_timeout;
-        l = launcher_slurm_new(&c.slurm, o.out, qt, o.resume, &cancelled, &d);
+        l = launch_slurm_new(&c.slurm, o.out, qt, o.resume, &cancelled, &d);
         if (!l) {
             rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
             goto out_config;

@@ -1,5 +1,6 @@
 /*
- * drift store: drift_runs and drift_buckets. Contract in dstore.h.
+ * drift store: drift_run and drift_bucket, and the renaming of an older
+ * store's drift_runs and drift_buckets. Contract in dstore.h.
  */
 #include "drift/dstore.h"
 
@@ -8,27 +9,71 @@
 #include <time.h>
 
 #include "core/url.h"
+#include "store/runs.h"
 #include "store/store.h"
 
 static const char schema[] =
-    "CREATE TABLE IF NOT EXISTS drift_runs ("
+    "CREATE TABLE IF NOT EXISTS drift_run ("
     " id INTEGER PRIMARY KEY,"
-    " started_at INTEGER NOT NULL,"
+    " created INTEGER NOT NULL,"
     " golden_url TEXT NOT NULL, candidate_url TEXT NOT NULL,"
     " golden_dialect TEXT, candidate_dialect TEXT,"
     " golden_fingerprint TEXT, candidate_fingerprint TEXT,"
     " sequences INTEGER, positions INTEGER,"
     " verdict TEXT NOT NULL, summary TEXT NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS drift_buckets ("
-    " run_id INTEGER NOT NULL REFERENCES drift_runs(id) ON DELETE CASCADE,"
+    "CREATE TABLE IF NOT EXISTS drift_bucket ("
+    " run_id INTEGER NOT NULL REFERENCES drift_run(id) ON DELETE CASCADE,"
     " pos_from INTEGER NOT NULL, pos_to INTEGER NOT NULL,"
     " count INTEGER, kl_mean REAL, kl_p999 REAL, kl_max REAL,"
     " excess_kl_mean REAL, top1_agreement REAL, dp_rms REAL,"
     " verdict TEXT, PRIMARY KEY (run_id, pos_from));";
 
+/* A store from before the result tables shared one naming scheme
+ * (singular names, `created`): drift_runs (started_at) and drift_buckets
+ * are renamed in place, rows and the buckets' reference to their run
+ * kept (SQLite rewrites it). In one IMMEDIATE transaction, so two
+ * processes opening the same old store rename it once. */
+static int migrate(sqlite3 *db, struct diag *d)
+{
+    if (!store_has_table(db, "drift_runs"))
+        return 0;
+    if (store_exec(db, "BEGIN IMMEDIATE", d))
+        return -EIO;
+    int r = 0;
+    if (store_has_table(db, "drift_runs") && !store_has_table(db, "drift_run"))
+        r = store_exec(db,
+                       "ALTER TABLE drift_runs RENAME TO drift_run;"
+                       "ALTER TABLE drift_run RENAME COLUMN started_at TO "
+                       "created;"
+                       "ALTER TABLE drift_buckets RENAME TO drift_bucket;",
+                       d);
+    if (r) {
+        store_exec(db, "ROLLBACK", NULL);
+        return r;
+    }
+    return store_exec(db, "COMMIT", d);
+}
+
 int drift_store_schema(sqlite3 *db, struct diag *d)
 {
-    return store_exec(db, schema, d);
+    int r = migrate(db, d);
+    return r ? r : store_exec(db, schema, d);
+}
+
+static const struct store_run_sql run_sql = {
+    .table = "drift_run",
+    .noun = "drift run",
+    .one = "SELECT id, created, summary FROM drift_run WHERE id=?",
+    .last = "SELECT id, created, summary FROM drift_run ORDER BY id DESC "
+            "LIMIT 1",
+};
+
+int drift_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                        struct diag *d)
+{
+    struct diag ignored;
+    migrate(db, &ignored); /* best effort: a read-only copy stays as is */
+    return store_run_get(db, &run_sql, id, out, d);
 }
 
 static const char *sget(const json_t *o, const char *a, const char *b)
@@ -57,7 +102,7 @@ static int save_buckets(sqlite3 *db, const json_t *summary, int64_t id,
     size_t i;
     const json_t *x;
     if (sqlite3_prepare_v2(db,
-                           "INSERT INTO drift_buckets VALUES "
+                           "INSERT INTO drift_bucket VALUES "
                            "(?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &st, NULL) != SQLITE_OK)
         return diag_set(d, EIO, "%s", sqlite3_errmsg(db));
@@ -97,7 +142,7 @@ int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
     if (store_exec(db, "BEGIN", d))
         return -EIO;
     if (sqlite3_prepare_v2(db,
-                           "INSERT INTO drift_runs (started_at, golden_url,"
+                           "INSERT INTO drift_run (created, golden_url,"
                            " candidate_url, golden_dialect,"
                            " candidate_dialect, golden_fingerprint,"
                            " candidate_fingerprint, sequences, positions,"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 /* 1 for the bytes a JSON string must escape (RFC 8259 section 7). */
 static const unsigned char must_escape[256] = {

@@ -14,7 +14,7 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define CANARY_SEED 0xca4a27ULL
 #define CANARY_MAX_TOKENS 32

@@ -15,7 +15,7 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 #include "probe/vary.h"
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url)

@@ -11,7 +11,7 @@
 
 #include "core/buf.h"
 #include "core/rng.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 

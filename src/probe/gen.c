@@ -21,7 +21,7 @@
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_INS 12

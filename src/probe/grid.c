@@ -11,7 +11,7 @@
 
 #include "core/hash.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 static const char *const kind_names[PROBE_NKINDS] = {
     [PROBE_NEEDLE] = "needle",       [PROBE_MULTI] = "multi-needle",

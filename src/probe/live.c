@@ -9,9 +9,9 @@
  * (at most three tool rounds a turn).
  */
 #include "probe/live.h"
+#include "probe/probe_int.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include "core/buf.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "core/tpool.h"
 #include "core/xalloc.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -416,8 +417,8 @@ void probe_live_key(const struct probe_live_plan *p,
 
 struct shared {
     struct probe_live_run *r;
-    pthread_mutex_t mu;
-    size_t next, done;
+    struct tpool pool;
+    size_t done;
 };
 
 static void run_one(struct shared *sh, size_t i, struct http_client *c)
@@ -438,9 +439,9 @@ static void run_one(struct shared *sh, size_t i, struct http_client *c)
     struct session ss = {
         .p = p, .cell = &p->cells[cell], .e = r->ep, .c = c, .stop = r->stop};
     play(&ss, k, res);
-    pthread_mutex_lock(&sh->mu);
+    tpool_lock(&sh->pool);
     r->sent += ss.sent;
-    pthread_mutex_unlock(&sh->mu);
+    tpool_unlock(&sh->pool);
     if (!res->done || !r->db)
         return;
     char *name = xasprintf("%s%ssend-reasoning=%s", p->cells[cell].label,
@@ -449,67 +450,60 @@ static void run_one(struct shared *sh, size_t i, struct http_client *c)
     int sr = probe_live_store_put(r->db, r->ep->fp, name, k, res, &d);
     free(name);
     if (sr) {
-        pthread_mutex_lock(&sh->mu);
+        tpool_lock(&sh->pool);
         if (!r->store_err) {
             r->store_err = -EIO;
             r->store_diag = d;
         }
-        pthread_mutex_unlock(&sh->mu);
+        tpool_unlock(&sh->pool);
     }
 }
 
-static void *worker(void *arg)
+static void *worker_new(struct tpool *p)
 {
-    struct shared *sh = arg;
+    (void)p;
+    return http_client_new();
+}
+
+static void worker_free(struct tpool *p, void *ts)
+{
+    (void)p;
+    http_client_free(ts);
+}
+
+static void item(struct tpool *p, void *ts, size_t i)
+{
+    run_one(p->ud, i, ts);
+}
+
+/* After session i, under the pool's mutex. */
+static void item_done(struct tpool *p, size_t i)
+{
+    struct shared *sh = p->ud;
     struct probe_live_run *r = sh->r;
-    size_t total = r->plan->n_cells * r->plan->seeds;
-    struct http_client *c = http_client_new();
-    for (;;) {
-        pthread_mutex_lock(&sh->mu);
-        if (r->stop && *r->stop) {
-            r->interrupted = true;
-            pthread_mutex_unlock(&sh->mu);
-            break;
-        }
-        size_t i = sh->next++;
-        pthread_mutex_unlock(&sh->mu);
-        if (i >= total)
-            break;
-        run_one(sh, i, c);
-        pthread_mutex_lock(&sh->mu);
-        if (!r->res[i].done)
-            r->interrupted = true;
-        sh->done += r->res[i].done;
-        r->cached += r->res[i].cached;
-        if (r->progress)
-            r->progress(r->ud, sh->done, total);
-        pthread_mutex_unlock(&sh->mu);
-    }
-    http_client_free(c);
-    return NULL;
+    if (!r->res[i].done)
+        r->interrupted = true;
+    sh->done += r->res[i].done;
+    r->cached += r->res[i].cached;
+    if (r->progress)
+        r->progress(r->ud, sh->done, p->n);
 }
 
 int probe_live_run(struct probe_live_run *r)
 {
     struct shared sh = {.r = r};
-    size_t total = r->plan->n_cells * r->plan->seeds;
-    unsigned j = r->jobs ? r->jobs : 4;
-    pthread_t th[256];
-    if (j > 256)
-        j = 256;
-    if (j > total && total)
-        j = (unsigned)total;
-    pthread_mutex_init(&sh.mu, NULL);
+    sh.pool = (struct tpool){.n = r->plan->n_cells * r->plan->seeds,
+                             .jobs = r->jobs,
+                             .stop = r->stop,
+                             .thread_new = worker_new,
+                             .thread_free = worker_free,
+                             .item = item,
+                             .done = item_done,
+                             .ud = &sh};
     r->sent = r->cached = 0;
     r->interrupted = false;
-    unsigned started = 0;
-    for (; started < j; started++)
-        if (pthread_create(&th[started], NULL, worker, &sh))
-            break;
-    if (!started)
-        worker(&sh);
-    for (unsigned i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&sh.mu);
+    tpool_run(&sh.pool);
+    if (sh.pool.stopped)
+        r->interrupted = true;
     return 0;
 }

@@ -138,6 +138,11 @@ json_t *probe_live_result_json(const struct probe_live_result *r);
  * probe_live_run; *id (may be NULL) gets its row id. */
 int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
                          const json_t *doc, long long *id, struct diag *d);
+struct store_run;
+/* The stored run id (0: the latest) from probe_live_run, as store_run_get
+ * (store/runs.h) reads it: -ENOENT when there is none. */
+int probe_live_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                             struct diag *d);
 int probe_live_result_parse(json_t *j, struct probe_live_result *r);
 
 /* ---- livereport.c ---- */

@@ -13,6 +13,7 @@
 #include "core/stats.h"
 #include "core/xalloc.h"
 #include "probe/live.h"
+#include "probe/probe_int.h"
 
 static const struct probe_live_result *session(const struct probe_live_run *r,
                                                size_t c, unsigned k)

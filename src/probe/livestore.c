@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "probe/live.h"
+#include "store/runs.h"
 #include "store/store.h"
 
 static const char schema[] =
@@ -191,4 +192,18 @@ int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
     if (id)
         *id = sqlite3_last_insert_rowid(db);
     return 0;
+}
+
+static const struct store_run_sql run_sql = {
+    .table = "probe_live_run",
+    .noun = "live probe run",
+    .one = "SELECT id, created, summary FROM probe_live_run WHERE id=?",
+    .last = "SELECT id, created, summary FROM probe_live_run ORDER BY id "
+            "DESC LIMIT 1",
+};
+
+int probe_live_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                             struct diag *d)
+{
+    return store_run_get(db, &run_sql, id, out, d);
 }

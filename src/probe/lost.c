@@ -17,7 +17,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 const char *probe_drop_name(int drop)
 {

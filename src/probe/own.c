@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define HELLO "Hello there."
 

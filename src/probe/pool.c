@@ -1,6 +1,6 @@
 /*
- * pool: the worker pool. Each of -j threads has its own http_client and
- * takes the next case index under a mutex; for each case it looks the key
+ * pool: the worker pool (core/tpool). Each of -j threads has its own
+ * http_client and takes the next case index; for each case it looks the key
  * up in the store (skipping finished cases unless --fresh), sizes the case
  * against the endpoint's tokenizer, sends it to the endpoint and the
  * baseline, scores and classifies the replies and stores the results. A
@@ -8,16 +8,18 @@
  * finish and are kept.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "core/tpool.h"
+#include "core/xalloc.h"
+#include "probe/probe_int.h"
 
 struct shared {
     struct probe_run *r;
-    pthread_mutex_t mu;
-    size_t next, done, passed;
+    struct tpool pool;
+    size_t done, passed;
 };
 
 /* What probe knows of a case before it is sent: its own count (and
@@ -75,12 +77,12 @@ static void store(struct shared *sh, const char *fp, const struct probe_spec *s,
     if (!r->db)
         return;
     if (probe_store_put(r->db, fp, s, res, &d)) {
-        pthread_mutex_lock(&sh->mu);
+        tpool_lock(&sh->pool);
         if (!r->store_err) {
             r->store_err = -EIO;
             r->store_diag = d;
         }
-        pthread_mutex_unlock(&sh->mu);
+        tpool_unlock(&sh->pool);
     }
 }
 
@@ -127,9 +129,9 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
     fill(res, pc, &rep, k, r->tol);
     unsigned attempts = rep.attempts;
     probe_reply_release(&rep);
-    pthread_mutex_lock(&sh->mu);
+    tpool_lock(&sh->pool);
     r->sent += attempts;
-    pthread_mutex_unlock(&sh->mu);
+    tpool_unlock(&sh->pool);
 }
 
 static void run_one(struct shared *sh, size_t i, struct http_client *ca,
@@ -180,64 +182,67 @@ static void run_one(struct shared *sh, size_t i, struct http_client *ca,
     }
 }
 
-static void *worker(void *arg)
-{
-    struct shared *sh = arg;
-    struct probe_run *r = sh->r;
-    struct http_client *ca = http_client_new();
-    struct http_client *cb = r->base ? http_client_new() : NULL;
+/* Each thread's clients (one per endpoint) and case. */
+struct worker {
+    struct http_client *ca, *cb;
     struct probe_case pc;
-    memset(&pc, 0, sizeof(pc));
-    for (;;) {
-        pthread_mutex_lock(&sh->mu);
-        if (r->stop && *r->stop) {
-            r->interrupted = sh->next < r->n;
-            pthread_mutex_unlock(&sh->mu);
-            break;
-        }
-        size_t i = sh->next++;
-        pthread_mutex_unlock(&sh->mu);
-        if (i >= r->n)
-            break;
-        run_one(sh, i, ca, cb, &pc);
-        probe_case_release(&pc);
-        pthread_mutex_lock(&sh->mu);
-        sh->done++;
-        if (r->res[i].cached && (!r->bres || r->bres[i].cached))
-            r->cached++;
-        if (r->res[i].outcome == PROBE_PASS)
-            sh->passed++;
-        if (r->progress)
-            r->progress(r->ud, sh->done, sh->passed, r->n);
-        pthread_mutex_unlock(&sh->mu);
-    }
-    probe_case_release(&pc);
-    http_client_free(ca);
-    http_client_free(cb);
-    return NULL;
+};
+
+static void *worker_new(struct tpool *p)
+{
+    struct shared *sh = p->ud;
+    struct worker *w = xcalloc(1, sizeof(*w));
+    w->ca = http_client_new();
+    w->cb = sh->r->base ? http_client_new() : NULL;
+    return w;
+}
+
+static void worker_free(struct tpool *p, void *ts)
+{
+    struct worker *w = ts;
+    (void)p;
+    probe_case_release(&w->pc);
+    http_client_free(w->ca);
+    http_client_free(w->cb);
+    free(w);
+}
+
+static void item(struct tpool *p, void *ts, size_t i)
+{
+    struct worker *w = ts;
+    run_one(p->ud, i, w->ca, w->cb, &w->pc);
+    probe_case_release(&w->pc);
+}
+
+/* After case i, under the pool's mutex. */
+static void item_done(struct tpool *p, size_t i)
+{
+    struct shared *sh = p->ud;
+    struct probe_run *r = sh->r;
+    sh->done++;
+    if (r->res[i].cached && (!r->bres || r->bres[i].cached))
+        r->cached++;
+    if (r->res[i].outcome == PROBE_PASS)
+        sh->passed++;
+    if (r->progress)
+        r->progress(r->ud, sh->done, sh->passed, r->n);
 }
 
 int probe_run(struct probe_run *r)
 {
     struct shared sh = {.r = r};
-    unsigned j = r->jobs ? r->jobs : 4;
-    pthread_t th[256];
-    if (j > 256)
-        j = 256;
-    if (j > r->n && r->n)
-        j = (unsigned)r->n;
-    pthread_mutex_init(&sh.mu, NULL);
+    sh.pool = (struct tpool){.n = r->n,
+                             .jobs = r->jobs,
+                             .stop = r->stop,
+                             .thread_new = worker_new,
+                             .thread_free = worker_free,
+                             .item = item,
+                             .done = item_done,
+                             .ud = &sh};
     r->sent = 0;
     r->cached = 0;
     r->interrupted = false;
-    unsigned started = 0;
-    for (; started < j; started++)
-        if (pthread_create(&th[started], NULL, worker, &sh))
-            break;
-    if (!started)
-        worker(&sh);
-    for (unsigned i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&sh.mu);
+    tpool_run(&sh.pool);
+    r->interrupted = sh.pool.left;
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * probe: multi-turn context-fidelity tests of a live OpenAI-compatible
- * endpoint. This header is the contract between cmd_probe.c and the files
- * of src/probe/:
+ * endpoint. This header is the contract between cmd_probe.c (and the
+ * report's loader) and the files of src/probe/; what only those files
+ * share is in probe_int.h:
  *
  *   grid.c     the list of cases a run sends (profiles, kinds, lengths,
  *              depths, variants, temperatures, repeats) and their keys
@@ -10,9 +11,12 @@
  *   endpoint.c fingerprint, /tokenize, chat requests with retries
  *   size.c     sizing a case to the server's own token count
  *   score.c    deterministic scoring and failure classification
- *   run.c      the worker threads that size, send, score and store cases
+ *   canary.c   the canary request that fingerprints the endpoint
+ *   own.c      probe's own token count of what it sent
+ *   lost.c     lost context: truncated by the server or dropped before it
+ *   pool.c     the worker threads that size, send, score and store cases
  *   pstore.c   the probe_* tables of the SQLite store
- *   report.c   cells, Wilson intervals, effective lengths, McNemar,
+ *   render.c   cells, Wilson intervals, effective lengths, McNemar,
  *              the text table and heatmap, JSON and JUnit output
  *
  * Library code: nothing here prints or exits; errors are -errno with a
@@ -46,8 +50,6 @@ enum probe_kind {
 /* "needle", "multi-needle", ...; probe_kind_parse returns -1 when unknown. */
 const char *probe_kind_name(enum probe_kind k);
 int probe_kind_parse(const char *s);
-/* True when the kind's cases are placed along the depth axis. */
-bool probe_kind_has_depth(enum probe_kind k);
 
 /* Variants. Reasoning: how the earlier reasoning is sent back, and whether
  * the request offers tools. Tool: where the fact lives. Canary: which
@@ -82,8 +84,6 @@ enum probe_outcome {
                         it, and not at one cap: the path dropped context */
     PROBE_NOUTCOMES
 };
-const char *probe_outcome_name(enum probe_outcome o);
-int probe_outcome_parse(const char *s);
 
 /* One case's configuration: everything that decides its content and its
  * request, and so its key in the store. */
@@ -127,31 +127,6 @@ struct probe_grid_opts {
  * -EINVAL with d when the grid is empty or a length is below 512. */
 int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
                      size_t *n, struct diag *d);
-/* The default lengths: powers of two from 1024 to max_context (and
- * max_context itself when it is not one); *n of at most 32. */
-size_t probe_default_lengths(unsigned max_context, unsigned out[32]);
-/* The store key: hash of the case configuration, the request parameters
- * that change answers (model, max_tokens, extra body) and the endpoint
- * fingerprint. 16 hex digits. */
-void probe_spec_key(const struct probe_spec *s, const char *model,
-                    unsigned max_tokens, const char *extra_body,
-                    const char *endpoint_fp, char out[17]);
-
-/* ---- filler.c ---- */
-
-enum probe_filler {
-    FILLER_PROSE,
-    FILLER_CODE,
-    FILLER_TOOL,
-    FILLER_JSON,
-    FILLER_NSOURCES
-};
-/* Appends exactly `want` bytes of printable ASCII filler of one source,
- * seeded by seed, to b (lines end in '\n'; the last may be cut). The text
- * never contains a fact statement, "Let", or a number above 9999. Returns
- * 0 or -ENOBUFS from the buffer's cap. */
-int probe_filler(struct buf *b, enum probe_filler src, uint64_t seed,
-                 size_t want);
 
 /* ---- gen.c ---- */
 
@@ -181,10 +156,6 @@ struct probe_case {
 void probe_case_build(struct probe_case *c, const struct probe_spec *spec,
                       size_t filler);
 void probe_case_release(struct probe_case *c);
-/* Frees the filler kept for rebuilds; the messages stay. */
-void probe_case_drop_cache(struct probe_case *c);
-/* Number of user turns before the question for a target size. */
-unsigned probe_turns_for(unsigned target);
 
 struct probe_shape;
 
@@ -249,39 +220,7 @@ int probe_endpoint_fingerprint(struct probe_endpoint *e, struct http_client *c,
 int probe_tokenize(struct probe_endpoint *e, struct http_client *c,
                    const json_t *messages, const json_t *tools, size_t hint,
                    unsigned *count, struct diag *d);
-/* Counts the tokens of a text alone: POST /tokenize {"prompt": text,
- * "add_special_tokens": false}. Errors as probe_tokenize. */
-int probe_tokenize_text(struct probe_endpoint *e, struct http_client *c,
-                        const char *text, size_t len, unsigned *count,
-                        struct diag *d);
 
-/* The token count from a /tokenize answer s (len bytes, NUL-terminated):
- * the number after "count" (vLLM, sim), else the number of elements of
- * "tokens" (llama.cpp). 0, or -ENOTSUP when there is neither. */
-int probe_scan_count(const char *s, size_t len, unsigned *count);
-
-struct probe_reply {
-    long status; /* last HTTP status; 0: no response */
-    int err;     /* 0 or the last -errno */
-    unsigned attempts;
-    long prompt_tokens; /* -1: not reported */
-    char finish[16];
-    char *content;   /* owned, may be NULL */
-    char *reasoning; /* owned, may be NULL */
-    json_t *message; /* owned: choices[0].message as answered, or NULL */
-    double latency;  /* seconds, last attempt */
-    char error[256]; /* why it failed, when it did */
-};
-void probe_reply_release(struct probe_reply *r);
-
-/* Sends one chat completion for c, retrying 429, 5xx and connection errors
- * up to e->retries times with doubling backoff (stop, when it becomes
- * non-zero, ends the waits early). Returns 0 when a 200 answer with a
- * choice arrived; otherwise r->error says why and a negative errno is
- * returned (the case is then a server error, never a miss). */
-int probe_chat(struct probe_endpoint *e, struct http_client *c,
-               const struct probe_case *pc, unsigned max_tokens,
-               struct probe_reply *r, volatile sig_atomic_t *stop);
 /* The request body probe_chat sends (new reference). */
 json_t *probe_chat_body(const struct probe_endpoint *e,
                         const struct probe_case *pc, unsigned max_tokens);
@@ -296,16 +235,6 @@ json_t *probe_chat_body(const struct probe_endpoint *e,
  * error when the case cannot be sized. */
 int probe_canary_run(struct probe_endpoint *e, struct http_client *c,
                      unsigned target, struct diag *d);
-
-/* ---- body.c ---- */
-
-/* Compact JSON of j, as json_dumps(j, JSON_COMPACT) means it, written with
- * memcpy for runs that need no escape; hint is the expected size (0 if
- * unknown). The caller frees it. */
-char *probe_json_dump(const json_t *j, size_t hint, size_t *len);
-/* Appends n bytes of s to b as a quoted JSON string (escapes as
- * probe_json_dump writes them). */
-void probe_json_put_string(struct buf *b, const char *s, size_t n);
 
 /* ---- size.c ---- */
 
@@ -327,16 +256,8 @@ int probe_size_case(struct probe_endpoint *e, struct http_client *c,
                     const struct probe_spec *spec, struct probe_case *pc,
                     unsigned *tokens, struct probe_shape *shape,
                     struct diag *d);
-/* The expected count of an already built case on another endpoint. */
-int probe_count_case(struct probe_endpoint *e, struct http_client *c,
-                     const struct probe_case *pc, unsigned *tokens,
-                     struct probe_shape *shape, struct diag *d);
 /* Token estimate without any request (dry runs): 3.5 bytes a token. */
 size_t probe_filler_for(const struct probe_spec *spec);
-
-/* Units of a text (size.c): word pieces of at most 4 letters or digits
- * (taking a space before them along), punctuation and other bytes. */
-double probe_text_units(const char *s);
 
 /* ---- own.c ---- */
 
@@ -367,35 +288,6 @@ struct probe_shape {
  * own_ready stays false and the whole-request count is used). */
 int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
                         struct diag *d);
-/* probe's own count of a built case: one /tokenize of its text pieces
- * joined by newlines, cross-checked against the units of the bytes. */
-int probe_own_count(struct probe_endpoint *e, struct http_client *c,
-                    const struct probe_case *pc, struct probe_shape *sh,
-                    struct diag *d);
-/* Without /tokenize: the shape of a case by the calibrated line (no
- * request), its total the calibrated count. */
-void probe_own_estimate(const struct probe_endpoint *e,
-                        const struct probe_case *pc, struct probe_shape *sh);
-/* Refines the tokens of each message of sh (counted by probe_own_count)
- * turn by turn: one /tokenize of each turn's pieces (used for the cases
- * that lost context, whose shape is then compared with windows). */
-int probe_own_turns(struct probe_endpoint *e, struct http_client *c,
-                    const struct probe_case *pc, struct probe_shape *sh,
-                    struct diag *d);
-
-/* ---- score.c ---- */
-
-/* True when the reply contains a phrase a model says when it sees no
- * earlier context ("this looks like the start of our conversation"). */
-bool probe_has_no_context(const char *reply);
-/* True when the reply holds the expected answer and no distractor (for a
- * control case: when it does not hold the expected value). */
-bool probe_score(const struct probe_case *c, const char *reply);
-/* The outcome of a scored reply: pass, or why it failed. expected is the
- * sized token count; tol the share below it that still counts as intact. */
-enum probe_outcome probe_classify(bool passed, const struct probe_reply *r,
-                                  unsigned expected, double tol);
-
 /* ---- results ---- */
 
 struct probe_result {
@@ -432,11 +324,6 @@ enum probe_drop {
     PROBE_DROP_CLIP,    /* every long message shortened */
     PROBE_DROP_COUNT
 };
-/* "window", "summary", "clipping", or "" */
-const char *probe_drop_name(int drop);
-/* True when a reached count is lost context: under 90% of probe's own
- * count, beyond the count's error. */
-bool probe_is_lost(long reached, const struct probe_shape *sh);
 /* After a run: the failed cases whose prompt reached the model short are
  * truncated-by-server when the reached counts sit at one cap across the
  * cases (or at the context length model_len), and dropped-before-the-model
@@ -451,9 +338,6 @@ void probe_lost_classify(const struct probe_spec *specs,
 int probe_store_init(sqlite3 *db, struct diag *d);
 int probe_store_endpoint(sqlite3 *db, const struct probe_endpoint *e,
                          struct diag *d);
-/* 1 and *r filled when key has a finished result, 0 when not, <0 error. */
-int probe_store_get(sqlite3 *db, const char *key, struct probe_result *r,
-                    struct diag *d);
 int probe_store_put(sqlite3 *db, const char *endpoint_fp,
                     const struct probe_spec *s, const struct probe_result *r,
                     struct diag *d);
@@ -472,14 +356,15 @@ long probe_store_results(sqlite3 *db, const char *fp, struct diag *d);
 int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
                              struct probe_endpoint *other, long *results,
                              struct diag *d);
-/* The endpoint as the JSON documents give it (report.c): url, model,
- * fingerprint, max_model_len, tokenizer, calibration, server_info; null
- * for NULL. New reference. */
-json_t *probe_endpoint_json(const struct probe_endpoint *e);
 /* Records a finished run and its JSON summary; *id gets its row id. */
 int probe_store_run(sqlite3 *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,
                     struct diag *d);
+struct store_run;
+/* The stored run id (0: the latest) from probe_run, as store_run_get
+ * (store/runs.h) reads it: -ENOENT when there is none. */
+int probe_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                        struct diag *d);
 
 /* ---- run.c ---- */
 
@@ -515,23 +400,6 @@ int probe_run(struct probe_run *r);
 
 /* ---- report.c ---- */
 
-#define PROBE_RULER_THRESHOLD 0.856
-#define PROBE_NOLIMA_SHARE 0.85
-/* NoLiMa's rule needs a base score: under this mean pass rate at the
- * three shortest lengths the kind has effective length 0. */
-#define PROBE_NOLIMA_MIN_BASE 0.5
-
-/* Effective length by RULER's rule (the longest length before the first
- * one whose pass rate falls below threshold) and NoLiMa's (the same with
- * the threshold 0.85 x the mean rate of the three shortest lengths).
- * lengths ascending; 0 when even the shortest fails (NoLiMa: also when
- * the base is under PROBE_NOLIMA_MIN_BASE: a kind whose pass rate never
- * reaches a rule's threshold has effective length 0 by both rules). */
-unsigned probe_effective_ruler(const unsigned *lengths, const double *rate,
-                               size_t n, double threshold);
-unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
-                                size_t n, double *base);
-
 struct probe_report_in {
     const struct probe_endpoint *ep;
     const struct probe_endpoint *base;
@@ -550,17 +418,6 @@ json_t *probe_report_json(const struct probe_report_in *in);
 void probe_report_text(const struct probe_report_in *in, FILE *out);
 int probe_report_junit(const struct probe_report_in *in, const char *path,
                        struct diag *d);
-/* The reasoning grid's conclusion in words: for the reasoning_content
- * field and for <think> inside content, with and without tools, whether
- * prior reasoning reached the model, and which field the path or template
- * drops. false when the run has no reasoning case. */
-bool probe_reasoning_words(const struct probe_report_in *in,
-                           const struct probe_result *res, char *out,
-                           size_t size);
-
-/* Holm's step-down adjustment of n p-values (Holm 1979): adj[i] for
- * p[i], monotone in the order of the p-values, at most 1. */
-void probe_holm(const double *p, size_t n, double *adj);
 
 /* The decision of a run: exit 1 when the endpoint is significantly worse
  * than the baseline (McNemar over all paired cases, p < 0.05, more pairs
@@ -577,10 +434,6 @@ struct probe_verdict {
 void probe_verdict(const struct probe_report_in *in, double fail_under,
                    struct probe_verdict *v);
 
-/* Cases whose sizing achieved under 50% of their target (an error-level
- * finding: the lengths tested are not the ones asked for). */
-size_t probe_sizing_under(const struct probe_report_in *in,
-                          const struct probe_result *res);
 /* Overall pass rate of finished cases (0 when none). */
 double probe_pass_rate(const struct probe_result *res, size_t n);
 

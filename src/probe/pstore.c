@@ -11,7 +11,8 @@
 #include <time.h>
 
 #include "core/url.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
+#include "store/runs.h"
 #include "store/store.h"
 
 static const char schema[] =
@@ -300,4 +301,18 @@ int probe_store_run(sqlite3 *db, const char *endpoint_fp,
         *id = sqlite3_last_insert_rowid(db);
     free(sum);
     return r;
+}
+
+static const struct store_run_sql run_sql = {
+    .table = "probe_run",
+    .noun = "probe run",
+    .one = "SELECT id, created, summary FROM probe_run WHERE id=?",
+    .last = "SELECT id, created, summary FROM probe_run ORDER BY id DESC "
+            "LIMIT 1",
+};
+
+int probe_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+                        struct diag *d)
+{
+    return store_run_get(db, &run_sql, id, out, d);
 }

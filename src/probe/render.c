@@ -17,7 +17,7 @@
 #include "core/plural.h"
 #include "core/stats.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define Z95 1.959964
 #define MAXL 32

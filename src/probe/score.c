@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 /* Phrases models use when they see no earlier turns. Lowercase. */
 static const char *const no_context[] = {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define BYTES_PER_TOKEN 3.5
 #define MAX_COUNTS 6

@@ -77,7 +77,7 @@ static void tick_label(struct buf *b, const struct axis *a, double v)
     if (a->log && (v >= 1e4 || v < 1e-2))
         buf_printf(b, "1e%d", (int)lround(log10(v)));
     else if (v >= 1024 && fmod(v, 1024) == 0)
-        fmt_tokens(b, (long long)v);
+        html_fmt_tokens(b, (long long)v);
     else
         buf_printf(b, "%g", v);
 }
@@ -86,14 +86,14 @@ void chart_axes(struct buf *b, const struct axis *X, const struct axis *Y,
                 const char *xlabel)
 {
     double t[16];
-    size_t n = axis_ticks(X, t, 16);
+    size_t n = html_axis_ticks(X, t, 16);
     buf_printf(b,
                "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" "
                "height=\"%d\"/>",
                CHART_PL, CHART_PT, CHART_W - CHART_PL - CHART_PR,
                CHART_H - CHART_PT - CHART_PB);
     for (size_t i = 0; i < n; i++) {
-        double x = axis_map(X, t[i]);
+        double x = html_axis_map(X, t[i]);
         buf_printf(b,
                    "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" "
                    "y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" "
@@ -107,9 +107,9 @@ void chart_axes(struct buf *b, const struct axis *X, const struct axis *Y,
                (CHART_W + CHART_PL) / 2, CHART_H - 6);
     html_esc(b, xlabel, 0);
     buf_adds(b, "</text>");
-    n = axis_ticks(Y, t, 16);
+    n = html_axis_ticks(Y, t, 16);
     for (size_t i = 0; i < n; i++) {
-        double y = axis_map(Y, t[i]);
+        double y = html_axis_map(Y, t[i]);
         buf_printf(b,
                    "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
                    "y2=\"%.1f\"/><text x=\"%d\" y=\"%.1f\" "
@@ -128,19 +128,20 @@ void chart_series(struct buf *b, const struct axis *X, const struct axis *Y,
         return;
     buf_printf(b, "<polyline class=\"%s%s\" points=\"", c, group_of(s->style));
     for (size_t i = 0; i < s->n; i++)
-        buf_printf(b, "%s%.1f,%.1f", i ? " " : "", axis_map(X, s->x[i]),
-                   axis_map(Y, s->y[i]));
+        buf_printf(b, "%s%.1f,%.1f", i ? " " : "", html_axis_map(X, s->x[i]),
+                   html_axis_map(Y, s->y[i]));
     buf_adds(b, "\"/>");
     for (size_t i = 0; i < s->n; i++) {
-        double x = axis_map(X, s->x[i]);
+        double x = html_axis_map(X, s->x[i]);
         if (s->ci && s->ci[i])
             buf_printf(b,
                        "<path class=\"ci %s\" d=\"M%.1f %.1fV%.1fM%.1f "
                        "%.1fh8M%.1f %.1fh8\"/>",
-                       c, x, axis_map(Y, s->lo[i]), axis_map(Y, s->hi[i]),
-                       x - 4, axis_map(Y, s->lo[i]), x - 4,
-                       axis_map(Y, s->hi[i]));
-        chart_marker(b, s->style, x, axis_map(Y, s->y[i]));
+                       c, x, html_axis_map(Y, s->lo[i]),
+                       html_axis_map(Y, s->hi[i]), x - 4,
+                       html_axis_map(Y, s->lo[i]), x - 4,
+                       html_axis_map(Y, s->hi[i]));
+        chart_marker(b, s->style, x, html_axis_map(Y, s->y[i]));
     }
 }
 

@@ -79,7 +79,7 @@ void html_esc_json(struct buf *b, const json_t *v, size_t max)
     free(s);
 }
 
-void fmt_fixed(struct buf *b, double v, int prec)
+void html_fmt_fixed(struct buf *b, double v, int prec)
 {
     if (!isfinite(v))
         buf_addch(b, '-');
@@ -87,7 +87,7 @@ void fmt_fixed(struct buf *b, double v, int prec)
         buf_printf(b, "%.*f", prec, v == 0 ? 0.0 : v); /* no "-0.0" */
 }
 
-void fmt_sig(struct buf *b, double v)
+void html_fmt_sig(struct buf *b, double v)
 {
     if (!isfinite(v))
         buf_addch(b, '-');
@@ -95,7 +95,7 @@ void fmt_sig(struct buf *b, double v)
         buf_printf(b, "%.3g", v == 0 ? 0.0 : v);
 }
 
-void fmt_tokens(struct buf *b, long long v)
+void html_fmt_tokens(struct buf *b, long long v)
 {
     if (v > 0 && v % 1024 == 0)
         buf_printf(b, "%lldk", v / 1024);
@@ -103,7 +103,7 @@ void fmt_tokens(struct buf *b, long long v)
         buf_printf(b, "%lld", v);
 }
 
-void fmt_time(struct buf *b, long long t)
+void html_fmt_time(struct buf *b, long long t)
 {
     time_t tt = (time_t)t;
     struct tm tm;
@@ -147,51 +147,51 @@ static void lerp(const unsigned char st[9][3], double t, char out[8],
     *dark = y < 0.45;
 }
 
-void color_seq(double t, char out[8], bool *dark_bg)
+void html_color_seq(double t, char out[8], bool *dark_bg)
 {
     lerp(viridis, t, out, dark_bg);
 }
 
-void color_div(double t, char out[8], bool *dark_bg)
+void html_color_div(double t, char out[8], bool *dark_bg)
 {
     lerp(puor, (t + 1) / 2, out, dark_bg);
 }
 
 /* ---- JSON accessors ---- */
 
-const json_t *jget(const json_t *o, const char *k)
+const json_t *html_jget(const json_t *o, const char *k)
 {
     return json_is_object(o) ? json_object_get(o, k) : NULL;
 }
 
-const json_t *jpath(const json_t *o, const char *a, const char *b)
+const json_t *html_jpath(const json_t *o, const char *a, const char *b)
 {
-    return jget(jget(o, a), b);
+    return html_jget(html_jget(o, a), b);
 }
 
-double jnum(const json_t *o, const char *k, double dflt)
+double html_jnum(const json_t *o, const char *k, double dflt)
 {
-    const json_t *v = jget(o, k);
+    const json_t *v = html_jget(o, k);
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
-long long jint(const json_t *o, const char *k, long long dflt)
+long long html_jint(const json_t *o, const char *k, long long dflt)
 {
-    const json_t *v = jget(o, k);
+    const json_t *v = html_jget(o, k);
     if (json_is_integer(v))
         return json_integer_value(v);
     return json_is_real(v) ? llround(json_real_value(v)) : dflt;
 }
 
-const char *jstr(const json_t *o, const char *k, const char *dflt)
+const char *html_jstr(const json_t *o, const char *k, const char *dflt)
 {
-    const json_t *v = jget(o, k);
+    const json_t *v = html_jget(o, k);
     return json_is_string(v) ? json_string_value(v) : dflt;
 }
 
 /* ---- axes ---- */
 
-double axis_map(const struct axis *a, double v)
+double html_axis_map(const struct axis *a, double v)
 {
     double lo = a->lo, hi = a->hi;
     if (a->log) {
@@ -207,7 +207,7 @@ double axis_map(const struct axis *a, double v)
                    : (a->p0 + a->p1) / 2;
 }
 
-size_t axis_ticks(const struct axis *a, double *out, size_t max)
+size_t html_axis_ticks(const struct axis *a, double *out, size_t max)
 {
     size_t n = 0;
     if (a->log) {
@@ -246,9 +246,9 @@ static void strip(struct buf *b, const char *label, bool div)
         bool dk;
         double t = (i + 0.5) / 20;
         if (div)
-            color_div(2 * t - 1, c, &dk);
+            html_color_div(2 * t - 1, c, &dk);
         else
-            color_seq(t, c, &dk);
+            html_color_seq(t, c, &dk);
         buf_printf(b,
                    "<rect x=\"%d\" y=\"18\" width=\"12\" height=\"12\" "
                    "fill=\"%s\"/>",
@@ -276,12 +276,12 @@ static void strip(struct buf *b, const char *label, bool div)
     buf_adds(b, "</svg>\n");
 }
 
-void svg_seq_legend(struct buf *b, const char *label)
+void html_svg_seq_legend(struct buf *b, const char *label)
 {
     strip(b, label, false);
 }
 
-void svg_div_legend(struct buf *b, const char *label)
+void html_svg_div_legend(struct buf *b, const char *label)
 {
     strip(b, label, true);
 }

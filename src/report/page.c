@@ -142,33 +142,33 @@ static void ep_row(struct buf *b, const char *role, const json_t *e)
     buf_adds(b, "<tr><td>");
     html_esc(b, role, 0);
     buf_adds(b, "</td><td class=\"url\"><code>");
-    html_esc(b, jstr(e, "url", "-"), 200);
+    html_esc(b, html_jstr(e, "url", "-"), 200);
     buf_adds(b, "</code></td><td>");
-    html_esc(b, jstr(e, "model", "-"), 120);
+    html_esc(b, html_jstr(e, "model", "-"), 120);
     buf_adds(b, "</td><td class=\"n\">");
-    long long ctx = jint(e, "max_model_len", -1);
+    long long ctx = html_jint(e, "max_model_len", -1);
     if (ctx > 0)
         buf_printf(b, "%lld", ctx);
     else
         buf_addch(b, '-');
-    const json_t *fp = jget(e, "fingerprint");
+    const json_t *fp = html_jget(e, "fingerprint");
     buf_adds(b, "</td><td><code>");
     if (json_is_string(fp))
         html_esc(b, json_string_value(fp), 80);
     else
         buf_addch(b, '-');
     buf_adds(b, "</code></td><td>");
-    if (jstr(e, "tokenizer", NULL)) {
+    if (html_jstr(e, "tokenizer", NULL)) {
         buf_adds(b, "<b>tokens by</b>: ");
-        html_esc(b, jstr(e, "tokenizer", ""), 40);
+        html_esc(b, html_jstr(e, "tokenizer", ""), 40);
         buf_adds(b, "<br>");
     }
-    if (jstr(e, "dialect", NULL)) {
+    if (html_jstr(e, "dialect", NULL)) {
         buf_adds(b, "<b>dialect</b>: ");
-        html_esc(b, jstr(e, "dialect", ""), 40);
+        html_esc(b, html_jstr(e, "dialect", ""), 40);
         buf_adds(b, "<br>");
     }
-    kv_lines(b, json_is_string(fp) ? jget(e, "server_info") : fp);
+    kv_lines(b, json_is_string(fp) ? html_jget(e, "server_info") : fp);
     buf_adds(b, "</td></tr>\n");
 }
 
@@ -176,7 +176,7 @@ static void header(const struct report_in *in, struct buf *b)
 {
     buf_adds(b, "<header><h1>fidelity report</h1><dl class=\"hdr\">"
                 "<dt>generated</dt><dd>");
-    fmt_time(b, (long long)in->generated);
+    html_fmt_time(b, (long long)in->generated);
     buf_adds(b, "</dd><dt>fidelity</dt><dd>");
     html_esc(b, in->version ? in->version : "-", 0);
     buf_adds(b, "</dd><dt>command line</dt><dd><code>");
@@ -197,11 +197,11 @@ static void header(const struct report_in *in, struct buf *b)
         buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
                     "</th><th>context length</th><th>fingerprint</th>"
                     "<th>server and flags seen</th></tr></thead><tbody>");
-        ep_row(b, "probe endpoint", jget(in->probe, "endpoint"));
-        ep_row(b, "probe baseline", jget(in->probe, "baseline"));
-        ep_row(b, "probe --live endpoint", jget(in->live, "endpoint"));
-        ep_row(b, "drift golden", jget(in->drift, "golden"));
-        ep_row(b, "drift candidate", jget(in->drift, "candidate"));
+        ep_row(b, "probe endpoint", html_jget(in->probe, "endpoint"));
+        ep_row(b, "probe baseline", html_jget(in->probe, "baseline"));
+        ep_row(b, "probe --live endpoint", html_jget(in->live, "endpoint"));
+        ep_row(b, "drift golden", html_jget(in->drift, "golden"));
+        ep_row(b, "drift candidate", html_jget(in->drift, "candidate"));
         buf_adds(b, "</tbody></table>\n");
     }
     buf_adds(b, "</header>\n");

@@ -90,8 +90,8 @@ static void legend(struct buf *b)
  * only in the table. */
 static bool is_marked(const json_t *f)
 {
-    return strcmp(jstr(f, "severity", "info"), "info") ||
-           !strcmp(jstr(f, "rule", ""), "sampling.changed");
+    return strcmp(html_jstr(f, "severity", "info"), "info") ||
+           !strcmp(html_jstr(f, "rule", ""), "sampling.changed");
 }
 
 /* Which marks each request of the session has (bit per enum mark). */
@@ -103,20 +103,20 @@ static void marks_of(const json_t *findings, const char *session,
     memset(bits, 0, n * sizeof(*bits));
     json_array_foreach(findings, i, f)
     {
-        if (strcmp(jstr(f, "session", ""), session) || !is_marked(f))
+        if (strcmp(html_jstr(f, "session", ""), session) || !is_marked(f))
             continue;
-        long long id = jint(f, "request", -1);
+        long long id = html_jint(f, "request", -1);
         json_array_foreach(reqs, j,
-                           r) if (j < n && jint(r, "request", -2) == id)
-            bits[j] |= 1u << mark_of(jstr(f, "rule", ""));
+                           r) if (j < n && html_jint(r, "request", -2) == id)
+            bits[j] |= 1u << mark_of(html_jstr(f, "rule", ""));
     }
 }
 
 static void session_chart(struct buf *b, const json_t *t,
                           const json_t *findings)
 {
-    const char *sid = jstr(t, "session", "");
-    const json_t *reqs = jget(t, "requests");
+    const char *sid = html_jstr(t, "session", "");
+    const json_t *reqs = html_jget(t, "requests");
     size_t n = json_array_size(reqs), i;
     const json_t *r;
     if (!n)
@@ -127,7 +127,7 @@ static void session_chart(struct buf *b, const json_t *t,
     double ymax = 0;
     json_array_foreach(reqs, i, r)
     {
-        double v = jnum(r, "prompt_tokens", 0);
+        double v = html_jnum(r, "prompt_tokens", 0);
         ymax = v > ymax ? v : ymax;
     }
     struct axis X = {
@@ -143,9 +143,9 @@ static void session_chart(struct buf *b, const json_t *t,
                "y=\"%d\" width=\"%d\" height=\"%d\"/>",
                n, W, H, W, H, PL, PT, W - PL - PR, H - PT - PB);
     double ticks[16];
-    size_t nt = axis_ticks(&Y, ticks, 16);
+    size_t nt = html_axis_ticks(&Y, ticks, 16);
     for (size_t k = 0; k < nt; k++) {
-        double y = axis_map(&Y, ticks[k]);
+        double y = html_axis_map(&Y, ticks[k]);
         buf_printf(b,
                    "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
                    "y2=\"%.1f\"/><text x=\"%d\" y=\"%.1f\" "
@@ -158,8 +158,8 @@ static void session_chart(struct buf *b, const json_t *t,
     double last_x = -100;
     json_array_foreach(reqs, i, r)
     {
-        long long turn = jint(r, "turn", 0);
-        double x = axis_map(&X, (double)(i + 1));
+        long long turn = html_jint(r, "turn", 0);
+        double x = html_axis_map(&X, (double)(i + 1));
         if (turn != last_turn && x - last_x >= 26) {
             buf_printf(b,
                        "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">"
@@ -174,20 +174,20 @@ static void session_chart(struct buf *b, const json_t *t,
                "(one point per request)</text><polyline class=\"s1\" "
                "points=\"",
                (W + PL) / 2, H - 6);
-    json_array_foreach(reqs, i, r)
-        buf_printf(b, "%s%.1f,%.1f", i ? " " : "", axis_map(&X, (double)i + 1),
-                   axis_map(&Y, jnum(r, "prompt_tokens", 0)));
+    json_array_foreach(reqs, i, r) buf_printf(
+        b, "%s%.1f,%.1f", i ? " " : "", html_axis_map(&X, (double)i + 1),
+        html_axis_map(&Y, html_jnum(r, "prompt_tokens", 0)));
     buf_adds(b, "\"/>");
     json_array_foreach(reqs, i, r)
     {
-        double x = axis_map(&X, (double)i + 1);
-        double y = axis_map(&Y, jnum(r, "prompt_tokens", 0));
+        double x = html_axis_map(&X, (double)i + 1);
+        double y = html_axis_map(&Y, html_jnum(r, "prompt_tokens", 0));
         buf_printf(b,
                    "<circle class=\"s1\" cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\">"
                    "<title>request %lld, turn %lld: %lld prompt tokens"
                    "</title></circle>",
-                   x, y, jint(r, "request", 0), jint(r, "turn", 0),
-                   jint(r, "prompt_tokens", 0));
+                   x, y, html_jint(r, "request", 0), html_jint(r, "turn", 0),
+                   html_jint(r, "prompt_tokens", 0));
         double my = y - 12;
         for (int m = 0; i < nb && m < MK_N; m++)
             if (bits[i] >> m & 1) {
@@ -220,20 +220,20 @@ static void findings_table(struct buf *b, const json_t *findings)
             break;
         }
         buf_adds(b, "<tr><td class=\"v ");
-        html_esc(b, jstr(f, "severity", "-"), 8);
+        html_esc(b, html_jstr(f, "severity", "-"), 8);
         buf_adds(b, "\">");
-        html_esc(b, jstr(f, "severity", "-"), 0);
+        html_esc(b, html_jstr(f, "severity", "-"), 0);
         buf_adds(b, "</td><td>");
-        html_esc(b, jstr(f, "rule", "-"), 0);
+        html_esc(b, html_jstr(f, "rule", "-"), 0);
         buf_adds(b, "</td><td><code>");
-        html_esc(b, jstr(f, "session", ""), 60);
+        html_esc(b, html_jstr(f, "session", ""), 60);
         buf_printf(b,
                    "</code></td><td class=\"n\">%lld</td><td class=\"n\">"
                    "%lld</td><td>",
-                   jint(f, "request", 0), jint(f, "turn", 0));
-        html_esc(b, jstr(f, "summary", ""), 400);
+                   html_jint(f, "request", 0), html_jint(f, "turn", 0));
+        html_esc(b, html_jstr(f, "summary", ""), 400);
         buf_adds(b, "</td><td><code class=\"ev\">");
-        html_esc_json(b, jget(f, "evidence"), 800);
+        html_esc_json(b, html_jget(f, "evidence"), 800);
         buf_adds(b, "</code></td></tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");
@@ -243,8 +243,8 @@ int report_audit_section(const json_t *doc, struct buf *b)
 {
     if (!doc)
         return 0;
-    const json_t *turns = jget(doc, "turns");
-    const json_t *findings = jget(doc, "findings");
+    const json_t *turns = html_jget(doc, "turns");
+    const json_t *findings = html_jget(doc, "findings");
     size_t i;
     const json_t *t;
     buf_printf(b,

@@ -63,7 +63,7 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
                W, H, W, H);
     chart_axes(b, X, Y, "position in the sequence (tokens, log scale)");
     for (size_t i = 0; i < nh; i++) {
-        double y = axis_map(Y, hl[i].y);
+        double y = html_axis_map(Y, hl[i].y);
         buf_printf(b,
                    "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
                    "y2=\"%.1f\"/><text class=\"hl\" x=\"%d\" y=\"%.1f\" "
@@ -105,15 +105,16 @@ static void fill(struct series *s, const json_t *buckets, const char *arm,
     s->n = 0;
     json_array_foreach(buckets, i, bk)
     {
-        const json_t *a = jget(bk, arm);
-        double v = jnum(a, mkey[m], NAN);
-        if (!isfinite(v) || jint(a, "count", 0) <= 0 || s->n >= MAXB)
+        const json_t *a = html_jget(bk, arm);
+        double v = html_jnum(a, mkey[m], NAN);
+        if (!isfinite(v) || html_jint(a, "count", 0) <= 0 || s->n >= MAXB)
             continue;
-        double from = jnum(bk, "from", 1), to = jnum(bk, "to", from + 1);
+        double from = html_jnum(bk, "from", 1),
+               to = html_jnum(bk, "to", from + 1);
         size_t k = s->n++;
         s->x[k] = sqrt((from < 1 ? 1 : from) * (to < 1 ? 1 : to));
         s->y[k] = v;
-        const json_t *ci = jpath(bk, "ci95", cikey[m]);
+        const json_t *ci = html_jpath(bk, "ci95", cikey[m]);
         s->ci[k] = with_ci && json_array_size(ci) == 2 &&
                    json_is_number(json_array_get(ci, 0)) &&
                    json_is_number(json_array_get(ci, 1));
@@ -141,21 +142,21 @@ static void metric_chart(struct buf *b, const json_t *doc, enum metric m,
         "Mean KL divergence (golden || candidate) per bucket",
         "RMS delta-p of the forced token per bucket",
         "Top-1 agreement per bucket"};
-    const json_t *bks = jget(doc, "buckets");
+    const json_t *bks = html_jget(doc, "buckets");
     struct series s[2] = {{.name = "candidate (prefill)", .style = 0},
                           {.name = "excess over noise", .style = 1}};
     fill(&s[0], bks, "candidate", m, m != M_KL);
     fill(&s[1], bks, "excess", m, m == M_KL);
     struct hline hl[4];
     size_t nh = 0;
-    const json_t *th = jpath(doc, "thresholds", thkey[m]);
+    const json_t *th = html_jpath(doc, "thresholds", thkey[m]);
     static const char *const lab[2][2] = {{"WARN (excess)", "FAIL (excess)"},
                                           {"WARN", "FAIL"}};
     for (int k = 0; k < 2 && json_array_size(th) == 2; k++)
         hl[nh++] = (struct hline){json_number_value(json_array_get(th, k)),
                                   lab[0][k], k ? "th-fail" : "th-warn"};
-    const json_t *dec = jpath(doc, "decode", "decode_vs_prefill");
-    double dv = jnum(dec, mkey[m], NAN);
+    const json_t *dec = html_jpath(doc, "decode", "decode_vs_prefill");
+    double dv = html_jnum(dec, mkey[m], NAN);
     if (isfinite(dv))
         hl[nh++] =
             (struct hline){dv, "decode vs prefill (all generated)", "decode"};
@@ -203,9 +204,9 @@ static void ci_text(struct buf *b, const json_t *ci)
     if (json_array_size(ci) != 2)
         return;
     buf_adds(b, " <small>[");
-    fmt_sig(b, json_number_value(json_array_get(ci, 0)));
+    html_fmt_sig(b, json_number_value(json_array_get(ci, 0)));
     buf_adds(b, ", ");
-    fmt_sig(b, json_number_value(json_array_get(ci, 1)));
+    html_fmt_sig(b, json_number_value(json_array_get(ci, 1)));
     buf_adds(b, "]</small>");
 }
 
@@ -217,28 +218,29 @@ static void bucket_table(struct buf *b, const json_t *doc)
                 "</th><th>count</th><th>KL mean</th><th>excess KL mean "
                 "[95% CI]</th><th>KL p99.9</th><th>top-1 agreement</th>"
                 "<th>RMS delta-p</th><th>verdict</th></tr></thead><tbody>");
-    json_array_foreach(jget(doc, "buckets"), i, bk)
+    json_array_foreach(html_jget(doc, "buckets"), i, bk)
     {
-        const json_t *c = jget(bk, "candidate"), *x = jget(bk, "excess");
+        const json_t *c = html_jget(bk, "candidate"),
+                     *x = html_jget(bk, "excess");
         buf_printf(b,
                    "<tr><td class=\"n\">%lld-%lld</td><td class=\"n\">%lld"
                    "</td><td class=\"n\">",
-                   jint(bk, "from", 0), jint(bk, "to", 0) - 1,
-                   jint(c, "count", 0));
-        fmt_sig(b, jnum(c, "kl_mean", NAN));
+                   html_jint(bk, "from", 0), html_jint(bk, "to", 0) - 1,
+                   html_jint(c, "count", 0));
+        html_fmt_sig(b, html_jnum(c, "kl_mean", NAN));
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_sig(b, jnum(x, "kl_mean", NAN));
-        ci_text(b, jpath(bk, "ci95", "excess_kl_mean"));
+        html_fmt_sig(b, html_jnum(x, "kl_mean", NAN));
+        ci_text(b, html_jpath(bk, "ci95", "excess_kl_mean"));
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_sig(b, jnum(c, "kl_p999", NAN));
+        html_fmt_sig(b, html_jnum(c, "kl_p999", NAN));
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_fixed(b, jnum(c, "top1_agreement", NAN), 4);
-        ci_text(b, jpath(bk, "ci95", "top1_agreement"));
+        html_fmt_fixed(b, html_jnum(c, "top1_agreement", NAN), 4);
+        ci_text(b, html_jpath(bk, "ci95", "top1_agreement"));
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_sig(b, jnum(c, "dp_rms", NAN));
-        ci_text(b, jpath(bk, "ci95", "dp_rms"));
+        html_fmt_sig(b, html_jnum(c, "dp_rms", NAN));
+        ci_text(b, html_jpath(bk, "ci95", "dp_rms"));
         buf_adds(b, "</td>");
-        verdict_cell(b, jstr(bk, "verdict", "-"));
+        verdict_cell(b, html_jstr(bk, "verdict", "-"));
         buf_adds(b, "</tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");
@@ -249,22 +251,22 @@ static void growth_line(struct buf *b, const json_t *g)
     if (!g)
         return;
     buf_adds(b, "<p>Growth of the excess KL with position: slope ");
-    fmt_sig(b, jnum(g, "slope", NAN));
+    html_fmt_sig(b, html_jnum(g, "slope", NAN));
     buf_adds(b, " (95% CI ");
-    fmt_sig(b, jnum(g, "slope_lo", NAN));
+    html_fmt_sig(b, html_jnum(g, "slope_lo", NAN));
     buf_adds(b, " to ");
-    fmt_sig(b, jnum(g, "slope_hi", NAN));
+    html_fmt_sig(b, html_jnum(g, "slope_hi", NAN));
     buf_adds(b, "), last/first bucket ratio ");
-    fmt_sig(b, jnum(g, "ratio", NAN));
-    if (jstr(g, "shape", NULL)) {
+    html_fmt_sig(b, html_jnum(g, "ratio", NAN));
+    if (html_jstr(g, "shape", NULL)) {
         buf_adds(b, ", shape ");
-        html_esc(b, jstr(g, "shape", "-"), 0);
-        if (!strcmp(jstr(g, "shape", ""), "constant"))
+        html_esc(b, html_jstr(g, "shape", "-"), 0);
+        if (!strcmp(html_jstr(g, "shape", ""), "constant"))
             buf_adds(b, " (below the growth slope thresholds; its level is "
                         "judged by the KL thresholds)");
     }
     buf_adds(b, ": <b>");
-    html_esc(b, jstr(g, "verdict", "-"), 0);
+    html_esc(b, html_jstr(g, "verdict", "-"), 0);
     buf_adds(b, "</b>.</p>");
 }
 
@@ -272,24 +274,26 @@ static void growth_line(struct buf *b, const json_t *g)
  * the run could attribute; absent from summaries stored before them. */
 static void harm_line(struct buf *b, const json_t *doc)
 {
-    const json_t *h = jget(doc, "harm"), *a = jget(doc, "attribution");
+    const json_t *h = html_jget(doc, "harm"),
+                 *a = html_jget(doc, "attribution");
     if (h) {
         buf_adds(b, "<p>Harm (excess KL mean over both paths): <b>");
-        fmt_sig(b, jnum(h, "excess_kl_mean", NAN));
+        html_fmt_sig(b, html_jnum(h, "excess_kl_mean", NAN));
         buf_adds(b, "</b> (95% CI ");
-        fmt_sig(b, jnum(h, "lo", NAN));
+        html_fmt_sig(b, html_jnum(h, "lo", NAN));
         buf_adds(b, " to ");
-        fmt_sig(b, jnum(h, "hi", NAN));
+        html_fmt_sig(b, html_jnum(h, "hi", NAN));
         buf_adds(b, "), decisive top-1 flips per 1,000 tokens ");
-        fmt_sig(b, jnum(h, "flips_per_1k", NAN));
-        buf_printf(b, ", over %lld positions.</p>", jint(h, "positions", 0));
+        html_fmt_sig(b, html_jnum(h, "flips_per_1k", NAN));
+        buf_printf(b, ", over %lld positions.</p>",
+                   html_jint(h, "positions", 0));
     }
     if (a) {
         buf_adds(b, "<p>Attribution: <b>");
-        html_esc(b, jstr(a, "words", "-"), 0);
+        html_esc(b, html_jstr(a, "words", "-"), 0);
         buf_adds(b, "</b>");
-        const char *y = jstr(a, "attributed", ""),
-                   *n = jstr(a, "not_attributed", "");
+        const char *y = html_jstr(a, "attributed", ""),
+                   *n = html_jstr(a, "not_attributed", "");
         if (*y) {
             buf_adds(b, "; attributed: ");
             html_esc(b, y, 0);
@@ -304,7 +308,7 @@ static void harm_line(struct buf *b, const json_t *doc)
 
 static void tok(struct buf *b, const json_t *w, const char *k)
 {
-    const char *s = jstr(w, k, NULL);
+    const char *s = html_jstr(w, k, NULL);
     if (!s) {
         buf_adds(b, "<td>?</td>");
         return;
@@ -316,7 +320,7 @@ static void tok(struct buf *b, const json_t *w, const char *k)
 
 static void worst_table(struct buf *b, const json_t *doc)
 {
-    const json_t *ws = jget(doc, "worst");
+    const json_t *ws = html_jget(doc, "worst");
     size_t i;
     const json_t *w;
     if (!json_array_size(ws))
@@ -332,12 +336,12 @@ static void worst_table(struct buf *b, const json_t *doc)
         buf_printf(b,
                    "<tr><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                    "<td class=\"n\">",
-                   jint(w, "seq", 0), jint(w, "pos", 0));
-        fmt_sig(b, jnum(w, "kl", NAN));
+                   html_jint(w, "seq", 0), html_jint(w, "pos", 0));
+        html_fmt_sig(b, html_jnum(w, "kl", NAN));
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_fixed(b, jnum(w, "dlogp", NAN), 4);
+        html_fmt_fixed(b, html_jnum(w, "dlogp", NAN), 4);
         buf_adds(b, "</td><td><code class=\"ctx\">");
-        const char *pre = jstr(w, "context_before", NULL);
+        const char *pre = html_jstr(w, "context_before", NULL);
         if (pre) {
             size_t n = strlen(pre), k = n > 60 ? n - 60 : 0;
             while (k > 0 && k < n && ((unsigned char)pre[k] & 0xc0) == 0x80)
@@ -345,9 +349,9 @@ static void worst_table(struct buf *b, const json_t *doc)
             html_esc(b, pre + k, 0);
         }
         buf_adds(b, "<mark>");
-        html_esc(b, jstr(w, "text", "?"), 80);
+        html_esc(b, html_jstr(w, "text", "?"), 80);
         buf_adds(b, "</mark>");
-        html_esc(b, jstr(w, "context_after", ""), 60);
+        html_esc(b, html_jstr(w, "context_after", ""), 60);
         buf_adds(b, "</code></td>");
         tok(b, w, "golden_top1");
         tok(b, w, "candidate_top1");
@@ -361,9 +365,9 @@ static void x_axis(const json_t *doc, struct axis *X)
     size_t i;
     const json_t *bk;
     double lo = INFINITY, hi = 0;
-    json_array_foreach(jget(doc, "buckets"), i, bk)
+    json_array_foreach(html_jget(doc, "buckets"), i, bk)
     {
-        double f = jnum(bk, "from", 1), t = jnum(bk, "to", f + 1);
+        double f = html_jnum(bk, "from", 1), t = html_jnum(bk, "to", f + 1);
         if (f < 1)
             f = 1;
         lo = f < lo ? f : lo;
@@ -380,38 +384,40 @@ int report_drift_section(const json_t *doc, struct buf *b)
         return 0;
     buf_adds(b, "<section id=\"drift\"><h2>drift: candidate against golden, "
                 "token by token</h2><p>Verdict: <span class=\"v ");
-    html_esc(b, jstr(doc, "verdict", "-"), 16);
+    html_esc(b, html_jstr(doc, "verdict", "-"), 16);
     buf_adds(b, "\">");
-    html_esc(b, jstr(doc, "verdict", "-"), 0);
+    html_esc(b, html_jstr(doc, "verdict", "-"), 0);
     buf_adds(b, "</span>");
     buf_printf(b, " over %lld sequences, %lld positions",
-               jint(doc, "sequences", 0), jint(doc, "positions", 0));
-    if (!json_is_true(jget(doc, "prefill"))) {
+               html_jint(doc, "sequences", 0), html_jint(doc, "positions", 0));
+    if (!json_is_true(html_jget(doc, "prefill"))) {
         buf_adds(b, "; no prefill comparison (");
-        html_esc(b, jstr(doc, "fallback", "-"), 200);
+        html_esc(b, html_jstr(doc, "fallback", "-"), 200);
         buf_addch(b, ')');
     }
     buf_adds(b, ".</p>");
-    if (json_array_size(jget(doc, "buckets"))) {
+    if (json_array_size(html_jget(doc, "buckets"))) {
         struct axis X;
         x_axis(doc, &X);
-        if (!jget(doc, "thresholds"))
+        if (!html_jget(doc, "thresholds"))
             buf_adds(b, "<p class=\"note\">This summary holds no thresholds; "
                         "the lines are left out.</p>");
         for (int m = M_KL; m <= M_TOP1; m++)
             metric_chart(b, doc, (enum metric)m, &X);
         bucket_table(b, doc);
-        growth_line(b, jget(doc, "growth"));
+        growth_line(b, html_jget(doc, "growth"));
     }
     harm_line(b, doc);
-    const json_t *dec = jget(doc, "decode");
+    const json_t *dec = html_jget(doc, "decode");
     if (dec) {
         buf_adds(b, "<p>Decode path: attribution <b>");
-        html_esc(b, jstr(dec, "attribution", "-"), 0);
+        html_esc(b, html_jstr(dec, "attribution", "-"), 0);
         buf_adds(b, "</b>; decode vs prefill mean KL ");
-        fmt_sig(b, jnum(jget(dec, "decode_vs_prefill"), "kl_mean", NAN));
+        html_fmt_sig(
+            b, html_jnum(html_jget(dec, "decode_vs_prefill"), "kl_mean", NAN));
         buf_adds(b, ", prefill vs prefill ");
-        fmt_sig(b, jnum(jget(dec, "prefill_vs_prefill"), "kl_mean", NAN));
+        html_fmt_sig(
+            b, html_jnum(html_jget(dec, "prefill_vs_prefill"), "kl_mean", NAN));
         buf_adds(b, ".</p>");
     }
     worst_table(b, doc);

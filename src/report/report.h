@@ -90,7 +90,7 @@ int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **origin,
  * document). */
 int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **origin,
                      struct diag *d);
-/* The same for drift_runs. */
+/* The same for drift_run. */
 int report_load_drift(sqlite3 *db, int64_t id, json_t **doc, char **origin,
                       struct diag *d);
 

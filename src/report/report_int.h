@@ -1,7 +1,8 @@
 /*
  * report_int: what the files of src/report/ share: escaping, fixed number
  * formatting, the colour scales and small JSON accessors. Not a contract
- * for anyone outside src/report/.
+ * for anyone outside src/report/. Each name carries the prefix of the
+ * file that defines it: html_ (html.c), chart_ (chart.c).
  */
 #ifndef REPORT_REPORT_INT_H
 #define REPORT_REPORT_INT_H
@@ -25,26 +26,26 @@ void html_escn(struct buf *b, const char *s, size_t len, size_t max);
 void html_esc_json(struct buf *b, const json_t *v, size_t max);
 
 /* Fixed formats: "%.*f" with '-' for NaN or a missing number. */
-void fmt_fixed(struct buf *b, double v, int prec);
+void html_fmt_fixed(struct buf *b, double v, int prec);
 /* 3 significant digits in plain or e notation ("%.3g"), '-' for NaN. */
-void fmt_sig(struct buf *b, double v);
+void html_fmt_sig(struct buf *b, double v);
 /* A token count: 4096 -> "4k", 1500 -> "1500". */
-void fmt_tokens(struct buf *b, long long v);
+void html_fmt_tokens(struct buf *b, long long v);
 /* UTC "YYYY-MM-DD HH:MM:SS UTC". */
-void fmt_time(struct buf *b, long long t);
+void html_fmt_time(struct buf *b, long long t);
 
 /* Sequential colour-blind-safe scale (viridis) for t in [0, 1] -> "#rrggbb"
  * in out[8]; *dark_bg tells whether white text reads on it. */
-void color_seq(double t, char out[8], bool *dark_bg);
+void html_color_seq(double t, char out[8], bool *dark_bg);
 /* Diverging scale (ColorBrewer PuOr) for t in [-1, 1]. */
-void color_div(double t, char out[8], bool *dark_bg);
+void html_color_div(double t, char out[8], bool *dark_bg);
 
 /* JSON accessors: the member or a default. */
-double jnum(const json_t *o, const char *k, double dflt);
-long long jint(const json_t *o, const char *k, long long dflt);
-const char *jstr(const json_t *o, const char *k, const char *dflt);
-const json_t *jget(const json_t *o, const char *k);
-const json_t *jpath(const json_t *o, const char *a, const char *b);
+double html_jnum(const json_t *o, const char *k, double dflt);
+long long html_jint(const json_t *o, const char *k, long long dflt);
+const char *html_jstr(const json_t *o, const char *k, const char *dflt);
+const json_t *html_jget(const json_t *o, const char *k);
+const json_t *html_jpath(const json_t *o, const char *a, const char *b);
 
 /* A figure's axes: linear or log10, data range -> pixel range. */
 struct axis {
@@ -52,10 +53,10 @@ struct axis {
     double p0, p1; /* pixels */
     bool log;
 };
-double axis_map(const struct axis *a, double v);
+double html_axis_map(const struct axis *a, double v);
 /* Ticks for a: powers of ten for log axes, 5 nice steps for linear; n
  * ticks written to out (at most max). */
-size_t axis_ticks(const struct axis *a, double *out, size_t max);
+size_t html_axis_ticks(const struct axis *a, double *out, size_t max);
 
 /* Line charts (chart.c): CHART_W x CHART_H pixels, the plot inside the
  * margins. A series' style picks its marker shape, dash and colour (8
@@ -91,9 +92,9 @@ void chart_marker(struct buf *b, unsigned style, double x, double y);
  * page's text. */
 void chart_key(struct buf *b, unsigned style);
 
-/* The legend of color_seq as an SVG strip (0..100%), with the few-cases
+/* The legend of html_color_seq as an SVG strip (0..100%), with the few-cases
  * mark explained. */
-void svg_seq_legend(struct buf *b, const char *label);
-void svg_div_legend(struct buf *b, const char *label);
+void html_svg_seq_legend(struct buf *b, const char *label);
+void html_svg_div_legend(struct buf *b, const char *label);
 
 #endif

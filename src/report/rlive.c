@@ -41,7 +41,7 @@ static void key_list(struct buf *b, const json_t *cells, size_t n)
             break;
         buf_adds(b, "<li>");
         chart_key(b, (unsigned)i);
-        html_esc(b, jstr(c, "cell", "?"), 200);
+        html_esc(b, html_jstr(c, "cell", "?"), 200);
         buf_adds(b, "</li>");
     }
     buf_adds(b, "</ul>");
@@ -51,10 +51,10 @@ static void key_list(struct buf *b, const json_t *cells, size_t n)
  * question turns, or the median reasoning bytes at every turn. */
 static void live_chart(struct buf *b, const json_t *doc, bool recall)
 {
-    const json_t *cells = jget(doc, "cells");
+    const json_t *cells = html_jget(doc, "cells");
     size_t nc = json_array_size(cells), i, k;
     const json_t *c, *t;
-    long long turns = jint(doc, "turns", 0);
+    long long turns = html_jint(doc, "turns", 0);
     double ymax = 0;
     if (nc > CHART_MAX_SERIES)
         nc = CHART_MAX_SERIES;
@@ -64,18 +64,18 @@ static void live_chart(struct buf *b, const json_t *doc, bool recall)
     {
         if (i >= nc)
             break;
-        s[i] = (struct chart_series){.name = jstr(c, "cell", "?"),
+        s[i] = (struct chart_series){.name = html_jstr(c, "cell", "?"),
                                      .style = (unsigned)i,
                                      .x = xs[i],
                                      .y = ys[i]};
-        json_array_foreach(jget(c, "by_turn"), k, t)
+        json_array_foreach(html_jget(c, "by_turn"), k, t)
         {
-            const json_t *r = jget(t, "recall");
-            double v = recall ? 100 * jnum(r, "rate", NAN)
-                              : jnum(t, "reasoning_bytes_median", NAN);
+            const json_t *r = html_jget(t, "recall");
+            double v = recall ? 100 * html_jnum(r, "rate", NAN)
+                              : html_jnum(t, "reasoning_bytes_median", NAN);
             if (s[i].n >= MAXT || (recall && !r) || !isfinite(v))
                 continue;
-            xs[i][s[i].n] = (double)jint(t, "turn", 0);
+            xs[i][s[i].n] = (double)html_jint(t, "turn", 0);
             ys[i][s[i].n++] = v;
             ymax = v > ymax ? v : ymax;
         }
@@ -115,40 +115,42 @@ static void cell_table(struct buf *b, const json_t *doc)
 {
     size_t i;
     const json_t *c;
-    long long turns = jint(doc, "turns", 0);
+    long long turns = html_jint(doc, "turns", 0);
     buf_adds(b, "<table><thead><tr><th></th><th>cell</th><th>sessions "
                 "finished</th><th>broken</th><th>breaks at (median)</th>"
                 "<th>range</th><th>never broke</th><th>recall</th></tr>"
                 "</thead><tbody>");
-    json_array_foreach(jget(doc, "cells"), i, c)
+    json_array_foreach(html_jget(doc, "cells"), i, c)
     {
-        const json_t *bt = jget(c, "break_turn");
-        long long asked = jint(c, "asked", 0);
+        const json_t *bt = html_jget(c, "break_turn");
+        long long asked = html_jint(c, "asked", 0);
         buf_adds(b, "<tr><td>");
         if (i < CHART_MAX_SERIES)
             chart_key(b, (unsigned)i);
         buf_adds(b, "</td><td>");
-        html_esc(b, jstr(c, "cell", "?"), 300);
+        html_esc(b, html_jstr(c, "cell", "?"), 300);
         buf_printf(b,
                    "</td><td class=\"n\">%lld/%lld</td><td class=\"n\">%lld"
                    "</td><td class=\"n\">",
-                   jint(c, "finished", 0), jint(c, "sessions", 0),
-                   jint(c, "broken", 0));
+                   html_jint(c, "finished", 0), html_jint(c, "sessions", 0),
+                   html_jint(c, "broken", 0));
         if (json_is_object(bt)) {
-            turn_text(b, jnum(bt, "median", NAN), turns);
+            turn_text(b, html_jnum(bt, "median", NAN), turns);
             buf_adds(b, "</td><td class=\"n\">");
-            turn_text(b, jnum(bt, "low", NAN), turns);
-            if (jnum(bt, "high", NAN) != jnum(bt, "low", NAN)) {
+            turn_text(b, html_jnum(bt, "low", NAN), turns);
+            if (html_jnum(bt, "high", NAN) != html_jnum(bt, "low", NAN)) {
                 buf_adds(b, "-");
-                turn_text(b, jnum(bt, "high", NAN), turns);
+                turn_text(b, html_jnum(bt, "high", NAN), turns);
             }
-            buf_printf(b, "</td><td class=\"n\">%lld", jint(bt, "never", 0));
+            buf_printf(b, "</td><td class=\"n\">%lld",
+                       html_jint(bt, "never", 0));
         } else {
             buf_adds(b, "-</td><td class=\"n\">-</td><td class=\"n\">-");
         }
         buf_printf(b, "</td><td class=\"n\">%lld/%lld (",
-                   jint(c, "recalled", 0), asked);
-        fmt_fixed(b, asked ? 100.0 * jint(c, "recalled", 0) / asked : NAN, 0);
+                   html_jint(c, "recalled", 0), asked);
+        html_fmt_fixed(
+            b, asked ? 100.0 * html_jint(c, "recalled", 0) / asked : NAN, 0);
         buf_adds(b, "%)</td></tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");
@@ -156,58 +158,59 @@ static void cell_table(struct buf *b, const json_t *doc)
 
 static void first_break(struct buf *b, const json_t *doc)
 {
-    const json_t *fb = jget(doc, "first_break");
+    const json_t *fb = html_jget(doc, "first_break");
     if (!json_is_object(fb)) {
         buf_printf(b,
                    "<p class=\"breaks\">No cell breaks within %lld turns."
                    "</p>",
-                   jint(doc, "turns", 0));
+                   html_jint(doc, "turns", 0));
         return;
     }
     long long sessions = 0;
     size_t i;
     const json_t *c;
-    json_array_foreach(jget(doc, "cells"), i, c)
+    json_array_foreach(html_jget(doc, "cells"), i, c)
     {
-        if (!strcmp(jstr(c, "cell", ""), jstr(fb, "cell", "?")))
-            sessions = jint(c, "finished", 0);
+        if (!strcmp(html_jstr(c, "cell", ""), html_jstr(fb, "cell", "?")))
+            sessions = html_jint(c, "finished", 0);
     }
     buf_adds(b, "<p class=\"breaks\">Breaks first: <b>");
-    html_esc(b, jstr(fb, "cell", "?"), 300);
+    html_esc(b, html_jstr(fb, "cell", "?"), 300);
     buf_adds(b, "</b>, at turn ");
-    turn_text(b, jnum(fb, "median_turn", NAN), jint(doc, "turns", 0));
+    turn_text(b, html_jnum(fb, "median_turn", NAN), html_jint(doc, "turns", 0));
     buf_printf(b, " (median of %lld).</p>", sessions);
 }
 
 static void mcnemar_table(struct buf *b, const json_t *doc)
 {
-    const json_t *fb = jget(doc, "first_break");
+    const json_t *fb = html_jget(doc, "first_break");
     size_t i;
     const json_t *c;
-    if (!json_is_object(fb) || json_array_size(jget(doc, "cells")) < 2)
+    if (!json_is_object(fb) || json_array_size(html_jget(doc, "cells")) < 2)
         return;
     buf_adds(b, "<h3>Against the cell that breaks first (paired: the same "
                 "seed and question turn, McNemar exact)</h3><table><thead>"
                 "<tr><th>cell</th><th>both recall</th><th>this only</th>"
                 "<th>first-breaking only</th><th>neither</th><th>p</th>"
                 "<th></th></tr></thead><tbody>");
-    json_array_foreach(jget(doc, "cells"), i, c)
+    json_array_foreach(html_jget(doc, "cells"), i, c)
     {
-        const json_t *p = jget(c, "vs_first");
+        const json_t *p = html_jget(c, "vs_first");
         if (!p)
             continue;
         buf_adds(b, "<tr><td>");
-        html_esc(b, jstr(c, "cell", "?"), 300);
+        html_esc(b, html_jstr(c, "cell", "?"), 300);
         buf_printf(b,
                    "</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                    "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                    "<td class=\"n\">",
-                   jint(p, "both_recall", 0), jint(p, "this_only", 0),
-                   jint(p, "other_only", 0), jint(p, "neither", 0));
-        fmt_sig(b, jnum(p, "p_value", NAN));
+                   html_jint(p, "both_recall", 0), html_jint(p, "this_only", 0),
+                   html_jint(p, "other_only", 0), html_jint(p, "neither", 0));
+        html_fmt_sig(b, html_jnum(p, "p_value", NAN));
         buf_printf(b, "</td><td>%s</td></tr>\n",
-                   json_is_true(jget(p, "significant")) ? "<b>significant</b>"
-                                                        : "no");
+                   json_is_true(html_jget(p, "significant"))
+                       ? "<b>significant</b>"
+                       : "no");
     }
     buf_adds(b, "</tbody></table>\n");
 }
@@ -218,9 +221,9 @@ static void errors(struct buf *b, const json_t *doc)
 {
     size_t i, shown = 0, total = 0;
     const json_t *s;
-    json_array_foreach(jget(doc, "sessions"), i, s)
+    json_array_foreach(html_jget(doc, "sessions"), i, s)
     {
-        if (!jstr(s, "error", NULL))
+        if (!html_jstr(s, "error", NULL))
             continue;
         if (total++ >= 12)
             continue;
@@ -229,15 +232,16 @@ static void errors(struct buf *b, const json_t *doc)
                         "class=\"cases\"><thead><tr><th>cell</th><th>seed"
                         "</th><th>turns played</th><th>error</th></tr>"
                         "</thead><tbody>");
-        const json_t *c =
-            json_array_get(jget(doc, "cells"), (size_t)jint(s, "cell", -1));
+        const json_t *c = json_array_get(html_jget(doc, "cells"),
+                                         (size_t)html_jint(s, "cell", -1));
         buf_adds(b, "<tr><td>");
-        html_esc(b, jstr(c, "cell", "?"), 300);
+        html_esc(b, html_jstr(c, "cell", "?"), 300);
         buf_printf(b,
                    "</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                    "<td><span class=\"err\">",
-                   jint(s, "seed_index", 0) + 1, jint(s, "turns_played", 0));
-        html_esc(b, jstr(s, "error", ""), 300);
+                   html_jint(s, "seed_index", 0) + 1,
+                   html_jint(s, "turns_played", 0));
+        html_esc(b, html_jstr(s, "error", ""), 300);
         buf_adds(b, "</span></td></tr>\n");
     }
     if (shown)
@@ -261,18 +265,18 @@ int report_live_section(const json_t *doc, struct buf *b)
     buf_printf(b,
                "<p>%lld turns a session, %lld seed%s a cell; the planted "
                "facts are asked at turns",
-               jint(doc, "turns", 0), jint(doc, "seeds", 0),
-               jint(doc, "seeds", 0) == 1 ? "" : "s");
-    json_array_foreach(jget(doc, "question_turns"), i, q) buf_printf(
+               html_jint(doc, "turns", 0), html_jint(doc, "seeds", 0),
+               html_jint(doc, "seeds", 0) == 1 ? "" : "s");
+    json_array_foreach(html_jget(doc, "question_turns"), i, q) buf_printf(
         b, "%s%lld", i ? ", " : " ", (long long)json_integer_value(q));
     buf_adds(b, ". A session that never breaks counts as turns + 1 in the "
                 "median and range.</p>");
-    if (json_is_true(jget(doc, "interrupted")))
+    if (json_is_true(html_jget(doc, "interrupted")))
         buf_adds(b, "<p class=\"warn\">The run was interrupted: not every "
                     "session finished.</p>");
     first_break(b, doc);
     cell_table(b, doc);
-    if (json_array_size(jget(doc, "cells"))) {
+    if (json_array_size(html_jget(doc, "cells"))) {
         live_chart(b, doc, true);
         live_chart(b, doc, false);
     }

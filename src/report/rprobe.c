@@ -44,9 +44,9 @@ static bool same_str(const char *a, const char *b)
 
 static bool in_map(const struct hmap *m, const json_t *c)
 {
-    return same_str(jstr(c, "kind", NULL), m->kind) &&
-           (!m->variant || same_str(jstr(c, "variant", ""), m->variant)) &&
-           jnum(c, "temperature", 0) == m->temp;
+    return same_str(html_jstr(c, "kind", NULL), m->kind) &&
+           (!m->variant || same_str(html_jstr(c, "variant", ""), m->variant)) &&
+           html_jnum(c, "temperature", 0) == m->temp;
 }
 
 static void add_sorted(long long *v, size_t *n, size_t max, long long x)
@@ -82,11 +82,11 @@ static void map_axes(struct hmap *m, const json_t *cells)
     {
         if (!in_map(m, c))
             continue;
-        add_sorted(m->rows, &m->nr, MAXR, jint(c, "length", 0));
+        add_sorted(m->rows, &m->nr, MAXR, html_jint(c, "length", 0));
         if (m->variant)
-            add_sorted(m->dcols, &m->nc, MAXC, jint(c, "depth", 0));
+            add_sorted(m->dcols, &m->nc, MAXC, html_jint(c, "depth", 0));
         else
-            add_str(m->vcols, &m->nc, MAXC, jstr(c, "variant", "-"));
+            add_str(m->vcols, &m->nc, MAXC, html_jstr(c, "variant", "-"));
     }
 }
 
@@ -97,10 +97,10 @@ static const json_t *find_cell(const struct hmap *m, const json_t *cells,
     const json_t *c;
     json_array_foreach(cells, i, c)
     {
-        if (!in_map(m, c) || jint(c, "length", 0) != m->rows[r])
+        if (!in_map(m, c) || html_jint(c, "length", 0) != m->rows[r])
             continue;
-        if (m->variant ? jint(c, "depth", 0) == m->dcols[col]
-                       : same_str(jstr(c, "variant", "-"), m->vcols[col]))
+        if (m->variant ? html_jint(c, "depth", 0) == m->dcols[col]
+                       : same_str(html_jstr(c, "variant", "-"), m->vcols[col]))
             return c;
     }
     return NULL;
@@ -124,7 +124,7 @@ static void map_title(struct buf *b, const struct hmap *m)
     }
     if (m->show_temp) {
         buf_adds(b, " t=");
-        fmt_fixed(b, m->temp, 2);
+        html_fmt_fixed(b, m->temp, 2);
     }
 }
 
@@ -150,7 +150,7 @@ static void svg_open(struct buf *b, const struct hmap *m, const char *who)
     for (size_t r = 0; r < m->nr; r++) {
         buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", LEFT - 6,
                    TOP + (int)r * CH + CH / 2 + 4);
-        fmt_tokens(b, m->rows[r]);
+        html_fmt_tokens(b, m->rows[r]);
         buf_adds(b, "</text>");
     }
 }
@@ -161,17 +161,17 @@ static void cell_tip(struct buf *b, const struct hmap *m, const json_t *c,
     buf_adds(b, "<title>");
     map_title(b, m);
     buf_adds(b, ", length ");
-    fmt_tokens(b, m->rows[r]);
+    html_fmt_tokens(b, m->rows[r]);
     buf_adds(b, m->variant ? ", depth " : ", ");
     col_label(b, m, col);
-    buf_printf(b, ": %lld of %lld passed", jint(c, "passed", 0),
-               jint(c, "cases", 0));
-    const json_t *w = jget(c, "wilson95");
+    buf_printf(b, ": %lld of %lld passed", html_jint(c, "passed", 0),
+               html_jint(c, "cases", 0));
+    const json_t *w = html_jget(c, "wilson95");
     if (json_array_size(w) == 2) {
         buf_adds(b, " (95% CI ");
-        fmt_fixed(b, 100 * json_number_value(json_array_get(w, 0)), 0);
+        html_fmt_fixed(b, 100 * json_number_value(json_array_get(w, 0)), 0);
         buf_adds(b, "-");
-        fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 0);
+        html_fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 0);
         buf_adds(b, "%)");
     }
     /* in name order: a document read back from the store has its keys
@@ -180,11 +180,11 @@ static void cell_tip(struct buf *b, const struct hmap *m, const json_t *c,
     size_t n = 0;
     const char *k;
     const json_t *v;
-    json_object_foreach((json_t *)jget(c, "outcomes"), k, v)
+    json_object_foreach((json_t *)html_jget(c, "outcomes"), k, v)
         add_str(names, &n, 32, k);
     qsort(names, n, sizeof(*names), cmp_outcome);
     for (size_t i = 0; i < n; i++) {
-        long long cnt = jint(jget(c, "outcomes"), names[i], 0);
+        long long cnt = html_jint(html_jget(c, "outcomes"), names[i], 0);
         if (strcmp(names[i], "pass") && cnt > 0) {
             buf_printf(b, "; %lld ", cnt);
             html_esc(b, names[i], 0);
@@ -201,7 +201,7 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
         for (size_t col = 0; col < m->nc; col++) {
             const json_t *c = find_cell(m, cells, r, col);
             int x = LEFT + (int)col * CW, y = TOP + (int)r * CH;
-            long long n = c ? jint(c, "cases", 0) : 0;
+            long long n = c ? html_jint(c, "cases", 0) : 0;
             if (!n) {
                 buf_printf(b,
                            "<rect x=\"%d\" y=\"%d\" width=\"%d\" "
@@ -209,10 +209,10 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
                            x, y, CW - 2, CH - 2);
                 continue;
             }
-            double rate = jnum(c, "pass_rate", 0);
+            double rate = html_jnum(c, "pass_rate", 0);
             char fill[8];
             bool dark;
-            color_seq(rate, fill, &dark);
+            html_color_seq(rate, fill, &dark);
             buf_printf(b,
                        "<g><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
                        "fill=\"%s\"/>",
@@ -222,7 +222,7 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
                        "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
                        "class=\"%s\">",
                        x + CW / 2 - 1, y + CH / 2 + 4, dark ? "on-dark" : "on");
-            fmt_fixed(b, 100 * rate, 0);
+            html_fmt_fixed(b, 100 * rate, 0);
             buf_adds(b, "</text>");
             if (n < REPORT_FEW_CASES)
                 buf_printf(b, "<path class=\"few\" d=\"M%d %dh7v7z\"/>",
@@ -234,7 +234,7 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
 
 static bool apart(const json_t *a, const json_t *c)
 {
-    const json_t *wa = jget(a, "wilson95"), *wc = jget(c, "wilson95");
+    const json_t *wa = html_jget(a, "wilson95"), *wc = html_jget(c, "wilson95");
     if (json_array_size(wa) != 2 || json_array_size(wc) != 2)
         return false;
     double alo = json_number_value(json_array_get(wa, 0));
@@ -253,17 +253,19 @@ static void diff_svg(struct buf *b, const struct hmap *m, const json_t *ec,
             const json_t *e = find_cell(m, ec, r, col);
             const json_t *x = find_cell(m, bc, r, col);
             int px = LEFT + (int)col * CW, py = TOP + (int)r * CH;
-            if (!e || !x || !jint(e, "cases", 0) || !jint(x, "cases", 0)) {
+            if (!e || !x || !html_jint(e, "cases", 0) ||
+                !html_jint(x, "cases", 0)) {
                 buf_printf(b,
                            "<rect x=\"%d\" y=\"%d\" width=\"%d\" "
                            "height=\"%d\" class=\"empty\"/>",
                            px, py, CW - 2, CH - 2);
                 continue;
             }
-            double d = jnum(e, "pass_rate", 0) - jnum(x, "pass_rate", 0);
+            double d =
+                html_jnum(e, "pass_rate", 0) - html_jnum(x, "pass_rate", 0);
             char fill[8];
             bool dark;
-            color_div(d, fill, &dark);
+            html_color_div(d, fill, &dark);
             bool sig = apart(e, x);
             buf_printf(b,
                        "<g><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
@@ -272,11 +274,11 @@ static void diff_svg(struct buf *b, const struct hmap *m, const json_t *ec,
                        sig ? " class=\"sig\"" : "");
             map_title(b, m);
             buf_adds(b, ", length ");
-            fmt_tokens(b, m->rows[r]);
+            html_fmt_tokens(b, m->rows[r]);
             buf_adds(b, ": ");
-            fmt_fixed(b, 100 * jnum(e, "pass_rate", 0), 0);
+            html_fmt_fixed(b, 100 * html_jnum(e, "pass_rate", 0), 0);
             buf_adds(b, "% vs ");
-            fmt_fixed(b, 100 * jnum(x, "pass_rate", 0), 0);
+            html_fmt_fixed(b, 100 * html_jnum(x, "pass_rate", 0), 0);
             buf_printf(b,
                        "%%%s</title><text x=\"%d\" y=\"%d\" "
                        "text-anchor=\"middle\" class=\"%s\">",
@@ -298,7 +300,7 @@ static size_t plan_maps(const json_t *cells, struct hmap *maps, size_t max)
     size_t nk = 0, n = 0, i;
     const json_t *c;
     json_array_foreach(cells, i, c)
-        add_str(kinds, &nk, 32, jstr(c, "kind", "?"));
+        add_str(kinds, &nk, 32, html_jstr(c, "kind", "?"));
     for (size_t k = 0; k < nk; k++) {
         const char *vars[MAXC];
         long long depths[MAXC];
@@ -306,11 +308,11 @@ static size_t plan_maps(const json_t *cells, struct hmap *maps, size_t max)
         size_t nv = 0, nd = 0, nt = 0;
         json_array_foreach(cells, i, c)
         {
-            if (!same_str(jstr(c, "kind", "?"), kinds[k]))
+            if (!same_str(html_jstr(c, "kind", "?"), kinds[k]))
                 continue;
-            add_str(vars, &nv, MAXC, jstr(c, "variant", "-"));
-            add_sorted(depths, &nd, MAXC, jint(c, "depth", 0));
-            double t = jnum(c, "temperature", 0);
+            add_str(vars, &nv, MAXC, html_jstr(c, "variant", "-"));
+            add_sorted(depths, &nd, MAXC, html_jint(c, "depth", 0));
+            double t = html_jnum(c, "temperature", 0);
             size_t j = 0;
             while (j < nt && temps[j] != t)
                 j++;
@@ -334,8 +336,8 @@ static size_t plan_maps(const json_t *cells, struct hmap *maps, size_t max)
 
 static void heatmaps(struct buf *b, const json_t *doc)
 {
-    const json_t *ec = jpath(doc, "results", "cells");
-    const json_t *bc = jpath(doc, "baseline_results", "cells");
+    const json_t *ec = html_jpath(doc, "results", "cells");
+    const json_t *bc = html_jpath(doc, "baseline_results", "cells");
     if (!json_array_size(ec)) {
         buf_adds(b, "<p class=\"note\">No per-cell results in this run (it "
                     "was stored before cells were kept).</p>");
@@ -345,9 +347,9 @@ static void heatmaps(struct buf *b, const json_t *doc)
     size_t n = plan_maps(ec, maps, 128);
     buf_adds(b,
              "<h3>Pass rate by length and depth</h3><div class=\"legends\">");
-    svg_seq_legend(b, "pass rate (number in each cell: %)");
+    html_svg_seq_legend(b, "pass rate (number in each cell: %)");
     if (json_array_size(bc))
-        svg_div_legend(b, "difference, endpoint minus baseline");
+        html_svg_div_legend(b, "difference, endpoint minus baseline");
     buf_adds(b, "</div>");
     for (size_t i = 0; i < n; i++) {
         buf_adds(b, "<figure class=\"maps\"><figcaption>");
@@ -372,14 +374,14 @@ static void heatmaps(struct buf *b, const json_t *doc)
 
 static void eff_cell(struct buf *b, const json_t *e, const char *rule)
 {
-    long long v = jint(e, rule, -1);
+    long long v = html_jint(e, rule, -1);
     buf_adds(b, "<td class=\"n\">");
     if (v < 0)
         buf_addch(b, '-');
     else if (v == 0)
         buf_adds(b, "&lt;min");
     else
-        fmt_tokens(b, v);
+        html_fmt_tokens(b, v);
     buf_adds(b, "</td>");
 }
 
@@ -387,14 +389,16 @@ static const json_t *kind_of(const json_t *side, const char *kind)
 {
     size_t i;
     const json_t *k;
-    json_array_foreach(jget(side, "kinds"), i,
-                       k) if (same_str(jstr(k, "kind", NULL), kind)) return k;
+    json_array_foreach(
+        html_jget(side, "kinds"), i,
+        k) if (same_str(html_jstr(k, "kind", NULL), kind)) return k;
     return NULL;
 }
 
 static void effective_table(struct buf *b, const json_t *doc)
 {
-    const json_t *e = jget(doc, "results"), *x = jget(doc, "baseline_results");
+    const json_t *e = html_jget(doc, "results"),
+                 *x = html_jget(doc, "baseline_results");
     buf_adds(b, "<h3>Effective context length</h3><p class=\"note\">RULER: "
                 "the longest length before the first whose pass rate is "
                 "below 85.6%. NoLiMa: the same with 85% of the mean pass "
@@ -406,27 +410,27 @@ static void effective_table(struct buf *b, const json_t *doc)
     buf_adds(b, "</tr></thead><tbody>");
     size_t i;
     const json_t *k;
-    json_array_foreach(jget(e, "kinds"), i, k)
+    json_array_foreach(html_jget(e, "kinds"), i, k)
     {
-        const char *name = jstr(k, "kind", "?");
+        const char *name = html_jstr(k, "kind", "?");
         buf_adds(b, "<tr><td>");
         html_esc(b, name, 0);
         buf_adds(b, "</td>");
-        eff_cell(b, jget(k, "effective_length"), "ruler");
-        eff_cell(b, jget(k, "effective_length"), "nolima");
+        eff_cell(b, html_jget(k, "effective_length"), "ruler");
+        eff_cell(b, html_jget(k, "effective_length"), "nolima");
         if (x) {
             const json_t *bk = kind_of(x, name);
-            eff_cell(b, jget(bk, "effective_length"), "ruler");
-            eff_cell(b, jget(bk, "effective_length"), "nolima");
+            eff_cell(b, html_jget(bk, "effective_length"), "ruler");
+            eff_cell(b, html_jget(bk, "effective_length"), "nolima");
         }
         buf_adds(b, "</tr>\n");
     }
     buf_adds(b, "<tr class=\"all\"><td>all kinds</td>");
-    eff_cell(b, jget(e, "effective_length"), "ruler");
-    eff_cell(b, jget(e, "effective_length"), "nolima");
+    eff_cell(b, html_jget(e, "effective_length"), "ruler");
+    eff_cell(b, html_jget(e, "effective_length"), "nolima");
     if (x) {
-        eff_cell(b, jget(x, "effective_length"), "ruler");
-        eff_cell(b, jget(x, "effective_length"), "nolima");
+        eff_cell(b, html_jget(x, "effective_length"), "ruler");
+        eff_cell(b, html_jget(x, "effective_length"), "nolima");
     }
     buf_adds(b, "</tr></tbody></table>\n");
 }
@@ -442,12 +446,12 @@ static int cmp_outcome(const void *a, const void *b)
 static void outcome_row(struct buf *b, const json_t *t, const char **names,
                         size_t n)
 {
-    buf_printf(b, "<td class=\"n\">%lld</td>", jint(t, "cases", 0));
+    buf_printf(b, "<td class=\"n\">%lld</td>", html_jint(t, "cases", 0));
     for (size_t o = 0; o < n; o++)
         buf_printf(b, "<td class=\"n\">%lld</td>",
-                   jint(jget(t, "outcomes"), names[o], 0));
+                   html_jint(html_jget(t, "outcomes"), names[o], 0));
     buf_printf(b, "<td class=\"n\">%lld</td></tr>\n",
-               jint(t, "no_context_replies", 0));
+               html_jint(t, "no_context_replies", 0));
 }
 
 static void failures_table(struct buf *b, const json_t *side, const char *who)
@@ -457,8 +461,8 @@ static void failures_table(struct buf *b, const json_t *side, const char *who)
     const json_t *k;
     const char *key;
     const json_t *v;
-    json_array_foreach(jget(side, "kinds"), i, k)
-        json_object_foreach((json_t *)jget(k, "outcomes"), key, v)
+    json_array_foreach(html_jget(side, "kinds"), i, k)
+        json_object_foreach((json_t *)html_jget(k, "outcomes"), key, v)
             add_str(names, &n, 32, key);
     qsort(names, n, sizeof(*names), cmp_outcome);
     buf_adds(b, "<h3>Failures by classification (");
@@ -470,10 +474,10 @@ static void failures_table(struct buf *b, const json_t *side, const char *who)
         buf_adds(b, "</th>");
     }
     buf_adds(b, "<th>no-context replies</th></tr></thead><tbody>");
-    json_array_foreach(jget(side, "kinds"), i, k)
+    json_array_foreach(html_jget(side, "kinds"), i, k)
     {
         buf_adds(b, "<tr><td>");
-        html_esc(b, jstr(k, "kind", "?"), 0);
+        html_esc(b, html_jstr(k, "kind", "?"), 0);
         buf_adds(b, "</td>");
         outcome_row(b, k, names, n);
     }
@@ -486,16 +490,17 @@ static void pairs_row(struct buf *b, const char *name, const json_t *p)
 {
     buf_adds(b, "<tr><td>");
     html_esc(b, name, 0);
-    buf_printf(b,
-               "</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
-               "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
-               "<td class=\"n\">",
-               jint(p, "both_pass", 0), jint(p, "endpoint_only_pass", 0),
-               jint(p, "baseline_only_pass", 0), jint(p, "both_fail", 0));
-    fmt_sig(b, jnum(p, "p_value", NAN));
+    buf_printf(
+        b,
+        "</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
+        "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
+        "<td class=\"n\">",
+        html_jint(p, "both_pass", 0), html_jint(p, "endpoint_only_pass", 0),
+        html_jint(p, "baseline_only_pass", 0), html_jint(p, "both_fail", 0));
+    html_fmt_sig(b, html_jnum(p, "p_value", NAN));
     buf_printf(b, "</td><td>%s</td></tr>\n",
-               json_is_true(jget(p, "significant")) ? "<b>significant</b>"
-                                                    : "no");
+               json_is_true(html_jget(p, "significant")) ? "<b>significant</b>"
+                                                         : "no");
 }
 
 static void comparison_table(struct buf *b, const json_t *cmp,
@@ -507,13 +512,13 @@ static void comparison_table(struct buf *b, const json_t *cmp,
                 "exact)</h3><table><thead><tr><th>kind</th><th>both pass</th>"
                 "<th>endpoint only</th><th>baseline only</th><th>both fail"
                 "</th><th>p</th><th></th></tr></thead><tbody>");
-    pairs_row(b, "all", jget(cmp, "overall"));
+    pairs_row(b, "all", html_jget(cmp, "overall"));
     size_t i;
     const json_t *k;
-    json_array_foreach(jget(side, "kinds"), i, k)
+    json_array_foreach(html_jget(side, "kinds"), i, k)
     {
-        const char *name = jstr(k, "kind", "?");
-        const json_t *p = jpath(cmp, "by_kind", name);
+        const char *name = html_jstr(k, "kind", "?");
+        const json_t *p = html_jpath(cmp, "by_kind", name);
         if (p)
             pairs_row(b, name, p);
     }
@@ -524,10 +529,10 @@ static void examples(struct buf *b, const json_t *side, const char *who)
 {
     size_t i, shown = 0;
     const json_t *c;
-    json_array_foreach(jget(side, "case_results"), i, c)
+    json_array_foreach(html_jget(side, "case_results"), i, c)
     {
-        if (json_is_true(jget(c, "passed")) ||
-            same_str(jstr(c, "outcome", ""), "not-run"))
+        if (json_is_true(html_jget(c, "passed")) ||
+            same_str(html_jstr(c, "outcome", ""), "not-run"))
             continue;
         if (shown >= REPORT_PROBE_EXAMPLES)
             break;
@@ -540,21 +545,22 @@ static void examples(struct buf *b, const json_t *side, const char *who)
                         "<th>reply or error</th></tr></thead><tbody>");
         }
         buf_adds(b, "<tr><td>");
-        html_esc(b, jstr(c, "kind", "?"), 0);
+        html_esc(b, html_jstr(c, "kind", "?"), 0);
         buf_adds(b, "</td><td class=\"n\">");
-        fmt_tokens(b, jint(c, "length", 0));
+        html_fmt_tokens(b, html_jint(c, "length", 0));
         buf_printf(b, "</td><td class=\"n\">%lld</td><td>",
-                   jint(c, "depth", 0));
-        html_esc(b, jstr(c, "variant", "-"), 0);
+                   html_jint(c, "depth", 0));
+        html_esc(b, html_jstr(c, "variant", "-"), 0);
         buf_adds(b, "</td><td>");
-        html_esc(b, jstr(c, "outcome", "?"), 0);
+        html_esc(b, html_jstr(c, "outcome", "?"), 0);
         buf_printf(b, "</td><td class=\"n\">%lld / %lld</td><td><q>",
-                   jint(c, "prompt_tokens", 0), jint(c, "expected_tokens", 0));
-        html_esc(b, jstr(c, "reply", ""), 400);
+                   html_jint(c, "prompt_tokens", 0),
+                   html_jint(c, "expected_tokens", 0));
+        html_esc(b, html_jstr(c, "reply", ""), 400);
         buf_adds(b, "</q>");
-        if (jstr(c, "error", NULL)) {
+        if (html_jstr(c, "error", NULL)) {
             buf_adds(b, " <span class=\"err\">");
-            html_esc(b, jstr(c, "error", ""), 300);
+            html_esc(b, html_jstr(c, "error", ""), 300);
             buf_adds(b, "</span>");
         }
         buf_adds(b, "</td></tr>\n");
@@ -570,13 +576,13 @@ static void summary_row(struct buf *b, const char *who, const json_t *side)
     buf_printf(b,
                "</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                "<td class=\"n\">",
-               jint(side, "cases", 0), jint(side, "passed", 0));
-    fmt_fixed(b, 100 * jnum(side, "pass_rate", NAN), 1);
+               html_jint(side, "cases", 0), html_jint(side, "passed", 0));
+    html_fmt_fixed(b, 100 * html_jnum(side, "pass_rate", NAN), 1);
     buf_adds(b, "%</td><td class=\"n\">");
-    const json_t *w = jget(side, "wilson95");
-    fmt_fixed(b, 100 * json_number_value(json_array_get(w, 0)), 1);
+    const json_t *w = html_jget(side, "wilson95");
+    html_fmt_fixed(b, 100 * json_number_value(json_array_get(w, 0)), 1);
     buf_adds(b, "-");
-    fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 1);
+    html_fmt_fixed(b, 100 * json_number_value(json_array_get(w, 1)), 1);
     buf_adds(b, "%</td></tr>\n");
 }
 
@@ -584,9 +590,10 @@ int report_probe_section(const json_t *doc, struct buf *b)
 {
     if (!doc)
         return 0;
-    const json_t *e = jget(doc, "results"), *x = jget(doc, "baseline_results");
+    const json_t *e = html_jget(doc, "results"),
+                 *x = html_jget(doc, "baseline_results");
     buf_adds(b, "<section id=\"probe\"><h2>probe: where recall breaks</h2>");
-    if (json_is_true(jget(doc, "interrupted")))
+    if (json_is_true(html_jget(doc, "interrupted")))
         buf_adds(b, "<p class=\"warn\">The run was interrupted: not every "
                     "case finished.</p>");
     buf_adds(b, "<table><thead><tr><th></th><th>cases</th><th>passed</th>"
@@ -600,7 +607,7 @@ int report_probe_section(const json_t *doc, struct buf *b)
     failures_table(b, e, "endpoint");
     if (x)
         failures_table(b, x, "baseline");
-    comparison_table(b, jget(doc, "comparison"), e);
+    comparison_table(b, html_jget(doc, "comparison"), e);
     examples(b, e, "endpoint");
     if (x)
         examples(b, x, "baseline");

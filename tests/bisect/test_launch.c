@@ -96,7 +96,7 @@ static void spec_for(struct run *r, const char *cmd, double timeout,
 static int launch_and_stop(struct run *r, double *wait_s, double *stop_s,
                            char *addr)
 {
-    struct launcher *l = launcher_local_new();
+    struct launcher *l = launch_local_new();
     struct launch *x;
     struct diag d = {0};
     assert_int_equal(l->ops->submit(l, &r->spec, &x, &d), 0);
@@ -161,7 +161,7 @@ static void test_forking_server(void **state)
              "sh -c 'sleep 300 & sleep 301 & echo %d; wait' & "
              "sleep 302; wait",
              0.5, 2);
-    struct launcher *l = launcher_local_new();
+    struct launcher *l = launch_local_new();
     struct launch *x;
     struct diag d = {0};
     assert_int_equal(l->ops->submit(l, &r.spec, &x, &d), 0);
@@ -202,7 +202,7 @@ static void test_owner_killed(void **state)
     assert_int_equal(pipe(p), 0);
     pid_t owner = fork();
     if (owner == 0) {
-        struct launcher *l = launcher_local_new();
+        struct launcher *l = launch_local_new();
         struct launch *x;
         struct diag d;
         if (l->ops->submit(l, &r.spec, &x, &d))

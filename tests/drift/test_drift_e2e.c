@@ -589,7 +589,7 @@ static void test_store_keeps_no_secret(void **state)
     fclose(f);
     assert_true(n > 0);
     assert_null(memmem(all, n, "SECRET", 6));
-    assert_non_null(memmem(all, n, "drift_runs", 10));
+    assert_non_null(memmem(all, n, "drift_run", 9));
     assert_non_null(memmem(all, n, "fidelity.drift/1", 16));
     free(all);
     unlink(db);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,7 +15,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 static char *all_text(const struct probe_case *c)
 {

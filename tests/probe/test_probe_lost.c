@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 #include "util/gateway.h"
 #include "util/proc.h"
 

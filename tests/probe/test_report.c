@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "probe/probe.h"
+#include "probe/probe_int.h"
 
 #define GOLDEN "tests/probe/golden/report.txt"
 

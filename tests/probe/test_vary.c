@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "probe/probe_int.h"
 #include "probe/vary.h"
 
 static void test_values_json_or_string(void **state)

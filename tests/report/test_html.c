@@ -93,17 +93,17 @@ static void test_number_formats(void **state)
     (void)state;
     struct buf b;
     buf_init(&b, 0);
-    fmt_fixed(&b, NAN, 1);
+    html_fmt_fixed(&b, NAN, 1);
     buf_addch(&b, ' ');
-    fmt_fixed(&b, -0.0001, 1);
+    html_fmt_fixed(&b, -0.0001, 1);
     buf_addch(&b, ' ');
-    fmt_sig(&b, 0.000123456);
+    html_fmt_sig(&b, 0.000123456);
     buf_addch(&b, ' ');
-    fmt_tokens(&b, 8192);
+    html_fmt_tokens(&b, 8192);
     buf_addch(&b, ' ');
-    fmt_tokens(&b, 1500);
+    html_fmt_tokens(&b, 1500);
     buf_addch(&b, ' ');
-    fmt_time(&b, 0);
+    html_fmt_time(&b, 0);
     buf_addch(&b, '\0');
     assert_string_equal(b.data, "- -0.0 0.000123 8k 1500 1970-01-01 "
                                 "00:00:00 UTC");
@@ -115,20 +115,20 @@ static void test_colour_scales(void **state)
     (void)state;
     char c[8];
     bool dark;
-    color_seq(0, c, &dark);
+    html_color_seq(0, c, &dark);
     assert_string_equal(c, "#440154");
     assert_true(dark);
-    color_seq(1, c, &dark);
+    html_color_seq(1, c, &dark);
     assert_string_equal(c, "#fde725");
     assert_false(dark);
-    color_seq(NAN, c, &dark);
+    html_color_seq(NAN, c, &dark);
     assert_string_equal(c, "#440154");
-    color_div(0, c, &dark);
+    html_color_div(0, c, &dark);
     assert_string_equal(c, "#f7f7f7");
     assert_false(dark);
-    color_div(-1, c, &dark);
+    html_color_div(-1, c, &dark);
     assert_string_equal(c, "#b35806");
-    color_div(1, c, &dark);
+    html_color_div(1, c, &dark);
     assert_string_equal(c, "#542788");
     assert_true(dark);
 }
@@ -137,14 +137,14 @@ static void test_axes(void **state)
 {
     (void)state;
     struct axis a = {.lo = 10, .hi = 10000, .p0 = 0, .p1 = 300, .log = true};
-    assert_true(fabs(axis_map(&a, 100) - 100) < 1e-9);
-    assert_true(fabs(axis_map(&a, 0) - 0) < 1e-9); /* clamped to lo */
+    assert_true(fabs(html_axis_map(&a, 100) - 100) < 1e-9);
+    assert_true(fabs(html_axis_map(&a, 0) - 0) < 1e-9); /* clamped to lo */
     double t[16];
-    assert_int_equal(axis_ticks(&a, t, 16), 4);
+    assert_int_equal(html_axis_ticks(&a, t, 16), 4);
     assert_true(t[0] == 10 && t[3] == 10000);
     struct axis l = {.lo = 0, .hi = 1, .p0 = 200, .p1 = 0};
-    assert_true(fabs(axis_map(&l, 0.5) - 100) < 1e-9);
-    size_t n = axis_ticks(&l, t, 16);
+    assert_true(fabs(html_axis_map(&l, 0.5) - 100) < 1e-9);
+    size_t n = html_axis_ticks(&l, t, 16);
     assert_true(n >= 4 && n <= 9);
     assert_true(t[0] == 0);
 }

@@ -39,6 +39,7 @@ const char CMD_SIM_HELP[] =
     "\n"
     "Faults (also settable at run time with POST /sim/config):\n"
     "  --max-model-len N      --context-limit N\n"
+    "  --byte-tokens          one token per byte (a byte-level tokenizer)\n"
     "  --overflow error|oldest|middle|newest\n"
     "  --keep-last-turns N    --ignore-system\n"
     "  --reasoning-history keep|drop|keep-with-tools\n"

@@ -51,6 +51,7 @@ static const char *const flush_names[] = {"both", "sglang", "vllm", "none",
 static const struct field fields[] = {
     {"model", F_STRING, offsetof(struct sim_config, model), 0, 0, NULL},
     L(max_model_len, 16, 1 << 24),
+    B(byte_tokens),
     L(context_limit, 0, 1 << 24),
     E(overflow, overflow_names),
     L(keep_last_turns, 0, 1 << 20),

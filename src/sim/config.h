@@ -25,6 +25,7 @@ enum sim_flush { FLUSH_BOTH, FLUSH_SGLANG, FLUSH_VLLM, FLUSH_NONE };
 struct sim_config {
     char model[128];
     long max_model_len;
+    bool byte_tokens;   /* one token per byte (a byte-level tokenizer) */
     long context_limit; /* 0: max_model_len */
     long overflow;      /* enum sim_overflow */
     long keep_last_turns;

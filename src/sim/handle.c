@@ -327,10 +327,15 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
 }
 
 /* vLLM's wording (vllm/entrypoints/openai/serving_engine.py). */
-int sim_fit_context(const struct sim *s, struct tok_vec *toks, long max_new,
+int sim_fit_context(struct sim *s, struct tok_vec *toks, long max_new,
                     struct sim_resp *r)
 {
     long limit = sim_config_limit(&s->cfg);
+    long asked = (long)toks->n + max_new;
+    if ((uint64_t)asked > s->longest)
+        s->longest = (uint64_t)asked;
+    if (asked > limit)
+        s->over_context++;
     if (s->cfg.overflow == OVERFLOW_ERROR && (long)toks->n + max_new > limit) {
         sim_error(r, 400, "messages",
                   "This model's maximum context length is %ld tokens. "
@@ -457,12 +462,16 @@ static void h_stats(struct sim *s, const struct sim_req *rq, struct sim_resp *r)
     for (int i = 0; i < EP_N; i++)
         json_object_set_new(by, ep_names[i],
                             json_integer((json_int_t)s->stats[i]));
-    sim_json(r, json_pack("{s:o,s:I,s:I,s:{s:I,s:I,s:I}}", "requests", by,
-                          "model_requests", (json_int_t)s->counter,
-                          "errors_injected", (json_int_t)s->injected, "cache",
-                          "blocks", (json_int_t)sim_cache_blocks(s),
-                          "cached_tokens", (json_int_t)s->cached_total,
-                          "flushes", (json_int_t)s->flushes));
+    sim_json(r,
+             json_pack("{s:o,s:I,s:I,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I}}",
+                       "requests", by, "model_requests", (json_int_t)s->counter,
+                       "errors_injected", (json_int_t)s->injected, "cache",
+                       "blocks", (json_int_t)sim_cache_blocks(s),
+                       "cached_tokens", (json_int_t)s->cached_total, "flushes",
+                       (json_int_t)s->flushes, "context", "limit",
+                       (json_int_t)sim_config_limit(&s->cfg), "longest",
+                       (json_int_t)s->longest, "over",
+                       (json_int_t)s->over_context));
 }
 
 /* The last chat request's body as received: what a client really sent
@@ -544,6 +553,7 @@ void sim_handle(struct sim *s, const struct sim_req *rq, struct sim_resp *out)
     const struct route *rt = NULL;
     bool path_known = false;
     memset(&s->use, 0, sizeof(s->use));
+    tok_set_byte_level(s->cfg.byte_tokens);
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, rq->path) || !flush_on(s, rq->path))
             continue;

@@ -27,6 +27,9 @@ struct sim {
     bool use_skip;             /* the current request bypasses the cache */
     uint64_t cached_total;     /* tokens served from the cache */
     uint64_t flushes;          /* flush endpoint calls that emptied it */
+    uint64_t longest;          /* the longest model request: prompt + completion
+                                  tokens asked for */
+    uint64_t over_context;     /* model requests past the context limit */
     struct buf last_chat;      /* body of the last chat request, for
                                   GET /sim/last-request */
 };

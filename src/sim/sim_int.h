@@ -53,7 +53,7 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
                              bool decode);
 /* Checks toks against the context limit: truncates as configured and
  * returns 0, or sets vLLM's 400 and returns -1. */
-int sim_fit_context(const struct sim *s, struct tok_vec *toks, long max_new,
+int sim_fit_context(struct sim *s, struct tok_vec *toks, long max_new,
                     struct sim_resp *r);
 /* "prefix-<16 hex>" from the request counter. */
 void sim_id(const struct sim *s, const char *prefix, char out[48]);

@@ -68,6 +68,13 @@ static size_t match_special(const char *p, size_t left, int32_t *id)
     return 0;
 }
 
+static bool byte_level;
+
+void tok_set_byte_level(bool on)
+{
+    byte_level = on;
+}
+
 void tok_encode(const char *text, size_t len, struct tok_vec *out)
 {
     size_t i = 0;
@@ -77,6 +84,11 @@ void tok_encode(const char *text, size_t len, struct tok_vec *out)
         if (n) {
             tok_vec_push(out, id);
             i += n;
+            continue;
+        }
+        if (byte_level) {
+            tok_vec_push(out, TOK_BYTE0 + (unsigned char)text[i]);
+            i++;
             continue;
         }
         int space = text[i] == ' ' && i + 1 < len &&

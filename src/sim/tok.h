@@ -7,6 +7,7 @@
 #ifndef SIM_TOK_H
 #define SIM_TOK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,11 @@ void tok_vec_init(struct tok_vec *t);
 void tok_vec_release(struct tok_vec *t);
 void tok_vec_push(struct tok_vec *t, int32_t id);
 
+/* The tokenizer of this process: the word-piece one (docs/SIM.md), or
+ * with on one token per byte (id 16 + byte; special tokens stay), as a
+ * byte-level model has. The sim sets it from its configuration before
+ * each request. */
+void tok_set_byte_level(bool on);
 /* Appends the tokens of text[0..len) to out. */
 void tok_encode(const char *text, size_t len, struct tok_vec *out);
 /* Writes the text of one token into out (at most 16 bytes) and returns its

@@ -26,14 +26,16 @@ static enum bisect_path claimed_path(const struct bisect_config *c,
     return p;
 }
 
-/* Culprits (recall falls) first, then drift alone, harmless, inert. */
+/* Culprits (recall falls) first, then drift alone, undecided, harmless,
+ * inert. */
 static int rank_of(const struct bisect_verdict *v)
 {
     return v->recall_worse ? 0
            : v->harmful    ? 1
-           : v->inert      ? 3
-           : v->measured   ? 2
-                           : 4;
+           : v->undecided  ? 2
+           : v->inert      ? 4
+           : v->measured   ? 3
+                           : 5;
 }
 
 static int row_cmp(const void *a, const void *b)
@@ -60,6 +62,7 @@ static void fill_rows(const struct bisect_config *c,
         w->verdict = !w->v.measured      ? "not measured"
                      : w->v.recall_worse ? "CULPRIT"
                      : w->v.harmful      ? "drifts (recall unchanged)"
+                     : w->v.undecided    ? "undecided (more evidence needed)"
                      : w->v.inert        ? "inert"
                                          : "harmless (below thresholds)";
     }

@@ -25,6 +25,7 @@ static const char *str(const json_t *o, const char *k, const char *def)
 }
 
 static void attribute(const json_t *d, struct bisect_verdict *v);
+static void attribute_cache(const json_t *d, struct bisect_verdict *v);
 
 /* drift's own harm scalar and attribution, when its summary has them:
  * "harm": {"excess_kl_mean", "lo", "hi", "flips_per_1k"} and
@@ -75,11 +76,43 @@ static void from_drift(const json_t *d, struct bisect_verdict *v)
                             num(tot, "top1_agreement") == 1;
     attribute(d, v);
     from_drift_harm(d, v);
+    attribute_cache(d, v);
 }
 
 static bool is_warn_or_fail(const char *s)
 {
     return s && (!strcmp(s, "WARN") || !strcmp(s, "FAIL"));
+}
+
+/* A drift FAIL that rests on growth alone while no measured excess
+ * reached the mean-KL WARN threshold (an older drift's growth rule): no
+ * bucket, decode comparison or cache arm is WARN or FAIL, and growth's
+ * peak excess is below WARN. It names no culprit. */
+static bool growth_alone_below_warn(const json_t *d)
+{
+    const json_t *g = json_object_get(d, "growth");
+    if (!is_warn_or_fail(str(g, "verdict", NULL)))
+        return false;
+    const json_t *bk = json_object_get(d, "buckets");
+    for (size_t i = 0; i < json_array_size(bk); i++)
+        if (is_warn_or_fail(str(json_array_get(bk, i), "verdict", NULL)))
+            return false;
+    const json_t *dec = json_object_get(d, "decode");
+    static const char *const paths[] = {"prefill_vs_prefill",
+                                        "decode_vs_golden_prefill"};
+    for (size_t i = 0; i < 2; i++)
+        if (is_warn_or_fail(
+                str(json_object_get(dec, paths[i]), "verdict", NULL)))
+            return false;
+    const json_t *c = json_object_get(d, "cache");
+    if (is_warn_or_fail(str(c, "verdict", NULL)) ||
+        is_warn_or_fail(str(c, "evict_verdict", NULL)))
+        return false;
+    const json_t *th =
+        json_object_get(json_object_get(d, "thresholds"), "kl_mean");
+    double warn = json_number_value(json_array_get(th, 0));
+    double peak = num(g, "peak_excess_kl");
+    return warn > 0 && !isnan(peak) && peak < warn;
 }
 
 /* Which path changed: prefill when a position bucket or the growth is
@@ -110,6 +143,16 @@ static void attribute(const json_t *d, struct bisect_verdict *v)
                      : pre       ? "prefill only"
                      : deco      ? "decode only"
                                  : "none";
+}
+
+/* A warm-path (or recomputed-path) difference from drift's cache arm,
+ * when neither prefill nor decode is attributed. */
+static void attribute_cache(const json_t *d, struct bisect_verdict *v)
+{
+    const char *a = str(json_object_get(d, "cache"), "attribution", "not run");
+    if (strcmp(v->attribution, "none") || !strstr(a, "differ"))
+        return;
+    v->attribution = strstr(a, "warm") ? "warm path" : "recomputed path";
 }
 
 static void from_probe(const json_t *p, struct bisect_verdict *v)
@@ -160,9 +203,21 @@ void bisect_verdict_from(const json_t *drift, const json_t *probe,
     v->measured = true;
     from_drift(drift, v);
     from_probe(probe, v);
-    v->harmful = !strcmp(v->drift_verdict, "FAIL") || v->recall_worse;
-    v->inert = !v->harmful && v->identical_logprobs && v->decode_identical &&
-               v->identical_answers;
+    bool fail = !strcmp(v->drift_verdict, "FAIL");
+    if (fail && growth_alone_below_warn(drift)) {
+        fail = false;
+        v->undecided = true;
+        v->why_undecided = "drift's FAIL rests on growth alone, with the "
+                           "measured excess below WARN";
+    } else if (!strcmp(v->drift_verdict, "INCONCLUSIVE")) {
+        v->undecided = true;
+        v->why_undecided = "drift INCONCLUSIVE: the evidence could not decide";
+    }
+    v->harmful = fail || v->recall_worse;
+    if (v->harmful)
+        v->undecided = false;
+    v->inert = !v->harmful && !v->undecided && v->identical_logprobs &&
+               v->decode_identical && v->identical_answers;
 }
 
 bool bisect_path_mismatch(enum bisect_path claimed,

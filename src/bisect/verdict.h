@@ -16,7 +16,7 @@ struct bisect_verdict {
     bool measured;
     double harm, harm_lo, harm_hi; /* excess KL mean (NAN lo/hi: no interval) */
     double flips_per_1k;           /* decisive top-1 flips per 1,000 tokens */
-    const char *drift_verdict;     /* PASS, WARN, FAIL */
+    const char *drift_verdict;     /* PASS, INCONCLUSIVE, WARN, FAIL */
     const char *growth;            /* drift's growth verdict */
     enum bisect_path measured_path; /* from drift's decode attribution */
     bool path_known;
@@ -30,6 +30,10 @@ struct bisect_verdict {
     bool recall_worse; /* significantly fewer passes than the golden */
     bool harmful;
     bool inert;
+    /* neither harmful nor inert: drift could not decide (INCONCLUSIVE),
+     * or its FAIL rests on growth alone with the excess below WARN */
+    bool undecided;
+    const char *why_undecided; /* words, or NULL */
 };
 
 /* Fills v from the two documents (either may be NULL: not measured). */

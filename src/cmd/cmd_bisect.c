@@ -388,6 +388,8 @@ static void print_row(const struct bisect_row *w)
     if (w->mismatch)
         printf("    MISMATCH: claims %s, but the measured change is %s\n",
                bisect_path_name(w->claimed), v->attribution);
+    if (v->why_undecided)
+        printf("    undecided: %s\n", v->why_undecided);
     if (v->inert)
         printf("    inert: bit-identical prompt logprobs and identical "
                "answers; check that the server reads this flag at all\n");
@@ -428,6 +430,9 @@ static json_t *row_json(const struct bisect_row *w)
                         json_pack("[ff]", v->diff_lo, v->diff_hi));
     json_object_set_new(o, "mcnemar_p", json_real(v->mcnemar_p));
     json_object_set_new(o, "inert", json_boolean(v->inert));
+    json_object_set_new(o, "undecided", json_boolean(v->undecided));
+    if (v->why_undecided)
+        json_object_set_new(o, "why_undecided", json_string(v->why_undecided));
     json_object_set_new(o, "harmful", json_boolean(v->harmful));
     json_object_set_new(o, "recall_worse", json_boolean(v->recall_worse));
     return o;

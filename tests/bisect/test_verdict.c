@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "bisect/rank.h"
 #include "bisect/verdict.h"
 
 static json_t *drift(double kl, double ctl, const char *growth,
@@ -137,6 +138,101 @@ static void test_drift_harm_fields_used(void **state)
     json_decref(p);
 }
 
+/* drift INCONCLUSIVE is neither harmful nor inert: undecided, ranked
+ * after what drifts and before what is harmless. */
+static void test_inconclusive_is_undecided(void **state)
+{
+    (void)state;
+    json_t *d =
+        drift(1.2e-4, 0, "PASS", "INCONCLUSIVE", "none", "INCONCLUSIVE");
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.undecided);
+    assert_false(v.harmful);
+    assert_false(v.inert);
+    assert_non_null(v.why_undecided);
+    json_decref(d);
+    json_decref(p);
+}
+
+/* A drift FAIL that rests on growth alone while the measured excess never
+ * reached WARN (an older drift's rule): no culprit is named from it. */
+static void test_growth_alone_below_warn_names_no_culprit(void **state)
+{
+    (void)state;
+    json_t *d = drift(4e-5, 0, "FAIL", "PASS", "none", "FAIL");
+    json_object_set_new(json_object_get(d, "growth"), "peak_excess_kl",
+                        json_real(5e-5));
+    json_object_set_new(d, "thresholds",
+                        json_pack("{s:[f,f]}", "kl_mean", 1e-4, 1e-3));
+    json_t *p = probe(25, 25, 25, 1, false, "a", "b");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_false(v.harmful);
+    assert_true(v.undecided);
+    /* the same growth with a bucket at WARN is a FAIL that counts */
+    json_object_set_new(json_array_get(json_object_get(d, "buckets"), 0),
+                        "verdict", json_string("WARN"));
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harmful);
+    assert_false(v.undecided);
+    json_decref(d);
+    json_decref(p);
+}
+
+/* A warm-path fault: drift FAILs on its cache arm alone; harm counts the
+ * warm positions, so the ranking puts it first, attributed to the warm
+ * path; an undecided configuration comes next, a healthy one last. */
+static void test_rank_a_cache_fault(void **state)
+{
+    (void)state;
+    json_t *cache = drift(0, 0, "n/a", "PASS", "none", "FAIL");
+    json_object_set_new(cache, "harm",
+                        json_pack("{s:f,s:f,s:f,s:f,s:[s,s,s]}",
+                                  "excess_kl_mean", 3e-4, "lo", 1e-4, "hi",
+                                  5e-4, "flips_per_1k", 0.0, "arms", "prefill",
+                                  "decode", "cache-warm"));
+    json_object_set_new(cache, "cache",
+                        json_pack("{s:s,s:s}", "verdict", "FAIL", "attribution",
+                                  "warm path differs from cold"));
+    json_t *und =
+        drift(1.2e-4, 0, "PASS", "INCONCLUSIVE", "none", "INCONCLUSIVE");
+    json_t *ok = drift(0, 0, "n/a", "PASS", "none", "PASS");
+    json_t *docs[3] = {ok, und, cache};
+    struct bisect_result res[3];
+    char names[3][8] = {"healthy", "undec", "cache"};
+    for (int i = 0; i < 3; i++) {
+        res[i].set = (bisect_set)1 << i;
+        res[i].name = names[i];
+        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
+                               probe(25, 25, 25, 1, false, "a", "a"));
+    }
+    struct bisect_toggle tg[3] = {{0}};
+    struct bisect_config c = {0};
+    c.toggles = tg;
+    c.n_toggles = 3;
+    struct bisect_outcome out = {0};
+    out.results = res;
+    out.n_results = 3;
+    struct bisect_ranking rk;
+    bisect_rank(&c, BISECT_ONE_AT_A_TIME, &out, &rk);
+    assert_int_equal(rk.n, 3);
+    assert_string_equal(rk.rows[0].r->name, "cache");
+    assert_true(rk.rows[0].v.harmful);
+    assert_string_equal(rk.rows[0].v.attribution, "warm path");
+    assert_true(fabs(rk.rows[0].v.harm - 3e-4) < 1e-12);
+    assert_string_equal(rk.rows[1].r->name, "undec");
+    assert_string_equal(rk.rows[1].verdict, "undecided (more evidence needed)");
+    assert_string_equal(rk.rows[2].r->name, "healthy");
+    assert_true(rk.culprit);
+    bisect_ranking_release(&rk);
+    for (int i = 0; i < 3; i++) {
+        json_decref(res[i].doc);
+        json_decref(docs[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -144,6 +240,9 @@ int main(void)
         cmocka_unit_test(test_decode_and_both),
         cmocka_unit_test(test_inert_needs_identical_everything),
         cmocka_unit_test(test_drift_harm_fields_used),
+        cmocka_unit_test(test_inconclusive_is_undecided),
+        cmocka_unit_test(test_growth_alone_below_warn_names_no_culprit),
+        cmocka_unit_test(test_rank_a_cache_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,8 +77,8 @@ const char CMD_DRIFT_HELP[] =
     "                        and results are the same for any N\n"
     "  --worst N             worst positions listed (default 50)\n"
     "cache arm (the same final request cold and warm, on the candidate):\n"
-    "  --cache-arm N         conversations (default 1, within a tenth of the\n"
-    "                        run's requests unless N is given)\n"
+    "  --cache-arm N         exactly N conversations (default: 4 to 16, one\n"
+    "                        after another until the comparison decides)\n"
     "  --no-cache-arm        skip it\n"
     "  --cache-evict         also after traffic that evicts it, sized from\n"
     "                        the server's reported cache capacity\n"
@@ -95,9 +95,10 @@ const char CMD_DRIFT_HELP[] =
     "  --jsonl FILE          one record per compared position\n"
     "  --report FILE         self-contained HTML page (see 'fidelity help "
     "report')\n" CLI_STORE_HELP "\n"
-    "exit status: 0 PASS or WARN, 1 FAIL (also: tokenizers differ, a\n"
-    "server answered wrongly), 2 usage or bad corpus, 3 unreachable,\n"
-    "4 store or I/O error.\n"
+    "exit status: 0 PASS, WARN or INCONCLUSIVE (the evidence could not\n"
+    "decide; the report says how much more would), 1 FAIL (also:\n"
+    "tokenizers differ, a server answered wrongly), 2 usage or bad\n"
+    "corpus, 3 unreachable, 4 store or I/O error.\n"
     "\n"
     "examples:\n"
     "  fidelity drift --golden http://ref:8000 --candidate http://new:8000\n"
@@ -594,7 +595,13 @@ static int finish(struct ctx *x, struct drift_result *r)
         (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
     drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
     drift_cache_text(&x->cres, &out);
+    drift_report_verdict(r, &x->cres, &out);
     json_object_set_new(summary, "cache", drift_cache_json(&x->cres));
+    json_t *und = drift_report_undecided_json(r, &x->cres);
+    if (json_array_size(und))
+        json_object_set_new(summary, "undecided", und);
+    else
+        json_decref(und);
     fputs(buf_str(&out), json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
@@ -612,27 +619,32 @@ static int finish(struct ctx *x, struct drift_result *r)
     return code;
 }
 
-/* The cache arm after the other arms: a tenth of their requests unless
- * --cache-arm N was given; its verdict joins the overall one. */
+/* The cache arm after the other arms, inside the servers' context: until
+ * it decides (or exactly --cache-arm N conversations); its verdict joins
+ * the overall one and its warm positions join harm. */
 static int cache_arm(struct ctx *x, struct drift_result *r, struct diag *d)
 {
     x->cache.seed = x->o.seed;
     x->cache.self = x->o.self;
     x->cache.max_context = x->o.max_context;
+    if (r->context && r->context < x->cache.max_context)
+        x->cache.max_context = (unsigned)r->context;
     if (x->o.decode_tokens)
         x->cache.gen_tokens = x->o.decode_tokens;
-    if (!x->cache_n_given) {
-        unsigned tenth = (unsigned)((x->g.requests + x->c.requests) / 10);
-        x->cache.budget = tenth < 3 ? 3 : tenth;
-    }
+    if (x->cache_n_given)
+        x->cache.min_convs = x->cache.convs;
     int ret = drift_cache_run(&x->c, &r->corpus, &x->cache, &x->o, &x->cres, d);
-    if (!ret)
-        r->verdict = drift_verdict_worse(
-            r->verdict,
-            drift_verdict_worse(x->cres.verdict, x->cres.evict_ran
-                                                     ? x->cres.evict_verdict
-                                                     : DRIFT_NA));
-    return ret;
+    if (ret)
+        return ret;
+    r->verdict = drift_verdict_worse(
+        r->verdict, drift_verdict_worse(
+                        x->cres.verdict,
+                        x->cres.evict_ran ? x->cres.evict_verdict : DRIFT_NA));
+    struct drift_harm_warm warm;
+    drift_cache_harm(&x->cres, &warm);
+    if (warm.n)
+        drift_harm_compute(r, &warm, x->o.bootstrap, x->o.seed, &r->harm);
+    return 0;
 }
 
 int cmd_drift(int argc, char **argv)
@@ -701,6 +713,7 @@ out:
         code = cli_error("drift", EXIT_INTERNAL, "cannot write '%s'",
                          x.jsonl_path);
     drift_result_release(&r);
+    drift_cache_result_release(&x.cres);
     drift_side_release(&x.g);
     drift_side_release(&x.c);
     buf_release(&x.line);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,12 +15,16 @@
 const char *drift_verdict_name(enum drift_verdict v)
 {
     static const char *const names[] = {
-        [DRIFT_PASS] = "PASS",
-        [DRIFT_WARN] = "WARN",
-        [DRIFT_FAIL] = "FAIL",
+        [DRIFT_PASS] = "PASS", [DRIFT_INCONCLUSIVE] = "INCONCLUSIVE",
+        [DRIFT_WARN] = "WARN", [DRIFT_FAIL] = "FAIL",
         [DRIFT_NA] = "n/a",
     };
     return names[v];
+}
+
+bool drift_verdict_off(enum drift_verdict v)
+{
+    return v == DRIFT_WARN || v == DRIFT_FAIL;
 }
 
 void drift_thresholds_default(struct drift_thresholds *t)
@@ -352,21 +357,101 @@ enum drift_verdict drift_verdict_worse(enum drift_verdict a,
     return a > b ? a : b;
 }
 
-enum drift_verdict drift_bucket_verdict(const struct drift_bsum *x,
-                                        const struct drift_thresholds *th)
+double drift_more_to_decide(double n, double point, double se, double threshold)
 {
-    if (x->n == 0)
+    double gap = point - threshold;
+    if (!(gap > 0) || !(n > 0))
+        return INFINITY;
+    double need = n * (2 * se / gap) * (2 * se / gap);
+    /* rounded up, past the last bits of floating error */
+    return need > n ? ceil(need - n - 1e-6 * need) : 0;
+}
+
+void drift_about(double v, char *out, size_t cap)
+{
+    if (!isfinite(v)) {
+        snprintf(out, cap, "an unbounded number of");
+        return;
+    }
+    /* two significant digits, then thousands separators */
+    double mag = v >= 100 ? pow(10, floor(log10(v)) - 1) : 1;
+    unsigned long long r = (unsigned long long)llround(ceil(v / mag) * mag);
+    char digits[32], *o = out;
+    int len = snprintf(digits, sizeof(digits), "%llu", r);
+    size_t left = cap;
+    for (int i = 0; i < len && left > 1; i++) {
+        if (i && (len - i) % 3 == 0 && left > 2) {
+            *o++ = ',';
+            left--;
+        }
+        *o++ = digits[i];
+        left--;
+    }
+    *o = '\0';
+}
+
+/* One figure judged on its lower bound point - 2 se against th: the
+ * decided verdict, and into u what its point reaches and its bound does
+ * not (the lowest such level, the fewest observations). */
+static enum drift_verdict judge_lb(const char *metric, double point, double se,
+                                   double n, const double th[2],
+                                   struct drift_undecided *u)
+{
+    if (isnan(point))
+        return DRIFT_PASS;
+    double lo = point - 2 * se;
+    enum drift_verdict dec = above(lo, th), pt = above(point, th);
+    if (pt > dec) {
+        enum drift_verdict level = dec == DRIFT_PASS ? DRIFT_WARN : DRIFT_FAIL;
+        double t = th[level == DRIFT_WARN ? 0 : 1];
+        double more = drift_more_to_decide(n, point, se, t);
+        if (u->level == DRIFT_NA || level < u->level ||
+            (level == u->level && more < u->more))
+            *u = (struct drift_undecided){level, metric, point, se, t, n, more};
+    }
+    return dec;
+}
+
+enum drift_verdict drift_bucket_judge(const struct drift_bsum *x,
+                                      const struct drift_thresholds *th,
+                                      struct drift_undecided *out)
+{
+    struct drift_undecided u = {.level = DRIFT_NA};
+    if (x->n == 0) {
+        if (out)
+            *out = u;
         return DRIFT_NA;
-    enum drift_verdict v = above(x->kl_mean - 2 * x->kl_se, th->kl_mean);
+    }
+    double n = (double)x->n;
+    enum drift_verdict v =
+        judge_lb("mean KL", x->kl_mean, x->kl_se, n, th->kl_mean, &u);
     /* below 1,000 positions the 99.9th percentile is the sample maximum,
      * which noise alone drives up: it is shown but not judged */
     if (x->n >= 1000)
         v = drift_verdict_worse(v, above(x->kl_p999, th->kl_p999));
-    double ms_lo = x->dp_rms * x->dp_rms - 2 * x->dp_ms_se;
-    v = drift_verdict_worse(v, above(ms_lo > 0 ? sqrt(ms_lo) : 0, th->dp_rms));
+    /* RMS delta-p in squares: mean dp^2 against the squared thresholds */
+    double sq[2] = {th->dp_rms[0] * th->dp_rms[0],
+                    th->dp_rms[1] * th->dp_rms[1]};
+    v = drift_verdict_worse(v, judge_lb("RMS delta-p squared",
+                                        x->dp_rms * x->dp_rms, x->dp_ms_se, n,
+                                        sq, &u));
     double dis[2] = {1 - th->top1[0], 1 - th->top1[1]};
-    v = drift_verdict_worse(v, above(1 - x->top1 - 2 * x->top1_se, dis));
+    v = drift_verdict_worse(
+        v, judge_lb("top-1 disagreement", 1 - x->top1, x->top1_se, n, dis, &u));
+    /* undecided below what is decided does not count */
+    if (u.level != DRIFT_NA && u.level <= v)
+        u.level = DRIFT_NA;
+    if (u.level == DRIFT_WARN)
+        v = DRIFT_INCONCLUSIVE;
+    if (out)
+        *out = u;
     return v;
+}
+
+enum drift_verdict drift_bucket_verdict(const struct drift_bsum *x,
+                                        const struct drift_thresholds *th)
+{
+    return drift_bucket_judge(x, th, NULL);
 }
 
 size_t drift_worst_sorted(const struct drift_analysis *a,

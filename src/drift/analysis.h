@@ -75,8 +75,19 @@ struct drift_bsum {
     double overlap;
 };
 
-enum drift_verdict { DRIFT_PASS, DRIFT_WARN, DRIFT_FAIL, DRIFT_NA };
+/* Ordered: PASS < INCONCLUSIVE < WARN < FAIL; NA (nothing measured)
+ * yields to any. INCONCLUSIVE: a point estimate above a threshold whose
+ * lower confidence bound is not (the evidence cannot decide; never PASS). */
+enum drift_verdict {
+    DRIFT_PASS,
+    DRIFT_INCONCLUSIVE,
+    DRIFT_WARN,
+    DRIFT_FAIL,
+    DRIFT_NA
+};
 const char *drift_verdict_name(enum drift_verdict v);
+/* WARN or FAIL: a decided difference. */
+bool drift_verdict_off(enum drift_verdict v);
 /* The worse of two verdicts; NA yields to any other. */
 enum drift_verdict drift_verdict_worse(enum drift_verdict a,
                                        enum drift_verdict b);
@@ -172,13 +183,44 @@ void drift_bucket_excess(const struct drift_bsum *cand,
                          const struct drift_bsum *ctrl,
                          const struct drift_bsum *self, bool has_self,
                          struct drift_bsum *out);
+/*
+ * What a comparison could not decide: a figure whose point estimate is
+ * above a threshold while its lower confidence bound (point - 2 SE) is
+ * not. level is the threshold's verdict (WARN: the comparison is
+ * INCONCLUSIVE; FAIL: it is WARN, the FAIL side undecided). Standard
+ * errors shrink as 1/sqrt(n), so at the measured point and SE the bound
+ * clears the threshold at n' = n (2 SE / (point - threshold))^2
+ * observations: `more` = n' - n (drift_more_to_decide).
+ */
+struct drift_undecided {
+    enum drift_verdict level; /* WARN or FAIL; NA when all is decided */
+    const char *metric;       /* "mean KL", "top-1 disagreement", ... */
+    double point, se, threshold;
+    double n, more; /* observations measured, more that would decide */
+};
+/* n (2 se / (point - threshold))^2 - n, at least 0 (rounded up); +inf
+ * when point <= threshold (more data would not push it over). */
+double drift_more_to_decide(double n, double point, double se,
+                            double threshold);
+/* "about 5,400" (two significant digits, thousands separated) into out. */
+void drift_about(double v, char *out, size_t cap);
+
 /* Verdict of one bucket's excess; NA when it has no positions. Mean KL
  * and top-1 agreement are judged on their lower confidence bound (excess
  * minus 2 standard errors), so run-to-run noise alone does not WARN;
- * so is RMS delta-p (through the standard error of its square). p99.9 is
- * judged only for buckets of 1,000 positions or more. */
+ * so is RMS delta-p (through the standard error of its square). A figure
+ * whose point is above WARN while its bound is not makes the bucket
+ * INCONCLUSIVE (never PASS); one above FAIL whose bound is only above
+ * WARN is WARN with the FAIL side undecided. p99.9 is judged only for
+ * buckets of 1,000 positions or more. */
 enum drift_verdict drift_bucket_verdict(const struct drift_bsum *excess,
                                         const struct drift_thresholds *th);
+/* The same, and what it could not decide (u may be NULL): of the figures
+ * left undecided at the lowest level, the one that needs the fewest
+ * more observations. */
+enum drift_verdict drift_bucket_judge(const struct drift_bsum *excess,
+                                      const struct drift_thresholds *th,
+                                      struct drift_undecided *u);
 
 /* The shape of the candidate's excess past the first quarter. */
 enum drift_shape {
@@ -202,6 +244,19 @@ struct drift_growth {
     unsigned replicates; /* bootstrap replicates */
     enum drift_verdict verdict;
     enum drift_shape shape;
+    /* Growth judged with its size: the slope alone never decides. */
+    bool significant;      /* interval above 0 (two or more sequences) */
+    bool sized;            /* a trend bucket's excess is decided at or
+                              above the mean-KL WARN threshold */
+    uint32_t peak_pos;     /* mean position of the peak trend bucket */
+    double cross[2];       /* positions where, at the slope, the excess
+                              would cross mean-KL WARN and FAIL; NaN
+                              when not extrapolated */
+    uint64_t context;      /* the server's context length judged against */
+    const char *why;       /* one line on an INCONCLUSIVE or extrapolated
+                              verdict, or NULL */
+    double seqs_to_decide; /* INCONCLUSIVE slope: sequences that would
+                              decide (0: unknown, one sequence) */
     /* Per bucket, the same whole-sequence bootstrap's 95% percentile
      * intervals of the excess mean KL, the candidate's RMS delta-p and its
      * top-1 agreement ([b][DRIFT_CI_*][lo, hi]); NaN where a bucket has
@@ -210,17 +265,28 @@ struct drift_growth {
 };
 enum { DRIFT_CI_KL = 0, DRIFT_CI_DP, DRIFT_CI_TOP1 };
 /*
- * Computes growth with `replicates` bootstrap draws from seed. has_self as
+ * Computes growth with `replicates` bootstrap draws from seed; context is
+ * the server's context length (0: the largest position measured) against
+ * which an extrapolated crossing is judged. has_self as
  * in drift_bucket_excess(). The trend buckets are those that start past
  * the first quarter of the positions compared (edge * 4 >= largest
- * position + 1). Growth is a slope whose bootstrap interval lies above 0
- * (with two or more sequences) with a trend excess at or above
- * th.growth_floor; its verdict is the slope against th.growth (WARN, FAIL).
- * NA when no trend bucket reaches the floor or fewer than 2 have data.
+ * position + 1). Growth is judged with its size (docs/DRIFT.md,
+ * "Growth"): a slope above th.growth whose bootstrap interval lies above
+ * 0 is WARN or FAIL only when a trend bucket's excess is decided at or
+ * above the mean-KL WARN threshold; below it, the crossing positions at
+ * the measured slope decide: PASS beyond the context, INCONCLUSIVE within
+ * it. A slope above th.growth whose interval includes 0 (or with one
+ * sequence has none) is INCONCLUSIVE. NA when no trend bucket reaches the
+ * floor or fewer than 2 have data.
  */
 void drift_growth_compute(const struct drift_analysis *a, bool has_self,
-                          unsigned replicates, uint64_t seed,
+                          unsigned replicates, uint64_t seed, uint64_t context,
                           struct drift_growth *g);
+/* Where ex(p) = peak (p / p_peak)^slope reaches level: p_peak
+ * (level / peak)^(1 / slope); NaN when slope <= 0 or peak <= 0, p_peak
+ * when peak >= level already. */
+double drift_growth_crossing(double peak, double p_peak, double slope,
+                             double level);
 
 /* Worst positions, highest KL first, into out (at most cap); returns n. */
 size_t drift_worst_sorted(const struct drift_analysis *a,

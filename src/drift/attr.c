@@ -98,6 +98,13 @@ unsigned drift_decode_prompts(const struct drift_opts *o,
         r->prefill ? drift_bucket_of(&r->an, dp < longest ? dp : dp - 1) : -1;
     if (n == 0 || bd != out[0].bucket)
         out[n++] = (struct drift_dpoint){.prompt = dp, .bucket = bd};
+    /* generation, then scoring of prompt and output with one completion
+     * token: both fit the server's context */
+    uint64_t room =
+        r->context > (uint64_t)tokens + 1 ? r->context - tokens - 1 : 1;
+    for (unsigned i = 0; i < n && r->context; i++)
+        if (out[i].prompt > room)
+            out[i].prompt = (uint32_t)room;
     return n;
 }
 

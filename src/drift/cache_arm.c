@@ -8,6 +8,7 @@
 #include "drift/cache_arm.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,9 @@
 void drift_cache_opts_default(struct drift_cache_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->convs = 1;
+    o->convs = 16;
+    o->min_convs = 4;
+    o->max_turns = 4;
     o->self = true;
     o->gen_tokens = 32;
     o->turn_tokens = 16;
@@ -29,13 +32,27 @@ void drift_cache_opts_default(struct drift_cache_opts *o)
     o->seed = 1;
 }
 
+void drift_cache_result_release(struct drift_cache_result *r)
+{
+    free(r->conv_sums);
+    r->conv_sums = NULL;
+}
+
+void drift_cache_harm(const struct drift_cache_result *r,
+                      struct drift_harm_warm *out)
+{
+    *out = (struct drift_harm_warm){.sums = r->conv_sums,
+                                    .n = r->ran ? r->convs : 0,
+                                    .has_self = r->has_self,
+                                    .flips = (double)r->excess.flips};
+}
+
 const char *drift_cache_attribution(const struct drift_cache_result *r)
 {
-    bool warm = r->verdict == DRIFT_WARN || r->verdict == DRIFT_FAIL;
-    bool ev = r->evict_ran && (r->evict_verdict == DRIFT_WARN ||
-                               r->evict_verdict == DRIFT_FAIL);
+    bool warm = drift_verdict_off(r->verdict);
+    bool ev = r->evict_ran && drift_verdict_off(r->evict_verdict);
     if (!r->ran)
-        return "not run";
+        return r->asked ? "could not run" : "not run";
     if (warm && ev)
         return "warm and recomputed paths differ from cold";
     if (warm)
@@ -350,10 +367,35 @@ static uint32_t fold(struct drift_analysis *an, enum drift_arm arm,
     return m;
 }
 
-static void judge(const struct drift_analysis *an, bool has_self,
-                  const struct drift_thresholds *th, struct drift_bsum *sum,
-                  struct drift_bsum *self, struct drift_bsum *excess,
-                  enum drift_verdict *v)
+/* The standard error of the warm KL mean over conversations (a cluster
+ * estimate: positions of one conversation move together, so their own
+ * spread understates the spread between conversations); 0 with fewer
+ * than two. */
+static double conv_se(const double *sums, unsigned k)
+{
+    double s = 0, n = 0, acc = 0;
+    if (!sums || k < 2)
+        return 0;
+    for (unsigned i = 0; i < k; i++) {
+        s += sums[i * 4];
+        n += sums[i * 4 + 1];
+    }
+    if (!(n > 0))
+        return 0;
+    double mean = s / n;
+    for (unsigned i = 0; i < k; i++) {
+        double e = sums[i * 4] - mean * sums[i * 4 + 1];
+        acc += e * e;
+    }
+    return sqrt((double)k / (k - 1) * acc) / n;
+}
+
+static enum drift_verdict judge(const struct drift_analysis *an, bool has_self,
+                                const struct drift_cache_result *r,
+                                const struct drift_thresholds *th,
+                                struct drift_bsum *sum, struct drift_bsum *self,
+                                struct drift_bsum *excess,
+                                struct drift_undecided *u)
 {
     struct drift_acc tot, ts;
     struct drift_bsum zero = {0};
@@ -365,7 +407,101 @@ static void judge(const struct drift_analysis *an, bool has_self,
      * baseline is the whole of cold vs cold */
     drift_bucket_excess(sum, has_self ? self : &zero, has_self ? self : &zero,
                         has_self, excess);
-    *v = sum->n ? drift_bucket_verdict(excess, th) : DRIFT_NA;
+    /* the wider of the positions' and the conversations' error */
+    double c = r ? conv_se(r->conv_sums, r->convs) : 0;
+    if (c > sum->kl_se) {
+        double ss = has_self ? self->kl_se : 0;
+        excess->kl_se = sqrt(c * c + 0.5 * ss * ss);
+    }
+    u->level = DRIFT_NA;
+    return sum->n ? drift_bucket_judge(excess, th, u) : DRIFT_NA;
+}
+
+/* The totals (KL sum, positions) of arm in an. */
+static void arm_total(const struct drift_analysis *an, enum drift_arm arm,
+                      double out[2])
+{
+    struct drift_acc t;
+    drift_analysis_total(an, arm, &t);
+    out[0] = t.kl_sum;
+    out[1] = (double)t.n;
+}
+
+/* ---- sizing ---- */
+
+/*
+ * The history the final request will have with k user turns, as
+ * history() builds it, for counting: with generated, the conversation's
+ * assistant messages dropped and an empty reply after each earlier user
+ * message (the server's replies, at most turn_tokens each, take their
+ * place); without, the conversation's own messages.
+ */
+static json_t *shape_of(const json_t *msgs, size_t k, bool generated)
+{
+    json_t *h = json_array();
+    size_t seen = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        bool user = is_user(m);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        seen += user;
+        if (seen > k)
+            break;
+        if (generated && seen > 0 && !user && role &&
+            !strcmp(role, "assistant"))
+            continue;
+        json_array_append(h, m);
+        if (generated && user && seen < k)
+            json_array_append_new(
+                h, json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+    }
+    return h;
+}
+
+/* Tokens the final request of k user turns needs, its generated tokens
+ * counted: the server's own count of the history's shape, plus the
+ * earlier replies (turn_tokens each and one for a retokenized boundary)
+ * and the generation. */
+static int need(struct drift_side *s, const json_t *conv, size_t k, bool gen,
+                const struct drift_cache_opts *o, size_t *out, struct diag *d)
+{
+    json_t *h = shape_of(conv, k, gen);
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    int ret = drift_side_tokenize(s, h, NULL, &ids, &n, d);
+    json_decref(h);
+    free(ids);
+    if (!ret)
+        *out = n + (gen ? (k - 1) * (o->turn_tokens + 1) : 0) + o->gen_tokens;
+    return ret;
+}
+
+/* The most user turns (2 to max_turns) whose final request fits
+ * o->max_context; 0 when not even two do. */
+static int fit_turns(struct drift_side *s, const json_t *conv, bool gen,
+                     const struct drift_cache_opts *o, size_t *turns,
+                     struct diag *d)
+{
+    size_t lo = 2, hi = users(conv), n;
+    if (o->max_turns && hi > o->max_turns)
+        hi = o->max_turns;
+    *turns = 0;
+    if (hi < 2)
+        return 0;
+    int ret = need(s, conv, lo, gen, o, &n, d);
+    if (ret || n > o->max_context)
+        return ret;
+    while (lo < hi) { /* lo fits */
+        size_t mid = (lo + hi + 1) / 2;
+        if ((ret = need(s, conv, mid, gen, o, &n, d)))
+            return ret;
+        if (n <= o->max_context)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *turns = lo;
+    return 0;
 }
 
 /* ---- one conversation ---- */
@@ -386,6 +522,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     long cold2_cached = -1;
     int ret;
     bool gen = r->flush != NULL;
+    double before[2][2], after[2][2];
 
     drift_lp_init(&l.cold);
     drift_lp_init(&l.cold2);
@@ -398,6 +535,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
         ret = drift_side_tokenize(s, h, NULL, &ids, &n, d);
     if (ret)
         goto out;
+    /* the sizing bounds it; a reply that retokenized longer is cut */
     if (n + o->gen_tokens > o->max_context && o->max_context > o->gen_tokens)
         n = o->max_context - o->gen_tokens;
     r->seen.prompt = (long)n;
@@ -422,17 +560,30 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     if (ret)
         goto out;
     uint32_t prompt = (uint32_t)n;
+    arm_total(&an[0], DRIFT_ARM_CAND, before[0]);
+    arm_total(&an[0], DRIFT_ARM_SELF, before[1]);
     uint32_t m = fold(&an[0], DRIFT_ARM_CAND, prompt, &l.cold, &l.warm, ro,
                       "cache-warm");
     r->compared += m;
-    if (m < l.cold.n && r->diverged_at < 0)
-        r->diverged_at = m;
+    if (m < l.cold.n || m < l.warm.n) {
+        r->diverged_warm++;
+        if (r->diverged_at < 0 || (long)m < r->diverged_at)
+            r->diverged_at = m;
+    }
     if (r->has_self) {
-        fold(&an[0], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2, ro,
-             "cache-self");
+        uint32_t m2 = fold(&an[0], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2,
+                           ro, "cache-self");
+        if (m2 < l.cold.n || m2 < l.cold2.n)
+            r->diverged_cold++;
         fold(&an[1], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2, ro,
              "cache-self");
     }
+    arm_total(&an[0], DRIFT_ARM_CAND, after[0]);
+    arm_total(&an[0], DRIFT_ARM_SELF, after[1]);
+    r->conv_sums = xrealloc(r->conv_sums, (r->convs + 1) * 4 * sizeof(double));
+    for (int k = 0; k < 4; k++)
+        r->conv_sums[r->convs * 4 + (unsigned)k] =
+            after[k / 2][k % 2] - before[k / 2][k % 2];
     if (o->evict && r->capacity > 0) {
         ret = evict(s, r, o, r->capacity, d);
         if (!ret)
@@ -457,20 +608,104 @@ out:
     return ret;
 }
 
-/* Turns per conversation: the budget pays for the earlier turns, warm,
- * cold and (with a baseline) cold again; at least one earlier turn, so
- * at least three or four model requests. */
-static size_t turns_for(const struct drift_cache_opts *o, bool self,
-                        size_t have)
+/* A copy of msgs with every message's text cut to about keep (0 to 1) of
+ * its length, at a space (its first sentence, the fact, stays first). */
+static json_t *shortened(const json_t *msgs, double keep)
 {
-    size_t fixed = 2 + (self ? 1 : 0), t = have;
-    if (o->budget) {
-        size_t per = o->budget / (o->convs ? o->convs : 1);
-        t = per > fixed ? per - fixed + 1 : 2;
+    json_t *m = json_deep_copy(msgs);
+    for (size_t i = 0; keep < 1 && i < json_array_size(m); i++) {
+        json_t *x = json_array_get(m, i);
+        const char *t = json_string_value(json_object_get(x, "content"));
+        if (!t || i == 0)
+            continue; /* the system message keeps the marker */
+        size_t n = strlen(t), cut = (size_t)((double)n * keep);
+        while (cut > 0 && t[cut] != ' ')
+            cut--;
+        if (cut == 0)
+            cut = n < 16 ? n : 16;
+        char *c = xasprintf("%.*s", (int)cut, t);
+        json_object_set_new(x, "content", json_string(c));
+        free(c);
     }
-    if (t > have)
-        t = have;
-    return t < 2 ? 2 : t;
+    return m;
+}
+
+/* Conversation i, marked, and its turns sized to the context: a corpus
+ * conversation with two user turns or more while there are such, else a
+ * built-in one (fresh content, not the same one again), shortened until
+ * two turns fit. *out NULL when none fits. */
+static int conversation(struct drift_side *c, const struct drift_corpus *corpus,
+                        const struct drift_cache_opts *o, bool gen, unsigned i,
+                        json_t **out, size_t *turns, struct diag *d)
+{
+    const struct drift_item *it = i < corpus->n ? &corpus->items[i] : NULL;
+    size_t chars = (size_t)o->max_context * 9 / 2 + 64;
+    int ret = 0;
+    *out = NULL;
+    json_t *base = it && it->messages && users(it->messages) >= 2
+                       ? json_incref(it->messages)
+                       : drift_corpus_conversation(o->seed, 1000 + i, chars);
+    double keep = 1;
+    for (int tries = 0; tries < 10 && !ret && !*out; tries++, keep *= 0.6) {
+        json_t *cut = shortened(base, keep);
+        json_t *conv = marked(cut, mix2(o->nonce, 0x636f6e76ULL + i));
+        json_decref(cut);
+        ret = fit_turns(c, conv, gen, o, turns, d);
+        if (!ret && *turns >= 2)
+            *out = conv;
+        else
+            json_decref(conv);
+    }
+    json_decref(base);
+    if (!ret && !*out)
+        ret = diag_set(d, E2BIG,
+                       "cache arm: no conversation of two user turns fits "
+                       "the context of %u tokens with %u generated",
+                       o->max_context, o->gen_tokens);
+    return ret;
+}
+
+/* Clear of the thresholds either way: decided WARN or FAIL (the FAIL
+ * side too), or PASS with the upper bounds of mean KL and top-1
+ * disagreement under WARN. */
+static bool decided(const struct drift_bsum *x, enum drift_verdict v,
+                    const struct drift_undecided *u,
+                    const struct drift_thresholds *th)
+{
+    if (v == DRIFT_INCONCLUSIVE || v == DRIFT_NA || u->level != DRIFT_NA)
+        return false;
+    if (v != DRIFT_PASS)
+        return true;
+    return x->kl_mean + 2 * x->kl_se < th->kl_mean[0] &&
+           1 - x->top1 + 2 * x->top1_se < 1 - th->top1[0];
+}
+
+/* The warm comparison's verdict from what was gathered. */
+static void conclude(struct drift_cache_result *r, struct drift_analysis *an,
+                     const struct drift_cache_opts *o,
+                     const struct drift_thresholds *th)
+{
+    struct drift_undecided *u = &r->undecided;
+    r->verdict =
+        judge(an, r->has_self, r, th, &r->sum, &r->self, &r->excess, u);
+    /* a greedy token cold was sure of changes on the warm path, and cold
+     * against cold never diverges: the paths differ, decided */
+    r->decisive_divergences = r->sum.flips;
+    if (r->has_self && r->diverged_cold == 0 && r->decisive_divergences &&
+        (r->verdict == DRIFT_PASS || r->verdict == DRIFT_INCONCLUSIVE)) {
+        r->verdict = DRIFT_WARN;
+        if (u->level == DRIFT_WARN)
+            u->level = DRIFT_NA;
+    }
+    double per = r->convs ? (double)r->sum.n / r->convs : 0;
+    r->more_convs = u->level != DRIFT_NA && per > 0 && isfinite(u->more)
+                        ? ceil(u->more / per)
+                        : 0;
+    if (r->verdict == DRIFT_PASS && r->convs < o->min_convs) {
+        /* stopped short of the minimum (a refused request): not PASS */
+        r->verdict = DRIFT_INCONCLUSIVE;
+        r->more_convs = o->min_convs - r->convs;
+    }
 }
 
 int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
@@ -487,13 +722,21 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
     r->diverged_at = -1;
     r->seen.cold = r->seen.warm = r->seen.evicted = -1;
     r->verdict = r->evict_verdict = DRIFT_NA;
+    r->undecided.level = DRIFT_NA;
     r->capacity = capacity_of(c);
     if (!o.convs) {
         snprintf(r->note, sizeof(r->note), "skipped (--no-cache-arm)");
         return 0;
     }
+    r->asked = true;
+    if (o.min_convs > o.convs)
+        o.min_convs = o.convs;
+    if (o.turn_tokens > o.gen_tokens && o.gen_tokens)
+        o.turn_tokens = o.gen_tokens;
+    r->budget = o.convs;
+    r->min_convs = o.min_convs;
     ret = find_flush(c, r, d);
-    if (ret)
+    if (ret == -ECONNREFUSED || ret == -ETIMEDOUT)
         return ret;
     /* with a flush the content need only be new to this run (the same
      * seed gives the same report); without one, to the server's life */
@@ -509,33 +752,53 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &ro->th);
     for (unsigned i = 0; i < o.convs && !ret; i++) {
         json_t *conv = NULL;
-        const struct drift_item *it =
-            corpus->n ? &corpus->items[i % corpus->n] : NULL;
-        json_t *base = it && it->messages && users(it->messages) >= 2
-                           ? json_incref(it->messages)
-                           : drift_corpus_conversation(o.seed, 1000 + i,
-                                                       o.max_context * 4);
-        conv = marked(base, mix2(o.nonce, 0x636f6e76ULL + i));
-        json_decref(base);
-        size_t turns = turns_for(&o, r->has_self, users(conv));
-        r->turns = (unsigned)turns;
-        ret = one_conv(c, conv, &o, turns, r, an, ro, d);
+        size_t turns = 0;
+        ret =
+            conversation(c, corpus, &o, r->flush != NULL, i, &conv, &turns, d);
+        if (!ret) {
+            r->turns = (unsigned)turns;
+            ret = one_conv(c, conv, &o, turns, r, an, ro, d);
+        }
         json_decref(conv);
+        if (ret || r->convs < o.min_convs)
+            continue;
+        struct drift_bsum sum, self, x;
+        struct drift_undecided u;
+        enum drift_verdict v =
+            judge(&an[0], r->has_self, r, &ro->th, &sum, &self, &x, &u);
+        /* tokens that diverge warm against cold, never cold against
+         * cold: no early PASS on them */
+        bool diverging = r->diverged_warm > 0 && r->diverged_cold == 0;
+        if (decided(&x, v, &u, &ro->th) && !(v == DRIFT_PASS && diverging)) {
+            r->decided = true;
+            break;
+        }
     }
-    if (ret && ret != -ECONNREFUSED && ret != -ETIMEDOUT) {
-        /* a server without chat or /tokenize with messages: the arm
-         * cannot run there, the rest of the run stands */
-        snprintf(r->note, sizeof(r->note), "not run: %s", d->msg);
-        r->ran = false;
-        r->verdict = DRIFT_NA;
+    if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
+        /* unreachable: exit 3 as elsewhere */
+    } else if (ret) {
+        /* a server that refused the arm's requests (a 400 over the
+         * context, no chat, no /tokenize with messages): asked for and
+         * not measured, never part of a PASS */
+        snprintf(r->failed, sizeof(r->failed), "%s", d->msg);
         ret = 0;
-    } else if (!ret) {
-        judge(&an[0], r->has_self, &ro->th, &r->sum, &r->self, &r->excess,
-              &r->verdict);
+        if (r->convs == 0) {
+            snprintf(r->note, sizeof(r->note), "could not run");
+            r->ran = false;
+            r->verdict = DRIFT_INCONCLUSIVE;
+        } else {
+            snprintf(r->note, sizeof(r->note),
+                     "stopped after %u conversation%s", r->convs,
+                     r->convs == 1 ? "" : "s");
+        }
+    }
+    if (!ret && r->ran) {
+        conclude(r, &an[0], &o, &ro->th);
         if (r->evict_ran) {
             struct drift_bsum s2;
-            judge(&an[1], r->has_self, &ro->th, &r->evict_sum, &s2,
-                  &r->evict_excess, &r->evict_verdict);
+            struct drift_undecided u2;
+            r->evict_verdict = judge(&an[1], r->has_self, NULL, &ro->th,
+                                     &r->evict_sum, &s2, &r->evict_excess, &u2);
         }
         if (o.evict && r->capacity <= 0)
             snprintf(r->note, sizeof(r->note),
@@ -546,7 +809,6 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         drift_analysis_release(&an[k]);
     free(an);
     r->requests = (unsigned)(c->requests - before);
-    r->budget = o.budget;
     return ret;
 }
 
@@ -562,17 +824,51 @@ static void line(struct buf *out, const char *name, const struct drift_bsum *s,
                100 * s->top1, drift_verdict_name(v));
 }
 
+void drift_cache_undecided_text(const struct drift_cache_result *r,
+                                struct buf *out)
+{
+    const struct drift_undecided *u = &r->undecided;
+    char about[48];
+    if (!r->ran) {
+        buf_printf(out, "the cache arm was asked for and could not run: %s",
+                   r->failed[0] ? r->failed : r->note);
+        return;
+    }
+    drift_about(r->more_convs, about, sizeof(about));
+    if (u->level == DRIFT_NA) {
+        buf_printf(out,
+                   "%s more conversation%s would decide (the arm ran %u of "
+                   "the %u it needs before it may pass)",
+                   about, r->more_convs == 1 ? "" : "s", r->convs,
+                   r->min_convs);
+        return;
+    }
+    buf_printf(out,
+               "%s more conversation%s would decide (warm vs cold %s "
+               "%.2g ± %.2g against %s %.2g)",
+               about, r->more_convs == 1 ? "" : "s", u->metric, u->point, u->se,
+               drift_verdict_name(u->level), u->threshold);
+}
+
 void drift_cache_text(const struct drift_cache_result *r, struct buf *out)
 {
     buf_adds(out, "\nCache arm (the same final request cold and warm)\n");
     if (!r->ran) {
-        buf_printf(out, "  %s\n", r->note[0] ? r->note : "not run");
+        if (r->asked) {
+            buf_adds(out, "  INCONCLUSIVE: ");
+            drift_cache_undecided_text(r, out);
+            buf_adds(out, "\n");
+        } else {
+            buf_printf(out, "  %s\n", r->note[0] ? r->note : "not run");
+        }
         return;
     }
     buf_printf(out,
-               "  %u conversation(s), %u turns, %u model requests; flush: %s; "
-               "history: %s\n",
-               r->convs, r->turns, r->model_requests,
+               "  %u conversation%s (%s; at least %u, at most %u), %u "
+               "turns, %u model requests; flush: %s; history: %s\n",
+               r->convs, r->convs == 1 ? "" : "s",
+               r->decided ? "decided" : "budget spent", r->min_convs, r->budget,
+               r->turns, r->model_requests,
                r->flush ? r->flush : "none (cold request sent first)",
                r->generated_in_history ? "the server's own replies"
                                        : "the conversation's replies");
@@ -587,11 +883,28 @@ void drift_cache_text(const struct drift_cache_result *r, struct buf *out)
         buf_printf(out, "  %-22s %6llu positions  KL mean %.3g\n",
                    "cold vs cold (noise)", (unsigned long long)r->self.n,
                    r->self.kl_mean);
-    if (r->diverged_at >= 0)
+    if (r->diverged_warm) {
         buf_printf(out,
-                   "  greedy tokens diverge at generated token %ld; compared "
-                   "up to there\n",
-                   r->diverged_at);
+                   "  greedy tokens diverge warm vs cold in %u of %u "
+                   "conversation%s (first at generated token %ld; %llu where "
+                   "cold's margin is decisive)",
+                   r->diverged_warm, r->convs, r->convs == 1 ? "" : "s",
+                   r->diverged_at, (unsigned long long)r->decisive_divergences);
+        if (r->has_self)
+            buf_printf(out, ", cold vs cold in %u%s", r->diverged_cold,
+                       r->diverged_cold ? ""
+                                        : ": evidence in itself that the "
+                                          "warm path computes otherwise");
+        buf_adds(out, "; compared up to there\n");
+    }
+    if (r->verdict == DRIFT_INCONCLUSIVE ||
+        (r->undecided.level == DRIFT_FAIL && r->more_convs > 0)) {
+        buf_printf(out, "  %s: ",
+                   r->verdict == DRIFT_INCONCLUSIVE ? "INCONCLUSIVE"
+                                                    : "FAIL undecided");
+        drift_cache_undecided_text(r, out);
+        buf_adds(out, "\n");
+    }
     if (r->evict_ran) {
         line(out, "after eviction vs cold", &r->evict_sum, &r->evict_excess,
              r->evict_verdict);
@@ -600,12 +913,14 @@ void drift_cache_text(const struct drift_cache_result *r, struct buf *out)
     }
     if (r->note[0])
         buf_printf(out, "  note: %s\n", r->note);
+    if (r->failed[0])
+        buf_printf(out, "  failed: %s\n", r->failed);
     buf_printf(out, "  attribution: %s\n", drift_cache_attribution(r));
 }
 
 static json_t *num(double v)
 {
-    return v == v ? json_real(v) : json_null();
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
 static json_t *bsum_json(const struct drift_bsum *s)
@@ -621,6 +936,30 @@ static json_t *cached_json(long v)
     return v >= 0 ? json_integer(v) : json_null();
 }
 
+/* What would decide an INCONCLUSIVE (or the FAIL side of a WARN). */
+static json_t *undecided_json(const struct drift_cache_result *r)
+{
+    const struct drift_undecided *u = &r->undecided;
+    struct buf t = BUF_INIT;
+    drift_cache_undecided_text(r, &t);
+    json_t *o =
+        json_pack("{s:o,s:s}", "more_conversations",
+                  r->more_convs > 0 ? json_integer((json_int_t)r->more_convs)
+                                    : json_null(),
+                  "text", buf_str(&t));
+    if (u->level != DRIFT_NA) {
+        json_object_set_new(o, "level",
+                            json_string(drift_verdict_name(u->level)));
+        json_object_set_new(o, "metric", json_string(u->metric));
+        json_object_set_new(o, "point", num(u->point));
+        json_object_set_new(o, "se", num(u->se));
+        json_object_set_new(o, "threshold", num(u->threshold));
+        json_object_set_new(o, "more_positions", num(u->more));
+    }
+    buf_release(&t);
+    return o;
+}
+
 json_t *drift_cache_json(const struct drift_cache_result *r)
 {
     struct buf hit = BUF_INIT;
@@ -628,15 +967,24 @@ json_t *drift_cache_json(const struct drift_cache_result *r)
                           drift_cache_attribution(r));
     if (r->note[0])
         json_object_set_new(o, "note", json_string(r->note));
-    if (!r->ran)
+    if (r->failed[0])
+        json_object_set_new(o, "failed", json_string(r->failed));
+    if (!r->ran) {
+        if (r->asked) {
+            json_object_set_new(o, "verdict",
+                                json_string(drift_verdict_name(r->verdict)));
+            json_object_set_new(o, "undecided", undecided_json(r));
+        }
         return o;
+    }
     drift_cache_hit_text(r, &hit);
     json_object_set_new(o, "conversations", json_integer(r->convs));
+    json_object_set_new(o, "min_conversations", json_integer(r->min_convs));
+    json_object_set_new(o, "decided", json_boolean(r->decided));
     json_object_set_new(o, "turns", json_integer(r->turns));
     json_object_set_new(o, "requests", json_integer(r->requests));
     json_object_set_new(o, "model_requests", json_integer(r->model_requests));
-    json_object_set_new(o, "budget",
-                        r->budget ? json_integer(r->budget) : json_null());
+    json_object_set_new(o, "budget", json_integer(r->budget));
     json_object_set_new(o, "flush",
                         r->flush ? json_string(r->flush) : json_null());
     json_object_set_new(o, "generated_in_history",
@@ -655,8 +1003,16 @@ json_t *drift_cache_json(const struct drift_cache_result *r)
     json_object_set_new(o, "diverged_at",
                         r->diverged_at >= 0 ? json_integer(r->diverged_at)
                                             : json_null());
+    json_object_set_new(
+        o, "divergence",
+        json_pack("{s:i,s:o,s:I}", "warm", (int)r->diverged_warm, "cold",
+                  r->has_self ? json_integer(r->diverged_cold) : json_null(),
+                  "decisive", (json_int_t)r->decisive_divergences));
     json_object_set_new(o, "verdict",
                         json_string(drift_verdict_name(r->verdict)));
+    if (r->verdict == DRIFT_INCONCLUSIVE ||
+        (r->undecided.level == DRIFT_FAIL && r->more_convs > 0))
+        json_object_set_new(o, "undecided", undecided_json(r));
     if (r->evict_ran) {
         json_object_set_new(o, "evicted_vs_cold", bsum_json(&r->evict_sum));
         json_object_set_new(o, "evict_verdict",

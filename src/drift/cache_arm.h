@@ -22,15 +22,21 @@
 #include "core/buf.h"
 #include "drift/drift.h"
 
+/*
+ * Conversations run one after another until the comparison decides: at
+ * least min_convs, at most convs (the budget), stopping once the
+ * interval is clear of the thresholds (docs/DRIFT.md, "Cache arm").
+ * --cache-arm N sets both to N.
+ */
 struct drift_cache_opts {
-    unsigned convs;       /* conversations; 0: the arm is off */
-    unsigned budget;      /* model requests the default arm may send; 0: any
-                             (it sends at least the 3 or 4 it needs) */
+    unsigned convs;       /* at most this many conversations; 0: arm off */
+    unsigned min_convs;   /* at least this many before stopping */
     bool evict;           /* also measure after eviction (--cache-evict) */
     bool self;            /* cold twice, the noise baseline (needs a flush) */
     unsigned gen_tokens;  /* generated tokens compared */
     unsigned turn_tokens; /* reply length of each earlier turn */
-    unsigned max_context; /* longest prompt sent */
+    unsigned max_turns;   /* user turns of a conversation, at most */
+    unsigned max_context; /* longest request: prompt and completion */
     uint64_t seed;
     uint64_t nonce; /* makes the content never seen; 0: from the clock */
 };
@@ -45,12 +51,24 @@ struct drift_cache_seen {
 
 struct drift_cache_result {
     bool ran;
-    char note[256]; /* why it did not run, or what it could not do */
+    bool asked;       /* the arm was asked for (not --no-cache-arm) */
+    char note[512];   /* why it did not run, or what it could not do */
+    char failed[512]; /* the first refused request: status and body */
     unsigned convs, requests, turns;
     unsigned model_requests; /* chat and generation requests */
-    unsigned budget;         /* what it was allowed; 0: no limit */
+    unsigned budget;         /* conversations allowed */
+    unsigned min_convs;      /* conversations before it may stop */
+    bool decided;            /* stopped because the interval was clear */
     uint32_t compared, evict_compared;
-    long diverged_at;  /* first generated token where warm and cold differ */
+    long diverged_at; /* first generated token where warm and cold differ */
+    unsigned diverged_warm;        /* conversations whose greedy tokens diverge
+                                      warm against cold */
+    unsigned diverged_cold;        /* ... cold against cold (the noise) */
+    uint64_t decisive_divergences; /* where cold's margin > --flip-margin */
+    double *conv_sums; /* per conversation: warm KL sum, n, cold-vs-cold
+                          KL sum, n (drift_harm_warm); owned */
+    struct drift_undecided undecided; /* of the warm comparison */
+    double more_convs; /* INCONCLUSIVE: conversations that would decide */
     const char *flush; /* the flush endpoint used, or NULL */
     bool generated_in_history; /* earlier replies came from the server */
     bool has_self;
@@ -62,6 +80,11 @@ struct drift_cache_result {
     enum drift_verdict verdict, evict_verdict;
 };
 
+void drift_cache_result_release(struct drift_cache_result *r);
+/* The warm positions for harm (drift_harm_compute); n 0 when none. */
+void drift_cache_harm(const struct drift_cache_result *r,
+                      struct drift_harm_warm *out);
+
 /* "warm path differs from cold", "recomputed path differs from cold",
  * "none" or "not run". */
 const char *drift_cache_attribution(const struct drift_cache_result *r);
@@ -70,9 +93,12 @@ void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out);
 
 /*
  * Runs the arm on the candidate for the conversations of corpus (built-in
- * ones when it holds token ids only). run_opts gives the thresholds, the
- * --jsonl callback and the arm names' records. Returns 0 (verdicts in r),
- * or the transport's errors (-ECONNREFUSED, -EPROTO, -EBADMSG, ...) with d
+ * ones when it holds token ids only, or past its conversations), each
+ * sized with the server's /tokenize so that its final request and the
+ * generated tokens fit o->max_context. run_opts gives the thresholds,
+ * the --jsonl callback and the arm names' records. Returns 0 (verdicts in
+ * r; an arm whose requests the server refused is INCONCLUSIVE with the
+ * server's answer in r->failed), or -ECONNREFUSED / -ETIMEDOUT with d
  * saying what.
  */
 int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
@@ -80,6 +106,10 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
                     const struct drift_opts *run_opts,
                     struct drift_cache_result *r, struct diag *d);
 
+/* What would decide an INCONCLUSIVE arm, or why it could not run, in
+ * one line (no newline). */
+void drift_cache_undecided_text(const struct drift_cache_result *r,
+                                struct buf *out);
 /* The report's section and the JSON summary's "cache" object. */
 void drift_cache_text(const struct drift_cache_result *r, struct buf *out);
 json_t *drift_cache_json(const struct drift_cache_result *r);

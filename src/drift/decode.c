@@ -214,7 +214,8 @@ static void judge_paths(const struct drift_result *r,
                         const struct drift_opts *o,
                         const struct drift_acc sums[DRIFT_DPATHS],
                         const struct drift_acc base[2], struct drift_bsum *sum,
-                        struct drift_bsum *excess, enum drift_verdict *verdict)
+                        struct drift_bsum *excess, enum drift_verdict *verdict,
+                        struct drift_undecided *und)
 {
     struct drift_bsum bc, bs, zero = {0};
     drift_bucket_summary(&base[0], &bc);
@@ -228,11 +229,12 @@ static void judge_paths(const struct drift_result *r,
                                 r->has_self, &excess[k]);
         else
             drift_bucket_excess(&sum[k], &bc, &bs, r->has_self, &excess[k]);
-        verdict[k] = drift_bucket_verdict(&excess[k], &o->th);
+        verdict[k] = drift_bucket_judge(&excess[k], &o->th, &und[k]);
     }
     if (!r->dec.have_pp) {
         verdict[DRIFT_DP_PP] = DRIFT_NA;
         verdict[DRIFT_DP_DP] = DRIFT_NA;
+        und[DRIFT_DP_PP].level = und[DRIFT_DP_DP].level = DRIFT_NA;
     }
 }
 
@@ -309,7 +311,8 @@ static int run_point(struct drift_side *g, struct drift_side *c,
     drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, &base[0]);
     drift_analysis_total(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, &base[1]);
     drift_analysis_total(&an[AN_GDP], DRIFT_ARM_CAND, &gdp);
-    judge_paths(r, o, sums, base, pt->sum, pt->excess, pt->verdict);
+    judge_paths(r, o, sums, base, pt->sum, pt->excess, pt->verdict,
+                pt->undecided);
     judge_gap(r, pt, &gdp, &base[0], &base[1]);
     pp_below(r, pt, &base[0], &base[1]);
     for (int k = 0; k < DRIFT_DPATHS; k++)
@@ -342,6 +345,6 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
     for (unsigned k = 0; k < r->dec.n_points && !ret; k++)
         ret = run_point(g, c, o, r, &r->dec.point[k], agg, d);
     judge_paths(r, o, agg, agg + AN_N, r->dec.sum, r->dec.excess,
-                r->dec.verdict);
+                r->dec.verdict, r->dec.undecided);
     return ret;
 }

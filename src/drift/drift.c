@@ -95,16 +95,22 @@ static int build_corpus(struct drift_side *g, struct drift_side *c,
             return diag_set(d, ENODATA, "--sequences is 0: nothing to send");
         drift_corpus_builtin(&r->corpus, o->seed, o->sequences, o->max_context);
     }
+    /* a scoring request is the prompt and one completion token: both
+     * must fit the server's context (--max-context equal to
+     * max_model_len works) */
+    unsigned cut = o->max_context;
+    if (r->context && cut > r->context - 1)
+        cut = (unsigned)(r->context - 1);
     for (size_t i = 0; i < r->corpus.n; i++) {
         struct drift_item *it = &r->corpus.items[i];
         if (o->on_progress)
             o->on_progress(o->ud, "tokenize", i, r->corpus.n);
         if (it->messages) {
-            ret = render(g, c, it, o->max_context, d);
+            ret = render(g, c, it, cut, d);
             if (ret)
                 return ret;
-        } else if (it->n > o->max_context) {
-            it->n = o->max_context;
+        } else if (it->n > cut) {
+            it->n = cut;
         }
     }
     return 0;
@@ -222,9 +228,11 @@ static void prefill_verdicts(const struct drift_opts *o, struct drift_result *r)
         drift_bucket_summary(&a->acc[DRIFT_ARM_CTRL][b], &t);
         drift_bucket_summary(&a->acc[DRIFT_ARM_SELF][b], &s);
         drift_bucket_excess(&c, &t, &s, r->has_self, &r->excess[b]);
-        r->bucket_verdict[b] = drift_bucket_verdict(&r->excess[b], &o->th);
+        r->bucket_verdict[b] =
+            drift_bucket_judge(&r->excess[b], &o->th, &r->bucket_undecided[b]);
     }
-    drift_growth_compute(a, r->has_self, o->bootstrap, o->seed, &r->growth);
+    drift_growth_compute(a, r->has_self, o->bootstrap, o->seed, r->context,
+                         &r->growth);
 }
 
 /* The worst of the buckets, growth and the decode path's PP and DG (over
@@ -245,7 +253,27 @@ static void verdicts(const struct drift_opts *o, struct drift_result *r)
         }
     r->verdict = v == DRIFT_NA ? DRIFT_PASS : v;
     drift_attribute(o, r);
-    drift_harm_compute(r, o->bootstrap, o->seed, &r->harm);
+    drift_harm_compute(r, NULL, o->bootstrap, o->seed, &r->harm);
+}
+
+/* The longest request (prompt and completion tokens) the servers take:
+ * the least context length they report, else --max-context. */
+static void context_of(const struct drift_side *g, const struct drift_side *c,
+                       const struct drift_opts *o, struct drift_result *r)
+{
+    const char *fg = NULL, *fc = NULL;
+    long lg = drift_side_context_len(g, &fg),
+         lc = drift_side_context_len(c, &fc);
+    r->context = o->max_context;
+    snprintf(r->context_source, sizeof(r->context_source), "--max-context");
+    if (lc > 0 && (lg <= 0 || lc <= lg)) {
+        r->context = (uint64_t)lc;
+        snprintf(r->context_source, sizeof(r->context_source), "%s", fc);
+    } else if (lg > 0) {
+        r->context = (uint64_t)lg;
+        snprintf(r->context_source, sizeof(r->context_source),
+                 "the golden's %s", fg);
+    }
 }
 
 int drift_run(struct drift_side *g, struct drift_side *c,
@@ -257,6 +285,8 @@ int drift_run(struct drift_side *g, struct drift_side *c,
     ret = drift_side_fingerprint(g, d);
     if (!ret)
         ret = drift_side_fingerprint(c, d);
+    if (!ret)
+        context_of(g, c, o, r);
     if (!ret)
         ret = build_corpus(g, c, o, r, d);
     if (!ret)
@@ -287,6 +317,8 @@ int drift_run(struct drift_side *g, struct drift_side *c,
         const struct drift_item *it = &r->corpus.items[0];
         size_t n = it->n < o->decode_prompt ? it->n : o->decode_prompt;
         unsigned mn = o->decode_tokens ? o->decode_tokens : 16;
+        if (r->context > mn + 1 && n + mn > r->context)
+            n = (size_t)(r->context - mn); /* generation fits the context */
         r->det.ran = true;
         ret = drift_determinism_run(g, it->ids, n, o->determinism, mn,
                                     &r->det.side[0], d);

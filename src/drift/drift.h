@@ -88,6 +88,7 @@ struct drift_dpoint {
     struct drift_bsum sum[DRIFT_DPATHS];
     struct drift_bsum excess[DRIFT_DPATHS];
     enum drift_verdict verdict[DRIFT_DPATHS];
+    struct drift_undecided undecided[DRIFT_DPATHS];
     /* decode-vs-prefill gap: the candidate's (DP over its self noise)
      * against the golden's own, measured the same way (its decode against
      * its prefill, over its control noise) */
@@ -114,6 +115,7 @@ struct drift_decode {
     struct drift_bsum sum[DRIFT_DPATHS];
     struct drift_bsum excess[DRIFT_DPATHS]; /* over the prefill arms' noise */
     enum drift_verdict verdict[DRIFT_DPATHS];
+    struct drift_undecided undecided[DRIFT_DPATHS];
     unsigned n_points;
     struct drift_dpoint point[DRIFT_DPOINTS_MAX];
     double *seq_sums; /* n_seq x DRIFT_HS_N x (sum, n); owned */
@@ -127,11 +129,29 @@ struct drift_decode {
  * compared position of both paths (prefill positions and decode steps,
  * each weighted by its count), with a 95% bootstrap interval over whole
  * sequences, and the excess decisive top-1 flips per 1,000 positions. */
+enum drift_harm_arm {
+    DRIFT_HARM_PREFILL,
+    DRIFT_HARM_DECODE,
+    DRIFT_HARM_CACHE_WARM,
+    DRIFT_HARM_ARMS
+};
+/* "prefill", "decode", "cache-warm". */
+const char *drift_harm_arm_name(enum drift_harm_arm a);
 struct drift_harm {
     double excess_kl_mean, lo, hi; /* clamped at 0 */
     double flips_per_1k;
-    uint64_t positions; /* prefill positions + decode steps */
+    uint64_t positions; /* prefill positions + decode steps + warm ones */
+    uint64_t arm_positions[DRIFT_HARM_ARMS]; /* 0: the arm is not counted */
     unsigned replicates;
+};
+/* The cache arm's warm positions for harm, one unit per conversation:
+ * sums[i * 4 + (0, 1, 2, 3)] = warm KL sum, warm positions, cold-vs-cold
+ * KL sum, cold-vs-cold positions (the baseline when has_self). */
+struct drift_harm_warm {
+    const double *sums;
+    size_t n;
+    bool has_self;
+    double flips; /* the arm's excess decisive flips */
 };
 
 /* Determinism of one side: N identical requests alone, then at once. */
@@ -161,8 +181,13 @@ struct drift_result {
     unsigned sequences;
     uint64_t positions;
     enum drift_verdict bucket_verdict[DRIFT_BUCKETS_MAX];
+    struct drift_undecided bucket_undecided[DRIFT_BUCKETS_MAX];
     struct drift_bsum excess[DRIFT_BUCKETS_MAX];
     enum drift_verdict verdict; /* overall */
+    /* the longest request drift may send: --max-context and the servers'
+     * reported context lengths, the least of them; the source's words */
+    uint64_t context;
+    char context_source[96];
     struct drift_corpus corpus; /* rendered ids, for the worst positions */
 };
 
@@ -241,8 +266,10 @@ unsigned drift_decode_prompts(const struct drift_opts *o,
 /* Attribution from the prefill verdicts and the decode points, with the
  * texts of what could and could not be attributed (attr.c). */
 void drift_attribute(const struct drift_opts *o, struct drift_result *r);
-/* The harm scalar (harm.c), after the verdicts. */
-void drift_harm_compute(const struct drift_result *r, unsigned replicates,
+/* The harm scalar (harm.c), after the verdicts; warm (may be NULL) adds
+ * the cache arm's warm positions, each conversation a resampled unit. */
+void drift_harm_compute(const struct drift_result *r,
+                        const struct drift_harm_warm *warm, unsigned replicates,
                         uint64_t seed, struct drift_harm *h);
 int drift_determinism_run(struct drift_side *s, const uint32_t *ids, size_t n,
                           unsigned count, unsigned max_new,

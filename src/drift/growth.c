@@ -188,32 +188,98 @@ static void bootstrap(const struct drift_analysis *a, bool has_self,
     free(sums);
 }
 
-/* Growth's verdict and the shape of the difference; see analysis.h. */
-static void judge(const struct drift_thresholds *th, const double *ex,
-                  const struct trend *tr, size_t nb, struct drift_growth *g)
+double drift_growth_crossing(double peak, double p_peak, double slope,
+                             double level)
 {
+    if (!(slope > 0) || !(peak > 0) || !(p_peak > 0))
+        return NAN;
+    if (peak >= level)
+        return p_peak;
+    return p_peak * pow(level / peak, 1 / slope);
+}
+
+/* Whether bucket b's excess mean KL is decided at or above the mean-KL
+ * WARN threshold (its lower bound, as the bucket verdict judges it). */
+static bool decided_warn(const struct drift_analysis *a, bool has_self,
+                         size_t b)
+{
+    struct drift_bsum c, t, s, x;
+    drift_bucket_summary(&a->acc[DRIFT_ARM_CAND][b], &c);
+    drift_bucket_summary(&a->acc[DRIFT_ARM_CTRL][b], &t);
+    drift_bucket_summary(&a->acc[DRIFT_ARM_SELF][b], &s);
+    drift_bucket_excess(&c, &t, &s, has_self, &x);
+    return x.n && x.kl_mean - 2 * x.kl_se > a->th.kl_mean[0];
+}
+
+/* Growth's verdict and the shape of the difference; see analysis.h and
+ * docs/DRIFT.md, "Growth". */
+static void judge(const struct drift_analysis *a, bool has_self,
+                  const double *ex, const struct trend *tr, size_t nb,
+                  uint64_t context, struct drift_growth *g)
+{
+    const struct drift_thresholds *th = &a->th;
+    size_t pk = nb;
     g->peak = 0;
+    g->cross[0] = g->cross[1] = NAN;
+    g->context = context ? context : (uint64_t)a->pos_max + 1;
     for (size_t b = 0; b < nb; b++)
-        if (tr->use[b] && !isnan(ex[b]) && ex[b] > g->peak)
-            g->peak = ex[b];
+        if (tr->use[b] && !isnan(ex[b])) {
+            if (ex[b] > g->peak) {
+                g->peak = ex[b];
+                pk = b;
+            }
+            g->sized |= decided_warn(a, has_self, b);
+        }
+    if (pk < nb)
+        g->peak_pos = (uint32_t)lround(exp(tr->lx[pk]));
     g->verdict = DRIFT_NA;
     g->shape = g->peak >= tr->floor && g->peak > TINY ? DRIFT_SHAPE_CONSTANT
                                                       : DRIFT_SHAPE_NONE;
     if (isnan(g->slope) || g->shape == DRIFT_SHAPE_NONE)
         return;
     g->verdict = DRIFT_PASS;
-    if (!(g->slope > 0) || (!isnan(g->lo) && !(g->lo > 0)))
+    g->significant = !isnan(g->lo) && g->lo > 0 && g->slope > 0;
+    if (!(g->slope > th->growth[0]))
+        return; /* not growth, whatever its interval */
+    if (!g->significant) {
+        /* a growth-sized slope the interval cannot tell from 0 */
+        g->verdict = DRIFT_INCONCLUSIVE;
+        if (isnan(g->lo)) {
+            g->why = "one sequence gives the slope no interval";
+        } else {
+            double w = g->slope - g->lo;
+            g->seqs_to_decide =
+                ceil((double)a->n_seq * (w / g->slope) * (w / g->slope));
+            g->why = "the slope's interval includes 0";
+        }
         return;
-    if (g->slope > th->growth[1])
-        g->verdict = DRIFT_FAIL;
-    else if (g->slope > th->growth[0])
-        g->verdict = DRIFT_WARN;
-    if (g->verdict != DRIFT_PASS)
+    }
+    enum drift_verdict level =
+        g->slope > th->growth[1] ? DRIFT_FAIL : DRIFT_WARN;
+    if (g->sized) {
+        g->verdict = level;
         g->shape = DRIFT_SHAPE_GROWING;
+        return;
+    }
+    /* the excess has not reached WARN where measured: where would it? */
+    for (int k = 0; k < 2; k++)
+        g->cross[k] = drift_growth_crossing(g->peak, g->peak_pos, g->slope,
+                                            th->kl_mean[k]);
+    if (g->peak >= th->kl_mean[0]) {
+        g->verdict = DRIFT_INCONCLUSIVE;
+        g->why = "the excess reaches WARN but its bound does not";
+    } else if (g->cross[0] <= (double)g->context) {
+        g->verdict = DRIFT_INCONCLUSIVE;
+        g->why = "at the measured slope the excess would cross WARN within "
+                 "the server's context";
+    } else {
+        g->why = "at the measured slope the excess would cross WARN only "
+                 "beyond the server's context";
+    }
 }
 
 void drift_growth_compute(const struct drift_analysis *a, bool has_self,
-                          unsigned replicates, uint64_t seed,
+                          unsigned replicates, uint64_t seed, uint64_t context,
                           struct drift_growth *g)
 {
     size_t nb = a->n_buckets;
@@ -245,5 +311,5 @@ void drift_growth_compute(const struct drift_analysis *a, bool has_self,
     bootstrap(a, has_self, a->n_seq >= 2 ? replicates : 0, seed, &tr, g);
     if (isnan(g->slope))
         g->lo = g->hi = NAN;
-    judge(&a->th, ex, &tr, nb, g);
+    judge(a, has_self, ex, &tr, nb, context, g);
 }

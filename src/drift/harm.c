@@ -21,7 +21,16 @@
 struct hsums {
     double pre[DRIFT_BUCKETS_MAX][DRIFT_ARMS][2];
     double dec[DRIFT_HS_N][2];
+    double warm[2][2]; /* the cache arm: warm vs cold, cold vs cold */
 };
+
+const char *drift_harm_arm_name(enum drift_harm_arm a)
+{
+    static const char *const n[] = {[DRIFT_HARM_PREFILL] = "prefill",
+                                    [DRIFT_HARM_DECODE] = "decode",
+                                    [DRIFT_HARM_CACHE_WARM] = "cache-warm"};
+    return n[a];
+}
 
 static double mean_or0(const double *s)
 {
@@ -39,7 +48,7 @@ static double baseline(const double *ctrl, const double *self, bool has_ctrl,
 
 /* Excess KL mean over all positions; *n gets their count. */
 static double harm_of(const struct hsums *h, size_t nb, bool has_ctrl,
-                      bool has_self, double *n)
+                      bool has_self, bool warm_self, double *n)
 {
     double num = 0, den = 0;
     for (size_t b = 0; b < nb; b++) {
@@ -58,14 +67,28 @@ static double harm_of(const struct hsums *h, size_t nb, bool has_ctrl,
         num += dg[0] - dg[1] * base;
         den += dg[1];
     }
+    const double *w = h->warm[0];
+    if (w[1] > 0) { /* warm and cold both carry the candidate's noise */
+        num += w[0] - w[1] * (warm_self ? mean_or0(h->warm[1]) : 0);
+        den += w[1];
+    }
     *n = den;
     return den > 0 ? num / den : NAN;
 }
 
-/* Adds sequence i's sums (prefill buckets, decode) into h. */
-static void add_seq(const struct drift_result *r, size_t i, struct hsums *h)
+/* Adds unit i's sums into h: sequence i (prefill buckets, decode), or
+ * past the sequences, conversation i - nseq of the cache arm. */
+static void add_seq(const struct drift_result *r,
+                    const struct drift_harm_warm *warm, size_t nseq, size_t i,
+                    struct hsums *h)
 {
     const struct drift_analysis *a = &r->an;
+    if (i >= nseq) {
+        const double *s = warm->sums + (i - nseq) * 4;
+        for (int k = 0; k < 4; k++)
+            h->warm[k / 2][k % 2] += s[k];
+        return;
+    }
     if (i < a->n_seq) {
         const double *s =
             a->seq_sums + i * a->n_buckets * DRIFT_ARMS * DRIFT_SEQ_F;
@@ -112,34 +135,47 @@ static double excess_flips(const struct drift_result *r)
     return f;
 }
 
-void drift_harm_compute(const struct drift_result *r, unsigned replicates,
+void drift_harm_compute(const struct drift_result *r,
+                        const struct drift_harm_warm *warm, unsigned replicates,
                         uint64_t seed, struct drift_harm *h)
 {
     size_t nb = r->an.n_buckets;
     size_t nseq = r->an.n_seq > r->dec.n_seq ? r->an.n_seq : r->dec.n_seq;
+    size_t units = nseq + (warm && warm->sums ? warm->n : 0);
     bool hc = r->has_control, hs = r->has_self;
+    bool ws = warm && warm->has_self;
     struct hsums *all = xcalloc(1, sizeof(*all));
     struct hsums *rep = xcalloc(1, sizeof(*rep));
     double n;
 
     memset(h, 0, sizeof(*h));
-    for (size_t i = 0; i < nseq; i++)
-        add_seq(r, i, all);
-    double v = harm_of(all, nb, hc, hs, &n);
+    for (size_t i = 0; i < units; i++)
+        add_seq(r, warm, nseq, i, all);
+    double v = harm_of(all, nb, hc, hs, ws, &n);
     h->positions = (uint64_t)n;
+    for (size_t b = 0; b < nb; b++)
+        h->arm_positions[DRIFT_HARM_PREFILL] +=
+            (uint64_t)all->pre[b][DRIFT_ARM_CAND][1];
+    h->arm_positions[DRIFT_HARM_DECODE] = (uint64_t)all->dec[DRIFT_HS_DG][1];
+    h->arm_positions[DRIFT_HARM_CACHE_WARM] = (uint64_t)all->warm[0][1];
     h->excess_kl_mean = isnan(v) ? NAN : v > 0 ? v : 0;
-    h->flips_per_1k = n > 0 ? 1000.0 * excess_flips(r) / n : NAN;
+    h->flips_per_1k =
+        n > 0 ? 1000.0 * (excess_flips(r) + (warm ? warm->flips : 0)) / n : NAN;
     h->lo = h->hi = NAN;
-    if (nseq >= 2 && replicates >= 2 && !isnan(v)) {
+    if ((nseq >= 2 || units - nseq >= 2) && replicates >= 2 && !isnan(v)) {
         double *vals = xmalloc(replicates * sizeof(double));
         unsigned ok = 0;
         struct rng g;
         rng_seed(&g, seed ^ 0x6861726dULL);
         for (unsigned k = 0; k < replicates; k++) {
             memset(rep, 0, sizeof(*rep));
+            /* stratified: sequences among sequences, conversations
+             * among conversations, so every replicate has the same mix */
             for (size_t i = 0; i < nseq; i++)
-                add_seq(r, rng_below(&g, nseq), rep);
-            double x = harm_of(rep, nb, hc, hs, &n);
+                add_seq(r, warm, nseq, rng_below(&g, nseq), rep);
+            for (size_t i = nseq; i < units; i++)
+                add_seq(r, warm, nseq, nseq + rng_below(&g, units - nseq), rep);
+            double x = harm_of(rep, nb, hc, hs, ws, &n);
             if (!isnan(x))
                 vals[ok++] = x > 0 ? x : 0;
         }

@@ -196,6 +196,17 @@ static void growth_block(const struct drift_result *r, struct buf *b)
         buf_printf(b, "n/a\n");
     else
         buf_printf(b, "%.3f (%.3e / %.3e)\n", g->ratio, g->last, g->first);
+    if (!isnan(g->cross[0]))
+        buf_printf(b,
+                   "growth: the excess (%.3e at position %u) has not reached "
+                   "WARN; at slope %+.3f it would cross WARN %.3g at position "
+                   "%.0f and FAIL %.3g at %.0f; context %llu (%s)\n",
+                   g->peak, g->peak_pos, g->slope, r->an.th.kl_mean[0],
+                   g->cross[0], r->an.th.kl_mean[1], g->cross[1],
+                   (unsigned long long)g->context, r->context_source);
+    if (g->why)
+        buf_printf(b, "growth: %s: %s\n", drift_verdict_name(g->verdict),
+                   g->why);
 }
 
 static void skips(const struct drift_result *r, struct buf *b)
@@ -280,11 +291,16 @@ static void harm_block(const struct drift_result *r, struct buf *b)
     buf_printf(b, "\nharm: excess KL mean %.3e", h->excess_kl_mean);
     if (!isnan(h->lo))
         buf_printf(b, ", 95%% interval [%.3e, %.3e]", h->lo, h->hi);
-    buf_printf(b,
-               " over %llu position%s of both paths; decisive flips per "
-               "1,000: %.3f\n",
-               (unsigned long long)h->positions, plural_s(h->positions),
-               h->flips_per_1k);
+    buf_printf(b, " over %llu position%s (", (unsigned long long)h->positions,
+               plural_s(h->positions));
+    for (int k = 0, first = 1; k < DRIFT_HARM_ARMS; k++)
+        if (h->arm_positions[k]) {
+            buf_printf(b, "%s%s %llu", first ? "" : ", ",
+                       drift_harm_arm_name(k),
+                       (unsigned long long)h->arm_positions[k]);
+            first = 0;
+        }
+    buf_printf(b, "); decisive flips per 1,000: %.3f\n", h->flips_per_1k);
 }
 
 static void det_block(const struct drift_result *r, struct buf *b)
@@ -370,12 +386,35 @@ void drift_report_text(const struct drift_result *r, const struct drift_side *g,
         show_tok(b, wt ? wt[i].top1_c : NULL);
         buf_addch(b, '\n');
     }
-    buf_printf(b, "\nverdict: %s\n", drift_verdict_name(r->verdict));
 }
 
 static json_t *real_or_null(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
+}
+
+void drift_undecided_text(const struct drift_undecided *u, const char *unit,
+                          struct buf *b)
+{
+    char about[48];
+    drift_about(u->more, about, sizeof(about));
+    buf_printf(b, "%s more %s would decide (%s %.2g ± %.2g against %s %.3g)",
+               about, unit, u->metric, u->point, u->se,
+               drift_verdict_name(u->level), u->threshold);
+}
+
+static json_t *undecided_json(const struct drift_undecided *u, const char *unit)
+{
+    struct buf t = BUF_INIT;
+    drift_undecided_text(u, unit, &t);
+    json_t *o = json_pack(
+        "{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:s,s:s}", "level",
+        drift_verdict_name(u->level), "metric", u->metric, "point",
+        real_or_null(u->point), "se", real_or_null(u->se), "threshold",
+        real_or_null(u->threshold), "measured", real_or_null(u->n), "more",
+        real_or_null(u->more), "unit", unit, "text", buf_str(&t));
+    buf_release(&t);
+    return o;
 }
 
 static json_t *bsum_json(const struct drift_bsum *s)
@@ -463,12 +502,16 @@ static json_t *buckets_json(const struct drift_result *r)
         json_object_set_new(
             o, "verdict",
             json_string(drift_verdict_name(r->bucket_verdict[k])));
+        if (r->bucket_undecided[k].level != DRIFT_NA)
+            json_object_set_new(
+                o, "undecided",
+                undecided_json(&r->bucket_undecided[k], "positions"));
         json_array_append_new(arr, o);
     }
     return arr;
 }
 
-static json_t *growth_json(const struct drift_growth *g)
+static json_t *growth_json(const struct drift_growth *g, const char *src)
 {
     json_t *o = json_object();
     json_object_set_new(o, "slope", real_or_null(g->slope));
@@ -482,6 +525,20 @@ static json_t *growth_json(const struct drift_growth *g)
     json_object_set_new(o, "from_position", json_integer(g->from));
     json_object_set_new(o, "peak_excess_kl", real_or_null(g->peak));
     json_object_set_new(o, "shape", json_string(drift_shape_name(g->shape)));
+    json_object_set_new(o, "significant", json_boolean(g->significant));
+    json_object_set_new(o, "reaches_warn", json_boolean(g->sized));
+    json_object_set_new(o, "peak_position", json_integer(g->peak_pos));
+    json_object_set_new(o, "crossing",
+                        json_pack("{s:o,s:o}", "warn",
+                                  real_or_null(g->cross[0]), "fail",
+                                  real_or_null(g->cross[1])));
+    json_object_set_new(o, "context", json_integer((json_int_t)g->context));
+    json_object_set_new(o, "context_source", json_string(src));
+    if (g->why)
+        json_object_set_new(o, "why", json_string(g->why));
+    if (g->seqs_to_decide > 0)
+        json_object_set_new(o, "sequences_to_decide",
+                            json_real(g->seqs_to_decide));
     json_object_set_new(o, "verdict",
                         json_string(drift_verdict_name(g->verdict)));
     return o;
@@ -531,14 +588,21 @@ static json_t *decode_json(const struct drift_decode *dc)
     return o;
 }
 
-static json_t *harm_json(const struct drift_harm *h)
+json_t *drift_harm_json(const struct drift_harm *h)
 {
-    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i}", "excess_kl_mean",
+    json_t *arms = json_array(), *counts = json_object();
+    for (int k = 0; k < DRIFT_HARM_ARMS; k++)
+        if (h->arm_positions[k]) {
+            json_array_append_new(arms, json_string(drift_harm_arm_name(k)));
+            json_object_set_new(counts, drift_harm_arm_name(k),
+                                json_integer((json_int_t)h->arm_positions[k]));
+        }
+    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i,s:o,s:o}", "excess_kl_mean",
                      real_or_null(h->excess_kl_mean), "lo", real_or_null(h->lo),
                      "hi", real_or_null(h->hi), "flips_per_1k",
                      real_or_null(h->flips_per_1k), "positions",
-                     (json_int_t)h->positions, "replicates",
-                     (int)h->replicates);
+                     (json_int_t)h->positions, "replicates", (int)h->replicates,
+                     "arms", arms, "arm_positions", counts);
 }
 
 static json_t *det_json(const struct drift_det_side *s)
@@ -615,7 +679,8 @@ json_t *drift_report_json(const struct drift_result *r,
         json_object_set_new(o, "control_total", bsum_json(&s));
         json_object_set_new(o, "thresholds", thresholds_json(&r->an.th));
         json_object_set_new(o, "buckets", buckets_json(r));
-        json_object_set_new(o, "growth", growth_json(&r->growth));
+        json_object_set_new(o, "growth",
+                            growth_json(&r->growth, r->context_source));
         json_object_set_new(o, "skipped", skips_json(r));
     }
     if (r->dec.ran)
@@ -626,7 +691,7 @@ json_t *drift_report_json(const struct drift_result *r,
                                   drift_attr_name(r->dec.attribution),
                                   "attributed", r->dec.attributed,
                                   "not_attributed", r->dec.not_attributed));
-    json_object_set_new(o, "harm", harm_json(&r->harm));
+    json_object_set_new(o, "harm", drift_harm_json(&r->harm));
     if (r->det.ran) {
         json_t *d = json_object();
         json_object_set_new(d, "golden", det_json(&r->det.side[0]));
@@ -679,4 +744,130 @@ void drift_report_rec(const struct drift_rec *rec, struct buf *out)
                m->kl, m->dlp, m->dp, m->lp_g, m->lp_c,
                m->top1_agree ? "true" : "false",
                m->decisive_flip ? "true" : "false", m->overlap);
+}
+
+/* ---- the overall verdict and what it could not decide ---- */
+
+struct open_item {
+    char where[64];
+    const struct drift_undecided *u; /* NULL: text only */
+    const char *unit;
+    char text[768];
+};
+
+/* Whether an undecided figure matters beside the overall verdict at:
+ * its level is above it (NULL: a text-only item, always). */
+static bool counts(const struct drift_undecided *u, enum drift_verdict at)
+{
+    return !u || u->level > at;
+}
+
+/* Every undecided comparison of the run, at most cap. */
+static size_t open_items(const struct drift_result *r,
+                         const struct drift_cache_result *cr,
+                         struct open_item *it, size_t cap)
+{
+    static const char *const dp[] = {"decode PP", "decode DP", "decode DG"};
+    size_t n = 0;
+    struct buf t = BUF_INIT;
+    /* what is undecided below the overall verdict changes nothing */
+    enum drift_verdict at =
+        r->verdict == DRIFT_INCONCLUSIVE ? DRIFT_PASS : r->verdict;
+#define ADD(w, und, un, txt)                                                   \
+    do {                                                                       \
+        if (n < cap && counts(und, at)) {                                      \
+            snprintf(it[n].where, sizeof(it[n].where), "%s", w);               \
+            it[n].u = und;                                                     \
+            it[n].unit = un;                                                   \
+            snprintf(it[n].text, sizeof(it[n].text), "%s", txt);               \
+            n++;                                                               \
+        }                                                                      \
+    } while (0)
+    for (size_t b = 0; r->prefill && b < r->an.n_buckets; b++) {
+        const struct drift_undecided *u = &r->bucket_undecided[b];
+        if (u->level == DRIFT_NA)
+            continue;
+        char w[64];
+        snprintf(w, sizeof(w), "positions [%u,%u)", r->an.edges[b],
+                 r->an.edges[b + 1]);
+        buf_reset(&t);
+        drift_undecided_text(u, "positions", &t);
+        ADD(w, u, "positions", buf_str(&t));
+    }
+    const struct drift_growth *g = &r->growth;
+    if (r->prefill && g->verdict == DRIFT_INCONCLUSIVE) {
+        buf_reset(&t);
+        buf_adds(&t, g->why ? g->why : "undecided");
+        if (g->seqs_to_decide > 0) {
+            char about[48];
+            drift_about(g->seqs_to_decide, about, sizeof(about));
+            buf_printf(&t,
+                       "; a run of %s sequences would decide (slope %+.3f, "
+                       "95%% interval [%+.3f, %+.3f])",
+                       about, g->slope, g->lo, g->hi);
+        } else if (isnan(g->lo) && !isnan(g->slope)) {
+            buf_printf(&t,
+                       "; two sequences or more would decide (slope "
+                       "%+.3f)",
+                       g->slope);
+        } else if (!isnan(g->cross[0])) {
+            buf_printf(&t,
+                       "; measuring up to position %.0f (--max-context) would "
+                       "decide (at slope %+.3f the excess %.2e at position %u "
+                       "crosses WARN %.3g there; the context is %llu)",
+                       g->cross[0], g->slope, g->peak, g->peak_pos,
+                       r->an.th.kl_mean[0], (unsigned long long)g->context);
+        }
+        ADD("growth", NULL, "sequences", buf_str(&t));
+    }
+    for (int k = 0; r->dec.ran && k < DRIFT_DPATHS; k++) {
+        const struct drift_undecided *u = &r->dec.undecided[k];
+        if (k == DRIFT_DP_DP || u->level == DRIFT_NA)
+            continue;
+        buf_reset(&t);
+        drift_undecided_text(u, "generated positions", &t);
+        ADD(dp[k], u, "generated positions", buf_str(&t));
+    }
+    if (cr && cr->asked &&
+        (cr->verdict == DRIFT_INCONCLUSIVE ||
+         (cr->undecided.level == DRIFT_FAIL && cr->more_convs > 0))) {
+        buf_reset(&t);
+        drift_cache_undecided_text(cr, &t);
+        ADD("cache arm", cr->ran ? &cr->undecided : NULL, "conversations",
+            buf_str(&t));
+    }
+#undef ADD
+    buf_release(&t);
+    return n;
+}
+
+void drift_report_verdict(const struct drift_result *r,
+                          const struct drift_cache_result *cr, struct buf *b)
+{
+    struct open_item it[DRIFT_BUCKETS_MAX + 8];
+    size_t n = open_items(r, cr, it, sizeof(it) / sizeof(it[0]));
+    buf_printf(b, "\nverdict: %s\n", drift_verdict_name(r->verdict));
+    for (size_t i = 0; i < n; i++) {
+        const char *lvl = it[i].u && it[i].u->level == DRIFT_FAIL
+                              ? "FAIL undecided"
+                              : "undecided";
+        buf_printf(b, "  %s: %s: %s\n", lvl, it[i].where, it[i].text);
+    }
+}
+
+json_t *drift_report_undecided_json(const struct drift_result *r,
+                                    const struct drift_cache_result *cr)
+{
+    struct open_item it[DRIFT_BUCKETS_MAX + 8];
+    size_t n = open_items(r, cr, it, sizeof(it) / sizeof(it[0]));
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = it[i].u ? undecided_json(it[i].u, it[i].unit)
+                            : json_pack("{s:s,s:s}", "level", "WARN", "unit",
+                                        it[i].unit);
+        json_object_set_new(o, "where", json_string(it[i].where));
+        json_object_set_new(o, "text", json_string(it[i].text));
+        json_array_append_new(a, o);
+    }
+    return a;
 }

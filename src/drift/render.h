@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "core/buf.h"
+#include "drift/cache_arm.h"
 #include "drift/drift.h"
 
 /* Text of one worst position, looked up by drift_worst_texts(): the
@@ -41,6 +42,18 @@ json_t *drift_report_json(const struct drift_result *r,
                           const struct drift_side *c,
                           const struct drift_worst *w,
                           const struct drift_worst_text *wt, size_t nw);
+/* The closing "verdict: X" line, and one line per comparison that could
+ * not decide (what would decide it); cr (may be NULL) is the cache arm. */
+void drift_report_verdict(const struct drift_result *r,
+                          const struct drift_cache_result *cr, struct buf *out);
+/* The same comparisons as the JSON summary's "undecided" array. */
+json_t *drift_report_undecided_json(const struct drift_result *r,
+                                    const struct drift_cache_result *cr);
+/* "about N more UNIT would decide (METRIC X ± SE against LEVEL T)". */
+void drift_undecided_text(const struct drift_undecided *u, const char *unit,
+                          struct buf *out);
+/* The "harm" object: figure, interval, positions and the arms counted. */
+json_t *drift_harm_json(const struct drift_harm *h);
 /* One --jsonl record (a JSON object on one line, no newline). */
 void drift_report_rec(const struct drift_rec *rec, struct buf *out);
 

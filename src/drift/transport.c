@@ -246,6 +246,36 @@ int drift_side_fingerprint(struct drift_side *s, struct diag *d)
     return 0;
 }
 
+/* A positive integer field k of o, or 0. */
+static long pos_int(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_integer(v) && json_integer_value(v) > 0
+               ? (long)json_integer_value(v)
+               : 0;
+}
+
+long drift_side_context_len(const struct drift_side *s, const char **field)
+{
+    static const char *const keys[] = {"max_model_len", "context_length",
+                                       "n_ctx"};
+    const json_t *fp = s->fingerprint;
+    const json_t *m = json_array_get(
+        json_object_get(json_object_get(fp, "/v1/models"), "data"), 0);
+    const json_t *info = json_object_get(fp, "/get_server_info");
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        long v = pos_int(m, keys[k]);
+        if (!v)
+            v = pos_int(info, keys[k]);
+        if (v) {
+            if (field)
+                *field = keys[k];
+            return v;
+        }
+    }
+    return 0;
+}
+
 static json_t *ids_json(const uint32_t *ids, size_t n)
 {
     json_t *a = json_array();

@@ -63,6 +63,12 @@ int drift_side_call(struct drift_side *s, const char *path, json_t *body,
  * (missing endpoints are skipped). -ECONNREFUSED when nothing answers. */
 int drift_side_fingerprint(struct drift_side *s, struct diag *d);
 
+/* The context length the server reports in its fingerprint
+ * (`max_model_len` of /v1/models, else `context_length` or `n_ctx` there
+ * or in /get_server_info), 0 when none; *field (may be NULL) gets the
+ * field's name. */
+long drift_side_context_len(const struct drift_side *s, const char **field);
+
 /*
  * When s->dialect is AUTO, tries vllm, sglang, echo and tgi in that order
  * with a short probe prompt and keeps the first that returns prompt

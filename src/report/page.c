@@ -46,6 +46,7 @@ static const char css[] =
     ".err{color:var(--fail)}"
     ".v.PASS,.v.info{color:var(--ok);font-weight:600}"
     ".v.WARN,.v.warn{color:var(--warn);font-weight:600}"
+    ".v.INCONCLUSIVE{color:var(--mute);font-weight:600}"
     ".v.FAIL,.v.error{color:var(--fail);font-weight:600}"
     "figure{margin:8px 0 14px}figcaption{font-weight:600;margin-bottom:4px}"
     ".row{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}"

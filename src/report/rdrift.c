@@ -390,6 +390,15 @@ int report_drift_section(const json_t *doc, struct buf *b)
     buf_adds(b, "</span>");
     buf_printf(b, " over %lld sequences, %lld positions",
                html_jint(doc, "sequences", 0), html_jint(doc, "positions", 0));
+    /* what the evidence could not decide, and how much more would */
+    const json_t *und = html_jget(doc, "undecided");
+    for (size_t i = 0; i < json_array_size(und); i++) {
+        const json_t *u = json_array_get(und, i);
+        buf_adds(b, i ? "; " : ". Undecided: ");
+        html_esc(b, html_jstr(u, "where", "-"), 0);
+        buf_adds(b, ": ");
+        html_esc(b, html_jstr(u, "text", "-"), 0);
+    }
     if (!json_is_true(html_jget(doc, "prefill"))) {
         buf_adds(b, "; no prefill comparison (");
         html_esc(b, html_jstr(doc, "fallback", "-"), 200);

@@ -165,6 +165,66 @@ static long flushes(void)
     return n;
 }
 
+/* The context figures of sim p's GET /sim/stats: the longest model
+ * request (prompt and completion tokens) and how many went past it. */
+static void context_stats(const struct proc *p, long *longest, long *over)
+{
+    struct http_client *h = http_client_new();
+    char url[96];
+    long st;
+    json_t *s = NULL;
+    struct diag d = {""};
+    snprintf(url, sizeof(url), "%s/sim/stats", proc_url(p));
+    assert_int_equal(http_json(h, url, NULL, NULL, 5000, &st, &s, &d), 0);
+    const json_t *c = json_object_get(s, "context");
+    *longest = integer(c, "longest");
+    *over = integer(c, "over");
+    json_decref(s);
+    http_client_free(h);
+}
+
+/* A byte-level tokenizer (one token per byte, as the real model has) and
+ * max_model_len 2048 on both servers, --max-context 2048: drift's corpus
+ * (prompt and one completion token) and the arm with 1, 4 and 8
+ * conversations (sized with the served tokenizer, the generated tokens
+ * counted) all run, and the sims saw no request past the limit. */
+static void test_arm_fits_a_byte_level_context(void **state)
+{
+    (void)state;
+    const char *ga[] = {
+        "sim",  "--listen", "127.0.0.1:0", "--byte-tokens", "--max-model-len",
+        "2048", NULL};
+    const char *ca[] = {
+        "sim",  "--listen", "127.0.0.1:0", "--byte-tokens", "--max-model-len",
+        "2048", NULL};
+    assert_int_equal(proc_start(&P.g, ga), 0);
+    if (proc_start(&P.c, ca)) {
+        proc_stop(&P.g);
+        fail_msg("candidate sim did not start");
+    }
+    P.up = true;
+    static const char *const n[] = {"1", "4", "8"};
+    for (size_t i = 0; i < 3; i++) {
+        struct run r;
+        const char *o[] = {"--max-context",   "2048", "--cache-arm", n[i],
+                           "--decode-tokens", "16",   NULL};
+        drift(&r, o);
+        assert_int_equal(r.rc, 0);
+        assert_true(json_is_true(json_object_get(r.cache, "ran")));
+        assert_int_equal(integer(r.cache, "conversations"), atol(n[i]));
+        assert_null(json_object_get(r.cache, "failed"));
+        /* the corpus filled the context: 2,047 prompt tokens */
+        assert_int_equal(integer(r.j, "positions"), 2046);
+        run_free(&r);
+    }
+    for (int k = 0; k < 2; k++) {
+        long longest, over;
+        context_stats(k ? &P.c : &P.g, &longest, &over);
+        assert_int_equal(over, 0);
+        assert_true(longest <= 2048 && longest > 1900);
+    }
+}
+
 static void test_warm_path_noise_fails_on_the_cache_path(void **state)
 {
     (void)state;
@@ -180,6 +240,47 @@ static void test_warm_path_noise_fails_on_the_cache_path(void **state)
     assert_other_arms_pass(r.j); /* cold prefill and decode are healthy */
     assert_true(integer(json_object_get(r.cache, "cached_tokens"), "warm") > 0);
     assert_true(strstr(buf_str(&r.out), "warm path differs from cold"));
+    /* decided within the default budget */
+    assert_true(json_is_true(json_object_get(r.cache, "decided")));
+    assert_true(integer(r.cache, "conversations") <= 16);
+    /* harm counts the warm path, and says so */
+    const json_t *h = json_object_get(r.j, "harm");
+    assert_true(json_number_value(json_object_get(h, "excess_kl_mean")) > 0);
+    const json_t *arms = json_object_get(h, "arms");
+    assert_string_equal(
+        json_string_value(json_array_get(arms, json_array_size(arms) - 1)),
+        "cache-warm");
+    assert_true(integer(json_object_get(h, "arm_positions"), "cache-warm") > 0);
+    run_free(&r);
+}
+
+/* A warm-path fault sized on the WARN threshold (excess mean KL about
+ * 1.1e-4 to 1.6e-4): four conversations cannot decide it and say how many
+ * more would; sixteen decide WARN. Neither is PASS. */
+static void test_warm_fault_on_the_threshold(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *c[] = {"--warm-noise", "0.12", NULL};
+    start(c);
+    const char *four[] = {"--cache-arm", "4", NULL};
+    drift(&r, four);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(str(r.cache, "verdict"), "INCONCLUSIVE");
+    assert_string_equal(str(r.j, "verdict"), "INCONCLUSIVE");
+    const json_t *u = json_object_get(r.cache, "undecided");
+    assert_true(integer(u, "more_conversations") > 0);
+    assert_string_equal(str(u, "level"), "WARN");
+    assert_non_null(strstr(buf_str(&r.out), "more conversations would decide"));
+    const json_t *all = json_object_get(r.j, "undecided");
+    assert_string_equal(str(json_array_get(all, 0), "where"), "cache arm");
+    run_free(&r);
+    const char *sixteen[] = {"--cache-arm", "16", NULL};
+    drift(&r, sixteen);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(str(r.cache, "verdict"), "WARN");
+    assert_string_equal(str(r.cache, "attribution"),
+                        "warm path differs from cold");
     run_free(&r);
 }
 
@@ -199,10 +300,14 @@ static void test_healthy_sim_passes_with_the_cache_hit(void **state)
     assert_int_equal(integer(ct, "cold"), 0);
     assert_true(strncmp(str(r.cache, "hit"), "hit (", 5) == 0);
     assert_true(json_is_true(json_object_get(r.cache, "generated_in_history")));
-    /* one earlier turn, warm, cold, cold again: a tenth of this small
-     * run is less, so the arm sends only the four it needs */
-    assert_int_equal(integer(r.cache, "model_requests"), 4);
-    assert_int_equal(integer(r.cache, "turns"), 2);
+    /* the default arm: four conversations, every position identical, so
+     * the interval is clear of WARN and it stops there */
+    assert_int_equal(integer(r.cache, "conversations"), 4);
+    assert_true(json_is_true(json_object_get(r.cache, "decided")));
+    assert_int_equal(integer(r.cache, "budget"), 16);
+    assert_int_equal(integer(json_object_get(r.cache, "divergence"), "warm"),
+                     0);
+    assert_null(json_object_get(r.j, "undecided"));
     run_free(&r);
 }
 
@@ -314,20 +419,9 @@ static void test_arm_options(void **state)
     const char *two[] = {"--cache-arm", "2", NULL};
     drift(&r, two);
     assert_int_equal(r.rc, 0);
-    assert_int_equal(integer(r.cache, "conversations"), 2);
-    assert_true(json_is_null(json_object_get(r.cache, "budget")));
-    run_free(&r);
-    /* a larger run: the arm takes more turns, within a tenth of it
-     * (earlier turns, warm, cold, cold again) */
-    const char *big[] = {"--sequences", "12", NULL};
-    drift(&r, big);
-    assert_int_equal(r.rc, 0);
-    long budget = integer(r.cache, "budget");
-    assert_true(budget >= 6);
-    long turns = integer(r.cache, "turns");
-    assert_true(turns >= 3); /* as many as the conversation has */
-    assert_int_equal(integer(r.cache, "model_requests"), turns + 2);
-    assert_true(turns + 2 <= budget);
+    assert_int_equal(integer(r.cache, "conversations"), 2); /* exactly */
+    assert_int_equal(integer(r.cache, "budget"), 2);
+    assert_string_equal(str(r.cache, "verdict"), "PASS");
     run_free(&r);
     const char *bad[] = {"--cache-arm", "x", NULL};
     const char *av[] = {"drift",
@@ -379,6 +473,90 @@ static void no_chat(void *ud, const char *method, const char *path,
     http_client_free(h);
 }
 
+/* The same proxy answering every chat request with vLLM's 400 for a
+ * request over the context. */
+static void chat_too_long(void *ud, const char *method, const char *path,
+                          const char *body, size_t len, long *status,
+                          const char **ctype, struct buf *out)
+{
+    if (!strcmp(path, "/v1/chat/completions")) {
+        *ctype = "application/json";
+        *status = 400;
+        buf_adds(out, "{\"error\":{\"message\":\"This model's maximum "
+                      "context length is 2048 tokens. However, you requested "
+                      "4169 tokens\",\"type\":\"BadRequestError\"}}");
+        return;
+    }
+    no_chat(ud, method, path, body, len, status, ctype, out);
+}
+
+static void candidate_behind(fakesrv_fn fn, json_t **summary, struct buf *out,
+                             int *rc)
+{
+    start(NULL);
+    int port = 0;
+    char *sim = xstrdup(proc_url(&P.c));
+    struct fakesrv *f = fakesrv_start(fn, sim, &port);
+    assert_non_null(f);
+    char gurl[64], curl[64], json[] = "/tmp/drift-cache-XXXXXX";
+    int fd = mkstemp(json);
+    close(fd);
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
+    snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", port);
+    const char *av[] = {"drift",
+                        "--golden",
+                        gurl,
+                        "--candidate",
+                        curl,
+                        "--no-store",
+                        "--json",
+                        json,
+                        "--bootstrap",
+                        "0",
+                        "--sequences",
+                        "1",
+                        "--max-context",
+                        "512",
+                        "--no-control",
+                        "--decode-seqs",
+                        "1",
+                        NULL};
+    struct buf err = BUF_INIT;
+    buf_init(out, 0);
+    *rc = proc_run(av, NULL, out, &err, 120);
+    fakesrv_stop(f);
+    free(sim);
+    json_error_t e;
+    *summary = json_load_file(json, 0, &e);
+    unlink(json);
+    buf_release(&err);
+}
+
+/* Every arm request refused for its length: INCONCLUSIVE for the cache
+ * path with the server's answer quoted once, exit 0, never PASS. */
+static void test_refused_arm_is_never_pass(void **state)
+{
+    (void)state;
+    json_t *j;
+    struct buf out;
+    int rc;
+    candidate_behind(chat_too_long, &j, &out, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(j);
+    json_t *c = json_object_get(j, "cache");
+    assert_false(json_is_true(json_object_get(c, "ran")));
+    assert_string_equal(str(c, "verdict"), "INCONCLUSIVE");
+    assert_non_null(strstr(str(c, "failed"), "HTTP 400"));
+    assert_non_null(strstr(str(c, "failed"), "maximum context length"));
+    assert_string_equal(str(j, "verdict"), "INCONCLUSIVE");
+    const char *t = buf_str(&out);
+    const char *first = strstr(t, "maximum context length");
+    assert_non_null(first);
+    assert_non_null(strstr(t, "verdict: INCONCLUSIVE"));
+    json_decref(j);
+    buf_release(&out);
+}
+
 static void test_candidate_without_chat(void **state)
 {
     (void)state;
@@ -420,10 +598,13 @@ static void test_candidate_without_chat(void **state)
     assert_int_equal(rc, 0);
     assert_non_null(j);
     json_t *c = json_object_get(j, "cache");
+    /* asked for and not measured: never part of a PASS */
     assert_false(json_is_true(json_object_get(c, "ran")));
-    assert_non_null(strstr(str(c, "note"), "not run"));
-    assert_non_null(strstr(str(c, "note"), "404"));
-    assert_string_equal(str(j, "verdict"), "PASS");
+    assert_string_equal(str(c, "attribution"), "could not run");
+    assert_non_null(strstr(str(c, "failed"), "404"));
+    assert_string_equal(str(c, "verdict"), "INCONCLUSIVE");
+    assert_string_equal(str(j, "verdict"), "INCONCLUSIVE");
+    assert_non_null(strstr(buf_str(&out), "could not run"));
     json_decref(j);
     buf_release(&out);
     buf_release(&err);
@@ -441,6 +622,9 @@ int main(void)
         T(test_flush_endpoints_present_or_absent),
         T(test_arm_options),
         T(test_candidate_without_chat),
+        T(test_refused_arm_is_never_pass),
+        T(test_warm_fault_on_the_threshold),
+        T(test_arm_fits_a_byte_level_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -368,8 +368,11 @@ static void test_harm_orders_five_candidates(void **state)
         assert_true(num(r.j, "harm", "flips_per_1k") >= 0);
         /* prefill positions and decode steps, each counted */
         double steps = num(r.j, "decode", "generated");
+        const json_t *ap =
+            json_object_get(json_object_get(r.j, "harm"), "arm_positions");
+        double warm = json_number_value(json_object_get(ap, "cache-warm"));
         assert_true(num(r.j, "harm", "positions") ==
-                    num(r.j, "total", "count") + steps);
+                    num(r.j, "total", "count") + steps + warm);
         assert_non_null(strstr(r.out.data, "harm: excess KL mean"));
         run_free(&r);
         assert_true(lo[i] <= h[i] && h[i] <= hi[i]);

@@ -101,12 +101,14 @@ static void test_decode_only(void **state)
     drift("splitk-decode", "splitk-decode", "512", 0);
 }
 
-/* mHC mixing in bf16: prefill noise that grows with the position (FAIL
- * on growth, prefill only). */
+/* mHC mixing in bf16: prefill noise that grows with the position, below
+ * WARN up to 1,024 positions: growth judged with its size says where it
+ * would cross WARN at its slope, within the context (INCONCLUSIVE, exit 0,
+ * never a growth FAIL at a level no threshold calls harmful). */
 static void test_prefill_growth(void **state)
 {
     (void)state;
-    drift("mhc-bf16", "mhc-bf16", "1024", 1);
+    drift("mhc-bf16", "mhc-bf16", "1024", 0);
 }
 
 int main(void)

@@ -69,7 +69,7 @@ static void test_harm_weights_both_paths_by_count(void **state)
     drift_result_init(&r);
     prefill(&r, cand);
     decode(&r, 5e-3);
-    drift_harm_compute(&r, 200, 1, &h);
+    drift_harm_compute(&r, NULL, 200, 1, &h);
     /* prefill excess 8e-4 over 510 positions, decode 4e-3 over 64 */
     double want = (510 * 8e-4 + 64 * 4e-3) / 574;
     assert_true(fabs(h.excess_kl_mean - want) < 1e-12);
@@ -91,7 +91,7 @@ static void test_harm_interval_and_order(void **state)
     for (int i = 0; i < 3; i++) {
         drift_result_init(&r);
         prefill(&r, cand[i]);
-        drift_harm_compute(&r, 200, 7, &h[i]);
+        drift_harm_compute(&r, NULL, 200, 7, &h[i]);
         drift_result_release(&r);
         /* sequences differ: the interval is the two sequences' spread */
         assert_true(h[i].lo < h[i].excess_kl_mean);
@@ -105,9 +105,43 @@ static void test_harm_interval_and_order(void **state)
     const double same[2] = {2e-4, 1e-4};
     drift_result_init(&r);
     prefill(&r, same);
-    drift_harm_compute(&r, 50, 1, &h[0]);
+    drift_harm_compute(&r, NULL, 50, 1, &h[0]);
     assert_true(h[0].excess_kl_mean == 0);
     assert_true(h[0].lo == 0);
+    drift_result_release(&r);
+}
+
+/* The cache arm's warm positions join harm as units of their own, over
+ * cold vs cold, and the arms counted are named. */
+static void test_harm_counts_the_warm_path(void **state)
+{
+    (void)state;
+    struct drift_result r;
+    struct drift_harm h;
+    const double cand[2] = {2e-4, 2e-4}; /* prefill: no excess */
+    /* 4 conversations of 32 warm positions at 5e-3, cold vs cold 0 */
+    double sums[4 * 4];
+    for (int i = 0; i < 4; i++) {
+        sums[i * 4] = 32 * 5e-3;
+        sums[i * 4 + 1] = 32;
+        sums[i * 4 + 2] = 0;
+        sums[i * 4 + 3] = 32;
+    }
+    struct drift_harm_warm w = {sums, 4, true, 0};
+    drift_result_init(&r);
+    prefill(&r, cand);
+    drift_harm_compute(&r, NULL, 100, 1, &h);
+    assert_true(h.excess_kl_mean == 0);
+    assert_int_equal(h.arm_positions[DRIFT_HARM_CACHE_WARM], 0);
+    drift_harm_compute(&r, &w, 100, 1, &h);
+    double want = 128 * 5e-3 / (510 + 128);
+    assert_true(fabs(h.excess_kl_mean - want) < 1e-12);
+    assert_int_equal(h.positions, 510 + 128);
+    assert_int_equal(h.arm_positions[DRIFT_HARM_PREFILL], 510);
+    assert_int_equal(h.arm_positions[DRIFT_HARM_CACHE_WARM], 128);
+    assert_true(h.lo > 0 && h.hi >= h.excess_kl_mean);
+    assert_string_equal(drift_harm_arm_name(DRIFT_HARM_CACHE_WARM),
+                        "cache-warm");
     drift_result_release(&r);
 }
 
@@ -116,6 +150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_harm_weights_both_paths_by_count),
         cmocka_unit_test(test_harm_interval_and_order),
+        cmocka_unit_test(test_harm_counts_the_warm_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,7 +34,8 @@ endif
 WERROR  ?= -Werror
 OPT     ?= -O2 -g
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-           -Wwrite-strings -Wformat=2 -Wvla -Wno-format-nonliteral -Wno-format-truncation
+           -Wwrite-strings -Wformat=2 -Wvla -Wconversion -Wno-sign-conversion \
+           -Wno-format-nonliteral -Wno-format-truncation
 CFLAGS  += -std=gnu17 $(OPT) $(WARN) $(WERROR) $(SANFLAGS) -MMD -MP -Isrc \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread

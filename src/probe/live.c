@@ -302,7 +302,7 @@ static void measure(struct probe_live_turn *tt, const struct probe_reply *rep)
     tt->ngram_share = audit_ngram_share(buf_str(&b), b.len);
     buf_release(&b);
     tt->reasoning_ratio =
-        (double)tt->reasoning / (tt->content ? tt->content : 1);
+        (double)tt->reasoning / (double)(tt->content ? tt->content : 1);
 }
 
 /* Plays turn t; 0, or -1 with res->error set (the session ends). */

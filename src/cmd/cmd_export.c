@@ -18,9 +18,11 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
+#include "core/buf.h"
 #include "core/xalloc.h"
 #include "store/export.h"
 #include "store/store.h"
+#include "wire/jdump.h"
 
 const char CMD_EXPORT_HELP[] =
     "usage: fidelity export --format har|jsonl|openai [--session KEY]\n"
@@ -68,7 +70,8 @@ struct run {
     struct pick *p;
     size_t n;
     size_t written;
-    int err; /* errno of a failed write */
+    struct buf b; /* the text of the value being written */
+    int err;      /* errno of a failed write */
 };
 
 static int by_id(const void *a, const void *b)
@@ -89,11 +92,15 @@ static void picks(struct run *r, const struct audit_set *set)
     qsort(r->p, r->n, sizeof(*r->p), by_id);
 }
 
-/* Writes v compactly (jansson keeps insertion order) and sep. */
+/* Writes v compactly, in insertion order (wire/jdump.c: json_dumps's
+ * bytes, faster), and sep. */
 static void put(struct run *r, json_t *v, const char *sep)
 {
-    if (json_dumpf(v, r->out, JSON_COMPACT | JSON_REAL_PRECISION(17)) ||
-        fputs(sep, r->out) == EOF)
+    buf_reset(&r->b);
+    if (jdump(&r->b, v, false))
+        r->err = EINVAL;
+    else if (fwrite(r->b.data, 1, r->b.len, r->out) != r->b.len ||
+             fputs(sep, r->out) == EOF)
         r->err = errno ? errno : EIO;
     json_decref(v);
 }
@@ -262,7 +269,7 @@ int cmd_export(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct recorded_args a;
-    struct run r = {0};
+    struct run r = {.b = BUF_INIT};
     const char *session = NULL, *format = NULL, *path = NULL;
     struct audit_set set;
     char *tmp;
@@ -293,5 +300,6 @@ int cmd_export(int argc, char **argv)
     if (!(rc = recorded_load("export", &a, session, &set)))
         rc = run_export(&r, &a, &set);
     audit_set_release(&set);
+    buf_release(&r.b);
     return finish(path, tmp, &r, rc);
 }

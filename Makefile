@@ -7,15 +7,20 @@ PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 # Debian packages: what the build needs, then every real part the tests
 # use (TLS upstreams served by openssl, man pages rendered by man-db and
-# groff, npm for the opencode CLI, chromium for the report's browser
-# tests). `make deps` installs them all.
+# groff, npm for the opencode CLI and the HAR validator, chromium for the
+# report's browser tests). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl man-db groff-base nodejs npm chromium slurm-wlm munge
+            openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
+            python3-torch libopenblas0-pthread
 # slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
+# python3-torch: the small real transformer the tests serve
+# (tests/model/serve.py, on the CPU); libopenblas0-pthread with it, as
+# without OpenBLAS Debian's torch runs on the reference BLAS, about 30
+# times slower (tests/model/README.md).
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
-NPM_DEPS := tests/e2e/opencode/install.sh
+NPM_DEPS := tests/e2e/opencode/install.sh tests/e2e/har/install.sh
 # What only the benchmarks in bench/ use, installed by `make bench-deps`:
 # the peers they measure against (nginx, mitmproxy), the load generator
 # (wrk), python3 for their helpers and matplotlib (the peer of
@@ -34,7 +39,8 @@ endif
 WERROR  ?= -Werror
 OPT     ?= -O2 -g
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-           -Wwrite-strings -Wformat=2 -Wvla -Wno-format-nonliteral -Wno-format-truncation
+           -Wwrite-strings -Wformat=2 -Wvla -Wconversion -Wno-sign-conversion \
+           -Wno-format-nonliteral -Wno-format-truncation
 CFLAGS  += -std=gnu17 $(OPT) $(WARN) $(WERROR) $(SANFLAGS) -MMD -MP -Isrc \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread

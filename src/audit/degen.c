@@ -65,7 +65,8 @@ double audit_ngram_share(const char *s, size_t len)
     size_t g = n - 3, rep = 0;
     uint64_t *h = xmalloc(g * sizeof(*h));
     for (size_t i = 0; i < g; i++)
-        h[i] = mix2(mix2(w[i], w[i + 1]), mix2(w[i + 2], w[i + 3]));
+        h[i] =
+            hash_mix2(hash_mix2(w[i], w[i + 1]), hash_mix2(w[i + 2], w[i + 3]));
     qsort(h, g, sizeof(*h), cmp_u64);
     for (size_t i = 1; i < g; i++)
         rep += h[i] == h[i - 1];

@@ -66,7 +66,7 @@ static bool hset_has(const struct hset *h, uint64_t k)
     if (!h->cap)
         return false;
     k = k ? k : 1;
-    size_t j = mix64(k) & (h->cap - 1);
+    size_t j = hash_mix64(k) & (h->cap - 1);
     while (h->v[j] && h->v[j] != k)
         j = (j + 1) & (h->cap - 1);
     return h->v[j] == k;
@@ -85,7 +85,7 @@ static void hset_add(struct hset *h, uint64_t k)
                 hset_add(h, old.v[i]);
         free(old.v);
     }
-    size_t j = mix64(k) & (h->cap - 1);
+    size_t j = hash_mix64(k) & (h->cap - 1);
     while (h->v[j] && h->v[j] != k)
         j = (j + 1) & (h->cap - 1);
     if (!h->v[j]) {

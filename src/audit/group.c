@@ -28,7 +28,7 @@ struct kmap {
 
 static size_t kmap_slot(const struct kmap *m, uint64_t k)
 {
-    size_t j = mix64(k) & (m->cap - 1);
+    size_t j = hash_mix64(k) & (m->cap - 1);
     while (m->key[j] && m->key[j] != k)
         j = (j + 1) & (m->cap - 1);
     return j;
@@ -94,7 +94,7 @@ static uint64_t text_key(char tag, const char *text, json_t *calls)
     {
         const char *id = json_string_value(json_object_get(tc, "id"));
         if (id)
-            h = mix2(h, hash64(id, strlen(id), 3));
+            h = hash_mix2(h, hash64(id, strlen(id), 3));
     }
     return h ? h : 1;
 }
@@ -131,7 +131,8 @@ static uint64_t memo_key(struct pmemo *mm, json_t *m)
         mm->k = xcalloc(mm->cap, sizeof(*mm->k));
         for (size_t i = 0; i < old.cap; i++)
             if (old.p[i]) {
-                size_t j = mix64((uint64_t)(uintptr_t)old.p[i]) & (mm->cap - 1);
+                size_t j =
+                    hash_mix64((uint64_t)(uintptr_t)old.p[i]) & (mm->cap - 1);
                 while (mm->p[j])
                     j = (j + 1) & (mm->cap - 1);
                 mm->p[j] = old.p[i];
@@ -140,7 +141,7 @@ static uint64_t memo_key(struct pmemo *mm, json_t *m)
         free(old.p);
         free(old.k);
     }
-    size_t j = mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
+    size_t j = hash_mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
     while (mm->p[j] && mm->p[j] != m)
         j = (j + 1) & (mm->cap - 1);
     if (!mm->p[j]) {

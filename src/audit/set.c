@@ -179,7 +179,7 @@ static void intern_grow(struct audit_set *set)
     set->ival = xcalloc(set->icap, sizeof(*set->ival));
     for (size_t i = 0; i < oc; i++)
         if (ok[i]) {
-            size_t j = mix64(ok[i]) & (set->icap - 1);
+            size_t j = hash_mix64(ok[i]) & (set->icap - 1);
             while (set->ikey[j])
                 j = (j + 1) & (set->icap - 1);
             set->ikey[j] = ok[i];
@@ -208,7 +208,7 @@ static json_t *intern(struct audit_set *set, json_t *v, uint64_t h)
     h = h ? h : 1;
     if (2 * (set->in + 1) > set->icap)
         intern_grow(set);
-    size_t j = mix64(h) & (set->icap - 1);
+    size_t j = hash_mix64(h) & (set->icap - 1);
     while (set->ikey[j] && set->ikey[j] != h)
         j = (j + 1) & (set->icap - 1);
     if (!set->ikey[j]) {

@@ -134,7 +134,8 @@ static void memo_grow(struct memo *mm)
     mm->role = xcalloc(mm->cap, sizeof(*mm->role));
     for (size_t i = 0; i < old.cap; i++)
         if (old.key[i]) {
-            size_t j = mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
+            size_t j =
+                hash_mix64((uint64_t)(uintptr_t)old.key[i]) & (mm->cap - 1);
             while (mm->key[j])
                 j = (j + 1) & (mm->cap - 1);
             mm->key[j] = old.key[i];
@@ -154,7 +155,7 @@ static uint64_t memo_hash(struct memo *mm, json_t *m, size_t *bytes,
 {
     if (2 * (mm->n + 1) > mm->cap)
         memo_grow(mm);
-    size_t j = mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
+    size_t j = hash_mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
     while (mm->key[j] && mm->key[j] != m)
         j = (j + 1) & (mm->cap - 1);
     if (!mm->key[j]) {
@@ -198,7 +199,7 @@ static struct alin **lmap_slot(struct lmap *m, json_t *k)
         for (size_t i = 0; i < old.cap; i++)
             if (old.key[i]) {
                 size_t j =
-                    mix64((uint64_t)(uintptr_t)old.key[i]) & (m->cap - 1);
+                    hash_mix64((uint64_t)(uintptr_t)old.key[i]) & (m->cap - 1);
                 while (m->key[j])
                     j = (j + 1) & (m->cap - 1);
                 m->key[j] = old.key[i];
@@ -207,7 +208,7 @@ static struct alin **lmap_slot(struct lmap *m, json_t *k)
         free(old.key);
         free(old.v);
     }
-    size_t j = mix64((uint64_t)(uintptr_t)k) & (m->cap - 1);
+    size_t j = hash_mix64((uint64_t)(uintptr_t)k) & (m->cap - 1);
     while (m->key[j] && m->key[j] != k)
         j = (j + 1) & (m->cap - 1);
     if (!m->key[j]) {
@@ -254,7 +255,7 @@ static void alin_fill(struct alin *l, size_t n, struct memo *mm)
     for (size_t k = l->n; k < n && k < l->cap; k++) {
         json_t *m = json_array_get(l->arr, k);
         l->h[k] = memo_hash(mm, m, &l->bytes[k], &l->role[k]);
-        l->chain[k] = mix2(k ? l->chain[k - 1] : CHAIN_SEED, l->h[k]);
+        l->chain[k] = hash_mix2(k ? l->chain[k - 1] : CHAIN_SEED, l->h[k]);
         l->cum_bytes[k + 1] = l->cum_bytes[k] + l->bytes[k];
         l->cum_users[k + 1] = l->cum_users[k] + (l->role[k] == AROLE_USER);
         l->cum_assistants[k + 1] =
@@ -376,7 +377,7 @@ static void pmap_put(struct pmap *m, uint64_t k, long idx)
     if (2 * (m->n + 1) > m->cap)
         pmap_grow(m);
     k = k ? k : 1;
-    size_t j = mix64(k) & (m->cap - 1);
+    size_t j = hash_mix64(k) & (m->cap - 1);
     while (m->key[j] && m->key[j] != k)
         j = (j + 1) & (m->cap - 1);
     if (!m->key[j])
@@ -390,7 +391,7 @@ static long pmap_get(const struct pmap *m, uint64_t k)
     if (!m->cap)
         return -1;
     k = k ? k : 1;
-    size_t j = mix64(k) & (m->cap - 1);
+    size_t j = hash_mix64(k) & (m->cap - 1);
     while (m->key[j] && m->key[j] != k)
         j = (j + 1) & (m->cap - 1);
     return m->key[j] ? m->idx[j] : -1;
@@ -404,7 +405,7 @@ static uint64_t kind_seed(const char *kind)
 /* The key of q's kind and first k messages (1 <= k <= nmsg). */
 static uint64_t prefix_key(const struct areq *q, size_t k)
 {
-    return mix2(kind_seed(q->kind), areq_key(q, k));
+    return hash_mix2(kind_seed(q->kind), areq_key(q, k));
 }
 
 /* How many earlier requests of the kind the fallback looks at when no

@@ -80,7 +80,7 @@ struct ctx {
     struct diag d;
 };
 
-static int free_port(void)
+int bisect_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET,
@@ -267,7 +267,7 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
     const struct bisect_config *c = x->c;
     int port = c->first_port             ? c->first_port + slot
                : x->l->ops->port_on_node ? -1
-                                         : free_port();
+                                         : bisect_free_port();
     char *cmd = bisect_set_command(c, s, port, slot);
     char *url = bisect_expand(c->ready_url, port, slot);
     char *log = path_of(x, name, ".server.log");

@@ -374,7 +374,7 @@ static int num_opt(struct ctx *x, int c, const char *v)
     case code:                                                                 \
         bad = cli_parse_long(v, lo, hi, &n);                                   \
         if (!bad)                                                              \
-            dst = n;                                                           \
+            dst = (__typeof__(dst))n; /* in [lo, hi], checked */               \
         break;
         LONGOPT(O_SEQS, 0, 100000, o->sequences)
         LONGOPT(O_MAXCTX, 2, 1L << 30, o->max_context)

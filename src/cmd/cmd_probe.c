@@ -533,10 +533,10 @@ static void progress(void *ud, size_t done, size_t passed, size_t total)
     if (!p->tty)
         return;
     double el = clock_now_s() - p->t0,
-           eta = done ? el / done * (total - done) : 0;
+           eta = done ? el / (double)done * (double)(total - done) : 0;
     fprintf(stderr, "\r%zu/%zu cases  pass %.0f%%  eta %ld:%02ld   ", done,
-            total, done ? 100.0 * passed / done : 0.0, (long)eta / 60,
-            (long)eta % 60);
+            total, done ? 100.0 * (double)passed / (double)done : 0.0,
+            (long)eta / 60, (long)eta % 60);
     fflush(stderr);
 }
 

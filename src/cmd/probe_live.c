@@ -86,7 +86,7 @@ static int report(const struct probe_live_cmd *o, FILE *out,
                 ok += x->turn[t].passed;
             }
     }
-    double rate = asked ? 100.0 * ok / asked : 0;
+    double rate = asked ? 100.0 * (double)ok / (double)asked : 0;
     fprintf(out,
             "\n%zu of %zu session%s finished (%zu from the store, %zu chat "
             "request%s sent), recall %.1f%%\n",

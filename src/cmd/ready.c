@@ -71,7 +71,7 @@ int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms)
 {
     char *url = xasprintf("%s/v1/models", base), *show = url_mask(url);
-    struct waiter w = {.url = show, .limit_s = timeout_ms / 1000.0};
+    struct waiter w = {.url = show, .limit_s = (double)timeout_ms / 1000.0};
     struct http_req req = {.url = url,
                            .headers = headers,
                            .timeout_ms = timeout_ms,

@@ -59,7 +59,7 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     int rc = recorded_replay(cmd, a->db, a->spill);
     if (rc)
         return rc;
-    rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    rc = audit_load_paths(a->db, a->spill, NULL, set, &d);
     /* rows that could not be decoded were skipped; the rest is read */
     for (size_t i = 0; i < set->nbad; i++)
         fprintf(stderr,
@@ -72,10 +72,12 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);
-    if (session && !set->n)
-        return cli_usage_error(cmd,
-                               "no session '%s' in '%s'; see "
-                               "'fidelity sessions --db %s'",
-                               session, a->db, a->db);
+    if (session && (rc = audit_set_pick(set, session, &d)))
+        return cli_error(cmd, EXIT_USAGE,
+                         rc == -ENOENT
+                             ? "%s in '%s'; see 'fidelity sessions --db %s'"
+                             : "%s; give more of the id (see 'fidelity "
+                               "sessions --db %s%.0s')",
+                         d.msg, a->db, a->db);
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * hash: content addressing and deterministic mixing. hash64() is XXH3-64
- * from libxxhash (stable across processes and machines); mix64() is the
+ * from libxxhash (stable across processes and machines); hash_mix64() is the
  * splitmix64 finalizer for combining small integers without a buffer.
  */
 #ifndef CORE_HASH_H
@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 uint64_t hash64(const void *data, size_t len, uint64_t seed);
-uint64_t mix64(uint64_t x);
-static inline uint64_t mix2(uint64_t a, uint64_t b)
+uint64_t hash_mix64(uint64_t x);
+static inline uint64_t hash_mix2(uint64_t a, uint64_t b)
 {
-    return mix64(a ^ (mix64(b) + 0x9e3779b97f4a7c15ULL));
+    return hash_mix64(a ^ (hash_mix64(b) + 0x9e3779b97f4a7c15ULL));
 }
 /* Writes 16 lowercase hex digits and a NUL into out[17]. */
 void hash_hex(uint64_t h, char out[17]);

@@ -13,7 +13,7 @@ static inline uint64_t rotl(uint64_t x, int k)
 void rng_seed(struct rng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++) {
-        seed = mix64(seed + (uint64_t)i);
+        seed = hash_mix64(seed + (uint64_t)i);
         r->s[i] = seed ? seed : 1;
     }
 }

@@ -59,11 +59,11 @@ double stats_quantile_sort(double *v, size_t n, double q)
     if (n == 0)
         return NAN;
     qsort(v, n, sizeof(*v), cmp_double);
-    double h = (n - 1) * q;
+    double h = (double)(n - 1) * q;
     size_t i = (size_t)floor(h);
     if (i + 1 >= n)
         return v[n - 1];
-    return v[i] + (h - i) * (v[i + 1] - v[i]);
+    return v[i] + (h - (double)i) * (v[i + 1] - v[i]);
 }
 
 double stats_slope(const double *x, const double *y, size_t n)
@@ -75,10 +75,11 @@ double stats_slope(const double *x, const double *y, size_t n)
         sxx += x[i] * x[i];
         sxy += x[i] * y[i];
     }
-    double den = n * sxx - sx * sx;
+    double dn = (double)n;
+    double den = dn * sxx - sx * sx;
     if (n < 2 || fabs(den) < 1e-300)
         return NAN;
-    return (n * sxy - sx * sy) / den;
+    return (dn * sxy - sx * sy) / den;
 }
 
 void stats_run_init(struct stats_run *r)
@@ -95,7 +96,7 @@ void stats_run_add(struct stats_run *r, double x)
 {
     r->n++;
     double d = x - r->mean;
-    r->mean += d / r->n;
+    r->mean += d / (double)r->n;
     r->m2 += d * (x - r->mean);
     if (x < r->min)
         r->min = x;
@@ -105,5 +106,5 @@ void stats_run_add(struct stats_run *r, double x)
 
 double stats_run_var(const struct stats_run *r)
 {
-    return r->n > 1 ? r->m2 / (r->n - 1) : 0.0;
+    return r->n > 1 ? r->m2 / (double)(r->n - 1) : 0.0;
 }

@@ -302,7 +302,8 @@ void drift_bucket_excess(const struct drift_bsum *cand,
                          struct drift_bsum *out)
 {
     double w = has_self ? 0.5 : 1;
-#define BASE(f) (w * nz(ctrl->f) + (has_self ? 0.5 * nz(self->f) : 0))
+#define BASE(f)                                                                \
+    (w * nz((double)ctrl->f) + (has_self ? 0.5 * nz((double)self->f) : 0))
     *out = *cand;
     if (cand->n == 0)
         return;

@@ -278,8 +278,8 @@ static int evict(struct drift_side *s, struct drift_cache_result *r,
         len = (size_t)capacity;
     for (unsigned i = 0; sent < target; i++) {
         json_t *conv = drift_corpus_conversation(
-            mix2(o->nonce, 0x65766963ULL + i), i, len * 9 / 2 + 64);
-        json_t *m = marked(conv, mix2(o->nonce, i + 1));
+            hash_mix2(o->nonce, 0x65766963ULL + i), i, len * 9 / 2 + 64);
+        json_t *m = marked(conv, hash_mix2(o->nonce, i + 1));
         uint32_t *ids = NULL;
         size_t n = 0;
         struct drift_lp lp;
@@ -648,7 +648,7 @@ static int conversation(struct drift_side *c, const struct drift_corpus *corpus,
     double keep = 1;
     for (int tries = 0; tries < 10 && !ret && !*out; tries++, keep *= 0.6) {
         json_t *cut = shortened(base, keep);
-        json_t *conv = marked(cut, mix2(o->nonce, 0x636f6e76ULL + i));
+        json_t *conv = marked(cut, hash_mix2(o->nonce, 0x636f6e76ULL + i));
         json_decref(cut);
         ret = fit_turns(c, conv, gen, o, turns, d);
         if (!ret && *turns >= 2)
@@ -741,9 +741,9 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
     /* with a flush the content need only be new to this run (the same
      * seed gives the same report); without one, to the server's life */
     if (!o.nonce)
-        o.nonce = r->flush ? mix2(o.seed, 0x6e6f6e6365ULL)
-                           : mix2(mix2(o.seed, (uint64_t)time(NULL)),
-                                  (uint64_t)getpid());
+        o.nonce = r->flush ? hash_mix2(o.seed, 0x6e6f6e6365ULL)
+                           : hash_mix2(hash_mix2(o.seed, (uint64_t)time(NULL)),
+                                       (uint64_t)getpid());
     r->ran = true;
     r->has_self = o.self && r->flush;
     r->generated_in_history = r->flush != NULL;

@@ -38,12 +38,12 @@ static uint64_t prompt_hash(const struct drift_lp *lp)
     uint64_t h = 0;
     for (uint32_t i = 0; i < lp->n; i++) {
         const struct drift_pos *p = &lp->pos[i];
-        h = mix2(h, lp->valid[i]);
+        h = hash_mix2(h, lp->valid[i]);
         if (!lp->valid[i])
             continue;
-        h = mix2(h, hash64(&p->forced_lp, sizeof(double), p->forced));
+        h = hash_mix2(h, hash64(&p->forced_lp, sizeof(double), p->forced));
         if (p->n_known)
-            h = mix2(h, hash64(p->top, p->n_known * sizeof(*p->top), 0));
+            h = hash_mix2(h, hash64(p->top, p->n_known * sizeof(*p->top), 0));
     }
     return h;
 }

@@ -287,7 +287,7 @@ static void vllm_dict(struct drift_lp *lp, uint32_t i, const json_t *dict,
         drift_lp_pool_add(lp, id, x);
     }
     drift_lp_pos_close(lp, i, top_k);
-    lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+    lp->valid[i] = (uint8_t)!isnan(lp->pos[i].forced_lp);
 }
 
 static int parse_vllm(const json_t *resp, const struct drift_req *r,
@@ -355,7 +355,7 @@ static int echo_block(const json_t *lpo, size_t from, uint32_t n,
             json_object_foreach((json_t *)d, k, v)
                 drift_lp_pool_add(lp, drift_key_text(k, strlen(k)), num(v));
         drift_lp_pos_close(lp, i, top_k);
-        lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+        lp->valid[i] = (uint8_t)!isnan(lp->pos[i].forced_lp);
     }
     return 0;
 }
@@ -414,7 +414,7 @@ static void sglang_pos(struct drift_lp *lp, uint32_t i, const json_t *tok,
         sglang_list(lp, extra); /* lookups only, after the top */
         lp->pos[i].n_known += (uint32_t)(lp->pool_len - before);
     }
-    lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+    lp->valid[i] = (uint8_t)!isnan(lp->pos[i].forced_lp);
 }
 
 static const json_t *meta(const json_t *resp, struct diag *dg)
@@ -599,7 +599,7 @@ static int decode_tgi(const json_t *resp, struct drift_lp *lp, struct diag *dg)
                 drift_lp_pool_add(lp, xid, num(json_object_get(x, "logprob")));
         }
         drift_lp_pos_close(lp, i, DRIFT_TOPK_MAX);
-        lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+        lp->valid[i] = (uint8_t)!isnan(lp->pos[i].forced_lp);
     }
     return 0;
 }

@@ -1042,7 +1042,7 @@ static __attribute__((noinline)) int vllm_pos_fast(struct sc *s,
         lp->pos[i].n_known = (uint32_t)n;
     }
     lp->pos[i].forced_lp = fx;
-    lp->valid[i] = !isnan(fx);
+    lp->valid[i] = (uint8_t)!isnan(fx);
     s->p = p + 1;
     return 1;
 }
@@ -1145,7 +1145,7 @@ static int vllm_obj(struct sc *s, struct drift_lp *lp, uint32_t i,
     }
     if (drift_lp_pos_close(lp, i, top_k))
         return -2; /* duplicate keys: jansson keeps the last one */
-    lp->valid[i] = !isnan(lp->pos[i].forced_lp);
+    lp->valid[i] = (uint8_t)!isnan(lp->pos[i].forced_lp);
     return 0;
 }
 
@@ -1409,7 +1409,7 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
         }
         if (lp->valid[k] == 2 && is_list &&
             (lp->off[k] = lp->pool_len, sglang_pos_fast(&t, lp, k, r->top_k))) {
-            lp->valid[k] = !isnan(lp->pos[k].forced_lp);
+            lp->valid[k] = (uint8_t)!isnan(lp->pos[k].forced_lp);
         } else if (lp->valid[k] == 2) {
             lp->off[k] = lp->pool_len;
             if (is_list) {
@@ -1443,7 +1443,7 @@ static int fast_sglang(const char *text, size_t len, const struct drift_req *r,
                 return -2;
             }
             drift_lp_pos_close(lp, k, r->top_k);
-            lp->valid[k] = !isnan(lp->pos[k].forced_lp);
+            lp->valid[k] = (uint8_t)!isnan(lp->pos[k].forced_lp);
         } else if (have && value(&t)) {
             return -2;
         }

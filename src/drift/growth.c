@@ -120,8 +120,8 @@ static void interval(double *v, size_t n, double out[2])
     if (k < 2)
         return;
     qsort(v, k, sizeof(double), cmp_double);
-    out[0] = v[(size_t)floor(0.025 * (k - 1))];
-    out[1] = v[(size_t)ceil(0.975 * (k - 1))];
+    out[0] = v[(size_t)floor(0.025 * (double)(k - 1))];
+    out[1] = v[(size_t)ceil(0.975 * (double)(k - 1))];
 }
 
 /* Per-bucket intervals from the replicates' values vals[rep][b][3]. */

@@ -126,7 +126,7 @@ static unsigned turn_of(const struct layout *l, double pos)
 
 static uint64_t canary_val(uint64_t seed, int role, unsigned t)
 {
-    return 100000 + mix2(seed, (uint64_t)role * 1000 + t) % 900000;
+    return 100000 + hash_mix2(seed, (uint64_t)role * 1000 + t) % 900000;
 }
 
 static const char *canary_ent(int role, unsigned t, char *out, size_t n)
@@ -372,8 +372,9 @@ static const char *turn_filler(struct probe_case *c, unsigned t, size_t budget)
     struct buf *f = &c->cache[t];
     if (f->len < budget) {
         buf_reset(f);
-        probe_filler(f, (enum probe_filler)(mix2(s, 77 + t) % FILLER_NSOURCES),
-                     mix2(s, 1000 + t), budget + budget / 16);
+        probe_filler(
+            f, (enum probe_filler)(hash_mix2(s, 77 + t) % FILLER_NSOURCES),
+            hash_mix2(s, 1000 + t), budget + budget / 16);
     }
     return buf_str(f);
 }
@@ -394,7 +395,7 @@ static void user_turn(struct probe_case *c, const struct layout *l, unsigned t,
     if (l->first)
         buf_adds(b, followups[(t - 1) % N(followups)]);
     else
-        buf_adds(b, intros[mix2(s, t) % N(intros)]);
+        buf_adds(b, intros[hash_mix2(s, t) % N(intros)]);
     if (l->canary)
         buf_printf(b, " The canary for %s is %llu.",
                    canary_ent(PROBE_CV_USER, t, ent, sizeof(ent)),
@@ -475,7 +476,7 @@ static void assistant_turn(struct probe_case *c, const struct layout *l,
         buf_printf(&reason, "The canary for %s is %llu.",
                    canary_ent(PROBE_CV_REASONING, t, ent, sizeof(ent)),
                    (unsigned long long)canary_val(s, PROBE_CV_REASONING, t));
-    buf_adds(b, acks[mix2(s, 500 + t) % N(acks)]);
+    buf_adds(b, acks[hash_mix2(s, 500 + t) % N(acks)]);
     if (l->canary)
         buf_printf(b, " The canary for %s is %llu.",
                    canary_ent(PROBE_CV_ASSISTANT, t, ent, sizeof(ent)),

@@ -147,11 +147,11 @@ static void push(struct grid *g, enum probe_kind k, unsigned len, int depth,
             s->variant = variant;
             s->temperature = temps[ti];
             s->rep = rep;
-            uint64_t h = mix2(o->seed, (uint64_t)k);
-            h = mix2(h, len);
-            h = mix2(h, (uint64_t)(depth + 1));
-            h = mix2(h, (uint64_t)variant);
-            s->seed = mix2(h, rep);
+            uint64_t h = hash_mix2(o->seed, (uint64_t)k);
+            h = hash_mix2(h, len);
+            h = hash_mix2(h, (uint64_t)(depth + 1));
+            h = hash_mix2(h, (uint64_t)variant);
+            s->seed = hash_mix2(h, rep);
         }
     }
 }

@@ -116,7 +116,7 @@ struct script {
 static void script_init(struct script *s, uint64_t run_seed, unsigned k)
 {
     struct rng r;
-    s->seed = mix2(run_seed ^ 0x6c697665ULL, k);
+    s->seed = hash_mix2(run_seed ^ 0x6c697665ULL, k);
     rng_seed(&r, s->seed);
     size_t a0 = rng_below(&r, N(attrs));
     for (int f = 0; f < PROBE_LIVE_FACTS; f++) {
@@ -145,7 +145,7 @@ static void paste(struct buf *b, uint64_t seed, unsigned t, size_t bytes,
     if (!bytes)
         return;
     buf_adds(b, "\n\n```\n");
-    probe_filler(b, src, mix2(seed, t), bytes);
+    probe_filler(b, src, hash_mix2(seed, t), bytes);
     buf_adds(b, "\n```");
 }
 
@@ -155,7 +155,7 @@ static char *user_text(const struct probe_live_plan *p, const struct script *s,
 {
     struct buf b = BUF_INIT;
     int f = asked_at(p, t);
-    uint64_t h = mix2(s->seed, t);
+    uint64_t h = hash_mix2(s->seed, t);
     if (f >= 0) {
         buf_printf(&b, "What is the %s for %s?", s->attr[f], s->ent[f]);
     } else if (t == 1) {
@@ -302,7 +302,7 @@ static void measure(struct probe_live_turn *tt, const struct probe_reply *rep)
     tt->ngram_share = audit_ngram_share(buf_str(&b), b.len);
     buf_release(&b);
     tt->reasoning_ratio =
-        (double)tt->reasoning / (tt->content ? tt->content : 1);
+        (double)tt->reasoning / (double)(tt->content ? tt->content : 1);
 }
 
 /* Plays turn t; 0, or -1 with res->error set (the session ends). */
@@ -319,7 +319,7 @@ static int play_turn(struct session *ss, unsigned t,
     free(text);
     for (unsigned round = 0; round <= TOOL_ROUNDS; round++) {
         struct probe_reply rep;
-        ss->pc.spec.seed = mix2(ss->s.seed, t * 8 + round);
+        ss->pc.spec.seed = hash_mix2(ss->s.seed, t * 8 + round);
         int r = probe_chat(ss->e, ss->c, &ss->pc, ss->p->max_tokens, &rep,
                            ss->stop);
         ss->sent += rep.attempts;
@@ -352,7 +352,7 @@ static int play_turn(struct session *ss, unsigned t,
             const char *id = json_string_value(json_object_get(call, "id"));
             json_array_append_new(
                 ss->pc.messages,
-                tool_result(mix2(ss->s.seed, t * 8 + i), id ? id : ""));
+                tool_result(hash_mix2(ss->s.seed, t * 8 + i), id ? id : ""));
             tt->tool_calls++;
         }
         probe_reply_release(&rep);
@@ -390,7 +390,7 @@ json_t *probe_live_first_request(const struct probe_live_plan *p,
     json_array_append_new(ss.pc.messages, json_pack("{s:s,s:s}", "role", "user",
                                                     "content", text));
     free(text);
-    ss.pc.spec.seed = mix2(ss.s.seed, 8);
+    ss.pc.spec.seed = hash_mix2(ss.s.seed, 8);
     json_t *b = probe_chat_body(e, &ss.pc, p->max_tokens);
     probe_case_release(&ss.pc);
     return b;

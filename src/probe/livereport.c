@@ -54,8 +54,8 @@ long probe_live_first_break(const struct probe_live_run *r)
         probe_live_cell_summary(r, c, &s);
         if (!s.broken)
             continue;
-        double rate = s.asked ? (double)s.passed / s.asked : 0;
-        double brate = b.asked ? (double)b.passed / b.asked : 0;
+        double rate = s.asked ? (double)s.passed / (double)s.asked : 0;
+        double brate = b.asked ? (double)b.passed / (double)b.asked : 0;
         if (best < 0 || s.break_median < b.break_median ||
             (s.break_median == b.break_median &&
              (s.break_lo < b.break_lo ||
@@ -132,7 +132,7 @@ static json_t *by_turn(const struct probe_live_run *r, size_t c)
             json_object_set_new(j, "recall",
                                 json_pack("{s:i,s:i,s:f}", "asked", (int)asked,
                                           "recalled", (int)passed, "rate",
-                                          (double)passed / asked));
+                                          (double)passed / (double)asked));
         json_array_append_new(arr, j);
     }
     free(rs);
@@ -233,7 +233,7 @@ void probe_live_report_text(const struct probe_live_run *r, FILE *out)
         if (s.broken && s.break_hi <= p->turns)
             snprintf(rng, sizeof(rng), "%.0f-%.0f", s.break_lo, s.break_hi);
         fprintf(out, "  %-52s %7s %11s %7.0f%% ", name, brk, rng,
-                s.asked ? 100.0 * s.passed / s.asked : 0.0);
+                s.asked ? 100.0 * (double)s.passed / (double)s.asked : 0.0);
         for (size_t i = 0; i < p->n_ask; i++) {
             unsigned t = p->ask[i], a = 0, ok = 0;
             for (unsigned k = 0; k < p->seeds; k++) {

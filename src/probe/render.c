@@ -40,7 +40,7 @@ unsigned probe_effective_nolima(const unsigned *lengths, const double *rate,
     size_t k = n < 3 ? n : 3;
     double b = 0;
     for (size_t i = 0; i < k; i++)
-        b += rate[i] / k;
+        b += rate[i] / (double)k;
     if (base)
         *base = b;
     /* A kind that fails at its shortest lengths has no base score to keep
@@ -70,7 +70,7 @@ double probe_pass_rate(const struct probe_result *res, size_t n)
             done++;
             pass += res[i].outcome == PROBE_PASS;
         }
-    return done ? (double)pass / done : 0;
+    return done ? (double)pass / (double)done : 0;
 }
 
 /* ---- aggregation ---- */

@@ -299,8 +299,8 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
                         "context is too small for two samples");
     double mx = 0, my = 0, sxx = 0, sxy = 0;
     for (size_t i = 0; i < n; i++) {
-        mx += x[i] / n;
-        my += y[i] / n;
+        mx += x[i] / (double)n;
+        my += y[i] / (double)n;
     }
     for (size_t i = 0; i < n; i++) {
         sxx += (x[i] - mx) * (x[i] - mx);

@@ -149,8 +149,11 @@ static void cell_table(struct buf *b, const json_t *doc)
         }
         buf_printf(b, "</td><td class=\"n\">%lld/%lld (",
                    html_jint(c, "recalled", 0), asked);
-        html_fmt_fixed(
-            b, asked ? 100.0 * html_jint(c, "recalled", 0) / asked : NAN, 0);
+        html_fmt_fixed(b,
+                       asked ? 100.0 * (double)html_jint(c, "recalled", 0) /
+                                   (double)asked
+                             : NAN,
+                       0);
         buf_adds(b, "%)</td></tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");

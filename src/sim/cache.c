@@ -80,7 +80,7 @@ static struct sim_cache *get(struct sim *s)
 
 static size_t home_of(const struct sim_cache *c, uint64_t k)
 {
-    return (size_t)mix64(k) & (c->icap - 1);
+    return (size_t)hash_mix64(k) & (c->icap - 1);
 }
 
 /* The index position holding k, or the empty one where it would go. */
@@ -175,9 +175,9 @@ static void add(struct sim_cache *c, uint64_t k)
 static uint64_t block_key(uint64_t prev, const int32_t *toks, size_t from,
                           size_t len)
 {
-    uint64_t h = mix2(prev, 0x626c6f636bULL);
+    uint64_t h = hash_mix2(prev, 0x626c6f636bULL);
     for (size_t i = 0; i < len; i++)
-        h = mix2(h, (uint64_t)(uint32_t)toks[from + i]);
+        h = hash_mix2(h, (uint64_t)(uint32_t)toks[from + i]);
     return h | 1;
 }
 

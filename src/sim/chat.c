@@ -93,7 +93,7 @@ static int variant(const struct sim *s, const struct chat *c)
         return 0;
     uint64_t h =
         json_object_get(c->body, "seed") ? (uint64_t)c->seed : s->counter;
-    return 1 + (int)(mix64(h ^ 0x76617269ULL) % 2);
+    return 1 + (int)(hash_mix64(h ^ 0x76617269ULL) % 2);
 }
 
 /* Reasoning then content tokens, cut by collapse and max_tokens. */

@@ -59,7 +59,7 @@ size_t feedback_length(const struct sim_config *c, json_t *body,
 {
     if (c->feedback_base <= 0)
         return 0;
-    double u = 2 * hash_unit(mix2(seed, 0x66656564ULL)) - 1;
+    double u = 2 * hash_unit(hash_mix2(seed, 0x66656564ULL)) - 1;
     double l =
         ((double)c->feedback_base + c->feedback_growth * (double)in_context) *
         effort(body) / (0.5 + temperature) * (1 + c->feedback_jitter * u);
@@ -84,7 +84,7 @@ void feedback_reasoning(size_t tokens, uint64_t seed, struct buf *out)
     struct tok_vec t;
     tok_vec_init(&t);
     for (size_t i = 0; text.len < tokens * 6 + 64; i++) {
-        const char *s = steps[mix2(seed, i) % 6];
+        const char *s = steps[hash_mix2(seed, i) % 6];
         if (text.len)
             buf_addch(&text, ' ');
         buf_adds(&text, s);

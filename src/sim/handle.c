@@ -309,20 +309,20 @@ struct model_noise sim_noise(const struct sim *s, const struct sim_req *rq,
         .from = (size_t)c->noise_from,
         .saturate = (size_t)c->noise_saturate,
         .scale = c->logit_scale,
-        .seed = mix2((uint64_t)c->seed, decode ? 2 : 1),
+        .seed = hash_mix2((uint64_t)c->seed, decode ? 2 : 1),
     };
     if (c->nondeterminism > 0) {
         nz.jitter = c->nondeterminism;
-        nz.jitter_seed = mix2(s->counter, 3);
+        nz.jitter_seed = hash_mix2(s->counter, 3);
     } else if (c->batch_variance > 0 && rq->batch > 1) {
         nz.jitter = c->batch_variance;
-        nz.jitter_seed = mix2(rq->batch, 4);
+        nz.jitter_seed = hash_mix2(rq->batch, 4);
     }
     nz.warm_sigma = c->warm_noise;
     nz.warm_n = s->use.cached;
     nz.recomp_sigma = c->recompute_noise;
     nz.recomp_n = s->use.recomputed ? s->use.cached + s->use.recomputed : 0;
-    nz.cache_seed = mix2((uint64_t)c->seed, decode ? 6 : 5);
+    nz.cache_seed = hash_mix2((uint64_t)c->seed, decode ? 6 : 5);
     return nz;
 }
 
@@ -353,7 +353,7 @@ int sim_fit_context(struct sim *s, struct tok_vec *toks, long max_new,
 void sim_id(const struct sim *s, const char *prefix, char out[48])
 {
     char hex[17];
-    hash_hex(mix64(s->counter ^ 0x6964ULL), hex);
+    hash_hex(hash_mix64(s->counter ^ 0x6964ULL), hex);
     snprintf(out, 48, "%s-%s", prefix, hex);
 }
 
@@ -535,7 +535,8 @@ bool sim_is_model_path(const char *path)
 static bool inject(struct sim *s, struct sim_resp *r)
 {
     const struct sim_config *c = &s->cfg;
-    double u = hash_unit(mix2((uint64_t)c->seed ^ 0x72617465ULL, s->counter));
+    double u =
+        hash_unit(hash_mix2((uint64_t)c->seed ^ 0x72617465ULL, s->counter));
     int status = u < c->rate_429                               ? 429
                  : u < c->rate_429 + c->rate_500               ? 500
                  : u < c->rate_429 + c->rate_500 + c->rate_503 ? 503

@@ -42,7 +42,7 @@ static uint64_t bigram(const int32_t *toks, size_t i)
 
 static struct model_slot *slot(struct model *m, uint64_t key)
 {
-    size_t i = mix64(key) & (m->cap - 1);
+    size_t i = hash_mix64(key) & (m->cap - 1);
     while (m->tab[i].key && m->tab[i].key != key)
         i = (i + 1) & (m->cap - 1);
     return &m->tab[i];
@@ -84,7 +84,7 @@ static int by_logit_desc(const void *a, const void *b)
 /* The prefix-cache faults' noise at position t for candidate id. */
 static double cache_noise(const struct model_noise *nz, size_t t, uint64_t id)
 {
-    double v = 0, u = hash_normal(mix2(nz->cache_seed, mix2(t, id)));
+    double v = 0, u = hash_normal(hash_mix2(nz->cache_seed, hash_mix2(t, id)));
     if (nz->warm_sigma > 0 && nz->warm_n > 0 && t >= nz->warm_n)
         v += nz->warm_sigma * (double)nz->warm_n / (double)t * u;
     if (nz->recomp_sigma > 0 && nz->recomp_n > 0 && t >= nz->recomp_n)
@@ -95,18 +95,18 @@ static double cache_noise(const struct model_noise *nz, size_t t, uint64_t id)
 void model_dist(struct model *m, const int32_t *toks, size_t t,
                 const struct model_noise *nz, struct dist *out)
 {
-    uint64_t key = bigram(toks, t), h = mix64(key);
+    uint64_t key = bigram(toks, t), h = hash_mix64(key);
     double lg[MODEL_CAND][2]; /* logit, id */
     int n = 0;
 
     insert_upto(m, toks, t);
     for (int k = 0; k < 24; k++) {
-        int32_t id = (int32_t)(TOK_WORD0 + mix2(h, (uint64_t)k) %
+        int32_t id = (int32_t)(TOK_WORD0 + hash_mix2(h, (uint64_t)k) %
                                                (2 * (uint64_t)TOK_WORD_N));
         for (int j = 0; j < n; j++)
             if ((int32_t)lg[j][1] == id)
                 id = id + 1 < TOK_VOCAB ? id + 1 : TOK_WORD0;
-        lg[n][0] = 4.0 - 0.3 * k + 0.5 * hash_unit(mix2(h, 1000u + k));
+        lg[n][0] = 4.0 - 0.3 * k + 0.5 * hash_unit(hash_mix2(h, 1000u + k));
         lg[n++][1] = id;
     }
     struct model_slot *s = slot(m, key);
@@ -130,18 +130,20 @@ void model_dist(struct model *m, const int32_t *toks, size_t t,
     for (int j = 0; j < n; j++) {
         lg[j][0] *= scale;
         if (sigma > 0)
-            lg[j][0] += sigma * hash_normal(mix2(nz->seed,
-                                                 mix2(t, (uint64_t)lg[j][1])));
+            lg[j][0] +=
+                sigma * hash_normal(hash_mix2(
+                            nz->seed, hash_mix2(t, (uint64_t)lg[j][1])));
         if (jitter > 0)
-            lg[j][0] += jitter * hash_normal(mix2(nz->jitter_seed,
-                                                  mix2(t, (uint64_t)lg[j][1])));
+            lg[j][0] += jitter *
+                        hash_normal(hash_mix2(
+                            nz->jitter_seed, hash_mix2(t, (uint64_t)lg[j][1])));
         if (nz)
             lg[j][0] += cache_noise(nz, t, (uint64_t)lg[j][1]);
         mx = lg[j][0] > mx ? lg[j][0] : mx;
     }
     for (int j = 0; j < n; j++)
         z += exp(lg[j][0] - mx);
-    double tail = 0.02 + 0.03 * hash_unit(mix64(h ^ 0x7461696cULL));
+    double tail = 0.02 + 0.03 * hash_unit(hash_mix64(h ^ 0x7461696cULL));
     qsort(lg, (size_t)n, sizeof(lg[0]), by_logit_desc);
     out->n = n;
     for (int j = 0; j < n; j++) {

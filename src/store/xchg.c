@@ -829,7 +829,7 @@ static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
 
 static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
 {
-    size_t i = mix64(h) & (cap - 1);
+    size_t i = hash_mix64(h) & (cap - 1);
     while (t[i].h && t[i].h != h)
         i = (i + 1) & (cap - 1);
     return &t[i];

@@ -27,19 +27,17 @@
 
 #define GOLDEN "tests/bisect/golden/"
 
-struct route {
-    const char *path, *file;
-};
-
 /* The endpoints each server answers, with the fixture it answers. */
-static const struct route sglang[] = {
+static const struct fakesrv_route sglang[] = {
     {"/get_server_info", "sglang-get_server_info.json"}, {NULL, NULL}};
-static const struct route vllm[] = {{"/version", "vllm-version.json"},
-                                    {"/v1/models", "vllm-v1-models.json"},
-                                    {NULL, NULL}};
-static const struct route tgi[] = {{"/info", "tgi-info.json"}, {NULL, NULL}};
-static const struct route llamacpp[] = {{"/props", "llamacpp-props.json"},
-                                        {NULL, NULL}};
+static const struct fakesrv_route vllm[] = {
+    {"/version", "vllm-version.json"},
+    {"/v1/models", "vllm-v1-models.json"},
+    {NULL, NULL}};
+static const struct fakesrv_route tgi[] = {{"/info", "tgi-info.json"},
+                                           {NULL, NULL}};
+static const struct fakesrv_route llamacpp[] = {
+    {"/props", "llamacpp-props.json"}, {NULL, NULL}};
 
 #define NFAKE 4
 static struct fakesrv *fake[NFAKE];
@@ -61,38 +59,11 @@ static int teardown(void **state)
     return 0;
 }
 
-static void serve(void *ud, const char *method, const char *path,
-                  const char *body, size_t len, long *status,
-                  const char **ctype, struct buf *out)
-{
-    (void)method;
-    (void)body;
-    (void)len;
-    const struct route *r = ud;
-    *ctype = "application/json";
-    for (; r->path; r++)
-        if (!strcmp(path, r->path)) {
-            char p[256];
-            snprintf(p, sizeof(p), "tests/fixtures/inspect/%s", r->file);
-            FILE *f = fopen(p, "r");
-            char chunk[4096];
-            size_t n;
-            while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                buf_add(out, chunk, n);
-            if (f)
-                fclose(f);
-            *status = f ? 200 : 500;
-            return;
-        }
-    *status = 404;
-    buf_adds(out, "{\"detail\":\"Not Found\"}");
-}
-
 /* Starts fake server i answering routes; returns its URL. */
-static char *fake_start(int i, const struct route *routes)
+static char *fake_start(int i, const struct fakesrv_route *routes)
 {
     int port;
-    fake[i] = fakesrv_start(serve, (void *)routes, &port);
+    fake[i] = fakesrv_start(fakesrv_files, (void *)routes, &port);
     assert_non_null(fake[i]);
     return xasprintf("http://127.0.0.1:%d", port);
 }
@@ -110,7 +81,7 @@ static char *sim(int i, const char *preset)
 }
 
 /* `inspect URL` (text) of one fixture server into NAME.txt. */
-static void one(const char *name, const struct route *routes)
+static void one(const char *name, const struct fakesrv_route *routes)
 {
     char *u = fake_start(0, routes), *txt = xasprintf(GOLDEN "%s.txt", name);
     const char *av[] = {"inspect", u, NULL};

@@ -22,42 +22,11 @@
 #include "util/fakesrv.h"
 #include "util/proc.h"
 
-struct route {
-    const char *path, *file;
-};
-
-static void serve(void *ud, const char *method, const char *path,
-                  const char *body, size_t len, long *status,
-                  const char **ctype, struct buf *out)
-{
-    (void)method;
-    (void)body;
-    (void)len;
-    const struct route *r = ud;
-    *ctype = "application/json";
-    for (; r->path; r++)
-        if (!strcmp(path, r->path)) {
-            char p[256];
-            snprintf(p, sizeof(p), "tests/fixtures/inspect/%s", r->file);
-            FILE *f = fopen(p, "r");
-            char chunk[4096];
-            size_t n;
-            while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                buf_add(out, chunk, n);
-            if (f)
-                fclose(f);
-            *status = f ? 200 : 500;
-            return;
-        }
-    *status = 404;
-    buf_adds(out, "{\"detail\":\"Not Found\"}");
-}
-
 /* The fingerprint of a fake server answering the routes. */
-static json_t *fingerprint(const struct route *routes)
+static json_t *fingerprint(const struct fakesrv_route *routes)
 {
     int port;
-    struct fakesrv *s = fakesrv_start(serve, (void *)routes, &port);
+    struct fakesrv *s = fakesrv_start(fakesrv_files, (void *)routes, &port);
     assert_non_null(s);
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
@@ -87,7 +56,7 @@ static long long fi(const json_t *fp, const char *k)
 static void test_sglang(void **state)
 {
     (void)state;
-    static const struct route r[] = {
+    static const struct fakesrv_route r[] = {
         {"/get_server_info", "sglang-get_server_info.json"}, {NULL, NULL}};
     json_t *fp = fingerprint(r);
     assert_string_equal(fs(fp, "server"), "sglang");
@@ -111,9 +80,10 @@ static void test_sglang(void **state)
 static void test_vllm(void **state)
 {
     (void)state;
-    static const struct route r[] = {{"/version", "vllm-version.json"},
-                                     {"/v1/models", "vllm-v1-models.json"},
-                                     {NULL, NULL}};
+    static const struct fakesrv_route r[] = {
+        {"/version", "vllm-version.json"},
+        {"/v1/models", "vllm-v1-models.json"},
+        {NULL, NULL}};
     json_t *fp = fingerprint(r);
     assert_string_equal(fs(fp, "server"), "vllm");
     assert_string_equal(fs(fp, "model"), "Qwen/Qwen3-32B");
@@ -131,7 +101,8 @@ static void test_vllm(void **state)
 static void test_tgi(void **state)
 {
     (void)state;
-    static const struct route r[] = {{"/info", "tgi-info.json"}, {NULL, NULL}};
+    static const struct fakesrv_route r[] = {{"/info", "tgi-info.json"},
+                                             {NULL, NULL}};
     json_t *fp = fingerprint(r);
     assert_string_equal(fs(fp, "server"), "tgi");
     assert_string_equal(fs(fp, "model"), "meta-llama/Llama-3.1-8B-Instruct");
@@ -144,8 +115,8 @@ static void test_tgi(void **state)
 static void test_llamacpp(void **state)
 {
     (void)state;
-    static const struct route r[] = {{"/props", "llamacpp-props.json"},
-                                     {NULL, NULL}};
+    static const struct fakesrv_route r[] = {{"/props", "llamacpp-props.json"},
+                                             {NULL, NULL}};
     json_t *fp = fingerprint(r);
     assert_string_equal(fs(fp, "server"), "llama.cpp");
     assert_string_equal(fs(fp, "model"),
@@ -161,9 +132,10 @@ static void test_llamacpp(void **state)
 static void test_diff_of_fixtures(void **state)
 {
     (void)state;
-    static const struct route a[] = {{"/info", "tgi-info.json"}, {NULL, NULL}};
-    static const struct route b[] = {{"/props", "llamacpp-props.json"},
-                                     {NULL, NULL}};
+    static const struct fakesrv_route a[] = {{"/info", "tgi-info.json"},
+                                             {NULL, NULL}};
+    static const struct fakesrv_route b[] = {{"/props", "llamacpp-props.json"},
+                                             {NULL, NULL}};
     json_t *fps[2] = {fingerprint(a), fingerprint(b)};
     json_t *d = inspect_diff(fps, 2);
     /* the first differing fields are the normalised ones, in order */

@@ -53,7 +53,7 @@ static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec / 1e9;
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static size_t lines(const char *s)

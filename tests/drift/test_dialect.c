@@ -254,7 +254,7 @@ static size_t scan_text(struct rng *r, char *s, size_t cap)
             s[k] = 'x';
     }
     /* plant whole keys, sometimes at the very end */
-    for (int k = rng_below(r, 3); k > 0 && n >= 24; k--) {
+    for (int k = (int)rng_below(r, 3); k > 0 && n >= 24; k--) {
         static const char key[] = "\"input_token_logprobs\"";
         size_t at = rng_below(r, 2) ? n - (sizeof(key) - 1)
                                     : rng_below(r, n - (sizeof(key) - 1) + 1);

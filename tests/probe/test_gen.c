@@ -90,7 +90,7 @@ static void test_needle_fact_at_depth(void **state)
         snprintf(fact, sizeof(fact), " is %s.", c.expect);
         assert_int_equal(count(t, fact), 1);
         /* The fact sits at about `depth` of the filler. */
-        double at = (double)(strstr(t, fact) - t) / strlen(t);
+        double at = (double)(strstr(t, fact) - t) / (double)strlen(t);
         assert_true(at > depth / 100.0 - 0.12 && at < depth / 100.0 + 0.12);
         /* The question is the last user message, in the sim's grammar. */
         json_t *last =

@@ -87,7 +87,7 @@ static void test_english_rate(void **state)
     struct tok_vec t;
     tok_vec_init(&t);
     tok_encode(text, strlen(text), &t);
-    double per = (double)strlen(text) / t.n;
+    double per = (double)strlen(text) / (double)t.n;
     assert_true(per > 2.5 && per < 4.5);
     tok_vec_release(&t);
 }

@@ -126,3 +126,30 @@ void fakesrv_stop(struct fakesrv *s)
     close(s->fd);
     free(s);
 }
+
+void fakesrv_files(void *ud, const char *method, const char *path,
+                   const char *body, size_t len, long *status,
+                   const char **ctype, struct buf *out)
+{
+    (void)method;
+    (void)body;
+    (void)len;
+    const struct fakesrv_route *r = ud;
+    *ctype = "application/json";
+    for (; r->path; r++)
+        if (!strcmp(path, r->path)) {
+            char p[256];
+            snprintf(p, sizeof(p), "tests/fixtures/inspect/%s", r->file);
+            FILE *f = fopen(p, "r");
+            char chunk[4096];
+            size_t n;
+            while (f && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                buf_add(out, chunk, n);
+            if (f)
+                fclose(f);
+            *status = f ? 200 : 500;
+            return;
+        }
+    *status = 404;
+    buf_adds(out, "{\"detail\":\"Not Found\"}");
+}

@@ -24,4 +24,17 @@ struct fakesrv *fakesrv_start(fakesrv_fn fn, void *ud, int *port);
 /* Stops the thread and closes the socket; NULL is a no-op. */
 void fakesrv_stop(struct fakesrv *s);
 
+/* A route of fakesrv_files: a path answered with a file's bytes. */
+struct fakesrv_route {
+    const char *path, *file;
+};
+
+/* A fakesrv_fn answering each path of ud (a struct fakesrv_route array
+ * ended by a NULL path) with the JSON file of tests/fixtures/inspect/
+ * it names (200, or 500 when the file cannot be read), any other path
+ * with 404 and a JSON detail, as the servers whose answers they are. */
+void fakesrv_files(void *ud, const char *method, const char *path,
+                   const char *body, size_t len, long *status,
+                   const char **ctype, struct buf *out);
+
 #endif

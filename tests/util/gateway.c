@@ -136,7 +136,7 @@ static uint64_t hash_msgs(json_t *msgs, size_t from, size_t to)
     for (size_t i = from; i < to; i++) {
         char *s =
             json_dumps(json_array_get(msgs, i), JSON_COMPACT | JSON_SORT_KEYS);
-        h = mix2(h, hash64(s, strlen(s), 0));
+        h = hash_mix2(h, hash64(s, strlen(s), 0));
         free(s);
     }
     return h;
@@ -531,9 +531,9 @@ static void answer(int fd, int status, const char *msg)
 static bool seen_before(struct gateway *g, const char *method, const char *path,
                         const char *body, size_t len)
 {
-    uint64_t h =
-        mix2(hash64(method, strlen(method), 1),
-             mix2(hash64(path, strlen(path), 2), hash64(body, len, 3)));
+    uint64_t h = hash_mix2(
+        hash64(method, strlen(method), 1),
+        hash_mix2(hash64(path, strlen(path), 2), hash64(body, len, 3)));
     bool seen = false;
     pthread_mutex_lock(&g->lock);
     for (size_t i = 0; i < g->n_seen && !seen; i++)

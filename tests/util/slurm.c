@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bisect/bisect.h"
 #include "util/need.h"
 #include "util/sh.h"
 
@@ -42,21 +43,6 @@ void slurm_need(void)
     }
     if (geteuid() != 0)
         need_missing("root (the test cluster's daemons run as SlurmUser=root)");
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, len) &&
-        !getsockname(fd, (struct sockaddr *)&a, &len))
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
 }
 
 static long mem_mb(void)
@@ -132,8 +118,9 @@ static int write_conf(struct slurm_cluster *c)
              "State=UNKNOWN\n"
              "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE "
              "State=UP\n",
-             c->node, free_port(), free_port(), c->dir, c->dir, c->dir, c->dir,
-             c->dir, c->dir, c->dir, c->node, c->cpus, mem_mb());
+             c->node, bisect_free_port(), bisect_free_port(), c->dir, c->dir,
+             c->dir, c->dir, c->dir, c->dir, c->dir, c->node, c->cpus,
+             mem_mb());
     return write_file(c->conf, text, 0644);
 }
 

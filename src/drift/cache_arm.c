@@ -349,7 +349,7 @@ static bool force(struct drift_pos *p, const struct drift_pos *ref)
 static uint32_t fold(struct drift_analysis *an, enum drift_arm arm,
                      uint32_t prompt, const struct drift_lp *ref,
                      const struct drift_lp *other, const struct drift_opts *o,
-                     const char *name)
+                     const char *name, bool *unlisted)
 {
     struct drift_lp a, b;
     uint32_t m = agree(ref, other);
@@ -358,8 +358,11 @@ static uint32_t fold(struct drift_analysis *an, enum drift_arm arm,
     place(ref, prompt, &a);
     place(other, prompt, &b);
     uint32_t to = prompt + m;
-    if (m < ref->n && m < other->n && force(&b.pos[to], &a.pos[to]))
+    bool differ = m < ref->n && m < other->n;
+    if (differ && force(&b.pos[to], &a.pos[to]))
         to++; /* the first differing token: same context, other pick */
+    else if (differ && unlisted)
+        *unlisted = true; /* ref's token is not even in other's top-k */
     uint32_t seq = drift_analysis_begin_seq(an);
     drift_compare_lp(an, arm, seq, &a, &b, prompt, to, o, name);
     drift_lp_release(&a);
@@ -562,8 +565,10 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     uint32_t prompt = (uint32_t)n;
     arm_total(&an[0], DRIFT_ARM_CAND, before[0]);
     arm_total(&an[0], DRIFT_ARM_SELF, before[1]);
+    bool unlisted = false;
     uint32_t m = fold(&an[0], DRIFT_ARM_CAND, prompt, &l.cold, &l.warm, ro,
-                      "cache-warm");
+                      "cache-warm", &unlisted);
+    r->unlisted_divergences += unlisted;
     r->compared += m;
     if (m < l.cold.n || m < l.warm.n) {
         r->diverged_warm++;
@@ -572,11 +577,11 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     }
     if (r->has_self) {
         uint32_t m2 = fold(&an[0], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2,
-                           ro, "cache-self");
+                           ro, "cache-self", NULL);
         if (m2 < l.cold.n || m2 < l.cold2.n)
             r->diverged_cold++;
         fold(&an[1], DRIFT_ARM_SELF, prompt, &l.cold, &l.cold2, ro,
-             "cache-self");
+             "cache-self", NULL);
     }
     arm_total(&an[0], DRIFT_ARM_CAND, after[0]);
     arm_total(&an[0], DRIFT_ARM_SELF, after[1]);
@@ -592,7 +597,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
         if (ret)
             goto out;
         r->evict_compared += fold(&an[1], DRIFT_ARM_CAND, prompt, &l.cold,
-                                  &l.ev, ro, "cache-evicted");
+                                  &l.ev, ro, "cache-evicted", NULL);
         r->evict_ran = true;
     }
     r->convs++;
@@ -688,14 +693,20 @@ static void conclude(struct drift_cache_result *r, struct drift_analysis *an,
     struct drift_undecided *u = &r->undecided;
     r->verdict =
         judge(an, r->has_self, r, th, &r->sum, &r->self, &r->excess, u);
-    /* a greedy token cold was sure of changes on the warm path, and cold
-     * against cold never diverges: the paths differ, decided */
-    r->decisive_divergences = r->sum.flips;
-    if (r->has_self && r->diverged_cold == 0 && r->decisive_divergences &&
-        (r->verdict == DRIFT_PASS || r->verdict == DRIFT_INCONCLUSIVE)) {
+    /* a greedy token cold was sure of (its margin past --flip-margin, or
+     * one the warm side does not even list) changes on the warm path, and
+     * cold against cold never diverges: the paths differ, decided */
+    r->decisive_divergences = r->sum.flips + r->unlisted_divergences;
+    bool cold_stable = r->has_self && r->diverged_cold == 0;
+    if (cold_stable && r->decisive_divergences &&
+        (r->verdict == DRIFT_PASS || r->verdict == DRIFT_INCONCLUSIVE ||
+         r->verdict == DRIFT_NA)) {
         r->verdict = DRIFT_WARN;
         if (u->level == DRIFT_WARN)
             u->level = DRIFT_NA;
+    } else if (r->verdict == DRIFT_NA && r->diverged_warm) {
+        /* tokens diverge and nothing could be compared: not a PASS */
+        r->verdict = DRIFT_INCONCLUSIVE;
     }
     double per = r->convs ? (double)r->sum.n / r->convs : 0;
     r->more_convs = u->level != DRIFT_NA && per > 0 && isfinite(u->more)
@@ -835,6 +846,13 @@ void drift_cache_undecided_text(const struct drift_cache_result *r,
         return;
     }
     drift_about(r->more_convs, about, sizeof(about));
+    if (u->level == DRIFT_NA && r->more_convs == 0) {
+        buf_printf(out,
+                   "greedy tokens diverge warm against cold in %u of %u "
+                   "conversations and no position could be compared",
+                   r->diverged_warm, r->convs);
+        return;
+    }
     if (u->level == DRIFT_NA) {
         buf_printf(out,
                    "%s more conversation%s would decide (the arm ran %u of "

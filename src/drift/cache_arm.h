@@ -64,7 +64,9 @@ struct drift_cache_result {
     unsigned diverged_warm;        /* conversations whose greedy tokens diverge
                                       warm against cold */
     unsigned diverged_cold;        /* ... cold against cold (the noise) */
-    uint64_t decisive_divergences; /* where cold's margin > --flip-margin */
+    uint64_t decisive_divergences; /* where cold's margin > --flip-margin,
+                                      or warm does not list cold's token */
+    unsigned unlisted_divergences; /* warm's top-k lacks cold's token */
     double *conv_sums; /* per conversation: warm KL sum, n, cold-vs-cold
                           KL sum, n (drift_harm_warm); owned */
     struct drift_undecided undecided; /* of the warm comparison */

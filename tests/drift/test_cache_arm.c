@@ -254,6 +254,29 @@ static void test_warm_path_noise_fails_on_the_cache_path(void **state)
     run_free(&r);
 }
 
+/* A warm-path fault strong enough to change greedy tokens: every
+ * conversation diverges warm against cold, cold against cold never does,
+ * and the report counts them with the first position, decisive ones
+ * included, as evidence of their own. */
+static void test_greedy_divergence_is_reported(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *c[] = {"--warm-noise", "5", NULL};
+    start(c);
+    drift(&r, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(str(r.cache, "verdict"), "FAIL");
+    const json_t *dv = json_object_get(r.cache, "divergence");
+    long convs = integer(r.cache, "conversations");
+    assert_int_equal(integer(dv, "warm"), convs);
+    assert_int_equal(integer(dv, "cold"), 0);
+    assert_true(integer(dv, "decisive") > 0);
+    assert_true(integer(r.cache, "diverged_at") >= 0);
+    assert_non_null(strstr(buf_str(&r.out), "evidence in itself"));
+    run_free(&r);
+}
+
 /* A warm-path fault sized on the WARN threshold (excess mean KL about
  * 1.1e-4 to 1.6e-4): four conversations cannot decide it and say how many
  * more would; sixteen decide WARN. Neither is PASS. */
@@ -624,6 +647,7 @@ int main(void)
         T(test_candidate_without_chat),
         T(test_refused_arm_is_never_pass),
         T(test_warm_fault_on_the_threshold),
+        T(test_greedy_divergence_is_reported),
         T(test_arm_fits_a_byte_level_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

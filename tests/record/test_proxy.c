@@ -773,7 +773,7 @@ static void test_refused_in_batch_stays_in_log(void **state)
         store_exec(s, "DROP TRIGGER refuse; DROP TRIGGER slow", &d), 0);
     store_close(s);
     uint64_t n = 0;
-    assert_int_equal(store_replay(f->db, f->spill, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, f->spill, &n, NULL, &d), 0);
     assert_true(n >= 1);
     assert_int_equal(rows_with(f->db, "first"), 1);
     assert_int_equal(rows_with(f->db, "slow"), 1);

@@ -162,25 +162,10 @@ static int parse_secs(const char *s, long *ms)
     return 0;
 }
 
-/* A non-loopback listen address needs --allow-remote: record forwards
- * whatever reaches it to the upstream, with no authentication of its own,
- * so it must not become an open proxy without a word. *remote is set when
- * the address is not loopback (one that does not resolve is left to the
- * bind to report). 0, or the exit code. */
-static int check_remote(const char *listen, const char *host, bool allow_remote,
-                        bool *remote)
-{
-    *remote = cli_is_loopback(host) == 0;
-    if (allow_remote || !*remote)
-        return 0;
-    return cli_usage_error("record",
-                           "--listen '%s' is not a loopback address and the "
-                           "proxy has no authentication: anyone who reaches "
-                           "it uses the upstream. Add --allow-remote to "
-                           "listen there anyway",
-                           listen);
-}
-
+/* A listen address that is not loopback needs --allow-remote: record
+ * forwards whatever reaches it to the upstream, with no authentication of
+ * its own, so it must not become an open proxy without a word
+ * (cli_check_listen). */
 static void warn_remote(const char *host, int port, const char *upstream)
 {
     char *h = cli_url_host(host);
@@ -296,7 +281,7 @@ int cmd_record(int argc, char **argv)
                                o.upstream);
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
-    rc = check_remote(listen, host, allow_remote, &remote);
+    rc = cli_check_listen("record", listen, host, allow_remote, &remote);
     if (rc)
         goto out;
     if (!o.spill_path)

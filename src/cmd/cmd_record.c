@@ -14,6 +14,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/plural.h"
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "record/record.h"
 #include "record/redact.h"
@@ -274,11 +275,16 @@ int cmd_record(int argc, char **argv)
     if (!o.upstream)
         return cli_usage_error("record", "--upstream URL is required (the "
                                          "server to forward to)");
-    if (strncmp(o.upstream, "http://", 7) && strncmp(o.upstream, "https://", 8))
-        return cli_usage_error("record",
-                               "--upstream '%s' must start with http:// or "
-                               "https://",
-                               o.upstream);
+    if (strncmp(o.upstream, "http://", 7) &&
+        strncmp(o.upstream, "https://", 8)) {
+        char *shown = url_mask(o.upstream);
+        rc = cli_usage_error("record",
+                             "--upstream '%s' must start with http:// or "
+                             "https://",
+                             shown);
+        free(shown);
+        return rc;
+    }
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
     rc = cli_check_listen("record", listen, host, allow_remote, &remote);
@@ -307,13 +313,14 @@ int cmd_record(int argc, char **argv)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
-    char *uh = cli_url_host(host);
+    char *uh = cli_url_host(host), *shown = url_mask(o.upstream);
     if (remote)
-        warn_remote(host, record_port(r), o.upstream);
+        warn_remote(host, record_port(r), shown);
     printf("fidelity record: listening on http://%s:%d -> %s\n", uh,
-           record_port(r), o.upstream);
+           record_port(r), shown);
     fflush(stdout);
     free(uh);
+    free(shown);
     rc = record_run(r, &d);
     struct record_stats st;
     record_get_stats(r, &st);

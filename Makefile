@@ -11,8 +11,13 @@ TESTPKGS := cmocka
 # tests). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
-            openssl man-db groff-base nodejs npm chromium slurm-wlm munge
+            openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
+            python3-torch libopenblas0-pthread
 # slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
+# python3-torch: the small real transformer the tests serve
+# (tests/model/serve.py, on the CPU); libopenblas0-pthread with it, as
+# without OpenBLAS Debian's torch runs on the reference BLAS, about 30
+# times slower (tests/model/README.md).
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
 NPM_DEPS := tests/e2e/opencode/install.sh

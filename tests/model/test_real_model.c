@@ -1,0 +1,378 @@
+/*
+ * fidelity drift against a small real transformer (tests/model/: a
+ * byte-level model with hyper-connection mixing, a KV-cache decode path,
+ * mixture-of-experts and a sparse top-k attention indexer, trained on
+ * generated text, served by tests/model/serve.py on the CPU). A golden
+ * with every switch off is compared with candidates that each turn one
+ * patch on; the expectations are the ones that hold with drift's rules
+ * today, on real numerics rather than the sim's additive noise:
+ *
+ *   - the inert switch: every distribution bit-identical, PASS;
+ *   - split-K decode attention: prefill exactly equal, decode differs;
+ *   - the sparse indexer keeping k positions: exactly equal where a query
+ *     sees k positions or fewer, different past them;
+ *   - a changed routed-scaling factor: different from the first bucket,
+ *     FAIL, both paths flat from the start;
+ *   - a correct prefix cache: the warm request reports its hit and the
+ *     cache arm passes.
+ *
+ * Where issue 27 expects more than today's rules give (the inert switch's
+ * harm exactly 0), the exact expectation is checked only with
+ * FIDELITY_MODEL_STRICT=1; otherwise what drift printed is shown. What
+ * drift says about every switch, with the figures, is in
+ * tests/model/README.md.
+ *
+ * Contexts are short (2 sequences of 256 tokens, 16 or 32 decode tokens)
+ * so the file takes well under a minute on a 2-core machine. Every server
+ * is stopped by teardown, also when an assertion fails; without PyTorch
+ * the tests skip naming `make deps` (under CI=true they fail).
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "core/buf.h"
+#include "util/modelsrv.h"
+#include "util/proc.h"
+
+static struct modelsrv G, C; /* the golden (shared), this test's candidate */
+static json_t *inert_run;    /* the inert run's summary, for the cache test */
+
+static int teardown(void **state)
+{
+    (void)state;
+    modelsrv_stop(&C);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    modelsrv_stop(&C);
+    modelsrv_stop(&G);
+    json_decref(inert_run);
+    inert_run = NULL;
+    return 0;
+}
+
+/* The golden (every switch off), started once; the candidate with args. */
+static void start(const char *const *args)
+{
+    if (!G.pid)
+        modelsrv_start(&G, NULL);
+    modelsrv_start(&C, args);
+}
+
+struct run {
+    int rc;
+    struct buf out, err;
+    json_t *j;
+    char jsonl[64]; /* with want_jsonl: the per-position records */
+};
+
+/* fidelity drift golden vs candidate with the test's options (the short
+ * corpus below unless they override it), --json read back. */
+static void drift(struct run *r, const char *const *opts, bool want_jsonl)
+{
+    char json[] = "/tmp/drift-model-XXXXXX";
+    int fd = mkstemp(json);
+    assert_true(fd >= 0);
+    close(fd);
+    memset(r, 0, sizeof(*r));
+    const char *av[64] = {
+        "drift",       "--golden",   G.url,           "--candidate",
+        C.url,         "--no-store", "--json",        json,
+        "--sequences", "2",          "--max-context", "256",
+        "--bootstrap", "50",         "--worst",       "0"};
+    size_t n = 16;
+    if (want_jsonl) {
+        snprintf(r->jsonl, sizeof(r->jsonl), "/tmp/drift-model-pos-XXXXXX");
+        fd = mkstemp(r->jsonl);
+        assert_true(fd >= 0);
+        close(fd);
+        av[n++] = "--jsonl";
+        av[n++] = r->jsonl;
+    }
+    for (size_t k = 0; opts && opts[k] && n < 63; k++)
+        av[n++] = opts[k];
+    av[n] = NULL;
+    buf_init(&r->out, 0);
+    buf_init(&r->err, 0);
+    time_t t0 = time(NULL);
+    r->rc = proc_run(av, NULL, &r->out, &r->err, 300);
+    json_error_t e;
+    r->j = json_load_file(json, 0, &e);
+    unlink(json);
+    /* what drift said, kept in the test's log (a line at a time:
+     * print_message cuts long messages) */
+    print_message("drift (exit %d, %lds):\n", r->rc, (long)(time(NULL) - t0));
+    for (char *p = r->out.data, *nl; p && *p; p = nl ? nl + 1 : NULL) {
+        nl = strchr(p, '\n');
+        print_message("  %.*s\n", nl ? (int)(nl - p) : (int)strlen(p), p);
+    }
+    if (!r->j)
+        fail_msg("drift wrote no JSON (exit %d): %s", r->rc, buf_str(&r->err));
+}
+
+static void run_free(struct run *r)
+{
+    json_decref(r->j);
+    buf_release(&r->out);
+    buf_release(&r->err);
+    if (r->jsonl[0])
+        unlink(r->jsonl);
+}
+
+static const json_t *get(const json_t *j, const char *a, const char *b)
+{
+    const json_t *v = a ? json_object_get(j, a) : j;
+    return b ? json_object_get(v, b) : v;
+}
+
+static double num(const json_t *j, const char *a, const char *b)
+{
+    const json_t *v = get(j, a, b);
+    if (!json_is_number(v))
+        fail_msg("'%s.%s' is not a number", a ? a : "", b ? b : "");
+    return json_number_value(v);
+}
+
+static const char *str(const json_t *j, const char *a, const char *b)
+{
+    const json_t *v = get(j, a, b);
+    if (!json_is_string(v))
+        fail_msg("'%s.%s' is not a string", a ? a : "", b ? b : "");
+    return json_string_value(v);
+}
+
+/* The candidate's /get_server_info, as drift fingerprinted it: the
+ * switch under test is on. */
+static const json_t *switches(const json_t *j)
+{
+    const json_t *fp = get(j, "candidate", "fingerprint");
+    const json_t *s =
+        get(json_object_get(fp, "/get_server_info"), "switches", NULL);
+    if (!json_is_object(s))
+        fail_msg("the candidate's /get_server_info has no 'switches'");
+    return s;
+}
+
+/* Every prefill bucket: the candidate's KL exactly 0, all positions. */
+static void prefill_identical(const json_t *j)
+{
+    const json_t *b = json_object_get(j, "buckets");
+    assert_true(json_array_size(b) >= 3);
+    for (size_t i = 0; i < json_array_size(b); i++) {
+        const json_t *x = json_array_get(b, i);
+        assert_true(num(x, "candidate", "kl_max") == 0.0);
+        assert_true(num(x, "candidate", "top1_agreement") == 1.0);
+        assert_true(num(x, "excess", "kl_mean") == 0.0);
+    }
+    assert_true(num(j, "total", "kl_max") == 0.0);
+    assert_true(num(j, "total", "log_ppl_ratio") == 0.0);
+}
+
+/* An expectation of issue 27 that today's rules do not meet: failed with
+ * FIDELITY_MODEL_STRICT=1, otherwise only said. */
+static void pending(bool holds, const char *what, double seen)
+{
+    const char *s = getenv("FIDELITY_MODEL_STRICT");
+    if (holds)
+        return;
+    if (s && *s && strcmp(s, "0"))
+        fail_msg("%s (drift gave %.6g)", what, seen);
+    print_message("pending (issue 27, FIDELITY_MODEL_STRICT=1 checks it): "
+                  "%s; drift gave %.6g\n",
+                  what, seen);
+}
+
+/* The inert switch (another code path, the same numerics): every
+ * distribution of both paths bit-identical. The run keeps the cache arm
+ * for the prefix-cache test below. */
+static void test_inert_switch_is_bit_identical(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *sw[] = {"--inert", NULL};
+    start(sw);
+    const char *o[] = {"--decode-tokens", "16", NULL};
+    drift(&r, o, false);
+    assert_true(json_is_true(json_object_get(switches(r.j), "inert")));
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    prefill_identical(r.j);
+    assert_string_equal(str(r.j, "growth", "shape"), "none");
+    /* decode: the candidate's prefill is the golden's to the bit, so its
+     * decode compares with both alike; the prefills there agree too */
+    const json_t *dc = get(r.j, "decode", NULL);
+    assert_true(num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") ==
+                num(dc, "decode_vs_prefill", "kl_mean"));
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_max") ==
+                num(dc, "decode_vs_prefill", "kl_max"));
+    assert_string_equal(str(r.j, "attribution", "kind"), "none");
+    assert_true(num(r.j, "harm", "flips_per_1k") == 0.0);
+    /* harm counts the decode steps against the golden's prefill, and a
+     * real server's decode path differs from its prefill by rounding
+     * (the golden's own gap): today harm is that gap, not 0 */
+    pending(num(r.j, "harm", "excess_kl_mean") == 0.0,
+            "harm of the inert switch exactly 0",
+            num(r.j, "harm", "excess_kl_mean"));
+    inert_run = json_incref(r.j);
+    run_free(&r);
+}
+
+/* A correct prefix cache: the warm request is served from the cache
+ * (cached_tokens reported) and warm against cold passes. From the inert
+ * run when it ran, else from a run of its own. */
+static void test_correct_prefix_cache_reports_hit_and_passes(void **state)
+{
+    (void)state;
+    struct run r = {0};
+    const json_t *j = inert_run;
+    if (!j) {
+        start(NULL);
+        const char *o[] = {"--decode-tokens", "16", "--sequences", "1", NULL};
+        drift(&r, o, false);
+        j = r.j;
+    }
+    const json_t *c = json_object_get(j, "cache");
+    assert_true(json_is_true(json_object_get(c, "ran")));
+    assert_string_equal(str(c, NULL, "flush"), "/flush_cache");
+    assert_true(json_is_true(json_object_get(c, "generated_in_history")));
+    assert_true(num(c, "cached_tokens", "warm") > 0);
+    assert_true(num(c, "cached_tokens", "warm") <
+                num(c, "cached_tokens", "prompt"));
+    assert_true(num(c, "cached_tokens", "cold") == 0);
+    assert_non_null(strstr(str(c, NULL, "hit"), "hit ("));
+    assert_true(num(c, "cold_vs_cold", "kl_max") == 0.0); /* deterministic */
+    assert_true(num(c, "warm_vs_cold", "count") > 0);
+    assert_true(json_is_null(json_object_get(c, "diverged_at")));
+    assert_string_equal(str(c, NULL, "verdict"), "PASS");
+    assert_string_equal(str(c, NULL, "attribution"), "none");
+    if (r.j)
+        run_free(&r);
+}
+
+/* Split-K decode attention (bf16 partials): a decode-path kernel. Every
+ * prefill position is exactly the golden's; the decode steps differ. */
+static void test_splitk_is_decode_only_prefill_exact(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *sw[] = {"--splitk", "32", NULL};
+    start(sw);
+    const char *o[] = {"--no-cache-arm", NULL};
+    drift(&r, o, false);
+    assert_int_equal(num(switches(r.j), "splitk", NULL), 32);
+    prefill_identical(r.j);
+    const json_t *dc = get(r.j, "decode", NULL);
+    assert_true(num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 0.0);
+    const json_t *p = json_array_get(json_object_get(dc, "points"), 0);
+    assert_true(num(p, "gap", "candidate") > num(p, "gap", "golden"));
+    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    /* below the WARN thresholds drift attributes decode by the gap when
+     * it is clear of its error; with 2 sequences of 32 steps it is */
+    assert_string_equal(str(r.j, "attribution", "kind"), "decode");
+    run_free(&r);
+}
+
+/* The sparse indexer keeping the top 64 key positions: a query that sees
+ * 64 positions or fewer is computed exactly as dense attention, so every
+ * position up to 64 is bit-identical; past it the selection drops keys. */
+static void test_indexer_exact_below_k_differs_past_it(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *sw[] = {"--indexer-topk", "64", NULL};
+    start(sw);
+    const char *o[] = {"--decode-tokens", "16", "--no-cache-arm", NULL};
+    drift(&r, o, true);
+    assert_int_equal(num(switches(r.j), "indexer_topk", NULL), 64);
+    /* position p is predicted by a query over p positions */
+    FILE *f = fopen(r.jsonl, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    long below = 0, past = 0, differs = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *x = json_loads(line, 0, NULL);
+        assert_non_null(x);
+        if (!strcmp(str(x, NULL, "arm"), "candidate")) {
+            double pos = num(x, NULL, "pos"), kl = num(x, NULL, "kl");
+            if (pos <= 64) {
+                below++;
+                if (kl != 0.0 || num(x, NULL, "dlogp") != 0.0)
+                    fail_msg("position %.0f (a query over at most 64 "
+                             "positions) differs: KL %g",
+                             pos, kl);
+            } else {
+                past++;
+                differs += kl > 0.0;
+            }
+        }
+        json_decref(x);
+    }
+    free(line);
+    fclose(f);
+    assert_int_equal(below, 2 * 64);
+    assert_true(past > 0);
+    assert_true(differs > past / 2);
+    /* the buckets: [1,64) exact, the last one different */
+    const json_t *b = json_object_get(r.j, "buckets");
+    assert_true(num(json_array_get(b, 0), "excess", "kl_mean") == 0.0);
+    assert_true(num(json_array_get(b, json_array_size(b) - 1), "excess",
+                    "kl_mean") > 0.0);
+    assert_string_not_equal(str(r.j, NULL, "verdict"), "PASS");
+    assert_true(num(r.j, "harm", "excess_kl_mean") > 0.0);
+    run_free(&r);
+}
+
+/* The routed-scaling factor dropped (1.0 where the model was trained with
+ * 2.5): every MoE layer at every position, on both paths. */
+static void test_routed_scaling_differs_from_first_bucket(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *sw[] = {"--routed-scaling", "1.0", NULL};
+    start(sw);
+    const char *o[] = {"--decode-tokens", "16", "--no-cache-arm", NULL};
+    drift(&r, o, false);
+    assert_true(num(switches(r.j), "routed_scaling", NULL) == 1.0);
+    const json_t *b0 = json_array_get(json_object_get(r.j, "buckets"), 0);
+    assert_int_equal(num(b0, NULL, "from"), 1);
+    assert_true(num(b0, "excess", "kl_mean") > 1e-3);
+    assert_string_equal(str(b0, NULL, "verdict"), "FAIL");
+    assert_string_equal(str(r.j, NULL, "verdict"), "FAIL");
+    assert_int_equal(r.rc, 1);
+    assert_string_equal(str(r.j, "attribution", "kind"), "both-flat");
+    assert_true(num(r.j, "harm", "excess_kl_mean") > 1e-3);
+    run_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_inert_switch_is_bit_identical, teardown),
+        cmocka_unit_test_teardown(
+            test_correct_prefix_cache_reports_hit_and_passes, teardown),
+        cmocka_unit_test_teardown(test_splitk_is_decode_only_prefill_exact,
+                                  teardown),
+        cmocka_unit_test_teardown(test_indexer_exact_below_k_differs_past_it,
+                                  teardown),
+        cmocka_unit_test_teardown(test_routed_scaling_differs_from_first_bucket,
+                                  teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, group_teardown);
+}

@@ -34,9 +34,12 @@ bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
 
 int recorded_replay(const char *cmd, const char *db, const char *spill)
 {
-    struct diag d = {{0}};
+    struct diag d = {{0}}, warn = {{0}};
     uint64_t n = 0;
-    if (store_replay(db, spill, &n, &d)) {
+    int rc = store_replay(db, spill, &n, &warn, &d);
+    if (warn.msg[0])
+        fprintf(stderr, "fidelity %s: warning: %s\n", cmd, warn.msg);
+    if (rc) {
         /* a read-only copy of a store, say: what is committed still reads */
         fprintf(stderr,
                 "fidelity %s: warning: %s; reading what the store holds "

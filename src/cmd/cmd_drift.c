@@ -622,6 +622,37 @@ static int finish(struct ctx *x, struct drift_result *r)
 /* The cache arm after the other arms, inside the servers' context: until
  * it decides (or exactly --cache-arm N conversations); its verdict joins
  * the overall one and its warm positions join harm. */
+/* The golden's own warm vs cold over the candidate's conversations (the
+ * same seed and count, no eviction, no cold twice, no records): the
+ * baseline of harm's warm positions, per conversation (KL sum,
+ * positions). NULL when the golden could not run them all: harm then
+ * keeps the cold-vs-cold baseline. */
+static double *golden_warm(struct ctx *x, struct drift_result *r,
+                           struct diag *d)
+{
+    struct drift_cache_opts o = x->cache;
+    struct drift_opts ro = x->o;
+    struct drift_cache_result g;
+    struct diag gd = {{0}};
+    double *out = NULL;
+    (void)d;
+    o.convs = o.min_convs = x->cres.convs;
+    o.evict = false;
+    o.self = false;
+    ro.on_rec = NULL;
+    ro.on_progress = NULL;
+    int ret = drift_cache_run(&x->g, &r->corpus, &o, &ro, &g, &gd);
+    if (!ret && g.ran && g.convs == x->cres.convs && g.conv_sums) {
+        out = xcalloc(g.convs, 2 * sizeof(double));
+        for (unsigned i = 0; i < g.convs; i++) {
+            out[i * 2] = g.conv_sums[i * 4];
+            out[i * 2 + 1] = g.conv_sums[i * 4 + 1];
+        }
+    }
+    drift_cache_result_release(&g);
+    return out;
+}
+
 static int cache_arm(struct ctx *x, struct drift_result *r, struct diag *d)
 {
     x->cache.seed = x->o.seed;
@@ -642,8 +673,13 @@ static int cache_arm(struct ctx *x, struct drift_result *r, struct diag *d)
                         x->cres.evict_ran ? x->cres.evict_verdict : DRIFT_NA));
     struct drift_harm_warm warm;
     drift_cache_harm(&x->cres, &warm);
+    double *gsums = NULL;
+    if (warm.n)
+        gsums = golden_warm(x, r, d);
+    warm.golden = gsums;
     if (warm.n)
         drift_harm_compute(r, &warm, x->o.bootstrap, x->o.seed, &r->harm);
+    free(gsums);
     return 0;
 }
 

@@ -132,6 +132,12 @@ static void harm_sums(struct drift_result *r, size_t item,
     h[DRIFT_HS_CTRL * 2 + 1] += pp[DRIFT_ARM_CTRL * DRIFT_SEQ_F + 1];
     h[DRIFT_HS_SELF * 2] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F];
     h[DRIFT_HS_SELF * 2 + 1] += pp[DRIFT_ARM_SELF * DRIFT_SEQ_F + 1];
+    if (r->dec.have_pp) { /* n 0 where the golden's gap was not measured */
+        const double *gap = an[AN_GDP].seq_sums + seq[AN_GDP] * stride +
+                            DRIFT_ARM_CAND * DRIFT_SEQ_F;
+        h[DRIFT_HS_GAP * 2] += gap[0];
+        h[DRIFT_HS_GAP * 2 + 1] += gap[1];
+    }
 }
 
 static int one_seq(struct drift_side *g, struct drift_side *c,

@@ -103,9 +103,10 @@ struct drift_dpoint {
 };
 
 /* Per corpus item, the decode path's (kl_sum, n) of DG (candidate decode
- * vs golden prefill) and of its noise baseline (control, self), for the
- * harm bootstrap. */
-enum { DRIFT_HS_DG, DRIFT_HS_CTRL, DRIFT_HS_SELF, DRIFT_HS_N };
+ * vs golden prefill), of its noise baseline (control, self) and of the
+ * golden's own decode-vs-prefill gap (GAP: golden decode vs golden
+ * prefill), for the harm bootstrap. */
+enum { DRIFT_HS_DG, DRIFT_HS_CTRL, DRIFT_HS_SELF, DRIFT_HS_GAP, DRIFT_HS_N };
 
 struct drift_decode {
     bool ran;
@@ -142,6 +143,7 @@ struct drift_harm {
     double flips_per_1k;
     uint64_t positions; /* prefill positions + decode steps + warm ones */
     uint64_t arm_positions[DRIFT_HARM_ARMS]; /* 0: the arm is not counted */
+    bool warm_golden; /* warm positions over the golden's warm vs cold */
     unsigned replicates;
 };
 /* The cache arm's warm positions for harm, one unit per conversation:
@@ -152,6 +154,11 @@ struct drift_harm_warm {
     size_t n;
     bool has_self;
     double flips; /* the arm's excess decisive flips */
+    /* the golden's own warm vs cold over the same conversations, per
+     * conversation (KL sum, positions), the warm positions' baseline: a
+     * healthy cache's rounding is the deployment's, not the candidate's.
+     * NULL: not measured (the cold-vs-cold baseline, as before) */
+    const double *golden;
 };
 
 /* Determinism of one side: N identical requests alone, then at once. */

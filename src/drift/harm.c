@@ -2,11 +2,12 @@
  * drift harm: the one number that ranks candidates. The excess KL (the
  * candidate's KL over the noise baseline, docs/DRIFT.md) averaged over
  * every compared position of both paths: prefill positions, bucket by
- * bucket, and the decode steps (candidate decode against golden prefill),
- * each weighted by its count; a 95% percentile bootstrap interval that
- * resamples whole sequences (a sequence's prefill positions and its decode
- * steps together); and the excess decisive top-1 flips per 1,000
- * positions beside it. Contract in drift.h.
+ * bucket, and the decode steps (candidate decode against golden prefill,
+ * over the golden's own decode-against-prefill gap where it was measured,
+ * else over the noise baseline), each weighted by its count; a 95% percentile
+ * bootstrap interval that resamples whole sequences (a sequence's prefill
+ * positions and its decode steps together); and the excess decisive top-1 flips
+ * per 1,000 positions beside it. Contract in drift.h.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 struct hsums {
     double pre[DRIFT_BUCKETS_MAX][DRIFT_ARMS][2];
     double dec[DRIFT_HS_N][2];
-    double warm[2][2]; /* the cache arm: warm vs cold, cold vs cold */
+    double warm[3][2]; /* the cache arm: warm vs cold, cold vs cold, and
+                          the golden's warm vs cold */
 };
 
 const char *drift_harm_arm_name(enum drift_harm_arm a)
@@ -60,15 +62,24 @@ static double harm_of(const struct hsums *h, size_t nb, bool has_ctrl,
         num += c[0] - c[1] * base;
         den += c[1];
     }
-    const double *dg = h->dec[DRIFT_HS_DG];
-    if (dg[1] > 0) {
+    const double *dg = h->dec[DRIFT_HS_DG], *gap = h->dec[DRIFT_HS_GAP];
+    if (dg[1] > 0 && gap[1] > 0) {
+        /* over the golden's own decode-vs-prefill gap (what a candidate
+         * identical to the golden shows): written so that equal sums over
+         * equal counts cancel to exactly 0 */
+        num += dg[0] - gap[0] * (dg[1] / gap[1]);
+        den += dg[1];
+    } else if (dg[1] > 0) {
         double base = baseline(h->dec[DRIFT_HS_CTRL], h->dec[DRIFT_HS_SELF],
                                has_ctrl, has_self);
         num += dg[0] - dg[1] * base;
         den += dg[1];
     }
-    const double *w = h->warm[0];
-    if (w[1] > 0) { /* warm and cold both carry the candidate's noise */
+    const double *w = h->warm[0], *gw = h->warm[2];
+    if (w[1] > 0 && gw[1] > 0) { /* over the golden's own warm path */
+        num += w[0] - gw[0] * (w[1] / gw[1]);
+        den += w[1];
+    } else if (w[1] > 0) { /* warm and cold both carry the noise */
         num += w[0] - w[1] * (warm_self ? mean_or0(h->warm[1]) : 0);
         den += w[1];
     }
@@ -87,6 +98,10 @@ static void add_seq(const struct drift_result *r,
         const double *s = warm->sums + (i - nseq) * 4;
         for (int k = 0; k < 4; k++)
             h->warm[k / 2][k % 2] += s[k];
+        if (warm->golden) {
+            h->warm[2][0] += warm->golden[(i - nseq) * 2];
+            h->warm[2][1] += warm->golden[(i - nseq) * 2 + 1];
+        }
         return;
     }
     if (i < a->n_seq) {
@@ -158,6 +173,7 @@ void drift_harm_compute(const struct drift_result *r,
             (uint64_t)all->pre[b][DRIFT_ARM_CAND][1];
     h->arm_positions[DRIFT_HARM_DECODE] = (uint64_t)all->dec[DRIFT_HS_DG][1];
     h->arm_positions[DRIFT_HARM_CACHE_WARM] = (uint64_t)all->warm[0][1];
+    h->warm_golden = all->warm[0][1] > 0 && all->warm[2][1] > 0;
     h->excess_kl_mean = isnan(v) ? NAN : v > 0 ? v : 0;
     h->flips_per_1k =
         n > 0 ? 1000.0 * (excess_flips(r) + (warm ? warm->flips : 0)) / n : NAN;

@@ -597,12 +597,17 @@ json_t *drift_harm_json(const struct drift_harm *h)
             json_object_set_new(counts, drift_harm_arm_name(k),
                                 json_integer((json_int_t)h->arm_positions[k]));
         }
-    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:i,s:o,s:o}", "excess_kl_mean",
-                     real_or_null(h->excess_kl_mean), "lo", real_or_null(h->lo),
-                     "hi", real_or_null(h->hi), "flips_per_1k",
-                     real_or_null(h->flips_per_1k), "positions",
-                     (json_int_t)h->positions, "replicates", (int)h->replicates,
-                     "arms", arms, "arm_positions", counts);
+    json_t *o = json_pack(
+        "{s:o,s:o,s:o,s:o,s:I,s:i,s:o,s:o}", "excess_kl_mean",
+        real_or_null(h->excess_kl_mean), "lo", real_or_null(h->lo), "hi",
+        real_or_null(h->hi), "flips_per_1k", real_or_null(h->flips_per_1k),
+        "positions", (json_int_t)h->positions, "replicates", (int)h->replicates,
+        "arms", arms, "arm_positions", counts);
+    if (h->arm_positions[DRIFT_HARM_CACHE_WARM])
+        json_object_set_new(o, "warm_baseline",
+                            json_string(h->warm_golden ? "golden warm vs cold"
+                                                       : "cold vs cold"));
+    return o;
 }
 
 static json_t *det_json(const struct drift_det_side *s)

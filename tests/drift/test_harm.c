@@ -127,7 +127,7 @@ static void test_harm_counts_the_warm_path(void **state)
         sums[i * 4 + 2] = 0;
         sums[i * 4 + 3] = 32;
     }
-    struct drift_harm_warm w = {sums, 4, true, 0};
+    struct drift_harm_warm w = {sums, 4, true, 0, NULL};
     drift_result_init(&r);
     prefill(&r, cand);
     drift_harm_compute(&r, NULL, 100, 1, &h);
@@ -145,12 +145,60 @@ static void test_harm_counts_the_warm_path(void **state)
     drift_result_release(&r);
 }
 
+/* A candidate identical to the golden: its decode steps equal the
+ * golden's own decode-vs-prefill gap and its warm path the golden's warm
+ * path; both are taken over those baselines, so harm is exactly 0, not
+ * the deployment's own rounding. A candidate above them keeps the rest. */
+static void test_harm_over_the_goldens_own_paths(void **state)
+{
+    (void)state;
+    struct drift_result r;
+    struct drift_harm h;
+    const double same[2] = {0, 0};
+    double sums[2 * 4], gold[2 * 2];
+    for (int i = 0; i < 2; i++) {
+        sums[i * 4] = 32 * 2.3e-10;
+        sums[i * 4 + 1] = 32;
+        sums[i * 4 + 2] = sums[i * 4 + 3] = 0;
+        gold[i * 2] = 32 * 2.3e-10;
+        gold[i * 2 + 1] = 32;
+    }
+    drift_result_init(&r);
+    drift_analysis_init(&r.an, 64, 255, NULL, 0, 0, NULL);
+    r.prefill = true;
+    uint32_t s = drift_analysis_begin_seq(&r.an);
+    for (uint32_t t = 1; t < 256; t++) {
+        struct drift_pm c = pm(same[0], false);
+        drift_analysis_add(&r.an, DRIFT_ARM_CAND, s, t, 0, &c);
+    }
+    decode(&r, 1.7e-12);
+    for (int k = 0; k < 2; k++) { /* the golden's gap: the same sums */
+        double *x = r.dec.seq_sums + k * DRIFT_HS_N * 2;
+        x[DRIFT_HS_GAP * 2] = x[DRIFT_HS_DG * 2];
+        x[DRIFT_HS_GAP * 2 + 1] = x[DRIFT_HS_DG * 2 + 1];
+    }
+    r.dec.excess[DRIFT_DP_DG].flips = 0;
+    struct drift_harm_warm w = {sums, 2, false, 0, gold};
+    drift_harm_compute(&r, &w, 50, 1, &h);
+    assert_true(h.excess_kl_mean == 0.0);
+    assert_true(h.lo == 0.0 && h.hi == 0.0);
+    assert_true(h.warm_golden);
+    assert_int_equal(h.arm_positions[DRIFT_HARM_DECODE], 64);
+    /* warm above the golden's warm path: the difference counts */
+    for (int i = 0; i < 2; i++)
+        sums[i * 4] = 32 * (2.3e-10 + 1e-3);
+    drift_harm_compute(&r, &w, 50, 1, &h);
+    assert_true(fabs(h.excess_kl_mean - 64 * 1e-3 / (255 + 64 + 64)) < 1e-12);
+    drift_result_release(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_harm_weights_both_paths_by_count),
         cmocka_unit_test(test_harm_interval_and_order),
         cmocka_unit_test(test_harm_counts_the_warm_path),
+        cmocka_unit_test(test_harm_over_the_goldens_own_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,6 +115,34 @@ static bool growth_alone_below_warn(const json_t *d)
     return warn > 0 && !isnan(peak) && peak < warn;
 }
 
+/* The candidate's decode steps are the golden's: nothing over the noise
+ * against the golden's prefill, or (a real server, whose decode differs
+ * from its prefill by rounding) the prefills equal and the candidate's
+ * decode-vs-prefill gap the golden's own at every point, as its decode
+ * against the golden's prefill. */
+static bool decode_identical(const json_t *dec)
+{
+    if (!dec)
+        return true;
+    const json_t *dg = json_object_get(dec, "decode_vs_golden_prefill");
+    const json_t *dp = json_object_get(dec, "decode_vs_prefill");
+    if (num(json_object_get(dg, "excess"), "kl_max") == 0)
+        return true;
+    if (num(json_object_get(dec, "prefill_vs_prefill"), "kl_max") != 0 ||
+        !(num(dg, "kl_mean") == num(dp, "kl_mean")) ||
+        !(num(dg, "kl_max") == num(dp, "kl_max")))
+        return false;
+    const json_t *pts = json_object_get(dec, "points");
+    if (!json_array_size(pts))
+        return false;
+    for (size_t i = 0; i < json_array_size(pts); i++) {
+        const json_t *gap = json_object_get(json_array_get(pts, i), "gap");
+        if (!(num(gap, "candidate") == num(gap, "golden")))
+            return false;
+    }
+    return true;
+}
+
 /* Which path changed: prefill when a position bucket or the growth is
  * WARN or FAIL, decode when drift's decode attribution names the decode
  * path; in the words of drift's attribution (prefill only, decode only,
@@ -128,11 +156,7 @@ static void attribute(const json_t *d, struct bisect_verdict *v)
     const json_t *dec = json_object_get(d, "decode");
     const char *a = str(dec, "attribution", "not run");
     bool deco = strstr(a, "decode") || strstr(a, "shared");
-    v->decode_identical =
-        !dec ||
-        num(json_object_get(json_object_get(dec, "decode_vs_golden_prefill"),
-                            "excess"),
-            "kl_max") == 0;
+    v->decode_identical = decode_identical(dec);
     v->path_known = pre || deco;
     v->measured_path = pre && deco ? BISECT_PATH_BOTH
                        : pre       ? BISECT_PATH_PREFILL

@@ -420,8 +420,9 @@ static void test_cache_kv_bf16_below_fp8_in_harm(void **state)
 {
     (void)state;
     struct run rb, rf;
-    const char *o[] = {"--decode-tokens", "16", "--sequences", "1",
-                       "--cache-arm",     "4",  NULL};
+    const char *o[] = {
+        "--decode-tokens", "16",        "--sequences", "1", "--cache-arm", "4",
+        "--no-control",    "--no-self", NULL};
     const char *swb[] = {"--cache-kv-dtype", "bf16", NULL};
     start(swb);
     drift(&rb, o, false);
@@ -474,6 +475,75 @@ static void test_cache_pos_offset_found_on_warm_path(void **state)
     run_free(&r);
 }
 
+/* A configuration of bisect's --json, by name. */
+static const json_t *config_named(const json_t *j, const char *name)
+{
+    const json_t *cs = json_object_get(j, "configurations");
+    for (size_t i = 0; i < json_array_size(cs); i++)
+        if (!strcmp(str(json_array_get(cs, i), NULL, "name"), name))
+            return json_array_get(cs, i);
+    fail_msg("bisect measured no configuration '%s'", name);
+    return NULL;
+}
+
+/* fidelity bisect over tests/model/bisect.ini (five toggles, the test
+ * profile, 256-token contexts, no cache arm), one at a time on two
+ * slots: the indexer and routed scaling are the harmful ones, ranked by
+ * harm (the indexer first), the others harmless, the inert switch's harm
+ * below 1e-9. bisect starts and stops every server itself (also when it
+ * fails: no server outlives it). */
+static void test_bisect_one_at_a_time_names_indexer_and_scaling(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/bisect-model-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char out[64], json[80], rm[96];
+    snprintf(out, sizeof(out), "%s/out", dir);
+    snprintf(json, sizeof(json), "%s/bisect.json", dir);
+    setenv("FIDELITY_PYTHON", modelsrv_python(), 1);
+    const char *av[] = {"bisect",  "tests/model/bisect.ini",
+                        "--mode",  "one-at-a-time",
+                        "--slots", "2",
+                        "--out",   out,
+                        "--json",  json,
+                        NULL};
+    struct buf o, e;
+    buf_init(&o, 0);
+    buf_init(&e, 0);
+    time_t t0 = time(NULL);
+    int rc = proc_run(av, NULL, &o, &e, 300);
+    print_message("bisect (exit %d, %lds)\n", rc, (long)(time(NULL) - t0));
+    json_error_t je;
+    json_t *j = json_load_file(json, 0, &je);
+    snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
+    if (system(rm) != 0)
+        print_message("could not remove %s\n", dir);
+    if (!j)
+        fail_msg("bisect wrote no JSON (exit %d): %s", rc, buf_str(&e));
+    assert_int_equal(rc, 1); /* a culprit */
+    const json_t *cs = json_object_get(j, "configurations");
+    assert_int_equal(json_array_size(cs), 5);
+    /* ranked by harm: the two harmful ones first, the indexer on top */
+    assert_string_equal(str(json_array_get(cs, 0), NULL, "name"), "indexer");
+    assert_string_equal(str(json_array_get(cs, 1), NULL, "name"),
+                        "routed-scaling");
+    for (size_t i = 0; i + 1 < json_array_size(cs); i++)
+        assert_true(num(json_array_get(cs, i), NULL, "harm") >=
+                    num(json_array_get(cs, i + 1), NULL, "harm"));
+    const char *harmful[] = {"indexer", "routed-scaling"};
+    const char *harmless[] = {"mix-bf16", "splitk", "inert"};
+    for (size_t i = 0; i < 2; i++)
+        assert_true(json_is_true(
+            json_object_get(config_named(j, harmful[i]), "harmful")));
+    for (size_t i = 0; i < 3; i++)
+        assert_true(json_is_false(
+            json_object_get(config_named(j, harmless[i]), "harmful")));
+    assert_true(num(config_named(j, "inert"), NULL, "harm") < 1e-9);
+    json_decref(j);
+    buf_release(&o);
+    buf_release(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +562,8 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_cache_pos_offset_found_on_warm_path,
                                   teardown),
+        cmocka_unit_test_teardown(
+            test_bisect_one_at_a_time_names_indexer_and_scaling, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, group_teardown);
 }

@@ -496,6 +496,38 @@ static void no_chat(void *ud, const char *method, const char *path,
     http_client_free(h);
 }
 
+/* The same proxy with every negative number of its answers (every
+ * logprob, in every dialect; token ids, ranks and counts are not
+ * negative) sent as null, as a server whose logprobs are broken answers. */
+static void null_logprobs(void *ud, const char *method, const char *path,
+                          const char *body, size_t len, long *status,
+                          const char **ctype, struct buf *out)
+{
+    struct buf raw = BUF_INIT;
+    no_chat(ud, method, path, body, len, status, ctype, &raw);
+    const char *p = raw.data ? raw.data : "", *end = p + raw.len;
+    bool in_str = false;
+    for (; p < end; p++) {
+        if (in_str) {
+            buf_add(out, p, 1);
+            if (*p == '\\' && p + 1 < end)
+                buf_add(out, ++p, 1);
+            else if (*p == '"')
+                in_str = false;
+            continue;
+        }
+        if (*p == '"')
+            in_str = true;
+        if (*p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9') {
+            buf_adds(out, "null");
+            p += strspn(p + 1, "+-.0123456789eE");
+            continue;
+        }
+        buf_add(out, p, 1);
+    }
+    buf_release(&raw);
+}
+
 /* The same proxy answering every chat request with vLLM's 400 for a
  * request over the context. */
 static void chat_too_long(void *ud, const char *method, const char *path,
@@ -547,6 +579,7 @@ static void candidate_behind(fakesrv_fn fn, json_t **summary, struct buf *out,
     struct buf err = BUF_INIT;
     buf_init(out, 0);
     *rc = proc_run(av, NULL, out, &err, 120);
+    buf_add(out, err.data ? err.data : "", err.len); /* stderr after stdout */
     fakesrv_stop(f);
     free(sim);
     json_error_t e;
@@ -557,6 +590,23 @@ static void candidate_behind(fakesrv_fn fn, json_t **summary, struct buf *out,
 
 /* Every arm request refused for its length: INCONCLUSIVE for the cache
  * path with the server's answer quoted once, exit 0, never PASS. */
+/* Nothing judged on nothing: a candidate whose logprobs are all null is
+ * an error with the counts (exit 1), never PASS over 0 positions. */
+static void test_null_logprobs_are_an_error(void **state)
+{
+    (void)state;
+    json_t *summary;
+    struct buf out;
+    int rc;
+    candidate_behind(null_logprobs, &summary, &out, &rc);
+    if (rc != 1)
+        fail_msg("exit %d:\n%s", rc, buf_str(&out));
+    assert_null(summary);
+    assert_non_null(strstr(buf_str(&out), "no position could be compared"));
+    assert_non_null(strstr(buf_str(&out), "usable logprob"));
+    buf_release(&out);
+}
+
 static void test_refused_arm_is_never_pass(void **state)
 {
     (void)state;
@@ -649,6 +699,7 @@ int main(void)
         T(test_warm_fault_on_the_threshold),
         T(test_greedy_divergence_is_reported),
         T(test_arm_fits_a_byte_level_context),
+        T(test_null_logprobs_are_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

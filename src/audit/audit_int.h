@@ -145,5 +145,6 @@ void audit_rule_first_message(struct actx *c);
 void audit_rule_degeneration(struct actx *c);
 void audit_rule_stream(struct actx *c);
 void audit_rule_cache(struct actx *c);
+void audit_rule_malformed(struct actx *c);
 
 #endif

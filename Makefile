@@ -7,8 +7,8 @@ PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
 TESTPKGS := cmocka
 # Debian packages: what the build needs, then every real part the tests
 # use (TLS upstreams served by openssl, man pages rendered by man-db and
-# groff, npm for the opencode CLI, chromium for the report's browser
-# tests). `make deps` installs them all.
+# groff, npm for the opencode CLI and the HAR validator, chromium for the
+# report's browser tests). `make deps` installs them all.
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
             openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
@@ -20,7 +20,7 @@ DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
 # times slower (tests/model/README.md).
 # npm tools the tests use, each installed (pinned) by its script, which
 # prints the tool's path; `make deps` runs them after the Debian packages.
-NPM_DEPS := tests/e2e/opencode/install.sh
+NPM_DEPS := tests/e2e/opencode/install.sh tests/e2e/har/install.sh
 # What only the benchmarks in bench/ use, installed by `make bench-deps`:
 # the peers they measure against (nginx, mitmproxy), the load generator
 # (wrk), python3 for their helpers and matplotlib (the peer of

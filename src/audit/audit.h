@@ -136,9 +136,11 @@ void audit_set_attach_side(struct audit_set *set);
  * sent that call's tool result. */
 void audit_set_link_subagents(struct audit_set *set);
 /* Opens the store at db_path, loads it and the spill file (NULL: record's
- * default, db_path + ".spill.jsonl", when it exists), orders the sessions.
- * -ENOENT when neither file exists; other errors are the store's; d says which
- * file and why. */
+ * default, db_path + ".spill.jsonl", when it exists), orders the sessions,
+ * then keeps session alone when not NULL (audit_set_pick: an abbreviated
+ * id works). -ENOENT when neither file exists or no session matches,
+ * -EINVAL when several do; other errors are the store's; d says which
+ * file or session and why. */
 int audit_load_paths(const char *db_path, const char *spill,
                      const char *session, struct audit_set *set,
                      struct diag *d);
@@ -242,6 +244,30 @@ json_t *audit_session_json(const struct audit_session *s,
  * "prompt_tokens","completion_tokens","finish_reason","status","end",
  * "ttfb_ms","reply_bytes","reasoning_bytes","tool_calls"}. */
 json_t *audit_session_turns(const struct audit_session *s);
+
+/* Each request of the session against its predecessor, as `show
+ * --messages` prints it (diff.c, docs/SHOW.md): an array of {"request",
+ * "step" ("first", "side", "none", "retry" or audit_step_name's),
+ * "prev" (the request it is compared with, absent when none), "kept",
+ * "appended" and "removed" ([{"index","role"}]), "pruned", "bytes_before",
+ * "bytes_after", "reply" ("kept", "altered" with "reply_field", "dropped";
+ * absent when the predecessor had none), "reply_index", "reasoning" (its
+ * state, audit_reasoning_state), "summary_request", "summary_index",
+ * "fields" ([{"field","from","to"}], null for absent), "tools_added",
+ * "tools_removed"}. The predecessor is the history rule's; a side request
+ * (title, compaction) is compared with the previous one of its kind. */
+json_t *audit_session_diffs(const struct audit_session *s);
+/* What exchange x sent and got back: {"request", "messages" (all of them,
+ * as sent), "params" (every body field but messages and tools), "tools"
+ * (function names), "reply": {"content", "reasoning_content",
+ * "tool_calls", "finish_reason", "usage"}}. */
+json_t *audit_request_sent(const struct xchg *x);
+
+/* Keeps only the session named id, or else the one whose id starts with
+ * it (also after record's "p:"), like an abbreviated git hash. -ENOENT
+ * when none matches, -EINVAL when several do, d naming them (the first
+ * few); the set is then left as it was. */
+int audit_set_pick(struct audit_set *set, const char *id, struct diag *d);
 
 /* Measures used by the degeneration rule, exposed for tests: raw bytes /
  * zlib-compressed bytes, and the share of word 4-grams that repeat an

@@ -105,6 +105,18 @@ size_t areq_bytes(const struct areq *r, size_t k);
 /* A kind of the conversation itself: "main" or "subagent". */
 bool audit_is_main_kind(const char *kind);
 
+/* history.c: what r did to the history of its predecessor p (p's messages
+ * and reply), as the history rule classifies it; summary: the reply of a
+ * compaction request between them, or NULL. ev (may be NULL) gets the
+ * evidence: "removed" (indices of p and "reply"), "first_divergence",
+ * "summary_found", "pruned", ... (docs/AUDIT.md). */
+void audit_step_views(const struct areq *p, const struct areq *r,
+                      const char *summary, struct audit_step *st, json_t *ev);
+
+/* reasoning.c: how assistant message m sent back the reasoning streamed
+ * with its reply: "equal", "dropped", "empty", "inline" or "changed". */
+const char *audit_reasoning_state(json_t *m, const char *streamed);
+
 /* audit.c: the rule table's runner and the finding builder. */
 
 /* Appends a finding about r (NULL: the session) taking evidence. */

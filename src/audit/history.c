@@ -258,8 +258,8 @@ static void removal(const struct areq *p, const struct areq *r,
     }
 }
 
-static void step(const struct areq *p, const struct areq *r,
-                 const char *summary, struct audit_step *st, json_t *ev)
+void audit_step_views(const struct areq *p, const struct areq *r,
+                      const char *summary, struct audit_step *st, json_t *ev)
 {
     size_t np = p->nmsg, k = areq_common(p, r);
     memset(st, 0, sizeof(*st));
@@ -306,7 +306,7 @@ void audit_history_step(const struct xchg *prev, const struct xchg *next,
                         const char *summary, struct audit_step *out)
 {
     struct areq *p = view_alone(prev), *r = view_alone(next);
-    step(p, r, summary, out, NULL);
+    audit_step_views(p, r, summary, out, NULL);
     areqs_free(p, 1);
     areqs_free(r, 1);
 }
@@ -733,7 +733,7 @@ void audit_rule_history(struct actx *c)
         struct audit_step st;
         json_t *ev = json_object();
         const char *sid = summary_between(c, r->prev, i);
-        step(&c->r[r->prev], r, sid, &st, ev);
+        audit_step_views(&c->r[r->prev], r, sid, &st, ev);
         r->new_msgs = st.added;
         long sj = -1;
         if (st.kind == AUDIT_STEP_COMPACTION) {

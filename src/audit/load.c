@@ -5,6 +5,7 @@
  * spilled ones fall between the stored ones they were recorded among.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,13 +80,13 @@ void audit_set_order(struct audit_set *set)
             qsort(set->s[i].x, set->s[i].n, sizeof(*set->s[i].x), by_start);
 }
 
-/* Drops every session but id. */
-static void keep_session(struct audit_set *set, const char *id)
+/* Drops every session but the one at index keep. */
+static void keep_session(struct audit_set *set, size_t keep)
 {
     size_t kept = 0;
     for (size_t i = 0; i < set->n; i++) {
         struct audit_session *s = &set->s[i];
-        if (!strcmp(s->id, id)) {
+        if (i == keep) {
             set->s[kept++] = *s;
             continue;
         }
@@ -99,6 +100,47 @@ static void keep_session(struct audit_set *set, const char *id)
         free(s->parent_call);
     }
     set->n = kept;
+}
+
+/* id abbreviates s: its beginning, or its beginning after "p:". */
+static bool abbreviates(const char *id, const char *s)
+{
+    size_t n = strlen(id);
+    if (!strncmp(s, id, n))
+        return true;
+    return !strncmp(s, "p:", 2) && !strncmp(s + 2, id, n);
+}
+
+#define PICK_NAMED 8 /* candidates an ambiguous id's message names */
+
+int audit_set_pick(struct audit_set *set, const char *id, struct diag *d)
+{
+    size_t hit = 0, n = 0;
+    char names[400] = "";
+    for (size_t i = 0; i < set->n; i++)
+        if (!strcmp(set->s[i].id, id)) {
+            keep_session(set, i);
+            return 0;
+        }
+    for (size_t i = 0; *id && i < set->n; i++) {
+        if (!abbreviates(id, set->s[i].id))
+            continue;
+        if (n++ < PICK_NAMED) {
+            size_t at = strlen(names);
+            snprintf(names + at, sizeof(names) - at, "%s%s", at ? ", " : "",
+                     set->s[i].id);
+        }
+        hit = i;
+    }
+    if (!n)
+        return diag_set(d, ENOENT, "no session '%s'", id);
+    if (n > 1)
+        return diag_set(d, EINVAL,
+                        "session '%s' is ambiguous: %zu sessions start with "
+                        "it: %s%s",
+                        id, n, names, n > PICK_NAMED ? ", ..." : "");
+    keep_session(set, hit);
+    return 0;
 }
 
 int audit_load_paths(const char *db_path, const char *spill,
@@ -140,8 +182,8 @@ int audit_load_paths(const char *db_path, const char *spill,
     audit_set_order(set);
     audit_set_regroup(set);
     audit_set_link_subagents(set);
-    if (session)
-        keep_session(set, session);
     free(def);
+    if (!rc && session)
+        rc = audit_set_pick(set, session, d);
     return rc;
 }

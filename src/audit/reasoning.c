@@ -74,6 +74,11 @@ static int classify(json_t *m, const char *streamed)
     return strcmp(json_string_value(sent), streamed) ? R_CHANGED : R_EQUAL;
 }
 
+const char *audit_reasoning_state(json_t *m, const char *streamed)
+{
+    return rstate_names[classify(m, streamed)];
+}
+
 static enum audit_policy policy_for(struct actx *c, const char *model)
 {
     enum audit_policy p = c->o->policy;

@@ -106,7 +106,9 @@ int cli_is_loopback(const char *host)
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, NULL, &hints, &ai) || !ai)
+    /* no AI_PASSIVE: a name that is not an address ('*') must resolve on
+     * its own, never become the wildcard address */
+    if (!*host || getaddrinfo(host, NULL, &hints, &ai) || !ai)
         return -1;
     int all = 1;
     for (const struct addrinfo *p = ai; p; p = p->ai_next)
@@ -114,6 +116,29 @@ int cli_is_loopback(const char *host)
             all = 0;
     freeaddrinfo(ai);
     return all;
+}
+
+int cli_check_listen(const char *cmd, const char *listen, const char *host,
+                     bool allow_remote, bool *remote)
+{
+    int lo = cli_is_loopback(host);
+    *remote = lo != 1;
+    if (allow_remote || lo == 1)
+        return 0;
+    if (lo < 0)
+        return cli_usage_error(cmd,
+                               "--listen '%s': '%s' does not resolve to an "
+                               "address, so it cannot be shown to be "
+                               "loopback. Give a loopback address "
+                               "(127.0.0.1, [::1]), or add --allow-remote to "
+                               "listen there anyway",
+                               listen, host);
+    return cli_usage_error(cmd,
+                           "--listen '%s' is not a loopback address and %s has "
+                           "no authentication: anyone who reaches it uses it. "
+                           "Add --allow-remote to listen there anyway",
+                           listen,
+                           strcmp(cmd, "record") ? "the server" : "the proxy");
 }
 
 char *cli_url_host(const char *host)

@@ -52,6 +52,14 @@ int cli_parse_listen(const char *s, char **host, int *port, struct diag *d);
  * one is not (0.0.0.0, ::, a LAN address), -1 when it does not resolve
  * (the bind will say why). */
 int cli_is_loopback(const char *host);
+/* The rule of every listening command (record, sim): a --listen address
+ * must be provably loopback (every address its host resolves to is)
+ * unless allow_remote; '*', a name that does not resolve and every form
+ * of 0.0.0.0 and :: are not. 0 (with *remote set when the address is not
+ * loopback, for the caller's warning), or EXIT_USAGE after a message
+ * naming --allow-remote. */
+int cli_check_listen(const char *cmd, const char *listen, const char *host,
+                     bool allow_remote, bool *remote);
 /* host as it is written in a URL: an IPv6 address in brackets (RFC 3986
  * section 3.2.2), anything else as it is. Fresh string. */
 char *cli_url_host(const char *host);

@@ -14,6 +14,7 @@
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "core/plural.h"
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "record/record.h"
 #include "record/redact.h"
@@ -162,25 +163,10 @@ static int parse_secs(const char *s, long *ms)
     return 0;
 }
 
-/* A non-loopback listen address needs --allow-remote: record forwards
- * whatever reaches it to the upstream, with no authentication of its own,
- * so it must not become an open proxy without a word. *remote is set when
- * the address is not loopback (one that does not resolve is left to the
- * bind to report). 0, or the exit code. */
-static int check_remote(const char *listen, const char *host, bool allow_remote,
-                        bool *remote)
-{
-    *remote = cli_is_loopback(host) == 0;
-    if (allow_remote || !*remote)
-        return 0;
-    return cli_usage_error("record",
-                           "--listen '%s' is not a loopback address and the "
-                           "proxy has no authentication: anyone who reaches "
-                           "it uses the upstream. Add --allow-remote to "
-                           "listen there anyway",
-                           listen);
-}
-
+/* A listen address that is not loopback needs --allow-remote: record
+ * forwards whatever reaches it to the upstream, with no authentication of
+ * its own, so it must not become an open proxy without a word
+ * (cli_check_listen). */
 static void warn_remote(const char *host, int port, const char *upstream)
 {
     char *h = cli_url_host(host);
@@ -289,14 +275,19 @@ int cmd_record(int argc, char **argv)
     if (!o.upstream)
         return cli_usage_error("record", "--upstream URL is required (the "
                                          "server to forward to)");
-    if (strncmp(o.upstream, "http://", 7) && strncmp(o.upstream, "https://", 8))
-        return cli_usage_error("record",
-                               "--upstream '%s' must start with http:// or "
-                               "https://",
-                               o.upstream);
+    if (strncmp(o.upstream, "http://", 7) &&
+        strncmp(o.upstream, "https://", 8)) {
+        char *shown = url_mask(o.upstream);
+        rc = cli_usage_error("record",
+                             "--upstream '%s' must start with http:// or "
+                             "https://",
+                             shown);
+        free(shown);
+        return rc;
+    }
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
-    rc = check_remote(listen, host, allow_remote, &remote);
+    rc = cli_check_listen("record", listen, host, allow_remote, &remote);
     if (rc)
         goto out;
     if (!o.spill_path)
@@ -322,13 +313,14 @@ int cmd_record(int argc, char **argv)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
-    char *uh = cli_url_host(host);
+    char *uh = cli_url_host(host), *shown = url_mask(o.upstream);
     if (remote)
-        warn_remote(host, record_port(r), o.upstream);
+        warn_remote(host, record_port(r), shown);
     printf("fidelity record: listening on http://%s:%d -> %s\n", uh,
-           record_port(r), o.upstream);
+           record_port(r), shown);
     fflush(stdout);
     free(uh);
+    free(shown);
     rc = record_run(r, &d);
     struct record_stats st;
     record_get_stats(r, &st);

@@ -13,8 +13,8 @@
 #include "sim/sim.h"
 
 const char CMD_SIM_HELP[] =
-    "usage: fidelity sim [--listen HOST:PORT] [--model NAME] [--preset P,...]\n"
-    "                    [fault options]\n"
+    "usage: fidelity sim [--listen HOST:PORT] [--allow-remote] [--model NAME]\n"
+    "                    [--preset P,...] [fault options]\n"
     "\n"
     "A deterministic OpenAI-compatible server (chat, completions, sglang and\n"
     "TGI /generate, /tokenize) that answers questions about facts stated in\n"
@@ -24,6 +24,10 @@ const char CMD_SIM_HELP[] =
     "  --listen HOST:PORT     where to listen (default 127.0.0.1:8000;\n"
     "                         port 0 picks a free one). Prints\n"
     "                         'fidelity sim: listening on http://HOST:PORT'.\n"
+    "                         An address that is not loopback needs\n"
+    "                         --allow-remote\n"
+    "  --allow-remote         listen on a non-loopback address (0.0.0.0,\n"
+    "                         [::], a LAN address); a warning says so\n"
     "  --model NAME           model id to report (default fidelity-sim)\n"
     "  --preset LIST          presets, comma-separated (below)\n"
     "\n"
@@ -86,7 +90,7 @@ static void ready(int port, void *ud)
 }
 
 static int parse(int argc, char **argv, struct sim_config *c, char **host,
-                 int *port)
+                 int *port, const char **listen, bool *allow_remote)
 {
     struct diag d = {""};
     for (int i = 1; i < argc; i++) {
@@ -96,6 +100,12 @@ static int parse(int argc, char **argv, struct sim_config *c, char **host,
         char *eq = strchr(a, '=');
         snprintf(name, sizeof(name), "%.*s",
                  (int)(eq ? eq - a - 2 : (long)strlen(a) - 2), a + 2);
+        if (!strcmp(name, "allow-remote")) {
+            if (eq)
+                return cli_usage_error("sim", "--allow-remote takes no value");
+            *allow_remote = true;
+            continue;
+        }
         bool flag = sim_config_is_flag(name);
         if (eq)
             val = eq + 1;
@@ -105,6 +115,7 @@ static int parse(int argc, char **argv, struct sim_config *c, char **host,
             return cli_usage_error("sim", "option '--%s' needs a value", name);
         int r = 0;
         if (!strcmp(name, "listen")) {
+            *listen = val;
             free(*host);
             r = cli_parse_listen(val, host, port, &d);
         } else if (!strcmp(name, "preset")) {
@@ -127,11 +138,19 @@ int cmd_sim(int argc, char **argv)
     struct diag d = {""};
     char *host = strdup("127.0.0.1");
     int port = 8000, r;
+    const char *listen = "127.0.0.1:8000";
+    bool allow_remote = false, remote;
     sim_config_defaults(&c);
-    if ((r = parse(argc, argv, &c, &host, &port))) {
+    if ((r = parse(argc, argv, &c, &host, &port, &listen, &allow_remote)) ||
+        (r = cli_check_listen("sim", listen, host, allow_remote, &remote))) {
         free(host);
         return r;
     }
+    if (remote)
+        fprintf(stderr,
+                "fidelity sim: warning: --listen '%s' is not a loopback "
+                "address; anyone who can reach it can use the simulator\n",
+                listen);
     s = calloc(1, sizeof(*s));
     sim_init(s, &c);
     r = sim_serve(s, host, port, ready, host, &d);

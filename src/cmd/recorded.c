@@ -34,9 +34,12 @@ bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
 
 int recorded_replay(const char *cmd, const char *db, const char *spill)
 {
-    struct diag d = {{0}};
+    struct diag d = {{0}}, warn = {{0}};
     uint64_t n = 0;
-    if (store_replay(db, spill, &n, &d)) {
+    int rc = store_replay(db, spill, &n, &warn, &d);
+    if (warn.msg[0])
+        fprintf(stderr, "fidelity %s: warning: %s\n", cmd, warn.msg);
+    if (rc) {
         /* a read-only copy of a store, say: what is committed still reads */
         fprintf(stderr,
                 "fidelity %s: warning: %s; reading what the store holds "
@@ -59,7 +62,7 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     int rc = recorded_replay(cmd, a->db, a->spill);
     if (rc)
         return rc;
-    rc = audit_load_paths(a->db, a->spill, session, set, &d);
+    rc = audit_load_paths(a->db, a->spill, NULL, set, &d);
     /* rows that could not be decoded were skipped; the rest is read */
     for (size_t i = 0; i < set->nbad; i++)
         fprintf(stderr,
@@ -72,10 +75,12 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);
-    if (session && !set->n)
-        return cli_usage_error(cmd,
-                               "no session '%s' in '%s'; see "
-                               "'fidelity sessions --db %s'",
-                               session, a->db, a->db);
+    if (session && (rc = audit_set_pick(set, session, &d)))
+        return cli_error(cmd, EXIT_USAGE,
+                         rc == -ENOENT
+                             ? "%s in '%s'; see 'fidelity sessions --db %s'"
+                             : "%s; give more of the id (see 'fidelity "
+                               "sessions --db %s%.0s')",
+                         d.msg, a->db, a->db);
     return 0;
 }

@@ -292,7 +292,8 @@ int h1_parse_head(const char *p, size_t n, struct h1_head *h)
     return parse_fields(p, n, pos, h->headers, &h->nheaders, -1);
 }
 
-/* "method SP request-target SP HTTP/1.d" (RFC 9112 section 3). */
+/* "method SP request-target SP HTTP/1.0" or "HTTP/1.1" (RFC 9112
+ * section 3). */
 static int parse_request_line(const char *p, size_t n, struct h1_req *q)
 {
     size_t i = 0;
@@ -306,8 +307,10 @@ static int parse_request_line(const char *p, size_t n, struct h1_req *q)
     i = target_run(p, i, n);
     if (i < n && p[i] != ' ')
         return -1; /* a control, DEL or non-space blank in the target */
+    /* HTTP/1.0 and HTTP/1.1 only: no other version is defined, and one
+     * whose rules are unknown cannot be framed (RFC 9112 section 2.3) */
     if (i == t || n - i != 9 || memcmp(p + i, " HTTP/1.", 8) ||
-        p[i + 8] < '0' || p[i + 8] > '9')
+        (p[i + 8] != '0' && p[i + 8] != '1'))
         return -1;
     q->target = p + t;
     q->target_len = i - t;
@@ -616,4 +619,12 @@ int h1_chunked_feed(struct h1_chunked *c, const char *p, size_t n, size_t *used,
     }
     *used = i;
     return c->state == C_DONE ? 2 : 0;
+}
+
+int h1_req_host_ok(const struct h1_req *q)
+{
+    size_t hosts = 0;
+    for (size_t i = 0; i < q->nheaders; i++)
+        hosts += h1_name_is(&q->headers[i], "host");
+    return hosts == 1 || (hosts == 0 && q->minor == 0) ? 0 : -1;
 }

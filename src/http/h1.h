@@ -53,11 +53,15 @@ struct h1_req {
  * 5; empty lines before the request line are skipped, section 2.2).
  * Returns the length consumed including the blank line, -2 when no
  * complete head is there yet (and n is under H1_MAX_HEAD), -1 when it is
- * malformed (request line not "token SP target SP HTTP/1.d", a control
+ * malformed (request line not "token SP target SP HTTP/1.0" or 1.1, a control
  * character in the target, a field that is not "token: value", obsolete
  * line folding), -3 when it is longer than H1_MAX_HEAD or has more than
  * H1_MAX_HEADERS fields. Slices in q point into p. */
 int h1_parse_request(const char *p, size_t n, struct h1_req *q);
+/* Whether q's Host fields are as RFC 9112 section 3.2 requires: exactly
+ * one in an HTTP/1.1 request, at most one in an HTTP/1.0 one (which may
+ * leave it out). 0, or -1 when a server must answer 400. */
+int h1_req_host_ok(const struct h1_req *q);
 
 enum h1_framing {
     H1_NONE,    /* no body (HEAD, 1xx, 204, 304) */

@@ -69,6 +69,9 @@ struct front_conn {
     struct buf body; /* the decoded chunked body */
     /* the request being answered */
     bool busy, keep, head_req, close_after, linger, dead;
+    /* the client shut its side (or closed): what it sent before is still
+     * answered; reading stops, a failed write says whether it is gone */
+    bool rd_eof;
     int minor;
     enum out_mode mode;
     void *cud;
@@ -398,14 +401,16 @@ static void response_done(struct front_conn *c)
 {
     c->busy = false;
     c->cud = NULL;
-    if (!c->keep)
+    /* after a half-close, the close follows the last request it sent */
+    if (!c->keep || (c->rd_eof && c->in.len == c->in_off))
         c->close_after = true;
     if (flush(c)) {
         c->dead = true;
         defer(c);
         return;
     }
-    read_on(c);
+    if (!c->rd_eof)
+        read_on(c);
     if (c->in.len == c->in_off && c->in.alloc > BIG_BUF) {
         buf_release(&c->in); /* after a large upload */
         c->in_off = 0;
@@ -569,6 +574,12 @@ static bool accept_head(struct front_conn *c, const struct h1_req *q)
     if (method_is(q, "CONNECT")) {
         refuse(c, 405, "method_not_allowed",
                "CONNECT is not proxied; send requests to record directly");
+        return false;
+    }
+    if (h1_req_host_ok(q)) {
+        refuse(c, 400, "bad_request",
+               "an HTTP/1.1 request must have exactly one Host header field "
+               "(and an HTTP/1.0 one at most one)");
         return false;
     }
     if (h1_req_framing(q, &c->fr, &c->clen)) {
@@ -770,7 +781,16 @@ static bool read_in(struct front_conn *c)
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return true;
-    c->dead = true; /* the client closed or failed */
+    if (n == 0) {
+        /* the client shut its side (shutdown(SHUT_WR), or a close: the
+         * same FIN). Its complete requests are answered; reading stops
+         * (the end of file would be read again and again) */
+        c->rd_eof = true;
+        event_del(&c->rev);
+        c->rev_on = false;
+        return true;
+    }
+    c->dead = true; /* the client failed */
     return false;
 }
 
@@ -782,6 +802,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         read_in(c);
     if (!c->dead && !c->busy && !c->linger)
         process(c);
+    /* half-closed with nothing (more) to answer: an unfinished request
+     * can never be completed */
+    if (!c->dead && c->rd_eof && !c->busy && !c->linger && !c->close_after)
+        c->dead = true;
     if (c->dead)
         conn_fail(c);
     else if (!c->busy && c->in.alloc > BIG_BUF && c->in.len == c->in_off)

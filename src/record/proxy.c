@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "core/url.h"
 #include "core/xalloc.h"
 #include "record/front.h"
 #include "record/record.h"
@@ -801,8 +802,10 @@ static void reply_error(struct ex *e, enum xchg_end end)
         what = "sent a response record cannot parse";
         type = "upstream_bad_response";
     }
+    /* the upstream's credentials never reach a client */
+    url_mask_in(e->curl_err, sizeof(e->curl_err), e->r->upstream);
     snprintf(msg, sizeof(msg), "fidelity record: upstream '%s' %s: %s",
-             e->r->upstream, what,
+             e->r->upstream_shown, what,
              e->curl_err[0] ? e->curl_err : "no response");
     send_json_error(e->fc, xchg_own_status(end), type, msg);
 }
@@ -861,8 +864,17 @@ static void finish_as(struct ex *e, enum xchg_end end)
     e->x.end = end;
     /* the upstream has the request (upclient copied it, curl is done
      * with it): from here on the body is only kept, so its secrets go */
-    e->x.req_redacted = redact_body(e->body.data, e->body.len, r->o.redact_keys,
-                                    r->o.n_redact_keys) > 0;
+    /* a JSON body by its shape (clients label JSON as a form, as curl
+     * does by default); else a form by its type */
+    size_t lead = strspn(e->body.data, " \t\r\n");
+    bool json_shape = lead < e->body.len &&
+                      (e->body.data[lead] == '{' || e->body.data[lead] == '[');
+    size_t hidden = redact_body(e->body.data, e->body.len, r->o.redact_keys,
+                                r->o.n_redact_keys);
+    if (!json_shape && redact_is_form(e->ct))
+        hidden = redact_form(e->body.data, e->body.len, r->o.redact_keys,
+                             r->o.n_redact_keys);
+    e->x.req_redacted = hidden > 0;
     fill_response(e, t);
     r->stats.exchanges++;
     list_add(&r->storing, e);
@@ -1197,6 +1209,7 @@ int record_new(const struct record_opts *o, struct record **out, struct diag *d)
     size_t ul = strlen(r->upstream);
     while (ul && r->upstream[ul - 1] == '/')
         r->upstream[--ul] = '\0';
+    r->upstream_shown = url_mask(r->upstream);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     /* The epoll changelist folds the enable/disable pairs evhttp and the
      * curl socket callback make within one loop pass into at most one
@@ -1330,5 +1343,6 @@ void record_free(struct record *r)
     xchg_cache_free(r->cache); /* finalizes its statements first */
     store_close(r->db);
     free(r->upstream);
+    free(r->upstream_shown);
     free(r);
 }

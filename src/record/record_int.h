@@ -41,7 +41,8 @@ struct ex;
 
 struct record {
     struct record_opts o;
-    char *upstream; /* without a trailing slash */
+    char *upstream;       /* without a trailing slash */
+    char *upstream_shown; /* the same, its credentials masked (url_mask) */
     struct event_base *base;
     struct front *front; /* the client side */
     int port;

@@ -81,6 +81,61 @@ static bool is_secret_param(const char *name, size_t n)
     return false;
 }
 
+static bool name_eq(const char *lower, size_t n, const char *name);
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A form or query name name[0..n) with its percent escapes and '+'
+ * decoded (RFC 3986 section 2.1; the form encoding's space), lowered,
+ * into out (REDACT_NAME_MAX + 1 bytes): false when longer than that. */
+static bool form_name(const char *name, size_t n, char *out, size_t *on)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int hi, lo;
+        if (c == '%' && i + 2 < n && (hi = hexval(name[i + 1])) >= 0 &&
+            (lo = hexval(name[i + 2])) >= 0) {
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        } else if (c == '+') {
+            c = ' ';
+        }
+        if (k == REDACT_NAME_MAX)
+            return false;
+        out[k++] = c >= 'A' && c <= 'Z' ? (char)(c | 0x20) : c;
+    }
+    out[k] = '\0';
+    *on = k;
+    return true;
+}
+
+/* Whether a query or form name (raw, escapes and all) names a secret: a
+ * query parameter's name, a JSON body's secret key, or an extra name. */
+static bool is_secret_form_name(const char *name, size_t n,
+                                const char *const *extra, size_t nextra)
+{
+    char low[REDACT_NAME_MAX + 1];
+    size_t k;
+    if (!form_name(name, n, low, &k))
+        return false;
+    if (is_secret_param(low, k))
+        return true;
+    for (size_t i = 0; i < sizeof(SECRET_KEYS) / sizeof(*SECRET_KEYS); i++)
+        if (name_eq(low, k, SECRET_KEYS[i]))
+            return true;
+    for (size_t i = 0; extra && i < nextra; i++)
+        if (name_eq(low, k, extra[i]))
+            return true;
+    return false;
+}
+
 char *redact_path(const char *path)
 {
     const char *q = strchr(path, '?');
@@ -93,7 +148,7 @@ char *redact_path(const char *path)
         const char *amp = strchr(p, '&');
         size_t len = amp ? (size_t)(amp - p) : strlen(p);
         const char *eq = memchr(p, '=', len);
-        if (eq && is_secret_param(p, (size_t)(eq - p))) {
+        if (eq && is_secret_form_name(p, (size_t)(eq - p), NULL, 0)) {
             buf_add(&b, p, (size_t)(eq - p) + 1);
             buf_adds(&b, REDACT_MARK);
         } else {
@@ -368,4 +423,36 @@ size_t redact_body(char *body, size_t len, const char *const *extra, size_t n)
         .s = body, .len = len, .extra = extra, .nextra = extra ? n : 0};
     walk(&sc);
     return sc.hidden;
+}
+
+bool redact_is_form(const char *ct)
+{
+    static const char form[] = "application/x-www-form-urlencoded";
+    if (!ct)
+        return false;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return !strncasecmp(ct, form, sizeof(form) - 1) &&
+           (!ct[sizeof(form) - 1] || ct[sizeof(form) - 1] == ';' ||
+            ct[sizeof(form) - 1] == ' ');
+}
+
+size_t redact_form(char *body, size_t len, const char *const *extra, size_t n)
+{
+    size_t hidden = 0, i = 0;
+    while (i < len) {
+        char *amp = memchr(body + i, '&', len - i);
+        size_t end = amp ? (size_t)(amp - body) : len;
+        char *eq = memchr(body + i, '=', end - i);
+        if (eq &&
+            is_secret_form_name(body + i, (size_t)(eq - body - i), extra, n)) {
+            size_t v = (size_t)(eq - body) + 1;
+            if (v < end) {
+                mark(body + v, end - v);
+                hidden++;
+            }
+        }
+        i = end + 1;
+    }
+    return hidden;
 }

@@ -34,7 +34,9 @@
 bool redact_is_secret_header(const char *name);
 /* A fresh copy of path with the values of secret query parameters (key,
  * api_key, apikey, token, access_token, password, secret, sig, signature,
- * auth...) replaced by REDACT_MARK. */
+ * auth..., and the body's secret keys) replaced by REDACT_MARK; a name is
+ * compared with its percent escapes decoded (?api%5Fkey=) and in any
+ * case. */
 char *redact_path(const char *path);
 
 /* Names longer than this are refused by redact_name_ok (a key is matched
@@ -51,5 +53,12 @@ bool redact_name_ok(const char *name);
  * with '{' or '[' is left alone; one that is not valid JSON is scanned all
  * the same, string by string. Never reads outside body[0..len). */
 size_t redact_body(char *body, size_t len, const char *const *extra, size_t n);
+/* Whether a Content-Type is application/x-www-form-urlencoded. */
+bool redact_is_form(const char *ct);
+/* The same for a form-encoded body (name=value&...): the value of every
+ * pair whose name, percent escapes and '+' decoded, is a secret query
+ * parameter's or body key's name (or an extra one) is overwritten in
+ * place, keeping the length. Returns how many. */
+size_t redact_form(char *body, size_t len, const char *const *extra, size_t n);
 
 #endif

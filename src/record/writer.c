@@ -257,11 +257,17 @@ static int spill(struct record *r, struct ex *e, const char *why, bool in_log)
                 r,
                 "exchange %s %s: %s; it stays in the intake log '%s', "
                 "with the exchanges after it, and the next start commits "
-                "them",
+                "them. The store and the spill file failed together (a "
+                "full disk holding both?): give --spill a path on another "
+                "disk than the store to avoid it",
                 e->x.method, e->x.path, sd.msg, r->intake->path);
         return 3;
     }
-    record_logf(r, "exchange %s %s lost: %s", e->x.method, e->x.path, sd.msg);
+    record_logf(r,
+                "exchange %s %s lost: %s. The store and the spill file failed "
+                "together (a full disk holding both?): give --spill a path on "
+                "another disk than the store to avoid it",
+                e->x.method, e->x.path, sd.msg);
     return 2;
 }
 
@@ -643,6 +649,33 @@ static void checkpointer_stop(struct record *r)
     r->ck_started = false;
 }
 
+/* A store that cannot be written is refused before record listens: it
+ * would answer every client and lose every exchange. SQLite opens a file
+ * it may not write read-only without a word, so a write transaction is
+ * begun and rolled back (it takes the write lock, as a commit would, and
+ * fails on a read-only file, folder or file system). A store locked by
+ * another writer is not refused: record spills while it is. */
+static int check_writable(struct record *r, struct diag *d)
+{
+    int rc = sqlite3_db_readonly(r->db, "main") == 1
+                 ? SQLITE_READONLY
+                 : sqlite3_exec(r->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+        return 0;
+    }
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+        return 0;
+    return diag_set(d, EROFS,
+                    "the store '%s' cannot be written (%s): every exchange "
+                    "would be lost. Give --db a file record may write (check "
+                    "the permissions of the file and of its folder, and that "
+                    "its file system is not mounted read-only)",
+                    r->o.db_path,
+                    rc == SQLITE_READONLY ? "it is read-only"
+                                          : sqlite3_errstr(rc));
+}
+
 static int open_store(struct record *r, struct diag *d)
 {
     /* one thread at a time: the writer, or the loop for a lone exchange
@@ -657,7 +690,7 @@ static int open_store(struct record *r, struct diag *d)
         diag_prefix(d, "'%s'", r->o.db_path);
         return rc;
     }
-    return 0;
+    return check_writable(r, d);
 }
 
 /* ---- the intake log ---- */
@@ -692,6 +725,11 @@ static int open_intake(struct record *r, struct diag *d)
             r->intake->path, (unsigned long long)k.stored, plural_s(k.stored),
             plural(k.stored, "was", "were"), (unsigned long long)k.spilled,
             (unsigned long long)k.kept, (unsigned long long)k.torn);
+    if (intake_damaged(&k.dmg)) {
+        char say[1024];
+        intake_damage_say(&k.dmg, r->intake->path, say, sizeof(say));
+        record_logf(r, "%s", say);
+    }
     if (rc) {
         intake_close(r->intake, false);
         r->intake = NULL;

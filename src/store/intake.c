@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -335,83 +336,236 @@ static int read_at(int fd, char *p, size_t n, uint64_t at)
     return 0;
 }
 
-/* Whether off is where a record of the log at fd (size bytes) starts, or
- * at or past its end (a log whose last appends a power loss undid): the
- * frontier a commit wrote always is, so another value is a damaged intake
- * table, and reading from it would skip whole records. The heads are
- * walked from the first record (16 bytes read per record). */
-static bool is_boundary(int fd, uint64_t size, uint64_t off)
+/* Reads the record at `at` of the log at fd (size bytes) into *pay:
+ * 1 when a whole one is there (its magic, a length inside the file, the
+ * hash, a payload that decodes into *r), with *next the offset after it;
+ * 0 when not; -errno when the file cannot be read. */
+static int rec_at(int fd, uint64_t size, uint64_t at, char **pay, size_t *cap,
+                  struct intake_rec *r, uint64_t *next)
+{
+    char head[INTAKE_HEAD];
+    if (size - at < INTAKE_HEAD)
+        return 0;
+    int got = read_at(fd, head, sizeof(head), at);
+    if (got)
+        return got < 0 ? got : 0;
+    uint64_t plen = get_u32(head + 4);
+    if (memcmp(head, REC_MAGIC, 4) || plen > REC_MAX ||
+        plen > size - at - INTAKE_HEAD)
+        return 0;
+    if (plen > *cap) {
+        *cap = (size_t)plen;
+        *pay = xrealloc(*pay, *cap);
+    }
+    got = read_at(fd, *pay, (size_t)plen, at + INTAKE_HEAD);
+    if (got)
+        return got < 0 ? got : 0;
+    if (XXH3_64bits(*pay, (size_t)plen) != get_u64(head + 8) ||
+        decode(*pay, (size_t)plen, r))
+        return 0;
+    *next = at + INTAKE_HEAD + plen;
+    return 1;
+}
+
+/* The walk of the heads from the first record towards off (16 bytes read
+ * per record): 1 when it lands on off (or off is at or past the end: a
+ * log whose last appends a power loss undid), 0 when a head is damaged
+ * before off (*bad its offset), -1 when the heads are whole but step over
+ * off: then off is not where a record starts. */
+static int walk_to(int fd, uint64_t size, uint64_t off, uint64_t *bad)
 {
     char head[INTAKE_HEAD];
     uint64_t at = INTAKE_HEAD;
     if (off >= size)
-        return true;
+        return 1;
     while (at < off) {
-        if (read_at(fd, head, sizeof(head), at) || memcmp(head, REC_MAGIC, 4))
-            return false;
-        at += INTAKE_HEAD + get_u32(head + 4);
+        uint64_t plen;
+        if (read_at(fd, head, sizeof(head), at) || memcmp(head, REC_MAGIC, 4) ||
+            (plen = get_u32(head + 4)) > size - at - INTAKE_HEAD) {
+            *bad = at;
+            return 0;
+        }
+        at += INTAKE_HEAD + plen;
     }
-    return at == off;
+    return at == off ? 1 : -1;
+}
+
+/* After damage at `at`: the offset of the next whole record (size when
+ * none), and in *heads how many record heads (the magic) the damaged span
+ * holds, at least one. Scanned in blocks for the magic; each candidate is
+ * checked whole (hash and decoding), so bytes inside a payload that look
+ * like a head are passed over. */
+static int resync(int fd, uint64_t size, uint64_t at, char **pay, size_t *cap,
+                  uint64_t *found, uint64_t *heads)
+{
+    enum { BLOCK = 1 << 16 };
+    char *blk = xmalloc(BLOCK);
+    uint64_t pos = at + 1, n = 1;
+    int rc = 0;
+    *found = size;
+    while (pos + INTAKE_HEAD <= size) {
+        size_t want = size - pos < BLOCK ? (size_t)(size - pos) : BLOCK;
+        int got = read_at(fd, blk, want, pos);
+        if (got) {
+            rc = got < 0 ? got : 0;
+            break;
+        }
+        bool done = false;
+        for (size_t i = 0; i + 4 <= want && !done; i++) {
+            if (memcmp(blk + i, REC_MAGIC, 4))
+                continue;
+            struct intake_rec r;
+            uint64_t next;
+            int v = rec_at(fd, size, pos + i, pay, cap, &r, &next);
+            if (v < 0) {
+                rc = v;
+                done = true;
+            } else if (v == 1) {
+                *found = pos + i;
+                done = true;
+            } else {
+                n++;
+            }
+        }
+        if (done)
+            break;
+        /* a magic cut by the block's end is found in the next one */
+        pos += want > 3 ? want - 3 : want;
+        if (want < BLOCK)
+            break;
+    }
+    free(blk);
+    *heads = n;
+    return rc;
 }
 
 int intake_read(int fd, uint64_t epoch, uint64_t off,
                 int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
-                void *ud, uint64_t *torn, struct diag *d)
+                void *ud, struct intake_damage *dmg, struct diag *d)
 {
     struct stat st;
     uint64_t at, size;
-    char head[INTAKE_HEAD];
     char *pay = NULL;
     size_t cap = 0;
     int rc = 0;
 
-    *torn = 0;
+    memset(dmg, 0, sizeof(*dmg));
     if (fstat(fd, &st))
         return diag_set(d, errno, "cannot read the intake log: %s",
                         strerror(errno));
     size = (uint64_t)st.st_size;
     uint64_t mine = intake_epoch_of(fd);
     if (!mine) {
-        *torn = size; /* no header: nothing in it was ever appended */
+        dmg->torn = size; /* no header: nothing in it was ever appended */
         return 0;
     }
-    if (mine == epoch && !is_boundary(fd, size, off))
-        return diag_set(d, EBADMSG,
-                        "the intake frontier (offset %llu) is not where a "
-                        "record of the log starts: the store's intake table "
-                        "is damaged",
-                        (unsigned long long)off);
-    at = mine == epoch ? off : INTAKE_HEAD;
-    while (at < size) {
-        int got = read_at(fd, head, sizeof(head), at);
-        if (got < 0) {
-            rc = diag_set(d, -got, "cannot read the intake log: %s",
-                          strerror(-got));
-            break;
+    at = INTAKE_HEAD;
+    if (mine == epoch) {
+        uint64_t bad = 0;
+        int w = walk_to(fd, size, off, &bad);
+        if (w == 0) {
+            /* damage among the committed records: the frontier cannot be
+             * checked by the walk, but a whole record at it vouches for it
+             * (and a damaged one there is the first pending exchange) */
+            dmg->before = true;
+            dmg->before_at = bad;
+        } else if (w < 0) {
+            return diag_set(d, EBADMSG,
+                            "the intake frontier (offset %llu) is not where "
+                            "a record of the log starts: the store's intake "
+                            "table is damaged",
+                            (unsigned long long)off);
         }
-        uint64_t plen = got ? 0 : get_u32(head + 4);
-        if (got || memcmp(head, REC_MAGIC, 4) || plen > REC_MAX ||
-            plen > size - at - INTAKE_HEAD)
-            break;
-        if (plen > cap) {
-            cap = (size_t)plen;
-            pay = xrealloc(pay, cap);
-        }
-        if (read_at(fd, pay, (size_t)plen, at + INTAKE_HEAD))
-            break;
-        struct intake_rec r;
-        if (XXH3_64bits(pay, (size_t)plen) != get_u64(head + 8) ||
-            decode(pay, (size_t)plen, &r))
-            break;
-        at += INTAKE_HEAD + plen;
-        rc = fn(&r, at, ud);
-        if (rc)
-            break;
+        if (off > size)
+            dmg->short_by = off - size;
+        at = off;
     }
-    if (!rc && at < size)
-        *torn = size - at;
+    while (at < size) {
+        struct intake_rec r;
+        uint64_t next, found, heads;
+        int v = rec_at(fd, size, at, &pay, &cap, &r, &next);
+        if (v < 0) {
+            rc =
+                diag_set(d, -v, "cannot read the intake log: %s", strerror(-v));
+            break;
+        }
+        if (v == 1) {
+            at = next;
+            rc = fn(&r, at, ud);
+            if (rc)
+                break;
+            continue;
+        }
+        v = resync(fd, size, at, &pay, &cap, &found, &heads);
+        if (v < 0) {
+            rc =
+                diag_set(d, -v, "cannot read the intake log: %s", strerror(-v));
+            break;
+        }
+        if (found == size && !intake_whole_head(fd, size, at)) {
+            dmg->torn = size - at; /* an append cut short: the tail */
+            break;
+        }
+        if (!dmg->bad_spans)
+            dmg->bad_at = at;
+        dmg->bad_spans++;
+        dmg->bad_bytes += found - at;
+        dmg->lost += heads;
+        at = found;
+    }
     free(pay);
     return rc;
+}
+
+bool intake_whole_head(int fd, uint64_t size, uint64_t at)
+{
+    char head[INTAKE_HEAD];
+    if (size - at < INTAKE_HEAD || read_at(fd, head, sizeof(head), at) ||
+        memcmp(head, REC_MAGIC, 4))
+        return false;
+    /* the record the head announces ends exactly at the end of the file:
+     * its append finished, so the bytes changed afterwards */
+    return get_u32(head + 4) == size - at - INTAKE_HEAD;
+}
+
+bool intake_damaged(const struct intake_damage *g)
+{
+    return g->bad_spans || g->before || g->short_by;
+}
+
+void intake_damage_say(const struct intake_damage *g, const char *path,
+                       char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+#define SAY(...)                                                               \
+    do {                                                                       \
+        if (n < size) {                                                        \
+            int k_ = snprintf(out + n, size - n, __VA_ARGS__);                 \
+            n += k_ > 0 ? (size_t)k_ : 0;                                      \
+        }                                                                      \
+    } while (0)
+    if (g->bad_spans)
+        SAY("the intake log '%s' is damaged at offset %llu (%llu byte%s in "
+            "%llu place%s): %llu exchange%s there cannot be read and %s "
+            "lost; every whole record after the damage was read",
+            path, (unsigned long long)g->bad_at,
+            (unsigned long long)g->bad_bytes, g->bad_bytes == 1 ? "" : "s",
+            (unsigned long long)g->bad_spans, g->bad_spans == 1 ? "" : "s",
+            (unsigned long long)g->lost, g->lost == 1 ? "" : "s",
+            g->lost == 1 ? "is" : "are");
+    if (g->before)
+        SAY("%sthe intake log '%s' is damaged at offset %llu, before its "
+            "frontier: the exchanges there were committed already, none is "
+            "lost",
+            n ? "; " : "", path, (unsigned long long)g->before_at);
+    if (g->short_by)
+        SAY("%sthe intake log '%s' ends %llu byte%s before its frontier (cut, "
+            "or its last appends undone by a power loss): the exchanges "
+            "appended after the frontier, if there were any, are lost",
+            n ? "; " : "", path, (unsigned long long)g->short_by,
+            g->short_by == 1 ? "" : "s");
+#undef SAY
 }
 
 int intake_schema(sqlite3 *db, struct diag *d)

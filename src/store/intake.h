@@ -12,8 +12,10 @@
  * The file: a 16-byte header ("FIDINTK1", then the log's epoch, a random
  * 64-bit number, little-endian), then records: a 16-byte head (magic
  * "INTK", the payload's length, the XXH3-64 of the payload, little-endian)
- * and the payload. A record cut short or failing its hash ends the log
- * (the write that made it never returned, so no client saw its end).
+ * and the payload. A record cut short at the end is an unfinished append
+ * (the write that made it never returned, so no client saw its end) and
+ * is ignored; a damaged record followed by whole ones is skipped, the
+ * ones after it read, and the damage reported by offset (intake_read).
  *
  * One process at a time appends to a log: it holds flock(LOCK_EX) on it
  * while it runs. A reader that cannot take the lock leaves the log alone:
@@ -82,16 +84,46 @@ int intake_append(struct intake *in, const struct intake_rec *r, uint64_t *end);
 /* Closes; unlinks the file first when remove (everything committed). */
 void intake_close(struct intake *in, bool remove);
 
+/* What reading a log found wrong with it (intake_read). */
+struct intake_damage {
+    uint64_t torn; /* bytes of an unfinished append at the end, ignored */
+    /* damaged records past the frontier, each followed by whole ones (or
+     * complete records whose bytes changed at the end): the first one's
+     * offset, the bytes and places skipped, and the exchanges lost there
+     * as far as their heads tell (at least one a place) */
+    uint64_t bad_at, bad_bytes, bad_spans, lost;
+    /* damage among the records before the frontier (already committed:
+     * nothing lost), at before_at */
+    bool before;
+    uint64_t before_at;
+    /* the log ends this many bytes before its frontier: what was appended
+     * after the frontier is gone (how many exchanges cannot be told) */
+    uint64_t short_by;
+};
+
 /* Calls fn for each whole record of the log at fd past the frontier
  * (epoch, off) (from its start when the epoch differs), with the offset
  * after it; stops when fn returns non-zero. The records' pointers are
- * valid during the call. *torn gets the bytes at the end that are not a
- * whole record. 0, fn's value, or -errno with d set: -EBADMSG when off is
- * inside the log but not where a record starts (a damaged frontier; the
- * log is then not read). */
+ * valid during the call. A damaged record does not end the log: the
+ * records after it are found again (the next head whose record is whole)
+ * and read, and *dmg says where the damage was and what it lost; bytes at
+ * the end that are not a whole record are an unfinished append (torn).
+ * Damage before the frontier is passed over when a whole record, or the
+ * end, is at the frontier. 0, fn's value, or -errno with d set: -EBADMSG
+ * when off is inside the log, the records before it whole, but off not
+ * where one starts (a damaged frontier; the log is then not read). */
 int intake_read(int fd, uint64_t epoch, uint64_t off,
                 int (*fn)(const struct intake_rec *r, uint64_t end, void *ud),
-                void *ud, uint64_t *torn, struct diag *d);
+                void *ud, struct intake_damage *dmg, struct diag *d);
+/* Whether a head at `at` announces a record that ends exactly at the end
+ * of the file (size bytes): one complete when written. */
+bool intake_whole_head(int fd, uint64_t size, uint64_t at);
+/* Whether dmg reports damage (not counting a torn end). */
+bool intake_damaged(const struct intake_damage *dmg);
+/* One sentence (or more, joined by "; ") on dmg's damage to the log at
+ * path, with offsets and the exchanges lost, into out. */
+void intake_damage_say(const struct intake_damage *dmg, const char *path,
+                       char *out, size_t size);
 /* The log's epoch (0 for an empty or headerless file). */
 uint64_t intake_epoch_of(int fd);
 

@@ -190,7 +190,8 @@ int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
     if (intake_frontier(db, &fe, &fo, d))
         return -1;
     xchg_cache_pre_commit(c, on_commit, &p);
-    int rc = intake_read(in->fd, fe, fo, on_rec, &p, &p.k.torn, d);
+    int rc = intake_read(in->fd, fe, fo, on_rec, &p, &p.k.dmg, d);
+    p.k.torn = p.k.dmg.torn;
     flush(&p);
     xchg_cache_pre_commit(c, NULL, NULL);
     *out = p.k;
@@ -209,12 +210,14 @@ int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
 }
 
 int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
-                 struct diag *d)
+                 struct diag *warn, struct diag *d)
 {
     char *path = intake_path(db_path);
     bool none = access(path, F_OK) != 0;
     free(path);
     *n = 0;
+    if (warn)
+        warn->msg[0] = '\0';
     if (none)
         return 0;
     char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
@@ -236,6 +239,8 @@ int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
         struct ingest *g = ingest_new(c, REPLAY_MAX_CAPTURE);
         rc = replay_log(db, c, g, in, spill_path ? spill_path : spill, &k, d);
         *n = k.stored + k.spilled;
+        if (warn && intake_damaged(&k.dmg))
+            intake_damage_say(&k.dmg, in->path, warn->msg, sizeof(warn->msg));
         ingest_free(g);
         xchg_cache_free(c); /* before its db is closed */
         intake_close(in, rc == 0);

@@ -24,6 +24,7 @@ struct replay_counts {
     uint64_t spilled; /* refused by the store, appended to the spill file */
     uint64_t kept;    /* neither: still in the log for the next try */
     uint64_t torn;    /* bytes of an unfinished append at the end, ignored */
+    struct intake_damage dmg; /* what else was wrong with the log */
 };
 
 /* Replays the log `in` (opened and locked by the caller) into db (with the
@@ -43,8 +44,10 @@ int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
 /* Opens db_path and replays its intake log, if there is one and no live
  * record holds it (that record commits it). spill_path: where exchanges
  * the store refuses go (NULL: DB.spill.jsonl, record's default). *n gets
- * how many exchanges were committed or spilled. 0, or -1 with d set. */
+ * how many exchanges were committed or spilled; warn (may be NULL) gets
+ * what was damaged in the log (intake_damage_say), empty when nothing.
+ * 0, or -1 with d set. */
 int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
-                 struct diag *d);
+                 struct diag *warn, struct diag *d);
 
 #endif

@@ -170,4 +170,8 @@ static inline uint64_t xchg_get_be64(const unsigned char *p)
     return v;
 }
 
+/* xchg_json.c: p[0..n) in base64 (RFC 4648, padded), a fresh string; the
+ * spill file's and the export's encoding of bytes that are not UTF-8. */
+char *xchg_b64_encode(const unsigned char *p, size_t n);
+
 #endif

@@ -13,12 +13,13 @@
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "store/xchg.h"
+#include "store/xchg_int.h"
 #include "wire/reply.h"
 
 static const char B64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-static char *b64_encode(const unsigned char *p, size_t n)
+char *xchg_b64_encode(const unsigned char *p, size_t n)
 {
     char *out = xmalloc((n + 2) / 3 * 4 + 1);
     size_t o = 0;
@@ -81,7 +82,7 @@ static void set_bytes(json_t *o, const char *key, const char *p, size_t n)
         return;
     }
     char *k = xasprintf("%s_b64", key);
-    char *e = b64_encode((const unsigned char *)p, n);
+    char *e = xchg_b64_encode((const unsigned char *)p, n);
     json_object_set_new(o, k, json_string(e));
     free(e);
     free(k);

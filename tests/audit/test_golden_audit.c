@@ -2,7 +2,9 @@
  * Golden files of what `fidelity audit`, `fidelity sessions` and `fidelity
  * show` print, as text and as JSON, on one fixed store: three harness
  * sessions of tests/fixtures/ (opencode's two compactions, Kilo's tool
- * call, interrupt and compaction, Continue's titles and /compact), stored
+ * call, interrupt and compaction, Continue's titles and /compact), also
+ * `show --messages` of each (the compactions and the replies sent back
+ * without their reasoning named) and the abbreviated ids, stored
  * row by row in file order as record would have stored them. The output is
  * compared byte for byte with tests/audit/golden/ after the one
  * normalisation of tests/util/golden.h (the temporary directory becomes
@@ -15,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -169,6 +172,91 @@ static void show(const char *session, const char *name)
     assert_true(ok);
 }
 
+/* show SESSION --messages into show-NAME-messages.txt; the text must name
+ * what the name says. */
+static void show_messages(const char *session, const char *name,
+                          const char *must)
+{
+    char *txt = xasprintf(GOLDEN "show-%s-messages.txt", name);
+    const char *av[] = {"show", session, "--db", db, "--messages", NULL};
+    bool ok = golden_cmd(txt, 0, subs, av, 60, NULL);
+    char *got = golden_read(txt, NULL);
+    assert_non_null(got);
+    if (!strstr(got, must))
+        fail_msg("'%s' does not say '%s'", txt, must);
+    free(got);
+    free(txt);
+    assert_true(ok);
+}
+
+/* opencode's two compactions: the history before each replaced by the
+ * summary of the compaction request */
+static void test_show_messages_opencode(void **state)
+{
+    (void)state;
+    show_messages(OPENCODE, "opencode",
+                  "HISTORY COMPACTED: 10 messages removed");
+}
+
+static void test_show_messages_kilo(void **state)
+{
+    (void)state;
+    show_messages(KILO, "kilo", "replaced by the summary of #28 at [");
+}
+
+/* Continue sends its replies back without their reasoning */
+static void test_show_messages_continue(void **state)
+{
+    (void)state;
+    show_messages(CONTINUE, "continue",
+                  "its reply sent back at [2] WITHOUT its reasoning (dropped)");
+}
+
+/* One exchange, its texts whole. */
+static void test_show_one_request_full(void **state)
+{
+    (void)state;
+    const char *av[] = {"show",      "262f", "--db",   db,
+                        "--request", "40",   "--full", NULL};
+    assert_true(
+        golden_cmd(GOLDEN "show-continue-40-full.txt", 0, subs, av, 60, NULL));
+}
+
+/* An abbreviated id works; an ambiguous one lists the sessions it
+ * matches, an unknown one says so: both exit 2. */
+static void test_show_abbreviated_ids(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *shortid[] = {"show", "ses_dcdd8", "--db", db, NULL};
+    assert_int_equal(proc_run(shortid, NULL, &out, &err, 60), 0);
+    assert_non_null(strstr(buf_str(&out), "session " OPENCODE " "));
+    buf_reset(&out);
+    const char *nop[] = {"show", "262f88", "--db", db, NULL};
+    assert_int_equal(proc_run(nop, NULL, &out, &err, 60), 0);
+    assert_non_null(strstr(buf_str(&out), "session " CONTINUE " "));
+    buf_reset(&out);
+    buf_reset(&err);
+    const char *amb[] = {"show", "ses_dcd", "--db", db, NULL};
+    assert_int_equal(proc_run(amb, NULL, &out, &err, 60), 2);
+    assert_non_null(
+        strstr(buf_str(&err), "'ses_dcd' is ambiguous: 2 sessions"));
+    assert_non_null(strstr(buf_str(&err), OPENCODE));
+    assert_non_null(strstr(buf_str(&err), KILO));
+    assert_int_equal(out.len, 0);
+    buf_reset(&err);
+    const char *unk[] = {"show", "ses_nope", "--db", db, NULL};
+    assert_int_equal(proc_run(unk, NULL, &out, &err, 60), 2);
+    assert_non_null(strstr(buf_str(&err), "no session 'ses_nope' in '"));
+    buf_reset(&err);
+    const char *noreq[] = {"show",      "ses_dcdd8", "--db", db,
+                           "--request", "99",        NULL};
+    assert_int_equal(proc_run(noreq, NULL, &out, &err, 60), 2);
+    assert_non_null(strstr(buf_str(&err), "has no exchange 99"));
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_show_opencode(void **state)
 {
     (void)state;
@@ -228,6 +316,11 @@ int main(void)
         cmocka_unit_test(test_show_opencode),
         cmocka_unit_test(test_show_kilo),
         cmocka_unit_test(test_show_continue),
+        cmocka_unit_test(test_show_messages_opencode),
+        cmocka_unit_test(test_show_messages_kilo),
+        cmocka_unit_test(test_show_messages_continue),
+        cmocka_unit_test(test_show_one_request_full),
+        cmocka_unit_test(test_show_abbreviated_ids),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

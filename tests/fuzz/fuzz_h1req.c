@@ -3,9 +3,9 @@
  * request framing rules in src/http/h1.c, used by front.c) on arbitrary
  * bytes; the first byte picks a cut. Invariants: the verdict is -1, -2,
  * -3 or a length inside the input; a parsed head's method is a token, its
- * target holds no space or control byte, its names are tokens and its
- * values hold no CR or LF, all inside the head; one byte short of a
- * complete head is "need more"; a cut of the input never gives a
+ * target holds no space or control byte, its version is 1.0 or 1.1, its names
+ * are tokens and its values hold no CR or LF, all inside the head; one byte
+ * short of a complete head is "need more"; a cut of the input never gives a
  * different head (only "need more", or the same length); the framing is
  * 0 or -1, and a sized body is never empty.
  */
@@ -30,7 +30,7 @@ static void check(const char *p, size_t n, int hl, const struct h1_req *q)
 {
     if (hl == -1 || hl == -2 || hl == -3)
         return;
-    if (hl <= 0 || (size_t)hl > n || q->minor < 0 || q->minor > 9 ||
+    if (hl <= 0 || (size_t)hl > n || q->minor < 0 || q->minor > 1 ||
         q->nheaders > H1_MAX_HEADERS || !q->method_len || !q->target_len ||
         !inside(q->method, q->method_len, p, hl) ||
         !inside(q->target, q->target_len, p, hl))
@@ -65,6 +65,9 @@ static void check(const char *p, size_t n, int hl, const struct h1_req *q)
     if (!rc && fr == H1_SIZED && !len)
         abort();
     (void)h1_req_keep_alive(q);
+    int host = h1_req_host_ok(q);
+    if (host != 0 && host != -1)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -6,6 +6,8 @@
  * with and without keep-alive, a client that sends its head a few bytes
  * at a time, an Expect value record does not know (417), an HTTP/2 client
  * with prior knowledge (answered in HTTP/2: GOAWAY, HTTP_1_1_REQUIRED),
+ * versions other than 1.0 and 1.1 and a wrong count of Host fields (400),
+ * a request followed by a half-close (answered),
  * and that the store holds what the upstream was sent. The real `fidelity
  * record` runs in front of the scripted upstream (tests/util/upstream.h).
  */
@@ -141,7 +143,7 @@ static void test_malformed_requests_400(void **state)
         buf_release(&got);
     }
     struct buf got = BUF_INIT;
-    exchange(f, "GET /json HTTP/1.1\r\nExpect: magic\r\n\r\n", &got);
+    exchange(f, "GET /json HTTP/1.1\r\nHost: x\r\nExpect: magic\r\n\r\n", &got);
     assert_refused(buf_str(&got), "HTTP/1.1 417", "expectation_failed");
     buf_release(&got);
     assert_int_equal(upstream_requests(f->up), 0);
@@ -153,6 +155,80 @@ static void test_malformed_requests_400(void **state)
     assert_non_null(second);
     assert_refused(second, "HTTP/1.1 400", "bad_request");
     buf_release(&got);
+}
+
+/* HTTP versions other than 1.0 and 1.1 (RFC 9112 section 2.3), an
+ * HTTP/1.1 request without a Host field or with two, and an HTTP/1.0 one
+ * with two (section 3.2) are answered 400; nothing reaches the upstream.
+ * An HTTP/1.0 request without Host is served. */
+static void test_version_and_host_400(void **state)
+{
+    struct recfx *f = *state;
+    static const char *const bad[] = {
+        "GET /json HTTP/1.2\r\nHost: x\r\n\r\n",
+        "GET /json HTTP/1.9\r\nHost: x\r\n\r\n",
+        "GET /json HTTP/1.1\r\n\r\n",
+        "GET /json HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /json HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+        "POST /json HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+        "GET /json HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+        NULL};
+    for (int i = 0; bad[i]; i++) {
+        struct buf got = BUF_INIT;
+        exchange(f, bad[i], &got);
+        if (!strstr(buf_str(&got), " 400 Bad Request\r\n"))
+            fail_msg("'%s' was answered '%s'", bad[i], buf_str(&got));
+        assert_refused(buf_str(&got), "HTTP/1.", "bad_request");
+        buf_release(&got);
+    }
+    assert_int_equal(upstream_requests(f->up), 0);
+    struct buf got = BUF_INIT;
+    exchange(f, "GET /json HTTP/1.0\r\n\r\n", &got);
+    assert_int_equal(strncmp(buf_str(&got), "HTTP/1.0 200 ", 13), 0);
+    buf_release(&got);
+}
+
+/* A client that sends its request and then shuts its side
+ * (shutdown(SHUT_WR), as `nc -N` and some SDKs' last request do) is
+ * answered like any other, then closed; two pipelined requests before the
+ * half-close get both answers; the exchanges are stored complete, not
+ * client_gone. A half-close in the middle of a head is closed quietly. */
+static void test_half_close_answered(void **state)
+{
+    struct recfx *f = *state;
+    struct buf got = BUF_INIT;
+    int fd = dial(f);
+    send_str(fd, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                 "\r\n{}");
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    read_to_eof(fd, &got);
+    close(fd);
+    assert_int_equal(strncmp(buf_str(&got), "HTTP/1.1 200 ", 13), 0);
+    buf_reset(&got);
+    fd = dial(f);
+    send_str(fd, "GET /json HTTP/1.1\r\nHost: x\r\n\r\n"
+                 "GET /sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    read_to_eof(fd, &got);
+    close(fd);
+    assert_int_equal(count(buf_str(&got), "HTTP/1.1 200 "), 2);
+    buf_reset(&got);
+    fd = dial(f);
+    send_str(fd, "GET /json HTTP/1.1\r\nHo");
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    read_to_eof(fd, &got);
+    close(fd);
+    assert_int_equal(got.len, 0);
+    buf_release(&got);
+    assert_int_equal(proc_stop(&f->rec), 0);
+    json_t *all = rec_load(f->db);
+    assert_non_null(all);
+    assert_int_equal(json_array_size(all), 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(
+            json_string_value(json_object_get(json_array_get(all, i), "end")),
+            "complete");
+    json_decref(all);
 }
 
 /* A head longer than 64 KiB: 431. */
@@ -253,7 +329,8 @@ static void test_chunked_upload(void **state)
     buf_release(&got);
     /* a chunked body growing past --max-body: 413 */
     struct buf req = BUF_INIT;
-    buf_adds(&req, "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    buf_adds(&req, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                   "chunked\r\n\r\n");
     for (int i = 0; i < 5; i++) {
         buf_adds(&req, "400\r\n");
         for (int k = 0; k < 0x400; k++)
@@ -374,12 +451,14 @@ static void test_h2_prior_knowledge_goaway(void **state)
     }
     assert_int_equal(upstream_requests(f->up), 0);
     struct buf got = BUF_INIT;
-    exchange(f, "GET /json HTTP/1.1\r\nConnection: close\r\n\r\n", &got);
+    exchange(f, "GET /json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+             &got);
     assert_int_equal(strncmp(buf_str(&got), "HTTP/1.1 200", 12), 0);
     buf_release(&got);
     /* a method that starts like the preface is still HTTP/1.1's */
     buf_init(&got, 0);
-    exchange(f, "PRI /json HTTP/1.1\r\nConnection: close\r\n\r\n", &got);
+    exchange(f, "PRI /json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+             &got);
     assert_int_equal(strncmp(buf_str(&got), "HTTP/1.1 ", 9), 0);
     buf_release(&got);
 }
@@ -388,6 +467,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_malformed_requests_400, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_version_and_host_400, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_half_close_answered, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_head_too_large_431, fx_setup,
                                         fx_teardown),

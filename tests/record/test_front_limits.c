@@ -6,7 +6,9 @@
  * request head sent a byte a second meets --header-timeout; an idle
  * keep-alive connection meets --idle-timeout, a quiet stream does not;
  * --max-conns (given, or derived from the descriptor limit) answers 503;
- * a non-loopback --listen needs --allow-remote, and an IPv6 address is
+ * a --listen that is not provably loopback ('*', a name that does not
+ * resolve, every form of 0.0.0.0 and ::) needs --allow-remote, for record
+ * and sim, loopback forms bind where they say, and an IPv6 address is
  * printed in brackets. The real `fidelity record` runs in front of the
  * scripted upstream (tests/util/upstream.h).
  */
@@ -431,19 +433,31 @@ static void test_remote_listen_needs_allow_remote(void **state)
     assert_non_null(dir);
     snprintf(db, sizeof(db), "%s/r.db", dir);
     snprintf(err, sizeof(err), "%s/err.log", dir);
-    static const char *const addrs[] = {"0.0.0.0:0", "[::]:0"};
-    for (int i = 0; i < 2; i++) {
-        const char *av[] = {
-            "record", "--listen", addrs[i], "--upstream", "http://127.0.0.1:9",
-            "--db",   db,         NULL};
-        struct buf out = BUF_INIT, e = BUF_INIT;
-        assert_int_equal(proc_run(av, NULL, &out, &e, 10), 2);
-        assert_int_equal(out.len, 0);
-        assert_non_null(strstr(buf_str(&e), "not a loopback address"));
-        assert_non_null(strstr(buf_str(&e), "--allow-remote"));
-        assert_non_null(strstr(buf_str(&e), addrs[i]));
-        buf_release(&out);
-        buf_release(&e);
+    /* every form of the wildcard, '*', a name that does not resolve:
+     * none is provably loopback; record and sim alike */
+    static const char *const addrs[] = {
+        "0.0.0.0:0",  "[::]:0", "*:0",
+        "[*]:0",      "0:0",    "[::ffff:0.0.0.0]:0",
+        "[0:0::0]:0", "0x0:0",  "no-such-host.invalid:0"};
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(*addrs); i++) {
+        for (int sim = 0; sim < 2; sim++) {
+            const char *av[] = {
+                sim ? "sim" : "record", "--listen", addrs[i], "--upstream",
+                "http://127.0.0.1:9",   "--db",     db,       NULL};
+            if (sim)
+                av[3] = NULL;
+            struct buf out = BUF_INIT, e = BUF_INIT;
+            int rc = proc_run(av, NULL, &out, &e, 5);
+            if (rc != 2)
+                fail_msg("%s --listen %s: exit %d, %s%s", av[0], addrs[i], rc,
+                         buf_str(&out), buf_str(&e));
+            assert_int_equal(out.len, 0);
+            assert_non_null(strstr(buf_str(&e), "loopback"));
+            assert_non_null(strstr(buf_str(&e), "--allow-remote"));
+            assert_non_null(strstr(buf_str(&e), addrs[i]));
+            buf_release(&out);
+            buf_release(&e);
+        }
     }
     const char *av[] = {"record",         "--listen",   "0.0.0.0:0",
                         "--allow-remote", "--upstream", "http://127.0.0.1:9",
@@ -455,6 +469,80 @@ static void test_remote_listen_needs_allow_remote(void **state)
     assert_int_equal(proc_stop(&p), 0);
     assert_true(file_has(err, want));
     assert_true(file_has(err, "no authentication"));
+    rec_rmdir(dir);
+}
+
+/* The local address of pid's listening TCP socket on port, as
+ * /proc/PID/net/tcp{,6} writes it (hex, the kernel's byte order): false
+ * when there is none. */
+static bool bound_addr(pid_t pid, int port, char *out, size_t size)
+{
+    static const char *const files[] = {"tcp", "tcp6"};
+    for (int k = 0; k < 2; k++) {
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, files[k]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof(line), f)) {
+            char local[64];
+            unsigned p, st;
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x", local, &p,
+                       &st) == 3 &&
+                (int)p == port && st == 0x0A) {
+                snprintf(out, size, "%s", local);
+                fclose(f);
+                return true;
+            }
+        }
+        fclose(f);
+    }
+    return false;
+}
+
+/* Loopback forms need no flag: record and sim start on them with no
+ * warning, and the socket each binds (read from the kernel's table, not by
+ * connecting) is on that loopback address. */
+static void test_loopback_forms_bound(void **state)
+{
+    char *dir = rec_tmpdir();
+    char db[256], err[256];
+    (void)state;
+    assert_non_null(dir);
+    snprintf(db, sizeof(db), "%s/r.db", dir);
+    snprintf(err, sizeof(err), "%s/err.log", dir);
+    static const struct {
+        const char *listen, *hex;
+    } forms[] = {{"127.0.0.1:0", "0100007F"},
+                 {"127.0.0.2:0", "0200007F"},
+                 {"localhost:0", NULL}, /* 127.0.0.1 or ::1 */
+                 {":0", "0100007F"}};
+    for (size_t i = 0; i < sizeof(forms) / sizeof(*forms); i++) {
+        for (int sim = 0; sim < 2; sim++) {
+            const char *av[] = {sim ? "sim" : "record",
+                                "--listen",
+                                forms[i].listen,
+                                "--upstream",
+                                "http://127.0.0.1:9",
+                                "--db",
+                                db,
+                                NULL};
+            if (sim)
+                av[3] = NULL;
+            struct proc p;
+            char got[64];
+            assert_int_equal(proc_start_err(&p, av, err), 0);
+            bool found = bound_addr(p.pid, p.port, got, sizeof(got));
+            assert_int_equal(proc_stop(&p), 0);
+            assert_true(found);
+            if (forms[i].hex)
+                assert_string_equal(got, forms[i].hex);
+            else
+                assert_true(!strcmp(got, "0100007F") ||
+                            !strcmp(got, "00000000000000000000000001000000"));
+        }
+    }
+    assert_false(file_has(err, "warning"));
     rec_rmdir(dir);
 }
 
@@ -503,6 +591,7 @@ int main(void)
         cmocka_unit_test_teardown(test_default_max_conns_from_nofile,
                                   lim_teardown),
         cmocka_unit_test(test_remote_listen_needs_allow_remote),
+        cmocka_unit_test(test_loopback_forms_bound),
         cmocka_unit_test_teardown(test_ipv6_listen_bracketed, lim_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -155,7 +155,7 @@ static void test_kill9_under_load_loses_nothing(void **state)
     /* what the writer had not committed is in the intake log: every
      * command that reads the store commits it first (store_replay) */
     uint64_t replayed = 0;
-    assert_int_equal(store_replay(db, NULL, &replayed, &d), 0);
+    assert_int_equal(store_replay(db, NULL, &replayed, NULL, &d), 0);
     printf("%llu exchanges committed from the intake log\n",
            (unsigned long long)replayed);
     assert_int_equal(store_open(db, &s, &d), 0);

@@ -398,6 +398,90 @@ static void read_store_files(const struct recfx *f, struct buf *b)
     }
 }
 
+/* Secrets in the forms the first redaction missed: a query parameter
+ * whose name is percent-encoded (?api%5Fkey=), and a form-encoded body
+ * (application/x-www-form-urlencoded) with api_key= and password= pairs.
+ * The upstream gets them as sent; no file of the store holds them. */
+static void test_encoded_secrets_never_stored(void **state)
+{
+    struct recfx *f = *state;
+    const char *const h[] = {"Content-Type: application/x-www-form-urlencoded",
+                             NULL};
+    static const char form[] =
+        "grant_type=x&api_key=SECRET-5501&pass%77ord=SECRET-5502&"
+        "Client_Secret=SECRET-5503&note=kept";
+    struct rec_resp r;
+    char *u = url_of(f, "/json?api%5Fkey=SECRET-5504&API%5fKEY=SECRET-5505"
+                        "&x=1");
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, form, strlen(form), h, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    rec_resp_release(&r);
+    free(u);
+    size_t seen_len;
+    char *seen = upstream_last_request(f->up, &seen_len);
+    assert_true(rec_contains(seen, seen_len, form));
+    assert_true(rec_contains(seen, seen_len, "api%5Fkey=SECRET-5504"));
+    free(seen);
+    json_t *all = stop_and_load(f);
+    struct buf bytes = BUF_INIT;
+    read_store_files(f, &bytes);
+    assert_true(rec_contains(bytes.data, bytes.len, "[redacted]"));
+    assert_false(rec_contains(bytes.data, bytes.len, "SECRET-55"));
+    buf_release(&bytes);
+    json_t *x = json_array_get(all, 0);
+    assert_string_equal(jstr(x, "path", NULL),
+                        "/json?api%5Fkey=[redacted]&API%5fKEY=[redacted]&x=1");
+    assert_true(json_is_true(json_object_get(x, "req_redacted")));
+    const char *raw = jstr(x, "req_raw", NULL);
+    assert_non_null(raw);
+    assert_non_null(strstr(raw, "grant_type=x&api_key=[redacted]"));
+    assert_non_null(strstr(raw, "&note=kept"));
+    assert_int_equal(strlen(raw), strlen(form)); /* the length is kept */
+    json_decref(all);
+}
+
+/* The upstream URL's credentials (http://user:password@host) never reach
+ * a client or a log: not in the 502 body when the upstream is down, not
+ * in the first line on stdout, not on stderr. */
+static void test_upstream_credentials_masked(void **state)
+{
+    (void)state;
+    char *dir = rec_tmpdir(), *db = xasprintf("%s/r.db", dir),
+         *err = xasprintf("%s/err.log", dir);
+    /* port 1 of 127.0.0.1: nothing listens, the connect is refused */
+    const char *const av[] = {"record",
+                              "--listen",
+                              "127.0.0.1:0",
+                              "--upstream",
+                              "http://alice:PW-SECRET-77@127.0.0.1:1/v1",
+                              "--db",
+                              db,
+                              NULL};
+    struct proc p;
+    assert_int_equal(proc_start_err(&p, av, err), 0);
+    assert_null(strstr(p.line, "PW-SECRET"));
+    assert_non_null(strstr(p.line, "http://***@127.0.0.1:1/v1"));
+    char *u = xasprintf("%s/chat/completions", proc_url(&p));
+    struct rec_resp r;
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, "{}", 2, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 502);
+    assert_false(rec_contains(r.body.data, r.body.len, "PW-SECRET"));
+    assert_false(rec_contains(r.body.data, r.body.len, "alice"));
+    assert_true(rec_contains(r.body.data, r.body.len, "***@127.0.0.1:1"));
+    rec_resp_release(&r);
+    free(u);
+    proc_stop(&p);
+    struct buf e = BUF_INIT;
+    rec_read_file(err, &e);
+    assert_false(rec_contains(e.data, e.len, "PW-SECRET"));
+    buf_release(&e);
+    rec_rmdir(dir);
+    free(db);
+    free(err);
+}
+
 static int fx_setup_redact_key(void **state)
 {
     static const char *const extra[] = {"--redact-key", "X-Custom-Cred", NULL};
@@ -773,7 +857,7 @@ static void test_refused_in_batch_stays_in_log(void **state)
         store_exec(s, "DROP TRIGGER refuse; DROP TRIGGER slow", &d), 0);
     store_close(s);
     uint64_t n = 0;
-    assert_int_equal(store_replay(f->db, f->spill, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, f->spill, &n, NULL, &d), 0);
     assert_true(n >= 1);
     assert_int_equal(rows_with(f->db, "first"), 1);
     assert_int_equal(rows_with(f->db, "slow"), 1);
@@ -932,6 +1016,9 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_secrets_never_stored, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_encoded_secrets_never_stored,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test(test_upstream_credentials_masked),
         cmocka_unit_test_setup_teardown(test_body_secrets_never_stored,
                                         fx_setup_redact_key, fx_teardown),
         cmocka_unit_test(test_upstream_down_gives_502_json),

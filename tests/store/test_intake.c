@@ -2,7 +2,9 @@
  * The intake log (src/store/intake.c) and its replay (store_replay,
  * src/store/replay.c): records read back as appended, a torn end is ignored,
  * the frontier decides what is replayed, a replay commits each exchange once,
- * and a log a live record holds is left alone.
+ * and a log a live record holds is left alone. Damage in the log is said by
+ * offset and costs only what it hit; a store record may not write is
+ * refused before it listens; a full disk's message says how to avoid it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,29 +155,39 @@ static int seen_fn(const struct intake_rec *r, uint64_t end, void *ud)
     return 0;
 }
 
+static int count_fn(const struct intake_rec *r, uint64_t end, void *ud)
+{
+    struct seen *s = ud;
+    (void)r;
+    if (s->n < N)
+        s->ends[s->n] = end;
+    s->n++;
+    return 0;
+}
+
 static void test_records_read_back_and_torn_end_ignored(void **state)
 {
     struct fx *f = *state;
-    uint64_t ends[N], torn;
+    uint64_t ends[N];
+    struct intake_damage dmg;
     struct diag d = {{0}};
     struct intake *in = write_log(f, ends);
 
     struct seen s = {f, 0, 0, {0}};
-    assert_int_equal(intake_read(in->fd, 0, 0, seen_fn, &s, &torn, &d), 0);
+    assert_int_equal(intake_read(in->fd, 0, 0, seen_fn, &s, &dmg, &d), 0);
     assert_int_equal(s.n, N);
-    assert_int_equal(torn, 0);
+    assert_int_equal(dmg.torn, 0);
     assert_memory_equal(s.ends, ends, sizeof(ends));
     assert_int_equal(ends[N - 1], in->size);
 
     /* the frontier after the first: the rest; another epoch: all */
     struct seen s2 = {f, 0, 1, {0}};
     assert_int_equal(
-        intake_read(in->fd, in->epoch, ends[0], seen_fn, &s2, &torn, &d), 0);
+        intake_read(in->fd, in->epoch, ends[0], seen_fn, &s2, &dmg, &d), 0);
     assert_int_equal(s2.n, N - 1);
     struct seen s3 = {f, 0, 0, {0}};
     assert_int_equal(
-        intake_read(in->fd, in->epoch + 1, ends[0], seen_fn, &s3, &torn, &d),
-        0);
+        intake_read(in->fd, in->epoch + 1, ends[0], seen_fn, &s3, &dmg, &d), 0);
     assert_int_equal(s3.n, N);
 
     /* an append cut short (the process died inside write): ignored */
@@ -184,11 +196,12 @@ static void test_records_read_back_and_torn_end_ignored(void **state)
     memset(junk + 4, 0x7f, sizeof(junk) - 4);
     assert_int_equal(write(in->fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
     struct seen s4 = {f, 0, 0, {0}};
-    assert_int_equal(intake_read(in->fd, 0, 0, seen_fn, &s4, &torn, &d), 0);
+    assert_int_equal(intake_read(in->fd, 0, 0, seen_fn, &s4, &dmg, &d), 0);
     assert_int_equal(s4.n, N);
-    assert_int_equal(torn, sizeof(junk));
+    assert_int_equal(dmg.torn, sizeof(junk));
 
-    /* a record whose bytes changed ends the log there */
+    /* a record whose bytes changed is skipped: the one after it is read,
+     * and the damage is said by offset */
     char b;
     int fd = open(in->path, O_RDWR); /* in->fd appends, whatever pwrite says */
     assert_true(fd >= 0);
@@ -197,8 +210,13 @@ static void test_records_read_back_and_torn_end_ignored(void **state)
     assert_int_equal(pwrite(fd, &b, 1, (off_t)ends[0] + 40), 1);
     close(fd);
     struct seen s5 = {f, 0, 0, {0}};
-    assert_int_equal(intake_read(in->fd, 0, 0, seen_fn, &s5, &torn, &d), 0);
-    assert_int_equal(s5.n, 1);
+    assert_int_equal(intake_read(in->fd, 0, 0, count_fn, &s5, &dmg, &d), 0);
+    assert_int_equal(s5.n, 2);
+    assert_int_equal(dmg.bad_spans, 1);
+    assert_int_equal(dmg.bad_at, ends[0]);
+    assert_int_equal(dmg.bad_bytes, ends[1] - ends[0]);
+    assert_int_equal(dmg.lost, 1);
+    assert_int_equal(dmg.torn, sizeof(junk));
     intake_close(in, true);
 }
 
@@ -226,7 +244,7 @@ static void test_replay_commits_each_once(void **state)
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
 
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, N);
     assert_int_not_equal(access(log, F_OK), 0); /* emptied and removed */
     json_t *all = rec_load(f->db);
@@ -248,7 +266,7 @@ static void test_replay_commits_each_once(void **state)
     json_decref(all);
 
     /* again: nothing more */
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, 0);
     assert_int_equal(count_rows(f->db, "n="), N);
     free(log);
@@ -271,7 +289,7 @@ static void test_replay_starts_at_the_frontier(void **state)
     intake_close(in, false);
     store_close(db);
 
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, 1);
     assert_int_equal(count_rows(f->db, "n=2"), 1);
     assert_int_equal(count_rows(f->db, "n="), 1);
@@ -298,7 +316,7 @@ static void test_replay_keeps_what_it_cannot_commit(void **state)
                      0);
     store_close(db);
     char *spill = xasprintf("%s/no/such/dir/s.jsonl", f->dir);
-    assert_int_equal(store_replay(f->db, spill, &n, &d), -1);
+    assert_int_equal(store_replay(f->db, spill, &n, NULL, &d), -1);
     assert_non_null(strstr(d.msg, "cannot commit 2 exchanges"));
     assert_int_equal(n, 1);
     assert_int_equal(count_rows(f->db, "n=0"), 1);
@@ -309,7 +327,7 @@ static void test_replay_keeps_what_it_cannot_commit(void **state)
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(store_exec(db, "DROP TRIGGER full", &d), 0);
     store_close(db);
-    assert_int_equal(store_replay(f->db, spill, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, spill, &n, NULL, &d), 0);
     assert_int_equal(n, 2);
     assert_int_equal(count_rows(f->db, "n="), N);
     assert_int_equal(count_rows(f->db, "n=0"), 1);
@@ -339,7 +357,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
     store_close(db);
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), -1);
     assert_non_null(strstr(d.msg, "not where a record of the log starts"));
     assert_int_equal(n, 0);
     char *log = intake_path(f->db);
@@ -349,7 +367,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
         store_exec(db, "UPDATE intake SET off = 'somewhere' WHERE id = 1", &d),
         0);
     store_close(db);
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), -1);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), -1);
     assert_non_null(strstr(d.msg, "not two numbers"));
     assert_int_equal(access(log, F_OK), 0);
     /* repaired (the first one committed): the other two, once */
@@ -359,7 +377,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
     store_close(db);
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, N - 1);
     assert_int_equal(count_rows(f->db, "n=0"), 0);
     assert_int_equal(count_rows(f->db, "n="), N - 1);
@@ -373,7 +391,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
     store_close(db);
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, 0);
     assert_int_equal(count_rows(f->db, "n="), N - 1);
     assert_int_not_equal(access(log, F_OK), 0);
@@ -389,15 +407,144 @@ static void test_live_log_left_alone(void **state)
     struct intake *other = NULL;
     assert_int_equal(intake_open(f->db, &other, &d), 1);
     assert_null(other);
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, 0);
     char *log = intake_path(f->db);
     assert_int_equal(access(log, F_OK), 0);
     intake_close(in, false);
     /* released: now it is replayed */
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     assert_int_equal(n, N);
     free(log);
+}
+
+/* Sets the store's frontier to (epoch, off). */
+static void set_frontier(struct fx *f, uint64_t epoch, uint64_t off)
+{
+    sqlite3 *db = NULL;
+    struct diag d = {{0}};
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    char *sql =
+        xasprintf("INSERT OR REPLACE INTO intake VALUES (1, %lld, %llu)",
+                  (long long)epoch, (unsigned long long)off);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    store_close(db);
+}
+
+/* Flips the bits of one byte of the log at off. */
+static void spoil(struct fx *f, uint64_t off)
+{
+    char *log = intake_path(f->db), b;
+    int fd = open(log, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+    b = (char)~b;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)off), 1);
+    close(fd);
+    free(log);
+}
+
+/* `fidelity sessions`, its stderr into err: exit 0. */
+static void run_sessions(struct fx *f, struct buf *err)
+{
+    struct buf out = BUF_INIT;
+    const char *const argv[] = {"sessions", "--db", f->db, NULL};
+    buf_reset(err);
+    assert_int_equal(proc_run(argv, NULL, &out, err, 60), 0);
+    buf_release(&out);
+}
+
+/* Damage in the log is said by offset with what it loses, and never costs
+ * more: a damaged record past the frontier loses that exchange only (the
+ * ones after it are committed); damage before the frontier (committed
+ * records) loses none and does not block the pending ones; a log cut
+ * before its frontier is said, not passed over in silence. */
+static void test_damage_reported_and_skipped(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N];
+    struct buf err = BUF_INIT;
+    char want[200];
+
+    /* past the frontier: the second record's payload changed */
+    intake_close(write_log(f, ends), false);
+    spoil(f, ends[0] + INTAKE_HEAD + 40);
+    run_sessions(f, &err);
+    snprintf(want, sizeof(want), "is damaged at offset %llu",
+             (unsigned long long)ends[0]);
+    if (!strstr(buf_str(&err), want) ||
+        !strstr(buf_str(&err), "1 exchange there cannot be read"))
+        fail_msg("sessions did not say '%s': %s", want, buf_str(&err));
+    assert_non_null(strstr(buf_str(&err), "committed 2 exchanges"));
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_equal(count_rows(f->db, "n=1"), 0);
+    assert_int_equal(count_rows(f->db, "n=2"), 1);
+
+    /* before the frontier: the first record's length changed, the frontier
+     * after it; the two pending ones are committed */
+    struct intake *in = write_log(f, ends);
+    uint64_t epoch = in->epoch;
+    intake_close(in, false);
+    set_frontier(f, epoch, ends[0]);
+    spoil(f, INTAKE_HEAD + 5);
+    run_sessions(f, &err);
+    snprintf(want, sizeof(want), "is damaged at offset %d, before its frontier",
+             INTAKE_HEAD);
+    if (!strstr(buf_str(&err), want) || !strstr(buf_str(&err), "none is lost"))
+        fail_msg("sessions did not say '%s': %s", want, buf_str(&err));
+    assert_null(strstr(buf_str(&err), "intake table"));
+    assert_int_equal(count_rows(f->db, "n=0"), 1);
+    assert_int_equal(count_rows(f->db, "n=1"), 1);
+    assert_int_equal(count_rows(f->db, "n=2"), 2);
+
+    /* a log cut before its frontier */
+    in = write_log(f, ends);
+    epoch = in->epoch;
+    intake_close(in, false);
+    set_frontier(f, epoch, ends[N - 1] + 100);
+    run_sessions(f, &err);
+    if (!strstr(buf_str(&err), "ends 100 bytes before its frontier"))
+        fail_msg("sessions did not say the log is cut: %s", buf_str(&err));
+    assert_int_equal(count_rows(f->db, "n="), 4);
+    buf_release(&err);
+}
+
+/* A store record may not write is refused before it listens (exit 4, the
+ * path and the fix named), not served while every exchange is lost. Run
+ * as an unprivileged user when the test is root (root writes anyway). */
+static void test_read_only_store_refused(void **state)
+{
+    struct fx *f = *state;
+    char *ro = xasprintf("%s/ro", f->dir), *db = xasprintf("%s/r.db", ro);
+    assert_int_equal(mkdir(ro, 0755), 0);
+    struct proc made; /* the store as record leaves it */
+    assert_int_equal(rec_start_record(&made, "http://127.0.0.1:9", db, NULL),
+                     0);
+    assert_int_equal(proc_stop(&made), 0);
+    assert_int_equal(chmod(db, 0444), 0);
+    /* the folder stays writable (its WAL files, the intake log) */
+    assert_int_equal(chmod(ro, 01777), 0);
+    assert_int_equal(chmod(f->dir, 0755), 0);
+    const char *const av[] = {
+        "record", "--listen",   "127.0.0.1:0",        "--db",
+        db,       "--upstream", "http://127.0.0.1:9", NULL};
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    int rc = proc_run_uid(av, geteuid() == 0 ? 65534 : 0, &out, &err, 10);
+    if (rc != 4)
+        fail_msg("record on a read-only store: exit %d, stdout '%s', "
+                 "stderr '%s'",
+                 rc, buf_str(&out), buf_str(&err));
+    assert_int_equal(out.len, 0); /* never listened */
+    assert_non_null(strstr(buf_str(&err), db));
+    assert_non_null(strstr(buf_str(&err), "cannot be written"));
+    assert_non_null(strstr(buf_str(&err), "Give --db a file"));
+    buf_release(&out);
+    buf_release(&err);
+    free(db);
+    free(ro);
 }
 
 /* `fidelity sessions` (as audit, show, drift --from-db) commits a log left
@@ -483,7 +630,7 @@ static void test_log_emptied_past_64_mib(void **state)
     kill(rec.pid, SIGKILL);
     waitpid(rec.pid, NULL, 0);
     rec.pid = 0;
-    assert_int_equal(store_replay(f->db, NULL, &n, &d), 0);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
     printf("%llu exchanges committed from the new log\n",
            (unsigned long long)n);
     assert_int_equal(count_rows(f->db, "/json"), BIG_N);
@@ -613,6 +760,9 @@ static void test_full_disk_counts(void **state)
     assert_int_equal(spilled, 0);
     assert_true(stored > 0 && lost > 0 && in_log > 0); /* each kind seen */
     assert_int_equal(stored + lost + in_log, n);
+    /* the message says how to avoid it */
+    assert_non_null(strstr(buf_str(&log), "give --spill a path on another "
+                                          "disk than the store"));
     buf_release(&log);
     /* the store holds the stored ones; the log is kept for the rest */
     assert_int_equal(count_rows(f->db, "/json"), (int)stored);
@@ -649,6 +799,10 @@ int main(void)
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replay_starts_at_the_frontier,
                                         fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_damage_reported_and_skipped,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_store_refused, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_live_log_left_alone, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_record_replays_at_start, fx_setup,

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,12 +23,18 @@ const char *fidelity_bin(void)
     return b && *b ? b : "./fidelity";
 }
 
+/* proc_run_uid's user for the child (0: the test's own) */
+static uid_t run_uid;
+
 static void exec_child(const char *const argv[], int out_fd, int err_fd,
                        const char *in_file, const char *err_path, long nofile)
 {
     const char *av[64];
     int n = 0;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (run_uid &&
+        (setgroups(0, NULL) || setgid((gid_t)run_uid) || setuid(run_uid)))
+        _exit(126);
     if (nofile > 0) {
         struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
         if (setrlimit(RLIMIT_NOFILE, &rl))
@@ -189,4 +196,13 @@ int proc_run(const char *const argv[], const char *in_file, struct buf *out,
     close(e[0]);
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int proc_run_uid(const char *const argv[], uid_t uid, struct buf *out,
+                 struct buf *err, int timeout_s)
+{
+    run_uid = uid;
+    int rc = proc_run(argv, NULL, out, err, timeout_s);
+    run_uid = 0;
+    return rc;
 }

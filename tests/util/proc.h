@@ -41,6 +41,10 @@ int proc_stop(struct proc *p);
  * -1 when it did not exit normally. stdin is /dev/null unless in_file. */
 int proc_run(const char *const argv[], const char *in_file, struct buf *out,
              struct buf *err, int timeout_s);
+/* proc_run with the child's user and group set to uid first (when
+ * uid is not 0; the test runs as root): for what root may always do. */
+int proc_run_uid(const char *const argv[], uid_t uid, struct buf *out,
+                 struct buf *err, int timeout_s);
 /* "http://127.0.0.1:PORT" in a buffer of the calling thread. */
 const char *proc_url(const struct proc *p);
 

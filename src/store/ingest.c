@@ -18,6 +18,10 @@
 #include "wire/reply.h"
 #include "wire/sse.h"
 
+/* the most a compressed reply is inflated to for reading it (the stored
+ * body stays as sent): a gzip bomb (1,000 to 1 at most) grows no further */
+#define INFLATE_MAX ((size_t)16 << 20)
+
 /* bytes of a stream parser's or reply's buffer kept for the next stream */
 #define STREAM_KEEP (64u << 10)
 
@@ -271,7 +275,8 @@ void ingest_build(struct ingest *g, struct xchg *x, const struct ingest_src *s)
     /* the reply is read from an inflated copy when the upstream
      * compressed the body; the stored body stays as it was sent */
     struct buf plain;
-    buf_init(&plain, g->max_capture);
+    buf_init(&plain,
+             g->max_capture < INFLATE_MAX ? g->max_capture : INFLATE_MAX);
     const char *body = x->resp_raw;
     size_t len = x->resp_raw_len;
     int dec = decode_body(x, &plain);

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "wire/coding.h"
 #include "wire/jscan.h"
 
 static const char MARK[] = REDACT_MARK;
@@ -475,58 +475,17 @@ const char *redact_coding(const char *value)
     return NULL;
 }
 
-/* One try with windowBits wb: 0, 1 past the cap, -1 not that format. */
-static int inflate_wb(const char *src, size_t len, int wb, struct buf *out)
-{
-    z_stream z;
-    unsigned char tmp[16384];
-    int rc = 0;
-    memset(&z, 0, sizeof(z));
-    if (inflateInit2(&z, wb) != Z_OK)
-        return -1;
-    z.next_in = (Bytef *)src;
-    z.avail_in = (uInt)len;
-    for (;;) {
-        z.next_out = tmp;
-        z.avail_out = sizeof(tmp);
-        int zr = inflate(&z, Z_NO_FLUSH);
-        size_t got = sizeof(tmp) - z.avail_out;
-        if (got && buf_add(out, tmp, got)) {
-            rc = 1;
-            break;
-        }
-        if (zr == Z_STREAM_END && z.avail_in) { /* gzip members, RFC 1952 */
-            inflateReset(&z);
-            continue;
-        }
-        if (zr == Z_STREAM_END || (zr == Z_BUF_ERROR && !z.avail_in))
-            break;
-        if (zr != Z_OK) {
-            rc = out->len ? 0 : -1;
-            break;
-        }
-    }
-    inflateEnd(&z);
-    return rc;
-}
-
 int redact_inflate(const char *src, size_t len, const char *coding, size_t cap,
                    struct buf *out)
 {
-    if (len > UINT32_MAX)
-        return -1;
     buf_reset(out);
     size_t old = out->max;
     out->max = cap;
-    /* 15 + 32: zlib or gzip by their header; "deflate" is sometimes sent
-     * as a raw deflate stream */
-    int rc = inflate_wb(src, len, 15 + 32, out);
-    if (rc < 0 && !strcmp(coding, "deflate")) {
-        buf_reset(out);
-        rc = inflate_wb(src, len, -15, out);
-    }
+    int rc = coding_inflate(src, len, coding, out);
     out->max = old;
-    if (rc < 0)
+    if (rc < 0) {
         buf_reset(out);
+        return -1;
+    }
     return rc;
 }

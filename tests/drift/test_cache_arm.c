@@ -633,41 +633,10 @@ static void test_refused_arm_is_never_pass(void **state)
 static void test_candidate_without_chat(void **state)
 {
     (void)state;
-    start(NULL);
-    int port = 0;
-    char *sim = xstrdup(proc_url(&P.c));
-    struct fakesrv *f = fakesrv_start(no_chat, sim, &port);
-    assert_non_null(f);
-    char gurl[64], curl[64], json[] = "/tmp/drift-cache-XXXXXX";
-    int fd = mkstemp(json);
-    close(fd);
-    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
-    snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", port);
-    const char *av[] = {"drift",
-                        "--golden",
-                        gurl,
-                        "--candidate",
-                        curl,
-                        "--no-store",
-                        "--json",
-                        json,
-                        "--bootstrap",
-                        "0",
-                        "--sequences",
-                        "1",
-                        "--max-context",
-                        "512",
-                        "--no-control",
-                        "--decode-seqs",
-                        "1",
-                        NULL};
-    struct buf out = BUF_INIT, err = BUF_INIT;
-    int rc = proc_run(av, NULL, &out, &err, 120);
-    fakesrv_stop(f);
-    free(sim);
-    json_error_t e;
-    json_t *j = json_load_file(json, 0, &e);
-    unlink(json);
+    json_t *j;
+    struct buf out;
+    int rc;
+    candidate_behind(no_chat, &j, &out, &rc);
     assert_int_equal(rc, 0);
     assert_non_null(j);
     json_t *c = json_object_get(j, "cache");
@@ -680,7 +649,6 @@ static void test_candidate_without_chat(void **state)
     assert_non_null(strstr(buf_str(&out), "could not run"));
     json_decref(j);
     buf_release(&out);
-    buf_release(&err);
 }
 
 int main(void)

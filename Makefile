@@ -27,6 +27,9 @@ NPM_DEPS := tests/e2e/opencode/install.sh tests/e2e/har/install.sh
 # bench/report.sh), valgrind, strace and GNU time.
 BENCH_DEBS := nginx-light wrk mitmproxy python3 python3-matplotlib valgrind \
               strace time
+# What only `make fuzz` uses (clang's libFuzzer), installed by
+# `make fuzz-deps`.
+FUZZ_DEBS := clang
 
 CC      ?= cc
 ifdef SANITIZE
@@ -60,7 +63,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 TEST_STAMP := $(BUILD)/.test-deps-ok
 
-.PHONY: all deps deps-debs bench-deps test check-format format demo demo-sim clean man install uninstall \
+.PHONY: all deps deps-debs bench-deps fuzz-deps fuzz test check-format format demo demo-sim clean man install uninstall \
         golden golden-report
 all: fidelity man
 
@@ -135,11 +138,51 @@ $(BUILD)/tests/%: tests/%.c $(TEST_UOBJ) $(LIB) | $(STAMP)
 	  $(shell pkg-config --libs $(PKGS) $(TESTPKGS)) -lm -lpthread
 
 # Fuzz harnesses: LLVMFuzzerTestOneInput linked with a plain replay driver
-# (tests/fuzz/replay.c), so the committed corpus runs in `make test`.
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(LIB) | $(STAMP)
+# (tests/fuzz/replay.c), so the committed corpus runs in `make test`; `make
+# fuzz` links them with libFuzzer instead (FUZZ_DRIVER empty, FUZZ_LINK).
+FUZZ_DRIVER ?= tests/fuzz/replay.c
+FUZZ_LINK   ?=
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_DRIVER) $(LIB) | $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $(shell pkg-config --cflags $(PKGS)) $(LDFLAGS) \
-	  -o $@ $< tests/fuzz/replay.c $(LIB) $(shell pkg-config --libs $(PKGS)) -lm -lpthread
+	  $(FUZZ_LINK) -o $@ $< $(FUZZ_DRIVER) $(LIB) \
+	  $(shell pkg-config --libs $(PKGS)) -lm -lpthread
+
+# libFuzzer (docs/FUZZ.md): every tests/fuzz/fuzz_*.c built with clang,
+# -fsanitize=fuzzer,address,undefined, the library instrumented too
+# (fuzzer-no-link), in build-fuzz/. `make fuzz` builds them; with
+# FUZZ_SECONDS=N it runs each N seconds from its committed corpus (new
+# inputs go to build-fuzz/corpus/NAME, crashes to build-fuzz/crashes/) and
+# fails when one finds a crash. `make fuzz-deps` installs clang.
+FUZZ_CC      ?= clang
+FUZZ_DIR     := build-fuzz
+FUZZ_SECONDS ?=
+FUZZ_LF      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/fuzz/%)
+
+fuzz-deps:
+	$(call apt_deps,fuzz-deps,$(FUZZ_DEBS))
+
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || \
+	  { echo "fuzz: no $(FUZZ_CC); run 'make fuzz-deps'"; exit 1; }
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_DIR) CC=$(FUZZ_CC) \
+	  WERROR=-Wno-unknown-warning-option \
+	  SANITIZE=fuzzer-no-link,address,undefined FUZZ_DRIVER= \
+	  FUZZ_LINK=-fsanitize=fuzzer $(FUZZ_LF)
+	@[ -z "$(FUZZ_SECONDS)" ] && exit 0; bad=""; \
+	mkdir -p $(FUZZ_DIR)/crashes; \
+	for f in $(FUZZ_LF); do n=$${f##*/fuzz_}; \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$n; d=""; \
+	  [ -f tests/fuzz/$$n.dict ] && d=-dict=tests/fuzz/$$n.dict; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	    $$d -artifact_prefix=$(FUZZ_DIR)/crashes/$$n- \
+	    $(FUZZ_DIR)/corpus/$$n tests/fuzz/$$n >$(FUZZ_DIR)/$$n.log 2>&1; \
+	  rc=$$?; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_DIR)/$$n.log); \
+	  if [ $$rc -eq 0 ]; then echo "fuzz: $$n: $${runs:-?} runs, nothing found"; \
+	  else echo "fuzz: $$n: FOUND something (exit $$rc), see $(FUZZ_DIR)/$$n.log"; \
+	    grep -m3 -E 'ERROR|SUMMARY|fuzz_' $(FUZZ_DIR)/$$n.log; bad="$$bad $$n"; fi; \
+	done; [ -z "$$bad" ] || { echo "fuzz: found in:$$bad"; exit 1; }
 
 test: $(BIN) $(TEST_BIN) $(FUZZ_BIN) | $(TEST_STAMP)
 	@FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN) $(FUZZ_BIN)
@@ -209,6 +252,6 @@ demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:
-	rm -rf build build-san fidelity man
+	rm -rf build build-san build-fuzz fidelity man
 
 -include $(OBJ:.o=.d) $(BUILD)/src/main.d $(TEST_UOBJ:.o=.d)

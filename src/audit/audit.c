@@ -64,6 +64,7 @@ void audit_run(const struct audit_set *set, const struct audit_opts *o,
         audit_rule_reasoning,     audit_rule_truncation,
         audit_rule_first_message, audit_rule_degeneration,
         audit_rule_stream,        audit_rule_cache,
+        audit_rule_malformed,
     };
     for (size_t i = 0; i < set->n; i++) {
         struct actx c = {.o = o, .out = out, .s = &set->s[i]};

@@ -123,9 +123,11 @@ void audit_set_order(struct audit_set *set);
  * and each moved exchange's session is renamed. Header sessions are left
  * as they are. */
 void audit_set_regroup(struct audit_set *set);
-/* Side requests under a session header of their own that names another
- * session (Kilo sends its title request as "title-ses_X" beside "ses_X")
- * join that session. Call audit_set_order afterwards. */
+/* Side requests (title or summary requests by structure) under a session
+ * header of their own that names another session exactly ("title-",
+ * "summary-" or "compaction-" and its whole id: Kilo sends its title
+ * request as "title-ses_X" beside "ses_X") join that session; an id that
+ * only contains another's joins nothing. Call audit_set_order afterwards. */
 void audit_set_attach_side(struct audit_set *set);
 /* Links subagent sessions to their parent (struct audit_session.parent):
  * a session whose first user message equals the "prompt" argument of a

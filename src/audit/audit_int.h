@@ -129,6 +129,13 @@ void audit_finding_add(struct actx *c, enum audit_sev sev, const char *rule,
 /* Text of a message's content: the string, or the concatenated "text" of
  * content parts; "" otherwise. Fresh string. */
 char *audit_msg_text(json_t *msg);
+/* Whether a user message's text asks for a title of the conversation in
+ * its first 400 bytes ("generate a title", "a title for the chat", "for
+ * this conversation", "thread", "session"), as harnesses' title requests
+ * do; a question that only mentions a title does not. */
+bool audit_msg_asks_title(const char *text);
+/* True when needle occurs in the first n bytes of s (case-insensitive). */
+bool audit_msg_head_has(const char *s, size_t n, const char *needle);
 /* Reasoning sent with an assistant message (reasoning_content, else
  * reasoning) or NULL when neither key is present. */
 json_t *audit_msg_reasoning(json_t *msg);
@@ -150,5 +157,6 @@ void audit_rule_first_message(struct actx *c);
 void audit_rule_degeneration(struct actx *c);
 void audit_rule_stream(struct actx *c);
 void audit_rule_cache(struct actx *c);
+void audit_rule_malformed(struct actx *c);
 
 #endif

@@ -169,31 +169,37 @@ struct regroup {
 };
 
 /* A title request by structure (view.c has the same rule): no tools, no
- * assistant message, one or two user messages of which one asks for a
- * title, and a max_tokens of 64 or less. */
+ * assistant message, one or two user messages, and a system prompt about
+ * titles, or a user message asking for a title of the conversation
+ * (audit_msg_asks_title) with a max_tokens of 64 or less. A user text
+ * that only mentions a title does not make one. */
 static bool looks_title(const struct xchg *x)
 {
     json_t *b = x->req_body, *m;
     json_t *mt = json_object_get(b, "max_tokens");
     size_t i, users = 0;
-    bool asks = false;
-    if (json_array_size(json_object_get(b, "tools")) || !json_is_integer(mt) ||
-        json_integer_value(mt) > 64)
+    bool asks = false, sys_title = false;
+    if (!mt)
+        mt = json_object_get(b, "max_completion_tokens");
+    if (json_array_size(json_object_get(b, "tools")))
         return false;
+    bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
     for (i = 0; (m = xmsg(x, i)); i++) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "assistant"))
             return false;
-        if (role && !strcmp(role, "user")) {
-            char *t = audit_msg_text(m);
+        bool user = role && !strcmp(role, "user");
+        if (!user && !(role && !strcmp(role, "system")))
+            continue;
+        char *t = audit_msg_text(m);
+        if (user) {
             users++;
-            for (char *p = t; *p; p++)
-                *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-            asks |= strstr(t, "title") != NULL;
-            free(t);
-        }
+            asks |= audit_msg_asks_title(t);
+        } else if (audit_msg_head_has(t, 400, "title"))
+            sys_title = true;
+        free(t);
     }
-    return asks && users >= 1 && users <= 2;
+    return users >= 1 && users <= 2 && ((asks && small) || sys_title);
 }
 
 static bool is_side(const struct xchg *x)
@@ -508,6 +514,21 @@ static void attach_to(struct audit_session *s, struct audit_session *to)
     s->n = 0;
 }
 
+/* Whether side session id names session to exactly: "title-" (or
+ * "summary-", "compaction-") followed by to's whole id, as Kilo sends its
+ * title request beside "ses_X" as "title-ses_X". An id that merely
+ * contains another ("ses_12" and "ses_1") names nothing. */
+static bool names_session(const char *id, const char *to)
+{
+    static const char *const pre[] = {"title-", "summary-", "compaction-"};
+    for (size_t i = 0; i < sizeof(pre) / sizeof(*pre); i++) {
+        size_t k = strlen(pre[i]);
+        if (!strncmp(id, pre[i], k) && !strcmp(id + k, to))
+            return true;
+    }
+    return false;
+}
+
 /* Two passes: every side session is attached while the array is intact
  * (a target is never side-only, so never removed), then the array is
  * compacted. Compacting while scanning read moved and freed slots. */
@@ -520,7 +541,8 @@ void audit_set_attach_side(struct audit_set *set)
             continue;
         for (size_t k = 0; k < set->n; k++)
             if (k != i && !gone[k] && set->s[k].id && *set->s[k].id &&
-                !side_only(&set->s[k]) && strstr(s->id, set->s[k].id)) {
+                !side_only(&set->s[k]) && s->id &&
+                names_session(s->id, set->s[k].id)) {
                 attach_to(s, &set->s[k]);
                 gone[i] = true;
                 break;

@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "audit/audit_int.h"
 #include "core/buf.h"
@@ -28,6 +29,33 @@ char *audit_msg_text(json_t *msg)
     if (!b.data)
         return xstrdup("");
     return buf_detach(&b, NULL);
+}
+
+bool audit_msg_head_has(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; s[i] && i + k <= n; i++)
+        if (!strncasecmp(s + i, needle, k))
+            return true;
+    return false;
+}
+
+bool audit_msg_asks_title(const char *t)
+{
+    static const char *const ask[] = {
+        "generate a title",
+        "title for the chat",
+        "title for this chat",
+        "title for the conversation",
+        "title for this conversation",
+        "title for the thread",
+        "title for this thread",
+        "title for the session",
+    };
+    for (size_t a = 0; a < sizeof(ask) / sizeof(*ask); a++)
+        if (audit_msg_head_has(t, 400, ask[a]))
+            return true;
+    return false;
 }
 
 json_t *audit_msg_reasoning(json_t *msg)

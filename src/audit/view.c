@@ -486,8 +486,9 @@ static uint64_t text_key(const char *t)
  *    replaced by that reply. With or without tools (Continue's /compact
  *    sends them).
  *  - a title request: no tools, no assistant message, one or two user
- *    messages asking for a "title", and a small max_tokens or a system
- *    prompt about titles.
+ *    messages, and a system prompt about titles, or a user message asking
+ *    for a title of the conversation (audit_msg_asks_title) with a small
+ *    max_tokens. A question that mentions a title is not one.
  * Linear: the head messages of main requests are indexed once. */
 #define HEAD 4
 
@@ -583,13 +584,13 @@ static void kinds_by_structure(struct areq *r, size_t n)
         bool asks = false, sys_title = false;
         for (size_t k = 0; k < q->nmsg; k++) {
             char *t = audit_msg_text(json_array_get(q->msgs, k));
-            if (q->mrole[k] == AROLE_USER && head_has(t, SIZE_MAX, "title"))
+            if (q->mrole[k] == AROLE_USER && audit_msg_asks_title(t))
                 asks = true;
             if (q->mrole[k] == AROLE_SYSTEM && head_has(t, 400, "title"))
                 sys_title = true;
             free(t);
         }
-        if (asks && (small || sys_title))
+        if ((asks && small) || sys_title)
             q->kind = "title";
     }
     free(heads.key);

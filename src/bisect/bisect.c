@@ -5,6 +5,13 @@
  * `fidelity drift` and `fidelity probe` as child processes writing JSON
  * into DIR, stop, and write DIR/NAME.json (to a temporary name, then
  * renamed, so a killed bisect leaves finished files only).
+ *
+ * Some failures stop the whole bisect instead of marking one configuration
+ * unmeasured, as going on would measure the wrong thing: a port held by a
+ * process bisect did not start (-EADDRINUSE), a watchdog that died
+ * (-EOWNERDEAD; a monitor thread watches the golden's, each worker its
+ * own configuration's). The first such error is kept, `halt` is set, every
+ * measurement is interrupted and every server stopped.
  */
 #define _GNU_SOURCE
 #include "bisect/bisect.h"
@@ -13,6 +20,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +86,62 @@ struct ctx {
     struct bisect_outcome *out;
     int err;
     struct diag d;
+    volatile sig_atomic_t halt; /* stop everything: interrupted or fatal */
+    int fatal;                  /* the first error that stops the bisect */
+    struct diag fatal_d;
+    struct launch *golden_lx; /* watched by the monitor thread */
+    bool monitor_done;
 };
+
+static bool stopping(struct ctx *x)
+{
+    return x->halt || (x->o->stop && *x->o->stop);
+}
+
+/* Errors after which nothing more may be measured. */
+static bool is_fatal(int rc)
+{
+    return rc == -EADDRINUSE || rc == -EOWNERDEAD;
+}
+
+static void set_fatal(struct ctx *x, int rc, const struct diag *d)
+{
+    pthread_mutex_lock(&x->mu);
+    if (!x->fatal) {
+        x->fatal = rc;
+        x->fatal_d = *d;
+    }
+    x->halt = 1;
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* 0 while lx runs as launched; else the fatal error is set. */
+static int watch(struct ctx *x, struct launch *lx)
+{
+    struct diag d = {0};
+    int rc = lx && x->l->ops->check ? x->l->ops->check(lx, &d) : 0;
+    if (is_fatal(rc))
+        set_fatal(x, rc, &d);
+    return is_fatal(rc) ? rc : 0;
+}
+
+/* Until the bisect ends: a signal to bisect halts the workers, and the
+ * golden's watchdog dying stops the bisect. */
+static void *monitor(void *arg)
+{
+    struct ctx *x = arg;
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        bool done = x->monitor_done;
+        pthread_mutex_unlock(&x->mu);
+        if (done)
+            return NULL;
+        if (x->o->stop && *x->o->stop)
+            x->halt = 1;
+        watch(x, x->golden_lx);
+        clock_nap_ms(50);
+    }
+}
 
 int bisect_free_port(void)
 {
@@ -132,7 +195,7 @@ static void add_words(const char ***v, size_t *n, char *s)
 /* Runs fidelity with argv (words of `fixed`, then `extra`), output to log;
  * its exit code, or -1. */
 static int run_self(struct ctx *x, const char *fixed, const char *extra,
-                    const char *log)
+                    const char *log, struct launch *lx)
 {
     char *a = xstrdup(fixed), *b = xstrdup(extra);
     const char **v = xcalloc(2, sizeof(*v));
@@ -162,7 +225,7 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
         }
         if (w < 0 && errno != EINTR)
             break;
-        if (!sent && x->o->stop && *x->o->stop) {
+        if (!sent && (stopping(x) || watch(x, lx))) {
             kill(p, SIGINT);
             sent = true;
         }
@@ -201,7 +264,7 @@ static void set_error(json_t *doc, const char *log, const char *fmt,
 
 /* Drift then probe of the running candidate at addr; fills doc. */
 static void measure_running(struct ctx *x, const char *name, size_t idx,
-                            const char *addr, json_t *doc)
+                            const char *addr, struct launch *lx, json_t *doc)
 {
     char *mlog = path_of(x, name, ".measure.log");
     char *dj = path_of(x, name, ".drift.json");
@@ -214,7 +277,7 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
              x->golden, addr, dj, profile_args(x->c, 0),
              x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
     double t0 = clock_now_s();
-    int rc = run_self(x, fixed, x->c->drift_args, mlog);
+    int rc = run_self(x, fixed, x->c->drift_args, mlog, lx);
     json_object_set_new(doc, "drift_seconds", json_real(clock_now_s() - t0));
     json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
     progress(x, name, idx, BISECT_PROBING);
@@ -224,7 +287,7 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
              addr, x->golden, pj, db, profile_args(x->c, 1),
              x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
     t0 = clock_now_s();
-    rc = drift ? run_self(x, fixed, x->c->probe_args, mlog) : -1;
+    rc = drift ? run_self(x, fixed, x->c->probe_args, mlog, lx) : -1;
     json_object_set_new(doc, "probe_seconds", json_real(clock_now_s() - t0));
     json_t *probe = rc == 0 || rc == 1 ? load_json(pj) : NULL;
     if (drift && probe) {
@@ -274,10 +337,17 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
     char **env;
     size_t n_env;
     spec_env(c, s, port, slot, &env, &n_env);
-    struct launch_spec spec = {
-        name,           cmd,          env, n_env,
-        c->workdir,     log,          url, c->ready_timeout,
-        c->stop_signal, c->stop_grace};
+    struct launch_spec spec = {name,
+                               cmd,
+                               env,
+                               n_env,
+                               c->workdir,
+                               log,
+                               url,
+                               c->ready_timeout,
+                               c->stop_signal,
+                               c->stop_grace,
+                               port > 0 ? port : 0};
     json_object_set_new(doc, "command", json_string(cmd));
     json_object_set_new(doc, "log", json_string(log));
     struct diag d = {0};
@@ -288,7 +358,8 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
         x->launches++;
         pthread_mutex_unlock(&x->mu);
         progress(x, name, idx, BISECT_WAITING);
-        rc = x->l->ops->wait_ready(*lx, x->o->stop, addr, 256, &d);
+        rc = x->l->ops->wait_ready(*lx, slot ? &x->halt : x->o->stop, addr, 256,
+                                   &d);
         if (rc) {
             progress(x, name, idx, BISECT_STOPPING);
             x->l->ops->cancel(*lx, NULL);
@@ -297,6 +368,8 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
     }
     if (rc)
         set_error(doc, log, "%s", d.msg);
+    if (is_fatal(rc))
+        set_fatal(x, rc, &d);
     for (size_t i = 0; i < n_env; i++)
         free(env[i]);
     free(env);
@@ -391,7 +464,8 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
         double t1 = clock_now_s();
         compare_fingerprint(x, s, addr, doc);
         double t2 = clock_now_s();
-        measure_running(x, name, idx, addr, doc);
+        measure_running(x, name, idx, addr, lx, doc);
+        watch(x, lx);
         double t3 = clock_now_s();
         progress(x, name, idx, BISECT_STOPPING);
         x->l->ops->cancel(lx, NULL);
@@ -402,7 +476,7 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
     }
     json_object_set_new(doc, "timing", tm);
     json_object_set_new(doc, "seconds", json_real(clock_now_s() - t0));
-    if (!(x->o->stop && *x->o->stop))
+    if (!stopping(x))
         write_doc(x, name, doc);
 out_done:
     progress(x, name, idx, BISECT_DONE);
@@ -430,7 +504,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&x->mu);
         size_t i = x->next++;
         pthread_mutex_unlock(&x->mu);
-        if (i >= x->total || (x->o->stop && *x->o->stop))
+        if (i >= x->total || stopping(x))
             return NULL;
         keep(x, x->sets[i], measure_set(x, x->sets[i], slot, i + 1));
     }
@@ -442,7 +516,7 @@ static int adaptive_test(bisect_set s, bool *harmful, void *ud)
     x->total = x->next + 1;
     json_t *doc = measure_set(x, s, 1, ++x->next);
     keep(x, s, doc);
-    if (x->o->stop && *x->o->stop)
+    if (stopping(x))
         return -EINTR;
     struct bisect_verdict v;
     bisect_verdict_from(json_object_get(doc, "drift"),
@@ -466,9 +540,14 @@ static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
         return 0;
     }
     json_object_set_new(doc, "name", json_string("golden"));
-    if (start_set(x, 0, 0, "golden", 0, g, x->golden, doc))
+    if (start_set(x, 0, 0, "golden", 0, g, x->golden, doc)) {
+        if (x->fatal) {
+            *d = x->fatal_d;
+            return x->fatal;
+        }
         return diag_set(d, ECONNREFUSED, "the golden did not start: %s",
                         json_string_value(json_object_get(doc, "error")));
+    }
     json_object_set_new(doc, "url", json_string(x->golden));
     x->golden_fp = fingerprint_of(x->golden);
     if (x->golden_fp)
@@ -487,9 +566,13 @@ int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
     pthread_mutex_init(&x.mu, NULL);
     x.l = o->launcher ? o->launcher : launch_local_new();
     struct launch *g = NULL;
+    pthread_t mon;
+    bool mon_on = false;
     int rc = run_golden(&x, &g, d);
     if (rc)
         goto out_launcher;
+    x.golden_lx = g;
+    mon_on = !pthread_create(&mon, NULL, monitor, &x);
     if (o->mode == BISECT_ADAPTIVE) {
         rc = bisect_adaptive(c->n_toggles, adaptive_test, &x, &out->adaptive);
         if (rc && rc != -EINTR)
@@ -504,7 +587,16 @@ int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
             pthread_join(th[i], NULL);
         free(x.sets);
     }
-    if (!rc && o->stop && *o->stop)
+    if (mon_on) {
+        pthread_mutex_lock(&x.mu);
+        x.monitor_done = true;
+        pthread_mutex_unlock(&x.mu);
+        pthread_join(mon, NULL);
+    }
+    if (x.fatal) { /* what stopped the bisect, not what followed */
+        rc = x.fatal;
+        *d = x.fatal_d;
+    } else if (!rc && o->stop && *o->stop)
         rc = diag_set(d, EINTR, "interrupted");
 out_launcher:
     if (g)

@@ -71,7 +71,9 @@ char *bisect_set_command(const struct bisect_config *c, bisect_set s, int port,
                          int slot);
 
 /* Runs the bisect. 0, or -EINTR (stopped), -ECONNREFUSED (the golden could
- * not be started or reached), -errno; d says why. The outcome holds what
+ * not be started or reached), -EADDRINUSE (a port held by a process bisect
+ * did not start), -EOWNERDEAD (a watchdog died; every server stopped),
+ * -errno; d says why. The outcome holds what
  * finished either way; release it with bisect_outcome_release. */
 /* A TCP port on 127.0.0.1 that was free a moment ago (bound, read, closed),
  * for a server started next; 0 when none could be had. */

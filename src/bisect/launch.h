@@ -12,7 +12,12 @@
  *
  * Errors: -errno with d filled. wait_ready returns -ECHILD when the server
  * exited first, -ETIMEDOUT when the timeout passed, -EINTR when *stop was
- * set; its log (log_path) then says why.
+ * set; its log (log_path) then says why. A launcher that can see who holds
+ * a port refuses to measure a stranger: submit returns -EADDRINUSE when
+ * the port is taken before the launch, wait_ready when the process that
+ * answers is not one it started (d names the port and, where the system
+ * says, the process). -EOWNERDEAD from wait_ready or check: the process
+ * that watches the server died; cancel still stops the server.
  */
 #ifndef BISECT_LAUNCH_H
 #define BISECT_LAUNCH_H
@@ -35,6 +40,7 @@ struct launch_spec {
     double ready_timeout;  /* seconds */
     int stop_signal;
     double stop_grace; /* seconds between stop_signal and SIGKILL */
+    int port;          /* the {port} given to the command; 0: none */
 };
 
 struct launch;
@@ -53,6 +59,9 @@ struct launcher_ops {
     int (*wait_ready)(struct launch *x, volatile sig_atomic_t *stop, char *addr,
                       size_t addr_len, struct diag *d);
     const char *(*log_path)(const struct launch *x);
+    /* 0 while the configuration runs as launched; -EOWNERDEAD when its
+     * watchdog died, -ECHILD when the server exited. NULL: not watched. */
+    int (*check)(struct launch *x, struct diag *d);
     /* Stops the configuration (signal, grace, then kill) and frees x.
      * Returns once nothing of it runs. */
     int (*cancel)(struct launch *x, struct diag *d);

@@ -1,16 +1,26 @@
 /*
  * bisect/local: the local launcher. Each configuration gets a watchdog
- * process W (a child of bisect) that starts the server S with /bin/sh -c in
- * S's own process group, its output in the configuration's log. W holds the
- * read end of a pipe whose write end only bisect holds (close-on-exec; W
- * closes every other descriptor, so no other watchdog keeps it open). When
- * the pipe closes, because bisect cancels the launch, exits, or is killed
+ * process W (a child of bisect, in a session of its own, so no signal to
+ * bisect's process group reaches it) that starts the server S with
+ * /bin/sh -c in S's own process group, its output in the configuration's
+ * log. W holds one end of a socket pair whose other end only bisect holds
+ * (close-on-exec; W closes every other descriptor, so no other watchdog
+ * keeps it open), and first writes S's pid on it. When bisect's end
+ * closes, because bisect cancels the launch, exits, or is killed
  * with SIGKILL, W sends the stop signal to S's group, waits the grace
  * period and kills the group. When S exits on its own, W kills what is left
  * of the group and exits with S's status (128 + signal when killed).
  * PR_SET_PDEATHSIG alone would miss the server's own children and fire
  * when the forking thread (not the process) exits, so it is not used.
- * W and S use only async-signal-safe calls between fork and exec.
+ * W and S use only async-signal-safe calls between fork and exec. When W
+ * itself dies (killed), bisect is told (check, wait_ready: -EOWNERDEAD)
+ * and cancel stops S's group itself.
+ *
+ * Only bisect's own servers are measured: the ready URL's port (when its
+ * host is this machine) and {port} must be free before the launch, and
+ * once the URL answers, every listener on its port must be a process of
+ * W's tree or session (bisect/port.h); otherwise -EADDRINUSE names the
+ * port and the process holding it.
  */
 #define _GNU_SOURCE
 #include "bisect/launch.h"
@@ -19,13 +29,17 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bisect/port.h"
 #include "core/clock.h"
 #include "core/xalloc.h"
 #include "http/client.h"
@@ -33,12 +47,15 @@
 extern char **environ;
 
 struct launch {
+    char *name;
     pid_t watchdog;
     pid_t group; /* the server's process group (its pid) */
     int pipe_w;
     char *log_path;
     char *ready_url;
     double ready_timeout;
+    int stop_signal;
+    double stop_grace;
     bool exited; /* the watchdog has been reaped */
     int status;
 };
@@ -125,15 +142,17 @@ static int status_code(int st)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Stop signal to the group, the grace, then SIGKILL; reaps S. */
+/* Stop signal to the group, the grace, then SIGKILL; reaps S and the
+ * orphans of its tree (W is their subreaper). */
 static void stop_group(pid_t s, int sig, double grace)
 {
     kill(-s, sig);
     double end = clock_now_s() + grace;
     bool reaped = false;
     while (clock_now_s() < end) {
-        if (!reaped && waitpid(s, NULL, WNOHANG) == s)
-            reaped = true;
+        pid_t r;
+        while ((r = waitpid(-1, NULL, WNOHANG)) > 0)
+            reaped |= r == s;
         if (reaped && kill(-s, 0) && errno == ESRCH)
             return;
         clock_nap_ms(20);
@@ -149,6 +168,9 @@ watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
     signal(SIGINT, SIG_IGN); /* Ctrl-C is bisect's to handle */
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    setsid(); /* out of bisect's process group and session */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* S's orphans stay here */
+    signal(SIGPIPE, SIG_IGN);
     close_others(rd, log);
     pid_t srv = fork();
     if (srv < 0)
@@ -159,6 +181,9 @@ watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
     }
     setpgid(srv, srv);
     close(log);
+    int32_t told = (int32_t)srv; /* bisect's to stop if this one dies */
+    ssize_t wr = write(rd, &told, sizeof(told));
+    (void)wr;
     for (;;) {
         struct pollfd p = {rd, POLLIN, 0};
         int n = poll(&p, 1, 100);
@@ -167,17 +192,60 @@ watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
             _exit(0);
         }
         int st;
-        if (waitpid(srv, &st, WNOHANG) == srv) {
-            kill(-srv, SIGKILL); /* what it left behind */
-            _exit(status_code(st));
-        }
+        pid_t r;
+        while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+            if (r == srv) {
+                kill(-srv, SIGKILL); /* what it left behind */
+                _exit(status_code(st));
+            }
     }
+}
+
+/* The port's listeners, "pid N (comm)" or "uid N" for the first one not
+ * of the tree of root (0: any), in who; whether there is one. */
+static bool stranger_on(int port, pid_t root, char *who, size_t len)
+{
+    struct bisect_listener l[16];
+    int n = bisect_port_listeners(port, l, 16);
+    for (int i = 0; i < n && i < 16; i++) {
+        if (root && l[i].pid && bisect_port_in_tree(l[i].pid, root))
+            continue;
+        if (l[i].pid)
+            snprintf(who, len, "pid %d (%s)", (int)l[i].pid, l[i].comm);
+        else
+            snprintf(who, len, "a process of uid %u", l[i].uid);
+        return true;
+    }
+    return false;
+}
+
+/* 0 when port is free (no listener, and 127.0.0.1:port can be bound);
+ * else -EADDRINUSE naming the holder. */
+static int port_free(const struct launch_spec *s, int port, struct diag *d)
+{
+    char who[96] = "";
+    if (!stranger_on(port, 0, who, sizeof(who)) && bisect_port_bindable(port))
+        return 0;
+    return diag_set(d, EADDRINUSE,
+                    "port %d of '%s' is already in use%s%s before its "
+                    "launch; bisect measures only servers it starts: stop "
+                    "that process or set another [server] port",
+                    port, s->name, *who ? " by " : "", who);
 }
 
 static int local_submit(struct launcher *l, const struct launch_spec *s,
                         struct launch **out, struct diag *d)
 {
     (void)l;
+    bool local = false;
+    int uport = bisect_port_of_url(s->ready_url, &local);
+    int rc = 0;
+    if (s->port > 0)
+        rc = port_free(s, s->port, d);
+    if (!rc && local && uport > 0 && uport != s->port)
+        rc = port_free(s, uport, d);
+    if (rc)
+        return rc;
     int log = open(s->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log < 0) {
         int err = errno;
@@ -185,10 +253,10 @@ static int local_submit(struct launcher *l, const struct launch_spec *s,
                         strerror(err));
     }
     int p[2];
-    if (pipe2(p, O_CLOEXEC)) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p)) {
         int err = errno;
         close(log);
-        return diag_set(d, err, "cannot make a pipe: %s", strerror(err));
+        return diag_set(d, err, "cannot make a socket pair: %s", strerror(err));
     }
     char **envp = build_envp(s->env, s->n_env);
     pid_t w = fork();
@@ -206,11 +274,20 @@ static int local_submit(struct launcher *l, const struct launch_spec *s,
                         strerror(err));
     }
     struct launch *x = xcalloc(1, sizeof(*x));
+    x->name = xstrdup(s->name);
     x->watchdog = w;
     x->pipe_w = p[1];
     x->log_path = xstrdup(s->log_path);
     x->ready_url = xstrdup(s->ready_url);
     x->ready_timeout = s->ready_timeout;
+    x->stop_signal = s->stop_signal;
+    x->stop_grace = s->stop_grace;
+    int32_t srv = 0;
+    ssize_t k;
+    while ((k = read(x->pipe_w, &srv, sizeof(srv))) < 0 && errno == EINTR)
+        ;
+    if (k == (ssize_t)sizeof(srv) && srv > 1)
+        x->group = (pid_t)srv;
     *out = x;
     return 0;
 }
@@ -222,11 +299,28 @@ static bool has_exited(struct launch *x)
     return x->exited;
 }
 
+/* -EOWNERDEAD when the watchdog was killed (it exits with the server's
+ * status otherwise), -ECHILD when the server exited, 0 while it runs. */
+static int local_check(struct launch *x, struct diag *d)
+{
+    if (!has_exited(x))
+        return 0;
+    if (WIFSIGNALED(x->status))
+        return diag_set(d, EOWNERDEAD,
+                        "the watchdog of '%s' (pid %d) was killed (signal "
+                        "%d); its server is stopped and bisect stops too",
+                        x->name, (int)x->watchdog, WTERMSIG(x->status));
+    return diag_set(d, ECHILD, "the server of '%s' exited (status %d)", x->name,
+                    WEXITSTATUS(x->status));
+}
+
 static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
                             char *addr, size_t addr_len, struct diag *d)
 {
     struct http_client *c = http_client_new();
     double start = clock_now_s();
+    bool local = false;
+    int port = bisect_port_of_url(x->ready_url, &local);
     int rc;
     for (;;) {
         if (stop && *stop) {
@@ -234,10 +328,12 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
             break;
         }
         if (has_exited(x)) {
-            rc = diag_set(d, ECHILD,
-                          "the server exited (status %d) before it was "
-                          "ready",
-                          WEXITSTATUS(x->status));
+            rc = local_check(x, d);
+            if (rc == -ECHILD)
+                rc = diag_set(d, ECHILD,
+                              "the server exited (status %d) before it was "
+                              "ready",
+                              WEXITSTATUS(x->status));
             break;
         }
         struct http_req rq = {
@@ -246,6 +342,16 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
         http_resp_init(&rs);
         bool ok = !http_do(c, &rq, &rs, NULL) && rs.status == 200;
         http_resp_release(&rs);
+        char who[96] = "";
+        if (ok && local && port > 0 &&
+            stranger_on(port, x->watchdog, who, sizeof(who))) {
+            rc = diag_set(d, EADDRINUSE,
+                          "port %d answers '%s', but it is held by %s, not "
+                          "by the server bisect started for '%s'; bisect "
+                          "measures only its own servers",
+                          port, x->ready_url, who, x->name);
+            break;
+        }
         if (ok && !has_exited(x)) {
             launch_base_url(x->ready_url, addr, addr_len);
             rc = 0;
@@ -268,6 +374,21 @@ static const char *local_log_path(const struct launch *x)
     return x->log_path;
 }
 
+/* The watchdog is gone: the stop signal to the server's group, the grace
+ * while any of it is left, then SIGKILL. */
+static void stop_orphan(struct launch *x)
+{
+    if (x->group <= 1 || kill(-x->group, x->stop_signal))
+        return;
+    double end = clock_now_s() + x->stop_grace;
+    while (clock_now_s() < end) {
+        if (kill(-x->group, 0) && errno == ESRCH)
+            return;
+        clock_nap_ms(20);
+    }
+    kill(-x->group, SIGKILL);
+}
+
 static int local_cancel(struct launch *x, struct diag *d)
 {
     (void)d;
@@ -277,6 +398,9 @@ static int local_cancel(struct launch *x, struct diag *d)
     if (!x->exited)
         while (waitpid(x->watchdog, &x->status, 0) < 0 && errno == EINTR)
             ;
+    if (WIFSIGNALED(x->status))
+        stop_orphan(x);
+    free(x->name);
     free(x->log_path);
     free(x->ready_url);
     free(x);
@@ -293,6 +417,7 @@ static const struct launcher_ops local_ops = {
     .submit = local_submit,
     .wait_ready = local_wait_ready,
     .log_path = local_log_path,
+    .check = local_check,
     .cancel = local_cancel,
     .free = local_free,
 };

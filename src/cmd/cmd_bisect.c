@@ -59,8 +59,9 @@ const char CMD_BISECT_HELP[] =
     "  --json FILE   the ranking as JSON ('-' = stdout)\n"
     "\n"
     "exit status: 0 no culprit, 1 culprit found, 2 usage or config error,\n"
-    "3 the golden could not be started or reached, 4 I/O error,\n"
-    "130 interrupted.\n"
+    "3 the golden could not be started or reached, or a port bisect needs\n"
+    "is held by a process it did not start, 4 I/O error or a watchdog\n"
+    "died, 130 interrupted.\n"
     "\n"
     "examples:\n"
     "  fidelity bisect sglang.ini --dry-run\n"
@@ -544,7 +545,9 @@ int cmd_bisect(int argc, char **argv)
             json_string_value(json_object_get(out.golden, "log_tail"));
         if (t)
             fprintf(stderr, "the golden's log ends with:\n%s\n", t);
-    } else if (err)
+    } else if (err == -EADDRINUSE) /* a stranger on a port: not measured */
+        rc = cli_error("bisect", EXIT_UNREACHABLE, "%s", d.msg);
+    else if (err)
         rc = cli_error("bisect", err == -EINVAL ? EXIT_USAGE : EXIT_INTERNAL,
                        "%s", d.msg);
     else

@@ -276,6 +276,29 @@ static void context_of(const struct drift_side *g, const struct drift_side *c,
     }
 }
 
+/* Nothing is judged on nothing: when the candidate arm compared no
+ * position (every answer's logprob NaN, null, a string or positive, or
+ * short, or for other tokens), the run is the servers' fault and an error
+ * (-EBADMSG), never a verdict over zero positions. */
+static int some_compared(const struct drift_result *r, struct diag *d)
+{
+    uint64_t n = 0;
+    const uint64_t *sk = r->an.skipped[DRIFT_ARM_CAND];
+    for (size_t b = 0; b < r->an.n_buckets; b++)
+        n += r->an.acc[DRIFT_ARM_CAND][b].n;
+    if (n)
+        return 0;
+    return diag_set(
+        d, EBADMSG,
+        "no position could be compared: of the answers' positions, "
+        "%llu had no usable logprob (NaN, null, not a number, or "
+        "above 0), %llu were missing and %llu were for another token; "
+        "check that both servers return prompt logprobs as numbers",
+        (unsigned long long)sk[DRIFT_SKIP_INVALID],
+        (unsigned long long)sk[DRIFT_SKIP_SHORT],
+        (unsigned long long)sk[DRIFT_SKIP_TOKEN]);
+}
+
 int drift_run(struct drift_side *g, struct drift_side *c,
               const struct drift_opts *o, struct drift_result *r,
               struct diag *d)
@@ -304,6 +327,8 @@ int drift_run(struct drift_side *g, struct drift_side *c,
     r->sequences = (unsigned)r->corpus.n;
     if (r->prefill) {
         ret = score_all(g, c, o, r, d);
+        if (!ret)
+            ret = some_compared(r, d);
         if (ret)
             return ret;
         prefill_verdicts(o, r);
@@ -313,6 +338,14 @@ int drift_run(struct drift_side *g, struct drift_side *c,
         if (ret)
             return ret;
     }
+    if (!r->prefill && r->dec.sum[DRIFT_DP_DG].n == 0)
+        return diag_set(d, EBADMSG,
+                        "no position could be compared: the candidate "
+                        "gives no prompt logprobs, and none of its %u "
+                        "generated tokens came with a usable logprob "
+                        "(NaN, null, not a number, or above 0); check that "
+                        "it returns logprobs as numbers",
+                        r->dec.generated);
     if (o->determinism > 0) {
         const struct drift_item *it = &r->corpus.items[0];
         size_t n = it->n < o->decode_prompt ? it->n : o->decode_prompt;

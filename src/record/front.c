@@ -10,7 +10,9 @@
  * and lingering ones are closed by a sweep (once a second, four times with
  * deadlines under 4 s): no timer is touched per read or write. The
  * listener is paused while accept(2) fails (descriptors exhausted) and
- * resumed when a connection closes or after RESUME_MS.
+ * resumed when a connection closes or after RESUME_MS; it is also paused,
+ * until a connection closes, while the client connections fill their share
+ * of the descriptor limit (the rest is reserved for upstream sockets).
  */
 #include "record/front.h"
 
@@ -86,6 +88,7 @@ struct front {
     size_t max_body;
     int64_t header_ms, idle_ms, stall_ms;
     size_t max_conns;
+    size_t max_clients; /* client connections, refused ones included */
     struct front_conn *conns, *dirty;
     size_t nconns;  /* open, the refused ones included */
     size_t nserved; /* open and counted against max_conns */
@@ -880,6 +883,23 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The client connections' share of the descriptor limit reached: logged
+ * at most once a second. */
+static void log_reserve(struct front *f)
+{
+    int64_t now = now_ms(f);
+    if (now - f->logged_ms < 1000 || !f->cbs.log)
+        return;
+    char msg[300];
+    snprintf(msg, sizeof(msg),
+             "%zu client connections are open, the most the descriptor limit "
+             "allows with one descriptor kept for each one's upstream socket; "
+             "accepting paused until one closes",
+             f->nconns);
+    f->cbs.log(f->ud, msg);
+    f->logged_ms = now;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
                       struct sockaddr *sa, int sl, void *arg)
 {
@@ -902,6 +922,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
         f->conns->prev = c;
     f->conns = c;
     f->nconns++;
+    if (f->nconns >= f->max_clients) {
+        /* the descriptors left are the upstream side's: the next clients
+         * wait in the kernel's queue until a connection closes */
+        evconnlistener_disable(f->lis);
+        f->paused = true;
+        log_reserve(f);
+    }
     if (f->nserved < f->max_conns) {
         f->nserved++;
         return;
@@ -922,8 +949,10 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
 
 static void resume_accepting(struct front *f)
 {
-    f->paused = false;
     evtimer_del(f->resume_ev);
+    if (f->nconns >= f->max_clients)
+        return; /* still paused: the reserve is reached */
+    f->paused = false;
     if (f->lis)
         evconnlistener_enable(f->lis);
 }
@@ -1029,6 +1058,7 @@ int front_new(struct event_base *base, const struct front_opts *o,
     f->idle_ms = o->idle_ms > 0 ? o->idle_ms : 75000;
     f->stall_ms = (o->stall_s > 0 ? o->stall_s : 600) * (int64_t)1000;
     f->max_conns = o->max_conns ? o->max_conns : front_default_max_conns();
+    f->max_clients = front_max_clients(f->max_conns);
     f->logged_ms = INT64_MIN / 2;
     int rc = listen_on(f, o->host, o->port, d);
     if (rc) {
@@ -1075,6 +1105,18 @@ size_t front_default_max_conns(void)
         return (size_t)1 << 19;
     size_t n = rl.rlim_cur > 64 ? (size_t)(rl.rlim_cur - 64) / 2 : 0;
     return n < 16 ? 16 : n;
+}
+
+size_t front_max_clients(size_t max_conns)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > (1u << 20))
+        return SIZE_MAX;
+    size_t budget = rl.rlim_cur > 64 ? (size_t)rl.rlim_cur - 64 : 0;
+    size_t half = budget / 2 < 16 ? 16 : budget / 2;
+    size_t up = max_conns < half ? max_conns : half; /* the reserve */
+    return budget > 2 * up ? budget - up : up;
 }
 
 void front_free(struct front *f)

@@ -77,6 +77,12 @@ struct front_opts {
  * (RLIMIT_NOFILE) leaves after 64 for the process's own files, since each
  * client connection may need an upstream one; at least 16. */
 size_t front_default_max_conns(void);
+/* How many client connections (those answered 503 included) may be open
+ * at once under the descriptor limit (RLIMIT_NOFILE): 64 descriptors are
+ * left for record's own files and one for the upstream socket of each
+ * of the max_conns served connections (at most half of the rest). The
+ * listener pauses while that many are open. */
+size_t front_max_clients(size_t max_conns);
 
 /* Binds and listens. On error *out is NULL and d says what (-errno). */
 int front_new(struct event_base *base, const struct front_opts *o,

@@ -121,6 +121,7 @@ static void ex_clear(struct ex *e, bool stored)
         free(e->url);
         e->url = NULL;
     }
+    buf_release(&e->plain);
     if (!stored) {
         buf_release(&e->body);
         xchg_release(&e->x);
@@ -863,7 +864,18 @@ static void finish_as(struct ex *e, enum xchg_end end)
     }
     e->x.end = end;
     /* the upstream has the request (upclient copied it, curl is done
-     * with it): from here on the body is only kept, so its secrets go */
+     * with it): from here on the body is only kept, so its secrets go;
+     * a compressed one is kept decoded, noted in its headers */
+    if (e->coding) {
+        buf_release(&e->body);
+        e->body = e->plain;
+        buf_init(&e->plain, 0);
+        if (!e->body.data)
+            buf_grow(&e->body, 1);
+        e->body.data[e->body.len] = '\0';
+        hl_add(r, &e->x.req_hl, "X-Fidelity-Decoded", 18, e->coding,
+               strlen(e->coding));
+    }
     /* a JSON body by its shape (clients label JSON as a form, as curl
      * does by default); else a form by its type */
     size_t lead = strspn(e->body.data, " \t\r\n");
@@ -1080,8 +1092,39 @@ static void on_request(void *ud, struct front_conn *c,
         send_json_error(c, 503, "unavailable", "fidelity record is stopping");
         return;
     }
+    /* a compressed body is decoded now: past --max-body it is refused
+     * like a body sent that large, before anything is forwarded */
+    const char *coding = NULL;
+    int ncodings = 0;
+    for (size_t i = 0; i < q->nheaders; i++)
+        if (q->headers[i].name_len == 16 &&
+            name_is(q->headers[i].name, "content-encoding") && !ncodings++)
+            coding = redact_coding(q->headers[i].value);
+    struct buf plain = BUF_INIT;
+    if (coding && ncodings == 1 && fq->body_len) {
+        int rc = redact_inflate(fq->body, fq->body_len, coding, r->o.max_body,
+                                &plain);
+        if (rc == 1) {
+            char msg[300];
+            buf_release(&plain);
+            snprintf(msg, sizeof(msg),
+                     "the request body inflates (Content-Encoding: %s) to "
+                     "more than --max-body (%zu bytes); nothing was "
+                     "forwarded. Start record with a larger --max-body to let "
+                     "it through",
+                     coding, r->o.max_body);
+            send_json_error(c, 413, "request_too_large", msg);
+            return;
+        }
+        if (rc < 0) /* not compressed after all: kept, redacted, as sent */
+            coding = NULL;
+    } else {
+        coding = NULL;
+    }
     struct ex *e = ex_get(r);
     const char *uri = origin_form(q->target);
+    e->plain = plain;
+    e->coding = coding;
 
     e->r = r;
     e->fc = c;

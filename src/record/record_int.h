@@ -162,6 +162,11 @@ struct ex {
     struct curl_slist *hdrs;
     char *url;
     struct buf body;
+    /* a compressed request body decoded (coding: its Content-Encoding,
+     * static, NULL when not decoded): stored, redacted, in body's place
+     * once the upstream has the bytes as sent */
+    struct buf plain;
+    const char *coding;
     struct xchg x;
     struct buf resp;
     bool resp_capped;

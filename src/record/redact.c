@@ -16,6 +16,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "wire/coding.h"
 #include "wire/jscan.h"
 
 static const char MARK[] = REDACT_MARK;
@@ -455,4 +456,36 @@ size_t redact_form(char *body, size_t len, const char *const *extra, size_t n)
         i = end + 1;
     }
     return hidden;
+}
+
+/* ---- compressed bodies ---- */
+
+const char *redact_coding(const char *value)
+{
+    static const char *const known[] = {"gzip", "x-gzip", "deflate"};
+    if (!value)
+        return NULL;
+    value += strspn(value, " \t");
+    size_t n = strcspn(value, " \t");
+    if (value[n + strspn(value + n, " \t")])
+        return NULL; /* more than one word */
+    for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+        if (strlen(known[i]) == n && !strncasecmp(value, known[i], n))
+            return known[i];
+    return NULL;
+}
+
+int redact_inflate(const char *src, size_t len, const char *coding, size_t cap,
+                   struct buf *out)
+{
+    buf_reset(out);
+    size_t old = out->max;
+    out->max = cap;
+    int rc = coding_inflate(src, len, coding, out);
+    out->max = old;
+    if (rc < 0) {
+        buf_reset(out);
+        return -1;
+    }
+    return rc;
 }

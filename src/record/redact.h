@@ -61,4 +61,17 @@ bool redact_is_form(const char *ct);
  * place, keeping the length. Returns how many. */
 size_t redact_form(char *body, size_t len, const char *const *extra, size_t n);
 
+struct buf;
+/* The Content-Encoding value (one coding, any case, blanks around)
+ * redact_inflate undoes: "gzip", "x-gzip" or "deflate"; NULL for any
+ * other (identity, a list of codings, unknown ones). */
+const char *redact_coding(const char *value);
+/* Inflates a body sent with coding (redact_coding's) into out, at most
+ * cap bytes: gzip (its members one after another), zlib, or for
+ * "deflate" also a raw deflate stream. 0: decoded (a stream cut short
+ * gives what inflated up to the cut); 1: it inflates past cap (out holds
+ * cap bytes at most); -1: not that format (out empty). */
+int redact_inflate(const char *src, size_t len, const char *coding, size_t cap,
+                   struct buf *out);
+
 #endif

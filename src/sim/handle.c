@@ -404,24 +404,40 @@ static void h_server_info(struct sim *s, const struct sim_req *rq,
                        sim_config_to_json(&s->cfg)));
 }
 
-/* sglang: GET or POST /flush_cache answers 200 with a line of text
- * (python/sglang/srt/entrypoints/http_server.py, flush_cache). */
+/* The text sglang answers /flush_cache with, 200 or 400 alike. */
+#define SIM_SGLANG_FLUSHED                                                     \
+    "Cache flushed.\nPlease check backend logs for more details. (When "       \
+    "there are running or waiting requests, the operation will not be "        \
+    "performed.)\n"
+
+/* sglang: GET or POST /flush_cache (sgl-project/sglang,
+ * python/sglang/srt/entrypoints/http_server.py, flush_cache:
+ * `Response(content="Cache flushed.\nPlease check backend logs ...",
+ * status_code=200 if ret.success else HTTPStatus.BAD_REQUEST)`, a bare
+ * Response, so no Content-Type). The scheduler refuses while requests run
+ * or wait: then 400 with the same text, and the cache is kept. */
 static void h_flush_sglang(struct sim *s, const struct sim_req *rq,
                            struct sim_resp *r)
 {
-    (void)rq;
+    buf_reset(&r->body);
+    buf_adds(&r->body, SIM_SGLANG_FLUSHED);
+    r->ctype = "";
+    if (rq->running) {
+        r->status = 400;
+        r->reason = "Bad Request";
+        return;
+    }
     sim_cache_flush(s);
     s->flushes++;
-    buf_reset(&r->body);
-    buf_adds(&r->body, "Cache flushed.\n");
     r->status = 200;
     r->reason = "OK";
-    r->ctype = "text/plain; charset=utf-8";
 }
 
-/* vLLM: POST /reset_prefix_cache, only with VLLM_SERVER_DEV_MODE=1,
- * answers an empty 200 (vllm/entrypoints/openai/api_server.py,
- * reset_prefix_cache). */
+/* vLLM: POST /reset_prefix_cache, only with VLLM_SERVER_DEV_MODE=1
+ * (vllm-project/vllm, vllm/entrypoints/openai/api_server.py,
+ * reset_prefix_cache: `return Response(status_code=200)`): an empty 200,
+ * no Content-Type. Newer releases moved it under vllm/entrypoints/serve
+ * and may answer {"success": false}; drift's cache arm reads both. */
 static void h_flush_vllm(struct sim *s, const struct sim_req *rq,
                          struct sim_resp *r)
 {
@@ -429,6 +445,7 @@ static void h_flush_vllm(struct sim *s, const struct sim_req *rq,
     sim_cache_flush(s);
     s->flushes++;
     buf_reset(&r->body);
+    r->ctype = "";
     r->status = 200;
     r->reason = "OK";
 }

@@ -30,6 +30,7 @@ struct server {
     struct out **batch; /* model requests waiting for the batch window */
     size_t nbatch, batch_cap;
     struct event *batch_ev;
+    unsigned running; /* model requests not yet fully answered */
 };
 
 /* One request from arrival to the last byte of its answer. Freed when the
@@ -47,10 +48,13 @@ struct out {
     size_t next;   /* next SSE event */
     long sent;     /* SSE body bytes sent */
     bool watching; /* close callback installed */
+    bool model;    /* counted in srv->running */
 };
 
 static void out_free(struct out *o)
 {
+    if (o->model)
+        o->srv->running--;
     if (o->watching && o->conn)
         evhttp_connection_set_closecb(o->conn, NULL, NULL);
     if (o->timer)
@@ -121,8 +125,9 @@ static void send_events(struct out *o)
     struct evkeyvalq *h = evhttp_request_get_output_headers(o->req);
     if (!r->stream) {
         struct evbuffer *b = evbuffer_new();
-        evhttp_add_header(h, "Content-Type",
-                          r->ctype ? r->ctype : "application/json");
+        if (!r->ctype || *r->ctype)
+            evhttp_add_header(h, "Content-Type",
+                              r->ctype ? r->ctype : "application/json");
         evbuffer_add(b, buf_str(&r->body), r->body.len);
         evhttp_send_reply(o->req, r->status, r->reason, b);
         evbuffer_free(b);
@@ -163,7 +168,9 @@ static void send_events(struct out *o)
 
 static void process(struct out *o, unsigned batch)
 {
-    struct sim_req rq = {o->method, o->path, o->body, o->len, batch};
+    struct sim_req rq = {o->method, o->path,
+                         o->body,   o->len,
+                         batch,     o->srv->running - (o->model ? 1u : 0u)};
     sim_handle(o->srv->sim, &rq, &o->resp);
     if (o->resp.latency_ms > 0)
         arm(o, o->resp.latency_ms);
@@ -204,7 +211,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_remove(in, o->body, o->len);
     o->body[o->len] = '\0';
     sim_resp_init(&o->resp);
-    if (srv->sim->cfg.batch_variance > 0 && sim_is_model_path(o->path)) {
+    o->model = sim_is_model_path(o->path);
+    srv->running += o->model;
+    if (srv->sim->cfg.batch_variance > 0 && o->model) {
         if (srv->nbatch == srv->batch_cap) {
             srv->batch_cap = srv->batch_cap ? srv->batch_cap * 2 : 16;
             srv->batch =
@@ -237,6 +246,8 @@ int sim_serve(struct sim *s, const char *host, int port,
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
     srv.http = evhttp_new(srv.base);
+    /* an answer without a Content-Type (the flush endpoints) stays so */
+    evhttp_set_default_content_type(srv.http, NULL);
     evhttp_set_allowed_methods(
         srv.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                       EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |

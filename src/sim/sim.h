@@ -39,7 +39,9 @@ struct sim_req {
     const char *path; /* without the query string */
     const char *body;
     size_t len;
-    unsigned batch; /* requests served together (batch-variance); 1 alone */
+    unsigned batch;   /* requests served together (batch-variance); 1 alone */
+    unsigned running; /* other model requests in flight (sglang's
+                         /flush_cache refuses while there are any) */
 };
 
 struct sim_resp {
@@ -52,7 +54,8 @@ struct sim_resp {
     long latency_ms;   /* delay before the first byte */
     long interval_ms;  /* delay between events */
     long cut_after;    /* close after this many body bytes; 0: never */
-    const char *ctype; /* Content-Type of a body; NULL: application/json */
+    const char *ctype; /* Content-Type of a body; NULL: application/json;
+                          "": none (as FastAPI's bare Response) */
 };
 
 void sim_init(struct sim *s, const struct sim_config *c);

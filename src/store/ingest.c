@@ -10,13 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <zlib.h>
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "wire/coding.h"
 #include "wire/jscan.h"
 #include "wire/reply.h"
 #include "wire/sse.h"
+
+/* the most a compressed reply is inflated to for reading it (the stored
+ * body stays as sent): a gzip bomb (1,000 to 1 at most) grows no further */
+#define INFLATE_MAX ((size_t)16 << 20)
 
 /* bytes of a stream parser's or reply's buffer kept for the next stream */
 #define STREAM_KEEP (64u << 10)
@@ -210,43 +214,6 @@ static const char *body_coding(const struct xchg *x)
     return c;
 }
 
-/* Inflates src into out with windowBits wb. 0, 1 when out's cap cut it
- * short, or -2 when src is not that format. A stream cut short (upstream
- * reset) gives what was decoded up to the cut. */
-static int inflate_into(const char *src, size_t len, int wb, struct buf *out)
-{
-    z_stream z;
-    unsigned char tmp[16384];
-    int rc = 0;
-    memset(&z, 0, sizeof(z));
-    if (inflateInit2(&z, wb) != Z_OK)
-        return -2;
-    z.next_in = (Bytef *)src;
-    z.avail_in = (uInt)len;
-    for (;;) {
-        z.next_out = tmp;
-        z.avail_out = sizeof(tmp);
-        int zr = inflate(&z, Z_NO_FLUSH);
-        size_t got = sizeof(tmp) - z.avail_out;
-        if (got && buf_add(out, tmp, got)) {
-            rc = 1;
-            break;
-        }
-        if (zr == Z_STREAM_END && z.avail_in) { /* gzip members, RFC 1952 */
-            inflateReset(&z);
-            continue;
-        }
-        if (zr == Z_STREAM_END || (zr == Z_BUF_ERROR && !z.avail_in))
-            break;
-        if (zr != Z_OK) {
-            rc = out->len ? 0 : -2;
-            break;
-        }
-    }
-    inflateEnd(&z);
-    return rc;
-}
-
 /* The response body decoded into out when the upstream compressed it: 0,
  * 1 (cut at the capture cap), -1 (not compressed: use resp_raw as it is)
  * or -2 (compressed but undecodable). */
@@ -255,14 +222,7 @@ static int decode_body(const struct xchg *x, struct buf *out)
     const char *coding = body_coding(x);
     if (!coding || !x->resp_raw)
         return -1;
-    /* 15 + 32: zlib or gzip by their header; "deflate" is sometimes sent
-     * as a raw deflate stream */
-    int rc = inflate_into(x->resp_raw, x->resp_raw_len, 15 + 32, out);
-    if (rc == -2 && !strcasecmp(coding, "deflate")) {
-        buf_reset(out);
-        rc = inflate_into(x->resp_raw, x->resp_raw_len, -15, out);
-    }
-    return rc;
+    return coding_inflate(x->resp_raw, x->resp_raw_len, coding, out);
 }
 
 void ingest_build(struct ingest *g, struct xchg *x, const struct ingest_src *s)
@@ -271,7 +231,8 @@ void ingest_build(struct ingest *g, struct xchg *x, const struct ingest_src *s)
     /* the reply is read from an inflated copy when the upstream
      * compressed the body; the stored body stays as it was sent */
     struct buf plain;
-    buf_init(&plain, g->max_capture);
+    buf_init(&plain,
+             g->max_capture < INFLATE_MAX ? g->max_capture : INFLATE_MAX);
     const char *body = x->resp_raw;
     size_t len = x->resp_raw_len;
     int dec = decode_body(x, &plain);

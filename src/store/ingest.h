@@ -32,7 +32,8 @@ struct ingest_src {
 };
 
 /* cache: the xchg_cache of the connection the rows go to (borrowed, may be
- * NULL); max_capture: the cap of an inflated response copy. */
+ * NULL); max_capture: the cap of an inflated response copy (16 MiB at
+ * most). */
 struct ingest *ingest_new(struct xchg_cache *cache, size_t max_capture);
 void ingest_free(struct ingest *g);
 /* Fills x's request side (req_body, req_raw, req_malformed, session, kind)

@@ -205,14 +205,16 @@ static struct lineage *lineage_fork(struct xchg_cache *c,
 }
 
 /* Appends the messages h[0..m) (read from the blobs) to l; -1, with l
- * unchanged, when a blob is missing or not an object. */
+ * unchanged, when a blob is missing. An element that is not an object
+ * ([{...}, 5], [null]) is a message as the client sent it: kept, and left
+ * to the readers (audit's request.malformed_messages) to report. */
 static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
                           const uint64_t *h, size_t m)
 {
     size_t from = l->n;
     for (size_t i = 0; i < m; i++) {
         json_t *v = xchg_blob_get(db, c, (int64_t)h[i]);
-        if (!json_is_object(v)) {
+        if (!v) { /* any JSON value is a message as sent: [{...}, 5] */
             while (json_array_size(l->arr) > from)
                 json_array_remove(l->arr, json_array_size(l->arr) - 1);
             return -1;
@@ -230,8 +232,8 @@ static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
 }
 
 /* The lineage whose messages h[0..n) are a view of (first n), extended or
- * started as needed; NULL when a message blob is missing or not an object
- * (nothing changed then). Compares h with every lineage: for a row whose
+ * started as needed; NULL when a message blob is missing (nothing changed
+ * then). Compares h with every lineage: for a row whose
  * base the walk has not seen. */
 static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
                                    const uint64_t *h, size_t n)
@@ -355,7 +357,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
         if (row_view(db, c, x->id, &l, &n))
             return col_bad(r, "req_msgs",
                            "message list unreadable, or a message blob "
-                           "missing or not an object");
+                           "missing");
         x->req_body = json_copy(params);
         if (tools) {
             json_object_set(x->req_body, "tools", tools);
@@ -381,10 +383,9 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     c->last_n = 0; /* until this row's list is complete */
     for (size_t i = same; i < e->n; i++) {
         json_t *m = xchg_blob_get(db, c, (int64_t)e->h[i]);
-        if (!json_is_object(m)) {
+        if (!m) { /* a non-object element is kept as it was sent */
             json_decref(msgs);
-            return col_bad(r, "req_msgs",
-                           "a message blob missing or not an object");
+            return col_bad(r, "req_msgs", "a message blob missing");
         }
         json_array_append(msgs, m);
         c->last_h[i] = e->h[i];

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -273,6 +274,95 @@ static void test_subagent_linked_to_parent(void **state)
     free_xs(xs, 4);
 }
 
+/* A request under a session header of its own, no tools. */
+static void hdr_req(struct xchg *x, long long id, const char *session,
+                    const char *kind, json_t *msgs, int max_tokens)
+{
+    json_t *body = xb_body("m", msgs);
+    if (max_tokens)
+        json_object_set_new(body, "max_tokens", json_integer(max_tokens));
+    xb_init(x, id, session, body);
+    x->kind = kind ? xstrdup(kind) : NULL;
+    x->started = (double)id;
+    xb_reply(x, "ok", NULL, NULL, 10, 1, "stop");
+}
+
+static const struct audit_session *session_named(const struct audit_set *set,
+                                                 const char *id)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (set->s[i].id && !strcmp(set->s[i].id, id))
+            return &set->s[i];
+    return NULL;
+}
+
+/* Side sessions join the session their id names exactly ("title-ses_1"
+ * joins "ses_1"); a title session "ses_12" whose id only contains
+ * "ses_1" stays a session of its own. */
+static void test_side_attached_by_exact_id(void **state)
+{
+    (void)state;
+    struct xchg xs[3];
+    req(&xs[0], 1,
+        json_pack("[o, o]", xb_msg("system", SYS),
+                  xb_msg("user", "write a game")),
+        "Here is the game.");
+    free(xs[0].session);
+    xs[0].session = xstrdup("ses_1");
+    json_t *t =
+        json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+                  xb_msg("user", "plan a trip"));
+    hdr_req(&xs[1], 2, "ses_12", "title", t, 32);
+    hdr_req(&xs[2], 3, "title-ses_1", "title",
+            json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+                      xb_msg("user", "write a game")),
+            32);
+    struct audit_set set;
+    audit_set_init(&set);
+    for (size_t i = 0; i < 3; i++)
+        audit_set_add(&set, &xs[i]);
+    audit_set_attach_side(&set);
+    audit_set_order(&set);
+    assert_int_equal(set.n, 2);
+    const struct audit_session *a = session_named(&set, "ses_1");
+    const struct audit_session *b = session_named(&set, "ses_12");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->n, 2);
+    assert_int_equal(b->n, 1);
+    audit_set_release(&set);
+    free_xs(xs, 3);
+}
+
+/* A session whose one short request only mentions a title (a question
+ * about a book) is not a title request: under an id that names another
+ * session it still stays its own. */
+static void test_title_by_structure_not_by_word(void **state)
+{
+    (void)state;
+    struct xchg xs[2];
+    req(&xs[0], 1,
+        json_pack("[o, o]", xb_msg("system", SYS),
+                  xb_msg("user", "write a game")),
+        "Here is the game.");
+    free(xs[0].session);
+    xs[0].session = xstrdup("ses_2");
+    hdr_req(&xs[1], 2, "title-ses_2", "main",
+            json_pack("[o]", xb_msg("user", "What is the title of the book "
+                                            "you mentioned? One line.")),
+            64);
+    struct audit_set set;
+    audit_set_init(&set);
+    for (size_t i = 0; i < 2; i++)
+        audit_set_add(&set, &xs[i]);
+    audit_set_attach_side(&set);
+    audit_set_order(&set);
+    assert_int_equal(set.n, 2);
+    assert_non_null(session_named(&set, "title-ses_2"));
+    audit_set_release(&set);
+    free_xs(xs, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +371,8 @@ int main(void)
         cmocka_unit_test(test_summary_head_stays_one_session),
         cmocka_unit_test(test_one_shots_are_not_chained),
         cmocka_unit_test(test_subagent_linked_to_parent),
+        cmocka_unit_test(test_side_attached_by_exact_id),
+        cmocka_unit_test(test_title_by_structure_not_by_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

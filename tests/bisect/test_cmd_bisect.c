@@ -4,13 +4,16 @@
  * adaptive mode with one culprit and with a pair among 8 toggles (launches
  * counted by the server command itself, which appends a line to a file),
  * --dry-run, bad configs, an unreachable golden, --resume after SIGKILL,
- * and SIGINT in the middle of a configuration. Every server carries an
+ * and SIGINT in the middle of a configuration; a stranger already on a
+ * configuration's port (refused, never measured), SIGKILL to bisect's
+ * process group, and a killed watchdog. Every server carries an
  * environment marker; after each run the process table must hold none.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,6 +38,7 @@
 static char dir[64];
 static char mark[64];
 static pid_t bg; /* a bisect running in the background, killed in teardown */
+static struct proc stranger; /* a server bisect did not start */
 
 static int setup(void **state)
 {
@@ -49,9 +54,12 @@ static int teardown(void **state)
 {
     (void)state;
     if (bg > 0) {
-        kill(bg, SIGKILL);
+        kill(-bg, SIGKILL);
         waitpid(bg, NULL, 0);
     }
+    if (stranger.pid > 0)
+        proc_stop(&stranger);
+    marked_after(mark, 5);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -327,21 +335,31 @@ static void test_golden_that_exits_is_exit_3(void **state)
     buf_release(&err);
 }
 
-/* Starts bisect in the background; its pid. */
-static pid_t spawn_bisect(const char *cfg, const char *od, const char *extra)
+/* Starts bisect in the background, in a process group of its own, its
+ * stderr into err_path (NULL: discarded); its pid. */
+static pid_t spawn_bisect_err(const char *cfg, const char *od,
+                              const char *extra, const char *err_path)
 {
     pid_t p = fork();
     if (p == 0) {
+        setpgid(0, 0);
         int fd = open("/dev/null", O_RDWR);
+        int ef =
+            err_path ? open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : fd;
         dup2(fd, 0);
         dup2(fd, 1);
-        dup2(fd, 2);
+        dup2(ef, 2);
         execl(fidelity_bin(), fidelity_bin(), "bisect", cfg, "--out", od, extra,
               (char *)NULL);
         _exit(127);
     }
     bg = p;
     return p;
+}
+
+static pid_t spawn_bisect(const char *cfg, const char *od, const char *extra)
+{
+    return spawn_bisect_err(cfg, od, extra, NULL);
 }
 
 static bool exists(const char *path)
@@ -453,6 +471,146 @@ static void test_sigint_while_comparing(void **state)
     assert_false(exists(done)); /* unfinished: --resume measures it */
 }
 
+/* A server bisect did not start already listens on the first
+ * configuration's port (the golden's + 1). Measuring it would call the
+ * toggle harmless (the stranger is a healthy sim); bisect must refuse,
+ * naming the port, and leave the stranger alone. */
+static void test_stranger_on_a_port_is_refused(void **state)
+{
+    (void)state;
+    char cfg[128], sub[128], od[160], want[64];
+    int port = 0;
+    for (int i = 0; i < 20 && !port; i++) {
+        const char *argv[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+        assert_int_equal(proc_start(&stranger, argv), 0);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port =
+                                    htons((uint16_t)(stranger.port - 1)),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (!bind(fd, (struct sockaddr *)&a, sizeof(a)))
+            port = stranger.port - 1; /* free for the golden */
+        else
+            proc_stop(&stranger);
+        close(fd);
+    }
+    assert_true(port > 0);
+    snprintf(sub, sizeof(sub), "%s/stranger", dir);
+    mkdir(sub, 0755);
+    snprintf(cfg, sizeof(cfg), "%s/config.ini", sub);
+    FILE *f = fopen(cfg, "w");
+    /* bisect's own server comes up late: the stranger answers first */
+    fprintf(f,
+            "[server]\ncommand = sleep 0.5; exec '%s' sim "
+            "--listen 127.0.0.1:{port}\nenv = %s\nport = %d\n"
+            "ready_timeout = 20\nstop_grace = 3\n\n[measure]\nprofile = test\n"
+            "\n[toggle mhc-bf16]\nargs = --prefill-noise 0.05 "
+            "--noise-growth 1\n",
+            fidelity_bin(), mark, port);
+    fclose(f);
+    snprintf(od, sizeof(od), "--out=%s/out", sub);
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *argv[] = {"bisect", cfg, od, NULL};
+    int rc = proc_run(argv, NULL, &out, &err, 120);
+    assert_int_equal(marked_after(mark, 5), 0);
+    assert_int_equal(rc, 3);
+    snprintf(want, sizeof(want), "port %d", stranger.port);
+    assert_non_null(strstr(buf_str(&err), want));
+    assert_null(strstr(buf_str(&out), "no culprit"));
+    assert_int_equal(kill(stranger.pid, 0), 0); /* not bisect's to stop */
+    proc_stop(&stranger);
+    stranger.pid = 0;
+    buf_release(&out);
+    buf_release(&err);
+}
+
+/* Waits until the golden and the candidate run and drift measures; the
+ * pids of the two servers. */
+static void wait_measuring(const char *mlog, int pids[2])
+{
+    double end = marked_now() + 20;
+    while ((!exists(mlog) || marked_count(mark) < 2) && marked_now() < end)
+        usleep(50000);
+    assert_true(exists(mlog));
+    assert_int_equal(marked_pids(mark, pids, 2), 2);
+}
+
+/* SIGKILL to bisect's whole process group (as a job control shell or a
+ * batch system does): the watchdogs are not in it, so they stop both
+ * servers. */
+static void test_sigkill_to_the_group_leaves_nothing(void **state)
+{
+    (void)state;
+    char cfg[128], od[128], mlog[160];
+    write_config("grpkill", "--latency-ms 400",
+                 "[toggle a]\nargs = --decode-noise 0.1\n", cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/grpkill/out", dir);
+    snprintf(mlog, sizeof(mlog), "%s/a.measure.log", od);
+    pid_t b = spawn_bisect(cfg, od, "--slots=1");
+    int pids[2];
+    wait_measuring(mlog, pids);
+    assert_int_equal(kill(-b, SIGKILL), 0);
+    waitpid(b, NULL, 0);
+    bg = 0;
+    assert_int_equal(marked_after(mark, 5), 0);
+}
+
+/* A watchdog killed while its server is measured (which: 0 the golden's,
+ * 1 the configuration's): bisect stops with an error and stops every
+ * server, that one included, instead of going on without a watch. */
+static void kill_a_watchdog(int which)
+{
+    char cfg[128], od[128], mlog[160], errp[160], name[32];
+    snprintf(name, sizeof(name), "wdkill%d", which);
+    write_config(name, "--latency-ms 400",
+                 "[toggle a]\nargs = --decode-noise 0.1\n"
+                 "[toggle b]\nargs = --decode-noise 0.2\n",
+                 cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/%s/out", dir, name);
+    snprintf(mlog, sizeof(mlog), "%s/a.measure.log", od);
+    snprintf(errp, sizeof(errp), "%s/%s/err", dir, name);
+    pid_t b = spawn_bisect_err(cfg, od, "--slots=1", errp);
+    int pids[2];
+    wait_measuring(mlog, pids);
+    int w = marked_parent(pids[which]);
+    assert_true(w > 1 && w != b);
+    assert_int_equal(kill(w, SIGKILL), 0);
+    double t0 = marked_now();
+    int st = 0;
+    while (waitpid(b, &st, WNOHANG) == 0 && marked_now() - t0 < 15)
+        usleep(50000);
+    bg = 0;
+    if (!WIFEXITED(st) && kill(b, 0) == 0) {
+        kill(-b, SIGKILL);
+        waitpid(b, NULL, 0);
+        fail_msg("bisect went on after its watchdog %d was killed", w);
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 4);
+    assert_int_equal(marked_after(mark, 5), 0);
+    char e[2048] = "";
+    FILE *f = fopen(errp, "r");
+    assert_non_null(f);
+    size_t k = fread(e, 1, sizeof(e) - 1, f);
+    e[k] = '\0';
+    fclose(f);
+    assert_non_null(strstr(e, "watchdog"));
+    snprintf(cfg, sizeof(cfg), "%s/b.json", od);
+    assert_false(exists(cfg)); /* nothing more was measured */
+}
+
+static void test_killed_watchdog_of_the_golden_stops_bisect(void **state)
+{
+    (void)state;
+    kill_a_watchdog(0);
+}
+
+static void test_killed_watchdog_of_a_configuration_stops_bisect(void **state)
+{
+    (void)state;
+    kill_a_watchdog(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -461,6 +619,10 @@ int main(void)
         cmocka_unit_test(test_golden_that_exits_is_exit_3),
         cmocka_unit_test(test_sigint_mid_configuration),
         cmocka_unit_test(test_sigint_while_comparing),
+        cmocka_unit_test(test_stranger_on_a_port_is_refused),
+        cmocka_unit_test(test_sigkill_to_the_group_leaves_nothing),
+        cmocka_unit_test(test_killed_watchdog_of_the_golden_stops_bisect),
+        cmocka_unit_test(test_killed_watchdog_of_a_configuration_stops_bisect),
         cmocka_unit_test(test_one_at_a_time_ranks_the_five),
         cmocka_unit_test(test_env_only_toggle_not_visible),
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),
@@ -468,5 +630,7 @@ int main(void)
         cmocka_unit_test(test_full_and_leave_one_out_show_the_pair),
         cmocka_unit_test(test_resume_after_sigkill),
     };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

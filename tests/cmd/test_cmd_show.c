@@ -2,7 +2,10 @@
  * Tests of `fidelity show` (src/cmd/cmd_show.c) on what a newcomer meets:
  * an exchange whose server reported no usage shows '-' for its tokens (not
  * -1), and an exchange that `record` answered itself because the upstream
- * was down shows the 502 the client got, and says record gave it.
+ * was down shows the 502 the client got, and says record gave it; a
+ * request whose messages hold non-object elements ([{...}, 5], [null]) is
+ * read by sessions, show and audit (kept as sent, a finding says what is
+ * malformed), never skipped so that its session vanishes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,11 +152,86 @@ static void test_show_status_record_answered_itself(void **state)
     free(db);
 }
 
+/* The findings of rule in audit's JSON output. */
+static size_t count_findings(const char *out, const char *rule, json_t **first)
+{
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *fs = json_object_get(j, "findings"), *f;
+    size_t i, n = 0;
+    json_array_foreach(fs, i, f)
+    {
+        const char *r = json_string_value(json_object_get(f, "rule"));
+        if (r && !strcmp(r, rule)) {
+            if (!n++ && first)
+                *first = json_incref(f);
+        }
+    }
+    json_decref(j);
+    return n;
+}
+
+static void test_non_object_messages_are_read(void **state)
+{
+    (void)state;
+    char *db = xasprintf("%s/odd.db", dir);
+    sqlite3 *s;
+    struct diag d;
+    struct xchg x;
+    assert_int_equal(store_open(db, &s, &d), 0);
+    assert_int_equal(xchg_schema(s, &d), 0);
+    xb_init(
+        &x, 0, "ses_odd",
+        xb_body("m", json_pack("[o, i]", xb_msg("user", "Hello there."), 5)));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "Hi.", NULL, NULL, 10, 2, "stop");
+    assert_int_equal(xchg_put(s, &x, &d), 0);
+    xb_release(&x);
+    xb_init(&x, 0, "ses_null", xb_body("m", json_pack("[n]")));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "Hi.", NULL, NULL, 10, 2, "stop");
+    assert_int_equal(xchg_put(s, &x, &d), 0);
+    xb_release(&x);
+    store_close(s);
+
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *ls[] = {"sessions", "--db", db, NULL};
+    assert_int_equal(proc_run(ls, NULL, &out, &err, 30), 0);
+    print_message("%s%s", buf_str(&out), buf_str(&err));
+    assert_non_null(strstr(buf_str(&out), "ses_odd"));
+    assert_non_null(strstr(buf_str(&out), "ses_null"));
+    assert_null(strstr(buf_str(&err), "store.corrupt"));
+    buf_reset(&out);
+    buf_reset(&err);
+    const char *sh[] = {"show", "ses_odd", "--db", db, NULL};
+    assert_int_equal(proc_run(sh, NULL, &out, &err, 30), 0);
+    assert_non_null(strstr(buf_str(&out), "  1 exchange\n"));
+    buf_reset(&out);
+    const char *shn[] = {"show", "ses_null", "--db", db, NULL};
+    assert_int_equal(proc_run(shn, NULL, &out, &err, 30), 0);
+    buf_reset(&out);
+    buf_reset(&err);
+    const char *au[] = {"audit", "--db", db, "--json", "-", NULL};
+    proc_run(au, NULL, &out, &err, 30);
+    assert_int_equal(count_findings(buf_str(&out), "store.corrupt", NULL), 0);
+    json_t *f = NULL;
+    assert_int_equal(
+        count_findings(buf_str(&out), "request.malformed_messages", &f), 2);
+    const char *sum = json_string_value(json_object_get(f, "summary"));
+    print_message("%s\n", sum);
+    assert_non_null(strstr(sum, "messages[1] is a number"));
+    json_decref(f);
+    buf_release(&out);
+    buf_release(&err);
+    free(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_show_unknown_usage_is_dash),
         cmocka_unit_test(test_show_status_record_answered_itself),
+        cmocka_unit_test(test_non_object_messages_are_read),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -496,6 +496,38 @@ static void no_chat(void *ud, const char *method, const char *path,
     http_client_free(h);
 }
 
+/* The same proxy with every negative number of its answers (every
+ * logprob, in every dialect; token ids, ranks and counts are not
+ * negative) sent as null, as a server whose logprobs are broken answers. */
+static void null_logprobs(void *ud, const char *method, const char *path,
+                          const char *body, size_t len, long *status,
+                          const char **ctype, struct buf *out)
+{
+    struct buf raw = BUF_INIT;
+    no_chat(ud, method, path, body, len, status, ctype, &raw);
+    const char *p = raw.data ? raw.data : "", *end = p + raw.len;
+    bool in_str = false;
+    for (; p < end; p++) {
+        if (in_str) {
+            buf_add(out, p, 1);
+            if (*p == '\\' && p + 1 < end)
+                buf_add(out, ++p, 1);
+            else if (*p == '"')
+                in_str = false;
+            continue;
+        }
+        if (*p == '"')
+            in_str = true;
+        if (*p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9') {
+            buf_adds(out, "null");
+            p += strspn(p + 1, "+-.0123456789eE");
+            continue;
+        }
+        buf_add(out, p, 1);
+    }
+    buf_release(&raw);
+}
+
 /* The same proxy answering every chat request with vLLM's 400 for a
  * request over the context. */
 static void chat_too_long(void *ud, const char *method, const char *path,
@@ -547,6 +579,7 @@ static void candidate_behind(fakesrv_fn fn, json_t **summary, struct buf *out,
     struct buf err = BUF_INIT;
     buf_init(out, 0);
     *rc = proc_run(av, NULL, out, &err, 120);
+    buf_add(out, err.data ? err.data : "", err.len); /* stderr after stdout */
     fakesrv_stop(f);
     free(sim);
     json_error_t e;
@@ -557,6 +590,23 @@ static void candidate_behind(fakesrv_fn fn, json_t **summary, struct buf *out,
 
 /* Every arm request refused for its length: INCONCLUSIVE for the cache
  * path with the server's answer quoted once, exit 0, never PASS. */
+/* Nothing judged on nothing: a candidate whose logprobs are all null is
+ * an error with the counts (exit 1), never PASS over 0 positions. */
+static void test_null_logprobs_are_an_error(void **state)
+{
+    (void)state;
+    json_t *summary;
+    struct buf out;
+    int rc;
+    candidate_behind(null_logprobs, &summary, &out, &rc);
+    if (rc != 1)
+        fail_msg("exit %d:\n%s", rc, buf_str(&out));
+    assert_null(summary);
+    assert_non_null(strstr(buf_str(&out), "no position could be compared"));
+    assert_non_null(strstr(buf_str(&out), "usable logprob"));
+    buf_release(&out);
+}
+
 static void test_refused_arm_is_never_pass(void **state)
 {
     (void)state;
@@ -583,41 +633,10 @@ static void test_refused_arm_is_never_pass(void **state)
 static void test_candidate_without_chat(void **state)
 {
     (void)state;
-    start(NULL);
-    int port = 0;
-    char *sim = xstrdup(proc_url(&P.c));
-    struct fakesrv *f = fakesrv_start(no_chat, sim, &port);
-    assert_non_null(f);
-    char gurl[64], curl[64], json[] = "/tmp/drift-cache-XXXXXX";
-    int fd = mkstemp(json);
-    close(fd);
-    snprintf(gurl, sizeof(gurl), "%s", proc_url(&P.g));
-    snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", port);
-    const char *av[] = {"drift",
-                        "--golden",
-                        gurl,
-                        "--candidate",
-                        curl,
-                        "--no-store",
-                        "--json",
-                        json,
-                        "--bootstrap",
-                        "0",
-                        "--sequences",
-                        "1",
-                        "--max-context",
-                        "512",
-                        "--no-control",
-                        "--decode-seqs",
-                        "1",
-                        NULL};
-    struct buf out = BUF_INIT, err = BUF_INIT;
-    int rc = proc_run(av, NULL, &out, &err, 120);
-    fakesrv_stop(f);
-    free(sim);
-    json_error_t e;
-    json_t *j = json_load_file(json, 0, &e);
-    unlink(json);
+    json_t *j;
+    struct buf out;
+    int rc;
+    candidate_behind(no_chat, &j, &out, &rc);
     assert_int_equal(rc, 0);
     assert_non_null(j);
     json_t *c = json_object_get(j, "cache");
@@ -630,7 +649,6 @@ static void test_candidate_without_chat(void **state)
     assert_non_null(strstr(buf_str(&out), "could not run"));
     json_decref(j);
     buf_release(&out);
-    buf_release(&err);
 }
 
 int main(void)
@@ -649,6 +667,7 @@ int main(void)
         T(test_warm_fault_on_the_threshold),
         T(test_greedy_divergence_is_reported),
         T(test_arm_fits_a_byte_level_context),
+        T(test_null_logprobs_are_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

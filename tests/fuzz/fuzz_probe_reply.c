@@ -4,7 +4,9 @@
  * probe_has_no_context). Invariants, not only "does not crash": a count
  * from a "tokens" list never exceeds the bytes it came from; a reply that
  * scores as correct holds the expected digits in order and, when it holds
- * a distractor verbatim, never scores.
+ * a distractor verbatim as a number of its own (no digit right before or
+ * after it: "5551112" is another number, not the distractor 555111),
+ * never scores.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +15,21 @@
 #include "probe/probe_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Whether s holds num as a whole number: no digit on either side. */
+static int has_number(const char *s, const char *num)
+{
+    size_t k = strlen(num);
+    for (const char *p = strstr(s, num); p; p = strstr(p + 1, num))
+        if ((p == s || !is_digit(p[-1])) && !is_digit(p[k]))
+            return 1;
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -41,8 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             p++;
         }
     }
-    if (strstr(s, "555111") && !strstr(s, "5551110") && !strstr(s, "1555111") &&
-        probe_score(&c, s))
+    if (has_number(s, "555111") && probe_score(&c, s))
         abort();
     c.control = true;
     (void)probe_score(&c, s);

@@ -8,6 +8,9 @@
  *   - the status is one the contract names;
  *   - a JSON answer parses; a 2xx answer is an object, and a 2xx chat answer
  *     has choices[0] and usage.prompt_tokens >= 1;
+ *   - the flush endpoints answer as the servers do, not in JSON: sglang's
+ *     /flush_cache its text, 200 (or 400 while requests run), vLLM's
+ *     /reset_prefix_cache an empty 200 (see src/sim/handle.c);
  *   - a 4xx/5xx answer is {"error": {"message": non-empty, "type": str}};
  *   - an SSE answer is 200, every event is one "data: ...\n\n" line whose
  *     payload is JSON, and the last is "data: [DONE]".
@@ -51,6 +54,24 @@ static void check_error(json_t *j, int status)
     CHECK(m && *m, "HTTP %d error without a message", status);
     CHECK(json_is_string(json_object_get(e, "type")),
           "HTTP %d error without a type", status);
+}
+
+/* The flush endpoints' own answers (src/sim/handle.c, docs/SIM.md). */
+static bool check_flush(const struct sim_resp *r, const char *path)
+{
+    if (!strcmp(path, "/flush_cache") && r->status != 404) {
+        CHECK(r->status == 200 || r->status == 400, "/flush_cache: HTTP %d",
+              r->status);
+        CHECK(!strncmp(buf_str(&r->body), "Cache flushed.\n", 15),
+              "/flush_cache: not sglang's text: %.80s", buf_str(&r->body));
+        return true;
+    }
+    if (!strcmp(path, "/reset_prefix_cache") && r->status == 200) {
+        CHECK(r->body.len == 0, "/reset_prefix_cache: a body: %.80s",
+              buf_str(&r->body));
+        return true;
+    }
+    return false;
 }
 
 static void check_json(const struct sim_resp *r, const char *path)
@@ -103,13 +124,13 @@ static void run(const struct sim_config *cfg, const char *method,
     struct sim_resp r;
     sim_init(&s, cfg);
     sim_resp_init(&r);
-    struct sim_req rq = {method, path, (const char *)body, len, 1};
+    struct sim_req rq = {method, path, (const char *)body, len, 1, 0};
     sim_handle(&s, &rq, &r);
     sim_release(&s);
     CHECK(known_status(r.status), "%s %s: HTTP %d", method, path, r.status);
     if (r.stream)
         check_stream(&r);
-    else
+    else if (!check_flush(&r, path))
         check_json(&r, path);
     sim_resp_release(&r);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -85,10 +86,72 @@ static void test_gzip_json_and_sse(void **state)
     rec_rmdir(dir);
 }
 
+/* The peak resident size of pid in kB (VmHWM), or -1. */
+static long vm_hwm_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+/* Regression: a gzip bomb from the upstream (100 MiB of zeros in about
+ * 100 KB) was inflated whole to read the reply (277 MB of memory for a
+ * 1 MB bomb). Now the inflated copy stops at its cap: record's peak stays
+ * under 80 MB, the client gets every compressed byte and the stored body
+ * is whole. */
+static void test_gzip_bomb_capped(void **state)
+{
+    (void)state;
+    struct upstream *up = upstream_start();
+    char *dir = rec_tmpdir();
+    char *db = xasprintf("%s/r.db", dir);
+    struct proc rec;
+    assert_non_null(up);
+    assert_int_equal(rec_start_record(&rec, upstream_url(up), db, NULL), 0);
+    char *url = xasprintf("http://127.0.0.1:%d/gzip/bomb", rec.port);
+    struct rec_resp r;
+    size_t n;
+    char *want = upstream_body("/gzip/bomb", &n);
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(url, NULL, 0, NULL, 0, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body.len, n);
+    assert_memory_equal(r.body.data, want, n);
+    usleep(1500000); /* the writer reads the reply after the client's end */
+    long kb = vm_hwm_kb(rec.pid);
+    assert_int_equal(proc_stop(&rec), 0);
+    if (kb < 0 || kb > 80 * 1024)
+        fail_msg("record's peak resident size: %ld kB", kb);
+    json_t *all = rec_load(db);
+    assert_non_null(all);
+    assert_int_equal(json_array_size(all), 1);
+    json_t *x = json_array_get(all, 0);
+    /* the compressed body stored whole (base64: not UTF-8) */
+    const char *b64 = jstr(x, "resp_raw_b64");
+    assert_non_null(b64);
+    assert_int_equal(strlen(b64), (n + 2) / 3 * 4);
+    json_decref(all);
+    rec_resp_release(&r);
+    free(want);
+    free(url);
+    upstream_stop(up);
+    free(db);
+    rec_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gzip_json_and_sse),
+        cmocka_unit_test(test_gzip_bomb_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

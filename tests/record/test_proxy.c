@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmocka.h>
 
@@ -441,6 +442,88 @@ static void test_encoded_secrets_never_stored(void **state)
     json_decref(all);
 }
 
+/* src compressed into out: gzip (wb 31) or zlib (wb 15). */
+static void compress_wb(const char *src, size_t n, int wb, struct buf *out)
+{
+    z_stream z;
+    unsigned char tmp[4096];
+    memset(&z, 0, sizeof(z));
+    assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, wb, 8, Z_DEFAULT_STRATEGY),
+                     Z_OK);
+    z.next_in = (Bytef *)src;
+    z.avail_in = (uInt)n;
+    int zr;
+    do {
+        z.next_out = tmp;
+        z.avail_out = sizeof(tmp);
+        zr = deflate(&z, Z_FINISH);
+        buf_add(out, tmp, sizeof(tmp) - z.avail_out);
+    } while (zr == Z_OK);
+    assert_int_equal(zr, Z_STREAM_END);
+    deflateEnd(&z);
+}
+
+/* Regression: a request body sent with Content-Encoding gzip or deflate
+ * was stored compressed, its api_key inside. Now the upstream still gets
+ * the compressed bytes as sent, and the store keeps the body decoded and
+ * redacted, its headers noting the coding (X-Fidelity-Decoded). */
+static void test_compressed_body_redacted(void **state)
+{
+    struct recfx *f = *state;
+    static const char *const codings[] = {"gzip", "deflate"};
+    static const char *const bodies[] = {
+        "{\"model\":\"m\",\"api_key\":\"SECRET-6601\",\"messages\":"
+        "[{\"role\":\"user\",\"content\":\"hi\"}]}",
+        "{\"model\":\"m\",\"password\":\"SECRET-6602\",\"messages\":"
+        "[{\"role\":\"user\",\"content\":\"hi\"}]}"};
+    for (int i = 0; i < 2; i++) {
+        struct buf z = BUF_INIT;
+        compress_wb(bodies[i], strlen(bodies[i]), i ? 15 : 31, &z);
+        char ce[64];
+        snprintf(ce, sizeof(ce), "Content-Encoding: %s", codings[i]);
+        const char *const h[] = {"Content-Type: application/json", ce, NULL};
+        char *u = url_of(f, "/json");
+        struct rec_resp r;
+        rec_resp_init(&r);
+        assert_int_equal(rec_fetch(u, z.data, z.len, h, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        rec_resp_release(&r);
+        free(u);
+        size_t seen_len;
+        char *seen = upstream_last_request(f->up, &seen_len);
+        assert_true(seen_len >= z.len);
+        assert_memory_equal(seen + seen_len - z.len, z.data, z.len);
+        free(seen);
+        buf_release(&z);
+    }
+    json_t *all = stop_and_load(f);
+    assert_int_equal(json_array_size(all), 2);
+    char *dump = json_dumps(all, 0);
+    assert_null(strstr(dump, "SECRET-66"));
+    free(dump);
+    struct buf bytes = BUF_INIT;
+    read_store_files(f, &bytes);
+    assert_false(rec_contains(bytes.data, bytes.len, "SECRET-66"));
+    buf_release(&bytes);
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_array_get(all, (size_t)i);
+        /* decoded: the JSON object, not base64 of the compressed bytes */
+        assert_null(json_object_get(x, "req_raw_b64"));
+        json_t *body = json_object_get(x, "req_body");
+        assert_non_null(body);
+        /* the marker, padded to the secret's length */
+        assert_string_equal(jstr(body, i ? "password" : "api_key", NULL),
+                            "[redacted]*");
+        assert_string_equal(jstr(body, "model", NULL), "m");
+        assert_true(json_is_true(json_object_get(x, "req_redacted")));
+        assert_string_equal(jstr(x, "req_headers", "X-Fidelity-Decoded"),
+                            codings[i]);
+        assert_string_equal(jstr(x, "req_headers", "Content-Encoding"),
+                            codings[i]);
+    }
+    json_decref(all);
+}
+
 /* The upstream URL's credentials (http://user:password@host) never reach
  * a client or a log: not in the 502 body when the upstream is down, not
  * in the first line on stdout, not on stderr. */
@@ -658,6 +741,19 @@ static void test_oversize_request_413(void **state)
     assert_int_equal(r.status, 413);
     assert_true(rec_contains(r.body.data, r.body.len, "request_too_large"));
     rec_resp_release(&r);
+    /* and for a compressed body that inflates past it (5,000 zeros in a
+     * few dozen bytes), before anything is forwarded */
+    struct buf z = BUF_INIT;
+    char zeros[5000] = {0};
+    compress_wb(zeros, sizeof(zeros), 31, &z);
+    assert_true(z.len < 1000);
+    const char *const gz[] = {"Content-Encoding: gzip", NULL};
+    rec_resp_init(&r);
+    assert_int_equal(rec_fetch(u, z.data, z.len, gz, 0, &r), 0);
+    assert_int_equal(r.status, 413);
+    assert_true(rec_contains(r.body.data, r.body.len, "inflates"));
+    rec_resp_release(&r);
+    buf_release(&z);
     rec_resp_init(&r);
     assert_int_equal(rec_fetch(u, ok, 900, NULL, 0, &r), 0);
     assert_int_equal(r.status, 200);
@@ -1018,6 +1114,8 @@ int main(void)
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_encoded_secrets_never_stored,
                                         fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_compressed_body_redacted, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test(test_upstream_credentials_masked),
         cmocka_unit_test_setup_teardown(test_body_secrets_never_stored,
                                         fx_setup_redact_key, fx_teardown),

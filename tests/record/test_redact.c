@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include <cmocka.h>
 
+#include "core/buf.h"
 #include "core/xalloc.h"
 #include "record/redact.h"
 
@@ -219,6 +221,37 @@ static void test_truncated_bodies(void **state)
     }
 }
 
+/* The codings undone (one, any case, blanks around), and the cap: a
+ * body that inflates past it is reported, not inflated whole. */
+static void test_coding_and_inflate_cap(void **state)
+{
+    (void)state;
+    assert_string_equal(redact_coding(" GZip "), "gzip");
+    assert_string_equal(redact_coding("x-gzip"), "x-gzip");
+    assert_string_equal(redact_coding("deflate"), "deflate");
+    assert_null(redact_coding("gzip, gzip"));
+    assert_null(redact_coding("identity"));
+    assert_null(redact_coding("br"));
+    assert_null(redact_coding(NULL));
+    /* zlib's own format: 3,000 'a's */
+    static char plain[3000];
+    memset(plain, 'a', sizeof(plain));
+    unsigned char z[256];
+    uLongf zl = sizeof(z);
+    assert_int_equal(compress(z, &zl, (const Bytef *)plain, sizeof(plain)),
+                     Z_OK);
+    struct buf out = BUF_INIT;
+    assert_int_equal(redact_inflate((const char *)z, zl, "deflate", 0, &out),
+                     0);
+    assert_int_equal(out.len, sizeof(plain));
+    assert_int_equal(redact_inflate((const char *)z, zl, "deflate", 1000, &out),
+                     1);
+    assert_true(out.len <= 1000);
+    assert_int_equal(redact_inflate("{\"a\":1}", 7, "gzip", 0, &out), -1);
+    assert_int_equal(out.len, 0);
+    buf_release(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_tool_call_arguments),
         cmocka_unit_test(test_extra_names),
         cmocka_unit_test(test_truncated_bodies),
+        cmocka_unit_test(test_coding_and_inflate_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

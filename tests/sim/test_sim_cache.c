@@ -2,10 +2,12 @@
  * End-to-end: the sim's prefix cache (docs/SIM.md, "Prefix cache"): the
  * cached_tokens every model endpoint reports, block granularity, LRU
  * eviction, generated tokens cached or not, requests with prompt logprobs
- * bypassing it, the flush endpoints switched on and off, and the faults
+ * bypassing it, the flush endpoints switched on and off and answering as
+ * sglang and vLLM do (sglang's 400 while a request runs), and the faults
  * whose ground truth drift and audit tests rely on (warm-path noise,
  * recomputation noise after eviction, reuse collapsing after turn N).
  */
+#define _GNU_SOURCE
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +15,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -274,6 +280,72 @@ static void test_flush_endpoints_on_and_off(void **state)
     }
 }
 
+/* The flush answers as the servers give them: sglang's text (200, and
+ * 400 with the same text while a model request runs, the cache kept),
+ * vLLM's empty 200, neither with a Content-Type (FastAPI's bare
+ * Response). */
+static void test_flush_answers_shaped_like_the_servers(void **state)
+{
+    struct simt *t = *state;
+    static const char sgl[] =
+        "Cache flushed.\nPlease check backend logs for more details. (When "
+        "there are running or waiting requests, the operation will not be "
+        "performed.)\n";
+    struct proc *p = simt_start(t, "--latency-ms", "1500", NULL);
+    struct http_resp r;
+    http_resp_init(&r);
+    assert_int_equal(simt_raw(t, p, "POST", "/flush_cache", "", 0, NULL, &r),
+                     0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(buf_str(&r.body), sgl);
+    assert_null(strcasestr(buf_str(&r.headers), "content-type"));
+    http_resp_release(&r);
+    http_resp_init(&r);
+    assert_int_equal(
+        simt_raw(t, p, "POST", "/reset_prefix_cache", "", 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body.len, 0);
+    assert_null(strcasestr(buf_str(&r.headers), "content-type"));
+    http_resp_release(&r);
+    /* a chat request in flight (1.5 s of latency): sglang refuses */
+    pid_t c = fork();
+    if (c == 0) { /* its own client: the parent's connection is not ours */
+        struct http_client *hc = http_client_new();
+        struct http_resp cr;
+        char url[128];
+        snprintf(url, sizeof(url), "%s/v1/chat/completions", proc_url(p));
+        struct http_req rq = {
+            .url = url,
+            .method = "POST",
+            .body = "{\"messages\":[{\"role\":\"user\",\"content\":"
+                    "\"hi\"}],\"max_tokens\":4}",
+            .timeout_ms = 10000,
+            .max_body = 1 << 20};
+        static const char *const hd[] = {"Content-Type: application/json",
+                                         NULL};
+        rq.headers = hd;
+        rq.body_len = strlen(rq.body);
+        http_resp_init(&cr);
+        int rc = http_do(hc, &rq, &cr, NULL);
+        _exit(!rc && cr.status == 200 ? 0 : 1);
+    }
+    usleep(500000);
+    http_resp_init(&r);
+    assert_int_equal(simt_raw(t, p, "POST", "/flush_cache", "", 0, NULL, &r),
+                     0);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(buf_str(&r.body), sgl);
+    http_resp_release(&r);
+    int st;
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    http_resp_init(&r);
+    assert_int_equal(simt_raw(t, p, "GET", "/flush_cache", "", 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    http_resp_release(&r);
+    proc_stop(p);
+}
+
 static void test_no_cache_report(void **state)
 {
     struct simt *t = *state;
@@ -378,6 +450,7 @@ int main(void)
         T(test_reasoning_reply_reused_as_rendered),
         T(test_lru_eviction),
         T(test_flush_endpoints_on_and_off),
+        T(test_flush_answers_shaped_like_the_servers),
         T(test_no_cache_report),
         T(test_warm_noise_only_on_the_cached_path),
         T(test_recompute_noise_after_eviction),

@@ -399,7 +399,9 @@ static const struct ccase CASES[] = {
     {1, MSG_BLOB, B("raw_len = raw_len * 5000 + 3"), "req_msgs"},
     {2, MSG_BLOB, B("raw_len = NULL"), "req_msgs"},
     {4, MSG_BLOB, B("zip = 7"), "req_msgs"},
-    {1, MSG_BLOB, B("z = '[1]', raw_len = 3, zip = 0"), "req_msgs"},
+    /* valid JSON that is not an object is a message as sent (kept, and
+     * audit's request.malformed_messages); foreign bytes are damage */
+    {1, MSG_BLOB, B("z = '[1', raw_len = 2, zip = 0"), "req_msgs"},
     {2, PARAMS_BLOB, B("z = substr(z, 1, length(z) / 2)"), "req_params"},
     {4, PARAMS_BLOB, B("z = '7', raw_len = 1, zip = 0"), "req_params"},
     {1, PARAMS_BLOB, B("raw_len = 1099511627776"), "req_params"},

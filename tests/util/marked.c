@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
@@ -30,6 +31,11 @@ static int has_entry(char *env, ssize_t k, const char *mark)
 
 int marked_count(const char *mark)
 {
+    return marked_pids(mark, NULL, 0);
+}
+
+int marked_pids(const char *mark, int *out, int max)
+{
     int n = 0;
     DIR *d = opendir("/proc");
     struct dirent *de;
@@ -45,11 +51,34 @@ int marked_count(const char *mark)
             continue;
         ssize_t k = read(fd, env, sizeof(env) - 1);
         close(fd);
-        if (k > 0)
-            n += has_entry(env, k, mark);
+        if (k <= 0 || !has_entry(env, k, mark))
+            continue;
+        int pid = atoi(de->d_name), i = n < max ? n : max;
+        for (; out && i > 0 && out[i - 1] > pid; i--)
+            if (i < max)
+                out[i] = out[i - 1];
+        if (out && i < max)
+            out[i] = pid;
+        n++;
     }
     closedir(d);
     return n;
+}
+
+int marked_parent(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY);
+    ssize_t k = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (k <= 0)
+        return -1;
+    buf[k] = '\0';
+    const char *p = strrchr(buf, ')');
+    int pp;
+    return p && sscanf(p + 1, " %*c %d", &pp) == 1 ? pp : -1;
 }
 
 int marked_after(const char *mark, double s)

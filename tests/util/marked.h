@@ -12,6 +12,11 @@ double marked_now(void);
 /* How many processes have the environment entry mark (read from
  * /proc/PID/environ; processes that cannot be read are not counted). */
 int marked_count(const char *mark);
+/* The pids of the processes with mark, at most max, in ascending order
+ * (the earliest started first, pids not having wrapped); their count. */
+int marked_pids(const char *mark, int *out, int max);
+/* The parent of pid (from /proc/PID/stat), or -1. */
+int marked_parent(int pid);
 /* Waits up to s seconds for no process with mark; the count left. */
 int marked_after(const char *mark, double s);
 

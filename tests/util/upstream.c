@@ -87,12 +87,41 @@ static void gzip_pieces(bool json, struct buf *out, size_t *ends, int *n)
     deflateEnd(&z);
 }
 
+/* n zero bytes, gzip-compressed (about 100 KB for 100 MB), into b. */
+static void gzip_zeros(struct buf *b, size_t n)
+{
+    static unsigned char zeros[1 << 16];
+    unsigned char out[1 << 16];
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY);
+    for (size_t done = 0;;) {
+        size_t k = n - done < sizeof(zeros) ? n - done : sizeof(zeros);
+        z.next_in = zeros;
+        z.avail_in = (uInt)k;
+        done += k;
+        int flush = done == n ? Z_FINISH : Z_NO_FLUSH;
+        int zr;
+        do {
+            z.next_out = out;
+            z.avail_out = sizeof(out);
+            zr = deflate(&z, flush);
+            buf_add(b, out, sizeof(out) - z.avail_out);
+        } while (z.avail_out == 0);
+        if (zr == Z_STREAM_END || done == n)
+            break;
+    }
+    deflateEnd(&z);
+}
+
 char *upstream_body(const char *route, size_t *len)
 {
     struct buf b = BUF_INIT;
     size_t ends[16];
     int n;
-    if (!strcmp(route, "/gzip/json") || !strcmp(route, "/gzip/sse")) {
+    if (!strcmp(route, "/gzip/bomb")) {
+        gzip_zeros(&b, (size_t)100 << 20);
+    } else if (!strcmp(route, "/gzip/json") || !strcmp(route, "/gzip/sse")) {
         gzip_pieces(route[6] == 'j', &b, ends, &n);
     } else if (!strcmp(route, "/json")) {
         buf_adds(&b, JSON_BODY);
@@ -335,8 +364,27 @@ static int serve(struct upstream *u, int fd, const char *method,
     }
     if (!strncmp(path, "/echo", 5))
         return send_sized(fd, "application/octet-stream", raw, raw_len);
+    if (!strncmp(path, "/gzip/bomb", 10)) {
+        body = upstream_body("/gzip/bomb", &n);
+        char head[256];
+        int hl = snprintf(head, sizeof(head),
+                          "HTTP/1.1 200 OK\r\nContent-Type: application/json"
+                          "\r\nContent-Encoding: gzip\r\nContent-Length: "
+                          "%zu\r\n\r\n",
+                          n);
+        rc = write_all(fd, head, (size_t)hl) || write_all(fd, body, n) ? -1 : 0;
+        free(body);
+        return rc;
+    }
     if (!strncmp(path, "/gzip/", 6))
         return send_gzip(fd, path[6] == 'j');
+    if (!strncmp(path, "/delay", 6)) { /* the /json reply after 500 ms */
+        usleep(500000);
+        body = upstream_body("/json", &n);
+        rc = send_sized(fd, "application/json", body, n);
+        free(body);
+        return rc;
+    }
     if (!strncmp(path, "/sse", 4) || !strncmp(path, "/reset", 6)) {
         bool reset = path[1] == 'r';
         if (write_all(fd, SSE_HEAD, sizeof(SSE_HEAD) - 1))

@@ -23,8 +23,9 @@
  * close), /garbage (a malformed status line), /bighead (the /json body
  * after a 12 KB header field, the head written 1,000 bytes at a time),
  * /hang (no answer for 3 s, then the close), /quiet (an event of the
- * /slow stream, 3.2 s of silence, the same event again, the end). HEAD
- * /json gets the head only.
+ * /slow stream, 3.2 s of silence, the same event again, the end), /delay
+ * (the /json reply after 500 ms), /gzip/bomb (100 MiB of zeros, gzip,
+ * sized: about 100 KB sent). HEAD /json gets the head only.
  */
 #ifndef TESTS_UTIL_UPSTREAM_H
 #define TESTS_UTIL_UPSTREAM_H

@@ -1,0 +1,194 @@
+/*
+ * bisect/port: the listeners of a TCP port and their owners, read from
+ * /proc (see the header). Used by the local launcher before a server is
+ * started (its port must be free) and once it answers (the listener must
+ * be one of its own processes).
+ */
+#define _GNU_SOURCE
+#include "bisect/port.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Appends the LISTEN sockets of table path on port to out; -errno when
+ * the table cannot be read. */
+static int scan_table(const char *path, int port, struct bisect_listener *out,
+                      size_t max, size_t *n)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    char line[512];
+    if (!fgets(line, sizeof(line), f)) { /* the header */
+        fclose(f);
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        unsigned lport, st, uid;
+        unsigned long inode;
+        if (sscanf(line, " %*s %*[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %u %*u %lu",
+                   &lport, &st, &uid, &inode) != 4)
+            continue;
+        if (st != 0x0A || (int)lport != port) /* 0A: TCP_LISTEN */
+            continue;
+        if (*n < max)
+            out[*n] = (struct bisect_listener){.inode = inode, .uid = uid};
+        (*n)++;
+    }
+    fclose(f);
+    return 0;
+}
+
+static void read_comm(pid_t pid, char *out, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t k = fd >= 0 ? read(fd, out, len - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (k < 0)
+        k = 0;
+    out[k] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* Fills the owners of l[0..n) from every process's descriptors. */
+static void find_owners(struct bisect_listener *l, size_t n)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    size_t left = n;
+    while (d && left && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300];
+        snprintf(path, sizeof(path), "/proc/%s/fd", de->d_name);
+        DIR *fd = opendir(path);
+        struct dirent *fe;
+        while (fd && left && (fe = readdir(fd))) {
+            char lp[600], tgt[64];
+            snprintf(lp, sizeof(lp), "%s/%s", path, fe->d_name);
+            ssize_t k = readlink(lp, tgt, sizeof(tgt) - 1);
+            unsigned long ino;
+            if (k <= 0)
+                continue;
+            tgt[k] = '\0';
+            if (sscanf(tgt, "socket:[%lu]", &ino) != 1)
+                continue;
+            for (size_t i = 0; i < n; i++)
+                if (!l[i].pid && l[i].inode == ino) {
+                    l[i].pid = (pid_t)atoi(de->d_name);
+                    read_comm(l[i].pid, l[i].comm, sizeof(l[i].comm));
+                    left--;
+                }
+        }
+        if (fd)
+            closedir(fd);
+    }
+    if (d)
+        closedir(d);
+}
+
+int bisect_port_listeners(int port, struct bisect_listener *out, size_t max)
+{
+    size_t n = 0;
+    int rc = scan_table("/proc/net/tcp", port, out, max, &n);
+    if (rc)
+        return rc;
+    scan_table("/proc/net/tcp6", port, out, max, &n); /* no IPv6: none */
+    find_owners(out, n < max ? n : max);
+    return (int)n;
+}
+
+/* pid's parent and session from /proc/PID/stat; -1 when gone. */
+static int stat_of(pid_t pid, pid_t *ppid, pid_t *sid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t k = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (k <= 0)
+        return -1;
+    buf[k] = '\0';
+    const char *p = strrchr(buf, ')'); /* comm may hold spaces */
+    int pp, pg, ss;
+    if (!p || sscanf(p + 1, " %*c %d %d %d", &pp, &pg, &ss) != 3)
+        return -1;
+    *ppid = pp;
+    *sid = ss;
+    return 0;
+}
+
+bool bisect_port_in_tree(pid_t pid, pid_t root)
+{
+    for (int depth = 0; pid > 1 && depth < 64; depth++) {
+        pid_t pp, sid;
+        if (pid == root)
+            return true;
+        if (stat_of(pid, &pp, &sid))
+            return false;
+        if (sid == root)
+            return true;
+        pid = pp;
+    }
+    return false;
+}
+
+int bisect_port_of_url(const char *url, bool *local)
+{
+    const char *h = strstr(url, "://");
+    int port = !strncmp(url, "https://", 8) ? 443 : 80;
+    h = h ? h + 3 : url;
+    size_t hl = strcspn(h, "/?#");
+    char host[256];
+    snprintf(host, sizeof(host), "%.*s", (int)hl, h);
+    char *at = strrchr(host, '@');
+    char *hp = at ? at + 1 : host;
+    char *colon = NULL;
+    if (*hp == '[') {
+        char *rb = strchr(hp, ']');
+        if (!rb)
+            return -1;
+        *rb = '\0';
+        colon = rb[1] == ':' ? rb + 1 : NULL;
+        hp++;
+    } else if ((colon = strrchr(hp, ':')))
+        *colon = '\0';
+    if (colon) {
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (*end || p < 1 || p > 65535)
+            return -1;
+        port = (int)p;
+    }
+    *local = !strcasecmp(hp, "localhost") || !strncmp(hp, "127.", 4) ||
+             !strcmp(hp, "::1") || !strcmp(hp, "0.0.0.0") ||
+             !strcmp(hp, "::") || !*hp;
+    return port;
+}
+
+bool bisect_port_bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true; /* cannot tell: the listener table decides */
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1; /* connections in TIME_WAIT do not hold the port */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    bool ok = !bind(fd, (struct sockaddr *)&a, sizeof(a));
+    int err = errno;
+    close(fd);
+    return ok || err != EADDRINUSE;
+}

@@ -8,14 +8,18 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/xalloc.h"
 
 const char *fidelity_bin(void)
 {
@@ -198,11 +202,60 @@ int proc_run(const char *const argv[], const char *in_file, struct buf *out,
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Copies the binary into a fresh folder of /tmp that every user may enter
+ * (the build's own folder may sit under one only its owner enters, as a
+ * clone in a mktemp -d folder does); the copy's path, or NULL. */
+static char *shared_copy(const char *bin, char *dir, size_t dir_len)
+{
+    snprintf(dir, dir_len, "/tmp/fidelity-uid-XXXXXX");
+    if (!mkdtemp(dir) || chmod(dir, 0755))
+        return NULL;
+    char *path = xasprintf("%s/fidelity", dir);
+    int in = open(bin, O_RDONLY | O_CLOEXEC);
+    int out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    char chunk[65536];
+    ssize_t n = 0;
+    while (in >= 0 && out >= 0 && (n = read(in, chunk, sizeof(chunk))) > 0)
+        if (write(out, chunk, (size_t)n) != n) {
+            n = -1;
+            break;
+        }
+    bool ok = in >= 0 && out >= 0 && n == 0;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (!ok || chmod(path, 0755)) {
+        unlink(path);
+        rmdir(dir);
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
 int proc_run_uid(const char *const argv[], uid_t uid, struct buf *out,
                  struct buf *err, int timeout_s)
 {
+    char dir[64], *copy = NULL, *was = NULL;
+    if (uid) {
+        was = xstrdup(fidelity_bin());
+        copy = shared_copy(was, dir, sizeof(dir));
+        if (!copy) {
+            free(was);
+            return -1;
+        }
+        setenv("FIDELITY_BIN", copy, 1);
+    }
     run_uid = uid;
     int rc = proc_run(argv, NULL, out, err, timeout_s);
     run_uid = 0;
+    if (copy) {
+        setenv("FIDELITY_BIN", was, 1);
+        unlink(copy);
+        rmdir(dir);
+        free(copy);
+        free(was);
+    }
     return rc;
 }

@@ -42,7 +42,10 @@ int proc_stop(struct proc *p);
 int proc_run(const char *const argv[], const char *in_file, struct buf *out,
              struct buf *err, int timeout_s);
 /* proc_run with the child's user and group set to uid first (when
- * uid is not 0; the test runs as root): for what root may always do. */
+ * uid is not 0; the test runs as root): for what root may always do. The
+ * child runs a copy of the binary in a folder of /tmp every user may
+ * enter, since the build's folder may be closed to others (a clone in a
+ * mktemp -d folder is). -1 when the copy cannot be made. */
 int proc_run_uid(const char *const argv[], uid_t uid, struct buf *out,
                  struct buf *err, int timeout_s);
 /* "http://127.0.0.1:PORT" in a buffer of the calling thread. */

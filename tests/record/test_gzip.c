@@ -128,8 +128,13 @@ static void test_gzip_bomb_capped(void **state)
     usleep(1500000); /* the writer reads the reply after the client's end */
     long kb = vm_hwm_kb(rec.pid);
     assert_int_equal(proc_stop(&rec), 0);
-    if (kb < 0 || kb > 80 * 1024)
-        fail_msg("record's peak resident size: %ld kB", kb);
+    /* AddressSanitizer's shadow memory and quarantine add about half
+     * again (86 MB measured); the old reader peaked at 116 MB without */
+    const char *build = getenv("BUILD");
+    long cap_kb = build && strstr(build, "san") ? 130 * 1024 : 80 * 1024;
+    if (kb < 0 || kb > cap_kb)
+        fail_msg("record's peak resident size: %ld kB (at most %ld)", kb,
+                 cap_kb);
     json_t *all = rec_load(db);
     assert_non_null(all);
     assert_int_equal(json_array_size(all), 1);

@@ -29,6 +29,7 @@
 #include "util/golden.h"
 #include "util/proc.h"
 #include "util/rec.h"
+#include "util/xchg_build.h"
 
 #define GOLDEN "tests/audit/golden/"
 
@@ -50,25 +51,6 @@ static const char *const fixtures[] = {
 static char *dir, *db;
 static const char *subs[3];
 
-/* Stores a copy of one exchange of the spill-format fixture; ids are
- * given by the store (1, 2, ... in file order). */
-static int put(const struct xchg *x, void *ud)
-{
-    struct diag d = {{0}};
-    struct xchg c;
-    xchg_init(&c);
-    json_t *j = xchg_to_json(x);
-    int rc = xchg_from_json(j, &c, &d);
-    json_decref(j);
-    c.id = 0;
-    if (!rc)
-        rc = xchg_put(ud, &c, &d);
-    if (rc)
-        fprintf(stderr, "cannot store an exchange: %s\n", d.msg);
-    xchg_release(&c);
-    return rc;
-}
-
 /* Creates the store path holding the fixtures names[0..n), in order. */
 static int make_store(const char *path, const char *const *names, size_t n)
 {
@@ -80,7 +62,7 @@ static int make_store(const char *path, const char *const *names, size_t n)
     }
     int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
-        if ((rc = xchg_spill_each(names[i], put, s, &d)))
+        if ((rc = xchg_spill_each(names[i], xb_put_copy, s, &d)))
             fprintf(stderr, "cannot read '%s': %s\n", names[i], d.msg);
     store_close(s);
     return rc;

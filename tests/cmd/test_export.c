@@ -31,6 +31,7 @@
 #include "util/rec.h"
 #include "util/sh.h"
 #include "util/upstream.h"
+#include "util/xchg_build.h"
 #include "wire/jdump.h"
 
 static const char *const fixtures[] = {
@@ -40,22 +41,6 @@ static const char *const fixtures[] = {
 };
 
 static char *dir, *db;
-
-/* Stores a copy of one exchange of a spill-format fixture. */
-static int put(const struct xchg *x, void *ud)
-{
-    struct diag d = {{0}};
-    struct xchg c;
-    xchg_init(&c);
-    json_t *j = xchg_to_json(x);
-    int rc = xchg_from_json(j, &c, &d);
-    json_decref(j);
-    c.id = 0;
-    if (!rc)
-        rc = xchg_put(ud, &c, &d);
-    xchg_release(&c);
-    return rc;
-}
 
 /* A request whose body is not JSON (stored raw, bytes kept). */
 static void put_raw(sqlite3 *s)
@@ -91,7 +76,7 @@ static int setup(void **state)
     if (store_open(db, &s, &d) || xchg_schema(s, &d))
         return -1;
     for (size_t i = 0; i < sizeof(fixtures) / sizeof(*fixtures); i++)
-        if (xchg_spill_each(fixtures[i], put, s, &d))
+        if (xchg_spill_each(fixtures[i], xb_put_copy, s, &d))
             return -1;
     put_raw(s);
     store_close(s);

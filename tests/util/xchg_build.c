@@ -3,6 +3,7 @@
  */
 #include "xchg_build.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,21 @@ long xb_tokens(json_t *body)
     n += t ? strlen(t) : 0;
     free(t);
     return (long)(n / 4);
+}
+
+int xb_put_copy(const struct xchg *x, void *ud)
+{
+    struct diag d = {{0}};
+    struct xchg c;
+    xchg_init(&c);
+    json_t *j = xchg_to_json(x);
+    int rc = xchg_from_json(j, &c, &d);
+    json_decref(j);
+    c.id = 0;
+    if (!rc)
+        rc = xchg_put(ud, &c, &d);
+    if (rc)
+        fprintf(stderr, "cannot store an exchange: %s\n", d.msg);
+    xchg_release(&c);
+    return rc;
 }

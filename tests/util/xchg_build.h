@@ -35,5 +35,9 @@ json_t *xb_body(const char *model, json_t *msgs);
 long xb_tokens(json_t *body);
 /* The assistant message echoing x's reply exactly. */
 json_t *xb_echo(const struct xchg *x);
+/* An xchg_spill_each callback that stores a copy of x in the store ud
+ * (an sqlite3 *) under an id the store gives (1, 2, ... in file order);
+ * its message on failure goes to stderr. */
+int xb_put_copy(const struct xchg *x, void *ud);
 
 #endif

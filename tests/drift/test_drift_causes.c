@@ -23,6 +23,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "util/jfield.h"
 #include "util/proc.h"
 
 #define NCAND 5
@@ -102,28 +103,6 @@ static void run_free(struct run *r)
     buf_release(&r->err);
 }
 
-static const json_t *get(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = a ? json_object_get(j, a) : j;
-    return b ? json_object_get(v, b) : v;
-}
-
-static double num(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = get(j, a, b);
-    if (!json_is_number(v))
-        fail_msg("'%s.%s' is not a number", a ? a : "", b ? b : "");
-    return json_number_value(v);
-}
-
-static const char *str(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = get(j, a, b);
-    if (!json_is_string(v))
-        fail_msg("'%s.%s' is not a string", a ? a : "", b ? b : "");
-    return json_string_value(v);
-}
-
 /* The worst bucket verdict of the run. */
 static const char *worst_bucket(const json_t *j)
 {
@@ -160,14 +139,15 @@ static void test_saturating_shift_is_constant_not_growth(void **state)
     start(0, f);
     const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
     drift(&r, 0, o);
-    assert_true(num(r.j, "growth", "ratio") > 2); /* the old rule's FAIL */
-    assert_int_equal(num(r.j, "growth", "from_position"), 256);
-    assert_string_equal(str(r.j, "growth", "shape"), "constant");
-    assert_string_equal(str(r.j, "growth", "verdict"), "PASS");
-    assert_true(fabs(num(r.j, "growth", "slope")) < 0.585);
+    assert_true(jfield_num(r.j, "growth", "ratio") >
+                2); /* the old rule's FAIL */
+    assert_int_equal(jfield_num(r.j, "growth", "from_position"), 256);
+    assert_string_equal(jfield_str(r.j, "growth", "shape"), "constant");
+    assert_string_equal(jfield_str(r.j, "growth", "verdict"), "PASS");
+    assert_true(fabs(jfield_num(r.j, "growth", "slope")) < 0.585);
     /* the level, judged by the KL thresholds, decides the verdict */
     assert_string_not_equal(worst_bucket(r.j), "PASS");
-    assert_string_equal(str(r.j, NULL, "verdict"), worst_bucket(r.j));
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), worst_bucket(r.j));
     assert_non_null(strstr(r.out.data, "growth: shape constant"));
     run_free(&r);
 }
@@ -175,7 +155,7 @@ static void test_saturating_shift_is_constant_not_growth(void **state)
 /* The decode point chosen inside the first failing bucket, or NULL. */
 static const json_t *diverged_point(const json_t *j)
 {
-    const json_t *pts = get(j, "decode", "points");
+    const json_t *pts = jfield_get(j, "decode", "points");
     for (size_t i = 0; i < json_array_size(pts); i++)
         if (json_is_true(json_object_get(json_array_get(pts, i), "diverged")))
             return json_array_get(pts, i);
@@ -187,8 +167,9 @@ static void says_what_was_attributed(const struct run *r)
 {
     assert_non_null(strstr(r->out.data, "\nattributed: "));
     assert_non_null(strstr(r->out.data, "\nnot attributed: "));
-    assert_true(strlen(str(r->j, "attribution", "attributed")) > 20);
-    assert_true(json_is_string(get(r->j, "attribution", "not_attributed")));
+    assert_true(strlen(jfield_str(r->j, "attribution", "attributed")) > 20);
+    assert_true(
+        json_is_string(jfield_get(r->j, "attribution", "not_attributed")));
 }
 
 /* Prefill noise that starts at position 2048: with the default options
@@ -204,23 +185,25 @@ static void test_prefill_from_2048_is_prefill_with_defaults(void **state)
     const char *o[] = {"--sequences", "1", "--max-context", "2560", NULL};
     drift(&r, 0, o);
     assert_int_equal(r.rc, 1);
-    assert_string_equal(str(r.j, NULL, "verdict"), "FAIL");
-    assert_string_equal(str(r.j, "attribution", "kind"), "prefill");
-    assert_string_equal(str(r.j, "decode", "attribution"), "prefill only");
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), "FAIL");
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "prefill");
+    assert_string_equal(jfield_str(r.j, "decode", "attribution"),
+                        "prefill only");
     const json_t *p = diverged_point(r.j);
     assert_non_null(p);
-    double at = num(p, NULL, "prompt");
+    double at = jfield_num(p, NULL, "prompt");
     assert_true(at >= 2048 && at < 2560);
-    assert_true(num(p, NULL, "generated") > 0);
-    assert_string_equal(str(p, "prefill_vs_prefill", "verdict"), "FAIL");
-    assert_string_equal(str(p, "decode_vs_golden_prefill", "verdict"), "PASS");
+    assert_true(jfield_num(p, NULL, "generated") > 0);
+    assert_string_equal(jfield_str(p, "prefill_vs_prefill", "verdict"), "FAIL");
+    assert_string_equal(jfield_str(p, "decode_vs_golden_prefill", "verdict"),
+                        "PASS");
     /* the default prompt alone would have seen nothing */
-    const json_t *pts = get(r.j, "decode", "points");
+    const json_t *pts = jfield_get(r.j, "decode", "points");
     assert_int_equal(json_array_size(pts), 2);
     const json_t *d = json_array_get(pts, 1);
-    assert_int_equal(num(d, NULL, "prompt"), 512);
-    assert_true(num(d, "prefill_vs_prefill", "kl_max") == 0.0);
-    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+    assert_int_equal(jfield_num(d, NULL, "prompt"), 512);
+    assert_true(jfield_num(d, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_non_null(strstr(jfield_str(r.j, "attribution", "attributed"),
                            "prefill differs from position 2048"));
     assert_non_null(strstr(r.out.data, "attribution: prefill only"));
     says_what_was_attributed(&r);
@@ -239,18 +222,21 @@ static void test_decode_noise_below_warn_is_decode_only(void **state)
     const char *o[] = {"--sequences", "2", "--max-context", "512", NULL};
     drift(&r, 0, o);
     assert_int_equal(r.rc, 0);
-    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
-    assert_true(num(r.j, "total", "kl_max") == 0.0); /* prefill identical */
-    const json_t *dc = get(r.j, "decode", NULL);
-    assert_string_equal(str(dc, "decode_vs_golden_prefill", "verdict"), "PASS");
-    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 0);
-    assert_string_equal(str(r.j, "attribution", "kind"), "decode");
-    assert_string_equal(str(dc, NULL, "attribution"), "decode only");
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), "PASS");
+    assert_true(jfield_num(r.j, "total", "kl_max") ==
+                0.0); /* prefill identical */
+    const json_t *dc = jfield_get(r.j, "decode", NULL);
+    assert_string_equal(jfield_str(dc, "decode_vs_golden_prefill", "verdict"),
+                        "PASS");
+    assert_true(jfield_num(dc, "decode_vs_golden_prefill", "kl_mean") > 0);
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "decode");
+    assert_string_equal(jfield_str(dc, NULL, "attribution"), "decode only");
     const json_t *p = json_array_get(json_object_get(dc, "points"), 0);
-    assert_true(json_is_true(get(p, "gap", "differs")));
-    assert_true(num(p, "gap", "candidate") > num(p, "gap", "golden"));
-    assert_true(num(p, "gap", "golden") == 0.0);
-    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+    assert_true(json_is_true(jfield_get(p, "gap", "differs")));
+    assert_true(jfield_num(p, "gap", "candidate") >
+                jfield_num(p, "gap", "golden"));
+    assert_true(jfield_num(p, "gap", "golden") == 0.0);
+    assert_non_null(strstr(jfield_str(r.j, "attribution", "attributed"),
                            "below the WARN thresholds"));
     assert_non_null(strstr(r.out.data, "attribution: decode only"));
     assert_non_null(strstr(r.out.data, "decode-vs-prefill gap"));
@@ -273,17 +259,17 @@ static void test_growing_noise_on_both_paths(void **state)
     const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
     drift(&r, 0, o);
     assert_int_equal(r.rc, 1);
-    assert_string_equal(str(r.j, "growth", "shape"), "growing");
-    assert_string_equal(str(r.j, "growth", "verdict"), "FAIL");
-    assert_string_equal(str(r.j, "attribution", "kind"), "both-growing");
-    assert_non_null(
-        strstr(str(r.j, "decode", "attribution"), "depending on position"));
+    assert_string_equal(jfield_str(r.j, "growth", "shape"), "growing");
+    assert_string_equal(jfield_str(r.j, "growth", "verdict"), "FAIL");
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "both-growing");
+    assert_non_null(strstr(jfield_str(r.j, "decode", "attribution"),
+                           "depending on position"));
     const json_t *p = diverged_point(r.j);
     assert_non_null(p);
-    assert_string_not_equal(str(p, "decode_vs_golden_prefill", "verdict"),
-                            "PASS");
+    assert_string_not_equal(
+        jfield_str(p, "decode_vs_golden_prefill", "verdict"), "PASS");
     /* the two paths' noises are drawn apart: each its own way */
-    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+    assert_non_null(strstr(jfield_str(r.j, "attribution", "attributed"),
                            "each path in its own way"));
     says_what_was_attributed(&r);
     run_free(&r);
@@ -307,12 +293,12 @@ static void test_step_on_both_paths_depends_on_position(void **state)
     const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
     drift(&r, 0, o);
     assert_int_equal(r.rc, 1);
-    assert_string_equal(str(r.j, "attribution", "kind"), "both-growing");
-    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "both-growing");
+    assert_non_null(strstr(jfield_str(r.j, "attribution", "attributed"),
                            "prefill differs from position 256"));
     const json_t *p = diverged_point(r.j);
     assert_non_null(p);
-    assert_true(num(p, NULL, "prompt") >= 256);
+    assert_true(jfield_num(p, NULL, "prompt") >= 256);
     says_what_was_attributed(&r);
     run_free(&r);
 }
@@ -327,18 +313,19 @@ static void test_constant_shift_on_both_paths(void **state)
     start(0, f);
     const char *o[] = {"--sequences", "2", "--max-context", "1024", NULL};
     drift(&r, 0, o);
-    assert_string_equal(str(r.j, "growth", "shape"), "constant");
-    assert_string_equal(str(r.j, "growth", "verdict"), "PASS");
-    assert_string_equal(str(r.j, "attribution", "kind"), "both-flat");
-    assert_non_null(
-        strstr(str(r.j, "decode", "attribution"), "flat from the start"));
+    assert_string_equal(jfield_str(r.j, "growth", "shape"), "constant");
+    assert_string_equal(jfield_str(r.j, "growth", "verdict"), "PASS");
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "both-flat");
+    assert_non_null(strstr(jfield_str(r.j, "decode", "attribution"),
+                           "flat from the start"));
     const json_t *p = diverged_point(r.j);
     assert_non_null(p);
-    assert_true(num(p, NULL, "prompt") < 64); /* the first bucket fails */
+    assert_true(jfield_num(p, NULL, "prompt") <
+                64); /* the first bucket fails */
     /* both paths move together: the decode agrees with its own prefill */
-    assert_string_equal(str(p, "decode_vs_prefill", "verdict"), "PASS");
-    assert_false(json_is_true(get(p, "gap", "differs")));
-    assert_non_null(strstr(str(r.j, "attribution", "attributed"),
+    assert_string_equal(jfield_str(p, "decode_vs_prefill", "verdict"), "PASS");
+    assert_false(json_is_true(jfield_get(p, "gap", "differs")));
+    assert_non_null(strstr(jfield_str(r.j, "attribution", "attributed"),
                            "one change common to both paths"));
     run_free(&r);
 }
@@ -362,17 +349,17 @@ static void test_harm_orders_five_candidates(void **state)
             "--sequences", "2", "--max-context", "256", "--decode-tokens",
             "16",          NULL};
         drift(&r, i, o);
-        h[i] = num(r.j, "harm", "excess_kl_mean");
-        lo[i] = num(r.j, "harm", "lo");
-        hi[i] = num(r.j, "harm", "hi");
-        assert_true(num(r.j, "harm", "flips_per_1k") >= 0);
+        h[i] = jfield_num(r.j, "harm", "excess_kl_mean");
+        lo[i] = jfield_num(r.j, "harm", "lo");
+        hi[i] = jfield_num(r.j, "harm", "hi");
+        assert_true(jfield_num(r.j, "harm", "flips_per_1k") >= 0);
         /* prefill positions and decode steps, each counted */
-        double steps = num(r.j, "decode", "generated");
+        double steps = jfield_num(r.j, "decode", "generated");
         const json_t *ap =
             json_object_get(json_object_get(r.j, "harm"), "arm_positions");
         double warm = json_number_value(json_object_get(ap, "cache-warm"));
-        assert_true(num(r.j, "harm", "positions") ==
-                    num(r.j, "total", "count") + steps + warm);
+        assert_true(jfield_num(r.j, "harm", "positions") ==
+                    jfield_num(r.j, "total", "count") + steps + warm);
         assert_non_null(strstr(r.out.data, "harm: excess KL mean"));
         run_free(&r);
         assert_true(lo[i] <= h[i] && h[i] <= hi[i]);

@@ -48,6 +48,7 @@
 #include <jansson.h>
 
 #include "core/buf.h"
+#include "util/jfield.h"
 #include "util/modelsrv.h"
 #include "util/proc.h"
 
@@ -139,35 +140,13 @@ static void run_free(struct run *r)
         unlink(r->jsonl);
 }
 
-static const json_t *get(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = a ? json_object_get(j, a) : j;
-    return b ? json_object_get(v, b) : v;
-}
-
-static double num(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = get(j, a, b);
-    if (!json_is_number(v))
-        fail_msg("'%s.%s' is not a number", a ? a : "", b ? b : "");
-    return json_number_value(v);
-}
-
-static const char *str(const json_t *j, const char *a, const char *b)
-{
-    const json_t *v = get(j, a, b);
-    if (!json_is_string(v))
-        fail_msg("'%s.%s' is not a string", a ? a : "", b ? b : "");
-    return json_string_value(v);
-}
-
 /* The candidate's /get_server_info, as drift fingerprinted it: the
  * switch under test is on. */
 static const json_t *switches(const json_t *j)
 {
-    const json_t *fp = get(j, "candidate", "fingerprint");
+    const json_t *fp = jfield_get(j, "candidate", "fingerprint");
     const json_t *s =
-        get(json_object_get(fp, "/get_server_info"), "switches", NULL);
+        jfield_get(json_object_get(fp, "/get_server_info"), "switches", NULL);
     if (!json_is_object(s))
         fail_msg("the candidate's /get_server_info has no 'switches'");
     return s;
@@ -180,12 +159,12 @@ static void prefill_identical(const json_t *j)
     assert_true(json_array_size(b) >= 3);
     for (size_t i = 0; i < json_array_size(b); i++) {
         const json_t *x = json_array_get(b, i);
-        assert_true(num(x, "candidate", "kl_max") == 0.0);
-        assert_true(num(x, "candidate", "top1_agreement") == 1.0);
-        assert_true(num(x, "excess", "kl_mean") == 0.0);
+        assert_true(jfield_num(x, "candidate", "kl_max") == 0.0);
+        assert_true(jfield_num(x, "candidate", "top1_agreement") == 1.0);
+        assert_true(jfield_num(x, "excess", "kl_mean") == 0.0);
     }
-    assert_true(num(j, "total", "kl_max") == 0.0);
-    assert_true(num(j, "total", "log_ppl_ratio") == 0.0);
+    assert_true(jfield_num(j, "total", "kl_max") == 0.0);
+    assert_true(jfield_num(j, "total", "log_ppl_ratio") == 0.0);
 }
 
 /* The inert switch (another code path, the same numerics): every
@@ -201,28 +180,30 @@ static void test_inert_switch_is_bit_identical(void **state)
     drift(&r, o, false);
     assert_true(json_is_true(json_object_get(switches(r.j), "inert")));
     assert_int_equal(r.rc, 0);
-    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), "PASS");
     prefill_identical(r.j);
-    assert_string_equal(str(r.j, "growth", "shape"), "none");
+    assert_string_equal(jfield_str(r.j, "growth", "shape"), "none");
     /* decode: the candidate's prefill is the golden's to the bit, so its
      * decode compares with both alike; the prefills there agree too */
-    const json_t *dc = get(r.j, "decode", NULL);
-    assert_true(num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
-    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") ==
-                num(dc, "decode_vs_prefill", "kl_mean"));
-    assert_true(num(dc, "decode_vs_golden_prefill", "kl_max") ==
-                num(dc, "decode_vs_prefill", "kl_max"));
-    assert_string_equal(str(r.j, "attribution", "kind"), "none");
-    assert_true(num(r.j, "harm", "flips_per_1k") == 0.0);
+    const json_t *dc = jfield_get(r.j, "decode", NULL);
+    assert_true(jfield_num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_true(jfield_num(dc, "decode_vs_golden_prefill", "kl_mean") ==
+                jfield_num(dc, "decode_vs_prefill", "kl_mean"));
+    assert_true(jfield_num(dc, "decode_vs_golden_prefill", "kl_max") ==
+                jfield_num(dc, "decode_vs_prefill", "kl_max"));
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "none");
+    assert_true(jfield_num(r.j, "harm", "flips_per_1k") == 0.0);
     /* harm takes the decode steps over the golden's own decode-vs-prefill
      * gap and the warm positions over the golden's own warm path: the
      * real server's rounding between its paths is no harm, and a
      * candidate identical to the golden has none at all */
-    assert_true(num(r.j, "harm", "excess_kl_mean") == 0.0);
-    assert_true(num(r.j, "harm", "hi") == 0.0);
-    assert_true(num(get(r.j, "harm", "arm_positions"), NULL, "decode") > 0);
-    assert_true(num(get(r.j, "harm", "arm_positions"), NULL, "cache-warm") > 0);
-    assert_string_equal(str(r.j, "harm", "warm_baseline"),
+    assert_true(jfield_num(r.j, "harm", "excess_kl_mean") == 0.0);
+    assert_true(jfield_num(r.j, "harm", "hi") == 0.0);
+    assert_true(jfield_num(jfield_get(r.j, "harm", "arm_positions"), NULL,
+                           "decode") > 0);
+    assert_true(jfield_num(jfield_get(r.j, "harm", "arm_positions"), NULL,
+                           "cache-warm") > 0);
+    assert_string_equal(jfield_str(r.j, "harm", "warm_baseline"),
                         "golden warm vs cold");
     inert_run = json_incref(r.j);
     run_free(&r);
@@ -244,18 +225,19 @@ static void test_correct_prefix_cache_reports_hit_and_passes(void **state)
     }
     const json_t *c = json_object_get(j, "cache");
     assert_true(json_is_true(json_object_get(c, "ran")));
-    assert_string_equal(str(c, NULL, "flush"), "/flush_cache");
+    assert_string_equal(jfield_str(c, NULL, "flush"), "/flush_cache");
     assert_true(json_is_true(json_object_get(c, "generated_in_history")));
-    assert_true(num(c, "cached_tokens", "warm") > 0);
-    assert_true(num(c, "cached_tokens", "warm") <
-                num(c, "cached_tokens", "prompt"));
-    assert_true(num(c, "cached_tokens", "cold") == 0);
-    assert_non_null(strstr(str(c, NULL, "hit"), "hit ("));
-    assert_true(num(c, "cold_vs_cold", "kl_max") == 0.0); /* deterministic */
-    assert_true(num(c, "warm_vs_cold", "count") > 0);
+    assert_true(jfield_num(c, "cached_tokens", "warm") > 0);
+    assert_true(jfield_num(c, "cached_tokens", "warm") <
+                jfield_num(c, "cached_tokens", "prompt"));
+    assert_true(jfield_num(c, "cached_tokens", "cold") == 0);
+    assert_non_null(strstr(jfield_str(c, NULL, "hit"), "hit ("));
+    assert_true(jfield_num(c, "cold_vs_cold", "kl_max") ==
+                0.0); /* deterministic */
+    assert_true(jfield_num(c, "warm_vs_cold", "count") > 0);
     assert_true(json_is_null(json_object_get(c, "diverged_at")));
-    assert_string_equal(str(c, NULL, "verdict"), "PASS");
-    assert_string_equal(str(c, NULL, "attribution"), "none");
+    assert_string_equal(jfield_str(c, NULL, "verdict"), "PASS");
+    assert_string_equal(jfield_str(c, NULL, "attribution"), "none");
     if (r.j)
         run_free(&r);
 }
@@ -270,17 +252,18 @@ static void test_splitk_is_decode_only_prefill_exact(void **state)
     start(sw);
     const char *o[] = {"--no-cache-arm", NULL};
     drift(&r, o, false);
-    assert_int_equal(num(switches(r.j), "splitk", NULL), 32);
+    assert_int_equal(jfield_num(switches(r.j), "splitk", NULL), 32);
     prefill_identical(r.j);
-    const json_t *dc = get(r.j, "decode", NULL);
-    assert_true(num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
-    assert_true(num(dc, "decode_vs_golden_prefill", "kl_mean") > 0.0);
+    const json_t *dc = jfield_get(r.j, "decode", NULL);
+    assert_true(jfield_num(dc, "prefill_vs_prefill", "kl_max") == 0.0);
+    assert_true(jfield_num(dc, "decode_vs_golden_prefill", "kl_mean") > 0.0);
     const json_t *p = json_array_get(json_object_get(dc, "points"), 0);
-    assert_true(num(p, "gap", "candidate") > num(p, "gap", "golden"));
-    assert_string_equal(str(r.j, NULL, "verdict"), "PASS");
+    assert_true(jfield_num(p, "gap", "candidate") >
+                jfield_num(p, "gap", "golden"));
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), "PASS");
     /* below the WARN thresholds drift attributes decode by the gap when
      * it is clear of its error; with 2 sequences of 32 steps it is */
-    assert_string_equal(str(r.j, "attribution", "kind"), "decode");
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "decode");
     run_free(&r);
 }
 
@@ -295,7 +278,7 @@ static void test_indexer_exact_below_k_differs_past_it(void **state)
     start(sw);
     const char *o[] = {"--decode-tokens", "16", "--no-cache-arm", NULL};
     drift(&r, o, true);
-    assert_int_equal(num(switches(r.j), "indexer_topk", NULL), 64);
+    assert_int_equal(jfield_num(switches(r.j), "indexer_topk", NULL), 64);
     /* position p is predicted by a query over p positions */
     FILE *f = fopen(r.jsonl, "r");
     assert_non_null(f);
@@ -305,11 +288,12 @@ static void test_indexer_exact_below_k_differs_past_it(void **state)
     while (getline(&line, &cap, f) > 0) {
         json_t *x = json_loads(line, 0, NULL);
         assert_non_null(x);
-        if (!strcmp(str(x, NULL, "arm"), "candidate")) {
-            double pos = num(x, NULL, "pos"), kl = num(x, NULL, "kl");
+        if (!strcmp(jfield_str(x, NULL, "arm"), "candidate")) {
+            double pos = jfield_num(x, NULL, "pos"),
+                   kl = jfield_num(x, NULL, "kl");
             if (pos <= 64) {
                 below++;
-                if (kl != 0.0 || num(x, NULL, "dlogp") != 0.0)
+                if (kl != 0.0 || jfield_num(x, NULL, "dlogp") != 0.0)
                     fail_msg("position %.0f (a query over at most 64 "
                              "positions) differs: KL %g",
                              pos, kl);
@@ -328,20 +312,20 @@ static void test_indexer_exact_below_k_differs_past_it(void **state)
     /* the buckets: [1,64) exact, every later one FAIL */
     const json_t *b = json_object_get(r.j, "buckets");
     const json_t *b0 = json_array_get(b, 0);
-    assert_true(num(json_array_get(b, 0), "excess", "kl_mean") == 0.0);
-    assert_true(num(json_array_get(b, json_array_size(b) - 1), "excess",
-                    "kl_mean") > 0.0);
-    assert_string_equal(str(b0, NULL, "verdict"), "PASS");
+    assert_true(jfield_num(json_array_get(b, 0), "excess", "kl_mean") == 0.0);
+    assert_true(jfield_num(json_array_get(b, json_array_size(b) - 1), "excess",
+                           "kl_mean") > 0.0);
+    assert_string_equal(jfield_str(b0, NULL, "verdict"), "PASS");
     /* past k never PASS; the last bucket FAIL ([64,128) rests on a few
      * positions with 2 sequences and may be INCONCLUSIVE) */
     for (size_t i = 1; i < json_array_size(b); i++)
-        assert_string_not_equal(str(json_array_get(b, i), NULL, "verdict"),
-                                "PASS");
+        assert_string_not_equal(
+            jfield_str(json_array_get(b, i), NULL, "verdict"), "PASS");
     assert_string_equal(
-        str(json_array_get(b, json_array_size(b) - 1), NULL, "verdict"),
+        jfield_str(json_array_get(b, json_array_size(b) - 1), NULL, "verdict"),
         "FAIL");
-    assert_string_not_equal(str(r.j, NULL, "verdict"), "PASS");
-    assert_true(num(r.j, "harm", "excess_kl_mean") > 0.0);
+    assert_string_not_equal(jfield_str(r.j, NULL, "verdict"), "PASS");
+    assert_true(jfield_num(r.j, "harm", "excess_kl_mean") > 0.0);
     run_free(&r);
 }
 
@@ -355,15 +339,15 @@ static void test_routed_scaling_differs_from_first_bucket(void **state)
     start(sw);
     const char *o[] = {"--decode-tokens", "16", "--no-cache-arm", NULL};
     drift(&r, o, false);
-    assert_true(num(switches(r.j), "routed_scaling", NULL) == 1.0);
+    assert_true(jfield_num(switches(r.j), "routed_scaling", NULL) == 1.0);
     const json_t *b0 = json_array_get(json_object_get(r.j, "buckets"), 0);
-    assert_int_equal(num(b0, NULL, "from"), 1);
-    assert_true(num(b0, "excess", "kl_mean") > 1e-3);
-    assert_string_equal(str(b0, NULL, "verdict"), "FAIL");
-    assert_string_equal(str(r.j, NULL, "verdict"), "FAIL");
+    assert_int_equal(jfield_num(b0, NULL, "from"), 1);
+    assert_true(jfield_num(b0, "excess", "kl_mean") > 1e-3);
+    assert_string_equal(jfield_str(b0, NULL, "verdict"), "FAIL");
+    assert_string_equal(jfield_str(r.j, NULL, "verdict"), "FAIL");
     assert_int_equal(r.rc, 1);
-    assert_string_equal(str(r.j, "attribution", "kind"), "both-flat");
-    assert_true(num(r.j, "harm", "excess_kl_mean") > 1e-3);
+    assert_string_equal(jfield_str(r.j, "attribution", "kind"), "both-flat");
+    assert_true(jfield_num(r.j, "harm", "excess_kl_mean") > 1e-3);
     run_free(&r);
 }
 
@@ -373,7 +357,7 @@ static double max_bucket_excess(const json_t *j)
     const json_t *b = json_object_get(j, "buckets");
     double m = 0;
     for (size_t i = 0; i < json_array_size(b); i++) {
-        double x = num(json_array_get(b, i), "excess", "kl_mean");
+        double x = jfield_num(json_array_get(b, i), "excess", "kl_mean");
         m = x > m ? x : m;
     }
     return m;
@@ -397,16 +381,18 @@ static void test_mix_bf16_no_growth_fail_same_at_2_and_4(void **state)
     assert_true(json_is_true(json_object_get(switches(r2.j), "mix_bf16")));
     const json_t *js[2] = {r2.j, r4.j};
     for (int k = 0; k < 2; k++) {
-        const char *v = str(js[k], NULL, "verdict");
+        const char *v = jfield_str(js[k], NULL, "verdict");
         double m = max_bucket_excess(js[k]);
         print_message("mix-bf16 at %d sequences: %s, largest bucket excess "
                       "%.3g, harm %.3g\n",
-                      k ? 4 : 2, v, m, num(js[k], "harm", "excess_kl_mean"));
+                      k ? 4 : 2, v, m,
+                      jfield_num(js[k], "harm", "excess_kl_mean"));
         if (!strcmp(v, "FAIL"))
             assert_true(m >= 1e-4); /* a FAIL needs a measured size */
-        assert_true(num(js[k], "harm", "excess_kl_mean") < 1e-3);
+        assert_true(jfield_num(js[k], "harm", "excess_kl_mean") < 1e-3);
     }
-    const char *a = str(r2.j, NULL, "verdict"), *b = str(r4.j, NULL, "verdict");
+    const char *a = jfield_str(r2.j, NULL, "verdict"),
+               *b = jfield_str(r4.j, NULL, "verdict");
     assert_true(!strcmp(a, b) || !strcmp(a, "INCONCLUSIVE") ||
                 !strcmp(b, "INCONCLUSIVE"));
     run_free(&r2);
@@ -430,15 +416,15 @@ static void test_cache_kv_bf16_below_fp8_in_harm(void **state)
     const char *swf[] = {"--cache-kv-dtype", "fp8", NULL};
     start(swf);
     drift(&rf, o, false);
-    double hb = num(rb.j, "harm", "excess_kl_mean");
-    double hf = num(rf.j, "harm", "excess_kl_mean");
+    double hb = jfield_num(rb.j, "harm", "excess_kl_mean");
+    double hf = jfield_num(rf.j, "harm", "excess_kl_mean");
     print_message("harm: bf16 K/V %.3g (cache %s), fp8 K/V %.3g (cache %s)\n",
-                  hb, str(rb.j, "cache", "verdict"), hf,
-                  str(rf.j, "cache", "verdict"));
-    assert_true(json_is_true(get(rb.j, "cache", "ran")));
-    assert_true(json_is_true(get(rf.j, "cache", "ran")));
-    assert_true(num(get(rf.j, "harm", "arm_positions"), NULL, "cache-warm") >
-                0);
+                  hb, jfield_str(rb.j, "cache", "verdict"), hf,
+                  jfield_str(rf.j, "cache", "verdict"));
+    assert_true(json_is_true(jfield_get(rb.j, "cache", "ran")));
+    assert_true(json_is_true(jfield_get(rf.j, "cache", "ran")));
+    assert_true(jfield_num(jfield_get(rf.j, "harm", "arm_positions"), NULL,
+                           "cache-warm") > 0);
     assert_true(hb < hf);
     assert_true(hf > 0);
     run_free(&rb);
@@ -462,16 +448,17 @@ static void test_cache_pos_offset_found_on_warm_path(void **state)
     drift(&r, o, false);
     const json_t *c = json_object_get(r.j, "cache");
     assert_true(json_is_true(json_object_get(c, "ran")));
-    assert_true(num(c, "cached_tokens", "warm") > 0);
-    const char *v = str(c, NULL, "verdict");
+    assert_true(jfield_num(c, "cached_tokens", "warm") > 0);
+    const char *v = jfield_str(c, NULL, "verdict");
     assert_true(!strcmp(v, "FAIL") || !strcmp(v, "WARN"));
-    assert_string_equal(str(c, NULL, "attribution"),
+    assert_string_equal(jfield_str(c, NULL, "attribution"),
                         "warm path differs from cold");
-    assert_true(num(c, "cold_vs_cold", "kl_max") == 0.0);
-    assert_true(num(c, "divergence", "warm") > 0); /* greedy tokens left */
-    assert_true(num(c, "divergence", "cold") == 0);
-    assert_string_not_equal(str(r.j, NULL, "verdict"), "PASS");
-    assert_true(num(r.j, "harm", "excess_kl_mean") > 0.0);
+    assert_true(jfield_num(c, "cold_vs_cold", "kl_max") == 0.0);
+    assert_true(jfield_num(c, "divergence", "warm") >
+                0); /* greedy tokens left */
+    assert_true(jfield_num(c, "divergence", "cold") == 0);
+    assert_string_not_equal(jfield_str(r.j, NULL, "verdict"), "PASS");
+    assert_true(jfield_num(r.j, "harm", "excess_kl_mean") > 0.0);
     run_free(&r);
 }
 
@@ -480,7 +467,7 @@ static const json_t *config_named(const json_t *j, const char *name)
 {
     const json_t *cs = json_object_get(j, "configurations");
     for (size_t i = 0; i < json_array_size(cs); i++)
-        if (!strcmp(str(json_array_get(cs, i), NULL, "name"), name))
+        if (!strcmp(jfield_str(json_array_get(cs, i), NULL, "name"), name))
             return json_array_get(cs, i);
     fail_msg("bisect measured no configuration '%s'", name);
     return NULL;
@@ -524,12 +511,13 @@ static void test_bisect_one_at_a_time_names_indexer_and_scaling(void **state)
     const json_t *cs = json_object_get(j, "configurations");
     assert_int_equal(json_array_size(cs), 5);
     /* ranked by harm: the two harmful ones first, the indexer on top */
-    assert_string_equal(str(json_array_get(cs, 0), NULL, "name"), "indexer");
-    assert_string_equal(str(json_array_get(cs, 1), NULL, "name"),
+    assert_string_equal(jfield_str(json_array_get(cs, 0), NULL, "name"),
+                        "indexer");
+    assert_string_equal(jfield_str(json_array_get(cs, 1), NULL, "name"),
                         "routed-scaling");
     for (size_t i = 0; i + 1 < json_array_size(cs); i++)
-        assert_true(num(json_array_get(cs, i), NULL, "harm") >=
-                    num(json_array_get(cs, i + 1), NULL, "harm"));
+        assert_true(jfield_num(json_array_get(cs, i), NULL, "harm") >=
+                    jfield_num(json_array_get(cs, i + 1), NULL, "harm"));
     const char *harmful[] = {"indexer", "routed-scaling"};
     const char *harmless[] = {"mix-bf16", "splitk", "inert"};
     for (size_t i = 0; i < 2; i++)
@@ -538,7 +526,7 @@ static void test_bisect_one_at_a_time_names_indexer_and_scaling(void **state)
     for (size_t i = 0; i < 3; i++)
         assert_true(json_is_false(
             json_object_get(config_named(j, harmless[i]), "harmful")));
-    assert_true(num(config_named(j, "inert"), NULL, "harm") < 1e-9);
+    assert_true(jfield_num(config_named(j, "inert"), NULL, "harm") < 1e-9);
     json_decref(j);
     buf_release(&o);
     buf_release(&e);

@@ -171,12 +171,51 @@ static void test_growth_alone_below_warn_names_no_culprit(void **state)
     bisect_verdict_from(d, p, &v);
     assert_false(v.harmful);
     assert_true(v.undecided);
-    /* the same growth with a bucket at WARN is a FAIL that counts */
+    /* a bucket at WARN with the harm still below WARN names none either */
     json_object_set_new(json_array_get(json_object_get(d, "buckets"), 0),
                         "verdict", json_string("WARN"));
     bisect_verdict_from(d, p, &v);
+    assert_false(v.harmful);
+    assert_true(v.undecided);
+    /* with the harm at WARN it is a FAIL that counts */
+    json_object_set_new(json_object_get(d, "total"), "kl_mean",
+                        json_real(2e-4));
+    bisect_verdict_from(d, p, &v);
     assert_true(v.harmful);
     assert_false(v.undecided);
+    json_decref(d);
+    json_decref(p);
+}
+
+/* A drift FAIL whose harm interval lies wholly below the mean-KL WARN
+ * threshold (a growth rule firing on a tiny excess, as bf16 mixing on the
+ * real model at 3.6e-5) names no culprit; the same FAIL with a harm that
+ * reaches WARN does. */
+static void test_fail_with_harm_below_warn_is_not_harmful(void **state)
+{
+    (void)state;
+    json_t *d = drift(3e-4, 1e-4, "FAIL", "WARN", "none", "FAIL");
+    json_object_set_new(d, "thresholds",
+                        json_pack("{s:[ff]}", "kl_mean", 1e-4, 1e-3));
+    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
+                                             3.6e-5, "lo", 2e-5, "hi", 5e-5));
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_false(v.harmful);
+    assert_true(v.undecided);
+    assert_non_null(strstr(v.why_undecided, "below the mean-KL WARN"));
+    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
+                                             9e-5, "lo", 5e-5, "hi", 1.3e-4));
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harmful); /* the interval reaches WARN */
+    json_decref(p);
+    /* recall lost is harmful whatever the harm */
+    p = probe(15, 25, 25, 0.002, true, "a", "b");
+    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
+                                             1e-6, "lo", 0.0, "hi", 2e-6));
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harmful && v.recall_worse);
     json_decref(d);
     json_decref(p);
 }
@@ -242,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_drift_harm_fields_used),
         cmocka_unit_test(test_inconclusive_is_undecided),
         cmocka_unit_test(test_growth_alone_below_warn_names_no_culprit),
+        cmocka_unit_test(test_fail_with_harm_below_warn_is_not_harmful),
         cmocka_unit_test(test_rank_a_cache_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,9 +51,10 @@ int bisect_plan_static(enum bisect_mode m, size_t n, bisect_set **sets,
                         "most %d toggles (the config has %zu); use adaptive "
                         "or one-at-a-time",
                         BISECT_FULL_MAX, n);
-    size_t k = m == BISECT_FULL       ? ((size_t)1 << n) - 1
-               : m == BISECT_ADAPTIVE ? 1
-                                      : n;
+    size_t k = m == BISECT_FULL            ? ((size_t)1 << n) - 1
+               : m == BISECT_ADAPTIVE      ? 1
+               : m == BISECT_LEAVE_ONE_OUT ? n + 1
+                                           : n;
     bisect_set *s = xcalloc(k ? k : 1, sizeof(*s));
     bisect_set all = all_of(n);
     for (size_t i = 0; i < k; i++) {
@@ -61,8 +62,8 @@ int bisect_plan_static(enum bisect_mode m, size_t n, bisect_set **sets,
         case BISECT_ONE_AT_A_TIME:
             s[i] = (bisect_set)1 << i;
             break;
-        case BISECT_LEAVE_ONE_OUT:
-            s[i] = all & ~((bisect_set)1 << i);
+        case BISECT_LEAVE_ONE_OUT: /* all on first: what removals take */
+            s[i] = i ? all & ~((bisect_set)1 << (i - 1)) : all;
             break;
         case BISECT_ADAPTIVE:
             s[i] = all;

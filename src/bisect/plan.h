@@ -30,7 +30,9 @@ int bisect_mode_parse(const char *s, enum bisect_mode *m);
 const char *bisect_mode_name(enum bisect_mode m);
 
 /* The sets a static mode launches (not the golden, the empty set), in
- * launch order, into a fresh array. adaptive lists its first set only.
+ * launch order, into a fresh array: one-at-a-time each toggle alone;
+ * leave-one-out all on, then all on without each toggle; full every
+ * subset; adaptive lists its first set (all on) only.
  * -EINVAL (d filled) when full mode is asked for more than
  * BISECT_FULL_MAX toggles. */
 int bisect_plan_static(enum bisect_mode m, size_t n, bisect_set **sets,

@@ -70,10 +70,14 @@ static void from_drift(const json_t *d, struct bisect_verdict *v)
     double flips = num(tot, "decisive_flips"), count = num(tot, "count");
     v->flips_per_1k = count > 0 ? 1000 * flips / count : NAN;
     v->drift_verdict = str(d, "verdict", "?");
-    v->warn_kl = json_number_value(json_array_get(
-        json_object_get(json_object_get(d, "thresholds"), "kl_mean"), 0));
+    const json_t *th =
+        json_object_get(json_object_get(d, "thresholds"), "kl_mean");
+    v->warn_kl = json_number_value(json_array_get(th, 0));
+    v->fail_kl = json_number_value(json_array_get(th, 1));
     if (!(v->warn_kl > 0))
         v->warn_kl = NAN;
+    if (!(v->fail_kl > 0))
+        v->fail_kl = NAN;
     v->growth = str(json_object_get(d, "growth"), "verdict", "?");
     v->identical_logprobs = num(tot, "kl_max") == 0 &&
                             num(tot, "dp_rms") == 0 &&
@@ -231,7 +235,7 @@ void bisect_verdict_from(const json_t *drift, const json_t *probe,
 {
     memset(v, 0, sizeof(*v));
     v->harm = v->harm_lo = v->harm_hi = v->flips_per_1k = NAN;
-    v->warn_kl = NAN;
+    v->warn_kl = v->fail_kl = NAN;
     v->pass_diff = v->diff_lo = v->diff_hi = v->mcnemar_p = NAN;
     v->drift_verdict = v->growth = "?";
     v->attribution = "not measured";

@@ -163,7 +163,7 @@ static void test_static_modes(void **state)
     free(s);
     assert_int_equal(bisect_plan_static(BISECT_LEAVE_ONE_OUT, 3, &s, &k, &d),
                      0);
-    assert_true(k == 3 && s[0] == 6 && s[1] == 5 && s[2] == 3);
+    assert_true(k == 4 && s[0] == 7 && s[1] == 6 && s[2] == 5 && s[3] == 3);
     free(s);
     assert_int_equal(bisect_plan_static(BISECT_FULL, 3, &s, &k, &d), 0);
     assert_int_equal(k, 7);

@@ -132,8 +132,9 @@ static void by_rows(struct bisect_ranking *rk, bool together)
 
 /* leave-one-out: against all on, each toggle whose removal makes it
  * harmless (several such: they hurt only together), restores its recall,
- * or takes away a harm at the mean-KL FAIL level, beyond both intervals
- * (what would make it FAIL alone). */
+ * or takes away a harm at the mean-KL FAIL level (what would make it
+ * FAIL alone; point figures: a decode-only harm's interval over a few
+ * decode steps reaches 0 however large it is). */
 static void by_removal(const struct bisect_config *c, struct bisect_ranking *rk)
 {
     const struct bisect_row *all = rk->all_on;
@@ -147,8 +148,7 @@ static void by_removal(const struct bisect_config *c, struct bisect_ranking *rk)
             continue;
         double drop = all->v.harm - w->v.harm;
         bool restores = all->v.recall_worse && !w->v.recall_worse;
-        bool apart = isnan(all->v.harm_lo) || w->v.harm_hi < all->v.harm_lo;
-        bool takes = !isnan(all->v.fail_kl) && drop >= all->v.fail_kl && apart;
+        bool takes = !isnan(all->v.fail_kl) && drop >= all->v.fail_kl;
         if (!w->v.harmful)
             need |= (bisect_set)1 << t;
         else if (restores || takes)

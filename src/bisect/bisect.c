@@ -224,6 +224,7 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
     }
     int st;
     bool sent = false; /* when bisect is stopped, so is the measurement */
+    int pfd = p > 0 ? launch_pidfd(p) : -1; /* woken by its exit */
     while (p > 0) {
         pid_t w = waitpid(p, &st, WNOHANG);
         if (w == p) {
@@ -236,8 +237,10 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
             kill(p, SIGINT);
             sent = true;
         }
-        clock_nap_ms(20);
+        launch_wait_fd(pfd, 50); /* or a stop, looked at every 50 ms */
     }
+    if (pfd >= 0)
+        close(pfd);
     if (fd >= 0)
         close(fd);
     free(v);

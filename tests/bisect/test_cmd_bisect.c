@@ -35,19 +35,16 @@
 #include "util/marked.h"
 #include "util/proc.h"
 
-static char dir[64];
-static char mark[64];
+static struct bisectfx fx;
+static char *const dir = fx.dir;
+static char *const mark = fx.mark;
 static pid_t bg; /* a bisect running in the background, killed in teardown */
 static struct proc stranger; /* a server bisect did not start */
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/fidelity-bisect-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    snprintf(mark, sizeof(mark), "FIDELITY_BISECT_TEST=%d", (int)getpid());
-    return 0;
+    return bisectfx_begin(&fx);
 }
 
 static int teardown(void **state)
@@ -59,51 +56,20 @@ static int teardown(void **state)
     }
     if (stranger.pid > 0)
         proc_stop(&stranger);
-    marked_after(mark, 5);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return bisectfx_end(&fx);
 }
 
-/* A fresh run directory DIR/name with config.ini: the sim server (every
- * launch appends a line to DIR/name/count) and the toggles text. */
 static void write_config(const char *name, const char *server_extra,
                          const char *toggles, char *cfg, size_t len)
 {
-    char sub[128];
-    snprintf(sub, sizeof(sub), "%s/%s", dir, name);
-    mkdir(sub, 0755);
-    snprintf(cfg, len, "%s/config.ini", sub);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "[server]\n"
-            "command = echo launch >> %s/count; exec '%s' sim "
-            "--listen 127.0.0.1:{port} %s\n"
-            "env = %s\n"
-            "ready_timeout = 20\n"
-            "stop_grace = 3\n\n"
-            "[measure]\nprofile = test\n\n%s",
-            sub, fidelity_bin(), server_extra, mark, toggles);
-    fclose(f);
+    bisectfx_config(&fx, name, server_extra, toggles, cfg, len);
 }
 
-/* Runs bisect on cfg with extra options; output dir DIR/name/out, JSON in
- * DIR/name/out.json (loaded into *j when j). The exit code. */
 static int run_bisect(const char *name, const char *cfg, const char *mode,
                       const char *extra, struct buf *out, struct buf *err,
                       json_t **j)
 {
-    char od[128], jp[128];
-    snprintf(od, sizeof(od), "%s/%s/out", dir, name);
-    snprintf(jp, sizeof(jp), "%s/%s/out.json", dir, name);
-    const char *argv[] = {"bisect", cfg,      "--mode", mode,  "--out",
-                          od,       "--json", jp,       extra, NULL};
-    int rc = proc_run(argv, NULL, out, err, 300);
-    if (j)
-        *j = json_load_file(jp, 0, NULL);
-    assert_int_equal(marked_after(mark, 3), 0);
-    return rc;
+    return bisectfx_bisect(&fx, name, cfg, mode, extra, out, err, j);
 }
 
 static void test_one_at_a_time_ranks_the_five(void **state)
@@ -185,7 +151,7 @@ static void test_adaptive_one_culprit_of_eight(void **state)
     assert_int_equal(
         run_bisect("adapt1", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
     assert_true(bisectfx_launches(dir, "adapt1") <=
-                1 + 5); /* golden + ceil(log2 8) + 2 */
+                1 + 1 + 5); /* golden + 1 + (ceil(log2 8) + 2) */
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: ", 19));
     json_decref(j);
     buf_release(&out);
@@ -204,7 +170,7 @@ static void test_adaptive_pair_of_eight(void **state)
     assert_int_equal(
         run_bisect("adapt2", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
     assert_true(bisectfx_launches(dir, "adapt2") <=
-                1 + 9); /* golden + 2 ceil(log2 8) + 3 */
+                1 + 1 + 10); /* golden + 1 + 2 (ceil(log2 8) + 2) */
     assert_true(!strncmp(buf_str(&out),
                          "culprit: overlap+fused (only "
                          "together): ",
@@ -212,158 +178,6 @@ static void test_adaptive_pair_of_eight(void **state)
     assert_string_equal(bisectfx_str(j, "interaction"), "overlap+fused");
     json_decref(j);
     buf_release(&out);
-}
-
-/* The culprits of bisect's JSON, by name in the first line's order,
- * joined by ','. */
-static void culprit_names(const json_t *j, char *out, size_t len)
-{
-    const json_t *a = json_object_get(j, "culprits");
-    size_t off = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < json_array_size(a); i++)
-        off += (size_t)snprintf(out + off, len - off, "%s%s", i ? "," : "",
-                                bisectfx_str(json_array_get(a, i), "name"));
-}
-
-/* ceil(log2 n) */
-static int log2_ceil(int n)
-{
-    int l = 0;
-    while ((1 << l) < n)
-        l++;
-    return l;
-}
-
-/* Runs one mode over run `name` (adaptive fresh, the others with
- * --resume over its results: the same servers' answers) and checks the
- * culprits it names, in order, and that the first line starts with the
- * first of them. */
-static void mode_names(const char *name, const char *cfg, const char *mode,
-                       const char *want)
-{
-    struct buf out = BUF_INIT;
-    json_t *j;
-    bool fresh = !strcmp(mode, "adaptive");
-    int rc = run_bisect(name, cfg, mode, fresh ? "--slots=1" : "--resume",
-                        &out, NULL, &j);
-    assert_non_null(j);
-    char got[256], head[128];
-    culprit_names(j, got, sizeof(got));
-    if (strcmp(got, want))
-        fail_msg("%s %s named '%s', not '%s':\n%s", name, mode, got, want,
-                 buf_str(&out));
-    assert_int_equal(rc, 1);
-    size_t k = strcspn(want, ",");
-    snprintf(head, sizeof(head), "culprit: %.*s", (int)k, want);
-    assert_true(!strncmp(buf_str(&out), head, strlen(head)));
-    json_decref(j);
-    buf_release(&out);
-}
-
-/* n toggles: 8 - specials label flags, then the specials; adaptive first
- * (its launches counted: within 1 + d (ceil(log2 n) + 2), the golden
- * besides), then one-at-a-time and leave-one-out; each names `want`
- * (leave-one-out `want_loo`, one-at-a-time `want_one` where they differ:
- * what each can tell of a pair). */
-static void every_mode(const char *name, int specials, const char *toggles,
-                       int d, const char *want, const char *want_one,
-                       const char *want_loo)
-{
-    char t[2048], cfg[128];
-    size_t off = 0;
-    for (int i = 0; i < 8 - specials; i++)
-        off += (size_t)snprintf(t + off, sizeof(t) - off,
-                                "[toggle flag%d]\nenv = FLAG%d=1\n\n", i, i);
-    snprintf(t + off, sizeof(t) - off, "%s", toggles);
-    write_config(name, "", t, cfg, sizeof(cfg));
-    mode_names(name, cfg, "adaptive", want);
-    int launches = bisectfx_launches(dir, name);
-    print_message("%s: adaptive %d launches (golden included), bound %d\n",
-                  name, launches, 1 + 1 + d * (log2_ceil(8) + 2));
-    assert_true(launches <= 1 + 1 + d * (log2_ceil(8) + 2));
-    mode_names(name, cfg, "one-at-a-time", want_one ? want_one : want);
-    mode_names(name, cfg, "leave-one-out", want_loo ? want_loo : want);
-}
-
-/* Two culprits of different harm among 8 (a routed-scaling factor, a
- * decode noise): both found in every mode, the larger harm first. */
-static void test_two_culprits_of_eight_every_mode(void **state)
-{
-    (void)state;
-    every_mode("two", 2,
-               "[toggle splitk]\nargs = --decode-noise 1.0\n"
-               "[toggle scale]\nargs = --logit-scale 1.2\n",
-               2, "scale,splitk", NULL, NULL);
-}
-
-/* Three culprits: recall loss first, then by harm. */
-static void test_three_culprits_of_eight_every_mode(void **state)
-{
-    (void)state;
-    every_mode("three", 3,
-               "[toggle splitk]\nargs = --decode-noise 1.0\n"
-               "[toggle scale]\nargs = --logit-scale 1.2\n"
-               "[toggle indexer]\nargs = --forget-after 2048\n",
-               3, "indexer,scale,splitk", NULL, NULL);
-}
-
-/* One culprit and a toggle whose excess grows with position but stays
- * below the WARN thresholds (drift: growth undecided): only the culprit
- * is named, in every mode. */
-static void test_growth_below_warn_not_named(void **state)
-{
-    (void)state;
-    every_mode("growth", 2,
-               "[toggle mix]\nargs = --prefill-noise 0.03 --noise-growth 1\n"
-               "[toggle scale]\nargs = --logit-scale 1.2\n",
-               1, "scale", NULL, NULL);
-}
-
-/* A pair that hurts only together beside an independent culprit:
- * adaptive names both, the pair as a pair; leave-one-out names each of
- * the pair (removing either takes its harm away) and the culprit;
- * one-at-a-time, which never has both on, the culprit alone. */
-static void test_pair_beside_a_culprit_every_mode(void **state)
-{
-    (void)state;
-    every_mode("pairs", 3,
-               "[toggle overlap]\nargs = --pair-a\n"
-               "[toggle fused]\nargs = --pair-b\n"
-               "[toggle scale]\nargs = --logit-scale 1.2\n",
-               3, "overlap+fused,scale", "scale", "overlap,fused,scale");
-}
-
-/* The four presets of the motivating deployment as toggles: every mode
- * names sparse-indexer, and the first line of adaptive and one-at-a-time
- * carries its recall loss. */
-static void test_presets_every_mode_agree(void **state)
-{
-    (void)state;
-    char cfg[128];
-    write_config("presets", "",
-                 "[toggle mhc-bf16]\nargs = --preset mhc-bf16\n"
-                 "[toggle splitk-decode]\nargs = --preset splitk-decode\n"
-                 "[toggle sparse-indexer]\nargs = --preset sparse-indexer\n"
-                 "[toggle routed-scaling]\nargs = --preset routed-scaling\n",
-                 cfg, sizeof(cfg));
-    static const char *const modes[] = {"adaptive", "one-at-a-time",
-                                        "leave-one-out", "full"};
-    for (size_t i = 0; i < 4; i++) {
-        mode_names("presets", cfg, modes[i], "sparse-indexer");
-        if (i == 0)
-            assert_true(bisectfx_launches(dir, "presets") <=
-                        1 + 1 + 1 * (2 + 2));
-    }
-    static const char *const first[] = {"adaptive", "one-at-a-time"};
-    for (size_t i = 0; i < 2; i++) {
-        struct buf out = BUF_INIT;
-        run_bisect("presets", cfg, first[i], "--resume", &out, NULL, NULL);
-        const char *eol = strchr(buf_str(&out), '\n');
-        const char *r = strstr(buf_str(&out), "recall -40 points");
-        assert_true(eol && r && r < eol);
-        buf_release(&out);
-    }
 }
 
 /* A toggle that only sets the environment: the server does not report
@@ -788,11 +602,6 @@ int main(void)
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),
         cmocka_unit_test(test_adaptive_pair_of_eight),
         cmocka_unit_test(test_full_and_leave_one_out_show_the_pair),
-        cmocka_unit_test(test_two_culprits_of_eight_every_mode),
-        cmocka_unit_test(test_three_culprits_of_eight_every_mode),
-        cmocka_unit_test(test_growth_below_warn_not_named),
-        cmocka_unit_test(test_pair_beside_a_culprit_every_mode),
-        cmocka_unit_test(test_presets_every_mode_agree),
         cmocka_unit_test(test_resume_after_sigkill),
     };
     if (getenv("TEST_FILTER"))

@@ -9,6 +9,68 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/marked.h"
+#include "util/proc.h"
+
+int bisectfx_begin(struct bisectfx *f)
+{
+    snprintf(f->dir, sizeof(f->dir), "/tmp/fidelity-bisect-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    snprintf(f->mark, sizeof(f->mark), "FIDELITY_BISECT_TEST=%d",
+             (int)getpid());
+    return 0;
+}
+
+int bisectfx_end(struct bisectfx *f)
+{
+    marked_after(f->mark, 5);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+void bisectfx_config(const struct bisectfx *f, const char *name,
+                     const char *server_extra, const char *toggles, char *cfg,
+                     size_t len)
+{
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/%s", f->dir, name);
+    mkdir(sub, 0755);
+    snprintf(cfg, len, "%s/config.ini", sub);
+    FILE *o = fopen(cfg, "w");
+    assert_non_null(o);
+    fprintf(o,
+            "[server]\n"
+            "command = echo launch >> %s/count; exec '%s' sim "
+            "--listen 127.0.0.1:{port} %s\n"
+            "env = %s\n"
+            "ready_timeout = 20\n"
+            "stop_grace = 3\n\n"
+            "[measure]\nprofile = test\n\n%s",
+            sub, fidelity_bin(), server_extra, f->mark, toggles);
+    fclose(o);
+}
+
+int bisectfx_bisect(const struct bisectfx *f, const char *name,
+                    const char *cfg, const char *mode, const char *extra,
+                    struct buf *out, struct buf *err, json_t **j)
+{
+    char od[128], jp[128];
+    snprintf(od, sizeof(od), "%s/%s/out", f->dir, name);
+    snprintf(jp, sizeof(jp), "%s/%s/out.json", f->dir, name);
+    const char *argv[] = {"bisect", cfg,      "--mode", mode,  "--out",
+                          od,       "--json", jp,       extra, NULL};
+    int rc = proc_run(argv, NULL, out, err, 300);
+    if (j)
+        *j = json_load_file(jp, 0, NULL);
+    assert_int_equal(marked_after(f->mark, 3), 0);
+    return rc;
+}
 
 const char bisectfx_five[] =
     "[toggle unread-flag]\nargs = --seed 0\npath = prefill\n\n"

@@ -8,6 +8,36 @@
 #define TESTS_UTIL_BISECTFX_H
 
 #include <jansson.h>
+#include <stddef.h>
+
+#include "core/buf.h"
+
+/* A test file's runs: a fresh directory under /tmp and the environment
+ * marker every server of its configs carries (util/marked.h). */
+struct bisectfx {
+    char dir[64];
+    char mark[64];
+};
+
+/* Makes the directory and the marker: 0, or -1. */
+int bisectfx_begin(struct bisectfx *f);
+/* Waits for every marked server to be gone (5 s), removes the directory:
+ * 0, or -1. */
+int bisectfx_end(struct bisectfx *f);
+
+/* A fresh run directory DIR/name with config.ini (its path into cfg): the
+ * sim as the server (server_extra its options; every launch appends a line
+ * to DIR/name/count), the test profile, then the toggles text. */
+void bisectfx_config(const struct bisectfx *f, const char *name,
+                     const char *server_extra, const char *toggles, char *cfg,
+                     size_t len);
+
+/* Runs bisect on cfg in mode with one extra option (NULL: none); output
+ * dir DIR/name/out, JSON in DIR/name/out.json (loaded into *j when j).
+ * Checks that no marked server is left. The exit code. */
+int bisectfx_bisect(const struct bisectfx *f, const char *name,
+                    const char *cfg, const char *mode, const char *extra,
+                    struct buf *out, struct buf *err, json_t **j);
 
 /* Five toggles against the sim: a no-op, a small prefill noise, the
  * culprit (prefill noise growing with position), a decode noise, and one

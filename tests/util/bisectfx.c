@@ -63,8 +63,16 @@ int bisectfx_bisect(const struct bisectfx *f, const char *name,
     char od[128], jp[128];
     snprintf(od, sizeof(od), "%s/%s/out", f->dir, name);
     snprintf(jp, sizeof(jp), "%s/%s/out.json", f->dir, name);
-    const char *argv[] = {"bisect", cfg,      "--mode", mode,  "--out",
-                          od,       "--json", jp,       extra, NULL};
+    char words[128];
+    snprintf(words, sizeof(words), "%s", extra ? extra : "");
+    const char *argv[14] = {"bisect", cfg, "--mode", mode, "--out",
+                            od,       "--json", jp};
+    size_t n = 8;
+    char *save = NULL;
+    for (char *w = strtok_r(words, " ", &save); w && n < 12;
+         w = strtok_r(NULL, " ", &save))
+        argv[n++] = w;
+    argv[n] = NULL;
     int rc = proc_run(argv, NULL, out, err, 300);
     if (j)
         *j = json_load_file(jp, 0, NULL);
@@ -110,4 +118,14 @@ const char *bisectfx_str(const json_t *r, const char *k)
 {
     const char *s = json_string_value(json_object_get(r, k));
     return s ? s : "";
+}
+
+void bisectfx_culprits(const json_t *j, char *out, size_t len)
+{
+    const json_t *a = json_object_get(j, "culprits");
+    size_t off = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < json_array_size(a) && off < len; i++)
+        off += (size_t)snprintf(out + off, len - off, "%s%s", i ? "," : "",
+                                bisectfx_str(json_array_get(a, i), "name"));
 }

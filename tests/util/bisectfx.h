@@ -27,12 +27,14 @@ int bisectfx_end(struct bisectfx *f);
 
 /* A fresh run directory DIR/name with config.ini (its path into cfg): the
  * sim as the server (server_extra its options; every launch appends a line
- * to DIR/name/count), the test profile, then the toggles text. */
+ * to DIR/name/count), the test profile, then the toggles text (which may
+ * open with more [measure] lines). */
 void bisectfx_config(const struct bisectfx *f, const char *name,
                      const char *server_extra, const char *toggles, char *cfg,
                      size_t len);
 
-/* Runs bisect on cfg in mode with one extra option (NULL: none); output
+/* Runs bisect on cfg in mode with extra options (words split at spaces,
+ * at most 4; NULL: none); output
  * dir DIR/name/out, JSON in DIR/name/out.json (loaded into *j when j).
  * Checks that no marked server is left. The exit code. */
 int bisectfx_bisect(const struct bisectfx *f, const char *name,
@@ -51,6 +53,10 @@ int bisectfx_launches(const char *dir, const char *name);
 /* The row of configuration name in bisect's JSON (fails the test when
  * there is none). */
 const json_t *bisectfx_row(const json_t *j, const char *name);
+
+/* The culprits of bisect's JSON by name, in the first line's order,
+ * joined by ',' into out. */
+void bisectfx_culprits(const json_t *j, char *out, size_t len);
 
 /* The string r[k], "" when absent. */
 const char *bisectfx_str(const json_t *r, const char *k);

@@ -50,8 +50,8 @@ struct bisect_adaptive_result {
      * two that hurt only together */
     bisect_set groups[BISECT_GROUPS_MAX];
     size_t n_groups;
-    bool interaction; /* some group is a pair */
-    bisect_set rest;  /* all on without the culprits */
+    bool interaction;   /* some group is a pair */
+    bisect_set rest;    /* all on without the culprits */
     bool rest_harmless; /* rest measured (or known) harmless: nothing left */
     size_t tests;       /* distinct sets measured */
 };

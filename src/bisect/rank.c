@@ -69,8 +69,8 @@ static void fill_rows(const struct bisect_config *c,
     qsort(rows, out->n_results, sizeof(*rows), row_cmp);
 }
 
-static const struct bisect_row *row_of(const struct bisect_row *rows,
-                                       size_t n, bisect_set s)
+static const struct bisect_row *row_of(const struct bisect_row *rows, size_t n,
+                                       bisect_set s)
 {
     for (size_t i = 0; i < n; i++)
         if (rows[i].r->set == s && rows[i].v.measured)
@@ -88,8 +88,8 @@ static void add(struct bisect_ranking *rk, bisect_set s,
                 const struct bisect_row *row, const struct bisect_row *without,
                 double harm, bool recall)
 {
-    rk->culprits = xrealloc(rk->culprits,
-                            (rk->n_culprits + 1) * sizeof(*rk->culprits));
+    rk->culprits =
+        xrealloc(rk->culprits, (rk->n_culprits + 1) * sizeof(*rk->culprits));
     rk->culprits[rk->n_culprits++] = (struct bisect_culprit){
         .set = s,
         .row = row,
@@ -155,11 +155,11 @@ static void by_removal(const struct bisect_config *c, struct bisect_ranking *rk)
             add(rk, (bisect_set)1 << t, NULL, w, drop, restores);
     }
     if (need)
-        add(rk, need, __builtin_popcountll(need) == 1
-                          ? row_of(rk->rows, rk->n, need)
-                          : NULL,
-            row_of(rk->rows, rk->n, all_of(c) & ~need),
-            all->v.harm, all->v.recall_worse);
+        add(rk, need,
+            __builtin_popcountll(need) == 1 ? row_of(rk->rows, rk->n, need)
+                                            : NULL,
+            row_of(rk->rows, rk->n, all_of(c) & ~need), all->v.harm,
+            all->v.recall_worse);
 }
 
 static int culprit_cmp(const void *a, const void *b)
@@ -174,8 +174,7 @@ static int culprit_cmp(const void *a, const void *b)
 
 /* What all on's harm and recall loss leave unexplained by the culprits. */
 static void account(const struct bisect_config *c, enum bisect_mode m,
-                    const struct bisect_outcome *out,
-                    struct bisect_ranking *rk)
+                    const struct bisect_outcome *out, struct bisect_ranking *rk)
 {
     bisect_set named = 0;
     bool recall = false;
@@ -186,8 +185,7 @@ static void account(const struct bisect_config *c, enum bisect_mode m,
         if (!isnan(rk->culprits[i].harm))
             rk->explained += rk->culprits[i].harm;
     }
-    const struct bisect_row *rest =
-        row_of(rk->rows, rk->n, all_of(c) & ~named);
+    const struct bisect_row *rest = row_of(rk->rows, rk->n, all_of(c) & ~named);
     rk->rest_harmless = m == BISECT_ADAPTIVE ? out->adaptive.rest_harmless
                         : named == all_of(c) ? true
                                              : rest && !rest->v.harmful;
@@ -214,8 +212,7 @@ void bisect_rank(const struct bisect_config *c, enum bisect_mode m,
         for (size_t i = 0; i < out->adaptive.n_groups; i++) {
             bisect_set g = out->adaptive.groups[i];
             const struct bisect_row *w = row_of(rk->rows, n, g);
-            add(rk, g, w, NULL, w ? w->v.harm : NAN,
-                w && w->v.recall_worse);
+            add(rk, g, w, NULL, w ? w->v.harm : NAN, w && w->v.recall_worse);
         }
         break;
     case BISECT_LEAVE_ONE_OUT:

@@ -15,10 +15,10 @@
 struct bisect_verdict {
     bool measured;
     double harm, harm_lo, harm_hi; /* excess KL mean (NAN lo/hi: no interval) */
-    double warn_kl, fail_kl; /* drift's mean-KL thresholds (NAN: not given) */
-    double flips_per_1k;           /* decisive top-1 flips per 1,000 tokens */
-    const char *drift_verdict;     /* PASS, INCONCLUSIVE, WARN, FAIL */
-    const char *growth;            /* drift's growth verdict */
+    double warn_kl, fail_kl;   /* drift's mean-KL thresholds (NAN: not given) */
+    double flips_per_1k;       /* decisive top-1 flips per 1,000 tokens */
+    const char *drift_verdict; /* PASS, INCONCLUSIVE, WARN, FAIL */
+    const char *growth;        /* drift's growth verdict */
     enum bisect_path measured_path; /* from drift's decode attribution */
     bool path_known;
     const char *attribution; /* in words */

@@ -353,8 +353,7 @@ static void print_headline(const struct bisect_config *c,
     if (rk->unexplained_harm) {
         char ci[64] = "";
         if (!isnan(a->harm_lo))
-            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", a->harm_lo,
-                     a->harm_hi);
+            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", a->harm_lo, a->harm_hi);
         printf("unexplained: all on has excess KL %.3g%s; the culprits "
                "named account for %.3g, and the rest without them was not "
                "measured harmless\n",
@@ -488,10 +487,10 @@ static json_t *culprits_json(const struct bisect_config *c,
     for (size_t i = 0; i < rk->n_culprits; i++) {
         const struct bisect_culprit *k = &rk->culprits[i];
         char *name = bisect_set_name(c, k->set);
-        json_array_append_new(
-            a, json_pack("{s:s,s:b,s:b,s:f}", "name", name, "together",
-                         k->together, "recall_worse", k->recall, "harm",
-                         isnan(k->harm) ? 0.0 : k->harm));
+        json_array_append_new(a, json_pack("{s:s,s:b,s:b,s:f}", "name", name,
+                                           "together", k->together,
+                                           "recall_worse", k->recall, "harm",
+                                           isnan(k->harm) ? 0.0 : k->harm));
         free(name);
     }
     return a;
@@ -523,8 +522,8 @@ static int report(const struct bisect_config *c, const struct opts *o,
     }
     printf("\nlaunches: %zu (golden included)", out->launches);
     if (o->resume)
-        printf("; %zu configuration%s reused from '%s' (--resume)",
-               out->reused, out->reused == 1 ? "" : "s", o->out);
+        printf("; %zu configuration%s reused from '%s' (--resume)", out->reused,
+               out->reused == 1 ? "" : "s", o->out);
     printf("\n");
     json_object_set_new(j, "schema", json_string("fidelity.bisect/1"));
     json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));

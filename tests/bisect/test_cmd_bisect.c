@@ -254,8 +254,8 @@ static void test_dry_run_launches_nothing(void **state)
                            "  unread-flag+fp8-gemm+mhc-bf16+splitk-decode: "));
     assert_non_null(strstr(buf_str(&out), "launches: 1 golden + 6\n"));
     buf_reset(&out);
-    const char *argv2[] = {"bisect", cfg, "--dry-run", "--mode", "adaptive",
-                           NULL};
+    const char *argv2[] = {"bisect", cfg,        "--dry-run",
+                           "--mode", "adaptive", NULL};
     assert_int_equal(proc_run(argv2, NULL, &out, NULL, 30), 0);
     /* 5 toggles: 1 + d (3 + 2) */
     assert_non_null(strstr(buf_str(&out),

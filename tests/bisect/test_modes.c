@@ -57,8 +57,8 @@ static void mode_names(const char *name, const char *cfg, const char *mode,
     json_t *j;
     bool fresh = !strcmp(mode, "adaptive");
     int rc = bisectfx_bisect(&fx, name, cfg, mode,
-                             fresh ? "--slots=1" : "--resume --slots=2",
-                        &out, NULL, &j);
+                             fresh ? "--slots=1" : "--resume --slots=2", &out,
+                             NULL, &j);
     assert_non_null(j);
     char got[256], head[128];
     bisectfx_culprits(j, got, sizeof(got));
@@ -84,11 +84,11 @@ static void every_mode(const char *name, int specials, const char *toggles,
 {
     char t[2048], cfg[128];
     /* one needle case is enough for toggles that leave recall alone */
-    size_t off = (size_t)snprintf(
-        t, sizeof(t), "%s",
-        strstr(toggles, "forget-after")
-            ? ""
-            : "probe_args = --lengths 1k --depths 50\n\n");
+    size_t off =
+        (size_t)snprintf(t, sizeof(t), "%s",
+                         strstr(toggles, "forget-after")
+                             ? ""
+                             : "probe_args = --lengths 1k --depths 50\n\n");
     for (int i = 0; i < 8 - specials; i++)
         off += (size_t)snprintf(t + off, sizeof(t) - off,
                                 "[toggle flag%d]\nenv = FLAG%d=1\n\n", i, i);
@@ -159,11 +159,11 @@ static void test_presets_every_mode_agree(void **state)
     (void)state;
     char cfg[128];
     bisectfx_config(&fx, "presets", "",
-                 "[toggle mhc-bf16]\nargs = --preset mhc-bf16\n"
-                 "[toggle splitk-decode]\nargs = --preset splitk-decode\n"
-                 "[toggle sparse-indexer]\nargs = --preset sparse-indexer\n"
-                 "[toggle routed-scaling]\nargs = --preset routed-scaling\n",
-                 cfg, sizeof(cfg));
+                    "[toggle mhc-bf16]\nargs = --preset mhc-bf16\n"
+                    "[toggle splitk-decode]\nargs = --preset splitk-decode\n"
+                    "[toggle sparse-indexer]\nargs = --preset sparse-indexer\n"
+                    "[toggle routed-scaling]\nargs = --preset routed-scaling\n",
+                    cfg, sizeof(cfg));
     static const char *const modes[] = {"adaptive", "one-at-a-time",
                                         "leave-one-out", "full"};
     for (size_t i = 0; i < 4; i++) {
@@ -189,10 +189,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_two_culprits_of_eight_every_mode,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            test_three_culprits_of_eight_every_mode, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_growth_below_warn_not_named,
+        cmocka_unit_test_setup_teardown(test_three_culprits_of_eight_every_mode,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_growth_below_warn_not_named, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pair_beside_a_culprit_every_mode,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_presets_every_mode_agree, setup,

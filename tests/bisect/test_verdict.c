@@ -197,23 +197,26 @@ static void test_fail_with_harm_below_warn_is_not_harmful(void **state)
     json_t *d = drift(3e-4, 1e-4, "FAIL", "WARN", "none", "FAIL");
     json_object_set_new(d, "thresholds",
                         json_pack("{s:[ff]}", "kl_mean", 1e-4, 1e-3));
-    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
-                                             3.6e-5, "lo", 2e-5, "hi", 5e-5));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 3.6e-5,
+                                  "lo", 2e-5, "hi", 5e-5));
     json_t *p = probe(25, 25, 25, 1, false, "a", "a");
     struct bisect_verdict v;
     bisect_verdict_from(d, p, &v);
     assert_false(v.harmful);
     assert_true(v.undecided);
     assert_non_null(strstr(v.why_undecided, "below the mean-KL WARN"));
-    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
-                                             9e-5, "lo", 5e-5, "hi", 1.3e-4));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 9e-5, "lo",
+                                  5e-5, "hi", 1.3e-4));
     bisect_verdict_from(d, p, &v);
     assert_true(v.harmful); /* the interval reaches WARN */
     json_decref(p);
     /* recall lost is harmful whatever the harm */
     p = probe(15, 25, 25, 0.002, true, "a", "b");
-    json_object_set_new(d, "harm", json_pack("{s:f,s:f,s:f}", "excess_kl_mean",
-                                             1e-6, "lo", 0.0, "hi", 2e-6));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 1e-6, "lo",
+                                  0.0, "hi", 2e-6));
     bisect_verdict_from(d, p, &v);
     assert_true(v.harmful && v.recall_worse);
     json_decref(d);
@@ -289,10 +292,10 @@ static void test_culprits_recall_first_and_unexplained(void **state)
     for (int i = 0; i < 3; i++) {
         res[i].set = (bisect_set)(i + 1);
         res[i].name = names[i];
-        res[i].doc = json_pack(
-            "{s:O,s:o}", "drift", docs[i], "probe",
-            lost[i] ? probe(15, 25, 25, 0.002, true, "x", "y")
-                    : probe(25, 25, 25, 1, false, "x", "x"));
+        res[i].doc =
+            json_pack("{s:O,s:o}", "drift", docs[i], "probe",
+                      lost[i] ? probe(15, 25, 25, 0.002, true, "x", "y")
+                              : probe(25, 25, 25, 1, false, "x", "x"));
     }
     struct bisect_toggle tg[2] = {{0}};
     struct bisect_config c = {0};

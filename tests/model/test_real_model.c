@@ -483,12 +483,18 @@ static json_t *bisect_model(const char *dir, const char *mode, bool resume,
     char out[64], json[96];
     snprintf(out, sizeof(out), "%s/out", dir);
     snprintf(json, sizeof(json), "%s/%s.json", dir, mode);
-    const char *av[] = {"bisect", "tests/model/bisect.ini",
-                        "--mode", mode,
-                        "--slots", "2",
-                        "--out", out,
-                        "--json", json,
-                        resume ? "--resume" : NULL, NULL};
+    const char *av[] = {"bisect",
+                        "tests/model/bisect.ini",
+                        "--mode",
+                        mode,
+                        "--slots",
+                        "2",
+                        "--out",
+                        out,
+                        "--json",
+                        json,
+                        resume ? "--resume" : NULL,
+                        NULL};
     struct buf o, e;
     buf_init(&o, 0);
     buf_init(&e, 0);
@@ -582,5 +588,7 @@ int main(void)
         cmocka_unit_test_teardown(
             test_bisect_every_mode_names_indexer_and_scaling, teardown),
     };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, group_teardown);
 }

@@ -56,17 +56,17 @@ void bisectfx_config(const struct bisectfx *f, const char *name,
     fclose(o);
 }
 
-int bisectfx_bisect(const struct bisectfx *f, const char *name,
-                    const char *cfg, const char *mode, const char *extra,
-                    struct buf *out, struct buf *err, json_t **j)
+int bisectfx_bisect(const struct bisectfx *f, const char *name, const char *cfg,
+                    const char *mode, const char *extra, struct buf *out,
+                    struct buf *err, json_t **j)
 {
     char od[128], jp[128];
     snprintf(od, sizeof(od), "%s/%s/out", f->dir, name);
     snprintf(jp, sizeof(jp), "%s/%s/out.json", f->dir, name);
     char words[128];
     snprintf(words, sizeof(words), "%s", extra ? extra : "");
-    const char *argv[14] = {"bisect", cfg, "--mode", mode, "--out",
-                            od,       "--json", jp};
+    const char *argv[14] = {"bisect", cfg, "--mode", mode,
+                            "--out",  od,  "--json", jp};
     size_t n = 8;
     char *save = NULL;
     for (char *w = strtok_r(words, " ", &save); w && n < 12;

@@ -37,9 +37,9 @@ void bisectfx_config(const struct bisectfx *f, const char *name,
  * at most 4; NULL: none); output
  * dir DIR/name/out, JSON in DIR/name/out.json (loaded into *j when j).
  * Checks that no marked server is left. The exit code. */
-int bisectfx_bisect(const struct bisectfx *f, const char *name,
-                    const char *cfg, const char *mode, const char *extra,
-                    struct buf *out, struct buf *err, json_t **j);
+int bisectfx_bisect(const struct bisectfx *f, const char *name, const char *cfg,
+                    const char *mode, const char *extra, struct buf *out,
+                    struct buf *err, json_t **j);
 
 /* Five toggles against the sim: a no-op, a small prefill noise, the
  * culprit (prefill noise growing with position), a decode noise, and one

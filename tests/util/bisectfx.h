@@ -58,6 +58,22 @@ const json_t *bisectfx_row(const json_t *j, const char *name);
  * joined by ',' into out. */
 void bisectfx_culprits(const json_t *j, char *out, size_t len);
 
+/* Runs one mode over run `name` (adaptive fresh, the others with --resume
+ * --slots=2 over the results before) and checks the culprits it names, in
+ * order (want: names joined by ','), and the first line's start. */
+void bisectfx_mode_names(const struct bisectfx *fx, const char *name,
+                         const char *cfg, const char *mode, const char *want);
+
+/* Run `name`: n toggles, n - specials label flags then the specials text
+ * (one needle case unless it uses --forget-after); adaptive first, its
+ * launches within 1 + 1 + d (ceil(log2 n) + 2), then one-at-a-time and
+ * leave-one-out, each naming want (want_one, want_loo where they differ:
+ * what each can tell of a pair; NULL: want). */
+void bisectfx_every_mode(const struct bisectfx *fx, const char *name, int n,
+                         int specials, const char *toggles, int d,
+                         const char *want, const char *want_one,
+                         const char *want_loo);
+
 /* The string r[k], "" when absent. */
 const char *bisectfx_str(const json_t *r, const char *k);
 

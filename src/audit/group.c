@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "audit/audit_int.h"
 #include "core/hash.h"
@@ -398,15 +399,38 @@ void audit_set_regroup(struct audit_set *set)
 
 /* ---- subagents ---- */
 
-static const char *const task_tools[] = {"task",        "Task",     "agent",
-                                         "spawn_agent", "subagent", NULL};
+/* The names harnesses give the tool that starts a subagent, compared
+ * without case: opencode's "task", Claude Code's "Task", Continue's
+ * "Subagent". */
+static const char *const task_tools[] = {"task", "agent", "spawn_agent",
+                                         "subagent", NULL};
 
 static bool is_task_tool(const char *name)
 {
     for (int i = 0; name && task_tools[i]; i++)
-        if (!strcmp(name, task_tools[i]))
+        if (!strcasecmp(name, task_tools[i]))
             return true;
     return false;
+}
+
+/* The task call whose prompt the subagent's first message carries: the
+ * same text, or the prompt followed by a block the harness appended after
+ * a line break (Kilo adds <environment_details>). A prompt shorter than
+ * 16 bytes is matched only whole: a short word is no evidence. */
+static json_t *call_for_text(json_t *calls, const char *text)
+{
+    json_t *hit = json_object_get(calls, text), *v;
+    const char *prompt;
+    if (hit)
+        return hit;
+    json_object_foreach(calls, prompt, v)
+    {
+        size_t n = strlen(prompt);
+        if (n >= 16 && !strncmp(text, prompt, n) &&
+            (text[n] == '\n' || text[n] == '\r'))
+            return v;
+    }
+    return NULL;
 }
 
 static const char *first_user_text(const struct xchg *x, char **owned)
@@ -469,7 +493,7 @@ void audit_set_link_subagents(struct audit_set *set)
         char *text = NULL;
         for (size_t j = 0; j < sub->n && !text; j++)
             first_user_text(sub->x[j], &text);
-        json_t *hit = text ? json_object_get(calls, text) : NULL;
+        json_t *hit = text ? call_for_text(calls, text) : NULL;
         free(text);
         size_t ps = (size_t)json_integer_value(json_array_get(hit, 0));
         if (!hit || ps == s)

@@ -241,8 +241,13 @@ static void budget(struct actx *c)
                       (json_int_t)strlen(r->reasoning), "completion_tokens",
                       (json_int_t)r->completion_tokens, "retries",
                       (json_int_t)retries),
-            "%s reply empty: reasoning (%zu bytes) used all of "
-            "max_tokens %lld; the harness sent it again %zu time%s",
+            /* a side request's later ones are others of its kind, each
+             * worded for its own turn, not this request sent again */
+            audit_is_main_kind(r->kind)
+                ? "%s reply empty: reasoning (%zu bytes) used all of "
+                  "max_tokens %lld; the harness sent it again %zu time%s"
+                : "%s reply empty: reasoning (%zu bytes) used all of "
+                  "max_tokens %lld; %zu more request%s of this kind followed",
             r->kind, strlen(r->reasoning), (long long)json_integer_value(mt),
             retries, plural_s(retries));
     }

@@ -76,7 +76,8 @@ const char CMD_AUDIT_HELP[] =
     "                       excuses a miss (default 600)\n"
     "\n"
     "Exit status: 0 no finding at the --fail-on level, 1 findings at it,\n"
-    "2 usage or bad input file, 3 --tokenize-url unreachable, 4 store error.\n"
+    "2 usage, bad input file or an empty store, 3 --tokenize-url unreachable, "
+    "4 store error.\n"
     "\n"
     "examples:\n"
     "  fidelity audit --db run.db\n"
@@ -411,6 +412,16 @@ static int run(struct audit_args *a)
     audit_list_init(&l);
     if ((rc = recorded_load("audit", &a->rec, a->session, &set)))
         goto out;
+    /* an empty store is no clean run: a record that never bound, or one
+     * pointed at another file, leaves exactly this */
+    if (!set.n) {
+        rc = cli_error("audit", EXIT_USAGE,
+                       set.nbad ? "no exchange in '%s' could be read"
+                                : "no exchanges in '%s': is record running "
+                                  "and pointed at it?",
+                       a->rec.db);
+        goto out;
+    }
     if (a->tokenize_url && (rc = tokenize_all(a, &set)))
         goto out;
     audit_run(&set, &a->o, &l);

@@ -224,27 +224,30 @@ static void test_one_shots_are_not_chained(void **state)
     done(set, &l, xs, 4);
 }
 
-/* opencode's task tool: the parent's reply calls task with a prompt, a
- * session (its own header) starts with that prompt as its first user
- * message, and the parent gets the call's result back. */
-static void test_subagent_linked_to_parent(void **state)
+/* A parent whose reply calls tool `tool` with `prompt`, a session (its
+ * own header) whose first user message is `child_text`, and the parent
+ * getting the call's result back; checks whether the child was linked. */
+static void subagent_case(const char *tool, const char *prompt,
+                          const char *child_text, bool linked)
 {
-    (void)state;
     struct xchg xs[4];
     struct audit_set set;
     json_t *m = json_pack("[o, o]", xb_msg("system", SYS),
                           xb_msg("user", "fix the crash"));
+    json_t *args =
+        json_pack("{s:s, s:s}", "description", "find", "prompt", prompt);
+    char *arg_text = json_dumps(args, JSON_COMPACT);
     xb_init(&xs[0], 1, "ses_parent", xb_body("m", json_deep_copy(m)));
     xb_reply(&xs[0], "", NULL,
              json_pack("[{s:s, s:s, s:{s:s, s:s}}]", "id", "call_task_1",
-                       "type", "function", "function", "name", "task",
-                       "arguments",
-                       "{\"description\": \"find\", \"prompt\": \"Find the "
-                       "bug in main.c\"}"),
+                       "type", "function", "function", "name", tool,
+                       "arguments", arg_text),
              10, 5, "tool_calls");
+    free(arg_text);
+    json_decref(args);
     xb_init(&xs[1], 2, "ses_child",
             xb_body("m", json_pack("[o, o]", xb_msg("system", "Subagent."),
-                                   xb_msg("user", "Find the bug in main.c"))));
+                                   xb_msg("user", child_text))));
     xb_reply(&xs[1], "Line 12 divides by zero.", NULL, NULL, 10, 5, "stop");
     json_array_append_new(m, xb_echo(&xs[0]));
     json_array_append_new(m, json_pack("{s:s, s:s, s:s}", "role", "tool",
@@ -260,18 +263,56 @@ static void test_subagent_linked_to_parent(void **state)
     audit_set_link_subagents(&set);
     const struct audit_session *c = audit_set_find(&set, "ses_child");
     assert_non_null(c);
-    assert_string_equal(c->parent, "ses_parent");
-    assert_string_equal(c->parent_call, "call_task_1");
-    assert_true(c->result_returned);
     assert_null(audit_set_find(&set, "ses_parent")->parent);
     assert_null(audit_set_find(&set, "ses_other")->parent);
-    json_t *row = audit_session_json(c, NULL);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(row, "parent"), "session")),
-                        "ses_parent");
-    json_decref(row);
+    if (!linked) {
+        assert_null(c->parent);
+    } else {
+        assert_non_null(c->parent);
+        assert_string_equal(c->parent, "ses_parent");
+        assert_string_equal(c->parent_call, "call_task_1");
+        assert_true(c->result_returned);
+        json_t *row = audit_session_json(c, NULL);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(row, "parent"), "session")),
+                            "ses_parent");
+        json_decref(row);
+    }
     audit_set_release(&set);
     free_xs(xs, 4);
+}
+
+/* opencode's task tool: the child's first message is the call's prompt. */
+static void test_subagent_linked_to_parent(void **state)
+{
+    (void)state;
+    subagent_case("task", "Find the bug in main.c", "Find the bug in main.c",
+                  true);
+}
+
+/* Continue names its tool "Subagent": tool names compare without case. */
+static void test_subagent_tool_name_any_case(void **state)
+{
+    (void)state;
+    subagent_case("Subagent", "Find the bug in main.c",
+                  "Find the bug in main.c", true);
+    subagent_case("read_file", "Find the bug in main.c",
+                  "Find the bug in main.c", false);
+}
+
+/* Kilo appends <environment_details> to the subagent's first message: the
+ * prompt followed by a line break and more is the same call; a prompt that
+ * is only a word, or text that merely starts like it, is not. */
+static void test_subagent_prompt_with_appended_block(void **state)
+{
+    (void)state;
+    subagent_case("task", "Find the bug in main.c",
+                  "Find the bug in main.c\n\n<environment_details>\n# cwd\n"
+                  "/home/u/p\n</environment_details>",
+                  true);
+    subagent_case("task", "Find the bug", "Find the bug\nin main.c", false);
+    subagent_case("task", "Find the bug in main.c",
+                  "Find the bug in main.cpp and fix it", false);
 }
 
 /* A request under a session header of its own, no tools. */
@@ -371,6 +412,8 @@ int main(void)
         cmocka_unit_test(test_summary_head_stays_one_session),
         cmocka_unit_test(test_one_shots_are_not_chained),
         cmocka_unit_test(test_subagent_linked_to_parent),
+        cmocka_unit_test(test_subagent_tool_name_any_case),
+        cmocka_unit_test(test_subagent_prompt_with_appended_block),
         cmocka_unit_test(test_side_attached_by_exact_id),
         cmocka_unit_test(test_title_by_structure_not_by_word),
     };

@@ -352,16 +352,17 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
 
 static json_t *thresholds_json(const struct audit_thresholds *t)
 {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:I, s:f, "
-                     "s:f}",
-                     "token_deficit", t->token_deficit, "token_deficit_min",
-                     t->token_deficit_min, "flat_growth", t->flat_growth,
-                     "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
-                     "ngram_share", t->ngram_share, "degen_min_bytes",
-                     (json_int_t)t->degen_min_bytes, "reasoning_ratio",
-                     t->reasoning_ratio, "reasoning_min_bytes",
-                     (json_int_t)t->reasoning_min_bytes, "gap_ms", t->gap_ms,
-                     "added_ttfb_ms", t->added_ttfb_ms);
+    return json_pack(
+        "{s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:f, "
+        "s:I, s:f, s:f}",
+        "token_deficit", t->token_deficit, "token_deficit_min",
+        t->token_deficit_min, "token_exact_min", t->token_exact_min,
+        "pinned_run", (json_int_t)t->pinned_run, "flat_growth", t->flat_growth,
+        "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
+        "ngram_share", t->ngram_share, "degen_min_bytes",
+        (json_int_t)t->degen_min_bytes, "reasoning_ratio", t->reasoning_ratio,
+        "reasoning_min_bytes", (json_int_t)t->reasoning_min_bytes, "gap_ms",
+        t->gap_ms, "added_ttfb_ms", t->added_ttfb_ms);
 }
 
 /* The thresholds as the JSON report gives them. */

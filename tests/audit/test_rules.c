@@ -570,6 +570,26 @@ static void test_first_message_claims(void **state)
     assert_string_equal(
         json_string_value(json_object_get(f->evidence, "blame")), "harness");
     audit_list_release(&l);
+    /* the same request, which the server cut (the server's own count of
+     * its messages is 500 tokens more than it read): the harness may have
+     * sent a summary that still held the history; the server is blamed */
+    struct audit_opts o;
+    audit_opts_init(&o);
+    long pt = (long)json_integer_value(json_object_get(
+        json_object_get(xs[3].reply, "usage"), "prompt_tokens"));
+    o.tokenized = json_pack("{s:I}", "4", (json_int_t)(pt + 500));
+    run_audit(xs, N, &o, &l);
+    f = find_rule(&l, "first_message.claim");
+    assert_non_null(f);
+    assert_non_null(find_rule(&l, "truncation.below"));
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "blame")), "server");
+    assert_string_equal(
+        json_string_value(json_object_get(f->evidence, "truncation")),
+        "truncation.below");
+    assert_non_null(strstr(f->summary, "the server cut this request"));
+    audit_list_release(&l);
+    json_decref(o.tokenized);
     free_xs(xs, N);
     /* a claim on a true first message is right */
     clean_session(xs);

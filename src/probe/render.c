@@ -390,6 +390,11 @@ static json_t *case_json(const struct probe_spec *s,
         json_object_set_new(c, "drop", json_string(probe_drop_name(r->drop)));
         if (r->drop_turns)
             json_object_set_new(c, "drop_turns", json_integer(r->drop_turns));
+        if (r->drop_msgs)
+            json_object_set_new(c, "drop_messages", json_integer(r->drop_msgs));
+        if (r->drop_at)
+            json_object_set_new(c, "drop_from",
+                                json_string(probe_drop_at_name(r->drop_at)));
     }
     return c;
 }
@@ -687,6 +692,28 @@ bool probe_reasoning_words(const struct probe_report_in *in,
         any |= k[v] >= 0;
     if (!any)
         return false;
+    /* the variants isolate reasoning only when the rest of the context
+     * reached the model: a case that lost other context says nothing */
+    unsigned other = 0, cases = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if (in->specs[i].kind != PROBE_REASONING || !r->done ||
+            r->outcome == PROBE_ERROR)
+            continue;
+        cases++;
+        other +=
+            r->outcome == PROBE_TRUNCATED ||
+            (r->outcome == PROBE_DROPPED && r->drop != PROBE_DROP_REASONING);
+    }
+    if (other) {
+        snprintf(out, size,
+                 "the reasoning grid cannot tell what becomes of prior "
+                 "reasoning: %u of %u reasoning cases lost other context "
+                 "on the way (see above), so their variants do not differ "
+                 "from the controls by the reasoning alone",
+                 other, cases);
+        return true;
+    }
     const char *why;
     if (k[PROBE_RV_OMITTED] == 0)
         why = "the control (reasoning not sent back) recalled the fact it "
@@ -744,7 +771,7 @@ static json_t *reasoning_json(const struct probe_report_in *in,
 static void explain_dropped(FILE *out, const struct probe_report_in *in,
                             const struct probe_result *res, int k)
 {
-    unsigned by[PROBE_DROP_COUNT] = {0}, n = 0;
+    unsigned by[PROBE_DROP_COUNT][PROBE_AT_NEWEST + 1] = {{0}}, n = 0;
     double lo = 2, hi = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct probe_result *r = &res[i];
@@ -752,17 +779,23 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
             r->outcome != PROBE_DROPPED)
             continue;
         n++;
-        by[r->drop]++;
+        by[r->drop]
+          [r->drop_at >= 0 && r->drop_at <= PROBE_AT_NEWEST ? r->drop_at : 0]++;
         lo = fmin(lo, r->drop_ratio);
         hi = fmax(hi, r->drop_ratio);
     }
     static const char *const what[PROBE_DROP_COUNT] = {
-        [PROBE_DROP_NONE] = "of an unknown shape",
-        [PROBE_DROP_WINDOW] = "a window by turns (whole turns gone from the "
-                              "front)",
-        [PROBE_DROP_SUMMARY] = "a summary (the front replaced by a short "
-                               "text: compaction)",
-        [PROBE_DROP_CLIP] = "clipping (long messages shortened)",
+        [PROBE_DROP_NONE] = "an unknown kind of drop",
+        [PROBE_DROP_WINDOW] = "a window (whole messages gone, none replaced",
+        [PROBE_DROP_SUMMARY] = "a summary (whole messages replaced by a "
+                               "short text: compaction",
+        [PROBE_DROP_CLIP] = "clipping (long messages shortened inside)",
+        [PROBE_DROP_REASONING] = "the reasoning_content field of earlier "
+                                 "replies removed (the rest intact)",
+        [PROBE_DROP_UNKNOWN] = "an unknown kind of drop (no run of "
+                               "messages, summary, clipping or reasoning "
+                               "field explains the count, or without "
+                               "/tokenize the count cannot tell)",
     };
     fprintf(out,
             " %u dropped-before-the-model (%.0f%% to %.0f%% of probe's own "
@@ -771,8 +804,14 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
             n, 100 * lo, 100 * hi);
     bool first = true;
     for (int d = 0; d < PROBE_DROP_COUNT; d++)
-        if (by[d]) {
-            fprintf(out, "%s %s in %u", first ? "" : ",", what[d], by[d]);
+        for (int a = 0; a <= PROBE_AT_NEWEST; a++) {
+            if (!by[d][a])
+                continue;
+            fprintf(out, "%s %s", first ? "" : ",", what[d]);
+            if (d == PROBE_DROP_WINDOW || d == PROBE_DROP_SUMMARY)
+                fprintf(out, "%s%s)", a ? ", from the " : "",
+                        probe_drop_at_name(a));
+            fprintf(out, " in %u", by[d][a]);
             first = false;
         }
     fputs(");", out);

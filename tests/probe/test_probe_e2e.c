@@ -354,7 +354,8 @@ static void test_keep_last_turns_shows_in_canary_map(void **state)
     assert_non_null(map);
     assert_non_null(strstr(map, "16k    0D    0D    0D  100"));
     /* and the explanation says it is a window, not a token limit */
-    assert_non_null(strstr(out, "looks like a window by turns"));
+    assert_non_null(strstr(out, "looks like a window (whole messages gone, "
+                                "none replaced, from the oldest)"));
     run_release(&r);
 }
 

@@ -77,6 +77,8 @@ double probe_pass_rate(const struct probe_result *res, size_t n)
 
 struct tally {
     unsigned n, pass, out[PROBE_NOUTCOMES], no_ctx;
+    unsigned tested; /* by_length: the largest target of the cell's cases
+                        (under its length when the cell was capped) */
 };
 
 static void tally_add(struct tally *t, const struct probe_result *r)
@@ -127,16 +129,25 @@ static void by_length(const struct probe_report_in *in,
         if (k >= 0 && (int)in->specs[i].kind != k)
             continue;
         for (size_t j = 0; j < nl; j++)
-            if (L[j] == in->specs[i].length)
+            if (L[j] == in->specs[i].length) {
                 tally_add(&t[j], &res[i]);
+                if (in->specs[i].target > t[j].tested)
+                    t[j].tested = in->specs[i].target;
+            }
     }
+}
+
+/* The length a cell tested: its own, or less when it was capped. */
+static unsigned tested_len(unsigned length, const struct tally *t)
+{
+    return t->tested && t->tested < length ? t->tested : length;
 }
 
 static void effective(const unsigned *L, const struct tally *t, size_t nl,
                       unsigned *ruler, unsigned *nolima, double *base)
 {
-    double rate[MAXL];
-    unsigned LL[MAXL];
+    double rate[MAXL] = {0};
+    unsigned LL[MAXL] = {0};
     size_t m = 0;
     for (size_t i = 0; i < nl; i++)
         if (t[i].n) {
@@ -145,6 +156,14 @@ static void effective(const unsigned *L, const struct tally *t, size_t nl,
         }
     *ruler = probe_effective_ruler(LL, rate, m, PROBE_RULER_THRESHOLD);
     *nolima = probe_effective_nolima(LL, rate, m, base);
+    /* never past the largest length actually tested: a capped cell
+     * (max_model_len under its length) counts at its tested length */
+    for (size_t i = 0; i < nl; i++) {
+        if (*ruler == L[i])
+            *ruler = tested_len(L[i], &t[i]);
+        if (*nolima == L[i])
+            *nolima = tested_len(L[i], &t[i]);
+    }
 }
 
 static json_t *wilson_json(const struct tally *t)
@@ -453,6 +472,11 @@ static json_t *kinds_json(const struct probe_report_in *in,
         for (size_t j = 0; j < nl; j++) {
             json_t *x = tally_json(&t[j]);
             json_object_set_new(x, "length", json_integer(L[j]));
+            if (tested_len(L[j], &t[j]) < L[j]) {
+                json_object_set_new(x, "capped", json_true());
+                json_object_set_new(x, "tested_tokens",
+                                    json_integer(t[j].tested));
+            }
             json_array_append_new(bl, x);
             all.n += t[j].n;
             all.pass += t[j].pass;
@@ -609,6 +633,33 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
                     probe_variant_name(k, cols[c]));
 }
 
+/* Marks and explains the capped lengths: cases sized under the length
+ * because the server's context would not hold it with the reply. */
+static void capped_note(FILE *out, const struct probe_report_in *in,
+                        const struct probe_result *res)
+{
+    unsigned L[MAXL];
+    struct tally t[MAXL];
+    size_t nl = lengths_of(in, -1, L), nc = 0;
+    unsigned most = 0;
+    by_length(in, res, -1, L, nl, t);
+    for (size_t j = 0; j < nl; j++) {
+        if (tested_len(L[j], &t[j]) >= L[j])
+            continue;
+        most = t[j].tested > most ? t[j].tested : most;
+        char l[16];
+        fmt_len(L[j], l, sizeof(l));
+        fprintf(out, "%s%s", nc++ ? ", " : "(capped: ", l);
+    }
+    if (!nc)
+        return;
+    fprintf(out,
+            " tested at %u tokens at most: the server's max_model_len %u "
+            "holds no more with the reply; an effective length never "
+            "exceeds the length a cell tested)\n",
+            most, in->ep ? in->ep->max_model_len : 0);
+}
+
 static void summary_table(FILE *out, const struct probe_report_in *in,
                           const struct probe_result *res)
 {
@@ -650,6 +701,7 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
         fprintf(out, "(<min: effective length 0, below the shortest length "
                      "tested: the pass rate never reaches the rule's "
                      "threshold)\n");
+    capped_note(out, in, res);
 }
 
 /* ---- the reasoning grid in words ---- */

@@ -349,6 +349,49 @@ static void test_reasoning_line_silent_under_window(void **state)
     buf_release(&out);
 }
 
+/* A server whose max_model_len (3000) is under the lengths asked for:
+ * the 4k and 8k cells hold 2,744-token cases, the effective length is
+ * never past that, and the report marks the cells and says why. */
+static void test_max_model_len_caps_effective_length(void **state)
+{
+    (void)state;
+    struct proc small;
+    const char *sargv[] = {
+        "sim",  "--listen",   "127.0.0.1:0", "--max-model-len",
+        "3000", "--overflow", "error",       NULL};
+    assert_int_equal(proc_start(&small, sargv), 0);
+    struct run r;
+    run_probe_k(&r, proc_url(&small), "1k,2k,4k,8k", "needle,canary", "0,50");
+    proc_stop(&small);
+    json_t *res = json_object_get(r.j, "results");
+    json_t *eff = json_object_get(res, "effective_length");
+    json_int_t ruler = json_integer_value(json_object_get(eff, "ruler"));
+    json_int_t nolima = json_integer_value(json_object_get(eff, "nolima"));
+    assert_true(ruler > 2048 && ruler <= 3000 - 256);
+    assert_true(nolima > 2048 && nolima <= 3000 - 256);
+    size_t i, capped = 0;
+    json_t *k, *l;
+    json_array_foreach(json_object_get(res, "kinds"), i, k)
+    {
+        json_int_t kr = json_integer_value(
+            json_object_get(json_object_get(k, "effective_length"), "ruler"));
+        assert_true(kr <= 3000);
+        size_t j;
+        json_array_foreach(json_object_get(k, "by_length"), j, l)
+        {
+            json_int_t len = json_integer_value(json_object_get(l, "length"));
+            bool c = json_is_true(json_object_get(l, "capped"));
+            assert_int_equal(c, len > 3000);
+            capped += c;
+        }
+    }
+    assert_int_equal(capped, 4); /* 4k and 8k of two kinds */
+    assert_non_null(strstr(buf_str(&r.out), "(capped: 4k, 8k tested at "));
+    assert_non_null(strstr(buf_str(&r.out), "max_model_len 3000"));
+    assert_null(strstr(buf_str(&r.out), "     8k      8k"));
+    run_release(&r);
+}
+
 static void test_healthy_gateway_no_failure(void **state)
 {
     (void)state;
@@ -505,6 +548,7 @@ int main(void)
         T(test_keep_last_messages_even_and_odd),
         T(test_compaction_8k_and_32k),
         T(test_clipping_2000),
+        T(test_max_model_len_caps_effective_length),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -375,6 +375,10 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
                  : "");
     json_t *pt = json_object_get(json_object_get(j, "usage"), "prompt_tokens");
     r->prompt_tokens = json_is_integer(pt) ? (long)json_integer_value(pt) : -1;
+    json_t *ct =
+        json_object_get(json_object_get(j, "usage"), "completion_tokens");
+    r->completion_tokens =
+        json_is_integer(ct) ? (long)json_integer_value(ct) : -1;
     json_decref(j);
     return 0;
 }
@@ -416,6 +420,7 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
 
     memset(r, 0, sizeof(*r));
     r->prompt_tokens = -1;
+    r->completion_tokens = -1;
     http_resp_init(&resp);
     for (unsigned a = 0; a <= e->retries; a++) {
         if (a) {

@@ -50,6 +50,7 @@ static void fill(struct probe_result *res, const struct probe_case *pc,
     res->no_context = probe_has_no_context(rep->content);
     res->expected = expected;
     res->prompt_tokens = rep->prompt_tokens;
+    res->completion_tokens = rep->completion_tokens;
     res->status = rep->status;
     res->attempts = rep->attempts;
     res->latency = rep->latency;

@@ -300,6 +300,7 @@ struct probe_result {
     bool no_context;
     unsigned expected; /* tokens by the sizing */
     long prompt_tokens;
+    long completion_tokens; /* -1 or 0: not known (not stored) */
     long status;
     unsigned attempts;
     double latency;

@@ -70,7 +70,8 @@ struct probe_reply {
     long status; /* last HTTP status; 0: no response */
     int err;     /* 0 or the last -errno */
     unsigned attempts;
-    long prompt_tokens; /* -1: not reported */
+    long prompt_tokens;     /* -1: not reported */
+    long completion_tokens; /* -1: not reported */
     char finish[16];
     char *content;   /* owned, may be NULL */
     char *reasoning; /* owned, may be NULL */

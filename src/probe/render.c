@@ -869,6 +869,43 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
     fputs(");", out);
 }
 
+/* The output-clipped cases of kind k (n of them): a reply that ended on
+ * finish_reason length short of the max_tokens probe asked for was cut by
+ * a lower max_tokens on the path or the server, which --max-tokens cannot
+ * raise. */
+static void explain_clipped(FILE *out, const struct probe_report_in *in,
+                            const struct probe_result *res, int k, unsigned n)
+{
+    json_int_t asked =
+        json_integer_value(json_object_get(in->config, "max_tokens"));
+    json_t *eb = in->ep ? in->ep->extra_body : NULL;
+    if (json_is_integer(json_object_get(eb, "max_tokens")))
+        asked = json_integer_value(json_object_get(eb, "max_tokens"));
+    unsigned lowered = 0;
+    long most = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_CLIPPED || r->completion_tokens <= 0 ||
+            asked <= 0 || r->completion_tokens >= asked)
+            continue;
+        lowered++;
+        most = r->completion_tokens > most ? r->completion_tokens : most;
+    }
+    if (lowered)
+        fprintf(out,
+                " %u output-clipped (finish_reason length after at most %ld "
+                "reply tokens while probe asked for max_tokens %lld: the "
+                "path or the server lowered max_tokens; raising "
+                "--max-tokens will not help);",
+                n, most, (long long)asked);
+    else
+        fprintf(out,
+                " %u output-clipped (finish_reason length; raise "
+                "--max-tokens);",
+                n);
+}
+
 /* Where recall breaks and why: per kind, the shortest failing length and
  * the class that dominates beyond it. */
 static void explain(FILE *out, const struct probe_report_in *in,
@@ -928,10 +965,7 @@ static void explain(FILE *out, const struct probe_report_in *in,
                     "not recall);",
                     t.out[PROBE_MISSED]);
         if (t.out[PROBE_CLIPPED])
-            fprintf(out,
-                    " %u output-clipped (finish_reason length; raise "
-                    "--max-tokens);",
-                    t.out[PROBE_CLIPPED]);
+            explain_clipped(out, in, res, k, t.out[PROBE_CLIPPED]);
         if (t.out[PROBE_ERROR])
             fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
                     err ? err : "?");

@@ -839,6 +839,8 @@ static void test_retries_then_server_error_and_clipped(void **state)
             assert_string_equal(sget(c, "finish_reason"), "length");
             assert_string_equal(sget(c, "outcome"), "output-clipped");
         }
+        /* probe asked for 3 itself: its own --max-tokens is the cause */
+        assert_non_null(strstr(buf_str(&r.out), "raise --max-tokens"));
         run_release(&r);
     }
     proc_stop(&sim);

@@ -392,6 +392,27 @@ static void test_max_model_len_caps_effective_length(void **state)
     run_release(&r);
 }
 
+/* A gateway that lowers max_tokens to 2 while probe asks for 256: the
+ * replies end on finish_reason length, and the report blames the path or
+ * the server for the lower max_tokens instead of advising a higher
+ * --max-tokens. */
+static void test_lowered_max_tokens_blamed_on_the_path(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.set_field = "max_tokens", .set_json = "2"};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    struct run r;
+    run_probe_k(&r, gateway_url(gw), "1k", "needle,variables", "0,50");
+    gateway_stop(gw);
+    const char *out = buf_str(&r.out);
+    assert_non_null(strstr(out, "output-clipped (finish_reason length after "
+                                "at most 2 reply tokens while probe asked "
+                                "for max_tokens 256: the path or the server "
+                                "lowered max_tokens"));
+    assert_null(strstr(out, "raise --max-tokens"));
+    run_release(&r);
+}
+
 static void test_healthy_gateway_no_failure(void **state)
 {
     (void)state;
@@ -549,6 +570,7 @@ int main(void)
         T(test_compaction_8k_and_32k),
         T(test_clipping_2000),
         T(test_max_model_len_caps_effective_length),
+        T(test_lowered_max_tokens_blamed_on_the_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -124,7 +124,8 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
      * the expectation) */
     if (!rep.err && e->own_ready &&
         probe_is_lost(rep.prompt_tokens, &k->shape)) {
-        probe_own_turns(e, c, pc, &k->shape, &d);
+        if (!probe_score(pc, rep.content)) /* only failures get a kind */
+            probe_own_turns(e, c, pc, &k->shape, &d);
         path_count(e, c, pc, k);
     }
     fill(res, pc, &rep, k, r->tol);

@@ -167,6 +167,8 @@ struct probe_endpoint {
     const char *const *headers; /* borrowed; may hold secrets: never
                                    stored, printed or put in a diag */
     json_t *extra_body;         /* borrowed; merged into every request */
+    struct probe_tok_cache *tok_cache; /* /tokenize answers of the run by
+                                          content hash (endpoint.c) */
     long timeout_ms;
     unsigned retries;       /* after the first attempt */
     unsigned backoff_ms;    /* first retry delay; doubles each time */

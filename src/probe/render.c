@@ -869,6 +869,34 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
     fputs(");", out);
 }
 
+/* The missed cases of kind k (n of them). Counted by the calibrated line
+ * (no /tokenize), "intact" means only within that line's error: a
+ * smaller loss on the path (a stripped field) is not ruled out. */
+static void explain_missed(FILE *out, const struct probe_report_in *in,
+                           const struct probe_result *res, int k, unsigned n)
+{
+    double err = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind == k && r->done &&
+            r->outcome == PROBE_MISSED && r->have_shape && r->shape.estimated &&
+            r->shape.total)
+            err = fmax(err, 2 * r->shape.err / r->shape.total);
+    }
+    if (err > 0)
+        fprintf(out,
+                " %u missed (prompt tokens within %.0f%% of the calibrated "
+                "count: without /tokenize a smaller loss on the path, such "
+                "as a stripped field, is not ruled out; else the model did "
+                "not recall);",
+                n, 100 * err);
+    else
+        fprintf(out,
+                " %u missed (prompt tokens intact; the model did not "
+                "recall);",
+                n);
+}
+
 /* The output-clipped cases of kind k (n of them): a reply that ended on
  * finish_reason length short of the max_tokens probe asked for was cut by
  * a lower max_tokens on the path or the server, which --max-tokens cannot
@@ -960,10 +988,7 @@ static void explain(FILE *out, const struct probe_report_in *in,
         if (t.out[PROBE_DROPPED])
             explain_dropped(out, in, res, k);
         if (t.out[PROBE_MISSED])
-            fprintf(out,
-                    " %u missed (prompt tokens intact; the model did "
-                    "not recall);",
-                    t.out[PROBE_MISSED]);
+            explain_missed(out, in, res, k, t.out[PROBE_MISSED]);
         if (t.out[PROBE_CLIPPED])
             explain_clipped(out, in, res, k, t.out[PROBE_CLIPPED]);
         if (t.out[PROBE_ERROR])

@@ -329,6 +329,29 @@ static void test_strip_reasoning_in_words(void **state)
     buf_release(&out);
 }
 
+/* The same without /tokenize: the calibrated count cannot see a loss of
+ * a few percent, so the failures are not said to have reached the model
+ * intact, and the grid still names the field. */
+static void test_strip_reasoning_without_tokenize(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.strip_reasoning = true, .no_tokenize = true};
+    struct buf out = BUF_INIT;
+    struct gateway_counts n;
+    json_t *j;
+    reasoning_behind(&o, &out, &j, &n);
+    assert_true(n.stripped > 0);
+    const char *t = buf_str(&out);
+    assert_null(strstr(t, "prompt tokens intact"));
+    assert_null(strstr(t, "truncated-by-server ("));
+    assert_true(strstr(t, "it looks like the reasoning_content field") ||
+                strstr(t, "a smaller loss on the path, such as a stripped "
+                          "field, is not ruled out"));
+    assert_non_null(strstr(t, "drops the reasoning_content field"));
+    json_decref(j);
+    buf_release(&out);
+}
+
 /* Under a window the reasoning variants lose whole turns, not reasoning:
  * the reasoning line says it cannot tell, and blames no field. */
 static void test_reasoning_line_silent_under_window(void **state)
@@ -560,6 +583,7 @@ int main(void)
         T(test_healthy_gateway_no_failure),
         T(test_strip_reasoning_in_words),
         T(test_reasoning_line_silent_under_window),
+        T(test_strip_reasoning_without_tokenize),
         T(test_window_without_tokenize),
         T(test_keep_last_turns),
         T(test_drop_oldest_turns),

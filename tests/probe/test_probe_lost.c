@@ -372,6 +372,30 @@ static void test_reasoning_line_silent_under_window(void **state)
     buf_release(&out);
 }
 
+/* A server cutting the middle of long prompts (a context limit of 1500):
+ * still truncated-by-server (the counts sit at its limit, the requests
+ * arrived whole), and the reasoning line cites no template rule for
+ * failures whose whole turns were lost. */
+static void test_middle_truncation_reasoning_line(void **state)
+{
+    (void)state;
+    struct proc mid;
+    const char *sargv[] = {
+        "sim",  "--listen",   "127.0.0.1:0", "--context-limit",
+        "1500", "--overflow", "middle",      NULL};
+    assert_int_equal(proc_start(&mid, sargv), 0);
+    struct run r;
+    run_probe_k(&r, proc_url(&mid), "1k,2k,4k", "reasoning", "50");
+    proc_stop(&mid);
+    const char *t = buf_str(&r.out);
+    assert_non_null(strstr(t, "truncated-by-server (the server kept 1500"));
+    assert_null(strstr(t, "dropped-before-the-model ("));
+    assert_non_null(strstr(t, "the reasoning grid cannot tell"));
+    assert_null(strstr(t, "DeepSeek"));
+    assert_null(strstr(t, "in no form"));
+    run_release(&r);
+}
+
 /* A server whose max_model_len (3000) is under the lengths asked for:
  * the 4k and 8k cells hold 2,744-token cases, the effective length is
  * never past that, and the report marks the cells and says why. */
@@ -594,6 +618,7 @@ int main(void)
         T(test_compaction_8k_and_32k),
         T(test_clipping_2000),
         T(test_max_model_len_caps_effective_length),
+        T(test_middle_truncation_reasoning_line),
         T(test_lowered_max_tokens_blamed_on_the_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

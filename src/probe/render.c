@@ -612,7 +612,13 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
     fputc('\n', out);
     for (size_t l = 0; l < nl; l++) {
         char ls[16];
-        fmt_len(L[l], ls, sizeof(ls));
+        bool capped = false; /* marked: see capped_note */
+        for (size_t i = 0; i < in->n; i++)
+            capped |= (int)in->specs[i].kind == k &&
+                      in->specs[i].length == L[l] && in->specs[i].target < L[l];
+        fmt_len(L[l], ls, sizeof(ls) - 1);
+        if (capped)
+            strcat(ls, "*");
         fprintf(out, "  %6s", ls);
         for (size_t c = 0; c < nc; c++) {
             struct tally t = {0};
@@ -654,9 +660,9 @@ static void capped_note(FILE *out, const struct probe_report_in *in,
     if (!nc)
         return;
     fprintf(out,
-            " tested at %u tokens at most: the server's max_model_len %u "
-            "holds no more with the reply; an effective length never "
-            "exceeds the length a cell tested)\n",
+            " tested at %u tokens at most, marked * in the heatmaps: the "
+            "server's max_model_len %u holds no more with the reply; an "
+            "effective length never exceeds the length a cell tested)\n",
             most, in->ep ? in->ep->max_model_len : 0);
 }
 

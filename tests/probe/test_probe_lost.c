@@ -435,6 +435,8 @@ static void test_max_model_len_caps_effective_length(void **state)
     assert_int_equal(capped, 4); /* 4k and 8k of two kinds */
     assert_non_null(strstr(buf_str(&r.out), "(capped: 4k, 8k tested at "));
     assert_non_null(strstr(buf_str(&r.out), "max_model_len 3000"));
+    assert_non_null(strstr(buf_str(&r.out), "\n     8k*  "));
+    assert_non_null(strstr(buf_str(&r.out), "\n      2k  "));
     assert_null(strstr(buf_str(&r.out), "     8k      8k"));
     run_release(&r);
 }

@@ -68,6 +68,22 @@ bool probe_is_lost(long reached, const struct probe_shape *sh)
            (double)reached < (double)sh->total - window_tol(sh);
 }
 
+/* Short of the count by more than its error per message, not by the
+ * share of the whole that lost context needs (0.2%, 65 tokens at 32k):
+ * the loss of one short message. Only a run of messages that explains
+ * it exactly makes such a failure lost context. */
+static bool is_short(long reached, const struct probe_shape *sh)
+{
+    return sh->total && reached >= 0 && !sh->estimated &&
+           (double)reached < (double)sh->total - fmax(3, 2 * sh->err);
+}
+
+bool probe_path_check_due(long reached, const struct probe_shape *sh,
+                          bool failed)
+{
+    return probe_is_lost(reached, sh) || (failed && is_short(reached, sh));
+}
+
 /* Tokens of the turns 1..k of sh. */
 static double turns_upto(const struct probe_shape *sh, unsigned k)
 {
@@ -165,18 +181,23 @@ static bool find_run(const struct probe_shape *sh, double loss,
     if (sh->n < 2 || s0 + 1 >= sh->n)
         return false;
     for (unsigned a = s0; a + 1 < sh->n; a++) {
+        double best = -1; /* a window: the closest of the runs from a */
         for (unsigned b = a; b + 1 < sh->n; b++) {
             double run = run_tok(sh, a, b), d = run - loss;
             double tol = kept_tol(sh, b - a + 1, run);
             bool hit = summary ? d > tol && d <= extra_max : fabs(d) <= tol;
-            if (hit) {
+            if (hit && (summary || best < 0 || fabs(d) < best)) {
                 *ra = a;
                 *rb = b;
-                return true;
+                best = fabs(d);
+                if (summary)
+                    return true;
             }
             if (d > (summary ? extra_max : tol))
                 break;
         }
+        if (best >= 0)
+            return true;
         if (oldest_only)
             break;
     }
@@ -284,6 +305,35 @@ static bool at_one_cap(const struct probe_result *res, size_t n,
     return nl >= 2 && (double)(hi - lo) <= band && (double)(ohi - olo) > band;
 }
 
+/* Failures short of the count by less than lost context needs but more
+ * than its error per message (a first message of 30 tokens at 8k): lost
+ * context dropped before the model when a run of whole messages or the
+ * reasoning fields explain the count exactly; as they were otherwise. */
+static void small_losses(struct probe_result *res, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct probe_result *r = &res[i];
+        if (!r->done || r->cached || r->lost || !r->have_shape ||
+            (r->outcome != PROBE_MISSED && r->outcome != PROBE_CLIPPED &&
+             r->outcome != PROBE_TRUNCATED) ||
+            !is_short(r->prompt_tokens, &r->shape))
+            continue;
+        struct fit f;
+        int kind = one_shape(r, &f);
+        if (kind == PROBE_DROP_WINDOW || kind == PROBE_DROP_SUMMARY ||
+            kind == PROBE_DROP_REASONING) {
+            r->outcome = PROBE_DROPPED;
+            r->drop = kind;
+            r->lost = true;
+            r->drop_ratio = (double)r->prompt_tokens / r->shape.total;
+        } else {
+            r->drop = PROBE_DROP_NONE;
+            r->drop_turns = r->drop_msgs = 0;
+            r->drop_at = PROBE_AT_NONE;
+        }
+    }
+}
+
 /* Clipping, not a run of messages: the kind and its run forgotten. */
 static void as_clip(struct probe_result *r)
 {
@@ -335,6 +385,7 @@ void probe_lost_classify(const struct probe_spec *specs,
     bool clip = nclip >= 2 && cmax <= 1.3 * cmin && nmax > nmin;
     settle(res, fits, n);
     free(fits);
+    small_losses(res, n);
     for (size_t i = 0; i < n; i++) {
         struct probe_result *r = &res[i];
         if (r->outcome != PROBE_DROPPED || r->cached)

@@ -122,9 +122,10 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
      * of the whole request, which says whether the path rewrites
      * /tokenize too (intact cases need neither: probe's own count is
      * the expectation) */
+    bool failed = !probe_score(pc, rep.content);
     if (!rep.err && e->own_ready &&
-        probe_is_lost(rep.prompt_tokens, &k->shape)) {
-        if (!probe_score(pc, rep.content)) /* only failures get a kind */
+        probe_path_check_due(rep.prompt_tokens, &k->shape, failed)) {
+        if (failed) /* only failures get a kind */
             probe_own_turns(e, c, pc, &k->shape, &d);
         path_count(e, c, pc, k);
     }

@@ -225,6 +225,34 @@ static void test_drop_oldest_two(void **state)
     behind_k(&o, "8k,32k", QUICK, "window", "oldest");
 }
 
+/* The first turn alone gone: a first-message case loses under 1% at 8k
+ * (about 30 tokens), less than lost context needs, and was called missed
+ * (prompt tokens intact). The run of messages explains it exactly. */
+static void test_first_turn_dropped_small_loss(void **state)
+{
+    (void)state;
+    struct gateway_opts o = {.drop_oldest = 1};
+    struct gateway *gw = gateway_start(proc_url(&sim), &o);
+    struct run r;
+    run_probe_k(&r, gateway_url(gw), "1k,8k", "first-message", "0");
+    gateway_stop(gw);
+    json_t *cs =
+        json_object_get(json_object_get(r.j, "results"), "case_results");
+    size_t i;
+    json_t *c;
+    assert_int_equal(json_array_size(cs), 2);
+    json_array_foreach(cs, i, c)
+    {
+        json_int_t got =
+            json_integer_value(json_object_get(c, "prompt_tokens"));
+        json_int_t want =
+            json_integer_value(json_object_get(c, "expected_tokens"));
+        assert_true(got < want && 20 * got > 19 * want);
+    }
+    assert_dropped_at(&r, "window", "oldest", false);
+    run_release(&r);
+}
+
 /* A window by messages: with an odd count it starts on an assistant
  * message (a summary's shape once: a short first message). */
 static void test_keep_last_messages_even_and_odd(void **state)
@@ -616,6 +644,7 @@ int main(void)
         T(test_compaction),
         T(test_clipping),
         T(test_drop_oldest_two),
+        T(test_first_turn_dropped_small_loss),
         T(test_keep_last_messages_even_and_odd),
         T(test_compaction_8k_and_32k),
         T(test_clipping_2000),

@@ -89,7 +89,7 @@ echo
 echo "== /tokenize calls per case behind a lossy path (a window of 3 turns)"
 ./fidelity sim --listen 127.0.0.1:0 --keep-last-turns 3 >"$tmp/simk.log" 2>&1 &
 kpid=$!
-for _ in $(seq 50); do grep -q listening "$tmp/simk.log" && break; sleep 0.1; done
+for _ in $(seq 50); do grep -qs listening "$tmp/simk.log" && break; sleep 0.1; done
 kurl=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$tmp/simk.log")
 [ -n "$kurl" ] || { echo "bench: sim did not start"; exit 1; }
 tokcalls() { curl -s "$kurl/sim/stats" | sed -n 's/.*"tokenize":\([0-9]*\).*/\1/p'; }

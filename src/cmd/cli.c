@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -30,6 +31,7 @@ const struct cmd *cmd_find(const char *name)
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
+    fflush(stdout); /* what was printed comes before the error */
     fprintf(stderr, "fidelity %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -41,6 +43,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;
+    fflush(stdout); /* what was printed comes before the error */
     fprintf(stderr, "fidelity %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -177,7 +180,7 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
     FILE *f = fopen(tmp, "w");
     if (!f) {
         int e = errno;
-        diag_set(d, e, "cannot open '%s': %s", tmp, strerror(e));
+        diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
         free(tmp);
         return -e;
     }
@@ -190,6 +193,116 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
         return diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
     }
     free(tmp);
+    return 0;
+}
+
+/* The folder of path (".", when it names none) into out. */
+static void folder_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == path)
+        snprintf(out, cap, "/");
+    else
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* The folder that will hold path must exist and take new files. */
+static int check_folder(const char *cmd, const char *opt, const char *path)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    folder_of(path, dir, sizeof(dir));
+    if (stat(dir, &st))
+        return cli_usage_error(cmd,
+                               "%s '%s': the folder '%s' does not exist; "
+                               "create it first (mkdir -p '%s')",
+                               opt, path, dir, dir);
+    if (!S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "%s '%s': '%s' is not a folder", opt,
+                               path, dir);
+    if (access(dir, W_OK | X_OK))
+        return cli_usage_error(cmd,
+                               "%s '%s': cannot create files in the folder "
+                               "'%s': %s",
+                               opt, path, dir, strerror(errno));
+    return 0;
+}
+
+int cli_check_output(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path || !strcmp(path, "-"))
+        return 0;
+    if (!*path)
+        return cli_usage_error(cmd, "%s: the file name is empty", opt);
+    if (!stat(path, &st)) {
+        if (S_ISDIR(st.st_mode))
+            return cli_usage_error(cmd,
+                                   "%s '%s' is a folder; give a file name "
+                                   "in it",
+                                   opt, path);
+        if (access(path, W_OK))
+            return cli_usage_error(cmd, "%s '%s': cannot write it: %s", opt,
+                                   path, strerror(errno));
+    }
+    return check_folder(cmd, opt, path);
+}
+
+int cli_check_outdir(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!*path)
+        return cli_usage_error(cmd, "%s: the folder name is empty", opt);
+    if (!stat(path, &st)) {
+        if (!S_ISDIR(st.st_mode))
+            return cli_usage_error(cmd, "%s '%s' is not a folder", opt, path);
+        if (access(path, W_OK | X_OK))
+            return cli_usage_error(cmd, "%s '%s': cannot write in it: %s",
+                                   opt, path, strerror(errno));
+        return 0;
+    }
+    char trimmed[PATH_MAX];
+    snprintf(trimmed, sizeof(trimmed), "%s", path);
+    for (size_t n = strlen(trimmed); n > 1 && trimmed[n - 1] == '/'; n--)
+        trimmed[n - 1] = '\0';
+    return check_folder(cmd, opt, trimmed);
+}
+
+int cli_check_input(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path)
+        return 0;
+    if (stat(path, &st))
+        return cli_usage_error(cmd, "%s '%s': %s", opt, path,
+                               strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "%s '%s' is a folder, not a file", opt,
+                               path);
+    if (access(path, R_OK))
+        return cli_usage_error(cmd, "%s '%s': cannot read it: %s", opt, path,
+                               strerror(errno));
+    return 0;
+}
+
+int cli_check_store(const char *cmd, const char *path)
+{
+    struct stat st;
+    struct diag d = {{0}};
+    sqlite3 *db;
+    if (stat(path, &st))
+        return cli_check_output(cmd, "--db", path);
+    if (S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "--db '%s' is a folder; give a file name",
+                               path);
+    if (store_open(path, &db, &d))
+        return cli_error(cmd, EXIT_INTERNAL,
+                         "%s; give a fidelity store with --db (a new file "
+                         "name makes one)",
+                         d.msg);
+    store_close(db);
     return 0;
 }
 

@@ -76,6 +76,24 @@ int cli_parse_double(const char *s, double min, double max, double *out);
     "  --db FILE             store (default $FIDELITY_DB or fidelity.db)\n"    \
     "  --no-store            save no results in the store and reuse none\n"
 
+/* Checks before work: each is called after the options are parsed and
+ * before any request is sent or any server is started, so that a path that
+ * cannot be used is told at once, by the name the user gave.
+ *
+ * cli_check_output: an output FILE given as opt (e.g. "--json"), "-" and
+ * NULL passing: its folder must exist and be writable, and the file, when
+ * it exists, must be a writable file. 0, or EXIT_USAGE after the message.
+ * cli_check_outdir: the same for a folder that the command creates (or
+ * reuses when it exists).
+ * cli_check_input: an input FILE must be a readable file. 0 or EXIT_USAGE.
+ * cli_check_store: the store a command will write: an existing file must
+ * open as a fidelity store (EXIT_INTERNAL otherwise: "not a database");
+ * a new one must be creatable (cli_check_output's rule, EXIT_USAGE). */
+int cli_check_output(const char *cmd, const char *opt, const char *path);
+int cli_check_outdir(const char *cmd, const char *opt, const char *path);
+int cli_check_input(const char *cmd, const char *opt, const char *path);
+int cli_check_store(const char *cmd, const char *path);
+
 /* Writes j (pretty, sorted keys) to path, "-" meaning standard output. */
 int cli_json_write(json_t *j, const char *path, struct diag *d);
 

@@ -457,6 +457,10 @@ int cmd_audit(int argc, char **argv)
     a.argc = argc;
     a.argv = argv;
     rc = parse(argc, argv, &a);
+    if (!rc)
+        rc = cli_check_output("audit", "--json", a.rec.json);
+    if (!rc)
+        rc = cli_check_output("audit", "--report", a.report);
     if (!rc && a.profile)
         rc = load_profile(&a);
     if (!rc)

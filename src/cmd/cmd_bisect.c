@@ -492,6 +492,11 @@ int cmd_bisect(int argc, char **argv)
         rc = dry_run(&c, &o);
         goto out_config;
     }
+    rc = cli_check_output("bisect", "--json", o.json);
+    if (!rc)
+        rc = cli_check_outdir("bisect", "--out", o.out);
+    if (rc)
+        goto out_config;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {

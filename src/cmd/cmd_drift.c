@@ -514,9 +514,21 @@ static int parse(struct ctx *x, int argc, char **argv)
         return BAD("%s", "--from-db and --corpus are exclusive");
     if (x->o.session && !x->from_db)
         return BAD("%s", "--session needs --from-db");
+    int rc = cli_check_output("drift", "--json", x->json_path);
+    if (!rc)
+        rc = cli_check_output("drift", "--jsonl", x->jsonl_path);
+    if (!rc)
+        rc = cli_check_output("drift", "--report", x->report_path);
+    if (!rc)
+        rc = cli_check_input("drift", "--corpus", x->o.corpus_file);
+    if (!rc && !x->no_store)
+        rc = cli_check_store("drift",
+                             x->db_path ? x->db_path : cli_default_db());
+    if (rc)
+        return rc;
     if (x->from_db) {
         x->o.from_db = x->db_path ? x->db_path : cli_default_db();
-        int rc = recorded_replay("drift", x->o.from_db, NULL);
+        rc = recorded_replay("drift", x->o.from_db, NULL);
         if (rc)
             return rc;
     }

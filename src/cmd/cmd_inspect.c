@@ -133,9 +133,11 @@ int cmd_inspect(int argc, char **argv)
     size_t n = (size_t)(argc - optind);
     if (!n)
         return cli_usage_error("inspect", "give at least one URL");
+    int rc = cli_check_output("inspect", "--json", json);
+    if (rc)
+        return rc;
     json_t **fps = xcalloc(n, sizeof(*fps));
     struct http_client *hc = http_client_new();
-    int rc = EXIT_PASS;
     struct diag d = {0};
     for (size_t i = 0; i < n && rc == EXIT_PASS; i++) {
         const char *url = argv[optind + (int)i];

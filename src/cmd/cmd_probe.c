@@ -296,6 +296,19 @@ static int parse_sendr(const char *s, struct opts *o)
     return r || !o->sendr_mask ? -EINVAL : 0;
 }
 
+/* Every file the run will write, checked before the first request. */
+static int check_paths(const struct opts *o)
+{
+    int rc = cli_check_output("probe", "--json", o->json);
+    if (!rc)
+        rc = cli_check_output("probe", "--junit", o->junit);
+    if (!rc)
+        rc = cli_check_output("probe", "--report", o->report);
+    if (!rc && !o->no_store && !o->dry)
+        rc = cli_check_store("probe", o->db ? o->db : cli_default_db());
+    return rc;
+}
+
 #define BAD(what, hint)                                                        \
     cli_usage_error("probe", "invalid value '%s' for %s: %s", optarg, what,    \
                     hint)
@@ -519,7 +532,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                "invalid --baseline '%s': expected an http:// "
                                "or https:// URL",
                                o->baseline);
-    return 0;
+    return check_paths(o);
 }
 
 struct prog {

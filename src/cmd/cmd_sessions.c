@@ -126,6 +126,8 @@ int cmd_sessions(int argc, char **argv)
     if (optind < argc)
         return cli_usage_error("sessions", "unexpected argument '%s'",
                                argv[optind]);
+    if ((rc = cli_check_output("sessions", "--json", a.json)))
+        return rc;
     audit_set_init(&set);
     audit_list_init(&l);
     audit_opts_init(&o);

@@ -546,6 +546,8 @@ int cmd_show(int argc, char **argv)
     if (optind != argc - 1)
         return cli_usage_error("show", "needs one SESSION id (see 'fidelity "
                                        "sessions')");
+    if ((rc = cli_check_output("show", "--json", a.json)))
+        return rc;
     audit_set_init(&set);
     if (!(rc = recorded_load("show", &a, argv[optind], &set)))
         rc = show_loaded(argv[optind], &a, &set, &so);

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,109 @@ int cli_bad_option(const char *cmd, int c, char **argv)
         return cli_usage_error(cmd, "option '%s' needs a value", arg);
     if (optopt && optopt != '?' && strncmp(arg, "--", 2) != 0)
         return cli_usage_error(cmd, "unknown option '-%c'", optopt);
-    return cli_usage_error(cmd, "unknown option '%s'", arg);
+    return cli_unknown_option(cmd, arg);
+}
+
+char **cli_help_options(const char *cmd, size_t *n)
+{
+    const struct cmd *c = cmd_find(cmd);
+    char **v = NULL;
+    *n = 0;
+    for (const char *p = c ? c->help : ""; (p = strstr(p, "--"));) {
+        p += 2;
+        size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        bool seen = len < 2 || p[-3] == '-' || p[len - 1] == '-';
+        for (size_t i = 0; i < *n && !seen; i++)
+            seen = strlen(v[i]) == len + 2 && !strncmp(v[i] + 2, p, len);
+        if (!seen) {
+            v = xrealloc(v, (*n + 1) * sizeof(*v));
+            v[(*n)++] = xasprintf("--%.*s", (int)len, p);
+        }
+        p += len;
+    }
+    return v;
+}
+
+/* Levenshtein distance of a and b (each at most 63 bytes looked at). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strnlen(a, 63), lb = strnlen(b, 63), row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int cli_unknown_option(const char *cmd, const char *arg)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(arg, "="), arg);
+    size_t n, best = SIZE_MAX, len = strlen(name);
+    char **opts = cli_help_options(cmd, &n);
+    const char *pick = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, opts[i]);
+        if (len > 3 && !strncmp(opts[i], name, len))
+            dist = 1; /* the start of one */
+        if (dist < best) {
+            best = dist;
+            pick = opts[i];
+        }
+    }
+    /* a few letters off: at most 2, and at most a third of the name */
+    int rc;
+    if (pick && best <= 2 && best * 3 <= len)
+        rc = cli_usage_error(cmd, "unknown option '%s'; did you mean '%s'?",
+                             name, pick);
+    else
+        rc = cli_usage_error(cmd, "unknown option '%s'", name);
+    for (size_t i = 0; i < n; i++)
+        free(opts[i]);
+    free(opts);
+    return rc;
+}
+
+int cli_check_base_url(const char *cmd, const char *opt, const char *url)
+{
+    static const char *const api[] = {
+        "/v1/chat/completions", "/chat/completions", "/v1/completions",
+        "/completions",         "/v1/models",        "/models",
+        "/generate",            "/tokenize",         "/detokenize",
+        "/health",              "/get_server_info"};
+    size_t len = strlen(url);
+    while (len > 0 && url[len - 1] == '/')
+        len--;
+    for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
+        size_t k = strlen(api[i]);
+        if (len > k && !strncmp(url + len - k, api[i], k)) {
+            size_t base = len - k;
+            return cli_usage_error(cmd,
+                                   "%s '%s' ends in the API path '%.*s': "
+                                   "give the server's base URL instead: %.*s",
+                                   opt, url, (int)(len - base), url + base,
+                                   (int)base, url);
+        }
+    }
+    return 0;
+}
+
+void cli_sigint_exit(int sig)
+{
+    (void)sig;
+    _exit(EXIT_INTERRUPTED);
 }
 
 int cli_help(const char *name)

@@ -18,7 +18,8 @@ enum {
     EXIT_FAIL = 1,        /* ran, and a threshold or check failed */
     EXIT_USAGE = 2,       /* bad option, bad config, bad input file */
     EXIT_UNREACHABLE = 3, /* an endpoint could not be reached */
-    EXIT_INTERNAL = 4     /* store or I/O failure on this machine */
+    EXIT_INTERNAL = 4,    /* store or I/O failure on this machine */
+    EXIT_INTERRUPTED = 130 /* stopped by Ctrl-C (SIGINT), as a shell says */
 };
 
 struct cmd {
@@ -41,6 +42,23 @@ int cli_error(const char *cmd, int code, const char *fmt, ...)
  * optstring must start with ':'): a one-line error naming the option, a
  * hint, and EXIT_USAGE. */
 int cli_bad_option(const char *cmd, int c, char **argv);
+/* "unknown option 'ARG'" with, when the command's help names an option
+ * close to it (a few letters off, or the start of one), "; did you mean
+ * '--NAME'?"; then the hint line. Returns EXIT_USAGE. */
+int cli_unknown_option(const char *cmd, const char *arg);
+/* The long options the help text of cmd names ("--name"), in order, each
+ * once; n set to their count. Borrowed strings in a fresh array. */
+char **cli_help_options(const char *cmd, size_t *n);
+/* A URL given as a server's base (opt, e.g. "--endpoint") that ends in an
+ * API path (/v1/chat/completions, /v1/completions, /v1/models, /generate,
+ * /tokenize, ...): EXIT_USAGE after a message giving the base URL to use
+ * instead; else 0. */
+int cli_check_base_url(const char *cmd, const char *opt, const char *url);
+/* SIGINT ends the process with EXIT_INTERRUPTED (main installs it for
+ * every command; commands that stop cleanly on their own replace it and
+ * put it back). */
+void cli_sigint_exit(int sig);
+
 /* Prints the command's help to stdout; returns EXIT_PASS. */
 int cli_help(const char *cmd);
 
@@ -104,8 +122,13 @@ int cli_json_write(json_t *j, const char *path, struct diag *d);
  * status with no body (a server without /v1/models); else one line
  * "fidelity CMD: WHAT: ..." says why (unreachable, no answer in time, or an
  * answer that is not JSON, with its status, content type and first bytes)
- * and EXIT_UNREACHABLE is returned. */
+ * and EXIT_UNREACHABLE is returned. A refused connection (nothing listens
+ * yet) is tried again every 0.2 s until timeout_ms has passed; a negative
+ * timeout_ms, the default CLI_READY_DEFAULT, waits -timeout_ms for an
+ * answer but fails at once on a refused connection (a server that is down
+ * is told at once unless --ready-timeout says it may still be starting). */
 #define CLI_READY_TIMEOUT_MS 30000L
+#define CLI_READY_DEFAULT (-CLI_READY_TIMEOUT_MS)
 int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms);
 /* Parses --ready-timeout SEC (0.1-86400, fractions allowed) into *ms. */

@@ -541,7 +541,7 @@ int cmd_bisect(int argc, char **argv)
     struct bisect_outcome out;
     int err = bisect_run(&c, &bo, &out, &d);
     if (err == -EINTR || stop_flag)
-        rc = cli_error("bisect", 130,
+        rc = cli_error("bisect", EXIT_INTERRUPTED,
                        "interrupted; every server is stopped, '--resume' "
                        "goes on where this run ended");
     else if (err == -ECONNREFUSED) {

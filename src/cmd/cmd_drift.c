@@ -47,7 +47,8 @@ const char CMD_DRIFT_HELP[] =
     "  --timeout SECONDS     per request (default 600)\n"
     "  --ready-timeout SEC   wait for the first answer of each server\n"
     "                        (GET /v1/models) before any long request\n"
-    "                        (default 30)\n"
+    "                        (default 30); given, a refused connection is\n"
+    "                        tried again until then (a server starting)\n"
     "corpus:\n"
     "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
     "  --sequences N         built-in conversations (default 4)\n"
@@ -98,7 +99,7 @@ const char CMD_DRIFT_HELP[] =
     "exit status: 0 PASS, WARN or INCONCLUSIVE (the evidence could not\n"
     "decide; the report says how much more would), 1 FAIL (also:\n"
     "tokenizers differ, a server answered wrongly), 2 usage or bad\n"
-    "corpus, 3 unreachable, 4 store or I/O error.\n"
+    "corpus, 3 unreachable, 4 store or I/O error, 130 interrupted.\n"
     "\n"
     "examples:\n"
     "  fidelity drift --golden http://ref:8000 --candidate http://new:8000\n"
@@ -452,6 +453,10 @@ static int parse(struct ctx *x, int argc, char **argv)
         switch (c) {
         case O_GOLDEN:
         case O_CAND:
+            if (cli_check_base_url("drift",
+                                   c == O_GOLDEN ? "--golden" : "--candidate",
+                                   optarg))
+                return EXIT_USAGE;
             if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg, &d))
                 return BAD("%s", d.msg);
             break;
@@ -709,7 +714,7 @@ int cmd_drift(int argc, char **argv)
     drift_cache_opts_default(&x.cache);
     buf_init(&x.line, 0);
     drift_result_init(&r);
-    x.ready_ms = CLI_READY_TIMEOUT_MS;
+    x.ready_ms = CLI_READY_DEFAULT;
     x.argc = argc;
     x.argv = argv;
     code = parse(&x, argc, argv);

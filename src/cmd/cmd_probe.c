@@ -48,7 +48,8 @@ const char CMD_PROBE_HELP[] =
     "  --timeout SEC         per request (default 300)\n"
     "  --ready-timeout SEC   wait for the first answer of each endpoint\n"
     "                        (GET /v1/models) before any long request\n"
-    "                        (default 30)\n"
+    "                        (default 30); given, a refused connection is\n"
+    "                        tried again until then (a server starting)\n"
     "  --retries N           on 429, 5xx and connection errors (default 3)\n"
     "  -j, --jobs N          concurrent requests (default 4)\n"
     "grid:\n"
@@ -94,9 +95,9 @@ const char CMD_PROBE_HELP[] =
     "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
     "--fail-under, or the endpoint is significantly worse than --baseline\n"
     "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
-    "rule decided), or the run was interrupted; 2 usage or config error;\n"
-    "3 endpoint unreachable or not OpenAI-compatible; 4 store or I/O\n"
-    "failure.\n"
+    "rule decided); 2 usage or config error; 3 endpoint unreachable or\n"
+    "not OpenAI-compatible; 4 store or I/O failure; 130 interrupted\n"
+    "(Ctrl-C; what finished is stored, the same command goes on).\n"
     "\n"
     "examples:\n"
     "  fidelity probe --endpoint http://127.0.0.1:8000\n"
@@ -117,7 +118,7 @@ static void on_sigint(int sig)
 {
     (void)sig;
     stop_flag = 1;
-    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process */
+    signal(SIGINT, cli_sigint_exit); /* a second Ctrl-C ends the process */
 }
 
 enum {
@@ -358,7 +359,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
     o->timeout_ms = 300000;
     o->fail_under = 90;
-    o->ready_ms = CLI_READY_TIMEOUT_MS;
+    o->ready_ms = CLI_READY_DEFAULT;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -520,6 +521,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         o->max_tokens = 4096;
     if (!o->endpoint)
         return cli_usage_error("probe", "--endpoint URL is required");
+    if (cli_check_base_url("probe", "--endpoint", o->endpoint) ||
+        (o->baseline && cli_check_base_url("probe", "--baseline", o->baseline)))
+        return EXIT_USAGE;
     if (strncmp(o->endpoint, "http://", 7) &&
         strncmp(o->endpoint, "https://", 8))
         return cli_usage_error("probe",
@@ -841,7 +845,7 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                 "finished and stored; run the same command again "
                 "to finish\n",
                 done, in->n, plural_s(in->n));
-        return EXIT_FAIL;
+        return EXIT_INTERRUPTED;
     }
     struct probe_verdict v;
     probe_verdict(in, o->fail_under, &v);
@@ -1010,7 +1014,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         .ud = &pg};
     signal(SIGINT, on_sigint);
     probe_run(&run);
-    signal(SIGINT, SIG_DFL);
+    signal(SIGINT, cli_sigint_exit);
     restore_lost(db, ep, specs, run.res, n);
     if (base)
         restore_lost(db, base, specs, run.bres, n);

@@ -285,6 +285,8 @@ int cmd_record(int argc, char **argv)
         free(shown);
         return rc;
     }
+    if (cli_check_base_url("record", "--upstream", o.upstream))
+        return EXIT_USAGE;
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
     rc = cli_check_listen("record", listen, host, allow_remote, &remote);

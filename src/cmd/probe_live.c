@@ -4,8 +4,8 @@
  * the sessions (src/probe/live.c), prints the per-cell report, stores the
  * run's JSON document in probe_live_run (what `fidelity report` draws),
  * writes the HTML page with --report and picks the exit code: 0 finished
- * (and recall at least --fail-under), 1 below it or interrupted, 3 when the
- * endpoint stopped answering, 4 store or output failure. See
+ * (and recall at least --fail-under), 1 below it, 3 when the endpoint
+ * stopped answering, 4 store or output failure, 130 interrupted. See
  * docs/PROBE.md, "Live sessions".
  */
 #include "cmd/probe_live.h"
@@ -102,7 +102,7 @@ static int report(const struct probe_live_cmd *o, FILE *out,
                 "finished and stored; run the same command again to "
                 "finish\n",
                 done, total, plural_s(total));
-        return EXIT_FAIL;
+        return EXIT_INTERRUPTED;
     }
     if (rate < o->fail_under) {
         fprintf(stderr,
@@ -159,7 +159,7 @@ int cmd_probe_live(const struct probe_live_cmd *o, struct probe_endpoint *ep,
                                              sizeof(struct probe_live_result))};
     signal(SIGINT, o->on_sigint);
     probe_live_run(&run);
-    signal(SIGINT, SIG_DFL);
+    signal(SIGINT, cli_sigint_exit);
     if (tty)
         fputc('\n', stderr);
     code = report(o, out, &run, db);

@@ -12,8 +12,10 @@ TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
             openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
-            python3-torch libopenblas0-pthread
+            python3-torch libopenblas0-pthread python3-jsonschema
 # slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
+# python3-jsonschema: tests/e2e/test_schema validates every command's
+# --json document against its schema in docs/schema/.
 # python3-torch: the small real transformer the tests serve
 # (tests/model/serve.py, on the CPU); libopenblas0-pthread with it, as
 # without OpenBLAS Debian's torch runs on the reference BLAS, about 30

@@ -469,6 +469,7 @@ static int report(const struct bisect_config *c, const struct opts *o,
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "configurations", ja);
     json_object_set_new(j, "culprit", json_boolean(rk.culprit));
+    json_object_set_new(j, "verdict", json_string(rk.culprit ? "FAIL" : "PASS"));
     int rc = rk.culprit ? EXIT_FAIL : EXIT_PASS;
     struct diag d = {0};
     if (o->json && cli_json_write(j, o->json, &d))

@@ -172,6 +172,7 @@ int cmd_inspect(int argc, char **argv)
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++)
             json_array_append(arr, fps[i]);
+        json_object_set_new(out, "schema", json_string("fidelity.inspect/1"));
         json_object_set_new(out, "fingerprints", arr);
         json_t *diff = n > 1 ? inspect_diff(fps, n) : NULL;
         if (diff)

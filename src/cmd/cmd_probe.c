@@ -805,6 +805,19 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     int code = EXIT_PASS;
     probe_report_text(in, out);
     json_t *j = probe_report_json(in);
+    /* the JSON convention of every command (docs/schema/): the verdict
+     * is the exit code's, INCONCLUSIVE when the run did not finish */
+    struct probe_verdict pv;
+    size_t finished = 0;
+    probe_verdict(in, o->fail_under, &pv);
+    for (size_t i = 0; i < in->n; i++)
+        finished += in->res[i].done;
+    json_object_set_new(j, "schema", json_string("fidelity.probe/1"));
+    json_object_set_new(
+        j, "verdict",
+        json_string(run->interrupted || finished < in->n ? "INCONCLUSIVE"
+                    : pv.worse || pv.below || pv.sizing ? "FAIL"
+                                                        : "PASS"));
     if (o->json && cli_json_write(j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))

@@ -454,8 +454,9 @@ static int write_json(const char *id, const struct audit_set *set,
     for (size_t i = 0; i < l->n; i++)
         json_array_append_new(f, audit_finding_json(&l->v[i]));
     const struct audit_session *s = &set->s[0];
-    json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
-                          s->id, "turns", turns, "findings", f);
+    json_t *j = json_pack("{s:s, s:i, s:s, s:O, s:o}", "schema",
+                          "fidelity.show/1", "version", 1, "session", s->id,
+                          "turns", turns, "findings", f);
     (void)id;
     json_object_set_new(j, "parent",
                         s->parent

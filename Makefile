@@ -65,7 +65,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 TEST_STAMP := $(BUILD)/.test-deps-ok
 
-.PHONY: all deps deps-debs bench-deps fuzz-deps fuzz test check-format format demo demo-sim clean man install uninstall \
+.PHONY: all deps deps-debs bench-deps fuzz-deps fuzz test check-format format demo demo-probe demo-sim clean man install uninstall \
         golden golden-report
 all: fidelity man
 
@@ -246,14 +246,19 @@ check-format:
 format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
-# The main job: probe a faulty sim against a healthy one, say where and why
-# it breaks. `make demo-sim` tours the sim's endpoints one request each.
-demo: fidelity
+# The main path end to end, offline (examples/demo.sh): probe, record +
+# audit, drift, bisect and the report, every output in demo-out/, and the
+# man pages in man/. `make demo-probe` is the longer probe demo alone (a
+# larger grid, report.html); `make demo-sim` tours the sim's endpoints one
+# request each.
+demo: fidelity man
+	@OUT="$(CURDIR)/demo-out" FIDELITY="$(CURDIR)/fidelity" sh examples/demo.sh
+demo-probe: fidelity
 	@sh scripts/probe_demo.sh
 demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:
-	rm -rf build build-san build-fuzz fidelity man
+	rm -rf build build-san build-fuzz fidelity man demo-out example-out
 
 -include $(OBJ:.o=.d) $(BUILD)/src/main.d $(TEST_UOBJ:.o=.d)

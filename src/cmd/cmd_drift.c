@@ -92,6 +92,7 @@ const char CMD_DRIFT_HELP[] =
     "  --growth-floor X (1e-5)      excess below it counts as it, for growth\n"
     "  --flip-margin X (0.2)\n"
     "output:\n"
+    "  --quiet, -q           print only the verdict (and errors)\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
     "  --jsonl FILE          one record per compared position\n"
     "  --report FILE         self-contained HTML page (see 'fidelity help "
@@ -161,7 +162,8 @@ enum {
     O_REPORT,
     O_CACHE_ARM,
     O_NO_CACHE_ARM,
-    O_CACHE_EVICT
+    O_CACHE_EVICT,
+    O_QUIET = 'q'
 };
 
 static const struct option longopts[] = {
@@ -218,6 +220,7 @@ static const struct option longopts[] = {
     {"cache-arm", required_argument, NULL, O_CACHE_ARM},
     {"no-cache-arm", no_argument, NULL, O_NO_CACHE_ARM},
     {"cache-evict", no_argument, NULL, O_CACHE_EVICT},
+    {"quiet", no_argument, NULL, O_QUIET},
     {NULL, 0, NULL, 0},
 };
 
@@ -230,7 +233,7 @@ struct ctx {
     const char *json_path, *jsonl_path, *db_path, *report_path;
     int argc;
     char **argv;
-    bool no_store, from_db;
+    bool no_store, from_db, quiet;
     long ready_ms;
     FILE *jsonl;
     struct buf line;
@@ -449,8 +452,11 @@ static int parse(struct ctx *x, int argc, char **argv)
     int c, r;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":q", longopts, NULL)) != -1) {
         switch (c) {
+        case O_QUIET:
+            x->quiet = true;
+            break;
         case O_GOLDEN:
         case O_CAND:
             if (cli_check_base_url("drift",
@@ -610,8 +616,10 @@ static int finish(struct ctx *x, struct drift_result *r)
     json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
     bool json_stdout =
         (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
-    drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
-    drift_cache_text(&x->cres, &out);
+    if (!x->quiet) { /* --quiet: the verdict alone */
+        drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
+        drift_cache_text(&x->cres, &out);
+    }
     drift_report_verdict(r, &x->cres, &out);
     json_object_set_new(summary, "cache", drift_cache_json(&x->cres));
     json_t *und = drift_report_undecided_json(r, &x->cres);
@@ -619,7 +627,8 @@ static int finish(struct ctx *x, struct drift_result *r)
         json_object_set_new(summary, "undecided", und);
     else
         json_decref(und);
-    fputs(buf_str(&out), json_stdout ? stderr : stdout);
+    fputs(buf_str(&out) + (x->quiet && out.len && out.data[0] == '\n'),
+          json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
     if (x->report_path && cmd_report_hook("drift", x->report_path, x->argc,

@@ -85,6 +85,8 @@ const char CMD_PROBE_HELP[] =
     "  --report FILE         self-contained HTML page (see 'fidelity help "
     "report');\n"
     "                        with --live, the live sessions' section\n"
+    "  --quiet, -q           print only the verdict line (and errors);\n"
+    "                        not with --live\n"
     "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
     "                        (default 90; 0: the rate decides "
     "nothing)\n" CLI_STORE_HELP
@@ -166,7 +168,7 @@ struct opts {
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh, no_store, live, max_tokens_given;
+    bool dry, fresh, no_store, live, max_tokens_given, quiet;
     long turns, seeds, turn_bytes;
     unsigned sendr_mask;
     struct probe_vary vary;
@@ -350,6 +352,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"send-reasoning", required_argument, NULL, OPT_SENDR},
         {"seeds", required_argument, NULL, OPT_SEEDS},
         {"turn-bytes", required_argument, NULL, OPT_TURNBYTES},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -367,8 +370,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->api_key = getenv("OPENAI_API_KEY");
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":j:", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":j:q", lo, NULL)) != -1) {
         switch (c) {
+        case 'q':
+            o->quiet = true;
+            break;
         case OPT_ENDPOINT:
             o->endpoint = optarg;
             break;
@@ -514,9 +520,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
         return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
                                         "and --turn-bytes need --live");
-    if (o->live && (o->baseline || o->junit))
-        return cli_usage_error("probe", "--baseline and --junit are not "
-                                        "available with --live");
+    if (o->live && (o->baseline || o->junit || o->quiet))
+        return cli_usage_error("probe", "--baseline, --junit and --quiet are "
+                                        "not available with --live");
     if (o->live && !o->max_tokens_given)
         o->max_tokens = 4096;
     if (!o->endpoint)
@@ -862,7 +868,9 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     }
     struct probe_verdict v;
     probe_verdict(in, o->fail_under, &v);
-    fprintf(out, "%s\n", v.line);
+    fprintf(o->quiet ? (o->json && !strcmp(o->json, "-") ? stderr : stdout)
+                     : out,
+            "%s\n", v.line);
     if (v.worse || v.below || v.sizing) {
         if (out != stderr) /* the report's last line says it in full */
             fprintf(stderr, "fidelity probe: a check failed:%s%s%s\n",
@@ -943,6 +951,9 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
                      struct probe_endpoint *base, char *extra_key)
 {
     FILE *out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
+    FILE *devnull = o->quiet ? fopen("/dev/null", "w") : NULL;
+    if (devnull) /* --quiet: the verdict line alone, from finish() */
+        out = devnull;
     struct http_client *c = http_client_new();
     struct probe_spec *specs = NULL;
     size_t n = 0;
@@ -1047,6 +1058,8 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     free(run.res);
     free(run.bres);
 out:
+    if (devnull)
+        fclose(devnull);
     store_close(db);
     free(specs);
     probe_vary_cells_release(&vc);

@@ -303,6 +303,31 @@ static void test_stdout_before_stderr_in_one_file(void **state)
     free(cmd);
 }
 
+/* --quiet: the verdict line alone on stdout */
+static void test_quiet_prints_the_verdict_alone(void **state)
+{
+    struct simt *t = *state;
+    struct proc *sim = simt_start(t, NULL);
+    char *url = xstrdup(proc_url(sim));
+    const char *p[] = {"probe",   "--endpoint", url,       "--no-store",
+                       "--kinds", "needle",     "--lengths", "1k",
+                       "--depths", "0",         "-q",      NULL};
+    const char *d[] = {"drift",       "--golden",   url,  "--candidate",
+                       url,           "--no-store", "--sequences", "1",
+                       "--max-context", "512",      "--decode-tokens", "4",
+                       "--no-cache-arm", "--quiet", NULL};
+    const char *const *cmds[] = {p, d};
+    const char *want[] = {"PASS: the pass rate 100.0% meets --fail-under 90%\n",
+                          "verdict: PASS\n"};
+    for (int i = 0; i < 2; i++) {
+        struct buf out = BUF_INIT;
+        assert_int_equal(proc_run(cmds[i], NULL, &out, NULL, 120), 0);
+        assert_string_equal(buf_str(&out), want[i]);
+        buf_release(&out);
+    }
+    free(url);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +337,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ready_timeout_waits_for_a_late_server, simt_setup, simt_teardown),
         cmocka_unit_test_setup_teardown(test_interrupt_is_130, simt_setup, simt_teardown),
         cmocka_unit_test_setup_teardown(test_stdout_before_stderr_in_one_file, simt_setup, simt_teardown),
+        cmocka_unit_test_setup_teardown(test_quiet_prints_the_verdict_alone, simt_setup, simt_teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

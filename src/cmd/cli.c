@@ -3,6 +3,7 @@
  * cmd_*.c. Messages follow git: "fidelity probe: cannot open 'x': reason".
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -63,22 +64,71 @@ int cli_bad_option(const char *cmd, int c, char **argv)
     return cli_unknown_option(cmd, arg);
 }
 
-char **cli_help_options(const char *cmd, size_t *n)
+/* Adds the option at p (just after its "--") to v unless it is there. */
+static void add_opt(struct cli_opt **v, size_t *n, const char *p,
+                    const char *line_end, bool first_on_line)
+{
+    size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
+    if (len < 2 || p[len - 1] == '-' || len + 3 > sizeof((*v)->name))
+        return;
+    for (size_t i = 0; i < *n; i++)
+        if (!strncmp((*v)[i].name + 2, p, len) && !(*v)[i].name[len + 2])
+            return;
+    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+    struct cli_opt *o = &(*v)[(*n)++];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "--%.*s", (int)len, p);
+    const char *q = p + len;
+    /* a value: one space or '=' then a word that is not an option */
+    if ((*q == ' ' || *q == '=') && q + 1 < line_end &&
+        (isalnum((unsigned char)q[1]) || q[1] == '\'')) {
+        size_t al = strcspn(q + 1, " ,]\n");
+        snprintf(o->arg, sizeof(o->arg), "%.*s", (int)al, q + 1);
+        q += 1 + al;
+    }
+    if (!first_on_line)
+        return;
+    /* the words after the run of spaces ("(default)" after the value
+     * stays out); none when another option follows there */
+    const char *d = strstr(q, "  ");
+    if (d && d < line_end) {
+        d += strspn(d, " ");
+        if (strncmp(d, "--", 2))
+            snprintf(o->desc, sizeof(o->desc), "%.*s", (int)(line_end - d),
+                     d);
+    }
+}
+
+struct cli_opt *cli_help_opts(const char *cmd, size_t *n)
 {
     const struct cmd *c = cmd_find(cmd);
-    char **v = NULL;
+    struct cli_opt *v = NULL;
+    bool usage = false;
     *n = 0;
-    for (const char *p = c ? c->help : ""; (p = strstr(p, "--"));) {
-        p += 2;
-        size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
-        bool seen = len < 2 || p[-3] == '-' || p[len - 1] == '-';
-        for (size_t i = 0; i < *n && !seen; i++)
-            seen = strlen(v[i]) == len + 2 && !strncmp(v[i] + 2, p, len);
-        if (!seen) {
-            v = xrealloc(v, (*n + 1) * sizeof(*v));
-            v[(*n)++] = xasprintf("--%.*s", (int)len, p);
+    for (const char *line = c ? c->help : ""; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end)
+            end = line + strlen(line);
+        size_t ind = strspn(line, " ");
+        if (!strncmp(line, "usage:", 6))
+            usage = true;
+        else if (!ind)
+            usage = false;
+        if (usage) { /* every "[--x ARG]" and "--x ARG" of the synopsis */
+            for (const char *p = line; (p = strstr(p, "--")) && p < end;
+                 p += 2)
+                if (p[-1] == ' ' || p[-1] == '[' || p[-1] == '|')
+                    add_opt(&v, n, p + 2, end, false);
+        } else if (ind >= 2 && !strncmp(line + ind, "--", 2)) {
+            add_opt(&v, n, line + ind + 2, end, true);
+            for (const char *p = line + ind + 2; (p = strstr(p, "--")) &&
+                                                 p < end;
+                 p += 2)
+                if ((p[-1] == ' ' && p[-2] == ' ') ||
+                    (p[-1] == ' ' && p[-2] == ','))
+                    add_opt(&v, n, p + 2, end, false);
         }
-        p += len;
+        line = *end ? end + 1 : end;
     }
     return v;
 }
@@ -111,15 +161,15 @@ int cli_unknown_option(const char *cmd, const char *arg)
     char name[64];
     snprintf(name, sizeof(name), "%.*s", (int)strcspn(arg, "="), arg);
     size_t n, best = SIZE_MAX, len = strlen(name);
-    char **opts = cli_help_options(cmd, &n);
+    struct cli_opt *opts = cli_help_opts(cmd, &n);
     const char *pick = NULL;
     for (size_t i = 0; i < n; i++) {
-        size_t dist = edit_distance(name, opts[i]);
-        if (len > 3 && !strncmp(opts[i], name, len))
+        size_t dist = edit_distance(name, opts[i].name);
+        if (len > 3 && !strncmp(opts[i].name, name, len))
             dist = 1; /* the start of one */
         if (dist < best) {
             best = dist;
-            pick = opts[i];
+            pick = opts[i].name;
         }
     }
     /* a few letters off: at most 2, and at most a third of the name */
@@ -129,8 +179,6 @@ int cli_unknown_option(const char *cmd, const char *arg)
                              name, pick);
     else
         rc = cli_usage_error(cmd, "unknown option '%s'", name);
-    for (size_t i = 0; i < n; i++)
-        free(opts[i]);
     free(opts);
     return rc;
 }

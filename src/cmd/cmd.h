@@ -46,9 +46,20 @@ int cli_bad_option(const char *cmd, int c, char **argv);
  * close to it (a few letters off, or the start of one), "; did you mean
  * '--NAME'?"; then the hint line. Returns EXIT_USAGE. */
 int cli_unknown_option(const char *cmd, const char *arg);
-/* The long options the help text of cmd names ("--name"), in order, each
- * once; n set to their count. Borrowed strings in a fresh array. */
-char **cli_help_options(const char *cmd, size_t *n);
+/* One long option as the help text of a command documents it. */
+struct cli_opt {
+    char name[48]; /* "--json" */
+    char arg[64];  /* its value's name ("FILE", "error|oldest"); "" for a
+                    * flag */
+    char desc[96]; /* the table's words for it; "" when it shares a line */
+};
+/* The long options the help text of cmd documents, in order, each once:
+ * those of its usage lines ("[--db FILE]") and of its option tables (a
+ * line that starts with spaces and "--", and the options after ", " or
+ * two spaces on it: "--golden URL, --candidate URL"); not options named
+ * in prose. The one table behind the man pages, did-you-mean and the
+ * shell completion. A fresh array (free it); *n its length. */
+struct cli_opt *cli_help_opts(const char *cmd, size_t *n);
 /* A URL given as a server's base (opt, e.g. "--endpoint") that ends in an
  * API path (/v1/chat/completions, /v1/completions, /v1/models, /generate,
  * /tokenize, ...): EXIT_USAGE after a message giving the base URL to use

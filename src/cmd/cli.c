@@ -94,8 +94,7 @@ static void add_opt(struct cli_opt **v, size_t *n, const char *p,
     if (d && d < line_end) {
         d += strspn(d, " ");
         if (strncmp(d, "--", 2))
-            snprintf(o->desc, sizeof(o->desc), "%.*s", (int)(line_end - d),
-                     d);
+            snprintf(o->desc, sizeof(o->desc), "%.*s", (int)(line_end - d), d);
     }
 }
 
@@ -115,15 +114,13 @@ struct cli_opt *cli_help_opts(const char *cmd, size_t *n)
         else if (!ind)
             usage = false;
         if (usage) { /* every "[--x ARG]" and "--x ARG" of the synopsis */
-            for (const char *p = line; (p = strstr(p, "--")) && p < end;
-                 p += 2)
+            for (const char *p = line; (p = strstr(p, "--")) && p < end; p += 2)
                 if (p[-1] == ' ' || p[-1] == '[' || p[-1] == '|')
                     add_opt(&v, n, p + 2, end, false);
         } else if (ind >= 2 && !strncmp(line + ind, "--", 2)) {
             add_opt(&v, n, line + ind + 2, end, true);
-            for (const char *p = line + ind + 2; (p = strstr(p, "--")) &&
-                                                 p < end;
-                 p += 2)
+            for (const char *p = line + ind + 2;
+                 (p = strstr(p, "--")) && p < end; p += 2)
                 if ((p[-1] == ' ' && p[-2] == ' ') ||
                     (p[-1] == ' ' && p[-2] == ','))
                     add_opt(&v, n, p + 2, end, false);
@@ -185,11 +182,17 @@ int cli_unknown_option(const char *cmd, const char *arg)
 
 int cli_check_base_url(const char *cmd, const char *opt, const char *url)
 {
-    static const char *const api[] = {
-        "/v1/chat/completions", "/chat/completions", "/v1/completions",
-        "/completions",         "/v1/models",        "/models",
-        "/generate",            "/tokenize",         "/detokenize",
-        "/health",              "/get_server_info"};
+    static const char *const api[] = {"/v1/chat/completions",
+                                      "/chat/completions",
+                                      "/v1/completions",
+                                      "/completions",
+                                      "/v1/models",
+                                      "/models",
+                                      "/generate",
+                                      "/tokenize",
+                                      "/detokenize",
+                                      "/health",
+                                      "/get_server_info"};
     size_t len = strlen(url);
     while (len > 0 && url[len - 1] == '/')
         len--;
@@ -371,8 +374,8 @@ static int check_folder(const char *cmd, const char *opt, const char *path)
                                "create it first (mkdir -p '%s')",
                                opt, path, dir, dir);
     if (!S_ISDIR(st.st_mode))
-        return cli_usage_error(cmd, "%s '%s': '%s' is not a folder", opt,
-                               path, dir);
+        return cli_usage_error(cmd, "%s '%s': '%s' is not a folder", opt, path,
+                               dir);
     if (access(dir, W_OK | X_OK))
         return cli_usage_error(cmd,
                                "%s '%s': cannot create files in the folder "
@@ -410,8 +413,8 @@ int cli_check_outdir(const char *cmd, const char *opt, const char *path)
         if (!S_ISDIR(st.st_mode))
             return cli_usage_error(cmd, "%s '%s' is not a folder", opt, path);
         if (access(path, W_OK | X_OK))
-            return cli_usage_error(cmd, "%s '%s': cannot write in it: %s",
-                                   opt, path, strerror(errno));
+            return cli_usage_error(cmd, "%s '%s': cannot write in it: %s", opt,
+                                   path, strerror(errno));
         return 0;
     }
     char trimmed[PATH_MAX];
@@ -427,8 +430,7 @@ int cli_check_input(const char *cmd, const char *opt, const char *path)
     if (!path)
         return 0;
     if (stat(path, &st))
-        return cli_usage_error(cmd, "%s '%s': %s", opt, path,
-                               strerror(errno));
+        return cli_usage_error(cmd, "%s '%s': %s", opt, path, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return cli_usage_error(cmd, "%s '%s' is a folder, not a file", opt,
                                path);

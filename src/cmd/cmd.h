@@ -14,11 +14,11 @@
 
 /* Exit codes, the same for every command, so CI can gate on them. */
 enum {
-    EXIT_PASS = 0,        /* ran, and what was measured passed */
-    EXIT_FAIL = 1,        /* ran, and a threshold or check failed */
-    EXIT_USAGE = 2,       /* bad option, bad config, bad input file */
-    EXIT_UNREACHABLE = 3, /* an endpoint could not be reached */
-    EXIT_INTERNAL = 4,    /* store or I/O failure on this machine */
+    EXIT_PASS = 0,         /* ran, and what was measured passed */
+    EXIT_FAIL = 1,         /* ran, and a threshold or check failed */
+    EXIT_USAGE = 2,        /* bad option, bad config, bad input file */
+    EXIT_UNREACHABLE = 3,  /* an endpoint could not be reached */
+    EXIT_INTERNAL = 4,     /* store or I/O failure on this machine */
     EXIT_INTERRUPTED = 130 /* stopped by Ctrl-C (SIGINT), as a shell says */
 };
 

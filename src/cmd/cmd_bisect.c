@@ -454,9 +454,9 @@ static int report(const struct bisect_config *c, const struct opts *o,
     bisect_set inter = rk.interaction;
     print_headline(rows, n, rk.target, inter && rk.target == inter);
     if (!o->quiet) /* --quiet: the first line alone */
-        printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n",
-               "configuration", "excess KL", "flips/1k", "drift", "measured",
-               "claimed", "recall (points) p", "verdict");
+        printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
+               "excess KL", "flips/1k", "drift", "measured", "claimed",
+               "recall (points) p", "verdict");
     json_t *j = json_object();
     json_t *ja = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -478,7 +478,8 @@ static int report(const struct bisect_config *c, const struct opts *o,
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "configurations", ja);
     json_object_set_new(j, "culprit", json_boolean(rk.culprit));
-    json_object_set_new(j, "verdict", json_string(rk.culprit ? "FAIL" : "PASS"));
+    json_object_set_new(j, "verdict",
+                        json_string(rk.culprit ? "FAIL" : "PASS"));
     int rc = rk.culprit ? EXIT_FAIL : EXIT_PASS;
     struct diag d = {0};
     if (o->json && cli_json_write(j, o->json, &d))

@@ -153,8 +153,7 @@ int cmd_inspect(int argc, char **argv)
         }
         fps[i] = inspect_normalise(url, a);
         json_decref(a);
-        const char *kind =
-            json_string_value(json_object_get(fps[i], "server"));
+        const char *kind = json_string_value(json_object_get(fps[i], "server"));
         if (kind && !strcmp(kind, "none")) {
             /* answered, but no endpoint gave JSON: say what it is */
             rc = cli_ready("inspect", url, url, NULL, timeout * 1000);

@@ -822,8 +822,8 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     json_object_set_new(
         j, "verdict",
         json_string(run->interrupted || finished < in->n ? "INCONCLUSIVE"
-                    : pv.worse || pv.below || pv.sizing ? "FAIL"
-                                                        : "PASS"));
+                    : pv.worse || pv.below || pv.sizing  ? "FAIL"
+                                                         : "PASS"));
     if (o->json && cli_json_write(j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))

@@ -138,9 +138,9 @@ int cmd_sessions(int argc, char **argv)
     for (size_t i = 0; i < set.n; i++)
         json_array_append_new(rows, audit_session_json(&set.s[i], &l));
     if (a.json) {
-        json_t *j = json_pack("{s:s, s:i, s:s, s:O}", "schema",
-                              "fidelity.sessions/1", "version", 1, "db", a.db,
-                              "sessions", rows);
+        json_t *j =
+            json_pack("{s:s, s:i, s:s, s:O}", "schema", "fidelity.sessions/1",
+                      "version", 1, "db", a.db, "sessions", rows);
         rc = cli_json_write(j, a.json, &d)
                  ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;

@@ -81,9 +81,7 @@ static void bash(FILE *out)
             for (size_t i = 0; i < n; i++) {
                 if (!o[i].arg[0])
                     continue;
-                int kind = is_path(o[i].arg)     ? 0
-                           : is_choice(o[i].arg) ? 1
-                                                 : 2;
+                int kind = is_path(o[i].arg) ? 0 : is_choice(o[i].arg) ? 1 : 2;
                 if (kind != k)
                     continue;
                 fprintf(out, "        %s)\n", o[i].name);
@@ -199,8 +197,9 @@ int cli_completion(const char *shell)
     else if (shell && !strcmp(shell, "zsh"))
         zsh(stdout);
     else
-        return cli_usage_error("help", "--completion wants bash or zsh, not "
-                                       "'%s'",
+        return cli_usage_error("help",
+                               "--completion wants bash or zsh, not "
+                               "'%s'",
                                shell ? shell : "");
     return EXIT_PASS;
 }

@@ -176,8 +176,8 @@ static void test_sim_flags_differ(void **state)
     assert_int_equal(rc2, 0);
     char want[256];
     snprintf(want, sizeof(want),
-             "[1] %s\n[2] %s\nno difference in what the 2 servers report\n",
-             ua, ua);
+             "[1] %s\n[2] %s\nno difference in what the 2 servers report\n", ua,
+             ua);
     assert_string_equal(buf_str(&same), want);
     json_t *j = json_loads(buf_str(&out), 0, NULL);
     assert_non_null(j);

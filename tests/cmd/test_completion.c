@@ -88,17 +88,15 @@ static void test_option_tables_match_the_parsers(void **state)
             struct buf err = BUF_INIT;
             const char *flag[] = {c->name, o[i].name, "--zzzq", NULL};
             const char *valued[] = {c->name, o[i].name, NULL};
-            int rc = proc_run(o[i].arg[0] ? valued : flag, NULL, NULL, &err,
-                              20);
+            int rc =
+                proc_run(o[i].arg[0] ? valued : flag, NULL, NULL, &err, 20);
             char *want = o[i].arg[0]
-                             ? xasprintf("option '%s' needs a value",
-                                         o[i].name)
+                             ? xasprintf("option '%s' needs a value", o[i].name)
                              : xstrdup("unknown option '--zzzq'");
             if (rc != 2 || !strstr(buf_str(&err), want))
                 print_message("fidelity %s %s%s: exit %d: %s(wanted: %s)\n",
-                              c->name, o[i].name,
-                              o[i].arg[0] ? "" : " --zzzq", rc,
-                              buf_str(&err), want);
+                              c->name, o[i].name, o[i].arg[0] ? "" : " --zzzq",
+                              rc, buf_str(&err), want);
             assert_int_equal(rc, 2);
             assert_non_null(strstr(buf_str(&err), want));
             free(want);

@@ -60,8 +60,7 @@ static void expect(const char *const *argv, int code, const char *says)
     struct buf err = BUF_INIT;
     int rc = proc_run(argv, NULL, NULL, &err, 60);
     if (rc != code || !strstr(buf_str(&err), says))
-        print_message("fidelity %s: exit %d: %s\n", argv[0], rc,
-                      buf_str(&err));
+        print_message("fidelity %s: exit %d: %s\n", argv[0], rc, buf_str(&err));
     assert_int_equal(rc, code);
     assert_non_null(strstr(buf_str(&err), says));
     buf_release(&err);
@@ -97,11 +96,11 @@ static void test_api_path_names_the_base_url(void **state)
     struct proc *sim = simt_start(t, NULL);
     char *chat = xasprintf("%s/v1/chat/completions", proc_url(sim));
     char *models = xasprintf("%s/v1/models/", proc_url(sim));
-    char *want = xasprintf("give the server's base URL instead: %s\n",
-                           proc_url(sim));
+    char *want =
+        xasprintf("give the server's base URL instead: %s\n", proc_url(sim));
     const char *a[] = {"probe", "--endpoint", chat, "--no-store", NULL};
     expect(a, 2, want);
-    const char *b[] = {"drift", "--golden", proc_url(sim), "--candidate",
+    const char *b[] = {"drift", "--golden",   proc_url(sim), "--candidate",
                        models,  "--no-store", NULL};
     expect(b, 2, want);
     const char *c[] = {"inspect", chat, NULL};
@@ -123,8 +122,8 @@ static void test_api_path_names_the_base_url(void **state)
 }
 
 static void html(void *ud, const char *method, const char *path,
-                 const char *body, size_t len, long *status,
-                 const char **ctype, struct buf *out)
+                 const char *body, size_t len, long *status, const char **ctype,
+                 struct buf *out)
 {
     (void)ud, (void)method, (void)path, (void)body, (void)len;
     *status = 200;
@@ -196,10 +195,10 @@ static void test_ready_timeout_waits_for_a_late_server(void **state)
               (char *)NULL);
         _exit(127);
     }
-    const char *b[] = {"probe",     "--endpoint", url,  "--no-store",
-                       "--kinds",   "needle",     "--lengths", "1k",
-                       "--depths",  "0",          "--ready-timeout",
-                       "20",        NULL};
+    const char *b[] = {
+        "probe",           "--endpoint", url,  "--no-store", "--kinds",
+        "needle",          "--lengths",  "1k", "--depths",   "0",
+        "--ready-timeout", "20",         NULL};
     struct buf out = BUF_INIT, err = BUF_INIT;
     t0 = now_s();
     int rc = proc_run(b, NULL, &out, &err, 60);
@@ -215,9 +214,8 @@ static void test_ready_timeout_waits_for_a_late_server(void **state)
     buf_release(&err);
 
     /* with it, a server that never comes: exit 3 when it is over */
-    const char *c[] = {"drift",           "--golden", url, "--candidate",
-                       url,               "--no-store",
-                       "--ready-timeout", "1",        NULL};
+    const char *c[] = {"drift",      "--golden",        url, "--candidate", url,
+                       "--no-store", "--ready-timeout", "1", NULL};
     t0 = now_s();
     expect(c, 3, "still so at the end of --ready-timeout");
     took = now_s() - t0;
@@ -258,13 +256,12 @@ static void test_interrupt_is_130(void **state)
     struct simt *t = *state;
     struct proc *slow = simt_start(t, "--latency-ms", "2000", NULL);
     char *url = xstrdup(proc_url(slow));
-    const char *d[] = {"drift",       "--golden", url, "--candidate", url,
-                       "--no-store",  NULL};
+    const char *d[] = {"drift", "--golden",   url, "--candidate",
+                       url,     "--no-store", NULL};
     assert_int_equal(interrupt_after(spawn(d), 1000), 130);
     char *db = xasprintf("%s/int.db", dir);
-    const char *p[] = {"probe",   "--endpoint", url,      "--db", db,
-                       "--kinds", "needle",     "--lengths", "1k",
-                       NULL};
+    const char *p[] = {"probe",   "--endpoint", url,         "--db", db,
+                       "--kinds", "needle",     "--lengths", "1k",   NULL};
     assert_int_equal(interrupt_after(spawn(p), 1500), 130);
     free(db);
     free(url);
@@ -309,13 +306,24 @@ static void test_quiet_prints_the_verdict_alone(void **state)
     struct simt *t = *state;
     struct proc *sim = simt_start(t, NULL);
     char *url = xstrdup(proc_url(sim));
-    const char *p[] = {"probe",   "--endpoint", url,       "--no-store",
-                       "--kinds", "needle",     "--lengths", "1k",
-                       "--depths", "0",         "-q",      NULL};
-    const char *d[] = {"drift",       "--golden",   url,  "--candidate",
-                       url,           "--no-store", "--sequences", "1",
-                       "--max-context", "512",      "--decode-tokens", "4",
-                       "--no-cache-arm", "--quiet", NULL};
+    const char *p[] = {"probe",    "--endpoint", url,         "--no-store",
+                       "--kinds",  "needle",     "--lengths", "1k",
+                       "--depths", "0",          "-q",        NULL};
+    const char *d[] = {"drift",
+                       "--golden",
+                       url,
+                       "--candidate",
+                       url,
+                       "--no-store",
+                       "--sequences",
+                       "1",
+                       "--max-context",
+                       "512",
+                       "--decode-tokens",
+                       "4",
+                       "--no-cache-arm",
+                       "--quiet",
+                       NULL};
     const char *const *cmds[] = {p, d};
     const char *want[] = {"PASS: the pass rate 100.0% meets --fail-under 90%\n",
                           "verdict: PASS\n"};
@@ -331,13 +339,21 @@ static void test_quiet_prints_the_verdict_alone(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_did_you_mean, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_api_path_names_the_base_url, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_inspect_not_llm_exit_3_and_columns, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_ready_timeout_waits_for_a_late_server, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_interrupt_is_130, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_stdout_before_stderr_in_one_file, simt_setup, simt_teardown),
-        cmocka_unit_test_setup_teardown(test_quiet_prints_the_verdict_alone, simt_setup, simt_teardown),
+        cmocka_unit_test_setup_teardown(test_did_you_mean, simt_setup,
+                                        simt_teardown),
+        cmocka_unit_test_setup_teardown(test_api_path_names_the_base_url,
+                                        simt_setup, simt_teardown),
+        cmocka_unit_test_setup_teardown(test_inspect_not_llm_exit_3_and_columns,
+                                        simt_setup, simt_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_ready_timeout_waits_for_a_late_server, simt_setup,
+            simt_teardown),
+        cmocka_unit_test_setup_teardown(test_interrupt_is_130, simt_setup,
+                                        simt_teardown),
+        cmocka_unit_test_setup_teardown(test_stdout_before_stderr_in_one_file,
+                                        simt_setup, simt_teardown),
+        cmocka_unit_test_setup_teardown(test_quiet_prints_the_verdict_alone,
+                                        simt_setup, simt_teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -96,8 +96,8 @@ static void test_demo_runs_every_example(void **state)
     print_message("examples/demo.sh: %.0f s\n",
                   (double)(t1.tv_sec - t0.tv_sec));
     /* it says where each output went */
-    static const char *const outs[] = {"probe.json", "audit.json",
-                                       "show.json",  "drift.json",
+    static const char *const outs[] = {"probe.json",  "audit.json",
+                                       "show.json",   "drift.json",
                                        "bisect.json", "report.html"};
     for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
         char *p = xasprintf("%s/out/%s", dir, outs[i]);
@@ -116,8 +116,8 @@ static void test_demo_runs_every_example(void **state)
     json_array_foreach(json_object_get(audit, "findings"), i, f)
     {
         if (!strcmp(str(f, "rule"), "first_message.claim"))
-            claim = !strcmp(str(json_object_get(f, "evidence"), "blame"),
-                            "server");
+            claim =
+                !strcmp(str(json_object_get(f, "evidence"), "blame"), "server");
     }
     assert_true(claim);
 

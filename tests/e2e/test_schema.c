@@ -59,8 +59,7 @@ static void run(const char *const *argv, int a, int b)
     struct buf err = BUF_INIT;
     int rc = proc_run(argv, NULL, NULL, &err, 300);
     if (rc != a && rc != b)
-        print_message("fidelity %s: exit %d: %s\n", argv[0], rc,
-                      buf_str(&err));
+        print_message("fidelity %s: exit %d: %s\n", argv[0], rc, buf_str(&err));
     assert_true(rc == a || rc == b);
     buf_release(&err);
 }
@@ -68,9 +67,9 @@ static void run(const char *const *argv, int a, int b)
 /* validate.py's exit code for doc against docs/schema/NAME.schema.json. */
 static int validate(const char *name, const char *doc)
 {
-    char *cmd = xasprintf("python3 " VALIDATE " " SCHEMA_DIR
-                          "/%s.schema.json '%s' >&2",
-                          name, doc);
+    char *cmd =
+        xasprintf("python3 " VALIDATE " " SCHEMA_DIR "/%s.schema.json '%s' >&2",
+                  name, doc);
     int st = system(cmd);
     free(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -125,25 +124,36 @@ static void test_every_json_output_validates(void **state)
     char *url = xstrdup(proc_url(sim)), *burl = xstrdup(proc_url(bad));
 
     char *p = tpath("probe.json");
-    const char *pa[] = {"probe",   "--endpoint", url,      "--no-store",
-                        "--kinds", "needle",     "--lengths", "1k,2k",
-                        "--depths", "0,100",     "--json", p, NULL};
+    const char *pa[] = {"probe",    "--endpoint", url,         "--no-store",
+                        "--kinds",  "needle",     "--lengths", "1k,2k",
+                        "--depths", "0,100",      "--json",    p,
+                        NULL};
     run(pa, 0, 1);
     check("probe", p, true);
 
     char *l = tpath("live.json");
-    const char *la[] = {"probe",   "--endpoint", url, "--no-store", "--live",
-                        "--turns", "4",          "--seeds", "1", "--json",
-                        l,         NULL};
+    const char *la[] = {"probe",  "--endpoint", url, "--no-store",
+                        "--live", "--turns",    "4", "--seeds",
+                        "1",      "--json",     l,   NULL};
     run(la, 0, 1);
     check("probe-live", l, true);
 
     char *d = tpath("drift.json");
-    const char *da[] = {"drift",          "--golden",       url,
-                        "--candidate",    burl,             "--no-store",
-                        "--sequences",    "1",              "--max-context",
-                        "512",            "--decode-tokens", "4",
-                        "--no-cache-arm", "--json",         d,
+    const char *da[] = {"drift",
+                        "--golden",
+                        url,
+                        "--candidate",
+                        burl,
+                        "--no-store",
+                        "--sequences",
+                        "1",
+                        "--max-context",
+                        "512",
+                        "--decode-tokens",
+                        "4",
+                        "--no-cache-arm",
+                        "--json",
+                        d,
                         NULL};
     run(da, 0, 1);
     check("drift", d, true);
@@ -198,8 +208,8 @@ static void test_every_json_output_validates(void **state)
             "args = --decode-noise 0.3\npath = decode\n",
             fidelity_bin(), url);
     fclose(f);
-    const char *ba[] = {"bisect", ini, "--mode", "one-at-a-time",
-                        "--out",  bo,  "--json", b, NULL};
+    const char *ba[] = {"bisect", ini, "--mode", "one-at-a-time", "--out", bo,
+                        "--json", b,   NULL};
     run(ba, 0, 1);
     check("bisect", b, true);
 
@@ -240,8 +250,8 @@ static void test_every_json_output_validates(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_every_json_output_validates,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_json_output_validates, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,9 @@ const char CMD_HELP_HELP[] =
     "\n"
     "Without COMMAND, lists the commands. With one, prints its options and\n"
     "examples; 'fidelity COMMAND --help' prints the same. 'man fidelity'\n"
-    "and 'man fidelity-COMMAND' show the same text once installed.\n";
+    "and 'man fidelity-COMMAND' show the same text once installed.\n"
+    "'fidelity help --completion bash' (or zsh) prints the shell completion\n"
+    "that 'make install' installs, from the same option tables.\n";
 
 static const char INTRO[] =
     "fidelity finds out why an LLM deployment forgets: what the harness\n"

@@ -168,45 +168,39 @@ struct regroup {
     size_t rn, rcap;
 };
 
-/* A title request by structure (view.c has the same rule): no tools, no
- * assistant message, one or two user messages, and a system prompt about
- * titles, or a user message asking for a title of the conversation
- * (audit_msg_asks_title) with a max_tokens of 64 or less. A user text
- * that only mentions a title does not make one. */
-static bool looks_title(const struct xchg *x)
+/* ---- subagents ---- */
+
+static const char *const task_tools[] = {"task",        "Task",     "agent",
+                                         "spawn_agent", "subagent", NULL};
+
+static bool is_task_tool(const char *name)
 {
-    json_t *b = x->req_body, *m;
-    json_t *mt = json_object_get(b, "max_tokens");
-    size_t i, users = 0;
-    bool asks = false, sys_title = false;
-    if (!mt)
-        mt = json_object_get(b, "max_completion_tokens");
-    if (json_array_size(json_object_get(b, "tools")))
-        return false;
-    bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
-    for (i = 0; (m = xmsg(x, i)); i++) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && !strcmp(role, "assistant"))
-            return false;
-        bool user = role && !strcmp(role, "user");
-        if (!user && !(role && !strcmp(role, "system")))
-            continue;
-        char *t = audit_msg_text(m);
-        if (user) {
-            users++;
-            asks |= audit_msg_asks_title(t);
-        } else if (audit_msg_head_has(t, 400, "title"))
-            sys_title = true;
-        free(t);
-    }
-    return users >= 1 && users <= 2 && ((asks && small) || sys_title);
+    for (int i = 0; name && task_tools[i]; i++)
+        if (!strcmp(name, task_tools[i]))
+            return true;
+    return false;
 }
 
-static bool is_side(const struct xchg *x)
+static const char *first_user_text(const struct xchg *x, char **owned)
 {
-    return (x->kind &&
-            (!strcmp(x->kind, "title") || !strcmp(x->kind, "compaction"))) ||
-           looks_title(x);
+    size_t i;
+    json_t *m;
+    for (i = 0; (m = xmsg(x, i)); i++) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "user"))
+            return *owned = audit_msg_text(m);
+    }
+    return NULL;
+}
+
+/* A side request: a summary request (record's kind compaction) or a title
+ * request by structure serving the conversation from belongs to
+ * (audit_is_title): a user text that only mentions a title, or a system
+ * prompt about titles, makes none. */
+static bool is_side(const struct xchg *x, const struct xchg *from)
+{
+    return (x->kind && !strcmp(x->kind, "compaction")) ||
+           audit_is_title(x, from);
 }
 
 static int new_group(struct regroup *rg, const char *from)
@@ -291,15 +285,19 @@ static void place(struct regroup *rg, struct xchg *x, size_t seq,
         add_key(rg, memo_key(&rg->memo, m));
     }
     int g = -1;
+    /* a side request serves the conversation under way: a title request
+     * carries what its latest exchange sent or got */
+    const struct group *la = *last_active >= 0 ? &rg->g[*last_active] : NULL;
+    bool side = is_side(x, la && la->n ? la->x[la->n - 1] : NULL);
     /* a one-shot request (one user message, no history) is its own
      * session: a stateless client repeating it is not one conversation */
-    bool one_shot = !is_side(x) && users <= 1 && !assistants;
+    bool one_shot = !side && users <= 1 && !assistants;
     if (!one_shot) {
         g = best_group(rg, false);
         if (g < 0)
             g = best_group(rg, true);
     }
-    if (g < 0 && is_side(x) && *last_active >= 0)
+    if (g < 0 && side && *last_active >= 0)
         g = *last_active; /* serves the conversation under way */
     if (g < 0)
         g = new_group(rg, from);
@@ -396,31 +394,6 @@ void audit_set_regroup(struct audit_set *set)
     free(all);
 }
 
-/* ---- subagents ---- */
-
-static const char *const task_tools[] = {"task",        "Task",     "agent",
-                                         "spawn_agent", "subagent", NULL};
-
-static bool is_task_tool(const char *name)
-{
-    for (int i = 0; name && task_tools[i]; i++)
-        if (!strcmp(name, task_tools[i]))
-            return true;
-    return false;
-}
-
-static const char *first_user_text(const struct xchg *x, char **owned)
-{
-    size_t i;
-    json_t *m;
-    for (i = 0; (m = xmsg(x, i)); i++) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && !strcmp(role, "user"))
-            return *owned = audit_msg_text(m);
-    }
-    return NULL;
-}
-
 /* Whether session p sent a tool result for call id. */
 static bool has_result(const struct audit_session *p, const char *id)
 {
@@ -484,11 +457,19 @@ void audit_set_link_subagents(struct audit_set *set)
 
 /* ---- side sessions ---- */
 
-static bool side_only(const struct audit_session *s)
+/* Whether every exchange of s is a side request serving session to: a
+ * summary request, or a title request carrying what one of to's exchanges
+ * sent or got. */
+static bool side_only(const struct audit_session *s,
+                      const struct audit_session *to)
 {
-    for (size_t j = 0; j < s->n; j++)
-        if (!is_side(s->x[j]))
+    for (size_t j = 0; j < s->n; j++) {
+        bool side = s->x[j]->kind && !strcmp(s->x[j]->kind, "compaction");
+        for (size_t k = to->n; !side && k-- > 0;)
+            side = audit_is_title(s->x[j], to->x[k]);
+        if (!side)
             return false;
+    }
     return s->n > 0;
 }
 
@@ -537,16 +518,19 @@ void audit_set_attach_side(struct audit_set *set)
     bool *gone = xcalloc(set->n ? set->n : 1, sizeof(*gone));
     for (size_t i = 0; i < set->n; i++) {
         struct audit_session *s = &set->s[i];
-        if (!side_only(s))
-            continue;
-        for (size_t k = 0; k < set->n; k++)
-            if (k != i && !gone[k] && set->s[k].id && *set->s[k].id &&
-                !side_only(&set->s[k]) && s->id &&
-                names_session(s->id, set->s[k].id)) {
-                attach_to(s, &set->s[k]);
+        for (size_t k = 0; k < set->n; k++) {
+            struct audit_session *to = &set->s[k];
+            if (k == i || gone[k] || !to->id || !*to->id || !s->id ||
+                !names_session(s->id, to->id))
+                continue;
+            /* named exactly, and side requests of that session by
+             * structure */
+            if (side_only(s, to)) {
+                attach_to(s, to);
                 gone[i] = true;
-                break;
             }
+            break;
+        }
     }
     size_t kept = 0;
     for (size_t i = 0; i < set->n; i++)

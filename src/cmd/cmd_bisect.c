@@ -319,8 +319,18 @@ static void print_headline(const struct bisect_row *rows, size_t n,
                w->v.mcnemar_p);
         k++;
     }
+    size_t unmeasured = 0;
+    for (size_t i = 0; i < n; i++)
+        unmeasured += !rows[i].v.measured;
     if (k)
         printf("\n");
+    else if (unmeasured)
+        printf("no verdict: %zu configuration%s could not be measured (see "
+               "%s measurement log); no culprit among the others, which "
+               "says nothing of %s\n",
+               unmeasured, unmeasured == 1 ? "" : "s",
+               unmeasured == 1 ? "its" : "their",
+               unmeasured == 1 ? "it" : "them");
     else
         printf("no culprit: no configuration's drift failed or recall fell "
                "significantly below the golden's\n");
@@ -478,9 +488,18 @@ static int report(const struct bisect_config *c, const struct opts *o,
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "configurations", ja);
     json_object_set_new(j, "culprit", json_boolean(rk.culprit));
+    /* nothing is judged on nothing: "no culprit" needs every
+     * configuration measured (a drift that stopped on a server's NaN, a
+     * candidate that never started, is no evidence of harmlessness) */
+    bool all_measured = true;
+    for (size_t i = 0; i < n; i++)
+        all_measured &= rows[i].v.measured;
+    json_object_set_new(j, "all_measured", json_boolean(all_measured));
     json_object_set_new(j, "verdict",
-                        json_string(rk.culprit ? "FAIL" : "PASS"));
-    int rc = rk.culprit ? EXIT_FAIL : EXIT_PASS;
+                        json_string(rk.culprit       ? "FAIL"
+                                    : !all_measured ? "INCONCLUSIVE"
+                                                    : "PASS"));
+    int rc = rk.culprit || !all_measured ? EXIT_FAIL : EXIT_PASS;
     struct diag d = {0};
     if (o->json && cli_json_write(j, o->json, &d))
         rc = cli_error("bisect", EXIT_INTERNAL, "%s", d.msg);

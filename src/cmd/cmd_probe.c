@@ -97,8 +97,9 @@ const char CMD_PROBE_HELP[] =
     "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
     "--fail-under, or the endpoint is significantly worse than --baseline\n"
     "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
-    "rule decided); 2 usage or config error; 3 endpoint unreachable or\n"
-    "not OpenAI-compatible; 4 store or I/O failure; 130 interrupted\n"
+    "rule decided), or no finished case got a usable answer (nothing is\n"
+    "judged on nothing); 2 usage or config error; 3 endpoint unreachable\n"
+    "or not OpenAI-compatible; 4 store or I/O failure; 130 interrupted\n"
     "(Ctrl-C; what finished is stored, the same command goes on).\n"
     "\n"
     "examples:\n"
@@ -858,6 +859,23 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
+    /* nothing is judged on nothing: a pass rate over cases none of which
+     * got a usable answer (every one HTTP 500, or unreadable) is the
+     * endpoint's fault, never a verdict */
+    size_t answered = 0, first_err = in->n;
+    for (size_t i = 0; i < in->n; i++)
+        if (in->res[i].done) {
+            answered += in->res[i].outcome != PROBE_ERROR;
+            if (in->res[i].outcome == PROBE_ERROR && first_err == in->n)
+                first_err = i;
+        }
+    if (done && !answered && !run->interrupted)
+        return cli_error("probe", EXIT_FAIL,
+                         "no case could be judged: none of the %zu finished "
+                         "case%s got a usable answer (the first: %s); the "
+                         "endpoint's fault, not a pass rate",
+                         done, plural_s(done),
+                         first_err < in->n ? in->res[first_err].error : "?");
     if (run->interrupted) {
         fprintf(stderr,
                 "fidelity probe: interrupted: %zu of %zu case%s "

@@ -523,11 +523,11 @@ static json_t *bisect_model(const char *dir, const char *mode, bool resume,
  * profile, 256-token contexts, no cache arm), one at a time on two
  * slots: the indexer and routed scaling are the harmful ones, ranked by
  * harm (the indexer first), the others harmless, the inert switch's harm
- * exactly 0. adaptive (run first: it measures each culprit alone) and,
- * with FIDELITY_MODEL_ALL_MODES set, leave-one-out over the same results
- * (--resume: only the sets not measured yet are launched) name the same
- * two in the same order. bisect starts and stops every
- * server itself (also when it fails: no server outlives it). */
+ * exactly 0. With FIDELITY_MODEL_ALL_MODES set, adaptive first and
+ * leave-one-out after, over the same results (--resume: only the sets not
+ * measured yet are launched), name the same two in the same order. bisect
+ * starts and stops every server itself (also when it fails: no server outlives
+ * it). */
 static void test_bisect_every_mode_names_indexer_and_scaling(void **state)
 {
     (void)state;
@@ -536,15 +536,20 @@ static void test_bisect_every_mode_names_indexer_and_scaling(void **state)
     setenv("FIDELITY_PYTHON", modelsrv_python(), 1);
     int rc;
     char names[256];
-    /* adaptive first: it measures each culprit alone, which one at a time
-     * then reuses */
-    json_t *j = bisect_model(dir, "adaptive", false, &rc);
-    bisectfx_culprits(j, names, sizeof(names));
-    assert_string_equal(names, "indexer,routed-scaling");
-    assert_int_equal(rc, 1);
-    assert_true(jfield_num(j, NULL, "launches") <= 1 + 1 + 2 * (3 + 2));
-    json_decref(j);
-    j = bisect_model(dir, "one-at-a-time", true, &rc);
+    /* adaptive (run first: it measures each culprit alone, which one at a
+     * time then reuses) and leave-one-out add 120-210 s on two cores: they
+     * run when asked for by FIDELITY_MODEL_ALL_MODES */
+    bool all = getenv("FIDELITY_MODEL_ALL_MODES") != NULL;
+    json_t *j;
+    if (all) {
+        j = bisect_model(dir, "adaptive", false, &rc);
+        bisectfx_culprits(j, names, sizeof(names));
+        assert_string_equal(names, "indexer,routed-scaling");
+        assert_int_equal(rc, 1);
+        assert_true(jfield_num(j, NULL, "launches") <= 1 + 1 + 2 * (3 + 2));
+        json_decref(j);
+    }
+    j = bisect_model(dir, "one-at-a-time", all, &rc);
     assert_int_equal(rc, 1); /* a culprit */
     const json_t *cs = json_object_get(j, "configurations");
     assert_int_equal(json_array_size(cs), 5);
@@ -575,8 +580,7 @@ static void test_bisect_every_mode_names_indexer_and_scaling(void **state)
     bisectfx_culprits(j, names, sizeof(names));
     assert_string_equal(names, "indexer,routed-scaling");
     json_decref(j);
-    /* leave-one-out adds 70 s on two cores: asked for by name */
-    if (getenv("FIDELITY_MODEL_ALL_MODES")) {
+    if (all) {
         j = bisect_model(dir, "leave-one-out", true, &rc);
         bisectfx_culprits(j, names, sizeof(names));
         assert_string_equal(names, "indexer,routed-scaling");

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tpool.h"
 #include "core/xalloc.h"
 #include "drift/drift.h"
 
@@ -140,6 +141,62 @@ static void harm_sums(struct drift_result *r, size_t item,
     }
 }
 
+/* The rescoring of one server: its first pass and, when lp[1], its
+ * second, one after the other; ret and at (0, 1) say which failed. */
+struct score_lane {
+    struct drift_side *s;
+    const uint32_t *ids;
+    uint32_t n;
+    struct drift_lp *lp[2];
+    int ret, at;
+    struct diag d;
+};
+
+static void score_lane_run(void *arg)
+{
+    struct score_lane *x = arg;
+    for (x->at = 0; x->at < 2; x->at++) {
+        if (!x->lp[x->at])
+            continue;
+        x->ret = drift_side_score(x->s, x->ids, x->n, x->lp[x->at], &x->d);
+        if (x->ret)
+            return;
+    }
+}
+
+/* The golden's rescoring (ln[0]) and the candidate's (ln[1]) at once,
+ * each server getting its requests in the serial order (golden, then
+ * candidate, then the second passes), one at a time. The error reported
+ * is the one the serial order meets first: golden first pass, candidate
+ * first pass, golden second, candidate second. Both servers' being one
+ * server keeps that order, one request at a time. */
+static int score_both(struct score_lane ln[2], struct diag *d)
+{
+    int k = -1;
+    if (drift_sides_share_server(ln[0].s, ln[1].s)) {
+        /* one server: one request at a time, in that order */
+        for (int at = 0; at < 2; at++)
+            for (int j = 0; j < 2; j++) {
+                struct score_lane *x = &ln[j];
+                if (!x->lp[at])
+                    continue;
+                x->ret = drift_side_score(x->s, x->ids, x->n, x->lp[at], d);
+                if (x->ret)
+                    return x->ret;
+            }
+        return 0;
+    }
+    tpool_pair(score_lane_run, &ln[0], score_lane_run, &ln[1]);
+    for (int j = 0; j < 2; j++)
+        if (ln[j].ret && (k < 0 || 2 * ln[j].at + j < 2 * ln[k].at + k))
+            k = j;
+    if (k < 0)
+        return 0;
+    if (d)
+        *d = ln[k].d;
+    return ln[k].ret;
+}
+
 static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_opts *o, struct drift_result *r,
                    size_t item, uint32_t prompt_at, struct drift_analysis *an,
@@ -158,14 +215,18 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
         goto out;
     full = concat(it->ids, prompt, l.dec.ids, l.dec.n);
     uint32_t n = prompt + l.dec.n;
-    ret = drift_side_score(g, full, n, &l.gp, d);
-    if (!ret && r->dec.have_pp)
-        ret = drift_side_score(c, full, n, &l.cp, d);
     /* second passes: the noise baseline on these very positions */
-    if (!ret && r->has_control)
-        ret = drift_side_score(g, full, n, &l.gp2, d);
-    if (!ret && r->has_self)
-        ret = drift_side_score(c, full, n, &l.cp2, d);
+    struct score_lane ln[2] = {
+        {g, full, n, {&l.gp, r->has_control ? &l.gp2 : NULL}, 0, 0, {{0}}},
+        {c,
+         full,
+         n,
+         {r->dec.have_pp ? &l.cp : NULL,
+          r->dec.have_pp && r->has_self ? &l.cp2 : NULL},
+         0,
+         0,
+         {{0}}}};
+    ret = score_both(ln, d);
     if (ret)
         goto out;
     shift_decode(&l.dec, prompt, &l.dshift);

@@ -11,6 +11,7 @@
  * length drift_decode_prompts() chose (attr.c, which also attributes).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,10 +198,62 @@ static int score_both(struct score_lane ln[2], struct diag *d)
     return ln[k].ret;
 }
 
+/* The candidate's generation for the decode path's next sequence, sent
+ * while the golden generates for this one (golden_gap): the candidate's
+ * next request in the serial order, so each server's order is kept. */
+struct next_gen {
+    struct drift_side *c;
+    const uint32_t *ids;
+    uint32_t prompt;
+    unsigned max_new;
+    size_t item; /* the item it is for; SIZE_MAX: none */
+    struct drift_lp lp;
+    int ret;
+    struct diag d;
+};
+
+static void next_gen_run(void *arg)
+{
+    struct next_gen *x = arg;
+    x->ret = drift_side_generate(x->c, x->ids, x->prompt, x->max_new, &x->lp,
+                                 &x->d);
+}
+
+/* The golden's gap (golden_gap's arguments) for tpool_pair. */
+struct gap_job {
+    struct drift_side *g;
+    const struct drift_opts *o;
+    const uint32_t *ids;
+    uint32_t prompt;
+    unsigned max_new;
+    struct seq_lps *l;
+    struct drift_analysis *an;
+    uint32_t seq;
+    int ret;
+    struct diag d;
+};
+
+static int golden_gap(struct drift_side *g, const struct drift_opts *o,
+                      const uint32_t *ids, uint32_t prompt, unsigned max_new,
+                      struct seq_lps *l, struct drift_analysis *an,
+                      uint32_t seq, struct diag *d);
+
+static void gap_job_run(void *arg)
+{
+    struct gap_job *x = arg;
+    x->ret = golden_gap(x->g, x->o, x->ids, x->prompt, x->max_new, x->l,
+                        x->an, x->seq, &x->d);
+}
+
+/* Runs item's decode path at prompt_at. nx (may be NULL) holds the
+ * candidate's generation for it when it was sent ahead (nx->item), and
+ * gets the next one's when next (SIZE_MAX: none) is to follow and the
+ * golden has its own generation to wait for. */
 static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_opts *o, struct drift_result *r,
                    size_t item, uint32_t prompt_at, struct drift_analysis *an,
-                   struct drift_dpoint *pt, struct diag *d)
+                   struct drift_dpoint *pt, struct next_gen *nx, size_t next,
+                   struct diag *d)
 {
     const struct drift_item *it = &r->corpus.items[item];
     struct seq_lps l;
@@ -210,7 +263,17 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     int ret;
 
     lps_init(&l);
-    ret = drift_side_generate(c, it->ids, prompt, max_new, &l.dec, d);
+    if (nx && nx->item == item) {
+        struct drift_lp t = l.dec;
+        l.dec = nx->lp;
+        nx->lp = t;
+        nx->item = SIZE_MAX;
+        ret = nx->ret;
+        if (ret && d)
+            *d = nx->d;
+    } else {
+        ret = drift_side_generate(c, it->ids, prompt, max_new, &l.dec, d);
+    }
     if (ret)
         goto out;
     full = concat(it->ids, prompt, l.dec.ids, l.dec.n);
@@ -241,9 +304,21 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                          &l.dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
         /* a golden that cannot generate leaves the gap unmeasured (and
          * said so); one that cannot be reached stops the run */
-        struct diag gd = {{0}};
-        ret = golden_gap(g, o, it->ids, prompt, max_new, &l, &an[AN_GDP],
-                         seq[AN_GDP], &gd);
+        struct gap_job gj = {g, o, it->ids, prompt, max_new, &l,
+                             &an[AN_GDP], seq[AN_GDP], 0, {{0}}};
+        if (nx && next != SIZE_MAX) {
+            const struct drift_item *nt = &r->corpus.items[next];
+            nx->ids = nt->ids;
+            nx->prompt = (uint32_t)(nt->n < prompt_at ? nt->n : prompt_at);
+            nx->max_new = max_new;
+            nx->item = next;
+            nx->d.msg[0] = '\0';
+            tpool_pair(gap_job_run, &gj, next_gen_run, nx);
+        } else {
+            gap_job_run(&gj);
+        }
+        struct diag gd = gj.d;
+        ret = gj.ret;
         if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
             if (d)
                 *d = gd;
@@ -351,6 +426,14 @@ static void pp_below(const struct drift_result *r, struct drift_dpoint *pt,
         r->dec.have_pp && x->n > 0 && nz(x->kl_mean) - 2 * nz(x->kl_se) > base;
 }
 
+/* Whether item i takes part in point pt (a point chosen from the
+ * buckets needs items longer than it). */
+static bool reaches(const struct drift_result *r, const struct drift_dpoint *pt,
+                    size_t i)
+{
+    return !(pt->diverged && r->corpus.items[i].n <= pt->prompt);
+}
+
 /* Runs one point over up to decode_seqs items that reach its prompt
  * (a point chosen from the buckets needs items longer than it); merges
  * its sums into agg. */
@@ -363,15 +446,27 @@ static int run_point(struct drift_side *g, struct drift_side *c,
     size_t want = o->decode_seqs ? o->decode_seqs : 1;
     int ret = 0;
 
+    /* one server: nothing sent ahead, every request in turn */
+    struct next_gen nx = {.c = c, .item = SIZE_MAX};
+    bool ahead = !drift_sides_share_server(g, c);
+    drift_lp_init(&nx.lp);
     for (int k = 0; k < AN_N; k++)
         drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &o->th);
     for (size_t i = 0; i < r->corpus.n && pt->seqs < want && !ret; i++) {
-        if (pt->diverged && r->corpus.items[i].n <= pt->prompt)
+        if (!reaches(r, pt, i))
             continue;
         if (o->on_progress)
             o->on_progress(o->ud, "decode", pt->seqs, want);
-        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, d);
+        /* the next sequence, when this one is not the last wanted */
+        size_t next = SIZE_MAX;
+        for (size_t j = i + 1; ahead && pt->seqs + 1 < want &&
+                               next == SIZE_MAX && j < r->corpus.n;
+             j++)
+            if (reaches(r, pt, j))
+                next = j;
+        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, &nx, next, d);
     }
+    drift_lp_release(&nx.lp);
     struct drift_acc sums[DRIFT_DPATHS], base[2], gdp;
     for (int k = 0; k < DRIFT_DPATHS; k++)
         drift_analysis_total(&an[k], DRIFT_ARM_CAND, &sums[k]);

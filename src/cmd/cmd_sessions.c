@@ -21,6 +21,7 @@
 #include "core/xalloc.h"
 #include "store/slist.h"
 #include "store/store.h"
+#include "version.h"
 
 const char CMD_SESSIONS_HELP[] =
     "usage: fidelity sessions [--db FILE] [--spill FILE] [--json FILE]\n"
@@ -123,7 +124,18 @@ static void print_table(json_t *rows, bool findings)
  * file (its exchanges are not in the store's mark) and not when a row
  * could not be read (its warning is said each time).
  */
-#define ROWS_VERSION 1
+
+/* The build that computes the rows: its version, and the size and time
+ * of its executable (another build may group or count differently). */
+static void rows_version(char *out, size_t len)
+{
+    struct stat st;
+    if (stat("/proc/self/exe", &st))
+        memset(&st, 0, sizeof(st));
+    snprintf(out, len, "%s %lld %lld.%09ld", FIDELITY_VERSION,
+             (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
+}
 
 static bool has_spill(const struct recorded_args *a)
 {
@@ -168,7 +180,9 @@ static json_t *kept_rows(const struct recorded_args *a)
     mark_take(a, &m);
     if (!m.ok || store_open(a->db, &db, &d))
         return NULL;
-    if (store_slist_get(db, ROWS_VERSION, m.n, m.max_id, &text, &d) == 1)
+    char version[128];
+    rows_version(version, sizeof(version));
+    if (store_slist_get(db, version, m.n, m.max_id, &text, &d) == 1)
         rows = json_loads(text, 0, NULL);
     free(text);
     store_close(db);
@@ -194,8 +208,10 @@ static void keep_rows(const struct recorded_args *a, const struct mark *m,
     json_array_foreach(copy, i, r)
         json_object_set_new(r, "findings", json_null());
     char *text = json_dumps(copy, JSON_COMPACT);
+    char version[128];
+    rows_version(version, sizeof(version));
     if (text)
-        store_slist_put(db, ROWS_VERSION, m->n, m->max_id, text, &d);
+        store_slist_put(db, version, m->n, m->max_id, text, &d);
     free(text);
     json_decref(copy);
     store_close(db);

@@ -12,7 +12,7 @@
 
 static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS session_list ("
-    " version INTEGER NOT NULL, n INTEGER NOT NULL,"
+    " version TEXT NOT NULL, n INTEGER NOT NULL,"
     " max_id INTEGER NOT NULL, rows TEXT NOT NULL)";
 
 static int sql_err(sqlite3 *db, const char *what, struct diag *d)
@@ -39,7 +39,7 @@ int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id,
     return rc == SQLITE_ROW ? 0 : sql_err(db, "count the exchanges for", d);
 }
 
-int store_slist_get(sqlite3 *db, unsigned version, int64_t n, int64_t max_id,
+int store_slist_get(sqlite3 *db, const char *version, int64_t n, int64_t max_id,
                     char **rows, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
@@ -52,7 +52,7 @@ int store_slist_get(sqlite3 *db, unsigned version, int64_t n, int64_t max_id,
         return sqlite3_errcode(db) == SQLITE_ERROR ? 0
                                                    : sql_err(db, "read", d);
     }
-    sqlite3_bind_int64(st, 1, version);
+    sqlite3_bind_text(st, 1, version, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, n);
     sqlite3_bind_int64(st, 3, max_id);
     int rc = sqlite3_step(st);
@@ -66,7 +66,7 @@ int store_slist_get(sqlite3 *db, unsigned version, int64_t n, int64_t max_id,
     return rc == SQLITE_DONE ? 0 : sql_err(db, "read", d);
 }
 
-int store_slist_put(sqlite3 *db, unsigned version, int64_t n, int64_t max_id,
+int store_slist_put(sqlite3 *db, const char *version, int64_t n, int64_t max_id,
                     const char *rows, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
@@ -86,7 +86,7 @@ int store_slist_put(sqlite3 *db, unsigned version, int64_t n, int64_t max_id,
         ret = sql_err(db, "keep", d);
         goto out;
     }
-    sqlite3_bind_int64(st, 1, version);
+    sqlite3_bind_text(st, 1, version, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, n);
     sqlite3_bind_int64(st, 3, max_id);
     sqlite3_bind_text(st, 4, rows, -1, SQLITE_STATIC);

@@ -38,30 +38,30 @@ static void test_rows_kept_while_exchanges_unchanged(void **state)
     assert_int_equal(store_slist_mark(t.db, &n, &max, &d), 0);
     assert_true(n == 0 && max == 0);
     /* nothing kept yet */
-    assert_int_equal(store_slist_get(t.db, 1, n, max, &rows, &d), 0);
+    assert_int_equal(store_slist_get(t.db, "v1", n, max, &rows, &d), 0);
     assert_null(rows);
     exec(t.db, ADD("a") ADD("a") ADD("b"));
     assert_int_equal(store_slist_mark(t.db, &n, &max, &d), 0);
     assert_true(n == 3 && max == 3);
-    assert_int_equal(store_slist_put(t.db, 1, n, max, "[1]", &d), 0);
-    assert_int_equal(store_slist_get(t.db, 1, 3, 3, &rows, &d), 1);
+    assert_int_equal(store_slist_put(t.db, "v1", n, max, "[1]", &d), 0);
+    assert_int_equal(store_slist_get(t.db, "v1", 3, 3, &rows, &d), 1);
     assert_string_equal(rows, "[1]");
     free(rows);
-    /* another format: not these rows */
-    assert_int_equal(store_slist_get(t.db, 2, 3, 3, &rows, &d), 0);
+    /* another build: not these rows */
+    assert_int_equal(store_slist_get(t.db, "v2", 3, 3, &rows, &d), 0);
     /* an exchange added: the mark moves, the rows are not read */
     exec(t.db, ADD("c"));
     assert_int_equal(store_slist_mark(t.db, &n, &max, &d), 0);
-    assert_int_equal(store_slist_get(t.db, 1, n, max, &rows, &d), 0);
+    assert_int_equal(store_slist_get(t.db, "v1", n, max, &rows, &d), 0);
     /* kept again, then one taken away (and another added: same count,
      * another highest id) */
-    assert_int_equal(store_slist_put(t.db, 1, n, max, "[2]", &d), 0);
+    assert_int_equal(store_slist_put(t.db, "v1", n, max, "[2]", &d), 0);
     exec(t.db, "DELETE FROM xchg WHERE id = 2");
     exec(t.db, ADD("d"));
     int64_t n2, max2;
     assert_int_equal(store_slist_mark(t.db, &n2, &max2, &d), 0);
     assert_true(n2 == n && max2 != max);
-    assert_int_equal(store_slist_get(t.db, 1, n2, max2, &rows, &d), 0);
+    assert_int_equal(store_slist_get(t.db, "v1", n2, max2, &rows, &d), 0);
     /* one row of rows: the put replaced the first */
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_prepare_v2(t.db,

@@ -158,12 +158,14 @@ const char *audit_policy_name(enum audit_policy p);
 struct audit_thresholds {
     double token_deficit;     /* prompt tokens below (1 - x) * expected */
     double token_deficit_min; /* ... and at least this many tokens short */
-    double flat_growth;       /* request bytes grew by this share ... */
-    double flat_tokens;       /* ... while prompt tokens moved less */
-    double gzip_ratio;        /* raw / zlib-compressed bytes */
-    double ngram_share;       /* share of repeated word 4-grams */
-    size_t degen_min_bytes;   /* texts shorter than this are not judged */
-    double reasoning_ratio;   /* reasoning bytes / content bytes */
+    double token_exact_min;   /* with /tokenize counts: tokens short */
+    long pinned_run;        /* this many requests in a row at one prompt size */
+    double flat_growth;     /* request bytes grew by this share ... */
+    double flat_tokens;     /* ... while prompt tokens moved less */
+    double gzip_ratio;      /* raw / zlib-compressed bytes */
+    double ngram_share;     /* share of repeated word 4-grams */
+    size_t degen_min_bytes; /* texts shorter than this are not judged */
+    double reasoning_ratio; /* reasoning bytes / content bytes */
     size_t reasoning_min_bytes;
     double gap_ms;        /* longest pause between SSE chunks */
     double added_ttfb_ms; /* down_ttfb - up_ttfb */

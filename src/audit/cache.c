@@ -120,8 +120,13 @@ static void measure(const struct actx *c, size_t i, double bpt, struct cuse *u)
         u->reply = true;
         bytes += (double)r->mbytes[k];
     }
-    if (k && r->tool_bytes == p->tool_bytes)
-        bytes += (double)r->tool_bytes; /* rendered with the system prompt */
+    /* the tool schemas are shared when all of p's messages are: wherever
+     * the template renders them, everything before r's new messages is
+     * then the same. Past a rewrite or a compaction (only the system
+     * prompt kept) where they sit is the template's own, and counting
+     * them made a false refill of every opencode compaction. */
+    if (k == p->nmsg && r->tool_bytes == p->tool_bytes)
+        bytes += (double)r->tool_bytes;
     u->shared = bytes / local;
     double own = tokens_of(c, r);
     if (own > 0 && u->shared > own)

@@ -109,6 +109,21 @@ static size_t missing_turns(const struct hset *seen, const struct areq *r)
     return miss;
 }
 
+/* The truncation finding (truncation.below, .flat, .pinned, .at_limit)
+ * the truncation rule, which runs before this one, raised on r; NULL. */
+static const char *truncated_by_server(const struct actx *c,
+                                       const struct areq *r)
+{
+    for (size_t i = 0; i < c->out->n; i++) {
+        const struct audit_finding *f = &c->out->v[i];
+        if (f->request == r->x->id && !strncmp(f->rule, "truncation.", 11) &&
+            strcmp(f->rule, "truncation.length_early") &&
+            strcmp(f->rule, "truncation.context_error"))
+            return f->rule;
+    }
+    return NULL;
+}
+
 void audit_rule_first_message(struct actx *c)
 {
     struct hset seen = {0}; /* user turns of the session's main requests */
@@ -135,9 +150,12 @@ void audit_rule_first_message(struct actx *c)
          * every user turn the session had so far */
         bool carried = r->users >= 2 && !miss;
         bool after_lost = lost != 0;
+        /* a request the server cut: whatever the harness sent (a summary
+         * that still held the history), the model saw less of it */
+        const char *cut = truncated_by_server(c, r);
         if (!carried && !miss)
             continue; /* it lacked nothing: truly the first message */
-        const char *blame = carried ? "server" : "harness";
+        const char *blame = carried || cut ? "server" : "harness";
         json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:I, s:s}", "blame", blame,
                                "where", in_content ? "content" : "reasoning",
                                "user_turns_sent", r->users, "user_turns_before",
@@ -146,7 +164,15 @@ void audit_rule_first_message(struct actx *c)
         if (after_lost && !carried)
             json_object_set_new(ev, "compaction_lost_request",
                                 json_integer(lost));
-        if (after_lost && !carried)
+        if (cut)
+            json_object_set_new(ev, "truncation", json_string(cut));
+        if (cut && !carried)
+            audit_finding_add(
+                c, AUDIT_ERROR, "first_message.claim", r, ev,
+                "reply claims no earlier conversation: the server cut this "
+                "request (%s on it); blame the server",
+                cut);
+        else if (after_lost && !carried)
             audit_finding_add(
                 c, AUDIT_ERROR, "first_message.claim", r, ev,
                 "reply claims no earlier conversation: the history "

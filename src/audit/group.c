@@ -3,16 +3,23 @@
  * such a request by its first system and user message (a "p:" key), which
  * breaks as soon as a harness or gateway edits the front of the history:
  * a window, a dropped turn, a summary in place of the head. Here the "p:"
- * sessions of a set are regrouped by what the requests share: a request
- * joins the session that last carried one of its user turns or assistant
- * replies (the replies of a session's requests count, so the summary a
- * compaction request produced ties the request after it to the session).
- * System prompts, tool lists and tool results never tie requests together:
- * every session of one harness shares the first two, and the last are
- * edited in place. The rule and its limits are in docs/AUDIT.md.
+ * sessions of a set are regrouped by structure first: a request whose
+ * messages extend all of a session's latest request (and its reply, when
+ * sent back) continues that session; one equal to an earlier request is a
+ * retry of it, unless more conversations later grow from that same start
+ * than sessions hold it (identical first messages of separate
+ * conversations). Only then by what the requests share: a request joins
+ * the session that last carried one of its user turns or assistant replies
+ * (the replies of a session's requests count, so the summary a compaction
+ * request produced ties the request after it to the session). A lone first
+ * message is no evidence by itself. System prompts, tool lists and tool
+ * results never vote: every session of one harness shares the first two,
+ * and the last are edited in place. The rule and its limits are in
+ * docs/AUDIT.md.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "audit/audit_int.h"
 #include "core/hash.h"
@@ -78,10 +85,11 @@ static size_t kmap_find(const struct kmap *m, uint64_t k)
 }
 
 /* Keys of messages by address: the set shares equal messages, so each
- * distinct message is read once. */
+ * distinct message is read once. k is the voting key (0: never votes), f
+ * the whole message's key (every role) for the structural match. */
 struct pmemo {
     json_t **p;
-    uint64_t *k;
+    uint64_t *k, *f;
     size_t n, cap;
 };
 
@@ -122,13 +130,52 @@ static uint64_t message_key(json_t *m)
     return k;
 }
 
-static uint64_t memo_key(struct pmemo *mm, json_t *m)
+/* The whole message as a key: its role, its text (an inline <think> block
+ * left out, as a harness sending a reply back may drop it), the ids of its
+ * tool calls and the call a tool result answers. An assistant message's
+ * key equals reply_key() of the reply it sends back. */
+static uint64_t full_key(json_t *m)
+{
+    const char *role = json_string_value(json_object_get(m, "role"));
+    char tag = !role                        ? 'o'
+               : !strcmp(role, "user")      ? 'u'
+               : !strcmp(role, "assistant") ? 'a'
+               : !strcmp(role, "system")    ? 's'
+               : !strcmp(role, "tool")      ? 't'
+                                            : 'o';
+    char *t = audit_msg_text(m);
+    const char *body = t, *end = strstr(t, "</think>");
+    if (tag == 'a' && !strncmp(t, "<think>", 7) && end)
+        body = end + 8;
+    uint64_t k = text_key(tag, body,
+                          tag == 'a' ? json_object_get(m, "tool_calls") : NULL);
+    const char *call = json_string_value(json_object_get(m, "tool_call_id"));
+    if (call)
+        k = hash_mix2(k, hash64(call, strlen(call), 4));
+    free(t);
+    return k;
+}
+
+/* The key the reply of x has when sent back as an assistant message; 0
+ * when it has neither text nor tool calls. */
+static uint64_t reply_key(const struct xchg *x)
+{
+    const char *content =
+        json_string_value(json_object_get(x->reply, "content"));
+    json_t *calls = json_object_get(x->reply, "tool_calls");
+    if (!(content && *content) && !json_array_size(calls))
+        return 0;
+    return text_key('a', content ? content : "", calls);
+}
+
+static size_t memo_slot(struct pmemo *mm, json_t *m)
 {
     if (2 * (mm->n + 1) > mm->cap) {
         struct pmemo old = *mm;
         mm->cap = old.cap ? 2 * old.cap : 1024;
         mm->p = xcalloc(mm->cap, sizeof(*mm->p));
         mm->k = xcalloc(mm->cap, sizeof(*mm->k));
+        mm->f = xcalloc(mm->cap, sizeof(*mm->f));
         for (size_t i = 0; i < old.cap; i++)
             if (old.p[i]) {
                 size_t j =
@@ -137,9 +184,11 @@ static uint64_t memo_key(struct pmemo *mm, json_t *m)
                     j = (j + 1) & (mm->cap - 1);
                 mm->p[j] = old.p[i];
                 mm->k[j] = old.k[i];
+                mm->f[j] = old.f[i];
             }
         free(old.p);
         free(old.k);
+        free(old.f);
     }
     size_t j = hash_mix64((uint64_t)(uintptr_t)m) & (mm->cap - 1);
     while (mm->p[j] && mm->p[j] != m)
@@ -147,9 +196,10 @@ static uint64_t memo_key(struct pmemo *mm, json_t *m)
     if (!mm->p[j]) {
         mm->p[j] = m;
         mm->k[j] = message_key(m);
+        mm->f[j] = full_key(m);
         mm->n++;
     }
-    return mm->k[j];
+    return j;
 }
 
 struct group {
@@ -157,13 +207,28 @@ struct group {
     struct xchg **x;
     size_t n, alloc;
     size_t active; /* sequence number of its latest exchange */
+    long tip;      /* index of its latest main request, -1 none */
+};
+
+/* A request's structure: h[k] is the key of its first k messages (h[0] a
+ * seed), reply the key of its reply sent back (0: none). */
+struct shape {
+    uint64_t *h;
+    char *role; /* 'u', 'a', ... per message */
+    size_t n;
+    uint64_t reply;
+    bool side;  /* a title or compaction request: never a tip */
+    bool fresh; /* one user message, no history */
 };
 
 struct regroup {
     struct group *g;
     size_t n, alloc;
     struct kmap keys;
+    struct kmap ends; /* h[n] and h[n] + reply of main requests -> group */
     struct pmemo memo;
+    struct shape *sh; /* per request, in the order placed */
+    size_t nsh;
     uint64_t *rk; /* the current request's keys */
     size_t rn, rcap;
 };
@@ -218,6 +283,7 @@ static int new_group(struct regroup *rg, const char *from)
     struct group *g = &rg->g[rg->n];
     memset(g, 0, sizeof(*g));
     g->from = xstrdup(from);
+    g->tip = -1;
     return (int)rg->n++;
 }
 
@@ -278,33 +344,179 @@ static int best_group(struct regroup *rg, bool use_shared)
     return best;
 }
 
+/* How far request i extends request t: t's messages and its reply when
+ * i sends it back next (n_t + 1), t's messages alone (n_t), or 0 when i
+ * does not carry all of t's messages. */
+static size_t extends(const struct shape *i, const struct shape *t)
+{
+    if (t->n > i->n || i->h[t->n] != t->h[t->n])
+        return 0;
+    if (t->reply && t->n < i->n &&
+        i->h[t->n + 1] == hash_mix2(t->h[t->n], t->reply))
+        return t->n + 1;
+    return t->n;
+}
+
+/* Whether request j carries all of request p's messages and more. */
+static bool grows(const struct shape *j, const struct shape *p)
+{
+    return !j->side && j->n > p->n && j->h[p->n] == p->h[p->n];
+}
+
+/* The conversations that grow from request i's messages after it: the
+ * requests after i that carry them and more, and that no later one of
+ * those carries in turn (each conversation's last request; requests sent
+ * again count once). At most LOOKAHEAD requests ahead are read:
+ * conversations that start alike part within a few turns. Fills leaf[]
+ * (at most 64) and returns how many. */
+#define LOOKAHEAD 512
+static size_t conversations_from(const struct regroup *rg, size_t i,
+                                 size_t leaf[64])
+{
+    size_t f[LOOKAHEAD], nf = 0, nl = 0;
+    for (size_t j = i + 1; j < rg->nsh && nf < LOOKAHEAD; j++)
+        if (grows(&rg->sh[j], &rg->sh[i]))
+            f[nf++] = j;
+    for (size_t a = 0; a < nf && nl < 64; a++) {
+        const struct shape *ja = &rg->sh[f[a]];
+        bool inner = false, dup = false;
+        for (size_t b = 0; b < nf && !inner; b++)
+            inner = b != a && grows(&rg->sh[f[b]], ja);
+        for (size_t q = 0; q < nl && !inner && !dup; q++)
+            dup = rg->sh[leaf[q]].n == ja->n &&
+                  rg->sh[leaf[q]].h[ja->n] == ja->h[ja->n];
+        if (!inner && !dup)
+            leaf[nl++] = f[a];
+    }
+    return nl;
+}
+
+/* Request i equals an earlier request: a retry, or the start of another
+ * conversation? Another one when more conversations grow from its
+ * messages after it than sessions hold them and go on: a session whose
+ * latest request is equal to i or carries all of it, and which one of
+ * those conversations continues. */
+static bool starts_another(const struct regroup *rg, size_t i)
+{
+    size_t leaf[64], going_on = 0;
+    size_t nl = conversations_from(rg, i, leaf);
+    const struct shape *me = &rg->sh[i];
+    for (size_t g = 0; g < rg->n && going_on < nl; g++) {
+        long t = rg->g[g].tip;
+        if (t < 0)
+            continue;
+        const struct shape *tip = &rg->sh[t];
+        if (tip->n < me->n || tip->h[me->n] != me->h[me->n])
+            continue;
+        bool continued = false;
+        for (size_t q = 0; q < nl && !continued; q++)
+            continued = grows(&rg->sh[leaf[q]], tip) ||
+                        (rg->sh[leaf[q]].n == tip->n &&
+                         rg->sh[leaf[q]].h[tip->n] == tip->h[tip->n]);
+        going_on += continued;
+    }
+    return nl > going_on;
+}
+
+/* The session request i continues by structure: -1 when structure does
+ * not decide, -2 for a new session.
+ * - A request that carries all of a session's latest request (and its
+ *   reply, when sent back) and more continues it; the first such session
+ *   when several are still alike.
+ * - A request equal to an earlier one is a retry (of the latest such
+ *   session), unless it starts another conversation (starts_another):
+ *   then it continues a session whose latest request it extends, or
+ *   starts a new one.
+ * - Else the one session that had an earlier request it extends (a
+ *   conversation taken back to an earlier turn). */
+static int structural(struct regroup *rg, size_t i)
+{
+    const struct shape *me = &rg->sh[i];
+    int eq = -1, ext = -1;
+    size_t ext_k = 0;
+    if (!me->n)
+        return -1;
+    for (size_t g = 0; g < rg->n; g++) {
+        if (rg->g[g].tip < 0)
+            continue;
+        size_t k = extends(me, &rg->sh[rg->g[g].tip]);
+        if (k && k == me->n) {
+            if (eq < 0 || rg->g[g].active > rg->g[eq].active)
+                eq = (int)g;
+        } else if (k > ext_k) {
+            ext = (int)g;
+            ext_k = k;
+        }
+    }
+    if (ext >= 0 && eq < 0)
+        return ext;
+    if (me->side)
+        return -1;
+    size_t e = kmap_find(&rg->ends, me->h[me->n]);
+    if (eq >= 0 || e != (size_t)-1) {
+        if (starts_another(rg, i))
+            return ext >= 0 ? ext : -2;
+        return eq >= 0 ? eq : rg->ends.group[e];
+    }
+    for (size_t k = me->n; k-- > 1;) {
+        e = kmap_find(&rg->ends, me->h[k]);
+        if (e != (size_t)-1)
+            return rg->ends.shared[e] ? -1 : rg->ends.group[e];
+    }
+    return -1;
+}
+
+static void shape_of(struct regroup *rg, struct xchg *x, struct shape *sh)
+{
+    size_t n = xmsg_n(x), users = 0, others = 0;
+    sh->n = n;
+    sh->h = xcalloc(n + 1, sizeof(*sh->h));
+    sh->role = xcalloc(n + 1, 1);
+    sh->h[0] = 0x5eed5eed;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = xmsg(x, i);
+        size_t j = memo_slot(&rg->memo, m);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        sh->role[i] = role && *role ? role[0] : 'o';
+        users += sh->role[i] == 'u';
+        others += sh->role[i] == 'a' || sh->role[i] == 't';
+        sh->h[i + 1] = hash_mix2(sh->h[i], rg->memo.f[j]);
+    }
+    sh->reply = reply_key(x);
+    sh->side = is_side(x);
+    sh->fresh = !sh->side && users <= 1 && !others;
+}
+
 static void place(struct regroup *rg, struct xchg *x, size_t seq,
                   const char *from, int *last_active)
 {
-    size_t i, users = 0, assistants = 0;
+    size_t i;
     json_t *m;
+    const struct shape *sh = &rg->sh[seq - 1];
     rg->rn = 0;
-    for (i = 0; (m = xmsg(x, i)); i++) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        users += role && !strcmp(role, "user");
-        assistants += role && !strcmp(role, "assistant");
-        add_key(rg, memo_key(&rg->memo, m));
-    }
-    int g = -1;
-    /* a one-shot request (one user message, no history) is its own
-     * session: a stateless client repeating it is not one conversation */
-    bool one_shot = !is_side(x) && users <= 1 && !assistants;
-    if (!one_shot) {
+    for (i = 0; (m = xmsg(x, i)); i++)
+        add_key(rg, rg->memo.k[memo_slot(&rg->memo, m)]);
+    int g = structural(rg, seq - 1);
+    /* no structure decides: what the request shares with a session, but
+     * a lone first message is no evidence (a stateless client, or a new
+     * conversation that starts like another) */
+    if (g == -1 && !sh->fresh) {
         g = best_group(rg, false);
         if (g < 0)
             g = best_group(rg, true);
     }
-    if (g < 0 && is_side(x) && *last_active >= 0)
+    if (g == -1 && sh->side && *last_active >= 0)
         g = *last_active; /* serves the conversation under way */
     if (g < 0)
         g = new_group(rg, from);
     group_add(&rg->g[g], x, seq);
     *last_active = g;
+    if (!sh->side) {
+        rg->g[g].tip = (long)(seq - 1);
+        kmap_put(&rg->ends, sh->h[sh->n], g);
+        if (sh->reply)
+            kmap_put(&rg->ends, hash_mix2(sh->h[sh->n], sh->reply), g);
+    }
     for (size_t k = 0; k < rg->rn; k++)
         kmap_put(&rg->keys, rg->rk[k], g);
     json_t *reply = x->reply;
@@ -312,6 +524,9 @@ static void place(struct regroup *rg, struct xchg *x, size_t seq,
     json_t *calls = json_object_get(reply, "tool_calls");
     if ((content && *content) || json_array_size(calls))
         kmap_put(&rg->keys, text_key('a', content ? content : "", calls), g);
+    /* a summary comes back as a user message too (Continue, opencode) */
+    if (content && *content)
+        kmap_put(&rg->keys, text_key('u', content, NULL), g);
 }
 
 static int by_start(const void *pa, const void *pb)
@@ -348,6 +563,10 @@ void audit_set_regroup(struct audit_set *set)
     if (!n)
         return;
     qsort(all, n, sizeof(*all), by_start);
+    rg.sh = xcalloc(n, sizeof(*rg.sh));
+    rg.nsh = n;
+    for (size_t i = 0; i < n; i++)
+        shape_of(&rg, all[i], &rg.sh[i]);
     int last_active = -1;
     for (size_t i = 0; i < n; i++)
         place(&rg, all[i], i + 1, all[i]->session ? all[i]->session : "",
@@ -390,23 +609,55 @@ void audit_set_regroup(struct audit_set *set)
     free(rg.keys.key);
     free(rg.keys.group);
     free(rg.keys.shared);
+    free(rg.ends.key);
+    free(rg.ends.group);
+    free(rg.ends.shared);
+    for (size_t i = 0; i < rg.nsh; i++) {
+        free(rg.sh[i].h);
+        free(rg.sh[i].role);
+    }
+    free(rg.sh);
     free(rg.memo.p);
     free(rg.memo.k);
+    free(rg.memo.f);
     free(rg.rk);
     free(all);
 }
 
 /* ---- subagents ---- */
 
-static const char *const task_tools[] = {"task",        "Task",     "agent",
-                                         "spawn_agent", "subagent", NULL};
+/* The names harnesses give the tool that starts a subagent, compared
+ * without case: opencode's "task", Claude Code's "Task", Continue's
+ * "Subagent". */
+static const char *const task_tools[] = {"task", "agent", "spawn_agent",
+                                         "subagent", NULL};
 
 static bool is_task_tool(const char *name)
 {
     for (int i = 0; name && task_tools[i]; i++)
-        if (!strcmp(name, task_tools[i]))
+        if (!strcasecmp(name, task_tools[i]))
             return true;
     return false;
+}
+
+/* The task call whose prompt the subagent's first message carries: the
+ * same text, or the prompt followed by a block the harness appended after
+ * a line break (Kilo adds <environment_details>). A prompt shorter than
+ * 16 bytes is matched only whole: a short word is no evidence. */
+static json_t *call_for_text(json_t *calls, const char *text)
+{
+    json_t *hit = json_object_get(calls, text), *v;
+    const char *prompt;
+    if (hit)
+        return hit;
+    json_object_foreach(calls, prompt, v)
+    {
+        size_t n = strlen(prompt);
+        if (n >= 16 && !strncmp(text, prompt, n) &&
+            (text[n] == '\n' || text[n] == '\r'))
+            return v;
+    }
+    return NULL;
 }
 
 static const char *first_user_text(const struct xchg *x, char **owned)
@@ -469,7 +720,7 @@ void audit_set_link_subagents(struct audit_set *set)
         char *text = NULL;
         for (size_t j = 0; j < sub->n && !text; j++)
             first_user_text(sub->x[j], &text);
-        json_t *hit = text ? json_object_get(calls, text) : NULL;
+        json_t *hit = text ? call_for_text(calls, text) : NULL;
         free(text);
         size_t ps = (size_t)json_integer_value(json_array_get(hit, 0));
         if (!hit || ps == s)

@@ -37,7 +37,10 @@ static bool has_reply(const struct areq *p)
 static size_t reply_bytes(const struct areq *p)
 {
     size_t n = p->content ? strlen(p->content) : 0;
-    char *tc = p->tool_calls ? json_dumps(p->tool_calls, JSON_COMPACT) : NULL;
+    /* an empty tool_calls array is no reply: it counts nothing */
+    char *tc = json_array_size(p->tool_calls)
+                   ? json_dumps(p->tool_calls, JSON_COMPACT)
+                   : NULL;
     n += tc ? strlen(tc) : 0;
     free(tc);
     return n;
@@ -643,6 +646,15 @@ static bool is_partial_kept(const struct areq *p, json_t *m)
     return part;
 }
 
+/* Whether the step from p sent an assistant message back in place of p's
+ * reply: a differing one (an echo), or p's partial text verbatim (opencode
+ * after Esc), which reads as a plain continuation. */
+static bool sent_back(const struct areq *p, const struct audit_step *st)
+{
+    return st->kind == AUDIT_STEP_ECHO ||
+           (st->kind == AUDIT_STEP_PREFIX && has_reply(p) && !p->finish);
+}
+
 /* A user interrupt: the predecessor's stream ended with the client gone
  * (no final event), and the request carries everything before it but not
  * its partial reply (or the client left before any text came), or an
@@ -651,12 +663,14 @@ static bool is_partial_kept(const struct areq *p, json_t *m)
 static bool is_interrupt(const struct areq *p, const struct areq *r,
                          const struct audit_step *st)
 {
-    if (p->x->end != XCHG_CLIENT_GONE || st->kept != p->nmsg)
+    /* a partial sent back verbatim counts as kept by the step */
+    size_t base = p->nmsg + (st->kind == AUDIT_STEP_PREFIX && sent_back(p, st));
+    if (p->x->end != XCHG_CLIENT_GONE || st->kept != base)
         return false;
     bool dropped = st->kind == AUDIT_STEP_REWRITE && st->removed == 1;
     bool none = st->kind == AUDIT_STEP_PREFIX && !has_reply(p);
     size_t next = p->nmsg;
-    if (st->kind == AUDIT_STEP_ECHO &&
+    if (sent_back(p, st) &&
         is_partial_kept(p, json_array_get(r->msgs, p->nmsg)))
         next++;
     else if (!dropped && !none)
@@ -680,7 +694,7 @@ static void report_interrupt(struct actx *c, size_t i,
                                             "streamed_tool_calls"};
     struct areq *r = &c->r[i], *p = &c->r[r->prev];
     size_t sent = 0;
-    if (st->kind == AUDIT_STEP_ECHO) {
+    if (sent_back(p, st)) {
         char *t = audit_msg_text(json_array_get(r->msgs, p->nmsg));
         sent = strlen(t);
         free(t);
@@ -694,7 +708,7 @@ static void report_interrupt(struct actx *c, size_t i,
                         json_integer((json_int_t)sent));
     json_object_set_new(ev, "kept", json_integer((json_int_t)st->kept));
     p->interrupted = true;
-    if (st->kind == AUDIT_STEP_ECHO && sent)
+    if (sent_back(p, st) && sent)
         audit_finding_add(
             c, AUDIT_INFO, "history.interrupted", r, ev,
             "the user interrupted request %lld: %zu of its partial "

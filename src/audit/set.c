@@ -16,6 +16,8 @@
 const struct audit_thresholds audit_default_thresholds = {
     .token_deficit = 0.25,
     .token_deficit_min = 64,
+    .token_exact_min = 16,
+    .pinned_run = 3,
     .flat_growth = 0.10,
     .flat_tokens = 0.01,
     .gzip_ratio = 6.0,

@@ -117,6 +117,11 @@ static double expected_tokens(struct actx *c, const struct areq *r,
            (prompt_bytes(r) - prompt_bytes(anchor)) / *ratio;
 }
 
+/* Below expectation: by the share and tokens of the thresholds against
+ * the bytes-per-token estimate; against an exact /tokenize count (the
+ * server's own template and tokenizer, without the tool schemas, so the
+ * server's count is never below it) by token_exact_min tokens at any
+ * size: a request cut by 64 tokens of 30,000 is cut. */
 static void check_below(struct actx *c, size_t i)
 {
     const struct areq *r = &c->r[i];
@@ -124,9 +129,27 @@ static void check_below(struct actx *c, size_t i)
     const char *source;
     double ratio, expected = expected_tokens(c, r, &source, &ratio);
     double got = (double)r->prompt_tokens;
-    if (expected <= 0 || got >= (1 - th->token_deficit) * expected ||
-        expected - got < th->token_deficit_min)
+    bool exact = !strcmp(source, "tokenize");
+    if (expected <= 0)
         return;
+    if (exact ? expected - got < th->token_exact_min
+              : got >= (1 - th->token_deficit) * expected ||
+                    expected - got < th->token_deficit_min)
+        return;
+    if (exact) {
+        audit_finding_add(
+            c, AUDIT_ERROR, "truncation.below", r,
+            json_pack("{s:I, s:f, s:s, s:f, s:f}", "prompt_tokens",
+                      (json_int_t)r->prompt_tokens, "expected_tokens", expected,
+                      "source", source, "prompt_bytes", prompt_bytes(r),
+                      "threshold_tokens", th->token_exact_min),
+            "prompt_tokens %ld, the server's /tokenize counts %.0f for "
+            "the same messages: %.0f tokens (%.1f%%) of the prompt missing "
+            "(exact counts; threshold %.0f tokens)",
+            r->prompt_tokens, expected, expected - got,
+            100.0 * (expected - got) / expected, th->token_exact_min);
+        return;
+    }
     audit_finding_add(
         c, AUDIT_ERROR, "truncation.below", r,
         json_pack("{s:I, s:f, s:s, s:f, s:f, s:f, s:f}", "prompt_tokens",
@@ -140,11 +163,11 @@ static void check_below(struct actx *c, size_t i)
         100 * th->token_deficit, th->token_deficit_min);
 }
 
-static void check_flat(struct actx *c, size_t i)
+static void check_flat(struct actx *c, size_t i, const bool *pinned)
 {
     const struct areq *r = &c->r[i];
     const struct audit_thresholds *th = &c->o->th;
-    if (r->prev < 0 || !counted(&c->r[r->prev]))
+    if (r->prev < 0 || !counted(&c->r[r->prev]) || pinned[i])
         return;
     const struct areq *p = &c->r[r->prev];
     double b0 = prompt_bytes(p), b1 = prompt_bytes(r);
@@ -268,10 +291,68 @@ static void check_error(struct actx *c, size_t i)
     free(body);
 }
 
+/* truncation.pinned: pinned_run or more requests of a conversation in a
+ * row, each longer than the one before (by 16 bytes or more: a token's
+ * worth), that the server counted at exactly the same prompt size. No
+ * healthy server counts more text as the same tokens; a server that cuts
+ * every prompt to its limit does. One finding per run, at the run's
+ * second request; truncation.flat is not reported again inside it. */
+static void check_pinned(struct actx *c, bool *pinned)
+{
+    const struct audit_thresholds *th = &c->o->th;
+    size_t start = 0, len = 0;
+    const struct areq *last = NULL;
+    for (size_t i = 0; i <= c->n; i++) {
+        const struct areq *r = i < c->n ? &c->r[i] : NULL;
+        if (r && (!counted(r) || !audit_is_main_kind(r->kind)))
+            continue;
+        bool extends = r && last && r->prev >= 0 && &c->r[r->prev] == last &&
+                       r->prompt_tokens == last->prompt_tokens &&
+                       prompt_bytes(r) >= prompt_bytes(last) + 16;
+        if (extends) {
+            len++;
+            last = r;
+            continue;
+        }
+        if (len >= (size_t)th->pinned_run) {
+            const struct areq *a = &c->r[start], *second = NULL;
+            size_t k = 0;
+            for (size_t j = start; j < c->n && k < len; j++) {
+                const struct areq *q = &c->r[j];
+                if (!counted(q) || !audit_is_main_kind(q->kind))
+                    continue;
+                pinned[j] = true;
+                if (k++ == 1)
+                    second = q;
+            }
+            audit_finding_add(
+                c, AUDIT_ERROR, "truncation.pinned", second,
+                json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:I}",
+                          "prompt_tokens", (json_int_t)a->prompt_tokens,
+                          "requests", (json_int_t)len, "first_request",
+                          (json_int_t)a->x->id, "last_request",
+                          (json_int_t)last->x->id, "bytes_first",
+                          prompt_bytes(a), "bytes_last", prompt_bytes(last),
+                          "threshold_run", (json_int_t)th->pinned_run),
+                "%zu requests in a row (%lld to %lld) counted at exactly "
+                "%ld prompt tokens while they grew from %.0f to %.0f bytes: "
+                "the server cuts every prompt to %ld tokens",
+                len, (long long)a->x->id, (long long)last->x->id,
+                a->prompt_tokens, prompt_bytes(a), prompt_bytes(last),
+                a->prompt_tokens);
+        }
+        start = i;
+        len = r ? 1 : 0;
+        last = r;
+    }
+}
+
 void audit_rule_truncation(struct actx *c)
 {
     struct ratio_memo memo = {0};
+    bool *pinned = xcalloc(c->n + 1, sizeof(*pinned));
     c->truncation_memo = &memo;
+    check_pinned(c, pinned);
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->msgs)
@@ -281,8 +362,9 @@ void audit_rule_truncation(struct actx *c)
             continue;
         check_below(c, i);
         if (audit_is_main_kind(r->kind))
-            check_flat(c, i);
+            check_flat(c, i, pinned);
         check_limits(c, i);
     }
     c->truncation_memo = NULL;
+    free(pinned);
 }

@@ -76,7 +76,8 @@ const char CMD_AUDIT_HELP[] =
     "                       excuses a miss (default 600)\n"
     "\n"
     "Exit status: 0 no finding at the --fail-on level, 1 findings at it,\n"
-    "2 usage or bad input file, 3 --tokenize-url unreachable, 4 store error.\n"
+    "2 usage, bad input file or an empty store, 3 --tokenize-url unreachable, "
+    "4 store error.\n"
     "\n"
     "examples:\n"
     "  fidelity audit --db run.db\n"
@@ -351,16 +352,17 @@ static void print_human(const struct audit_set *set, const struct audit_list *l)
 
 static json_t *thresholds_json(const struct audit_thresholds *t)
 {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:I, s:f, "
-                     "s:f}",
-                     "token_deficit", t->token_deficit, "token_deficit_min",
-                     t->token_deficit_min, "flat_growth", t->flat_growth,
-                     "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
-                     "ngram_share", t->ngram_share, "degen_min_bytes",
-                     (json_int_t)t->degen_min_bytes, "reasoning_ratio",
-                     t->reasoning_ratio, "reasoning_min_bytes",
-                     (json_int_t)t->reasoning_min_bytes, "gap_ms", t->gap_ms,
-                     "added_ttfb_ms", t->added_ttfb_ms);
+    return json_pack(
+        "{s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:I, s:f, "
+        "s:I, s:f, s:f}",
+        "token_deficit", t->token_deficit, "token_deficit_min",
+        t->token_deficit_min, "token_exact_min", t->token_exact_min,
+        "pinned_run", (json_int_t)t->pinned_run, "flat_growth", t->flat_growth,
+        "flat_tokens", t->flat_tokens, "gzip_ratio", t->gzip_ratio,
+        "ngram_share", t->ngram_share, "degen_min_bytes",
+        (json_int_t)t->degen_min_bytes, "reasoning_ratio", t->reasoning_ratio,
+        "reasoning_min_bytes", (json_int_t)t->reasoning_min_bytes, "gap_ms",
+        t->gap_ms, "added_ttfb_ms", t->added_ttfb_ms);
 }
 
 /* The thresholds as the JSON report gives them. */
@@ -411,6 +413,16 @@ static int run(struct audit_args *a)
     audit_list_init(&l);
     if ((rc = recorded_load("audit", &a->rec, a->session, &set)))
         goto out;
+    /* an empty store is no clean run: a record that never bound, or one
+     * pointed at another file, leaves exactly this */
+    if (!set.n) {
+        rc = cli_error("audit", EXIT_USAGE,
+                       set.nbad ? "no exchange in '%s' could be read"
+                                : "no exchanges in '%s': is record running "
+                                  "and pointed at it?",
+                       a->rec.db);
+        goto out;
+    }
     if (a->tokenize_url && (rc = tokenize_all(a, &set)))
         goto out;
     audit_run(&set, &a->o, &l);

@@ -595,6 +595,87 @@ static void test_refill_runs_are_one_finding_each(void **state)
     free_xs(xs, NT);
 }
 
+/* opencode after a compaction: the next request keeps only the system
+ * prompt and sends the summary, with 22 kB of tool schemas as before. Where
+ * a template renders the schemas is its own (before the system text, after
+ * it, before the last user message): past a rewrite they are no evidence of
+ * a shared prefix, and a server that reused only the system prompt is no
+ * refill. On a plain continuation the same schemas are shared. */
+static void compaction_with_tools(struct xchg xs[3], long cached_after,
+                                  bool plain)
+{
+    json_t *tools = json_array();
+    for (int k = 0; k < 40; k++) {
+        struct buf d = BUF_INIT;
+        while (d.len < 500)
+            buf_printf(&d, "parameter %zu of tool %d. ", d.len, k);
+        char name[16];
+        snprintf(name, sizeof(name), "tool_%d", k);
+        json_array_append_new(
+            tools, json_pack("{s:s, s:{s:s, s:s, s:{s:s}}}", "type", "function",
+                             "function", "name", name, "description",
+                             buf_str(&d), "parameters", "type", "object"));
+        buf_release(&d);
+    }
+    json_t *sys = xb_msg("system", "You are a coding agent.");
+    struct buf u = BUF_INIT;
+    while (u.len < 8000)
+        buf_printf(&u, "history note %zu. ", u.len);
+    json_t *m1 = json_pack("[O, o]", sys, xb_msg("user", buf_str(&u)));
+    buf_release(&u);
+    json_t *m3 =
+        plain ? json_deep_copy(m1)
+              : json_pack("[O, o]", sys,
+                          xb_msg("user", "Summary: we fixed the parser."));
+    if (plain)
+        json_array_append_new(m3, xb_msg("assistant", "ok"));
+    json_array_append_new(m3, xb_msg("user", "Go on with the tests."));
+    json_t *m2 = json_deep_copy(m1);
+    json_array_append_new(m2, xb_msg("user", "Summarize the conversation."));
+    json_t *bodies[3] = {xb_body("m", m1), xb_body("m", m2), xb_body("m", m3)};
+    for (int t = 0; t < 3; t++) {
+        json_object_set(bodies[t], "tools", tools);
+        long pt = xb_tokens(bodies[t]);
+        xb_init(&xs[t], t + 1, "s", bodies[t]);
+        if (t == 1)
+            xs[t].kind = xstrdup("compaction");
+        xb_reply(&xs[t], t == 1 ? "Summary: we fixed the parser." : "ok", NULL,
+                 NULL, pt, 8, "stop");
+        long cached = t == 2 ? cached_after : 0;
+        json_object_set_new(
+            json_object_get(xs[t].reply, "usage"), "prompt_tokens_details",
+            json_pack("{s:I}", "cached_tokens", (json_int_t)cached));
+        xs[t].started = 1.7e9 + 10.0 * t;
+        xs[t].up_total_ms = 1000;
+    }
+    json_decref(sys);
+    json_decref(tools);
+}
+
+static void test_tools_after_compaction_are_not_shared(void **state)
+{
+    (void)state;
+    struct xchg xs[3];
+    struct audit_list l;
+    compaction_with_tools(xs, 8, false); /* the system prompt's few tokens */
+    run_audit(xs, 3, NULL, &l);
+    assert_int_equal(count_prefix(&l, "cache.refill"), 0);
+    for (size_t i = 0; i < l.n; i++)
+        assert_false(!strncmp(l.v[i].rule, "cache.", 6) &&
+                     l.v[i].sev >= AUDIT_WARN);
+    audit_list_release(&l);
+    free_xs(xs, 3);
+    /* the same figures on a plain continuation: the schemas and the
+     * history were shared and prefilled again */
+    compaction_with_tools(xs, 8, true);
+    run_audit(xs, 3, NULL, &l);
+    const struct audit_finding *f = find_rule(&l, "cache.refill");
+    assert_non_null(f);
+    assert_int_equal(f->request, 3);
+    audit_list_release(&l);
+    free_xs(xs, 3);
+}
+
 static void test_deepseek_cache_hit_field(void **state)
 {
     (void)state;
@@ -687,6 +768,7 @@ int main(void)
         T(test_thresholds_are_options),
         T(test_changing_bytes_per_token_is_no_refill),
         cmocka_unit_test(test_idle_gap_default_is_ten_minutes),
+        cmocka_unit_test(test_tools_after_compaction_are_not_shared),
         cmocka_unit_test(test_deepseek_cache_hit_field),
         cmocka_unit_test(test_refill_runs_are_one_finding_each),
         cmocka_unit_test(test_reply_reused_once_is_not_a_finding),

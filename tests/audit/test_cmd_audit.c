@@ -208,6 +208,21 @@ static void test_bad_input_is_usage_error(void **state)
     assert_int_equal(run(bad_prof, &out, &err), EXIT_USAGE);
     assert_non_null(strstr(err.data, "'temprature'"));
     free(prof);
+    /* a store with the schema and no exchange: what a record that never
+     * bound leaves; it is no clean run */
+    sqlite3 *edb;
+    struct diag d;
+    char *empty = xasprintf("%s/empty.db", dir);
+    assert_int_equal(store_open(empty, &edb, &d), 0);
+    assert_int_equal(xchg_schema(edb, &d), 0);
+    store_close(edb);
+    const char *a_empty[] = {"audit", "--db", empty, NULL};
+    assert_int_equal(run(a_empty, &out, &err), EXIT_USAGE);
+    assert_non_null(strstr(err.data, "no exchanges in"));
+    assert_non_null(strstr(err.data, empty));
+    assert_non_null(strstr(err.data, "is record running"));
+    assert_null(strstr(out.data ? out.data : "", "0 findings"));
+    free(empty);
     const char *show_none[] = {"show", "--db", db_path, NULL};
     assert_int_equal(run(show_none, &out, &err), EXIT_USAGE);
     const char *show_unknown[] = {"show", "nope", "--db", db_path, NULL};

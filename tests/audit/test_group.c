@@ -200,17 +200,30 @@ static void test_summary_head_stays_one_session(void **state)
     done(set, &l, xs, 5);
 }
 
-/* A stateless client sending the same one-shot request: one session each,
- * nothing chained, no finding above info. */
+/* A stateless client sending one request 20 times: the same request sent
+ * again is a retry of it (docs/AUDIT.md), one session, nothing above info;
+ * one-shot requests that differ are sessions of their own, nothing
+ * chained: a first message is no evidence by itself. */
 static void test_one_shots_are_not_chained(void **state)
 {
     (void)state;
-    struct xchg xs[4];
+    struct xchg xs[20];
     struct audit_list l;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 20; k++)
         req(&xs[k], k + 1, json_pack("[o]", xb_msg("user", "What is 2+2?")),
             "4");
-    struct audit_set *set = grouped(xs, 4, &l);
+    struct audit_set *set = grouped(xs, 20, &l);
+    assert_int_equal(set->n, 1);
+    assert_int_equal(set->s[0].n, 20);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 0);
+    assert_int_equal(count_prefix(&l, "history.retry"), 19);
+    done(set, &l, xs, 20);
+
+    static const char *const asks[4] = {"What is 2+2?", "What is 3+3?",
+                                        "Name a colour.", "What is 2+2? "};
+    for (int k = 0; k < 4; k++)
+        req(&xs[k], k + 1, json_pack("[o]", xb_msg("user", asks[k])), "4");
+    set = grouped(xs, 4, &l);
     assert_int_equal(set->n, 4);
     /* regrouped sessions are whole: no parent, their rows build */
     for (size_t i = 0; i < set->n; i++) {
@@ -224,27 +237,192 @@ static void test_one_shots_are_not_chained(void **state)
     done(set, &l, xs, 4);
 }
 
-/* opencode's task tool: the parent's reply calls task with a prompt, a
- * session (its own header) starts with that prompt as its first user
- * message, and the parent gets the call's result back. */
-static void test_subagent_linked_to_parent(void **state)
+/* Three conversations of one client without session headers, their
+ * requests interleaved at random (seed), each request after the first
+ * carrying its conversation's history and replies; turns 2 and 3 are
+ * alike in every conversation ("yes", "go on", replies "OK."). The
+ * variants: every
+ * conversation starts differently; all three start with the same message
+ * and get the same first reply; the first compacts its history after turn
+ * 3 (a compaction request, then the summary in place of the history); the
+ * second's first request is refused with 429 and sent again. */
+enum shape_variant { V_DIFFERENT, V_SAME_START, V_COMPACTION, V_RETRY };
+
+#define NCONV 3
+#define NTURN 5
+#define MAXREQ (NCONV * (NTURN + 2))
+
+struct conv {
+    json_t *msgs;
+    int turn, step;
+};
+
+static unsigned lcg(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return (*seed >> 16) & 0x7fff;
+}
+
+/* req() with the prompt tokens a server would count for the body. */
+static void conv_req(struct xchg *x, long long id, json_t *msgs,
+                     const char *reply)
+{
+    req(x, id, msgs, reply);
+    json_object_set_new(json_object_get(x->reply, "usage"), "prompt_tokens",
+                        json_integer(xb_tokens(x->req_body)));
+    x->started = (double)id;
+}
+
+static size_t interleaved(struct xchg *xs, enum shape_variant v, unsigned seed)
+{
+    struct conv c[NCONV];
+    size_t n = 0;
+    for (int k = 0; k < NCONV; k++) {
+        c[k].msgs = json_pack("[o]", xb_msg("system", SYS));
+        c[k].turn = c[k].step = 0;
+    }
+    for (;;) {
+        int live[NCONV], nl = 0;
+        for (int k = 0; k < NCONV; k++)
+            if (c[k].turn < NTURN)
+                live[nl++] = k;
+        if (!nl)
+            break;
+        int k = live[lcg(&seed) % (unsigned)nl];
+        struct conv *cv = &c[k];
+        struct xchg *x = &xs[n];
+        char user[96], reply[96];
+        if (v == V_SAME_START && cv->turn == 0) {
+            snprintf(user, sizeof(user), "hello");
+            snprintf(reply, sizeof(reply), "Hello! What shall we work on?");
+        } else if (cv->turn == 1 || cv->turn == 2) {
+            /* turns every conversation has alike: short replies and
+             * answers that carry nothing of their own */
+            snprintf(user, sizeof(user), cv->turn == 1 ? "yes" : "go on");
+            snprintf(reply, sizeof(reply), "OK.");
+        } else {
+            snprintf(user, sizeof(user), "conversation %d, turn %d: do %c", k,
+                     cv->turn, 'a' + (char)(cv->turn + 3 * k));
+            snprintf(reply, sizeof(reply), "Done %c for conversation %d.",
+                     'a' + (char)(cv->turn + 3 * k), k);
+        }
+        if (v == V_COMPACTION && k == 0 && cv->turn == 3 && cv->step == 0) {
+            /* the compaction request: the history and an instruction */
+            json_t *m = json_deep_copy(cv->msgs);
+            json_array_append_new(
+                m, xb_msg("user", "Summarize the conversation so far."));
+            conv_req(x, (long long)n + 1, m,
+                     "Summary: conversation 0 did a and d.");
+            free(x->kind);
+            x->kind = xstrdup("compaction");
+            x->started = (double)n + 1;
+            cv->step = 1;
+            json_decref(cv->msgs);
+            cv->msgs = json_pack(
+                "[o, o]", xb_msg("system", SYS),
+                xb_msg("user", "Summary: conversation 0 did a and d."));
+            n++;
+            continue;
+        }
+        json_array_append_new(cv->msgs, xb_msg("user", user));
+        conv_req(x, (long long)n + 1, json_deep_copy(cv->msgs), reply);
+        x->started = (double)n + 1;
+        if (v == V_RETRY && k == 1 && cv->turn == 0 && cv->step == 0) {
+            /* refused: no reply; the client sends the same again */
+            x->status = 429;
+            json_decref(x->reply);
+            x->reply = json_object();
+            json_array_remove(cv->msgs, json_array_size(cv->msgs) - 1);
+            cv->step = 1;
+            n++;
+            continue;
+        }
+        json_array_append_new(cv->msgs, xb_msg("assistant", reply));
+        cv->turn++;
+        n++;
+    }
+    for (int k = 0; k < NCONV; k++)
+        json_decref(c[k].msgs);
+    return n;
+}
+
+static void test_interleaved_headerless_sessions(void **state)
 {
     (void)state;
+    static const char *const names[] = {"different starts", "same start",
+                                        "compaction", "retried first"};
+    for (int v = V_DIFFERENT; v <= V_RETRY; v++)
+        for (unsigned seed = 1; seed <= 5; seed++) {
+            struct xchg xs[MAXREQ];
+            struct audit_list l;
+            size_t n = interleaved(xs, (enum shape_variant)v, seed);
+            struct audit_set *set = grouped(xs, n, &l);
+            /* the compaction is found once (a warn, as with a header),
+             * and nothing else is above info */
+            size_t bad =
+                audit_list_count(&l, AUDIT_WARN) -
+                (v == V_COMPACTION ? count_prefix(&l, "history.compaction")
+                                   : 0);
+            bool short_one = false;
+            for (size_t i = 0; i < set->n; i++)
+                short_one |= set->s[i].n < NTURN;
+            if (set->n != NCONV || bad || short_one) {
+                fprintf(stderr, "%s, seed %u: %zu sessions, %zu warn+\n",
+                        names[v], seed, set->n, bad);
+                for (size_t i = 0; i < set->n; i++) {
+                    fprintf(stderr, "  session %zu:", i);
+                    for (size_t j = 0; j < set->s[i].n; j++)
+                        fprintf(stderr, " %lld", (long long)set->s[i].x[j]->id);
+                    fprintf(stderr, "\n");
+                }
+                for (size_t i = 0; i < l.n; i++)
+                    if (l.v[i].sev >= AUDIT_WARN)
+                        fprintf(stderr, "  %s %lld: %s\n", l.v[i].rule,
+                                (long long)l.v[i].request, l.v[i].summary);
+            }
+            assert_int_equal(set->n, NCONV);
+            assert_int_equal(bad, 0);
+            /* each session holds one conversation's requests */
+            for (size_t i = 0; i < set->n; i++)
+                assert_true(set->s[i].n >= NTURN);
+            if (v == V_COMPACTION) {
+                const struct audit_finding *f =
+                    find_rule(&l, "history.compaction");
+                assert_non_null(f);
+                assert_int_equal(count_prefix(&l, "history.compaction"), 1);
+                assert_true(json_is_true(
+                    json_object_get(f->evidence, "summary_found")));
+            }
+            if (v == V_RETRY)
+                assert_non_null(find_rule(&l, "history.retry"));
+            done(set, &l, xs, n);
+        }
+}
+
+/* A parent whose reply calls tool `tool` with `prompt`, a session (its
+ * own header) whose first user message is `child_text`, and the parent
+ * getting the call's result back; checks whether the child was linked. */
+static void subagent_case(const char *tool, const char *prompt,
+                          const char *child_text, bool linked)
+{
     struct xchg xs[4];
     struct audit_set set;
     json_t *m = json_pack("[o, o]", xb_msg("system", SYS),
                           xb_msg("user", "fix the crash"));
+    json_t *args =
+        json_pack("{s:s, s:s}", "description", "find", "prompt", prompt);
+    char *arg_text = json_dumps(args, JSON_COMPACT);
     xb_init(&xs[0], 1, "ses_parent", xb_body("m", json_deep_copy(m)));
     xb_reply(&xs[0], "", NULL,
              json_pack("[{s:s, s:s, s:{s:s, s:s}}]", "id", "call_task_1",
-                       "type", "function", "function", "name", "task",
-                       "arguments",
-                       "{\"description\": \"find\", \"prompt\": \"Find the "
-                       "bug in main.c\"}"),
+                       "type", "function", "function", "name", tool,
+                       "arguments", arg_text),
              10, 5, "tool_calls");
+    free(arg_text);
+    json_decref(args);
     xb_init(&xs[1], 2, "ses_child",
             xb_body("m", json_pack("[o, o]", xb_msg("system", "Subagent."),
-                                   xb_msg("user", "Find the bug in main.c"))));
+                                   xb_msg("user", child_text))));
     xb_reply(&xs[1], "Line 12 divides by zero.", NULL, NULL, 10, 5, "stop");
     json_array_append_new(m, xb_echo(&xs[0]));
     json_array_append_new(m, json_pack("{s:s, s:s, s:s}", "role", "tool",
@@ -260,18 +438,56 @@ static void test_subagent_linked_to_parent(void **state)
     audit_set_link_subagents(&set);
     const struct audit_session *c = audit_set_find(&set, "ses_child");
     assert_non_null(c);
-    assert_string_equal(c->parent, "ses_parent");
-    assert_string_equal(c->parent_call, "call_task_1");
-    assert_true(c->result_returned);
     assert_null(audit_set_find(&set, "ses_parent")->parent);
     assert_null(audit_set_find(&set, "ses_other")->parent);
-    json_t *row = audit_session_json(c, NULL);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(row, "parent"), "session")),
-                        "ses_parent");
-    json_decref(row);
+    if (!linked) {
+        assert_null(c->parent);
+    } else {
+        assert_non_null(c->parent);
+        assert_string_equal(c->parent, "ses_parent");
+        assert_string_equal(c->parent_call, "call_task_1");
+        assert_true(c->result_returned);
+        json_t *row = audit_session_json(c, NULL);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(row, "parent"), "session")),
+                            "ses_parent");
+        json_decref(row);
+    }
     audit_set_release(&set);
     free_xs(xs, 4);
+}
+
+/* opencode's task tool: the child's first message is the call's prompt. */
+static void test_subagent_linked_to_parent(void **state)
+{
+    (void)state;
+    subagent_case("task", "Find the bug in main.c", "Find the bug in main.c",
+                  true);
+}
+
+/* Continue names its tool "Subagent": tool names compare without case. */
+static void test_subagent_tool_name_any_case(void **state)
+{
+    (void)state;
+    subagent_case("Subagent", "Find the bug in main.c",
+                  "Find the bug in main.c", true);
+    subagent_case("read_file", "Find the bug in main.c",
+                  "Find the bug in main.c", false);
+}
+
+/* Kilo appends <environment_details> to the subagent's first message: the
+ * prompt followed by a line break and more is the same call; a prompt that
+ * is only a word, or text that merely starts like it, is not. */
+static void test_subagent_prompt_with_appended_block(void **state)
+{
+    (void)state;
+    subagent_case("task", "Find the bug in main.c",
+                  "Find the bug in main.c\n\n<environment_details>\n# cwd\n"
+                  "/home/u/p\n</environment_details>",
+                  true);
+    subagent_case("task", "Find the bug", "Find the bug\nin main.c", false);
+    subagent_case("task", "Find the bug in main.c",
+                  "Find the bug in main.cpp and fix it", false);
 }
 
 /* A request under a session header of its own, no tools. */
@@ -370,7 +586,10 @@ int main(void)
         cmocka_unit_test(test_window_stays_one_session),
         cmocka_unit_test(test_summary_head_stays_one_session),
         cmocka_unit_test(test_one_shots_are_not_chained),
+        cmocka_unit_test(test_interleaved_headerless_sessions),
         cmocka_unit_test(test_subagent_linked_to_parent),
+        cmocka_unit_test(test_subagent_tool_name_any_case),
+        cmocka_unit_test(test_subagent_prompt_with_appended_block),
         cmocka_unit_test(test_side_attached_by_exact_id),
         cmocka_unit_test(test_title_by_structure_not_by_word),
     };

@@ -485,6 +485,18 @@ static void test_interrupt_partial_sent_back(void **state)
     assert_int_equal(warn_or_error(&l), 0);
     audit_list_release(&l);
 
+    /* opencode after Esc sends back exactly the text it received */
+    interrupted_then("Tw", &l);
+    f = find_rule(&l, "history.interrupted");
+    assert_non_null(f);
+    assert_int_equal(f->request, 3);
+    assert_int_equal(ev_int(f, "partial_sent_bytes"), 2);
+    for (size_t i = 0; i < l.n; i++)
+        assert_false(!strncmp(l.v[i].rule, "stream.", 7) &&
+                     l.v[i].request == 2);
+    assert_int_equal(warn_or_error(&l), 0);
+    audit_list_release(&l);
+
     interrupted_then("Two, done.", &l);
     assert_null(find_rule(&l, "history.interrupted"));
     assert_non_null(find_rule(&l, "history.echo"));

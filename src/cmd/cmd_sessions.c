@@ -5,8 +5,8 @@
  * alone runs no audit: it costs the read of the sessions).
  */
 #include <errno.h>
-#include <stdbool.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,14 +92,14 @@ static void print_table(json_t *rows, bool findings)
         kinds_str(json_object_get(r, "requests"), &kinds);
         models_str(json_object_get(r, "models"), &models);
         const char *id = json_string_value(json_object_get(r, "session"));
-        printf("%-*s %-18s %-16s %5lld %-26s %9lld %9lld", w, *id ? id : "(none)",
-               json_string_value(json_object_get(r, "harness")), models.data,
-               (long long)json_integer_value(json_object_get(r, "turns")),
-               kinds.data,
-               (long long)json_integer_value(
-                   json_object_get(r, "prompt_tokens")),
-               (long long)json_integer_value(
-                   json_object_get(r, "completion_tokens")));
+        printf(
+            "%-*s %-18s %-16s %5lld %-26s %9lld %9lld", w, *id ? id : "(none)",
+            json_string_value(json_object_get(r, "harness")), models.data,
+            (long long)json_integer_value(json_object_get(r, "turns")),
+            kinds.data,
+            (long long)json_integer_value(json_object_get(r, "prompt_tokens")),
+            (long long)json_integer_value(
+                json_object_get(r, "completion_tokens")));
         if (findings)
             printf(" %lld error, %lld warn",
                    (long long)json_integer_value(json_object_get(f, "error")),

@@ -11,8 +11,8 @@
  * length drift_decode_prompts() chose (attr.c, which also attributes).
  */
 #include <errno.h>
-#include <stdint.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,8 +215,8 @@ struct next_gen {
 static void next_gen_run(void *arg)
 {
     struct next_gen *x = arg;
-    x->ret = drift_side_generate(x->c, x->ids, x->prompt, x->max_new, &x->lp,
-                                 &x->d);
+    x->ret =
+        drift_side_generate(x->c, x->ids, x->prompt, x->max_new, &x->lp, &x->d);
 }
 
 /* The golden's gap (golden_gap's arguments) for tpool_pair. */
@@ -241,8 +241,8 @@ static int golden_gap(struct drift_side *g, const struct drift_opts *o,
 static void gap_job_run(void *arg)
 {
     struct gap_job *x = arg;
-    x->ret = golden_gap(x->g, x->o, x->ids, x->prompt, x->max_new, x->l,
-                        x->an, x->seq, &x->d);
+    x->ret = golden_gap(x->g, x->o, x->ids, x->prompt, x->max_new, x->l, x->an,
+                        x->seq, &x->d);
 }
 
 /* Runs item's decode path at prompt_at. nx (may be NULL) holds the
@@ -304,8 +304,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                          &l.dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
         /* a golden that cannot generate leaves the gap unmeasured (and
          * said so); one that cannot be reached stops the run */
-        struct gap_job gj = {g, o, it->ids, prompt, max_new, &l,
-                             &an[AN_GDP], seq[AN_GDP], 0, {{0}}};
+        struct gap_job gj = {g,  o,           it->ids,     prompt, max_new,
+                             &l, &an[AN_GDP], seq[AN_GDP], 0,      {{0}}};
         if (nx && next != SIZE_MAX) {
             const struct drift_item *nt = &r->corpus.items[next];
             nx->ids = nt->ids;

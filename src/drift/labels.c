@@ -84,8 +84,7 @@ static int cmp_u32(const void *a, const void *b)
 /* One request each, as the labels were taken before the batch: the
  * fallback. */
 static void one_by_one(struct drift_side *g, const struct drift_result *r,
-                       const struct drift_worst *w,
-                       struct drift_worst_text *t)
+                       const struct drift_worst *w, struct drift_worst_text *t)
 {
     struct diag d;
     const uint64_t keys[3] = {w->forced, w->top1_g, w->top1_c};

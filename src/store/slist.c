@@ -10,10 +10,9 @@
 #include "core/xalloc.h"
 #include "store/store.h"
 
-static const char SCHEMA[] =
-    "CREATE TABLE IF NOT EXISTS session_list ("
-    " version TEXT NOT NULL, n INTEGER NOT NULL,"
-    " max_id INTEGER NOT NULL, rows TEXT NOT NULL)";
+static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS session_list ("
+                             " version TEXT NOT NULL, n INTEGER NOT NULL,"
+                             " max_id INTEGER NOT NULL, rows TEXT NOT NULL)";
 
 static int sql_err(sqlite3 *db, const char *what, struct diag *d)
 {
@@ -21,8 +20,7 @@ static int sql_err(sqlite3 *db, const char *what, struct diag *d)
                     sqlite3_errmsg(db));
 }
 
-int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id,
-                     struct diag *d)
+int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id, struct diag *d)
 {
     sqlite3_stmt *st = NULL;
     *n = *max_id = 0;
@@ -49,8 +47,7 @@ int store_slist_get(sqlite3 *db, const char *version, int64_t n, int64_t max_id,
                            "AND n=? AND max_id=?",
                            -1, &st, NULL) != SQLITE_OK) {
         /* never kept in this store: not an error */
-        return sqlite3_errcode(db) == SQLITE_ERROR ? 0
-                                                   : sql_err(db, "read", d);
+        return sqlite3_errcode(db) == SQLITE_ERROR ? 0 : sql_err(db, "read", d);
     }
     sqlite3_bind_text(st, 1, version, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, n);

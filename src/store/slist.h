@@ -19,8 +19,7 @@
 
 /* What the xchg table holds now: *n exchanges, the highest id *max_id
  * (0, 0 when empty). 0, or -EIO with d saying why (no xchg table, say). */
-int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id,
-                     struct diag *d);
+int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id, struct diag *d);
 /* The rows kept for version and the mark (n, max_id) into *rows (fresh):
  * 1; 0 when none are kept for them (never computed, or the exchanges have
  * changed since); -EIO with d on a store error. */

@@ -137,8 +137,8 @@ static void test_sessions_text(void **state)
 static void test_sessions_json(void **state)
 {
     (void)state;
-    const char *av[] = {"sessions", "--db", db,
-                        "--json",   "-",  "--findings", NULL};
+    const char *av[] = {"sessions", "--db",       db,  "--json",
+                        "-",        "--findings", NULL};
     assert_true(golden_cmd(GOLDEN "sessions.json", 0, subs, av, 60, NULL));
 }
 
@@ -155,8 +155,7 @@ static void test_sessions_list_json(void **state)
 {
     (void)state;
     const char *av[] = {"sessions", "--db", db, "--json", "-", NULL};
-    assert_true(
-        golden_cmd(GOLDEN "sessions-list.json", 0, subs, av, 60, NULL));
+    assert_true(golden_cmd(GOLDEN "sessions-list.json", 0, subs, av, 60, NULL));
 }
 
 /* show SESSION as text and JSON into NAME.txt and NAME.json. */

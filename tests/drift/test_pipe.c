@@ -6,8 +6,8 @@
  * with one thread and with several.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

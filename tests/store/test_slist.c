@@ -18,7 +18,7 @@
 
 /* One exchange of session s (the columns that may not be NULL). */
 #define ADD(s)                                                                 \
-    "INSERT INTO xchg(session, kind, started, method, path) VALUES ('" s      \
+    "INSERT INTO xchg(session, kind, started, method, path) VALUES ('" s       \
     "', 'main', 0, 'POST', '/v1/chat/completions');"
 
 static void exec(sqlite3 *db, const char *sql)
@@ -65,8 +65,8 @@ static void test_rows_kept_while_exchanges_unchanged(void **state)
     /* one row of rows: the put replaced the first */
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_prepare_v2(t.db,
-                                        "SELECT count(*) FROM session_list",
-                                        -1, &st, NULL),
+                                        "SELECT count(*) FROM session_list", -1,
+                                        &st, NULL),
                      SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
     assert_int_equal(sqlite3_column_int(st, 0), 1);

@@ -20,7 +20,6 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "store/slist.h"
-#include "store/store.h"
 #include "version.h"
 
 const char CMD_SESSIONS_HELP[] =
@@ -32,8 +31,8 @@ const char CMD_SESSIONS_HELP[] =
     "compaction, subagent, other) and prompt and completion tokens reported\n"
     "by the server. With --findings, also the number of audit findings\n"
     "(default options; run 'fidelity audit' for them): that runs the whole\n"
-    "audit, which a listing alone does not. The listing is kept in the\n"
-    "store and read back while it holds the same exchanges.\n"
+    "audit, which a listing alone does not. The listing is kept beside\n"
+    "the store (DB-sessions) and read back while the store is unchanged.\n"
     "\n"
     "  --db FILE     the store (default $FIDELITY_DB or fidelity.db)\n"
     "  --spill FILE  record's spill file (default DB.spill.jsonl if any)\n"
@@ -118,12 +117,23 @@ static void print_table(json_t *rows, bool findings)
 }
 
 /*
- * The listing without findings is kept in the store (store/slist.h) and
- * read back while the store holds the same exchanges: a listing then
- * costs a read of one row, not a load of every exchange. Not with a spill
- * file (its exchanges are not in the store's mark) and not when a row
- * could not be read (its warning is said each time).
+ * The listing without findings is kept beside the store (DB-sessions,
+ * store/slist.h) and read back while the store's files are unchanged: a
+ * listing then costs a read of one small file, not a load of every
+ * exchange. Not with a spill file (its exchanges are not in the store's
+ * mark) and not when a row could not be read (its warning is said each
+ * time).
  */
+static bool has_spill(const struct recorded_args *a)
+{
+    struct stat st;
+    if (a->spill)
+        return stat(a->spill, &st) == 0;
+    char *def = xasprintf("%s.spill.jsonl", a->db);
+    bool have = stat(def, &st) == 0;
+    free(def);
+    return have;
+}
 
 /* The build that computes the rows: its version, and the size and time
  * of its executable (another build may group or count differently). */
@@ -137,55 +147,32 @@ static void rows_version(char *out, size_t len)
              st.st_mtim.tv_nsec);
 }
 
-static bool has_spill(const struct recorded_args *a)
-{
-    struct stat st;
-    if (a->spill)
-        return stat(a->spill, &st) == 0;
-    char *def = xasprintf("%s.spill.jsonl", a->db);
-    bool have = stat(def, &st) == 0;
-    free(def);
-    return have;
-}
-
-/* The store's mark before the load; ok false when nothing is kept. */
+/* The store's mark; ok false when nothing is to be kept. */
 struct mark {
     bool ok;
-    int64_t n, max_id;
+    char m[STORE_SLIST_MARK_MAX];
 };
 
 static void mark_take(const struct recorded_args *a, struct mark *m)
 {
-    struct stat st;
-    sqlite3 *db = NULL;
-    struct diag d;
-    m->ok = false;
-    if (has_spill(a) || stat(a->db, &st) || store_open(a->db, &db, &d))
-        return;
-    m->ok = !store_slist_mark(db, &m->n, &m->max_id, &d);
-    store_close(db);
+    m->ok = !has_spill(a) && !store_slist_mark(a->db, m->m);
 }
 
 /* The rows kept for the store as it is now, or NULL. */
-static json_t *kept_rows(const struct recorded_args *a)
+static json_t *kept_rows(struct recorded_args *a)
 {
     struct mark m;
-    sqlite3 *db = NULL;
-    struct diag d;
-    char *text = NULL;
+    char version[128], *text = NULL;
     json_t *rows = NULL;
     if (has_spill(a))
         return NULL;
     recorded_replay("sessions", a->db, a->spill);
+    a->replayed = true; /* once: its warnings are said once */
     mark_take(a, &m);
-    if (!m.ok || store_open(a->db, &db, &d))
-        return NULL;
-    char version[128];
     rows_version(version, sizeof(version));
-    if (store_slist_get(db, version, m.n, m.max_id, &text, &d) == 1)
+    if (m.ok && store_slist_get(a->db, version, m.m, &text) == 1)
         rows = json_loads(text, 0, NULL);
     free(text);
-    store_close(db);
     if (rows && !json_is_array(rows)) {
         json_decref(rows);
         rows = NULL;
@@ -193,14 +180,18 @@ static json_t *kept_rows(const struct recorded_args *a)
     return rows;
 }
 
-/* Keeps rows (findings null) for the mark taken before they were read;
- * a store that cannot keep them (read-only, say) is left as it is. */
+/* Keeps rows (findings null) when the store's mark before the load (m)
+ * is its mark after it (a write in between, or the checkpoint of a WAL
+ * left by a writer as the load closed the store, keeps nothing this
+ * time); a folder that cannot hold them is left as it is. */
 static void keep_rows(const struct recorded_args *a, const struct mark *m,
                       json_t *rows)
 {
-    sqlite3 *db = NULL;
+    struct mark after;
     struct diag d;
-    if (!m->ok || store_open(a->db, &db, &d))
+    char version[128];
+    mark_take(a, &after);
+    if (!m->ok || !after.ok || strcmp(m->m, after.m))
         return;
     json_t *copy = json_deep_copy(rows);
     size_t i;
@@ -208,13 +199,11 @@ static void keep_rows(const struct recorded_args *a, const struct mark *m,
     json_array_foreach(copy, i, r)
         json_object_set_new(r, "findings", json_null());
     char *text = json_dumps(copy, JSON_COMPACT);
-    char version[128];
     rows_version(version, sizeof(version));
     if (text)
-        store_slist_put(db, version, m->n, m->max_id, text, &d);
+        store_slist_put(a->db, version, m->m, text, &d);
     free(text);
     json_decref(copy);
-    store_close(db);
 }
 
 int cmd_sessions(int argc, char **argv)

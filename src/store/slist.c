@@ -1,99 +1,106 @@
 /*
- * store/slist: the kept rows of `fidelity sessions`, one table of one row.
- * Contract in slist.h.
+ * store/slist: the kept rows of `fidelity sessions`, in DB-sessions: one
+ * line "fidelity-sessions/1 VERSION\tMARK", then the rows. Contract in
+ * slist.h.
  */
 #include "store/slist.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/buf.h"
 #include "core/xalloc.h"
-#include "store/store.h"
 
-static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS session_list ("
-                             " version TEXT NOT NULL, n INTEGER NOT NULL,"
-                             " max_id INTEGER NOT NULL, rows TEXT NOT NULL)";
+static const char MAGIC[] = "fidelity-sessions/1 ";
 
-static int sql_err(sqlite3 *db, const char *what, struct diag *d)
+static void stat_mark(struct buf *b, const char *path)
 {
-    return diag_set(d, EIO, "cannot %s the session list: %s", what,
-                    sqlite3_errmsg(db));
-}
-
-int store_slist_mark(sqlite3 *db, int64_t *n, int64_t *max_id, struct diag *d)
-{
-    sqlite3_stmt *st = NULL;
-    *n = *max_id = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT count(*), coalesce(max(id), 0) FROM xchg",
-                           -1, &st, NULL) != SQLITE_OK)
-        return sql_err(db, "count the exchanges for", d);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *n = sqlite3_column_int64(st, 0);
-        *max_id = sqlite3_column_int64(st, 1);
+    struct stat st;
+    if (stat(path, &st)) {
+        buf_adds(b, " -");
+        return;
     }
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : sql_err(db, "count the exchanges for", d);
+    buf_printf(b, " %llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
+               (unsigned long long)st.st_ino, (long long)st.st_size,
+               (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
 }
 
-int store_slist_get(sqlite3 *db, const char *version, int64_t n, int64_t max_id,
-                    char **rows, struct diag *d)
+int store_slist_mark(const char *db_path, char *mark)
 {
-    sqlite3_stmt *st = NULL;
+    struct stat st;
+    struct buf b = BUF_INIT;
+    if (stat(db_path, &st))
+        return -ENOENT;
+    char *wal = xasprintf("%s-wal", db_path);
+    stat_mark(&b, db_path);
+    stat_mark(&b, wal);
+    free(wal);
+    snprintf(mark, STORE_SLIST_MARK_MAX, "%s", buf_str(&b));
+    buf_release(&b);
+    return 0;
+}
+
+/* The header line of version and mark; fresh. */
+static char *header(const char *version, const char *mark)
+{
+    return xasprintf("%s%s\t%s\n", MAGIC, version, mark);
+}
+
+int store_slist_get(const char *db_path, const char *version, const char *mark,
+                    char **rows)
+{
+    char *path = xasprintf("%s-sessions", db_path);
+    char *want = header(version, mark);
+    FILE *f = fopen(path, "rb");
+    struct buf b = BUF_INIT;
+    char chunk[65536];
+    size_t n;
     *rows = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT rows FROM session_list WHERE version=? "
-                           "AND n=? AND max_id=?",
-                           -1, &st, NULL) != SQLITE_OK) {
-        /* never kept in this store: not an error */
-        return sqlite3_errcode(db) == SQLITE_ERROR ? 0 : sql_err(db, "read", d);
+    free(path);
+    if (!f) {
+        free(want);
+        return 0;
     }
-    sqlite3_bind_text(st, 1, version, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, n);
-    sqlite3_bind_int64(st, 3, max_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(st, 0);
-        *rows = xstrdup(t ? t : "");
-    }
-    sqlite3_finalize(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    return rc == SQLITE_DONE ? 0 : sql_err(db, "read", d);
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        buf_add(&b, chunk, n);
+    bool ok = !ferror(f) && b.len >= strlen(want) &&
+              !memcmp(b.data, want, strlen(want));
+    fclose(f);
+    if (ok)
+        *rows = xstrdup(b.data + strlen(want));
+    free(want);
+    buf_release(&b);
+    return ok;
 }
 
-int store_slist_put(sqlite3 *db, const char *version, int64_t n, int64_t max_id,
+int store_slist_put(const char *db_path, const char *version, const char *mark,
                     const char *rows, struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
-    int ret = store_exec(db, SCHEMA, d);
-    if (ret)
-        return ret;
-    ret = store_exec(db, "BEGIN IMMEDIATE", d);
-    if (ret)
-        return ret;
-    ret = store_exec(db, "DELETE FROM session_list", d);
-    if (ret)
-        goto out;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO session_list(version, n, max_id, rows)"
-                           " VALUES (?, ?, ?, ?)",
-                           -1, &st, NULL) != SQLITE_OK) {
-        ret = sql_err(db, "keep", d);
+    char *path = xasprintf("%s-sessions", db_path);
+    char *tmp = xasprintf("%s.%ld.tmp", path, (long)getpid());
+    char *head = header(version, mark);
+    int ret = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        ret = -errno;
+        diag_set(d, -ret, "cannot write '%s': %s", tmp, strerror(-ret));
         goto out;
     }
-    sqlite3_bind_text(st, 1, version, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, n);
-    sqlite3_bind_int64(st, 3, max_id);
-    sqlite3_bind_text(st, 4, rows, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) != SQLITE_DONE)
-        ret = sql_err(db, "keep", d);
-    sqlite3_finalize(st);
+    bool ok = fputs(head, f) >= 0 && fputs(rows, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path)) {
+        ret = -(errno ? errno : EIO);
+        diag_set(d, -ret, "cannot write '%s': %s", path, strerror(-ret));
+        unlink(tmp);
+    }
 out:
-    if (ret) {
-        store_exec(db, "ROLLBACK", NULL);
-        return ret;
-    }
-    return store_exec(db, "COMMIT", d);
+    free(head);
+    free(tmp);
+    free(path);
+    return ret;
 }

@@ -240,6 +240,8 @@ int cmd_report(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
+    if ((rc = cli_check_output("report", "--output", a.out)))
+        return rc;
     if (access(a.rec.db, F_OK))
         return cli_usage_error("report", "no store '%s'", a.rec.db);
     if (store_open(a.rec.db, &db, &d)) {

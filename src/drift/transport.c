@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/url.h"
 #include "core/xalloc.h"
@@ -50,6 +51,34 @@ int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d)
     free(s->url);
     s->url = xstrndup(url, n);
     return 0;
+}
+
+/* The host and port of url (after the scheme and any userinfo): *len
+ * bytes from the returned pointer. */
+static const char *authority(const char *url, size_t *len)
+{
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t n = strcspn(p, "/?#");
+    const char *at = memchr(p, '@', n);
+    while (at) {
+        n -= (size_t)(at + 1 - p);
+        p = at + 1;
+        at = memchr(p, '@', n);
+    }
+    *len = n;
+    return p;
+}
+
+bool drift_sides_share_server(const struct drift_side *a,
+                              const struct drift_side *b)
+{
+    if (!a->url || !b->url)
+        return true; /* unknown: the safe answer, one at a time */
+    size_t na, nb;
+    const char *ha = authority(a->url, &na), *hb = authority(b->url, &nb);
+    return na == nb && !strncasecmp(ha, hb, na) &&
+           !strncmp(a->url, b->url, 5); /* "https" or "http:" alike */
 }
 
 int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d)

@@ -54,6 +54,11 @@ int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d);
 /* A fresh connection for another thread, with the same options. */
 void drift_side_clone(struct drift_side *dst, const struct drift_side *src);
 
+/* Whether a and b name the same server (scheme, host and port alike):
+ * drift then sends them one request at a time, never both at once. */
+bool drift_sides_share_server(const struct drift_side *a,
+                              const struct drift_side *b);
+
 /* POSTs body (GET when NULL) to path; *out is the parsed JSON answer of a
  * 2xx status. A non-2xx status gives -EPROTO with the server's message. */
 int drift_side_call(struct drift_side *s, const char *path, json_t *body,

@@ -4,6 +4,7 @@
  * transport.h.
  */
 #include "drift/transport.h"
+#include "drift/tape.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -105,6 +106,7 @@ void drift_side_clone(struct drift_side *dst, const struct drift_side *src)
     dst->gen_dialect = src->gen_dialect;
     dst->top_k = src->top_k;
     dst->timeout_ms = src->timeout_ms;
+    dst->tape = src->tape;
 }
 
 /* The server's error message from an OpenAI- or TGI-shaped error body. */
@@ -144,6 +146,14 @@ static int send_req(struct drift_side *s, const char *method, const char *path,
     size_t nh = 0;
     char *auth = NULL;
 
+    if (drift_tape_is_replay(s->tape)) {
+        s->requests++;
+        int ret = drift_tape_get(s->tape, method, path, text, &resp->status,
+                                 &resp->body, d);
+        if (ret)
+            diag_prefix(d, "%s", s->label);
+        return ret;
+    }
     if (!s->http)
         s->http = http_client_new();
     if (json)
@@ -169,6 +179,9 @@ static int send_req(struct drift_side *s, const char *method, const char *path,
     if (ret) {
         diag_prefix(d, "%s", s->label);
         redact_msg(s, d);
+    } else if (s->tape) {
+        drift_tape_put(s->tape, method, path, text, resp->status,
+                       resp->body.data, resp->body.len);
     }
     if (auth) {
         memset(auth, 0, strlen(auth));

@@ -42,6 +42,9 @@ struct drift_side {
     const uint32_t *extra_ids;
     size_t n_extra_ids;
     uint64_t requests;
+    /* a saved golden (tape.h, borrowed): recording, every exchange is
+     * kept in it; replaying, answers come from it and nothing is sent */
+    struct drift_tape *tape;
 };
 
 void drift_side_init(struct drift_side *s, const char *label);

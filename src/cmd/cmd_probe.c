@@ -1011,7 +1011,8 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
                                  .bres = run.bres,
                                  .n = n,
                                  .config = cfg,
-                                 .interrupted = run.interrupted};
+                                 .interrupted = run.interrupted,
+                                 .fail_under = o->fail_under};
     code = finish(o, out, &run, &in, db);
     json_decref(cfg);
     free(run.res);

@@ -409,6 +409,7 @@ struct probe_report_in {
     size_t n;
     json_t *config; /* borrowed; copied into the JSON */
     bool interrupted;
+    double fail_under; /* --fail-under, for the JSON's "verdict" (0: none) */
 };
 
 /* The machine-readable report (schema in docs/PROBE.md). */

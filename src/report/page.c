@@ -93,7 +93,18 @@ static const char css[] =
     "path.m4{stroke:var(--fg);stroke-width:2}"
     "dl.hdr{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;"
     "margin:8px 0}dl.hdr dt{color:var(--mute)}dl.hdr dd{margin:0}"
-    "@media print{body{max-width:none;padding:0;font-size:11px}"
+    "nav.summary{background:var(--card);border:1px solid var(--line);"
+    "padding:6px 14px;margin:10px 0}nav.summary h2{margin:6px 0;border:0}"
+    "ul.verdicts{list-style:none;padding:0;margin:4px 0}"
+    "ul.verdicts>li{margin:3px 0}ul.verdicts>li>a{display:inline-block;"
+    "min-width:7em;font-weight:600}ul.causes{margin:2px 0 4px;"
+    "padding-left:22px;font-size:13px}ol.toc{margin:4px 0}"
+    "td.rule{white-space:nowrap}details{margin:4px 0 10px}"
+    "summary{cursor:pointer;color:var(--mute)}ul.vkey{font-size:12px}"
+    "svg.heat{overflow:visible}"
+    "@media "
+    "print{details>*{display:block}body{max-width:none;padding:0;font-size:"
+    "11px}"
     "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
     ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";
 
@@ -208,6 +219,39 @@ static void header(const struct report_in *in, struct buf *b)
     buf_adds(b, "</header>\n");
 }
 
+/* The summary block: a line per section with its verdict word and cause,
+ * linking to the section, then the contents. */
+static void summary(const struct report_in *in, struct buf *b)
+{
+    if (!in->probe && !in->live && !in->drift && !in->audit)
+        return;
+    buf_adds(b, "<nav class=\"summary\" id=\"summary\"><h2>Summary</h2>"
+                "<ul class=\"verdicts\">");
+    if (in->probe)
+        rprobe_summary(in->probe, b);
+    if (in->live)
+        rlive_summary(in->live, b);
+    if (in->drift)
+        rdrift_summary(in->drift, b);
+    if (in->audit)
+        raudit_summary(in->audit, b);
+    buf_adds(b, "</ul><h3>Contents</h3><ol class=\"toc\">");
+    if (in->probe)
+        buf_adds(b, "<li><a href=\"#probe\">probe: where recall breaks</a>"
+                    "<ul><li><a href=\"#probe-why\">where it breaks and why"
+                    "</a></li><li><a href=\"#probe-maps\">pass rate maps</a>"
+                    "</li></ul></li>");
+    if (in->live)
+        buf_adds(b, "<li><a href=\"#probe-live\">live sessions</a></li>");
+    if (in->drift)
+        buf_adds(b, "<li><a href=\"#drift\">drift: candidate against "
+                    "golden</a></li>");
+    if (in->audit)
+        buf_adds(b, "<li><a href=\"#audit\">audit: what the harness sent</a>"
+                    "</li>");
+    buf_adds(b, "</ol></nav>\n");
+}
+
 int report_html(const struct report_in *in, struct buf *b)
 {
     buf_adds(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta "
@@ -220,6 +264,7 @@ int report_html(const struct report_in *in, struct buf *b)
     buf_adds(b, css);
     buf_adds(b, "</style></head>\n<body>\n");
     header(in, b);
+    summary(in, b);
     if (!in->probe && !in->live && !in->drift && !in->audit)
         buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
                     "recorded session was found.</p>");

@@ -95,6 +95,20 @@ static char *section(const char *file, const char *id)
     return s;
 }
 
+/* The page's summary block (<nav class="summary"> .. </nav>). */
+static char *summary_block(const char *file)
+{
+    char *html = golden_read(file, NULL);
+    assert_non_null(html);
+    const char *a = strstr(html, "<nav class=\"summary\"");
+    assert_non_null(a);
+    const char *b = strstr(a, "</nav>");
+    assert_non_null(b);
+    char *s = xasprintf("%.*s\n", (int)(b + 6 - a), a);
+    free(html);
+    return s;
+}
+
 /* `fidelity report --db DB` with only section id drawn: its section. */
 static char *stored_section(const char *db, const char *id)
 {
@@ -165,6 +179,12 @@ static void test_probe_section_golden(void **state)
     char *t = stored_section(db, "probe");
     assert_string_equal(t, s);
     free(t);
+    /* the summary leads with the verdict and the terminal's causes */
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<span class=\"v FAIL\">FAIL</span>"));
+    assert_non_null(strstr(t, "<b>needle</b>: fails from"));
+    assert_true(golden_check("tests/report/golden/summary-probe.html", t));
+    free(t);
     free(s);
     free(db);
     free(page);
@@ -198,6 +218,10 @@ static void test_drift_section_golden(void **state)
     assert_true(golden_check("tests/report/golden/drift.html", s));
     char *t = stored_section(db, "drift");
     assert_string_equal(t, s);
+    free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<a href=\"#drift\">drift</a> <span class=\"v "));
+    assert_true(golden_check("tests/report/golden/summary-drift.html", t));
     free(t);
     free(s);
     free(db);
@@ -274,6 +298,11 @@ static void test_audit_section_golden(void **state)
     assert_true(golden_check("tests/report/golden/audit.html", s));
     char *t = stored_section(db, "audit");
     assert_string_equal(t, s);
+    free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<span class=\"v FAIL\">FAIL</span> 1 "
+                              "session, 2 errors"));
+    assert_true(golden_check("tests/report/golden/summary-audit.html", t));
     free(t);
     /* one session by name; an unknown one is a usage error */
     char *out = path("one.html");
@@ -381,6 +410,11 @@ static void test_live_section_golden(void **state)
     /* `fidelity report` draws the same section from the store */
     char *t = stored_section(db, "probe-live");
     assert_string_equal(t, s);
+    free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<a href=\"#probe-live\">live sessions</a> "
+                              "<span class=\"v FAIL\">FAIL</span> recall "
+                              "breaks first in"));
     free(t);
     char *out = path("r.html");
     const char *one[] = {"report", "--db", db,  "--probe-live-run",

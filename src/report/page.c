@@ -101,7 +101,7 @@ static const char css[] =
     "padding-left:22px;font-size:13px}ol.toc{margin:4px 0}"
     "td.rule{white-space:nowrap}details{margin:4px 0 10px}"
     "summary{cursor:pointer;color:var(--mute)}ul.vkey{font-size:12px}"
-    "svg.heat{overflow:visible}"
+    ""
     "@media "
     "print{details>*{display:block}body{max-width:none;padding:0;font-size:"
     "11px}"

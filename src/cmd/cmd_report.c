@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bisect/inspect.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
@@ -85,6 +86,59 @@ static time_t report_now(void)
     return time(NULL);
 }
 
+/* What each endpoint of in's documents said about itself, normalised as
+ * `fidelity inspect` prints it, into in->servers, and the fields that
+ * differ into in->server_diff; both owned by *own (release with
+ * json_decref). probe keeps the answers as server_info {"models",
+ * "get_server_info", ...}, drift as {"/v1/models", ...}. */
+static void add_servers(struct report_in *in, json_t **own)
+{
+    static const struct {
+        const char *role, *doc, *side;
+    } eps[] = {{"probe endpoint", "probe", "endpoint"},
+               {"probe baseline", "probe", "baseline"},
+               {"probe --live endpoint", "live", "endpoint"},
+               {"drift golden", "drift", "golden"},
+               {"drift candidate", "drift", "candidate"}};
+    json_t *servers = json_array(), *fps[8];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(eps) / sizeof(eps[0]); i++) {
+        const json_t *doc = !strcmp(eps[i].doc, "probe")  ? in->probe
+                            : !strcmp(eps[i].doc, "live") ? in->live
+                                                          : in->drift;
+        const json_t *e = json_object_get(doc, eps[i].side);
+        if (!json_is_object(e))
+            continue;
+        const json_t *si = json_object_get(e, "server_info");
+        json_t *answers = json_object();
+        const char *k;
+        json_t *v;
+        if (json_is_object(si)) {
+            json_object_foreach((json_t *)si, k, v)
+            {
+                char *key =
+                    xasprintf("/%s", strcmp(k, "models") ? k : "v1/models");
+                json_object_set(answers, key, v);
+                free(key);
+            }
+        } else if (json_is_object(json_object_get(e, "fingerprint")))
+            json_object_update(answers, json_object_get(e, "fingerprint"));
+        const char *url = json_string_value(json_object_get(e, "url"));
+        fps[n] = inspect_normalise(url, answers);
+        json_decref(answers);
+        json_array_append_new(servers,
+                              json_pack("{s:s, s:O}", "role", eps[i].role,
+                                        "fingerprint", fps[n]));
+        n++;
+    }
+    json_t *diff = n > 1 ? inspect_diff(fps, n) : json_array();
+    for (size_t i = 0; i < n; i++)
+        json_decref(fps[i]);
+    *own = json_pack("{s:o, s:o}", "servers", servers, "diff", diff);
+    in->servers = n ? servers : NULL;
+    in->server_diff = diff;
+}
+
 /* Writes in's documents with argv's command line and the time now. */
 static int hook_write(const char *cmd, const char *path, int argc, char **argv,
                       struct report_in *in)
@@ -94,7 +148,10 @@ static int hook_write(const char *cmd, const char *path, int argc, char **argv,
     in->version = FIDELITY_VERSION;
     in->cmdline = line;
     in->generated = report_now();
+    json_t *own = NULL;
+    add_servers(in, &own);
     int r = report_write(in, path, &d);
+    json_decref(own);
     free(line);
     if (r)
         return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
@@ -275,7 +332,11 @@ int cmd_report(int argc, char **argv)
                            .live_origin = lo,
                            .drift_origin = dO,
                            .audit_origin = ao};
-    if (report_write(&in, a.out, &d)) {
+    json_t *own = NULL;
+    add_servers(&in, &own);
+    int wr = report_write(&in, a.out, &d);
+    json_decref(own);
+    if (wr) {
         rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }

@@ -147,7 +147,7 @@ static void kv_lines(struct buf *b, const json_t *o)
 /* One endpoint: probe's {url, model, fingerprint (hex), max_model_len,
  * tokenizer, server_info} or drift's {url, dialect, model, fingerprint
  * (what the server said about itself)}. */
-static void ep_row(struct buf *b, const char *role, const json_t *e)
+static void ep_row(struct buf *b, const char *role, const json_t *e, bool raw)
 {
     if (!json_is_object(e))
         return;
@@ -169,6 +169,10 @@ static void ep_row(struct buf *b, const char *role, const json_t *e)
         html_esc(b, json_string_value(fp), 80);
     else
         buf_addch(b, '-');
+    if (!raw) {
+        buf_adds(b, "</code></td></tr>\n");
+        return;
+    }
     buf_adds(b, "</code></td><td>");
     if (html_jstr(e, "tokenizer", NULL)) {
         buf_adds(b, "<b>tokens by</b>: ");
@@ -183,6 +187,69 @@ static void ep_row(struct buf *b, const char *role, const json_t *e)
     kv_lines(b, json_is_string(fp) ? html_jget(e, "server_info") : fp);
     buf_adds(b, "</td></tr>\n");
 }
+
+/* The settings that differ between the servers shown (inspect's
+ * normalised fingerprints), one row per field, one column per server; the
+ * full fingerprints folded below. */
+static void settings(const struct report_in *in, struct buf *b)
+{
+    size_t ns = json_array_size(in->servers), i;
+    const json_t *s;
+    if (!ns)
+        return;
+    buf_adds(b, "<h3 id=\"servers\">Server settings</h3>");
+    if (ns == 1)
+        buf_adds(b, "<p class=\"note\">One server: nothing to compare.</p>");
+    else if (!json_array_size(in->server_diff))
+        buf_adds(b, "<p>The servers report the same settings (as "
+                    "<code>fidelity inspect</code> normalises them).</p>");
+    else {
+        buf_adds(b, "<p class=\"note\">The fields that differ between the "
+                    "servers, as <code>fidelity inspect</code> normalises "
+                    "them.</p><table class=\"settings\"><thead><tr><th>"
+                    "field</th>");
+        json_array_foreach(in->servers, i, s)
+        {
+            buf_adds(b, "<th>");
+            html_esc(b, html_jstr(s, "role", "?"), 80);
+            buf_adds(b, "</th>");
+        }
+        buf_adds(b, "</tr></thead><tbody>");
+        const json_t *d;
+        json_array_foreach(in->server_diff, i, d)
+        {
+            buf_adds(b, "<tr><td><code>");
+            html_esc(b, html_jstr(d, "field", "?"), 200);
+            buf_adds(b, "</code></td>");
+            size_t j;
+            const json_t *v;
+            json_array_foreach(html_jget(d, "values"), j, v)
+            {
+                buf_adds(b, "<td><code>");
+                html_esc_json(b, v, 300);
+                buf_adds(b, "</code></td>");
+            }
+            buf_adds(b, "</tr>\n");
+        }
+        buf_adds(b, "</tbody></table>");
+    }
+    buf_adds(b, "<details class=\"fingerprints\"><summary>Full "
+                "fingerprints</summary>");
+    json_array_foreach(in->servers, i, s)
+    {
+        buf_adds(b, "<p><b>");
+        html_esc(b, html_jstr(s, "role", "?"), 80);
+        buf_adds(b, "</b></p><pre><code>");
+        char *t = json_dumps(html_jget(s, "fingerprint"),
+                             JSON_INDENT(2) | JSON_SORT_KEYS);
+        html_esc(b, t ? t : "-", 20000);
+        free(t);
+        buf_adds(b, "</code></pre>");
+    }
+    buf_adds(b, "</details>\n");
+}
+
+static void summary(const struct report_in *in, struct buf *b);
 
 static void header(const struct report_in *in, struct buf *b)
 {
@@ -205,16 +272,22 @@ static void header(const struct report_in *in, struct buf *b)
             buf_adds(b, "</dd>");
         }
     buf_adds(b, "</dl>");
+    summary(in, b);
     if (in->probe || in->live || in->drift) {
-        buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
-                    "</th><th>context length</th><th>fingerprint</th>"
-                    "<th>server and flags seen</th></tr></thead><tbody>");
-        ep_row(b, "probe endpoint", html_jget(in->probe, "endpoint"));
-        ep_row(b, "probe baseline", html_jget(in->probe, "baseline"));
-        ep_row(b, "probe --live endpoint", html_jget(in->live, "endpoint"));
-        ep_row(b, "drift golden", html_jget(in->drift, "golden"));
-        ep_row(b, "drift candidate", html_jget(in->drift, "candidate"));
+        bool raw = !in->servers; /* no normalised settings: the raw JSON */
+        buf_printf(b,
+                   "<table><thead><tr><th>role</th><th>URL</th><th>model"
+                   "</th><th>context length</th><th>fingerprint</th>%s"
+                   "</tr></thead><tbody>",
+                   raw ? "<th>server and flags seen</th>" : "");
+        ep_row(b, "probe endpoint", html_jget(in->probe, "endpoint"), raw);
+        ep_row(b, "probe baseline", html_jget(in->probe, "baseline"), raw);
+        ep_row(b, "probe --live endpoint", html_jget(in->live, "endpoint"),
+               raw);
+        ep_row(b, "drift golden", html_jget(in->drift, "golden"), raw);
+        ep_row(b, "drift candidate", html_jget(in->drift, "candidate"), raw);
         buf_adds(b, "</tbody></table>\n");
+        settings(in, b);
     }
     buf_adds(b, "</header>\n");
 }
@@ -264,7 +337,6 @@ int report_html(const struct report_in *in, struct buf *b)
     buf_adds(b, css);
     buf_adds(b, "</style></head>\n<body>\n");
     header(in, b);
-    summary(in, b);
     if (!in->probe && !in->live && !in->drift && !in->audit)
         buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
                     "recorded session was found.</p>");

@@ -54,6 +54,11 @@ struct report_in {
     /* Where the documents came from ("probe run 3 stored 2026-..."), one
      * line each, or NULL. */
     const char *probe_origin, *live_origin, *drift_origin, *audit_origin;
+    /* The servers shown, normalised as `fidelity inspect` prints them
+     * ([{"role", "fingerprint"}]), and the fields that differ among them
+     * (inspect_diff's [{"field", "values"}]); NULL: no settings table.
+     * The caller computes them (cmd/ has bisect/inspect.c). */
+    const json_t *servers, *server_diff;
 };
 
 /* Appends the whole page to out. -ENOBUFS when out's cap is reached. */

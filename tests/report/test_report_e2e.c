@@ -185,6 +185,20 @@ static void test_probe_section_golden(void **state)
     assert_non_null(strstr(t, "<b>needle</b>: fails from"));
     assert_true(golden_check("tests/report/golden/summary-probe.html", t));
     free(t);
+    /* the settings that differ between the servers, as inspect has them */
+    html = golden_read(page, NULL);
+    const char *a = strstr(html, "<h3 id=\"servers\">");
+    assert_non_null(a);
+    const char *z = strstr(a, "<details");
+    assert_non_null(z);
+    t = xasprintf("%.*s\n", (int)(z - a), a);
+    assert_non_null(strstr(t, "<code>get_server_info.sim_config.overflow"
+                              "</code></td><td><code>middle</code>"));
+    assert_true(golden_check("tests/report/golden/settings-probe.html", t));
+    assert_non_null(strstr(z, "<summary>Full fingerprints</summary>"));
+    assert_null(strstr(html, "server and flags seen"));
+    free(t);
+    free(html);
     free(s);
     free(db);
     free(page);

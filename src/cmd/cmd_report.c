@@ -28,7 +28,8 @@
 const char CMD_REPORT_HELP[] =
     "usage: fidelity report [--db FILE] [--probe-run ID] [--probe-live-run "
     "ID]\n"
-    "                       [--drift-run ID] [--session KEY] [-o FILE]\n"
+    "                       [--drift-run ID] [--session KEY] [--bisect FILE]\n"
+    "                       [-o FILE]\n"
     "\n"
     "Writes one self-contained HTML page (inline CSS and SVG, no script,\n"
     "nothing fetched) with the pictures of what the store holds: probe's\n"
@@ -44,6 +45,10 @@ const char CMD_REPORT_HELP[] =
     "                     probe --live run to draw (default: the latest)\n"
     "  --drift-run ID     drift run to draw (default: the latest)\n"
     "  --session KEY      draw only this recorded session\n"
+    "  --bisect FILE      add the bisect run in FILE ('fidelity bisect --json\n"
+    "                     FILE'; bisect keeps its runs in its --out directory,\n"
+    "                     not in the store); with --probe-run and --drift-run,\n"
+    "                     one page for the runs of one investigation\n"
     "  --no-probe, --no-drift, --no-audit   leave a section out\n"
     "                     (--no-probe: scripted and live probe runs)\n"
     "  -o, --output FILE  where to write (default report.html, '-' stdout)\n"
@@ -58,7 +63,8 @@ const char CMD_REPORT_HELP[] =
     "examples:\n"
     "  fidelity report\n"
     "  fidelity report --db runs.db --probe-run 3 -o probe3.html\n"
-    "  fidelity report --session 7f3a --no-probe --no-drift\n";
+    "  fidelity report --session 7f3a --no-probe --no-drift\n"
+    "  fidelity report --bisect bisect.json --no-probe --no-audit\n";
 
 enum {
     O_PROBE_RUN = 256,
@@ -67,12 +73,13 @@ enum {
     O_SESSION,
     O_NO_PROBE,
     O_NO_DRIFT,
-    O_NO_AUDIT
+    O_NO_AUDIT,
+    O_BISECT
 };
 
 struct args {
     struct recorded_args rec;
-    const char *out, *session;
+    const char *out, *session, *bisect;
     long long probe_id, live_id, drift_id;
     bool no_probe, no_drift, no_audit;
 };
@@ -187,6 +194,7 @@ static int parse(int argc, char **argv, struct args *a)
         {"no-probe", no_argument, NULL, O_NO_PROBE},
         {"no-drift", no_argument, NULL, O_NO_DRIFT},
         {"no-audit", no_argument, NULL, O_NO_AUDIT},
+        {"bisect", required_argument, NULL, O_BISECT},
         {"output", required_argument, NULL, 'o'},
         {NULL, 0, NULL, 0},
     };
@@ -225,6 +233,9 @@ static int parse(int argc, char **argv, struct args *a)
         case O_NO_AUDIT:
             a->no_audit = true;
             break;
+        case O_BISECT:
+            a->bisect = optarg;
+            break;
         case 'o':
             a->out = optarg;
             break;
@@ -260,6 +271,30 @@ static int load_run(sqlite3 *db, const struct args *a, enum run_kind k,
                      "%s in '%s'", d.msg, a->rec.db);
 }
 
+/* bisect --json's document; 0, or the exit code after the message. */
+static int load_bisect(const char *path, json_t **doc, char **origin)
+{
+    json_error_t e;
+    *doc = json_load_file(path, 0, &e);
+    if (!*doc)
+        return cli_usage_error("report",
+                               "cannot read bisect run '%s': %s (give the "
+                               "file 'fidelity bisect --json FILE' wrote)",
+                               path, e.text);
+    const char *schema = json_string_value(json_object_get(*doc, "schema"));
+    if (!schema || strcmp(schema, "fidelity.bisect/1")) {
+        json_decref(*doc);
+        *doc = NULL;
+        return cli_usage_error("report",
+                               "'%s' is not a bisect run (no \"schema\": "
+                               "\"fidelity.bisect/1\"); give the file "
+                               "'fidelity bisect --json FILE' wrote",
+                               path);
+    }
+    *origin = xasprintf("bisect run in '%s'", path);
+    return 0;
+}
+
 static int load_audit(const struct args *a, json_t **doc, char **origin)
 {
     struct audit_set set;
@@ -289,17 +324,24 @@ static int load_audit(const struct args *a, json_t **doc, char **origin)
 int cmd_report(int argc, char **argv)
 {
     struct args a = {.out = "report.html"};
-    json_t *probe = NULL, *live = NULL, *drift = NULL, *audit = NULL;
-    char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *line = NULL;
+    json_t *probe = NULL, *live = NULL, *drift = NULL, *audit = NULL,
+           *bisect = NULL;
+    char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *bo = NULL,
+         *line = NULL;
     sqlite3 *db = NULL;
     struct diag d;
     recorded_args_init(&a.rec);
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
-    if (access(a.rec.db, F_OK))
+    /* a bisect run alone needs no store */
+    bool nostore = a.bisect && !a.probe_id && !a.live_id && !a.drift_id &&
+                   !a.session && access(a.rec.db, F_OK);
+    if (!nostore && access(a.rec.db, F_OK))
         return cli_usage_error("report", "no store '%s'", a.rec.db);
-    if (store_open(a.rec.db, &db, &d)) {
+    if (nostore)
+        a.no_probe = a.no_drift = a.no_audit = true;
+    else if (store_open(a.rec.db, &db, &d)) {
         rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
@@ -313,7 +355,9 @@ int cmd_report(int argc, char **argv)
     db = NULL;
     if (!a.no_audit && (rc = load_audit(&a, &audit, &ao)))
         goto out;
-    if (!probe && !live && !drift && !audit) {
+    if (a.bisect && (rc = load_bisect(a.bisect, &bisect, &bo)))
+        goto out;
+    if (!probe && !live && !drift && !audit && !bisect) {
         rc = cli_usage_error("report",
                              "nothing to report: '%s' holds no probe run, "
                              "live probe run, drift run or recorded session",
@@ -328,10 +372,12 @@ int cmd_report(int argc, char **argv)
                            .live = live,
                            .drift = drift,
                            .audit = audit,
+                           .bisect = bisect,
                            .probe_origin = po,
                            .live_origin = lo,
                            .drift_origin = dO,
-                           .audit_origin = ao};
+                           .audit_origin = ao,
+                           .bisect_origin = bo};
     json_t *own = NULL;
     add_servers(&in, &own);
     int wr = report_write(&in, a.out, &d);
@@ -349,6 +395,8 @@ out:
     free(lo);
     free(dO);
     free(ao);
+    free(bo);
+    json_decref(bisect);
     json_decref(probe);
     json_decref(live);
     json_decref(drift);

@@ -102,8 +102,15 @@ static const char css[] =
     "td.rule{white-space:nowrap}details{margin:4px 0 10px}"
     "summary{cursor:pointer;color:var(--mute)}ul.vkey{font-size:12px}"
     ""
-    "@media "
-    "print{details>*{display:block}body{max-width:none;padding:0;font-size:"
+    "svg.bar{vertical-align:middle;max-width:none}rect.track{fill:var(--card);"
+    "stroke:var(--line)}rect.harm{fill:var(--s1)}rect.harm.culprit,"
+    "rect.worse{fill:var(--fail)}rect.better{fill:var(--ok)}"
+    "line.zero{stroke:var(--fg)}svg.bar path.ci{stroke:var(--fg);"
+    "stroke-width:1.2;fill:none}table.bisect td.n{white-space:nowrap;"
+    "text-align:left}"
+    "table.bisect td.cfg{white-space:normal;max-width:240px;"
+    "overflow-wrap:anywhere}tr.culprit td.cfg{color:var(--fail)}"
+    "@media print{details>*{display:block}body{max-width:none;padding:0;font-size:"
     "11px}"
     "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
     ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";
@@ -261,11 +268,12 @@ static void header(const struct report_in *in, struct buf *b)
     buf_adds(b, "</dd><dt>command line</dt><dd><code>");
     html_esc(b, in->cmdline ? in->cmdline : "-", 2000);
     buf_adds(b, "</code></dd>");
-    const char *const origin[4] = {in->probe_origin, in->live_origin,
-                                   in->drift_origin, in->audit_origin};
-    static const char *const what[4] = {"probe", "probe --live", "drift",
-                                        "audit"};
-    for (int i = 0; i < 4; i++)
+    const char *const origin[5] = {in->probe_origin, in->live_origin,
+                                   in->drift_origin, in->audit_origin,
+                                   in->bisect_origin};
+    static const char *const what[5] = {"probe", "probe --live", "drift",
+                                        "audit", "bisect"};
+    for (int i = 0; i < 5; i++)
         if (origin[i]) {
             buf_printf(b, "<dt>%s</dt><dd>", what[i]);
             html_esc(b, origin[i], 400);
@@ -296,7 +304,7 @@ static void header(const struct report_in *in, struct buf *b)
  * linking to the section, then the contents. */
 static void summary(const struct report_in *in, struct buf *b)
 {
-    if (!in->probe && !in->live && !in->drift && !in->audit)
+    if (!in->probe && !in->live && !in->drift && !in->audit && !in->bisect)
         return;
     buf_adds(b, "<nav class=\"summary\" id=\"summary\"><h2>Summary</h2>"
                 "<ul class=\"verdicts\">");
@@ -308,6 +316,8 @@ static void summary(const struct report_in *in, struct buf *b)
         rdrift_summary(in->drift, b);
     if (in->audit)
         raudit_summary(in->audit, b);
+    if (in->bisect)
+        rbisect_summary(in->bisect, b);
     buf_adds(b, "</ul><h3>Contents</h3><ol class=\"toc\">");
     if (in->probe)
         buf_adds(b, "<li><a href=\"#probe\">probe: where recall breaks</a>"
@@ -322,6 +332,9 @@ static void summary(const struct report_in *in, struct buf *b)
     if (in->audit)
         buf_adds(b, "<li><a href=\"#audit\">audit: what the harness sent</a>"
                     "</li>");
+    if (in->bisect)
+        buf_adds(b, "<li><a href=\"#bisect\">bisect: which setting breaks "
+                    "it</a></li>");
     buf_adds(b, "</ol></nav>\n");
 }
 
@@ -337,17 +350,14 @@ int report_html(const struct report_in *in, struct buf *b)
     buf_adds(b, css);
     buf_adds(b, "</style></head>\n<body>\n");
     header(in, b);
-    if (!in->probe && !in->live && !in->drift && !in->audit)
+    if (!in->probe && !in->live && !in->drift && !in->audit && !in->bisect)
         buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
                     "recorded session was found.</p>");
     report_probe_section(in->probe, b);
     report_live_section(in->live, b);
     report_drift_section(in->drift, b);
     report_audit_section(in->audit, b);
-    /* bisect: NOT BUILT. `fidelity bisect` does not exist yet; when it
-     * lands, its section (the ranking table with a bar chart of each
-     * toggle's harm and interval, claimed against measured path) goes
-     * here, drawn from its JSON like the others (docs/REPORT.md). */
+    report_bisect_section(in->bisect, b);
     buf_adds(b, "<footer class=\"note\"><p>Colour scales: viridis (pass "
                 "rate) and PuOr (differences), both readable with the "
                 "common colour-vision deficiencies; every cell also holds "

@@ -103,5 +103,6 @@ void rprobe_summary(const json_t *doc, struct buf *b);
 void rlive_summary(const json_t *doc, struct buf *b);
 void rdrift_summary(const json_t *doc, struct buf *b);
 void raudit_summary(const json_t *doc, struct buf *b);
+void rbisect_summary(const json_t *doc, struct buf *b);
 
 #endif

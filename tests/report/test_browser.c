@@ -685,6 +685,30 @@ static void test_layout_fits(void **state)
     assert_int_equal(json_array_size(json_object_get(l.m, "sections")), 2);
     json_decref(l.m);
 
+    /* a bisect report, alone and with the probe and drift runs */
+    const char *bp[] = {"report",
+                        "--db",
+                        "none.db",
+                        "--bisect",
+                        "tests/report/fixtures/bisect.json",
+                        "-o",
+                        all,
+                        NULL};
+    assert_int_equal(proc_run(bp, NULL, NULL, NULL, 120), 0);
+    measure(all, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    json_decref(l.m);
+    const char *ip[] = {
+        "report", "--db", db,  "--bisect", "tests/report/fixtures/bisect.json",
+        "-o",     all,    NULL};
+    assert_int_equal(proc_run(ip, NULL, NULL, NULL, 120), 0);
+    measure(all, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    assert_int_equal(json_array_size(json_object_get(l.m, "sections")), 3);
+    json_decref(l.m);
+
     /* long variant names */
     char *rpage = xasprintf("%s/reasoning.html", dir);
     const char *ra[] = {"probe",     "--endpoint", f,       "--kinds",

@@ -29,6 +29,9 @@
 #include "util/proc.h"
 #include "util/rec.h"
 
+/* What `fidelity bisect --json` wrote (tests/report/test_rbisect.c). */
+#define FIXTURE "tests/report/fixtures/bisect.json"
+
 static struct proc P[3];
 static bool up[3];
 static char *dir;
@@ -498,6 +501,29 @@ static void test_report_errors(void **state)
     const char *a5[] = {"report", "--bogus", NULL};
     assert_int_equal(proc_run(a5, NULL, NULL, NULL, 30), 2);
     assert_true(access(out, F_OK) != 0);
+    /* a bisect run (bisect --json's file) needs no store; with a store it
+     * joins its runs on one page */
+    const char *b1[] = {"report", "--db", missing, "--bisect",
+                        FIXTURE,  "-o",   out,     NULL};
+    assert_int_equal(run(b1, NULL), 0);
+    char *s = section(out, "bisect");
+    assert_true(golden_check("tests/report/golden/bisect.html", s));
+    free(s);
+    const char *b2[] = {"report", "--db", missing, "--bisect",
+                        missing,  "-o",   out,     NULL};
+    assert_int_equal(proc_run(b2, NULL, NULL, NULL, 30), 2);
+    const char *b3[] = {"report",
+                        "--db",
+                        missing,
+                        "--bisect",
+                        "tests/report/golden/../../bisect/golden/sim.json",
+                        "-o",
+                        out,
+                        NULL};
+    assert_int_equal(proc_run(b3, NULL, NULL, NULL, 30), 2); /* not bisect's */
+    const char *b4[] = {"report",   "--db",  missing, "--probe-run", "1",
+                        "--bisect", FIXTURE, "-o",    out,           NULL};
+    assert_int_equal(proc_run(b4, NULL, NULL, NULL, 30), 2); /* no store */
     free(missing);
     free(empty);
     free(out);

@@ -110,7 +110,8 @@ static const char css[] =
     "text-align:left}"
     "table.bisect td.cfg{white-space:normal;max-width:240px;"
     "overflow-wrap:anywhere}tr.culprit td.cfg{color:var(--fail)}"
-    "@media print{details>*{display:block}body{max-width:none;padding:0;font-size:"
+    "@media "
+    "print{details>*{display:block}body{max-width:none;padding:0;font-size:"
     "11px}"
     "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
     ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";

@@ -48,10 +48,10 @@ struct report_in {
     const char *cmdline; /* already redacted (report_cmdline) */
     time_t generated;    /* shown as "generated"; the caller picks it */
     /* Borrowed documents; NULL leaves the section out. */
-    const json_t *probe; /* fidelity-probe/1 */
-    const json_t *live;  /* fidelity-probe-live/1 */
-    const json_t *drift; /* fidelity.drift/1 */
-    const json_t *audit; /* report_audit_doc() */
+    const json_t *probe;  /* fidelity-probe/1 */
+    const json_t *live;   /* fidelity-probe-live/1 */
+    const json_t *drift;  /* fidelity.drift/1 */
+    const json_t *audit;  /* report_audit_doc() */
     const json_t *bisect; /* fidelity.bisect/1 (`bisect --json`) */
     /* Where the documents came from ("probe run 3 stored 2026-..."), one
      * line each, or NULL. */

@@ -54,6 +54,40 @@ static void draw_series(struct buf *b, const struct axis *X,
     chart_series(b, X, Y, &cs);
 }
 
+/* Where a threshold line's label goes: above the line at its right end,
+ * else below it, else at the left end above or below, the first place no
+ * point of the series falls in (the label's box at 6.5 px a character).
+ * true when right-aligned. */
+static bool label_place(const struct axis *X, const struct axis *Y,
+                        const struct series *s, size_t ns, const char *label,
+                        double y, double *lx, double *ly)
+{
+    double w = 6.5 * (double)strlen(label) + 6;
+    static const struct {
+        bool right;
+        double dy;
+    } spot[4] = {{true, -3}, {true, 12}, {false, -3}, {false, 12}};
+    for (int k = 0; k < 4; k++) {
+        double x1 = spot[k].right ? W - PR - 2 : PL + 4;
+        double x0 = spot[k].right ? x1 - w : x1, x2 = x0 + w;
+        double by = y + spot[k].dy, top = by - 12, bot = by + 4;
+        bool hit = false;
+        for (size_t i = 0; i < ns && !hit; i++)
+            for (size_t j = 0; j < s[i].n && !hit; j++) {
+                double px = html_axis_map(X, s[i].x[j]);
+                double py = html_axis_map(Y, s[i].y[j]);
+                hit = px >= x0 - 5 && px <= x2 + 5 && py >= top - 5 &&
+                      py <= bot + 5;
+            }
+        if (!hit || k == 3) {
+            *lx = x1;
+            *ly = by;
+            return spot[k].right;
+        }
+    }
+    return true;
+}
+
 static void chart(struct buf *b, const char *title, const struct axis *X,
                   const struct axis *Y, const struct series *s, size_t ns,
                   const struct hline *hl, size_t nh)
@@ -67,14 +101,19 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
     chart_axes(b, X, Y, "position in the sequence (tokens, log scale)");
     for (size_t i = 0; i < nh; i++) {
         double y = html_axis_map(Y, hl[i].y);
+        double lx, ly;
+        bool right = label_place(X, Y, s, ns, hl[i].label, y, &lx, &ly);
         buf_printf(b,
                    "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
-                   "y2=\"%.1f\"/><text class=\"hl\" x=\"%d\" y=\"%.1f\" "
-                   "text-anchor=\"end\">",
-                   hl[i].cls, PL, W - PR, y, y, W - PR - 2, y - 3);
+                   "y2=\"%.1f\"/><text class=\"hl\" x=\"%.1f\" y=\"%.1f\" "
+                   "text-anchor=\"%s\">",
+                   hl[i].cls, PL, W - PR, y, y, lx, ly,
+                   right ? "end" : "start");
         html_esc(b, hl[i].label, 0);
         buf_adds(b, "</text>");
     }
+    /* the candidate first, wide, then the excess over it, thin and dashed:
+     * where the two coincide both stay visible */
     for (size_t i = 0; i < ns; i++)
         draw_series(b, X, Y, &s[i]);
     int lx = PL + 8;
@@ -146,7 +185,8 @@ static void metric_chart(struct buf *b, const json_t *doc, enum metric m,
         "RMS delta-p of the forced token per bucket",
         "Top-1 agreement per bucket"};
     const json_t *bks = html_jget(doc, "buckets");
-    struct series s[2] = {{.name = "candidate (prefill)", .style = 0},
+    /* style 8: slot 0 with a thicker line (chart.c) */
+    struct series s[2] = {{.name = "candidate (prefill)", .style = 8},
                           {.name = "excess over noise", .style = 1}};
     fill(&s[0], bks, "candidate", m, m != M_KL);
     fill(&s[1], bks, "excess", m, m == M_KL);

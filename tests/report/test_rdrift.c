@@ -150,10 +150,39 @@ static void test_folds_and_summary(void **state)
     json_decref(d);
 }
 
+/* A threshold's label moves off a point that lies where it would go; the
+ * candidate is drawn under the excess, thicker. */
+static void test_labels_clear_of_points(void **state)
+{
+    (void)state;
+    json_t *d = doc_with(true);
+    char *s = render(d);
+    /* nothing near the right end: labels there */
+    assert_int_equal(golden_count(s, "text-anchor=\"end\">WARN (excess)"), 3);
+    assert_non_null(strstr(s, "<polyline class=\"s1 g2\""));
+    assert_true(strstr(s, "<polyline class=\"s1 g2\"") <
+                strstr(s, "<polyline class=\"s2"));
+    free(s);
+    /* the candidate's mean KL on the WARN line at the right end */
+    json_array_append_new(json_object_get(d, "buckets"),
+                          bucket(512, 1000, 1e-4, false));
+    s = render(d);
+    const char *kl = strstr(s, "Mean KL divergence");
+    const char *dp = strstr(s, "RMS delta-p");
+    assert_non_null(kl);
+    const char *w = strstr(kl, ">WARN (excess)");
+    assert_true(w && w < dp);
+    assert_non_null(strstr(kl, "text-anchor=\"start\">WARN (excess)"));
+    assert_true(strstr(kl, "text-anchor=\"start\">WARN (excess)") < dp);
+    free(s);
+    json_decref(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_folds_and_summary),
+        cmocka_unit_test(test_labels_clear_of_points),
         cmocka_unit_test(test_figures),
         cmocka_unit_test(test_token_text_is_escaped),
     };

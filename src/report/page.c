@@ -196,6 +196,37 @@ static void ep_row(struct buf *b, const char *role, const json_t *e, bool raw)
     buf_adds(b, "</td></tr>\n");
 }
 
+/* A fingerprint as "key: value" lines, keys sorted, its flags indented
+ * under "flags:" (plain text: smaller than JSON with its quotes escaped). */
+static void fp_lines(struct buf *b, const json_t *o, const char *indent)
+{
+    const char *keys[512];
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (n < 512)
+            keys[n++] = k;
+    }
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        v = json_object_get(o, keys[i]);
+        buf_adds(b, indent);
+        html_esc(b, keys[i], 200);
+        if (json_is_object(v) && !*indent) {
+            buf_adds(b, ":\n");
+            fp_lines(b, v, "  ");
+            continue;
+        }
+        buf_adds(b, *indent ? " = " : ": ");
+        html_esc_json(b, v, 300);
+        buf_addch(b, '\n');
+    }
+    if (json_object_size(o) > n)
+        buf_printf(b, "%s(%zu more)\n", indent, json_object_size(o) - n);
+}
+
 /* The settings that differ between the servers shown (inspect's
  * normalised fingerprints), one row per field, one column per server; the
  * full fingerprints folded below. */
@@ -248,10 +279,7 @@ static void settings(const struct report_in *in, struct buf *b)
         buf_adds(b, "<p><b>");
         html_esc(b, html_jstr(s, "role", "?"), 80);
         buf_adds(b, "</b></p><pre><code>");
-        char *t = json_dumps(html_jget(s, "fingerprint"),
-                             JSON_INDENT(2) | JSON_SORT_KEYS);
-        html_esc(b, t ? t : "-", 20000);
-        free(t);
+        fp_lines(b, html_jget(s, "fingerprint"), "");
         buf_adds(b, "</code></pre>");
     }
     buf_adds(b, "</details>\n");

@@ -12,8 +12,10 @@ TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
             openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
-            python3-torch libopenblas0-pthread
+            python3-torch libopenblas0-pthread python3-jsonschema
 # slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
+# python3-jsonschema: tests/e2e/test_schema validates every command's
+# --json document against its schema in docs/schema/.
 # python3-torch: the small real transformer the tests serve
 # (tests/model/serve.py, on the CPU); libopenblas0-pthread with it, as
 # without OpenBLAS Debian's torch runs on the reference BLAS, about 30
@@ -63,9 +65,9 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 STAMP    := $(BUILD)/.deps-ok
 TEST_STAMP := $(BUILD)/.test-deps-ok
 
-.PHONY: all deps deps-debs bench-deps fuzz-deps fuzz test check-format format demo demo-sim clean man install uninstall \
+.PHONY: all deps deps-debs bench-deps fuzz-deps fuzz test check-format format demo demo-probe demo-sim clean man completion install uninstall \
         golden golden-report
-all: fidelity man
+all: fidelity man completion
 
 # $(call apt_deps,NAME,PACKAGES): the missing Debian packages installed
 # with apt-get when run as root; otherwise the command to run is printed
@@ -195,8 +197,14 @@ test: $(BIN) $(TEST_BIN) $(FUZZ_BIN) | $(TEST_STAMP)
 # tests/cmd/test_help.c checks them, tests/e2e/test_install.c installs.
 PREFIX   ?= /usr/local
 bindir   ?= $(PREFIX)/bin
-mandir   ?= $(PREFIX)/share/man
+datadir  ?= $(PREFIX)/share
+mandir   ?= $(datadir)/man
 man1dir  ?= $(mandir)/man1
+# Shell completion, generated the same way from the same option tables
+# (`fidelity help --completion bash|zsh`, src/cmd/completion.c;
+# tests/cmd/test_completion.c checks them against every parser).
+bashcompdir ?= $(datadir)/bash-completion/completions
+zshcompdir  ?= $(datadir)/zsh/site-functions
 INSTALL  ?= install
 COMMANDS := $(shell sed -n 's/^ *{"\([a-z][a-z0-9-]*\)", *cmd_.*/\1/p' src/cmd/commands.c)
 MAN_PAGES:= fidelity.1 $(COMMANDS:%=fidelity-%.1)
@@ -212,13 +220,26 @@ $(BUILD)/man/fidelity-%.1: $(BIN)
 man: $(MAN_GEN)
 	@if [ "$(BUILD)" = build ]; then mkdir -p man && rm -f man/*.1 && cp $(MAN_GEN) man/; fi
 
-install: $(BIN) $(MAN_GEN)
-	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir)
+COMPLETION := $(BUILD)/completion/fidelity $(BUILD)/completion/_fidelity
+$(BUILD)/completion/fidelity: $(BIN)
+	@mkdir -p $(dir $@)
+	$(BIN) help --completion bash > $@.tmp && mv -f $@.tmp $@
+$(BUILD)/completion/_fidelity: $(BIN)
+	@mkdir -p $(dir $@)
+	$(BIN) help --completion zsh > $@.tmp && mv -f $@.tmp $@
+completion: $(COMPLETION)
+
+install: $(BIN) $(MAN_GEN) $(COMPLETION)
+	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir) \
+	  $(DESTDIR)$(bashcompdir) $(DESTDIR)$(zshcompdir)
 	$(INSTALL) -m 755 $(BIN) $(DESTDIR)$(bindir)/fidelity
 	$(INSTALL) -m 644 $(MAN_GEN) $(DESTDIR)$(man1dir)/
+	$(INSTALL) -m 644 $(BUILD)/completion/fidelity $(DESTDIR)$(bashcompdir)/fidelity
+	$(INSTALL) -m 644 $(BUILD)/completion/_fidelity $(DESTDIR)$(zshcompdir)/_fidelity
 
 uninstall:
-	rm -f $(DESTDIR)$(bindir)/fidelity $(MAN_PAGES:%=$(DESTDIR)$(man1dir)/%)
+	rm -f $(DESTDIR)$(bindir)/fidelity $(MAN_PAGES:%=$(DESTDIR)$(man1dir)/%) \
+	  $(DESTDIR)$(bashcompdir)/fidelity $(DESTDIR)$(zshcompdir)/_fidelity
 
 # The report's golden files (tests/report/golden/), rewritten from seeded
 # runs against fidelity sim; review the diff before committing it.
@@ -247,14 +268,19 @@ check-format:
 format:
 	$(CLANG_FORMAT) --style=file -i $(FMT_FILES)
 
-# The main job: probe a faulty sim against a healthy one, say where and why
-# it breaks. `make demo-sim` tours the sim's endpoints one request each.
-demo: fidelity
+# The main path end to end, offline (examples/demo.sh): probe, record +
+# audit, drift, bisect and the report, every output in demo-out/, and the
+# man pages in man/. `make demo-probe` is the longer probe demo alone (a
+# larger grid, report.html); `make demo-sim` tours the sim's endpoints one
+# request each.
+demo: fidelity man
+	@OUT="$(CURDIR)/demo-out" FIDELITY="$(CURDIR)/fidelity" sh examples/demo.sh
+demo-probe: fidelity
 	@sh scripts/probe_demo.sh
 demo-sim: fidelity
 	@sh scripts/demo.sh ./fidelity
 
 clean:
-	rm -rf build build-san build-fuzz fidelity man
+	rm -rf build build-san build-fuzz fidelity man demo-out example-out
 
 -include $(OBJ:.o=.d) $(BUILD)/src/main.d $(TEST_UOBJ:.o=.d)

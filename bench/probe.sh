@@ -9,6 +9,12 @@
 # 2. Resident memory of CASES 128k-token cases at -j 16: maximum RSS from
 #    /usr/bin/time -v. Peer: curl posting the body once.
 #
+# 3. /tokenize calls per case behind a lossy path (a sim keeping the last
+#    3 turns: every failing case gets the path check, its turns counted
+#    one by one): with the run's cache of /tokenize answers by content
+#    hash, against the same run with the cache off
+#    (FIDELITY_PROBE_TOKENIZE_CACHE=off), counted at the sim (/sim/stats).
+#
 # Usage: sh bench/probe.sh        (N=40 CASES=1000 by default)
 set -eu
 for t in /usr/bin/time curl; do
@@ -20,8 +26,10 @@ CASES=${CASES:-1000}
 make -s fidelity >/dev/null
 tmp=$(mktemp -d)
 pid=
+kpid=
 cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    [ -n "$kpid" ] && kill "$kpid" 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -76,3 +84,26 @@ echo "fidelity probe: $((prss / 1024)) MiB maximum resident ($cpu s CPU)"
 echo "curl, one request of the same body: $((crss / 1024)) MiB maximum resident"
 awk -v p="$prss" -v c="$crss" 'BEGIN{ printf "ratio probe/curl: %.1f\n", p/c }'
 awk -v p="$prss" 'BEGIN{ printf "target < 64 MiB: %s\n", p < 65536 ? "met" : "NOT met" }'
+
+echo
+echo "== /tokenize calls per case behind a lossy path (a window of 3 turns)"
+./fidelity sim --listen 127.0.0.1:0 --keep-last-turns 3 >"$tmp/simk.log" 2>&1 &
+kpid=$!
+for _ in $(seq 50); do grep -qs listening "$tmp/simk.log" && break; sleep 0.1; done
+kurl=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$tmp/simk.log")
+[ -n "$kurl" ] || { echo "bench: sim did not start"; exit 1; }
+tokcalls() { curl -s "$kurl/sim/stats" | sed -n 's/.*"tokenize":\([0-9]*\).*/\1/p'; }
+kprobe="./fidelity probe --endpoint $kurl --kinds needle,canary,multi-needle,variables --lengths 8k,16k --depths 0,50,100 --db $tmp/k.db --fresh"
+for mode in off on; do
+    b=$(tokcalls)
+    # shellcheck disable=SC2086
+    FIDELITY_PROBE_TOKENIZE_CACHE=$mode $kprobe >"$tmp/k.out" 2>&1 || true
+    a=$(tokcalls)
+    cases=$(sed -n 's/^\([0-9]*\) of [0-9]* cases* finished.*/\1/p' "$tmp/k.out")
+    eval "calls_$mode=\$((a - b))"
+    eval "cases_$mode=\$cases"
+done
+kill "$kpid" 2>/dev/null || true
+awk -v c="$calls_off" -v n="$cases_off" 'BEGIN{ printf "cache off (before): %d /tokenize calls for %d cases, %.1f per case\n", c, n, c/n }'
+awk -v c="$calls_on" -v n="$cases_on" 'BEGIN{ printf "cache on (after):   %d /tokenize calls for %d cases, %.1f per case\n", c, n, c/n }'
+awk -v a="$calls_on" -v b="$calls_off" 'BEGIN{ printf "ratio after/before: %.2f\n", a/b }'

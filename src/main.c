@@ -1,6 +1,7 @@
 /*
  * main: argv -> command table -> cmd_*.c, nothing else.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,5 +38,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
             return cli_help(c->name);
     }
+    signal(SIGINT, cli_sigint_exit); /* exit 130, in every command */
+    /* each stdout line goes out before a later stderr line, also when both
+     * go to one file */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     return c->run(argc - 1, argv + 1);
 }

@@ -129,11 +129,23 @@ void audit_finding_add(struct actx *c, enum audit_sev sev, const char *rule,
 /* Text of a message's content: the string, or the concatenated "text" of
  * content parts; "" otherwise. Fresh string. */
 char *audit_msg_text(json_t *msg);
-/* Whether a user message's text asks for a title of the conversation in
- * its first 400 bytes ("generate a title", "a title for the chat", "for
- * this conversation", "thread", "session"), as harnesses' title requests
- * do; a question that only mentions a title does not. */
-bool audit_msg_asks_title(const char *text);
+/* Whether x is a title request serving the conversation from belongs to,
+ * by structure, whatever its words (docs/AUDIT.md): a single-turn side
+ * request (no tools, no tool call in its answer, no assistant message, one
+ * or two user messages) whose answer is short (one line of at most
+ * AUDIT_TITLE_MAX bytes, or empty: a budget spent on reasoning), sent
+ * under a system prompt of its own (another than from's, or none where
+ * from has one), and whose user text quotes a message from sent or
+ * received (a user turn, an assistant message, or from's reply: the first
+ * 64 bytes of its first line, as harnesses cut what they quote): opencode
+ * and Kilo send a title generator's prompt and quote the user's messages,
+ * Continue no prompt and the last reply. A request under the
+ * conversation's own system prompt (the same message sent again, a
+ * gateway's compacted turn) is not one; a question that mentions a title,
+ * or a system prompt about titles, makes none by itself. False when from
+ * is NULL or x itself. */
+#define AUDIT_TITLE_MAX 160
+bool audit_is_title(const struct xchg *x, const struct xchg *from);
 /* True when needle occurs in the first n bytes of s (case-insensitive). */
 bool audit_msg_head_has(const char *s, size_t n, const char *needle);
 /* Reasoning sent with an assistant message (reasoning_content, else

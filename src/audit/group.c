@@ -233,45 +233,14 @@ struct regroup {
     size_t rn, rcap;
 };
 
-/* A title request by structure (view.c has the same rule): no tools, no
- * assistant message, one or two user messages, and a system prompt about
- * titles, or a user message asking for a title of the conversation
- * (audit_msg_asks_title) with a max_tokens of 64 or less. A user text
- * that only mentions a title does not make one. */
-static bool looks_title(const struct xchg *x)
+/* A side request: a summary request (record's kind compaction) or a title
+ * request by structure serving the conversation from belongs to
+ * (audit_is_title): a user text that only mentions a title, or a system
+ * prompt about titles, makes none. */
+static bool is_side(const struct xchg *x, const struct xchg *from)
 {
-    json_t *b = x->req_body, *m;
-    json_t *mt = json_object_get(b, "max_tokens");
-    size_t i, users = 0;
-    bool asks = false, sys_title = false;
-    if (!mt)
-        mt = json_object_get(b, "max_completion_tokens");
-    if (json_array_size(json_object_get(b, "tools")))
-        return false;
-    bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
-    for (i = 0; (m = xmsg(x, i)); i++) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && !strcmp(role, "assistant"))
-            return false;
-        bool user = role && !strcmp(role, "user");
-        if (!user && !(role && !strcmp(role, "system")))
-            continue;
-        char *t = audit_msg_text(m);
-        if (user) {
-            users++;
-            asks |= audit_msg_asks_title(t);
-        } else if (audit_msg_head_has(t, 400, "title"))
-            sys_title = true;
-        free(t);
-    }
-    return users >= 1 && users <= 2 && ((asks && small) || sys_title);
-}
-
-static bool is_side(const struct xchg *x)
-{
-    return (x->kind &&
-            (!strcmp(x->kind, "title") || !strcmp(x->kind, "compaction"))) ||
-           looks_title(x);
+    return (x->kind && !strcmp(x->kind, "compaction")) ||
+           audit_is_title(x, from);
 }
 
 static int new_group(struct regroup *rg, const char *from)
@@ -466,7 +435,11 @@ static int structural(struct regroup *rg, size_t i)
     return -1;
 }
 
-static void shape_of(struct regroup *rg, struct xchg *x, struct shape *sh)
+/* The shape of x; under_way is the latest earlier request that is not a
+ * side request (the conversation under way, which a title request
+ * quotes), or NULL. */
+static void shape_of(struct regroup *rg, struct xchg *x,
+                     const struct xchg *under_way, struct shape *sh)
 {
     size_t n = xmsg_n(x), users = 0, others = 0;
     sh->n = n;
@@ -483,7 +456,7 @@ static void shape_of(struct regroup *rg, struct xchg *x, struct shape *sh)
         sh->h[i + 1] = hash_mix2(sh->h[i], rg->memo.f[j]);
     }
     sh->reply = reply_key(x);
-    sh->side = is_side(x);
+    sh->side = is_side(x, under_way);
     sh->fresh = !sh->side && users <= 1 && !others;
 }
 
@@ -565,8 +538,12 @@ void audit_set_regroup(struct audit_set *set)
     qsort(all, n, sizeof(*all), by_start);
     rg.sh = xcalloc(n, sizeof(*rg.sh));
     rg.nsh = n;
-    for (size_t i = 0; i < n; i++)
-        shape_of(&rg, all[i], &rg.sh[i]);
+    const struct xchg *under_way = NULL;
+    for (size_t i = 0; i < n; i++) {
+        shape_of(&rg, all[i], under_way, &rg.sh[i]);
+        if (!rg.sh[i].side)
+            under_way = all[i];
+    }
     int last_active = -1;
     for (size_t i = 0; i < n; i++)
         place(&rg, all[i], i + 1, all[i]->session ? all[i]->session : "",
@@ -735,11 +712,19 @@ void audit_set_link_subagents(struct audit_set *set)
 
 /* ---- side sessions ---- */
 
-static bool side_only(const struct audit_session *s)
+/* Whether every exchange of s is a side request serving session to: a
+ * summary request, or a title request carrying what one of to's exchanges
+ * sent or got. */
+static bool side_only(const struct audit_session *s,
+                      const struct audit_session *to)
 {
-    for (size_t j = 0; j < s->n; j++)
-        if (!is_side(s->x[j]))
+    for (size_t j = 0; j < s->n; j++) {
+        bool side = s->x[j]->kind && !strcmp(s->x[j]->kind, "compaction");
+        for (size_t k = to->n; !side && k-- > 0;)
+            side = audit_is_title(s->x[j], to->x[k]);
+        if (!side)
             return false;
+    }
     return s->n > 0;
 }
 
@@ -788,16 +773,19 @@ void audit_set_attach_side(struct audit_set *set)
     bool *gone = xcalloc(set->n ? set->n : 1, sizeof(*gone));
     for (size_t i = 0; i < set->n; i++) {
         struct audit_session *s = &set->s[i];
-        if (!side_only(s))
-            continue;
-        for (size_t k = 0; k < set->n; k++)
-            if (k != i && !gone[k] && set->s[k].id && *set->s[k].id &&
-                !side_only(&set->s[k]) && s->id &&
-                names_session(s->id, set->s[k].id)) {
-                attach_to(s, &set->s[k]);
+        for (size_t k = 0; k < set->n; k++) {
+            struct audit_session *to = &set->s[k];
+            if (k == i || gone[k] || !to->id || !*to->id || !s->id ||
+                !names_session(s->id, to->id))
+                continue;
+            /* named exactly, and side requests of that session by
+             * structure */
+            if (side_only(s, to)) {
+                attach_to(s, to);
                 gone[i] = true;
-                break;
             }
+            break;
+        }
     }
     size_t kept = 0;
     for (size_t i = 0; i < set->n; i++)

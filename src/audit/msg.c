@@ -4,6 +4,7 @@
  * (1 == 1.0) and looked up by a dotted path. No state; nothing here knows
  * about requests or sessions (view.c builds those).
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -40,22 +41,100 @@ bool audit_msg_head_has(const char *s, size_t n, const char *needle)
     return false;
 }
 
-bool audit_msg_asks_title(const char *t)
+/* Whether text (the user text of a title-shaped request) quotes t, a
+ * message the session sent or received: the first AUDIT_TITLE_QUOTE
+ * bytes of t's first line (harnesses cut what they quote: Kilo's list of
+ * the user's messages). */
+#define AUDIT_TITLE_QUOTE 64
+static bool quotes(const char *text, size_t bytes, const char *t)
 {
-    static const char *const ask[] = {
-        "generate a title",
-        "title for the chat",
-        "title for this chat",
-        "title for the conversation",
-        "title for this conversation",
-        "title for the thread",
-        "title for this thread",
-        "title for the session",
-    };
-    for (size_t a = 0; a < sizeof(ask) / sizeof(*ask); a++)
-        if (audit_msg_head_has(t, 400, ask[a]))
-            return true;
-    return false;
+    size_t k = t ? strlen(t) : 0;
+    if (!k)
+        return false;
+    /* its first line, at most AUDIT_TITLE_QUOTE bytes: what follows may
+     * be parts a harness adds and does not quote (Kilo's
+     * <environment_details>) */
+    const char *nl = memchr(t, '\n', k);
+    if (nl && nl > t)
+        k = (size_t)(nl - t);
+    if (k > AUDIT_TITLE_QUOTE)
+        k = AUDIT_TITLE_QUOTE;
+    return memmem(text, bytes, t, k) != NULL;
+}
+
+/* The text of x's first system message (fresh; "" when none). */
+static char *system_text(const struct xchg *x)
+{
+    json_t *m;
+    for (size_t i = 0; (m = xmsg(x, i)); i++) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "system"))
+            return audit_msg_text(m);
+    }
+    return xstrdup("");
+}
+
+bool audit_is_title(const struct xchg *x, const struct xchg *from)
+{
+    if (!from || from == x)
+        return false;
+    if (json_array_size(json_object_get(x->req_body, "tools")))
+        return false;
+    json_t *reply = x->reply;
+    if (json_array_size(json_object_get(reply, "tool_calls")))
+        return false;
+    const char *c = json_string_value(json_object_get(reply, "content"));
+    size_t n = c ? strlen(c) : 0;
+    while (n && (c[n - 1] == '\n' || c[n - 1] == ' ' || c[n - 1] == '\r'))
+        n--;
+    if (n > AUDIT_TITLE_MAX || (n && memchr(c, '\n', n)))
+        return false;
+    /* single-turn: no assistant message, one or two user messages, whose
+     * text is kept for the search below */
+    struct buf u = BUF_INIT;
+    size_t users = 0;
+    json_t *m;
+    for (size_t i = 0; (m = xmsg(x, i)); i++) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "assistant")) {
+            buf_release(&u);
+            return false;
+        }
+        if (!role || strcmp(role, "user"))
+            continue;
+        users++;
+        char *t = audit_msg_text(m);
+        buf_adds(&u, t);
+        free(t);
+    }
+    /* its own system prompt, or none under a conversation that has one:
+     * the conversation's own (a gateway's compacted request, a retry)
+     * makes a turn of the conversation, not a side request */
+    char *sx = system_text(x), *sf = system_text(from);
+    bool own = strcmp(sx, sf) != 0;
+    free(sx);
+    free(sf);
+    bool yes = false;
+    if (own && users >= 1 && users <= 2) {
+        const char *text = buf_str(&u);
+        size_t bytes = strlen(text);
+        /* a user turn or an assistant message from's request sent, or
+         * the reply it got */
+        for (size_t i = 0; !yes && (m = xmsg(from, i)); i++) {
+            const char *role = json_string_value(json_object_get(m, "role"));
+            if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
+                continue;
+            char *t = audit_msg_text(m);
+            yes = quotes(text, bytes, t);
+            free(t);
+        }
+        if (!yes)
+            yes = quotes(
+                text, bytes,
+                json_string_value(json_object_get(from->reply, "content")));
+    }
+    buf_release(&u);
+    return yes;
 }
 
 json_t *audit_msg_reasoning(json_t *msg)

@@ -230,10 +230,19 @@ static void budget(struct actx *c)
         json_t *mt = json_object_get(r->x->req_body, "max_tokens");
         if (!mt)
             mt = json_object_get(r->x->req_body, "max_completion_tokens");
-        /* the harness needed the text when it sent the request again,
-         * when a side request's answer was lost, or when the conversation
-         * went on; a lone request nobody followed up is only noted */
-        bool needed = retries || !audit_is_main_kind(r->kind) || i + 1 < c->n;
+        /* the harness needed the text when a side request's answer was
+         * lost, when the conversation went on, or when it sent a request
+         * of a conversation again; a lone request nobody followed up, and
+         * a one-shot question (no history) a stateless client asks again
+         * and again, are only noted */
+        bool went_on = false, history = false;
+        for (size_t j = i + 1; j < c->n && !went_on; j++)
+            went_on = key[j] != key[i] && c->r[j].msgs &&
+                      audit_is_main_kind(c->r[j].kind);
+        for (size_t k = 0; k < r->nmsg && !history; k++)
+            history = r->mrole[k] == AROLE_ASSISTANT;
+        bool needed = !audit_is_main_kind(r->kind) || went_on ||
+                      (retries && (history || r->users > 1));
         audit_finding_add(
             c, needed ? AUDIT_WARN : AUDIT_INFO, "reasoning.budget", r,
             json_pack("{s:s, s:O, s:I, s:I, s:I}", "kind", r->kind,

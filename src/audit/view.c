@@ -485,10 +485,11 @@ static uint64_t text_key(const char *t)
  *    its first HEAD messages) that does not extend it: the history was
  *    replaced by that reply. With or without tools (Continue's /compact
  *    sends them).
- *  - a title request: no tools, no assistant message, one or two user
- *    messages, and a system prompt about titles, or a user message asking
- *    for a title of the conversation (audit_msg_asks_title) with a small
- *    max_tokens. A question that mentions a title is not one.
+ *  - a title request (audit_is_title): no tools, no assistant message,
+ *    one or two user messages, a short answer, and a user text that
+ *    carries, inside more text, a message an earlier request of the
+ *    session sent or got. No word makes one: a question that mentions a
+ *    title, or a system prompt about titles, is not one by itself.
  * Linear: the head messages of main requests are indexed once. */
 #define HEAD 4
 
@@ -577,21 +578,11 @@ static void kinds_by_structure(struct areq *r, size_t n)
         int users = q->users, assistants = q->lin->cum_assistants[q->nmsg];
         if (q->tools || assistants || users < 1 || users > 2)
             continue;
-        json_t *mt = json_object_get(q->x->req_body, "max_tokens");
-        if (!mt)
-            mt = json_object_get(q->x->req_body, "max_completion_tokens");
-        bool small = json_is_integer(mt) && json_integer_value(mt) <= 64;
-        bool asks = false, sys_title = false;
-        for (size_t k = 0; k < q->nmsg; k++) {
-            char *t = audit_msg_text(json_array_get(q->msgs, k));
-            if (q->mrole[k] == AROLE_USER && audit_msg_asks_title(t))
-                asks = true;
-            if (q->mrole[k] == AROLE_SYSTEM && head_has(t, 400, "title"))
-                sys_title = true;
-            free(t);
-        }
-        if ((asks && small) || sys_title)
-            q->kind = "title";
+        for (size_t j = i; j-- > 0;)
+            if (audit_is_title(q->x, r[j].x)) {
+                q->kind = "title";
+                break;
+            }
     }
     free(heads.key);
     free(heads.idx);

@@ -174,6 +174,57 @@ static const char pick_port[] =
     "    exit 1\n"
     "fi\n";
 
+/* The server started in the background, then the port's listener
+ * checked to be its own before the address file tells bisect where to
+ * look (as the local launcher checks through bisect_port_listeners and
+ * bisect_port_in_tree): each listening socket of $port (state 0A in
+ * /proc/net/tcp{,6}, its inode) must be a descriptor of a process the
+ * script started (a descendant of $$, from /proc/PID/stat, read through
+ * cat: mawk stops at a file that vanished, as processes do). A listener
+ * held by anything else (a server of another user that took the port
+ * between the pick and the bind, while this job's server failed with
+ * "Address already in use") stops the job with the reason in its log, so
+ * bisect never measures it. The server's status is the job's. */
+static const char launch_and_own[] =
+    "/bin/sh -c \"$cmd\" &\n"
+    "srv=$!\n"
+    "trap 'kill -TERM \"$srv\" 2>/dev/null; wait \"$srv\"; exit 143' TERM "
+    "INT\n"
+    "ph=$(printf %04X \"$port\")\n"
+    "while :; do\n"
+    "    if ! kill -0 \"$srv\" 2>/dev/null; then wait \"$srv\"; exit $?; fi\n"
+    "    ino=$(awk -v p=\":$ph\" 'FNR > 1 && $4 == \"0A\" && "
+    "toupper(substr($2, length($2) - 4)) == p { print $10 }' /proc/net/tcp "
+    "/proc/net/tcp6 2>/dev/null)\n"
+    "    if [ -n \"$ino\" ]; then\n"
+    "        mine=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v r=$$ '{ n = "
+    "$1; s = $0; sub(/^.*\\) /, \"\", s); split(s, f, \" \"); p[n] = f[2] } "
+    "END { for (x in p) { y = x; k = 0; while (y != r && (y in p) && k++ < "
+    "64) y = p[y]; if (y == r && x != r) print x } }')\n"
+    "        for i in $ino; do\n"
+    "            held=\n"
+    "            for q in $mine; do\n"
+    "                ls -l \"/proc/$q/fd\" 2>/dev/null | grep -q "
+    "\"socket:\\[$i\\]\" && { held=1; break; }\n"
+    "            done\n"
+    "            if [ -z \"$held\" ]; then\n"
+    "                who=$(for f in /proc/[0-9]*/fd; do ls -l \"$f\" "
+    "2>/dev/null | grep -q \"socket:\\[$i\\]\" && { q=${f#/proc/}; "
+    "q=${q%/fd}; echo \"pid $q ($(cat /proc/$q/comm 2>/dev/null))\"; "
+    "break; }; done)\n"
+    "                echo \"fidelity bisect: port $port answers, but its "
+    "listener is ${who:-a process} this job did not start (socket $i; this "
+    "job's processes: $(echo $mine)); bisect measures only its own "
+    "servers\" >&2\n"
+    "                kill -TERM \"$srv\" 2>/dev/null; wait \"$srv\"\n"
+    "                exit 1\n"
+    "            fi\n"
+    "        done\n"
+    "        break\n"
+    "    fi\n"
+    "    sleep 0.2\n"
+    "done\n";
+
 static void script_for(const struct bisect_slurm *cfg, const char *abs_dir,
                        const char *tag, const struct launch_spec *s,
                        struct buf *out)
@@ -205,10 +256,11 @@ static void script_for(const struct bisect_slurm *cfg, const char *abs_dir,
         buf_adds(out, " || exit 1\n");
     }
     buf_printf(out, "a=%s/%s.addr\n", abs_dir, s->name);
+    buf_adds(out, "echo \"fidelity bisect: starting on $host:$port: $cmd\"\n");
+    buf_adds(out, launch_and_own);
     buf_adds(out, "echo \"$host $port\" > \"$a.tmp\" && mv \"$a.tmp\" "
                   "\"$a\"\n"
-                  "echo \"fidelity bisect: starting on $host:$port: $cmd\"\n"
-                  "exec /bin/sh -c \"$cmd\"\n");
+                  "wait \"$srv\"\nexit $?\n");
     free(jn);
     free(log);
 }

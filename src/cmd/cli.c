@@ -3,15 +3,18 @@
  * cmd_*.c. Messages follow git: "fidelity probe: cannot open 'x': reason".
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -30,6 +33,7 @@ const struct cmd *cmd_find(const char *name)
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
+    fflush(stdout); /* what was printed comes before the error */
     fprintf(stderr, "fidelity %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -41,6 +45,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;
+    fflush(stdout); /* what was printed comes before the error */
     fprintf(stderr, "fidelity %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -56,7 +61,159 @@ int cli_bad_option(const char *cmd, int c, char **argv)
         return cli_usage_error(cmd, "option '%s' needs a value", arg);
     if (optopt && optopt != '?' && strncmp(arg, "--", 2) != 0)
         return cli_usage_error(cmd, "unknown option '-%c'", optopt);
-    return cli_usage_error(cmd, "unknown option '%s'", arg);
+    return cli_unknown_option(cmd, arg);
+}
+
+/* Adds the option at p (just after its "--") to v unless it is there. */
+static void add_opt(struct cli_opt **v, size_t *n, const char *p,
+                    const char *line_end, bool first_on_line)
+{
+    size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-");
+    if (len < 2 || p[len - 1] == '-' || len + 3 > sizeof((*v)->name))
+        return;
+    for (size_t i = 0; i < *n; i++)
+        if (!strncmp((*v)[i].name + 2, p, len) && !(*v)[i].name[len + 2])
+            return;
+    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+    struct cli_opt *o = &(*v)[(*n)++];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "--%.*s", (int)len, p);
+    const char *q = p + len;
+    /* a value: one space or '=' then a word that is not an option */
+    if ((*q == ' ' || *q == '=') && q + 1 < line_end &&
+        (isalnum((unsigned char)q[1]) || q[1] == '\'')) {
+        size_t al = strcspn(q + 1, " ,]\n");
+        snprintf(o->arg, sizeof(o->arg), "%.*s", (int)al, q + 1);
+        q += 1 + al;
+    }
+    if (!first_on_line)
+        return;
+    /* the words after the run of spaces ("(default)" after the value
+     * stays out); none when another option follows there */
+    const char *d = strstr(q, "  ");
+    if (d && d < line_end) {
+        d += strspn(d, " ");
+        if (strncmp(d, "--", 2))
+            snprintf(o->desc, sizeof(o->desc), "%.*s", (int)(line_end - d), d);
+    }
+}
+
+struct cli_opt *cli_help_opts(const char *cmd, size_t *n)
+{
+    const struct cmd *c = cmd_find(cmd);
+    struct cli_opt *v = NULL;
+    bool usage = false;
+    *n = 0;
+    for (const char *line = c ? c->help : ""; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end)
+            end = line + strlen(line);
+        size_t ind = strspn(line, " ");
+        if (!strncmp(line, "usage:", 6))
+            usage = true;
+        else if (!ind)
+            usage = false;
+        if (usage) { /* every "[--x ARG]" and "--x ARG" of the synopsis */
+            for (const char *p = line; (p = strstr(p, "--")) && p < end; p += 2)
+                if (p[-1] == ' ' || p[-1] == '[' || p[-1] == '|')
+                    add_opt(&v, n, p + 2, end, false);
+        } else if (ind >= 2 && !strncmp(line + ind, "--", 2)) {
+            add_opt(&v, n, line + ind + 2, end, true);
+            for (const char *p = line + ind + 2;
+                 (p = strstr(p, "--")) && p < end; p += 2)
+                if ((p[-1] == ' ' && p[-2] == ' ') ||
+                    (p[-1] == ' ' && p[-2] == ','))
+                    add_opt(&v, n, p + 2, end, false);
+        }
+        line = *end ? end + 1 : end;
+    }
+    return v;
+}
+
+/* Levenshtein distance of a and b (each at most 63 bytes looked at). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strnlen(a, 63), lb = strnlen(b, 63), row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int cli_unknown_option(const char *cmd, const char *arg)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(arg, "="), arg);
+    size_t n, best = SIZE_MAX, len = strlen(name);
+    struct cli_opt *opts = cli_help_opts(cmd, &n);
+    const char *pick = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = edit_distance(name, opts[i].name);
+        if (len > 3 && !strncmp(opts[i].name, name, len))
+            dist = 1; /* the start of one */
+        if (dist < best) {
+            best = dist;
+            pick = opts[i].name;
+        }
+    }
+    /* a few letters off: at most 2, and at most a third of the name */
+    int rc;
+    if (pick && best <= 2 && best * 3 <= len)
+        rc = cli_usage_error(cmd, "unknown option '%s'; did you mean '%s'?",
+                             name, pick);
+    else
+        rc = cli_usage_error(cmd, "unknown option '%s'", name);
+    free(opts);
+    return rc;
+}
+
+int cli_check_base_url(const char *cmd, const char *opt, const char *url)
+{
+    static const char *const api[] = {"/v1/chat/completions",
+                                      "/chat/completions",
+                                      "/v1/completions",
+                                      "/completions",
+                                      "/v1/models",
+                                      "/models",
+                                      "/generate",
+                                      "/tokenize",
+                                      "/detokenize",
+                                      "/health",
+                                      "/get_server_info"};
+    size_t len = strlen(url);
+    while (len > 0 && url[len - 1] == '/')
+        len--;
+    for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
+        size_t k = strlen(api[i]);
+        if (len > k && !strncmp(url + len - k, api[i], k)) {
+            size_t base = len - k;
+            return cli_usage_error(cmd,
+                                   "%s '%s' ends in the API path '%.*s': "
+                                   "give the server's base URL instead: %.*s",
+                                   opt, url, (int)(len - base), url + base,
+                                   (int)base, url);
+        }
+    }
+    return 0;
+}
+
+void cli_sigint_exit(int sig)
+{
+    (void)sig;
+    _exit(EXIT_INTERRUPTED);
 }
 
 int cli_help(const char *name)
@@ -177,7 +334,7 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
     FILE *f = fopen(tmp, "w");
     if (!f) {
         int e = errno;
-        diag_set(d, e, "cannot open '%s': %s", tmp, strerror(e));
+        diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
         free(tmp);
         return -e;
     }
@@ -190,6 +347,115 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
         return diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
     }
     free(tmp);
+    return 0;
+}
+
+/* The folder of path (".", when it names none) into out. */
+static void folder_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == path)
+        snprintf(out, cap, "/");
+    else
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
+/* The folder that will hold path must exist and take new files. */
+static int check_folder(const char *cmd, const char *opt, const char *path)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    folder_of(path, dir, sizeof(dir));
+    if (stat(dir, &st))
+        return cli_usage_error(cmd,
+                               "%s '%s': the folder '%s' does not exist; "
+                               "create it first (mkdir -p '%s')",
+                               opt, path, dir, dir);
+    if (!S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "%s '%s': '%s' is not a folder", opt, path,
+                               dir);
+    if (access(dir, W_OK | X_OK))
+        return cli_usage_error(cmd,
+                               "%s '%s': cannot create files in the folder "
+                               "'%s': %s",
+                               opt, path, dir, strerror(errno));
+    return 0;
+}
+
+int cli_check_output(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path || !strcmp(path, "-"))
+        return 0;
+    if (!*path)
+        return cli_usage_error(cmd, "%s: the file name is empty", opt);
+    if (!stat(path, &st)) {
+        if (S_ISDIR(st.st_mode))
+            return cli_usage_error(cmd,
+                                   "%s '%s' is a folder; give a file name "
+                                   "in it",
+                                   opt, path);
+        if (access(path, W_OK))
+            return cli_usage_error(cmd, "%s '%s': cannot write it: %s", opt,
+                                   path, strerror(errno));
+    }
+    return check_folder(cmd, opt, path);
+}
+
+int cli_check_outdir(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!*path)
+        return cli_usage_error(cmd, "%s: the folder name is empty", opt);
+    if (!stat(path, &st)) {
+        if (!S_ISDIR(st.st_mode))
+            return cli_usage_error(cmd, "%s '%s' is not a folder", opt, path);
+        if (access(path, W_OK | X_OK))
+            return cli_usage_error(cmd, "%s '%s': cannot write in it: %s", opt,
+                                   path, strerror(errno));
+        return 0;
+    }
+    char trimmed[PATH_MAX];
+    snprintf(trimmed, sizeof(trimmed), "%s", path);
+    for (size_t n = strlen(trimmed); n > 1 && trimmed[n - 1] == '/'; n--)
+        trimmed[n - 1] = '\0';
+    return check_folder(cmd, opt, trimmed);
+}
+
+int cli_check_input(const char *cmd, const char *opt, const char *path)
+{
+    struct stat st;
+    if (!path)
+        return 0;
+    if (stat(path, &st))
+        return cli_usage_error(cmd, "%s '%s': %s", opt, path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "%s '%s' is a folder, not a file", opt,
+                               path);
+    if (access(path, R_OK))
+        return cli_usage_error(cmd, "%s '%s': cannot read it: %s", opt, path,
+                               strerror(errno));
+    return 0;
+}
+
+int cli_check_store(const char *cmd, const char *path)
+{
+    struct stat st;
+    struct diag d = {{0}};
+    sqlite3 *db;
+    if (stat(path, &st))
+        return cli_check_output(cmd, "--db", path);
+    if (S_ISDIR(st.st_mode))
+        return cli_usage_error(cmd, "--db '%s' is a folder; give a file name",
+                               path);
+    if (store_open(path, &db, &d))
+        return cli_error(cmd, EXIT_INTERNAL,
+                         "%s; give a fidelity store with --db (a new file "
+                         "name makes one)",
+                         d.msg);
+    store_close(db);
     return 0;
 }
 

@@ -431,8 +431,19 @@ static int run(struct audit_args *a)
         order[i] = set.s[i].id;
     audit_list_sort(&l, order, set.n);
     free(order);
+    int verdict =
+        a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
+            ? EXIT_FAIL
+            : EXIT_PASS;
     if (a->rec.json) {
         json_t *j = report_json(a, &set, &l);
+        /* the JSON convention of every command (docs/schema/): the verdict
+         * is the exit code's (--fail-on) */
+        json_object_set_new(j, "schema", json_string("fidelity.audit/1"));
+        json_object_set_new(j, "verdict",
+                            json_string(!set.n    ? "INCONCLUSIVE"
+                                        : verdict ? "FAIL"
+                                                  : "PASS"));
         rc = cli_json_write(j, a->rec.json, &d);
         json_decref(j);
         if (rc) {
@@ -450,9 +461,7 @@ static int run(struct audit_args *a)
     }
     if (!a->rec.json || strcmp(a->rec.json, "-"))
         print_human(&set, &l);
-    rc = a->fail_on < 3 && audit_list_count(&l, (enum audit_sev)a->fail_on) > 0
-             ? EXIT_FAIL
-             : EXIT_PASS;
+    rc = verdict;
 out:
     audit_list_release(&l);
     audit_set_release(&set);
@@ -469,6 +478,10 @@ int cmd_audit(int argc, char **argv)
     a.argc = argc;
     a.argv = argv;
     rc = parse(argc, argv, &a);
+    if (!rc)
+        rc = cli_check_output("audit", "--json", a.rec.json);
+    if (!rc)
+        rc = cli_check_output("audit", "--report", a.report);
     if (!rc && a.profile)
         rc = load_profile(&a);
     if (!rc)

@@ -57,6 +57,7 @@ const char CMD_BISECT_HELP[] =
     "  --queue-timeout S  Slurm: seconds a job may stay pending before it\n"
     "                is reported and cancelled (default 3600)\n"
     "  --json FILE   the ranking as JSON ('-' = stdout)\n"
+    "  --quiet, -q   print only the first line (the culprits, or none)\n"
     "\n"
     "exit status: 0 no culprit, 1 culprit found, 2 usage or config error,\n"
     "3 the golden could not be started or reached, or a port bisect needs\n"
@@ -82,7 +83,7 @@ struct opts {
     long slots;
     const char *out;
     const char *json;
-    bool resume, dry_run;
+    bool resume, dry_run, quiet;
     const char *launcher; /* NULL: the config's */
     double queue_timeout; /* < 0: the config's */
 };
@@ -109,6 +110,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"json", required_argument, NULL, OPT_JSON},
         {"launcher", required_argument, NULL, OPT_LAUNCHER},
         {"queue-timeout", required_argument, NULL, OPT_QTIMEOUT},
+        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -116,8 +118,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     int c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hq", lo, NULL)) != -1) {
         switch (c) {
+        case 'q':
+            o->quiet = true;
+            break;
         case OPT_MODE:
             if (bisect_mode_parse(optarg, &o->mode))
                 return cli_usage_error("bisect",
@@ -314,8 +319,18 @@ static void print_headline(const struct bisect_row *rows, size_t n,
                w->v.mcnemar_p);
         k++;
     }
+    size_t unmeasured = 0;
+    for (size_t i = 0; i < n; i++)
+        unmeasured += !rows[i].v.measured;
     if (k)
         printf("\n");
+    else if (unmeasured)
+        printf("no verdict: %zu configuration%s could not be measured (see "
+               "%s measurement log); no culprit among the others, which "
+               "says nothing of %s\n",
+               unmeasured, unmeasured == 1 ? "" : "s",
+               unmeasured == 1 ? "its" : "their",
+               unmeasured == 1 ? "it" : "them");
     else
         printf("no culprit: no configuration's drift failed or recall fell "
                "significantly below the golden's\n");
@@ -448,28 +463,43 @@ static int report(const struct bisect_config *c, const struct opts *o,
     size_t n = rk.n;
     bisect_set inter = rk.interaction;
     print_headline(rows, n, rk.target, inter && rk.target == inter);
-    printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
-           "excess KL", "flips/1k", "drift", "measured", "claimed",
-           "recall (points) p", "verdict");
+    if (!o->quiet) /* --quiet: the first line alone */
+        printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
+               "excess KL", "flips/1k", "drift", "measured", "claimed",
+               "recall (points) p", "verdict");
     json_t *j = json_object();
     json_t *ja = json_array();
     for (size_t i = 0; i < n; i++) {
-        print_row(&rows[i]);
+        if (!o->quiet)
+            print_row(&rows[i]);
         json_array_append_new(ja, row_json(&rows[i]));
     }
     if (inter) {
         char *names = bisect_set_name(c, inter);
-        printf("\ninteraction: %s hurt only together\n", names);
+        if (!o->quiet)
+            printf("\ninteraction: %s hurt only together\n", names);
         json_object_set_new(j, "interaction", json_string(names));
         free(names);
     }
-    printf("\nlaunches: %zu (golden included)\n", out->launches);
+    if (!o->quiet)
+        printf("\nlaunches: %zu (golden included)\n", out->launches);
     json_object_set_new(j, "schema", json_string("fidelity.bisect/1"));
     json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "configurations", ja);
     json_object_set_new(j, "culprit", json_boolean(rk.culprit));
-    int rc = rk.culprit ? EXIT_FAIL : EXIT_PASS;
+    /* nothing is judged on nothing: "no culprit" needs every
+     * configuration measured (a drift that stopped on a server's NaN, a
+     * candidate that never started, is no evidence of harmlessness) */
+    bool all_measured = true;
+    for (size_t i = 0; i < n; i++)
+        all_measured &= rows[i].v.measured;
+    json_object_set_new(j, "all_measured", json_boolean(all_measured));
+    json_object_set_new(j, "verdict",
+                        json_string(rk.culprit       ? "FAIL"
+                                    : !all_measured ? "INCONCLUSIVE"
+                                                    : "PASS"));
+    int rc = rk.culprit || !all_measured ? EXIT_FAIL : EXIT_PASS;
     struct diag d = {0};
     if (o->json && cli_json_write(j, o->json, &d))
         rc = cli_error("bisect", EXIT_INTERNAL, "%s", d.msg);
@@ -492,6 +522,11 @@ int cmd_bisect(int argc, char **argv)
         rc = dry_run(&c, &o);
         goto out_config;
     }
+    rc = cli_check_output("bisect", "--json", o.json);
+    if (!rc)
+        rc = cli_check_outdir("bisect", "--out", o.out);
+    if (rc)
+        goto out_config;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {
@@ -536,7 +571,7 @@ int cmd_bisect(int argc, char **argv)
     struct bisect_outcome out;
     int err = bisect_run(&c, &bo, &out, &d);
     if (err == -EINTR || stop_flag)
-        rc = cli_error("bisect", 130,
+        rc = cli_error("bisect", EXIT_INTERRUPTED,
                        "interrupted; every server is stopped, '--resume' "
                        "goes on where this run ended");
     else if (err == -ECONNREFUSED) {

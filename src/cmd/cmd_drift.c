@@ -47,7 +47,8 @@ const char CMD_DRIFT_HELP[] =
     "  --timeout SECONDS     per request (default 600)\n"
     "  --ready-timeout SEC   wait for the first answer of each server\n"
     "                        (GET /v1/models) before any long request\n"
-    "                        (default 30)\n"
+    "                        (default 30); given, a refused connection is\n"
+    "                        tried again until then (a server starting)\n"
     "corpus:\n"
     "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
     "  --sequences N         built-in conversations (default 4)\n"
@@ -91,6 +92,7 @@ const char CMD_DRIFT_HELP[] =
     "  --growth-floor X (1e-5)      excess below it counts as it, for growth\n"
     "  --flip-margin X (0.2)\n"
     "output:\n"
+    "  --quiet, -q           print only the verdict (and errors)\n"
     "  --json FILE           summary (schema in docs/DRIFT.md); - = stdout\n"
     "  --jsonl FILE          one record per compared position\n"
     "  --report FILE         self-contained HTML page (see 'fidelity help "
@@ -98,7 +100,7 @@ const char CMD_DRIFT_HELP[] =
     "exit status: 0 PASS, WARN or INCONCLUSIVE (the evidence could not\n"
     "decide; the report says how much more would), 1 FAIL (also:\n"
     "tokenizers differ, a server answered wrongly), 2 usage or bad\n"
-    "corpus, 3 unreachable, 4 store or I/O error.\n"
+    "corpus, 3 unreachable, 4 store or I/O error, 130 interrupted.\n"
     "\n"
     "examples:\n"
     "  fidelity drift --golden http://ref:8000 --candidate http://new:8000\n"
@@ -160,7 +162,8 @@ enum {
     O_REPORT,
     O_CACHE_ARM,
     O_NO_CACHE_ARM,
-    O_CACHE_EVICT
+    O_CACHE_EVICT,
+    O_QUIET = 'q'
 };
 
 static const struct option longopts[] = {
@@ -217,6 +220,7 @@ static const struct option longopts[] = {
     {"cache-arm", required_argument, NULL, O_CACHE_ARM},
     {"no-cache-arm", no_argument, NULL, O_NO_CACHE_ARM},
     {"cache-evict", no_argument, NULL, O_CACHE_EVICT},
+    {"quiet", no_argument, NULL, O_QUIET},
     {NULL, 0, NULL, 0},
 };
 
@@ -229,7 +233,7 @@ struct ctx {
     const char *json_path, *jsonl_path, *db_path, *report_path;
     int argc;
     char **argv;
-    bool no_store, from_db;
+    bool no_store, from_db, quiet;
     long ready_ms;
     FILE *jsonl;
     struct buf line;
@@ -448,10 +452,17 @@ static int parse(struct ctx *x, int argc, char **argv)
     int c, r;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":q", longopts, NULL)) != -1) {
         switch (c) {
+        case O_QUIET:
+            x->quiet = true;
+            break;
         case O_GOLDEN:
         case O_CAND:
+            if (cli_check_base_url("drift",
+                                   c == O_GOLDEN ? "--golden" : "--candidate",
+                                   optarg))
+                return EXIT_USAGE;
             if (drift_side_set_url(c == O_GOLDEN ? &x->g : &x->c, optarg, &d))
                 return BAD("%s", d.msg);
             break;
@@ -514,9 +525,21 @@ static int parse(struct ctx *x, int argc, char **argv)
         return BAD("%s", "--from-db and --corpus are exclusive");
     if (x->o.session && !x->from_db)
         return BAD("%s", "--session needs --from-db");
+    int rc = cli_check_output("drift", "--json", x->json_path);
+    if (!rc)
+        rc = cli_check_output("drift", "--jsonl", x->jsonl_path);
+    if (!rc)
+        rc = cli_check_output("drift", "--report", x->report_path);
+    if (!rc)
+        rc = cli_check_input("drift", "--corpus", x->o.corpus_file);
+    if (!rc && !x->no_store)
+        rc = cli_check_store("drift",
+                             x->db_path ? x->db_path : cli_default_db());
+    if (rc)
+        return rc;
     if (x->from_db) {
         x->o.from_db = x->db_path ? x->db_path : cli_default_db();
-        int rc = recorded_replay("drift", x->o.from_db, NULL);
+        rc = recorded_replay("drift", x->o.from_db, NULL);
         if (rc)
             return rc;
     }
@@ -593,8 +616,10 @@ static int finish(struct ctx *x, struct drift_result *r)
     json_t *summary = drift_report_json(r, &x->g, &x->c, w, wt, nw);
     bool json_stdout =
         (x->json_path && !strcmp(x->json_path, "-")) || x->jsonl == stdout;
-    drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
-    drift_cache_text(&x->cres, &out);
+    if (!x->quiet) { /* --quiet: the verdict alone */
+        drift_report_text(r, &x->g, &x->c, w, wt, nw, &out);
+        drift_cache_text(&x->cres, &out);
+    }
     drift_report_verdict(r, &x->cres, &out);
     json_object_set_new(summary, "cache", drift_cache_json(&x->cres));
     json_t *und = drift_report_undecided_json(r, &x->cres);
@@ -602,7 +627,8 @@ static int finish(struct ctx *x, struct drift_result *r)
         json_object_set_new(summary, "undecided", und);
     else
         json_decref(und);
-    fputs(buf_str(&out), json_stdout ? stderr : stdout);
+    fputs(buf_str(&out) + (x->quiet && out.len && out.data[0] == '\n'),
+          json_stdout ? stderr : stdout);
     if (x->json_path && cli_json_write(summary, x->json_path, &d))
         code = cli_error("drift", EXIT_INTERNAL, "%s", d.msg);
     if (x->report_path && cmd_report_hook("drift", x->report_path, x->argc,
@@ -697,7 +723,7 @@ int cmd_drift(int argc, char **argv)
     drift_cache_opts_default(&x.cache);
     buf_init(&x.line, 0);
     drift_result_init(&r);
-    x.ready_ms = CLI_READY_TIMEOUT_MS;
+    x.ready_ms = CLI_READY_DEFAULT;
     x.argc = argc;
     x.argv = argv;
     code = parse(&x, argc, argv);

@@ -237,7 +237,7 @@ static int open_out(const char *path, struct run *r, char **tmp)
     if ((r->out = fopen(*tmp, "w")))
         return 0;
     int e = errno;
-    cli_error("export", EXIT_USAGE, "cannot write '%s': %s", *tmp, strerror(e));
+    cli_error("export", EXIT_USAGE, "cannot write '%s': %s", path, strerror(e));
     free(*tmp);
     *tmp = NULL;
     return EXIT_USAGE;
@@ -293,6 +293,8 @@ int cmd_export(int argc, char **argv)
     if (!format)
         return cli_usage_error("export", "needs --format har, jsonl or openai");
     if ((rc = parse_format(format, &r.fmt)))
+        return rc;
+    if ((rc = cli_check_output("export", "--output", path)))
         return rc;
     if ((rc = open_out(path, &r, &tmp)))
         return rc;

@@ -5,6 +5,8 @@
  * fidelity(1) or fidelity-COMMAND(1), so the pages never disagree with the
  * help: the usage lines become the SYNOPSIS, prose at the left margin is
  * filled, indented lines (option tables, examples) are kept as they are.
+ * `fidelity help --completion bash|zsh` (completion.c) prints the shell
+ * completion, from the same option tables.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,7 +21,9 @@ const char CMD_HELP_HELP[] =
     "\n"
     "Without COMMAND, lists the commands. With one, prints its options and\n"
     "examples; 'fidelity COMMAND --help' prints the same. 'man fidelity'\n"
-    "and 'man fidelity-COMMAND' show the same text once installed.\n";
+    "and 'man fidelity-COMMAND' show the same text once installed.\n"
+    "'fidelity help --completion bash' (or zsh) prints the shell completion\n"
+    "that 'make install' installs, from the same option tables.\n";
 
 static const char INTRO[] =
     "fidelity finds out why an LLM deployment forgets: what the harness\n"
@@ -273,6 +277,10 @@ int cmd_help(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--man"))
         return man(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "--completion"))
+        return argc == 3 ? cli_completion(argv[2])
+                         : cli_usage_error("help", "--completion wants one "
+                                                   "shell: bash or zsh");
     if (argc < 2 || argv[1][0] == '-') {
         list(stdout);
         return EXIT_PASS;

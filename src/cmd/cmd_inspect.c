@@ -29,7 +29,7 @@ const char CMD_INSPECT_HELP[] =
     "  --timeout SEC    per request (default 10)\n"
     "\n"
     "exit status: 0 printed (also when the servers differ), 2 usage,\n"
-    "3 a server did not answer.\n"
+    "3 a server did not answer or is not an LLM server, 130 interrupted.\n"
     "\n"
     "examples:\n"
     "  fidelity inspect http://127.0.0.1:30000\n"
@@ -79,8 +79,11 @@ static void print_one(const json_t *fp)
     }
 }
 
-static void print_diff(const json_t *diff, size_t n)
+static void print_diff(json_t *const *fps, const json_t *diff, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        printf("[%zu] %s\n", i + 1,
+               json_string_value(json_object_get(fps[i], "url")));
     if (!json_array_size(diff)) {
         printf("no difference in what the %zu servers report\n", n);
         return;
@@ -133,9 +136,13 @@ int cmd_inspect(int argc, char **argv)
     size_t n = (size_t)(argc - optind);
     if (!n)
         return cli_usage_error("inspect", "give at least one URL");
+    int rc = cli_check_output("inspect", "--json", json);
+    for (int i = optind; i < argc && !rc; i++)
+        rc = cli_check_base_url("inspect", "URL", argv[i]);
+    if (rc)
+        return rc;
     json_t **fps = xcalloc(n, sizeof(*fps));
     struct http_client *hc = http_client_new();
-    int rc = EXIT_PASS;
     struct diag d = {0};
     for (size_t i = 0; i < n && rc == EXIT_PASS; i++) {
         const char *url = argv[optind + (int)i];
@@ -146,12 +153,25 @@ int cmd_inspect(int argc, char **argv)
         }
         fps[i] = inspect_normalise(url, a);
         json_decref(a);
+        const char *kind = json_string_value(json_object_get(fps[i], "server"));
+        if (kind && !strcmp(kind, "none")) {
+            /* answered, but no endpoint gave JSON: say what it is */
+            rc = cli_ready("inspect", url, url, NULL, timeout * 1000);
+            if (!rc)
+                rc = cli_error("inspect", EXIT_UNREACHABLE,
+                               "'%s' answered, but none of /get_server_info, "
+                               "/version, /v1/models, /info and /props gave "
+                               "a JSON object: not an LLM server",
+                               url);
+            break;
+        }
     }
     if (rc == EXIT_PASS) {
         json_t *out = json_object();
         json_t *arr = json_array();
         for (size_t i = 0; i < n; i++)
             json_array_append(arr, fps[i]);
+        json_object_set_new(out, "schema", json_string("fidelity.inspect/1"));
         json_object_set_new(out, "fingerprints", arr);
         json_t *diff = n > 1 ? inspect_diff(fps, n) : NULL;
         if (diff)
@@ -160,7 +180,7 @@ int cmd_inspect(int argc, char **argv)
         if (!to_stdout && n == 1)
             print_one(fps[0]);
         else if (!to_stdout)
-            print_diff(diff, n);
+            print_diff(fps, diff, n);
         if (json && cli_json_write(out, json, &d))
             rc = cli_error("inspect", EXIT_INTERNAL, "%s", d.msg);
         json_decref(diff);

@@ -31,8 +31,9 @@ const char CMD_PROBE_HELP[] =
     "\n"
     "Sends seeded multi-turn conversations to an OpenAI-compatible endpoint,\n"
     "scores the replies deterministically, and reports where recall breaks\n"
-    "and why: truncated-by-server, dropped-before-the-model (a window by\n"
-    "turns, a summary, clipping), output-clipped, server-error or missed.\n"
+    "and why: truncated-by-server, dropped-before-the-model (a window of\n"
+    "the oldest, middle or newest messages, a summary, clipping, the\n"
+    "reasoning field, or unknown), output-clipped, server-error or missed.\n"
     "Cases are sized by probe's own count (text pieces tokenized alone,\n"
     "template framing from short requests, checked against the bytes), so\n"
     "a path that rewrites requests cannot hide what it dropped.\n"
@@ -48,7 +49,8 @@ const char CMD_PROBE_HELP[] =
     "  --timeout SEC         per request (default 300)\n"
     "  --ready-timeout SEC   wait for the first answer of each endpoint\n"
     "                        (GET /v1/models) before any long request\n"
-    "                        (default 30)\n"
+    "                        (default 30); given, a refused connection is\n"
+    "                        tried again until then (a server starting)\n"
     "  --retries N           on 429, 5xx and connection errors (default 3)\n"
     "  -j, --jobs N          concurrent requests (default 4)\n"
     "grid:\n"
@@ -84,6 +86,8 @@ const char CMD_PROBE_HELP[] =
     "  --report FILE         self-contained HTML page (see 'fidelity help "
     "report');\n"
     "                        with --live, the live sessions' section\n"
+    "  --quiet, -q           print only the verdict line (and errors);\n"
+    "                        not with --live\n"
     "  --fail-under PCT      exit 1 when the pass rate is below PCT\n"
     "                        (default 90; 0: the rate decides "
     "nothing)\n" CLI_STORE_HELP
@@ -94,9 +98,10 @@ const char CMD_PROBE_HELP[] =
     "exit status: 0 passed; 1 a check failed: the pass rate is below\n"
     "--fail-under, or the endpoint is significantly worse than --baseline\n"
     "(McNemar over all paired cases, p < 0.05; the summary line says which\n"
-    "rule decided), or the run was interrupted; 2 usage or config error;\n"
-    "3 endpoint unreachable or not OpenAI-compatible; 4 store or I/O\n"
-    "failure.\n"
+    "rule decided), or no finished case got a usable answer (nothing is\n"
+    "judged on nothing); 2 usage or config error; 3 endpoint unreachable\n"
+    "or not OpenAI-compatible; 4 store or I/O failure; 130 interrupted\n"
+    "(Ctrl-C; what finished is stored, the same command goes on).\n"
     "\n"
     "examples:\n"
     "  fidelity probe --endpoint http://127.0.0.1:8000\n"
@@ -117,7 +122,7 @@ static void on_sigint(int sig)
 {
     (void)sig;
     stop_flag = 1;
-    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process */
+    signal(SIGINT, cli_sigint_exit); /* a second Ctrl-C ends the process */
 }
 
 enum {
@@ -165,7 +170,7 @@ struct opts {
     long timeout_ms, ready_ms, retries, jobs, repeats, max_tokens, max_context;
     unsigned long long seed;
     double fail_under;
-    bool dry, fresh, no_store, live, max_tokens_given;
+    bool dry, fresh, no_store, live, max_tokens_given, quiet;
     long turns, seeds, turn_bytes;
     unsigned sendr_mask;
     struct probe_vary vary;
@@ -296,6 +301,19 @@ static int parse_sendr(const char *s, struct opts *o)
     return r || !o->sendr_mask ? -EINVAL : 0;
 }
 
+/* Every file the run will write, checked before the first request. */
+static int check_paths(const struct opts *o)
+{
+    int rc = cli_check_output("probe", "--json", o->json);
+    if (!rc)
+        rc = cli_check_output("probe", "--junit", o->junit);
+    if (!rc)
+        rc = cli_check_output("probe", "--report", o->report);
+    if (!rc && !o->no_store && !o->dry)
+        rc = cli_check_store("probe", o->db ? o->db : cli_default_db());
+    return rc;
+}
+
 #define BAD(what, hint)                                                        \
     cli_usage_error("probe", "invalid value '%s' for %s: %s", optarg, what,    \
                     hint)
@@ -336,6 +354,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"send-reasoning", required_argument, NULL, OPT_SENDR},
         {"seeds", required_argument, NULL, OPT_SEEDS},
         {"turn-bytes", required_argument, NULL, OPT_TURNBYTES},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0},
     };
     const char *bad = NULL;
@@ -345,7 +364,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
     o->timeout_ms = 300000;
     o->fail_under = 90;
-    o->ready_ms = CLI_READY_TIMEOUT_MS;
+    o->ready_ms = CLI_READY_DEFAULT;
     o->retries = 3;
     o->jobs = 4;
     o->max_tokens = 256;
@@ -353,8 +372,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     o->api_key = getenv("OPENAI_API_KEY");
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":j:", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":j:q", lo, NULL)) != -1) {
         switch (c) {
+        case 'q':
+            o->quiet = true;
+            break;
         case OPT_ENDPOINT:
             o->endpoint = optarg;
             break;
@@ -500,13 +522,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     if (!o->live && (o->turns || o->seeds || o->sendr_mask || o->turn_bytes))
         return cli_usage_error("probe", "--turns, --seeds, --send-reasoning "
                                         "and --turn-bytes need --live");
-    if (o->live && (o->baseline || o->junit))
-        return cli_usage_error("probe", "--baseline and --junit are not "
-                                        "available with --live");
+    if (o->live && (o->baseline || o->junit || o->quiet))
+        return cli_usage_error("probe", "--baseline, --junit and --quiet are "
+                                        "not available with --live");
     if (o->live && !o->max_tokens_given)
         o->max_tokens = 4096;
     if (!o->endpoint)
         return cli_usage_error("probe", "--endpoint URL is required");
+    if (cli_check_base_url("probe", "--endpoint", o->endpoint) ||
+        (o->baseline && cli_check_base_url("probe", "--baseline", o->baseline)))
+        return EXIT_USAGE;
     if (strncmp(o->endpoint, "http://", 7) &&
         strncmp(o->endpoint, "https://", 8))
         return cli_usage_error("probe",
@@ -519,7 +544,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                                "invalid --baseline '%s': expected an http:// "
                                "or https:// URL",
                                o->baseline);
-    return 0;
+    return check_paths(o);
 }
 
 struct prog {
@@ -788,6 +813,19 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     int code = EXIT_PASS;
     probe_report_text(in, out);
     json_t *j = probe_report_json(in);
+    /* the JSON convention of every command (docs/schema/): the verdict
+     * is the exit code's, INCONCLUSIVE when the run did not finish */
+    struct probe_verdict pv;
+    size_t finished = 0;
+    probe_verdict(in, o->fail_under, &pv);
+    for (size_t i = 0; i < in->n; i++)
+        finished += in->res[i].done;
+    json_object_set_new(j, "schema", json_string("fidelity.probe/1"));
+    json_object_set_new(
+        j, "verdict",
+        json_string(run->interrupted || finished < in->n ? "INCONCLUSIVE"
+                    : pv.worse || pv.below || pv.sizing  ? "FAIL"
+                                                         : "PASS"));
     if (o->json && cli_json_write(j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
@@ -822,17 +860,36 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
         return cli_error("probe", EXIT_UNREACHABLE,
                          "the endpoint stopped answering: %s",
                          in->res[0].error);
+    /* nothing is judged on nothing: a pass rate over cases none of which
+     * got a usable answer (every one HTTP 500, or unreadable) is the
+     * endpoint's fault, never a verdict */
+    size_t answered = 0, first_err = in->n;
+    for (size_t i = 0; i < in->n; i++)
+        if (in->res[i].done) {
+            answered += in->res[i].outcome != PROBE_ERROR;
+            if (in->res[i].outcome == PROBE_ERROR && first_err == in->n)
+                first_err = i;
+        }
+    if (done && !answered && !run->interrupted)
+        return cli_error("probe", EXIT_FAIL,
+                         "no case could be judged: none of the %zu finished "
+                         "case%s got a usable answer (the first: %s); the "
+                         "endpoint's fault, not a pass rate",
+                         done, plural_s(done),
+                         first_err < in->n ? in->res[first_err].error : "?");
     if (run->interrupted) {
         fprintf(stderr,
                 "fidelity probe: interrupted: %zu of %zu case%s "
                 "finished and stored; run the same command again "
                 "to finish\n",
                 done, in->n, plural_s(in->n));
-        return EXIT_FAIL;
+        return EXIT_INTERRUPTED;
     }
     struct probe_verdict v;
     probe_verdict(in, o->fail_under, &v);
-    fprintf(out, "%s\n", v.line);
+    fprintf(o->quiet ? (o->json && !strcmp(o->json, "-") ? stderr : stdout)
+                     : out,
+            "%s\n", v.line);
     if (v.worse || v.below || v.sizing) {
         if (out != stderr) /* the report's last line says it in full */
             fprintf(stderr, "fidelity probe: a check failed:%s%s%s\n",
@@ -913,6 +970,9 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
                      struct probe_endpoint *base, char *extra_key)
 {
     FILE *out = o->json && !strcmp(o->json, "-") ? stderr : stdout;
+    FILE *devnull = o->quiet ? fopen("/dev/null", "w") : NULL;
+    if (devnull) /* --quiet: the verdict line alone, from finish() */
+        out = devnull;
     struct http_client *c = http_client_new();
     struct probe_spec *specs = NULL;
     size_t n = 0;
@@ -997,7 +1057,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
         .ud = &pg};
     signal(SIGINT, on_sigint);
     probe_run(&run);
-    signal(SIGINT, SIG_DFL);
+    signal(SIGINT, cli_sigint_exit);
     restore_lost(db, ep, specs, run.res, n);
     if (base)
         restore_lost(db, base, specs, run.bres, n);
@@ -1018,6 +1078,8 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     free(run.res);
     free(run.bres);
 out:
+    if (devnull)
+        fclose(devnull);
     store_close(db);
     free(specs);
     probe_vary_cells_release(&vc);

@@ -285,6 +285,8 @@ int cmd_record(int argc, char **argv)
         free(shown);
         return rc;
     }
+    if (cli_check_base_url("record", "--upstream", o.upstream))
+        return EXIT_USAGE;
     if (cli_parse_listen(listen, &host, &o.port, &d))
         return cli_usage_error("record", "--listen %s", d.msg);
     rc = cli_check_listen("record", listen, host, allow_remote, &remote);
@@ -292,6 +294,12 @@ int cmd_record(int argc, char **argv)
         goto out;
     if (!o.spill_path)
         o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
+    /* before listening: the store and the spill file must be usable */
+    rc = cli_check_store("record", o.db_path);
+    if (!rc)
+        rc = cli_check_output("record", "--spill", o.spill_path);
+    if (rc)
+        goto out;
     o.host = host;
     o.redact_keys = redact;
     o.n_redact_keys = nredact;

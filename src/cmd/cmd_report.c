@@ -336,6 +336,8 @@ int cmd_report(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
+    if ((rc = cli_check_output("report", "--output", a.out)))
+        return rc;
     /* a bisect run alone needs no store */
     bool nostore = a.bisect && !a.probe_id && !a.live_id && !a.drift_id &&
                    !a.session && access(a.rec.db, F_OK);

@@ -126,6 +126,8 @@ int cmd_sessions(int argc, char **argv)
     if (optind < argc)
         return cli_usage_error("sessions", "unexpected argument '%s'",
                                argv[optind]);
+    if ((rc = cli_check_output("sessions", "--json", a.json)))
+        return rc;
     audit_set_init(&set);
     audit_list_init(&l);
     audit_opts_init(&o);
@@ -136,8 +138,9 @@ int cmd_sessions(int argc, char **argv)
     for (size_t i = 0; i < set.n; i++)
         json_array_append_new(rows, audit_session_json(&set.s[i], &l));
     if (a.json) {
-        json_t *j = json_pack("{s:i, s:s, s:O}", "version", 1, "db", a.db,
-                              "sessions", rows);
+        json_t *j =
+            json_pack("{s:s, s:i, s:s, s:O}", "schema", "fidelity.sessions/1",
+                      "version", 1, "db", a.db, "sessions", rows);
         rc = cli_json_write(j, a.json, &d)
                  ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;

@@ -454,8 +454,9 @@ static int write_json(const char *id, const struct audit_set *set,
     for (size_t i = 0; i < l->n; i++)
         json_array_append_new(f, audit_finding_json(&l->v[i]));
     const struct audit_session *s = &set->s[0];
-    json_t *j = json_pack("{s:i, s:s, s:O, s:o}", "version", 1, "session",
-                          s->id, "turns", turns, "findings", f);
+    json_t *j = json_pack("{s:s, s:i, s:s, s:O, s:o}", "schema",
+                          "fidelity.show/1", "version", 1, "session", s->id,
+                          "turns", turns, "findings", f);
     (void)id;
     json_object_set_new(j, "parent",
                         s->parent
@@ -546,6 +547,8 @@ int cmd_show(int argc, char **argv)
     if (optind != argc - 1)
         return cli_usage_error("show", "needs one SESSION id (see 'fidelity "
                                        "sessions')");
+    if ((rc = cli_check_output("show", "--json", a.json)))
+        return rc;
     audit_set_init(&set);
     if (!(rc = recorded_load("show", &a, argv[optind], &set)))
         rc = show_loaded(argv[optind], &a, &set, &so);

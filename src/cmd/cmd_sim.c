@@ -112,6 +112,9 @@ static int parse(int argc, char **argv, struct sim_config *c, char **host,
             val = eq + 1;
         else if (!flag && i + 1 < argc)
             val = argv[++i];
+        if (!flag && strcmp(name, "listen") && strcmp(name, "preset") &&
+            !sim_config_has(name))
+            return cli_unknown_option("sim", a);
         if (!flag && !val)
             return cli_usage_error("sim", "option '--%s' needs a value", name);
         int r = 0;

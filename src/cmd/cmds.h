@@ -32,6 +32,10 @@ int cmd_report_hook(const char *cmd, const char *path, int argc, char **argv,
 int cmd_report_live_hook(const char *cmd, const char *path, int argc,
                          char **argv, const json_t *live);
 
+/* `fidelity help --completion bash|zsh` (completion.c): the completion
+ * script of that shell on stdout, from cli_help_opts of every command. */
+int cli_completion(const char *shell);
+
 extern const char CMD_DRIFT_HELP[];
 extern const char CMD_HELP_HELP[];
 extern const char CMD_SIM_HELP[];

@@ -4,8 +4,8 @@
  * the sessions (src/probe/live.c), prints the per-cell report, stores the
  * run's JSON document in probe_live_run (what `fidelity report` draws),
  * writes the HTML page with --report and picks the exit code: 0 finished
- * (and recall at least --fail-under), 1 below it or interrupted, 3 when the
- * endpoint stopped answering, 4 store or output failure. See
+ * (and recall at least --fail-under), 1 below it, 3 when the endpoint
+ * stopped answering, 4 store or output failure, 130 interrupted. See
  * docs/PROBE.md, "Live sessions".
  */
 #include "cmd/probe_live.h"
@@ -58,20 +58,6 @@ static int report(const struct probe_live_cmd *o, FILE *out,
 {
     struct diag d;
     int code = EXIT_PASS;
-    probe_live_report_text(run, out);
-    json_t *j = probe_live_report_json(run);
-    if (o->json && cli_json_write(j, o->json, &d))
-        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    if (o->report &&
-        cmd_report_live_hook("probe", o->report, o->argc, o->argv, j))
-        code = EXIT_INTERNAL;
-    if (db && probe_live_store_run(db, run->ep->fp, j, NULL, &d))
-        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
-    json_decref(j);
-    if (run->store_err)
-        code = cli_error("probe", EXIT_INTERNAL, "%s", run->store_diag.msg);
-    if (code)
-        return code;
     const struct probe_live_plan *p = run->plan;
     size_t total = p->n_cells * p->seeds, done = 0, errs = 0, asked = 0, ok = 0;
     for (size_t i = 0; i < total; i++) {
@@ -87,6 +73,28 @@ static int report(const struct probe_live_cmd *o, FILE *out,
             }
     }
     double rate = asked ? 100.0 * (double)ok / (double)asked : 0;
+    probe_live_report_text(run, out);
+    json_t *j = probe_live_report_json(run);
+    /* the JSON convention of every command (docs/schema/) */
+    json_object_set_new(j, "schema", json_string("fidelity.probe-live/1"));
+    json_object_set_new(
+        j, "verdict",
+        json_string(run->interrupted || !asked || (done && errs == done)
+                        ? "INCONCLUSIVE"
+                    : rate < o->fail_under ? "FAIL"
+                                           : "PASS"));
+    if (o->json && cli_json_write(j, o->json, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    if (o->report &&
+        cmd_report_live_hook("probe", o->report, o->argc, o->argv, j))
+        code = EXIT_INTERNAL;
+    if (db && probe_live_store_run(db, run->ep->fp, j, NULL, &d))
+        code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
+    json_decref(j);
+    if (run->store_err)
+        code = cli_error("probe", EXIT_INTERNAL, "%s", run->store_diag.msg);
+    if (code)
+        return code;
     fprintf(out,
             "\n%zu of %zu session%s finished (%zu from the store, %zu chat "
             "request%s sent), recall %.1f%%\n",
@@ -102,7 +110,7 @@ static int report(const struct probe_live_cmd *o, FILE *out,
                 "finished and stored; run the same command again to "
                 "finish\n",
                 done, total, plural_s(total));
-        return EXIT_FAIL;
+        return EXIT_INTERRUPTED;
     }
     if (rate < o->fail_under) {
         fprintf(stderr,
@@ -159,7 +167,7 @@ int cmd_probe_live(const struct probe_live_cmd *o, struct probe_endpoint *ep,
                                              sizeof(struct probe_live_result))};
     signal(SIGINT, o->on_sigint);
     probe_live_run(&run);
-    signal(SIGINT, SIG_DFL);
+    signal(SIGINT, cli_sigint_exit);
     if (tty)
         fputc('\n', stderr);
     code = report(o, out, &run, db);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "core/clock.h"
@@ -70,6 +71,9 @@ static bool is_foreign(const struct http_resp *r)
 int cli_ready(const char *cmd, const char *what, const char *base,
               const char *const *headers, long timeout_ms)
 {
+    bool retry = timeout_ms > 0;
+    if (timeout_ms < 0)
+        timeout_ms = -timeout_ms;
     char *url = xasprintf("%s/v1/models", base), *show = url_mask(url);
     struct waiter w = {.url = show, .limit_s = (double)timeout_ms / 1000.0};
     struct http_req req = {.url = url,
@@ -89,6 +93,22 @@ int cli_ready(const char *cmd, const char *what, const char *base,
     w.t0 = clock_now_s();
     http_resp_init(&resp);
     int r = http_do(c, &req, &resp, &d);
+    /* nothing listens yet: a server still starting; try again until the
+     * wait is over (a name that does not resolve is not retried) */
+    bool refused = false;
+    while (retry && r == -ECONNREFUSED && !strstr(d.msg, "resolve")) {
+        double left = w.limit_s - (clock_now_s() - w.t0);
+        refused = true;
+        if (left <= 0.2)
+            break;
+        if (req.on_wait)
+            on_wait(&w);
+        usleep(200000);
+        req.timeout_ms = (long)((left - 0.2) * 1000);
+        http_resp_release(&resp);
+        http_resp_init(&resp);
+        r = http_do(c, &req, &resp, &d);
+    }
     if (w.shown)
         fputs("\r\033[K", stderr);
     if (r == -ETIMEDOUT)
@@ -99,7 +119,10 @@ int cli_ready(const char *cmd, const char *what, const char *base,
                          what, show, w.limit_s);
     else if (r && r != -ENOBUFS) {
         url_mask_in(d.msg, sizeof(d.msg), url); /* curl's messages quote it */
-        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+        code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s%s", what, d.msg,
+                         refused ? " (and still so at the end of "
+                                   "--ready-timeout)"
+                                 : "");
     } else if (!r && is_foreign(&resp))
         code = cli_error(cmd, EXIT_UNREACHABLE, "%s: %s", what,
                          http_resp_describe(&resp, show,

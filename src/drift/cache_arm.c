@@ -83,10 +83,7 @@ void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out)
 static const char *const flush_paths[] = {"/flush_cache",
                                           "/reset_prefix_cache"};
 
-/* Empties the server's cache through path: 0, -ENOENT when the server has
- * no such endpoint or refused (sglang 400 while busy; vLLM 200 with
- * "success": false), or a transport error. */
-static int flush_at(struct drift_side *s, const char *path, struct diag *d)
+int drift_cache_flush(struct drift_side *s, const char *path, struct diag *d)
 {
     long st = 0;
     struct buf b = BUF_INIT;
@@ -101,20 +98,19 @@ static int flush_at(struct drift_side *s, const char *path, struct diag *d)
     return ret;
 }
 
-/* Finds the flush endpoint on first use; NULL when there is none. */
-static int find_flush(struct drift_side *s, struct drift_cache_result *r,
-                      struct diag *d)
+int drift_cache_find_flush(struct drift_side *s, const char **path,
+                           struct diag *d)
 {
     for (size_t i = 0; i < 2; i++) {
-        int ret = flush_at(s, flush_paths[i], d);
+        int ret = drift_cache_flush(s, flush_paths[i], d);
         if (!ret) {
-            r->flush = flush_paths[i];
+            *path = flush_paths[i];
             return 0;
         }
         if (ret != -ENOENT)
             return ret;
     }
-    r->flush = NULL;
+    *path = NULL;
     return 0;
 }
 
@@ -531,7 +527,7 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     drift_lp_init(&l.cold2);
     drift_lp_init(&l.warm);
     drift_lp_init(&l.ev);
-    if (gen && (ret = flush_at(s, r->flush, d)))
+    if (gen && (ret = drift_cache_flush(s, r->flush, d)))
         goto out;
     ret = history(s, r, conv, turns, gen, o->turn_tokens, &h, d);
     if (!ret)
@@ -545,11 +541,11 @@ static int one_conv(struct drift_side *s, const json_t *conv,
     if (gen) { /* warm first, then cold after a flush */
         ret = generate(s, r, ids, n, o->gen_tokens, &l.warm, &r->seen.warm, d);
         if (!ret)
-            ret = flush_at(s, r->flush, d);
+            ret = drift_cache_flush(s, r->flush, d);
         if (!ret)
             ret = generate(s, r, ids, n, o->gen_tokens, &l.cold, &r->seen.cold,
                            d);
-        if (!ret && r->has_self && !(ret = flush_at(s, r->flush, d)))
+        if (!ret && r->has_self && !(ret = drift_cache_flush(s, r->flush, d)))
             ret = generate(s, r, ids, n, o->gen_tokens, &l.cold2, &cold2_cached,
                            d);
     } else { /* cold first: the content was never seen */
@@ -695,15 +691,14 @@ static void conclude(struct drift_cache_result *r, struct drift_analysis *an,
         judge(an, r->has_self, r, th, &r->sum, &r->self, &r->excess, u);
     /* a greedy token cold was sure of (its margin past --flip-margin, or
      * one the warm side does not even list) changes on the warm path, and
-     * cold against cold never diverges: the paths differ, decided */
+     * cold against cold never diverges on this server: the cache changes
+     * what the model answers, whatever the KL of the positions before it.
+     * That is the harm the arm exists to find: FAIL, decided */
     r->decisive_divergences = r->sum.flips + r->unlisted_divergences;
     bool cold_stable = r->has_self && r->diverged_cold == 0;
-    if (cold_stable && r->decisive_divergences &&
-        (r->verdict == DRIFT_PASS || r->verdict == DRIFT_INCONCLUSIVE ||
-         r->verdict == DRIFT_NA)) {
-        r->verdict = DRIFT_WARN;
-        if (u->level == DRIFT_WARN)
-            u->level = DRIFT_NA;
+    if (cold_stable && r->decisive_divergences) {
+        r->verdict = DRIFT_FAIL;
+        u->level = DRIFT_NA;
     } else if (r->verdict == DRIFT_NA && r->diverged_warm) {
         /* tokens diverge and nothing could be compared: not a PASS */
         r->verdict = DRIFT_INCONCLUSIVE;
@@ -746,7 +741,7 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         o.turn_tokens = o.gen_tokens;
     r->budget = o.convs;
     r->min_convs = o.min_convs;
-    ret = find_flush(c, r, d);
+    ret = drift_cache_find_flush(c, &r->flush, d);
     if (ret == -ECONNREFUSED || ret == -ETIMEDOUT)
         return ret;
     /* with a flush the content need only be new to this run (the same
@@ -778,9 +773,13 @@ int drift_cache_run(struct drift_side *c, const struct drift_corpus *corpus,
         enum drift_verdict v =
             judge(&an[0], r->has_self, r, &ro->th, &sum, &self, &x, &u);
         /* tokens that diverge warm against cold, never cold against
-         * cold: no early PASS on them */
+         * cold: no early PASS on them; a decisive one decides (FAIL, see
+         * conclude) */
         bool diverging = r->diverged_warm > 0 && r->diverged_cold == 0;
-        if (decided(&x, v, &u, &ro->th) && !(v == DRIFT_PASS && diverging)) {
+        bool decisive =
+            r->has_self && diverging && sum.flips + r->unlisted_divergences > 0;
+        if (decisive ||
+            (decided(&x, v, &u, &ro->th) && !(v == DRIFT_PASS && diverging))) {
             r->decided = true;
             break;
         }

@@ -91,6 +91,17 @@ void drift_cache_harm(const struct drift_cache_result *r,
  * "none" or "not run". */
 const char *drift_cache_attribution(const struct drift_cache_result *r);
 /* "hit (N of M prompt tokens)", "not hit", "cache use unknown". */
+/* Empties the server's prefix cache through path ("/flush_cache" or
+ * "/reset_prefix_cache"): 0, -ENOENT when the server has no such endpoint
+ * or refused (sglang 400 while busy; vLLM 200 with "success": false), or a
+ * transport error. */
+int drift_cache_flush(struct drift_side *s, const char *path, struct diag *d);
+/* Finds the flush endpoint by flushing through each in turn: *path the one
+ * that worked, NULL when the server has none (0 either way); a transport
+ * error otherwise. */
+int drift_cache_find_flush(struct drift_side *s, const char **path,
+                           struct diag *d);
+
 void drift_cache_hit_text(const struct drift_cache_result *r, struct buf *out);
 
 /*

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/xalloc.h"
+#include "drift/cache_arm.h"
 #include "drift/drift.h"
 
 static const char *const dp_names[DRIFT_DPATHS] = {"decode-pp", "decode-dp",
@@ -84,15 +85,35 @@ static uint32_t *concat(const uint32_t *a, uint32_t na, const uint32_t *b,
     return v;
 }
 
+/* Greedy generation from an empty prefix cache (flush NULL: the server
+ * has no flush endpoint and keeps what it has). A real server's decode
+ * rounds otherwise over cached K/V than over K/V it computed itself, so a
+ * golden warm from earlier runs (bisect's, serving every configuration)
+ * would decode otherwise than a fresh candidate with the same numerics.
+ * A flush the server refuses for now (sglang answers 400 while requests
+ * are in flight) leaves the cache as it is; one it cannot be asked for
+ * (unreachable) stops the run. */
+static int generate_cold(struct drift_side *s, const char *flush,
+                         const uint32_t *ids, uint32_t prompt, unsigned max_new,
+                         struct drift_lp *out, struct diag *d)
+{
+    if (flush) {
+        int ret = drift_cache_flush(s, flush, d);
+        if (ret && ret != -ENOENT)
+            return ret;
+    }
+    return drift_side_generate(s, ids, prompt, max_new, out, d);
+}
+
 /* The golden's own decode-vs-prefill gap from the same prompt: its
  * greedy output's decode entries against its prefill scoring of them
  * (the candidate's golden prefill when the outputs agree). */
-static int golden_gap(struct drift_side *g, const struct drift_opts *o,
-                      const uint32_t *ids, uint32_t prompt, unsigned max_new,
-                      struct seq_lps *l, struct drift_analysis *an,
-                      uint32_t seq, struct diag *d)
+static int golden_gap(struct drift_side *g, const char *flush,
+                      const struct drift_opts *o, const uint32_t *ids,
+                      uint32_t prompt, unsigned max_new, struct seq_lps *l,
+                      struct drift_analysis *an, uint32_t seq, struct diag *d)
 {
-    int ret = drift_side_generate(g, ids, prompt, max_new, &l->gdec, d);
+    int ret = generate_cold(g, flush, ids, prompt, max_new, &l->gdec, d);
     if (ret)
         return ret;
     const struct drift_lp *ref = &l->gp;
@@ -153,7 +174,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     int ret;
 
     lps_init(&l);
-    ret = drift_side_generate(c, it->ids, prompt, max_new, &l.dec, d);
+    ret = generate_cold(c, r->dec.flush_cand, it->ids, prompt, max_new, &l.dec,
+                        d);
     if (ret)
         goto out;
     full = concat(it->ids, prompt, l.dec.ids, l.dec.n);
@@ -181,8 +203,8 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
         /* a golden that cannot generate leaves the gap unmeasured (and
          * said so); one that cannot be reached stops the run */
         struct diag gd = {{0}};
-        ret = golden_gap(g, o, it->ids, prompt, max_new, &l, &an[AN_GDP],
-                         seq[AN_GDP], &gd);
+        ret = golden_gap(g, r->dec.flush_golden, o, it->ids, prompt, max_new,
+                         &l, &an[AN_GDP], seq[AN_GDP], &gd);
         if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
             if (d)
                 *d = gd;
@@ -348,6 +370,11 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
     r->dec.seq_sums = xcalloc(r->dec.n_seq ? r->dec.n_seq : 1,
                               DRIFT_HS_N * 2 * sizeof(double));
     r->dec.n_points = drift_decode_prompts(o, r, r->dec.point);
+    ret = drift_cache_find_flush(c, &r->dec.flush_cand, d);
+    if (!ret && r->dec.have_pp)
+        ret = drift_cache_find_flush(g, &r->dec.flush_golden, d);
+    if (ret)
+        diag_prefix(d, "decode path: flushing the prefix cache");
     for (unsigned k = 0; k < r->dec.n_points && !ret; k++)
         ret = run_point(g, c, o, r, &r->dec.point[k], agg, d);
     judge_paths(r, o, agg, agg + AN_N, r->dec.sum, r->dec.excess,

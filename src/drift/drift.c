@@ -280,7 +280,52 @@ static void context_of(const struct drift_side *g, const struct drift_side *c,
  * position (every answer's logprob NaN, null, a string or positive, or
  * short, or for other tokens), the run is the servers' fault and an error
  * (-EBADMSG), never a verdict over zero positions. */
-static int some_compared(const struct drift_result *r, struct diag *d)
+/* An example of what the candidate answered for the first sequence, once
+ * nothing could be compared: its first position (past 0 for a prompt)
+ * without a usable logprob, "position 1: logprob null", read again (one
+ * request: prompt logprobs, or with decode a short generation whose
+ * positions are the generated tokens). */
+static void example_unusable(struct drift_side *c, const struct drift_result *r,
+                             bool decode, char *out, size_t len)
+{
+    struct drift_lp lp;
+    struct diag d = {{0}};
+    snprintf(out, len,
+             "no example: the first sequence could not be read "
+             "again");
+    if (!r->corpus.n)
+        return;
+    drift_lp_init(&lp);
+    const struct drift_item *it = &r->corpus.items[0];
+    size_t n = decode && it->n > 256 ? 256 : it->n;
+    int ret = decode ? drift_side_generate(c, it->ids, n, 4, &lp, &d)
+                     : drift_side_score(c, it->ids, n, &lp, &d);
+    if (!ret) {
+        for (uint32_t i = decode ? 0 : 1; i < lp.n; i++) {
+            char v[40];
+            const char *what = decode ? "generated token" : "position";
+            if (i >= lp.n_returned) {
+                snprintf(out, len, "%s %u: missing", what, i);
+                break;
+            }
+            if (lp.mismatch[i]) {
+                snprintf(out, len, "%s %u: for another token", what, i);
+                break;
+            }
+            if (!lp.valid[i]) {
+                drift_lp_value_text(lp.pos[i].forced_lp, v, sizeof(v));
+                snprintf(out, len, "%s %u: logprob %s", what, i, v);
+                break;
+            }
+        }
+    } else {
+        snprintf(out, len, "%s", d.msg);
+    }
+    drift_lp_release(&lp);
+}
+
+static int some_compared(struct drift_side *c, const struct drift_result *r,
+                         struct diag *d)
 {
     uint64_t n = 0;
     const uint64_t *sk = r->an.skipped[DRIFT_ARM_CAND];
@@ -288,15 +333,18 @@ static int some_compared(const struct drift_result *r, struct diag *d)
         n += r->an.acc[DRIFT_ARM_CAND][b].n;
     if (n)
         return 0;
+    char ex[256];
+    example_unusable(c, r, false, ex, sizeof(ex));
     return diag_set(
         d, EBADMSG,
         "no position could be compared: of the answers' positions, "
         "%llu had no usable logprob (NaN, null, not a number, or "
-        "above 0), %llu were missing and %llu were for another token; "
-        "check that both servers return prompt logprobs as numbers",
+        "above 0), %llu were missing and %llu were for another token "
+        "(the candidate's first sequence, %s); check that both servers "
+        "return prompt logprobs as numbers",
         (unsigned long long)sk[DRIFT_SKIP_INVALID],
         (unsigned long long)sk[DRIFT_SKIP_SHORT],
-        (unsigned long long)sk[DRIFT_SKIP_TOKEN]);
+        (unsigned long long)sk[DRIFT_SKIP_TOKEN], ex);
 }
 
 int drift_run(struct drift_side *g, struct drift_side *c,
@@ -328,7 +376,7 @@ int drift_run(struct drift_side *g, struct drift_side *c,
     if (r->prefill) {
         ret = score_all(g, c, o, r, d);
         if (!ret)
-            ret = some_compared(r, d);
+            ret = some_compared(c, r, d);
         if (ret)
             return ret;
         prefill_verdicts(o, r);
@@ -338,14 +386,18 @@ int drift_run(struct drift_side *g, struct drift_side *c,
         if (ret)
             return ret;
     }
-    if (!r->prefill && r->dec.sum[DRIFT_DP_DG].n == 0)
+    if (!r->prefill && r->dec.sum[DRIFT_DP_DG].n == 0) {
+        char ex[256];
+        example_unusable(c, r, true, ex, sizeof(ex));
         return diag_set(d, EBADMSG,
                         "no position could be compared: the candidate "
                         "gives no prompt logprobs, and none of its %u "
                         "generated tokens came with a usable logprob "
-                        "(NaN, null, not a number, or above 0); check that "
-                        "it returns logprobs as numbers",
-                        r->dec.generated);
+                        "(NaN, null, not a number, or above 0; the first "
+                        "sequence's %s); check that it returns logprobs as "
+                        "numbers",
+                        r->dec.generated, ex);
+    }
     if (o->determinism > 0) {
         const struct drift_item *it = &r->corpus.items[0];
         size_t n = it->n < o->decode_prompt ? it->n : o->decode_prompt;

@@ -111,6 +111,10 @@ enum { DRIFT_HS_DG, DRIFT_HS_CTRL, DRIFT_HS_SELF, DRIFT_HS_GAP, DRIFT_HS_N };
 struct drift_decode {
     bool ran;
     bool have_pp; /* false when the candidate has no prompt logprobs */
+    /* each side's flush endpoint, emptied before each of its generations
+     * so golden and candidate decode from the same (cold) cache; NULL
+     * where the server has none */
+    const char *flush_golden, *flush_cand;
     unsigned seqs, generated;
     /* over every point */
     struct drift_bsum sum[DRIFT_DPATHS];

@@ -7,7 +7,9 @@
  */
 #include "drift/lp.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,9 @@ void drift_lp_reset(struct drift_lp *lp, uint32_t n)
     lp->n = n;
     lp->n_returned = 0;
     lp->n_invalid = lp->n_mismatch = 0;
+    lp->n_bad = lp->bad_at = 0;
+    lp->bad_value = 0;
+    lp->bad_top = false;
     lp->pool_len = 0;
     lp->pool_bad = false;
     if (n) {
@@ -119,9 +124,53 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k)
     return dups;
 }
 
+/* A number no logprob can be: NaN as sanitized (1e9) or above 0, an
+ * infinity (+-1e300 as sanitized, or one a reader computed); null and
+ * strings (NAN here) are missing values, not bad ones. */
+static bool is_bad_value(double v)
+{
+    return !isnan(v) && (v > 1e-6 || v <= -1e300);
+}
+
+static void note_bad(struct drift_lp *lp, uint32_t i, double v, bool top)
+{
+    if (!lp->n_bad++) {
+        lp->bad_at = i;
+        lp->bad_value = v;
+        lp->bad_top = top;
+    }
+}
+
+void drift_lp_value_text(double v, char *out, size_t len)
+{
+    if (isnan(v))
+        snprintf(out, len, "null");
+    else if (v == 1e9)
+        snprintf(out, len, "NaN");
+    else if (v >= 1e300 || v <= -1e300)
+        snprintf(out, len, "%sInfinity", v < 0 ? "-" : "");
+    else
+        snprintf(out, len, "%.17g", v);
+}
+
+int drift_lp_check(const struct drift_lp *lp, struct diag *d)
+{
+    if (!lp->n_bad)
+        return 0;
+    char v[40];
+    drift_lp_value_text(lp->bad_value, v, sizeof(v));
+    return diag_set(d, EBADMSG,
+                    "the server answered %u value%s no logprob can be (NaN, "
+                    "an infinity or above 0), first at position %u: %s %s; "
+                    "the server's fault: nothing is judged on its answer",
+                    lp->n_bad, lp->n_bad == 1 ? "" : "s", lp->bad_at,
+                    lp->bad_top ? "top-logprob" : "logprob", v);
+}
+
 void drift_lp_finish(struct drift_lp *lp)
 {
     lp->n_invalid = 0;
+    lp->n_bad = 0;
     for (uint32_t i = 0; i < lp->n; i++) {
         lp->pos[i].top =
             lp->pool && lp->pos[i].n_known ? lp->pool + lp->off[i] : NULL;
@@ -131,18 +180,25 @@ void drift_lp_finish(struct drift_lp *lp)
         if (!lp->valid[i])
             continue;
         /* an entry whose logprobs are NaN or above 0 is invalid */
-        if (isnan(lp->pos[i].forced_lp) || lp->pos[i].forced_lp > 1e-6) {
+        double f = lp->pos[i].forced_lp;
+        if (isnan(f) || f > 1e-6 || f <= -1e300) {
+            if (is_bad_value(f))
+                note_bad(lp, i, f, false);
             lp->valid[i] = 0;
             lp->n_invalid++;
             continue;
         }
         /* entries are checked only when one added was bad (pool_bad) */
-        for (uint32_t k = 0; lp->pool_bad && k < lp->pos[i].n_known; k++)
-            if (isnan(lp->pos[i].top[k].lp) || lp->pos[i].top[k].lp > 1e-6) {
+        for (uint32_t k = 0; lp->pool_bad && k < lp->pos[i].n_known; k++) {
+            double t = lp->pos[i].top[k].lp;
+            if (isnan(t) || t > 1e-6 || t <= -1e300) {
+                if (is_bad_value(t))
+                    note_bad(lp, i, t, true);
                 lp->valid[i] = 0;
                 lp->n_invalid++;
                 break;
             }
+        }
         /* valid, and top[0..n_top) was deduplicated by _pos_close (the
          * only place n_top is set; later entries go after n_known) */
         lp->pos[i].checked = lp->valid[i] != 0;

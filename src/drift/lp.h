@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/diag.h"
 #include "drift/metrics.h"
 
 /*
@@ -28,6 +29,12 @@ struct drift_lp {
     uint8_t *valid;
     uint8_t *mismatch;
     uint32_t n_invalid, n_mismatch;
+    /* values no logprob can be (NaN, an infinity, above 0), counted by
+     * drift_lp_finish; the first at entry bad_at (a top-k entry there when
+     * bad_top), its value bad_value as read */
+    uint32_t n_bad, bad_at;
+    double bad_value;
+    bool bad_top;
     struct drift_tok *pool;
     size_t pool_len, pool_alloc;
     bool pool_bad; /* an entry added since the reset is NaN or > 1e-6 */
@@ -49,7 +56,7 @@ static inline void drift_lp_pool_add(struct drift_lp *lp, uint64_t key,
     if (lp->pool_len == lp->pool_alloc)
         drift_lp_pool_grow(lp);
     lp->pool[lp->pool_len++] = (struct drift_tok){key, v};
-    lp->pool_bad |= !(v <= 1e-6);
+    lp->pool_bad |= !(v <= 1e-6) || v <= -1e300;
 }
 /* Sorts the entries added since off[i] by logprob, drops duplicate keys
  * (returns how many), keeps at most top_k as the top. */
@@ -58,5 +65,14 @@ size_t drift_lp_pos_close(struct drift_lp *lp, uint32_t i, unsigned top_k);
  * invalid entries (NaN or positive logprobs). */
 void drift_lp_finish(struct drift_lp *lp);
 void drift_lp_mark_mismatch(struct drift_lp *lp, uint32_t i);
+
+/* A logprob as the server sent it, for messages: "NaN", "Infinity" and
+ * "-Infinity" for what drift_json_sanitize rewrote (1e9, +-1e300), "null"
+ * for a value that was no number (NAN here), else the number. */
+void drift_lp_value_text(double v, char *out, size_t len);
+/* Nothing is judged on values no logprob can be: -EBADMSG when lp holds
+ * any (NaN, an infinity, above 0), with their count and the first
+ * ("position 17: logprob NaN") in d; 0 otherwise. */
+int drift_lp_check(const struct drift_lp *lp, struct diag *d);
 
 #endif

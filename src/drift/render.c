@@ -551,6 +551,15 @@ static json_t *decode_json(const struct drift_decode *dc)
     json_t *o = json_object();
     json_object_set_new(o, "sequences", json_integer(dc->seqs));
     json_object_set_new(o, "generated", json_integer(dc->generated));
+    /* the flush endpoint each side was emptied through before each
+     * generation (null: none, the side decoded from whatever it cached) */
+    json_object_set_new(
+        o, "flushed",
+        json_pack("{s:o,s:o}", "golden",
+                  dc->flush_golden ? json_string(dc->flush_golden)
+                                   : json_null(),
+                  "candidate",
+                  dc->flush_cand ? json_string(dc->flush_cand) : json_null()));
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         json_t *s = bsum_json(&dc->sum[k]);
         json_object_set_new(s, "excess", bsum_json(&dc->excess[k]));

@@ -357,6 +357,8 @@ int drift_side_parse_prompt(const struct drift_side *s, const uint32_t *ids,
                           .prompt_logprobs = true};
     int ret = lent ? drift_parse_prompt_lent(s->dialect, text, len, &r, lp, d)
                    : drift_parse_prompt_text(s->dialect, text, len, &r, lp, d);
+    if (!ret)
+        ret = drift_lp_check(lp, d); /* NaN or infinities: its fault */
     if (ret)
         diag_prefix(d, "%s (%s dialect)", s->label,
                     drift_dialect_name(s->dialect));
@@ -404,6 +406,8 @@ static int generate_in(struct drift_side *s, enum drift_dialect dl,
     int ret = drift_side_request(s, &r, &out, d);
     if (!ret) {
         ret = drift_parse_decode(dl, out, lp, d);
+        if (!ret)
+            ret = drift_lp_check(lp, d);
         if (ret)
             diag_prefix(d, "%s generation (%s dialect)", s->label,
                         drift_dialect_name(dl));

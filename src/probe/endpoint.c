@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "core/xalloc.h"
 #include "probe/probe_int.h"
 #include "probe/vary.h"
+
+static void tok_cache_free(struct probe_tok_cache *tc);
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url)
 {
@@ -36,6 +39,7 @@ void probe_endpoint_init(struct probe_endpoint *e, const char *url)
 
 void probe_endpoint_release(struct probe_endpoint *e)
 {
+    tok_cache_free(e->tok_cache);
     free(e->url);
     free(e->model);
     json_decref(e->info);
@@ -232,12 +236,82 @@ int probe_scan_count(const char *s, size_t len, unsigned *count)
     return 0;
 }
 
+/* The /tokenize answers of a run by the hash of the request body: the
+ * same text is counted for several cases (the turns a case's sizing
+ * counted once more turn by turn when it lost context, the calibration's
+ * short texts, turns that cases share), and each is posted once. A full
+ * table overwrites; FIDELITY_PROBE_TOKENIZE_CACHE=off turns it off (to
+ * measure it: bench/probe.sh). */
+#define TOK_SLOTS 8192
+#define TOK_PROBES 8
+
+struct probe_tok_cache {
+    pthread_mutex_t lock;
+    uint64_t key[TOK_SLOTS]; /* 0: empty */
+    unsigned count[TOK_SLOTS];
+};
+
+static pthread_mutex_t tok_cache_init = PTHREAD_MUTEX_INITIALIZER;
+
+static void tok_cache_free(struct probe_tok_cache *tc)
+{
+    if (tc)
+        pthread_mutex_destroy(&tc->lock);
+    free(tc);
+}
+
+static struct probe_tok_cache *tok_cache(struct probe_endpoint *e)
+{
+    const char *off = getenv("FIDELITY_PROBE_TOKENIZE_CACHE");
+    if (off && !strcmp(off, "off"))
+        return NULL;
+    pthread_mutex_lock(&tok_cache_init);
+    if (!e->tok_cache) {
+        e->tok_cache = xcalloc(1, sizeof(*e->tok_cache));
+        pthread_mutex_init(&e->tok_cache->lock, NULL);
+    }
+    pthread_mutex_unlock(&tok_cache_init);
+    return e->tok_cache;
+}
+
+/* Looks key up (found: true, *count set) or, with store, puts it. */
+static bool tok_cache_at(struct probe_tok_cache *tc, uint64_t key,
+                         unsigned *count, bool store)
+{
+    bool hit = false;
+    key |= 1;
+    pthread_mutex_lock(&tc->lock);
+    size_t at = key % TOK_SLOTS;
+    for (size_t i = 0; i < TOK_PROBES; i++) {
+        size_t j = (at + i) % TOK_SLOTS;
+        if (tc->key[j] == key || (store && !tc->key[j])) {
+            hit = tc->key[j] == key;
+            at = j;
+            break;
+        }
+    }
+    if (store) {
+        tc->key[at] = key;
+        tc->count[at] = *count;
+    } else if (hit) {
+        *count = tc->count[at];
+    }
+    pthread_mutex_unlock(&tc->lock);
+    return hit;
+}
+
 /* POSTs the JSON text (tlen bytes, freed here) to /tokenize and reads
- * the count. */
+ * the count, or takes it from the run's cache. */
 static int post_tokenize_text(struct probe_endpoint *e, struct http_client *c,
                               char *text, size_t tlen, unsigned *count,
                               struct diag *d)
 {
+    struct probe_tok_cache *tc = tok_cache(e);
+    uint64_t key = tc ? hash64(text, tlen, 0x70c) : 0;
+    if (tc && tok_cache_at(tc, key, count, false)) {
+        free(text);
+        return 0;
+    }
     char *url = xasprintf("%s/tokenize", e->url);
     const char *hdrs[HTTP_JSON_HEADERS_MAX];
     http_json_headers(hdrs, e->headers);
@@ -259,6 +333,8 @@ static int post_tokenize_text(struct probe_endpoint *e, struct http_client *c,
     r = probe_scan_count(buf_str(&resp.body), resp.body.len, count);
     if (r)
         diag_set(d, ENOTSUP, "'%s' answered without 'count' or 'tokens'", url);
+    else if (tc)
+        tok_cache_at(tc, key, count, true);
 out:
     http_resp_release(&resp);
     free(url);
@@ -375,6 +451,10 @@ static int parse_answer(const struct http_resp *resp, struct probe_reply *r)
                  : "");
     json_t *pt = json_object_get(json_object_get(j, "usage"), "prompt_tokens");
     r->prompt_tokens = json_is_integer(pt) ? (long)json_integer_value(pt) : -1;
+    json_t *ct =
+        json_object_get(json_object_get(j, "usage"), "completion_tokens");
+    r->completion_tokens =
+        json_is_integer(ct) ? (long)json_integer_value(ct) : -1;
     json_decref(j);
     return 0;
 }
@@ -416,6 +496,7 @@ int probe_chat(struct probe_endpoint *e, struct http_client *c,
 
     memset(r, 0, sizeof(*r));
     r->prompt_tokens = -1;
+    r->completion_tokens = -1;
     http_resp_init(&resp);
     for (unsigned a = 0; a <= e->retries; a++) {
         if (a) {

@@ -244,11 +244,13 @@ int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
 }
 
 /* Appends the text pieces of m to cat (each followed by a newline) and
- * returns its framing tokens; *units and *bytes get its pieces' size. */
+ * returns its framing tokens; *units and *bytes get its pieces' size,
+ * *runits the units of its reasoning field and *rframe its framing. */
 static double pieces_of(const struct probe_endpoint *e, json_t *m,
                         struct buf *cat, size_t *np, double *units,
-                        size_t *bytes)
+                        size_t *bytes, double *runits, double *rframe)
 {
+    *runits = *rframe = 0;
     const char *p[2 + 2 * 8];
     size_t n = 0;
     double frame = e->own_role[role_of(m)];
@@ -259,6 +261,8 @@ static double pieces_of(const struct probe_endpoint *e, json_t *m,
     if (rs && *rs && e->own_reason >= 0) {
         p[n++] = rs;
         frame += e->own_reason;
+        *runits = probe_text_units(rs);
+        *rframe = e->own_reason;
     }
     size_t k;
     json_t *tc;
@@ -292,8 +296,9 @@ static double pieces_of(const struct probe_endpoint *e, json_t *m,
  * returns the pieces' tokens in *pieces (distributed by the caller). */
 static int count_pieces(struct probe_endpoint *e, struct http_client *c,
                         const struct probe_case *pc, int turn,
-                        struct probe_shape *sh, double *units, double *frame,
-                        double *uall, double *pieces, struct diag *d)
+                        struct probe_shape *sh, double *units, double *runits,
+                        double *frame, double *uall, double *pieces,
+                        struct diag *d)
 {
     struct buf cat = BUF_INIT;
     size_t np = 0, i;
@@ -301,15 +306,17 @@ static int count_pieces(struct probe_endpoint *e, struct http_client *c,
     json_t *m;
     json_array_foreach(pc->messages, i, m)
     {
-        double u;
+        double u, ru, rf;
         size_t b;
         size_t j = i < PROBE_MAX_MSGS ? i : PROBE_MAX_MSGS - 1;
         if (role_of(m) == R_USER)
             t++;
         if (turn >= 0 && (int)(t < 255 ? t : 255) != turn)
             continue;
-        double f = pieces_of(e, m, &cat, &np, &u, &b);
+        double f = pieces_of(e, m, &cat, &np, &u, &b, &ru, &rf);
         if (turn < 0) {
+            sh->reason[j] += (unsigned)lround(rf);
+            runits[j] += ru;
             if (i < PROBE_MAX_MSGS) {
                 sh->tok[j] = (unsigned)lround(f);
                 units[j] = u;
@@ -338,11 +345,13 @@ int probe_own_count(struct probe_endpoint *e, struct http_client *c,
                     const struct probe_case *pc, struct probe_shape *sh,
                     struct diag *d)
 {
-    double units[PROBE_MAX_MSGS] = {0}, frame = e->own_base, uall = 0, pieces;
+    double units[PROBE_MAX_MSGS] = {0}, runits[PROBE_MAX_MSGS] = {0},
+           frame = e->own_base, uall = 0, pieces;
     memset(sh, 0, sizeof(*sh));
     if (pc->tools)
         frame += e->own_tools;
-    int r = count_pieces(e, c, pc, -1, sh, units, &frame, &uall, &pieces, d);
+    int r = count_pieces(e, c, pc, -1, sh, units, runits, &frame, &uall,
+                         &pieces, d);
     if (r)
         return r;
     double by_bytes = e->own_k * uall;
@@ -354,6 +363,8 @@ int probe_own_count(struct probe_endpoint *e, struct http_client *c,
     for (unsigned j = 0; j < sh->n; j++) {
         double share = uall > 0 ? pieces * units[j] / uall : 0;
         sh->tok[j] += (unsigned)lround(share);
+        sh->reason[j] +=
+            (unsigned)lround(uall > 0 ? pieces * runits[j] / uall : 0);
     }
     sh->frame = (unsigned)lround(frame);
     sh->total = (unsigned)lround(frame + pieces);
@@ -371,10 +382,10 @@ int probe_own_turns(struct probe_endpoint *e, struct http_client *c,
     for (unsigned t = 0; t <= sh->turns && t < 255; t++) {
         double frame = 0, uall = 0, pieces;
         struct probe_shape tmp;
-        double units[PROBE_MAX_MSGS] = {0};
+        double units[PROBE_MAX_MSGS] = {0}, runits[PROBE_MAX_MSGS] = {0};
         memset(&tmp, 0, sizeof(tmp));
-        int r = count_pieces(e, c, pc, (int)t, &tmp, units, &frame, &uall,
-                             &pieces, d);
+        int r = count_pieces(e, c, pc, (int)t, &tmp, units, runits, &frame,
+                             &uall, &pieces, d);
         if (r)
             return r;
         /* this turn's messages: framing plus their share of the pieces */
@@ -386,11 +397,13 @@ int probe_own_turns(struct probe_endpoint *e, struct http_client *c,
                 continue;
             struct buf one = BUF_INIT;
             size_t np = 0, b;
-            double u;
-            double f = pieces_of(e, m, &one, &np, &u, &b);
+            double u, ru, rf;
+            double f = pieces_of(e, m, &one, &np, &u, &b, &ru, &rf);
             buf_release(&one);
             double share = uall > 0 ? pieces * u / uall : 0;
             sh->tok[i] = (unsigned)lround(f + share);
+            sh->reason[i] =
+                (unsigned)lround(rf + (uall > 0 ? pieces * ru / uall : 0));
         }
     }
     return 0;

@@ -50,6 +50,7 @@ static void fill(struct probe_result *res, const struct probe_case *pc,
     res->no_context = probe_has_no_context(rep->content);
     res->expected = expected;
     res->prompt_tokens = rep->prompt_tokens;
+    res->completion_tokens = rep->completion_tokens;
     res->status = rep->status;
     res->attempts = rep->attempts;
     res->latency = rep->latency;
@@ -121,9 +122,11 @@ static void send_one(struct shared *sh, struct probe_endpoint *e,
      * of the whole request, which says whether the path rewrites
      * /tokenize too (intact cases need neither: probe's own count is
      * the expectation) */
+    bool failed = !probe_score(pc, rep.content);
     if (!rep.err && e->own_ready &&
-        probe_is_lost(rep.prompt_tokens, &k->shape)) {
-        probe_own_turns(e, c, pc, &k->shape, &d);
+        probe_path_check_due(rep.prompt_tokens, &k->shape, failed)) {
+        if (failed) /* only failures get a kind */
+            probe_own_turns(e, c, pc, &k->shape, &d);
         path_count(e, c, pc, k);
     }
     fill(res, pc, &rep, k, r->tol);

@@ -167,6 +167,8 @@ struct probe_endpoint {
     const char *const *headers; /* borrowed; may hold secrets: never
                                    stored, printed or put in a diag */
     json_t *extra_body;         /* borrowed; merged into every request */
+    struct probe_tok_cache *tok_cache; /* /tokenize answers of the run by
+                                          content hash (endpoint.c) */
     long timeout_ms;
     unsigned retries;       /* after the first attempt */
     unsigned backoff_ms;    /* first retry delay; doubles each time */
@@ -271,6 +273,7 @@ struct probe_shape {
     unsigned total; /* probe's own count of the request */
     unsigned n;     /* messages (at most PROBE_MAX_MSGS are described) */
     unsigned tok[PROBE_MAX_MSGS];
+    unsigned reason[PROBE_MAX_MSGS]; /* of tok: the reasoning field's */
     unsigned bytes[PROBE_MAX_MSGS];
     unsigned char turn[PROBE_MAX_MSGS];
     unsigned turns;
@@ -279,6 +282,8 @@ struct probe_shape {
     bool pieces_short; /* /tokenize counted the pieces well under what
                           their bytes hold (the path clips them): the
                           count comes from the bytes */
+    bool estimated;    /* by the calibrated line, without /tokenize: too
+                          coarse to tell a window from a summary */
 };
 
 /* Measures the template's framing and the tokens per unit of text with
@@ -297,6 +302,7 @@ struct probe_result {
     bool no_context;
     unsigned expected; /* tokens by the sizing */
     long prompt_tokens;
+    long completion_tokens; /* -1 or 0: not known (not stored) */
     long status;
     unsigned attempts;
     double latency;
@@ -309,7 +315,10 @@ struct probe_result {
                              0: not counted */
     bool lost;            /* reached the model under 90% of `expected` */
     int drop;             /* enum probe_drop when outcome is DROPPED */
-    unsigned drop_turns;  /* window: turns dropped */
+    unsigned drop_turns;  /* window, summary: turns whose user message
+                             was lost */
+    unsigned drop_msgs;   /* window, summary: messages lost */
+    int drop_at;          /* enum probe_drop_at of a window or summary */
     double drop_ratio;    /* prompt_tokens / expected */
     bool have_shape;
     struct probe_shape shape;
@@ -319,15 +328,28 @@ struct probe_result {
 
 enum probe_drop {
     PROBE_DROP_NONE = 0,
-    PROBE_DROP_WINDOW,  /* whole turns gone from the front */
-    PROBE_DROP_SUMMARY, /* the front replaced by something short */
-    PROBE_DROP_CLIP,    /* every long message shortened */
+    PROBE_DROP_WINDOW,    /* whole turns gone from the front */
+    PROBE_DROP_SUMMARY,   /* the front replaced by something short */
+    PROBE_DROP_CLIP,      /* every long message shortened */
+    PROBE_DROP_REASONING, /* the reasoning fields of earlier replies */
+    PROBE_DROP_UNKNOWN,   /* lost, but no kind explains the count */
     PROBE_DROP_COUNT
 };
-/* After a run: the failed cases whose prompt reached the model short are
- * truncated-by-server when the reached counts sit at one cap across the
- * cases (or at the context length model_len), and dropped-before-the-model
- * otherwise, with the shape of the drop from each case's own count. */
+/* Where the messages a window or summary took were. */
+enum probe_drop_at {
+    PROBE_AT_NONE = 0,
+    PROBE_AT_OLDEST, /* from the first message after the system prompt */
+    PROBE_AT_MIDDLE,
+    PROBE_AT_NEWEST, /* up to the message before the question */
+};
+const char *probe_drop_at_name(int at);
+/* After a run: the failed cases whose prompt reached the model short of
+ * probe's own count (by any amount beyond the count's error) are
+ * truncated-by-server only when the reached counts sit at one cap across
+ * the cases (or at the context length model_len) and the path's count
+ * says the request reached the server whole; dropped-before-the-model
+ * otherwise, with the kind of drop named from what was lost (unknown when
+ * nothing explains the count). */
 void probe_lost_classify(const struct probe_spec *specs,
                          struct probe_result *res, size_t n,
                          unsigned model_len);

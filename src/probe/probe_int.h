@@ -70,7 +70,8 @@ struct probe_reply {
     long status; /* last HTTP status; 0: no response */
     int err;     /* 0 or the last -errno */
     unsigned attempts;
-    long prompt_tokens; /* -1: not reported */
+    long prompt_tokens;     /* -1: not reported */
+    long completion_tokens; /* -1: not reported */
     char finish[16];
     char *content;   /* owned, may be NULL */
     char *reasoning; /* owned, may be NULL */
@@ -147,6 +148,11 @@ const char *probe_drop_name(int drop);
 /* True when a reached count is lost context: under 90% of probe's own
  * count, beyond the count's error. */
 bool probe_is_lost(long reached, const struct probe_shape *sh);
+/* True when a case needs the path check (its turns counted one by one,
+ * the path's count of the request): it lost context, or it failed and
+ * reached the model short by more than the count's error per message. */
+bool probe_path_check_due(long reached, const struct probe_shape *sh,
+                          bool failed);
 
 /* ---- pstore.c ---- */
 

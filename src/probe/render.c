@@ -77,6 +77,8 @@ double probe_pass_rate(const struct probe_result *res, size_t n)
 
 struct tally {
     unsigned n, pass, out[PROBE_NOUTCOMES], no_ctx;
+    unsigned tested; /* by_length: the largest target of the cell's cases
+                        (under its length when the cell was capped) */
 };
 
 static void tally_add(struct tally *t, const struct probe_result *r)
@@ -127,16 +129,25 @@ static void by_length(const struct probe_report_in *in,
         if (k >= 0 && (int)in->specs[i].kind != k)
             continue;
         for (size_t j = 0; j < nl; j++)
-            if (L[j] == in->specs[i].length)
+            if (L[j] == in->specs[i].length) {
                 tally_add(&t[j], &res[i]);
+                if (in->specs[i].target > t[j].tested)
+                    t[j].tested = in->specs[i].target;
+            }
     }
+}
+
+/* The length a cell tested: its own, or less when it was capped. */
+static unsigned tested_len(unsigned length, const struct tally *t)
+{
+    return t->tested && t->tested < length ? t->tested : length;
 }
 
 static void effective(const unsigned *L, const struct tally *t, size_t nl,
                       unsigned *ruler, unsigned *nolima, double *base)
 {
-    double rate[MAXL];
-    unsigned LL[MAXL];
+    double rate[MAXL] = {0};
+    unsigned LL[MAXL] = {0};
     size_t m = 0;
     for (size_t i = 0; i < nl; i++)
         if (t[i].n) {
@@ -145,6 +156,14 @@ static void effective(const unsigned *L, const struct tally *t, size_t nl,
         }
     *ruler = probe_effective_ruler(LL, rate, m, PROBE_RULER_THRESHOLD);
     *nolima = probe_effective_nolima(LL, rate, m, base);
+    /* never past the largest length actually tested: a capped cell
+     * (max_model_len under its length) counts at its tested length */
+    for (size_t i = 0; i < nl; i++) {
+        if (*ruler == L[i])
+            *ruler = tested_len(L[i], &t[i]);
+        if (*nolima == L[i])
+            *nolima = tested_len(L[i], &t[i]);
+    }
 }
 
 static json_t *wilson_json(const struct tally *t)
@@ -390,6 +409,11 @@ static json_t *case_json(const struct probe_spec *s,
         json_object_set_new(c, "drop", json_string(probe_drop_name(r->drop)));
         if (r->drop_turns)
             json_object_set_new(c, "drop_turns", json_integer(r->drop_turns));
+        if (r->drop_msgs)
+            json_object_set_new(c, "drop_messages", json_integer(r->drop_msgs));
+        if (r->drop_at)
+            json_object_set_new(c, "drop_from",
+                                json_string(probe_drop_at_name(r->drop_at)));
     }
     return c;
 }
@@ -455,6 +479,11 @@ static json_t *kinds_json(const struct probe_report_in *in,
         for (size_t j = 0; j < nl; j++) {
             json_t *x = tally_json(&t[j]);
             json_object_set_new(x, "length", json_integer(L[j]));
+            if (tested_len(L[j], &t[j]) < L[j]) {
+                json_object_set_new(x, "capped", json_true());
+                json_object_set_new(x, "tested_tokens",
+                                    json_integer(t[j].tested));
+            }
             json_array_append_new(bl, x);
             all.n += t[j].n;
             all.pass += t[j].pass;
@@ -516,16 +545,16 @@ json_t *probe_report_json(const struct probe_report_in *in)
     json_object_set_new(j, "baseline", probe_endpoint_json(in->base));
     json_object_set(j, "config", in->config ? in->config : json_null());
     json_object_set_new(j, "interrupted", json_boolean(in->interrupted));
-    /* the terminal's last line, so the report can lead with it */
+    /* the terminal's last line, so the report can lead with it (the
+     * command adds "verdict", its word) */
     struct probe_verdict v;
     probe_verdict(in, in->fail_under, &v);
-    if (in->interrupted)
-        json_object_set_new(j, "verdict",
-                            json_string("INCONCLUSIVE: the run was "
-                                        "interrupted before every case "
-                                        "finished"));
-    else
-        json_object_set_new(j, "verdict", json_string(v.line));
+    json_object_set_new(j, "verdict_line",
+                        json_string(in->interrupted
+                                        ? "INCONCLUSIVE: the run was "
+                                          "interrupted before every case "
+                                          "finished"
+                                        : v.line));
     json_object_set_new(j, "results", side_json(in, in->res));
     if (in->base && in->bres) {
         json_object_set_new(j, "baseline_results", side_json(in, in->bres));
@@ -604,7 +633,13 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
     fputc('\n', out);
     for (size_t l = 0; l < nl; l++) {
         char ls[16];
-        fmt_len(L[l], ls, sizeof(ls));
+        bool capped = false; /* marked: see capped_note */
+        for (size_t i = 0; i < in->n; i++)
+            capped |= (int)in->specs[i].kind == k &&
+                      in->specs[i].length == L[l] && in->specs[i].target < L[l];
+        fmt_len(L[l], ls, sizeof(ls) - 1);
+        if (capped)
+            strcat(ls, "*");
         fprintf(out, "  %6s", ls);
         for (size_t c = 0; c < nc; c++) {
             struct tally t = {0};
@@ -623,6 +658,33 @@ static void heatmap(FILE *out, const struct probe_report_in *in,
         for (size_t c = 0; c < nc; c++)
             fprintf(out, "  v%d = %s\n", cols[c],
                     probe_variant_name(k, cols[c]));
+}
+
+/* Marks and explains the capped lengths: cases sized under the length
+ * because the server's context would not hold it with the reply. */
+static void capped_note(FILE *out, const struct probe_report_in *in,
+                        const struct probe_result *res)
+{
+    unsigned L[MAXL];
+    struct tally t[MAXL];
+    size_t nl = lengths_of(in, -1, L), nc = 0;
+    unsigned most = 0;
+    by_length(in, res, -1, L, nl, t);
+    for (size_t j = 0; j < nl; j++) {
+        if (tested_len(L[j], &t[j]) >= L[j])
+            continue;
+        most = t[j].tested > most ? t[j].tested : most;
+        char l[16];
+        fmt_len(L[j], l, sizeof(l));
+        fprintf(out, "%s%s", nc++ ? ", " : "(capped: ", l);
+    }
+    if (!nc)
+        return;
+    fprintf(out,
+            " tested at %u tokens at most, marked * in the heatmaps: the "
+            "server's max_model_len %u holds no more with the reply; an "
+            "effective length never exceeds the length a cell tested)\n",
+            most, in->ep ? in->ep->max_model_len : 0);
 }
 
 static void summary_table(FILE *out, const struct probe_report_in *in,
@@ -666,6 +728,7 @@ static void summary_table(FILE *out, const struct probe_report_in *in,
         fprintf(out, "(<min: effective length 0, below the shortest length "
                      "tested: the pass rate never reaches the rule's "
                      "threshold)\n");
+    capped_note(out, in, res);
 }
 
 /* ---- the reasoning grid in words ---- */
@@ -708,6 +771,28 @@ bool probe_reasoning_words(const struct probe_report_in *in,
         any |= k[v] >= 0;
     if (!any)
         return false;
+    /* the variants isolate reasoning only when the rest of the context
+     * reached the model: a case that lost other context says nothing */
+    unsigned other = 0, cases = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if (in->specs[i].kind != PROBE_REASONING || !r->done ||
+            r->outcome == PROBE_ERROR)
+            continue;
+        cases++;
+        other +=
+            r->outcome == PROBE_TRUNCATED ||
+            (r->outcome == PROBE_DROPPED && r->drop != PROBE_DROP_REASONING);
+    }
+    if (other) {
+        snprintf(out, size,
+                 "the reasoning grid cannot tell what becomes of prior "
+                 "reasoning: %u of %u reasoning cases lost other context "
+                 "on the way (see above), so their variants do not differ "
+                 "from the controls by the reasoning alone",
+                 other, cases);
+        return true;
+    }
     const char *why;
     if (k[PROBE_RV_OMITTED] == 0)
         why = "the control (reasoning not sent back) recalled the fact it "
@@ -765,7 +850,7 @@ static json_t *reasoning_json(const struct probe_report_in *in,
 static void explain_dropped(FILE *out, const struct probe_report_in *in,
                             const struct probe_result *res, int k)
 {
-    unsigned by[PROBE_DROP_COUNT] = {0}, n = 0;
+    unsigned by[PROBE_DROP_COUNT][PROBE_AT_NEWEST + 1] = {{0}}, n = 0;
     double lo = 2, hi = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct probe_result *r = &res[i];
@@ -773,17 +858,23 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
             r->outcome != PROBE_DROPPED)
             continue;
         n++;
-        by[r->drop]++;
+        by[r->drop]
+          [r->drop_at >= 0 && r->drop_at <= PROBE_AT_NEWEST ? r->drop_at : 0]++;
         lo = fmin(lo, r->drop_ratio);
         hi = fmax(hi, r->drop_ratio);
     }
     static const char *const what[PROBE_DROP_COUNT] = {
-        [PROBE_DROP_NONE] = "of an unknown shape",
-        [PROBE_DROP_WINDOW] = "a window by turns (whole turns gone from the "
-                              "front)",
-        [PROBE_DROP_SUMMARY] = "a summary (the front replaced by a short "
-                               "text: compaction)",
-        [PROBE_DROP_CLIP] = "clipping (long messages shortened)",
+        [PROBE_DROP_NONE] = "an unknown kind of drop",
+        [PROBE_DROP_WINDOW] = "a window (whole messages gone, none replaced",
+        [PROBE_DROP_SUMMARY] = "a summary (whole messages replaced by a "
+                               "short text: compaction",
+        [PROBE_DROP_CLIP] = "clipping (long messages shortened inside)",
+        [PROBE_DROP_REASONING] = "the reasoning_content field of earlier "
+                                 "replies removed (the rest intact)",
+        [PROBE_DROP_UNKNOWN] = "an unknown kind of drop (no run of "
+                               "messages, summary, clipping or reasoning "
+                               "field explains the count, or without "
+                               "/tokenize the count cannot tell)",
     };
     fprintf(out,
             " %u dropped-before-the-model (%.0f%% to %.0f%% of probe's own "
@@ -792,11 +883,82 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
             n, 100 * lo, 100 * hi);
     bool first = true;
     for (int d = 0; d < PROBE_DROP_COUNT; d++)
-        if (by[d]) {
-            fprintf(out, "%s %s in %u", first ? "" : ",", what[d], by[d]);
+        for (int a = 0; a <= PROBE_AT_NEWEST; a++) {
+            if (!by[d][a])
+                continue;
+            fprintf(out, "%s %s", first ? "" : ",", what[d]);
+            if (d == PROBE_DROP_WINDOW || d == PROBE_DROP_SUMMARY)
+                fprintf(out, "%s%s)", a ? ", from the " : "",
+                        probe_drop_at_name(a));
+            fprintf(out, " in %u", by[d][a]);
             first = false;
         }
     fputs(");", out);
+}
+
+/* The missed cases of kind k (n of them). Counted by the calibrated line
+ * (no /tokenize), "intact" means only within that line's error: a
+ * smaller loss on the path (a stripped field) is not ruled out. */
+static void explain_missed(FILE *out, const struct probe_report_in *in,
+                           const struct probe_result *res, int k, unsigned n)
+{
+    double err = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind == k && r->done &&
+            r->outcome == PROBE_MISSED && r->have_shape && r->shape.estimated &&
+            r->shape.total)
+            err = fmax(err, 2 * r->shape.err / r->shape.total);
+    }
+    if (err > 0)
+        fprintf(out,
+                " %u missed (prompt tokens within %.0f%% of the calibrated "
+                "count: without /tokenize a smaller loss on the path, such "
+                "as a stripped field, is not ruled out; else the model did "
+                "not recall);",
+                n, 100 * err);
+    else
+        fprintf(out,
+                " %u missed (prompt tokens intact; the model did not "
+                "recall);",
+                n);
+}
+
+/* The output-clipped cases of kind k (n of them): a reply that ended on
+ * finish_reason length short of the max_tokens probe asked for was cut by
+ * a lower max_tokens on the path or the server, which --max-tokens cannot
+ * raise. */
+static void explain_clipped(FILE *out, const struct probe_report_in *in,
+                            const struct probe_result *res, int k, unsigned n)
+{
+    json_int_t asked =
+        json_integer_value(json_object_get(in->config, "max_tokens"));
+    json_t *eb = in->ep ? in->ep->extra_body : NULL;
+    if (json_is_integer(json_object_get(eb, "max_tokens")))
+        asked = json_integer_value(json_object_get(eb, "max_tokens"));
+    unsigned lowered = 0;
+    long most = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_result *r = &res[i];
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_CLIPPED || r->completion_tokens <= 0 ||
+            asked <= 0 || r->completion_tokens >= asked)
+            continue;
+        lowered++;
+        most = r->completion_tokens > most ? r->completion_tokens : most;
+    }
+    if (lowered)
+        fprintf(out,
+                " %u output-clipped (finish_reason length after at most %ld "
+                "reply tokens while probe asked for max_tokens %lld: the "
+                "path or the server lowered max_tokens; raising "
+                "--max-tokens will not help);",
+                n, most, (long long)asked);
+    else
+        fprintf(out,
+                " %u output-clipped (finish_reason length; raise "
+                "--max-tokens);",
+                n);
 }
 
 /* Where recall breaks and why for kind k: the shortest failing length and
@@ -852,15 +1014,9 @@ static bool explain_kind(FILE *out, const struct probe_report_in *in,
     if (t.out[PROBE_DROPPED])
         explain_dropped(out, in, res, k);
     if (t.out[PROBE_MISSED])
-        fprintf(out,
-                " %u missed (prompt tokens intact; the model did "
-                "not recall);",
-                t.out[PROBE_MISSED]);
+        explain_missed(out, in, res, k, t.out[PROBE_MISSED]);
     if (t.out[PROBE_CLIPPED])
-        fprintf(out,
-                " %u output-clipped (finish_reason length; raise "
-                "--max-tokens);",
-                t.out[PROBE_CLIPPED]);
+        explain_clipped(out, in, res, k, t.out[PROBE_CLIPPED]);
     if (t.out[PROBE_ERROR])
         fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
                 err ? err : "?");

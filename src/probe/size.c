@@ -353,6 +353,9 @@ void probe_own_estimate(const struct probe_endpoint *e,
         const char *ct = json_string_value(json_object_get(m, "content"));
         size_t j = i < PROBE_MAX_MSGS ? i : PROBE_MAX_MSGS - 1;
         double t = e->cal_b * msg_units(m);
+        const char *rs =
+            json_string_value(json_object_get(m, "reasoning_content"));
+        sh->reason[j] += (unsigned)lround(e->cal_b * probe_text_units(rs));
         if (role && !strcmp(role, "user"))
             turn++;
         sh->tok[j] += (unsigned)lround(t);
@@ -365,5 +368,6 @@ void probe_own_estimate(const struct probe_endpoint *e,
     sh->total = total > 0 ? (unsigned)lround(total) : 0;
     /* the line misses by about 1% on the sim, more elsewhere */
     sh->err = e->cal_err + 0.03 * total;
+    sh->estimated = true;
     sh->frame = e->cal_a > 0 ? (unsigned)lround(e->cal_a) : 0;
 }

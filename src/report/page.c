@@ -415,18 +415,17 @@ int report_write(const struct report_in *in, const char *path, struct diag *d)
     char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        r = diag_set(d, errno, "cannot open '%s': %s", tmp, strerror(errno));
+        r = diag_set(d, errno, "cannot write '%s': %s", path, strerror(errno));
         goto out;
     }
     size_t w = fwrite(b.data, 1, b.len, f);
     if (fclose(f) || w != b.len) {
-        r = diag_set(d, EIO, "cannot write '%s'", tmp);
+        r = diag_set(d, EIO, "cannot write '%s'", path);
         unlink(tmp);
         goto out;
     }
     if (rename(tmp, path)) {
-        r = diag_set(d, errno, "cannot rename '%s' to '%s': %s", tmp, path,
-                     strerror(errno));
+        r = diag_set(d, errno, "cannot write '%s': %s", path, strerror(errno));
         unlink(tmp);
     }
 out:

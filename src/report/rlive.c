@@ -264,9 +264,12 @@ void rlive_summary(const json_t *doc, struct buf *b)
     const json_t *c;
     json_array_foreach(html_jget(doc, "cells"), i, c) done +=
         html_jint(c, "finished", 0);
-    const char *w = json_is_object(fb) ? "FAIL"
-                    : done             ? "PASS"
-                                       : "INCONCLUSIVE";
+    /* the command's word when the document has it (as the exit code),
+     * else from the breaks */
+    const char *w = html_jstr(doc, "verdict", NULL);
+    if (!w ||
+        (strcmp(w, "PASS") && strcmp(w, "FAIL") && strcmp(w, "INCONCLUSIVE")))
+        w = json_is_object(fb) ? "FAIL" : done ? "PASS" : "INCONCLUSIVE";
     buf_printf(b,
                "<li class=\"sum\" id=\"sum-probe-live\"><a "
                "href=\"#probe-live\">live sessions</a> <span class=\"v %s\">"

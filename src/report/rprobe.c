@@ -677,21 +677,24 @@ static void summary_row(struct buf *b, const char *who, const json_t *side)
     buf_adds(b, "%</td></tr>\n");
 }
 
-/* The verdict's word ("PASS", "FAIL", "INCONCLUSIVE") into w, the rest of
- * the line in *rest. A run stored before the verdict was kept has none:
- * INCONCLUSIVE, fail closed. */
+/* The verdict's word ("PASS", "FAIL", "INCONCLUSIVE": the document's
+ * "verdict") into w, and the terminal's line after its word
+ * ("verdict_line") in *rest. A run stored before they were kept has
+ * none: INCONCLUSIVE, fail closed. */
 static void verdict_of(const json_t *doc, char w[16], const char **rest)
 {
     const char *v = html_jstr(doc, "verdict", NULL);
-    const char *colon = v ? strchr(v, ':') : NULL;
-    if (!colon || colon - v >= 16) {
+    const char *line = html_jstr(doc, "verdict_line", NULL);
+    const char *colon = line ? strchr(line, ':') : NULL;
+    if (!v ||
+        (strcmp(v, "PASS") && strcmp(v, "FAIL") && strcmp(v, "INCONCLUSIVE"))) {
         snprintf(w, 16, "INCONCLUSIVE");
         *rest = "this run was stored without its verdict (probe stores it "
                 "since the report shows it)";
         return;
     }
-    snprintf(w, 16, "%.*s", (int)(colon - v), v);
-    *rest = colon + 1 + (colon[1] == ' ');
+    snprintf(w, 16, "%s", v);
+    *rest = colon ? colon + 1 + (colon[1] == ' ') : "";
 }
 
 /* probe's "where it breaks and why" per kind (the terminal's lines, kept

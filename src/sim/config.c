@@ -161,6 +161,11 @@ static const struct field *find(const char *name)
     return NULL;
 }
 
+bool sim_config_has(const char *name)
+{
+    return find(name) != NULL;
+}
+
 bool sim_config_is_flag(const char *name)
 {
     const struct field *f = find(name);

@@ -91,6 +91,8 @@ int sim_config_set(struct sim_config *c, const char *name, const char *value,
                    struct diag *d);
 /* True when name is a flag that takes no value. */
 bool sim_config_is_flag(const char *name);
+/* Whether name is one of the settings sim_config_set knows. */
+bool sim_config_has(const char *name);
 /* Applies every key of obj; on error c is unaltered. */
 int sim_config_apply_json(struct sim_config *c, json_t *obj, struct diag *d);
 /* Applies the comma-separated presets; on error c may be partly changed. */

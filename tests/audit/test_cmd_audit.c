@@ -436,6 +436,50 @@ static void test_spill_file_is_audited(void **state)
     buf_release(&err);
 }
 
+/* A spilled request whose message list holds elements that are no
+ * message objects ([{...}, 5, null]): the spill reader keeps them as
+ * sent, as the store's reader does, so the session is there for audit
+ * and show, and a finding says what is malformed. */
+static void test_spill_keeps_non_object_messages(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    struct xchg x;
+    struct diag d;
+    char *spill = xasprintf("%s/odd.spill.jsonl", dir);
+    xb_init(&x, 0, "ses_odd",
+            xb_body("m", json_pack("[o, i, n]",
+                                   xb_msg("user", "Remember 4812."), 5)));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "Noted.", NULL, NULL, 30, 20, "stop");
+    assert_int_equal(xchg_spill_append(spill, &x, &d), 0);
+    xb_release(&x);
+    const char *argv[] = {"audit", "--db",   db_path, "--spill",
+                          spill,   "--json", "-",     NULL};
+    run(argv, &out, &err);
+    json_t *j = json_loads(out.data, 0, NULL);
+    assert_non_null(j);
+    json_t *f = finding(j, "request.malformed_messages");
+    if (!f)
+        fail_msg("no request.malformed_messages finding:\n%s", out.data);
+    assert_string_equal(json_string_value(json_object_get(f, "session")),
+                        "ses_odd");
+    json_t *ev = json_object_get(f, "evidence");
+    assert_int_equal(json_integer_value(json_object_get(ev, "messages")), 3);
+    json_decref(j);
+    const char *show[] = {"show",    "ses_odd", "--db", db_path,
+                          "--spill", spill,     NULL};
+    int rc = run(show, &out, &err);
+    if (rc != 0)
+        fail_msg("show exit %d: %s", rc, buf_str(&err));
+    assert_non_null(strstr(buf_str(&out), "3 msgs"));
+    assert_non_null(strstr(buf_str(&out), "messages[1] is a number"));
+    unlink(spill);
+    free(spill);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_plural_of_one),
         cmocka_unit_test(test_sessions_and_show),
         cmocka_unit_test(test_spill_file_is_audited),
+        cmocka_unit_test(test_spill_keeps_non_object_messages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -579,6 +579,51 @@ static void test_title_by_structure_not_by_word(void **state)
     free_xs(xs, 2);
 }
 
+/* A title request is one by structure, not by its words: a request of
+ * session "title-ses_3" with a system prompt about titles (record's kind
+ * "title", by that word) whose user message quotes nothing ses_3 sent or
+ * got is not ses_3's title request, and keeps its own session; the one
+ * that quotes ses_3's first message joins it. */
+static void test_title_needs_the_quote_not_the_word(void **state)
+{
+    (void)state;
+    struct xchg xs[3];
+    req(&xs[0], 1,
+        json_pack("[o, o]", xb_msg("system", SYS),
+                  xb_msg("user", "write a game")),
+        "Here is the game.");
+    free(xs[0].session);
+    xs[0].session = xstrdup("ses_3");
+    hdr_req(&xs[1], 2, "title-ses_3", "title",
+            json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+                      xb_msg("user", "Name my novel about a lighthouse.")),
+            32);
+    struct audit_set set;
+    audit_set_init(&set);
+    for (size_t i = 0; i < 2; i++)
+        audit_set_add(&set, &xs[i]);
+    audit_set_attach_side(&set);
+    audit_set_order(&set);
+    assert_int_equal(set.n, 2);
+    assert_non_null(session_named(&set, "title-ses_3"));
+    audit_set_release(&set);
+    /* the same session quoting ses_3's message joins it */
+    hdr_req(&xs[2], 3, "title-ses_3", "title",
+            json_pack("[o, o, o]",
+                      xb_msg("system", "You are a title generator."),
+                      xb_msg("user", "Generate a title for this chat:"),
+                      xb_msg("user", "write a game")),
+            32);
+    audit_set_init(&set);
+    audit_set_add(&set, &xs[0]);
+    audit_set_add(&set, &xs[2]);
+    audit_set_attach_side(&set);
+    assert_int_equal(set.n, 1);
+    assert_int_equal(set.s[0].n, 2);
+    audit_set_release(&set);
+    free_xs(xs, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_subagent_prompt_with_appended_block),
         cmocka_unit_test(test_side_attached_by_exact_id),
         cmocka_unit_test(test_title_by_structure_not_by_word),
+        cmocka_unit_test(test_title_needs_the_quote_not_the_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -747,6 +747,29 @@ static void test_reasoning_used_the_budget(void **state)
     assert_int_equal(count_prefix(&l, "reasoning.budget"), 1);
     audit_list_release(&l);
     free_xs(xs, 4);
+
+    /* a stateless client asking one question (no history) three times
+     * with max_tokens 8: it took what came, each time (info); the same
+     * with history, sent again, is a harness that needed the text */
+    for (int hist = 0; hist < 2; hist++) {
+        for (int k = 0; k < 3; k++) {
+            json_t *m = hist ? json_pack("[o, o, o]", xb_msg("user", "hi"),
+                                         xb_msg("assistant", "Hello."),
+                                         xb_msg("user", "What is 2+2?"))
+                             : json_pack("[o]", xb_msg("user", "What is 2+2?"));
+            json_t *b = xb_body("m", m);
+            json_object_set_new(b, "max_tokens", json_integer(8));
+            xb_init(&xs[k], k + 1, "ses_q", b);
+            xb_reply(&xs[k], "", "Two plus two", NULL, 10, 8, "length");
+        }
+        run_audit(xs, 3, NULL, &l);
+        f = find_rule(&l, "reasoning.budget");
+        assert_non_null(f);
+        assert_int_equal(f->sev, hist ? AUDIT_WARN : AUDIT_INFO);
+        assert_int_equal(ev_int(f, "retries"), 2);
+        audit_list_release(&l);
+        free_xs(xs, 3);
+    }
 }
 
 int main(void)

@@ -409,6 +409,33 @@ static void test_resume_after_sigkill(void **state)
     buf_release(&out);
 }
 
+/* A configuration that could not be measured (its server exits at start:
+ * an unknown flag) is no evidence that it is harmless: no "no culprit"
+ * and no exit 0 while the others are harmless, but exit 1 naming it. */
+static void test_unmeasured_is_no_verdict(void **state)
+{
+    (void)state;
+    char cfg[128];
+    write_config("unmeasured", "", "[toggle broken]\nargs = --no-such-flag\n",
+                 cfg, sizeof(cfg));
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    json_t *j = NULL;
+    int rc =
+        run_bisect("unmeasured", cfg, "one-at-a-time", NULL, &out, &err, &j);
+    if (rc != 1 || !strstr(buf_str(&out), "no verdict: 1 configuration could "
+                                          "not be measured"))
+        fail_msg("exit %d:\n%s\n%s", rc, buf_str(&out), buf_str(&err));
+    assert_null(strstr(buf_str(&out), "no culprit:"));
+    assert_non_null(j);
+    assert_true(json_is_false(json_object_get(j, "all_measured")));
+    assert_true(json_is_false(json_object_get(j, "culprit")));
+    assert_string_equal(bisectfx_str(bisectfx_row(j, "broken"), "verdict"),
+                        "not measured");
+    json_decref(j);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_sigint_mid_configuration(void **state)
 {
     (void)state;
@@ -617,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_bad_config_is_exit_2),
         cmocka_unit_test(test_dry_run_launches_nothing),
         cmocka_unit_test(test_golden_that_exits_is_exit_3),
+        cmocka_unit_test(test_unmeasured_is_no_verdict),
         cmocka_unit_test(test_sigint_mid_configuration),
         cmocka_unit_test(test_sigint_while_comparing),
         cmocka_unit_test(test_stranger_on_a_port_is_refused),

@@ -174,8 +174,11 @@ static void test_sim_flags_differ(void **state)
     proc_stop(&b);
     assert_int_equal(rc, 0);
     assert_int_equal(rc2, 0);
-    assert_string_equal(buf_str(&same),
-                        "no difference in what the 2 servers report\n");
+    char want[256];
+    snprintf(want, sizeof(want),
+             "[1] %s\n[2] %s\nno difference in what the 2 servers report\n", ua,
+             ua);
+    assert_string_equal(buf_str(&same), want);
     json_t *j = json_loads(buf_str(&out), 0, NULL);
     assert_non_null(j);
     json_t *d = json_object_get(j, "differences");

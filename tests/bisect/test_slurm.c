@@ -31,6 +31,7 @@
 #include "util/bisectfx.h"
 #include "util/marked.h"
 #include "util/proc.h"
+#include "util/rec.h"
 #include "util/slurm.h"
 
 static struct slurm_cluster cl;
@@ -344,6 +345,82 @@ static void test_resume_cancels_and_resubmits(void **state)
     buf_release(&err);
 }
 
+/* The port from the job's first log line ("fidelity bisect: starting on
+ * 127.0.0.1:PORT: ..."), waiting up to secs for it; 0 when it never
+ * came. */
+static int port_in_log(const char *log, double secs)
+{
+    double end = marked_now() + secs;
+    while (marked_now() < end) {
+        FILE *f = fopen(log, "r");
+        char line[512] = "";
+        int port = 0;
+        if (f) {
+            const char *k = "starting on 127.0.0.1:";
+            if (fgets(line, sizeof(line), f) && strstr(line, k))
+                port = atoi(strstr(line, k) + strlen(k));
+            fclose(f);
+        }
+        if (port > 0)
+            return port;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* A server that never listens, and a stranger (a sim this test starts,
+ * outside the job) that takes the job's port after the job picked it:
+ * the port answers, but not from the server bisect launched. The job
+ * sees that its port's listener is no process it started and stops, so
+ * bisect reports the golden not started (exit 3) and measures nothing. */
+static void test_stranger_on_the_jobs_port(void **state)
+{
+    (void)state;
+    need_cluster();
+    char cfg[128], od[128], log[192], errf[192];
+    write_config("stranger", "exec sleep 300 # {port}",
+                 "[toggle a]\nargs = -a\n", cfg, sizeof(cfg));
+    snprintf(od, sizeof(od), "%s/stranger/out", dir);
+    snprintf(log, sizeof(log), "%s/golden.server.log", od);
+    snprintf(errf, sizeof(errf), "%s/stranger/bisect.err", dir);
+    pid_t b = fork();
+    if (b == 0) {
+        int fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int nul = open("/dev/null", O_RDWR);
+        dup2(nul, 0);
+        dup2(nul, 1);
+        dup2(fd, 2);
+        execl(fidelity_bin(), fidelity_bin(), "bisect", cfg, "--out", od,
+              (char *)NULL);
+        _exit(127);
+    }
+    bg = b;
+    int port = port_in_log(log, 30);
+    assert_true(port > 0);
+    char listen[64];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    struct proc stranger;
+    const char *sa[] = {"sim", "--listen", listen, NULL};
+    assert_int_equal(proc_start(&stranger, sa), 0);
+    int st = 0;
+    double t0 = marked_now();
+    while (waitpid(b, &st, WNOHANG) == 0 && marked_now() - t0 < 60)
+        usleep(100000);
+    proc_stop(&stranger);
+    struct buf err = BUF_INIT;
+    rec_read_file(errf, &err);
+    if (waitpid(b, &st, WNOHANG) == 0 && kill(b, 0) == 0)
+        fail_msg("bisect still runs after 60 s:\n%s", buf_str(&err));
+    bg = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 3 ||
+        !strstr(buf_str(&err), "the golden did not start") ||
+        !strstr(buf_str(&err), "this job did not start"))
+        fail_msg("exit %d, unexpected report:\n%s",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, buf_str(&err));
+    assert_int_equal(our_jobs(), 0);
+    buf_release(&err);
+}
+
 static void test_dry_run_prints_the_scripts(void **state)
 {
     (void)state;
@@ -393,6 +470,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume_cancels_and_resubmits,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_five_ranked_through_slurm, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stranger_on_the_jobs_port, setup,
                                         teardown),
     };
     if (getenv("TEST_FILTER"))

@@ -96,6 +96,34 @@ static void test_no_store_writes_no_store(void **state)
     buf_release(&out);
 }
 
+/* Nothing is judged on nothing: an endpoint that answers every case with
+ * HTTP 500 gets no pass rate (0% was a PASS under --fail-under 0) but an
+ * error naming the count and the first error, exit 1. */
+static void test_no_usable_answer_is_an_error(void **state)
+{
+    (void)state;
+    struct proc sim;
+    const char *sargv[] = {"sim",        "--listen", "127.0.0.1:0",
+                           "--rate-500", "1",        NULL};
+    assert_int_equal(proc_start(&sim, sargv), 0);
+    const char *argv[] = {
+        "probe",     "--endpoint", proc_url(&sim), "--no-store", "--kinds",
+        "needle",    "--lengths",  "1k",           "--depths",   "0,50",
+        "--retries", "0",          "--fail-under", "0",          NULL};
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    int code = proc_run(argv, NULL, &out, &err, 120);
+    proc_stop(&sim);
+    if (code != 1 ||
+        !strstr(buf_str(&err), "no case could be judged: none "
+                               "of the 2 finished cases got a "
+                               "usable answer") ||
+        !strstr(buf_str(&err), "HTTP 500"))
+        fail_msg("exit %d:\n%s\n%s", code, buf_str(&out), buf_str(&err));
+    assert_null(strstr(buf_str(&out), "PASS"));
+    buf_release(&out);
+    buf_release(&err);
+}
+
 static void test_store_options_same_in_both_helps(void **state)
 {
     (void)state;
@@ -114,6 +142,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_store_writes_no_store),
+        cmocka_unit_test(test_no_usable_answer_is_an_error),
         cmocka_unit_test(test_store_options_same_in_both_helps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -528,6 +528,42 @@ static void null_logprobs(void *ud, const char *method, const char *path,
     buf_release(&raw);
 }
 
+/* The same proxy with the third negative number of every answer (a
+ * logprob) sent as NaN, or as -Infinity (ud of the proxy: the sim's URL;
+ * which one is the static below), as a server with a broken kernel
+ * answers: one bad value among good ones. */
+static const char *bad_literal = "NaN";
+static void one_bad_logprob(void *ud, const char *method, const char *path,
+                            const char *body, size_t len, long *status,
+                            const char **ctype, struct buf *out)
+{
+    struct buf raw = BUF_INIT;
+    no_chat(ud, method, path, body, len, status, ctype, &raw);
+    const char *p = raw.data ? raw.data : "", *end = p + raw.len;
+    bool in_str = false;
+    int seen = 0;
+    for (; p < end; p++) {
+        if (in_str) {
+            buf_add(out, p, 1);
+            if (*p == '\\' && p + 1 < end)
+                buf_add(out, ++p, 1);
+            else if (*p == '"')
+                in_str = false;
+            continue;
+        }
+        if (*p == '"')
+            in_str = true;
+        if (*p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9' &&
+            ++seen == 3) {
+            buf_adds(out, bad_literal);
+            p += strspn(p + 1, "+-.0123456789eE");
+            continue;
+        }
+        buf_add(out, p, 1);
+    }
+    buf_release(&raw);
+}
+
 /* The same proxy answering every chat request with vLLM's 400 for a
  * request over the context. */
 static void chat_too_long(void *ud, const char *method, const char *path,
@@ -604,7 +640,37 @@ static void test_null_logprobs_are_an_error(void **state)
     assert_null(summary);
     assert_non_null(strstr(buf_str(&out), "no position could be compared"));
     assert_non_null(strstr(buf_str(&out), "usable logprob"));
+    /* with an example of what the server sent */
+    if (!strstr(buf_str(&out), ": logprob null"))
+        fail_msg("no example:\n%s", buf_str(&out));
     buf_release(&out);
+}
+
+/* One NaN (or -Infinity) among good logprobs: the server's fault, an
+ * error with the count and the first bad value (exit 1, no summary),
+ * never a verdict over the positions left. */
+static void test_nan_logprob_is_the_servers_fault(void **state)
+{
+    (void)state;
+    static const char *const lit[] = {"NaN", "-Infinity"};
+    static const char *const shown[] = {"logprob NaN", "logprob -Infinity"};
+    for (int k = 0; k < 2; k++) {
+        json_t *summary;
+        struct buf out;
+        int rc;
+        bad_literal = lit[k];
+        candidate_behind(one_bad_logprob, &summary, &out, &rc);
+        if (rc != 1)
+            fail_msg("exit %d:\n%s", rc, buf_str(&out));
+        assert_null(summary);
+        assert_non_null(strstr(buf_str(&out), "candidate"));
+        assert_non_null(strstr(buf_str(&out), "no logprob can be"));
+        assert_non_null(strstr(buf_str(&out), shown[k]));
+        assert_non_null(strstr(buf_str(&out), "the server's fault"));
+        assert_null(strstr(buf_str(&out), "verdict"));
+        buf_release(&out);
+        teardown(NULL);
+    }
 }
 
 static void test_refused_arm_is_never_pass(void **state)
@@ -667,7 +733,10 @@ int main(void)
         T(test_warm_fault_on_the_threshold),
         T(test_greedy_divergence_is_reported),
         T(test_arm_fits_a_byte_level_context),
+        T(test_nan_logprob_is_the_servers_fault),
         T(test_null_logprobs_are_an_error),
     };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

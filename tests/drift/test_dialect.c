@@ -154,9 +154,17 @@ static void test_nan_and_infinity_are_sanitized(void **state)
     struct drift_lp lp;
     drift_lp_init(&lp);
     parse_one(DRIFT_DIALECT_VLLM, text, &lp);
-    assert_false(lp.valid[1]); /* NaN: counted invalid, not a number */
-    assert_true(lp.valid[2]);  /* -Infinity: probability 0 */
+    /* no logprob can be NaN or an infinity: both invalid and counted as
+     * the server's fault, the first named */
+    assert_false(lp.valid[1]);
+    assert_false(lp.valid[2]);
     assert_true(lp.pos[2].forced_lp < -1e299);
+    assert_int_equal(lp.n_bad, 2);
+    assert_int_equal(lp.bad_at, 1);
+    struct diag d = {{0}};
+    assert_int_equal(drift_lp_check(&lp, &d), -EBADMSG);
+    assert_non_null(strstr(d.msg, "2 values no logprob can be"));
+    assert_non_null(strstr(d.msg, "position 1: logprob NaN"));
     drift_lp_release(&lp);
 }
 

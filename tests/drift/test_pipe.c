@@ -236,14 +236,23 @@ static void test_first_error_wins(void **state)
 }
 
 /* Lent answers (the pipe reads them where they are) fold exactly as
- * owned ones, also an answer the reader refuses as it is (a bare NaN: it
- * is sanitized in a copy), and the lent texts are left as they were. */
+ * owned ones; an answer the reader refuses as it is (a bare NaN: it is
+ * sanitized in a copy) stops both alike, as the server's fault, with the
+ * same message, and the lent texts are left as they were. */
 static void test_lent_answers_read_alike(void **state)
 {
     (void)state;
     struct src s;
     struct out owned, lent;
     src_init(&s);
+    run(&s, 1, &owned);
+    assert_int_equal(owned.ret, 0);
+    s.lent = true;
+    run(&s, 3, &lent);
+    same(&owned, &lent);
+    drift_analysis_release(&lent.an);
+    drift_analysis_release(&owned.an);
+    s.lent = false;
     /* a bare NaN for the first top logprob of sequence 5's candidate */
     char *t = strstr(s.text[5][2], "\"input_top_logprobs\":[null,[[");
     assert_non_null(t);
@@ -257,11 +266,13 @@ static void test_lent_answers_read_alike(void **state)
         for (int k = 0; k < DRIFT_PASSES; k++)
             before[i][k] = strdup(s.text[i][k]);
     run(&s, 1, &owned);
-    assert_int_equal(owned.ret, 0);
+    assert_int_equal(owned.ret, -EBADMSG);
+    assert_non_null(strstr(owned.msg, ": top-logprob NaN"));
     s.lent = true;
     for (unsigned th = 1; th <= 3; th += 2) {
         run(&s, th, &lent);
-        same(&owned, &lent);
+        assert_int_equal(lent.ret, owned.ret);
+        assert_string_equal(lent.msg, owned.msg);
         drift_analysis_release(&lent.an);
     }
     for (size_t i = 0; i < NSEQ; i++)

@@ -1,7 +1,8 @@
 /*
  * `make install` and `make uninstall` as a packager runs them: into a
- * DESTDIR with PREFIX=/usr. The installed files are exactly the binary and
- * one man page per command in the table (plus fidelity(1)); the installed
+ * DESTDIR with PREFIX=/usr. The installed files are exactly the binary,
+ * one man page per command in the table (plus fidelity(1)) and the bash
+ * and zsh completion; the installed
  * binary runs, `man` renders an installed page, and uninstall removes
  * those files and nothing else that lives beside them. Also: `make deps`
  * finds every part the tests use present.
@@ -75,13 +76,16 @@ static void put(const char *rel)
 }
 
 /* What the directory must hold after install: the neighbours, the binary,
- * fidelity.1 and a page per command of the table, sorted as files() is. */
+ * fidelity.1 and a page per command of the table, the bash and zsh
+ * completion, sorted as files() is. */
 static void expected(struct buf *want)
 {
     struct buf list = BUF_INIT;
     buf_adds(&list, "./usr/bin/fidelity\n./usr/bin/other\n"
                     "./usr/share/man/man1/fidelity.1\n"
-                    "./usr/share/man/man1/other.1\n");
+                    "./usr/share/man/man1/other.1\n"
+                    "./usr/share/bash-completion/completions/fidelity\n"
+                    "./usr/share/zsh/site-functions/_fidelity\n");
     for (const struct cmd *c = commands; c->name; c++)
         buf_printf(&list, "./usr/share/man/man1/fidelity-%s.1\n", c->name);
     char *path = xasprintf("%s.list", dir);

@@ -404,7 +404,7 @@ static void test_interrupt_then_rerun_sends_no_finished_session(void **state)
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1); /* interrupted */
+    assert_int_equal(WEXITSTATUS(status), 130); /* interrupted */
     long first = chat_count(sim);
 
     struct run r;

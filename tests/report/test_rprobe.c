@@ -187,7 +187,8 @@ static void test_verdict_and_causes(void **state)
     json_object_set_new(json_array_get(json_object_get(sd, "kinds"), 0), "why",
                         json_string("fails from 1k on (5 failed): <script>"));
     json_t *doc =
-        json_pack("{s:s, s:s, s:o}", "format", "fidelity-probe/1", "verdict",
+        json_pack("{s:s, s:s, s:s, s:o}", "format", "fidelity-probe/1",
+                  "verdict", "FAIL", "verdict_line",
                   "FAIL: the pass rate 50.0% is below "
                   "--fail-under 90%",
                   "results", sd);

@@ -117,6 +117,17 @@ static size_t keep_last(json_t *msgs, unsigned n)
     return t - n;
 }
 
+/* Keeps the last n messages after the system prompt, wherever that cuts
+ * a turn (a window by messages may start on an assistant message). */
+static size_t keep_last_msgs(json_t *msgs, unsigned n)
+{
+    size_t s = n_system(msgs), len = json_array_size(msgs);
+    if (len - s <= n)
+        return 0;
+    drop_range(msgs, s, len - n);
+    return len - n - s;
+}
+
 static size_t drop_oldest(json_t *msgs, unsigned k)
 {
     size_t starts[4096];
@@ -299,6 +310,8 @@ static void rewrite_msgs(struct gateway *g, json_t *j, struct gateway_counts *n)
         n->turns_dropped += (unsigned)drop_oldest(msgs, o->drop_oldest);
     if (o->keep_last)
         n->turns_dropped += (unsigned)keep_last(msgs, o->keep_last);
+    if (o->keep_last_msgs)
+        n->msgs_dropped += (unsigned)keep_last_msgs(msgs, o->keep_last_msgs);
     if (o->prune_tools)
         prune(msgs, o->prune_keep, n);
     if (o->strip_reasoning)

@@ -8,11 +8,11 @@
  *
  * JSON request bodies that carry a `messages` array are rewritten by the
  * options below, applied in this order: compaction, drop the oldest K
- * turns, keep the last N turns, prune tool results, strip reasoning, clip,
- * set a field. /tokenize requests are rewritten too only when `tokenize`
- * is set (and then a `prompt` string is clipped as well). With
- * `fail_first` the first attempt of each distinct request (method, path
- * and the body as forwarded) is answered 429, so that a client retries.
+ * turns, keep the last N turns, keep the last N messages, prune tool
+ * results, strip reasoning, clip, set a field. /tokenize requests are rewritten
+ * too only when `tokenize` is set (and then a `prompt` string is clipped as
+ * well). With `fail_first` the first attempt of each distinct request (method,
+ * path and the body as forwarded) is answered 429, so that a client retries.
  *
  * A turn is a user message and everything up to the next user message;
  * the leading system (and developer) messages are never dropped, and the
@@ -28,8 +28,12 @@
 #include <stddef.h>
 
 struct gateway_opts {
-    unsigned keep_last;   /* keep the last N turns; 0: off */
-    unsigned drop_oldest; /* drop the oldest K turns; 0: off */
+    unsigned keep_last;      /* keep the last N turns; 0: off */
+    unsigned drop_oldest;    /* drop the oldest K turns; 0: off */
+    unsigned keep_last_msgs; /* keep the last N messages after the system
+                                prompt (a window by messages: with an odd
+                                N it starts on an assistant message); 0:
+                                off */
     /* Compaction: when the history holds more than N turns, every turn but
      * the last is replaced by one summary message (role user, text
      * starting "Summary of the earlier conversation"). The gateway
@@ -62,6 +66,7 @@ struct gateway_counts {
     unsigned rewritten; /* bodies forwarded changed (chat and tokenize) */
     unsigned tokenize_rewritten;
     unsigned turns_dropped; /* by keep_last and drop_oldest */
+    unsigned msgs_dropped;  /* by keep_last_msgs */
     unsigned compactions;   /* summaries made (not summaries re-applied) */
     unsigned summarised;    /* requests that went out with a summary */
     unsigned clipped;       /* strings cut */

@@ -496,7 +496,7 @@ static int report(const struct bisect_config *c, const struct opts *o,
         all_measured &= rows[i].v.measured;
     json_object_set_new(j, "all_measured", json_boolean(all_measured));
     json_object_set_new(j, "verdict",
-                        json_string(rk.culprit       ? "FAIL"
+                        json_string(rk.culprit      ? "FAIL"
                                     : !all_measured ? "INCONCLUSIVE"
                                                     : "PASS"));
     int rc = rk.culprit || !all_measured ? EXIT_FAIL : EXIT_PASS;

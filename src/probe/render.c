@@ -510,6 +510,15 @@ static json_t *kinds_json(const struct probe_report_in *in,
     return ks;
 }
 
+/* A case the stored run keeps as an example: one that ran and did not
+ * pass. */
+static bool is_example(const json_t *c)
+{
+    const char *oc = json_string_value(json_object_get(c, "outcome"));
+    return !json_is_true(json_object_get(c, "passed")) &&
+           !(oc && !strcmp(oc, "not-run"));
+}
+
 static json_t *side_json(const struct probe_report_in *in,
                          const struct probe_result *res)
 {
@@ -531,8 +540,16 @@ static json_t *side_json(const struct probe_report_in *in,
                         json_integer((json_int_t)probe_sizing_under(in, res)));
     json_object_set_new(s, "cells", cells_json(in, res));
     json_t *cases = json_array();
-    for (size_t i = 0; i < in->n; i++)
-        json_array_append_new(cases, case_json(&in->specs[i], &res[i]));
+    for (size_t i = 0; i < in->n; i++) {
+        json_t *c = case_json(&in->specs[i], &res[i]);
+        if (in->max_cases && !is_example(c)) {
+            json_decref(c);
+            continue;
+        }
+        json_array_append_new(cases, c);
+        if (in->max_cases && json_array_size(cases) >= in->max_cases)
+            break;
+    }
     json_object_set_new(s, "case_results", cases);
     return s;
 }

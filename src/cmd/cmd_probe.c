@@ -1074,7 +1074,8 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
                                  .bres = run.bres,
                                  .n = n,
                                  .config = cfg,
-                                 .interrupted = run.interrupted};
+                                 .interrupted = run.interrupted,
+                                 .fail_under = o->fail_under};
     /* without --json the document is only kept (and drawn by --report
      * from what is kept): the cases it keeps, not one object per case */
     if (!o->json)

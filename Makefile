@@ -243,15 +243,18 @@ uninstall:
 
 # The report's golden files (tests/report/golden/), rewritten from seeded
 # runs against fidelity sim; review the diff before committing it.
-golden-report: $(BIN) $(BUILD)/tests/report/test_report_e2e
+golden-report: $(BIN) $(BUILD)/tests/report/test_report_e2e \
+               $(BUILD)/tests/report/test_rbisect
 	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
-	  sh tests/run.sh $(BUILD)/tests/report/test_report_e2e
+	  sh tests/run.sh $(BUILD)/tests/report/test_rbisect \
+	  $(BUILD)/tests/report/test_report_e2e
 
 # Every golden file (tests/*/golden/): the commands' text and JSON
 # (tests/*/test_golden_*.c), the report's sections and probe's text report,
 # rewritten by their tests; review the diff before committing it.
 GOLDEN_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/*/test_golden_*.c)) \
-              $(BUILD)/tests/report/test_report_e2e $(BUILD)/tests/probe/test_report
+              $(BUILD)/tests/report/test_report_e2e $(BUILD)/tests/report/test_rbisect \
+              $(BUILD)/tests/probe/test_report
 golden: $(BIN) $(GOLDEN_BIN)
 	@FIDELITY_GOLDEN_UPDATE=1 FIDELITY_BIN=$(abspath $(BIN)) BUILD=$(BUILD) \
 	  sh tests/run.sh $(GOLDEN_BIN)

@@ -14,8 +14,15 @@
 #    one by one): with the run's cache of /tokenize answers by content
 #    hash, against the same run with the cache off
 #    (FIDELITY_PROBE_TOKENIZE_CACHE=off), counted at the sim (/sim/stats).
+# 4. With SCALE="1000 10000 100000" (sizes of your choice, multiples of
+#    1,000 above it, at most 101,000): the peak RSS of runs of that many
+#    1k-token needle cases (1,000 repeats at each of n / 1,000 depths) with
+#    a baseline (the same sim) at -j 16, one run per size, and the largest
+#    over the smallest:
+#    whether memory stays flat with the number of cases (goal: within 10%).
 #
 # Usage: sh bench/probe.sh        (N=40 CASES=1000 by default)
+#        SCALE="1000 10000" sh bench/probe.sh      (only part 4)
 set -eu
 for t in /usr/bin/time curl; do
     command -v $t >/dev/null || { echo "bench/probe.sh: $t is required; run 'make bench-deps'" >&2; exit 2; }
@@ -50,6 +57,24 @@ tv() {
 }
 # the probe command (word-split on purpose: no spaces in its parts)
 probe="./fidelity probe --endpoint $url --kinds needle --lengths 128k --depths 50 --db $tmp/bench.db --fresh"
+
+if [ -n "${SCALE:-}" ]; then
+    echo "== peak RSS by number of cases (1k tokens, needle, baseline, -j 16)"
+    first=""; last=""
+    for n in $SCALE; do
+        # n cases: up to 1,000 repeats at each of n / 1,000 depths
+        if [ "$n" -le 1000 ]; then d=1; r=$n; else d=$((n / 1000)); r=1000; fi
+        depths=$(seq -s, 0 $((d - 1)))
+        tv ./fidelity probe --endpoint "$url" --baseline "$url" --kinds needle \
+            --lengths 1k --depths "$depths" --repeats "$r" -j 16 \
+            --db "$tmp/scale-$n.db" --fresh
+        echo "$n cases: peak RSS $((rss / 1024)) MiB ($cpu s CPU)"
+        [ -n "$first" ] || first=$rss
+        last=$rss
+    done
+    awk -v a="$first" -v b="$last" 'BEGIN{ printf "largest / smallest: %.2f (goal <= 1.10: %s)\n", b/a, b/a <= 1.10 ? "met" : "NOT met" }'
+    exit 0
+fi
 
 # shellcheck disable=SC2086
 echo "== client CPU per 128k-token case (sim at $url, N=$N)"

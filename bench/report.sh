@@ -18,7 +18,8 @@
 # includes waiting for a core.
 #
 # Usage: sh bench/report.sh   (REPEATS=76 -> 10,032 cases, ROUNDS=5,
-#                              PYTHON=/usr/bin/python3)
+#                              PYTHON=/usr/bin/python3, OLD_BIN=path of
+#                              another fidelity build to compare with)
 set -eu
 cd "$(dirname "$0")/.."
 REPEATS=${REPEATS:-76}
@@ -80,6 +81,22 @@ ft=$(cut -d' ' -f1 "$tmp/f.t" | median)
 fc=$(cut -d' ' -f2 "$tmp/f.t" | median)
 fsize=$(stat -c %s "$tmp/report.html")
 echo "fidelity report: median wall $ft s, CPU $fc s of $ROUNDS; page $fsize bytes"
+
+# OLD_BIN: another build of fidelity (say of the last release) drawing the
+# same stored run, for a change's cost: its times, size and the ratios
+if [ -n "${OLD_BIN:-}" ]; then
+    tfile=$tmp/o.t
+    for _ in $(seq "$ROUNDS"); do
+        timed sh -c 'for i in $(seq 20); do
+            "$3" report --db "$1" --no-drift --no-audit -o "$2" >/dev/null
+        done' sh "$tmp/b.db" "$tmp/old.html" "$OLD_BIN"
+    done
+    ot=$(cut -d' ' -f1 "$tmp/o.t" | median)
+    oc=$(cut -d' ' -f2 "$tmp/o.t" | median)
+    osize=$(stat -c %s "$tmp/old.html")
+    echo "OLD_BIN report: median wall $ot s, CPU $oc s of $ROUNDS; page $osize bytes"
+    echo "ratio (this / OLD_BIN): wall $(echo "$ft / $ot" | bc -l | xargs printf '%.3f'), CPU $(echo "$fc / $oc" | bc -l | xargs printf '%.3f'), size $(echo "$fsize / $osize" | bc -l | xargs printf '%.3f')"
+fi
 
 if ! "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
     echo "matplotlib: not installed (apt-get install python3-matplotlib, or make bench-deps)"

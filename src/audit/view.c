@@ -564,6 +564,14 @@ static void kinds_by_structure(struct areq *r, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         struct areq *q = &r[i];
+        /* a title by a word (record's first guess: "title" early in the
+         * system prompt) that carries a conversation, or tools, is no
+         * title: a chat about book titles is a conversation */
+        if (q->msgs && !strcmp(q->kind, "title") &&
+            (q->tools || q->users > 2 || q->lin->cum_assistants[q->nmsg])) {
+            q->kind = "main";
+            continue;
+        }
         if (!q->msgs || !strcmp(q->kind, "title") ||
             !strcmp(q->kind, "compaction"))
             continue;

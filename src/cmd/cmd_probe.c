@@ -778,13 +778,14 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
 
 /* What probe_run keeps of the report: the whole document but the cases,
  * of which only the first failed ones per side stay, as many as the HTML
- * report shows (fidelity report draws the same page from it). */
+ * report shows (fidelity report draws the same page from it). The
+ * document's parts are shared, not copied. */
 static json_t *stored_summary(const json_t *j)
 {
-    json_t *sum = json_deep_copy(j);
+    json_t *sum = json_copy((json_t *)j);
     static const char *const sides[] = {"results", "baseline_results"};
     for (int s = 0; s < 2; s++) {
-        json_t *side = json_object_get(sum, sides[s]);
+        json_t *side = json_object_get(j, sides[s]);
         json_t *cases = json_object_get(side, "case_results"), *keep;
         size_t i;
         json_t *c;
@@ -801,7 +802,9 @@ static json_t *stored_summary(const json_t *j)
                 break;
             json_array_append(keep, c);
         }
-        json_object_set_new(side, "case_results", keep);
+        json_t *side2 = json_copy(side);
+        json_object_set_new(side2, "case_results", keep);
+        json_object_set_new(sum, sides[s], side2);
     }
     return sum;
 }
@@ -1071,7 +1074,12 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
                                  .bres = run.bres,
                                  .n = n,
                                  .config = cfg,
-                                 .interrupted = run.interrupted};
+                                 .interrupted = run.interrupted,
+                                 .fail_under = o->fail_under};
+    /* without --json the document is only kept (and drawn by --report
+     * from what is kept): the cases it keeps, not one object per case */
+    if (!o->json)
+        in.max_cases = REPORT_PROBE_EXAMPLES;
     code = finish(o, out, &run, &in, db);
     json_decref(cfg);
     free(run.res);

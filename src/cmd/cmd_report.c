@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bisect/inspect.h"
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
 #include "cmd/recorded.h"
@@ -27,7 +28,8 @@
 const char CMD_REPORT_HELP[] =
     "usage: fidelity report [--db FILE] [--probe-run ID] [--probe-live-run "
     "ID]\n"
-    "                       [--drift-run ID] [--session KEY] [-o FILE]\n"
+    "                       [--drift-run ID] [--session KEY] [--bisect FILE]\n"
+    "                       [-o FILE]\n"
     "\n"
     "Writes one self-contained HTML page (inline CSS and SVG, no script,\n"
     "nothing fetched) with the pictures of what the store holds: probe's\n"
@@ -43,6 +45,12 @@ const char CMD_REPORT_HELP[] =
     "                     probe --live run to draw (default: the latest)\n"
     "  --drift-run ID     drift run to draw (default: the latest)\n"
     "  --session KEY      draw only this recorded session\n"
+    "  --bisect FILE      add the bisect run in FILE ('fidelity bisect --json\n"
+    "                     FILE'; bisect keeps its runs in its --out "
+    "directory,\n"
+    "                     not in the store); with --probe-run and "
+    "--drift-run,\n"
+    "                     one page for the runs of one investigation\n"
     "  --no-probe, --no-drift, --no-audit   leave a section out\n"
     "                     (--no-probe: scripted and live probe runs)\n"
     "  -o, --output FILE  where to write (default report.html, '-' stdout)\n"
@@ -57,7 +65,8 @@ const char CMD_REPORT_HELP[] =
     "examples:\n"
     "  fidelity report\n"
     "  fidelity report --db runs.db --probe-run 3 -o probe3.html\n"
-    "  fidelity report --session 7f3a --no-probe --no-drift\n";
+    "  fidelity report --session 7f3a --no-probe --no-drift\n"
+    "  fidelity report --bisect bisect.json --no-probe --no-audit\n";
 
 enum {
     O_PROBE_RUN = 256,
@@ -66,12 +75,13 @@ enum {
     O_SESSION,
     O_NO_PROBE,
     O_NO_DRIFT,
-    O_NO_AUDIT
+    O_NO_AUDIT,
+    O_BISECT
 };
 
 struct args {
     struct recorded_args rec;
-    const char *out, *session;
+    const char *out, *session, *bisect;
     long long probe_id, live_id, drift_id;
     bool no_probe, no_drift, no_audit;
 };
@@ -85,6 +95,59 @@ static time_t report_now(void)
     return time(NULL);
 }
 
+/* What each endpoint of in's documents said about itself, normalised as
+ * `fidelity inspect` prints it, into in->servers, and the fields that
+ * differ into in->server_diff; both owned by *own (release with
+ * json_decref). probe keeps the answers as server_info {"models",
+ * "get_server_info", ...}, drift as {"/v1/models", ...}. */
+static void add_servers(struct report_in *in, json_t **own)
+{
+    static const struct {
+        const char *role, *doc, *side;
+    } eps[] = {{"probe endpoint", "probe", "endpoint"},
+               {"probe baseline", "probe", "baseline"},
+               {"probe --live endpoint", "live", "endpoint"},
+               {"drift golden", "drift", "golden"},
+               {"drift candidate", "drift", "candidate"}};
+    json_t *servers = json_array(), *fps[8];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(eps) / sizeof(eps[0]); i++) {
+        const json_t *doc = !strcmp(eps[i].doc, "probe")  ? in->probe
+                            : !strcmp(eps[i].doc, "live") ? in->live
+                                                          : in->drift;
+        const json_t *e = json_object_get(doc, eps[i].side);
+        if (!json_is_object(e))
+            continue;
+        const json_t *si = json_object_get(e, "server_info");
+        json_t *answers = json_object();
+        const char *k;
+        json_t *v;
+        if (json_is_object(si)) {
+            json_object_foreach((json_t *)si, k, v)
+            {
+                char *key =
+                    xasprintf("/%s", strcmp(k, "models") ? k : "v1/models");
+                json_object_set(answers, key, v);
+                free(key);
+            }
+        } else if (json_is_object(json_object_get(e, "fingerprint")))
+            json_object_update(answers, json_object_get(e, "fingerprint"));
+        const char *url = json_string_value(json_object_get(e, "url"));
+        fps[n] = inspect_normalise(url, answers);
+        json_decref(answers);
+        json_array_append_new(servers,
+                              json_pack("{s:s, s:O}", "role", eps[i].role,
+                                        "fingerprint", fps[n]));
+        n++;
+    }
+    json_t *diff = n > 1 ? inspect_diff(fps, n) : json_array();
+    for (size_t i = 0; i < n; i++)
+        json_decref(fps[i]);
+    *own = json_pack("{s:o, s:o}", "servers", servers, "diff", diff);
+    in->servers = n ? servers : NULL;
+    in->server_diff = diff;
+}
+
 /* Writes in's documents with argv's command line and the time now. */
 static int hook_write(const char *cmd, const char *path, int argc, char **argv,
                       struct report_in *in)
@@ -94,7 +157,10 @@ static int hook_write(const char *cmd, const char *path, int argc, char **argv,
     in->version = FIDELITY_VERSION;
     in->cmdline = line;
     in->generated = report_now();
+    json_t *own = NULL;
+    add_servers(in, &own);
     int r = report_write(in, path, &d);
+    json_decref(own);
     free(line);
     if (r)
         return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
@@ -130,6 +196,7 @@ static int parse(int argc, char **argv, struct args *a)
         {"no-probe", no_argument, NULL, O_NO_PROBE},
         {"no-drift", no_argument, NULL, O_NO_DRIFT},
         {"no-audit", no_argument, NULL, O_NO_AUDIT},
+        {"bisect", required_argument, NULL, O_BISECT},
         {"output", required_argument, NULL, 'o'},
         {NULL, 0, NULL, 0},
     };
@@ -168,6 +235,9 @@ static int parse(int argc, char **argv, struct args *a)
         case O_NO_AUDIT:
             a->no_audit = true;
             break;
+        case O_BISECT:
+            a->bisect = optarg;
+            break;
         case 'o':
             a->out = optarg;
             break;
@@ -203,6 +273,30 @@ static int load_run(sqlite3 *db, const struct args *a, enum run_kind k,
                      "%s in '%s'", d.msg, a->rec.db);
 }
 
+/* bisect --json's document; 0, or the exit code after the message. */
+static int load_bisect(const char *path, json_t **doc, char **origin)
+{
+    json_error_t e;
+    *doc = json_load_file(path, 0, &e);
+    if (!*doc)
+        return cli_usage_error("report",
+                               "cannot read bisect run '%s': %s (give the "
+                               "file 'fidelity bisect --json FILE' wrote)",
+                               path, e.text);
+    const char *schema = json_string_value(json_object_get(*doc, "schema"));
+    if (!schema || strcmp(schema, "fidelity.bisect/1")) {
+        json_decref(*doc);
+        *doc = NULL;
+        return cli_usage_error("report",
+                               "'%s' is not a bisect run (no \"schema\": "
+                               "\"fidelity.bisect/1\"); give the file "
+                               "'fidelity bisect --json FILE' wrote",
+                               path);
+    }
+    *origin = xasprintf("bisect run in '%s'", path);
+    return 0;
+}
+
 static int load_audit(const struct args *a, json_t **doc, char **origin)
 {
     struct audit_set set;
@@ -232,8 +326,10 @@ static int load_audit(const struct args *a, json_t **doc, char **origin)
 int cmd_report(int argc, char **argv)
 {
     struct args a = {.out = "report.html"};
-    json_t *probe = NULL, *live = NULL, *drift = NULL, *audit = NULL;
-    char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *line = NULL;
+    json_t *probe = NULL, *live = NULL, *drift = NULL, *audit = NULL,
+           *bisect = NULL;
+    char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *bo = NULL,
+         *line = NULL;
     sqlite3 *db = NULL;
     struct diag d;
     recorded_args_init(&a.rec);
@@ -242,9 +338,14 @@ int cmd_report(int argc, char **argv)
         return rc;
     if ((rc = cli_check_output("report", "--output", a.out)))
         return rc;
-    if (access(a.rec.db, F_OK))
+    /* a bisect run alone needs no store */
+    bool nostore = a.bisect && !a.probe_id && !a.live_id && !a.drift_id &&
+                   !a.session && access(a.rec.db, F_OK);
+    if (!nostore && access(a.rec.db, F_OK))
         return cli_usage_error("report", "no store '%s'", a.rec.db);
-    if (store_open(a.rec.db, &db, &d)) {
+    if (nostore)
+        a.no_probe = a.no_drift = a.no_audit = true;
+    else if (store_open(a.rec.db, &db, &d)) {
         rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
@@ -258,7 +359,9 @@ int cmd_report(int argc, char **argv)
     db = NULL;
     if (!a.no_audit && (rc = load_audit(&a, &audit, &ao)))
         goto out;
-    if (!probe && !live && !drift && !audit) {
+    if (a.bisect && (rc = load_bisect(a.bisect, &bisect, &bo)))
+        goto out;
+    if (!probe && !live && !drift && !audit && !bisect) {
         rc = cli_usage_error("report",
                              "nothing to report: '%s' holds no probe run, "
                              "live probe run, drift run or recorded session",
@@ -273,11 +376,17 @@ int cmd_report(int argc, char **argv)
                            .live = live,
                            .drift = drift,
                            .audit = audit,
+                           .bisect = bisect,
                            .probe_origin = po,
                            .live_origin = lo,
                            .drift_origin = dO,
-                           .audit_origin = ao};
-    if (report_write(&in, a.out, &d)) {
+                           .audit_origin = ao,
+                           .bisect_origin = bo};
+    json_t *own = NULL;
+    add_servers(&in, &own);
+    int wr = report_write(&in, a.out, &d);
+    json_decref(own);
+    if (wr) {
         rc = cli_error("report", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
@@ -290,6 +399,8 @@ out:
     free(lo);
     free(dO);
     free(ao);
+    free(bo);
+    json_decref(bisect);
     json_decref(probe);
     json_decref(live);
     json_decref(drift);

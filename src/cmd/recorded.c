@@ -17,6 +17,7 @@ void recorded_args_init(struct recorded_args *a)
     a->db = cli_default_db();
     a->spill = NULL;
     a->json = NULL;
+    a->replayed = false;
 }
 
 bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
@@ -59,7 +60,7 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
                   const char *session, struct audit_set *set)
 {
     struct diag d = {{0}};
-    int rc = recorded_replay(cmd, a->db, a->spill);
+    int rc = a->replayed ? 0 : recorded_replay(cmd, a->db, a->spill);
     if (rc)
         return rc;
     rc = audit_load_paths(a->db, a->spill, NULL, set, &d);

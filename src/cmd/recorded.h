@@ -12,6 +12,7 @@ struct recorded_args {
     const char *db; /* default: $FIDELITY_DB or fidelity.db */
     const char *spill;
     const char *json;
+    bool replayed; /* recorded_replay already ran: recorded_load skips it */
 };
 
 void recorded_args_init(struct recorded_args *a);

@@ -65,3 +65,27 @@ void tpool_run(struct tpool *p)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&p->mu);
 }
+
+struct pair_b {
+    void (*fn)(void *);
+    void *ud;
+};
+
+static void *pair_main(void *arg)
+{
+    struct pair_b *b = arg;
+    b->fn(b->ud);
+    return NULL;
+}
+
+void tpool_pair(void (*a)(void *), void *ua, void (*b)(void *), void *ub)
+{
+    struct pair_b pb = {b, ub};
+    pthread_t th;
+    bool apart = !pthread_create(&th, NULL, pair_main, &pb);
+    a(ua);
+    if (apart)
+        pthread_join(th, NULL);
+    else
+        b(ub);
+}

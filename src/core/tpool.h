@@ -40,6 +40,12 @@ struct tpool {
 /* Runs every item (or until *stop) and returns when all threads ended. */
 void tpool_run(struct tpool *p);
 void tpool_lock(struct tpool *p);
+
+/* Runs b(ub) on a thread of its own while the calling thread runs a(ua),
+ * and returns when both have returned (two waits at once, such as one
+ * request to each of two servers). When no thread can be started, b runs
+ * after a on the calling thread. */
+void tpool_pair(void (*a)(void *), void *ua, void (*b)(void *), void *ub);
 void tpool_unlock(struct tpool *p);
 
 #endif

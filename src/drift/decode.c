@@ -12,10 +12,12 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tpool.h"
 #include "core/xalloc.h"
 #include "drift/cache_arm.h"
 #include "drift/drift.h"
@@ -161,10 +163,115 @@ static void harm_sums(struct drift_result *r, size_t item,
     }
 }
 
+/* The rescoring of one server: its first pass and, when lp[1], its
+ * second, one after the other; ret and at (0, 1) say which failed. */
+struct score_lane {
+    struct drift_side *s;
+    const uint32_t *ids;
+    uint32_t n;
+    struct drift_lp *lp[2];
+    int ret, at;
+    struct diag d;
+};
+
+static void score_lane_run(void *arg)
+{
+    struct score_lane *x = arg;
+    for (x->at = 0; x->at < 2; x->at++) {
+        if (!x->lp[x->at])
+            continue;
+        x->ret = drift_side_score(x->s, x->ids, x->n, x->lp[x->at], &x->d);
+        if (x->ret)
+            return;
+    }
+}
+
+/* The golden's rescoring (ln[0]) and the candidate's (ln[1]) at once,
+ * each server getting its requests in the serial order (golden, then
+ * candidate, then the second passes), one at a time. The error reported
+ * is the one the serial order meets first: golden first pass, candidate
+ * first pass, golden second, candidate second. Both servers' being one
+ * server keeps that order, one request at a time. */
+static int score_both(struct score_lane ln[2], struct diag *d)
+{
+    int k = -1;
+    if (drift_sides_share_server(ln[0].s, ln[1].s)) {
+        /* one server: one request at a time, in that order */
+        for (int at = 0; at < 2; at++)
+            for (int j = 0; j < 2; j++) {
+                struct score_lane *x = &ln[j];
+                if (!x->lp[at])
+                    continue;
+                x->ret = drift_side_score(x->s, x->ids, x->n, x->lp[at], d);
+                if (x->ret)
+                    return x->ret;
+            }
+        return 0;
+    }
+    tpool_pair(score_lane_run, &ln[0], score_lane_run, &ln[1]);
+    for (int j = 0; j < 2; j++)
+        if (ln[j].ret && (k < 0 || 2 * ln[j].at + j < 2 * ln[k].at + k))
+            k = j;
+    if (k < 0)
+        return 0;
+    if (d)
+        *d = ln[k].d;
+    return ln[k].ret;
+}
+
+/* The candidate's generation for the decode path's next sequence, sent
+ * while the golden generates for this one (golden_gap): the candidate's
+ * next request in the serial order, so each server's order is kept. */
+struct next_gen {
+    struct drift_side *c;
+    const char *flush; /* the candidate's flush endpoint, or NULL */
+    const uint32_t *ids;
+    uint32_t prompt;
+    unsigned max_new;
+    size_t item; /* the item it is for; SIZE_MAX: none */
+    struct drift_lp lp;
+    int ret;
+    struct diag d;
+};
+
+static void next_gen_run(void *arg)
+{
+    struct next_gen *x = arg;
+    x->ret = generate_cold(x->c, x->flush, x->ids, x->prompt, x->max_new,
+                           &x->lp, &x->d);
+}
+
+/* The golden's gap (golden_gap's arguments) for tpool_pair. */
+struct gap_job {
+    struct drift_side *g;
+    const char *flush; /* the golden's flush endpoint, or NULL */
+    const struct drift_opts *o;
+    const uint32_t *ids;
+    uint32_t prompt;
+    unsigned max_new;
+    struct seq_lps *l;
+    struct drift_analysis *an;
+    uint32_t seq;
+    int ret;
+    struct diag d;
+};
+
+static void gap_job_run(void *arg)
+{
+    struct gap_job *x = arg;
+    x->ret = golden_gap(x->g, x->flush, x->o, x->ids, x->prompt, x->max_new,
+                        x->l, x->an, x->seq, &x->d);
+}
+
+/* Runs item's decode path at prompt_at. nx (may be NULL) holds the
+ * candidate's generation for it when it was sent ahead (nx->item), and
+ * gets the next one's when next (SIZE_MAX: none) is to follow and the
+ * golden has its own generation to wait for. */
 static int one_seq(struct drift_side *g, struct drift_side *c,
                    const struct drift_opts *o, struct drift_result *r,
                    size_t item, uint32_t prompt_at, struct drift_analysis *an,
-                   struct drift_dpoint *pt, struct diag *d)
+                   struct drift_dpoint *pt, struct next_gen *nx, size_t next,
+                   struct diag *d)
 {
     const struct drift_item *it = &r->corpus.items[item];
     struct seq_lps l;
@@ -174,20 +281,34 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
     int ret;
 
     lps_init(&l);
-    ret = generate_cold(c, r->dec.flush_cand, it->ids, prompt, max_new, &l.dec,
-                        d);
+    if (nx && nx->item == item) {
+        struct drift_lp t = l.dec;
+        l.dec = nx->lp;
+        nx->lp = t;
+        nx->item = SIZE_MAX;
+        ret = nx->ret;
+        if (ret && d)
+            *d = nx->d;
+    } else {
+        ret = generate_cold(c, r->dec.flush_cand, it->ids, prompt, max_new,
+                            &l.dec, d);
+    }
     if (ret)
         goto out;
     full = concat(it->ids, prompt, l.dec.ids, l.dec.n);
     uint32_t n = prompt + l.dec.n;
-    ret = drift_side_score(g, full, n, &l.gp, d);
-    if (!ret && r->dec.have_pp)
-        ret = drift_side_score(c, full, n, &l.cp, d);
     /* second passes: the noise baseline on these very positions */
-    if (!ret && r->has_control)
-        ret = drift_side_score(g, full, n, &l.gp2, d);
-    if (!ret && r->has_self)
-        ret = drift_side_score(c, full, n, &l.cp2, d);
+    struct score_lane ln[2] = {
+        {g, full, n, {&l.gp, r->has_control ? &l.gp2 : NULL}, 0, 0, {{0}}},
+        {c,
+         full,
+         n,
+         {r->dec.have_pp ? &l.cp : NULL,
+          r->dec.have_pp && r->has_self ? &l.cp2 : NULL},
+         0,
+         0,
+         {{0}}}};
+    ret = score_both(ln, d);
     if (ret)
         goto out;
     shift_decode(&l.dec, prompt, &l.dshift);
@@ -202,9 +323,23 @@ static int one_seq(struct drift_side *g, struct drift_side *c,
                          &l.dshift, prompt, n, o, dp_names[DRIFT_DP_DP]);
         /* a golden that cannot generate leaves the gap unmeasured (and
          * said so); one that cannot be reached stops the run */
-        struct diag gd = {{0}};
-        ret = golden_gap(g, r->dec.flush_golden, o, it->ids, prompt, max_new,
-                         &l, &an[AN_GDP], seq[AN_GDP], &gd);
+        struct gap_job gj = {
+            g,  r->dec.flush_golden, o,           it->ids, prompt, max_new,
+            &l, &an[AN_GDP],         seq[AN_GDP], 0,       {{0}}};
+        if (nx && next != SIZE_MAX) {
+            const struct drift_item *nt = &r->corpus.items[next];
+            nx->ids = nt->ids;
+            nx->prompt = (uint32_t)(nt->n < prompt_at ? nt->n : prompt_at);
+            nx->max_new = max_new;
+            nx->flush = r->dec.flush_cand;
+            nx->item = next;
+            nx->d.msg[0] = '\0';
+            tpool_pair(gap_job_run, &gj, next_gen_run, nx);
+        } else {
+            gap_job_run(&gj);
+        }
+        struct diag gd = gj.d;
+        ret = gj.ret;
         if (ret == -ECONNREFUSED || ret == -ETIMEDOUT) {
             if (d)
                 *d = gd;
@@ -312,6 +447,14 @@ static void pp_below(const struct drift_result *r, struct drift_dpoint *pt,
         r->dec.have_pp && x->n > 0 && nz(x->kl_mean) - 2 * nz(x->kl_se) > base;
 }
 
+/* Whether item i takes part in point pt (a point chosen from the
+ * buckets needs items longer than it). */
+static bool reaches(const struct drift_result *r, const struct drift_dpoint *pt,
+                    size_t i)
+{
+    return !(pt->diverged && r->corpus.items[i].n <= pt->prompt);
+}
+
 /* Runs one point over up to decode_seqs items that reach its prompt
  * (a point chosen from the buckets needs items longer than it); merges
  * its sums into agg. */
@@ -324,15 +467,27 @@ static int run_point(struct drift_side *g, struct drift_side *c,
     size_t want = o->decode_seqs ? o->decode_seqs : 1;
     int ret = 0;
 
+    /* one server: nothing sent ahead, every request in turn */
+    struct next_gen nx = {.c = c, .item = SIZE_MAX};
+    bool ahead = !drift_sides_share_server(g, c);
+    drift_lp_init(&nx.lp);
     for (int k = 0; k < AN_N; k++)
         drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &o->th);
     for (size_t i = 0; i < r->corpus.n && pt->seqs < want && !ret; i++) {
-        if (pt->diverged && r->corpus.items[i].n <= pt->prompt)
+        if (!reaches(r, pt, i))
             continue;
         if (o->on_progress)
             o->on_progress(o->ud, "decode", pt->seqs, want);
-        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, d);
+        /* the next sequence, when this one is not the last wanted */
+        size_t next = SIZE_MAX;
+        for (size_t j = i + 1; ahead && pt->seqs + 1 < want &&
+                               next == SIZE_MAX && j < r->corpus.n;
+             j++)
+            if (reaches(r, pt, j))
+                next = j;
+        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, &nx, next, d);
     }
+    drift_lp_release(&nx.lp);
     struct drift_acc sums[DRIFT_DPATHS], base[2], gdp;
     for (int k = 0; k < DRIFT_DPATHS; k++)
         drift_analysis_total(&an[k], DRIFT_ARM_CAND, &sums[k]);

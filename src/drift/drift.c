@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/tpool.h"
 #include "core/xalloc.h"
 #include "drift/drift.h"
 
@@ -116,14 +117,41 @@ static int build_corpus(struct drift_side *g, struct drift_side *c,
     return 0;
 }
 
+/* One side's dialect detection, for tpool_pair. */
+struct detect_job {
+    struct drift_side *s;
+    const uint32_t *ids;
+    size_t n;
+    int ret;
+    struct diag d;
+};
+
+static void detect_job_run(void *arg)
+{
+    struct detect_job *j = arg;
+    j->ret = drift_side_detect(j->s, j->ids, j->n, &j->d);
+}
+
+/* Both sides' dialects, the two servers asked at once (one after the
+ * other when they are one server); the golden's failure is the one
+ * reported, as when they were asked in turn. */
 static int detect(struct drift_side *g, struct drift_side *c,
                   struct drift_result *r, struct diag *d)
 {
     const struct drift_item *it = &r->corpus.items[0];
     size_t n = it->n < 16 ? it->n : 16;
-    int ret = drift_side_detect(g, it->ids, n, d);
-    if (ret)
-        return ret;
+    struct detect_job j[2] = {{g, it->ids, n, 0, {{0}}},
+                              {c, it->ids, n, 0, {{0}}}};
+    if (drift_sides_share_server(g, c)) {
+        detect_job_run(&j[0]);
+        if (!j[0].ret && g->dialect != DRIFT_DIALECT_NONE)
+            detect_job_run(&j[1]);
+    } else {
+        tpool_pair(detect_job_run, &j[0], detect_job_run, &j[1]);
+    }
+    *d = j[0].d;
+    if (j[0].ret)
+        return j[0].ret;
     if (g->dialect == DRIFT_DIALECT_NONE) {
         char why[sizeof(d->msg)];
         snprintf(why, sizeof(why), "%s", d->msg);
@@ -132,9 +160,9 @@ static int detect(struct drift_side *g, struct drift_side *c,
                         "drift needs from the reference (%.400s)",
                         why);
     }
-    ret = drift_side_detect(c, it->ids, n, d);
-    if (ret)
-        return ret;
+    *d = j[1].d;
+    if (j[1].ret)
+        return j[1].ret;
     r->prefill = c->dialect != DRIFT_DIALECT_NONE;
     if (!r->prefill)
         snprintf(r->fallback_why, sizeof(r->fallback_why),
@@ -211,6 +239,8 @@ static int score_all(struct drift_side *g, struct drift_side *c,
         .side = {g, g, c, c},
         .has_control = r->has_control,
         .has_self = r->has_self,
+        .one_server = drift_sides_share_server(g, c),
+        .needs_golden = o->token_ids > 0 && c->dialect == DRIFT_DIALECT_SGLANG,
         .threads = o->jobs ? o->jobs : online_cpus(),
         .fetch = fetch_pass,
         .ud = &x,

@@ -231,19 +231,28 @@ void drift_compare_lp(struct drift_analysis *a, enum drift_arm arm,
  * pipe parses it, sanitizing it in place when the reader does not take it
  * as it is, and frees it; with lent, the text stays the fetcher's: the
  * pipe neither writes nor frees it, and copies it when it must be
- * sanitized); it is called in
- * sequence and pass order, one call at a time, from any of the threads,
- * after pass 0 of the same sequence has been parsed into *golden (the
- * sglang token_ids_logprob list is taken from it). side[k] parses pass k
- * (dialect, top_k, label; never used for I/O here).
+ * sanitized). The golden's passes (0, 1) and the candidate's (2, 3) are
+ * two lanes, one per server: within a lane fetch() is called in sequence
+ * and pass order, one call at a time, so each server gets the serial
+ * run's requests in the serial order, one at a time; the two lanes run at
+ * once, on two threads (a sequence's golden and candidate answers are
+ * awaited together). With one_server (golden and candidate are the same
+ * server) there is one lane: every call in sequence and pass order, one
+ * at a time, as before. With needs_golden, pass 2's fetch is called after
+ * pass 0 of the same sequence has been parsed into *golden (the sglang
+ * token_ids_logprob list is taken from it); without it fetch() must not
+ * read *golden. side[k] parses pass k (dialect, top_k, label; never used
+ * for I/O here).
  */
 #define DRIFT_PASSES 4
 struct drift_pipe {
     const struct drift_corpus *corpus;
     const struct drift_side *side[DRIFT_PASSES];
     bool has_control, has_self;
-    bool lent;        /* fetch lends the text (bench/drift_bench.c) */
-    unsigned threads; /* workers, the calling thread included; 0 as 1 */
+    bool lent;         /* fetch lends the text (bench/drift_bench.c) */
+    bool one_server;   /* one lane: every request in turn */
+    bool needs_golden; /* pass 2 waits for pass 0's parse */
+    unsigned threads;  /* workers, the calling thread included; 0 as 1 */
     int (*fetch)(void *ud, size_t i, int pass, const struct drift_lp *golden,
                  char **text, size_t *len, struct diag *d);
     void *ud;
@@ -253,9 +262,11 @@ struct drift_pipe {
  * arms (CAND, then CTRL, then SELF; positions 1..n-1) into an, in corpus
  * order, calling o->on_rec and o->on_progress from whichever thread holds
  * the item's turn (one at a time, in order). The result and the callbacks'
- * sequence are the same for any thread count. *positions grows by n - 1 per
- * item. Returns 0, or the error of the first item that failed (fetch or
- * parse; d names the item), with the items before it folded.
+ * sequence are the same for any thread count and with or without
+ * one_server. *positions grows by n - 1 per item. Returns 0, or the error
+ * of the first item that failed (fetch or parse; d names the item; of an
+ * item whose golden and candidate both failed, the golden's, as in the
+ * serial order), with the items before it folded.
  */
 int drift_pipe_run(const struct drift_pipe *p, struct drift_analysis *an,
                    const struct drift_opts *o, uint64_t *positions,

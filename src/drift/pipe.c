@@ -1,9 +1,11 @@
 /*
  * drift pipe: the prefill arms of a drift run on worker threads. Each
- * worker takes the next sequence, fetches its answers pass by pass (the
- * fetches of the whole run take turns in sequence and pass order, one at a
- * time, so the servers see the same requests in the same order as with
- * one thread), parses each answer as soon as it has it, compares the arms
+ * worker takes the next sequence and fetches its answers in two lanes at
+ * once, one per server (the golden's passes, the candidate's passes), on
+ * two threads; each lane takes its turns in sequence and pass order, one
+ * request at a time, so each server sees the same requests in the same
+ * order as with one thread and one lane (one lane when both sides are one
+ * server). It parses each answer as soon as it has it, compares the arms
  * position by position into its own buffer, then waits for its sequence's
  * turn to fold that buffer into the analysis (and call on_rec). The fold
  * makes the same calls in the same order as the serial loop did, so the
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tpool.h"
 #include "core/xalloc.h"
 #include "drift/drift.h"
 
@@ -80,16 +83,27 @@ struct worker {
     size_t cap;
 };
 
+/* The lanes: the passes that go to one server, in the order it gets them
+ * (golden: 0, 1; candidate: 2, 3), or one lane of every pass when both
+ * sides are one server. Each lane takes its own turns, so each server
+ * gets one request at a time in the serial run's order, and the lanes
+ * overlap. */
+#define LANES 2
+struct lane {
+    int pass[DRIFT_PASSES], n;
+};
+
 struct pipe_run {
     const struct drift_pipe *p;
     struct drift_analysis *an;
     const struct drift_opts *o;
     uint64_t *positions;
-    int pass[DRIFT_PASSES], n_pass; /* the passes run, in fetch order */
+    struct lane lane[LANES];
+    int n_lanes;
     bool arm_on[3];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t next_seq, fetch_turn, commit_turn;
+    size_t next_seq, fetch_turn[LANES], commit_turn;
     size_t stop_at; /* first sequence that failed (SIZE_MAX: none) */
     bool failed;    /* an error was committed: fold nothing more */
     int ret;
@@ -119,24 +133,42 @@ static void worker_release(struct worker *w)
     }
 }
 
-/* Fetches and parses every pass of sequence i, taking the fetch turns. */
-static int fetch_parse(struct pipe_run *r, struct worker *w, size_t i,
-                       struct diag *d)
+static void stop_from(struct pipe_run *r, size_t i)
+{
+    pthread_mutex_lock(&r->mu);
+    if (i < r->stop_at)
+        r->stop_at = i;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* One lane of sequence i: fetches and parses its passes in its turns.
+ * *golden_done (NULL with one lane) is set once pass 0 is parsed or given
+ * up, which the candidate's first pass waits for when p->needs_golden
+ * (its sglang token list comes from the golden's answer). */
+static int lane_run(struct pipe_run *r, struct worker *w, int l, size_t i,
+                    bool *golden_done, struct diag *d)
 {
     const struct drift_item *it = &r->p->corpus->items[i];
+    const struct lane *ln = &r->lane[l];
     int ret = 0;
-    for (int j = 0; j < r->n_pass; j++) {
-        int k = r->pass[j];
+    for (int j = 0; j < ln->n; j++) {
+        int k = ln->pass[j];
         char *text = NULL;
         size_t len = 0;
         pthread_mutex_lock(&r->mu);
-        wait_turn(r, &r->fetch_turn, i * (size_t)r->n_pass + (size_t)j);
-        bool skip = ret || r->stop_at < i;
+        wait_turn(r, &r->fetch_turn[l], i * (size_t)ln->n + (size_t)j);
+        if (k == 2 && golden_done && r->p->needs_golden)
+            while (!*golden_done)
+                pthread_cond_wait(&r->cv, &r->mu);
+        /* the candidate's lane also stops at a failure of the golden's
+         * in the same sequence, as the serial order would not have sent
+         * it (when the request has not gone already) */
+        bool skip = ret || r->stop_at < i || (l == 1 && r->stop_at == i);
         pthread_mutex_unlock(&r->mu);
         if (!skip)
             ret = r->p->fetch(r->p->ud, i, k, &w->lp[0], &text, &len, d);
         pthread_mutex_lock(&r->mu);
-        r->fetch_turn++;
+        r->fetch_turn[l]++;
         if (ret && i < r->stop_at)
             r->stop_at = i;
         pthread_cond_broadcast(&r->cv);
@@ -145,19 +177,67 @@ static int fetch_parse(struct pipe_run *r, struct worker *w, size_t i,
             const struct drift_side *s = r->p->side[k];
             ret = drift_side_parse_prompt(s, it->ids, it->n, text, len,
                                           r->p->lent, &w->lp[k], d);
+            if (ret)
+                stop_from(r, i);
         }
         if (!r->p->lent)
             free(text);
-        if (ret && !skip) {
+        if (k == 0 && golden_done) {
             pthread_mutex_lock(&r->mu);
-            if (i < r->stop_at)
-                r->stop_at = i;
+            *golden_done = true;
+            pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
         }
         if (skip && !ret)
             ret = -ECANCELED;
     }
     return ret;
+}
+
+/* One lane of a sequence, for tpool_pair. */
+struct lane_job {
+    struct pipe_run *r;
+    struct worker *w;
+    int lane;
+    size_t i;
+    bool *golden_done;
+    int ret;
+    struct diag d;
+};
+
+static void lane_job_run(void *arg)
+{
+    struct lane_job *j = arg;
+    j->ret = lane_run(j->r, j->w, j->lane, j->i, j->golden_done, &j->d);
+}
+
+/* The error of the earliest pass that failed, as the serial order would
+ * have met it: the golden lane's before the candidate's. */
+static int first_error(int r0, const struct diag *d0, int r1,
+                       const struct diag *d1, struct diag *d)
+{
+    if (r0 && r0 != -ECANCELED) {
+        *d = *d0;
+        return r0;
+    }
+    if (r1 && r1 != -ECANCELED) {
+        *d = *d1;
+        return r1;
+    }
+    return r0 ? r0 : r1;
+}
+
+/* Fetches and parses every pass of sequence i, its lanes at once. */
+static int fetch_parse(struct pipe_run *r, struct worker *w, size_t i,
+                       struct diag *d)
+{
+    if (r->n_lanes == 1)
+        return lane_run(r, w, 0, i, NULL, d);
+    bool golden_done = false;
+    struct lane_job j[LANES] = {{r, w, 0, i, &golden_done, 0, {{0}}},
+                                {r, w, 1, i, &golden_done, 0, {{0}}}};
+    tpool_pair(lane_job_run, &j[0], lane_job_run, &j[1]);
+    return first_error(j[0].ret, &j[0].d, j[1].ret, &j[1].d, d);
 }
 
 /* Compares every arm of sequence i into the worker's buffers. */
@@ -249,12 +329,18 @@ int drift_pipe_run(const struct drift_pipe *p, struct drift_analysis *an,
                          .stop_at = SIZE_MAX,
                          .d = d};
     unsigned nt = p->threads ? p->threads : 1;
-    r.pass[r.n_pass++] = 0;
+    int passes[DRIFT_PASSES], n = 0;
+    passes[n++] = 0;
     if (p->has_control)
-        r.pass[r.n_pass++] = 1;
-    r.pass[r.n_pass++] = 2;
+        passes[n++] = 1;
+    passes[n++] = 2;
     if (p->has_self)
-        r.pass[r.n_pass++] = 3;
+        passes[n++] = 3;
+    r.n_lanes = p->one_server ? 1 : LANES;
+    for (int j = 0; j < n; j++) {
+        struct lane *ln = &r.lane[r.n_lanes == 1 ? 0 : passes[j] >= 2];
+        ln->pass[ln->n++] = passes[j];
+    }
     r.arm_on[0] = true;
     r.arm_on[1] = p->has_control;
     r.arm_on[2] = p->has_self;

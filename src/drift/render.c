@@ -13,55 +13,6 @@
 #include "core/url.h"
 #include "core/xalloc.h"
 
-/* The last max bytes of s, starting on a UTF-8 character; fresh. */
-static char *tail_text(const char *s, size_t max)
-{
-    size_t n = strlen(s), k = n > max ? n - max : 0;
-    while (k < n && ((unsigned char)s[k] & 0xc0) == 0x80)
-        k++;
-    return xstrdup(s + k);
-}
-
-void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
-                       const struct drift_worst *w, size_t n,
-                       struct drift_worst_text *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        struct drift_worst_text *t = &out[i];
-        struct diag d;
-        uint32_t one;
-        memset(t, 0, sizeof(*t));
-        t->offset = -1;
-        const uint64_t keys[3] = {w[i].forced, w[i].top1_g, w[i].top1_c};
-        char **dst[3] = {&t->token, &t->top1_g, &t->top1_c};
-        for (int k = 0; k < 3; k++) {
-            if (keys[k] & DRIFT_KEY_TEXT ||
-                (k > 0 && keys[k] == 0 && w[i].top1_g == w[i].top1_c))
-                continue;
-            one = (uint32_t)keys[k];
-            if (drift_side_detokenize(golden, &one, 1, dst[k], &d))
-                *dst[k] = NULL;
-        }
-        if (w[i].seq < r->corpus.n) {
-            const struct drift_item *it = &r->corpus.items[w[i].seq];
-            char *pre = NULL;
-            if (w[i].pos <= it->n &&
-                !drift_side_detokenize(golden, it->ids, w[i].pos, &pre, &d)) {
-                t->offset = (long)strlen(pre);
-                t->before = tail_text(pre, DRIFT_CONTEXT_BYTES);
-            }
-            free(pre);
-            size_t from = (size_t)w[i].pos + 1;
-            size_t cnt = it->n > from ? it->n - from : 0;
-            if (cnt > DRIFT_CONTEXT_TOKENS)
-                cnt = DRIFT_CONTEXT_TOKENS;
-            if (cnt && drift_side_detokenize(golden, it->ids + from, cnt,
-                                             &t->after, &d))
-                t->after = NULL;
-        }
-    }
-}
-
 void drift_worst_texts_free(struct drift_worst_text *t, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -26,8 +26,11 @@ struct drift_worst_text {
 };
 
 /* Detokenizes the forced and top-1 tokens of w[0..n) and the prefix up to
- * each position (for its byte offset) through the golden's /detokenize.
- * Failures leave NULL / -1 entries; never fails as a whole. */
+ * each position (for its byte offset) through the golden's /detokenize
+ * (labels.c): one batched request per sequence, after two that check the
+ * separator, or one request per label where the tokenizer cannot carry
+ * the separator. Failures leave NULL / -1 entries; never fails as a
+ * whole. */
 void drift_worst_texts(struct drift_side *golden, const struct drift_result *r,
                        const struct drift_worst *w, size_t n,
                        struct drift_worst_text *out);

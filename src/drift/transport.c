@@ -4,10 +4,12 @@
  * transport.h.
  */
 #include "drift/transport.h"
+#include "drift/tape.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/url.h"
 #include "core/xalloc.h"
@@ -52,6 +54,34 @@ int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d)
     return 0;
 }
 
+/* The host and port of url (after the scheme and any userinfo): *len
+ * bytes from the returned pointer. */
+static const char *authority(const char *url, size_t *len)
+{
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t n = strcspn(p, "/?#");
+    const char *at = memchr(p, '@', n);
+    while (at) {
+        n -= (size_t)(at + 1 - p);
+        p = at + 1;
+        at = memchr(p, '@', n);
+    }
+    *len = n;
+    return p;
+}
+
+bool drift_sides_share_server(const struct drift_side *a,
+                              const struct drift_side *b)
+{
+    if (!a->url || !b->url)
+        return true; /* unknown: the safe answer, one at a time */
+    size_t na, nb;
+    const char *ha = authority(a->url, &na), *hb = authority(b->url, &nb);
+    return na == nb && !strncasecmp(ha, hb, na) &&
+           !strncmp(a->url, b->url, 5); /* "https" or "http:" alike */
+}
+
 int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d)
 {
     if (!strchr(h, ':'))
@@ -76,6 +106,7 @@ void drift_side_clone(struct drift_side *dst, const struct drift_side *src)
     dst->gen_dialect = src->gen_dialect;
     dst->top_k = src->top_k;
     dst->timeout_ms = src->timeout_ms;
+    dst->tape = src->tape;
 }
 
 /* The server's error message from an OpenAI- or TGI-shaped error body. */
@@ -115,6 +146,14 @@ static int send_req(struct drift_side *s, const char *method, const char *path,
     size_t nh = 0;
     char *auth = NULL;
 
+    if (drift_tape_is_replay(s->tape)) {
+        s->requests++;
+        int ret = drift_tape_get(s->tape, method, path, text, &resp->status,
+                                 &resp->body, d);
+        if (ret)
+            diag_prefix(d, "%s", s->label);
+        return ret;
+    }
     if (!s->http)
         s->http = http_client_new();
     if (json)
@@ -140,6 +179,9 @@ static int send_req(struct drift_side *s, const char *method, const char *path,
     if (ret) {
         diag_prefix(d, "%s", s->label);
         redact_msg(s, d);
+    } else if (s->tape) {
+        drift_tape_put(s->tape, method, path, text, resp->status,
+                       resp->body.data, resp->body.len);
     }
     if (auth) {
         memset(auth, 0, strlen(auth));

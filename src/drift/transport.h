@@ -42,6 +42,9 @@ struct drift_side {
     const uint32_t *extra_ids;
     size_t n_extra_ids;
     uint64_t requests;
+    /* a saved golden (tape.h, borrowed): recording, every exchange is
+     * kept in it; replaying, answers come from it and nothing is sent */
+    struct drift_tape *tape;
 };
 
 void drift_side_init(struct drift_side *s, const char *label);
@@ -53,6 +56,11 @@ int drift_side_set_url(struct drift_side *s, const char *url, struct diag *d);
 int drift_side_add_header(struct drift_side *s, const char *h, struct diag *d);
 /* A fresh connection for another thread, with the same options. */
 void drift_side_clone(struct drift_side *dst, const struct drift_side *src);
+
+/* Whether a and b name the same server (scheme, host and port alike):
+ * drift then sends them one request at a time, never both at once. */
+bool drift_sides_share_server(const struct drift_side *a,
+                              const struct drift_side *b);
 
 /* POSTs body (GET when NULL) to path; *out is the parsed JSON answer of a
  * 2xx status. A non-2xx status gives -EPROTO with the server's message. */

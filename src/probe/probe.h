@@ -431,6 +431,13 @@ struct probe_report_in {
     size_t n;
     json_t *config; /* borrowed; copied into the JSON */
     bool interrupted;
+    double
+        fail_under; /* --fail-under, for the JSON's "verdict_line" (0: none) */
+    /* > 0: case_results holds only the first max_cases cases per side that
+     * did not pass and ran (what the store keeps of a run, and the HTML
+     * report shows), built one at a time, so the document does not grow
+     * with the cases; 0: every case */
+    size_t max_cases;
 };
 
 /* The machine-readable report (schema in docs/PROBE.md). */

@@ -418,6 +418,8 @@ static json_t *case_json(const struct probe_spec *s,
     return c;
 }
 
+static char dominant(const struct tally *t);
+
 static bool same_cell(const struct probe_spec *a, const struct probe_spec *b)
 {
     return a->kind == b->kind && a->length == b->length &&
@@ -446,6 +448,9 @@ static json_t *cells_json(const struct probe_report_in *in,
         json_object_set_new(c, "temperature", json_real(s->temperature));
         if (s->vary)
             json_object_set(c, "vary", (json_t *)s->vary);
+        char letter = dominant(&t);
+        if (letter != ' ') /* the terminal heatmap's letter */
+            json_object_set_new(c, "failure", json_stringn(&letter, 1));
         json_array_append_new(cells, c);
         i = j;
     }
@@ -454,6 +459,8 @@ static json_t *cells_json(const struct probe_report_in *in,
 
 static json_t *reasoning_json(const struct probe_report_in *in,
                               const struct probe_result *res);
+static char *explain_kind_str(const struct probe_report_in *in,
+                              const struct probe_result *res, int k);
 
 static json_t *kinds_json(const struct probe_report_in *in,
                           const struct probe_result *res)
@@ -494,9 +501,22 @@ static json_t *kinds_json(const struct probe_report_in *in,
         json_t *rj = k == PROBE_REASONING ? reasoning_json(in, res) : NULL;
         if (rj)
             json_object_set_new(kj, "reasoning_fields", rj);
+        char *why = explain_kind_str(in, res, k);
+        if (why)
+            json_object_set_new(kj, "why", json_string(why));
+        free(why);
         json_array_append_new(ks, kj);
     }
     return ks;
+}
+
+/* A case the stored run keeps as an example: one that ran and did not
+ * pass. */
+static bool is_example(const json_t *c)
+{
+    const char *oc = json_string_value(json_object_get(c, "outcome"));
+    return !json_is_true(json_object_get(c, "passed")) &&
+           !(oc && !strcmp(oc, "not-run"));
 }
 
 static json_t *side_json(const struct probe_report_in *in,
@@ -520,8 +540,16 @@ static json_t *side_json(const struct probe_report_in *in,
                         json_integer((json_int_t)probe_sizing_under(in, res)));
     json_object_set_new(s, "cells", cells_json(in, res));
     json_t *cases = json_array();
-    for (size_t i = 0; i < in->n; i++)
-        json_array_append_new(cases, case_json(&in->specs[i], &res[i]));
+    for (size_t i = 0; i < in->n; i++) {
+        json_t *c = case_json(&in->specs[i], &res[i]);
+        if (in->max_cases && !is_example(c)) {
+            json_decref(c);
+            continue;
+        }
+        json_array_append_new(cases, c);
+        if (in->max_cases && json_array_size(cases) >= in->max_cases)
+            break;
+    }
     json_object_set_new(s, "case_results", cases);
     return s;
 }
@@ -534,6 +562,16 @@ json_t *probe_report_json(const struct probe_report_in *in)
     json_object_set_new(j, "baseline", probe_endpoint_json(in->base));
     json_object_set(j, "config", in->config ? in->config : json_null());
     json_object_set_new(j, "interrupted", json_boolean(in->interrupted));
+    /* the terminal's last line, so the report can lead with it (the
+     * command adds "verdict", its word) */
+    struct probe_verdict v;
+    probe_verdict(in, in->fail_under, &v);
+    json_object_set_new(j, "verdict_line",
+                        json_string(in->interrupted
+                                        ? "INCONCLUSIVE: the run was "
+                                          "interrupted before every case "
+                                          "finished"
+                                        : v.line));
     json_object_set_new(j, "results", side_json(in, in->res));
     if (in->base && in->bres) {
         json_object_set_new(j, "baseline_results", side_json(in, in->bres));
@@ -940,6 +978,89 @@ static void explain_clipped(FILE *out, const struct probe_report_in *in,
                 n);
 }
 
+/* Where recall breaks and why for kind k: the shortest failing length and
+ * the classes beyond it ("fails from 8k on (12 failed): ...;"), or false
+ * (nothing written) when every finished case of k passed. The terminal's
+ * "where it breaks and why" lines and the JSON's "why" (the report's cause
+ * lines) are both this text. */
+static bool explain_kind(FILE *out, const struct probe_report_in *in,
+                         const struct probe_result *res, int k)
+{
+    unsigned first = 0;
+    struct tally t = {0};
+    long max_kept = -1, min_kept = -1, sent = 0;
+    const char *err = NULL;
+    for (size_t i = 0; i < in->n; i++) {
+        const struct probe_spec *s = &in->specs[i];
+        const struct probe_result *r = &res[i];
+        if ((int)s->kind != k || !r->done || r->outcome == PROBE_PASS)
+            continue;
+        if (!first || s->length < first)
+            first = s->length;
+        tally_add(&t, r);
+        if (r->outcome == PROBE_TRUNCATED && r->prompt_tokens > max_kept) {
+            max_kept = r->prompt_tokens;
+            sent = r->expected;
+        }
+        if (r->outcome == PROBE_TRUNCATED &&
+            (min_kept < 0 || r->prompt_tokens < min_kept))
+            min_kept = r->prompt_tokens;
+        if (r->outcome == PROBE_ERROR && !err)
+            err = r->error;
+    }
+    if (!t.n)
+        return false;
+    char fl[16];
+    fmt_len(first, fl, sizeof(fl));
+    fprintf(out, "fails from %s on (%u failed):", fl, t.n);
+    /* A token limit keeps about the same count whatever was sent; a
+     * history window by turns keeps varying counts. */
+    if (t.out[PROBE_TRUNCATED] && max_kept - min_kept <= max_kept / 20)
+        fprintf(out,
+                " %u truncated-by-server (the server kept %ld of "
+                "%ld prompt tokens: it drops context silently "
+                "past about %ld tokens);",
+                t.out[PROBE_TRUNCATED], max_kept, sent, max_kept);
+    else if (t.out[PROBE_TRUNCATED])
+        fprintf(out,
+                " %u truncated-by-server (the server kept between %ld "
+                "and %ld prompt tokens, not a fixed limit: a history "
+                "window by turns or messages drops the front; see the "
+                "canary map);",
+                t.out[PROBE_TRUNCATED], min_kept, max_kept);
+    if (t.out[PROBE_DROPPED])
+        explain_dropped(out, in, res, k);
+    if (t.out[PROBE_MISSED])
+        explain_missed(out, in, res, k, t.out[PROBE_MISSED]);
+    if (t.out[PROBE_CLIPPED])
+        explain_clipped(out, in, res, k, t.out[PROBE_CLIPPED]);
+    if (t.out[PROBE_ERROR])
+        fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
+                err ? err : "?");
+    if (t.no_ctx)
+        fprintf(out, " %u %s said there was no earlier context;", t.no_ctx,
+                plural(t.no_ctx, "reply", "replies"));
+    return true;
+}
+
+/* explain_kind as a fresh string, NULL when every case of k passed. */
+static char *explain_kind_str(const struct probe_report_in *in,
+                              const struct probe_result *res, int k)
+{
+    char *s = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&s, &len);
+    if (!f)
+        return NULL;
+    bool any = explain_kind(f, in, res, k);
+    fclose(f);
+    if (!any) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
 /* Where recall breaks and why: per kind, the shortest failing length and
  * the class that dominates beyond it. */
 static void explain(FILE *out, const struct probe_report_in *in,
@@ -947,62 +1068,12 @@ static void explain(FILE *out, const struct probe_report_in *in,
 {
     bool any = false;
     for (int k = 0; k < PROBE_NKINDS; k++) {
-        unsigned first = 0;
-        struct tally t = {0};
-        long max_kept = -1, min_kept = -1, sent = 0;
-        const char *err = NULL;
-        for (size_t i = 0; i < in->n; i++) {
-            const struct probe_spec *s = &in->specs[i];
-            const struct probe_result *r = &res[i];
-            if ((int)s->kind != k || !r->done || r->outcome == PROBE_PASS)
-                continue;
-            if (!first || s->length < first)
-                first = s->length;
-            tally_add(&t, r);
-            if (r->outcome == PROBE_TRUNCATED && r->prompt_tokens > max_kept) {
-                max_kept = r->prompt_tokens;
-                sent = r->expected;
-            }
-            if (r->outcome == PROBE_TRUNCATED &&
-                (min_kept < 0 || r->prompt_tokens < min_kept))
-                min_kept = r->prompt_tokens;
-            if (r->outcome == PROBE_ERROR && !err)
-                err = r->error;
-        }
-        if (!t.n)
+        char *why = explain_kind_str(in, res, k);
+        if (!why)
             continue;
         any = true;
-        char fl[16];
-        fmt_len(first, fl, sizeof(fl));
-        fprintf(out, "  %s: fails from %s on (%u failed):", probe_kind_name(k),
-                fl, t.n);
-        /* A token limit keeps about the same count whatever was sent; a
-         * history window by turns keeps varying counts. */
-        if (t.out[PROBE_TRUNCATED] && max_kept - min_kept <= max_kept / 20)
-            fprintf(out,
-                    " %u truncated-by-server (the server kept %ld of "
-                    "%ld prompt tokens: it drops context silently "
-                    "past about %ld tokens);",
-                    t.out[PROBE_TRUNCATED], max_kept, sent, max_kept);
-        else if (t.out[PROBE_TRUNCATED])
-            fprintf(out,
-                    " %u truncated-by-server (the server kept between %ld "
-                    "and %ld prompt tokens, not a fixed limit: a history "
-                    "window by turns or messages drops the front; see the "
-                    "canary map);",
-                    t.out[PROBE_TRUNCATED], min_kept, max_kept);
-        if (t.out[PROBE_DROPPED])
-            explain_dropped(out, in, res, k);
-        if (t.out[PROBE_MISSED])
-            explain_missed(out, in, res, k, t.out[PROBE_MISSED]);
-        if (t.out[PROBE_CLIPPED])
-            explain_clipped(out, in, res, k, t.out[PROBE_CLIPPED]);
-        if (t.out[PROBE_ERROR])
-            fprintf(out, " %u server-error (%s);", t.out[PROBE_ERROR],
-                    err ? err : "?");
-        if (t.no_ctx)
-            fprintf(out, " %u %s said there was no earlier context;", t.no_ctx,
-                    plural(t.no_ctx, "reply", "replies"));
+        fprintf(out, "  %s: %s", probe_kind_name(k), why);
+        free(why);
         char words[768];
         if (k == PROBE_REASONING &&
             probe_reasoning_words(in, res, words, sizeof(words)))

@@ -235,7 +235,7 @@ size_t html_axis_ticks(const struct axis *a, double *out, size_t max)
 
 /* ---- legends ---- */
 
-static void strip(struct buf *b, const char *label, bool div)
+static void strip(struct buf *b, const char *label, bool div, bool few)
 {
     buf_printf(b, "<svg class=\"legend\" viewBox=\"0 0 420 46\" width=\"420\" "
                   "height=\"46\" role=\"img\"><text x=\"0\" y=\"12\">");
@@ -267,7 +267,7 @@ static void strip(struct buf *b, const char *label, bool div)
         buf_adds(b, "<rect x=\"262\" y=\"18\" width=\"12\" height=\"12\" "
                     "class=\"sig\"/><text x=\"280\" y=\"28\">intervals "
                     "apart (95%)</text>");
-    else
+    else if (few)
         buf_printf(b,
                    "<rect x=\"262\" y=\"18\" width=\"12\" height=\"12\" "
                    "class=\"empty\"/><path class=\"few\" d=\"M268 18h6v6z\"/>"
@@ -276,12 +276,12 @@ static void strip(struct buf *b, const char *label, bool div)
     buf_adds(b, "</svg>\n");
 }
 
-void html_svg_seq_legend(struct buf *b, const char *label)
+void html_svg_seq_legend(struct buf *b, const char *label, bool few)
 {
-    strip(b, label, false);
+    strip(b, label, false, few);
 }
 
 void html_svg_div_legend(struct buf *b, const char *label)
 {
-    strip(b, label, true);
+    strip(b, label, true, false);
 }

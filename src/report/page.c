@@ -93,7 +93,26 @@ static const char css[] =
     "path.m4{stroke:var(--fg);stroke-width:2}"
     "dl.hdr{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;"
     "margin:8px 0}dl.hdr dt{color:var(--mute)}dl.hdr dd{margin:0}"
-    "@media print{body{max-width:none;padding:0;font-size:11px}"
+    "nav.summary{background:var(--card);border:1px solid var(--line);"
+    "padding:6px 14px;margin:10px 0}nav.summary h2{margin:6px 0;border:0}"
+    "ul.verdicts{list-style:none;padding:0;margin:4px 0}"
+    "ul.verdicts>li{margin:3px 0}ul.verdicts>li>a{display:inline-block;"
+    "min-width:7em;font-weight:600}ul.causes{margin:2px 0 4px;"
+    "padding-left:22px;font-size:13px}ol.toc{margin:4px 0}"
+    "td.rule{white-space:nowrap}details{margin:4px 0 10px}"
+    "summary{cursor:pointer;color:var(--mute)}ul.vkey{font-size:12px}"
+    ""
+    "svg.bar{vertical-align:middle;max-width:none}rect.track{fill:var(--card);"
+    "stroke:var(--line)}rect.harm{fill:var(--s1)}rect.harm.culprit,"
+    "rect.worse{fill:var(--fail)}rect.better{fill:var(--ok)}"
+    "line.zero{stroke:var(--fg)}svg.bar path.ci{stroke:var(--fg);"
+    "stroke-width:1.2;fill:none}table.bisect td.n{white-space:nowrap;"
+    "text-align:left}"
+    "table.bisect td.cfg{white-space:normal;max-width:240px;"
+    "overflow-wrap:anywhere}tr.culprit td.cfg{color:var(--fail)}"
+    "@media "
+    "print{details>*{display:block}body{max-width:none;padding:0;font-size:"
+    "11px}"
     "section,figure,table{break-inside:avoid}h2{break-after:avoid}"
     ":root{--bg:#fff;--fg:#000;--card:#f0f0f0;--line:#bbb}}";
 
@@ -136,7 +155,7 @@ static void kv_lines(struct buf *b, const json_t *o)
 /* One endpoint: probe's {url, model, fingerprint (hex), max_model_len,
  * tokenizer, server_info} or drift's {url, dialect, model, fingerprint
  * (what the server said about itself)}. */
-static void ep_row(struct buf *b, const char *role, const json_t *e)
+static void ep_row(struct buf *b, const char *role, const json_t *e, bool raw)
 {
     if (!json_is_object(e))
         return;
@@ -158,6 +177,10 @@ static void ep_row(struct buf *b, const char *role, const json_t *e)
         html_esc(b, json_string_value(fp), 80);
     else
         buf_addch(b, '-');
+    if (!raw) {
+        buf_adds(b, "</code></td></tr>\n");
+        return;
+    }
     buf_adds(b, "</code></td><td>");
     if (html_jstr(e, "tokenizer", NULL)) {
         buf_adds(b, "<b>tokens by</b>: ");
@@ -173,6 +196,97 @@ static void ep_row(struct buf *b, const char *role, const json_t *e)
     buf_adds(b, "</td></tr>\n");
 }
 
+/* A fingerprint as "key: value" lines, keys sorted, its flags indented
+ * under "flags:" (plain text: smaller than JSON with its quotes escaped). */
+static void fp_lines(struct buf *b, const json_t *o, const char *indent)
+{
+    const char *keys[512];
+    size_t n = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (n < 512)
+            keys[n++] = k;
+    }
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        v = json_object_get(o, keys[i]);
+        buf_adds(b, indent);
+        html_esc(b, keys[i], 200);
+        if (json_is_object(v) && !*indent) {
+            buf_adds(b, ":\n");
+            fp_lines(b, v, "  ");
+            continue;
+        }
+        buf_adds(b, *indent ? " = " : ": ");
+        html_esc_json(b, v, 300);
+        buf_addch(b, '\n');
+    }
+    if (json_object_size(o) > n)
+        buf_printf(b, "%s(%zu more)\n", indent, json_object_size(o) - n);
+}
+
+/* The settings that differ between the servers shown (inspect's
+ * normalised fingerprints), one row per field, one column per server; the
+ * full fingerprints folded below. */
+static void settings(const struct report_in *in, struct buf *b)
+{
+    size_t ns = json_array_size(in->servers), i;
+    const json_t *s;
+    if (!ns)
+        return;
+    buf_adds(b, "<h3 id=\"servers\">Server settings</h3>");
+    if (ns == 1)
+        buf_adds(b, "<p class=\"note\">One server: nothing to compare.</p>");
+    else if (!json_array_size(in->server_diff))
+        buf_adds(b, "<p>The servers report the same settings (as "
+                    "<code>fidelity inspect</code> normalises them).</p>");
+    else {
+        buf_adds(b, "<p class=\"note\">The fields that differ between the "
+                    "servers, as <code>fidelity inspect</code> normalises "
+                    "them.</p><table class=\"settings\"><thead><tr><th>"
+                    "field</th>");
+        json_array_foreach(in->servers, i, s)
+        {
+            buf_adds(b, "<th>");
+            html_esc(b, html_jstr(s, "role", "?"), 80);
+            buf_adds(b, "</th>");
+        }
+        buf_adds(b, "</tr></thead><tbody>");
+        const json_t *d;
+        json_array_foreach(in->server_diff, i, d)
+        {
+            buf_adds(b, "<tr><td><code>");
+            html_esc(b, html_jstr(d, "field", "?"), 200);
+            buf_adds(b, "</code></td>");
+            size_t j;
+            const json_t *v;
+            json_array_foreach(html_jget(d, "values"), j, v)
+            {
+                buf_adds(b, "<td><code>");
+                html_esc_json(b, v, 300);
+                buf_adds(b, "</code></td>");
+            }
+            buf_adds(b, "</tr>\n");
+        }
+        buf_adds(b, "</tbody></table>");
+    }
+    buf_adds(b, "<details class=\"fingerprints\"><summary>Full "
+                "fingerprints</summary>");
+    json_array_foreach(in->servers, i, s)
+    {
+        buf_adds(b, "<p><b>");
+        html_esc(b, html_jstr(s, "role", "?"), 80);
+        buf_adds(b, "</b></p><pre><code>");
+        fp_lines(b, html_jget(s, "fingerprint"), "");
+        buf_adds(b, "</code></pre>");
+    }
+    buf_adds(b, "</details>\n");
+}
+
+static void summary(const struct report_in *in, struct buf *b);
+
 static void header(const struct report_in *in, struct buf *b)
 {
     buf_adds(b, "<header><h1>fidelity report</h1><dl class=\"hdr\">"
@@ -183,29 +297,74 @@ static void header(const struct report_in *in, struct buf *b)
     buf_adds(b, "</dd><dt>command line</dt><dd><code>");
     html_esc(b, in->cmdline ? in->cmdline : "-", 2000);
     buf_adds(b, "</code></dd>");
-    const char *const origin[4] = {in->probe_origin, in->live_origin,
-                                   in->drift_origin, in->audit_origin};
-    static const char *const what[4] = {"probe", "probe --live", "drift",
-                                        "audit"};
-    for (int i = 0; i < 4; i++)
+    const char *const origin[5] = {in->probe_origin, in->live_origin,
+                                   in->drift_origin, in->audit_origin,
+                                   in->bisect_origin};
+    static const char *const what[5] = {"probe", "probe --live", "drift",
+                                        "audit", "bisect"};
+    for (int i = 0; i < 5; i++)
         if (origin[i]) {
             buf_printf(b, "<dt>%s</dt><dd>", what[i]);
             html_esc(b, origin[i], 400);
             buf_adds(b, "</dd>");
         }
     buf_adds(b, "</dl>");
+    summary(in, b);
     if (in->probe || in->live || in->drift) {
-        buf_adds(b, "<table><thead><tr><th>role</th><th>URL</th><th>model"
-                    "</th><th>context length</th><th>fingerprint</th>"
-                    "<th>server and flags seen</th></tr></thead><tbody>");
-        ep_row(b, "probe endpoint", html_jget(in->probe, "endpoint"));
-        ep_row(b, "probe baseline", html_jget(in->probe, "baseline"));
-        ep_row(b, "probe --live endpoint", html_jget(in->live, "endpoint"));
-        ep_row(b, "drift golden", html_jget(in->drift, "golden"));
-        ep_row(b, "drift candidate", html_jget(in->drift, "candidate"));
+        bool raw = !in->servers; /* no normalised settings: the raw JSON */
+        buf_printf(b,
+                   "<table><thead><tr><th>role</th><th>URL</th><th>model"
+                   "</th><th>context length</th><th>fingerprint</th>%s"
+                   "</tr></thead><tbody>",
+                   raw ? "<th>server and flags seen</th>" : "");
+        ep_row(b, "probe endpoint", html_jget(in->probe, "endpoint"), raw);
+        ep_row(b, "probe baseline", html_jget(in->probe, "baseline"), raw);
+        ep_row(b, "probe --live endpoint", html_jget(in->live, "endpoint"),
+               raw);
+        ep_row(b, "drift golden", html_jget(in->drift, "golden"), raw);
+        ep_row(b, "drift candidate", html_jget(in->drift, "candidate"), raw);
         buf_adds(b, "</tbody></table>\n");
+        settings(in, b);
     }
     buf_adds(b, "</header>\n");
+}
+
+/* The summary block: a line per section with its verdict word and cause,
+ * linking to the section, then the contents. */
+static void summary(const struct report_in *in, struct buf *b)
+{
+    if (!in->probe && !in->live && !in->drift && !in->audit && !in->bisect)
+        return;
+    buf_adds(b, "<nav class=\"summary\" id=\"summary\"><h2>Summary</h2>"
+                "<ul class=\"verdicts\">");
+    if (in->probe)
+        rprobe_summary(in->probe, b);
+    if (in->live)
+        rlive_summary(in->live, b);
+    if (in->drift)
+        rdrift_summary(in->drift, b);
+    if (in->audit)
+        raudit_summary(in->audit, b);
+    if (in->bisect)
+        rbisect_summary(in->bisect, b);
+    buf_adds(b, "</ul><h3>Contents</h3><ol class=\"toc\">");
+    if (in->probe)
+        buf_adds(b, "<li><a href=\"#probe\">probe: where recall breaks</a>"
+                    "<ul><li><a href=\"#probe-why\">where it breaks and why"
+                    "</a></li><li><a href=\"#probe-maps\">pass rate maps</a>"
+                    "</li></ul></li>");
+    if (in->live)
+        buf_adds(b, "<li><a href=\"#probe-live\">live sessions</a></li>");
+    if (in->drift)
+        buf_adds(b, "<li><a href=\"#drift\">drift: candidate against "
+                    "golden</a></li>");
+    if (in->audit)
+        buf_adds(b, "<li><a href=\"#audit\">audit: what the harness sent</a>"
+                    "</li>");
+    if (in->bisect)
+        buf_adds(b, "<li><a href=\"#bisect\">bisect: which setting breaks "
+                    "it</a></li>");
+    buf_adds(b, "</ol></nav>\n");
 }
 
 int report_html(const struct report_in *in, struct buf *b)
@@ -220,17 +379,14 @@ int report_html(const struct report_in *in, struct buf *b)
     buf_adds(b, css);
     buf_adds(b, "</style></head>\n<body>\n");
     header(in, b);
-    if (!in->probe && !in->live && !in->drift && !in->audit)
+    if (!in->probe && !in->live && !in->drift && !in->audit && !in->bisect)
         buf_adds(b, "<p>Nothing to show: no probe run, drift run or "
                     "recorded session was found.</p>");
     report_probe_section(in->probe, b);
     report_live_section(in->live, b);
     report_drift_section(in->drift, b);
     report_audit_section(in->audit, b);
-    /* bisect: NOT BUILT. `fidelity bisect` does not exist yet; when it
-     * lands, its section (the ranking table with a bar chart of each
-     * toggle's harm and interval, claimed against measured path) goes
-     * here, drawn from its JSON like the others (docs/REPORT.md). */
+    report_bisect_section(in->bisect, b);
     buf_adds(b, "<footer class=\"note\"><p>Colour scales: viridis (pass "
                 "rate) and PuOr (differences), both readable with the "
                 "common colour-vision deficiencies; every cell also holds "

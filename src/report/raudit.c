@@ -74,15 +74,15 @@ static void mark_svg(struct buf *b, enum mark m, double x, double y)
 
 static void legend(struct buf *b)
 {
-    buf_adds(b, "<svg class=\"legend\" viewBox=\"0 0 660 20\" width=\"660\" "
-                "height=\"20\" role=\"img\">");
-    int x = 8;
+    /* HTML text beside each marker, so a name wraps instead of being cut */
+    buf_adds(b, "<ul class=\"key marks\">");
     for (int m = 0; m < MK_N; m++) {
-        mark_svg(b, (enum mark)m, x, 10);
-        buf_printf(b, "<text x=\"%d\" y=\"14\">%s</text>", x + 9, mark_name[m]);
-        x += 24 + 7 * (int)strlen(mark_name[m]);
+        buf_adds(b, "<li><svg viewBox=\"0 0 16 20\" width=\"16\" "
+                    "height=\"20\" role=\"img\">");
+        mark_svg(b, (enum mark)m, 8, 10);
+        buf_printf(b, "</svg>%s</li>", mark_name[m]);
     }
-    buf_adds(b, "</svg>\n");
+    buf_adds(b, "</ul>\n");
 }
 
 /* Warnings and errors get a marker, and a sampling change whatever its
@@ -130,6 +130,19 @@ static void session_chart(struct buf *b, const json_t *t,
         double v = html_jnum(r, "prompt_tokens", 0);
         ymax = v > ymax ? v : ymax;
     }
+    if (ymax <= 0) {
+        /* no count to draw: a flat line at 0 would claim empty prompts */
+        buf_adds(b, "<figure class=\"chart\"><figcaption>session <code>");
+        html_esc(b, sid, 120);
+        buf_printf(b,
+                   "</code>: prompt tokens unknown</figcaption><p "
+                   "class=\"note unknown\">None of its %zu request%s has a "
+                   "prompt token count (the server reported no usage and "
+                   "no /tokenize count was taken), so there is no chart; "
+                   "its findings are in the table below.</p></figure>\n",
+                   n, n == 1 ? "" : "s");
+        return;
+    }
     struct axis X = {
         .lo = 1, .hi = n > 1 ? (double)n : 2, .p0 = PL + 8, .p1 = W - PR - 8};
     struct axis Y = {
@@ -137,11 +150,12 @@ static void session_chart(struct buf *b, const json_t *t,
     buf_adds(b, "<figure class=\"chart\"><figcaption>session <code>");
     html_esc(b, sid, 120);
     buf_printf(b,
-               "</code>: prompt tokens per request (%zu requests)"
+               "</code>: prompt tokens per request (%zu request%s)"
                "</figcaption><svg viewBox=\"0 0 %d %d\" width=\"%d\" "
                "height=\"%d\" role=\"img\"><rect class=\"frame\" x=\"%d\" "
                "y=\"%d\" width=\"%d\" height=\"%d\"/>",
-               n, W, H, W, H, PL, PT, W - PL - PR, H - PT - PB);
+               n, n == 1 ? "" : "s", W, H, W, H, PL, PT, W - PL - PR,
+               H - PT - PB);
     double ticks[16];
     size_t nt = html_axis_ticks(&Y, ticks, 16);
     for (size_t k = 0; k < nt; k++) {
@@ -223,7 +237,7 @@ static void findings_table(struct buf *b, const json_t *findings)
         html_esc(b, html_jstr(f, "severity", "-"), 8);
         buf_adds(b, "\">");
         html_esc(b, html_jstr(f, "severity", "-"), 0);
-        buf_adds(b, "</td><td>");
+        buf_adds(b, "</td><td class=\"rule\">");
         html_esc(b, html_jstr(f, "rule", "-"), 0);
         buf_adds(b, "</td><td><code>");
         html_esc(b, html_jstr(f, "session", ""), 60);
@@ -237,6 +251,46 @@ static void findings_table(struct buf *b, const json_t *findings)
         buf_adds(b, "</code></td></tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");
+}
+
+/* The summary's audit line: the worst severity found as the word (error:
+ * FAIL, warn: WARN, none: PASS; no session: INCONCLUSIVE) and the first
+ * three findings at that severity. */
+void raudit_summary(const json_t *doc, struct buf *b)
+{
+    const json_t *findings = html_jget(doc, "findings");
+    size_t i, nerr = 0, nwarn = 0, shown = 0;
+    const json_t *f;
+    json_array_foreach(findings, i, f)
+    {
+        nerr += !strcmp(html_jstr(f, "severity", ""), "error");
+        nwarn += !strcmp(html_jstr(f, "severity", ""), "warn");
+    }
+    size_t ns = json_array_size(html_jget(doc, "turns"));
+    const char *w = !ns     ? "INCONCLUSIVE"
+                    : nerr  ? "FAIL"
+                    : nwarn ? "WARN"
+                            : "PASS";
+    buf_printf(b,
+               "<li class=\"sum\" id=\"sum-audit\"><a href=\"#audit\">"
+               "audit</a> <span class=\"v %s\">%s</span> %zu session%s, "
+               "%zu error%s, %zu warning%s",
+               w, w, ns, ns == 1 ? "" : "s", nerr, nerr == 1 ? "" : "s", nwarn,
+               nwarn == 1 ? "" : "s");
+    const char *top = nerr ? "error" : "warn";
+    json_array_foreach(findings, i, f)
+    {
+        if (strcmp(html_jstr(f, "severity", ""), top) || shown >= 3)
+            continue;
+        buf_adds(b, shown++ ? "</li><li>" : "<ul class=\"causes\"><li>");
+        buf_adds(b, "<code>");
+        html_esc(b, html_jstr(f, "rule", "-"), 0);
+        buf_adds(b, "</code>: ");
+        html_esc(b, html_jstr(f, "summary", ""), 300);
+    }
+    if (shown)
+        buf_adds(b, "</li></ul>");
+    buf_adds(b, "</li>\n");
 }
 
 int report_audit_section(const json_t *doc, struct buf *b)
@@ -257,9 +311,12 @@ int report_audit_section(const json_t *doc, struct buf *b)
     {
         if (i >= MAX_SESSIONS) {
             buf_printf(b,
-                       "<p class=\"note\">%zu more sessions are not drawn "
+                       "<p class=\"note\">%zu more %s not drawn "
                        "(give --session KEY for one).</p>",
-                       json_array_size(turns) - MAX_SESSIONS);
+                       json_array_size(turns) - MAX_SESSIONS,
+                       json_array_size(turns) - MAX_SESSIONS == 1
+                           ? "session is"
+                           : "sessions are");
             break;
         }
         session_chart(b, t, findings);

@@ -16,6 +16,9 @@
 #include "report/report.h"
 #include "report/report_int.h"
 
+/* Worst positions shown open; the rest (up to 50) are folded. */
+#define WORST_SHOWN 10
+
 #define W CHART_W
 #define H CHART_H
 #define PL CHART_PL
@@ -51,6 +54,40 @@ static void draw_series(struct buf *b, const struct axis *X,
     chart_series(b, X, Y, &cs);
 }
 
+/* Where a threshold line's label goes: above the line at its right end,
+ * else below it, else at the left end above or below, the first place no
+ * point of the series falls in (the label's box at 6.5 px a character).
+ * true when right-aligned. */
+static bool label_place(const struct axis *X, const struct axis *Y,
+                        const struct series *s, size_t ns, const char *label,
+                        double y, double *lx, double *ly)
+{
+    double w = 6.5 * (double)strlen(label) + 6;
+    static const struct {
+        bool right;
+        double dy;
+    } spot[4] = {{true, -3}, {true, 12}, {false, -3}, {false, 12}};
+    for (int k = 0; k < 4; k++) {
+        double x1 = spot[k].right ? W - PR - 2 : PL + 4;
+        double x0 = spot[k].right ? x1 - w : x1, x2 = x0 + w;
+        double by = y + spot[k].dy, top = by - 12, bot = by + 4;
+        bool hit = false;
+        for (size_t i = 0; i < ns && !hit; i++)
+            for (size_t j = 0; j < s[i].n && !hit; j++) {
+                double px = html_axis_map(X, s[i].x[j]);
+                double py = html_axis_map(Y, s[i].y[j]);
+                hit = px >= x0 - 5 && px <= x2 + 5 && py >= top - 5 &&
+                      py <= bot + 5;
+            }
+        if (!hit || k == 3) {
+            *lx = x1;
+            *ly = by;
+            return spot[k].right;
+        }
+    }
+    return true;
+}
+
 static void chart(struct buf *b, const char *title, const struct axis *X,
                   const struct axis *Y, const struct series *s, size_t ns,
                   const struct hline *hl, size_t nh)
@@ -64,14 +101,19 @@ static void chart(struct buf *b, const char *title, const struct axis *X,
     chart_axes(b, X, Y, "position in the sequence (tokens, log scale)");
     for (size_t i = 0; i < nh; i++) {
         double y = html_axis_map(Y, hl[i].y);
+        double lx, ly;
+        bool right = label_place(X, Y, s, ns, hl[i].label, y, &lx, &ly);
         buf_printf(b,
                    "<line class=\"%s\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" "
-                   "y2=\"%.1f\"/><text class=\"hl\" x=\"%d\" y=\"%.1f\" "
-                   "text-anchor=\"end\">",
-                   hl[i].cls, PL, W - PR, y, y, W - PR - 2, y - 3);
+                   "y2=\"%.1f\"/><text class=\"hl\" x=\"%.1f\" y=\"%.1f\" "
+                   "text-anchor=\"%s\">",
+                   hl[i].cls, PL, W - PR, y, y, lx, ly,
+                   right ? "end" : "start");
         html_esc(b, hl[i].label, 0);
         buf_adds(b, "</text>");
     }
+    /* the candidate first, wide, then the excess over it, thin and dashed:
+     * where the two coincide both stay visible */
     for (size_t i = 0; i < ns; i++)
         draw_series(b, X, Y, &s[i]);
     int lx = PL + 8;
@@ -143,7 +185,8 @@ static void metric_chart(struct buf *b, const json_t *doc, enum metric m,
         "RMS delta-p of the forced token per bucket",
         "Top-1 agreement per bucket"};
     const json_t *bks = html_jget(doc, "buckets");
-    struct series s[2] = {{.name = "candidate (prefill)", .style = 0},
+    /* style 8: slot 0 with a thicker line (chart.c) */
+    struct series s[2] = {{.name = "candidate (prefill)", .style = 8},
                           {.name = "excess over noise", .style = 1}};
     fill(&s[0], bks, "candidate", m, m != M_KL);
     fill(&s[1], bks, "excess", m, m == M_KL);
@@ -270,39 +313,82 @@ static void growth_line(struct buf *b, const json_t *g)
     buf_adds(b, "</b>.</p>");
 }
 
+/* The harm figure in a few words: "harm 0.012 (95% CI 0.01 to 0.014)". */
+static void harm_words(struct buf *b, const json_t *h)
+{
+    buf_adds(b, "harm ");
+    html_fmt_sig(b, html_jnum(h, "excess_kl_mean", NAN));
+    buf_adds(b, " (95% CI ");
+    html_fmt_sig(b, html_jnum(h, "lo", NAN));
+    buf_adds(b, " to ");
+    html_fmt_sig(b, html_jnum(h, "hi", NAN));
+    buf_adds(b, "), ");
+    html_fmt_sig(b, html_jnum(h, "flips_per_1k", NAN));
+    buf_adds(b, " decisive top-1 flips per 1,000 tokens");
+}
+
+void rdrift_summary(const json_t *doc, struct buf *b)
+{
+    const char *v = html_jstr(doc, "verdict", "INCONCLUSIVE");
+    const json_t *a = html_jget(doc, "attribution"),
+                 *h = html_jget(doc, "harm");
+    buf_adds(b, "<li class=\"sum\" id=\"sum-drift\"><a href=\"#drift\">"
+                "drift</a> <span class=\"v ");
+    html_esc(b, v, 16);
+    buf_adds(b, "\">");
+    html_esc(b, v, 16);
+    buf_adds(b, "</span> ");
+    if (a) {
+        buf_adds(b, "attributed to <b>");
+        html_esc(b, html_jstr(a, "words", "-"), 0);
+        buf_adds(b, "</b>");
+    } else
+        buf_adds(b, "no attribution stored");
+    if (h) {
+        buf_adds(b, "; ");
+        harm_words(b, h);
+    }
+    buf_printf(b, " over %lld sequences.</li>\n",
+               html_jint(doc, "sequences", 0));
+}
+
 /* The harm figure that ranks candidates (docs/DRIFT.md, "Harm") and what
- * the run could attribute; absent from summaries stored before them. */
+ * the run could attribute, in one line; the evidence folded under it.
+ * Absent from summaries stored before them. */
 static void harm_line(struct buf *b, const json_t *doc)
 {
     const json_t *h = html_jget(doc, "harm"),
                  *a = html_jget(doc, "attribution");
-    if (h) {
-        buf_adds(b, "<p>Harm (excess KL mean over both paths): <b>");
-        html_fmt_sig(b, html_jnum(h, "excess_kl_mean", NAN));
-        buf_adds(b, "</b> (95% CI ");
-        html_fmt_sig(b, html_jnum(h, "lo", NAN));
-        buf_adds(b, " to ");
-        html_fmt_sig(b, html_jnum(h, "hi", NAN));
-        buf_adds(b, "), decisive top-1 flips per 1,000 tokens ");
-        html_fmt_sig(b, html_jnum(h, "flips_per_1k", NAN));
-        buf_printf(b, ", over %lld positions.</p>",
-                   html_jint(h, "positions", 0));
-    }
+    if (!h && !a)
+        return;
+    buf_adds(b, "<p class=\"attr\">");
     if (a) {
-        buf_adds(b, "<p>Attribution: <b>");
+        buf_adds(b, "Attribution: <b>");
         html_esc(b, html_jstr(a, "words", "-"), 0);
         buf_adds(b, "</b>");
-        const char *y = html_jstr(a, "attributed", ""),
-                   *n = html_jstr(a, "not_attributed", "");
+    }
+    if (h) {
+        buf_adds(b, a ? "; " : "");
+        harm_words(b, h);
+        buf_printf(b, " over %lld positions", html_jint(h, "positions", 0));
+    }
+    buf_adds(b, ".</p>");
+    const char *y = html_jstr(a, "attributed", ""),
+               *n = html_jstr(a, "not_attributed", "");
+    if (*y || *n) {
+        buf_adds(b, "<details class=\"evidence\"><summary>The evidence"
+                    "</summary>");
         if (*y) {
-            buf_adds(b, "; attributed: ");
+            buf_adds(b, "<p>Attributed: ");
             html_esc(b, y, 0);
+            buf_adds(b, "</p>");
         }
         if (*n) {
-            buf_adds(b, "; not attributed: ");
+            buf_adds(b, "<p>Not attributed: ");
             html_esc(b, n, 0);
+            buf_adds(b, "</p>");
         }
-        buf_adds(b, ".</p>");
+        buf_adds(b, "</details>");
     }
 }
 
@@ -325,14 +411,23 @@ static void worst_table(struct buf *b, const json_t *doc)
     const json_t *w;
     if (!json_array_size(ws))
         return;
-    buf_adds(b, "<h3>Worst positions</h3><table class=\"cases\"><thead><tr>"
-                "<th>seq</th><th>pos</th><th>KL</th><th>delta logp</th>"
-                "<th>text around the token</th><th>golden top-1</th>"
-                "<th>candidate top-1</th></tr></thead><tbody>");
+    static const char head[] =
+        "<table class=\"cases\"><thead><tr>"
+        "<th>seq</th><th>pos</th><th>KL</th><th>delta logp</th>"
+        "<th>text around the token</th><th>golden top-1</th>"
+        "<th>candidate top-1</th></tr></thead><tbody>";
+    size_t total = json_array_size(ws) < 50 ? json_array_size(ws) : 50;
+    buf_adds(b, "<h3 id=\"drift-worst\">Worst positions</h3>");
+    buf_adds(b, head);
     json_array_foreach(ws, i, w)
     {
         if (i >= 50)
             break;
+        if (i == WORST_SHOWN) /* the rest behind a fold */
+            buf_printf(b,
+                       "</tbody></table><details class=\"more\"><summary>"
+                       "%zu more positions</summary>%s",
+                       total - WORST_SHOWN, head);
         buf_printf(b,
                    "<tr><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
                    "<td class=\"n\">",
@@ -358,6 +453,8 @@ static void worst_table(struct buf *b, const json_t *doc)
         buf_adds(b, "</tr>\n");
     }
     buf_adds(b, "</tbody></table>\n");
+    if (total > WORST_SHOWN)
+        buf_adds(b, "</details>\n");
 }
 
 static void x_axis(const json_t *doc, struct axis *X)

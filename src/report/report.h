@@ -20,6 +20,7 @@
  *   chart.c   the line charts' frame, series and keys
  *   rdrift.c  drift: metrics against position, verdict table, worst tokens
  *   raudit.c  audit: prompt tokens against turn, findings with evidence
+ *   rbisect.c bisect: the ranking, harm and recall bars, culprits
  *   load.c    the latest (or a given) stored run of each, from the store
  *
  * Library code: nothing here prints or exits.
@@ -47,13 +48,20 @@ struct report_in {
     const char *cmdline; /* already redacted (report_cmdline) */
     time_t generated;    /* shown as "generated"; the caller picks it */
     /* Borrowed documents; NULL leaves the section out. */
-    const json_t *probe; /* fidelity-probe/1 */
-    const json_t *live;  /* fidelity-probe-live/1 */
-    const json_t *drift; /* fidelity.drift/1 */
-    const json_t *audit; /* report_audit_doc() */
+    const json_t *probe;  /* fidelity-probe/1 */
+    const json_t *live;   /* fidelity-probe-live/1 */
+    const json_t *drift;  /* fidelity.drift/1 */
+    const json_t *audit;  /* report_audit_doc() */
+    const json_t *bisect; /* fidelity.bisect/1 (`bisect --json`) */
     /* Where the documents came from ("probe run 3 stored 2026-..."), one
      * line each, or NULL. */
-    const char *probe_origin, *live_origin, *drift_origin, *audit_origin;
+    const char *probe_origin, *live_origin, *drift_origin, *audit_origin,
+        *bisect_origin;
+    /* The servers shown, normalised as `fidelity inspect` prints them
+     * ([{"role", "fingerprint"}]), and the fields that differ among them
+     * (inspect_diff's [{"field", "values"}]); NULL: no settings table.
+     * The caller computes them (cmd/ has bisect/inspect.c). */
+    const json_t *servers, *server_diff;
 };
 
 /* Appends the whole page to out. -ENOBUFS when out's cap is reached. */
@@ -64,6 +72,7 @@ int report_probe_section(const json_t *probe, struct buf *out);
 int report_live_section(const json_t *live, struct buf *out);
 int report_drift_section(const json_t *drift, struct buf *out);
 int report_audit_section(const json_t *audit, struct buf *out);
+int report_bisect_section(const json_t *bisect, struct buf *out);
 /* Renders in and writes it to path ("-": stdout) through a temporary file
  * renamed into place. -errno with d filled on failure. */
 int report_write(const struct report_in *in, const char *path, struct diag *d);

@@ -93,8 +93,16 @@ void chart_marker(struct buf *b, unsigned style, double x, double y);
 void chart_key(struct buf *b, unsigned style);
 
 /* The legend of html_color_seq as an SVG strip (0..100%), with the few-cases
- * mark explained. */
-void html_svg_seq_legend(struct buf *b, const char *label);
+ * mark explained when few (the maps draw it). */
+void html_svg_seq_legend(struct buf *b, const char *label, bool few);
 void html_svg_div_legend(struct buf *b, const char *label);
+
+/* One line of the page's summary block per section (an <li> linking to the
+ * section): its verdict word and cause. Each in its section's file. */
+void rprobe_summary(const json_t *doc, struct buf *b);
+void rlive_summary(const json_t *doc, struct buf *b);
+void rdrift_summary(const json_t *doc, struct buf *b);
+void raudit_summary(const json_t *doc, struct buf *b);
+void rbisect_summary(const json_t *doc, struct buf *b);
 
 #endif

@@ -256,6 +256,40 @@ static void errors(struct buf *b, const json_t *doc)
                    total - shown);
 }
 
+void rlive_summary(const json_t *doc, struct buf *b)
+{
+    const json_t *fb = html_jget(doc, "first_break");
+    long long done = 0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(html_jget(doc, "cells"), i, c) done +=
+        html_jint(c, "finished", 0);
+    /* the command's word when the document has it (as the exit code),
+     * else from the breaks */
+    const char *w = html_jstr(doc, "verdict", NULL);
+    if (!w ||
+        (strcmp(w, "PASS") && strcmp(w, "FAIL") && strcmp(w, "INCONCLUSIVE")))
+        w = json_is_object(fb) ? "FAIL" : done ? "PASS" : "INCONCLUSIVE";
+    buf_printf(b,
+               "<li class=\"sum\" id=\"sum-probe-live\"><a "
+               "href=\"#probe-live\">live sessions</a> <span class=\"v %s\">"
+               "%s</span> ",
+               w, w);
+    if (json_is_object(fb)) {
+        buf_adds(b, "recall breaks first in <b>");
+        html_esc(b, html_jstr(fb, "cell", "?"), 300);
+        buf_adds(b, "</b>, at turn ");
+        turn_text(b, html_jnum(fb, "median_turn", NAN),
+                  html_jint(doc, "turns", 0));
+        buf_adds(b, " (median over its seeds).");
+    } else if (done)
+        buf_printf(b, "no cell breaks within %lld turns.",
+                   html_jint(doc, "turns", 0));
+    else
+        buf_adds(b, "no session finished.");
+    buf_adds(b, "</li>\n");
+}
+
 int report_live_section(const json_t *doc, struct buf *b)
 {
     size_t i;

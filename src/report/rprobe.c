@@ -10,6 +10,7 @@
  * the first failed cases with their replies.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,13 @@ struct hmap {
     long long dcols[MAXC];
     const char *vcols[MAXC];
     size_t nc;
+    bool nodepth; /* one column of a kind without depth */
+    bool abbrev;  /* variant columns labelled v1.. with a key under the map */
+    bool few;     /* mark the cells with fewer than REPORT_FEW_CASES cases */
 };
+
+/* Variant names longer than this do not fit a column (CW at 11px). */
+#define LABEL_FIT 7
 
 static int cmp_outcome(const void *a, const void *b);
 
@@ -106,12 +113,21 @@ static const json_t *find_cell(const struct hmap *m, const json_t *cells,
     return NULL;
 }
 
-static void col_label(struct buf *b, const struct hmap *m, size_t c)
+/* A column's label: its depth, its variant or, where variant names do not
+ * fit, "v1".. (the key under the map says which); full: the whole name, for
+ * tooltips and the key. */
+static void col_label(struct buf *b, const struct hmap *m, size_t c, bool full)
 {
-    if (m->variant)
+    if (m->nodepth)
+        buf_adds(b, "all");
+    else if (m->variant && m->dcols[c] < 0) /* no depth: -1 */
+        buf_adds(b, "all");
+    else if (m->variant)
         buf_printf(b, "%lld%%", m->dcols[c]);
+    else if (m->abbrev && !full)
+        buf_printf(b, "v%zu", c + 1);
     else
-        html_esc(b, m->vcols[c], 14);
+        html_esc(b, m->vcols[c], 0);
 }
 
 static void map_title(struct buf *b, const struct hmap *m)
@@ -131,6 +147,8 @@ static void map_title(struct buf *b, const struct hmap *m)
 static void svg_open(struct buf *b, const struct hmap *m, const char *who)
 {
     int w = LEFT + (int)m->nc * CW + 8, h = TOP + (int)m->nr * CH + 8;
+    int tw = 8 * (int)strlen(who) + 8; /* the title at 12px bold fits */
+    w = w < tw ? tw : w;
     buf_printf(b,
                "<svg class=\"heat\" viewBox=\"0 0 %d %d\" width=\"%d\" "
                "height=\"%d\" role=\"img\"><text class=\"t\" x=\"0\" "
@@ -144,7 +162,7 @@ static void svg_open(struct buf *b, const struct hmap *m, const char *who)
     for (size_t c = 0; c < m->nc; c++) {
         buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
                    LEFT + (int)c * CW + CW / 2, TOP - 8);
-        col_label(b, m, c);
+        col_label(b, m, c, false);
         buf_adds(b, "</text>");
     }
     for (size_t r = 0; r < m->nr; r++) {
@@ -162,8 +180,10 @@ static void cell_tip(struct buf *b, const struct hmap *m, const json_t *c,
     map_title(b, m);
     buf_adds(b, ", length ");
     html_fmt_tokens(b, m->rows[r]);
-    buf_adds(b, m->variant ? ", depth " : ", ");
-    col_label(b, m, col);
+    if (!m->nodepth) {
+        buf_adds(b, m->variant ? ", depth " : ", ");
+        col_label(b, m, col, true);
+    }
     buf_printf(b, ": %lld of %lld passed", html_jint(c, "passed", 0),
                html_jint(c, "cases", 0));
     const json_t *w = html_jget(c, "wilson95");
@@ -223,8 +243,13 @@ static void heat_svg(struct buf *b, const struct hmap *m, const json_t *cells,
                        "class=\"%s\">",
                        x + CW / 2 - 1, y + CH / 2 + 4, dark ? "on-dark" : "on");
             html_fmt_fixed(b, 100 * rate, 0);
+            const char *fl = html_jstr(c, "failure", NULL);
+            if (fl && rate < 1) {
+                buf_addch(b, ' ');
+                html_esc(b, fl, 1);
+            }
             buf_adds(b, "</text>");
-            if (n < REPORT_FEW_CASES)
+            if (m->few && n < REPORT_FEW_CASES)
                 buf_printf(b, "<path class=\"few\" d=\"M%d %dh7v7z\"/>",
                            x + CW - 9, y);
             buf_adds(b, "</g>\n");
@@ -319,6 +344,8 @@ static size_t plan_maps(const json_t *cells, struct hmap *maps, size_t max)
             if (j == nt && nt < 8)
                 temps[nt++] = t;
         }
+        /* kinds without depth hold depth -1 (first-message) */
+        bool nodepth = nd == 1 && depths[0] < 0 && nv == 1;
         bool by_variant = nd == 1 && nv > 1;
         for (size_t t = 0; t < nt; t++)
             for (size_t v = 0; v < (by_variant ? 1 : nv) && n < max; v++) {
@@ -328,10 +355,52 @@ static size_t plan_maps(const json_t *cells, struct hmap *maps, size_t max)
                 m->variant = by_variant ? NULL : vars[v];
                 m->temp = temps[t];
                 m->show_temp = nt > 1;
+                m->nodepth = nodepth;
                 map_axes(m, cells);
+                for (size_t j = 0; !m->variant && j < m->nc; j++)
+                    m->abbrev |= strlen(m->vcols[j]) > LABEL_FIT;
             }
     }
     return n;
+}
+
+/* Whether some cells of cells have fewer than REPORT_FEW_CASES finished
+ * cases (*few) and some as many or more (*many). */
+static void case_counts(const json_t *cells, bool *few, bool *many)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cells, i, c)
+    {
+        long long n = html_jint(c, "cases", 0);
+        *few |= n > 0 && n < REPORT_FEW_CASES;
+        *many |= n >= REPORT_FEW_CASES;
+    }
+}
+
+static bool any_letter(const json_t *cells)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cells, i, c)
+    {
+        if (html_jstr(c, "failure", NULL) && html_jnum(c, "pass_rate", 1) < 1)
+            return true;
+    }
+    return false;
+}
+
+static void variant_key(struct buf *b, const struct hmap *m)
+{
+    if (!m->abbrev)
+        return;
+    buf_adds(b, "<ul class=\"key vkey\">");
+    for (size_t c = 0; c < m->nc; c++) {
+        buf_printf(b, "<li><b>v%zu</b> ", c + 1);
+        html_esc(b, m->vcols[c], 0);
+        buf_adds(b, "</li>");
+    }
+    buf_adds(b, "</ul>");
 }
 
 static void heatmaps(struct buf *b, const json_t *doc)
@@ -343,18 +412,38 @@ static void heatmaps(struct buf *b, const json_t *doc)
                     "was stored before cells were kept).</p>");
         return;
     }
+    bool few = false, many = false;
+    case_counts(ec, &few, &many);
+    case_counts(bc, &few, &many);
+    /* a mark on every cell tells nothing: then one sentence says it */
+    bool mark = few && many;
     struct hmap *maps = calloc(128, sizeof(*maps));
     size_t n = plan_maps(ec, maps, 128);
-    buf_adds(b,
-             "<h3>Pass rate by length and depth</h3><div class=\"legends\">");
-    html_svg_seq_legend(b, "pass rate (number in each cell: %)");
+    buf_adds(b, "<h3 id=\"probe-maps\">Pass rate by length and depth</h3>"
+                "<div class=\"legends\">");
+    html_svg_seq_legend(b, "pass rate (number in each cell: %)", mark);
     if (json_array_size(bc))
         html_svg_div_legend(b, "difference, endpoint minus baseline");
     buf_adds(b, "</div>");
+    if (any_letter(ec) || any_letter(bc))
+        buf_adds(b, "<p class=\"note legend-letters\">The letter after a "
+                    "cell's number is its most common failure: <b>T</b> "
+                    "truncated-by-server, <b>D</b> dropped-before-the-model, "
+                    "<b>M</b> missed, <b>C</b> output-clipped, <b>E</b> "
+                    "server-error.</p>");
+    if (few && !many)
+        buf_printf(b,
+                   "<p class=\"note\">Every cell holds fewer than %d "
+                   "finished cases: one case decides a cell; read the kinds' "
+                   "totals below, not single cells.</p>",
+                   REPORT_FEW_CASES);
     for (size_t i = 0; i < n; i++) {
+        maps[i].few = mark;
         buf_adds(b, "<figure class=\"maps\"><figcaption>");
         map_title(b, &maps[i]);
-        if (!maps[i].variant)
+        if (maps[i].nodepth)
+            buf_adds(b, ": pass % by length (the kind has no depth)");
+        else if (!maps[i].variant)
             buf_adds(b, ": pass % by length x variant");
         else if (!strcmp(maps[i].kind, "canary"))
             buf_adds(b, ": pass % by length x turn position (the turn-loss "
@@ -367,7 +456,9 @@ static void heatmaps(struct buf *b, const json_t *doc)
             heat_svg(b, &maps[i], bc, "baseline");
             diff_svg(b, &maps[i], ec, bc);
         }
-        buf_adds(b, "</div></figure>\n");
+        buf_adds(b, "</div>");
+        variant_key(b, &maps[i]);
+        buf_adds(b, "</figure>\n");
     }
     free(maps);
 }
@@ -586,6 +677,72 @@ static void summary_row(struct buf *b, const char *who, const json_t *side)
     buf_adds(b, "%</td></tr>\n");
 }
 
+/* The verdict's word ("PASS", "FAIL", "INCONCLUSIVE": the document's
+ * "verdict") into w, and the terminal's line after its word
+ * ("verdict_line") in *rest. A run stored before they were kept has
+ * none: INCONCLUSIVE, fail closed. */
+static void verdict_of(const json_t *doc, char w[16], const char **rest)
+{
+    const char *v = html_jstr(doc, "verdict", NULL);
+    const char *line = html_jstr(doc, "verdict_line", NULL);
+    const char *colon = line ? strchr(line, ':') : NULL;
+    if (!v ||
+        (strcmp(v, "PASS") && strcmp(v, "FAIL") && strcmp(v, "INCONCLUSIVE"))) {
+        snprintf(w, 16, "INCONCLUSIVE");
+        *rest = "this run was stored without its verdict (probe stores it "
+                "since the report shows it)";
+        return;
+    }
+    snprintf(w, 16, "%s", v);
+    *rest = colon ? colon + 1 + (colon[1] == ' ') : "";
+}
+
+/* probe's "where it breaks and why" per kind (the terminal's lines, kept
+ * in the document as each kind's "why"); none: every case passed. */
+static size_t causes(struct buf *b, const json_t *side, bool reasoning)
+{
+    size_t i, n = 0;
+    const json_t *k;
+    json_array_foreach(html_jget(side, "kinds"), i, k)
+    {
+        const char *why = html_jstr(k, "why", NULL);
+        if (!why)
+            continue;
+        buf_adds(b, n++ ? "<li><b>" : "<ul class=\"causes\"><li><b>");
+        html_esc(b, html_jstr(k, "kind", "?"), 0);
+        buf_adds(b, "</b>: ");
+        html_esc(b, why, 0);
+        const char *rw =
+            html_jstr(html_jget(k, "reasoning_fields"), "conclusion", NULL);
+        if (reasoning && rw) {
+            buf_adds(b, "<br>");
+            html_esc(b, rw, 0);
+        }
+        buf_adds(b, "</li>");
+    }
+    if (n)
+        buf_adds(b, "</ul>");
+    return n;
+}
+
+void rprobe_summary(const json_t *doc, struct buf *b)
+{
+    char w[16];
+    const char *rest;
+    verdict_of(doc, w, &rest);
+    buf_adds(b, "<li class=\"sum\" id=\"sum-probe\"><a href=\"#probe\">"
+                "probe</a> <span class=\"v ");
+    html_esc(b, w, 0);
+    buf_adds(b, "\">");
+    html_esc(b, w, 0);
+    buf_adds(b, "</span> ");
+    html_esc(b, rest, 0);
+    if (!causes(b, html_jget(doc, "results"), false) &&
+        json_array_size(html_jpath(doc, "results", "kinds")))
+        buf_adds(b, " Every finished case passed.");
+    buf_adds(b, "</li>\n");
+}
+
 int report_probe_section(const json_t *doc, struct buf *b)
 {
     if (!doc)
@@ -596,6 +753,24 @@ int report_probe_section(const json_t *doc, struct buf *b)
     if (json_is_true(html_jget(doc, "interrupted")))
         buf_adds(b, "<p class=\"warn\">The run was interrupted: not every "
                     "case finished.</p>");
+    char w[16];
+    const char *rest;
+    verdict_of(doc, w, &rest);
+    buf_adds(b, "<p class=\"verdict\">Verdict: <span class=\"v ");
+    html_esc(b, w, 0);
+    buf_adds(b, "\">");
+    html_esc(b, w, 0);
+    buf_adds(b, "</span> ");
+    html_esc(b, rest, 0);
+    buf_adds(b, "</p><h3 id=\"probe-why\">Where it breaks and why "
+                "(endpoint)</h3>");
+    if (!causes(b, e, true))
+        buf_adds(b, "<p>Every finished case passed.</p>");
+    if (x) {
+        buf_adds(b, "<h3>Where it breaks and why (baseline)</h3>");
+        if (!causes(b, x, true))
+            buf_adds(b, "<p>Every finished case passed.</p>");
+    }
     buf_adds(b, "<table><thead><tr><th></th><th>cases</th><th>passed</th>"
                 "<th>pass rate</th><th>95% CI</th></tr></thead><tbody>");
     summary_row(b, "endpoint", e);

@@ -126,18 +126,36 @@ static void test_audit_expect_text(void **state)
     assert_true(golden_cmd(GOLDEN "audit-expect.txt", 1, subs, av, 60, NULL));
 }
 
+/* sessions --findings: the listing with the audit's counts. */
 static void test_sessions_text(void **state)
 {
     (void)state;
-    const char *av[] = {"sessions", "--db", db, NULL};
+    const char *av[] = {"sessions", "--db", db, "--findings", NULL};
     assert_true(golden_cmd(GOLDEN "sessions.txt", 0, subs, av, 60, NULL));
 }
 
 static void test_sessions_json(void **state)
 {
     (void)state;
-    const char *av[] = {"sessions", "--db", db, "--json", "-", NULL};
+    const char *av[] = {"sessions", "--db",       db,  "--json",
+                        "-",        "--findings", NULL};
     assert_true(golden_cmd(GOLDEN "sessions.json", 0, subs, av, 60, NULL));
+}
+
+/* sessions alone runs no audit: the same rows, findings null (not a
+ * count of 0) and no findings column. */
+static void test_sessions_list_text(void **state)
+{
+    (void)state;
+    const char *av[] = {"sessions", "--db", db, NULL};
+    assert_true(golden_cmd(GOLDEN "sessions-list.txt", 0, subs, av, 60, NULL));
+}
+
+static void test_sessions_list_json(void **state)
+{
+    (void)state;
+    const char *av[] = {"sessions", "--db", db, "--json", "-", NULL};
+    assert_true(golden_cmd(GOLDEN "sessions-list.json", 0, subs, av, 60, NULL));
 }
 
 /* show SESSION as text and JSON into NAME.txt and NAME.json. */
@@ -295,6 +313,8 @@ int main(void)
         cmocka_unit_test(test_audit_expect_text),
         cmocka_unit_test(test_sessions_text),
         cmocka_unit_test(test_sessions_json),
+        cmocka_unit_test(test_sessions_list_text),
+        cmocka_unit_test(test_sessions_list_json),
         cmocka_unit_test(test_show_opencode),
         cmocka_unit_test(test_show_kilo),
         cmocka_unit_test(test_show_continue),

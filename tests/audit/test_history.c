@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "audit_test.h"
+#include "core/xalloc.h"
 
 static json_t *msg_at(const char *file, size_t i)
 {
@@ -677,6 +678,41 @@ static void test_title_by_structure(void **state)
     free_xs(xs, 2);
 }
 
+/* A chat about book titles: record calls its requests "title" by the word
+ * in the system prompt; the ones that carry a conversation are main
+ * requests, checked like any (a word does not make a title). */
+static void test_title_word_alone_is_no_title(void **state)
+{
+    (void)state;
+    struct xchg xs[3];
+    struct audit_list l;
+    static const char *const users[3] = {"a book about the sea",
+                                         "shorter, please", "one more"};
+    json_t *m = json_pack("[o]", xb_msg("system", "You suggest titles for "
+                                                  "books."));
+    for (int k = 0; k < 3; k++) {
+        json_array_append_new(m, xb_msg("user", users[k]));
+        xb_init(&xs[k], k + 1, "ses_b", xb_body("m", json_deep_copy(m)));
+        xs[k].kind = xstrdup("title");
+        char reply[32];
+        snprintf(reply, sizeof(reply), "The Tide %d", k);
+        xb_reply(&xs[k], reply, NULL, NULL, 10 + 5 * k, 3, "stop");
+        json_array_append_new(m, xb_msg("assistant", reply));
+    }
+    json_decref(m);
+    struct audit_opts o;
+    audit_opts_init(&o);
+    o.expect = json_pack("{s:f}", "temperature", 0.6);
+    run_audit(xs, 3, &o, &l);
+    const struct audit_finding *f = find_rule(&l, "sampling.expect");
+    assert_non_null(f);
+    /* requests 2 and 3 carry the conversation: main requests */
+    assert_int_equal(ev_int(f, "requests"), 2);
+    audit_list_release(&l);
+    json_decref(o.expect);
+    free_xs(xs, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -695,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_prune_and_echo_both_reported),
         cmocka_unit_test(test_compaction_every_time_and_lost),
         cmocka_unit_test(test_title_by_structure),
+        cmocka_unit_test(test_title_word_alone_is_no_title),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "http/client.h"
 #include "util/proc.h"
 
 struct pair {
@@ -159,6 +160,23 @@ static void test_healthy_pair_passes_with_zero_kl(void **state)
     run_free(&r);
 }
 
+/* The /detokenize requests the golden sim has answered. */
+static long golden_detokenizes(void)
+{
+    struct http_client *h = http_client_new();
+    char url[96];
+    long st;
+    json_t *s = NULL;
+    struct diag d = {""};
+    snprintf(url, sizeof(url), "%s/sim/stats", proc_url(&P.g));
+    assert_int_equal(http_json(h, url, NULL, NULL, 5000, &st, &s, &d), 0);
+    long n = (long)json_integer_value(
+        json_object_get(json_object_get(s, "requests"), "detokenize"));
+    json_decref(s);
+    http_client_free(h);
+    return n;
+}
+
 static void test_growing_prefill_noise_fails_late(void **state)
 {
     (void)state;
@@ -193,6 +211,9 @@ static void test_growing_prefill_noise_fails_late(void **state)
         assert_true(json_is_string(json_object_get(x, "text")));
     }
     assert_non_null(strstr(r.out.data, "50 worst positions"));
+    /* their labels: one /detokenize per sequence and the separator's
+     * check (two), not five per position */
+    assert_true(golden_detokenizes() <= 3 + 2);
     run_free(&r);
 }
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -60,21 +62,49 @@ struct src {
     struct drift_corpus corpus;
     char *text[NSEQ][DRIFT_PASSES];
     int fail_fetch, fail_parse; /* sequence numbers, -1 none */
-    size_t next;                /* checks the fetch order */
+    int fail_pass;              /* the pass fail_fetch fails; -1 every */
+    bool one_server;            /* drift_pipe.one_server */
+    pthread_mutex_t mu;
+    size_t next[2]; /* checks the fetch order, per server */
     bool order_ok;
+    int busy[2], most[2], most_both; /* requests in flight, per server */
+    unsigned nap_us;                 /* each fetch takes this long */
     bool lent; /* the fetch lends s->text (drift_pipe.lent) */
 };
+
+/* Server of pass k: the golden's passes 0, 1 and the candidate's 2, 3,
+ * or one server for all. */
+static int server_of(const struct src *s, int pass)
+{
+    return s->one_server ? 0 : pass >= 2;
+}
 
 static int fetch(void *ud, size_t i, int pass, const struct drift_lp *golden,
                  char **text, size_t *len, struct diag *d)
 {
     struct src *s = ud;
+    int sv = server_of(s, pass);
+    int per = s->one_server ? DRIFT_PASSES : 2;
     (void)golden;
-    size_t want = s->next++;
-    if (want / DRIFT_PASSES != i || (int)(want % DRIFT_PASSES) != pass)
+    pthread_mutex_lock(&s->mu);
+    size_t want = s->next[sv]++;
+    if (want / (size_t)per != i ||
+        (int)(want % (size_t)per) + (sv && !s->one_server ? 2 : 0) != pass)
         s->order_ok = false;
-    if ((int)i == s->fail_fetch)
-        return diag_set(d, ECONNREFUSED, "seq %zu unreachable", i);
+    s->busy[sv]++;
+    if (s->busy[sv] > s->most[sv])
+        s->most[sv] = s->busy[sv];
+    if (s->busy[0] + s->busy[1] > s->most_both)
+        s->most_both = s->busy[0] + s->busy[1];
+    pthread_mutex_unlock(&s->mu);
+    if (s->nap_us)
+        usleep(s->nap_us);
+    pthread_mutex_lock(&s->mu);
+    s->busy[sv]--;
+    pthread_mutex_unlock(&s->mu);
+    if ((int)i == s->fail_fetch && (s->fail_pass < 0 || s->fail_pass == pass))
+        return diag_set(d, ECONNREFUSED, "seq %zu pass %d unreachable", i,
+                        pass);
     if ((int)i == s->fail_parse && pass == 2) {
         *text = strdup("{\"meta_info\":{}}");
         *len = strlen(*text);
@@ -100,7 +130,8 @@ static void src_init(struct src *s)
             s->text[i][k] = answer(it->ids, it->n, k < 2 ? 0.01 * k : 0.3,
                                    1 + i * 4 + (uint64_t)k);
     }
-    s->fail_fetch = s->fail_parse = -1;
+    s->fail_fetch = s->fail_parse = s->fail_pass = -1;
+    pthread_mutex_init(&s->mu, NULL);
 }
 
 static void src_release(struct src *s)
@@ -109,6 +140,7 @@ static void src_release(struct src *s)
         for (int k = 0; k < DRIFT_PASSES; k++)
             free(s->text[i][k]);
     drift_corpus_release(&s->corpus);
+    pthread_mutex_destroy(&s->mu);
 }
 
 struct recs {
@@ -153,10 +185,12 @@ static void run(struct src *s, unsigned threads, struct out *o)
                            .has_self = true,
                            .threads = threads,
                            .lent = s->lent,
+                           .one_server = s->one_server,
                            .fetch = fetch,
                            .ud = s};
     struct diag d = {{0}};
-    s->next = 0;
+    s->next[0] = s->next[1] = 0;
+    s->most[0] = s->most[1] = s->most_both = 0;
     s->order_ok = true;
     o->ret = drift_pipe_run(&p, &o->an, &opts, &o->positions, &d);
     snprintf(o->msg, sizeof(o->msg), "%s", d.msg);
@@ -227,7 +261,7 @@ static void test_first_error_wins(void **state)
     s.fail_fetch = 3;
     run(&s, 1, &one);
     assert_int_equal(one.ret, -ECONNREFUSED);
-    assert_non_null(strstr(one.msg, "mem#3: seq 3 unreachable"));
+    assert_non_null(strstr(one.msg, "mem#3: seq 3 pass 0 unreachable"));
     run(&s, 3, &many);
     same(&one, &many);
     drift_analysis_release(&many.an);
@@ -284,12 +318,76 @@ static void test_lent_answers_read_alike(void **state)
     src_release(&s);
 }
 
+/* Each server gets one request at a time, in the serial order, and the
+ * golden's and the candidate's requests are in flight together; with
+ * one_server, one request at a time over both. Either way the analysis
+ * and the records are those of one server answering in turn. */
+static void test_servers_answer_at_once(void **state)
+{
+    (void)state;
+    struct src s;
+    struct out serial, both;
+    src_init(&s);
+    s.one_server = true;
+    s.nap_us = 2000;
+    run(&s, 1, &serial);
+    assert_int_equal(serial.ret, 0);
+    assert_true(s.order_ok);
+    assert_int_equal(s.most_both, 1);
+    for (unsigned th = 1; th <= 4; th += 3) {
+        s.one_server = false;
+        run(&s, th, &both);
+        assert_true(s.order_ok); /* each server's order, as serial */
+        assert_int_equal(s.most[0], 1);
+        assert_int_equal(s.most[1], 1);
+        assert_int_equal(s.most_both, 2); /* and at once */
+        same(&serial, &both);
+        drift_analysis_release(&both.an);
+    }
+    drift_analysis_release(&serial.an);
+    src_release(&s);
+}
+
+/* When the golden's and the candidate's answers of one sequence both
+ * fail, the golden's error is the one reported, as the serial order
+ * meets it first; a candidate failure alone is reported as such. */
+static void test_golden_error_first(void **state)
+{
+    (void)state;
+    struct src s;
+    struct out serial, both;
+    src_init(&s);
+    s.fail_fetch = 5;
+    s.fail_pass = 1; /* the control pass, in flight with the candidate's */
+    s.one_server = true;
+    run(&s, 1, &serial);
+    assert_int_equal(serial.ret, -ECONNREFUSED);
+    assert_non_null(strstr(serial.msg, "mem#5: seq 5 pass 1 unreachable"));
+    s.one_server = false;
+    run(&s, 3, &both);
+    same(&serial, &both);
+    drift_analysis_release(&both.an);
+    drift_analysis_release(&serial.an);
+    s.fail_pass = 3;
+    s.one_server = true;
+    run(&s, 1, &serial);
+    assert_non_null(strstr(serial.msg, "mem#5: seq 5 pass 3 unreachable"));
+    s.one_server = false;
+    run(&s, 2, &both);
+    same(&serial, &both);
+    drift_analysis_release(&both.an);
+    drift_analysis_release(&serial.an);
+    src_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_fold_identically),
         cmocka_unit_test(test_first_error_wins),
         cmocka_unit_test(test_lent_answers_read_alike),
+        cmocka_unit_test(test_servers_answer_at_once),
+        cmocka_unit_test(test_golden_error_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@
 #include <jansson.h>
 
 #include "core/buf.h"
+#include "core/xalloc.h"
 #include "util/bisectfx.h"
 #include "util/jfield.h"
 #include "util/modelsrv.h"
@@ -358,6 +359,75 @@ static void test_routed_scaling_differs_from_first_bucket(void **state)
     run_free(&r);
 }
 
+/* A saved golden on the real model: the comparison of routed scaling
+ * against the file gives the live comparison's summary, figure for figure
+ * (the model is deterministic on the CPU). docs/DRIFT.md, "Saved
+ * goldens". */
+static void test_saved_golden_gives_the_live_figures(void **state)
+{
+    (void)state;
+    const char *sw[] = {"--routed-scaling", "1.0", NULL};
+    start(sw);
+    char dir[] = "/tmp/drift-model-gold-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char gf[96], live[96], file[96];
+    snprintf(gf, sizeof(gf), "%s/g.fgold", dir);
+    snprintf(live, sizeof(live), "%s/live.json", dir);
+    snprintf(file, sizeof(file), "%s/file.json", dir);
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    const char *save[] = {
+        "drift", "--golden",       G.url,         "--save-golden",
+        gf,      "--sequences",    "2",           "--max-context",
+        "256",   "--no-cache-arm", "--bootstrap", "50",
+        NULL};
+    int rc = proc_run(save, NULL, &out, &err, 300);
+    if (rc)
+        fail_msg("save: exit %d: %s", rc, buf_str(&err));
+    const char *l[] = {"drift",
+                       "--golden",
+                       G.url,
+                       "--candidate",
+                       C.url,
+                       "--sequences",
+                       "2",
+                       "--max-context",
+                       "256",
+                       "--no-cache-arm",
+                       "--decode-tokens",
+                       "0",
+                       "--bootstrap",
+                       "50",
+                       "--no-store",
+                       "--json",
+                       live,
+                       NULL};
+    int rl = proc_run(l, NULL, &out, &err, 300);
+    const char *f[] = {
+        "drift", "--golden-file", gf,       "--candidate", C.url, "--bootstrap",
+        "50",    "--no-store",    "--json", file,          NULL};
+    int rf = proc_run(f, NULL, &out, &err, 300);
+    assert_int_equal(rf, rl);
+    json_error_t e;
+    json_t *a = json_load_file(live, 0, &e), *b = json_load_file(file, 0, &e);
+    assert_non_null(a);
+    assert_non_null(b);
+    json_object_del(b, "golden_file");
+    char *sa = json_dumps(a, JSON_SORT_KEYS),
+         *sb = json_dumps(b, JSON_SORT_KEYS);
+    if (strcmp(sa, sb))
+        fail_msg("the summaries differ:\nlive %.300s\nfile %.300s", sa, sb);
+    assert_string_equal(jfield_str(b, NULL, "verdict"), "FAIL");
+    free(sa);
+    free(sb);
+    json_decref(a);
+    json_decref(b);
+    buf_release(&out);
+    buf_release(&err);
+    char *rm = xasprintf("rm -rf '%s'", dir);
+    assert_int_equal(system(rm), 0);
+    free(rm);
+}
+
 /* The largest excess KL mean of any prefill bucket. */
 static double max_bucket_excess(const json_t *j)
 {
@@ -602,6 +672,8 @@ int main(void)
         cmocka_unit_test_teardown(test_splitk_is_decode_only_prefill_exact,
                                   teardown),
         cmocka_unit_test_teardown(test_indexer_exact_below_k_differs_past_it,
+                                  teardown),
+        cmocka_unit_test_teardown(test_saved_golden_gives_the_live_figures,
                                   teardown),
         cmocka_unit_test_teardown(test_routed_scaling_differs_from_first_bucket,
                                   teardown),

@@ -201,6 +201,25 @@ static void test_json_statistics(void **state)
     assert_true(fabs(json_real_value(json_object_get(o, "p_value")) - 0.0625) <
                 1e-12);
     assert_false(json_is_true(json_object_get(o, "significant")));
+    /* every case listed, passed or not */
+    assert_int_equal(json_array_size(json_object_get(side, "case_results")),
+                     24);
+    json_decref(j);
+    /* max_cases: only the first cases that ran and did not pass, and the
+     * same figures (they come from the counts, not from the list) */
+    in.max_cases = 3;
+    j = probe_report_json(&in);
+    side = json_object_get(j, "results");
+    json_t *cr = json_object_get(side, "case_results");
+    assert_int_equal(json_array_size(cr), 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_false(
+            json_is_true(json_object_get(json_array_get(cr, i), "passed")));
+    assert_int_equal(json_integer_value(json_object_get(side, "passed")), 19);
+    assert_int_equal(
+        json_array_size(json_object_get(json_object_get(j, "baseline_results"),
+                                        "case_results")),
+        0); /* the baseline passed everything */
     json_decref(j);
     probe_endpoint_release(&ep);
     probe_endpoint_release(&base);

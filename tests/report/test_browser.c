@@ -469,6 +469,285 @@ static void test_live_payloads_stay_text(void **state)
     free(url);
 }
 
+/* ---- layout: measured in the browser ---- */
+
+/* The report forbids script (its Content-Security-Policy), so layout is
+ * measured on a test-only copy: the page with its policy line taken out and
+ * this script added at the end of <body>. The script runs after layout and
+ * compares boxes as the browser laid them out at W x H: every <text> of
+ * the heatmaps, legends and charts inside its <svg>; the heatmaps' and
+ * legends' labels on one line not overlapping; titles (h1-h3,
+ * figcaption), keys, legends, the summary's lines, tables and figures
+ * neither wider than themselves (scrollWidth) nor outside their
+ * container. It writes what it found, as JSON, into <pre id="measure">,
+ * which chromium's --dump-dom hands back. The report itself is drawn
+ * unchanged. */
+static const char measure_js[] =
+    "(function () {\n"
+    "  var out = {checked: 0, overflow: [], summary: [], sections: []};\n"
+    "  function box(e) { return e.getBoundingClientRect(); }\n"
+    "  function name(e) {\n"
+    "    var c = e.getAttribute('class') || '';\n"
+    "    var t = (e.textContent || '').slice(0, 40).replace(/[<>&\"\\\\]/g, "
+    "'?');\n"
+    "    return e.tagName.toLowerCase() + (c ? '.' + c : '') + ' [' + t + "
+    "']';\n"
+    "  }\n"
+    "  function inside(e, c, why) {\n"
+    "    var a = box(e), b = box(c);\n"
+    "    out.checked++;\n"
+    "    if (a.width === 0 && a.height === 0) return;\n"
+    "    if (a.left < b.left - 0.5 || a.right > b.right + 0.5 ||\n"
+    "        a.top < b.top - 0.5 || a.bottom > b.bottom + 0.5)\n"
+    "      out.overflow.push(why + ': ' + name(e) + ' x ' + Math.round(a.left) "
+    "+\n"
+    "                        '-' + Math.round(a.right) + ' outside ' +\n"
+    "                        name(c).slice(0, 30) + ' x ' + Math.round(b.left) "
+    "+\n"
+    "                        '-' + Math.round(b.right));\n"
+    "  }\n"
+    "  function fits(e, why) {\n"
+    "    out.checked++;\n"
+    "    if (e.scrollWidth > e.clientWidth + 1)\n"
+    "      out.overflow.push(why + ': ' + name(e) + ' scrollWidth ' +\n"
+    "                        e.scrollWidth + ' exceeds ' + e.clientWidth);\n"
+    "    if (e.parentElement) inside(e, e.parentElement, why);\n"
+    "  }\n"
+    "  document.querySelectorAll('svg.heat, svg.legend, figure svg').forEach(\n"
+    "    function (s) {\n"
+    "      var rows = {};\n"
+    "      s.querySelectorAll('text').forEach(function (t) {\n"
+    "        inside(t, s, 'svg text');\n"
+    "        var y = t.getAttribute('y');\n"
+    "        (rows[y] = rows[y] || []).push(t);\n"
+    "      });\n"
+    "      if (!s.matches('svg.heat, svg.legend')) return;\n"
+    "      Object.keys(rows).forEach(function (y) {\n"
+    "        var ts = rows[y].slice().sort(function (p, q) {\n"
+    "          return box(p).left - box(q).left;\n"
+    "        });\n"
+    "        for (var i = 1; i < ts.length; i++) {\n"
+    "          out.checked++;\n"
+    "          if (box(ts[i]).left < box(ts[i - 1]).right - 0.5)\n"
+    "            out.overflow.push('labels overlap: ' + name(ts[i - 1]) + ' "
+    "and ' +\n"
+    "                              name(ts[i]));\n"
+    "        }\n"
+    "      });\n"
+    "    });\n"
+    "  document.querySelectorAll('h1, h2, h3, figcaption, ul.key, .legends, ' "
+    "+\n"
+    "                            'nav.summary li, table, figure')\n"
+    "    .forEach(function (e) { fits(e, 'box'); });\n"
+    "  document.querySelectorAll('ul.key li').forEach(function (e) {\n"
+    "    inside(e, e.parentElement, 'key');\n"
+    "  });\n"
+    "  document.querySelectorAll('nav.summary li.sum').forEach(function (li) "
+    "{\n"
+    "    var a = li.querySelector('a'), v = li.querySelector('.v');\n"
+    "    var id = a ? (a.getAttribute('href') || '').slice(1) : '';\n"
+    "    out.summary.push({section: id, verdict: v ? v.textContent : '',\n"
+    "                      target: !!document.getElementById(id)});\n"
+    "  });\n"
+    "  document.querySelectorAll('section[id]').forEach(function (e) {\n"
+    "    out.sections.push(e.id);\n"
+    "  });\n"
+    "  var pre = document.createElement('pre');\n"
+    "  pre.id = 'measure';\n"
+    "  pre.textContent = JSON.stringify(out);\n"
+    "  document.body.appendChild(pre);\n"
+    "})();\n";
+
+struct layout {
+    json_t *m;       /* the script's JSON */
+    size_t overflow; /* boxes that overflow */
+    size_t checked;  /* boxes compared */
+};
+
+static void measure(const char *page, struct layout *l)
+{
+    char *html = golden_read(page, NULL);
+    assert_non_null(html);
+    char *csp = strstr(html, "<meta http-equiv=\"Content-Security-Policy\"");
+    assert_non_null(csp);
+    char *csp_end = strchr(csp, '>');
+    char *body_end = strstr(html, "</body>");
+    assert_non_null(body_end);
+    char *wrap = xasprintf("%s.measure.html", page);
+    FILE *f = fopen(wrap, "w");
+    assert_non_null(f);
+    fprintf(f, "%.*s%.*s<script>%s</script>%s", (int)(csp - html), html,
+            (int)(body_end - csp_end - 1), csp_end + 1, measure_js, body_end);
+    fclose(f);
+    char *dump = xasprintf("%s.dom", page);
+    assert_int_equal(run_chromium(wrap, "--dump-dom", dump), 0);
+    char *dom = golden_read(dump, NULL);
+    assert_non_null(dom);
+    char *a = strstr(dom, "<pre id=\"measure\">");
+    assert_non_null(a);
+    a += strlen("<pre id=\"measure\">");
+    char *b = strstr(a, "</pre>");
+    assert_non_null(b);
+    *b = '\0';
+    json_error_t e;
+    l->m = json_loads(a, 0, &e);
+    assert_non_null(l->m);
+    l->checked = (size_t)json_integer_value(json_object_get(l->m, "checked"));
+    const json_t *ov = json_object_get(l->m, "overflow");
+    l->overflow = json_array_size(ov);
+    for (size_t i = 0; i < l->overflow && i < 20; i++)
+        print_message("overflow: %s\n",
+                      json_string_value(json_array_get(ov, i)));
+    free(dom);
+    free(dump);
+    free(wrap);
+    free(html);
+}
+
+/* Each section drawn has one line in the summary, with a verdict word,
+ * linking to it. */
+static void assert_summary(const json_t *m)
+{
+    const json_t *sum = json_object_get(m, "summary"),
+                 *sec = json_object_get(m, "sections");
+    assert_true(json_array_size(sec) > 0);
+    assert_int_equal(json_array_size(sum), json_array_size(sec));
+    for (size_t i = 0; i < json_array_size(sec); i++) {
+        const json_t *x = json_array_get(sum, i);
+        const char *v = json_string_value(json_object_get(x, "verdict"));
+        assert_string_equal(json_string_value(json_object_get(x, "section")),
+                            json_string_value(json_array_get(sec, i)));
+        assert_true(json_is_true(json_object_get(x, "target")));
+        assert_true(!strcmp(v, "PASS") || !strcmp(v, "WARN") ||
+                    !strcmp(v, "FAIL") || !strcmp(v, "INCONCLUSIVE"));
+    }
+}
+
+/* The demo's page (scripts/probe_demo.sh's run: a sim that drops the
+ * middle of prompts past 8k against a healthy one), then the same store
+ * with a drift run beside it drawn by `fidelity report`, then a page of
+ * the reasoning kind, whose variant names are long: nothing overflows,
+ * and the summary has a verdict per section. The check itself is shown to
+ * catch an overflow on a page made to overflow. */
+static void test_layout_fits(void **state)
+{
+    (void)state;
+    chromium();
+    const char *healthy[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    const char *faulty[] = {
+        "sim",  "--listen",   "127.0.0.1:0", "--context-limit",
+        "8192", "--overflow", "middle",      NULL};
+    assert_int_equal(proc_start(&P[0], healthy), 0);
+    up[0] = true;
+    assert_int_equal(proc_start(&P[1], faulty), 0);
+    up[1] = true;
+    char *h = xstrdup(proc_url(&P[0])), *f = xstrdup(proc_url(&P[1]));
+    char *page = xasprintf("%s/demo.html", dir);
+    char *db = xasprintf("%s/demo.db", dir);
+    const char *av[] = {"probe",
+                        "--endpoint",
+                        f,
+                        "--baseline",
+                        h,
+                        "--kinds",
+                        "needle,multi-needle,canary,first-message,variables",
+                        "--lengths",
+                        "2k,4k,8k,16k,32k",
+                        "--depths",
+                        "0,25,50,75,100",
+                        "--db",
+                        db,
+                        "--report",
+                        page,
+                        NULL};
+    assert_int_equal(proc_run(av, NULL, NULL, NULL, 300), 1);
+    struct layout l;
+    measure(page, &l);
+    print_message("demo page: %zu boxes checked\n", l.checked);
+    assert_true(l.checked > 500);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    json_decref(l.m);
+
+    /* probe and drift on one page from the store */
+    const char *dr[] = {"drift", "--golden",    h,    "--candidate",
+                        f,       "--sequences", "1",  "--max-context",
+                        "1024",  "--bootstrap", "20", "--decode-tokens",
+                        "4",     "--db",        db,   NULL};
+    int rc = proc_run(dr, NULL, NULL, NULL, 300);
+    assert_true(rc == 0 || rc == 1);
+    char *all = xasprintf("%s/all.html", dir);
+    const char *rp[] = {"report", "--db", db, "-o", all, NULL};
+    assert_int_equal(proc_run(rp, NULL, NULL, NULL, 120), 0);
+    measure(all, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    assert_int_equal(json_array_size(json_object_get(l.m, "sections")), 2);
+    json_decref(l.m);
+
+    /* a bisect report, alone and with the probe and drift runs */
+    const char *bp[] = {"report",
+                        "--db",
+                        "none.db",
+                        "--bisect",
+                        "tests/report/fixtures/bisect.json",
+                        "-o",
+                        all,
+                        NULL};
+    assert_int_equal(proc_run(bp, NULL, NULL, NULL, 120), 0);
+    measure(all, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    json_decref(l.m);
+    const char *ip[] = {
+        "report", "--db", db,  "--bisect", "tests/report/fixtures/bisect.json",
+        "-o",     all,    NULL};
+    assert_int_equal(proc_run(ip, NULL, NULL, NULL, 120), 0);
+    measure(all, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    assert_int_equal(json_array_size(json_object_get(l.m, "sections")), 3);
+    json_decref(l.m);
+
+    /* long variant names */
+    char *rpage = xasprintf("%s/reasoning.html", dir);
+    const char *ra[] = {"probe",     "--endpoint", f,       "--kinds",
+                        "reasoning", "--lengths",  "1k,2k", "--no-store",
+                        "--report",  rpage,        NULL};
+    rc = proc_run(ra, NULL, NULL, NULL, 300);
+    assert_true(rc == 0 || rc == 1);
+    measure(rpage, &l);
+    assert_int_equal(l.overflow, 0);
+    assert_summary(l.m);
+    json_decref(l.m);
+
+    /* the check catches what it is meant to: a title and a label too
+     * long for their boxes */
+    char *bad = xasprintf("%s/bad.html", dir);
+    FILE *fp = fopen(bad, "w");
+    assert_non_null(fp);
+    fputs("<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-"
+          "Policy\" content=\"default-src 'none'\"></head><body>"
+          "<figure style=\"width:200px\"><figcaption style=\"white-space:"
+          "nowrap\">a caption far too long for its two hundred "
+          "pixels</figcaption>"
+          "<svg class=\"heat\" viewBox=\"0 0 60 30\" width=\"60\" "
+          "height=\"30\"><text x=\"2\" y=\"20\">reasoning_content"
+          "</text></svg></figure></body></html>\n",
+          fp);
+    fclose(fp);
+    measure(bad, &l);
+    assert_true(l.overflow >= 2);
+    json_decref(l.m);
+    free(bad);
+    free(rpage);
+    free(all);
+    free(db);
+    free(page);
+    free(h);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,6 +757,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_live_payloads_stay_text, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_layout_fits, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,9 +100,43 @@ static void test_many_sessions_note(void **state)
     json_decref(doc);
 }
 
+/* A session whose prompt tokens are unknown says so instead of drawing a
+ * flat line at 0; one request is "1 request"; the summary's word. */
+static void test_unknown_tokens_and_plurals(void **state)
+{
+    (void)state;
+    json_t *reqs = json_pack("[{s:i, s:i}, {s:i, s:i}]", "request", 1, "turn",
+                             1, "request", 2, "turn", 2);
+    json_t *turns = json_pack("[{s:s, s:o}, o]", "session", "nocount",
+                              "requests", reqs, session("one", 1));
+    json_t *f = json_array();
+    json_array_append_new(f, finding("warn", "history.rewrite", "one", 1,
+                                     "the <i>history</i> changed"));
+    json_t *doc = json_pack("{s:[], s:o, s:o}", "sessions", "findings", f,
+                            "turns", turns);
+    char *s = render(doc);
+    assert_non_null(strstr(s, "<code>nocount</code>: prompt tokens unknown"));
+    assert_non_null(strstr(s, "None of its 2 requests has a prompt token"));
+    assert_int_equal(golden_count(s, "<polyline"), 1); /* "one" only */
+    assert_non_null(strstr(s, "prompt tokens per request (1 request)"));
+    assert_non_null(strstr(s, "<td class=\"rule\">history.rewrite</td>"));
+    free(s);
+    struct report_in in = {.audit = doc};
+    struct buf b = BUF_INIT;
+    assert_int_equal(report_html(&in, &b), 0);
+    buf_addch(&b, '\0');
+    assert_non_null(strstr(b.data, "<a href=\"#audit\">audit</a> <span "
+                                   "class=\"v WARN\">WARN</span> 2 sessions, "
+                                   "0 errors, 1 warning"));
+    assert_non_null(strstr(b.data, "the &lt;i&gt;history&lt;/i&gt; changed"));
+    buf_release(&b);
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unknown_tokens_and_plurals),
         cmocka_unit_test(test_markers),
         cmocka_unit_test(test_many_sessions_note),
     };

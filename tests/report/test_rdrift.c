@@ -109,9 +109,80 @@ static void test_token_text_is_escaped(void **state)
     json_decref(d);
 }
 
+/* Ten worst positions open, the rest folded; the attribution in one line
+ * with its evidence folded; the summary line. */
+static void test_folds_and_summary(void **state)
+{
+    (void)state;
+    json_t *d = doc_with(true);
+    json_t *w = json_object_get(d, "worst");
+    for (int i = 1; i < 13; i++)
+        json_array_append_new(w,
+                              json_pack("{s:i, s:i, s:f, s:f}", "seq", 0, "pos",
+                                        70 + i, "kl", 1e-3, "dlogp", -0.1));
+    json_object_set_new(d, "attribution",
+                        json_pack("{s:s, s:s, s:s, s:s}", "kind", "prefill",
+                                  "words", "prefill only", "attributed",
+                                  "the prefill <path> differs",
+                                  "not_attributed", "decode"));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f, s:f, s:f, s:f, s:i}", "excess_kl_mean",
+                                  0.01, "lo", 0.008, "hi", 0.012,
+                                  "flips_per_1k", 2.0, "positions", 300));
+    char *s = render(d);
+    assert_non_null(strstr(s, "<details class=\"more\"><summary>3 more "
+                              "positions</summary>"));
+    assert_int_equal(golden_count(s, "<details"), 2);
+    assert_non_null(strstr(s, "<p class=\"attr\">Attribution: <b>prefill "
+                              "only</b>; harm 0.01 (95% CI 0.008 to 0.012)"));
+    assert_non_null(strstr(s, "<details class=\"evidence\"><summary>The "
+                              "evidence</summary><p>Attributed: the prefill "
+                              "&lt;path&gt; differs</p>"));
+    free(s);
+    struct report_in in = {.drift = d};
+    struct buf b = BUF_INIT;
+    assert_int_equal(report_html(&in, &b), 0);
+    buf_addch(&b, '\0');
+    assert_non_null(strstr(b.data, "<a href=\"#drift\">drift</a> <span "
+                                   "class=\"v WARN\">WARN</span> attributed "
+                                   "to <b>prefill only</b>; harm 0.01"));
+    buf_release(&b);
+    json_decref(d);
+}
+
+/* A threshold's label moves off a point that lies where it would go; the
+ * candidate is drawn under the excess, thicker. */
+static void test_labels_clear_of_points(void **state)
+{
+    (void)state;
+    json_t *d = doc_with(true);
+    char *s = render(d);
+    /* nothing near the right end: labels there */
+    assert_int_equal(golden_count(s, "text-anchor=\"end\">WARN (excess)"), 3);
+    assert_non_null(strstr(s, "<polyline class=\"s1 g2\""));
+    assert_true(strstr(s, "<polyline class=\"s1 g2\"") <
+                strstr(s, "<polyline class=\"s2"));
+    free(s);
+    /* the candidate's mean KL on the WARN line at the right end */
+    json_array_append_new(json_object_get(d, "buckets"),
+                          bucket(512, 1000, 1e-4, false));
+    s = render(d);
+    const char *kl = strstr(s, "Mean KL divergence");
+    const char *dp = strstr(s, "RMS delta-p");
+    assert_non_null(kl);
+    const char *w = strstr(kl, ">WARN (excess)");
+    assert_true(w && w < dp);
+    assert_non_null(strstr(kl, "text-anchor=\"start\">WARN (excess)"));
+    assert_true(strstr(kl, "text-anchor=\"start\">WARN (excess)") < dp);
+    free(s);
+    json_decref(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_folds_and_summary),
+        cmocka_unit_test(test_labels_clear_of_points),
         cmocka_unit_test(test_figures),
         cmocka_unit_test(test_token_text_is_escaped),
     };

@@ -29,6 +29,9 @@
 #include "util/proc.h"
 #include "util/rec.h"
 
+/* What `fidelity bisect --json` wrote (tests/report/test_rbisect.c). */
+#define FIXTURE "tests/report/fixtures/bisect.json"
+
 static struct proc P[3];
 static bool up[3];
 static char *dir;
@@ -92,6 +95,20 @@ static char *section(const char *file, const char *id)
     char *s = golden_section(html, id);
     free(html);
     assert_non_null(s);
+    return s;
+}
+
+/* The page's summary block (<nav class="summary"> .. </nav>). */
+static char *summary_block(const char *file)
+{
+    char *html = golden_read(file, NULL);
+    assert_non_null(html);
+    const char *a = strstr(html, "<nav class=\"summary\"");
+    assert_non_null(a);
+    const char *b = strstr(a, "</nav>");
+    assert_non_null(b);
+    char *s = xasprintf("%.*s\n", (int)(b + 6 - a), a);
+    free(html);
     return s;
 }
 
@@ -165,6 +182,26 @@ static void test_probe_section_golden(void **state)
     char *t = stored_section(db, "probe");
     assert_string_equal(t, s);
     free(t);
+    /* the summary leads with the verdict and the terminal's causes */
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<span class=\"v FAIL\">FAIL</span>"));
+    assert_non_null(strstr(t, "<b>needle</b>: fails from"));
+    assert_true(golden_check("tests/report/golden/summary-probe.html", t));
+    free(t);
+    /* the settings that differ between the servers, as inspect has them */
+    html = golden_read(page, NULL);
+    const char *a = strstr(html, "<h3 id=\"servers\">");
+    assert_non_null(a);
+    const char *z = strstr(a, "<details");
+    assert_non_null(z);
+    t = xasprintf("%.*s\n", (int)(z - a), a);
+    assert_non_null(strstr(t, "<code>get_server_info.sim_config.overflow"
+                              "</code></td><td><code>middle</code>"));
+    assert_true(golden_check("tests/report/golden/settings-probe.html", t));
+    assert_non_null(strstr(z, "<summary>Full fingerprints</summary>"));
+    assert_null(strstr(html, "server and flags seen"));
+    free(t);
+    free(html);
     free(s);
     free(db);
     free(page);
@@ -198,6 +235,10 @@ static void test_drift_section_golden(void **state)
     assert_true(golden_check("tests/report/golden/drift.html", s));
     char *t = stored_section(db, "drift");
     assert_string_equal(t, s);
+    free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<a href=\"#drift\">drift</a> <span class=\"v "));
+    assert_true(golden_check("tests/report/golden/summary-drift.html", t));
     free(t);
     free(s);
     free(db);
@@ -274,6 +315,11 @@ static void test_audit_section_golden(void **state)
     assert_true(golden_check("tests/report/golden/audit.html", s));
     char *t = stored_section(db, "audit");
     assert_string_equal(t, s);
+    free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<span class=\"v FAIL\">FAIL</span> 1 "
+                              "session, 2 errors"));
+    assert_true(golden_check("tests/report/golden/summary-audit.html", t));
     free(t);
     /* one session by name; an unknown one is a usage error */
     char *out = path("one.html");
@@ -382,6 +428,11 @@ static void test_live_section_golden(void **state)
     char *t = stored_section(db, "probe-live");
     assert_string_equal(t, s);
     free(t);
+    t = summary_block(page);
+    assert_non_null(strstr(t, "<a href=\"#probe-live\">live sessions</a> "
+                              "<span class=\"v FAIL\">FAIL</span> recall "
+                              "breaks first in"));
+    free(t);
     char *out = path("r.html");
     const char *one[] = {"report", "--db", db,  "--probe-live-run",
                          "1",      "-o",   out, NULL};
@@ -450,6 +501,29 @@ static void test_report_errors(void **state)
     const char *a5[] = {"report", "--bogus", NULL};
     assert_int_equal(proc_run(a5, NULL, NULL, NULL, 30), 2);
     assert_true(access(out, F_OK) != 0);
+    /* a bisect run (bisect --json's file) needs no store; with a store it
+     * joins its runs on one page */
+    const char *b1[] = {"report", "--db", missing, "--bisect",
+                        FIXTURE,  "-o",   out,     NULL};
+    assert_int_equal(run(b1, NULL), 0);
+    char *s = section(out, "bisect");
+    assert_true(golden_check("tests/report/golden/bisect.html", s));
+    free(s);
+    const char *b2[] = {"report", "--db", missing, "--bisect",
+                        missing,  "-o",   out,     NULL};
+    assert_int_equal(proc_run(b2, NULL, NULL, NULL, 30), 2);
+    const char *b3[] = {"report",
+                        "--db",
+                        missing,
+                        "--bisect",
+                        "tests/report/golden/../../bisect/golden/sim.json",
+                        "-o",
+                        out,
+                        NULL};
+    assert_int_equal(proc_run(b3, NULL, NULL, NULL, 30), 2); /* not bisect's */
+    const char *b4[] = {"report",   "--db",  missing, "--probe-run", "1",
+                        "--bisect", FIXTURE, "-o",    out,           NULL};
+    assert_int_equal(proc_run(b4, NULL, NULL, NULL, 30), 2); /* no store */
     free(missing);
     free(empty);
     free(out);

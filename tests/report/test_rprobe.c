@@ -137,9 +137,86 @@ static void test_absent_document_draws_nothing(void **state)
     json_decref(doc);
 }
 
+/* The terminal's letters, a kind without depth, variant names that do not
+ * fit a column, the few-cases mark left out when every cell has few. */
+static void test_letters_depthless_and_keys(void **state)
+{
+    (void)state;
+    json_t *ec = json_array();
+    json_t *c = cell("needle", 1024, 50, "-", 0, 1, 0, 0, .8);
+    json_object_set_new(c, "failure", json_string("D"));
+    json_array_append_new(ec, c);
+    json_array_append_new(ec, cell("needle", 1024, 0, "-", 0, 1, 1, .2, 1));
+    json_array_append_new(ec,
+                          cell("first-message", 1024, -1, "-", 0, 1, 1, .2, 1));
+    json_array_append_new(ec, cell("reasoning", 1024, 50,
+                                   "reasoning_content+tools", 0, 1, 1, .2, 1));
+    json_array_append_new(
+        ec, cell("reasoning", 1024, 50, "inline-think", 0, 1, 1, .2, 1));
+    json_t *doc = json_pack("{s:s, s:o}", "format", "fidelity-probe/1",
+                            "results", side(ec));
+    char *s = render(doc);
+    /* the failed cell says why, and the legend says what letters mean */
+    assert_non_null(strstr(s, "class=\"on-dark\">0 D</text>"));
+    assert_non_null(strstr(s, "<b>D</b> dropped-before-the-model"));
+    /* first-message: one column, no "-1%" */
+    assert_non_null(strstr(s, "first-message: pass % by length (the kind "
+                              "has no depth)"));
+    assert_null(strstr(s, "-1%"));
+    /* long variant names: v1, v2 on the map, the names in a key */
+    assert_non_null(strstr(s, ">v1</text>"));
+    assert_non_null(strstr(s, "<li><b>v1</b> reasoning_content+tools</li>"));
+    assert_null(strstr(s, ">reasoning_co"));
+    /* every cell has one case: no marks, one sentence */
+    assert_int_equal(golden_count(s, "<path class=\"few\""), 0);
+    assert_int_equal(golden_count(s, "Every cell holds fewer than 3"), 1);
+    /* no verdict stored: fail closed */
+    assert_non_null(strstr(s, "<span class=\"v INCONCLUSIVE\">"));
+    free(s);
+    json_decref(doc);
+}
+
+/* The verdict and the "where it breaks and why" lines lead the section and
+ * the page's summary, escaped. */
+static void test_verdict_and_causes(void **state)
+{
+    (void)state;
+    json_t *ec = json_array();
+    json_array_append_new(ec, cell("needle", 1024, 0, "-", 0, 10, 5, .2, .8));
+    json_t *sd = side(ec);
+    json_object_set_new(json_array_get(json_object_get(sd, "kinds"), 0), "why",
+                        json_string("fails from 1k on (5 failed): <script>"));
+    json_t *doc =
+        json_pack("{s:s, s:s, s:s, s:o}", "format", "fidelity-probe/1",
+                  "verdict", "FAIL", "verdict_line",
+                  "FAIL: the pass rate 50.0% is below "
+                  "--fail-under 90%",
+                  "results", sd);
+    char *s = render(doc);
+    assert_non_null(strstr(s, "Verdict: <span class=\"v FAIL\">FAIL</span> "
+                              "the pass rate 50.0% is below"));
+    assert_non_null(strstr(s, "<li><b>needle</b>: fails from 1k on (5 "
+                              "failed): &lt;script&gt;</li>"));
+    free(s);
+    struct report_in in = {.probe = doc};
+    struct buf b = BUF_INIT;
+    assert_int_equal(report_html(&in, &b), 0);
+    buf_addch(&b, '\0');
+    const char *p = strstr(b.data, "<nav class=\"summary\"");
+    assert_non_null(p);
+    assert_true(p < strstr(b.data, "<section id=\"probe\">"));
+    assert_non_null(strstr(p, "<a href=\"#probe\">probe</a> <span "
+                              "class=\"v FAIL\">FAIL</span>"));
+    assert_null(strstr(b.data, "<script>"));
+    buf_release(&b);
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_letters_depthless_and_keys),
+        cmocka_unit_test(test_verdict_and_causes),
         cmocka_unit_test(test_maps_and_marks),
         cmocka_unit_test(test_server_text_is_escaped),
         cmocka_unit_test(test_absent_document_draws_nothing),

@@ -7,16 +7,18 @@
 #     included), and bisect's own overhead: everything else (fingerprint,
 #     stop with its grace, the result file). The overhead is printed as a
 #     share of the measurement.
-#  2. Launches used by adaptive against one-at-a-time for n = 4, 8, 16
-#     toggles with one culprit (the last), the golden included; counted by
-#     the server command itself (one line appended per launch).
-#   sh bench/bisect.sh            NS="4 8" to choose the sizes
+#  2. Readiness: how much later than the sim's first 200 bisect sees it
+#     (the sim's start-up polled every millisecond, in the same script).
+#  3. Launches used by adaptive against one-at-a-time for n = 4, 8, 16
+#     toggles with d = 1, 2, 3 culprits: the planner over every placement
+#     (bench/bisect_launches.c, exact), then real launches against sim
+#     servers for n = 8, counted by the server command itself.
+#   sh bench/bisect.sh
 set -eu
 command -v python3 >/dev/null || { echo "bench/bisect.sh: python3 is required; run 'make bench-deps'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 make -s build/fidelity
 BIN=$PWD/build/fidelity
-NS=${NS:-4 8 16}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 
@@ -57,16 +59,63 @@ print("median: bisect's own %.3f s against %.2f s of measurement (%.1f%%)" %
        100 * own[len(own)//2] / meas[len(meas)//2]))
 PY
 
-echo "launches with one culprit (golden included):"
-for n in $NS; do
+# readiness: how soon after the sim first answers 200 bisect sees it. The
+# sim's own start-up (fork to first 200) polled every millisecond, against
+# the "ready" time bisect recorded for each configuration above.
+python3 - "$BIN" "$tmp/over/out" <<'PY'
+import glob, json, socket, subprocess, sys, time, urllib.request
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+starts = []
+for _ in range(9):
+    port = free_port()
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.argv[1], "sim", "--listen", "127.0.0.1:%d" % port],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:
+        try:
+            if urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port, timeout=1).status == 200:
+                break
+        except Exception:
+            time.sleep(0.001)
+    starts.append(time.monotonic() - t0)
+    p.terminate(); p.wait()
+ready = sorted(json.load(open(f))["timing"]["ready"]
+               for f in glob.glob(sys.argv[2] + "/*.json")
+               if "timing" in json.load(open(f)) and "ready" in json.load(open(f))["timing"])
+starts.sort()
+ms, mr = starts[len(starts)//2], ready[len(ready)//2]
+print("readiness: the sim answers 200 after %.1f ms (median of %d, polled every 1 ms); "
+      "bisect saw it after %.1f ms (median of %d): %.1f ms later" %
+      (1000*ms, len(starts), 1000*mr, len(ready), 1000*(mr-ms)))
+PY
+
+# launches by the planner itself over every placement of the culprits
+PKGS="libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash"
+cc -O2 -Wall -Werror -Isrc bench/bisect_launches.c build/libfidelity.a \
+   $(pkg-config --cflags --libs $PKGS) -lm -lpthread -o build/bisect_launches
+build/bisect_launches
+
+# and real launches against sim servers: n = 8, d = 1..3 culprits (the last
+# d toggles), counted by the server command itself
+echo "real launches, n = 8 (golden included):"
+for d in 1 2 3; do
     for m in one-at-a-time adaptive; do
-        config "$n" "$tmp/$m$n"
+        dir="$tmp/$m$d"; mkdir -p "$dir"
+        {
+            printf '[server]\ncommand = echo x >> %s/count; exec %s sim --listen 127.0.0.1:{port}\n' "$dir" "$BIN"
+            printf 'ready_timeout = 20\nstop_grace = 3\n[measure]\nprofile = test\n'
+            i=1
+            while [ "$i" -le $((8 - d)) ]; do
+                printf '[toggle flag%d]\nenv = FLAG%d=1\n' "$i" "$i"; i=$((i + 1))
+            done
+            [ "$d" -ge 3 ] && printf '[toggle indexer]\nargs = --forget-after 2048\n'
+            [ "$d" -ge 2 ] && printf '[toggle splitk]\nargs = --decode-noise 1.0\n'
+            printf '[toggle scale]\nargs = --logit-scale 1.2\n'
+        } > "$dir/b.ini"
         start=$(date +%s)
-        "$BIN" bisect "$tmp/$m$n/b.ini" --mode $m --out "$tmp/$m$n/out" \
-            --slots 1 >"$tmp/$m$n/report" || true
-        head -1 "$tmp/$m$n/report" | grep -q '^culprit: culprit' ||
-            { echo "bench/bisect.sh: $m n=$n did not name the culprit" >&2; exit 1; }
-        echo "  n=$n $m: $(wc -l < "$tmp/$m$n/count") launches, $(( $(date +%s) - start )) s"
+        "$BIN" bisect "$dir/b.ini" --mode $m --out "$dir/out" --slots 1 \
+            >"$dir/report" 2>/dev/null || true
+        echo "  d=$d $m: $(wc -l < "$dir/count") launches, $(( $(date +%s) - start )) s: $(head -1 "$dir/report" | cut -c1-60)"
     done
-    echo "  (adaptive bound for one culprit: 1 + ceil(log2 $n) + 2)"
 done

@@ -158,15 +158,22 @@ int bisect_free_port(void)
     return port;
 }
 
-static void progress(struct ctx *x, const char *name, size_t idx,
-                     enum bisect_phase ph)
+static void progress_at(struct ctx *x, const char *name, size_t idx,
+                        enum bisect_phase ph, int port)
 {
     if (!x->o->on_progress)
         return;
-    struct bisect_progress p = {name, idx, x->total, ph};
+    size_t total = idx && x->o->mode != BISECT_ADAPTIVE ? x->total : 0;
+    struct bisect_progress p = {name, idx, total, ph, port};
     pthread_mutex_lock(&x->mu);
     x->o->on_progress(x->o->ud, &p);
     pthread_mutex_unlock(&x->mu);
+}
+
+static void progress(struct ctx *x, const char *name, size_t idx,
+                     enum bisect_phase ph)
+{
+    progress_at(x, name, idx, ph, 0);
 }
 
 /* The profile's options for drift (which 0) or probe (1). */
@@ -217,6 +224,7 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
     }
     int st;
     bool sent = false; /* when bisect is stopped, so is the measurement */
+    int pfd = p > 0 ? launch_pidfd(p) : -1; /* woken by its exit */
     while (p > 0) {
         pid_t w = waitpid(p, &st, WNOHANG);
         if (w == p) {
@@ -229,8 +237,10 @@ static int run_self(struct ctx *x, const char *fixed, const char *extra,
             kill(p, SIGINT);
             sent = true;
         }
-        clock_nap_ms(20);
+        launch_wait_fd(pfd, 50); /* or a stop, looked at every 50 ms */
     }
+    if (pfd >= 0)
+        close(pfd);
     if (fd >= 0)
         close(fd);
     free(v);
@@ -350,8 +360,10 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
                                port > 0 ? port : 0};
     json_object_set_new(doc, "command", json_string(cmd));
     json_object_set_new(doc, "log", json_string(log));
+    if (port > 0)
+        json_object_set_new(doc, "port", json_integer(port));
     struct diag d = {0};
-    progress(x, name, idx, BISECT_STARTING);
+    progress_at(x, name, idx, BISECT_STARTING, port > 0 ? port : 0);
     int rc = x->l->ops->submit(x->l, &spec, lx, &d);
     if (!rc) {
         pthread_mutex_lock(&x->mu);
@@ -447,8 +459,12 @@ static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
 {
     char *name = bisect_set_name(x->c, s);
     json_t *doc = stored(x, name);
-    if (doc)
+    if (doc) {
+        pthread_mutex_lock(&x->mu);
+        x->out->reused++;
+        pthread_mutex_unlock(&x->mu);
         goto out_done;
+    }
     doc = json_object();
     json_object_set_new(doc, "name", json_string(name));
     json_t *tg = json_array();

@@ -30,8 +30,11 @@ const char *bisect_phase_name(enum bisect_phase p);
 
 struct bisect_progress {
     const char *name;
-    size_t index, total; /* configuration index (1-based) of total */
+    /* configuration index (1-based; 0: the golden) of total (0: not known
+     * ahead, as in adaptive mode, where each depends on the last answer) */
+    size_t index, total;
     enum bisect_phase phase;
+    int port; /* its {port} when starting; 0: picked where it runs */
 };
 
 struct bisect_opts {
@@ -57,6 +60,7 @@ struct bisect_outcome {
     size_t n_results;
     json_t *golden;  /* the golden's document (fingerprint, log) */
     size_t launches; /* servers started by this run, golden included */
+    size_t reused;   /* configurations --resume took from DIR */
     struct bisect_adaptive_result adaptive;
 };
 

@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "core/buf.h"
 #include "core/diag.h"
@@ -78,6 +79,15 @@ struct launcher *launch_local_new(void);
 /* The last `lines` lines of the file at path appended to out (at most
  * 4 KiB of them). 0, or -errno when it cannot be read. */
 int launch_log_tail(const char *path, size_t lines, struct buf *out);
+
+/* A descriptor that polls readable when child p exits (a pidfd), or -1
+ * where the kernel has none (before Linux 5.3). Close it after. */
+int launch_pidfd(pid_t p);
+
+/* Waits up to ms milliseconds for fd to become readable (a pidfd: the
+ * child exited; a pipe: data or its other end closed), or naps ms when fd
+ * is -1. Async-signal-safe: the watchdog uses it between fork and exit. */
+void launch_wait_fd(int fd, long ms);
 
 /* The base URL of url: "http://host:port" (no path). */
 void launch_base_url(const char *url, char *out, size_t len);

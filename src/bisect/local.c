@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,20 +143,48 @@ static int status_code(int st)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int launch_pidfd(pid_t p)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, p, 0);
+#else
+    (void)p;
+    return -1;
+#endif
+}
+
+void launch_wait_fd(int fd, long ms)
+{
+    if (fd < 0) {
+        clock_nap_ms(ms);
+        return;
+    }
+    struct pollfd p = {fd, POLLIN, 0};
+    (void)poll(&p, 1, (int)ms);
+}
+
 /* Stop signal to the group, the grace, then SIGKILL; reaps S and the
- * orphans of its tree (W is their subreaper). */
-static void stop_group(pid_t s, int sig, double grace)
+ * orphans of its tree (W is their subreaper). Woken by S's exit (its
+ * pidfd); what it leaves in the group is looked at every few ms. */
+static void stop_group(pid_t s, int pfd, int sig, double grace)
 {
     kill(-s, sig);
     double end = clock_now_s() + grace;
     bool reaped = false;
+    long nap = 1;
     while (clock_now_s() < end) {
         pid_t r;
         while ((r = waitpid(-1, NULL, WNOHANG)) > 0)
             reaped |= r == s;
         if (reaped && kill(-s, 0) && errno == ESRCH)
             return;
-        clock_nap_ms(20);
+        long left = (long)((end - clock_now_s()) * 1000) + 1;
+        if (!reaped && pfd >= 0) {
+            launch_wait_fd(pfd, left);
+        } else {
+            clock_nap_ms(nap < left ? nap : left);
+            nap = nap < 20 ? 2 * nap : 20;
+        }
     }
     kill(-s, SIGKILL);
     if (!reaped)
@@ -184,11 +213,12 @@ watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
     int32_t told = (int32_t)srv; /* bisect's to stop if this one dies */
     ssize_t wr = write(rd, &told, sizeof(told));
     (void)wr;
+    int pfd = launch_pidfd(srv); /* woken when S exits, not by a clock */
     for (;;) {
-        struct pollfd p = {rd, POLLIN, 0};
-        int n = poll(&p, 1, 100);
-        if (n > 0) { /* bisect closed its end (or wrote: same meaning) */
-            stop_group(srv, s->stop_signal, s->stop_grace);
+        struct pollfd p[2] = {{rd, POLLIN, 0}, {pfd, POLLIN, 0}};
+        int n = poll(p, pfd >= 0 ? 2 : 1, pfd >= 0 ? -1 : 100);
+        if (n > 0 && p[0].revents) { /* bisect closed its end (or wrote) */
+            stop_group(srv, pfd, s->stop_signal, s->stop_grace);
             _exit(0);
         }
         int st;
@@ -322,6 +352,7 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
     bool local = false;
     int port = bisect_port_of_url(x->ready_url, &local);
     int rc;
+    long nap = 5; /* ms: every 5 for the first 0.2 s, then growing to 100 */
     for (;;) {
         if (stop && *stop) {
             rc = diag_set(d, EINTR, "interrupted while waiting for ready");
@@ -363,7 +394,9 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
                           x->ready_timeout, x->ready_url);
             break;
         }
-        clock_nap_ms(100);
+        clock_nap_ms(nap);
+        if (clock_now_s() - start > 0.2)
+            nap = nap < 100 ? nap + nap / 4 + 1 : 100;
     }
     http_client_free(c);
     return rc;

@@ -70,6 +70,14 @@ static void from_drift(const json_t *d, struct bisect_verdict *v)
     double flips = num(tot, "decisive_flips"), count = num(tot, "count");
     v->flips_per_1k = count > 0 ? 1000 * flips / count : NAN;
     v->drift_verdict = str(d, "verdict", "?");
+    const json_t *th =
+        json_object_get(json_object_get(d, "thresholds"), "kl_mean");
+    v->warn_kl = json_number_value(json_array_get(th, 0));
+    v->fail_kl = json_number_value(json_array_get(th, 1));
+    if (!(v->warn_kl > 0))
+        v->warn_kl = NAN;
+    if (!(v->fail_kl > 0))
+        v->fail_kl = NAN;
     v->growth = str(json_object_get(d, "growth"), "verdict", "?");
     v->identical_logprobs = num(tot, "kl_max") == 0 &&
                             num(tot, "dp_rms") == 0 &&
@@ -214,11 +222,20 @@ static void from_probe(const json_t *p, struct bisect_verdict *v)
     }
 }
 
+/* The harm, its interval's upper end where there is one, is below the
+ * mean-KL WARN threshold: a FAIL on other figures names no culprit. */
+static bool harm_below_warn(const struct bisect_verdict *v)
+{
+    double top = isnan(v->harm_hi) ? v->harm : v->harm_hi;
+    return !isnan(v->warn_kl) && !isnan(top) && top < v->warn_kl;
+}
+
 void bisect_verdict_from(const json_t *drift, const json_t *probe,
                          struct bisect_verdict *v)
 {
     memset(v, 0, sizeof(*v));
     v->harm = v->harm_lo = v->harm_hi = v->flips_per_1k = NAN;
+    v->warn_kl = v->fail_kl = NAN;
     v->pass_diff = v->diff_lo = v->diff_hi = v->mcnemar_p = NAN;
     v->drift_verdict = v->growth = "?";
     v->attribution = "not measured";
@@ -233,6 +250,11 @@ void bisect_verdict_from(const json_t *drift, const json_t *probe,
         v->undecided = true;
         v->why_undecided = "drift's FAIL rests on growth alone, with the "
                            "measured excess below WARN";
+    } else if (fail && harm_below_warn(v)) {
+        fail = false;
+        v->undecided = true;
+        v->why_undecided = "drift FAILs, but its harm stays below the "
+                           "mean-KL WARN threshold";
     } else if (!strcmp(v->drift_verdict, "INCONCLUSIVE")) {
         v->undecided = true;
         v->why_undecided = "drift INCONCLUSIVE: the evidence could not decide";

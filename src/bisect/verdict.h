@@ -15,9 +15,10 @@
 struct bisect_verdict {
     bool measured;
     double harm, harm_lo, harm_hi; /* excess KL mean (NAN lo/hi: no interval) */
-    double flips_per_1k;           /* decisive top-1 flips per 1,000 tokens */
-    const char *drift_verdict;     /* PASS, INCONCLUSIVE, WARN, FAIL */
-    const char *growth;            /* drift's growth verdict */
+    double warn_kl, fail_kl;   /* drift's mean-KL thresholds (NAN: not given) */
+    double flips_per_1k;       /* decisive top-1 flips per 1,000 tokens */
+    const char *drift_verdict; /* PASS, INCONCLUSIVE, WARN, FAIL */
+    const char *growth;        /* drift's growth verdict */
     enum bisect_path measured_path; /* from drift's decode attribution */
     bool path_known;
     const char *attribution; /* in words */
@@ -31,12 +32,17 @@ struct bisect_verdict {
     bool harmful;
     bool inert;
     /* neither harmful nor inert: drift could not decide (INCONCLUSIVE),
-     * or its FAIL rests on growth alone with the excess below WARN */
+     * or its FAIL rests on growth alone with the excess below WARN, or
+     * its harm's interval lies wholly below the mean-KL WARN threshold */
     bool undecided;
     const char *why_undecided; /* words, or NULL */
 };
 
-/* Fills v from the two documents (either may be NULL: not measured). */
+/* Fills v from the two documents (either may be NULL: not measured).
+ * Harmful: recall significantly below the golden's (McNemar p < 0.05), or
+ * drift FAIL with a harm that reaches the mean-KL WARN threshold (the
+ * interval's upper end, or the figure without one), not a FAIL on a
+ * growth rule alone at a level below WARN. */
 void bisect_verdict_from(const json_t *drift, const json_t *probe,
                          struct bisect_verdict *v);
 

@@ -43,8 +43,9 @@ const char CMD_BISECT_HELP[] =
     "options:\n"
     "  --mode M      one-at-a-time (default: each toggle alone), "
     "leave-one-out\n"
-    "                (all on, each removed), adaptive (group testing: fewest\n"
-    "                launches), full (all 2^n, n <= 5)\n"
+    "                (all on, then each removed), adaptive (group testing\n"
+    "                for every culprit: 1 + d (ceil(log2 n) + 2) launches\n"
+    "                for d culprits), full (all 2^n, n <= 5)\n"
     "  --slots N     configurations at once (default 1; ports and {slot}\n"
     "                1..N, the golden holds slot 0; Slurm: jobs queued)\n"
     "  --out DIR     results and logs (default bisect.out)\n"
@@ -248,11 +249,13 @@ static int dry_run(const struct bisect_config *c, const struct opts *o)
         free(name);
         free(cmd);
     }
-    unsigned l = bisect_log2_ceil(c->n_toggles);
+    size_t nt = c->n_toggles;
     if (o->mode == BISECT_ADAPTIVE)
-        printf("launches: %d golden + 1 to %u (one culprit: at most %u, a "
-               "pair: at most %u)\n",
-               golden, 2 * l + 3, l + 2, 2 * l + 3);
+        printf("launches: %d golden + 1 (no culprit) to %zu (one culprit), "
+               "%zu (two, or a pair), %zu (three); d culprits: at most 1 + "
+               "d (ceil(log2 %zu) + 2), each depending on the last answer\n",
+               golden, bisect_adaptive_bound(nt, 1),
+               bisect_adaptive_bound(nt, 2), bisect_adaptive_bound(nt, 3), nt);
     else
         printf("launches: %d golden + %zu\n", golden, n);
     if (use_slurm(c, o)) {
@@ -268,62 +271,85 @@ static int dry_run(const struct bisect_config *c, const struct opts *o)
 
 static double start_time;
 
+/* On a terminal one line redrawn in place; otherwise a line when each
+ * configuration starts, with its port, and one when it is done. */
 static void on_progress(void *ud, const struct bisect_progress *p)
 {
-    (void)ud;
+    bool tty = ud != NULL;
     double el = clock_now_s() - start_time;
-    char eta[32] = "";
+    char which[96], eta[32] = "", port[32] = "";
+    if (!p->index)
+        snprintf(which, sizeof(which), "golden");
+    else if (p->total)
+        snprintf(which, sizeof(which), "configuration %zu of %zu (%s)",
+                 p->index, p->total, p->name);
+    else
+        snprintf(which, sizeof(which), "configuration %zu (%s)", p->index,
+                 p->name);
+    if (p->port)
+        snprintf(port, sizeof(port), " on port %d", p->port);
     if (p->index > 1 && p->index <= p->total)
         snprintf(eta, sizeof(eta), ", ETA %.0f s",
                  el / (double)(p->index - 1) *
                      (double)(p->total - p->index + 1));
-    fprintf(stderr, "\r\033[Kconfiguration %zu of %zu (%s): %s, %.0f s%s",
-            p->index, p->total, p->name, bisect_phase_name(p->phase), el, eta);
-    if (p->phase == BISECT_DONE)
+    if (!tty) {
+        if (p->phase == BISECT_STARTING || p->phase == BISECT_DONE)
+            fprintf(stderr, "bisect: %s%s: %s, %.0f s\n", which, port,
+                    bisect_phase_name(p->phase), el);
+        return;
+    }
+    fprintf(stderr, "\r\033[K%s%s: %s, %.0f s%s", which, port,
+            bisect_phase_name(p->phase), el, eta);
+    if (p->phase == BISECT_DONE || p->phase == BISECT_STARTING)
         fputc('\n', stderr);
 }
 
-/* Named in the first line: the target set when there is one (adaptive's
- * answer, full mode's interaction), else the configurations whose recall
- * fell, else those whose drift failed. */
-static bool is_named(const struct bisect_row *w, bisect_set target,
-                     bool by_recall)
+static void print_culprit(const struct bisect_config *c,
+                          const struct bisect_ranking *rk,
+                          const struct bisect_culprit *k)
 {
-    if (target)
-        return w->v.harmful && w->r->set == target;
-    return by_recall ? w->v.recall_worse : w->v.harmful;
+    char *name = bisect_set_name(c, k->set);
+    printf("%s%s: ", name, k->together ? " (only together)" : "");
+    free(name);
+    const struct bisect_verdict *v = k->row ? &k->row->v : NULL;
+    if (!v && k->without && rk->all_on) { /* leave-one-out */
+        const struct bisect_verdict *w = &k->without->v, *a = &rk->all_on->v;
+        printf("removing it from all on takes excess KL from %.3g to %.3g "
+               "and recall from %+.0f to %+.0f points",
+               a->harm, w->harm, 100 * a->pass_diff, 100 * w->pass_diff);
+        return;
+    }
+    if (!v) {
+        printf("not measured alone");
+        return;
+    }
+    char ci[64] = "";
+    if (!isnan(v->harm_lo))
+        snprintf(ci, sizeof(ci), " [%.3g, %.3g]", v->harm_lo, v->harm_hi);
+    printf("excess KL %.3g%s (%s), drift %s, recall %+.0f points (McNemar p "
+           "%.3g)",
+           v->harm, ci, v->attribution, v->drift_verdict, 100 * v->pass_diff,
+           v->mcnemar_p);
 }
 
-/* One line: the culprits (recall falls; else drift fails) and the
- * evidence. */
-static void print_headline(const struct bisect_row *rows, size_t n,
-                           bisect_set target, bool together)
+/* The first line names every culprit, recall loss first, then by harm;
+ * then what all on's harm leaves unexplained, with its figures. */
+static void print_headline(const struct bisect_config *c,
+                           const struct bisect_ranking *rk)
 {
-    bool by_recall = false;
-    for (size_t i = 0; i < n; i++)
-        by_recall |= rows[i].v.recall_worse;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct bisect_row *w = &rows[i];
-        if (!is_named(w, target, by_recall))
-            continue;
-        char ci[64] = "";
-        if (!isnan(w->v.harm_lo))
-            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", w->v.harm_lo,
-                     w->v.harm_hi);
-        printf("%s%s%s: excess KL %.3g%s (%s), drift %s, recall %+.0f "
-               "points (McNemar p %.3g)",
-               k ? "; " : "culprit: ", w->r->name,
-               together ? " (only together)" : "", w->v.harm, ci,
-               w->v.attribution, w->v.drift_verdict, 100 * w->v.pass_diff,
-               w->v.mcnemar_p);
-        k++;
+    for (size_t i = 0; i < rk->n_culprits; i++) {
+        printf("%s", i ? "; " : "culprit: ");
+        print_culprit(c, rk, &rk->culprits[i]);
     }
     size_t unmeasured = 0;
-    for (size_t i = 0; i < n; i++)
-        unmeasured += !rows[i].v.measured;
-    if (k)
+    for (size_t i = 0; i < rk->n; i++)
+        unmeasured += !rk->rows[i].v.measured;
+    if (rk->n_culprits)
         printf("\n");
+    else if (rk->culprit)
+        printf("no culprit named: some configuration is harmful, but no "
+               "toggle or group of toggles could be named from what this "
+               "mode measures\n");
     else if (unmeasured)
         printf("no verdict: %zu configuration%s could not be measured (see "
                "%s measurement log); no culprit among the others, which "
@@ -334,6 +360,20 @@ static void print_headline(const struct bisect_row *rows, size_t n,
     else
         printf("no culprit: no configuration's drift failed or recall fell "
                "significantly below the golden's\n");
+    const struct bisect_verdict *a = rk->all_on ? &rk->all_on->v : NULL;
+    if (rk->unexplained_recall)
+        printf("unexplained: all on lost %.0f points of recall (McNemar p "
+               "%.3g), and no culprit named lost recall\n",
+               -100 * a->pass_diff, a->mcnemar_p);
+    if (rk->unexplained_harm) {
+        char ci[64] = "";
+        if (!isnan(a->harm_lo))
+            snprintf(ci, sizeof(ci), " [%.3g, %.3g]", a->harm_lo, a->harm_hi);
+        printf("unexplained: all on has excess KL %.3g%s; the culprits "
+               "named account for %.3g, and the rest without them was not "
+               "measured harmless\n",
+               a->harm, ci, rk->explained);
+    }
 }
 
 /* What the server reports differently from the golden (a few fields). */
@@ -454,6 +494,23 @@ static json_t *row_json(const struct bisect_row *w)
     return o;
 }
 
+/* The culprits as named in the first line, in its order. */
+static json_t *culprits_json(const struct bisect_config *c,
+                             const struct bisect_ranking *rk)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < rk->n_culprits; i++) {
+        const struct bisect_culprit *k = &rk->culprits[i];
+        char *name = bisect_set_name(c, k->set);
+        json_array_append_new(a, json_pack("{s:s,s:b,s:b,s:f}", "name", name,
+                                           "together", k->together,
+                                           "recall_worse", k->recall, "harm",
+                                           isnan(k->harm) ? 0.0 : k->harm));
+        free(name);
+    }
+    return a;
+}
+
 static int report(const struct bisect_config *c, const struct opts *o,
                   const struct bisect_outcome *out)
 {
@@ -462,7 +519,7 @@ static int report(const struct bisect_config *c, const struct opts *o,
     const struct bisect_row *rows = rk.rows;
     size_t n = rk.n;
     bisect_set inter = rk.interaction;
-    print_headline(rows, n, rk.target, inter && rk.target == inter);
+    print_headline(c, &rk);
     if (!o->quiet) /* --quiet: the first line alone */
         printf("\n%-24s %-10s %-8s %-6s %-13s %-8s %-21s %s\n", "configuration",
                "excess KL", "flips/1k", "drift", "measured", "claimed",
@@ -481,13 +538,24 @@ static int report(const struct bisect_config *c, const struct opts *o,
         json_object_set_new(j, "interaction", json_string(names));
         free(names);
     }
-    if (!o->quiet)
-        printf("\nlaunches: %zu (golden included)\n", out->launches);
+    if (!o->quiet) {
+        printf("\nlaunches: %zu (golden included)", out->launches);
+        if (o->resume)
+            printf("; %zu configuration%s reused from '%s' (--resume)",
+                   out->reused, out->reused == 1 ? "" : "s", o->out);
+        printf("\n");
+    }
     json_object_set_new(j, "schema", json_string("fidelity.bisect/1"));
     json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
+    json_object_set_new(j, "reused", json_integer((json_int_t)out->reused));
     json_object_set_new(j, "configurations", ja);
     json_object_set_new(j, "culprit", json_boolean(rk.culprit));
+    json_object_set_new(j, "culprits", culprits_json(c, &rk));
+    json_object_set_new(j, "unexplained_recall",
+                        json_boolean(rk.unexplained_recall));
+    json_object_set_new(j, "unexplained_harm",
+                        json_boolean(rk.unexplained_harm));
     /* nothing is judged on nothing: "no culprit" needs every
      * configuration measured (a drift that stopped on a server's NaN, a
      * candidate that never started, is no evidence of harmlessness) */
@@ -567,7 +635,8 @@ int cmd_bisect(int argc, char **argv)
                              .dir = o.out,
                              .self = self,
                              .stop = &stop_flag,
-                             .on_progress = cli_is_tty(2) ? on_progress : NULL};
+                             .on_progress = on_progress,
+                             .ud = cli_is_tty(2) ? (void *)&start_time : NULL};
     struct bisect_outcome out;
     int err = bisect_run(&c, &bo, &out, &d);
     if (err == -EINTR || stop_flag)

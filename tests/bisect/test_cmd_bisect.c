@@ -35,19 +35,16 @@
 #include "util/marked.h"
 #include "util/proc.h"
 
-static char dir[64];
-static char mark[64];
+static struct bisectfx fx;
+static char *const dir = fx.dir;
+static char *const mark = fx.mark;
 static pid_t bg; /* a bisect running in the background, killed in teardown */
 static struct proc stranger; /* a server bisect did not start */
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/fidelity-bisect-XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    snprintf(mark, sizeof(mark), "FIDELITY_BISECT_TEST=%d", (int)getpid());
-    return 0;
+    return bisectfx_begin(&fx);
 }
 
 static int teardown(void **state)
@@ -59,51 +56,20 @@ static int teardown(void **state)
     }
     if (stranger.pid > 0)
         proc_stop(&stranger);
-    marked_after(mark, 5);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return bisectfx_end(&fx);
 }
 
-/* A fresh run directory DIR/name with config.ini: the sim server (every
- * launch appends a line to DIR/name/count) and the toggles text. */
 static void write_config(const char *name, const char *server_extra,
                          const char *toggles, char *cfg, size_t len)
 {
-    char sub[128];
-    snprintf(sub, sizeof(sub), "%s/%s", dir, name);
-    mkdir(sub, 0755);
-    snprintf(cfg, len, "%s/config.ini", sub);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "[server]\n"
-            "command = echo launch >> %s/count; exec '%s' sim "
-            "--listen 127.0.0.1:{port} %s\n"
-            "env = %s\n"
-            "ready_timeout = 20\n"
-            "stop_grace = 3\n\n"
-            "[measure]\nprofile = test\n\n%s",
-            sub, fidelity_bin(), server_extra, mark, toggles);
-    fclose(f);
+    bisectfx_config(&fx, name, server_extra, toggles, cfg, len);
 }
 
-/* Runs bisect on cfg with extra options; output dir DIR/name/out, JSON in
- * DIR/name/out.json (loaded into *j when j). The exit code. */
 static int run_bisect(const char *name, const char *cfg, const char *mode,
                       const char *extra, struct buf *out, struct buf *err,
                       json_t **j)
 {
-    char od[128], jp[128];
-    snprintf(od, sizeof(od), "%s/%s/out", dir, name);
-    snprintf(jp, sizeof(jp), "%s/%s/out.json", dir, name);
-    const char *argv[] = {"bisect", cfg,      "--mode", mode,  "--out",
-                          od,       "--json", jp,       extra, NULL};
-    int rc = proc_run(argv, NULL, out, err, 300);
-    if (j)
-        *j = json_load_file(jp, 0, NULL);
-    assert_int_equal(marked_after(mark, 3), 0);
-    return rc;
+    return bisectfx_bisect(&fx, name, cfg, mode, extra, out, err, j);
 }
 
 static void test_one_at_a_time_ranks_the_five(void **state)
@@ -185,7 +151,7 @@ static void test_adaptive_one_culprit_of_eight(void **state)
     assert_int_equal(
         run_bisect("adapt1", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
     assert_true(bisectfx_launches(dir, "adapt1") <=
-                1 + 5); /* golden + ceil(log2 8) + 2 */
+                1 + 1 + 5); /* golden + 1 + (ceil(log2 8) + 2) */
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: ", 19));
     json_decref(j);
     buf_release(&out);
@@ -204,7 +170,7 @@ static void test_adaptive_pair_of_eight(void **state)
     assert_int_equal(
         run_bisect("adapt2", cfg, "adaptive", "--slots=1", &out, NULL, &j), 1);
     assert_true(bisectfx_launches(dir, "adapt2") <=
-                1 + 9); /* golden + 2 ceil(log2 8) + 3 */
+                1 + 1 + 10); /* golden + 1 + 2 (ceil(log2 8) + 2) */
     assert_true(!strncmp(buf_str(&out),
                          "culprit: overlap+fused (only "
                          "together): ",
@@ -286,7 +252,15 @@ static void test_dry_run_launches_nothing(void **state)
     assert_non_null(strstr(buf_str(&out), "mode leave-one-out, 5 toggles"));
     assert_non_null(strstr(buf_str(&out),
                            "  unread-flag+fp8-gemm+mhc-bf16+splitk-decode: "));
-    assert_non_null(strstr(buf_str(&out), "launches: 1 golden + 5\n"));
+    assert_non_null(strstr(buf_str(&out), "launches: 1 golden + 6\n"));
+    buf_reset(&out);
+    const char *argv2[] = {"bisect", cfg,        "--dry-run",
+                           "--mode", "adaptive", NULL};
+    assert_int_equal(proc_run(argv2, NULL, &out, NULL, 30), 0);
+    /* 5 toggles: 1 + d (3 + 2) */
+    assert_non_null(strstr(buf_str(&out),
+                           "launches: 1 golden + 1 (no culprit) to 6 (one "
+                           "culprit), 11 (two, or a pair), 16 (three)"));
     buf_release(&out);
 }
 

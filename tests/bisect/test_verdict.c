@@ -171,12 +171,54 @@ static void test_growth_alone_below_warn_names_no_culprit(void **state)
     bisect_verdict_from(d, p, &v);
     assert_false(v.harmful);
     assert_true(v.undecided);
-    /* the same growth with a bucket at WARN is a FAIL that counts */
+    /* a bucket at WARN with the harm still below WARN names none either */
     json_object_set_new(json_array_get(json_object_get(d, "buckets"), 0),
                         "verdict", json_string("WARN"));
     bisect_verdict_from(d, p, &v);
+    assert_false(v.harmful);
+    assert_true(v.undecided);
+    /* with the harm at WARN it is a FAIL that counts */
+    json_object_set_new(json_object_get(d, "total"), "kl_mean",
+                        json_real(2e-4));
+    bisect_verdict_from(d, p, &v);
     assert_true(v.harmful);
     assert_false(v.undecided);
+    json_decref(d);
+    json_decref(p);
+}
+
+/* A drift FAIL whose harm interval lies wholly below the mean-KL WARN
+ * threshold (a growth rule firing on a tiny excess, as bf16 mixing on the
+ * real model at 3.6e-5) names no culprit; the same FAIL with a harm that
+ * reaches WARN does. */
+static void test_fail_with_harm_below_warn_is_not_harmful(void **state)
+{
+    (void)state;
+    json_t *d = drift(3e-4, 1e-4, "FAIL", "WARN", "none", "FAIL");
+    json_object_set_new(d, "thresholds",
+                        json_pack("{s:[ff]}", "kl_mean", 1e-4, 1e-3));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 3.6e-5,
+                                  "lo", 2e-5, "hi", 5e-5));
+    json_t *p = probe(25, 25, 25, 1, false, "a", "a");
+    struct bisect_verdict v;
+    bisect_verdict_from(d, p, &v);
+    assert_false(v.harmful);
+    assert_true(v.undecided);
+    assert_non_null(strstr(v.why_undecided, "below the mean-KL WARN"));
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 9e-5, "lo",
+                                  5e-5, "hi", 1.3e-4));
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harmful); /* the interval reaches WARN */
+    json_decref(p);
+    /* recall lost is harmful whatever the harm */
+    p = probe(15, 25, 25, 0.002, true, "a", "b");
+    json_object_set_new(d, "harm",
+                        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", 1e-6, "lo",
+                                  0.0, "hi", 2e-6));
+    bisect_verdict_from(d, p, &v);
+    assert_true(v.harmful && v.recall_worse);
     json_decref(d);
     json_decref(p);
 }
@@ -233,6 +275,67 @@ static void test_rank_a_cache_fault(void **state)
     }
 }
 
+/* Culprits by mode over two toggles a (drift only, harm 5e-3) and b
+ * (recall lost): recall loss first, then harm; adaptive over all on
+ * (recall lost) with only a named says the recall loss is unexplained;
+ * leave-one-out names what removing each restores or takes away. */
+static void test_culprits_recall_first_and_unexplained(void **state)
+{
+    (void)state;
+    json_t *da = drift(5e-3, 0, "PASS", "FAIL", "none", "FAIL");
+    json_t *db = drift(2e-4, 0, "PASS", "FAIL", "none", "FAIL");
+    json_t *dab = drift(5.2e-3, 0, "PASS", "FAIL", "none", "FAIL");
+    json_t *docs[3] = {da, db, dab};
+    bool lost[3] = {false, true, true};
+    struct bisect_result res[3];
+    char names[3][8] = {"a", "b", "a+b"};
+    for (int i = 0; i < 3; i++) {
+        res[i].set = (bisect_set)(i + 1);
+        res[i].name = names[i];
+        res[i].doc =
+            json_pack("{s:O,s:o}", "drift", docs[i], "probe",
+                      lost[i] ? probe(15, 25, 25, 0.002, true, "x", "y")
+                              : probe(25, 25, 25, 1, false, "x", "x"));
+    }
+    struct bisect_toggle tg[2] = {{0}};
+    struct bisect_config c = {0};
+    c.toggles = tg;
+    c.n_toggles = 2;
+    struct bisect_outcome out = {0};
+    out.results = res;
+    out.n_results = 3;
+    struct bisect_ranking rk;
+    bisect_rank(&c, BISECT_ONE_AT_A_TIME, &out, &rk);
+    assert_int_equal(rk.n_culprits, 2);
+    assert_true(rk.culprits[0].set == 2 && rk.culprits[0].recall);
+    assert_true(rk.culprits[1].set == 1 && !rk.culprits[1].recall);
+    assert_false(rk.unexplained_recall || rk.unexplained_harm);
+    bisect_ranking_release(&rk);
+    /* adaptive that named a alone (its remainder b taken as harmless) */
+    out.adaptive.groups[0] = 1;
+    out.adaptive.n_groups = 1;
+    out.adaptive.culprits = 1;
+    out.adaptive.rest_harmless = true;
+    bisect_rank(&c, BISECT_ADAPTIVE, &out, &rk);
+    assert_int_equal(rk.n_culprits, 1);
+    assert_true(rk.all_on && rk.unexplained_recall);
+    assert_false(rk.unexplained_harm); /* the rest was measured harmless */
+    bisect_ranking_release(&rk);
+    out.adaptive.rest_harmless = false;
+    json_object_set_new(json_object_get(dab, "total"), "kl_mean",
+                        json_real(2e-2));
+    json_decref(res[2].doc);
+    res[2].doc = json_pack("{s:O,s:o}", "drift", dab, "probe",
+                           probe(15, 25, 25, 0.002, true, "x", "y"));
+    bisect_rank(&c, BISECT_ADAPTIVE, &out, &rk);
+    assert_true(rk.unexplained_harm); /* 5e-3 of 2e-2, the rest unknown */
+    bisect_ranking_release(&rk);
+    for (int i = 0; i < 3; i++) {
+        json_decref(res[i].doc);
+        json_decref(docs[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +345,8 @@ int main(void)
         cmocka_unit_test(test_drift_harm_fields_used),
         cmocka_unit_test(test_inconclusive_is_undecided),
         cmocka_unit_test(test_growth_alone_below_warn_names_no_culprit),
+        cmocka_unit_test(test_fail_with_harm_below_warn_is_not_harmful),
+        cmocka_unit_test(test_culprits_recall_first_and_unexplained),
         cmocka_unit_test(test_rank_a_cache_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/model.sh: what the real model (tests/model/) costs. First, the time
-# its tests add to `make test` (build/tests/model/test_real_model, wall
+# its tests add to `make test` (build/tests/model/test_real_model and test_real_bisect, wall
 # and CPU, children included). Then one `fidelity drift` between two
 # model servers (the golden, and routed scaling 1.0 as the candidate) with
 # the servers' own CPU time read from /proc before and after, so that
@@ -20,7 +20,7 @@ done
     { echo "bench/model.sh: no python3 with torch; run 'make deps'" >&2; exit 2; }
 command -v /usr/bin/time >/dev/null ||
     { echo "bench/model.sh: /usr/bin/time is required; run 'make bench-deps'" >&2; exit 2; }
-make -s build/fidelity build/tests/model/test_real_model
+make -s build/fidelity build/tests/model/test_real_model build/tests/model/test_real_bisect
 tmp=$(mktemp -d)
 pids=""
 cleanup() {
@@ -32,11 +32,13 @@ trap cleanup EXIT INT TERM
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 
 if [ "${MODEL_TESTS:-1}" = 1 ]; then
-    /usr/bin/time -f '%e %U %S' -o "$tmp/t" env FIDELITY_BIN="$PWD/build/fidelity" \
-        build/tests/model/test_real_model >"$tmp/tests.log" 2>&1 ||
-        { cat "$tmp/tests.log"; echo "bench/model.sh: the model tests failed" >&2; exit 1; }
-    set -- $(tail -n 1 "$tmp/t"); wall=$1 user=$2 sys=$3
-    echo "model tests: $wall s wall, $(awk "BEGIN { print $user + $sys }") s CPU (servers included)"
+    for t in test_real_model test_real_bisect; do
+        /usr/bin/time -f '%e %U %S' -o "$tmp/t" env FIDELITY_BIN="$PWD/build/fidelity" \
+            build/tests/model/$t >"$tmp/tests.log" 2>&1 ||
+            { cat "$tmp/tests.log"; echo "bench/model.sh: the model tests failed" >&2; exit 1; }
+        set -- $(tail -n 1 "$tmp/t"); wall=$1 user=$2 sys=$3
+        echo "model tests ($t): $wall s wall, $(awk "BEGIN { print $user + $sys }") s CPU (servers included)"
+    done
 fi
 
 # starts serve.py with the given switches; its port in $tmp/NAME.port

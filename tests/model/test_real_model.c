@@ -49,7 +49,6 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
-#include "util/bisectfx.h"
 #include "util/jfield.h"
 #include "util/modelsrv.h"
 #include "util/proc.h"
@@ -540,129 +539,6 @@ static void test_cache_pos_offset_found_on_warm_path(void **state)
     run_free(&r);
 }
 
-/* A configuration of bisect's --json, by name. */
-static const json_t *config_named(const json_t *j, const char *name)
-{
-    const json_t *cs = json_object_get(j, "configurations");
-    for (size_t i = 0; i < json_array_size(cs); i++)
-        if (!strcmp(jfield_str(json_array_get(cs, i), NULL, "name"), name))
-            return json_array_get(cs, i);
-    fail_msg("bisect measured no configuration '%s'", name);
-    return NULL;
-}
-
-/* Runs bisect over tests/model/bisect.ini in mode (out: the results
- * directory, shared by the modes so that --resume reuses what an earlier
- * mode measured); its JSON, or the test fails. */
-static json_t *bisect_model(const char *dir, const char *mode, bool resume,
-                            int *rc)
-{
-    char out[64], json[96];
-    snprintf(out, sizeof(out), "%s/out", dir);
-    snprintf(json, sizeof(json), "%s/%s.json", dir, mode);
-    const char *av[] = {"bisect",
-                        "tests/model/bisect.ini",
-                        "--mode",
-                        mode,
-                        "--slots",
-                        "2",
-                        "--out",
-                        out,
-                        "--json",
-                        json,
-                        resume ? "--resume" : NULL,
-                        NULL};
-    struct buf o, e;
-    buf_init(&o, 0);
-    buf_init(&e, 0);
-    time_t t0 = time(NULL);
-    *rc = proc_run(av, NULL, &o, &e, 300);
-    print_message("bisect --mode %s (exit %d, %lds): %.*s\n", mode, *rc,
-                  (long)(time(NULL) - t0), (int)strcspn(buf_str(&o), "\n"),
-                  buf_str(&o));
-    json_error_t je;
-    json_t *j = json_load_file(json, 0, &je);
-    if (!j)
-        fail_msg("bisect wrote no JSON (exit %d): %s", *rc, buf_str(&e));
-    buf_release(&o);
-    buf_release(&e);
-    return j;
-}
-
-/* fidelity bisect over tests/model/bisect.ini (five toggles, the test
- * profile, 256-token contexts, no cache arm), one at a time on two
- * slots: the indexer and routed scaling are the harmful ones, ranked by
- * harm (the indexer first), the others harmless, the inert switch's harm
- * exactly 0. With FIDELITY_MODEL_ALL_MODES set, adaptive first and
- * leave-one-out after, over the same results (--resume: only the sets not
- * measured yet are launched), name the same two in the same order. bisect
- * starts and stops every server itself (also when it fails: no server outlives
- * it). */
-static void test_bisect_every_mode_names_indexer_and_scaling(void **state)
-{
-    (void)state;
-    char dir[] = "/tmp/bisect-model-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    setenv("FIDELITY_PYTHON", modelsrv_python(), 1);
-    int rc;
-    char names[256];
-    /* adaptive (run first: it measures each culprit alone, which one at a
-     * time then reuses) and leave-one-out add 120-210 s on two cores: they
-     * run when asked for by FIDELITY_MODEL_ALL_MODES */
-    bool all = getenv("FIDELITY_MODEL_ALL_MODES") != NULL;
-    json_t *j;
-    if (all) {
-        j = bisect_model(dir, "adaptive", false, &rc);
-        bisectfx_culprits(j, names, sizeof(names));
-        assert_string_equal(names, "indexer,routed-scaling");
-        assert_int_equal(rc, 1);
-        assert_true(jfield_num(j, NULL, "launches") <= 1 + 1 + 2 * (3 + 2));
-        json_decref(j);
-    }
-    j = bisect_model(dir, "one-at-a-time", all, &rc);
-    assert_int_equal(rc, 1); /* a culprit */
-    const json_t *cs = json_object_get(j, "configurations");
-    assert_int_equal(json_array_size(cs), 5);
-    /* ranked by harm: the two harmful ones first, the indexer on top */
-    assert_string_equal(jfield_str(json_array_get(cs, 0), NULL, "name"),
-                        "indexer");
-    assert_string_equal(jfield_str(json_array_get(cs, 1), NULL, "name"),
-                        "routed-scaling");
-    for (size_t i = 0; i + 1 < json_array_size(cs); i++)
-        assert_true(jfield_num(json_array_get(cs, i), NULL, "harm") >=
-                    jfield_num(json_array_get(cs, i + 1), NULL, "harm"));
-    const char *harmful[] = {"indexer", "routed-scaling"};
-    const char *harmless[] = {"mix-bf16", "splitk", "inert"};
-    for (size_t i = 0; i < 2; i++)
-        assert_true(json_is_true(
-            json_object_get(config_named(j, harmful[i]), "harmful")));
-    for (size_t i = 0; i < 3; i++)
-        assert_true(json_is_false(
-            json_object_get(config_named(j, harmless[i]), "harmful")));
-    /* the inert switch: harm exactly 0 and called inert (the golden's
-     * cache, warm from the configurations before, is flushed before each
-     * decode-path generation as the candidate's is) */
-    assert_true(jfield_num(config_named(j, "inert"), NULL, "harm") == 0.0);
-    assert_true(
-        json_is_true(json_object_get(config_named(j, "inert"), "inert")));
-    assert_string_equal(jfield_str(config_named(j, "inert"), NULL, "verdict"),
-                        "inert");
-    bisectfx_culprits(j, names, sizeof(names));
-    assert_string_equal(names, "indexer,routed-scaling");
-    json_decref(j);
-    if (all) {
-        j = bisect_model(dir, "leave-one-out", true, &rc);
-        bisectfx_culprits(j, names, sizeof(names));
-        assert_string_equal(names, "indexer,routed-scaling");
-        assert_int_equal(rc, 1);
-        json_decref(j);
-    }
-    char rm[96];
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", dir);
-    if (system(rm) != 0)
-        print_message("could not remove %s\n", dir);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -683,8 +559,6 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_cache_pos_offset_found_on_warm_path,
                                   teardown),
-        cmocka_unit_test_teardown(
-            test_bisect_every_mode_names_indexer_and_scaling, teardown),
     };
     /* TEST_FILTER=test_bisect* runs the tests matching a pattern (cmocka's
      * * and ?), to rerun one without the whole file's time */

@@ -701,7 +701,12 @@ static void test_full_disk_counts(void **state)
     store_close(db);
     /* record with the limit (inherited through fork; restored here) */
     char *err = xasprintf("%s/err.log", f->dir);
-    char *spill = xasprintf("%s/no/such/dir/spill.jsonl", f->dir);
+    /* a spill file that cannot be written once traffic comes: its folder
+     * exists when record starts (record checks it before it listens) and
+     * is gone after */
+    char *spill_dir = xasprintf("%s/gone", f->dir);
+    char *spill = xasprintf("%s/spill.jsonl", spill_dir);
+    assert_int_equal(mkdir(spill_dir, 0700), 0);
     const char *const av[] = {
         "record", "--listen", "127.0.0.1:0", "--upstream", upstream_url(up),
         "--db",   f->db,      "--spill",     spill,        NULL};
@@ -716,6 +721,8 @@ static void test_full_disk_counts(void **state)
         upstream_stop(up);
         fail_msg("record did not start");
     }
+    assert_int_equal(rmdir(spill_dir), 0);
+    free(spill_dir);
     char *url = xasprintf("http://127.0.0.1:%d/json", rec.port);
     struct buf body = BUF_INIT;
     int n = 0;

@@ -222,7 +222,8 @@ void bisect_rank(const struct bisect_config *c, enum bisect_mode m,
         by_rows(rk, m == BISECT_FULL);
         break;
     }
-    qsort(rk->culprits, rk->n_culprits, sizeof(*rk->culprits), culprit_cmp);
+    if (rk->n_culprits) /* qsort's base may not be NULL, even for 0 */
+        qsort(rk->culprits, rk->n_culprits, sizeof(*rk->culprits), culprit_cmp);
     account(c, m, out, rk);
     for (size_t i = 0; i < n; i++)
         rk->culprit |= rk->rows[i].v.harmful;

@@ -134,7 +134,8 @@ static void batch_release(struct batch *b)
 static size_t uniq(uint32_t *v, size_t n)
 {
     size_t k = 0;
-    qsort(v, n, sizeof(*v), cmp_u32);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp_u32);
     for (size_t i = 0; i < n; i++)
         if (!k || v[k - 1] != v[i])
             v[k++] = v[i];

@@ -107,7 +107,7 @@ void audit_set_add_bad(struct audit_set *set, const struct xchg_bad *b);
  * NULL); *n gets how many. A row that cannot be decoded is skipped and
  * noted in set->bad; the rest is read. Errors of the store itself (it
  * cannot be opened or queried) are returned with d filled. */
-int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
+int audit_set_load(struct db *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d);
 /* The same from a spill file (docs/RECORD.md); a missing file adds none. */
 int audit_set_load_spill(const char *path, const char *session,

@@ -36,7 +36,7 @@ static void add_bad(const struct xchg_bad *b, void *ud)
     audit_set_add_bad(c->set, b);
 }
 
-int audit_set_load(sqlite3 *db, const char *session, struct audit_set *set,
+int audit_set_load(struct db *db, const char *session, struct audit_set *set,
                    size_t *n, struct diag *d)
 {
     struct load_ctx c = {set, session, 0};
@@ -147,7 +147,7 @@ int audit_load_paths(const char *db_path, const char *spill,
                      const char *session, struct audit_set *set, struct diag *d)
 {
     struct stat st;
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     /* record's default spill file sits beside the store */
     char *def = spill ? NULL : xasprintf("%s.spill.jsonl", db_path);
     bool have_db = stat(db_path, &st) == 0;

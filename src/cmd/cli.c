@@ -444,7 +444,7 @@ int cli_check_store(const char *cmd, const char *path)
 {
     struct stat st;
     struct diag d = {{0}};
-    sqlite3 *db;
+    struct db *db;
     if (stat(path, &st))
         return cli_check_output(cmd, "--db", path);
     if (S_ISDIR(st.st_mode))

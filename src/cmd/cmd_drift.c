@@ -881,7 +881,7 @@ static int ready(const struct drift_side *s, long ms)
 static int save(struct ctx *x, json_t *summary)
 {
     struct diag d = {{0}};
-    sqlite3 *db;
+    struct db *db;
     int64_t id;
     const char *path = x->db_path ? x->db_path : cli_default_db();
     if (store_open(path, &db, &d))

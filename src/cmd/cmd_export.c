@@ -127,7 +127,7 @@ static int each(const struct xchg *x, void *ud)
 static int walk(struct run *r, const struct recorded_args *a, struct diag *d)
 {
     struct stat st;
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     int rc = 0;
     if (stat(a->db, &st) == 0) {
         rc = store_open(a->db, &db, d);

@@ -652,7 +652,7 @@ static void print_plan(FILE *out, const struct opts *o,
 
 /* Sends the canary (canary.c) to e; 0 or an exit code after printing
  * why. */
-static int canary(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+static int canary(FILE *out, struct db *db, struct probe_endpoint *e,
                   struct http_client *c, const struct probe_spec *s, size_t n,
                   const char *what)
 {
@@ -681,7 +681,7 @@ static int canary(FILE *out, sqlite3 *db, struct probe_endpoint *e,
 
 /* Says when the store holds results for e's URL, model and info from a
  * server that answered the canary otherwise, then records e's canary. */
-static int canary_compare(FILE *out, sqlite3 *db, struct probe_endpoint *e,
+static int canary_compare(FILE *out, struct db *db, struct probe_endpoint *e,
                           bool fresh, const char *what)
 {
     struct probe_endpoint old;
@@ -810,7 +810,7 @@ static json_t *stored_summary(const json_t *j)
 }
 
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
-                  struct probe_report_in *in, sqlite3 *db)
+                  struct probe_report_in *in, struct db *db)
 {
     struct diag d;
     int code = EXIT_PASS;
@@ -906,7 +906,7 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
 
 /* Classifies the cases that lost context across the run (lost.c) and
  * stores what changed. A store error here was already met by the run. */
-static void restore_lost(sqlite3 *db, const struct probe_endpoint *e,
+static void restore_lost(struct db *db, const struct probe_endpoint *e,
                          const struct probe_spec *specs,
                          struct probe_result *res, size_t n)
 {
@@ -980,7 +980,7 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     struct probe_spec *specs = NULL;
     size_t n = 0;
     struct diag d;
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     struct probe_vary_cells vc = {0};
     int code =
         cli_ready("probe", "endpoint", ep->url, ep->headers, o->ready_ms);

@@ -255,7 +255,7 @@ enum run_kind { RUN_PROBE, RUN_LIVE, RUN_DRIFT };
 
 /* Loads one stored run into *doc: 0 (also when there is none and none was
  * asked for), or the exit code after the message. */
-static int load_run(sqlite3 *db, const struct args *a, enum run_kind k,
+static int load_run(struct db *db, const struct args *a, enum run_kind k,
                     json_t **doc, char **origin)
 {
     struct diag d;
@@ -330,7 +330,7 @@ int cmd_report(int argc, char **argv)
            *bisect = NULL;
     char *po = NULL, *lo = NULL, *dO = NULL, *ao = NULL, *bo = NULL,
          *line = NULL;
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     struct diag d;
     recorded_args_init(&a.rec);
     int rc = parse(argc, argv, &a);

@@ -54,7 +54,7 @@ static void print_plan(FILE *out, const struct probe_live_cmd *o,
 }
 
 static int report(const struct probe_live_cmd *o, FILE *out,
-                  struct probe_live_run *run, sqlite3 *db)
+                  struct probe_live_run *run, struct db *db)
 {
     struct diag d;
     int code = EXIT_PASS;
@@ -131,7 +131,7 @@ int cmd_probe_live(const struct probe_live_cmd *o, struct probe_endpoint *ep,
                                    .turn_bytes = o->turn_bytes,
                                    .seed = o->seed};
     struct diag d;
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     int code = EXIT_PASS;
 
     probe_vary_cells_build(o->vary, &vc);

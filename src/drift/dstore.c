@@ -33,14 +33,14 @@ static const char schema[] =
  * are renamed in place, rows and the buckets' reference to their run
  * kept (SQLite rewrites it). In one IMMEDIATE transaction, so two
  * processes opening the same old store rename it once. */
-static int migrate(sqlite3 *db, struct diag *d)
+static int migrate(struct db *db, struct diag *d)
 {
-    if (!store_has_table(db, "drift_runs"))
+    if (!db_has_table(db, "drift_runs"))
         return 0;
     if (store_exec(db, "BEGIN IMMEDIATE", d))
         return -EIO;
     int r = 0;
-    if (store_has_table(db, "drift_runs") && !store_has_table(db, "drift_run"))
+    if (db_has_table(db, "drift_runs") && !db_has_table(db, "drift_run"))
         r = store_exec(db,
                        "ALTER TABLE drift_runs RENAME TO drift_run;"
                        "ALTER TABLE drift_run RENAME COLUMN started_at TO "
@@ -54,7 +54,7 @@ static int migrate(sqlite3 *db, struct diag *d)
     return store_exec(db, "COMMIT", d);
 }
 
-int drift_store_schema(sqlite3 *db, struct diag *d)
+int drift_store_schema(struct db *db, struct diag *d)
 {
     int r = migrate(db, d);
     return r ? r : store_exec(db, schema, d);
@@ -68,7 +68,7 @@ static const struct store_run_sql run_sql = {
             "LIMIT 1",
 };
 
-int drift_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+int drift_store_run_get(struct db *db, int64_t id, struct store_run *out,
                         struct diag *d)
 {
     struct diag ignored;
@@ -89,76 +89,75 @@ static double rget(const json_t *o, const char *a, const char *b)
     return json_is_number(v) ? json_number_value(v) : 0;
 }
 
-static int bind_text_fresh(sqlite3_stmt *st, int i, char *s)
+static int bind_text_fresh(struct db_stmt *st, int i, char *s)
 {
-    return sqlite3_bind_text(st, i, s, -1, free);
+    return db_bind_text(st, i, s, -1, free);
 }
 
-static int save_buckets(sqlite3 *db, const json_t *summary, int64_t id,
+static int save_buckets(struct db *db, const json_t *summary, int64_t id,
                         struct diag *d)
 {
-    sqlite3_stmt *st;
+    struct db_stmt *st;
     const json_t *b = json_object_get(summary, "buckets");
     size_t i;
     const json_t *x;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO drift_bucket VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+    if (db_prepare(db,
+                   "INSERT INTO drift_bucket VALUES "
+                   "(?,?,?,?,?,?,?,?,?,?,?)",
+                   &st) != DB_OK)
+        return diag_set(d, EIO, "%s", db_errmsg(db));
     json_array_foreach(b, i, x)
     {
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, (int64_t)rget(x, NULL, "from"));
-        sqlite3_bind_int64(st, 3, (int64_t)rget(x, NULL, "to"));
-        sqlite3_bind_int64(st, 4, (int64_t)rget(x, "candidate", "count"));
-        sqlite3_bind_double(st, 5, rget(x, "candidate", "kl_mean"));
-        sqlite3_bind_double(st, 6, rget(x, "candidate", "kl_p999"));
-        sqlite3_bind_double(st, 7, rget(x, "candidate", "kl_max"));
-        sqlite3_bind_double(st, 8, rget(x, "excess", "kl_mean"));
-        sqlite3_bind_double(st, 9, rget(x, "candidate", "top1_agreement"));
-        sqlite3_bind_double(st, 10, rget(x, "candidate", "dp_rms"));
+        db_reset(st);
+        db_bind_int64(st, 1, id);
+        db_bind_int64(st, 2, (int64_t)rget(x, NULL, "from"));
+        db_bind_int64(st, 3, (int64_t)rget(x, NULL, "to"));
+        db_bind_int64(st, 4, (int64_t)rget(x, "candidate", "count"));
+        db_bind_double(st, 5, rget(x, "candidate", "kl_mean"));
+        db_bind_double(st, 6, rget(x, "candidate", "kl_p999"));
+        db_bind_double(st, 7, rget(x, "candidate", "kl_max"));
+        db_bind_double(st, 8, rget(x, "excess", "kl_mean"));
+        db_bind_double(st, 9, rget(x, "candidate", "top1_agreement"));
+        db_bind_double(st, 10, rget(x, "candidate", "dp_rms"));
         const json_t *v = json_object_get(x, "verdict");
-        sqlite3_bind_text(st, 11, json_is_string(v) ? json_string_value(v) : "",
-                          -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) != SQLITE_DONE) {
-            diag_set(d, EIO, "%s", sqlite3_errmsg(db));
-            sqlite3_finalize(st);
+        db_bind_text(st, 11, json_is_string(v) ? json_string_value(v) : "", -1,
+                     DB_TRANSIENT);
+        if (db_step(st) != DB_DONE) {
+            diag_set(d, EIO, "%s", db_errmsg(db));
+            db_finalize(st);
             return -EIO;
         }
     }
-    sqlite3_finalize(st);
+    db_finalize(st);
     return 0;
 }
 
-int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
+int drift_store_save(struct db *db, const json_t *summary, int64_t *run_id,
                      struct diag *d)
 {
-    sqlite3_stmt *st;
+    struct db_stmt *st;
     int ret = drift_store_schema(db, d);
     if (ret)
         return ret;
     if (store_exec(db, "BEGIN", d))
         return -EIO;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO drift_run (created, golden_url,"
-                           " candidate_url, golden_dialect,"
-                           " candidate_dialect, golden_fingerprint,"
-                           " candidate_fingerprint, sequences, positions,"
-                           " verdict, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &st, NULL) != SQLITE_OK) {
-        diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+    if (db_prepare(db,
+                   "INSERT INTO drift_run (created, golden_url,"
+                   " candidate_url, golden_dialect,"
+                   " candidate_dialect, golden_fingerprint,"
+                   " candidate_fingerprint, sequences, positions,"
+                   " verdict, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                   &st) != DB_OK) {
+        diag_set(d, EIO, "%s", db_errmsg(db));
         store_exec(db, "ROLLBACK", NULL);
         return -EIO;
     }
-    sqlite3_bind_int64(st, 1, (int64_t)time(NULL));
+    db_bind_int64(st, 1, (int64_t)time(NULL));
     bind_text_fresh(st, 2, url_mask(sget(summary, "golden", "url")));
     bind_text_fresh(st, 3, url_mask(sget(summary, "candidate", "url")));
-    sqlite3_bind_text(st, 4, sget(summary, "golden", "dialect"), -1,
-                      SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 5, sget(summary, "candidate", "dialect"), -1,
-                      SQLITE_TRANSIENT);
+    db_bind_text(st, 4, sget(summary, "golden", "dialect"), -1, DB_TRANSIENT);
+    db_bind_text(st, 5, sget(summary, "candidate", "dialect"), -1,
+                 DB_TRANSIENT);
     const json_t *gf =
         json_object_get(json_object_get(summary, "golden"), "fingerprint");
     const json_t *cf =
@@ -167,19 +166,19 @@ int drift_store_save(sqlite3 *db, const json_t *summary, int64_t *run_id,
         st, 6, json_dumps(gf, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY));
     bind_text_fresh(
         st, 7, json_dumps(cf, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY));
-    sqlite3_bind_int64(st, 8, (int64_t)rget(summary, NULL, "sequences"));
-    sqlite3_bind_int64(st, 9, (int64_t)rget(summary, NULL, "positions"));
+    db_bind_int64(st, 8, (int64_t)rget(summary, NULL, "sequences"));
+    db_bind_int64(st, 9, (int64_t)rget(summary, NULL, "positions"));
     const json_t *v = json_object_get(summary, "verdict");
-    sqlite3_bind_text(st, 10, json_is_string(v) ? json_string_value(v) : "", -1,
-                      SQLITE_TRANSIENT);
+    db_bind_text(st, 10, json_is_string(v) ? json_string_value(v) : "", -1,
+                 DB_TRANSIENT);
     bind_text_fresh(st, 11, json_dumps(summary, JSON_COMPACT | JSON_SORT_KEYS));
-    if (sqlite3_step(st) != SQLITE_DONE) {
-        diag_set(d, EIO, "%s", sqlite3_errmsg(db));
+    if (db_step(st) != DB_DONE) {
+        diag_set(d, EIO, "%s", db_errmsg(db));
         ret = -EIO;
     }
-    sqlite3_finalize(st);
+    db_finalize(st);
     if (!ret) {
-        *run_id = sqlite3_last_insert_rowid(db);
+        *run_id = db_last_insert_rowid(db);
         ret = save_buckets(db, summary, *run_id, d);
     }
     if (ret) {

@@ -86,7 +86,7 @@ static void skip(const struct xchg_bad *b, void *ud)
 int drift_corpus_from_db(struct drift_corpus *c, const char *path,
                          const char *session, struct diag *d)
 {
-    sqlite3 *db;
+    struct db *db;
     struct walk w = {c, c->n, NULL, 0};
     size_t before = c->n;
     int ret = store_open(path, &db, d);

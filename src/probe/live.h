@@ -19,7 +19,6 @@
 
 #include <jansson.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +28,7 @@
 #include "http/client.h"
 #include "probe/probe.h"
 #include "probe/vary.h"
+#include "store/db.h"
 
 /* How the model's earlier reasoning goes back into the conversation. */
 enum probe_sendr {
@@ -108,7 +108,7 @@ struct probe_live_run {
     const char *extra_key;
     unsigned jobs;
     bool fresh;
-    sqlite3 *db; /* NULL: nothing stored */
+    struct db *db; /* NULL: nothing stored */
     volatile sig_atomic_t *stop;
     void (*progress)(void *ud, size_t done, size_t total);
     void *ud;
@@ -126,22 +126,22 @@ struct probe_live_run {
 int probe_live_run(struct probe_live_run *r);
 
 /* ---- livestore.c ---- */
-int probe_live_store_init(sqlite3 *db, struct diag *d);
+int probe_live_store_init(struct db *db, struct diag *d);
 /* 1 and *r filled when key is stored, 0 when not, <0 on error. */
-int probe_live_store_get(sqlite3 *db, const char *key,
+int probe_live_store_get(struct db *db, const char *key,
                          struct probe_live_result *r, struct diag *d);
-int probe_live_store_put(sqlite3 *db, const char *endpoint_fp, const char *cell,
-                         unsigned seed, const struct probe_live_result *r,
-                         struct diag *d);
+int probe_live_store_put(struct db *db, const char *endpoint_fp,
+                         const char *cell, unsigned seed,
+                         const struct probe_live_result *r, struct diag *d);
 json_t *probe_live_result_json(const struct probe_live_result *r);
 /* Records a finished run's JSON document (probe_live_report_json) in
  * probe_live_run; *id (may be NULL) gets its row id. */
-int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
+int probe_live_store_run(struct db *db, const char *endpoint_fp,
                          const json_t *doc, long long *id, struct diag *d);
 struct store_run;
 /* The stored run id (0: the latest) from probe_live_run, as store_run_get
  * (store/runs.h) reads it: -ENOENT when there is none. */
-int probe_live_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+int probe_live_store_run_get(struct db *db, int64_t id, struct store_run *out,
                              struct diag *d);
 int probe_live_result_parse(json_t *j, struct probe_live_result *r);
 

@@ -25,7 +25,7 @@ static const char schema[] =
     " id INTEGER PRIMARY KEY, created INTEGER NOT NULL,"
     " endpoint_fp TEXT NOT NULL, summary TEXT NOT NULL);";
 
-int probe_live_store_init(sqlite3 *db, struct diag *d)
+int probe_live_store_init(struct db *db, struct diag *d)
 {
     return store_exec(db, schema, d);
 }
@@ -117,80 +117,80 @@ int probe_live_result_parse(json_t *j, struct probe_live_result *r)
     return 0;
 }
 
-int probe_live_store_get(sqlite3 *db, const char *key,
+int probe_live_store_get(struct db *db, const char *key,
                          struct probe_live_result *r, struct diag *d)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT result FROM probe_live WHERE key=?", -1,
-                           &st, NULL) != SQLITE_OK)
-        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), ret = 0;
-    if (rc == SQLITE_ROW) {
-        const char *text = (const char *)sqlite3_column_text(st, 0);
+    struct db_stmt *st;
+    if (db_prepare(db, "SELECT result FROM probe_live WHERE key=?", &st) !=
+        DB_OK)
+        return diag_set(d, EIO, "store: %s", db_errmsg(db));
+    db_bind_text(st, 1, key, -1, DB_STATIC);
+    int rc = db_step(st), ret = 0;
+    if (rc == DB_ROW) {
+        const char *text = (const char *)db_column_text(st, 0);
         json_t *j = text ? json_loads(text, 0, NULL) : NULL;
         if (j && !probe_live_result_parse(j, r)) {
             r->cached = true;
             ret = 1;
         }
         json_decref(j);
-    } else if (rc != SQLITE_DONE) {
-        ret = diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    } else if (rc != DB_DONE) {
+        ret = diag_set(d, EIO, "store: %s", db_errmsg(db));
     }
-    sqlite3_finalize(st);
+    db_finalize(st);
     return ret;
 }
 
-int probe_live_store_put(sqlite3 *db, const char *endpoint_fp, const char *cell,
-                         unsigned seed, const struct probe_live_result *r,
-                         struct diag *d)
+int probe_live_store_put(struct db *db, const char *endpoint_fp,
+                         const char *cell, unsigned seed,
+                         const struct probe_live_result *r, struct diag *d)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT OR REPLACE INTO probe_live VALUES"
-                           "(?,?,?,?,?,?,?,?,?)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    struct db_stmt *st;
+    if (db_prepare(db,
+                   "INSERT OR REPLACE INTO probe_live VALUES"
+                   "(?,?,?,?,?,?,?,?,?)",
+                   &st) != DB_OK)
+        return diag_set(d, EIO, "store: %s", db_errmsg(db));
     json_t *j = probe_live_result_json(r);
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    sqlite3_bind_text(st, 1, r->key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, endpoint_fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, cell, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 4, (int)seed);
-    sqlite3_bind_int(st, 5, (int)r->n_turns);
-    sqlite3_bind_int(st, 6, (int)r->break_turn);
-    sqlite3_bind_int(st, 7, (int)r->requests);
-    sqlite3_bind_text(st, 8, text, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 9, (sqlite3_int64)time(NULL));
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    db_bind_text(st, 1, r->key, -1, DB_STATIC);
+    db_bind_text(st, 2, endpoint_fp, -1, DB_STATIC);
+    db_bind_text(st, 3, cell, -1, DB_STATIC);
+    db_bind_int(st, 4, (int)seed);
+    db_bind_int(st, 5, (int)r->n_turns);
+    db_bind_int(st, 6, (int)r->break_turn);
+    db_bind_int(st, 7, (int)r->requests);
+    db_bind_text(st, 8, text, -1, DB_STATIC);
+    db_bind_int64(st, 9, (int64_t)time(NULL));
+    int rc = db_step(st);
+    db_finalize(st);
     free(text);
-    if (rc != SQLITE_DONE)
-        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    if (rc != DB_DONE)
+        return diag_set(d, EIO, "store: %s", db_errmsg(db));
     return 0;
 }
 
-int probe_live_store_run(sqlite3 *db, const char *endpoint_fp,
+int probe_live_store_run(struct db *db, const char *endpoint_fp,
                          const json_t *doc, long long *id, struct diag *d)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO probe_live_run(created, endpoint_fp, "
-                           "summary) VALUES(?,?,?)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    struct db_stmt *st;
+    if (db_prepare(db,
+                   "INSERT INTO probe_live_run(created, endpoint_fp, "
+                   "summary) VALUES(?,?,?)",
+                   &st) != DB_OK)
+        return diag_set(d, EIO, "store: %s", db_errmsg(db));
     char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)time(NULL));
-    sqlite3_bind_text(st, 2, endpoint_fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    db_bind_int64(st, 1, (int64_t)time(NULL));
+    db_bind_text(st, 2, endpoint_fp, -1, DB_STATIC);
+    db_bind_text(st, 3, text, -1, DB_STATIC);
+    int rc = db_step(st);
+    db_finalize(st);
     free(text);
-    if (rc != SQLITE_DONE)
-        return diag_set(d, EIO, "store: %s", sqlite3_errmsg(db));
+    if (rc != DB_DONE)
+        return diag_set(d, EIO, "store: %s", db_errmsg(db));
     if (id)
-        *id = sqlite3_last_insert_rowid(db);
+        *id = db_last_insert_rowid(db);
     return 0;
 }
 
@@ -202,7 +202,7 @@ static const struct store_run_sql run_sql = {
             "DESC LIMIT 1",
 };
 
-int probe_live_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+int probe_live_store_run_get(struct db *db, int64_t id, struct store_run *out,
                              struct diag *d)
 {
     return store_run_get(db, &run_sql, id, out, d);

@@ -27,7 +27,6 @@
 
 #include <jansson.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +34,7 @@
 
 #include "core/diag.h"
 #include "http/client.h"
+#include "store/db.h"
 
 enum probe_kind {
     PROBE_NEEDLE,
@@ -357,35 +357,35 @@ void probe_lost_classify(const struct probe_spec *specs,
 /* ---- pstore.c ---- */
 
 /* Creates the probe_* tables when missing. */
-int probe_store_init(sqlite3 *db, struct diag *d);
-int probe_store_endpoint(sqlite3 *db, const struct probe_endpoint *e,
+int probe_store_init(struct db *db, struct diag *d);
+int probe_store_endpoint(struct db *db, const struct probe_endpoint *e,
                          struct diag *d);
-int probe_store_put(sqlite3 *db, const char *endpoint_fp,
+int probe_store_put(struct db *db, const char *endpoint_fp,
                     const struct probe_spec *s, const struct probe_result *r,
                     struct diag *d);
 /* Records e's canary (fingerprint, prompt tokens, answer). */
-int probe_store_canary(sqlite3 *db, const struct probe_endpoint *e,
+int probe_store_canary(struct db *db, const struct probe_endpoint *e,
                        struct diag *d);
 /* The canary length first used for this info fingerprint (0: none), so
  * that later runs send a canary that can be compared; < 0 on error. */
-long probe_store_canary_length(sqlite3 *db, const char *info_fp,
+long probe_store_canary_length(struct db *db, const char *info_fp,
                                struct diag *d);
 /* The number of stored results of fingerprint fp (< 0 on error). */
-long probe_store_results(sqlite3 *db, const char *fp, struct diag *d);
+long probe_store_results(struct db *db, const char *fp, struct diag *d);
 /* What the store holds for e's URL, model and info under another canary:
  * 1 with *other filled (its canary fields and fp) and *results the number
  * of its stored results, 0 when none, < 0 on error. */
-int probe_store_other_canary(sqlite3 *db, const struct probe_endpoint *e,
+int probe_store_other_canary(struct db *db, const struct probe_endpoint *e,
                              struct probe_endpoint *other, long *results,
                              struct diag *d);
 /* Records a finished run and its JSON summary; *id gets its row id. */
-int probe_store_run(sqlite3 *db, const char *endpoint_fp,
+int probe_store_run(struct db *db, const char *endpoint_fp,
                     const char *baseline_fp, json_t *summary, long long *id,
                     struct diag *d);
 struct store_run;
 /* The stored run id (0: the latest) from probe_run, as store_run_get
  * (store/runs.h) reads it: -ENOENT when there is none. */
-int probe_store_run_get(sqlite3 *db, int64_t id, struct store_run *out,
+int probe_store_run_get(struct db *db, int64_t id, struct store_run *out,
                         struct diag *d);
 
 /* ---- run.c ---- */
@@ -401,8 +401,8 @@ struct probe_run {
     unsigned max_tokens;
     const char *extra_key; /* canonical extra body for keys */
     bool fresh;
-    double tol;  /* truncation tolerance (share) */
-    sqlite3 *db; /* NULL: nothing stored */
+    double tol;    /* truncation tolerance (share) */
+    struct db *db; /* NULL: nothing stored */
     volatile sig_atomic_t *stop;
     /* Called after each finished case, from a worker, serialised. */
     void (*progress)(void *ud, size_t done, size_t passed, size_t total);

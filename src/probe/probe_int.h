@@ -157,7 +157,7 @@ bool probe_path_check_due(long reached, const struct probe_shape *sh,
 /* ---- pstore.c ---- */
 
 /* 1 and *r filled when key has a finished result, 0 when not, <0 error. */
-int probe_store_get(sqlite3 *db, const char *key, struct probe_result *r,
+int probe_store_get(struct db *db, const char *key, struct probe_result *r,
                     struct diag *d);
 /* The endpoint as the JSON documents give it (report.c): url, model,
  * fingerprint, max_model_len, tokenizer, calibration, server_info; null

@@ -49,7 +49,7 @@ struct record {
     CURLM *multi;
     struct event *timer;
     struct event *sig[2];
-    sqlite3 *db;
+    struct db *db;
     struct xchg_cache *cache;
     /* builds each row from its exchange (store/ingest.h: classifies,
      * reassembles the reply); store_batch's, which runs on one thread at
@@ -96,7 +96,7 @@ struct record {
     struct buf wire; /* the request being built (upclient_send swaps it) */
     struct name_memo memo[MEMO_SLOTS]; /* is_secret_memo() */
     /* the checkpointer thread and its own connection (checkpointer_*) */
-    sqlite3 *ck_db;
+    struct db *ck_db;
     pthread_t ck_thread;
     bool ck_started, ck_due, ck_quit;
     pthread_mutex_t ck_mu;

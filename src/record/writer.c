@@ -395,18 +395,18 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
 
 /* xchg_put_batch's last statement in each transaction: the intake log's
  * frontier moves past the batch's last exchange from the log. */
-static int on_intake_commit(sqlite3 *db, void *ud)
+static int on_intake_commit(struct db *db, void *ud)
 {
     struct record *r = ud;
     if (!r->mark_due)
-        return SQLITE_OK;
+        return DB_OK;
     /* an exchange of the log the store refused: committing would move the
      * frontier past it, and were the spill file to fail too it would be
      * lost; the batch is stored again one by one (store_batch) */
     for (size_t i = 0; i < r->batch_n; i++)
         if (r->batch_rcs[i] && r->batch_ex[i]->in_end) {
             r->batch_refused = true;
-            return SQLITE_ABORT;
+            return DB_ABORT;
         }
     return intake_mark(r->intake, db, r->mark_epoch, r->mark_off);
 }
@@ -579,18 +579,16 @@ static void writer_stop(struct record *r)
  * Durability is unchanged: what a commit wrote is in the WAL either way. */
 #define CKPT_PAGES 1000
 
-static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int pages)
+static int on_wal_commit(void *arg, int pages)
 {
     struct record *r = arg;
-    (void)db;
-    (void)name;
     if (pages >= CKPT_PAGES) {
         pthread_mutex_lock(&r->ck_mu);
         r->ck_due = true;
         pthread_cond_signal(&r->ck_cv);
         pthread_mutex_unlock(&r->ck_mu);
     }
-    return SQLITE_OK;
+    return DB_OK;
 }
 
 static void *checkpointer_main(void *arg)
@@ -605,8 +603,7 @@ static void *checkpointer_main(void *arg)
         pthread_mutex_unlock(&r->ck_mu);
         if (quit)
             break;
-        sqlite3_wal_checkpoint_v2(r->ck_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
-                                  NULL, NULL);
+        db_checkpoint(r->ck_db);
     }
     return NULL;
 }
@@ -616,6 +613,8 @@ static void *checkpointer_main(void *arg)
 static void checkpointer_start(struct record *r)
 {
     struct diag d = {{0}};
+    if (db_backend(r->db) != DB_SQLITE) /* no write-ahead log to copy */
+        return;
     if (store_open(r->o.db_path, &r->ck_db, &d))
         return;
     pthread_mutex_init(&r->ck_mu, NULL);
@@ -630,7 +629,7 @@ static void checkpointer_start(struct record *r)
     pthread_setname_np(r->ck_thread, "record-ckpt");
     r->ck_started = true;
     /* replaces the automatic checkpoint, which is itself a WAL hook */
-    sqlite3_wal_hook(r->db, on_wal_commit, r);
+    db_wal_hook(r->db, on_wal_commit, r);
 }
 
 static void checkpointer_stop(struct record *r)
@@ -657,14 +656,13 @@ static void checkpointer_stop(struct record *r)
  * another writer is not refused: record spills while it is. */
 static int check_writable(struct record *r, struct diag *d)
 {
-    int rc = sqlite3_db_readonly(r->db, "main") == 1
-                 ? SQLITE_READONLY
-                 : sqlite3_exec(r->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+    int rc = db_is_readonly(r->db) ? DB_READONLY
+                                   : db_exec(r->db, "BEGIN IMMEDIATE", NULL);
+    if (rc == DB_OK) {
+        db_exec(r->db, "ROLLBACK", NULL);
         return 0;
     }
-    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+    if (rc == DB_BUSY || rc == DB_LOCKED)
         return 0;
     return diag_set(d, EROFS,
                     "the store '%s' cannot be written (%s): every exchange "
@@ -672,8 +670,7 @@ static int check_writable(struct record *r, struct diag *d)
                     "the permissions of the file and of its folder, and that "
                     "its file system is not mounted read-only)",
                     r->o.db_path,
-                    rc == SQLITE_READONLY ? "it is read-only"
-                                          : sqlite3_errstr(rc));
+                    rc == DB_READONLY ? "it is read-only" : db_errstr(rc));
 }
 
 static int open_store(struct record *r, struct diag *d)
@@ -684,7 +681,7 @@ static int open_store(struct record *r, struct diag *d)
     if (rc)
         return rc;
     /* A locked store must not stall the proxy: fail fast and spill. */
-    sqlite3_busy_timeout(r->db, 200);
+    db_busy_timeout(r->db, 200);
     rc = xchg_schema(r->db, d);
     if (rc) {
         diag_prefix(d, "'%s'", r->o.db_path);

@@ -26,7 +26,7 @@ static char *origin(const char *what, int64_t id, int64_t when)
     return buf_detach(&b, NULL);
 }
 
-int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **org,
+int report_load_probe(struct db *db, int64_t id, json_t **doc, char **org,
                       struct diag *d)
 {
     struct store_run run;
@@ -44,7 +44,7 @@ int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **org,
     return 0;
 }
 
-int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **org,
+int report_load_live(struct db *db, int64_t id, json_t **doc, char **org,
                      struct diag *d)
 {
     struct store_run run;
@@ -56,7 +56,7 @@ int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **org,
     return 0;
 }
 
-int report_load_drift(sqlite3 *db, int64_t id, json_t **doc, char **org,
+int report_load_drift(struct db *db, int64_t id, json_t **doc, char **org,
                       struct diag *d)
 {
     struct store_run run;

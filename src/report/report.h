@@ -29,13 +29,13 @@
 #define REPORT_REPORT_H
 
 #include <jansson.h>
-#include <sqlite3.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "audit/audit.h"
 #include "core/buf.h"
 #include "core/diag.h"
+#include "store/db.h"
 
 /* Failed probe cases shown per side (the first ones in case order); probe
  * keeps as many in the stored run so both paths draw the same page. */
@@ -93,14 +93,14 @@ json_t *report_audit_doc(const struct audit_set *set,
 /* The stored probe run id (0: the latest) as a fidelity-probe/1 document
  * and a line saying which run it is. -ENOENT when there is none, -EIO on
  * a store error; d says which. */
-int report_load_probe(sqlite3 *db, int64_t id, json_t **doc, char **origin,
+int report_load_probe(struct db *db, int64_t id, json_t **doc, char **origin,
                       struct diag *d);
 /* The same for probe --live's probe_live_run (a fidelity-probe-live/1
  * document). */
-int report_load_live(sqlite3 *db, int64_t id, json_t **doc, char **origin,
+int report_load_live(struct db *db, int64_t id, json_t **doc, char **origin,
                      struct diag *d);
 /* The same for drift_run. */
-int report_load_drift(sqlite3 *db, int64_t id, json_t **doc, char **origin,
+int report_load_drift(struct db *db, int64_t id, json_t **doc, char **origin,
                       struct diag *d);
 
 #endif

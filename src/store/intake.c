@@ -231,7 +231,7 @@ void intake_close(struct intake *in, bool remove)
     if (!in)
         return;
     if (in->mark)
-        sqlite3_finalize(in->mark);
+        db_finalize(in->mark);
     if (remove)
         unlink(in->path);
     if (in->fd >= 0)
@@ -568,75 +568,73 @@ void intake_damage_say(const struct intake_damage *g, const char *path,
 #undef SAY
 }
 
-int intake_schema(sqlite3 *db, struct diag *d)
+int intake_schema(struct db *db, struct diag *d)
 {
     char *err = NULL;
-    int rc = sqlite3_exec(db,
-                          "CREATE TABLE IF NOT EXISTS intake ("
-                          " id INTEGER PRIMARY KEY CHECK (id = 1),"
-                          " epoch INTEGER NOT NULL,"
-                          " off INTEGER NOT NULL)",
-                          NULL, NULL, &err);
-    if (rc != SQLITE_OK) {
+    int rc = db_exec(db,
+                     "CREATE TABLE IF NOT EXISTS intake ("
+                     " id INTEGER PRIMARY KEY CHECK (id = 1),"
+                     " epoch INTEGER NOT NULL,"
+                     " off INTEGER NOT NULL)",
+                     &err);
+    if (rc != DB_OK) {
         diag_set(d, EIO, "cannot create the intake table: %s",
-                 err ? err : sqlite3_errstr(rc));
-        sqlite3_free(err);
+                 err ? err : db_errstr(rc));
+        free(err);
         return -1;
     }
     return 0;
 }
 
-int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off, struct diag *d)
+int intake_frontier(struct db *db, uint64_t *epoch, uint64_t *off,
+                    struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     *epoch = *off = 0;
-    int rc = sqlite3_prepare_v2(
-        db, "SELECT epoch, off FROM intake WHERE id = 1", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        diag_set(d, EIO, "cannot read the intake frontier: %s",
-                 sqlite3_errmsg(db));
+    int rc = db_prepare(db, "SELECT epoch, off FROM intake WHERE id = 1", &st);
+    if (rc != DB_OK) {
+        diag_set(d, EIO, "cannot read the intake frontier: %s", db_errmsg(db));
         return -1;
     }
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
-                             sqlite3_column_type(st, 1) != SQLITE_INTEGER ||
-                             sqlite3_column_int64(st, 1) < 0)) {
+    rc = db_step(st);
+    if (rc == DB_ROW &&
+        (db_column_type(st, 0) != DB_INTEGER ||
+         db_column_type(st, 1) != DB_INTEGER || db_column_int64(st, 1) < 0)) {
         diag_set(d, EBADMSG,
                  "the intake frontier is not two numbers: the store's "
                  "intake table is damaged");
-        sqlite3_finalize(st);
+        db_finalize(st);
         return -1;
-    } else if (rc == SQLITE_ROW) {
-        *epoch = (uint64_t)sqlite3_column_int64(st, 0);
-        *off = (uint64_t)sqlite3_column_int64(st, 1);
-    } else if (rc != SQLITE_DONE) {
-        diag_set(d, EIO, "cannot read the intake frontier: %s",
-                 sqlite3_errmsg(db));
-        sqlite3_finalize(st);
+    } else if (rc == DB_ROW) {
+        *epoch = (uint64_t)db_column_int64(st, 0);
+        *off = (uint64_t)db_column_int64(st, 1);
+    } else if (rc != DB_DONE) {
+        diag_set(d, EIO, "cannot read the intake frontier: %s", db_errmsg(db));
+        db_finalize(st);
         return -1;
     }
-    sqlite3_finalize(st);
+    db_finalize(st);
     return 0;
 }
 
-int intake_mark(struct intake *in, sqlite3 *db, uint64_t epoch, uint64_t off)
+int intake_mark(struct intake *in, struct db *db, uint64_t epoch, uint64_t off)
 {
     if (in->mark && in->mark_db != db) {
-        sqlite3_finalize(in->mark);
+        db_finalize(in->mark);
         in->mark = NULL;
     }
     if (!in->mark) {
-        int rc = sqlite3_prepare_v3(
+        int rc = db_prepare_persistent(
             db,
             "INSERT OR REPLACE INTO intake (id, epoch, off) VALUES (1, ?, ?)",
-            -1, SQLITE_PREPARE_PERSISTENT, &in->mark, NULL);
-        if (rc != SQLITE_OK)
+            &in->mark);
+        if (rc != DB_OK)
             return rc;
         in->mark_db = db;
     }
-    sqlite3_bind_int64(in->mark, 1, (sqlite3_int64)epoch);
-    sqlite3_bind_int64(in->mark, 2, (sqlite3_int64)off);
-    int rc = sqlite3_step(in->mark);
-    sqlite3_reset(in->mark);
-    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+    db_bind_int64(in->mark, 1, (int64_t)epoch);
+    db_bind_int64(in->mark, 2, (int64_t)off);
+    int rc = db_step(in->mark);
+    db_reset(in->mark);
+    return rc == DB_DONE ? DB_OK : rc;
 }

@@ -24,13 +24,13 @@
 #ifndef STORE_INTAKE_H
 #define STORE_INTAKE_H
 
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/buf.h"
 #include "core/diag.h"
+#include "store/db.h"
 #include "store/hdrs.h"
 
 #define INTAKE_HEAD 16 /* the file header, and each record's head */
@@ -62,10 +62,10 @@ struct intake {
     int fd;
     char *path;
     uint64_t epoch;
-    uint64_t size;      /* bytes in the file (header included) */
-    struct buf rec;     /* the record being written, reused */
-    sqlite3_stmt *mark; /* intake_mark's, on mark_db */
-    sqlite3 *mark_db;
+    uint64_t size;        /* bytes in the file (header included) */
+    struct buf rec;       /* the record being written, reused */
+    struct db_stmt *mark; /* intake_mark's, on mark_db */
+    struct db *mark_db;
 };
 
 /* The log's path for a store: DB-intake (malloc'd). */
@@ -128,14 +128,14 @@ void intake_damage_say(const struct intake_damage *dmg, const char *path,
 uint64_t intake_epoch_of(int fd);
 
 /* The frontier table (created by intake_schema). */
-int intake_schema(sqlite3 *db, struct diag *d);
+int intake_schema(struct db *db, struct diag *d);
 /* 0 with the frontier ((0, 0) when none), or -1 with d set (also when
  * the row is not two numbers: a damaged table). */
-int intake_frontier(sqlite3 *db, uint64_t *epoch, uint64_t *off,
+int intake_frontier(struct db *db, uint64_t *epoch, uint64_t *off,
                     struct diag *d);
 /* Sets db's frontier to (epoch, off), inside the caller's transaction,
  * with a statement kept in in (one db and one thread at a time): SQLite's
  * result code. */
-int intake_mark(struct intake *in, sqlite3 *db, uint64_t epoch, uint64_t off);
+int intake_mark(struct intake *in, struct db *db, uint64_t epoch, uint64_t off);
 
 #endif

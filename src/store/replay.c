@@ -29,7 +29,7 @@ struct rex {
 };
 
 struct replay {
-    sqlite3 *db;
+    struct db *db;
     struct xchg_cache *c;
     struct ingest *g;
     struct intake *in;
@@ -98,12 +98,12 @@ static void rex_free(struct rex *e)
 /* The batch's transaction moves the frontier past its last exchange, only
  * when every exchange of it is stored: else it is rolled back, and flush
  * stores the batch one by one. */
-static int on_commit(sqlite3 *db, void *ud)
+static int on_commit(struct db *db, void *ud)
 {
     struct replay *p = ud;
     for (size_t i = 0; i < p->nrcs; i++)
         if (p->rcs[i])
-            return SQLITE_ABORT;
+            return DB_ABORT;
     return intake_mark(p->in, db, p->in->epoch, p->mark);
 }
 
@@ -180,7 +180,7 @@ static int on_rec(const struct intake_rec *ir, uint64_t end, void *ud)
     return 0;
 }
 
-int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
+int replay_log(struct db *db, struct xchg_cache *c, struct ingest *g,
                struct intake *in, const char *spill_path,
                struct replay_counts *out, struct diag *d)
 {
@@ -221,13 +221,13 @@ int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
     if (none)
         return 0;
     char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     struct intake *in = NULL;
     struct replay_counts k;
     int rc = store_open_unshared(db_path, &db, d);
     if (!rc) {
         /* a locked store fails fast, as record's writer does */
-        sqlite3_busy_timeout(db, 200);
+        db_busy_timeout(db, 200);
         rc = xchg_schema(db, d);
     }
     if (!rc)

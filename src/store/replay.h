@@ -11,10 +11,10 @@
 #ifndef STORE_REPLAY_H
 #define STORE_REPLAY_H
 
-#include <sqlite3.h>
 #include <stdint.h>
 
 #include "core/diag.h"
+#include "store/db.h"
 #include "store/ingest.h"
 #include "store/intake.h"
 #include "store/xchg.h"
@@ -37,7 +37,7 @@ struct replay_counts {
  * exchanges were kept (the log is left as it is) or the log or the store
  * could not be read. c's pre-commit hook is used during the call and
  * cleared after it. */
-int replay_log(sqlite3 *db, struct xchg_cache *c, struct ingest *g,
+int replay_log(struct db *db, struct xchg_cache *c, struct ingest *g,
                struct intake *in, const char *spill_path,
                struct replay_counts *out, struct diag *d);
 

@@ -9,11 +9,11 @@
 #define STORE_RUNS_H
 
 #include <jansson.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/diag.h"
+#include "store/db.h"
 
 /* A result table and its two queries, each selecting (id, created,
  * summary): `one` with the id bound as ?1, `last` the latest row. */
@@ -30,13 +30,10 @@ struct store_run {
     json_t *summary; /* new reference */
 };
 
-/* True when the store has a table of that name. */
-bool store_has_table(sqlite3 *db, const char *name);
-
 /* The run with id (> 0) or the latest (0). -ENOENT when the table is
  * missing ("no NOUN in the store") or holds no such row, -EIO on a store
  * error or a summary that is not JSON; d says which. */
-int store_run_get(sqlite3 *db, const struct store_run_sql *q, int64_t id,
+int store_run_get(struct db *db, const struct store_run_sql *q, int64_t id,
                   struct store_run *out, struct diag *d);
 
 #endif

@@ -151,7 +151,7 @@ struct xchg_cache *xchg_cache_new(void)
 }
 
 void xchg_cache_pre_commit(struct xchg_cache *c,
-                           int (*fn)(sqlite3 *db, void *ud), void *ud)
+                           int (*fn)(struct db *db, void *ud), void *ud)
 {
     c->pre_commit = fn;
     c->pre_commit_ud = ud;
@@ -186,7 +186,7 @@ void xchg_cache_free(struct xchg_cache *c)
     free(c->trees);
     free(c->spans);
     for (int i = 0; i < STMT_SLOTS; i++)
-        sqlite3_finalize(c->st[i]);
+        db_finalize(c->st[i]);
     buf_release(&c->hdr_text[0]);
     buf_release(&c->hdr_text[1]);
     free(c);
@@ -227,14 +227,13 @@ static struct list_ent *cache_put(struct xchg_cache *c, int64_t id, int depth,
 }
 
 /* A prepared statement for sql, from c when it has it. NULL on error. */
-sqlite3_stmt *xchg_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
+struct db_stmt *xchg_prep(struct xchg_cache *c, struct db *db, const char *sql)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     for (int i = 0; c && i < STMT_SLOTS; i++)
         if (c->sql[i] == sql)
             return c->st[i];
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
-        SQLITE_OK)
+    if (db_prepare_persistent(db, sql, &st) != DB_OK)
         return NULL;
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (!c->sql[i]) {
@@ -247,51 +246,51 @@ sqlite3_stmt *xchg_prep(struct xchg_cache *c, sqlite3 *db, const char *sql)
 }
 
 /* Done with st: reset when c keeps it, else finalized. */
-void xchg_unprep(struct xchg_cache *c, sqlite3_stmt *st)
+void xchg_unprep(struct xchg_cache *c, struct db_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
             /* no sqlite3_clear_bindings: each use binds every parameter
              * of its statement (insert_row binds NULLs too) */
-            sqlite3_reset(st);
+            db_reset(st);
             return;
         }
     }
-    sqlite3_finalize(st);
+    db_finalize(st);
 }
 
-int xchg_sql_fail(sqlite3 *db, struct diag *d, const char *what)
+int xchg_sql_fail(struct db *db, struct diag *d, const char *what)
 {
-    return diag_set(d, EIO, "store: %s: %s", what, sqlite3_errmsg(db));
+    return diag_set(d, EIO, "store: %s: %s", what, db_errmsg(db));
 }
 
 /* Whether table xchg has column req_redacted (stores written before it
  * was added do not). */
-bool xchg_has_redacted_column(sqlite3 *db)
+bool xchg_has_redacted_column(struct db *db)
 {
-    sqlite3_stmt *st = NULL;
-    bool ok = sqlite3_prepare_v2(db, "SELECT req_redacted FROM xchg LIMIT 0",
-                                 -1, &st, NULL) == SQLITE_OK;
-    sqlite3_finalize(st);
+    struct db_stmt *st = NULL;
+    bool ok =
+        db_prepare(db, "SELECT req_redacted FROM xchg LIMIT 0", &st) == DB_OK;
+    db_finalize(st);
     return ok;
 }
 
-int xchg_schema(sqlite3 *db, struct diag *d)
+int xchg_schema(struct db *db, struct diag *d)
 {
     char *err = NULL;
-    if (sqlite3_exec(db, SCHEMA, NULL, NULL, &err) != SQLITE_OK) {
+    if (db_exec(db, SCHEMA, &err) != DB_OK) {
         diag_set(d, EIO, "store: cannot create the exchange tables: %s",
-                 err ? err : sqlite3_errmsg(db));
-        sqlite3_free(err);
+                 err ? err : db_errmsg(db));
+        free(err);
         return -EIO;
     }
     /* an older store gets the column; one that cannot be written (a
      * read-only copy) is still read, as unredacted (xchg_each) */
     if (!xchg_has_redacted_column(db))
-        sqlite3_exec(db,
-                     "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
-                     " NULL DEFAULT 0",
-                     NULL, NULL, NULL);
+        db_exec(db,
+                "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
+                " NULL DEFAULT 0",
+                NULL);
     return 0;
 }
 
@@ -534,26 +533,26 @@ static void pend_add(struct xchg_cache *c, uint64_t h)
 
 /* Stores blob v (canonical text s[0..len), hash h) unless it is known or
  * already in the store. */
-static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+static int blob_store(struct db *db, struct xchg_cache *c, enum blob_kind kind,
                       const char *s, size_t len, int64_t h, struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     int rc = -EIO;
 
     if (known_has(c, (uint64_t)h))
         return 0;
     if (!(st = xchg_prep(c, db, SQL_BLOB_EXISTS)))
         goto out;
-    sqlite3_bind_int64(st, 1, h);
-    int step = sqlite3_step(st);
+    db_bind_int64(st, 1, h);
+    int step = db_step(st);
     xchg_unprep(c, st);
     st = NULL;
-    if (step == SQLITE_ROW) {
+    if (step == DB_ROW) {
         rc = 0;
         pend_add(c, (uint64_t)h);
         goto out;
     }
-    if (step != SQLITE_DONE)
+    if (step != DB_DONE)
         goto out;
     void *z;
     size_t zlen;
@@ -563,12 +562,12 @@ static int blob_store(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
         free(z);
         goto out;
     }
-    sqlite3_bind_int64(st, 1, h);
-    sqlite3_bind_int(st, 2, kind);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)len);
-    sqlite3_bind_int(st, 4, zip);
-    sqlite3_bind_blob(st, 5, z, (int)zlen, free);
-    if (sqlite3_step(st) == SQLITE_DONE) {
+    db_bind_int64(st, 1, h);
+    db_bind_int(st, 2, kind);
+    db_bind_int64(st, 3, (int64_t)len);
+    db_bind_int(st, 4, zip);
+    db_bind_blob(st, 5, z, (int)zlen, free);
+    if (db_step(st) == DB_DONE) {
         rc = 0;
         pend_add(c, (uint64_t)h);
     }
@@ -580,7 +579,7 @@ out:
     return rc;
 }
 
-static int blob_put(sqlite3 *db, struct xchg_cache *c, enum blob_kind kind,
+static int blob_put(struct db *db, struct xchg_cache *c, enum blob_kind kind,
                     const json_t *v, int64_t *hash, struct diag *d)
 {
     size_t len;
@@ -803,22 +802,20 @@ static const char SQL_BLOB_GET[] = "SELECT raw_len, zip, z FROM xchg_blob"
                                    " WHERE h=?";
 
 /* Loads blob h as JSON (new reference) or NULL when missing or corrupt. */
-static json_t *blob_load(sqlite3 *db, struct xchg_cache *c, int64_t h)
+static json_t *blob_load(struct db *db, struct xchg_cache *c, int64_t h)
 {
-    sqlite3_stmt *st = xchg_prep(c, db, SQL_BLOB_GET);
+    struct db_stmt *st = xchg_prep(c, db, SQL_BLOB_GET);
     json_t *v = NULL;
     if (!st)
         return NULL;
-    sqlite3_bind_int64(st, 1, h);
-    if (sqlite3_step(st) == SQLITE_ROW &&
-        sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
-        sqlite3_column_int64(st, 0) >= 0 &&
-        sqlite3_column_type(st, 1) == SQLITE_INTEGER) {
+    db_bind_int64(st, 1, h);
+    if (db_step(st) == DB_ROW && db_column_type(st, 0) == DB_INTEGER &&
+        db_column_int64(st, 0) >= 0 && db_column_type(st, 1) == DB_INTEGER) {
         /* raw_len and zip may be anything in a corrupt store: unpack
          * checks them against the bytes before it allocates */
-        char *s = xchg_unpack(
-            sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
-            (size_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1));
+        char *s =
+            xchg_unpack(db_column_blob(st, 2), (size_t)db_column_bytes(st, 2),
+                        (size_t)db_column_int64(st, 0), db_column_int(st, 1));
         if (s)
             v = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         free(s);
@@ -838,7 +835,7 @@ static struct blob_ent *blob_slot(struct blob_ent *t, size_t cap, uint64_t h)
 /* Blob h through c's cache of parsed blobs: a borrowed reference, shared
  * by every exchange of the walk that names h, or NULL when missing or
  * corrupt (not cached: each try reports it). */
-json_t *xchg_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h)
+json_t *xchg_blob_get(struct db *db, struct xchg_cache *c, int64_t h)
 {
     if (!h) {
         if (!c->blob0)
@@ -880,7 +877,7 @@ static void put_be64(unsigned char *p, uint64_t v)
 
 /* Resolves the message list of exchange id through the cache; NULL when the
  * row is missing or not a chat request. */
-struct list_ent *xchg_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+struct list_ent *xchg_list_load(struct db *db, struct xchg_cache *c, int64_t id,
                                 int guard)
 {
     struct list_ent *e = cache_get(c, id);
@@ -888,32 +885,32 @@ struct list_ent *xchg_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
         return e;
     if (guard > XCHG_MAX_DEPTH + 1)
         return NULL;
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     if (!(st = xchg_prep(c, db, XCHG_SQL_LIST_LOAD)))
         return NULL;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
+    db_bind_int64(st, 1, id);
+    if (db_step(st) != DB_ROW) {
         xchg_unprep(c, st);
         return NULL;
     }
     /* every column as untrusted: types, a prefix no longer than the
      * base's list (read first, before anything is sized by it), whole
      * 8-byte hashes */
-    int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
-    int64_t base = sqlite3_column_int64(st, 0);
-    int64_t prefix = sqlite3_column_int64(st, 1);
-    int depth = sqlite3_column_int(st, 2);
-    size_t mlen = (size_t)sqlite3_column_bytes(st, 3);
-    if ((tb != SQLITE_INTEGER && tb != SQLITE_NULL) ||
-        sqlite3_column_type(st, 1) != SQLITE_INTEGER || prefix < 0 ||
-        (tm != SQLITE_BLOB && tm != SQLITE_NULL) || mlen % 8 ||
+    int tb = db_column_type(st, 0), tm = db_column_type(st, 3);
+    int64_t base = db_column_int64(st, 0);
+    int64_t prefix = db_column_int64(st, 1);
+    int depth = db_column_int(st, 2);
+    size_t mlen = (size_t)db_column_bytes(st, 3);
+    if ((tb != DB_INTEGER && tb != DB_NULL) ||
+        db_column_type(st, 1) != DB_INTEGER || prefix < 0 ||
+        (tm != DB_BLOB && tm != DB_NULL) || mlen % 8 ||
         mlen / 8 > XCHG_RAW_MAX / 8 || (prefix && (!base || base == id))) {
         xchg_unprep(c, st);
         return NULL;
     }
     size_t own = mlen / 8;
     uint64_t *h = xmalloc((own + 1) * sizeof(*h));
-    const unsigned char *p = sqlite3_column_blob(st, 3);
+    const unsigned char *p = db_column_blob(st, 3);
     for (size_t i = 0; i < own; i++)
         h[i] = xchg_get_be64(p + 8 * i);
     xchg_unprep(c, st);
@@ -974,35 +971,23 @@ static void recent_clear(struct xchg_cache *c)
     }
 }
 
-/* The main database's data version (SQLITE_FCNTL_DATA_VERSION: it changes
- * with every change to the file, this connection's own included); 0 when
- * unknown */
-static unsigned int data_version(sqlite3 *db)
-{
-    unsigned int v = 0;
-    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &v) !=
-        SQLITE_OK)
-        return 0;
-    return v;
-}
-
 /* At the start of a transaction: forgets the recent ids when the file
  * changed since this cache's last commit (another connection, or another
  * cache on this one), as the rows it added would be missing from them. */
-static void recent_check(struct xchg_cache *c, sqlite3 *db)
+static void recent_check(struct xchg_cache *c, struct db *db)
 {
-    unsigned int v = data_version(db);
+    unsigned int v = db_data_version(db);
     if (!v || v != c->data_version)
         recent_clear(c);
 }
 
 /* Picks the recent exchange of the same session sharing the longest prefix
  * of messages with h[0..n). */
-static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
+static int pick_base(struct db *db, struct xchg_cache *c, const char *session,
                      const uint64_t *h, size_t n, struct base_pick *bp,
                      struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     int64_t ids[BASE_CANDIDATES];
     int nid = 0;
 
@@ -1015,9 +1000,9 @@ static int pick_base(sqlite3 *db, struct xchg_cache *c, const char *session,
     } else {
         if (!(st = xchg_prep(c, db, SQL_RECENT)))
             return xchg_sql_fail(db, d, "cannot read recent exchanges");
-        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
-        while (nid < BASE_CANDIDATES && sqlite3_step(st) == SQLITE_ROW)
-            ids[nid++] = sqlite3_column_int64(st, 0);
+        db_bind_text(st, 1, session, -1, DB_STATIC);
+        while (nid < BASE_CANDIDATES && db_step(st) == DB_ROW)
+            ids[nid++] = db_column_int64(st, 0);
         xchg_unprep(c, st);
         if (r) {
             free(r->session);
@@ -1073,7 +1058,7 @@ static XXH128_hash_t rest_key(const struct xchg *x, uint64_t which)
 
 /* The parameter (BLOB_PARAMS) and tools blobs of a chat request; their
  * hashes come from the memo when the same bytes were stored before. */
-static int put_params(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+static int put_params(struct db *db, struct xchg_cache *c, const struct xchg *x,
                       struct row_req *r, struct diag *d)
 {
     const json_t *body = x->req_body;
@@ -1110,8 +1095,8 @@ static int put_params(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     return rc;
 }
 
-static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
-                       struct row_req *r, struct diag *d)
+static int put_request(struct db *db, struct xchg_cache *c,
+                       const struct xchg *x, struct row_req *r, struct diag *d)
 {
     const json_t *msgs = json_object_get(x->req_body, "messages");
     int rc = put_params(db, c, x, r, d);
@@ -1156,19 +1141,19 @@ static int put_request(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
     return 0;
 }
 
-static void bind_json(sqlite3_stmt *st, int i, const json_t *j)
+static void bind_json(struct db_stmt *st, int i, const json_t *j)
 {
     size_t len = 0;
     char *s = j ? jdump_str(j, false, &len) : NULL;
     if (s)
-        sqlite3_bind_text(st, i, s, (int)len, free);
+        db_bind_text(st, i, s, (int)len, free);
     else
-        sqlite3_bind_null(st, i);
+        db_bind_null(st, i);
 }
 
 /* j's text, else hl's when it is set, else NULL; hl's text is written
  * into tb and bound there (tb outlives the statement's run). */
-static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
+static void bind_headers(struct db_stmt *st, int i, const json_t *j,
                          const struct hdrs *hl, struct buf *tb)
 {
     if (j || !hl->set) {
@@ -1177,36 +1162,36 @@ static void bind_headers(sqlite3_stmt *st, int i, const json_t *j,
     }
     buf_reset(tb);
     if (hdrs_json(hl, tb)) {
-        sqlite3_bind_null(st, i);
+        db_bind_null(st, i);
         return;
     }
-    sqlite3_bind_text(st, i, tb->data, (int)tb->len, SQLITE_STATIC);
+    db_bind_text(st, i, tb->data, (int)tb->len, DB_STATIC);
 }
 
-static void bind_packed(struct xchg_cache *c, sqlite3_stmt *st, int i,
+static void bind_packed(struct xchg_cache *c, struct db_stmt *st, int i,
                         const void *data, size_t len, bool lines)
 {
     void *z;
     size_t zlen;
     int zip;
     if (!data) {
-        sqlite3_bind_null(st, i);
-        sqlite3_bind_null(st, i + 1);
-        sqlite3_bind_null(st, i + 2);
+        db_bind_null(st, i);
+        db_bind_null(st, i + 1);
+        db_bind_null(st, i + 2);
         return;
     }
     if (len < 64 || (!lines && len < PACK_MIN)) {
         /* stored as it is (what pack would give), bound where it is: the
          * caller keeps data until the statement has run */
-        sqlite3_bind_blob(st, i, data, (int)len, SQLITE_STATIC);
-        sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
-        sqlite3_bind_int(st, i + 2, ZIP_NONE);
+        db_bind_blob(st, i, data, (int)len, DB_STATIC);
+        db_bind_int64(st, i + 1, (int64_t)len);
+        db_bind_int(st, i + 2, ZIP_NONE);
         return;
     }
     pack(c, data, len, lines, &z, &zlen, &zip);
-    sqlite3_bind_blob(st, i, z, (int)zlen, free);
-    sqlite3_bind_int64(st, i + 1, (sqlite3_int64)len);
-    sqlite3_bind_int(st, i + 2, zip);
+    db_bind_blob(st, i, z, (int)zlen, free);
+    db_bind_int64(st, i + 1, (int64_t)len);
+    db_bind_int(st, i + 2, zip);
 }
 
 static const char INSERT_SQL[] =
@@ -1253,38 +1238,38 @@ static size_t gap_text(double ms, char out[GAP_TEXT_MAX])
     return n;
 }
 
-static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
+static int insert_row(struct db *db, struct xchg_cache *c, const struct xchg *x,
                       const struct row_req *r, bool chat, struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     char *body_text = NULL; /* bound until the step */
     char gap[GAP_TEXT_MAX]; /* likewise */
     if (!(st = xchg_prep(c, db, INSERT_SQL)))
         return xchg_sql_fail(db, d, "cannot store an exchange");
-    sqlite3_bind_text(st, 1, x->session ? x->session : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, x->kind ? x->kind : "other", -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 3, x->started);
-    sqlite3_bind_text(st, 4, x->method ? x->method : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, x->path ? x->path : "", -1, SQLITE_STATIC);
+    db_bind_text(st, 1, x->session ? x->session : "", -1, DB_STATIC);
+    db_bind_text(st, 2, x->kind ? x->kind : "other", -1, DB_STATIC);
+    db_bind_double(st, 3, x->started);
+    db_bind_text(st, 4, x->method ? x->method : "", -1, DB_STATIC);
+    db_bind_text(st, 5, x->path ? x->path : "", -1, DB_STATIC);
     bind_headers(st, 6, x->req_headers, &x->req_hl, &c->hdr_text[0]);
-    sqlite3_bind_int64(st, 10, (sqlite3_int64)r->base.prefix);
-    sqlite3_bind_int(st, 11, r->base.depth);
+    db_bind_int64(st, 10, (int64_t)r->base.prefix);
+    db_bind_int(st, 11, r->base.depth);
     if (chat) {
-        sqlite3_bind_int64(st, 7, r->params);
+        db_bind_int64(st, 7, r->params);
         if (r->has_tools)
-            sqlite3_bind_int64(st, 8, r->tools);
+            db_bind_int64(st, 8, r->tools);
         else
-            sqlite3_bind_null(st, 8);
+            db_bind_null(st, 8);
         if (r->base.id)
-            sqlite3_bind_int64(st, 9, r->base.id);
+            db_bind_int64(st, 9, r->base.id);
         else
-            sqlite3_bind_null(st, 9);
-        sqlite3_bind_blob(st, 12, r->msgs, (int)r->msgs_len, SQLITE_STATIC);
+            db_bind_null(st, 9);
+        db_bind_blob(st, 12, r->msgs, (int)r->msgs_len, DB_STATIC);
         bind_packed(c, st, 13, NULL, 0, false);
     } else {
         for (int i = 7; i <= 9; i++)
-            sqlite3_bind_null(st, i);
-        sqlite3_bind_null(st, 12);
+            db_bind_null(st, i);
+        db_bind_null(st, 12);
         if (x->req_raw) {
             bind_packed(c, st, 13, x->req_raw, x->req_raw_len, false);
         } else if (x->req_body) {
@@ -1295,28 +1280,27 @@ static int insert_row(sqlite3 *db, struct xchg_cache *c, const struct xchg *x,
             bind_packed(c, st, 13, NULL, 0, false);
         }
     }
-    sqlite3_bind_int(st, 16, x->req_malformed);
-    sqlite3_bind_int(st, 17, x->status);
+    db_bind_int(st, 16, x->req_malformed);
+    db_bind_int(st, 17, x->status);
     bind_headers(st, 18, x->resp_headers, &x->resp_hl, &c->hdr_text[1]);
     bind_packed(c, st, 19, x->resp_raw, x->resp_raw_len, x->streamed);
-    sqlite3_bind_int(st, 22, x->streamed);
+    db_bind_int(st, 22, x->streamed);
     if (!x->reply && x->reply_text)
-        sqlite3_bind_text(st, 23, x->reply_text, (int)x->reply_text_len,
-                          SQLITE_STATIC);
+        db_bind_text(st, 23, x->reply_text, (int)x->reply_text_len, DB_STATIC);
     else if (!x->reply && x->reply_of_raw && x->resp_raw && !x->streamed)
-        sqlite3_bind_text(st, 23, "", 0, SQLITE_STATIC); /* see read_row */
+        db_bind_text(st, 23, "", 0, DB_STATIC); /* see read_row */
     else if (!x->reply && x->reply_of_raw && x->streamed)
-        sqlite3_bind_text(st, 23, gap, (int)gap_text(x->stream_gap_ms, gap),
-                          SQLITE_STATIC); /* likewise */
+        db_bind_text(st, 23, gap, (int)gap_text(x->stream_gap_ms, gap),
+                     DB_STATIC); /* likewise */
     else
         bind_json(st, 23, x->reply);
-    sqlite3_bind_double(st, 24, x->up_ttfb_ms);
-    sqlite3_bind_double(st, 25, x->up_total_ms);
-    sqlite3_bind_double(st, 26, x->down_ttfb_ms);
-    sqlite3_bind_double(st, 27, x->down_total_ms);
-    sqlite3_bind_int(st, 28, (int)x->end);
-    sqlite3_bind_int(st, 29, x->req_redacted);
-    int rc = sqlite3_step(st) == SQLITE_DONE
+    db_bind_double(st, 24, x->up_ttfb_ms);
+    db_bind_double(st, 25, x->up_total_ms);
+    db_bind_double(st, 26, x->down_ttfb_ms);
+    db_bind_double(st, 27, x->down_total_ms);
+    db_bind_int(st, 28, (int)x->end);
+    db_bind_int(st, 29, x->req_redacted);
+    int rc = db_step(st) == DB_DONE
                  ? 0
                  : xchg_sql_fail(db, d, "cannot store an exchange");
     xchg_unprep(c, st);
@@ -1329,12 +1313,12 @@ static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO one";
 static const char SQL_RELEASE[] = "RELEASE one";
 
 /* Runs a statement without results through the statement cache. */
-static void run_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
+static void run_stmt(struct xchg_cache *c, struct db *db, const char *sql)
 {
-    sqlite3_stmt *st = xchg_prep(c, db, sql);
+    struct db_stmt *st = xchg_prep(c, db, sql);
     if (!st)
         return;
-    sqlite3_step(st);
+    db_step(st);
     xchg_unprep(c, st);
 }
 
@@ -1344,12 +1328,12 @@ static const char SQL_COMMIT[] = "COMMIT";
 /* Like run_stmt, with sqlite3_step's result: BEGIN and COMMIT run once per
  * batch, and a batch under load is often one or two exchanges, so their
  * parsing (sqlite3_exec) was a visible part of storing one. */
-static int step_stmt(struct xchg_cache *c, sqlite3 *db, const char *sql)
+static int step_stmt(struct xchg_cache *c, struct db *db, const char *sql)
 {
-    sqlite3_stmt *st = xchg_prep(c, db, sql);
+    struct db_stmt *st = xchg_prep(c, db, sql);
     if (!st)
-        return SQLITE_ERROR;
-    int rc = sqlite3_step(st);
+        return DB_ERROR;
+    int rc = db_step(st);
     xchg_unprep(c, st);
     return rc;
 }
@@ -1364,14 +1348,14 @@ static void cache_clear(struct xchg_cache *c)
 }
 
 /* Stores x inside the caller's transaction; x->id is set on success. */
-static int put_one(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+static int put_one(struct db *db, struct xchg_cache *c, struct xchg *x,
                    struct row_req *r, struct diag *d)
 {
     bool chat = is_chat(x->req_body);
     int rc = chat ? put_request(db, c, x, r, d) : 0;
     if (!rc)
         rc = insert_row(db, c, x, r, chat, d);
-    x->id = rc ? 0 : sqlite3_last_insert_rowid(db);
+    x->id = rc ? 0 : db_last_insert_rowid(db);
     return rc;
 }
 
@@ -1386,7 +1370,7 @@ static void row_req_release(struct row_req *r)
  * when per_one, so that a failing exchange is undone alone: rcs[i] says
  * which did. Without per_one the first failure stops the batch and is
  * returned (the caller rolls back). */
-static int put_all(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+static int put_all(struct db *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct row_req *rr, bool per_one,
                    struct diag *d)
 {
@@ -1416,10 +1400,10 @@ static int put_all(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
 
 /* Undoes the open transaction: lists read or cached inside it may name
  * rows that are gone. */
-static void roll_back(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+static void roll_back(struct db *db, struct xchg_cache *c, struct xchg **xs,
                       size_t n, struct row_req *rr)
 {
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    db_exec(db, "ROLLBACK", NULL);
     cache_clear(c);
     c->pend_n = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1428,14 +1412,14 @@ static void roll_back(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     }
 }
 
-int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+int xchg_put_batch(struct db *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d)
 {
     struct row_req *rr = xcalloc(n ? n : 1, sizeof(*rr));
     int rc = 0;
 
     c->pend_n = 0;
-    if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
+    if (step_stmt(c, db, SQL_BEGIN) != DB_DONE) {
         rc = xchg_sql_fail(db, d, "cannot begin a transaction");
         goto fail_all;
     }
@@ -1450,18 +1434,18 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
             rc = rcs[0];
             goto out;
         }
-        if (step_stmt(c, db, SQL_BEGIN) != SQLITE_DONE) {
+        if (step_stmt(c, db, SQL_BEGIN) != DB_DONE) {
             rc = xchg_sql_fail(db, d, "cannot begin a transaction");
             goto fail_all;
         }
         put_all(db, c, xs, n, rcs, rr, true, d);
     }
-    if (c->pre_commit && c->pre_commit(db, c->pre_commit_ud) != SQLITE_OK) {
+    if (c->pre_commit && c->pre_commit(db, c->pre_commit_ud) != DB_OK) {
         rc = xchg_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
     }
-    if (step_stmt(c, db, SQL_COMMIT) != SQLITE_DONE) {
+    if (step_stmt(c, db, SQL_COMMIT) != DB_DONE) {
         rc = xchg_sql_fail(db, d, "cannot commit exchanges");
         roll_back(db, c, xs, n, rr);
         goto fail_all;
@@ -1469,7 +1453,7 @@ int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
     for (size_t i = 0; i < c->pend_n; i++)
         known_add(c, c->pend[i]);
     c->pend_n = 0;
-    c->data_version = data_version(db);
+    c->data_version = db_data_version(db);
     goto out;
 fail_all:
     for (size_t i = 0; i < n; i++) {
@@ -1483,7 +1467,7 @@ out:
     return rc;
 }
 
-int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+int xchg_put_cached(struct db *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d)
 {
     struct xchg_cache *own = c ? NULL : xchg_cache_new();
@@ -1493,7 +1477,7 @@ int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
     return rc ? rc : one_rc;
 }
 
-int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d)
+int xchg_put(struct db *db, struct xchg *x, struct diag *d)
 {
     return xchg_put_cached(db, NULL, x, d);
 }

@@ -16,12 +16,12 @@
 #define STORE_XCHG_H
 
 #include <jansson.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <xxhash.h>
 
 #include "core/diag.h"
+#include "store/db.h"
 #include "store/hdrs.h"
 #include "wire/jscan.h"
 
@@ -131,10 +131,10 @@ int xchg_own_status(enum xchg_end e);
 int xchg_status_sent(const struct xchg *x);
 
 /* Creates the tables when missing. */
-int xchg_schema(sqlite3 *db, struct diag *d);
+int xchg_schema(struct db *db, struct diag *d);
 /* Stores x in one transaction (sets x->id). Header redaction is the
  * caller's job and has happened before this call. */
-int xchg_put(sqlite3 *db, struct xchg *x, struct diag *d);
+int xchg_put(struct db *db, struct xchg *x, struct diag *d);
 /* A row xchg_each_checked could not decode: the exchange's id, its
  * session when that column was readable (else NULL; valid during the
  * call), the first column that failed its check ("resp_raw", "req_msgs",
@@ -159,7 +159,7 @@ struct xchg_bad {
  * anything is allocated. A row that fails is skipped and passed to bad
  * (may be NULL: skipped silently), and the walk goes on; only an SQLite
  * error (the file itself unreadable) stops it, with d set. */
-int xchg_each_checked(sqlite3 *db, const char *session,
+int xchg_each_checked(struct db *db, const char *session,
                       int (*fn)(const struct xchg *x, void *ud),
                       void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                       struct diag *d);
@@ -169,17 +169,17 @@ int xchg_each_checked(sqlite3 *db, const char *session,
  * conversations it is walking); each is valid after the call as long as a
  * reference to it is held. */
 #define XCHG_EACH_VIEWS 1u
-int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
+int xchg_each_flags(struct db *db, const char *session, unsigned flags,
                     int (*fn)(const struct xchg *x, void *ud),
                     void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                     struct diag *d);
 /* xchg_each_checked without a bad callback. */
-int xchg_each(sqlite3 *db, const char *session,
+int xchg_each(struct db *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d);
 /* Bytes used by distinct messages (compressed) and by request rows, for the
  * storage-growth figure. */
-int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
+int xchg_storage_bytes(struct db *db, int64_t *message_bytes,
                        int64_t *request_bytes, struct diag *d);
 
 /*
@@ -191,7 +191,7 @@ int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
 struct xchg_cache;
 struct xchg_cache *xchg_cache_new(void);
 void xchg_cache_free(struct xchg_cache *c);
-int xchg_put_cached(sqlite3 *db, struct xchg_cache *c, struct xchg *x,
+int xchg_put_cached(struct db *db, struct xchg_cache *c, struct xchg *x,
                     struct diag *d);
 /* The jansson value of a request body that jscan_doc accepted (doc), equal
  * to jscan_json(doc); when it is an object with a "messages" array, each
@@ -226,11 +226,11 @@ size_t xchg_cache_recent_hits(const struct xchg_cache *c);
  * belongs to one db and holds prepared statements: free it before closing the
  * db. */
 /* fn runs inside each transaction xchg_put_batch commits, last, with
- * what it returns (an SQLite result code; not SQLITE_OK fails the batch);
+ * what it returns (an SQLite result code; not DB_OK fails the batch);
  * NULL: none. */
 void xchg_cache_pre_commit(struct xchg_cache *c,
-                           int (*fn)(sqlite3 *db, void *ud), void *ud);
-int xchg_put_batch(sqlite3 *db, struct xchg_cache *c, struct xchg **xs,
+                           int (*fn)(struct db *db, void *ud), void *ud);
+int xchg_put_batch(struct db *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d);
 
 /*
@@ -255,6 +255,6 @@ int xchg_spill_each(const char *path, int (*fn)(const struct xchg *x, void *ud),
 
 /* Bytes of the response side (raw bodies, compressed, and replies), for the
  * documentation of the storage figure. */
-int xchg_storage_response_bytes(sqlite3 *db, int64_t *bytes, struct diag *d);
+int xchg_storage_response_bytes(struct db *db, int64_t *bytes, struct diag *d);
 
 #endif

@@ -74,11 +74,11 @@ struct xchg_cache {
     /* prepared statements by SQL text (string literals: compared by
      * address); the cache belongs to one db connection */
     const char *sql[STMT_SLOTS];
-    sqlite3_stmt *st[STMT_SLOTS];
+    struct db_stmt *st[STMT_SLOTS];
     z_stream zs; /* reused: deflateInit costs more than small inputs */
     bool zs_ready;
     /* xchg_cache_pre_commit's: run inside each batch's transaction */
-    int (*pre_commit)(sqlite3 *db, void *ud);
+    int (*pre_commit)(struct db *db, void *ud);
     void *pre_commit_ud;
     /* Blob hashes known to be committed (open addressing, 0 = empty), so a
      * session re-sending its history skips a SELECT per message. Hashes
@@ -124,7 +124,7 @@ struct xchg_cache {
     size_t trees_cap, trees_n, trees_bytes;
     struct jspan *spans; /* xchg_req_json's, kept for the next request */
     size_t spans_cap;
-    /* insert_row's header texts, bound in place (SQLITE_STATIC) and kept
+    /* insert_row's header texts, bound in place (DB_STATIC) and kept
      * for the next row instead of a malloc and free per column */
     struct buf hdr_text[2];
 };
@@ -145,21 +145,21 @@ extern const char XCHG_SQL_LIST_LOAD[];
 
 /* A prepared statement for sql, from c when it has it (sql is compared by
  * address). NULL on error. */
-sqlite3_stmt *xchg_prep(struct xchg_cache *c, sqlite3 *db, const char *sql);
+struct db_stmt *xchg_prep(struct xchg_cache *c, struct db *db, const char *sql);
 /* Gives st back to c (reset), or finalizes it when c did not keep it. */
-void xchg_unprep(struct xchg_cache *c, sqlite3_stmt *st);
+void xchg_unprep(struct xchg_cache *c, struct db_stmt *st);
 /* Sets d from SQLite's error: "what: message". Returns the error. */
-int xchg_sql_fail(sqlite3 *db, struct diag *d, const char *what);
+int xchg_sql_fail(struct db *db, struct diag *d, const char *what);
 /* Whether the xchg table has the req_redacted column (older stores not). */
-bool xchg_has_redacted_column(sqlite3 *db);
+bool xchg_has_redacted_column(struct db *db);
 /* A stored value decoded (enum zip), NUL-terminated; NULL when corrupt. */
 char *xchg_unpack(const void *z, size_t zlen, size_t raw_len, int zip);
 /* The blob with hash h, parsed once per cache (borrowed); NULL when
  * missing or corrupt. */
-json_t *xchg_blob_get(sqlite3 *db, struct xchg_cache *c, int64_t h);
+json_t *xchg_blob_get(struct db *db, struct xchg_cache *c, int64_t h);
 /* The message list of exchange id, resolved through its bases (cached);
  * NULL when a link is missing or corrupt. guard: links followed so far. */
-struct list_ent *xchg_list_load(sqlite3 *db, struct xchg_cache *c, int64_t id,
+struct list_ent *xchg_list_load(struct db *db, struct xchg_cache *c, int64_t id,
                                 int guard);
 
 static inline uint64_t xchg_get_be64(const unsigned char *p)

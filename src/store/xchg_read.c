@@ -23,7 +23,7 @@
 
 /* The row being read and, once a check fails, what failed. */
 struct rowck {
-    sqlite3_stmt *st;
+    struct db_stmt *st;
     struct xchg_bad *bad;
 };
 
@@ -38,14 +38,14 @@ static int col_bad(struct rowck *r, const char *column, const char *why)
 static int col_text(struct rowck *r, int i, const char *name, bool required,
                     char **out)
 {
-    int t = sqlite3_column_type(r->st, i);
+    int t = db_column_type(r->st, i);
     *out = NULL;
-    if (t == SQLITE_NULL && !required)
+    if (t == DB_NULL && !required)
         return 0;
-    if (t != SQLITE_TEXT)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not text");
-    const unsigned char *s = sqlite3_column_text(r->st, i);
-    size_t n = (size_t)sqlite3_column_bytes(r->st, i);
+    if (t != DB_TEXT)
+        return col_bad(r, name, t == DB_NULL ? "NULL" : "not text");
+    const unsigned char *s = db_column_text(r->st, i);
+    size_t n = (size_t)db_column_bytes(r->st, i);
     if (!s || !utf8_valid_text((const char *)s, n))
         return col_bad(r, name, "not UTF-8 text");
     *out = xstrndup((const char *)s, n);
@@ -56,13 +56,13 @@ static int col_text(struct rowck *r, int i, const char *name, bool required,
 static int col_int(struct rowck *r, int i, const char *name, int64_t lo,
                    int64_t hi, bool null_ok, int64_t *out)
 {
-    int t = sqlite3_column_type(r->st, i);
+    int t = db_column_type(r->st, i);
     *out = 0;
-    if (t == SQLITE_NULL && null_ok)
+    if (t == DB_NULL && null_ok)
         return 0;
-    if (t != SQLITE_INTEGER)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not an integer");
-    *out = sqlite3_column_int64(r->st, i);
+    if (t != DB_INTEGER)
+        return col_bad(r, name, t == DB_NULL ? "NULL" : "not an integer");
+    *out = db_column_int64(r->st, i);
     if (*out < lo || *out > hi)
         return col_bad(r, name, "out of range");
     return 0;
@@ -72,13 +72,13 @@ static int col_int(struct rowck *r, int i, const char *name, int64_t lo,
 static int col_num(struct rowck *r, int i, const char *name, bool null_ok,
                    double *out)
 {
-    int t = sqlite3_column_type(r->st, i);
+    int t = db_column_type(r->st, i);
     *out = 0;
-    if (t == SQLITE_NULL && null_ok)
+    if (t == DB_NULL && null_ok)
         return 0;
-    if (t != SQLITE_INTEGER && t != SQLITE_FLOAT)
-        return col_bad(r, name, t == SQLITE_NULL ? "NULL" : "not a number");
-    *out = sqlite3_column_double(r->st, i);
+    if (t != DB_INTEGER && t != DB_FLOAT)
+        return col_bad(r, name, t == DB_NULL ? "NULL" : "not a number");
+    *out = db_column_double(r->st, i);
     return 0;
 }
 
@@ -106,20 +106,20 @@ static int col_object(struct rowck *r, int i, const char *name, json_t **out)
 static int col_packed(struct rowck *r, int i, const char *name, char **out,
                       size_t *len)
 {
-    int t = sqlite3_column_type(r->st, i);
+    int t = db_column_type(r->st, i);
     int64_t raw_len, zip;
     *out = NULL;
     *len = 0;
-    if (t == SQLITE_NULL)
+    if (t == DB_NULL)
         return 0;
-    if (t != SQLITE_BLOB && t != SQLITE_TEXT)
+    if (t != DB_BLOB && t != DB_TEXT)
         return col_bad(r, name, "not bytes");
     if (col_int(r, i + 1, name, 0, (int64_t)XCHG_RAW_MAX, false, &raw_len) ||
         col_int(r, i + 2, name, ZIP_NONE, ZIP_LINES_DEFLATE, false, &zip))
         return col_bad(r, name, "bad length or coding");
-    const void *z = sqlite3_column_blob(r->st, i);
-    *out = xchg_unpack(z, (size_t)sqlite3_column_bytes(r->st, i),
-                       (size_t)raw_len, (int)zip);
+    const void *z = db_column_blob(r->st, i);
+    *out = xchg_unpack(z, (size_t)db_column_bytes(r->st, i), (size_t)raw_len,
+                       (int)zip);
     if (!*out)
         return col_bad(r, name, "cannot be unpacked");
     *len = (size_t)raw_len;
@@ -129,12 +129,12 @@ static int col_packed(struct rowck *r, int i, const char *name, char **out,
 /* The reply column (see read_row), with resp_raw already read. */
 static int col_reply(struct rowck *r, struct xchg *x)
 {
-    int t = sqlite3_column_type(r->st, 19);
-    if (t == SQLITE_NULL)
+    int t = db_column_type(r->st, 19);
+    if (t == DB_NULL)
         return 0;
-    if (t != SQLITE_TEXT)
+    if (t != DB_TEXT)
         return col_bad(r, "reply", "not text");
-    const char *s = (const char *)sqlite3_column_text(r->st, 19);
+    const char *s = (const char *)db_column_text(r->st, 19);
     if (s && !s[0]) {
         x->reply = x->resp_raw && !x->streamed
                        ? reply_from_body(x->resp_raw, x->resp_raw_len)
@@ -208,8 +208,8 @@ static struct lineage *lineage_fork(struct xchg_cache *c,
  * unchanged, when a blob is missing. An element that is not an object
  * ([{...}, 5], [null]) is a message as the client sent it: kept, and left
  * to the readers (audit's request.malformed_messages) to report. */
-static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
-                          const uint64_t *h, size_t m)
+static int lineage_append(struct db *db, struct xchg_cache *c,
+                          struct lineage *l, const uint64_t *h, size_t m)
 {
     size_t from = l->n;
     for (size_t i = 0; i < m; i++) {
@@ -235,7 +235,7 @@ static int lineage_append(sqlite3 *db, struct xchg_cache *c, struct lineage *l,
  * started as needed; NULL when a message blob is missing (nothing changed
  * then). Compares h with every lineage: for a row whose
  * base the walk has not seen. */
-static struct lineage *lineage_for(sqlite3 *db, struct xchg_cache *c,
+static struct lineage *lineage_for(struct db *db, struct xchg_cache *c,
                                    const uint64_t *h, size_t n)
 {
     struct lineage *best = NULL;
@@ -274,34 +274,33 @@ static struct view_ent *view_slot(struct xchg_cache *c, int64_t id)
  * start a new one from B's first P (a request that parted from it). Other
  * rows go through their whole list (list_load). -1 when a blob is missing
  * or the list is unreadable. */
-static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
+static int row_view(struct db *db, struct xchg_cache *c, int64_t id,
                     struct lineage **lp, size_t *np)
 {
-    sqlite3_stmt *st = xchg_prep(c, db, XCHG_SQL_LIST_LOAD);
+    struct db_stmt *st = xchg_prep(c, db, XCHG_SQL_LIST_LOAD);
     struct lineage *l = NULL;
     size_t n = 0;
     if (!st)
         return -1;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
+    db_bind_int64(st, 1, id);
+    if (db_step(st) != DB_ROW) {
         xchg_unprep(c, st);
         return -1;
     }
-    int tb = sqlite3_column_type(st, 0), tm = sqlite3_column_type(st, 3);
-    int64_t base = sqlite3_column_int64(st, 0);
-    int64_t prefix = sqlite3_column_int64(st, 1);
-    size_t mlen = (size_t)sqlite3_column_bytes(st, 3);
+    int tb = db_column_type(st, 0), tm = db_column_type(st, 3);
+    int64_t base = db_column_int64(st, 0);
+    int64_t prefix = db_column_int64(st, 1);
+    size_t mlen = (size_t)db_column_bytes(st, 3);
     struct view_ent *b = prefix > 0 ? view_slot(c, base) : NULL;
-    bool fast = (tb == SQLITE_INTEGER || tb == SQLITE_NULL) &&
-                sqlite3_column_type(st, 1) == SQLITE_INTEGER && prefix > 0 &&
-                base && base != id &&
-                (tm == SQLITE_BLOB || tm == SQLITE_NULL) && mlen % 8 == 0 &&
-                mlen / 8 <= XCHG_RAW_MAX / 8 && b->id == base &&
-                b->l->gen == b->gen && (size_t)prefix <= b->n;
+    bool fast = (tb == DB_INTEGER || tb == DB_NULL) &&
+                db_column_type(st, 1) == DB_INTEGER && prefix > 0 && base &&
+                base != id && (tm == DB_BLOB || tm == DB_NULL) &&
+                mlen % 8 == 0 && mlen / 8 <= XCHG_RAW_MAX / 8 &&
+                b->id == base && b->l->gen == b->gen && (size_t)prefix <= b->n;
     if (fast) {
         size_t own = mlen / 8, p = (size_t)prefix;
         uint64_t *h = xmalloc((own + 1) * sizeof(*h));
-        const unsigned char *blob = sqlite3_column_blob(st, 3);
+        const unsigned char *blob = db_column_blob(st, 3);
         for (size_t i = 0; i < own; i++)
             h[i] = xchg_get_be64(blob + 8 * i);
         xchg_unprep(c, st);
@@ -335,7 +334,7 @@ static int row_view(sqlite3 *db, struct xchg_cache *c, int64_t id,
     return 0;
 }
 
-static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
+static int rebuild_body(struct db *db, struct xchg_cache *c, struct rowck *r,
                         struct xchg *x, unsigned flags)
 {
     int64_t ph, th;
@@ -346,7 +345,7 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     if (!json_is_object(params))
         return col_bad(r, "req_params", "blob missing or not an object");
     json_t *tools = NULL;
-    if (sqlite3_column_type(r->st, 7) != SQLITE_NULL) {
+    if (db_column_type(r->st, 7) != DB_NULL) {
         tools = xchg_blob_get(db, c, th);
         if (!json_is_array(tools))
             return col_bad(r, "req_tools", "blob missing or not an array");
@@ -407,12 +406,12 @@ static int rebuild_body(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
 
 /* Reads row st into x: 0, or -1 with r->bad naming the column that failed
  * (x then holds what was read so far; the caller releases it). */
-static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
+static int read_row(struct db *db, struct xchg_cache *c, struct rowck *r,
                     struct xchg *x, unsigned flags)
 {
-    sqlite3_stmt *st = r->st;
+    struct db_stmt *st = r->st;
     int64_t v;
-    x->id = sqlite3_column_int64(st, 0);
+    x->id = db_column_int64(st, 0);
     r->bad->id = x->id;
     if (col_text(r, 1, "session", true, &x->session) ||
         col_text(r, 2, "kind", true, &x->kind) ||
@@ -448,7 +447,7 @@ static int read_row(sqlite3 *db, struct xchg_cache *c, struct rowck *r,
     if (col_int(r, 25, "req_redacted", 0, 1, true, &v))
         return -1;
     x->req_redacted = v;
-    if (sqlite3_column_type(st, 6) != SQLITE_NULL)
+    if (db_column_type(st, 6) != DB_NULL)
         return rebuild_body(db, c, r, x, flags);
     if (col_packed(r, 9, "req_raw", &x->req_raw, &x->req_raw_len))
         return -1;
@@ -472,7 +471,7 @@ static const char SELECT_SQL_OLD[] =
     " resp_raw_zip, streamed, reply, up_ttfb_ms, up_total_ms, down_ttfb_ms,"
     " down_total_ms, ending, 0 FROM xchg";
 
-int xchg_each_checked(sqlite3 *db, const char *session,
+int xchg_each_checked(struct db *db, const char *session,
                       int (*fn)(const struct xchg *x, void *ud),
                       void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                       struct diag *d)
@@ -480,32 +479,32 @@ int xchg_each_checked(sqlite3 *db, const char *session,
     return xchg_each_flags(db, session, 0, fn, bad, ud, d);
 }
 
-int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
+int xchg_each_flags(struct db *db, const char *session, unsigned flags,
                     int (*fn)(const struct xchg *x, void *ud),
                     void (*bad)(const struct xchg_bad *b, void *ud), void *ud,
                     struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     const char *sel =
         xchg_has_redacted_column(db) ? SELECT_SQL : SELECT_SQL_OLD;
     char *sql =
         xasprintf("%s%s ORDER BY id", sel, session ? " WHERE session=?" : "");
     int rc = 0;
 
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    if (db_prepare(db, sql, &st) != DB_OK) {
         rc = xchg_sql_fail(db, d, "cannot read exchanges");
         free(sql);
         return rc;
     }
     free(sql);
     if (session)
-        sqlite3_bind_text(st, 1, session, -1, SQLITE_STATIC);
+        db_bind_text(st, 1, session, -1, DB_STATIC);
     struct xchg_cache *c = xchg_cache_new();
     for (;;) {
-        int step = sqlite3_step(st);
-        if (step == SQLITE_DONE)
+        int step = db_step(st);
+        if (step == DB_DONE)
             break;
-        if (step != SQLITE_ROW) {
+        if (step != DB_ROW) {
             rc = xchg_sql_fail(db, d, "cannot read exchanges");
             break;
         }
@@ -524,31 +523,32 @@ int xchg_each_flags(sqlite3 *db, const char *session, unsigned flags,
             break;
     }
     xchg_cache_free(c);
-    sqlite3_finalize(st);
+    db_finalize(st);
     return rc;
 }
 
-int xchg_each(sqlite3 *db, const char *session,
+int xchg_each(struct db *db, const char *session,
               int (*fn)(const struct xchg *x, void *ud), void *ud,
               struct diag *d)
 {
     return xchg_each_checked(db, session, fn, NULL, ud, d);
 }
 
-static int sum_query(sqlite3 *db, const char *sql, int64_t *out, struct diag *d)
+static int sum_query(struct db *db, const char *sql, int64_t *out,
+                     struct diag *d)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+    struct db_stmt *st = NULL;
+    if (db_prepare(db, sql, &st) != DB_OK)
         return xchg_sql_fail(db, d, "cannot measure storage");
-    int rc = sqlite3_step(st) == SQLITE_ROW
+    int rc = db_step(st) == DB_ROW
                  ? 0
                  : xchg_sql_fail(db, d, "cannot measure storage");
-    *out = rc ? 0 : sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+    *out = rc ? 0 : db_column_int64(st, 0);
+    db_finalize(st);
     return rc;
 }
 
-int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
+int xchg_storage_bytes(struct db *db, int64_t *message_bytes,
                        int64_t *request_bytes, struct diag *d)
 {
     int64_t rows = 0, blobs = 0;
@@ -577,7 +577,7 @@ int xchg_storage_bytes(sqlite3 *db, int64_t *message_bytes,
     return rc;
 }
 
-int xchg_storage_response_bytes(sqlite3 *db, int64_t *bytes, struct diag *d)
+int xchg_storage_response_bytes(struct db *db, int64_t *bytes, struct diag *d)
 {
     return sum_query(db,
                      "SELECT COALESCE(SUM(COALESCE(length(resp_headers), 0) +"

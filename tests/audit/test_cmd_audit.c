@@ -34,7 +34,7 @@ static json_t *msg_at(const char *file, size_t i)
     return m;
 }
 
-static void add(sqlite3 *db, long long id, const char *session,
+static void add(struct db *db, long long id, const char *session,
                 const char *kind, const char *file, const char *reply)
 {
     struct xchg x;
@@ -57,7 +57,7 @@ static void add(sqlite3 *db, long long id, const char *session,
 static int setup(void **state)
 {
     (void)state;
-    sqlite3 *db;
+    struct db *db;
     struct diag d;
     strcpy(dir, "/tmp/fidelity-audit-XXXXXX");
     assert_non_null(mkdtemp(dir));
@@ -210,7 +210,7 @@ static void test_bad_input_is_usage_error(void **state)
     free(prof);
     /* a store with the schema and no exchange: what a record that never
      * bound leaves; it is no clean run */
-    sqlite3 *edb;
+    struct db *edb;
     struct diag d;
     char *empty = xasprintf("%s/empty.db", dir);
     assert_int_equal(store_open(empty, &edb, &d), 0);
@@ -295,7 +295,7 @@ static void test_plural_of_one(void **state)
     (void)state;
     struct buf out = BUF_INIT, err = BUF_INIT;
     char *one = xasprintf("%s/one.db", dir);
-    sqlite3 *db;
+    struct db *db;
     struct diag d;
     struct xchg x;
     assert_int_equal(store_open(one, &db, &d), 0);

@@ -54,7 +54,7 @@ static const char *subs[3];
 /* Creates the store path holding the fixtures names[0..n), in order. */
 static int make_store(const char *path, const char *const *names, size_t n)
 {
-    sqlite3 *s;
+    struct db *s;
     struct diag d = {{0}};
     if (store_open(path, &s, &d) || xchg_schema(s, &d)) {
         fprintf(stderr, "cannot create '%s': %s\n", path, d.msg);

@@ -58,7 +58,7 @@ static void test_show_unknown_usage_is_dash(void **state)
 {
     (void)state;
     char *db = xasprintf("%s/nousage.db", dir), line[512];
-    sqlite3 *s;
+    struct db *s;
     struct diag d;
     struct xchg x;
     assert_int_equal(store_open(db, &s, &d), 0);
@@ -175,7 +175,7 @@ static void test_non_object_messages_are_read(void **state)
 {
     (void)state;
     char *db = xasprintf("%s/odd.db", dir);
-    sqlite3 *s;
+    struct db *s;
     struct diag d;
     struct xchg x;
     assert_int_equal(store_open(db, &s, &d), 0);

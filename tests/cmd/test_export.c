@@ -43,7 +43,7 @@ static const char *const fixtures[] = {
 static char *dir, *db;
 
 /* A request whose body is not JSON (stored raw, bytes kept). */
-static void put_raw(sqlite3 *s)
+static void put_raw(struct db *s)
 {
     struct diag d;
     struct xchg x;
@@ -69,7 +69,7 @@ static void put_raw(sqlite3 *s)
 static int setup(void **state)
 {
     (void)state;
-    sqlite3 *s;
+    struct db *s;
     struct diag d = {{0}};
     dir = rec_tmpdir();
     db = xasprintf("%s/fixtures.db", dir);
@@ -129,7 +129,7 @@ static void test_jsonl_round_trips_request_bytes(void **state)
 {
     (void)state;
     struct rows r = {json_object()};
-    sqlite3 *s;
+    struct db *s;
     struct diag d;
     assert_int_equal(store_open(db, &s, &d), 0);
     assert_int_equal(xchg_each(s, NULL, canon, &r, &d), 0);

@@ -20,14 +20,13 @@
 #include "store/runs.h"
 #include "store/store.h"
 
-static int count(sqlite3 *db, const char *sql)
+static int count(struct db *db, const char *sql)
 {
-    sqlite3_stmt *st;
+    struct db_stmt *st;
     int n = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+    if (db_prepare(db, sql, &st) == DB_OK && db_step(st) == DB_ROW)
+        n = db_column_int(st, 0);
+    db_finalize(st);
     return n;
 }
 
@@ -38,7 +37,7 @@ static void test_save_run(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    sqlite3 *db;
+    struct db *db;
     struct diag d;
     assert_int_equal(store_open(path, &db, &d), 0);
     json_error_t e;
@@ -122,7 +121,7 @@ static void test_old_store_renamed(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    sqlite3 *db;
+    struct db *db;
     struct diag d;
     assert_int_equal(store_open(path, &db, &d), 0);
     assert_int_equal(store_exec(db, old_store, &d), 0);
@@ -145,8 +144,8 @@ static void test_old_store_renamed(void **state)
     assert_int_equal(drift_store_run_get(db, 3, &run, &d), -ENOENT);
 
     /* the old names are gone, the rows kept under the new ones */
-    assert_false(store_has_table(db, "drift_runs"));
-    assert_false(store_has_table(db, "drift_buckets"));
+    assert_false(db_has_table(db, "drift_runs"));
+    assert_false(db_has_table(db, "drift_buckets"));
     assert_int_equal(drift_store_schema(db, &d), 0);
     assert_int_equal(count(db, "SELECT count(*) FROM drift_run"), 2);
     assert_int_equal(count(db, "SELECT count(*) FROM drift_bucket"), 3);

@@ -24,7 +24,7 @@
 
 static char db_path[] = "/tmp/drift-fromdb-XXXXXX";
 
-static void put(sqlite3 *db, long long id, const char *session,
+static void put(struct db *db, long long id, const char *session,
                 const char *kind, const char *user, const char *reply)
 {
     struct xchg x;
@@ -47,7 +47,7 @@ static int setup(void **state)
     if (fd < 0)
         return -1;
     close(fd);
-    sqlite3 *db;
+    struct db *db;
     struct diag d;
     if (store_open(db_path, &db, &d) || xchg_schema(db, &d))
         return -1;

@@ -106,14 +106,6 @@ static int seen_fn(const struct xchg *x, void *ud)
     return 0;
 }
 
-static int integrity_fn(void *ud, int ncol, char **val, char **col)
-{
-    (void)ncol;
-    (void)col;
-    *(int *)ud = val[0] && !strcmp(val[0], "ok");
-    return 0;
-}
-
 static void test_kill9_under_load_loses_nothing(void **state)
 {
     (void)state;
@@ -143,14 +135,14 @@ static void test_kill9_under_load_loses_nothing(void **state)
     printf("kill -9 after %d of %d exchanges completed\n", completed, TOTAL);
     assert_true(completed < TOTAL); /* the kill landed mid-load */
 
-    sqlite3 *s = NULL;
+    struct db *s = NULL;
     struct diag d = {{0}};
     assert_int_equal(store_open(db, &s, &d), 0);
-    int ok = 0;
-    assert_int_equal(
-        sqlite3_exec(s, "PRAGMA integrity_check", integrity_fn, &ok, NULL),
-        SQLITE_OK);
-    assert_true(ok);
+    struct db_stmt *st = NULL;
+    assert_int_equal(db_prepare(s, "PRAGMA integrity_check", &st), DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    assert_string_equal((const char *)db_column_text(st, 0), "ok");
+    db_finalize(st);
     store_close(s);
     /* what the writer had not committed is in the intake log: every
      * command that reads the store commits it first (store_replay) */

@@ -295,16 +295,16 @@ static void wait_rows(const char *db, size_t n)
     assert_int_equal(got, n);
 }
 
-static sqlite3 *lock_store(const char *db)
+static struct db *lock_store(const char *db)
 {
-    sqlite3 *s = NULL;
+    struct db *s = NULL;
     struct diag d = {{0}};
     assert_int_equal(store_open(db, &s, &d), 0);
     assert_int_equal(store_exec(s, "BEGIN EXCLUSIVE", &d), 0);
     return s;
 }
 
-static void unlock_store(sqlite3 *s)
+static void unlock_store(struct db *s)
 {
     store_exec(s, "COMMIT", NULL);
     store_close(s);
@@ -344,7 +344,7 @@ static void test_secrets_never_stored(void **state)
     for (int i = 0; i < 2; i++) {
         if (i)
             wait_rows(f->db, 2); /* the two before are committed */
-        sqlite3 *lock = i ? lock_store(f->db) : NULL;
+        struct db *lock = i ? lock_store(f->db) : NULL;
         rec_resp_init(&r);
         assert_int_equal(rec_fetch(u, body, strlen(body), h, 0, &r), 0);
         assert_int_equal(r.status, 200);
@@ -599,7 +599,7 @@ static void test_body_secrets_never_stored(void **state)
             "\"function\":{\"name\":\"login\",\"parameters\":{\"type\":"
             "\"object\",\"properties\":{\"%s\":{\"type\":\"string\"}}}}}]}",
             name, i, i % 2 ? "true" : "false", name, i, name, i, name, i, name);
-        sqlite3 *lock = NULL;
+        struct db *lock = NULL;
         if (spilled) {
             wait_rows(f->db, nn);
             lock = lock_store(f->db);
@@ -853,7 +853,7 @@ static void test_store_locked_spills(void **state)
     fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &r);
     rec_resp_release(&r);
     wait_rows(f->db, 1);
-    sqlite3 *lock = lock_store(f->db);
+    struct db *lock = lock_store(f->db);
     for (int i = 0; i < 3; i++) {
         fetch_ok(u, "{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}",
                  &r);
@@ -909,7 +909,7 @@ static void test_refused_in_batch_stays_in_log(void **state)
     rec_resp_release(&r);
     free(u);
     wait_rows(f->db, 1);
-    sqlite3 *s = NULL;
+    struct db *s = NULL;
     assert_int_equal(store_open(f->db, &s, &d), 0);
     assert_int_equal(
         store_exec(s,

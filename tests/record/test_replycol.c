@@ -85,7 +85,7 @@ static void check_derived_and_learnt(bool stream)
     assert_int_equal(proc_stop(&rec), 0);
     proc_stop(&sim);
 
-    sqlite3 *s = NULL;
+    struct db *s = NULL;
     struct diag d = {{0}};
     struct got g = {0};
     assert_int_equal(store_open(db, &s, &d), 0);
@@ -94,21 +94,21 @@ static void check_derived_and_learnt(bool stream)
     for (size_t i = 0; i < 3; i++) {
         /* the column is empty (a stream's holds its max gap): the reply
          * comes from the body */
-        sqlite3_stmt *st = NULL;
-        assert_int_equal(sqlite3_prepare_v2(s,
-                                            "SELECT typeof(reply),"
-                                            " length(reply), reply,"
-                                            " streamed FROM xchg"
-                                            " WHERE id=?",
-                                            -1, &st, NULL),
-                         SQLITE_OK);
-        sqlite3_bind_int64(st, 1, g.id[i]);
-        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        assert_string_equal((const char *)sqlite3_column_text(st, 0), "text");
-        assert_int_equal(sqlite3_column_int(st, 3), stream);
+        struct db_stmt *st = NULL;
+        assert_int_equal(db_prepare(s,
+                                    "SELECT typeof(reply),"
+                                    " length(reply), reply,"
+                                    " streamed FROM xchg"
+                                    " WHERE id=?",
+                                    &st),
+                         DB_OK);
+        db_bind_int64(st, 1, g.id[i]);
+        assert_int_equal(db_step(st), DB_ROW);
+        assert_string_equal((const char *)db_column_text(st, 0), "text");
+        assert_int_equal(db_column_int(st, 3), stream);
         json_t *want;
         if (stream) {
-            const char *gap = (const char *)sqlite3_column_text(st, 2);
+            const char *gap = (const char *)db_column_text(st, 2);
             char *end;
             double ms = strtod(gap, &end);
             assert_true(gap[0] >= '0' && gap[0] <= '9' && !*end && ms >= 0);
@@ -117,10 +117,10 @@ static void check_derived_and_learnt(bool stream)
             assert_true(json_real_value(
                             json_object_get(g.reply[i], "max_gap_ms")) == ms);
         } else {
-            assert_int_equal(sqlite3_column_int(st, 1), 0);
+            assert_int_equal(db_column_int(st, 1), 0);
             want = reply_from_body(r[i].body.data, r[i].body.len);
         }
-        sqlite3_finalize(st);
+        db_finalize(st);
         assert_non_null(want);
         assert_true(json_equal(g.reply[i], want));
         json_decref(want);

@@ -279,10 +279,10 @@ static void test_replay_starts_at_the_frontier(void **state)
     struct diag d = {{0}};
     struct intake *in = write_log(f, ends);
     /* the first two were committed (as the writer's batch marks them) */
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(intake_schema(db, &d), 0);
-    assert_int_equal(intake_mark(in, db, in->epoch, ends[1]), SQLITE_OK);
+    assert_int_equal(intake_mark(in, db, in->epoch, ends[1]), DB_OK);
     uint64_t e, o;
     assert_int_equal(intake_frontier(db, &e, &o, &d), 0);
     assert_true(e == in->epoch && o == ends[1]);
@@ -305,7 +305,7 @@ static void test_replay_keeps_what_it_cannot_commit(void **state)
     uint64_t ends[N], n = 9;
     struct diag d = {{0}};
     intake_close(write_log(f, ends), false);
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(xchg_schema(db, &d), 0);
     assert_int_equal(store_exec(db,
@@ -348,7 +348,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     struct intake *in = write_log(f, ends);
     uint64_t epoch = in->epoch;
     intake_close(in, false);
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(intake_schema(db, &d), 0);
     char *sql =
@@ -421,7 +421,7 @@ static void test_live_log_left_alone(void **state)
 /* Sets the store's frontier to (epoch, off). */
 static void set_frontier(struct fx *f, uint64_t epoch, uint64_t off)
 {
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     struct diag d = {{0}};
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(xchg_schema(db, &d), 0);
@@ -689,7 +689,7 @@ static void test_full_disk_counts(void **state)
     struct proc rec;
     assert_non_null(up);
     /* the store, grown close to the limit */
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(xchg_schema(db, &d), 0);
     assert_int_equal(intake_schema(db, &d), 0);

@@ -143,21 +143,20 @@ static void got_release(struct got *g)
 }
 
 /* typeof(reply) and length(reply) of row id */
-static void reply_column(sqlite3 *db, int64_t id, char *type, size_t cap,
+static void reply_column(struct db *db, int64_t id, char *type, size_t cap,
                          int64_t *len)
 {
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(
-        sqlite3_prepare_v2(db,
-                           "SELECT typeof(reply), length(reply) FROM xchg"
-                           " WHERE id=?",
-                           -1, &st, NULL),
-        SQLITE_OK);
-    sqlite3_bind_int64(st, 1, id);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    snprintf(type, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    *len = sqlite3_column_int64(st, 1);
-    sqlite3_finalize(st);
+    struct db_stmt *st = NULL;
+    assert_int_equal(db_prepare(db,
+                                "SELECT typeof(reply), length(reply) FROM xchg"
+                                " WHERE id=?",
+                                &st),
+                     DB_OK);
+    db_bind_int64(st, 1, id);
+    assert_int_equal(db_step(st), DB_ROW);
+    snprintf(type, cap, "%s", (const char *)db_column_text(st, 0));
+    *len = db_column_int64(st, 1);
+    db_finalize(st);
 }
 
 /* Rows stored reply_of_raw keep an empty reply column and read back with
@@ -361,19 +360,18 @@ static void test_stream_reply_of_raw_reads_back_equal(void **state)
         double gap = strtod(GAPS[i % NGAPS].col, NULL);
         assert_int_equal(rcs[i], 0);
         /* the column is the gap, to the nanosecond */
-        sqlite3_stmt *st = NULL;
-        assert_int_equal(
-            sqlite3_prepare_v2(t.db,
-                               "SELECT typeof(reply), reply FROM xchg"
-                               " WHERE id=?",
-                               -1, &st, NULL),
-            SQLITE_OK);
-        sqlite3_bind_int64(st, 1, xs[i].id);
-        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        assert_string_equal((const char *)sqlite3_column_text(st, 0), "text");
-        assert_string_equal((const char *)sqlite3_column_text(st, 1),
+        struct db_stmt *st = NULL;
+        assert_int_equal(db_prepare(t.db,
+                                    "SELECT typeof(reply), reply FROM xchg"
+                                    " WHERE id=?",
+                                    &st),
+                         DB_OK);
+        db_bind_int64(st, 1, xs[i].id);
+        assert_int_equal(db_step(st), DB_ROW);
+        assert_string_equal((const char *)db_column_text(st, 0), "text");
+        assert_string_equal((const char *)db_column_text(st, 1),
                             GAPS[i % NGAPS].col);
-        sqlite3_finalize(st);
+        db_finalize(st);
         /* the reply is the reference's, and the old column's but for the
          * gap's digits below the nanosecond */
         json_t *old;

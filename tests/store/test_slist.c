@@ -18,7 +18,7 @@
 #include "store/store.h"
 #include "util/tmpdb.h"
 
-static void exec(sqlite3 *db, const char *sql)
+static void exec(struct db *db, const char *sql)
 {
     struct diag d = {{0}};
     assert_int_equal(store_exec(db, sql, &d), 0);

@@ -13,17 +13,18 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "store/store.h"
 #include "util/tmpdb.h"
 
-static char *pragma(sqlite3 *db, const char *sql)
+static char *pragma(struct db *db, const char *sql)
 {
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    char *v = strdup((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
+    struct db_stmt *st = NULL;
+    assert_int_equal(db_prepare(db, sql, &st), DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    char *v = strdup((const char *)db_column_text(st, 0));
+    db_finalize(st);
     return v;
 }
 

@@ -118,19 +118,19 @@ static void test_roundtrip_chat(void **state)
 }
 
 /* The zip code and stored length of resp_raw for row id. */
-static void resp_coding(sqlite3 *db, int64_t id, int *zip, int64_t *len)
+static void resp_coding(struct db *db, int64_t id, int *zip, int64_t *len)
 {
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "SELECT resp_raw_zip, length(resp_raw)"
-                                        " FROM xchg WHERE id=?",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    sqlite3_bind_int64(st, 1, id);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    *zip = sqlite3_column_int(st, 0);
-    *len = sqlite3_column_int64(st, 1);
-    sqlite3_finalize(st);
+    struct db_stmt *st = NULL;
+    assert_int_equal(db_prepare(db,
+                                "SELECT resp_raw_zip, length(resp_raw)"
+                                " FROM xchg WHERE id=?",
+                                &st),
+                     DB_OK);
+    db_bind_int64(st, 1, id);
+    assert_int_equal(db_step(st), DB_ROW);
+    *zip = db_column_int(st, 0);
+    *len = db_column_int64(st, 1);
+    db_finalize(st);
 }
 
 struct seen {
@@ -665,15 +665,15 @@ static void test_message_hash_by_bytes(void **state)
      * of request 3's are bytes seen before (two from request 1, one from
      * request 2) */
     assert_int_equal(xchg_cache_memo_hits(cache), 3);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(t.db,
-                                        "SELECT count(*) FROM xchg_blob"
-                                        " WHERE kind=0",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 3); /* distinct messages */
-    sqlite3_finalize(st);
+    struct db_stmt *st;
+    assert_int_equal(db_prepare(t.db,
+                                "SELECT count(*) FROM xchg_blob"
+                                " WHERE kind=0",
+                                &st),
+                     DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    assert_int_equal(db_column_int(st, 0), 3); /* distinct messages */
+    db_finalize(st);
     struct collect c;
     memset(&c, 0, sizeof(c));
     assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
@@ -736,19 +736,19 @@ static void test_params_hash_by_bytes(void **state)
         assert_int_equal(xchg_cache_rest_hits(cache), hits_after[i]);
         xchg_release(&x);
     }
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(t.db,
-                                        "SELECT count(DISTINCT req_params),"
-                                        " count(DISTINCT req_tools),"
-                                        " (SELECT count(*) FROM xchg_blob"
-                                        " WHERE kind<>0) FROM xchg",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 2);
-    assert_int_equal(sqlite3_column_int(st, 1), 1);
-    assert_int_equal(sqlite3_column_int(st, 2), 3);
-    sqlite3_finalize(st);
+    struct db_stmt *st;
+    assert_int_equal(db_prepare(t.db,
+                                "SELECT count(DISTINCT req_params),"
+                                " count(DISTINCT req_tools),"
+                                " (SELECT count(*) FROM xchg_blob"
+                                " WHERE kind<>0) FROM xchg",
+                                &st),
+                     DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    assert_int_equal(db_column_int(st, 0), 2);
+    assert_int_equal(db_column_int(st, 1), 1);
+    assert_int_equal(db_column_int(st, 2), 3);
+    db_finalize(st);
     struct collect c;
     memset(&c, 0, sizeof(c));
     assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);
@@ -764,24 +764,24 @@ static void test_params_hash_by_bytes(void **state)
 }
 
 /* The list columns of every row of db, in id order, as one text. */
-static char *list_columns(sqlite3 *db)
+static char *list_columns(struct db *db)
 {
-    sqlite3_stmt *st;
+    struct db_stmt *st;
     struct buf b = BUF_INIT;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "SELECT id, req_base, req_prefix,"
-                                        " req_depth, hex(req_msgs) FROM xchg"
-                                        " ORDER BY id",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    assert_int_equal(db_prepare(db,
+                                "SELECT id, req_base, req_prefix,"
+                                " req_depth, hex(req_msgs) FROM xchg"
+                                " ORDER BY id",
+                                &st),
+                     DB_OK);
+    while (db_step(st) == DB_ROW)
         buf_printf(&b, "%lld %lld %lld %lld %s\n",
-                   (long long)sqlite3_column_int64(st, 0),
-                   (long long)sqlite3_column_int64(st, 1),
-                   (long long)sqlite3_column_int64(st, 2),
-                   (long long)sqlite3_column_int64(st, 3),
-                   (const char *)sqlite3_column_text(st, 4));
-    sqlite3_finalize(st);
+                   (long long)db_column_int64(st, 0),
+                   (long long)db_column_int64(st, 1),
+                   (long long)db_column_int64(st, 2),
+                   (long long)db_column_int64(st, 3),
+                   (const char *)db_column_text(st, 4));
+    db_finalize(st);
     return buf_detach(&b, NULL);
 }
 
@@ -856,12 +856,12 @@ static void test_batch_failure_isolated(void **state)
     struct xchg *px[3];
     int rcs[3] = {-1, -1, -1};
     tmpdb_open(&t, "xchg");
-    assert_int_equal(sqlite3_exec(t.db,
-                                  "CREATE TRIGGER no_bad BEFORE INSERT ON xchg"
-                                  " WHEN NEW.path = '/bad' BEGIN"
-                                  " SELECT RAISE(ABORT, 'refused'); END",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
+    assert_int_equal(db_exec(t.db,
+                             "CREATE TRIGGER no_bad BEFORE INSERT ON xchg"
+                             " WHEN NEW.path = '/bad' BEGIN"
+                             " SELECT RAISE(ABORT, 'refused'); END",
+                             NULL),
+                     DB_OK);
     for (int i = 0; i < 3; i++) {
         fill(&xs[i], "ses", json_loads(srcs[i], 0, NULL));
         xs[i].req_src = srcs[i];
@@ -890,20 +890,19 @@ static void test_batch_failure_isolated(void **state)
     x4.req_src = srcs[2];
     x4.req_src_len = strlen(srcs[2]);
     assert_int_equal(xchg_put_cached(t.db, cache, &x4, &d), 0);
-    sqlite3_stmt *st;
-    assert_int_equal(
-        sqlite3_prepare_v2(t.db,
-                           "SELECT count(*), sum(req_base IS NOT NULL),"
-                           " (SELECT count(*) FROM xchg_blob WHERE kind=0)"
-                           " FROM xchg",
-                           -1, &st, NULL),
-        SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 3); /* rows */
-    assert_int_equal(sqlite3_column_int(st, 1), 2); /* on a base */
+    struct db_stmt *st;
+    assert_int_equal(db_prepare(t.db,
+                                "SELECT count(*), sum(req_base IS NOT NULL),"
+                                " (SELECT count(*) FROM xchg_blob WHERE kind=0)"
+                                " FROM xchg",
+                                &st),
+                     DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    assert_int_equal(db_column_int(st, 0), 3); /* rows */
+    assert_int_equal(db_column_int(st, 1), 2); /* on a base */
     /* "bad" was rolled back with its exchange */
-    assert_int_equal(sqlite3_column_int(st, 2), 2);
-    sqlite3_finalize(st);
+    assert_int_equal(db_column_int(st, 2), 2);
+    db_finalize(st);
     struct collect c;
     memset(&c, 0, sizeof(c));
     assert_int_equal(xchg_each(t.db, NULL, collect_fn, &c, &d), 0);

@@ -52,22 +52,22 @@ struct fx {
 };
 
 /* The xchg tables as xchg_schema creates them, without NOT NULL. */
-static void lax_schema(sqlite3 *db)
+static void lax_schema(struct db *db)
 {
-    sqlite3 *mem = NULL;
+    struct db *mem = NULL;
     struct diag d = {{0}};
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_open(":memory:", &mem), SQLITE_OK);
+    struct db_stmt *st = NULL;
+    assert_int_equal(store_open(":memory:", &mem, &d), 0);
     assert_int_equal(xchg_schema(mem, &d), 0);
-    assert_int_equal(sqlite3_prepare_v2(mem,
-                                        "SELECT sql FROM sqlite_master WHERE"
-                                        " type='table' AND name LIKE 'xchg%'",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
+    assert_int_equal(db_prepare(mem,
+                                "SELECT sql FROM sqlite_master WHERE"
+                                " type='table' AND name LIKE 'xchg%'",
+                                &st),
+                     DB_OK);
     int n = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (db_step(st) == DB_ROW) {
         struct buf b = BUF_INIT;
-        const char *s = (const char *)sqlite3_column_text(st, 0);
+        const char *s = (const char *)db_column_text(st, 0);
         for (const char *p = s; *p;) {
             if (!strncmp(p, " NOT NULL", 9)) {
                 p += 9;
@@ -75,14 +75,13 @@ static void lax_schema(sqlite3 *db)
             }
             buf_add(&b, p++, 1);
         }
-        assert_int_equal(sqlite3_exec(db, buf_str(&b), NULL, NULL, NULL),
-                         SQLITE_OK);
+        assert_int_equal(db_exec(db, buf_str(&b), NULL), DB_OK);
         buf_release(&b);
         n++;
     }
     assert_int_equal(n, 2);
-    sqlite3_finalize(st);
-    sqlite3_close(mem);
+    db_finalize(st);
+    db_close(mem);
 }
 
 static void base_xchg(struct xchg *x, int row, const char *path)
@@ -129,7 +128,7 @@ static json_t *chat_body(int row, const char *who, bool tools)
     return b;
 }
 
-static void put_rows(sqlite3 *db)
+static void put_rows(struct db *db)
 {
     struct diag d = {{0}};
     struct xchg x;
@@ -206,30 +205,30 @@ static void put_rows(sqlite3 *db)
     buf_release(&b);
 }
 
-static long long query_int(sqlite3 *db, const char *sql)
+static long long query_int(struct db *db, const char *sql)
 {
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+    struct db_stmt *st = NULL;
+    assert_int_equal(db_prepare(db, sql, &st), DB_OK);
+    assert_int_equal(db_step(st), DB_ROW);
+    long long v = db_column_int64(st, 0);
+    db_finalize(st);
     return v;
 }
 
 /* The first message hash of row id (req_msgs: 8-byte big-endian). */
-static long long first_msg(sqlite3 *db, int id)
+static long long first_msg(struct db *db, int id)
 {
-    sqlite3_stmt *st = NULL;
+    struct db_stmt *st = NULL;
     char *sql = xasprintf("SELECT req_msgs FROM xchg WHERE id=%d", id);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(db_prepare(db, sql, &st), DB_OK);
     free(sql);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_true(sqlite3_column_bytes(st, 0) >= 8);
-    const unsigned char *p = sqlite3_column_blob(st, 0);
+    assert_int_equal(db_step(st), DB_ROW);
+    assert_true(db_column_bytes(st, 0) >= 8);
+    const unsigned char *p = db_column_blob(st, 0);
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
         v = v << 8 | p[i];
-    sqlite3_finalize(st);
+    db_finalize(st);
     return (long long)v;
 }
 
@@ -262,7 +261,7 @@ static int drift_run_db(const struct fx *f, const char *db, struct buf *out,
 static int setup(void **state)
 {
     struct fx *f = xcalloc(1, sizeof(*f));
-    sqlite3 *db = NULL;
+    struct db *db = NULL;
     struct diag d = {{0}};
     f->dir = rec_tmpdir();
     snprintf(f->pristine, sizeof(f->pristine), "%s/pristine.db", f->dir);
@@ -438,13 +437,13 @@ static void damage(const struct fx *f, const struct ccase *k, const char *db)
                   : k->t == PARAMS_BLOB ? f->params_h[k->row]
                                         : f->tools_h;
     char *sql = k->t == ROW ? xasprintf(k->sql, k->row) : xasprintf(k->sql, h);
-    sqlite3 *s = NULL;
-    assert_int_equal(sqlite3_open(db, &s), SQLITE_OK);
+    struct db *s = NULL;
+    struct diag d = {{0}};
+    assert_int_equal(store_open(db, &s, &d), 0);
     char *err = NULL;
-    if (sqlite3_exec(s, sql, NULL, NULL, &err) != SQLITE_OK ||
-        sqlite3_changes(s) != 1)
+    if (db_exec(s, sql, &err) != DB_OK || db_changes(s) != 1)
         fail_msg("'%s': %s", sql, err ? err : "no row changed");
-    sqlite3_close(s);
+    db_close(s);
     free(sql);
 }
 

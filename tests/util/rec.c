@@ -146,7 +146,7 @@ static int load_fn(const struct xchg *x, void *ud)
 
 json_t *rec_load(const char *db)
 {
-    sqlite3 *s = NULL;
+    struct db *s = NULL;
     struct diag d = {{0}};
     if (store_open(db, &s, &d))
         return NULL;

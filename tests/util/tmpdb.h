@@ -5,12 +5,12 @@
 #ifndef TESTS_UTIL_TMPDB_H
 #define TESTS_UTIL_TMPDB_H
 
-#include <sqlite3.h>
+#include "store/db.h"
 
 struct tmpdb {
     char dir[64];
     char path[128];
-    sqlite3 *db;
+    struct db *db;
 };
 
 /* Opens t->path in a new directory /tmp/fidelity-NAME-XXXXXX (NAME at most

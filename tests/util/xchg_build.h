@@ -36,7 +36,7 @@ long xb_tokens(json_t *body);
 /* The assistant message echoing x's reply exactly. */
 json_t *xb_echo(const struct xchg *x);
 /* An xchg_spill_each callback that stores a copy of x in the store ud
- * (an sqlite3 *) under an id the store gives (1, 2, ... in file order);
+ * (an struct db *) under an id the store gives (1, 2, ... in file order);
  * its message on failure goes to stderr. */
 int xb_put_copy(const struct xchg *x, void *ud);
 

@@ -48,7 +48,8 @@ enum {
 
 /* What a bound text or blob's memory is: DB_STATIC stays valid and
  * unchanged until the statement is reset or finalized; DB_TRANSIENT is
- * copied at once. */
+ * copied at once; any other function is the backend's to call on the
+ * memory once it is done with it (also when the bind fails). */
 typedef void (*db_destructor)(void *);
 #define DB_STATIC ((db_destructor)0)
 #define DB_TRANSIENT ((db_destructor)-1)

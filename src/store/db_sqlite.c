@@ -103,18 +103,26 @@ static int bind_double(struct db_stmt *st, int i, double v)
     return sqlite3_bind_double(S(st), i, v);
 }
 
+/* DB_STATIC and DB_TRANSIENT are SQLite's own values under other names;
+ * any other destructor is SQLite's to call when it is done with the
+ * memory. */
+static sqlite3_destructor_type destructor(db_destructor how)
+{
+    if (how == DB_TRANSIENT)
+        return SQLITE_TRANSIENT;
+    return how == DB_STATIC ? SQLITE_STATIC : how;
+}
+
 static int bind_text(struct db_stmt *st, int i, const char *s, int n,
                      db_destructor how)
 {
-    return sqlite3_bind_text(
-        S(st), i, s, n, how == DB_TRANSIENT ? SQLITE_TRANSIENT : SQLITE_STATIC);
+    return sqlite3_bind_text(S(st), i, s, n, destructor(how));
 }
 
 static int bind_blob(struct db_stmt *st, int i, const void *p, int n,
                      db_destructor how)
 {
-    return sqlite3_bind_blob(
-        S(st), i, p, n, how == DB_TRANSIENT ? SQLITE_TRANSIENT : SQLITE_STATIC);
+    return sqlite3_bind_blob(S(st), i, p, n, destructor(how));
 }
 
 static int bind_null(struct db_stmt *st, int i)

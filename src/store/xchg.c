@@ -62,8 +62,11 @@ static const char SCHEMA[] =
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
+/* OR IGNORE: another writer of a shared store may add the same blob
+ * between the look-up and the insert */
 static const char SQL_BLOB_INSERT[] =
-    "INSERT INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, ?, ?, ?)";
+    "INSERT OR IGNORE INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, "
+    "?, ?, ?)";
 const char XCHG_SQL_LIST_LOAD[] =
     "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
     " WHERE id=? AND req_params IS NOT NULL";

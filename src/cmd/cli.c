@@ -445,6 +445,15 @@ int cli_check_store(const char *cmd, const char *path)
     struct stat st;
     struct diag d = {{0}};
     struct db *db;
+    if (db_is_url(path)) {
+        if (store_open(path, &db, &d))
+            return cli_error(cmd, EXIT_INTERNAL,
+                             "%s; check the URL, that the server is up and "
+                             "that the user may connect",
+                             d.msg);
+        store_close(db);
+        return 0;
+    }
     if (stat(path, &st))
         return cli_check_output(cmd, "--db", path);
     if (S_ISDIR(st.st_mode))

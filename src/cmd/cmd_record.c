@@ -21,8 +21,9 @@
 #include "store/store.h"
 
 const char CMD_RECORD_HELP[] =
-    "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db FILE]\n"
-    "                       [--spill FILE] [--max-body BYTES] [--timeout S]\n"
+    "usage: fidelity record --upstream URL [--listen HOST:PORT] [--db STORE]\n"
+    "                       [--intake FILE] [--spill FILE] [--max-body BYTES]\n"
+    "                       [--timeout S]\n"
     "                       [--upstream-cacert FILE] [--insecure]\n"
     "                       [--header-timeout S] [--idle-timeout S]\n"
     "                       [--max-conns N] [--allow-remote]\n"
@@ -32,8 +33,8 @@ const char CMD_RECORD_HELP[] =
     "SDK) and an OpenAI-compatible server. Every method and path is\n"
     "forwarded with its bytes untouched; server-sent events pass chunk by\n"
     "chunk. Each exchange is appended to the store's intake log\n"
-    "(FILE-intake beside --db) before the client receives its last byte,\n"
-    "and committed to the SQLite store moments later, off the client's\n"
+    "(--intake) before the client receives its last byte, and committed\n"
+    "to the store moments later, off the client's\n"
     "path: request headers (Authorization, api-key and similar redacted),\n"
     "body (the string values of keys such as api_key, password, secret,\n"
     "access_token redacted, keeping their length), response, the reply "
@@ -56,9 +57,17 @@ const char CMD_RECORD_HELP[] =
     "                      a LAN address). The proxy has no authentication:\n"
     "                      whoever reaches the port uses the upstream and any\n"
     "                      key it trusts; a warning says so on stderr\n"
-    "  --db FILE           the store (default $FIDELITY_DB or fidelity.db)\n"
+    "  --db STORE          the store: a SQLite file, or a PostgreSQL URL\n"
+    "                      (postgresql://USER@HOST/DB) that several records\n"
+    "                      share (default $FIDELITY_DB or fidelity.db)\n"
+    "  --intake FILE       this record's intake log (default FILE-intake\n"
+    "                      beside a SQLite --db; for a URL,\n"
+    "                      fidelity-HASH-intake in the current folder). Each\n"
+    "                      record needs its own: give one per record when\n"
+    "                      several on one host share a database\n"
     "  --spill FILE        where exchanges go when the store fails\n"
-    "                      (default FILE.spill.jsonl beside --db)\n"
+    "                      (default FILE.spill.jsonl beside a SQLite --db;\n"
+    "                      fidelity-HASH.spill.jsonl for a URL)\n"
     "  --max-body BYTES    largest request body; 413 above (default 64M;\n"
     "                      suffixes K, M, G)\n"
     "  --timeout S         whole-exchange upstream timeout in seconds, 0 for\n"
@@ -141,6 +150,7 @@ static const struct option OPTS[] = {
     {"listen", required_argument, NULL, 'l'},
     {"db", required_argument, NULL, 'd'},
     {"spill", required_argument, NULL, 's'},
+    {"intake", required_argument, NULL, 'i'},
     {"max-body", required_argument, NULL, 'm'},
     {"timeout", required_argument, NULL, 't'},
     {"upstream-cacert", required_argument, NULL, 'c'},
@@ -207,6 +217,9 @@ int cmd_record(int argc, char **argv)
             break;
         case 's':
             o.spill_path = optarg;
+            break;
+        case 'i':
+            o.intake_path = optarg;
             break;
         case 'm':
             if (parse_size(optarg, &o.max_body))
@@ -293,11 +306,13 @@ int cmd_record(int argc, char **argv)
     if (rc)
         goto out;
     if (!o.spill_path)
-        o.spill_path = spill = xasprintf("%s.spill.jsonl", o.db_path);
+        o.spill_path = spill = store_local_name(o.db_path, ".spill.jsonl");
     /* before listening: the store and the spill file must be usable */
     rc = cli_check_store("record", o.db_path);
     if (!rc)
         rc = cli_check_output("record", "--spill", o.spill_path);
+    if (!rc && o.intake_path)
+        rc = cli_check_output("record", "--intake", o.intake_path);
     if (rc)
         goto out;
     o.host = host;

@@ -25,9 +25,10 @@ struct record_opts {
     const char *upstream; /* base URL: http[s]://host[:port][/prefix] */
     const char *db_path;
     const char *spill_path;
-    size_t max_body;    /* request body cap, bytes (413 above) */
-    size_t max_capture; /* response bytes kept per exchange; 0: 256 MiB */
-    long timeout_ms;    /* whole upstream exchange; 0: none */
+    const char *intake_path; /* NULL: intake_path(db_path) */
+    size_t max_body;         /* request body cap, bytes (413 above) */
+    size_t max_capture;      /* response bytes kept per exchange; 0: 256 MiB */
+    long timeout_ms;         /* whole upstream exchange; 0: none */
     /* client side limits (front.h): a request head must arrive within
      * header_timeout_ms, a keep-alive connection may wait idle_timeout_ms
      * for its next request (0: 30 s and 75 s); max_conns client

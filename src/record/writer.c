@@ -702,7 +702,8 @@ static int open_intake(struct record *r, struct diag *d)
     int rc = intake_schema(r->db, d);
     if (rc)
         return rc;
-    rc = intake_open(r->o.db_path, &r->intake, &od);
+    rc = r->o.intake_path ? intake_open_at(r->o.intake_path, &r->intake, &od)
+                          : intake_open(r->o.db_path, &r->intake, &od);
     if (rc) {
         record_logf(r, "%s; exchanges are held until they are committed",
                     rc == 1

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "core/xalloc.h"
+#include "store/store.h"
 
 static const char FILE_MAGIC[8] = {'F', 'I', 'D', 'I', 'N', 'T', 'K', '1'};
 static const char REC_MAGIC[4] = {'I', 'N', 'T', 'K'};
@@ -55,7 +56,7 @@ static uint64_t get_u64(const char *p)
 
 char *intake_path(const char *db_path)
 {
-    return xasprintf("%s-intake", db_path);
+    return store_local_name(db_path, "-intake");
 }
 
 static uint64_t new_epoch(void)
@@ -95,10 +96,18 @@ uint64_t intake_epoch_of(int fd)
 
 int intake_open(const char *db_path, struct intake **out, struct diag *d)
 {
+    char *path = intake_path(db_path);
+    int rc = intake_open_at(path, out, d);
+    free(path);
+    return rc;
+}
+
+int intake_open_at(const char *log_path, struct intake **out, struct diag *d)
+{
     struct intake *in = xcalloc(1, sizeof(*in));
     struct stat st;
     *out = NULL;
-    in->path = intake_path(db_path);
+    in->path = xstrdup(log_path);
     in->fd = open(in->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (in->fd < 0) {
         int e = errno;
@@ -568,41 +577,54 @@ void intake_damage_say(const struct intake_damage *g, const char *path,
 #undef SAY
 }
 
+/* One row per log (its epoch, a random 64-bit number, names it): several
+ * records, each with its own log, can share one store. A store from
+ * before kept one row (id 1) in the table `intake`; it moves here once. */
 int intake_schema(struct db *db, struct diag *d)
 {
     char *err = NULL;
     int rc = db_exec(db,
-                     "CREATE TABLE IF NOT EXISTS intake ("
-                     " id INTEGER PRIMARY KEY CHECK (id = 1),"
-                     " epoch INTEGER NOT NULL,"
+                     "CREATE TABLE IF NOT EXISTS intake_log ("
+                     " epoch INTEGER PRIMARY KEY,"
                      " off INTEGER NOT NULL)",
+                     &err);
+    if (rc == DB_OK && db_has_table(db, "intake"))
+        rc = db_exec(db,
+                     "BEGIN IMMEDIATE;"
+                     "INSERT OR IGNORE INTO intake_log (epoch, off)"
+                     " SELECT epoch, off FROM intake WHERE id = 1;"
+                     "DROP TABLE intake;"
+                     "COMMIT",
                      &err);
     if (rc != DB_OK) {
         diag_set(d, EIO, "cannot create the intake table: %s",
                  err ? err : db_errstr(rc));
         free(err);
+        db_exec(db, "ROLLBACK", NULL);
         return -1;
     }
     return 0;
 }
 
-int intake_frontier(struct db *db, uint64_t *epoch, uint64_t *off,
-                    struct diag *d)
+int intake_frontier(struct db *db, uint64_t log_epoch, uint64_t *epoch,
+                    uint64_t *off, struct diag *d)
 {
     struct db_stmt *st = NULL;
     *epoch = *off = 0;
-    int rc = db_prepare(db, "SELECT epoch, off FROM intake WHERE id = 1", &st);
+    int rc = db_prepare(db, "SELECT epoch, off FROM intake_log WHERE epoch = ?",
+                        &st);
     if (rc != DB_OK) {
         diag_set(d, EIO, "cannot read the intake frontier: %s", db_errmsg(db));
         return -1;
     }
+    db_bind_int64(st, 1, (int64_t)log_epoch);
     rc = db_step(st);
     if (rc == DB_ROW &&
         (db_column_type(st, 0) != DB_INTEGER ||
          db_column_type(st, 1) != DB_INTEGER || db_column_int64(st, 1) < 0)) {
         diag_set(d, EBADMSG,
                  "the intake frontier is not two numbers: the store's "
-                 "intake table is damaged");
+                 "intake_log table is damaged");
         db_finalize(st);
         return -1;
     } else if (rc == DB_ROW) {
@@ -617,6 +639,18 @@ int intake_frontier(struct db *db, uint64_t *epoch, uint64_t *off,
     return 0;
 }
 
+int intake_forget(struct db *db, uint64_t epoch)
+{
+    struct db_stmt *st = NULL;
+    int rc = db_prepare(db, "DELETE FROM intake_log WHERE epoch = ?", &st);
+    if (rc != DB_OK)
+        return rc;
+    db_bind_int64(st, 1, (int64_t)epoch);
+    rc = db_step(st);
+    db_finalize(st);
+    return rc == DB_DONE ? DB_OK : rc;
+}
+
 int intake_mark(struct intake *in, struct db *db, uint64_t epoch, uint64_t off)
 {
     if (in->mark && in->mark_db != db) {
@@ -625,8 +659,7 @@ int intake_mark(struct intake *in, struct db *db, uint64_t epoch, uint64_t off)
     }
     if (!in->mark) {
         int rc = db_prepare_persistent(
-            db,
-            "INSERT OR REPLACE INTO intake (id, epoch, off) VALUES (1, ?, ?)",
+            db, "INSERT OR REPLACE INTO intake_log (epoch, off) VALUES (?, ?)",
             &in->mark);
         if (rc != DB_OK)
             return rc;

@@ -2,9 +2,10 @@
  * intake: record's append-only log of finished exchanges, the file
  * DB-intake beside the store. An exchange is appended (one write(2) on the
  * loop's thread) before the last byte of its response goes to the client;
- * the writer thread commits it to SQLite later, off the client's path, and
- * in the same transaction moves the frontier (the intake table: the log's
- * epoch and the offset after the last exchange committed). After a crash
+ * the writer thread commits it to the store later, off the client's path,
+ * and in the same transaction moves the log's frontier (its row of the
+ * intake_log table: the log's epoch and the offset after the last exchange
+ * committed). After a crash
  * the exchanges past the frontier are in the log, in the page cache or on
  * disk, and the next `fidelity` command that opens the store replays them
  * (store_replay in replay.h) before anything reads it.
@@ -75,6 +76,8 @@ char *intake_path(const char *db_path);
  * another process holds it (*out NULL); -errno with d set. The log is
  * left as it was: replay it (intake_read) before intake_reset. */
 int intake_open(const char *db_path, struct intake **out, struct diag *d);
+/* intake_open of the log at log_path, wherever it is. */
+int intake_open_at(const char *log_path, struct intake **out, struct diag *d);
 /* Empties the log and gives it a new epoch (after everything in it is
  * committed). 0 or -errno. */
 int intake_reset(struct intake *in, struct diag *d);
@@ -127,15 +130,20 @@ void intake_damage_say(const struct intake_damage *dmg, const char *path,
 /* The log's epoch (0 for an empty or headerless file). */
 uint64_t intake_epoch_of(int fd);
 
-/* The frontier table (created by intake_schema). */
+/* The frontier table (created by intake_schema): a row per log, named by
+ * the log's epoch. */
 int intake_schema(struct db *db, struct diag *d);
-/* 0 with the frontier ((0, 0) when none), or -1 with d set (also when
- * the row is not two numbers: a damaged table). */
-int intake_frontier(struct db *db, uint64_t *epoch, uint64_t *off,
-                    struct diag *d);
-/* Sets db's frontier to (epoch, off), inside the caller's transaction,
- * with a statement kept in in (one db and one thread at a time): SQLite's
- * result code. */
+/* 0 with the frontier of the log of epoch log_epoch in *epoch and *off
+ * ((0, 0) when the store has none for it), or -1 with d set (also when the
+ * row is not two numbers: a damaged table). */
+int intake_frontier(struct db *db, uint64_t log_epoch, uint64_t *epoch,
+                    uint64_t *off, struct diag *d);
+/* Sets the frontier of the log of epoch to off, inside the caller's
+ * transaction, with a statement kept in in (one db and one thread at a
+ * time): the db's result code. */
 int intake_mark(struct intake *in, struct db *db, uint64_t epoch, uint64_t off);
+/* Drops the frontier of a log that was emptied (its epoch is not used
+ * again): the db's result code. */
+int intake_forget(struct db *db, uint64_t epoch);
 
 #endif

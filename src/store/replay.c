@@ -187,7 +187,7 @@ int replay_log(struct db *db, struct xchg_cache *c, struct ingest *g,
     struct replay p = {.db = db, .c = c, .g = g, .in = in, .spill = spill_path};
     uint64_t fe, fo;
     memset(out, 0, sizeof(*out));
-    if (intake_frontier(db, &fe, &fo, d))
+    if (intake_frontier(db, in->epoch, &fe, &fo, d))
         return -1;
     xchg_cache_pre_commit(c, on_commit, &p);
     int rc = intake_read(in->fd, fe, fo, on_rec, &p, &p.k.dmg, d);
@@ -206,7 +206,11 @@ int replay_log(struct db *db, struct xchg_cache *c, struct ingest *g,
                  spill_path, p.first.msg);
         return -1;
     }
-    return intake_reset(in, d) ? -1 : 0;
+    uint64_t old = in->epoch;
+    if (intake_reset(in, d))
+        return -1;
+    intake_forget(db, old); /* a stale row only: nothing to stop for */
+    return 0;
 }
 
 int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
@@ -220,7 +224,7 @@ int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
         warn->msg[0] = '\0';
     if (none)
         return 0;
-    char *spill = spill_path ? NULL : xasprintf("%s.spill.jsonl", db_path);
+    char *spill = spill_path ? NULL : store_local_name(db_path, ".spill.jsonl");
     struct db *db = NULL;
     struct intake *in = NULL;
     struct replay_counts k;

@@ -5,7 +5,11 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/hash.h"
+#include "core/url.h"
+#include "core/xalloc.h"
 #include "store/db_int.h"
 
 int store_open(const char *target, struct db **db, struct diag *d)
@@ -20,6 +24,16 @@ int store_open_unshared(const char *target, struct db **db, struct diag *d)
     if (db_is_url(target))
         return db_pg_open(target, db, d);
     return db_sqlite_open(target, false, db, d);
+}
+
+char *store_local_name(const char *target, const char *suffix)
+{
+    if (!db_is_url(target))
+        return xasprintf("%s%s", target, suffix);
+    char *shown = url_mask(target), hex[17];
+    hash_hex(hash64(shown, strlen(shown), 0), hex);
+    free(shown);
+    return xasprintf("fidelity-%s%s", hex, suffix);
 }
 
 void store_close(struct db *db)

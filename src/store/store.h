@@ -24,6 +24,12 @@ int store_open(const char *target, struct db **db, struct diag *d);
  * call that the default serialized mode adds. */
 int store_open_unshared(const char *target, struct db **db, struct diag *d);
 void store_close(struct db *db);
+/* The name of a local file that belongs with the store target: for a
+ * SQLite file, the file's path with suffix appended ("x.db-intake"); for a
+ * PostgreSQL URL, "fidelity-" and 16 hex digits of a hash of the URL
+ * (password masked first, so it never reaches a file name) with suffix
+ * appended, in the current folder. Fresh; the caller frees it. */
+char *store_local_name(const char *target, const char *suffix);
 /* Runs one or more SQL statements with no results. */
 int store_exec(struct db *db, const char *sql, struct diag *d);
 

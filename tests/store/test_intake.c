@@ -284,7 +284,7 @@ static void test_replay_starts_at_the_frontier(void **state)
     assert_int_equal(intake_schema(db, &d), 0);
     assert_int_equal(intake_mark(in, db, in->epoch, ends[1]), DB_OK);
     uint64_t e, o;
-    assert_int_equal(intake_frontier(db, &e, &o, &d), 0);
+    assert_int_equal(intake_frontier(db, in->epoch, &e, &o, &d), 0);
     assert_true(e == in->epoch && o == ends[1]);
     intake_close(in, false);
     store_close(db);
@@ -352,7 +352,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(intake_schema(db, &d), 0);
     char *sql =
-        xasprintf("INSERT OR REPLACE INTO intake VALUES (1, %lld, %llu)",
+        xasprintf("INSERT OR REPLACE INTO intake_log VALUES (%lld, %llu)",
                   (long long)epoch, (unsigned long long)ends[0] + 5);
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
@@ -364,15 +364,14 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(access(log, F_OK), 0);
     assert_int_equal(store_open(f->db, &db, &d), 0);
     assert_int_equal(
-        store_exec(db, "UPDATE intake SET off = 'somewhere' WHERE id = 1", &d),
-        0);
+        store_exec(db, "UPDATE intake_log SET off = 'somewhere'", &d), 0);
     store_close(db);
     assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), -1);
     assert_non_null(strstr(d.msg, "not two numbers"));
     assert_int_equal(access(log, F_OK), 0);
     /* repaired (the first one committed): the other two, once */
     assert_int_equal(store_open(f->db, &db, &d), 0);
-    sql = xasprintf("UPDATE intake SET off = %llu WHERE id = 1",
+    sql = xasprintf("UPDATE intake_log SET off = %llu",
                     (unsigned long long)ends[0]);
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
@@ -386,7 +385,7 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     epoch = in->epoch;
     intake_close(in, false);
     assert_int_equal(store_open(f->db, &db, &d), 0);
-    sql = xasprintf("UPDATE intake SET epoch = %lld, off = %llu WHERE id = 1",
+    sql = xasprintf("INSERT OR REPLACE INTO intake_log VALUES (%lld, %llu)",
                     (long long)epoch, (unsigned long long)ends[N - 1] + 4096);
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
@@ -396,6 +395,65 @@ static void test_damaged_frontier_keeps_the_log(void **state)
     assert_int_equal(count_rows(f->db, "n="), N - 1);
     assert_int_not_equal(access(log, F_OK), 0);
     free(log);
+}
+
+/* A store from before the frontier had a row per log keeps its one
+ * frontier (the table `intake`, row id 1): it moves to intake_log, and the
+ * log it names replays from there. */
+static void test_old_frontier_table_migrates(void **state)
+{
+    struct fx *f = *state;
+    uint64_t ends[N], n = 0;
+    struct diag d = {{0}};
+    struct intake *in = write_log(f, ends);
+    uint64_t epoch = in->epoch;
+    intake_close(in, false);
+    struct db *db = NULL;
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    char *sql =
+        xasprintf("CREATE TABLE intake (id INTEGER PRIMARY KEY CHECK (id = 1),"
+                  " epoch INTEGER NOT NULL, off INTEGER NOT NULL);"
+                  "INSERT INTO intake VALUES (1, %lld, %llu)",
+                  (long long)epoch, (unsigned long long)ends[1]);
+    assert_int_equal(store_exec(db, sql, &d), 0);
+    free(sql);
+    assert_int_equal(intake_schema(db, &d), 0);
+    assert_false(db_has_table(db, "intake"));
+    uint64_t e, o;
+    assert_int_equal(intake_frontier(db, epoch, &e, &o, &d), 0);
+    assert_true(e == epoch && o == ends[1]);
+    store_close(db);
+    assert_int_equal(store_replay(f->db, NULL, &n, NULL, &d), 0);
+    assert_int_equal(n, N - 2);
+    assert_int_equal(count_rows(f->db, "n="), N - 2);
+}
+
+/* Two logs (two records) share one store: each has its own frontier, and
+ * marking one leaves the other's as it was. */
+static void test_frontiers_per_log(void **state)
+{
+    struct fx *f = *state;
+    struct diag d = {{0}};
+    struct db *db = NULL;
+    struct intake a = {.epoch = 11}, b = {.epoch = 22};
+    assert_int_equal(store_open(f->db, &db, &d), 0);
+    assert_int_equal(intake_schema(db, &d), 0);
+    assert_int_equal(intake_mark(&a, db, a.epoch, 100), DB_OK);
+    assert_int_equal(intake_mark(&b, db, b.epoch, 200), DB_OK);
+    assert_int_equal(intake_mark(&a, db, a.epoch, 150), DB_OK);
+    uint64_t e, o;
+    assert_int_equal(intake_frontier(db, 11, &e, &o, &d), 0);
+    assert_true(e == 11 && o == 150);
+    assert_int_equal(intake_frontier(db, 22, &e, &o, &d), 0);
+    assert_true(e == 22 && o == 200);
+    assert_int_equal(intake_frontier(db, 33, &e, &o, &d), 0);
+    assert_true(e == 0 && o == 0);
+    assert_int_equal(intake_forget(db, 11), DB_OK);
+    assert_int_equal(intake_frontier(db, 11, &e, &o, &d), 0);
+    assert_true(e == 0 && o == 0);
+    db_finalize(a.mark);
+    db_finalize(b.mark);
+    store_close(db);
 }
 
 static void test_live_log_left_alone(void **state)
@@ -427,7 +485,7 @@ static void set_frontier(struct fx *f, uint64_t epoch, uint64_t off)
     assert_int_equal(xchg_schema(db, &d), 0);
     assert_int_equal(intake_schema(db, &d), 0);
     char *sql =
-        xasprintf("INSERT OR REPLACE INTO intake VALUES (1, %lld, %llu)",
+        xasprintf("INSERT OR REPLACE INTO intake_log VALUES (%lld, %llu)",
                   (long long)epoch, (unsigned long long)off);
     assert_int_equal(store_exec(db, sql, &d), 0);
     free(sql);
@@ -809,6 +867,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damage_reported_and_skipped,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_read_only_store_refused, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_old_frontier_table_migrates,
+                                        fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_frontiers_per_log, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_live_log_left_alone, fx_setup,
                                         fx_teardown),

@@ -80,6 +80,13 @@ static bool is_short(long reached, const struct probe_shape *sh)
            (double)reached < (double)sh->total - fmax(3, 2 * sh->err);
 }
 
+bool probe_loss_not_ruled_out(const struct probe_result *r)
+{
+    return r->done && r->outcome == PROBE_MISSED && r->have_shape &&
+           r->shape.total &&
+           (r->shape.estimated || is_short(r->prompt_tokens, &r->shape));
+}
+
 bool probe_path_check_due(long reached, const struct probe_shape *sh,
                           bool failed)
 {

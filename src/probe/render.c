@@ -403,9 +403,9 @@ static json_t *case_json(const struct probe_spec *s,
     if (r->path_tokens)
         json_object_set_new(c, "path_tokens", json_integer(r->path_tokens));
     json_object_set_new(c, "lost_context", json_boolean(r->lost));
-    /* a miss counted by the calibrated line: a loss on the path within
-     * its error is not ruled out */
-    if (r->outcome == PROBE_MISSED && r->have_shape && r->shape.estimated)
+    /* a miss counted by the calibrated line, or short of an exact count
+     * by what no run of messages explains: a loss is not ruled out */
+    if (probe_loss_not_ruled_out(r))
         json_object_set_new(c, "inconclusive", json_true());
     if (r->outcome == PROBE_DROPPED || r->outcome == PROBE_TRUNCATED)
         json_object_set_new(c, "reached_ratio", json_real(r->drop_ratio));
@@ -936,14 +936,29 @@ static void explain_missed(FILE *out, const struct probe_report_in *in,
                            const struct probe_result *res, int k, unsigned n)
 {
     double err = 0;
+    unsigned short_n = 0;
+    long most = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct probe_result *r = &res[i];
-        if ((int)in->specs[i].kind == k && r->done &&
-            r->outcome == PROBE_MISSED && r->have_shape && r->shape.estimated &&
-            r->shape.total)
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_MISSED || !r->have_shape || !r->shape.total)
+            continue;
+        if (r->shape.estimated)
             err = fmax(err, 2 * r->shape.err / r->shape.total);
+        else if (probe_loss_not_ruled_out(r)) {
+            short_n++;
+            long by = (long)r->shape.total - r->prompt_tokens;
+            most = by > most ? by : most;
+        }
     }
-    if (err > 0)
+    if (short_n)
+        fprintf(out,
+                " %u missed, %u of them inconclusive (up to %ld tokens short "
+                "of probe's own count, beyond its error, and no run of "
+                "messages or field explains it: a loss on the path is not "
+                "ruled out; the rest with prompt tokens intact);",
+                n, short_n, most);
+    else if (err > 0)
         fprintf(out,
                 " %u missed or lost on the path, inconclusive (prompt tokens "
                 "within %.0f%% of the calibrated count: without /tokenize a "

@@ -713,6 +713,18 @@ static void test_classify_cap_window_summary(void **state)
     assert_int_equal(r[0].outcome, PROBE_DROPPED);
     assert_int_equal(r[0].drop, PROBE_DROP_WINDOW);
     assert_int_equal(r[0].drop_at, PROBE_AT_OLDEST);
+    /* 15 tokens short of an exact count that no run explains: missed,
+     * but a loss is not ruled out; reached whole, it is */
+    for (long by = 15; by >= 0; by -= 15) {
+        shape(&r[0], 8, 1300, 0);
+        r[0].prompt_tokens = (long)r[0].shape.total - by;
+        r[0].lost = probe_is_lost(r[0].prompt_tokens, &r[0].shape);
+        r[0].outcome = PROBE_MISSED;
+        assert_false(r[0].lost);
+        probe_lost_classify(s, r, 1, 0);
+        assert_int_equal(r[0].outcome, PROBE_MISSED);
+        assert_int_equal(probe_loss_not_ruled_out(&r[0]), by > 0);
+    }
     /* the reasoning fields' tokens exactly: the reasoning field */
     shape(&r[0], 8, 1300, 52 + 50 + 7 * 1300 + 20 - 7 * 90);
     for (unsigned j = 1; j < 8; j++)

@@ -321,11 +321,13 @@ static bool at_one_cap(const struct probe_result *res, size_t n,
         hi = v > hi ? v : hi;
         olo = !nl || o < olo ? o : olo;
         ohi = o > ohi ? o : ohi;
-        windows += r->have_shape && window_of(&r->shape, v);
+        windows +=
+            r->have_shape && !r->shape.estimated && window_of(&r->shape, v);
         nl++;
     }
     /* every count is exactly some front turns gone: a window that keeps
-     * the same number of tokens, not a cap */
+     * the same number of tokens, not a cap (the calibrated line is too
+     * coarse to say a count is exactly that) */
     if (!nl || windows == nl)
         return false;
     double band = fmax(4, 0.003 * (double)hi);

@@ -350,6 +350,45 @@ static void test_clipping_without_tokenize(void **state)
     run_release(&r);
 }
 
+/* A server that keeps its last 4,000 tokens, behind a path without
+ * /tokenize: the longest calibration sample comes back short as under a
+ * clipping path, the line is fitted to the others, and the cases, as
+ * long as asked, sit at the server's cap: truncated-by-server (the
+ * calibrated line is too coarse to call them windows). */
+static void test_server_cap_without_tokenize(void **state)
+{
+    (void)state;
+    struct proc capped;
+    const char *sargv[] = {
+        "sim",  "--listen",   "127.0.0.1:0", "--context-limit",
+        "4000", "--overflow", "oldest",      NULL};
+    assert_int_equal(proc_start(&capped, sargv), 0);
+    struct gateway_opts o = {.no_tokenize = true};
+    struct gateway *gw = gateway_start(proc_url(&capped), &o);
+    struct run r;
+    run_probe_k(&r, gateway_url(gw), "2k,8k,16k", QUICK, "0,50");
+    gateway_stop(gw);
+    proc_stop(&capped);
+    assert_non_null(strstr(buf_str(&r.err), "or the server keeps no more"));
+    assert_null(strstr(buf_str(&r.out), "error: sizing achieved"));
+    json_t *cs =
+        json_object_get(json_object_get(r.j, "results"), "case_results");
+    size_t i, failed = 0;
+    json_t *c;
+    json_array_foreach(cs, i, c)
+    {
+        const char *oc = json_string_value(json_object_get(c, "outcome"));
+        if (!strcmp(oc, "pass"))
+            continue;
+        failed++;
+        assert_string_equal(oc, "truncated-by-server");
+        assert_int_equal(
+            json_integer_value(json_object_get(c, "prompt_tokens")), 4000);
+    }
+    assert_true(failed > 0);
+    run_release(&r);
+}
+
 /* Without /tokenize, sized by the calibration from single-turn requests
  * (which a window leaves alone): the drop is still found. */
 static void test_window_without_tokenize(void **state)
@@ -765,6 +804,7 @@ int main(void)
         T(test_compaction_8k_and_32k),
         T(test_clipping_2000),
         T(test_clipping_without_tokenize),
+        T(test_server_cap_without_tokenize),
         T(test_max_model_len_caps_effective_length),
         T(test_middle_truncation_reasoning_line),
         T(test_lowered_max_tokens_blamed_on_the_path),

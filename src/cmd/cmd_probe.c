@@ -598,13 +598,20 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
         return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
     fprintf(stderr,
             "fidelity probe: note: %s; sizing the %s's cases by calibration "
-            "from usage.prompt_tokens (at most 3 requests)\n",
+            "from usage.prompt_tokens (at most 5 requests)\n",
             d.msg, what);
     if (dry)
         return 0;
     r = probe_calibrate(e, c, &d);
     if (r)
         return cli_error("probe", EXIT_UNREACHABLE, "%s: %s", what, d.msg);
+    if (e->cal_clip)
+        fprintf(stderr,
+                "fidelity probe: note: the %s's longer calibration samples "
+                "came back short (%u tokens, about %u bytes of the message "
+                "kept): the path clips long messages, or the server keeps "
+                "no more; sizing by the samples under it\n",
+                what, e->cal_clip_tokens, e->cal_clip);
     return 0;
 }
 

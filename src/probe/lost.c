@@ -19,7 +19,9 @@
  *   of what their bytes hold (a path that clips the sizing requests too);
  * - unknown: nothing above explains the count, or the count is the
  *   calibrated line's (no /tokenize), too coarse to tell a window from a
- *   summary.
+ *   summary. By that line a drop is named clipping only when the
+ *   calibration's own long samples came back short and a byte cap near
+ *   the one they kept explains the count.
  *
  * Where runs of equal tokens could stand at several places, the oldest is
  * taken: the counts say how much was lost, not which of equal turns.
@@ -78,6 +80,13 @@ static bool is_short(long reached, const struct probe_shape *sh)
            (double)reached < (double)sh->total - fmax(3, 2 * sh->err);
 }
 
+bool probe_loss_not_ruled_out(const struct probe_result *r)
+{
+    return r->done && r->outcome == PROBE_MISSED && r->have_shape &&
+           r->shape.total &&
+           (r->shape.estimated || is_short(r->prompt_tokens, &r->shape));
+}
+
 bool probe_path_check_due(long reached, const struct probe_shape *sh,
                           bool failed)
 {
@@ -124,6 +133,25 @@ static double clip_fit(const struct probe_shape *sh, long reached)
     return (lo + hi) / 2;
 }
 
+/* By the calibrated line (no /tokenize): clipping only when the
+ * calibration's own samples came back short (clip_seen) and a byte cap
+ * within a factor of two of the one they kept explains the count (the
+ * line's 3% a message, and the one sample's filler against a case's mix,
+ * move either estimate by a third). */
+static bool clip_seen_fits(const struct probe_shape *sh, long reached)
+{
+    if (!sh->clip_seen)
+        return false;
+    double c = clip_fit(sh, reached);
+    if (c >= 0 && c >= 0.5 * sh->clip_seen && c <= 2.0 * sh->clip_seen)
+        return true;
+    /* a loss within the line's error: the count that cap leaves is
+     * nearer than the count sent */
+    double cut = clipped_to(sh, sh->clip_seen);
+    return cut < sh->total - 3 && reached < sh->total &&
+           fabs((double)reached - cut) < (double)sh->total - (double)reached;
+}
+
 /* Tokens of messages a..b of sh. */
 static double run_tok(const struct probe_shape *sh, unsigned a, unsigned b)
 {
@@ -163,10 +191,10 @@ static int took(struct probe_result *r, int kind, unsigned a, unsigned b)
  * hundred tokens in place of 30k is not taken for nothing. */
 static double kept_tol(const struct probe_shape *sh, unsigned gone, double run)
 {
-    double base = fmax(0, sh->err - 0.5 * sh->n);
+    double base = fmax(0, sh->err - sh->msg_err * sh->n);
     double kept = fmax(0, (double)sh->total - run);
     unsigned n = sh->n > gone ? sh->n - gone : 0;
-    return fmax(3, 2 * (base + 0.5 * n) + 0.002 * kept);
+    return fmax(3, 2 * (base + sh->msg_err * n) + 0.002 * kept);
 }
 
 /* A run of whole messages a..b (never the system prompt, never the last
@@ -240,7 +268,8 @@ static int one_shape(struct probe_result *r, struct fit *f)
     if (reason > tol && fabs(loss - reason) <= tol)
         return PROBE_DROP_REASONING;
     if (sh->estimated)
-        return PROBE_DROP_UNKNOWN;
+        return clip_seen_fits(sh, r->prompt_tokens) ? PROBE_DROP_CLIP
+                                                    : PROBE_DROP_UNKNOWN;
     double mean_turn = sh->turns ? turns_upto(sh, sh->turns) / sh->turns : 0;
     double extra_max = fmax(600, 0.5 * mean_turn);
     unsigned a, b;
@@ -292,17 +321,27 @@ static bool at_one_cap(const struct probe_result *res, size_t n,
         hi = v > hi ? v : hi;
         olo = !nl || o < olo ? o : olo;
         ohi = o > ohi ? o : ohi;
-        windows += r->have_shape && window_of(&r->shape, v);
+        windows +=
+            r->have_shape && !r->shape.estimated && window_of(&r->shape, v);
         nl++;
     }
     /* every count is exactly some front turns gone: a window that keeps
-     * the same number of tokens, not a cap */
+     * the same number of tokens, not a cap (the calibrated line is too
+     * coarse to say a count is exactly that) */
     if (!nl || windows == nl)
         return false;
     double band = fmax(4, 0.003 * (double)hi);
     if (model_len && hi >= 0.98 * model_len)
         return true;
     return nl >= 2 && (double)(hi - lo) <= band && (double)(ohi - olo) > band;
+}
+
+/* Clipping, not a run of messages: the kind and its run forgotten. */
+static void as_clip(struct probe_result *r)
+{
+    r->drop = PROBE_DROP_CLIP;
+    r->drop_turns = r->drop_msgs = 0;
+    r->drop_at = PROBE_AT_NONE;
 }
 
 /* Failures short of the count by less than lost context needs but more
@@ -315,8 +354,18 @@ static void small_losses(struct probe_result *res, size_t n)
         struct probe_result *r = &res[i];
         if (!r->done || r->cached || r->lost || !r->have_shape ||
             (r->outcome != PROBE_MISSED && r->outcome != PROBE_CLIPPED &&
-             r->outcome != PROBE_TRUNCATED) ||
-            !is_short(r->prompt_tokens, &r->shape))
+             r->outcome != PROBE_TRUNCATED))
+            continue;
+        /* by the calibrated line, a failure short of it is clipping when
+         * the calibration saw the path clip and its cap explains it */
+        if (r->shape.estimated && clip_seen_fits(&r->shape, r->prompt_tokens)) {
+            r->outcome = PROBE_DROPPED;
+            r->lost = true;
+            r->drop_ratio = (double)r->prompt_tokens / r->shape.total;
+            as_clip(r);
+            continue;
+        }
+        if (!is_short(r->prompt_tokens, &r->shape))
             continue;
         struct fit f;
         int kind = one_shape(r, &f);
@@ -334,14 +383,6 @@ static void small_losses(struct probe_result *res, size_t n)
     }
 }
 
-/* Clipping, not a run of messages: the kind and its run forgotten. */
-static void as_clip(struct probe_result *r)
-{
-    r->drop = PROBE_DROP_CLIP;
-    r->drop_turns = r->drop_msgs = 0;
-    r->drop_at = PROBE_AT_NONE;
-}
-
 void probe_lost_classify(const struct probe_spec *specs,
                          struct probe_result *res, size_t n, unsigned model_len)
 {
@@ -350,7 +391,7 @@ void probe_lost_classify(const struct probe_spec *specs,
     struct fit *fits = xcalloc(n ? n : 1, sizeof(*fits));
     double cmin = -1, cmax = -1;
     unsigned nmin = 0, nmax = 0;
-    size_t nclip = 0, nlost = 0, kinds[PROBE_DROP_COUNT] = {0};
+    size_t nclip = 0, kinds[PROBE_DROP_COUNT] = {0};
     for (size_t i = 0; i < n; i++) {
         struct probe_result *r = &res[i];
         if (!r->done || r->cached || !r->lost || r->outcome != PROBE_TRUNCATED)
@@ -366,9 +407,8 @@ void probe_lost_classify(const struct probe_spec *specs,
             continue;
         r->outcome = PROBE_DROPPED;
         r->drop = one_shape(r, &fits[i]);
-        nlost++;
         if (r->drop == PROBE_DROP_WINDOW || r->drop == PROBE_DROP_REASONING ||
-            r->shape.pieces_short)
+            r->shape.pieces_short || r->shape.estimated)
             continue;
         double c = clip_fit(&r->shape, r->prompt_tokens);
         if (c < 0)
@@ -390,20 +430,24 @@ void probe_lost_classify(const struct probe_spec *specs,
         struct probe_result *r = &res[i];
         if (r->outcome != PROBE_DROPPED || r->cached)
             continue;
-        if (clip &&
+        if (clip && !r->shape.estimated &&
             (r->drop == PROBE_DROP_SUMMARY || r->drop == PROBE_DROP_UNKNOWN) &&
             clip_fit(&r->shape, r->prompt_tokens) >= 0)
             as_clip(r);
         kinds[r->drop]++;
     }
     /* One path does one thing: when clipping explains two thirds of the
-     * cases, a window matched by chance is clipping too. */
-    if (3 * kinds[PROBE_DROP_CLIP] < 2 * nlost)
+     * dropped cases, a window matched by chance is clipping too (and
+     * without a case of clipping, nothing is). */
+    size_t ndrop = 0;
+    for (int k = 0; k < PROBE_DROP_COUNT; k++)
+        ndrop += kinds[k];
+    if (!kinds[PROBE_DROP_CLIP] || 3 * kinds[PROBE_DROP_CLIP] < 2 * ndrop)
         return;
     for (size_t i = 0; i < n; i++) {
         struct probe_result *r = &res[i];
         if (r->outcome == PROBE_DROPPED && !r->cached &&
-            r->drop == PROBE_DROP_WINDOW &&
+            r->drop == PROBE_DROP_WINDOW && !r->shape.estimated &&
             clip_fit(&r->shape, r->prompt_tokens) >= 0)
             as_clip(r);
     }

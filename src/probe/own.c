@@ -207,7 +207,11 @@ static json_t *tools_of_a_case(void)
     return t;
 }
 
-/* The model's miss on a held-out request of three short messages. */
+/* The model's miss on a held-out request of three short messages, and
+ * its miss per message on requests like the cases' (three messages of
+ * filler each, counted as a case is: own_msg_err). A template and
+ * tokenizer whose pieces count the same alone and in place miss by
+ * nothing, and a count of any size is then exact to own_err. */
 static int measure_err(struct probe_endpoint *e, struct http_client *c,
                        struct diag *d)
 {
@@ -216,6 +220,7 @@ static int measure_err(struct probe_endpoint *e, struct http_client *c,
         "Please summarise the log lines below in one sentence: disk usage "
         "at 81%, 2 retries, 14 ms p99.",
         "The log shows a healthy disk and a fast service."};
+    static const char *const roles[3] = {"system", "user", "assistant"};
     double want, p[3];
     int r = count_msgs(e, c, NULL, &want, d, msg("system", texts[0]),
                        msg("user", texts[1]), msg("assistant", texts[2]), NULL);
@@ -226,7 +231,29 @@ static int measure_err(struct probe_endpoint *e, struct http_client *c,
     double pred = e->own_base + e->own_role[R_SYSTEM] + e->own_role[R_USER] +
                   e->own_role[R_ASSISTANT] + p[0] + p[1] + p[2];
     e->own_err = fabs(pred - want) + 1;
-    return 0;
+    e->own_msg_err = 0;
+    for (int k = 0; k < 2 && !r; k++) {
+        struct probe_case pc;
+        struct probe_shape sh;
+        struct buf b = BUF_INIT;
+        memset(&pc, 0, sizeof(pc));
+        pc.messages = json_array();
+        for (int i = 0; i < 3; i++) {
+            buf_reset(&b);
+            probe_filler(&b, (enum probe_filler)((i + k) % FILLER_NSOURCES),
+                         0x0e7 + (uint64_t)(3 * k + i), 240);
+            json_array_append_new(pc.messages, msg(roles[i], buf_str(&b)));
+        }
+        buf_release(&b);
+        unsigned whole = 0;
+        r = probe_own_count(e, c, &pc, &sh, d);
+        r = r ? r : probe_tokenize(e, c, pc.messages, NULL, 0, &whole, d);
+        if (!r)
+            e->own_msg_err =
+                fmax(e->own_msg_err, fabs((double)sh.total - whole) / 3);
+        json_decref(pc.messages);
+    }
+    return r;
 }
 
 int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
@@ -368,7 +395,8 @@ int probe_own_count(struct probe_endpoint *e, struct http_client *c,
     }
     sh->frame = (unsigned)lround(frame);
     sh->total = (unsigned)lround(frame + pieces);
-    sh->err = e->own_err + 0.5 * (double)sh->n +
+    sh->msg_err = e->own_msg_err;
+    sh->err = e->own_err + sh->msg_err * (double)sh->n +
               (sh->pieces_short ? e->own_kerr * pieces + 0.02 * pieces : 0);
     return 0;
 }

@@ -187,7 +187,11 @@ struct probe_endpoint {
     bool calibrated;     /* sized from usage.prompt_tokens */
     double cal_a, cal_b; /* tokens ~= cal_a + cal_b * units */
     double cal_err;      /* tokens: the line's worst miss on its samples */
-    double tok_per_unit; /* of filler, by /tokenize; 0: unknown */
+    unsigned cal_clip;   /* bytes of a sample kept when a longer sample came
+                            back short (a path that clips long messages,
+                            or a server that keeps no more); 0: none did */
+    unsigned cal_clip_tokens; /* that sample's usage.prompt_tokens */
+    double tok_per_unit;      /* of filler, by /tokenize; 0: unknown */
     /* probe's own accounting (own.c): what a request costs by evidence
      * the path cannot rewrite, measured on short requests. */
     bool own_ready;
@@ -202,6 +206,8 @@ struct probe_endpoint {
     double own_k;       /* tokens per unit of short texts */
     double own_kerr;    /* relative spread of own_k across the samples */
     double own_err;     /* tokens: the model's miss on a held-out request */
+    double own_msg_err; /* tokens: its miss per message on requests of
+                           filler counted as cases are (0: exact) */
 };
 
 void probe_endpoint_init(struct probe_endpoint *e, const char *url);
@@ -241,7 +247,11 @@ int probe_canary_run(struct probe_endpoint *e, struct http_client *c,
 /* ---- size.c ---- */
 
 /* Fits cal_a/cal_b from at most three chat requests (max_tokens 1) when
- * the endpoint has no /tokenize. */
+ * the endpoint has no /tokenize; when the longer samples come back short
+ * (their counts grow by under half the tokens per unit of the one before),
+ * the line is fitted to the samples before them (two smaller samples are
+ * sent when only one stands there) and cal_clip says how many bytes of the
+ * first short one were kept. At most five requests. */
 int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
                     struct diag *d);
 /* Measures the endpoint's tokens per unit of filler with two /tokenize
@@ -277,13 +287,15 @@ struct probe_shape {
     unsigned bytes[PROBE_MAX_MSGS];
     unsigned char turn[PROBE_MAX_MSGS];
     unsigned turns;
-    unsigned frame;    /* tokens outside the messages' texts */
-    double err;        /* tokens the count may miss by */
-    bool pieces_short; /* /tokenize counted the pieces well under what
-                          their bytes hold (the path clips them): the
-                          count comes from the bytes */
-    bool estimated;    /* by the calibrated line, without /tokenize: too
-                          coarse to tell a window from a summary */
+    unsigned frame;     /* tokens outside the messages' texts */
+    double err;         /* tokens the count may miss by */
+    double msg_err;     /* of err: per message (the rest is the request's) */
+    bool pieces_short;  /* /tokenize counted the pieces well under what
+                           their bytes hold (the path clips them): the
+                           count comes from the bytes */
+    bool estimated;     /* by the calibrated line, without /tokenize: too
+                           coarse to tell a window from a summary */
+    unsigned clip_seen; /* estimated: the calibration's cal_clip */
 };
 
 /* Measures the template's framing and the tokens per unit of text with

@@ -153,6 +153,10 @@ bool probe_is_lost(long reached, const struct probe_shape *sh);
  * reached the model short by more than the count's error per message. */
 bool probe_path_check_due(long reached, const struct probe_shape *sh,
                           bool failed);
+/* True when a missed case cannot rule out a loss before the model: its
+ * count is the calibrated line's, or it reached the model short of
+ * probe's exact count beyond its error and nothing explained the loss. */
+bool probe_loss_not_ruled_out(const struct probe_result *r);
 
 /* ---- pstore.c ---- */
 

@@ -403,6 +403,10 @@ static json_t *case_json(const struct probe_spec *s,
     if (r->path_tokens)
         json_object_set_new(c, "path_tokens", json_integer(r->path_tokens));
     json_object_set_new(c, "lost_context", json_boolean(r->lost));
+    /* a miss counted by the calibrated line, or short of an exact count
+     * by what no run of messages explains: a loss is not ruled out */
+    if (probe_loss_not_ruled_out(r))
+        json_object_set_new(c, "inconclusive", json_true());
     if (r->outcome == PROBE_DROPPED || r->outcome == PROBE_TRUNCATED)
         json_object_set_new(c, "reached_ratio", json_real(r->drop_ratio));
     if (r->outcome == PROBE_DROPPED) {
@@ -868,6 +872,7 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
                             const struct probe_result *res, int k)
 {
     unsigned by[PROBE_DROP_COUNT][PROBE_AT_NEWEST + 1] = {{0}}, n = 0;
+    unsigned seen = 0; /* the calibration's cap, for clipping by the line */
     double lo = 2, hi = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct probe_result *r = &res[i];
@@ -879,6 +884,8 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
           [r->drop_at >= 0 && r->drop_at <= PROBE_AT_NEWEST ? r->drop_at : 0]++;
         lo = fmin(lo, r->drop_ratio);
         hi = fmax(hi, r->drop_ratio);
+        if (r->drop == PROBE_DROP_CLIP && r->have_shape && r->shape.estimated)
+            seen = r->shape.clip_seen;
     }
     static const char *const what[PROBE_DROP_COUNT] = {
         [PROBE_DROP_NONE] = "an unknown kind of drop",
@@ -893,17 +900,26 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
                                "field explains the count, or without "
                                "/tokenize the count cannot tell)",
     };
+    /* a loss of a few tokens in thousands reads 99.9%, not 100% */
+    int prec = hi > 0.995 ? 1 : 0;
     fprintf(out,
-            " %u dropped-before-the-model (%.0f%% to %.0f%% of probe's own "
+            " %u dropped-before-the-model (%.*f%% to %.*f%% of probe's own "
             "count reached the model, at no common cap: the path between "
             "probe and the model dropped context; it looks like",
-            n, 100 * lo, 100 * hi);
+            n, prec, 100 * lo, prec, 100 * hi);
     bool first = true;
     for (int d = 0; d < PROBE_DROP_COUNT; d++)
         for (int a = 0; a <= PROBE_AT_NEWEST; a++) {
             if (!by[d][a])
                 continue;
-            fprintf(out, "%s %s", first ? "" : ",", what[d]);
+            if (d == PROBE_DROP_CLIP && seen)
+                fprintf(out,
+                        "%s clipping (long messages shortened inside; the "
+                        "calibration's long samples came back cut to about "
+                        "%u bytes too)",
+                        first ? "" : ",", seen);
+            else
+                fprintf(out, "%s %s", first ? "" : ",", what[d]);
             if (d == PROBE_DROP_WINDOW || d == PROBE_DROP_SUMMARY)
                 fprintf(out, "%s%s)", a ? ", from the " : "",
                         probe_drop_at_name(a));
@@ -920,18 +936,34 @@ static void explain_missed(FILE *out, const struct probe_report_in *in,
                            const struct probe_result *res, int k, unsigned n)
 {
     double err = 0;
+    unsigned short_n = 0;
+    long most = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct probe_result *r = &res[i];
-        if ((int)in->specs[i].kind == k && r->done &&
-            r->outcome == PROBE_MISSED && r->have_shape && r->shape.estimated &&
-            r->shape.total)
+        if ((int)in->specs[i].kind != k || !r->done ||
+            r->outcome != PROBE_MISSED || !r->have_shape || !r->shape.total)
+            continue;
+        if (r->shape.estimated)
             err = fmax(err, 2 * r->shape.err / r->shape.total);
+        else if (probe_loss_not_ruled_out(r)) {
+            short_n++;
+            long by = (long)r->shape.total - r->prompt_tokens;
+            most = by > most ? by : most;
+        }
     }
-    if (err > 0)
+    if (short_n)
         fprintf(out,
-                " %u missed (prompt tokens within %.0f%% of the calibrated "
-                "count: without /tokenize a smaller loss on the path, such "
-                "as a stripped field, is not ruled out; else the model did "
+                " %u missed, %u of them inconclusive (up to %ld tokens short "
+                "of probe's own count, beyond its error, and no run of "
+                "messages or field explains it: a loss on the path is not "
+                "ruled out; the rest with prompt tokens intact);",
+                n, short_n, most);
+    else if (err > 0)
+        fprintf(out,
+                " %u missed or lost on the path, inconclusive (prompt tokens "
+                "within %.0f%% of the calibrated count: without /tokenize a "
+                "smaller loss on the path, such as a stripped field or a "
+                "short turn dropped, is not ruled out; else the model did "
                 "not recall);",
                 n, 100 * err);
     else

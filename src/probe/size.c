@@ -261,42 +261,142 @@ static void calibration_case(struct probe_case *pc, size_t bytes, uint64_t seed)
     buf_release(&b);
 }
 
+/* One calibration sample of `bytes` of filler: *x its units, *y the
+ * server's usage.prompt_tokens. */
+static int cal_sample(struct probe_endpoint *e, struct http_client *c,
+                      struct probe_case *pc, size_t bytes, uint64_t seed,
+                      double *x, double *y, struct diag *d)
+{
+    struct probe_reply rep;
+    calibration_case(pc, bytes, seed);
+    int r = probe_chat(e, c, pc, 1, &rep, NULL);
+    if (r || rep.prompt_tokens <= 0) {
+        r = r ? r : -EPROTO;
+        diag_set(d, -r, "cannot calibrate token counts: %s",
+                 rep.prompt_tokens <= 0 && !rep.error[0]
+                     ? "the answer has no usage.prompt_tokens"
+                     : rep.error);
+        probe_reply_release(&rep);
+        return r;
+    }
+    *x = units_of(pc);
+    *y = (double)rep.prompt_tokens;
+    probe_reply_release(&rep);
+    return 0;
+}
+
+/* The first sample (of n, ascending) that came back short: from the one
+ * before it, its count grew by under half the tokens per unit that one
+ * holds (a path that clips long messages, or a server that truncates,
+ * keeps a longer sample no longer); n when none. */
+static size_t first_short(const double *x, const double *y, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        double k = y[i - 1] / x[i - 1];
+        if (x[i] > x[i - 1] && (y[i] - y[i - 1]) / (x[i] - x[i - 1]) < 0.5 * k)
+            return i;
+    }
+    return n;
+}
+
+/* The bytes of the user message of a calibration case pc that, kept
+ * alone, leave the case `units` units (bisection on the prefix); at
+ * least 1. */
+static unsigned kept_prefix(const struct probe_case *pc, double units)
+{
+    json_t *m = json_array_get(pc->messages, 1);
+    const char *text = json_string_value(json_object_get(m, "content"));
+    size_t len = text ? strlen(text) : 0, lo = 0, hi = len;
+    double rest = units_of(pc) - probe_text_units(text);
+    char *p = malloc(len + 1);
+    if (!p)
+        return 1;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        memcpy(p, text, mid);
+        p[mid] = 0;
+        if (rest + probe_text_units(p) < units)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    free(p);
+    return lo ? (unsigned)lo : 1;
+}
+
+#define CAL_MAX 5
+
 int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
                     struct diag *d)
 {
-    double x[3], y[3];
-    size_t n = 0;
+    double x[CAL_MAX], y[CAL_MAX];
+    size_t bytes[CAL_MAX], n = 0;
+    uint64_t seeds[CAL_MAX];
     unsigned cap = e->max_model_len ? e->max_model_len : 8192;
-    size_t sizes[3] = {1000, 6000, 20000};
+    static const size_t sizes[3] = {1000, 6000, 20000};
+    /* below the first size, when the longer samples came back short */
+    static const size_t smaller[2] = {250, 500};
     struct probe_case pc;
+    int r = 0;
     memset(&pc, 0, sizeof(pc));
+    e->cal_clip = 0;
+    e->cal_clip_tokens = 0;
 
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 3 && !r; i++) {
         if (i && sizes[i] / 3 > cap / 2)
             break;
-        struct probe_reply rep;
-        calibration_case(&pc, sizes[i], 0xca11b8a7e + i);
-        int r = probe_chat(e, c, &pc, 1, &rep, NULL);
-        if (r || rep.prompt_tokens <= 0) {
-            r = r ? r : -EPROTO;
-            diag_set(d, -r, "cannot calibrate token counts: %s",
-                     rep.prompt_tokens <= 0 && !rep.error[0]
-                         ? "the answer has no usage.prompt_tokens"
-                         : rep.error);
-            probe_reply_release(&rep);
-            probe_case_release(&pc);
-            return r;
-        }
-        x[n] = units_of(&pc);
-        y[n] = (double)rep.prompt_tokens;
-        n++;
-        probe_reply_release(&rep);
+        bytes[n] = sizes[i];
+        seeds[n] = 0xca11b8a7e + i;
+        r = cal_sample(e, c, &pc, sizes[i], seeds[n], &x[n], &y[n], d);
+        n += !r;
     }
-    probe_case_release(&pc);
-    if (n < 2)
+    size_t ok = r ? n : first_short(x, y, n);
+    if (!r && ok < 2 && ok < n) {
+        /* the first sample alone stands before the bend: two smaller ones
+         * in front of it, and the bend looked for again */
+        double x2[CAL_MAX], y2[CAL_MAX];
+        size_t b2[CAL_MAX], m = 0;
+        uint64_t s2[CAL_MAX];
+        for (size_t i = 0; i < 2 && !r; i++) {
+            b2[m] = smaller[i];
+            s2[m] = 0xca11b8a70 + i;
+            r = cal_sample(e, c, &pc, smaller[i], s2[m], &x2[m], &y2[m], d);
+            m += !r;
+        }
+        for (size_t i = 0; i < n && m < CAL_MAX; i++, m++) {
+            x2[m] = x[i];
+            y2[m] = y[i];
+            b2[m] = bytes[i];
+            s2[m] = seeds[i];
+        }
+        n = m;
+        memcpy(x, x2, n * sizeof(*x));
+        memcpy(y, y2, n * sizeof(*y));
+        memcpy(bytes, b2, n * sizeof(*bytes));
+        memcpy(seeds, s2, n * sizeof(*seeds));
+        ok = r ? n : first_short(x, y, n);
+    }
+    if (r) {
+        probe_case_release(&pc);
+        return r;
+    }
+    if (ok < n && ok < 2) {
+        probe_case_release(&pc);
+        return diag_set(d, EPROTO,
+                        "cannot calibrate token counts: samples of %zu and "
+                        "%zu bytes came back at %.0f and %.0f tokens (the "
+                        "path clips every message past a few hundred bytes, "
+                        "or the server keeps no more)",
+                        bytes[0], bytes[n - 1], y[0], y[n - 1]);
+    }
+    if (n < 2) {
+        probe_case_release(&pc);
         return diag_set(d, EPROTO,
                         "cannot calibrate token counts: the "
                         "context is too small for two samples");
+    }
+    size_t all = n;
+    n = ok;
     double mx = 0, my = 0, sxx = 0, sxy = 0;
     for (size_t i = 0; i < n; i++) {
         mx += x[i] / (double)n;
@@ -310,11 +410,19 @@ int probe_calibrate(struct probe_endpoint *e, struct http_client *c,
     if (e->cal_b <= 0)
         e->cal_b = 1 / BYTES_PER_TOKEN;
     e->cal_a = my - e->cal_b * mx;
-    /* the fit's worst miss: a path that clips the longest sample bends
-     * the line, and the miss says by how much */
+    /* the fit's worst miss on the samples it was fitted to */
     e->cal_err = 0;
     for (size_t i = 0; i < n; i++)
         e->cal_err = fmax(e->cal_err, fabs(e->cal_a + e->cal_b * x[i] - y[i]));
+    /* A sample that came back short: the line says how many bytes of its
+     * message were kept (the prefix of its text whose units give its
+     * count). */
+    if (ok < all) {
+        calibration_case(&pc, bytes[ok], seeds[ok]);
+        e->cal_clip = kept_prefix(&pc, (y[ok] - e->cal_a) / e->cal_b);
+        e->cal_clip_tokens = (unsigned)lround(y[ok]);
+    }
+    probe_case_release(&pc);
     e->calibrated = true;
     return 0;
 }
@@ -370,4 +478,5 @@ void probe_own_estimate(const struct probe_endpoint *e,
     sh->err = e->cal_err + 0.03 * total;
     sh->estimated = true;
     sh->frame = e->cal_a > 0 ? (unsigned)lround(e->cal_a) : 0;
+    sh->clip_seen = e->cal_clip;
 }

@@ -12,11 +12,20 @@
 #include "core/diag.h"
 #include "store/db.h"
 
+/* The version of the store's layout, kept in its store_meta table: 1 had
+ * one intake frontier (the table `intake`), 2 one per intake log
+ * (intake_log). A store of an older version is migrated in place as its
+ * tables are opened (each subsystem's schema call); one of a newer version
+ * is refused, as this fidelity cannot tell what it would break. */
+#define STORE_SCHEMA_VERSION 2
+
 /* The store's file when neither --db nor $FIDELITY_DB names one. */
 #define STORE_DEFAULT_PATH "fidelity.db"
 /* Opens (creating) target: a SQLite file in WAL mode with a busy timeout,
- * or a PostgreSQL database. On error *db is NULL, d names the store (a
- * URL's password masked) and the reason, and -EIO is returned. */
+ * or a PostgreSQL database, and records STORE_SCHEMA_VERSION in it (when
+ * it can be written). On error *db is NULL, d names the store (a URL's
+ * password masked) and the reason, and -EIO is returned; -EPROTO when the
+ * store was written by a newer fidelity. */
 int store_open(const char *target, struct db **db, struct diag *d);
 /* store_open for a connection that one thread at a time uses (the caller
  * orders the threads that take turns): for SQLite its multi-thread mode

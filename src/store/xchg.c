@@ -253,7 +253,7 @@ void xchg_unprep(struct xchg_cache *c, struct db_stmt *st)
 {
     for (int i = 0; c && i < STMT_SLOTS; i++) {
         if (c->st[i] == st) {
-            /* no sqlite3_clear_bindings: each use binds every parameter
+            /* no db_clear_bindings: each use binds every parameter
              * of its statement (insert_row binds NULLs too) */
             db_reset(st);
             return;
@@ -1328,9 +1328,9 @@ static void run_stmt(struct xchg_cache *c, struct db *db, const char *sql)
 static const char SQL_BEGIN[] = "BEGIN IMMEDIATE";
 static const char SQL_COMMIT[] = "COMMIT";
 
-/* Like run_stmt, with sqlite3_step's result: BEGIN and COMMIT run once per
+/* Like run_stmt, with db_step's result: BEGIN and COMMIT run once per
  * batch, and a batch under load is often one or two exchanges, so their
- * parsing (sqlite3_exec) was a visible part of storing one. */
+ * parsing (db_exec) was a visible part of storing one. */
 static int step_stmt(struct xchg_cache *c, struct db *db, const char *sql)
 {
     struct db_stmt *st = xchg_prep(c, db, sql);

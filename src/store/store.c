@@ -11,6 +11,7 @@
 #include "core/url.h"
 #include "core/xalloc.h"
 #include "store/db_int.h"
+#include "store/intake.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -54,6 +55,10 @@ static int check_version(struct db *db, const char *target, struct diag *d)
     }
     if (v == STORE_SCHEMA_VERSION || db_is_readonly(db))
         return 0;
+    /* 1 -> 2: the one intake frontier becomes one per log */
+    struct diag ignored = {{0}};
+    if (intake_schema(db, &ignored))
+        return 0; /* left for a writer to migrate, version unchanged */
     db_exec(db,
             "CREATE TABLE IF NOT EXISTS store_meta ("
             " key TEXT PRIMARY KEY, value INTEGER NOT NULL);"

@@ -228,12 +228,13 @@ static void change_a_digit(struct buf *b)
     fail_msg("no digit to change");
 }
 
-/* Version 2, with a checksum that holds: refused for its version. */
-static void version_2(struct buf *b)
+/* Version 3 (one this fidelity does not know), with a checksum that
+ * holds: refused for its version. */
+static void version_3(struct buf *b)
 {
-    char *v = strstr(b->data, "\"version\":1");
+    char *v = strstr(b->data, "\"version\":2");
     assert_non_null(v);
-    v[10] = '2';
+    v[10] = '3';
     char *trailer = b->data + b->len - 2;
     while (trailer > b->data && trailer[-1] != '\n')
         trailer--;
@@ -261,7 +262,7 @@ static void test_damaged_files_refused(void **state)
     } cases[] = {
         {cut_last_line, "truncated"},
         {change_a_digit, "checksum"},
-        {version_2, "version 2"},
+        {version_3, "version 3"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
         rewrite(bad, cases[k].edit);

@@ -145,17 +145,16 @@ static const char three[] =
  * saved once (the test profile's corpus), then bisect with [golden] file
  * launches the three configurations and no golden, and ranks them as the
  * same bisect with a launched golden does: the same culprit, the same
- * order, the same excess KL and drift verdicts (the live one run
- * without the decode path, which a file does not keep), the same
- * server-info differences; recall is not measured (no golden to be probe's
- * baseline), which the rows and the first line say. */
+ * order, the same drift verdicts and attribution, the same server-info
+ * differences, and the same excess KL within 2 % (a toggle that changes
+ * the greedy output has its decode steps compared up to where its output
+ * parts from the golden's, docs/DRIFT.md); recall is not measured (no golden to
+ * be probe's baseline), which the rows and the first line say. */
 static void test_golden_file_launches_no_golden(void **state)
 {
     (void)state;
     char cfg[128], gcfg[256], gfile[256], t[1024];
-    /* the live golden measured as a file can be: no decode path */
-    snprintf(t, sizeof(t), "drift_args = --decode-tokens 0\n\n%s", three);
-    write_config("glive", "", t, cfg, sizeof(cfg));
+    write_config("glive", "", three, cfg, sizeof(cfg));
     struct buf out = BUF_INIT, gout = BUF_INIT, err = BUF_INIT;
     json_t *j, *gj;
     assert_int_equal(
@@ -170,9 +169,11 @@ static void test_golden_file_launches_no_golden(void **state)
     write_config("gfile", "", t, gcfg, sizeof(gcfg));
     char url[64];
     snprintf(url, sizeof(url), "%s", proc_url(&refsim));
-    const char *save[] = {"drift", "--golden",    url, "--save-golden",
-                          gfile,   "--sequences", "2", "--max-context",
-                          "1024",  NULL};
+    /* the test profile's drift options */
+    const char *save[] = {"drift", "--golden",        url,   "--save-golden",
+                          gfile,   "--sequences",     "2",   "--max-context",
+                          "1024",  "--decode-tokens", "16",  "--decode-seqs",
+                          "1",     "--decode-prompt", "128", NULL};
     int rc = proc_run(save, NULL, NULL, &err, 120);
     if (rc)
         fail_msg("save: exit %d: %s", rc, buf_str(&err));
@@ -209,7 +210,9 @@ static void test_golden_file_launches_no_golden(void **state)
                             bisectfx_str(l, "drift_verdict"));
         double lh = json_number_value(json_object_get(l, "harm"));
         double fh = json_number_value(json_object_get(f, "harm"));
-        if (!(fabs(lh - fh) <= 1e-9 * fmax(1, fabs(lh))))
+        print_message("%s: excess KL %g against the file, %g live\n", name, fh,
+                      lh);
+        if (!(fabs(lh - fh) <= 0.02 * fmax(fabs(lh), fabs(fh)) + 1e-12))
             fail_msg("%s: excess KL %g against the file, %g live", name, fh,
                      lh);
         assert_true(json_is_false(json_object_get(f, "recall_measured")));

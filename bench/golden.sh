@@ -5,7 +5,8 @@
 # routed-scaling); for each corpus size (SEQS sequences of CTX tokens,
 # top-20): the saved file's bytes and bytes per 1,000 compared positions,
 # then `drift` against the live golden and against the file (--decode-tokens
-# 0 in both: a saved golden keeps no decode path), wall seconds of each and
+# 0 in the saving run and the live one: the decode path's few steps would
+# only add noise to the sizes), wall seconds of each and
 # their ratio. The golden's own time (answering) is what the file saves;
 # the sim answers in milliseconds, so on GPU servers the ratio is larger.
 #   sh bench/golden.sh [SEQS] [CTX...]      (default 4 and 1024 4096)
@@ -30,7 +31,7 @@ printf '%-6s %-6s %10s %10s %12s %9s %9s %7s\n' seqs ctx positions file_kB \
 for ctx in $CTXS; do
     f="$tmp/g$ctx.fgold"
     ./fidelity drift --golden "http://127.0.0.1:$pg" --save-golden "$f" \
-        --sequences "$SEQS" --max-context "$ctx" >/dev/null 2>&1
+        --sequences "$SEQS" --max-context "$ctx" --decode-tokens 0 >/dev/null 2>&1
     t0=$(now)
     ./fidelity drift --golden "http://127.0.0.1:$pg" --candidate "http://127.0.0.1:$pc" \
         --sequences "$SEQS" --max-context "$ctx" --decode-tokens 0 --no-store \

@@ -34,6 +34,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/xalloc.h"
+#include "drift/tape.h"
 #include "http/client.h"
 
 const char *bisect_phase_name(enum bisect_phase p)
@@ -176,16 +177,19 @@ static void progress(struct ctx *x, const char *name, size_t idx,
     progress_at(x, name, idx, ph, 0);
 }
 
-/* The profile's options for drift (which 0) or probe (1). */
+/* The profile's options for drift (which 0), probe (1), or drift against
+ * a saved golden file (2: the file sets the options that shape requests,
+ * so only the others are given). */
 static const char *profile_args(const struct bisect_config *c, int which)
 {
     static const char *const test[] = {
         "--sequences 2 --max-context 1024 --decode-tokens 16 "
         "--decode-seqs 1 --decode-prompt 128 --bootstrap 50 --jobs 1",
         "--kinds needle --lengths 1k,2k,4k,8k,16k --depths 0,25,50,75,100 "
-        "--max-tokens 64 -j 2"};
+        "--max-tokens 64 -j 2",
+        "--bootstrap 50 --jobs 1"};
     static const char *const quick[] = {"--sequences 4 --max-context 4096",
-                                        "--profile quick"};
+                                        "--profile quick", ""};
     return !strcmp(c->profile, "test") ? test[which] : quick[which];
 }
 
@@ -281,15 +285,27 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
     char *pj = path_of(x, name, ".probe.json");
     char *db = path_of(x, "probe", ".db");
     char fixed[2048];
+    const char *file = x->c->golden_file;
     progress(x, name, idx, BISECT_COMPARING);
     snprintf(fixed, sizeof(fixed),
-             "drift --golden %s --candidate %s --json %s --no-store %s%s%s",
-             x->golden, addr, dj, profile_args(x->c, 0),
+             "drift %s %s --candidate %s --json %s --no-store %s%s%s",
+             file ? "--golden-file" : "--golden", file ? file : x->golden, addr,
+             dj, profile_args(x->c, file ? 2 : 0),
              x->c->model ? " --model " : "", x->c->model ? x->c->model : "");
     double t0 = clock_now_s();
     int rc = run_self(x, fixed, x->c->drift_args, mlog, lx);
     json_object_set_new(doc, "drift_seconds", json_real(clock_now_s() - t0));
     json_t *drift = rc == 0 || rc == 1 ? load_json(dj) : NULL;
+    if (file) { /* no golden to be probe's baseline: drift alone */
+        if (drift) {
+            json_object_set_new(doc, "status", json_string("ok"));
+            json_object_set_new(doc, "drift", drift);
+            json_object_set_new(doc, "recall", json_string("not measured"));
+        } else {
+            set_error(doc, mlog, "%s failed; see the measurement log", "drift");
+        }
+        goto out;
+    }
     progress(x, name, idx, BISECT_PROBING);
     snprintf(fixed, sizeof(fixed),
              "probe --endpoint %s --baseline %s --json %s --db %s --fresh "
@@ -310,6 +326,7 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
         set_error(doc, mlog, "%s failed; see the measurement log",
                   drift ? "probe" : "drift");
     }
+out:
     free(mlog);
     free(dj);
     free(pj);
@@ -418,13 +435,31 @@ static json_t *stored(struct ctx *x, const char *name)
     return doc;
 }
 
-/* Measures configuration s on slot (or reuses its stored result). */
-static json_t *fingerprint_of(const char *addr)
+/* The endpoints drift's fingerprint asks (drift/transport.c): all a saved
+ * golden file holds, so all a candidate is compared on against one. */
+static const char *const drift_fp_paths[] = {"/v1/models", "/version",
+                                             "/get_server_info"};
+#define DRIFT_FP_PATHS (sizeof(drift_fp_paths) / sizeof(*drift_fp_paths))
+
+/* The server's fingerprint (inspect.h); against a saved golden file, from
+ * the endpoints the file holds. */
+static json_t *fingerprint_of(const struct ctx *x, const char *addr)
 {
     struct http_client *c = http_client_new();
     json_t *a = NULL, *fp = NULL;
-    if (!inspect_fetch(c, addr, 10000, &a, NULL))
+    if (!inspect_fetch(c, addr, 10000, &a, NULL)) {
+        if (x->c->golden_file) {
+            json_t *only = json_object();
+            for (size_t i = 0; i < DRIFT_FP_PATHS; i++) {
+                json_t *v = json_object_get(a, drift_fp_paths[i]);
+                if (v)
+                    json_object_set(only, drift_fp_paths[i], v);
+            }
+            json_decref(a);
+            a = only;
+        }
         fp = inspect_normalise(addr, a);
+    }
     json_decref(a);
     http_client_free(c);
     return fp;
@@ -435,7 +470,7 @@ static json_t *fingerprint_of(const char *addr)
 static void compare_fingerprint(struct ctx *x, bisect_set s, const char *addr,
                                 json_t *doc)
 {
-    json_t *fp = fingerprint_of(addr);
+    json_t *fp = fingerprint_of(x, addr);
     if (!fp || !x->golden_fp) {
         json_decref(fp);
         return;
@@ -455,6 +490,7 @@ static void compare_fingerprint(struct ctx *x, bisect_set s, const char *addr,
         json_object_set_new(doc, "server_info_note", json_string(note));
 }
 
+/* Measures configuration s on slot (or reuses its stored result). */
 static json_t *measure_set(struct ctx *x, bisect_set s, int slot, size_t idx)
 {
     char *name = bisect_set_name(x->c, s);
@@ -535,8 +571,7 @@ static int adaptive_test(bisect_set s, bool *harmful, void *ud)
     if (stopping(x))
         return -EINTR;
     struct bisect_verdict v;
-    bisect_verdict_from(json_object_get(doc, "drift"),
-                        json_object_get(doc, "probe"), &v);
+    bisect_verdict_of(doc, &v);
     if (!v.measured)
         return diag_set(&x->d, EIO, "configuration '%s' was not measured: %s",
                         json_string_value(json_object_get(doc, "name")),
@@ -545,14 +580,48 @@ static int adaptive_test(bisect_set s, bool *harmful, void *ud)
     return 0;
 }
 
+/* A saved golden file: read and checked whole before anything is launched
+ * (drift reads it again for each configuration); its URL, and its
+ * fingerprint for the configurations' server-info comparisons. */
+static int golden_from_file(struct ctx *x, json_t *doc, struct diag *d)
+{
+    struct drift_tape *t = drift_tape_load(x->c->golden_file, d);
+    if (!t)
+        return -EINVAL;
+    json_t *h = drift_tape_header(t);
+    const char *url =
+        json_string_value(json_object_get(json_object_get(h, "golden"), "url"));
+    snprintf(x->golden, sizeof(x->golden), "%s", url ? url : "");
+    json_object_set_new(doc, "file", json_string(x->c->golden_file));
+    json_object_set_new(doc, "url", json_string(x->golden));
+    json_object_set_new(doc, "exchanges",
+                        json_integer((json_int_t)drift_tape_count(t)));
+    json_t *fp = json_object_get(h, "fingerprint");
+    if (json_is_object(fp)) {
+        json_t *a = json_object();
+        for (size_t i = 0; i < DRIFT_FP_PATHS; i++) {
+            json_t *v = json_object_get(fp, drift_fp_paths[i]);
+            if (v)
+                json_object_set(a, drift_fp_paths[i], v);
+        }
+        x->golden_fp = inspect_normalise(x->golden, a);
+        json_decref(a);
+        json_object_set(doc, "fingerprint", x->golden_fp);
+    }
+    drift_tape_free(t);
+    return 0;
+}
+
 static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
 {
     json_t *doc = json_object();
     x->out->golden = doc;
+    if (x->c->golden_file)
+        return golden_from_file(x, doc, d);
     if (x->c->golden_url) {
         snprintf(x->golden, sizeof(x->golden), "%s", x->c->golden_url);
         json_object_set_new(doc, "url", json_string(x->golden));
-        x->golden_fp = fingerprint_of(x->golden);
+        x->golden_fp = fingerprint_of(x, x->golden);
         return 0;
     }
     json_object_set_new(doc, "name", json_string("golden"));
@@ -565,7 +634,7 @@ static int run_golden(struct ctx *x, struct launch **g, struct diag *d)
                         json_string_value(json_object_get(doc, "error")));
     }
     json_object_set_new(doc, "url", json_string(x->golden));
-    x->golden_fp = fingerprint_of(x->golden);
+    x->golden_fp = fingerprint_of(x, x->golden);
     if (x->golden_fp)
         json_object_set(doc, "fingerprint", x->golden_fp);
     return 0;

@@ -41,19 +41,33 @@ struct key {
 };
 
 static const struct key keys[] = {
-    {SEC_SERVER, "command", false},       {SEC_SERVER, "env", true},
-    {SEC_SERVER, "workdir", false},       {SEC_SERVER, "ready_url", false},
-    {SEC_SERVER, "ready_timeout", false}, {SEC_SERVER, "stop_signal", false},
-    {SEC_SERVER, "stop_grace", false},    {SEC_SERVER, "port", false},
-    {SEC_SERVER, "launcher", false},      {SEC_GOLDEN, "url", false},
-    {SEC_MEASURE, "profile", false},      {SEC_MEASURE, "model", false},
-    {SEC_MEASURE, "drift_args", false},   {SEC_MEASURE, "probe_args", false},
-    {SEC_TOGGLE, "args", false},          {SEC_TOGGLE, "env", true},
-    {SEC_TOGGLE, "description", false},   {SEC_TOGGLE, "path", false},
-    {SEC_SLURM, "partition", false},      {SEC_SLURM, "account", false},
-    {SEC_SLURM, "nodes", false},          {SEC_SLURM, "gpus_per_node", false},
-    {SEC_SLURM, "time", false},           {SEC_SLURM, "sbatch", true},
-    {SEC_SLURM, "host", false},           {SEC_SLURM, "queue_timeout", false},
+    {SEC_SERVER, "command", false},
+    {SEC_SERVER, "env", true},
+    {SEC_SERVER, "workdir", false},
+    {SEC_SERVER, "ready_url", false},
+    {SEC_SERVER, "ready_timeout", false},
+    {SEC_SERVER, "stop_signal", false},
+    {SEC_SERVER, "stop_grace", false},
+    {SEC_SERVER, "port", false},
+    {SEC_SERVER, "launcher", false},
+    {SEC_GOLDEN, "url", false},
+    {SEC_GOLDEN, "file", false},
+    {SEC_MEASURE, "profile", false},
+    {SEC_MEASURE, "model", false},
+    {SEC_MEASURE, "drift_args", false},
+    {SEC_MEASURE, "probe_args", false},
+    {SEC_TOGGLE, "args", false},
+    {SEC_TOGGLE, "env", true},
+    {SEC_TOGGLE, "description", false},
+    {SEC_TOGGLE, "path", false},
+    {SEC_SLURM, "partition", false},
+    {SEC_SLURM, "account", false},
+    {SEC_SLURM, "nodes", false},
+    {SEC_SLURM, "gpus_per_node", false},
+    {SEC_SLURM, "time", false},
+    {SEC_SLURM, "sbatch", true},
+    {SEC_SLURM, "host", false},
+    {SEC_SLURM, "queue_timeout", false},
 };
 
 static const char *const sec_names[] = {"",        "server",      "golden",
@@ -94,6 +108,7 @@ void bisect_config_release(struct bisect_config *c)
     free(c->workdir);
     free(c->ready_url);
     free(c->golden_url);
+    free(c->golden_file);
     free(c->profile);
     free(c->model);
     free(c->drift_args);
@@ -218,6 +233,32 @@ static int check_url(struct parser *p, int line, const char *key, const char *v)
 {
     if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
         return fail(p, line, "'%s' must start with http:// or https://", key);
+    return 0;
+}
+
+/* [golden] url or file, not both; a relative file is the config's
+ * directory's. */
+static int golden_key(struct parser *p, int line, const char *k, const char *v)
+{
+    struct bisect_config *c = p->c;
+    if (c->golden_url || c->golden_file)
+        return fail(p, line,
+                    "[golden] has both 'url' and 'file'; keep one: a "
+                    "running golden, or a saved golden file");
+    if (!strcmp(k, "url")) {
+        c->golden_url = xstrdup(v);
+        return check_url(p, line, k, v);
+    }
+    if (!*v)
+        return fail(p, line,
+                    "'file' is empty; give the path of a saved golden "
+                    "('fidelity drift --golden URL --save-golden FILE')");
+    const char *slash = strrchr(p->file, '/');
+    if (*v == '/' || !slash)
+        c->golden_file = xstrdup(v);
+    else
+        c->golden_file =
+            xasprintf("%.*s/%s", (int)(slash - p->file), p->file, v);
     return 0;
 }
 
@@ -403,10 +444,8 @@ static int on_pair(struct parser *p, int line, const char *k, const char *v)
     switch (p->sec) {
     case SEC_SERVER:
         return server_key(p, line, k, v);
-    case SEC_GOLDEN: {
-        p->c->golden_url = xstrdup(v);
-        return check_url(p, line, k, v);
-    }
+    case SEC_GOLDEN:
+        return golden_key(p, line, k, v);
     case SEC_MEASURE:
         return measure_key(p, line, k, v);
     case SEC_SLURM:

@@ -68,7 +68,10 @@ struct bisect_config {
     enum bisect_launcher launcher;
     struct bisect_slurm slurm;
     /* [golden] */
-    char *golden_url; /* NULL: launch the command with every toggle off */
+    char *golden_url;  /* NULL: launch the command with every toggle off */
+    char *golden_file; /* a saved golden (drift --save-golden): nothing is
+                          launched for it and only drift measures; a
+                          relative path is the config file's directory's */
     /* [measure] */
     char *profile;    /* quick (default) or test */
     char *model;      /* NULL: what the server lists */

@@ -55,16 +55,17 @@ static void fill_rows(const struct bisect_config *c,
     for (size_t i = 0; i < out->n_results; i++) {
         struct bisect_row *w = &rows[i];
         w->r = &out->results[i];
-        bisect_verdict_from(json_object_get(w->r->doc, "drift"),
-                            json_object_get(w->r->doc, "probe"), &w->v);
+        bisect_verdict_of(w->r->doc, &w->v);
         w->claimed = claimed_path(c, w->r->set);
         w->mismatch = bisect_path_mismatch(w->claimed, &w->v);
         w->verdict = !w->v.measured      ? "not measured"
                      : w->v.recall_worse ? "CULPRIT"
-                     : w->v.harmful      ? "drifts (recall unchanged)"
-                     : w->v.undecided    ? "undecided (more evidence needed)"
-                     : w->v.inert        ? "inert"
-                                         : "harmless (below thresholds)";
+                     : w->v.harmful && !w->v.recall_measured
+                         ? "drifts (recall not measured)"
+                     : w->v.harmful   ? "drifts (recall unchanged)"
+                     : w->v.undecided ? "undecided (more evidence needed)"
+                     : w->v.inert     ? "inert"
+                                      : "harmless (below thresholds)";
     }
     qsort(rows, out->n_results, sizeof(*rows), row_cmp);
 }

@@ -230,8 +230,8 @@ static bool harm_below_warn(const struct bisect_verdict *v)
     return !isnan(v->warn_kl) && !isnan(top) && top < v->warn_kl;
 }
 
-void bisect_verdict_from(const json_t *drift, const json_t *probe,
-                         struct bisect_verdict *v)
+static void verdict(const json_t *drift, const json_t *probe, bool drift_only,
+                    struct bisect_verdict *v)
 {
     memset(v, 0, sizeof(*v));
     v->harm = v->harm_lo = v->harm_hi = v->flips_per_1k = NAN;
@@ -239,11 +239,13 @@ void bisect_verdict_from(const json_t *drift, const json_t *probe,
     v->pass_diff = v->diff_lo = v->diff_hi = v->mcnemar_p = NAN;
     v->drift_verdict = v->growth = "?";
     v->attribution = "not measured";
-    if (!drift || !probe)
+    if (!drift || (!probe && !drift_only))
         return;
     v->measured = true;
     from_drift(drift, v);
-    from_probe(probe, v);
+    v->recall_measured = !drift_only;
+    if (!drift_only)
+        from_probe(probe, v);
     bool fail = !strcmp(v->drift_verdict, "FAIL");
     if (fail && growth_alone_below_warn(drift)) {
         fail = false;
@@ -263,7 +265,20 @@ void bisect_verdict_from(const json_t *drift, const json_t *probe,
     if (v->harmful)
         v->undecided = false;
     v->inert = !v->harmful && !v->undecided && v->identical_logprobs &&
-               v->decode_identical && v->identical_answers;
+               v->decode_identical && (drift_only || v->identical_answers);
+}
+
+void bisect_verdict_from(const json_t *drift, const json_t *probe,
+                         struct bisect_verdict *v)
+{
+    verdict(drift, probe, false, v);
+}
+
+void bisect_verdict_of(const json_t *doc, struct bisect_verdict *v)
+{
+    const char *r = str(doc, "recall", "");
+    verdict(json_object_get(doc, "drift"), json_object_get(doc, "probe"),
+            !strcmp(r, "not measured"), v);
 }
 
 bool bisect_path_mismatch(enum bisect_path claimed,

@@ -24,6 +24,7 @@ struct bisect_verdict {
     const char *attribution; /* in words */
     bool identical_logprobs; /* every compared position bit-identical */
     bool decode_identical;   /* the decode path's too */
+    bool recall_measured;    /* false: drift alone (a saved golden file) */
     unsigned cases;
     double pass_diff, diff_lo, diff_hi; /* candidate minus golden, 95 % */
     double mcnemar_p;
@@ -45,6 +46,12 @@ struct bisect_verdict {
  * growth rule alone at a level below WARN. */
 void bisect_verdict_from(const json_t *drift, const json_t *probe,
                          struct bisect_verdict *v);
+
+/* The verdict of a configuration's document (bisect.h): its drift and
+ * probe, or, where bisect measured against a saved golden file (the
+ * document's "recall" is "not measured"), its drift alone: no recall
+ * figures, never recall_worse, and inert on bit-identical logprobs alone. */
+void bisect_verdict_of(const json_t *doc, struct bisect_verdict *v);
 
 /* Whether the measured path contradicts the claimed one (unknown claims
  * contradict nothing). */

@@ -37,8 +37,10 @@ const char CMD_BISECT_HELP[] =
     "the golden (drift: teacher-forced logprobs; probe: recall, with the\n"
     "golden as baseline), stops it, and ranks the toggles: harm, attribution\n"
     "against the claimed path, recall change, inert toggles. No server is\n"
-    "left running, also when bisect is interrupted or killed. CONFIG format:\n"
-    "docs/BISECT.md.\n"
+    "left running, also when bisect is interrupted or killed. With\n"
+    "[golden] file = PATH (a saved golden, drift --save-golden) no golden\n"
+    "is launched and drift alone measures: recall is not measured.\n"
+    "CONFIG format: docs/BISECT.md.\n"
     "\n"
     "options:\n"
     "  --mode M      one-at-a-time (default: each toggle alone), "
@@ -225,9 +227,13 @@ static int dry_run(const struct bisect_config *c, const struct opts *o)
     struct diag d = {0};
     if (bisect_plan_static(o->mode, c->n_toggles, &sets, &n, &d))
         return cli_error("bisect", EXIT_USAGE, "%s", d.msg);
-    int golden = c->golden_url ? 0 : 1;
-    printf("mode %s, %zu toggles, golden %s\n", bisect_mode_name(o->mode),
-           c->n_toggles, c->golden_url ? c->golden_url : "launched");
+    int golden = c->golden_url || c->golden_file ? 0 : 1;
+    printf("mode %s, %zu toggles, golden %s%s%s\n", bisect_mode_name(o->mode),
+           c->n_toggles, c->golden_file ? "file " : "",
+           c->golden_url    ? c->golden_url
+           : c->golden_file ? c->golden_file
+                            : "launched",
+           c->golden_file ? " (drift alone: recall is not measured)" : "");
     if (golden) {
         char *cmd = c->first_port ? bisect_set_command(c, 0, c->first_port, 0)
                                   : bisect_set_template(c, 0);
@@ -326,10 +332,13 @@ static void print_culprit(const struct bisect_config *c,
     char ci[64] = "";
     if (!isnan(v->harm_lo))
         snprintf(ci, sizeof(ci), " [%.3g, %.3g]", v->harm_lo, v->harm_hi);
-    printf("excess KL %.3g%s (%s), drift %s, recall %+.0f points (McNemar p "
-           "%.3g)",
-           v->harm, ci, v->attribution, v->drift_verdict, 100 * v->pass_diff,
-           v->mcnemar_p);
+    printf("excess KL %.3g%s (%s), drift %s", v->harm, ci, v->attribution,
+           v->drift_verdict);
+    if (v->recall_measured)
+        printf(", recall %+.0f points (McNemar p %.3g)", 100 * v->pass_diff,
+               v->mcnemar_p);
+    else
+        printf(", recall not measured (a saved golden)");
 }
 
 /* The first line names every culprit, recall loss first, then by harm;
@@ -357,6 +366,9 @@ static void print_headline(const struct bisect_config *c,
                unmeasured, unmeasured == 1 ? "" : "s",
                unmeasured == 1 ? "its" : "their",
                unmeasured == 1 ? "it" : "them");
+    else if (c->golden_file)
+        printf("no culprit: no configuration's drift failed against the "
+               "saved golden (recall not measured)\n");
     else
         printf("no culprit: no configuration's drift failed or recall fell "
                "significantly below the golden's\n");
@@ -432,10 +444,14 @@ static void print_row(const struct bisect_row *w)
             printf("    log tail:\n%s\n", t);
         return;
     }
-    printf("%-10.3g %-8.1f %-6s %-13s %-8s %+5.0f [%+.0f,%+.0f] p=%-6.3g %s\n",
-           v->harm, v->flips_per_1k, v->drift_verdict, v->attribution,
-           bisect_path_name(w->claimed), 100 * v->pass_diff, 100 * v->diff_lo,
-           100 * v->diff_hi, v->mcnemar_p, w->verdict);
+    char recall[64] = "not measured";
+    if (v->recall_measured)
+        snprintf(recall, sizeof(recall), "%+5.0f [%+.0f,%+.0f] p=%-6.3g",
+                 100 * v->pass_diff, 100 * v->diff_lo, 100 * v->diff_hi,
+                 v->mcnemar_p);
+    printf("%-10.3g %-8.1f %-6s %-13s %-8s %-21s %s\n", v->harm,
+           v->flips_per_1k, v->drift_verdict, v->attribution,
+           bisect_path_name(w->claimed), recall, w->verdict);
     const char *note =
         json_string_value(json_object_get(w->r->doc, "server_info_note"));
     if (note)
@@ -446,7 +462,10 @@ static void print_row(const struct bisect_row *w)
                bisect_path_name(w->claimed), v->attribution);
     if (v->why_undecided)
         printf("    undecided: %s\n", v->why_undecided);
-    if (v->inert)
+    if (v->inert && !v->recall_measured)
+        printf("    inert: bit-identical prompt logprobs (answers not "
+               "compared); check that the server reads this flag at all\n");
+    else if (v->inert)
         printf("    inert: bit-identical prompt logprobs and identical "
                "answers; check that the server reads this flag at all\n");
     else if (strcmp(v->drift_verdict, "PASS") || strcmp(v->growth, "n/a"))
@@ -481,10 +500,17 @@ static json_t *row_json(const struct bisect_row *w)
     json_object_set_new(o, "claimed",
                         json_string(bisect_path_name(w->claimed)));
     json_object_set_new(o, "path_mismatch", json_boolean(w->mismatch));
-    json_object_set_new(o, "pass_diff", json_real(v->pass_diff));
-    json_object_set_new(o, "pass_diff_ci",
-                        json_pack("[ff]", v->diff_lo, v->diff_hi));
-    json_object_set_new(o, "mcnemar_p", json_real(v->mcnemar_p));
+    json_object_set_new(o, "recall_measured", json_boolean(v->recall_measured));
+    if (v->recall_measured) {
+        json_object_set_new(o, "pass_diff", json_real(v->pass_diff));
+        json_object_set_new(o, "pass_diff_ci",
+                            json_pack("[ff]", v->diff_lo, v->diff_hi));
+        json_object_set_new(o, "mcnemar_p", json_real(v->mcnemar_p));
+    } else {
+        json_object_set_new(o, "pass_diff", json_null());
+        json_object_set_new(o, "pass_diff_ci", json_null());
+        json_object_set_new(o, "mcnemar_p", json_null());
+    }
     json_object_set_new(o, "inert", json_boolean(v->inert));
     json_object_set_new(o, "undecided", json_boolean(v->undecided));
     if (v->why_undecided)
@@ -547,6 +573,13 @@ static int report(const struct bisect_config *c, const struct opts *o,
     }
     json_object_set_new(j, "schema", json_string("fidelity.bisect/1"));
     json_object_set_new(j, "mode", json_string(bisect_mode_name(o->mode)));
+    json_object_set_new(
+        j, "golden",
+        c->golden_file ? json_pack("{s:s, s:s}", "file", c->golden_file,
+                                   "measured_by", "drift")
+                       : json_pack("{s:s, s:s}", "url",
+                                   c->golden_url ? c->golden_url : "launched",
+                                   "measured_by", "drift and probe"));
     json_object_set_new(j, "launches", json_integer((json_int_t)out->launches));
     json_object_set_new(j, "reused", json_integer((json_int_t)out->reused));
     json_object_set_new(j, "configurations", ja);

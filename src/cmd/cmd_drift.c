@@ -57,7 +57,8 @@ const char CMD_DRIFT_HELP[] =
     "                        comparison asks and keep its answers in FILE\n"
     "  --golden-file FILE    with --candidate: compare against FILE's answers\n"
     "                        (no golden server needed); options that shape\n"
-    "                        the requests come from the file\n"
+    "                        the requests come from the file; the decode\n"
+    "                        path scores the golden's saved output\n"
     "corpus:\n"
     "  --corpus FILE         JSONL: {\"messages\": [...]} or token-id lists\n"
     "  --sequences N         built-in conversations (default 4)\n"
@@ -625,14 +626,10 @@ static int saved_golden_opts(struct ctx *x)
                              "--candidate, and compare later with "
                              "--golden-file FILE --candidate URL");
         /* the golden answers the candidate's questions too: one code path,
-         * and the saving run is a comparison of the golden with itself */
-        /* the decode path asks the golden to score the candidate's own
-         * generated tokens: no file can hold those answers */
-        if (was_given(x, O_DTOK) && x->o.decode_tokens)
-            return BAD("%s", "--save-golden keeps no decode path (the golden "
-                             "would have to score each candidate's own "
-                             "output): drop --decode-tokens");
-        x->o.decode_tokens = 0;
+         * and the saving run is a comparison of the golden with itself; its
+         * decode path saves the golden's generations and its scoring of
+         * them, which a comparison against the file scores on the
+         * candidate (decode.c, one_seq_saved) */
         drift_side_release(&x->c);
         drift_side_clone(&x->c, &x->g);
         x->c.label = "candidate";

@@ -70,7 +70,7 @@ static int first_off(const struct drift_result *r)
 }
 
 unsigned drift_decode_prompts(const struct drift_opts *o,
-                              const struct drift_result *r,
+                              const struct drift_result *r, bool fixed_only,
                               struct drift_dpoint *out)
 {
     uint32_t longest = 1, tokens = o->decode_tokens ? o->decode_tokens : 32;
@@ -79,7 +79,7 @@ unsigned drift_decode_prompts(const struct drift_opts *o,
         if (r->corpus.items[i].n > longest)
             longest = (uint32_t)r->corpus.items[i].n;
     memset(out, 0, DRIFT_DPOINTS_MAX * sizeof(*out));
-    int b = r->prefill ? first_off(r) : -1;
+    int b = r->prefill && !fixed_only ? first_off(r) : -1;
     if (b >= 0) {
         /* the middle of the bucket's positions, leaving room for the
          * generated tokens inside it */

@@ -21,6 +21,7 @@
 #include "core/xalloc.h"
 #include "drift/cache_arm.h"
 #include "drift/drift.h"
+#include "drift/tape.h"
 
 static const char *const dp_names[DRIFT_DPATHS] = {"decode-pp", "decode-dp",
                                                    "decode-dg"};
@@ -369,6 +370,122 @@ out:
     return ret;
 }
 
+/* The step at which the candidate's output parts from the golden's (j, in
+ * prefill layout) still has the golden's context: the candidate's
+ * distribution there is compared with the golden's token forced, its
+ * logprob read from the candidate's top-k. 1 when it can be (the top-k
+ * holds that token), else 0. */
+static uint32_t reforce_parting_step(struct drift_lp *dshift,
+                                     const struct drift_lp *gp, uint32_t j)
+{
+    if (j >= dshift->n_returned || j >= gp->n_returned || !dshift->valid[j] ||
+        !gp->valid[j])
+        return 0;
+    struct drift_pos *p = &dshift->pos[j];
+    uint64_t want = gp->pos[j].forced;
+    for (uint32_t k = 0; k < p->n_known; k++)
+        if (p->top[k].key == want) {
+            p->forced = want;
+            p->forced_lp = p->top[k].lp;
+            return 1;
+        }
+    return 0;
+}
+
+/* Item's decode path at prompt_at against a saved golden, whose answers
+ * can hold no scoring of a candidate's own output: the golden's greedy
+ * output (saved) is the text both sides score, and the candidate's own
+ * greedy generation is compared with it where the two have one context:
+ * over the steps up to the first token in which they part, that one with
+ * the golden's token forced (after it the candidate decodes another
+ * text). PP, the control and self arms and the
+ * golden's own decode-vs-prefill gap cover the golden's whole output; DG
+ * and DP the shared steps. With equal outputs (a deterministic candidate
+ * that generates what the golden did) every request and figure is the
+ * live run's. */
+static int one_seq_saved(struct drift_side *g, struct drift_side *c,
+                         const struct drift_opts *o, struct drift_result *r,
+                         size_t item, uint32_t prompt_at,
+                         struct drift_analysis *an, struct drift_dpoint *pt,
+                         struct diag *d)
+{
+    const struct drift_item *it = &r->corpus.items[item];
+    struct seq_lps l;
+    uint32_t prompt = (uint32_t)(it->n < prompt_at ? it->n : prompt_at);
+    unsigned max_new = o->decode_tokens ? o->decode_tokens : 32;
+    uint32_t *full = NULL;
+
+    lps_init(&l);
+    int ret = generate_cold(g, r->dec.flush_golden, it->ids, prompt, max_new,
+                            &l.gdec, d);
+    if (!ret)
+        ret = generate_cold(c, r->dec.flush_cand, it->ids, prompt, max_new,
+                            &l.dec, d);
+    if (ret)
+        goto out;
+    full = concat(it->ids, prompt, l.gdec.ids, l.gdec.n);
+    uint32_t n = prompt + l.gdec.n;
+    struct score_lane ln[2] = {
+        {g, full, n, {&l.gp, r->has_control ? &l.gp2 : NULL}, 0, 0, {{0}}},
+        {c,
+         full,
+         n,
+         {r->dec.have_pp ? &l.cp : NULL,
+          r->dec.have_pp && r->has_self ? &l.cp2 : NULL},
+         0,
+         0,
+         {{0}}}};
+    ret = score_both(ln, d);
+    if (ret)
+        goto out;
+    uint32_t shared = 0;
+    while (shared < l.dec.n && shared < l.gdec.n &&
+           l.dec.ids[shared] == l.gdec.ids[shared])
+        shared++;
+    uint32_t ns = prompt + shared;
+    shift_decode(&l.dec, prompt, &l.dshift);
+    uint32_t parted = shared < l.dec.n && shared < l.gdec.n
+                          ? reforce_parting_step(&l.dshift, &l.gp, ns)
+                          : 0;
+    ns += parted;
+    check_forced(&l.dshift, &l.gp, prompt, ns);
+    uint32_t seq[AN_N];
+    for (int k = 0; k < AN_N; k++)
+        seq[k] = drift_analysis_begin_seq(&an[k]);
+    if (r->dec.have_pp) {
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CAND, seq[0], &l.gp, &l.cp,
+                         prompt, n, o, dp_names[DRIFT_DP_PP]);
+        drift_compare_lp(&an[DRIFT_DP_DP], DRIFT_ARM_CAND, seq[1], &l.cp,
+                         &l.dshift, prompt, ns, o, dp_names[DRIFT_DP_DP]);
+        /* the golden's gap: its saved decode against its prefill of it */
+        shift_decode(&l.gdec, prompt, &l.gshift);
+        check_forced(&l.gshift, &l.gp, prompt, n);
+        drift_compare_lp(&an[AN_GDP], DRIFT_ARM_CAND, seq[AN_GDP], &l.gp,
+                         &l.gshift, prompt, n, o, "decode-golden");
+        pt->gap_measured = true;
+    }
+    if (r->has_control)
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_CTRL, seq[0], &l.gp,
+                         &l.gp2, prompt, n, o, "decode-control");
+    if (r->has_self)
+        drift_compare_lp(&an[DRIFT_DP_PP], DRIFT_ARM_SELF, seq[0], &l.cp,
+                         &l.cp2, prompt, n, o, "decode-self");
+    drift_compare_lp(&an[DRIFT_DP_DG], DRIFT_ARM_CAND, seq[2], &l.gp, &l.dshift,
+                     prompt, ns, o, dp_names[DRIFT_DP_DG]);
+    harm_sums(r, item, an, seq);
+    pt->generated += l.dec.n;
+    pt->seqs++;
+    r->dec.golden_steps += l.gdec.n;
+    r->dec.shared_steps += shared;
+    r->dec.parted_steps += parted;
+out:
+    if (ret)
+        diag_prefix(d, "decode path at prompt %u, %s", prompt, it->name);
+    free(full);
+    lps_release(&l);
+    return ret;
+}
+
 /* Summaries, excess and verdicts of paths over accumulated sums: sum[k]
  * is path k's candidate arm, base[0] the control and base[1] the self
  * arm of the decode positions. DP compares two candidate samples, so its
@@ -467,9 +584,10 @@ static int run_point(struct drift_side *g, struct drift_side *c,
     size_t want = o->decode_seqs ? o->decode_seqs : 1;
     int ret = 0;
 
-    /* one server: nothing sent ahead, every request in turn */
+    /* one server: nothing sent ahead, every request in turn; a saved
+     * golden answers at once */
     struct next_gen nx = {.c = c, .item = SIZE_MAX};
-    bool ahead = !drift_sides_share_server(g, c);
+    bool ahead = !drift_sides_share_server(g, c) && !r->dec.saved;
     drift_lp_init(&nx.lp);
     for (int k = 0; k < AN_N; k++)
         drift_analysis_init(&an[k], 1u << 30, 1u << 30, NULL, 0, 0, &o->th);
@@ -485,7 +603,9 @@ static int run_point(struct drift_side *g, struct drift_side *c,
              j++)
             if (reaches(r, pt, j))
                 next = j;
-        ret = one_seq(g, c, o, r, i, pt->prompt, an, pt, &nx, next, d);
+        ret = r->dec.saved
+                  ? one_seq_saved(g, c, o, r, i, pt->prompt, an, pt, d)
+                  : one_seq(g, c, o, r, i, pt->prompt, an, pt, &nx, next, d);
     }
     drift_lp_release(&nx.lp);
     struct drift_acc sums[DRIFT_DPATHS], base[2], gdp;
@@ -524,7 +644,11 @@ int drift_decode_run(struct drift_side *g, struct drift_side *c,
     free(r->dec.seq_sums);
     r->dec.seq_sums = xcalloc(r->dec.n_seq ? r->dec.n_seq : 1,
                               DRIFT_HS_N * 2 * sizeof(double));
-    r->dec.n_points = drift_decode_prompts(o, r, r->dec.point);
+    /* a saved golden holds its generations at --decode-prompt only, saved
+     * and compared: where a candidate's prefill would fail was not known
+     * when it was saved */
+    r->dec.saved = drift_tape_is_replay(g->tape);
+    r->dec.n_points = drift_decode_prompts(o, r, g->tape != NULL, r->dec.point);
     ret = drift_cache_find_flush(c, &r->dec.flush_cand, d);
     if (!ret && r->dec.have_pp)
         ret = drift_cache_find_flush(g, &r->dec.flush_golden, d);

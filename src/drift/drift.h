@@ -116,6 +116,13 @@ struct drift_decode {
      * where the server has none */
     const char *flush_golden, *flush_cand;
     unsigned seqs, generated;
+    /* against a saved golden (decode.c, one_seq_saved): the golden's saved
+     * output is the text scored, and the candidate's decode steps are
+     * compared where its output has the golden's context; the golden's
+     * generated steps, the candidate's shared with them, and the steps
+     * where the two parted compared with the golden's token forced */
+    bool saved;
+    unsigned golden_steps, shared_steps, parted_steps;
     /* over every point */
     struct drift_bsum sum[DRIFT_DPATHS];
     struct drift_bsum excess[DRIFT_DPATHS]; /* over the prefill arms' noise */
@@ -281,9 +288,11 @@ int drift_decode_run(struct drift_side *golden, struct drift_side *cand,
 /* The decode prompt lengths (attr.c): one inside the first prefill bucket
  * that is not PASS (the last bucket with data when only growth is off),
  * then --decode-prompt when it lies in another bucket or nothing failed;
- * each below the longest sequence. Marks out[0].diverged. Returns n. */
+ * each below the longest sequence. Marks out[0].diverged. fixed_only:
+ * --decode-prompt's alone (against a saved golden, which holds the
+ * golden's generations there only). Returns n. */
 unsigned drift_decode_prompts(const struct drift_opts *o,
-                              const struct drift_result *r,
+                              const struct drift_result *r, bool fixed_only,
                               struct drift_dpoint *out);
 /* Attribution from the prefill verdicts and the decode points, with the
  * texts of what could and could not be attributed (attr.c). */

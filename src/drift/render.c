@@ -187,6 +187,14 @@ static void decode_block(const struct drift_result *r, struct buf *b)
                "======\n",
                dc->seqs, plural_s(dc->seqs), dc->generated,
                plural_s(dc->generated));
+    if (dc->saved)
+        buf_printf(b,
+                   "against the saved golden: both sides score the golden's "
+                   "own output (%u token%s); the candidate's decode steps are "
+                   "compared while its output is the golden's (%u of them) "
+                   "and where it parts, with the golden's token (%u)\n",
+                   dc->golden_steps, plural_s(dc->golden_steps),
+                   dc->shared_steps, dc->parted_steps);
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         const struct drift_bsum *s = &dc->sum[k];
         if (dc->verdict[k] == DRIFT_NA) {
@@ -511,6 +519,15 @@ static json_t *decode_json(const struct drift_decode *dc)
                                    : json_null(),
                   "candidate",
                   dc->flush_cand ? json_string(dc->flush_cand) : json_null()));
+    /* against a saved golden: the golden's output was scored, and the
+     * candidate's decode steps compared while its output was the same */
+    if (dc->saved)
+        json_object_set_new(o, "saved_golden",
+                            json_pack("{s:s,s:i,s:i,s:i}", "scored",
+                                      "golden output", "golden_steps",
+                                      (int)dc->golden_steps, "shared_steps",
+                                      (int)dc->shared_steps, "parted_steps",
+                                      (int)dc->parted_steps));
     for (int k = 0; k < DRIFT_DPATHS; k++) {
         json_t *s = bsum_json(&dc->sum[k]);
         json_object_set_new(s, "excess", bsum_json(&dc->excess[k]));

@@ -1,10 +1,14 @@
 /*
- * drift tape: the saved golden's file (tape.h). Recording keeps the
- * exchange lines in memory and writes them, compressed, at commit;
- * loading reads the whole file, checks it and indexes the answers by the
- * XXH64 of the request (method, path and body), each key's answers in the
- * order they were made.
+ * drift tape: the saved golden's file (tape.h). Recording splits each
+ * answer as it comes into its text with the numbers taken out (the
+ * exchange section) and two number sections (other numbers as text;
+ * plain integers as varints), kept in memory and written, compressed, at
+ * commit; loading reads the whole file, checks it, puts every answer back
+ * together byte for byte and indexes the answers by the XXH64 of the
+ * request (method, path and body), each key's answers in the order they
+ * were made. Version 1 files (answers as JSON strings) are read too.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +22,13 @@
 #include "core/xalloc.h"
 #include "drift/tape.h"
 #include "version.h"
+
+/* In an answer's text in the exchange section: a number from the numbers
+ * section, a plain integer from the integers section, and the escape of
+ * an answer's own byte 1, 2 or 3. */
+#define TAPE_NUM '\001'
+#define TAPE_INT '\002'
+#define TAPE_ESC '\003'
 
 struct slot {
     uint64_t key;
@@ -37,7 +48,9 @@ struct drift_tape {
     bool replay;
     pthread_mutex_t lock;
     json_t *header;
-    struct buf lines; /* recording: the exchange lines */
+    struct buf lines; /* recording: the exchange section */
+    struct buf nums;  /* recording: numbers as text, each ended by ',' */
+    struct buf ints;  /* recording: plain integers, LEB128 varints */
     size_t n, used;
     /* replay */
     struct xe *x;
@@ -63,6 +76,8 @@ struct drift_tape *drift_tape_new_record(void)
     struct drift_tape *t = xcalloc(1, sizeof(*t));
     pthread_mutex_init(&t->lock, NULL);
     buf_init(&t->lines, 0);
+    buf_init(&t->nums, 0);
+    buf_init(&t->ints, 0);
     return t;
 }
 
@@ -75,6 +90,8 @@ void drift_tape_free(struct drift_tape *t)
     free(t->x);
     free(t->map);
     buf_release(&t->lines);
+    buf_release(&t->nums);
+    buf_release(&t->ints);
     json_decref(t->header);
     pthread_mutex_destroy(&t->lock);
     free(t);
@@ -115,33 +132,111 @@ static int unhex64(const char *s, uint64_t *v)
     return errno || *end ? -1 : 0;
 }
 
+/* The length of the number at a[i..n) ('-'? digits ('.' digits)?
+ * ([eE] [-+]? digits)?), 0 when none starts there. */
+static size_t number_at(const unsigned char *a, size_t i, size_t n)
+{
+    size_t j = i;
+    if (j < n && a[j] == '-')
+        j++;
+    size_t d = j;
+    while (j < n && isdigit(a[j]))
+        j++;
+    if (j == d)
+        return 0;
+    if (j + 1 < n && a[j] == '.' && isdigit(a[j + 1])) {
+        j++;
+        while (j < n && isdigit(a[j]))
+            j++;
+    }
+    if (j < n && (a[j] == 'e' || a[j] == 'E')) {
+        size_t k = j + 1;
+        if (k < n && (a[k] == '-' || a[k] == '+'))
+            k++;
+        if (k < n && isdigit(a[k])) {
+            while (k < n && isdigit(a[k]))
+                k++;
+            j = k;
+        }
+    }
+    return j - i;
+}
+
+/* A plain integer: digits only, no leading zero, below 10^18. */
+static bool plain_int(const unsigned char *a, size_t len, uint64_t *v)
+{
+    if (len > 18 || (a[0] == '0' && len > 1))
+        return false;
+    *v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit(a[i]))
+            return false;
+        *v = *v * 10 + (uint64_t)(a[i] - '0');
+    }
+    return true;
+}
+
+static void put_varint(struct buf *b, uint64_t v)
+{
+    do {
+        unsigned char c = v & 0x7f;
+        v >>= 7;
+        buf_addch(b, (char)(v ? c | 0x80 : c));
+    } while (v);
+}
+
+/* The answer's text into sk with every number that does not continue a
+ * word taken out: a plain integer as TAPE_INT (its varint into ints),
+ * any other as TAPE_NUM (its text and ',' into nums); a byte
+ * TAPE_NUM, TAPE_INT or TAPE_ESC of the answer as TAPE_ESC and itself. */
+static void split_answer(const unsigned char *a, size_t n, struct buf *sk,
+                         struct buf *nums, struct buf *ints)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = a[i];
+        bool word = i && (isalnum(a[i - 1]) || a[i - 1] == '.');
+        size_t len = word ? 0 : number_at(a, i, n);
+        uint64_t v;
+        if (len && plain_int(a + i, len, &v)) {
+            buf_addch(sk, TAPE_INT);
+            put_varint(ints, v);
+        } else if (len) {
+            buf_addch(sk, TAPE_NUM);
+            buf_add(nums, a + i, len);
+            buf_addch(nums, ',');
+        } else {
+            if (c == TAPE_NUM || c == TAPE_INT || c == TAPE_ESC)
+                buf_addch(sk, TAPE_ESC);
+            buf_addch(sk, (char)c);
+            len = 1;
+        }
+        i += len;
+    }
+}
+
 void drift_tape_put(struct drift_tape *t, const char *method, const char *path,
                     const char *body, long status, const char *answer,
                     size_t answer_len)
 {
     char k[17];
     hex64(k, req_key(method, path, body));
-    json_t *o = json_pack("{s:s, s:s, s:s, s:I}", "k", k, "m", method, "p",
-                          path, "s", (json_int_t)status);
-    json_t *a = json_stringn(answer ? answer : "", answer ? answer_len : 0);
-    if (a) {
-        json_object_set_new(o, "a", a);
-    } else {
-        /* not UTF-8: the bytes in hex, as they came */
-        char *h = xmalloc(2 * answer_len + 1);
-        for (size_t i = 0; i < answer_len; i++)
-            snprintf(h + 2 * i, 3, "%02x", (unsigned char)answer[i]);
-        json_object_set_new(o, "ax", json_string(h));
-        free(h);
-    }
+    struct buf sk = BUF_INIT;
+    pthread_mutex_lock(&t->lock);
+    split_answer((const unsigned char *)(answer ? answer : ""),
+                 answer ? answer_len : 0, &sk, &t->nums, &t->ints);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:I, s:I}", "k", k, "m", method, "p", path,
+                  "s", (json_int_t)status, "n", (json_int_t)sk.len);
     char *line = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    pthread_mutex_lock(&t->lock);
     buf_adds(&t->lines, line);
+    buf_addch(&t->lines, '\n');
+    buf_add(&t->lines, sk.data ? sk.data : "", sk.len);
     buf_addch(&t->lines, '\n');
     t->n++;
     pthread_mutex_unlock(&t->lock);
     free(line);
+    buf_release(&sk);
 }
 
 static int gz_put(gzFile f, const void *p, size_t n)
@@ -173,11 +268,15 @@ int drift_tape_commit(struct drift_tape *t, json_t *header, const char *path,
     XXH64_update(st, head, strlen(head));
     XXH64_update(st, "\n", 1);
     XXH64_update(st, t->lines.data ? t->lines.data : "", t->lines.len);
+    XXH64_update(st, t->nums.data ? t->nums.data : "", t->nums.len);
+    XXH64_update(st, t->ints.data ? t->ints.data : "", t->ints.len);
+    XXH64_update(st, "\n", 1);
     char sum[17];
     hex64(sum, XXH64_digest(st));
     XXH64_freeState(st);
-    json_t *tr = json_pack("{s:b, s:I, s:s}", "end", 1, "exchanges",
-                           (json_int_t)t->n, "xxh64", sum);
+    json_t *tr = json_pack("{s:b, s:I, s:I, s:I, s:s}", "end", 1, "exchanges",
+                           (json_int_t)t->n, "numbers", (json_int_t)t->nums.len,
+                           "integers", (json_int_t)t->ints.len, "xxh64", sum);
     char *trailer = json_dumps(tr, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(tr);
     int rc = 0;
@@ -187,7 +286,10 @@ int drift_tape_commit(struct drift_tape *t, json_t *header, const char *path,
                       strerror(errno ? errno : EIO));
     else if (gz_put(f, head, strlen(head)) || gz_put(f, "\n", 1) ||
              gz_put(f, t->lines.data ? t->lines.data : "", t->lines.len) ||
-             gz_put(f, trailer, strlen(trailer)) || gz_put(f, "\n", 1)) {
+             gz_put(f, t->nums.data ? t->nums.data : "", t->nums.len) ||
+             gz_put(f, t->ints.data ? t->ints.data : "", t->ints.len) ||
+             gz_put(f, "\n", 1) || gz_put(f, trailer, strlen(trailer)) ||
+             gz_put(f, "\n", 1)) {
         gzclose(f);
         rc = diag_set(d, EIO, "cannot write '%s': %s", path, strerror(EIO));
     } else if (gzclose(f) != Z_OK) {
@@ -232,38 +334,16 @@ static struct slot *slot_for(struct drift_tape *t, uint64_t key)
     return &t->map[j];
 }
 
-static int index_line(struct drift_tape *t, const char *path, size_t lineno,
-                      json_t *o, struct diag *d)
+/* Appends the answer ans (taken, len bytes, NUL after them) to key's. */
+static void add_exchange(struct drift_tape *t, uint64_t key, long status,
+                         char *ans, size_t len)
 {
-    uint64_t key;
-    json_t *a = json_object_get(o, "a"), *ax = json_object_get(o, "ax");
-    json_t *s = json_object_get(o, "s");
-    if (unhex64(json_string_value(json_object_get(o, "k")), &key) ||
-        !json_is_integer(s) || (!json_is_string(a) && !json_is_string(ax)))
-        return diag_set(d, EBADMSG,
-                        "'%s' line %zu is not a saved exchange: save the "
-                        "golden again",
-                        path, lineno);
     struct xe *e = &t->x[t->n];
     e->key = key;
-    e->status = (long)json_integer_value(s);
+    e->status = status;
     e->next = SIZE_MAX;
-    if (a) {
-        e->len = json_string_length(a);
-        e->ans = xmalloc(e->len + 1);
-        memcpy(e->ans, json_string_value(a), e->len);
-        e->ans[e->len] = '\0';
-    } else {
-        const char *h = json_string_value(ax);
-        e->len = strlen(h) / 2;
-        e->ans = xmalloc(e->len + 1);
-        for (size_t i = 0; i < e->len; i++) {
-            unsigned v;
-            sscanf(h + 2 * i, "%2x", &v);
-            e->ans[i] = (char)v;
-        }
-        e->ans[e->len] = '\0';
-    }
+    e->ans = ans;
+    e->len = len;
     struct slot *sl = slot_for(t, key);
     if (!sl->used) {
         sl->used = true;
@@ -276,7 +356,160 @@ static int index_line(struct drift_tape *t, const char *path, size_t lineno,
         t->x[j].next = t->n;
     }
     t->n++;
+}
+
+/* Version 1: one JSON line per exchange, the answer a JSON string. */
+static int index_line(struct drift_tape *t, const char *path, size_t lineno,
+                      json_t *o, struct diag *d)
+{
+    uint64_t key;
+    json_t *a = json_object_get(o, "a"), *ax = json_object_get(o, "ax");
+    json_t *s = json_object_get(o, "s");
+    if (unhex64(json_string_value(json_object_get(o, "k")), &key) ||
+        !json_is_integer(s) || (!json_is_string(a) && !json_is_string(ax)))
+        return diag_set(d, EBADMSG,
+                        "'%s' line %zu is not a saved exchange: save the "
+                        "golden again",
+                        path, lineno);
+    size_t len;
+    char *ans;
+    if (a) {
+        len = json_string_length(a);
+        ans = xmalloc(len + 1);
+        memcpy(ans, json_string_value(a), len);
+        ans[len] = '\0';
+    } else {
+        const char *h = json_string_value(ax);
+        len = strlen(h) / 2;
+        ans = xmalloc(len + 1);
+        for (size_t i = 0; i < len; i++) {
+            unsigned v;
+            sscanf(h + 2 * i, "%2x", &v);
+            ans[i] = (char)v;
+        }
+        ans[len] = '\0';
+    }
+    add_exchange(t, key, (long)json_integer_value(s), ans, len);
     return 0;
+}
+
+static int load_v1(struct drift_tape *t, const char *path, char *p,
+                   const char *end, size_t count, struct diag *d)
+{
+    json_error_t je;
+    int rc = 0;
+    for (size_t lineno = 2; p < end && !rc; lineno++) {
+        char *e = memchr(p, '\n', (size_t)(end - p));
+        size_t len = e ? (size_t)(e - p) : (size_t)(end - p);
+        json_t *line = json_loadb(p, len, 0, &je);
+        if (t->n >= count)
+            rc = diag_set(d, EBADMSG,
+                          "'%s' holds more exchanges than its trailer "
+                          "says (%zu): save the golden again",
+                          path, count);
+        else
+            rc = index_line(t, path, lineno, line, d);
+        json_decref(line);
+        p += len + 1;
+    }
+    return rc;
+}
+
+/* One answer of version 2 from its text sk (n bytes), taking its numbers
+ * from *num (up to nend) and *ints (up to iend); -1 when they run out. */
+static int rebuild(const unsigned char *sk, size_t n, const char **num,
+                   const char *nend, const unsigned char **ints,
+                   const unsigned char *iend, struct buf *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sk[i] == TAPE_NUM) {
+            const char *c = memchr(*num, ',', (size_t)(nend - *num));
+            if (!c)
+                return -1;
+            buf_add(out, *num, (size_t)(c - *num));
+            *num = c + 1;
+        } else if (sk[i] == TAPE_INT) {
+            uint64_t v = 0;
+            unsigned sh = 0;
+            for (;; sh += 7) {
+                if (*ints >= iend || sh > 63)
+                    return -1;
+                unsigned char c = *(*ints)++;
+                v |= (uint64_t)(c & 0x7f) << sh;
+                if (!(c & 0x80))
+                    break;
+            }
+            buf_printf(out, "%llu", (unsigned long long)v);
+        } else if (sk[i] == TAPE_ESC) {
+            if (++i == n)
+                return -1;
+            buf_addch(out, (char)sk[i]);
+        } else {
+            buf_addch(out, (char)sk[i]);
+        }
+    }
+    return 0;
+}
+
+/* Version 2: the exchange section (a JSON line per exchange, with n, then
+ * its answer's text, n bytes, and a newline), the numbers section
+ * (nnum bytes), the integers section (nint bytes) and a newline, up to
+ * end (the trailer). */
+static int load_v2(struct drift_tape *t, const char *path, const char *p,
+                   const char *end, size_t nnum, size_t nint, size_t count,
+                   struct diag *d)
+{
+    if (end <= p || end[-1] != '\n' || nnum + nint > (size_t)(end - 1 - p))
+        return diag_set(d, EBADMSG,
+                        "'%s' has number sections longer than the file: "
+                        "save the golden again",
+                        path);
+    const unsigned char *ints = (const unsigned char *)end - 1 - nint;
+    const unsigned char *iend = (const unsigned char *)end - 1;
+    const char *num = (const char *)ints - nnum, *nend = (const char *)ints;
+    const char *xend = num;
+    struct buf a = BUF_INIT;
+    json_error_t je;
+    int rc = 0;
+    for (size_t i = 1; p < xend && !rc; i++) {
+        const char *nl = memchr(p, '\n', (size_t)(xend - p));
+        json_t *o = nl ? json_loadb(p, (size_t)(nl - p), 0, &je) : NULL;
+        uint64_t key;
+        json_t *s = json_object_get(o, "s"), *n = json_object_get(o, "n");
+        size_t len = (size_t)json_integer_value(n);
+        buf_reset(&a);
+        if (!o || unhex64(json_string_value(json_object_get(o, "k")), &key) ||
+            !json_is_integer(s) || !json_is_integer(n) ||
+            json_integer_value(n) < 0 || len >= (size_t)(xend - (nl + 1)) ||
+            nl[1 + len] != '\n' ||
+            rebuild((const unsigned char *)nl + 1, len, &num, nend, &ints, iend,
+                    &a))
+            rc = diag_set(d, EBADMSG,
+                          "'%s' exchange %zu is not a saved exchange: save "
+                          "the golden again",
+                          path, i);
+        else if (t->n >= count)
+            rc = diag_set(d, EBADMSG,
+                          "'%s' holds more exchanges than its trailer "
+                          "says (%zu): save the golden again",
+                          path, count);
+        else {
+            buf_addch(&a, '\0');
+            size_t alen = a.len - 1;
+            add_exchange(t, key, (long)json_integer_value(s),
+                         buf_detach(&a, NULL), alen);
+        }
+        json_decref(o);
+        if (!rc)
+            p = nl + 1 + len + 1;
+    }
+    if (!rc && (num != nend || ints != iend))
+        rc = diag_set(d, EBADMSG,
+                      "'%s' has numbers no answer takes: save the golden "
+                      "again",
+                      path);
+    buf_release(&a);
+    return rc;
 }
 
 struct drift_tape *drift_tape_load(const char *path, struct diag *d)
@@ -301,12 +534,12 @@ struct drift_tape *drift_tape_load(const char *path, struct diag *d)
         goto out;
     }
     json_t *ver = json_object_get(o, "version");
-    if (!json_is_integer(ver) ||
-        json_integer_value(ver) != DRIFT_TAPE_VERSION) {
+    json_int_t version = json_integer_value(ver);
+    if (!json_is_integer(ver) || version < 1 || version > DRIFT_TAPE_VERSION) {
         rc = diag_set(d, EPROTONOSUPPORT,
                       "'%s' is a saved golden of version %lld, written by "
-                      "fidelity %s; this fidelity reads version %d: save the "
-                      "golden again with this version",
+                      "fidelity %s; this fidelity reads versions 1 to %d: "
+                      "save the golden again with this version",
                       path, (long long)json_integer_value(ver),
                       json_string_value(json_object_get(o, "fidelity"))
                           ?: "(unknown)",
@@ -336,6 +569,8 @@ struct drift_tape *drift_tape_load(const char *path, struct diag *d)
     const char *w = json_string_value(json_object_get(tr, "xxh64"));
     snprintf(want, sizeof(want), "%s", w ? w : "");
     size_t count = (size_t)json_integer_value(json_object_get(tr, "exchanges"));
+    json_int_t nnum = json_integer_value(json_object_get(tr, "numbers"));
+    json_int_t nint = json_integer_value(json_object_get(tr, "integers"));
     json_decref(tr);
     if (strcmp(want, sum)) {
         rc = diag_set(d, EBADMSG,
@@ -355,21 +590,16 @@ struct drift_tape *drift_tape_load(const char *path, struct diag *d)
     for (t->cap = 16; t->cap < 2 * (count + 1);)
         t->cap *= 2;
     t->map = xcalloc(t->cap, sizeof(*t->map));
-    size_t lineno = 1;
-    for (char *p = nl + 1; p < data + tstart && !rc; lineno++) {
-        char *e = memchr(p, '\n', (size_t)(data + tstart - p));
-        size_t len = e ? (size_t)(e - p) : (size_t)(data + tstart - p);
-        json_t *line = json_loadb(p, len, 0, &je);
-        if (t->n >= count)
-            rc = diag_set(d, EBADMSG,
-                          "'%s' holds more exchanges than its trailer "
-                          "says (%zu): save the golden again",
-                          path, count);
-        else
-            rc = index_line(t, path, lineno + 1, line, d);
-        json_decref(line);
-        p += len + 1;
-    }
+    if (version == 1)
+        rc = load_v1(t, path, nl + 1, data + tstart, count, d);
+    else if (nnum < 0 || nint < 0)
+        rc = diag_set(d, EBADMSG,
+                      "'%s' has a trailer without its number sections: save "
+                      "the golden again",
+                      path);
+    else
+        rc = load_v2(t, path, nl + 1, data + tstart, (size_t)nnum, (size_t)nint,
+                     count, d);
     if (!rc && t->n != count)
         rc = diag_set(d, EBADMSG,
                       "'%s' holds %zu exchanges, its trailer says %zu: save "

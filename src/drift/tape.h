@@ -5,13 +5,21 @@
  * --golden-file FILE`, so a comparison against the file parses the very
  * bytes a live golden sent and gives the same figures.
  *
- * The file (docs/DRIFT.md, "Saved goldens") is gzip-compressed JSON lines:
- * a header object (format, version, fidelity's version, the golden's
- * masked URL and model, its fingerprint, the tokenizer's identity and the
- * options that shape the requests), one object per exchange in the order
- * they were made, and a trailer with the exchange count and the XXH64 of
- * every uncompressed byte before it. A file that ends early, was edited or
- * has another version is refused before any request is sent.
+ * The file (docs/DRIFT.md, "Saved goldens") is gzip-compressed: a header
+ * line (format, version, fidelity's version, the golden's masked URL and
+ * model, its fingerprint, the tokenizer's identity and the options that
+ * shape the requests); the exchange section, per exchange in the order
+ * they were made a JSON line (request key, method, path, status, n) and
+ * the answer's bytes with its numbers taken out (n bytes, then a newline);
+ * the numbers section (each number's text, ended by ','); the integers
+ * section (plain integers as LEB128 varints); a newline; and a trailer
+ * with the exchange count, both sections' lengths and the XXH64 of every
+ * uncompressed byte before it. Taking the numbers out loses nothing (each
+ * comes back as the very bytes the server sent) and lets the compressor
+ * see the answers' repeated structure apart from their digits. Version 1
+ * files (each answer a JSON string on its exchange's line) are read too.
+ * A file that ends early, was edited or has an unknown version is refused
+ * before any request is sent.
  *
  * Recording and replay are safe from several threads (one lock). A request
  * asked several times (the control arm's second pass, the determinism
@@ -29,7 +37,7 @@
 #include "core/diag.h"
 
 #define DRIFT_TAPE_FORMAT "fidelity.golden"
-#define DRIFT_TAPE_VERSION 1
+#define DRIFT_TAPE_VERSION 2
 
 struct drift_tape;
 

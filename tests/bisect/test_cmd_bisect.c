@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -40,6 +41,7 @@ static char *const dir = fx.dir;
 static char *const mark = fx.mark;
 static pid_t bg; /* a bisect running in the background, killed in teardown */
 static struct proc stranger; /* a server bisect did not start */
+static struct proc refsim;   /* the golden a saved golden is made from */
 
 static int setup(void **state)
 {
@@ -56,6 +58,9 @@ static int teardown(void **state)
     }
     if (stranger.pid > 0)
         proc_stop(&stranger);
+    if (refsim.pid > 0)
+        proc_stop(&refsim);
+    memset(&refsim, 0, sizeof(refsim));
     return bisectfx_end(&fx);
 }
 
@@ -126,6 +131,126 @@ static void test_one_at_a_time_ranks_the_five(void **state)
                                           "measured change is decode only"));
     json_decref(j);
     buf_release(&out);
+}
+
+/* Three toggles drift alone can rank: an unread flag, a small prefill
+ * noise, and a noise growing with position. */
+static const char three[] =
+    "[toggle unread-flag]\nargs = --seed 0\npath = prefill\n\n"
+    "[toggle fp8-gemm]\nargs = --prefill-noise 0.003\npath = prefill\n\n"
+    "[toggle mhc-bf16]\nargs = --prefill-noise 0.05 --noise-growth 1\n"
+    "path = decode\n";
+
+/* A saved golden in place of the launched one: the golden sim's answers
+ * saved once (the test profile's corpus), then bisect with [golden] file
+ * launches the three configurations and no golden, and ranks them as the
+ * same bisect with a launched golden does: the same culprit, the same
+ * order, the same drift verdicts and attribution, the same server-info
+ * differences, and the same excess KL within 2 % (a toggle that changes
+ * the greedy output has its decode steps compared up to where its output
+ * parts from the golden's, docs/DRIFT.md); recall is not measured (no golden to
+ * be probe's baseline), which the rows and the first line say. */
+static void test_golden_file_launches_no_golden(void **state)
+{
+    (void)state;
+    char cfg[128], gcfg[256], gfile[256], t[1024];
+    write_config("glive", "", three, cfg, sizeof(cfg));
+    struct buf out = BUF_INIT, gout = BUF_INIT, err = BUF_INIT;
+    json_t *j, *gj;
+    assert_int_equal(
+        run_bisect("glive", cfg, "one-at-a-time", "--slots=2", &out, NULL, &j),
+        1);
+    assert_int_equal(bisectfx_launches(dir, "glive"), 4);
+    /* the golden's answers, once: the sim bisect launches as the golden */
+    const char *sa[] = {"sim", "--listen", "127.0.0.1:0", NULL};
+    assert_int_equal(proc_start(&refsim, sa), 0);
+    snprintf(gfile, sizeof(gfile), "%s/gfile/ref.fgold", dir);
+    snprintf(t, sizeof(t), "[golden]\nfile = ref.fgold\n\n%s", three);
+    write_config("gfile", "", t, gcfg, sizeof(gcfg));
+    char url[64];
+    snprintf(url, sizeof(url), "%s", proc_url(&refsim));
+    /* the test profile's drift options */
+    const char *save[] = {"drift", "--golden",        url,   "--save-golden",
+                          gfile,   "--sequences",     "2",   "--max-context",
+                          "1024",  "--decode-tokens", "16",  "--decode-seqs",
+                          "1",     "--decode-prompt", "128", NULL};
+    int rc = proc_run(save, NULL, NULL, &err, 120);
+    if (rc)
+        fail_msg("save: exit %d: %s", rc, buf_str(&err));
+    proc_stop(&refsim);
+    memset(&refsim, 0, sizeof(refsim));
+    assert_int_equal(run_bisect("gfile", gcfg, "one-at-a-time", "--slots=2",
+                                &gout, NULL, &gj),
+                     1);
+    assert_non_null(gj);
+    /* no golden launched: the three configurations only */
+    assert_int_equal(bisectfx_launches(dir, "gfile"), 3);
+    assert_int_equal(json_integer_value(json_object_get(gj, "launches")), 3);
+    assert_string_equal(
+        bisectfx_str(json_object_get(gj, "golden"), "measured_by"), "drift");
+    char lc[256], fc[256];
+    bisectfx_culprits(j, lc, sizeof(lc));
+    bisectfx_culprits(gj, fc, sizeof(fc));
+    assert_string_equal(lc, "mhc-bf16");
+    assert_string_equal(fc, lc);
+    assert_true(!strncmp(buf_str(&gout), "culprit: mhc-bf16: excess KL ", 29));
+    const char *nl = strchr(buf_str(&gout), '\n');
+    const char *rn =
+        strstr(buf_str(&gout), "recall not measured (a saved golden)");
+    assert_true(nl && rn && rn < nl);
+    const json_t *la = json_object_get(j, "configurations");
+    const json_t *fa = json_object_get(gj, "configurations");
+    assert_int_equal(json_array_size(fa), 3);
+    assert_int_equal(json_array_size(la), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *l = json_array_get(la, i), *f = json_array_get(fa, i);
+        const char *name = bisectfx_str(l, "name");
+        assert_string_equal(bisectfx_str(f, "name"), name);
+        assert_string_equal(bisectfx_str(f, "drift_verdict"),
+                            bisectfx_str(l, "drift_verdict"));
+        double lh = json_number_value(json_object_get(l, "harm"));
+        double fh = json_number_value(json_object_get(f, "harm"));
+        print_message("%s: excess KL %g against the file, %g live\n", name, fh,
+                      lh);
+        if (!(fabs(lh - fh) <= 0.02 * fmax(fabs(lh), fabs(fh)) + 1e-12))
+            fail_msg("%s: excess KL %g against the file, %g live", name, fh,
+                     lh);
+        assert_true(json_is_false(json_object_get(f, "recall_measured")));
+        assert_true(json_is_null(json_object_get(f, "pass_diff")));
+        assert_true(json_is_true(json_object_get(l, "recall_measured")));
+        char *lf = json_dumps(json_object_get(l, "fingerprint_diff"),
+                              JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        char *ff = json_dumps(json_object_get(f, "fingerprint_diff"),
+                              JSON_ENCODE_ANY | JSON_SORT_KEYS);
+        assert_string_equal(ff, lf);
+        free(lf);
+        free(ff);
+        assert_string_equal(bisectfx_str(f, "attribution"),
+                            bisectfx_str(l, "attribution"));
+    }
+    assert_string_equal(bisectfx_str(bisectfx_row(gj, "mhc-bf16"), "verdict"),
+                        "drifts (recall not measured)");
+    assert_string_equal(bisectfx_str(bisectfx_row(gj, "fp8-gemm"), "verdict"),
+                        "harmless (below thresholds)");
+    assert_string_equal(
+        bisectfx_str(bisectfx_row(gj, "unread-flag"), "verdict"), "inert");
+    assert_non_null(strstr(buf_str(&gout), "answers not compared"));
+    json_decref(j);
+    json_decref(gj);
+    /* an edited file is refused before anything is launched */
+    FILE *f = fopen(gfile, "r+b");
+    assert_non_null(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    buf_reset(&gout);
+    assert_int_equal(
+        run_bisect("gfile", gcfg, "one-at-a-time", NULL, &gout, &err, NULL), 2);
+    assert_int_equal(bisectfx_launches(dir, "gfile"), 3);
+    assert_non_null(strstr(buf_str(&err), gfile));
+    buf_release(&out);
+    buf_release(&gout);
+    buf_release(&err);
 }
 
 /* n toggles that change nothing but a label, plus the given ones. */
@@ -626,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_killed_watchdog_of_the_golden_stops_bisect),
         cmocka_unit_test(test_killed_watchdog_of_a_configuration_stops_bisect),
         cmocka_unit_test(test_one_at_a_time_ranks_the_five),
+        cmocka_unit_test(test_golden_file_launches_no_golden),
         cmocka_unit_test(test_env_only_toggle_not_visible),
         cmocka_unit_test(test_adaptive_one_culprit_of_eight),
         cmocka_unit_test(test_adaptive_pair_of_eight),

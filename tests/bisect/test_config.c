@@ -126,6 +126,41 @@ static void test_unknown_key(void **state)
                        "[toggle NAME]");
 }
 
+/* [golden] file: a saved golden, relative to the config's directory;
+ * url and file exclude each other. */
+static void test_golden_file(void **state)
+{
+    (void)state;
+    struct bisect_config c;
+    struct diag d = {0};
+    const char *text = "[server]\ncommand=srv {port}\n[golden]\nfile = "
+                       "ref.fgold\n[toggle a]\nargs=-a\n";
+    assert_int_equal(
+        bisect_config_parse(&c, "conf/b.ini", text, strlen(text), &d), 0);
+    assert_string_equal(c.golden_file, "conf/ref.fgold");
+    assert_null(c.golden_url);
+    bisect_config_release(&c);
+    assert_int_equal(parse(&c, text, &d), 0);
+    assert_string_equal(c.golden_file, "ref.fgold");
+    bisect_config_release(&c);
+    const char *abs = "[server]\ncommand=srv {port}\n[golden]\nfile = "
+                      "/data/ref.fgold\n[toggle a]\nargs=-a\n";
+    assert_int_equal(
+        bisect_config_parse(&c, "conf/b.ini", abs, strlen(abs), &d), 0);
+    assert_string_equal(c.golden_file, "/data/ref.fgold");
+    bisect_config_release(&c);
+    bad("[server]\ncommand=srv {port}\n[golden]\nurl = http://g:1\nfile = "
+        "ref.fgold\n",
+        "t.ini:5: [golden] has both 'url' and 'file'; keep one: a running "
+        "golden, or a saved golden file");
+    bad("[server]\ncommand=srv {port}\n[golden]\nfile =\n",
+        "t.ini:4: 'file' is empty; give the path of a saved golden "
+        "('fidelity drift --golden URL --save-golden FILE')");
+    bad("[golden]\nport = 1\n",
+        "t.ini:2: unknown key 'port' in [golden]; the keys there are url, "
+        "file");
+}
+
 /* The Slurm launcher's settings: [server] launcher and [slurm]. */
 static void test_slurm_section(void **state)
 {
@@ -261,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_slurm_section),
+        cmocka_unit_test(test_golden_file),
         cmocka_unit_test(test_missing_placeholder),
         cmocka_unit_test(test_duplicated_toggle),
         cmocka_unit_test(test_bad_values),

@@ -47,7 +47,7 @@ static void test_prompts_follow_the_first_failing_bucket(void **state)
 
     /* nothing fails: --decode-prompt alone */
     result(&r, 2, 3072);
-    assert_int_equal(drift_decode_prompts(&o, &r, p), 1);
+    assert_int_equal(drift_decode_prompts(&o, &r, false, p), 1);
     assert_int_equal(p[0].prompt, 512);
     assert_false(p[0].diverged);
 
@@ -55,16 +55,21 @@ static void test_prompts_follow_the_first_failing_bucket(void **state)
      * room left for 32 generated tokens; then 512 */
     int b = drift_bucket_of(&r.an, 2048);
     r.bucket_verdict[b] = DRIFT_FAIL;
-    assert_int_equal(drift_decode_prompts(&o, &r, p), 2);
+    assert_int_equal(drift_decode_prompts(&o, &r, false, p), 2);
     assert_true(p[0].diverged);
     assert_int_equal(p[0].bucket, b);
     assert_int_equal(p[0].prompt, 2048 + (1024 - 32) / 2);
     assert_int_equal(p[1].prompt, 512);
 
+    /* against a saved golden: --decode-prompt alone */
+    assert_int_equal(drift_decode_prompts(&o, &r, true, p), 1);
+    assert_false(p[0].diverged);
+    assert_int_equal(p[0].prompt, 512);
+
     /* the failing bucket holds --decode-prompt: one point */
     r.bucket_verdict[b] = DRIFT_PASS;
     r.bucket_verdict[drift_bucket_of(&r.an, 600)] = DRIFT_WARN;
-    assert_int_equal(drift_decode_prompts(&o, &r, p), 1);
+    assert_int_equal(drift_decode_prompts(&o, &r, false, p), 1);
     assert_true(p[0].diverged);
     assert_true(p[0].prompt >= 512 && p[0].prompt < 1024);
     drift_result_release(&r);
@@ -72,13 +77,13 @@ static void test_prompts_follow_the_first_failing_bucket(void **state)
     /* only growth is off: the last bucket */
     result(&r, 2, 3072);
     r.growth.verdict = DRIFT_FAIL;
-    assert_int_equal(drift_decode_prompts(&o, &r, p), 2);
+    assert_int_equal(drift_decode_prompts(&o, &r, false, p), 2);
     assert_true(p[0].prompt >= 2048 && p[0].prompt < 3072);
     drift_result_release(&r);
 
     /* shorter sequences than --decode-prompt: the whole sequence */
     result(&r, 1, 300);
-    assert_int_equal(drift_decode_prompts(&o, &r, p), 1);
+    assert_int_equal(drift_decode_prompts(&o, &r, false, p), 1);
     assert_int_equal(p[0].prompt, 300);
     drift_result_release(&r);
 }

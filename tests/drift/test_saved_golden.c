@@ -88,14 +88,16 @@ static json_t *load(const char *path)
     return j;
 }
 
-/* The saving run: sim G's answers into gfile. */
+/* The saving run: sim G's answers into gfile, without the decode path
+ * (the test of the decode path saves its own). */
 static void save(struct buf *err)
 {
     char url[64];
     snprintf(url, sizeof(url), "%s", proc_url(&G));
     const char *a[] = {"drift", "--golden",    url,   "--save-golden",
                        gfile,   "--sequences", "2",   "--max-context",
-                       "512",   "--bootstrap", "100", NULL};
+                       "512",   "--bootstrap", "100", "--decode-tokens",
+                       "0",     NULL};
     int rc = run(a, err);
     if (rc)
         fail_msg("save: exit %d: %s", rc, err->data);
@@ -170,6 +172,130 @@ static void test_file_gives_the_live_figures(void **state)
     buf_release(&err);
 }
 
+/* Runs drift against the live golden (gurl) and against file, with the
+ * decode path, into DIR/NAME-live.json and DIR/NAME-file.json; checks
+ * the exit codes agree and returns both summaries (file's without
+ * golden_file; its decode section's saved_golden into *sg). */
+static void decode_pair(const char *name, const char *gurl, const char *file,
+                        const char *curl, json_t **live, json_t **saved,
+                        json_t **sg)
+{
+    struct buf err = BUF_INIT;
+    char *lj = xasprintf("%s/%s-live.json", dir, name),
+         *fj = xasprintf("%s/%s-file.json", dir, name);
+    const char *l[] = {"drift", "--golden",        gurl,     "--candidate",
+                       curl,    "--sequences",     "2",      "--max-context",
+                       "512",   "--decode-tokens", "16",     "--decode-seqs",
+                       "1",     "--decode-prompt", "128",    "--bootstrap",
+                       "100",   "--no-store",      "--json", lj,
+                       NULL};
+    int rc_live = run(l, &err);
+    const char *f[] = {
+        "drift",       "--golden-file", file,         "--candidate", curl,
+        "--bootstrap", "100",           "--no-store", "--json",      fj,
+        NULL};
+    int rc_file = run(f, &err);
+    if (rc_file != rc_live)
+        fail_msg("%s: exit %d against the file, %d live: %s", name, rc_file,
+                 rc_live, err.data);
+    *live = load(lj);
+    *saved = load(fj);
+    json_object_del(*saved, "golden_file");
+    json_t *dec = json_object_get(*saved, "decode");
+    assert_non_null(dec);
+    *sg = json_incref(json_object_get(dec, "saved_golden"));
+    assert_non_null(*sg);
+    json_object_del(dec, "saved_golden");
+    free(lj);
+    free(fj);
+    buf_release(&err);
+}
+
+static long jint(const json_t *o, const char *k)
+{
+    return (long)json_integer_value(json_object_get(o, k));
+}
+
+static const json_t *dpath(const json_t *summary, const char *path)
+{
+    return json_object_get(json_object_get(summary, "decode"), path);
+}
+
+/* The decode path against a saved golden: the golden's greedy output is
+ * saved; a candidate that generates the same output gives the live
+ * summary, figure for figure; one whose decode steps are noisy (its
+ * output parts from the golden's at the first step) is found by the same
+ * decode-path FAIL and attribution as live, on the step where the two
+ * part, compared with the golden's token. */
+static void test_decode_path_from_the_file(void **state)
+{
+    (void)state;
+    struct buf err = BUF_INIT;
+    char gurl[64], hurl[64], nurl[64];
+    char *dfile = xasprintf("%s/decode.fgold", dir);
+    start(&G, &up_g, NULL);
+    start(&C, &up_c, NULL);
+    start(&B, &up_b, "--decode-noise=0.3");
+    snprintf(gurl, sizeof(gurl), "%s", proc_url(&G));
+    snprintf(hurl, sizeof(hurl), "%s", proc_url(&C));
+    snprintf(nurl, sizeof(nurl), "%s", proc_url(&B));
+    const char *a[] = {"drift", "--golden",
+                       gurl,    "--save-golden",
+                       dfile,   "--sequences",
+                       "2",     "--max-context",
+                       "512",   "--decode-tokens",
+                       "16",    "--decode-seqs",
+                       "1",     "--decode-prompt",
+                       "128",   "--bootstrap",
+                       "100",   NULL};
+    int rc = run(a, &err);
+    if (rc)
+        fail_msg("save: exit %d: %s", rc, err.data);
+    json_t *live, *file, *sg;
+    /* the same output as the golden's: the live summary */
+    decode_pair("healthy", gurl, dfile, hurl, &live, &file, &sg);
+    assert_int_equal(jint(sg, "golden_steps"), 16);
+    assert_int_equal(jint(sg, "shared_steps"), 16);
+    assert_int_equal(jint(sg, "parted_steps"), 0);
+    char *sa = json_dumps(live, JSON_SORT_KEYS),
+         *sb = json_dumps(file, JSON_SORT_KEYS);
+    if (strcmp(sa, sb))
+        fail_msg("the summaries differ:\nlive %.600s\nfile %.600s", sa, sb);
+    free(sa);
+    free(sb);
+    json_decref(live);
+    json_decref(file);
+    json_decref(sg);
+    /* noisy decode steps: seen through the file as live */
+    decode_pair("noisy", gurl, dfile, nurl, &live, &file, &sg);
+    assert_int_equal(jint(sg, "shared_steps"), 0);
+    assert_int_equal(jint(sg, "parted_steps"), 1);
+    const char *paths[] = {"decode_vs_golden_prefill", "decode_vs_prefill",
+                           "prefill_vs_prefill"};
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(json_string_value(json_object_get(
+                                dpath(file, paths[i]), "verdict")),
+                            json_string_value(json_object_get(
+                                dpath(live, paths[i]), "verdict")));
+    assert_string_equal(
+        json_string_value(json_object_get(dpath(file, paths[0]), "verdict")),
+        "FAIL");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(file, "attribution"), "kind")),
+                        json_string_value(json_object_get(
+                            json_object_get(live, "attribution"), "kind")));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(file, "attribution"), "kind")),
+                        "decode");
+    assert_string_equal(json_string_value(json_object_get(file, "verdict")),
+                        json_string_value(json_object_get(live, "verdict")));
+    json_decref(live);
+    json_decref(file);
+    json_decref(sg);
+    free(dfile);
+    buf_release(&err);
+}
+
 /* A candidate whose tokenizer is not the saved golden's: refused, naming
  * both, before any scoring request. */
 static void test_other_tokenizer_refused(void **state)
@@ -228,12 +354,13 @@ static void change_a_digit(struct buf *b)
     fail_msg("no digit to change");
 }
 
-/* Version 2, with a checksum that holds: refused for its version. */
-static void version_2(struct buf *b)
+/* Version 3 (one this fidelity does not know), with a checksum that
+ * holds: refused for its version. */
+static void version_3(struct buf *b)
 {
-    char *v = strstr(b->data, "\"version\":1");
+    char *v = strstr(b->data, "\"version\":2");
     assert_non_null(v);
-    v[10] = '2';
+    v[10] = '3';
     char *trailer = b->data + b->len - 2;
     while (trailer > b->data && trailer[-1] != '\n')
         trailer--;
@@ -261,7 +388,7 @@ static void test_damaged_files_refused(void **state)
     } cases[] = {
         {cut_last_line, "truncated"},
         {change_a_digit, "checksum"},
-        {version_2, "version 2"},
+        {version_3, "version 3"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
         rewrite(bad, cases[k].edit);
@@ -323,6 +450,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_file_gives_the_live_figures, teardown),
+        cmocka_unit_test_teardown(test_decode_path_from_the_file, teardown),
         cmocka_unit_test_teardown(test_other_tokenizer_refused, teardown),
         cmocka_unit_test_teardown(test_damaged_files_refused, teardown),
         cmocka_unit_test_teardown(test_options_checked, teardown),

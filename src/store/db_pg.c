@@ -244,6 +244,14 @@ static int ready(struct pg *db, enum kind k, const char *sql)
     return setup(db);
 }
 
+/* The server's notices (a CREATE TABLE IF NOT EXISTS of a table that
+ * exists) are not errors: nothing is printed. */
+static void quiet(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
 int db_pg_open(const char *url, struct db **out, struct diag *d)
 {
     *out = NULL;
@@ -263,6 +271,7 @@ int db_pg_open(const char *url, struct db **out, struct diag *d)
         db->head.ops->close(&db->head);
         return -EIO;
     }
+    PQsetNoticeProcessor(db->c, quiet, NULL);
     if (setup(db) != DB_OK) {
         diag_set(d, EIO, "cannot open '%s': %s", db->shown, db->err);
         db->head.ops->close(&db->head);

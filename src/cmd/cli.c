@@ -445,6 +445,12 @@ int cli_check_store(const char *cmd, const char *path)
     struct stat st;
     struct diag d = {{0}};
     struct db *db;
+    if (db_is_url(path)) { /* store_open's message masks the password */
+        if (store_open(path, &db, &d))
+            return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
+        store_close(db);
+        return 0;
+    }
     if (stat(path, &st))
         return cli_check_output(cmd, "--db", path);
     if (S_ISDIR(st.st_mode))

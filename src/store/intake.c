@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "core/xalloc.h"
+#include "store/store.h"
 
 static const char FILE_MAGIC[8] = {'F', 'I', 'D', 'I', 'N', 'T', 'K', '1'};
 static const char REC_MAGIC[4] = {'I', 'N', 'T', 'K'};
@@ -55,7 +56,7 @@ static uint64_t get_u64(const char *p)
 
 char *intake_path(const char *db_path)
 {
-    return xasprintf("%s-intake", db_path);
+    return store_local_path(db_path, "-intake");
 }
 
 static uint64_t new_epoch(void)

@@ -31,6 +31,7 @@
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,10 @@ struct pg {
     bool txn;            /* inside a transaction when last seen */
     int lock_ms;
     struct table *tables;
+    /* Taken by every call that talks to the server: one connection may
+     * be shared by threads (probe's workers), as SQLite's serialized mode
+     * allows, and libpq's connection is not for two at once. */
+    pthread_mutex_t mu;
 };
 
 enum kind {
@@ -264,6 +269,7 @@ int db_pg_open(const char *url, struct db **out, struct diag *d)
     db->secret = url_secret(url);
     db->lock_ms = 5000;
     db->gen = 1;
+    pthread_mutex_init(&db->mu, NULL);
     db->c = PQconnectdbParams(keys, vals, 1);
     if (!db->c || PQstatus(db->c) != CONNECTION_OK) {
         set_err(db, db->c ? PQerrorMessage(db->c) : "out of memory");
@@ -683,8 +689,8 @@ static void result_clear(struct pg_stmt *s)
     s->ran = false;
 }
 
-static int prepare(struct db *dbh, const char *sql, bool persistent,
-                   struct db_stmt **out)
+static int prepare_(struct db *dbh, const char *sql, bool persistent,
+                    struct db_stmt **out)
 {
     struct pg *db = PG(dbh);
     struct xl x;
@@ -902,7 +908,7 @@ static int took(struct pg *db, enum kind k, PGresult *r)
     return DB_OK;
 }
 
-static int step(struct db_stmt *st)
+static int step_(struct db_stmt *st)
 {
     struct pg_stmt *s = ST(st);
     struct pg *db = s->db;
@@ -1127,7 +1133,7 @@ static int clear_bindings(struct db_stmt *st)
     return DB_OK;
 }
 
-static int finalize(struct db_stmt *st)
+static int finalize_(struct db_stmt *st)
 {
     struct pg_stmt *s = ST(st);
     result_clear(s);
@@ -1152,7 +1158,7 @@ static int finalize(struct db_stmt *st)
 
 /* ---- the connection's own calls ---- */
 
-static int exec(struct db *dbh, const char *sql, char **err)
+static int exec_(struct db *dbh, const char *sql, char **err)
 {
     struct pg *db = PG(dbh);
     struct xl x;
@@ -1219,7 +1225,7 @@ static int changes(struct db *dbh)
 
 /* SQLite's busy timeout is how long a statement waits for another
  * writer's lock: PostgreSQL's lock_timeout. */
-static void busy_timeout(struct db *dbh, int ms)
+static void busy_timeout_(struct db *dbh, int ms)
 {
     struct pg *db = PG(dbh);
     db->lock_ms = ms < 0 ? 0 : ms;
@@ -1228,7 +1234,7 @@ static void busy_timeout(struct db *dbh, int ms)
         setup(db);
 }
 
-static bool query_bool(struct pg *db, const char *sql, const char *arg)
+static bool query_bool_(struct pg *db, const char *sql, const char *arg)
 {
     const char *v[1] = {arg};
     if (PQstatus(db->c) != CONNECTION_OK)
@@ -1239,6 +1245,8 @@ static bool query_bool(struct pg *db, const char *sql, const char *arg)
     PQclear(r);
     return yes;
 }
+
+static bool query_bool(struct pg *db, const char *sql, const char *arg);
 
 static bool is_readonly(struct db *dbh)
 {
@@ -1257,7 +1265,7 @@ static bool has_table(struct db *dbh, const char *name)
                       name);
 }
 
-static bool has_column(struct db *dbh, const char *table, const char *column)
+static bool has_column_(struct db *dbh, const char *table, const char *column)
 {
     struct pg *db = PG(dbh);
     const char *v[2] = {table, column};
@@ -1304,7 +1312,68 @@ static void close_db(struct db *dbh)
     free(db->shown);
     free(db->secret);
     free(db->err);
+    pthread_mutex_destroy(&db->mu);
     free(db);
+}
+
+/* ---- the calls that talk to the server, one thread at a time ---- */
+
+static int prepare(struct db *dbh, const char *sql, bool persistent,
+                   struct db_stmt **out)
+{
+    pthread_mutex_lock(&PG(dbh)->mu);
+    int rc = prepare_(dbh, sql, persistent, out);
+    pthread_mutex_unlock(&PG(dbh)->mu);
+    return rc;
+}
+
+static int step(struct db_stmt *st)
+{
+    struct pg *db = ST(st)->db;
+    pthread_mutex_lock(&db->mu);
+    int rc = step_(st);
+    pthread_mutex_unlock(&db->mu);
+    return rc;
+}
+
+static int finalize(struct db_stmt *st)
+{
+    struct pg *db = ST(st)->db;
+    pthread_mutex_lock(&db->mu);
+    int rc = finalize_(st);
+    pthread_mutex_unlock(&db->mu);
+    return rc;
+}
+
+static int exec(struct db *dbh, const char *sql, char **err)
+{
+    pthread_mutex_lock(&PG(dbh)->mu);
+    int rc = exec_(dbh, sql, err);
+    pthread_mutex_unlock(&PG(dbh)->mu);
+    return rc;
+}
+
+static void busy_timeout(struct db *dbh, int ms)
+{
+    pthread_mutex_lock(&PG(dbh)->mu);
+    busy_timeout_(dbh, ms);
+    pthread_mutex_unlock(&PG(dbh)->mu);
+}
+
+static bool query_bool(struct pg *db, const char *sql, const char *arg)
+{
+    pthread_mutex_lock(&db->mu);
+    bool yes = query_bool_(db, sql, arg);
+    pthread_mutex_unlock(&db->mu);
+    return yes;
+}
+
+static bool has_column(struct db *dbh, const char *table, const char *column)
+{
+    pthread_mutex_lock(&PG(dbh)->mu);
+    bool yes = has_column_(dbh, table, column);
+    pthread_mutex_unlock(&PG(dbh)->mu);
+    return yes;
 }
 
 static const struct db_ops ops = {

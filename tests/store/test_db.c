@@ -6,13 +6,14 @@
  * integers, doubles to the last bit, blobs with NUL bytes, NULLs),
  * INSERT OR REPLACE and OR IGNORE, the id an INSERT gave, the rows a
  * statement changed, the catalog reads, a failed statement inside a
- * transaction undoing only itself, persistent statements reused, and a
- * PostgreSQL password never in an error.
+ * transaction undoing only itself, persistent statements reused, threads
+ * sharing a connection, and a PostgreSQL password never in an error.
  */
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -422,6 +423,64 @@ static void t_persistent(struct db *db)
     assert_int_equal(one_int(db, "SELECT count(*) FROM p WHERE a IS NULL"), 66);
 }
 
+/* Threads sharing one connection (probe's workers do): each call is
+ * atomic, as in SQLite's serialized mode. */
+struct thr {
+    struct db *db;
+    int id;
+    int bad;
+};
+
+static void *thr_main(void *arg)
+{
+    struct thr *t = arg;
+    for (int i = 0; i < 100; i++) {
+        struct db_stmt *st = NULL;
+        if (db_prepare(t->db, "INSERT INTO th(t, i, s) VALUES (?, ?, ?)",
+                       &st) != DB_OK) {
+            t->bad++;
+            continue;
+        }
+        char s[32];
+        snprintf(s, sizeof(s), "%d/%d", t->id, i);
+        db_bind_int(st, 1, t->id);
+        db_bind_int(st, 2, i);
+        db_bind_text(st, 3, s, -1, DB_TRANSIENT);
+        if (db_step(st) != DB_DONE)
+            t->bad++;
+        db_finalize(st);
+        st = NULL;
+        if (db_prepare(t->db, "SELECT s FROM th WHERE t = ? AND i = ?", &st) !=
+            DB_OK) {
+            t->bad++;
+            continue;
+        }
+        db_bind_int(st, 1, t->id);
+        db_bind_int(st, 2, i);
+        if (db_step(st) != DB_ROW ||
+            strcmp((const char *)db_column_text(st, 0), s))
+            t->bad++;
+        db_finalize(st);
+    }
+    return NULL;
+}
+
+static void t_threads(struct db *db)
+{
+    ok_exec(db, "CREATE TABLE th(t INTEGER, i INTEGER, s TEXT)");
+    pthread_t th[4];
+    struct thr t[4];
+    for (int k = 0; k < 4; k++) {
+        t[k] = (struct thr){db, k, 0};
+        assert_int_equal(pthread_create(&th[k], NULL, thr_main, &t[k]), 0);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(t[k].bad, 0);
+    }
+    assert_int_equal(one_int(db, "SELECT count(*) FROM th"), 400);
+}
+
 #define BOTH(fn)                                                               \
     static void lite_##fn(void **state)                                        \
     {                                                                          \
@@ -440,6 +499,7 @@ BOTH(t_ids_and_changes)
 BOTH(t_catalog)
 BOTH(t_failure_in_transaction)
 BOTH(t_persistent)
+BOTH(t_threads)
 
 /* ---- PostgreSQL only ---- */
 
@@ -480,6 +540,7 @@ int main(void)
         T(t_catalog),
         T(t_failure_in_transaction),
         T(t_persistent),
+        T(t_threads),
         cmocka_unit_test(test_pg_password_masked),
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),

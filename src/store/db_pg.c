@@ -260,9 +260,11 @@ static void quiet(void *arg, const char *msg)
 int db_pg_open(const char *url, struct db **out, struct diag *d)
 {
     *out = NULL;
-    const char *keys[] = {"dbname", "application_name", "client_encoding",
-                          NULL};
-    const char *vals[] = {url, "fidelity", "UTF8", NULL};
+    /* in order, the last of a key winning: what comes before the URL is
+     * a default that the URL may override, what comes after it is not */
+    const char *keys[] = {"connect_timeout", "application_name", "dbname",
+                          "client_encoding", NULL};
+    const char *vals[] = {"10", "fidelity", url, "UTF8", NULL};
     struct pg *db = xcalloc(1, sizeof(*db));
     db->head.ops = &ops;
     db->shown = url_mask(url);

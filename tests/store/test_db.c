@@ -525,6 +525,44 @@ static void test_pg_pragma_refused(void **state)
     free(err);
 }
 
+/* A connection the server ended is made again at the next statement
+ * outside a transaction; persistent statements are prepared again. */
+static void test_pg_reconnect(void **state)
+{
+    struct fx *f = *state;
+    struct db *db = f->db, *other = NULL;
+    struct diag d = {{0}};
+    ok_exec(db, "CREATE TABLE rc(x INTEGER)");
+    struct db_stmt *ins = NULL;
+    assert_int_equal(
+        db_prepare_persistent(db, "INSERT INTO rc VALUES (?)", &ins), DB_OK);
+    db_bind_int(ins, 1, 1);
+    assert_int_equal(db_step(ins), DB_DONE);
+    db_reset(ins);
+    if (store_open(f->target, &other, &d))
+        fail_msg("%s", d.msg);
+    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
+                                    " pg_terminate_backend(pid) FROM"
+                                    " pg_stat_activity WHERE"
+                                    " application_name = 'fidelity' AND"
+                                    " pid <> pg_backend_pid()) AS k"),
+                     1);
+    store_close(other);
+    /* the statement that finds the connection gone fails; the next one
+     * runs on a new connection */
+    db_bind_int(ins, 1, 2);
+    int rc = db_step(ins);
+    db_reset(ins);
+    if (rc != DB_DONE) {
+        assert_int_equal(rc, DB_ERROR);
+        db_bind_int(ins, 1, 2);
+        assert_int_equal(db_step(ins), DB_DONE);
+        db_reset(ins);
+    }
+    db_finalize(ins);
+    assert_int_equal(one_int(db, "SELECT sum(x) FROM rc"), 3);
+}
+
 #define T(fn)                                                                  \
     cmocka_unit_test_setup_teardown(lite_##fn, setup_lite, teardown),          \
         cmocka_unit_test_setup_teardown(pg_##fn, setup_pg, teardown)
@@ -544,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_pg_password_masked),
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pg_reconnect, setup_pg, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pgsrv_stop();

@@ -2,8 +2,8 @@
  * End-to-end on PostgreSQL: `fidelity record --db postgresql://...` in
  * front of a real `fidelity sim` with a fault, then `fidelity audit --db`
  * the same URL, must give the same findings as the same traffic recorded
- * into a SQLite file. A password in the URL is in none of audit's
- * output.
+ * into a SQLite file; sessions, export and report read the URL as they
+ * read the file. A password in the URL is in none of their output.
  */
 #include <errno.h>
 #include <limits.h>
@@ -192,6 +192,39 @@ static void test_audit_same_as_sqlite(void **state)
                            "first_message.claim"));
     json_decref(lite);
     json_decref(pg);
+    /* sessions, export and report read the URL too, the password masked */
+    char *rows[2];
+    const char *dbs[2] = {db, url};
+    for (int k = 0; k < 2; k++) {
+        struct buf out = BUF_INIT, err = BUF_INIT;
+        const char *sargv[] = {"sessions", "--db", dbs[k], "--json", "-", NULL};
+        assert_int_equal(proc_run(sargv, NULL, &out, &err, 60), 0);
+        assert_null(strstr(buf_str(&out), "s3cret"));
+        json_t *j = json_loads(buf_str(&out), 0, NULL);
+        assert_non_null(j);
+        rows[k] = json_dumps(json_object_get(j, "sessions"),
+                             JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(j);
+        buf_reset(&out);
+        const char *eargv[] = {"export",   "--db",   dbs[k],
+                               "--format", "openai", NULL};
+        assert_int_equal(proc_run(eargv, NULL, &out, &err, 60), 0);
+        assert_non_null(strstr(buf_str(&out), "blue door"));
+        char *html = xasprintf("%s/r%d.html", dir, k);
+        const char *rargv[] = {"report", "--db", dbs[k], "-o", html, NULL};
+        assert_int_equal(proc_run(rargv, NULL, &out, &err, 60), 0);
+        assert_null(strstr(buf_str(&err), "s3cret"));
+        buf_reset(&out);
+        assert_int_equal(rec_read_file(html, &out), 0);
+        assert_null(strstr(buf_str(&out), "s3cret"));
+        assert_non_null(strstr(buf_str(&out), "first_message.claim"));
+        free(html);
+        buf_release(&out);
+        buf_release(&err);
+    }
+    assert_string_equal(rows[0], rows[1]);
+    free(rows[0]);
+    free(rows[1]);
 }
 
 int main(void)

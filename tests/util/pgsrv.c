@@ -145,9 +145,43 @@ static void on_exit_stop(void)
     pgsrv_stop();
 }
 
+/* Removes what a test binary killed before its exit left: a server
+ * directory of /tmp older than a minute whose postmaster (data/
+ * postmaster.pid) is not running; its postgres processes went with the
+ * test process (the parent-death signal). */
+static void sweep(void)
+{
+    glob_t g;
+    if (glob("/tmp/fidelity-pg-*", GLOB_ONLYDIR, NULL, &g))
+        return;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char pidfile[128], cmd[160];
+        struct stat st;
+        if (stat(g.gl_pathv[i], &st) || time(NULL) - st.st_mtime < 60)
+            continue;
+        snprintf(pidfile, sizeof(pidfile), "%s/data/postmaster.pid",
+                 g.gl_pathv[i]);
+        FILE *f = fopen(pidfile, "r");
+        long pid = 0;
+        if (f) {
+            if (fscanf(f, "%ld", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+            continue;
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g.gl_pathv[i]);
+        if (system(cmd)) {
+            /* left for the next sweep */
+        }
+    }
+    globfree(&g);
+}
+
 /* Starts the server; false (its log printed) when it does not. */
 static bool start(void)
 {
+    sweep();
     char data[128];
     snprintf(dir, sizeof(dir), "/tmp/fidelity-pg-XXXXXX");
     if (!mkdtemp(dir))

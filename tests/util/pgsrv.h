@@ -7,7 +7,8 @@
  * user nobody, on a directory that is theirs. One server per test binary,
  * started at the first pgsrv_db and stopped at exit (atexit; and, as the
  * postmaster is this process's child with a parent-death signal, also
- * when the test process is killed); a database per test.
+ * when the test process is killed; the directory such a binary leaves is
+ * removed by the next start); a database per test.
  */
 #ifndef TESTS_UTIL_PGSRV_H
 #define TESTS_UTIL_PGSRV_H

@@ -1183,24 +1183,27 @@ static int exec_(struct db *dbh, const char *sql, char **err)
         goto out;
     bool g = guarded(db, x.kind, false);
     PGresult *r;
-    if (g) {
-        char *w = xasprintf("SAVEPOINT fid_stmt;\n%s;\nRELEASE fid_stmt", t);
-        r = exec_simple(db, w);
-        free(w);
-    } else {
-        r = exec_simple(db, t);
+    if (g) { /* apart, so that r is the statement's own result */
+        r = exec_simple(db, "SAVEPOINT fid_stmt");
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            rc = fail_res(db, r);
+            note_txn(db);
+            goto out;
+        }
+        PQclear(r);
     }
+    r = exec_simple(db, t);
     rc = took(db, x.kind, r);
     if (rc == DB_ERROR) {
         rc = fail_res(db, r);
-        if (g)
-            PQclear(exec_simple(db, "ROLLBACK TO fid_stmt; RELEASE fid_stmt"));
     } else {
         if (rc == DB_OK && returning && PQresultStatus(r) == PGRES_TUPLES_OK &&
             PQntuples(r) > 0)
             db->last_id = strtoll(PQgetvalue(r, PQntuples(r) - 1, 0), NULL, 10);
         PQclear(r);
     }
+    if (g)
+        unguard(db, rc == DB_OK);
     note_txn(db);
 out:
     if (rc != DB_OK && err)

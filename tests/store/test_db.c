@@ -355,8 +355,13 @@ static void t_failure_in_transaction(struct db *db)
         rc = db_step(st);
     assert_true(rc != DB_OK && rc != DB_ROW && rc != DB_DONE);
     db_finalize(st);
-    /* the transaction goes on */
+    /* the transaction goes on; what a statement did is told as outside
+     * one */
     ok_exec(db, "INSERT INTO u VALUES (3, 'c')");
+    assert_int_equal(db_changes(db), 1);
+    assert_int_equal(db_last_insert_rowid(db), 3);
+    ok_exec(db, "UPDATE u SET v = v || 'x'");
+    assert_int_equal(db_changes(db), 2);
     ok_exec(db, "COMMIT");
     assert_int_equal(one_int(db, "SELECT count(*) FROM u"), 2);
     assert_int_equal(one_int(db, "SELECT sum(k) FROM u"), 4);

@@ -835,11 +835,15 @@ static bool types_fit(const struct pg_stmt *s)
 {
     for (int i = 0; i < s->np; i++) {
         const struct param *p = &s->p[i];
-        if (!p->val || p->type == s->prep_types[i])
+        Oid want = s->prep_types[i];
+        if (!p->val || p->type == want)
             continue;
-        if (s->prep_types[i] == 0 && p->type != OID_BYTEA)
-            continue; /* inferred by the server; text is parsed as it */
-        return false;
+        if (p->fmt) /* binary: only as what it is */
+            return false;
+        /* text the server parses as its type; but a double is no integer */
+        if (p->type == OID_FLOAT8 &&
+            (want == OID_INT8 || want == OID_INT4 || want == OID_INT2))
+            return false;
     }
     return true;
 }
@@ -865,9 +869,16 @@ static PGresult *run(struct pg_stmt *s)
             if (PQresultStatus(r) != PGRES_COMMAND_OK)
                 return r;
             PQclear(r);
+            /* the types the server took or inferred (a NULL's, say, from
+             * its column), which later uses are checked against */
             free(s->prep_types);
             s->prep_types = xmalloc(sizeof(Oid) * (size_t)(n ? n : 1));
             memcpy(s->prep_types, types, sizeof(Oid) * (size_t)n);
+            r = PQdescribePrepared(db->c, s->name);
+            if (PQresultStatus(r) == PGRES_COMMAND_OK && PQnparams(r) == n)
+                for (int i = 0; i < n; i++)
+                    s->prep_types[i] = PQparamtype(r, i);
+            PQclear(r);
             s->prep_gen = db->gen;
         }
         if (types_fit(s))

@@ -393,13 +393,14 @@ static void t_persistent(struct db *db)
         DB_OK);
     ok_exec(db, "BEGIN");
     for (int i = 1; i <= 200; i++) {
-        /* the types of a parameter vary between uses: NULL, int, blob */
-        if (i % 3 == 0)
+        /* the types of a parameter vary between uses: NULL, int, blob;
+         * the first use binds NULLs, whose types the statement infers */
+        if (i % 3 == 0 || i == 1)
             db_bind_null(ins, 1);
         else
             db_bind_int64(ins, 1, (int64_t)i * 1000003);
         unsigned char b[3] = {(unsigned char)i, 0, (unsigned char)(i >> 8)};
-        if (i % 5 == 0)
+        if (i % 5 == 0 || i == 1)
             db_bind_null(ins, 2);
         else
             db_bind_blob(ins, 2, b, 3, DB_TRANSIENT);
@@ -408,11 +409,11 @@ static void t_persistent(struct db *db)
         db_reset(ins);
         db_bind_int64(sel, 1, i);
         assert_int_equal(db_step(sel), DB_ROW);
-        if (i % 3 == 0)
+        if (i % 3 == 0 || i == 1)
             assert_int_equal(db_column_type(sel, 0), DB_NULL);
         else
             assert_int_equal(db_column_int64(sel, 0), (int64_t)i * 1000003);
-        if (i % 5 == 0) {
+        if (i % 5 == 0 || i == 1) {
             assert_int_equal(db_column_type(sel, 1), DB_NULL);
         } else {
             assert_int_equal(db_column_bytes(sel, 1), 3);
@@ -425,7 +426,17 @@ static void t_persistent(struct db *db)
     db_finalize(ins);
     db_finalize(sel);
     assert_int_equal(one_int(db, "SELECT count(*) FROM p"), 200);
-    assert_int_equal(one_int(db, "SELECT count(*) FROM p WHERE a IS NULL"), 66);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM p WHERE a IS NULL"), 67);
+    /* a double where an integer was bound: kept as the double it is */
+    assert_int_equal(
+        db_prepare_persistent(db, "INSERT INTO p(a) VALUES (?)", &ins), DB_OK);
+    db_bind_int(ins, 1, 7);
+    assert_int_equal(db_step(ins), DB_DONE);
+    db_reset(ins);
+    db_bind_double(ins, 1, 7.0);
+    assert_int_equal(db_step(ins), DB_DONE);
+    db_finalize(ins);
+    assert_int_equal(one_int(db, "SELECT count(*) FROM p WHERE a = 7"), 2);
 }
 
 /* Threads sharing one connection (probe's workers do): each call is

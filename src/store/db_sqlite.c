@@ -103,18 +103,24 @@ static int bind_double(struct db_stmt *st, int i, double v)
     return sqlite3_bind_double(S(st), i, v);
 }
 
+/* SQLite's destructor for how: DB_STATIC is SQLITE_STATIC (0), and a
+ * function (free) is SQLite's to call when it is done with the value. */
+static sqlite3_destructor_type destructor(db_destructor how)
+{
+    return how == DB_TRANSIENT ? SQLITE_TRANSIENT
+                               : (sqlite3_destructor_type)how;
+}
+
 static int bind_text(struct db_stmt *st, int i, const char *s, int n,
                      db_destructor how)
 {
-    return sqlite3_bind_text(
-        S(st), i, s, n, how == DB_TRANSIENT ? SQLITE_TRANSIENT : SQLITE_STATIC);
+    return sqlite3_bind_text(S(st), i, s, n, destructor(how));
 }
 
 static int bind_blob(struct db_stmt *st, int i, const void *p, int n,
                      db_destructor how)
 {
-    return sqlite3_bind_blob(
-        S(st), i, p, n, how == DB_TRANSIENT ? SQLITE_TRANSIENT : SQLITE_STATIC);
+    return sqlite3_bind_blob(S(st), i, p, n, destructor(how));
 }
 
 static int bind_null(struct db_stmt *st, int i)

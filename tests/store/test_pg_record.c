@@ -188,8 +188,9 @@ static void test_audit_same_as_sqlite(void **state)
     }
     /* and the fault was found */
     assert_true(json_array_size(json_object_get(pg, "findings")) > 0);
-    assert_non_null(strstr(json_dumps(json_object_get(pg, "findings"), 0),
-                           "first_message.claim"));
+    char *found = json_dumps(json_object_get(pg, "findings"), 0);
+    assert_non_null(strstr(found, "first_message.claim"));
+    free(found);
     json_decref(lite);
     json_decref(pg);
     /* sessions, export and report read the URL too, the password masked */

@@ -263,8 +263,9 @@ static char *run_summary(struct db *db,
     struct diag d = {{0}};
     if (get(db, id, &r, &d))
         fail_msg("%s", d.msg);
-    char *s = xasprintf("%lld %s", (long long)r.id,
-                        json_dumps(r.summary, JSON_COMPACT | JSON_SORT_KEYS));
+    char *j = json_dumps(r.summary, JSON_COMPACT | JSON_SORT_KEYS);
+    char *s = xasprintf("%lld %s", (long long)r.id, j);
+    free(j);
     json_decref(r.summary);
     return s;
 }

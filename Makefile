@@ -3,7 +3,8 @@
 # corpus and end-to-end test; `make SANITIZE=address,undefined test` does the
 # same in build-san/. Missing Debian packages are installed by `make deps`.
 
-PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash
+PKGS     := libevent libevent_pthreads libcurl jansson sqlite3 zlib libxxhash \
+            libpq
 TESTPKGS := cmocka
 # Debian packages: what the build needs, then every real part the tests
 # use (TLS upstreams served by openssl, man pages rendered by man-db and
@@ -12,8 +13,11 @@ TESTPKGS := cmocka
 DEBS     := libevent-dev libcurl4-openssl-dev libjansson-dev libsqlite3-dev \
             zlib1g-dev libxxhash-dev libcmocka-dev pkg-config gcc make curl \
             openssl man-db groff-base nodejs npm chromium slurm-wlm munge \
-            python3-torch libopenblas0-pthread python3-jsonschema
+            python3-torch libopenblas0-pthread python3-jsonschema \
+            libpq-dev postgresql
 # slurm-wlm and munge: the bisect Slurm tests start a one-node cluster.
+# libpq-dev: the PostgreSQL store (src/store/db_pg.c); postgresql: the
+# server the store tests start for themselves (tests/util/pgsrv.c).
 # python3-jsonschema: tests/e2e/test_schema validates every command's
 # --json document against its schema in docs/schema/.
 # python3-torch: the small real transformer the tests serve

@@ -149,8 +149,8 @@ int audit_load_paths(const char *db_path, const char *spill,
     struct stat st;
     struct db *db = NULL;
     /* record's default spill file sits beside the store */
-    char *def = spill ? NULL : xasprintf("%s.spill.jsonl", db_path);
-    bool have_db = stat(db_path, &st) == 0;
+    char *def = spill ? NULL : store_local_path(db_path, ".spill.jsonl");
+    bool have_db = store_exists(db_path);
     bool have_spill = stat(spill ? spill : def, &st) == 0;
     int rc = 0;
     if (!spill)

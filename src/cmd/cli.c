@@ -445,12 +445,9 @@ int cli_check_store(const char *cmd, const char *path)
     struct stat st;
     struct diag d = {{0}};
     struct db *db;
-    if (db_is_url(path)) {
+    if (db_is_url(path)) { /* store_open's message masks the password */
         if (store_open(path, &db, &d))
-            return cli_error(cmd, EXIT_INTERNAL,
-                             "%s; check the URL, that the server is up and "
-                             "that the user may connect",
-                             d.msg);
+            return cli_error(cmd, EXIT_INTERNAL, "%s", d.msg);
         store_close(db);
         return 0;
     }

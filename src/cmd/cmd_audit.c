@@ -388,19 +388,21 @@ static json_t *report_json(const struct audit_args *a,
         json_array_append_new(findings, audit_finding_json(&l->v[i]));
     for (size_t i = 0; i < set->n; i++)
         json_array_append_new(sessions, audit_session_json(&set->s[i], l));
-    return json_pack(
+    char *db = store_shown(a->rec.db); /* a URL's password masked */
+    json_t *j = json_pack(
         "{s:i, s:s, s:s?, s:{s:O, s:s, s:I, s:b}, s:o, s:{s:I, s:I, s:I}, "
         "s:o, s:o}",
-        "version", 1, "db", a->rec.db, "spill", a->rec.spill, "options",
-        "expect", a->o.expect, "reasoning_policy",
-        audit_policy_name(a->o.policy), "context_length",
-        (json_int_t)a->o.context_length, "tokenize", a->tokenize_url != NULL,
-        "thresholds", all_thresholds_json(&a->o.th), "counts", "error",
-        (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
+        "version", 1, "db", db, "spill", a->rec.spill, "options", "expect",
+        a->o.expect, "reasoning_policy", audit_policy_name(a->o.policy),
+        "context_length", (json_int_t)a->o.context_length, "tokenize",
+        a->tokenize_url != NULL, "thresholds", all_thresholds_json(&a->o.th),
+        "counts", "error", (json_int_t)audit_list_count(l, AUDIT_ERROR), "warn",
         (json_int_t)(audit_list_count(l, AUDIT_WARN) -
                      audit_list_count(l, AUDIT_ERROR)),
         "info", (json_int_t)(l->n - audit_list_count(l, AUDIT_WARN)),
         "sessions", sessions, "findings", findings);
+    free(db);
+    return j;
 }
 
 static int run(struct audit_args *a)
@@ -416,11 +418,13 @@ static int run(struct audit_args *a)
     /* an empty store is no clean run: a record that never bound, or one
      * pointed at another file, leaves exactly this */
     if (!set.n) {
+        char *db = store_shown(a->rec.db);
         rc = cli_error("audit", EXIT_USAGE,
                        set.nbad ? "no exchange in '%s' could be read"
                                 : "no exchanges in '%s': is record running "
                                   "and pointed at it?",
-                       a->rec.db);
+                       db);
+        free(db);
         goto out;
     }
     if (a->tokenize_url && (rc = tokenize_all(a, &set)))

@@ -126,16 +126,15 @@ static int each(const struct xchg *x, void *ud)
 /* Walks the store and the spill file in id order through each(). */
 static int walk(struct run *r, const struct recorded_args *a, struct diag *d)
 {
-    struct stat st;
     struct db *db = NULL;
     int rc = 0;
-    if (stat(a->db, &st) == 0) {
+    if (store_exists(a->db)) {
         rc = store_open(a->db, &db, d);
         if (!rc)
             rc = xchg_each_checked(db, NULL, each, NULL, r, d);
         store_close(db);
     }
-    char *def = a->spill ? NULL : xasprintf("%s.spill.jsonl", a->db);
+    char *def = a->spill ? NULL : store_local_path(a->db, ".spill.jsonl");
     if (!rc)
         rc = xchg_spill_each(a->spill ? a->spill : def, each, r, d);
     free(def);

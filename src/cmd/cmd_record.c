@@ -306,7 +306,7 @@ int cmd_record(int argc, char **argv)
     if (rc)
         goto out;
     if (!o.spill_path)
-        o.spill_path = spill = store_local_name(o.db_path, ".spill.jsonl");
+        o.spill_path = spill = store_local_path(o.db_path, ".spill.jsonl");
     /* before listening: the store and the spill file must be usable */
     rc = cli_check_store("record", o.db_path);
     if (!rc)
@@ -354,11 +354,14 @@ int cmd_record(int argc, char **argv)
             (unsigned long long)st.exchanges, plural_s(st.exchanges),
             (unsigned long long)st.stored, (unsigned long long)st.spilled,
             o.spill_path, (unsigned long long)st.lost);
-    if (st.in_log)
+    if (st.in_log) {
+        char *log = store_local_path(o.db_path, "-intake");
         fprintf(stderr,
-                ", %llu in the intake log '%s-intake' (recoverable: the next "
+                ", %llu in the intake log '%s' (recoverable: the next "
                 "start commits them)",
-                (unsigned long long)st.in_log, o.db_path);
+                (unsigned long long)st.in_log, log);
+        free(log);
+    }
     fputc('\n', stderr);
     if (rc)
         rc = cli_error("record", EXIT_INTERNAL, "%s", d.msg);

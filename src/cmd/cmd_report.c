@@ -270,7 +270,7 @@ static int load_run(struct db *db, const struct args *a, enum run_kind k,
     if (r == -ENOENT && !id)
         return 0;
     return cli_error("report", r == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL,
-                     "%s in '%s'", d.msg, a->rec.db);
+                     "%s in '%s'", d.msg, recorded_db_shown(&a->rec));
 }
 
 /* bisect --json's document; 0, or the exit code after the message. */
@@ -314,9 +314,10 @@ static int load_audit(const struct args *a, json_t **doc, char **origin)
         audit_list_sort(&l, order, set.n);
         free(order);
         *doc = report_audit_doc(&set, &l);
-        *origin = xasprintf("audit of %zu recorded session%s in '%s' "
-                            "(default options)",
-                            set.n, set.n == 1 ? "" : "s", a->rec.db);
+        *origin =
+            xasprintf("audit of %zu recorded session%s in '%s' "
+                      "(default options)",
+                      set.n, set.n == 1 ? "" : "s", recorded_db_shown(&a->rec));
     }
     audit_list_release(&l);
     audit_set_release(&set);
@@ -340,9 +341,10 @@ int cmd_report(int argc, char **argv)
         return rc;
     /* a bisect run alone needs no store */
     bool nostore = a.bisect && !a.probe_id && !a.live_id && !a.drift_id &&
-                   !a.session && access(a.rec.db, F_OK);
-    if (!nostore && access(a.rec.db, F_OK))
-        return cli_usage_error("report", "no store '%s'", a.rec.db);
+                   !a.session && !store_exists(a.rec.db);
+    if (!nostore && !store_exists(a.rec.db))
+        return cli_usage_error("report", "no store '%s'",
+                               recorded_db_shown(&a.rec));
     if (nostore)
         a.no_probe = a.no_drift = a.no_audit = true;
     else if (store_open(a.rec.db, &db, &d)) {
@@ -365,7 +367,7 @@ int cmd_report(int argc, char **argv)
         rc = cli_usage_error("report",
                              "nothing to report: '%s' holds no probe run, "
                              "live probe run, drift run or recorded session",
-                             a.rec.db);
+                             recorded_db_shown(&a.rec));
         goto out;
     }
     line = report_cmdline(argc, argv);

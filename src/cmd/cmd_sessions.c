@@ -20,6 +20,7 @@
 #include "core/plural.h"
 #include "core/xalloc.h"
 #include "store/slist.h"
+#include "store/store.h"
 #include "version.h"
 
 const char CMD_SESSIONS_HELP[] =
@@ -129,7 +130,7 @@ static bool has_spill(const struct recorded_args *a)
     struct stat st;
     if (a->spill)
         return stat(a->spill, &st) == 0;
-    char *def = xasprintf("%s.spill.jsonl", a->db);
+    char *def = store_local_path(a->db, ".spill.jsonl");
     bool have = stat(def, &st) == 0;
     free(def);
     return have;
@@ -256,9 +257,9 @@ int cmd_sessions(int argc, char **argv)
             keep_rows(&a, &m, rows);
     }
     if (a.json) {
-        json_t *j =
-            json_pack("{s:s, s:i, s:s, s:O}", "schema", "fidelity.sessions/1",
-                      "version", 1, "db", a.db, "sessions", rows);
+        json_t *j = json_pack("{s:s, s:i, s:s, s:O}", "schema",
+                              "fidelity.sessions/1", "version", 1, "db",
+                              recorded_db_shown(&a), "sessions", rows);
         rc = cli_json_write(j, a.json, &d)
                  ? cli_error("sessions", EXIT_INTERNAL, "%s", d.msg)
                  : EXIT_PASS;

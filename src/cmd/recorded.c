@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cmd/cmd.h"
 #include "cmd/recorded.h"
@@ -18,6 +19,18 @@ void recorded_args_init(struct recorded_args *a)
     a->spill = NULL;
     a->json = NULL;
     a->replayed = false;
+}
+
+const char *recorded_db_shown(const struct recorded_args *a)
+{
+    static const char *of;
+    static char *shown;
+    if (!shown || of != a->db) {
+        free(shown);
+        shown = store_shown(a->db);
+        of = a->db;
+    }
+    return shown;
 }
 
 bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_)
@@ -48,11 +61,14 @@ int recorded_replay(const char *cmd, const char *db, const char *spill)
                 cmd, d.msg);
         return 0;
     }
-    if (n)
+    if (n) {
+        char *log = store_local_path(db, "-intake");
         fprintf(stderr,
                 "fidelity %s: committed %llu exchange%s that a 'fidelity "
-                "record' which did not stop left in '%s-intake'\n",
-                cmd, (unsigned long long)n, plural_s(n), db);
+                "record' which did not stop left in '%s'\n",
+                cmd, (unsigned long long)n, plural_s(n), log);
+        free(log);
+    }
     return 0;
 }
 
@@ -71,8 +87,8 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
                 "in '%s' cannot be read (column '%s': %s); skipped\n",
                 cmd, (long long)set->bad[i].id,
                 set->bad[i].session[0] ? " of session '" : "",
-                set->bad[i].session, set->bad[i].session[0] ? "'" : "", a->db,
-                set->bad[i].column, set->bad[i].why);
+                set->bad[i].session, set->bad[i].session[0] ? "'" : "",
+                recorded_db_shown(a), set->bad[i].column, set->bad[i].why);
     if (rc)
         return cli_error(cmd, rc == -ENOENT ? EXIT_USAGE : EXIT_INTERNAL, "%s",
                          d.msg);
@@ -82,6 +98,6 @@ int recorded_load(const char *cmd, const struct recorded_args *a,
                              ? "%s in '%s'; see 'fidelity sessions --db %s'"
                              : "%s; give more of the id (see 'fidelity "
                                "sessions --db %s%.0s')",
-                         d.msg, a->db, a->db);
+                         d.msg, recorded_db_shown(a), recorded_db_shown(a));
     return 0;
 }

@@ -16,6 +16,9 @@ struct recorded_args {
 };
 
 void recorded_args_init(struct recorded_args *a);
+/* a->db as messages and JSON show it: a URL's password masked (url_mask).
+ * Kept until the next call for another store (the command's thread). */
+const char *recorded_db_shown(const struct recorded_args *a);
 /* Takes getopt_long's result c if it is one of the options above
  * ('d' --db, 'S' --spill, 'j' --json): true when taken. */
 bool recorded_take_opt(struct recorded_args *a, int c, const char *optarg_);

@@ -252,11 +252,13 @@ int probe_store_other_canary(struct db *db, const struct probe_endpoint *e,
 {
     struct db_stmt *st;
     int r = prep(db,
-                 "SELECT c.fp, c.length, c.status, c.prompt_tokens, c.answer,"
-                 " c.deterministic, (SELECT count(*) FROM probe_result p"
+                 "SELECT fp, length, status, prompt_tokens, answer,"
+                 " deterministic, n FROM (SELECT c.fp, c.length, c.status,"
+                 " c.prompt_tokens, c.answer, c.deterministic, c.seen,"
+                 " (SELECT count(*) FROM probe_result p"
                  " WHERE p.endpoint_fp = c.fp) AS n FROM probe_canary c"
-                 " WHERE c.info_fp = ? AND c.fp != ? AND n > 0"
-                 " ORDER BY c.seen DESC LIMIT 1",
+                 " WHERE c.info_fp = ? AND c.fp != ?) AS o WHERE n > 0"
+                 " ORDER BY seen DESC LIMIT 1",
                  &st, d);
     if (r)
         return r;

@@ -664,13 +664,15 @@ static int check_writable(struct record *r, struct diag *d)
     }
     if (rc == DB_BUSY || rc == DB_LOCKED)
         return 0;
-    return diag_set(d, EROFS,
-                    "the store '%s' cannot be written (%s): every exchange "
-                    "would be lost. Give --db a file record may write (check "
-                    "the permissions of the file and of its folder, and that "
-                    "its file system is not mounted read-only)",
-                    r->o.db_path,
-                    rc == DB_READONLY ? "it is read-only" : db_errstr(rc));
+    char *shown = store_shown(r->o.db_path);
+    diag_set(d, EROFS,
+             "the store '%s' cannot be written (%s): every exchange "
+             "would be lost. Give --db a file record may write (check "
+             "the permissions of the file and of its folder, and that "
+             "its file system is not mounted read-only)",
+             shown, rc == DB_READONLY ? "it is read-only" : db_errstr(rc));
+    free(shown);
+    return -EROFS;
 }
 
 static int open_store(struct record *r, struct diag *d)
@@ -684,7 +686,9 @@ static int open_store(struct record *r, struct diag *d)
     db_busy_timeout(r->db, 200);
     rc = xchg_schema(r->db, d);
     if (rc) {
-        diag_prefix(d, "'%s'", r->o.db_path);
+        char *shown = store_shown(r->o.db_path);
+        diag_prefix(d, "'%s'", shown);
+        free(shown);
         return rc;
     }
     return check_writable(r, d);

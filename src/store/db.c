@@ -177,6 +177,11 @@ bool db_has_table(struct db *db, const char *name)
     return db->ops->has_table(db, name);
 }
 
+bool db_has_column(struct db *db, const char *table, const char *column)
+{
+    return db->ops->has_column(db, table, column);
+}
+
 unsigned int db_data_version(struct db *db)
 {
     return db->ops->data_version(db);

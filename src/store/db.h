@@ -118,6 +118,10 @@ void db_busy_timeout(struct db *db, int ms);
 /* Whether the store can only be read (a read-only file or server). */
 bool db_is_readonly(struct db *db);
 bool db_has_table(struct db *db, const char *name);
+/* Whether table has a column of that name (false without the table). A
+ * catalog read: it does not fail, and so never spoils an open
+ * transaction. */
+bool db_has_column(struct db *db, const char *table, const char *column);
 /* A number that changes with every change to the store by any connection;
  * 0 when the backend cannot tell (then every cache must assume change). */
 unsigned int db_data_version(struct db *db);

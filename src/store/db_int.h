@@ -38,6 +38,7 @@ struct db_ops {
     void (*busy_timeout)(struct db *db, int ms);
     bool (*is_readonly)(struct db *db);
     bool (*has_table)(struct db *db, const char *name);
+    bool (*has_column)(struct db *db, const char *table, const char *column);
     unsigned int (*data_version)(struct db *db);
     int (*wal_hook)(struct db *db, int (*fn)(void *arg, int pages), void *arg);
     int (*checkpoint)(struct db *db);

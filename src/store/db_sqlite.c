@@ -231,6 +231,20 @@ static bool has_table(struct db *db, const char *name)
     return yes;
 }
 
+static bool has_column(struct db *db, const char *table, const char *column)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(H(db),
+                           "SELECT 1 FROM pragma_table_info(?) WHERE name=?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    bool yes = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return yes;
+}
+
 /* SQLITE_FCNTL_DATA_VERSION: it changes with every change to the file,
  * this connection's own included. */
 static unsigned int data_version(struct db *db)
@@ -298,6 +312,7 @@ static const struct db_ops ops = {
     .busy_timeout = busy_timeout,
     .is_readonly = is_readonly,
     .has_table = has_table,
+    .has_column = has_column,
     .data_version = data_version,
     .wal_hook = wal_hook,
     .checkpoint = checkpoint,

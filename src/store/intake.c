@@ -56,7 +56,7 @@ static uint64_t get_u64(const char *p)
 
 char *intake_path(const char *db_path)
 {
-    return store_local_name(db_path, "-intake");
+    return store_local_path(db_path, "-intake");
 }
 
 static uint64_t new_epoch(void)

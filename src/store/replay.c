@@ -224,7 +224,7 @@ int store_replay(const char *db_path, const char *spill_path, uint64_t *n,
         warn->msg[0] = '\0';
     if (none)
         return 0;
-    char *spill = spill_path ? NULL : store_local_name(db_path, ".spill.jsonl");
+    char *spill = spill_path ? NULL : store_local_path(db_path, ".spill.jsonl");
     struct db *db = NULL;
     struct intake *in = NULL;
     struct replay_counts k;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/hash.h"
 #include "core/url.h"
@@ -93,14 +94,25 @@ int store_open_unshared(const char *target, struct db **db, struct diag *d)
     return open_as(target, false, db, d);
 }
 
-char *store_local_name(const char *target, const char *suffix)
+bool store_exists(const char *target)
+{
+    struct stat st;
+    return db_is_url(target) || stat(target, &st) == 0;
+}
+
+char *store_local_path(const char *target, const char *suffix)
 {
     if (!db_is_url(target))
         return xasprintf("%s%s", target, suffix);
-    char *shown = url_mask(target), hex[17];
-    hash_hex(hash64(shown, strlen(shown), 0), hex);
+    char *shown = url_mask(target);
+    uint64_t h = hash64(shown, strlen(shown), 0);
     free(shown);
-    return xasprintf("fidelity-%s%s", hex, suffix);
+    return xasprintf("fidelity-pg-%016llx%s", (unsigned long long)h, suffix);
+}
+
+char *store_shown(const char *target)
+{
+    return url_mask(target);
 }
 
 void store_close(struct db *db)

@@ -9,6 +9,8 @@
 #ifndef STORE_STORE_H
 #define STORE_STORE_H
 
+#include <stdbool.h>
+
 #include "core/diag.h"
 #include "store/db.h"
 
@@ -33,12 +35,17 @@ int store_open(const char *target, struct db **db, struct diag *d);
  * call that the default serialized mode adds. */
 int store_open_unshared(const char *target, struct db **db, struct diag *d);
 void store_close(struct db *db);
-/* The name of a local file that belongs with the store target: for a
- * SQLite file, the file's path with suffix appended ("x.db-intake"); for a
- * PostgreSQL URL, "fidelity-" and 16 hex digits of a hash of the URL
- * (password masked first, so it never reaches a file name) with suffix
- * appended, in the current folder. Fresh; the caller frees it. */
-char *store_local_name(const char *target, const char *suffix);
+/* Whether target names a store that may exist: a PostgreSQL URL always
+ * (the server says), a SQLite file when there is one. */
+bool store_exists(const char *target);
+/* The path of a file of the store's own on this host (the spill file, the
+ * intake log), fresh: target + suffix for a SQLite file; for a PostgreSQL
+ * database, which is elsewhere, "fidelity-pg-HASH" + suffix in the
+ * current directory, HASH the hex of the hash of the URL with its password
+ * masked (url_mask). */
+char *store_local_path(const char *target, const char *suffix);
+/* target as it may be shown: a URL's password masked (url_mask); fresh. */
+char *store_shown(const char *target);
 /* Runs one or more SQL statements with no results. */
 int store_exec(struct db *db, const char *sql, struct diag *d);
 

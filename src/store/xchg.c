@@ -62,11 +62,11 @@ static const char SCHEMA[] =
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
-/* OR IGNORE: another writer of a shared store may add the same blob
- * between the look-up and the insert */
-static const char SQL_BLOB_INSERT[] =
-    "INSERT OR IGNORE INTO xchg_blob(h, kind, raw_len, zip, z) VALUES (?, ?, "
-    "?, ?, ?)";
+/* OR IGNORE: another writer of the same store may have stored the same
+ * blob since SQL_BLOB_EXISTS (a PostgreSQL store has several) */
+static const char SQL_BLOB_INSERT[] = "INSERT OR IGNORE INTO xchg_blob(h,"
+                                      " kind, raw_len, zip, z)"
+                                      " VALUES (?, ?, ?, ?, ?)";
 const char XCHG_SQL_LIST_LOAD[] =
     "SELECT req_base, req_prefix, req_depth, req_msgs FROM xchg"
     " WHERE id=? AND req_params IS NOT NULL";
@@ -271,11 +271,7 @@ int xchg_sql_fail(struct db *db, struct diag *d, const char *what)
  * was added do not). */
 bool xchg_has_redacted_column(struct db *db)
 {
-    struct db_stmt *st = NULL;
-    bool ok =
-        db_prepare(db, "SELECT req_redacted FROM xchg LIMIT 0", &st) == DB_OK;
-    db_finalize(st);
-    return ok;
+    return db_has_column(db, "xchg", "req_redacted");
 }
 
 int xchg_schema(struct db *db, struct diag *d)

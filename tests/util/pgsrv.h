@@ -1,0 +1,32 @@
+/*
+ * pgsrv: a PostgreSQL server of the test binary's own, for the tests of
+ * the PostgreSQL store. initdb and postgres (from `pg_config --bindir`,
+ * else /usr/lib/postgresql/N/bin) run in a fresh temporary directory,
+ * listening only on a Unix socket there, with trust authentication for the
+ * user fid. PostgreSQL refuses to run as root: as root both run as the
+ * user nobody, on a directory that is theirs. One server per test binary,
+ * started at the first pgsrv_db and stopped at exit (atexit; and, as the
+ * postmaster is this process's child with a parent-death signal, also
+ * when the test process is killed; the directory such a binary leaves is
+ * removed by the next start); a database per test.
+ */
+#ifndef TESTS_UTIL_PGSRV_H
+#define TESTS_UTIL_PGSRV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether the PostgreSQL server programs are installed. */
+bool pgsrv_available(void);
+/*
+ * Writes into url (size bytes) the URL of a new, empty database on the
+ * server, starting the server first if need be: "postgresql://fid@/tN?
+ * host=DIR". When PostgreSQL is not installed the test ends through
+ * need_missing; when the server does not start it fails.
+ */
+void pgsrv_db(char *url, size_t size);
+/* Stops the server (immediate shutdown) and removes its directory; also
+ * run at exit. */
+void pgsrv_stop(void);
+
+#endif

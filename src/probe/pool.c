@@ -328,7 +328,7 @@ static void fold(struct shared *sh, size_t i, size_t cell,
         k->bres[e].weight = w;
 }
 
-static struct probe_kept *sort_kept;
+static const struct probe_kept *sort_kept;
 
 static int by_idx(const void *x, const void *y)
 {
@@ -337,7 +337,8 @@ static int by_idx(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* The kept results in case order. */
+/* The kept results in case order, moved in place (a copy would double
+ * them at the end of the run). */
 static void kept_sort(struct probe_kept *k)
 {
     if (k->n < 2)
@@ -347,26 +348,33 @@ static void kept_sort(struct probe_kept *k)
         perm[i] = i;
     sort_kept = k;
     qsort(perm, k->n, sizeof(*perm), by_idx);
-    size_t *idx = xcalloc(k->n, sizeof(*idx));
-    struct probe_spec *specs = xcalloc(k->n, sizeof(*specs));
-    struct probe_result *res = xcalloc(k->n, sizeof(*res));
-    struct probe_result *bres = k->bres ? xcalloc(k->n, sizeof(*bres)) : NULL;
+    /* position i gets perm[i]: follow each cycle once */
     for (size_t i = 0; i < k->n; i++) {
-        idx[i] = k->idx[perm[i]];
-        specs[i] = k->specs[perm[i]];
-        res[i] = k->res[perm[i]];
-        if (bres)
-            bres[i] = k->bres[perm[i]];
+        if (perm[i] == i)
+            continue;
+        size_t idx = k->idx[i];
+        struct probe_spec sp = k->specs[i];
+        struct probe_result ra = k->res[i], rb;
+        if (k->bres)
+            rb = k->bres[i];
+        size_t j = i;
+        while (perm[j] != i) {
+            size_t f = perm[j];
+            k->idx[j] = k->idx[f];
+            k->specs[j] = k->specs[f];
+            k->res[j] = k->res[f];
+            if (k->bres)
+                k->bres[j] = k->bres[f];
+            perm[j] = j;
+            j = f;
+        }
+        k->idx[j] = idx;
+        k->specs[j] = sp;
+        k->res[j] = ra;
+        if (k->bres)
+            k->bres[j] = rb;
+        perm[j] = j;
     }
-    free(k->idx);
-    free(k->specs);
-    free(k->res);
-    free(k->bres);
-    k->idx = idx;
-    k->specs = specs;
-    k->res = res;
-    k->bres = bres;
-    k->alloc = k->n;
     free(perm);
 }
 
@@ -460,6 +468,14 @@ int probe_run(struct probe_run *r)
     r->cached = 0;
     r->interrupted = false;
     memset(&r->kept, 0, sizeof(r->kept));
+    /* room for one result per report cell, made here once: grown from the
+     * workers, the arrays would move through their arenas */
+    struct probe_kept *k = &r->kept;
+    k->alloc = r->cases->n_cells * r->cases->m + 64;
+    k->idx = xcalloc(k->alloc, sizeof(*k->idx));
+    k->specs = xcalloc(k->alloc, sizeof(*k->specs));
+    k->res = xcalloc(k->alloc, sizeof(*k->res));
+    k->bres = r->base ? xcalloc(k->alloc, sizeof(*k->bres)) : NULL;
     tpool_run(&sh.pool);
     r->interrupted = sh.pool.left;
     /* the cases not run, as not run */

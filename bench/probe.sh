@@ -68,7 +68,7 @@ if [ -n "${SCALE:-}" ]; then
         tv ./fidelity probe --endpoint "$url" --baseline "$url" --kinds needle \
             --lengths 1k --depths "$depths" --repeats "$r" -j 16 \
             --db "$tmp/scale-$n.db" --fresh
-        echo "$n cases: peak RSS $((rss / 1024)) MiB ($cpu s CPU)"
+        awk -v n="$n" -v r="$rss" -v c="$cpu" 'BEGIN{ printf "%d cases: peak RSS %.1f MiB (%s s CPU)\n", n, r / 1024, c }'
         [ -n "$first" ] || first=$rss
         last=$rss
     done

@@ -232,11 +232,15 @@ watchdog_main(const struct launch_spec *s, char **envp, int rd, int log)
 }
 
 /* The port's listeners, "pid N (comm)" or "uid N" for the first one not
- * of the tree of root (0: any), in who; whether there is one. */
-static bool stranger_on(int port, pid_t root, char *who, size_t len)
+ * of the tree of root (0: any), in who; whether there is one. The owners
+ * are looked for in root's and server's descriptors first (server: 0 when
+ * none), every process's only for a listener neither holds. */
+static bool stranger_on(int port, pid_t root, pid_t server, char *who,
+                        size_t len)
 {
     struct bisect_listener l[16];
-    int n = bisect_port_listeners(port, l, 16);
+    pid_t mine[2] = {server, root};
+    int n = bisect_port_listeners_near(port, mine, root ? 2 : 0, l, 16);
     for (int i = 0; i < n && i < 16; i++) {
         if (root && l[i].pid && bisect_port_in_tree(l[i].pid, root))
             continue;
@@ -254,7 +258,8 @@ static bool stranger_on(int port, pid_t root, char *who, size_t len)
 static int port_free(const struct launch_spec *s, int port, struct diag *d)
 {
     char who[96] = "";
-    if (!stranger_on(port, 0, who, sizeof(who)) && bisect_port_bindable(port))
+    if (!stranger_on(port, 0, 0, who, sizeof(who)) &&
+        bisect_port_bindable(port))
         return 0;
     return diag_set(d, EADDRINUSE,
                     "port %d of '%s' is already in use%s%s before its "
@@ -375,7 +380,7 @@ static int local_wait_ready(struct launch *x, volatile sig_atomic_t *stop,
         http_resp_release(&rs);
         char who[96] = "";
         if (ok && local && port > 0 &&
-            stranger_on(port, x->watchdog, who, sizeof(who))) {
+            stranger_on(port, x->watchdog, x->group, who, sizeof(who))) {
             rc = diag_set(d, EADDRINUSE,
                           "port %d answers '%s', but it is held by %s, not "
                           "by the server bisect started for '%s'; bisect "

@@ -7,9 +7,13 @@
 #define _GNU_SOURCE
 #include "bisect/port.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,67 @@ static int scan_table(const char *path, int port, struct bisect_listener *out,
     return 0;
 }
 
+/* Appends the LISTEN sockets of family on port to out from the kernel's
+ * socket diagnostics (netlink: only the listening table is walked, where
+ * /proc/net/tcp walks every connection, milliseconds on a busy host);
+ * -errno when netlink cannot answer (the caller reads /proc then). */
+static int scan_diag(int family, int port, struct bisect_listener *out,
+                     size_t max, size_t *n)
+{
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (fd < 0)
+        return -errno;
+    struct {
+        struct nlmsghdr nh;
+        struct inet_diag_req_v2 r;
+    } req = {.nh = {.nlmsg_len = sizeof(req),
+                    .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                    .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
+             .r = {.sdiag_family = (uint8_t)family,
+                   .sdiag_protocol = IPPROTO_TCP,
+                   .idiag_states = 1u << 10}}; /* TCP_LISTEN */
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    if (sendto(fd, &req, sizeof(req), 0, (struct sockaddr *)&sa, sizeof(sa)) <
+        0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    size_t found = 0;
+    for (;;) {
+        long buf[8192 / sizeof(long)];
+        ssize_t k = recv(fd, buf, sizeof(buf), 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int err = k < 0 ? errno : EIO;
+            close(fd);
+            *n -= found; /* a partial answer: /proc decides */
+            return -err;
+        }
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, k);
+             h = NLMSG_NEXT(h, k)) {
+            if (h->nlmsg_type == NLMSG_DONE) {
+                close(fd);
+                return 0;
+            }
+            if (h->nlmsg_type == NLMSG_ERROR) {
+                close(fd);
+                *n -= found;
+                return -EPROTO;
+            }
+            const struct inet_diag_msg *m = NLMSG_DATA(h);
+            if (ntohs(m->id.idiag_sport) != port || m->idiag_state != 10)
+                continue;
+            if (*n < max)
+                out[*n] = (struct bisect_listener){.inode = m->idiag_inode,
+                                                   .uid = m->idiag_uid};
+            (*n)++;
+            found++;
+        }
+    }
+}
+
 static void read_comm(pid_t pid, char *out, size_t len)
 {
     char path[64];
@@ -60,52 +125,83 @@ static void read_comm(pid_t pid, char *out, size_t len)
     out[strcspn(out, "\n")] = '\0';
 }
 
-/* Fills the owners of l[0..n) from every process's descriptors. */
-static void find_owners(struct bisect_listener *l, size_t n)
+/* Fills the owners of l[0..n) held by the process named pid (a /proc
+ * entry) from its descriptors; *left counts those still without one. */
+static void owners_of(const char *pid, struct bisect_listener *l, size_t n,
+                      size_t *left)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *de;
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/%s/fd", pid);
+    DIR *fd = opendir(path);
+    struct dirent *fe;
+    while (fd && *left && (fe = readdir(fd))) {
+        char lp[600], tgt[64];
+        snprintf(lp, sizeof(lp), "%s/%s", path, fe->d_name);
+        ssize_t k = readlink(lp, tgt, sizeof(tgt) - 1);
+        unsigned long ino;
+        if (k <= 0)
+            continue;
+        tgt[k] = '\0';
+        if (sscanf(tgt, "socket:[%lu]", &ino) != 1)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (!l[i].pid && l[i].inode == ino) {
+                l[i].pid = (pid_t)atoi(pid);
+                read_comm(l[i].pid, l[i].comm, sizeof(l[i].comm));
+                (*left)--;
+            }
+    }
+    if (fd)
+        closedir(fd);
+}
+
+/* Fills the owners of l[0..n): first from the descriptors of pids[0..np)
+ * (a launch's own processes: a few readlinks), then, for what none of
+ * them holds, from every process's descriptors (a walk of /proc that
+ * costs tens of milliseconds on a busy host). */
+static void find_owners(struct bisect_listener *l, size_t n, const pid_t *pids,
+                        size_t np)
+{
     size_t left = n;
+    for (size_t i = 0; i < np && left; i++) {
+        char name[24];
+        if (pids[i] <= 0)
+            continue;
+        snprintf(name, sizeof(name), "%d", (int)pids[i]);
+        owners_of(name, l, n, &left);
+    }
+    DIR *d = left ? opendir("/proc") : NULL;
+    struct dirent *de;
     while (d && left && (de = readdir(d))) {
         if (de->d_name[0] < '1' || de->d_name[0] > '9')
             continue;
-        char path[300];
-        snprintf(path, sizeof(path), "/proc/%s/fd", de->d_name);
-        DIR *fd = opendir(path);
-        struct dirent *fe;
-        while (fd && left && (fe = readdir(fd))) {
-            char lp[600], tgt[64];
-            snprintf(lp, sizeof(lp), "%s/%s", path, fe->d_name);
-            ssize_t k = readlink(lp, tgt, sizeof(tgt) - 1);
-            unsigned long ino;
-            if (k <= 0)
-                continue;
-            tgt[k] = '\0';
-            if (sscanf(tgt, "socket:[%lu]", &ino) != 1)
-                continue;
-            for (size_t i = 0; i < n; i++)
-                if (!l[i].pid && l[i].inode == ino) {
-                    l[i].pid = (pid_t)atoi(de->d_name);
-                    read_comm(l[i].pid, l[i].comm, sizeof(l[i].comm));
-                    left--;
-                }
-        }
-        if (fd)
-            closedir(fd);
+        owners_of(de->d_name, l, n, &left);
     }
     if (d)
         closedir(d);
 }
 
-int bisect_port_listeners(int port, struct bisect_listener *out, size_t max)
+int bisect_port_listeners_near(int port, const pid_t *pids, size_t np,
+                               struct bisect_listener *out, size_t max)
 {
     size_t n = 0;
-    int rc = scan_table("/proc/net/tcp", port, out, max, &n);
-    if (rc)
-        return rc;
-    scan_table("/proc/net/tcp6", port, out, max, &n); /* no IPv6: none */
-    find_owners(out, n < max ? n : max);
+    int rc = scan_diag(AF_INET, port, out, max, &n);
+    if (!rc && scan_diag(AF_INET6, port, out, max, &n) == -EPROTO)
+        rc = 0; /* no IPv6: none */
+    if (rc) {   /* no socket diagnostics here: the kernel's tables */
+        n = 0;
+        rc = scan_table("/proc/net/tcp", port, out, max, &n);
+        if (rc)
+            return rc;
+        scan_table("/proc/net/tcp6", port, out, max, &n); /* no IPv6: none */
+    }
+    find_owners(out, n < max ? n : max, pids, np);
     return (int)n;
+}
+
+int bisect_port_listeners(int port, struct bisect_listener *out, size_t max)
+{
+    return bisect_port_listeners_near(port, NULL, 0, out, max);
 }
 
 /* pid's parent and session from /proc/PID/stat; -1 when gone. */

@@ -26,6 +26,12 @@ struct bisect_listener {
  * max of them in out, owners filled where /proc says. Their count (may
  * exceed max), or -errno when /proc/net/tcp cannot be read. */
 int bisect_port_listeners(int port, struct bisect_listener *out, size_t max);
+/* The same, the owners looked for first among the descriptors of
+ * pids[0..np) (a launch's watchdog and server), and in every process only
+ * for the listeners none of them holds: what a launch checks once its
+ * server answers, where its own server is the usual owner. */
+int bisect_port_listeners_near(int port, const pid_t *pids, size_t np,
+                               struct bisect_listener *out, size_t max);
 
 /* True when pid is root, descends from it, or is in the session root
  * leads. */

@@ -176,7 +176,7 @@ struct opts {
     struct probe_vary vary;
     struct probe_grid_opts g;
     unsigned lengths[32];
-    int depths[32];
+    int depths[101];
     double temps[16];
 };
 
@@ -215,7 +215,7 @@ static int parse_depths(const char *s, struct opts *o)
         size_t n = strlen(t);
         if (n && t[n - 1] == '%')
             t[n - 1] = '\0';
-        if (cli_parse_long(t, 0, 100, &v) || o->g.n_depths >= 32) {
+        if (cli_parse_long(t, 0, 100, &v) || o->g.n_depths >= 101) {
             r = -EINVAL;
             break;
         }
@@ -616,22 +616,23 @@ static int connect_ep(struct probe_endpoint *e, struct http_client *c, bool dry,
 }
 
 static void print_plan(FILE *out, const struct opts *o,
-                       const struct probe_spec *s, size_t n,
+                       const struct probe_cases *cs,
                        const struct probe_endpoint *ep,
                        const struct probe_endpoint *base)
 {
-    size_t per[PROBE_NKINDS] = {0};
+    size_t per[PROBE_NKINDS] = {0}, n = cs->n;
     unsigned long long tokens = 0;
     unsigned L[32];
     size_t nl = 0;
-    for (size_t i = 0; i < n; i++) {
-        per[s[i].kind]++;
-        tokens += s[i].target;
+    for (size_t i = 0; i < cs->n_cells; i++) {
+        const struct probe_spec *s = &cs->cell[i].spec;
+        per[s->kind] += cs->cell[i].count;
+        tokens += (unsigned long long)s->target * cs->cell[i].count;
         size_t j = 0;
-        while (j < nl && L[j] != s[i].length)
+        while (j < nl && L[j] != s->length)
             j++;
         if (j == nl && nl < 32)
-            L[nl++] = s[i].length;
+            L[nl++] = s->length;
     }
     unsigned ends = base ? 2 : 1;
     fprintf(out,
@@ -660,13 +661,14 @@ static void print_plan(FILE *out, const struct opts *o,
 /* Sends the canary (canary.c) to e; 0 or an exit code after printing
  * why. */
 static int canary(FILE *out, struct db *db, struct probe_endpoint *e,
-                  struct http_client *c, const struct probe_spec *s, size_t n,
+                  struct http_client *c, const struct probe_cases *cs,
                   const char *what)
 {
     struct diag d;
     unsigned longest = 0;
-    for (size_t i = 0; i < n; i++)
-        longest = s[i].target > longest ? s[i].target : longest;
+    for (size_t i = 0; i < cs->n_cells; i++)
+        longest = cs->cell[i].spec.target > longest ? cs->cell[i].spec.target
+                                                    : longest;
     /* the first canary's length for this server stays, so that the
      * canaries of runs with other grids can be compared */
     long pinned = db ? probe_store_canary_length(db, e->info_fp, &d) : 0;
@@ -742,9 +744,9 @@ static int dry_run(FILE *out, struct probe_endpoint *ep, struct http_client *c,
     return EXIT_PASS;
 }
 
-static json_t *config_json(const struct opts *o, const struct probe_spec *s,
-                           size_t n)
+static json_t *config_json(const struct opts *o, const struct probe_cases *cs)
 {
+    size_t n = cs->n;
     static const char *const prof[] = {"quick", "standard", "full"};
     json_t *c =
         json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:b}", "profile",
@@ -753,16 +755,17 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
                   (int)o->timeout_ms, "cases", (int)n, "fresh", o->fresh);
     json_t *k = json_array(), *t = json_array();
     for (int i = 0; i < PROBE_NKINDS; i++)
-        for (size_t j = 0; j < n; j++)
-            if ((int)s[j].kind == i) {
+        for (size_t j = 0; j < cs->n_cells; j++)
+            if ((int)cs->cell[j].spec.kind == i) {
                 json_array_append_new(k, json_string(probe_kind_name(i)));
                 break;
             }
     for (size_t i = 0; i < (o->g.temps ? o->g.n_temps : 1); i++)
         json_array_append_new(t, json_real(o->g.temps ? o->g.temps[i] : 0));
     json_t *L = json_array(), *D = json_array();
-    for (size_t j = 0; j < n; j++) {
-        json_t *l = json_integer(s[j].length), *d = json_integer(s[j].depth);
+    for (size_t j = 0; j < cs->n_cells; j++) {
+        const struct probe_spec *s = &cs->cell[j].spec;
+        json_t *l = json_integer(s->length), *d = json_integer(s->depth);
         size_t i;
         json_t *x;
         bool hl = false, hd = false;
@@ -770,7 +773,7 @@ static json_t *config_json(const struct opts *o, const struct probe_spec *s,
         json_array_foreach(D, i, x) hd |= json_equal(x, d);
         if (!hl)
             json_array_append(L, l);
-        if (!hd && s[j].depth >= 0)
+        if (!hd && s->depth >= 0)
             json_array_append(D, d);
         json_decref(l);
         json_decref(d);
@@ -816,6 +819,74 @@ static json_t *stored_summary(const json_t *j)
     return sum;
 }
 
+/* Every case one by one for --json and --junit: its spec from the grid,
+ * its result from what the run kept (every case that did not pass, in
+ * full, classified) or else from the run's spill file. */
+struct case_src {
+    const struct probe_cases *cs;
+    const struct probe_kept *kept;
+    int fd;
+};
+
+static void src_spec(void *ud, size_t i, struct probe_spec *s)
+{
+    const struct case_src *c = ud;
+    probe_cases_at(c->cs, i, s);
+}
+
+static int src_result(void *ud, size_t i, int side, struct probe_result *r)
+{
+    const struct case_src *c = ud;
+    const struct probe_kept *k = c->kept;
+    size_t lo = 0, hi = k->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (k->idx[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const struct probe_result *kr = lo < k->n && k->idx[lo] == i
+                                        ? (side ? &k->bres[lo] : &k->res[lo])
+                                        : NULL;
+    if (kr && probe_weight(kr) == 1) {
+        *r = *kr;
+        return 0;
+    }
+    return probe_spill_read(c->fd, i, side, r);
+}
+
+/* --json FILE (or "-"): the document with every case, streamed. */
+static int json_out(const struct probe_report_in *in, json_t *j,
+                    const char *path, struct diag *d)
+{
+    if (!strcmp(path, "-")) {
+        if (probe_report_json_write(in, j, stdout) ||
+            fputc('\n', stdout) == EOF)
+            return diag_set(d, EIO, "cannot write JSON to standard output");
+        fflush(stdout);
+        return 0;
+    }
+    char *tmp = xasprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        int e = errno;
+        diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
+        free(tmp);
+        return -e;
+    }
+    int bad = probe_report_json_write(in, j, f) || fputc('\n', f) == EOF;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        free(tmp);
+        return diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
+    }
+    free(tmp);
+    return 0;
+}
+
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                   struct probe_report_in *in, struct db *db)
 {
@@ -826,17 +897,17 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     /* the JSON convention of every command (docs/schema/): the verdict
      * is the exit code's, INCONCLUSIVE when the run did not finish */
     struct probe_verdict pv;
-    size_t finished = 0;
+    size_t finished = 0, total = in->cases ? in->cases : in->n;
     probe_verdict(in, o->fail_under, &pv);
     for (size_t i = 0; i < in->n; i++)
-        finished += in->res[i].done;
+        finished += in->res[i].done ? probe_weight(&in->res[i]) : 0;
     json_object_set_new(j, "schema", json_string("fidelity.probe/1"));
     json_object_set_new(
         j, "verdict",
-        json_string(run->interrupted || finished < in->n ? "INCONCLUSIVE"
+        json_string(run->interrupted || finished < total ? "INCONCLUSIVE"
                     : pv.worse || pv.below || pv.sizing  ? "FAIL"
                                                          : "PASS"));
-    if (o->json && cli_json_write(j, o->json, &d))
+    if (o->json && json_out(in, j, o->json, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
     if (o->junit && probe_report_junit(in, o->junit, &d))
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
@@ -857,14 +928,15 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     size_t done = 0, unreach = 0;
     for (size_t i = 0; i < in->n; i++)
         if (in->res[i].done) {
-            done++;
-            unreach += in->res[i].outcome == PROBE_ERROR &&
-                       !strncmp(in->res[i].error, "cannot reach", 12);
+            done += probe_weight(&in->res[i]);
+            if (in->res[i].outcome == PROBE_ERROR &&
+                !strncmp(in->res[i].error, "cannot reach", 12))
+                unreach += probe_weight(&in->res[i]);
         }
     fprintf(out,
             "\n%zu of %zu case%s finished (%zu from the store, %zu chat "
             "request%s sent), pass rate %.1f%%\n",
-            done, in->n, plural_s(in->n), run->cached, run->sent,
+            done, total, plural_s(total), run->cached, run->sent,
             plural_s(run->sent), rate);
     if (done && unreach == done)
         return cli_error("probe", EXIT_UNREACHABLE,
@@ -876,7 +948,8 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
     size_t answered = 0, first_err = in->n;
     for (size_t i = 0; i < in->n; i++)
         if (in->res[i].done) {
-            answered += in->res[i].outcome != PROBE_ERROR;
+            if (in->res[i].outcome != PROBE_ERROR)
+                answered += probe_weight(&in->res[i]);
             if (in->res[i].outcome == PROBE_ERROR && first_err == in->n)
                 first_err = i;
         }
@@ -892,7 +965,7 @@ static int finish(const struct opts *o, FILE *out, struct probe_run *run,
                 "fidelity probe: interrupted: %zu of %zu case%s "
                 "finished and stored; run the same command again "
                 "to finish\n",
-                done, in->n, plural_s(in->n));
+                done, total, plural_s(total));
         return EXIT_INTERRUPTED;
     }
     struct probe_verdict v;
@@ -984,8 +1057,8 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     if (devnull) /* --quiet: the verdict line alone, from finish() */
         out = devnull;
     struct http_client *c = http_client_new();
-    struct probe_spec *specs = NULL;
-    size_t n = 0;
+    struct probe_cases cs = {0};
+    FILE *spill = NULL;
     struct diag d;
     struct db *db = NULL;
     struct probe_vary_cells vc = {0};
@@ -1011,31 +1084,34 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     o->g.max_context = o->max_context      ? (unsigned)o->max_context
                        : ep->max_model_len ? ep->max_model_len
                                            : 131072;
-    if (probe_grid_build(&o->g, &specs, &n, &d)) {
+    if (o->vary.n) /* each case once per --vary cell */
+        probe_vary_cells_build(&o->vary, &vc);
+    if (probe_cases_build(&o->g, &vc, &cs, &d)) {
         code = cli_usage_error("probe", "%s", d.msg);
         goto out;
     }
-    if (o->vary.n) { /* each case once per --vary cell */
-        struct probe_spec *all;
-        probe_vary_cells_build(&o->vary, &vc);
-        probe_vary_expand(specs, n, &vc, &all, &n);
-        free(specs);
-        specs = all;
-    }
-    print_plan(out, o, specs, n, ep, base);
+    print_plan(out, o, &cs, ep, base);
     if (o->dry) {
-        code = dry_run(out, ep, c, &specs[0], (unsigned)o->max_tokens);
+        struct probe_spec first;
+        probe_cases_at(&cs, 0, &first);
+        code = dry_run(out, ep, c, &first, (unsigned)o->max_tokens);
         goto out;
     }
     const char *path = o->db ? o->db : cli_default_db();
+    /* SQLite's page cache (2 MB by default) would fill as the store
+     * grows: the run's one lookup and one write per case, at keys spread
+     * by a hash, gain nothing from it, and memory stays flat with the
+     * number of cases without it */
     if (!o->no_store &&
-        (store_open(path, &db, &d) || probe_store_init(db, &d))) {
+        (store_open(path, &db, &d) || probe_store_init(db, &d) ||
+         (db_backend(db) == DB_SQLITE &&
+          store_exec(db, "PRAGMA cache_size=-256;", &d)))) {
         code = cli_error("probe", EXIT_INTERNAL, "%s", d.msg);
         goto out;
     }
-    code = canary(out, db, ep, c, specs, n, "endpoint");
+    code = canary(out, db, ep, c, &cs, "endpoint");
     if (!code && base)
-        code = canary(out, db, base, c, specs, n, "baseline");
+        code = canary(out, db, base, c, &cs, "baseline");
     if (code)
         goto out;
     if (db && (probe_store_endpoint(db, ep, &d) ||
@@ -1049,53 +1125,68 @@ static int run_probe(struct opts *o, struct probe_endpoint *ep,
     if (code)
         goto out;
     struct prog pg = {.tty = cli_is_tty(2), .t0 = clock_now_s()};
-    struct probe_run run = {
-        .ep = ep,
-        .base = base,
-        .specs = specs,
-        .n = n,
-        .res = xcalloc(n, sizeof(struct probe_result)),
-        .bres = base ? xcalloc(n, sizeof(struct probe_result)) : NULL,
-        .jobs = (unsigned)o->jobs,
-        .max_tokens = (unsigned)o->max_tokens,
-        .extra_key = extra_key,
-        .fresh = o->fresh,
-        .tol = ep->has_tokenize ? 0.02 : 0.08,
-        .db = db,
-        .stop = &stop_flag,
-        .progress = progress,
-        .ud = &pg};
+    /* --json and --junit list every case: each result goes to a file as
+     * it comes, read back one at a time when they are written */
+    if ((o->json || o->junit) && !(spill = tmpfile())) {
+        code = cli_error("probe", EXIT_INTERNAL,
+                         "cannot make a temporary file: %s", strerror(errno));
+        goto out;
+    }
+    struct probe_run run = {.ep = ep,
+                            .base = base,
+                            .cases = &cs,
+                            .spill_fd = spill ? fileno(spill) : -1,
+                            .jobs = (unsigned)o->jobs,
+                            .max_tokens = (unsigned)o->max_tokens,
+                            .extra_key = extra_key,
+                            .fresh = o->fresh,
+                            .tol = ep->has_tokenize ? 0.02 : 0.08,
+                            .db = db,
+                            .stop = &stop_flag,
+                            .progress = progress,
+                            .ud = &pg};
     signal(SIGINT, on_sigint);
     probe_run(&run);
     signal(SIGINT, cli_sigint_exit);
-    restore_lost(db, ep, specs, run.res, n);
+    struct probe_kept *kp = &run.kept;
+    restore_lost(db, ep, kp->specs, kp->res, kp->n);
     if (base)
-        restore_lost(db, base, specs, run.bres, n);
+        restore_lost(db, base, kp->specs, kp->bres, kp->n);
     if (pg.tty)
         fputc('\n', stderr);
-    json_t *cfg = config_json(o, specs, n);
+    json_t *cfg = config_json(o, &cs);
     struct probe_report_in in = {.ep = ep,
                                  .base = base,
-                                 .specs = specs,
-                                 .res = run.res,
-                                 .bres = run.bres,
-                                 .n = n,
+                                 .specs = kp->specs,
+                                 .res = kp->res,
+                                 .bres = kp->bres,
+                                 .n = kp->n,
+                                 .cases = cs.n,
+                                 .size_lo = {kp->size_lo[0], kp->size_lo[1]},
+                                 .size_hi = {kp->size_hi[0], kp->size_hi[1]},
                                  .config = cfg,
                                  .interrupted = run.interrupted,
                                  .fail_under = o->fail_under};
-    /* without --json the document is only kept (and drawn by --report
-     * from what is kept): the cases it keeps, not one object per case */
-    if (!o->json)
-        in.max_cases = REPORT_PROBE_EXAMPLES;
+    struct case_src src = {&cs, kp, run.spill_fd};
+    if (spill) {
+        in.spec_at = src_spec;
+        in.result_at = src_result;
+        in.ud = &src;
+    }
+    /* the document holds the cases the store keeps (and --report draws):
+     * not one object per case; --json writes every case into it as it
+     * goes (json_out) */
+    in.max_cases = REPORT_PROBE_EXAMPLES;
     code = finish(o, out, &run, &in, db);
     json_decref(cfg);
-    free(run.res);
-    free(run.bres);
+    probe_kept_release(&run.kept);
 out:
     if (devnull)
         fclose(devnull);
+    if (spill)
+        fclose(spill);
     store_close(db);
-    free(specs);
+    probe_cases_release(&cs);
     probe_vary_cells_release(&vc);
     http_client_free(c);
     return code;

@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "probe/probe_int.h"
+#include "probe/vary.h"
 
 static const char *const kind_names[PROBE_NKINDS] = {
     [PROBE_NEEDLE] = "needle",       [PROBE_MULTI] = "multi-needle",
@@ -115,11 +116,12 @@ size_t probe_default_lengths(unsigned max_context, unsigned out[32])
 }
 
 struct grid {
-    struct probe_spec *v;
+    struct probe_cell *v;
     size_t n, alloc;
     const struct probe_grid_opts *o;
 };
 
+/* One cell per temperature: the case at repeat 0 and its repeats. */
 static void push(struct grid *g, enum probe_kind k, unsigned len, int depth,
                  int variant)
 {
@@ -130,34 +132,33 @@ static void push(struct grid *g, enum probe_kind k, unsigned len, int depth,
     unsigned room = o->max_tokens ? o->max_tokens : 256;
 
     for (size_t ti = 0; ti < nt; ti++) {
-        unsigned reps = o->repeats ? o->repeats : temps[ti] > 0 ? 3 : 1;
-        for (unsigned rep = 0; rep < reps; rep++) {
-            if (g->n == g->alloc) {
-                g->alloc = g->alloc ? g->alloc * 2 : 64;
-                g->v = xrealloc(g->v, g->alloc * sizeof(*g->v));
-            }
-            struct probe_spec *s = &g->v[g->n++];
-            memset(s, 0, sizeof(*s));
-            s->kind = k;
-            s->length = len;
-            s->target = len;
-            if (o->model_len && len + room > o->model_len)
-                s->target = o->model_len > room ? o->model_len - room : len;
-            s->depth = depth;
-            s->variant = variant;
-            s->temperature = temps[ti];
-            s->rep = rep;
-            uint64_t h = hash_mix2(o->seed, (uint64_t)k);
-            h = hash_mix2(h, len);
-            h = hash_mix2(h, (uint64_t)(depth + 1));
-            h = hash_mix2(h, (uint64_t)variant);
-            s->seed = hash_mix2(h, rep);
+        if (g->n == g->alloc) {
+            g->alloc = g->alloc ? g->alloc * 2 : 64;
+            g->v = xrealloc(g->v, g->alloc * sizeof(*g->v));
         }
+        struct probe_cell *c = &g->v[g->n++];
+        struct probe_spec *s = &c->spec;
+        memset(c, 0, sizeof(*c));
+        c->reps = o->repeats ? o->repeats : temps[ti] > 0 ? 3 : 1;
+        s->kind = k;
+        s->length = len;
+        s->target = len;
+        if (o->model_len && len + room > o->model_len)
+            s->target = o->model_len > room ? o->model_len - room : len;
+        s->depth = depth;
+        s->variant = variant;
+        s->temperature = temps[ti];
+        uint64_t h = hash_mix2(o->seed, (uint64_t)k);
+        h = hash_mix2(h, len);
+        h = hash_mix2(h, (uint64_t)(depth + 1));
+        c->h = hash_mix2(h, (uint64_t)variant);
+        s->seed = hash_mix2(c->h, 0);
     }
 }
 
-int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
-                     size_t *n, struct diag *d)
+/* The grid's cells in order (*out freed by the caller). */
+static int grid_cells(const struct probe_grid_opts *o, struct probe_cell **out,
+                      size_t *n, struct diag *d)
 {
     static const int dq[] = {0, 50, 100}, ds[] = {0, 25, 50, 75, 100};
     static const int df[] = {0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
@@ -245,6 +246,68 @@ int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
                         "depth selected");
     *out = g.v;
     *n = g.n;
+    return 0;
+}
+
+int probe_cases_build(const struct probe_grid_opts *o,
+                      const struct probe_vary_cells *vc, struct probe_cases *c,
+                      struct diag *d)
+{
+    memset(c, 0, sizeof(*c));
+    int rc = grid_cells(o, &c->cell, &c->n_cells, d);
+    if (rc)
+        return rc;
+    c->vary = vc && vc->n ? vc : NULL;
+    c->m = c->vary ? vc->n : 1;
+    for (size_t i = 0; i < c->n_cells; i++) {
+        c->cell[i].first = c->n;
+        c->cell[i].count = (size_t)c->cell[i].reps * c->m;
+        c->n += c->cell[i].count;
+    }
+    return 0;
+}
+
+size_t probe_cases_at(const struct probe_cases *c, size_t i,
+                      struct probe_spec *out)
+{
+    size_t lo = 0, hi = c->n_cells; /* the last cell with first <= i */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (c->cell[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct probe_cell *cl = &c->cell[lo];
+    size_t off = i - cl->first, k = off % c->m;
+    *out = cl->spec;
+    out->rep = (unsigned)(off / c->m);
+    out->seed = hash_mix2(cl->h, out->rep);
+    if (c->vary && json_object_size(c->vary->cell[k])) {
+        out->vary = c->vary->cell[k];
+        out->vary_key = c->vary->label[k];
+    }
+    return lo * c->m + k;
+}
+
+void probe_cases_release(struct probe_cases *c)
+{
+    free(c->cell);
+    memset(c, 0, sizeof(*c));
+}
+
+int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
+                     size_t *n, struct diag *d)
+{
+    struct probe_cases c;
+    int rc = probe_cases_build(o, NULL, &c, d);
+    if (rc)
+        return rc;
+    *out = xcalloc(c.n, sizeof(**out));
+    for (size_t i = 0; i < c.n; i++)
+        probe_cases_at(&c, i, &(*out)[i]);
+    *n = c.n;
+    probe_cases_release(&c);
     return 0;
 }
 

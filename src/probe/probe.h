@@ -128,6 +128,36 @@ struct probe_grid_opts {
 int probe_grid_build(const struct probe_grid_opts *o, struct probe_spec **out,
                      size_t *n, struct diag *d);
 
+/* The same list held as its cells, each case computed from its index when
+ * needed, so that a run's memory does not grow with its repeats: a cell
+ * is one kind, length, depth, variant and temperature, its cases its
+ * repeats, each once per --vary cell (the vary cell varying fastest). */
+struct probe_cell {
+    struct probe_spec spec; /* the case at repeat 0, without vary */
+    uint64_t h;             /* the seed before the repeat is mixed in */
+    unsigned reps;
+    size_t first, count; /* index of its first case, its cases */
+};
+struct probe_vary_cells;
+struct probe_cases {
+    struct probe_cell *cell; /* owned */
+    size_t n_cells;
+    const struct probe_vary_cells *vary; /* borrowed; NULL: none */
+    size_t m;                            /* vary cells, at least 1 */
+    size_t n;                            /* cases */
+};
+/* As probe_grid_build, each case once per cell of vc (NULL or empty:
+ * once). */
+int probe_cases_build(const struct probe_grid_opts *o,
+                      const struct probe_vary_cells *vc, struct probe_cases *c,
+                      struct diag *d);
+/* Case i (i < c->n) in *out, as probe_grid_build and probe_vary_expand
+ * would list it (its vary borrowed from c->vary). Returns its report cell:
+ * the grid cell's index x c->m + its vary cell. */
+size_t probe_cases_at(const struct probe_cases *c, size_t i,
+                      struct probe_spec *out);
+void probe_cases_release(struct probe_cases *c);
+
 /* ---- gen.c ---- */
 
 #define PROBE_MAX_DISTRACT 8
@@ -308,6 +338,9 @@ int probe_own_calibrate(struct probe_endpoint *e, struct http_client *c,
 /* ---- results ---- */
 
 struct probe_result {
+    unsigned weight; /* the cases this result stands for: a run keeps one
+                        result for the cases of a cell that passed (or did
+                        not run) alike; 0 means 1 */
     bool done;
     bool cached; /* read back from the store, not sent */
     enum probe_outcome outcome;
@@ -335,6 +368,12 @@ struct probe_result {
     bool have_shape;
     struct probe_shape shape;
 };
+
+/* The cases a result stands for. */
+static inline unsigned probe_weight(const struct probe_result *r)
+{
+    return r->weight ? r->weight : 1;
+}
 
 /* ---- lost.c ---- */
 
@@ -402,13 +441,35 @@ int probe_store_run_get(struct db *db, int64_t id, struct store_run *out,
 
 /* ---- run.c ---- */
 
+/* What a run keeps of its results, in case order: every case that did
+ * not pass, lost context or was counted by the path in full (weight 1),
+ * and for the other cases of a report cell (passed or not run on each side
+ * alike) one result with their number as its weight, the first such
+ * case's. So the kept results grow with the failures, not with the
+ * cases. */
+struct probe_kept {
+    size_t n, alloc;
+    size_t *idx; /* case index (of the first case a result stands for) */
+    struct probe_spec *specs;
+    struct probe_result *res, *bres; /* bres: NULL without a baseline */
+    /* the sizing's range over every case, per side: expected / target */
+    double size_lo[2], size_hi[2];
+};
+void probe_kept_release(struct probe_kept *k);
+/* Case i's result on side 0 (endpoint) or 1 (baseline) from a run's spill
+ * file, as it was when the case finished (without its shape: the lost
+ * context's class comes from kept, which holds the classified result of
+ * every case that lost context); zeroed (not run) when it did not run.
+ * 0 or -errno. */
+int probe_spill_read(int fd, size_t i, int side, struct probe_result *r);
+
 struct probe_run {
     struct probe_endpoint *ep;   /* required */
     struct probe_endpoint *base; /* NULL: no baseline */
-    const struct probe_spec *specs;
-    size_t n;
-    struct probe_result *res;  /* n results for ep */
-    struct probe_result *bres; /* n results for base, or NULL */
+    const struct probe_cases *cases;
+    /* >= 0: a file (empty, seekable) that gets every case's result, for
+     * probe_spill_read; -1: none */
+    int spill_fd;
     unsigned jobs;
     unsigned max_tokens;
     const char *extra_key; /* canonical extra body for keys */
@@ -420,16 +481,18 @@ struct probe_run {
     void (*progress)(void *ud, size_t done, size_t passed, size_t total);
     void *ud;
     /* Out. */
-    size_t sent; /* chat requests made (both endpoints) */
+    struct probe_kept kept; /* released by the caller */
+    size_t sent;            /* chat requests made (both endpoints) */
     size_t cached;
     bool interrupted;
     int store_err; /* first store error, 0 if none */
     struct diag store_diag;
 };
 
-/* Runs every case with r->jobs threads, each with its own http_client.
- * Returns 0 (also when interrupted: r->interrupted says so, unfinished
- * results have done == false). */
+/* Runs every case with r->jobs threads, each with its own http_client,
+ * storing each result as it comes and keeping what r->kept says, sorted
+ * by case. Returns 0 (also when interrupted: r->interrupted says so,
+ * unfinished results have done == false). */
 int probe_run(struct probe_run *r);
 
 /* ---- report.c ---- */
@@ -450,10 +513,27 @@ struct probe_report_in {
      * report shows), built one at a time, so the document does not grow
      * with the cases; 0: every case */
     size_t max_cases;
+    size_t cases; /* the cases the results stand for (0: n) */
+    /* Every case one by one, for the JSON's case_results (streamed by
+     * probe_report_json_write) and the JUnit file, when the results above
+     * stand for many: case i's spec, and its result on side 0 or 1. NULL:
+     * the results above are every case. */
+    void (*spec_at)(void *ud, size_t i, struct probe_spec *s);
+    int (*result_at)(void *ud, size_t i, int side, struct probe_result *r);
+    void *ud;
+    /* the sizing's range per side (probe_kept); 0: from the results */
+    double size_lo[2], size_hi[2];
 };
 
 /* The machine-readable report (schema in docs/PROBE.md). */
 json_t *probe_report_json(const struct probe_report_in *in);
+/* Writes doc (probe_report_json of in, with max_cases set) to f as
+ * cli_json_write formats it (indent 2, sorted keys), its case_results
+ * every case from in->spec_at and in->result_at, each made, written and
+ * dropped in turn: the document's memory does not grow with the cases.
+ * 0 or -EIO. */
+int probe_report_json_write(const struct probe_report_in *in, json_t *doc,
+                            FILE *f);
 /* The summary table, per-kind effective lengths, the heatmaps, the
  * failure explanation and the baseline comparison, as text. */
 void probe_report_text(const struct probe_report_in *in, FILE *out);

@@ -57,8 +57,9 @@ size_t probe_sizing_under(const struct probe_report_in *in,
 {
     size_t n = 0;
     for (size_t i = 0; i < in->n; i++)
-        n += res[i].done && res[i].expected &&
-             res[i].expected < 0.5 * in->specs[i].target;
+        if (res[i].done && res[i].expected &&
+            res[i].expected < 0.5 * in->specs[i].target)
+            n += probe_weight(&res[i]);
     return n;
 }
 
@@ -67,8 +68,9 @@ double probe_pass_rate(const struct probe_result *res, size_t n)
     size_t done = 0, pass = 0;
     for (size_t i = 0; i < n; i++)
         if (res[i].done) {
-            done++;
-            pass += res[i].outcome == PROBE_PASS;
+            unsigned w = probe_weight(&res[i]);
+            done += w;
+            pass += res[i].outcome == PROBE_PASS ? w : 0;
         }
     return done ? (double)pass / (double)done : 0;
 }
@@ -85,10 +87,11 @@ static void tally_add(struct tally *t, const struct probe_result *r)
 {
     if (!r->done)
         return;
-    t->n++;
-    t->pass += r->outcome == PROBE_PASS;
-    t->out[r->outcome]++;
-    t->no_ctx += r->no_context;
+    unsigned w = probe_weight(r);
+    t->n += w;
+    t->pass += r->outcome == PROBE_PASS ? w : 0;
+    t->out[r->outcome] += w;
+    t->no_ctx += r->no_context ? w : 0;
 }
 
 static double rate_of(const struct tally *t)
@@ -201,14 +204,15 @@ static void pair_add(struct pairs *p, const struct probe_result *a,
     if (!a->done || !b->done)
         return;
     bool pa = a->outcome == PROBE_PASS, pb = b->outcome == PROBE_PASS;
+    unsigned w = probe_weight(a); /* a pair is kept as one: equal weights */
     if (pa && pb)
-        p->both++;
+        p->both += w;
     else if (pa)
-        p->a_only++;
+        p->a_only += w;
     else if (pb)
-        p->b_only++;
+        p->b_only += w;
     else
-        p->neither++;
+        p->neither += w;
 }
 
 void probe_holm(const double *p, size_t n, double *adj)
@@ -584,6 +588,83 @@ json_t *probe_report_json(const struct probe_report_in *in)
     return j;
 }
 
+/* Writes case_results of side (0, 1) at indent ind (spaces of the key):
+ * "[", each case's object indented one level deeper, "]". */
+static int stream_cases(const struct probe_report_in *in, int side, size_t ind,
+                        FILE *f)
+{
+    size_t flags = JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10);
+    size_t n = in->cases ? in->cases : in->n;
+    if (!n)
+        return fputs("[]", f) == EOF ? -EIO : 0;
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++) {
+        struct probe_spec sp;
+        struct probe_result r;
+        in->spec_at(in->ud, i, &sp);
+        if (in->result_at(in->ud, i, side, &r))
+            return -EIO;
+        json_t *c = case_json(&sp, &r);
+        char *t = json_dumps(c, flags);
+        json_decref(c);
+        if (!t)
+            return -EIO;
+        fprintf(f, "%s\n%*s", i ? "," : "", (int)ind + 2, "");
+        for (const char *q = t; *q; q++) { /* nested: ind + 2 deeper */
+            fputc(*q, f);
+            if (*q == '\n')
+                fprintf(f, "%*s", (int)ind + 2, "");
+        }
+        free(t);
+    }
+    fprintf(f, "\n%*s]", (int)ind, "");
+    return ferror(f) ? -EIO : 0;
+}
+
+int probe_report_json_write(const struct probe_report_in *in, json_t *doc,
+                            FILE *f)
+{
+    static const char *const sides[] = {"results", "baseline_results"};
+    static const char *const mark[] = {"\001cases0", "\001cases1"};
+    size_t flags = JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10);
+    if (!in->spec_at || !in->result_at)
+        return json_dumpf(doc, f, flags) ? -EIO : 0;
+    /* the document with a mark for each side's cases, the cases written
+     * where the marks stand */
+    json_t *d = json_copy(doc);
+    for (int k = 0; k < 2; k++) {
+        json_t *side = json_object_get(d, sides[k]);
+        if (!side)
+            continue;
+        side = json_copy(side);
+        json_object_set_new(side, "case_results", json_string(mark[k]));
+        json_object_set_new(d, sides[k], side);
+    }
+    char *t = json_dumps(d, flags);
+    json_decref(d);
+    if (!t)
+        return -EIO;
+    const char *p = t;
+    int rc = 0;
+    while (!rc) {
+        const char *m0 = strstr(p, "\"\\u0001cases");
+        if (!m0) {
+            fputs(p, f);
+            break;
+        }
+        int side = m0[12] - '0'; /* "\u0001casesN" */
+        const char *ls = m0;     /* the start of the key's line */
+        while (ls > t && ls[-1] != '\n')
+            ls--;
+        size_t ind = strspn(ls, " ");
+        fwrite(p, 1, (size_t)(m0 - p), f);
+        rc = stream_cases(in, side, ind, f);
+        p = m0 + 14;
+    }
+    free(t);
+    return rc || ferror(f) ? -EIO : 0;
+}
+
 /* ---- text ---- */
 
 static const char outcome_letter[PROBE_NOUTCOMES] = {' ', 'T', 'C',
@@ -767,8 +848,9 @@ static void reasoning_kept(const struct probe_report_in *in,
             res[i].outcome == PROBE_ERROR || s->variant < 0 ||
             s->variant >= PROBE_RV_COUNT)
             continue;
-        n[s->variant]++;
-        pass[s->variant] += res[i].outcome == PROBE_PASS;
+        n[s->variant] += probe_weight(&res[i]);
+        pass[s->variant] +=
+            res[i].outcome == PROBE_PASS ? probe_weight(&res[i]) : 0;
     }
     for (int v = 0; v < PROBE_RV_COUNT; v++)
         kept[v] = n[v] ? 2 * pass[v] > n[v] : -1;
@@ -800,10 +882,10 @@ bool probe_reasoning_words(const struct probe_report_in *in,
         if (in->specs[i].kind != PROBE_REASONING || !r->done ||
             r->outcome == PROBE_ERROR)
             continue;
-        cases++;
-        other +=
-            r->outcome == PROBE_TRUNCATED ||
-            (r->outcome == PROBE_DROPPED && r->drop != PROBE_DROP_REASONING);
+        cases += probe_weight(r);
+        if (r->outcome == PROBE_TRUNCATED ||
+            (r->outcome == PROBE_DROPPED && r->drop != PROBE_DROP_REASONING))
+            other += probe_weight(r);
     }
     if (other) {
         snprintf(out, size,
@@ -879,9 +961,10 @@ static void explain_dropped(FILE *out, const struct probe_report_in *in,
         if ((int)in->specs[i].kind != k || !r->done ||
             r->outcome != PROBE_DROPPED)
             continue;
-        n++;
+        n += probe_weight(r);
         by[r->drop]
-          [r->drop_at >= 0 && r->drop_at <= PROBE_AT_NEWEST ? r->drop_at : 0]++;
+          [r->drop_at >= 0 && r->drop_at <= PROBE_AT_NEWEST ? r->drop_at : 0] +=
+            probe_weight(r);
         lo = fmin(lo, r->drop_ratio);
         hi = fmax(hi, r->drop_ratio);
         if (r->drop == PROBE_DROP_CLIP && r->have_shape && r->shape.estimated)
@@ -993,7 +1076,7 @@ static void explain_clipped(FILE *out, const struct probe_report_in *in,
             r->outcome != PROBE_CLIPPED || r->completion_tokens <= 0 ||
             asked <= 0 || r->completion_tokens >= asked)
             continue;
-        lowered++;
+        lowered += probe_weight(r);
         most = r->completion_tokens > most ? r->completion_tokens : most;
     }
     if (lowered)
@@ -1130,6 +1213,11 @@ static void side_text(FILE *out, const struct probe_report_in *in,
             lo = q < lo ? q : lo;
             hi = q > hi ? q : hi;
         }
+    int side = res == in->res ? 0 : 1; /* the cases a kept result stands for */
+    if (in->size_hi[side] > 0) {
+        lo = fmin(lo, in->size_lo[side]);
+        hi = fmax(hi, in->size_hi[side]);
+    }
     if (hi > 0)
         fprintf(out,
                 "sizing: achieved %.1f%% to %.1f%% of the target "
@@ -1147,9 +1235,9 @@ static void side_text(FILE *out, const struct probe_report_in *in,
     size_t rewrote = 0, counted = 0;
     for (size_t i = 0; i < in->n; i++)
         if (res[i].done && res[i].path_tokens && res[i].expected) {
-            counted++;
-            rewrote +=
-                res[i].path_tokens < 0.9 * res[i].expected - res[i].shape.err;
+            counted += probe_weight(&res[i]);
+            if (res[i].path_tokens < 0.9 * res[i].expected - res[i].shape.err)
+                rewrote += probe_weight(&res[i]);
         }
     if (rewrote)
         fprintf(out,
@@ -1248,8 +1336,9 @@ int probe_report_junit(const struct probe_report_in *in, const char *path,
     unsigned fails = 0, total = 0;
     for (size_t i = 0; i < in->n; i++)
         if (in->res[i].done) {
-            total++;
-            fails += in->res[i].outcome != PROBE_PASS;
+            total += probe_weight(&in->res[i]);
+            if (in->res[i].outcome != PROBE_PASS)
+                fails += probe_weight(&in->res[i]);
         }
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -1260,16 +1349,27 @@ int probe_report_junit(const struct probe_report_in *in, const char *path,
         unsigned n = 0, nf = 0;
         for (size_t i = 0; i < in->n; i++)
             if ((int)in->specs[i].kind == k && in->res[i].done) {
-                n++;
-                nf += in->res[i].outcome != PROBE_PASS;
+                n += probe_weight(&in->res[i]);
+                if (in->res[i].outcome != PROBE_PASS)
+                    nf += probe_weight(&in->res[i]);
             }
         if (!n)
             continue;
         fprintf(f, "  <testsuite name=\"%s\" tests=\"%u\" failures=\"%u\">\n",
                 probe_kind_name(k), n, nf);
-        for (size_t i = 0; i < in->n; i++) {
-            const struct probe_spec *s = &in->specs[i];
-            const struct probe_result *r = &in->res[i];
+        /* every case: the results, or one by one from in->result_at */
+        bool each = in->spec_at && in->result_at;
+        size_t all = each ? (in->cases ? in->cases : in->n) : in->n;
+        for (size_t i = 0; i < all; i++) {
+            struct probe_spec sp;
+            struct probe_result one;
+            const struct probe_spec *s = each ? &sp : &in->specs[i];
+            const struct probe_result *r = each ? &one : &in->res[i];
+            if (each) {
+                in->spec_at(in->ud, i, &sp);
+                if ((int)sp.kind != k || in->result_at(in->ud, i, 0, &one))
+                    continue;
+            }
             if ((int)s->kind != k || !r->done)
                 continue;
             fprintf(f,

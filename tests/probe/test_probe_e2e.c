@@ -413,6 +413,74 @@ static void test_baseline_comparison(void **state)
     proc_stop(&f);
 }
 
+/* The counts come from what the run keeps (one result for the cases of a
+ * cell that passed alike, with their number), case_results from every
+ * case's result read back one by one: with repeats, failures and a
+ * baseline the two agree, outcome by outcome and pair by pair. */
+static void test_kept_counts_match_every_case(void **state)
+{
+    (void)state;
+    struct proc a, f;
+    struct run r;
+    start_sim(&a, NULL);
+    start_sim(&f, "--context-limit", "8192", "--overflow", "middle", NULL);
+    char ua[64], uf[64];
+    snprintf(ua, sizeof(ua), "%s", proc_url(&a));
+    snprintf(uf, sizeof(uf), "%s", proc_url(&f));
+    run_probe(&r, uf, "kept.db", "--baseline", ua, "--kinds", "needle",
+              "--lengths", "2k,16k", "--depths", "0,50,100", "--repeats", "4",
+              "--fail-under", "0", NULL);
+    assert_true(r.code == 0 || r.code == 1);
+    assert_non_null(r.j);
+    static const char *const sides[] = {"results", "baseline_results"};
+    json_t *pass[2] = {NULL, NULL};
+    for (int s = 0; s < 2; s++) {
+        json_t *side = json_object_get(r.j, sides[s]);
+        json_t *cs = cases(&r, sides[s]), *c;
+        size_t i;
+        assert_int_equal(json_array_size(cs), 24);
+        long passed = 0, out[8] = {0};
+        static const char *const names[] = {
+            "pass",           "truncated-by-server",
+            "output-clipped", "server-error",
+            "missed",         "dropped-before-the-model"};
+        pass[s] = json_array();
+        json_array_foreach(cs, i, c)
+        {
+            passed += json_is_true(json_object_get(c, "passed"));
+            json_array_append_new(pass[s], json_boolean(json_is_true(
+                                               json_object_get(c, "passed"))));
+            for (int o = 0; o < 6; o++)
+                out[o] += !strcmp(sget(c, "outcome"), names[o]);
+        }
+        assert_int_equal(iget(side, "cases"), 24);
+        assert_int_equal(iget(side, "passed"), passed);
+        json_t *oc = json_object_get(side, "outcomes");
+        for (int o = 0; o < 6; o++)
+            assert_int_equal(iget(oc, names[o]), out[o]);
+    }
+    long both = 0, a_only = 0, b_only = 0, none = 0;
+    for (size_t i = 0; i < 24; i++) {
+        bool pa = json_is_true(json_array_get(pass[0], i));
+        bool pb = json_is_true(json_array_get(pass[1], i));
+        both += pa && pb;
+        a_only += pa && !pb;
+        b_only += !pa && pb;
+        none += !pa && !pb;
+    }
+    assert_true(both > 0 && b_only > 0); /* the long cases fail */
+    json_t *o = json_object_get(json_object_get(r.j, "comparison"), "overall");
+    assert_int_equal(iget(o, "both_pass"), both);
+    assert_int_equal(iget(o, "endpoint_only_pass"), a_only);
+    assert_int_equal(iget(o, "baseline_only_pass"), b_only);
+    assert_int_equal(iget(o, "both_fail"), none);
+    json_decref(pass[0]);
+    json_decref(pass[1]);
+    run_release(&r);
+    proc_stop(&a);
+    proc_stop(&f);
+}
+
 static json_t *get_json(const struct proc *p, const char *path)
 {
     struct http_client *c = http_client_new();
@@ -901,6 +969,7 @@ int main(void)
         cmocka_unit_test(test_reasoning_drop_fails_only_reasoning_field),
         cmocka_unit_test(test_keep_last_turns_shows_in_canary_map),
         cmocka_unit_test(test_baseline_comparison),
+        cmocka_unit_test(test_kept_counts_match_every_case),
         cmocka_unit_test(test_interrupt_then_resume_sends_nothing_twice),
         cmocka_unit_test(test_restarted_server_is_not_read_from_the_store),
         cmocka_unit_test(test_nondeterministic_canary),

@@ -355,6 +355,82 @@ static void test_low_pass_rate_effective_length(void **state)
     }
 }
 
+/* A run keeps one result for the cases of a cell that passed on both
+ * sides alike, its weight their number (pool.c): the text report, the
+ * verdict and the JSON (but its case list) from those results are the
+ * same as from every case's. */
+static void test_weighted_results_report_as_every_case(void **state)
+{
+    (void)state;
+    struct probe_spec *specs;
+    struct probe_result *res, *bres;
+    size_t n, m = 0;
+    fixture(&specs, &n, &res, &bres);
+    struct probe_spec *ks = calloc(n, sizeof(*ks));
+    struct probe_result *kr = calloc(n, sizeof(*kr)),
+                        *kb = calloc(n, sizeof(*kb));
+    for (size_t i = 0; i < n; i++) {
+        bool plain = res[i].outcome == PROBE_PASS && !res[i].no_context;
+        const struct probe_spec *s = &specs[i];
+        if (plain && m && kr[m - 1].weight && ks[m - 1].kind == s->kind &&
+            ks[m - 1].length == s->length && ks[m - 1].depth == s->depth) {
+            kr[m - 1].weight++;
+            kb[m - 1].weight++;
+            continue;
+        }
+        ks[m] = *s;
+        kr[m] = res[i];
+        kb[m] = bres[i];
+        kr[m].weight = kb[m].weight = plain ? 1 : 0;
+        m++;
+    }
+    assert_true(m < n);
+    struct probe_endpoint ep, base;
+    probe_endpoint_init(&ep, "http://127.0.0.1:8000");
+    probe_endpoint_init(&base, "http://127.0.0.1:8001");
+    ep.model = strdup("m");
+    base.model = strdup("m");
+    ep.max_model_len = base.max_model_len = 32768;
+    struct probe_report_in all = {.ep = &ep,
+                                  .base = &base,
+                                  .specs = specs,
+                                  .res = res,
+                                  .bres = bres,
+                                  .n = n,
+                                  .max_cases = 12};
+    struct probe_report_in few = all;
+    few.specs = ks;
+    few.res = kr;
+    few.bres = kb;
+    few.n = m;
+    few.cases = n;
+    char *a = render(&all), *b = render(&few);
+    assert_string_equal(a, b);
+    json_t *ja = probe_report_json(&all), *jb = probe_report_json(&few);
+    char *sa = json_dumps(ja, JSON_SORT_KEYS),
+         *sb = json_dumps(jb, JSON_SORT_KEYS);
+    assert_string_equal(sa, sb); /* the failed cases are kept whole */
+    struct probe_verdict va, vb;
+    probe_verdict(&all, 90, &va);
+    probe_verdict(&few, 90, &vb);
+    assert_string_equal(va.line, vb.line);
+    assert_true(fabs(probe_pass_rate(res, n) - probe_pass_rate(kr, m)) < 1e-12);
+    free(a);
+    free(b);
+    free(sa);
+    free(sb);
+    json_decref(ja);
+    json_decref(jb);
+    probe_endpoint_release(&ep);
+    probe_endpoint_release(&base);
+    free(ks);
+    free(kr);
+    free(kb);
+    free(specs);
+    free(res);
+    free(bres);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -364,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_text_report_matches_golden),
         cmocka_unit_test(test_text_report_plural_of_one),
         cmocka_unit_test(test_json_statistics),
+        cmocka_unit_test(test_weighted_results_report_as_every_case),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

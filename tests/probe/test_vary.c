@@ -149,6 +149,65 @@ static void test_expand_and_keys(void **state)
     probe_vary_release(&v);
 }
 
+/* probe_cases_at computes each case of the grid from its index as
+ * probe_grid_build and probe_vary_expand list them, repeats per
+ * temperature included; its report cell is one per grid cell and vary
+ * cell. */
+static void test_cases_by_index(void **state)
+{
+    (void)state;
+    struct probe_vary v;
+    struct probe_vary_cells c;
+    struct diag d;
+    probe_vary_init(&v);
+    assert_int_equal(probe_vary_add(&v, "top_p=0.9,1", &d), 0);
+    probe_vary_cells_build(&v, &c);
+    unsigned L[] = {1024, 2048};
+    int D[] = {0, 50, 100};
+    double T[] = {0, 0.6};
+    struct probe_grid_opts o = {.profile = PROBE_QUICK,
+                                .kinds =
+                                    1u << PROBE_NEEDLE | 1u << PROBE_REASONING,
+                                .lengths = L,
+                                .n_lengths = 2,
+                                .depths = D,
+                                .n_depths = 3,
+                                .temps = T,
+                                .n_temps = 2,
+                                .seed = 3};
+    struct probe_spec *g, *all;
+    size_t n, na;
+    assert_int_equal(probe_grid_build(&o, &g, &n, &d), 0);
+    probe_vary_expand(g, n, &c, &all, &na);
+    struct probe_cases cs;
+    assert_int_equal(probe_cases_build(&o, &c, &cs, &d), 0);
+    assert_int_equal(cs.n, na);
+    assert_true(cs.n_cells < na / 3);
+    size_t last = 0;
+    for (size_t i = 0; i < na; i++) {
+        struct probe_spec s;
+        size_t cell = probe_cases_at(&cs, i, &s);
+        assert_int_equal(s.kind, all[i].kind);
+        assert_int_equal(s.length, all[i].length);
+        assert_int_equal(s.target, all[i].target);
+        assert_int_equal(s.depth, all[i].depth);
+        assert_int_equal(s.variant, all[i].variant);
+        assert_true(s.temperature == all[i].temperature);
+        assert_int_equal(s.rep, all[i].rep);
+        assert_true(s.seed == all[i].seed);
+        assert_ptr_equal(s.vary, all[i].vary);
+        assert_ptr_equal(s.vary_key, all[i].vary_key);
+        assert_int_equal(cell % cs.m, i % cs.m);
+        assert_true(cell / cs.m >= last / cs.m);
+        last = cell;
+    }
+    probe_cases_release(&cs);
+    free(g);
+    free(all);
+    probe_vary_cells_release(&c);
+    probe_vary_release(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -156,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_product_order_and_labels),
         cmocka_unit_test(test_dotted_path_nests),
         cmocka_unit_test(test_expand_and_keys),
+        cmocka_unit_test(test_cases_by_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,7 @@ static const struct {
     {"report", "audit"}, /* the page runs the audit of the sessions */
     {"report", "probe"}, /* the page reads probe's stored runs */
     {"report", "drift"}, /* the page reads drift's stored runs */
+    {"bisect", "drift"}, /* [golden] file: the saved golden's header */
 };
 
 static int layer_of(const char *dir)

@@ -41,9 +41,19 @@ int audit_set_load(struct db *db, const char *session, struct audit_set *set,
 {
     struct load_ctx c = {set, session, 0};
     int rc = xchg_schema(db, d);
-    if (!rc)
+    char *err = NULL;
+    /* one snapshot while writers commit: the exchanges as one moment
+     * left them (docs/RECORD.md) */
+    if (!rc && db_read_begin(db, &err) != DB_OK) {
+        rc = diag_set(d, EIO, "cannot read exchanges: %s",
+                      err ? err : db_errmsg(db));
+        free(err);
+    }
+    if (!rc) {
         rc = xchg_each_flags(db, session, XCHG_EACH_VIEWS, add_one, add_bad, &c,
                              d);
+        db_read_end(db);
+    }
     if (n)
         *n = c.n;
     return rc;

@@ -123,6 +123,16 @@ int db_exec(struct db *db, const char *sql, char **err)
     return db->ops->exec(db, sql, err);
 }
 
+int db_read_begin(struct db *db, char **err)
+{
+    return db_exec(db, db->ops->read_begin, err);
+}
+
+int db_read_end(struct db *db)
+{
+    return db_exec(db, "COMMIT", NULL);
+}
+
 const char *db_errmsg(struct db *db)
 {
     return db->ops->errmsg(db);

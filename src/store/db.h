@@ -105,6 +105,15 @@ int db_finalize(struct db_stmt *st);
  * returned and, when err is not NULL, *err is a message to free(). */
 int db_exec(struct db *db, const char *sql, char **err);
 
+/* A consistent read: between db_read_begin and db_read_end every
+ * statement sees the store as one moment left it, whatever writers commit
+ * meanwhile (SQLite: a deferred transaction over the write-ahead log;
+ * PostgreSQL: REPEATABLE READ, READ ONLY). Nothing may be written in
+ * between. Both return the backend's code; db_read_end ends the
+ * transaction whatever happened inside it. */
+int db_read_begin(struct db *db, char **err);
+int db_read_end(struct db *db);
+
 const char *db_errmsg(struct db *db);
 const char *db_errstr(int code);
 /* The id the last INSERT on this connection gave its row's integer

@@ -32,6 +32,8 @@ struct db_ops {
     int (*clear_bindings)(struct db_stmt *st);
     int (*finalize)(struct db_stmt *st);
     int (*exec)(struct db *db, const char *sql, char **err);
+    /* the statement that opens a read-only snapshot (db_read_begin) */
+    const char *read_begin;
     const char *(*errmsg)(struct db *db);
     int64_t (*last_insert_rowid)(struct db *db);
     int (*changes)(struct db *db);

@@ -1411,6 +1411,9 @@ static const struct db_ops ops = {
     .clear_bindings = clear_bindings,
     .finalize = finalize,
     .exec = exec,
+    /* one snapshot for every statement until COMMIT (READ COMMITTED,
+     * PostgreSQL's default, takes one per statement) */
+    .read_begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
     .errmsg = errmsg,
     .last_insert_rowid = last_insert_rowid,
     .changes = changes,

@@ -306,6 +306,9 @@ static const struct db_ops ops = {
     .clear_bindings = clear_bindings,
     .finalize = finalize,
     .exec = exec,
+    /* deferred: the snapshot is the one the first read sees, kept (WAL)
+     * until COMMIT */
+    .read_begin = "BEGIN DEFERRED",
     .errmsg = errmsg,
     .last_insert_rowid = last_insert_rowid,
     .changes = changes,

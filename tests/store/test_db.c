@@ -517,6 +517,39 @@ BOTH(t_failure_in_transaction)
 BOTH(t_persistent)
 BOTH(t_threads)
 
+/* A read snapshot: a second connection between db_read_begin and
+ * db_read_end sees the table as it was when its first read ran, while the
+ * writer's commits go on unblocked; after db_read_end it sees them. */
+static void t_snapshot(struct fx *f)
+{
+    struct db *rd = NULL;
+    struct diag d = {{0}};
+    ok_exec(f->db, "CREATE TABLE sn(x INTEGER)");
+    ok_exec(f->db, "INSERT INTO sn VALUES (1)");
+    if (store_open(f->target, &rd, &d))
+        fail_msg("%s", d.msg);
+    assert_int_equal(db_read_begin(rd, NULL), DB_OK);
+    assert_int_equal(one_int(rd, "SELECT count(*) FROM sn"), 1);
+    ok_exec(f->db, "INSERT INTO sn VALUES (2)");
+    ok_exec(f->db, "INSERT INTO sn VALUES (3)");
+    assert_int_equal(one_int(f->db, "SELECT count(*) FROM sn"), 3);
+    assert_int_equal(one_int(rd, "SELECT count(*) FROM sn"), 1);
+    assert_int_equal(one_int(rd, "SELECT sum(x) FROM sn"), 1);
+    assert_int_equal(db_read_end(rd), DB_OK);
+    assert_int_equal(one_int(rd, "SELECT count(*) FROM sn"), 3);
+    store_close(rd);
+}
+
+static void lite_t_snapshot(void **state)
+{
+    t_snapshot(*state);
+}
+
+static void pg_t_snapshot(void **state)
+{
+    t_snapshot(*state);
+}
+
 /* ---- PostgreSQL only ---- */
 
 static void test_pg_password_masked(void **state)
@@ -595,6 +628,7 @@ int main(void)
         T(t_failure_in_transaction),
         T(t_persistent),
         T(t_threads),
+        T(t_snapshot),
         cmocka_unit_test(test_pg_password_masked),
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),

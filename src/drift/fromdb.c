@@ -2,7 +2,9 @@
  * drift fromdb: sessions recorded by `fidelity record` as a drift corpus.
  * For each session, the last exchange whose request body holds a chat
  * `messages` array (kind "main" preferred over title, compaction and
- * subagent requests) gives one conversation: those
+ * subagent requests; last by the time it started, as the ids of a store
+ * that several records write follow the order of their commits, not of
+ * the turns) gives one conversation: those
  * messages plus the recorded reply as the final assistant turn. The
  * conversation is then rendered by both servers' /tokenize like any other.
  */
@@ -19,10 +21,18 @@
 
 struct walk {
     struct drift_corpus *c;
-    size_t first;  /* items before this one are not ours */
-    bool *is_main; /* per item of ours: filled from a "main" exchange */
+    size_t first;    /* items before this one are not ours */
+    bool *is_main;   /* per item of ours: filled from a "main" exchange */
+    double *started; /* and when that exchange started (0: unknown) */
     size_t main_alloc;
 };
+
+/* Whether an exchange that started at a comes after one that started at
+ * b; with either time unknown, the one read later (a larger id) does. */
+static bool is_later(double a, double b)
+{
+    return a <= 0 || b <= 0 || a >= b;
+}
 
 static json_t *conversation(const struct xchg *x)
 {
@@ -60,15 +70,21 @@ static int each(const struct xchg *x, void *ud)
         if (c->n - w->first > w->main_alloc) {
             w->main_alloc = 2 * (c->n - w->first) + 8;
             w->is_main = xrealloc(w->is_main, w->main_alloc * sizeof(bool));
+            w->started = xrealloc(w->started, w->main_alloc * sizeof(double));
         }
         w->is_main[i - w->first] = false;
+        w->started[i - w->first] = 0;
     } else if (w->is_main[i - w->first] && !is_main) {
         return 0; /* keep the session's main thread */
+    } else if (w->is_main[i - w->first] == is_main &&
+               !is_later(x->started, w->started[i - w->first])) {
+        return 0; /* a turn before the one kept, committed after it */
     }
     struct drift_item *it = &c->items[i];
     json_decref(it->messages);
     it->messages = conversation(x);
     w->is_main[i - w->first] = is_main;
+    w->started[i - w->first] = x->started;
     return 0;
 }
 
@@ -87,7 +103,7 @@ int drift_corpus_from_db(struct drift_corpus *c, const char *path,
                          const char *session, struct diag *d)
 {
     struct db *db;
-    struct walk w = {c, c->n, NULL, 0};
+    struct walk w = {c, c->n, NULL, NULL, 0};
     size_t before = c->n;
     int ret = store_open(path, &db, d);
     if (ret)
@@ -95,6 +111,7 @@ int drift_corpus_from_db(struct drift_corpus *c, const char *path,
     ret = xchg_each_checked(db, session, each, skip, &w, d);
     store_close(db);
     free(w.is_main);
+    free(w.started);
     if (ret)
         return ret;
     if (c->n == before)

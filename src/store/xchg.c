@@ -16,9 +16,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "core/clock.h"
 #include "core/hash.h"
 #include "core/xalloc.h"
 #include "store/ldelta.h"
@@ -566,13 +568,16 @@ static int blob_store(struct db *db, struct xchg_cache *c, enum blob_kind kind,
     db_bind_int64(st, 3, (int64_t)len);
     db_bind_int(st, 4, zip);
     db_bind_blob(st, 5, z, (int)zlen, free);
-    if (db_step(st) == DB_DONE) {
+    step = db_step(st);
+    if (step == DB_DONE) {
         rc = 0;
         pend_add(c, (uint64_t)h);
+    } else if (step == DB_BUSY) {
+        rc = -EBUSY; /* another writer's transaction holds the same blob */
     }
 out:
     if (rc)
-        xchg_sql_fail(db, d, "cannot store a message");
+        diag_set(d, -rc, "store: cannot store a message: %s", db_errmsg(db));
     if (st)
         xchg_unprep(c, st);
     return rc;
@@ -1411,6 +1416,51 @@ static void roll_back(struct db *db, struct xchg_cache *c, struct xchg **xs,
     }
 }
 
+/* How often a batch that waited too long for another writer's blob is
+ * begun again before its exchanges are taken one by one. */
+#define PEER_RETRIES 6
+
+/* Sleeps before the attempt-th retry: a few milliseconds, more each time,
+ * and different in each process, so that two writers that timed out on
+ * each other do not meet again in step. */
+static void peer_backoff(int attempt)
+{
+    static _Thread_local uint64_t s;
+    if (!s)
+        s = hash_mix2((uint64_t)getpid(), (uint64_t)(uintptr_t)&s) | 1;
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    clock_nap_ms((long)(s % 20) + 10L * attempt);
+}
+
+/*
+ * Begins a transaction and stores the whole batch in it. On PostgreSQL a
+ * failure because another writer's open transaction held a blob this
+ * batch inserts too (the same message, from a conversation that moved
+ * between records; two such transactions can each wait for the other)
+ * is no fault of the batch: it is rolled back and begun again, up to
+ * PEER_RETRIES times, instead of going to the spill file. SQLite's lock
+ * is the whole store's, held by another program: that batch is not
+ * retried (record spills while the lock lasts).
+ */
+static int put_all_retried(struct db *db, struct xchg_cache *c,
+                           struct xchg **xs, size_t n, int *rcs,
+                           struct row_req *rr, struct diag *d)
+{
+    for (int attempt = 0;; attempt++) {
+        if (step_stmt(c, db, SQL_BEGIN) != DB_DONE)
+            return xchg_sql_fail(db, d, "cannot begin a transaction");
+        recent_check(c, db);
+        int rc = put_all(db, c, xs, n, rcs, rr, false, d);
+        if (!rc)
+            return 0;
+        roll_back(db, c, xs, n, rr);
+        if (rc != -EBUSY || db_backend(db) != DB_POSTGRES ||
+            attempt == PEER_RETRIES)
+            return 1; /* rolled back; rcs says which failed */
+        peer_backoff(attempt);
+    }
+}
+
 int xchg_put_batch(struct db *db, struct xchg_cache *c, struct xchg **xs,
                    size_t n, int *rcs, struct diag *d)
 {
@@ -1418,17 +1468,15 @@ int xchg_put_batch(struct db *db, struct xchg_cache *c, struct xchg **xs,
     int rc = 0;
 
     c->pend_n = 0;
-    if (step_stmt(c, db, SQL_BEGIN) != DB_DONE) {
-        rc = xchg_sql_fail(db, d, "cannot begin a transaction");
-        goto fail_all;
-    }
-    recent_check(c, db);
     /* The whole batch in one go: a savepoint per exchange costs more SQL
      * than a small exchange's own rows. Only when one of them fails is
      * the batch done again with savepoints, so that the bad exchange goes
      * alone to the spill file; a batch of one needs none. */
-    if (put_all(db, c, xs, n, rcs, rr, false, d)) {
-        roll_back(db, c, xs, n, rr);
+    rc = put_all_retried(db, c, xs, n, rcs, rr, d);
+    if (rc < 0)
+        goto fail_all;
+    if (rc) {
+        rc = 0;
         if (n == 1) { /* rcs[0] says why; nothing was committed */
             rc = rcs[0];
             goto out;

@@ -24,20 +24,27 @@
 
 static char db_path[] = "/tmp/drift-fromdb-XXXXXX";
 
-static void put(struct db *db, long long id, const char *session,
-                const char *kind, const char *user, const char *reply)
+static void put_at(struct db *db, const char *session, const char *kind,
+                   const char *user, const char *reply, double started)
 {
     struct xchg x;
     struct diag d;
     json_t *msgs = json_array();
     json_array_append_new(msgs, xb_msg("system", "Be brief."));
     json_array_append_new(msgs, xb_msg("user", user));
-    xb_init(&x, id, session, xb_body("m", msgs));
-    x.id = 0;
+    xb_init(&x, 0, session, xb_body("m", msgs));
+    x.started = started;
     x.kind = xstrdup(kind);
     xb_reply(&x, reply, NULL, NULL, 10, 5, "stop");
     assert_int_equal(xchg_put(db, &x, &d), 0);
     xb_release(&x);
+}
+
+static void put(struct db *db, long long id, const char *session,
+                const char *kind, const char *user, const char *reply)
+{
+    (void)id; /* the store gives ids in the order of the calls */
+    put_at(db, session, kind, user, reply, 0);
 }
 
 static int setup(void **state)
@@ -101,6 +108,43 @@ static void test_sessions_become_conversations(void **state)
     drift_corpus_release(&c);
 }
 
+/* Several records writing one PostgreSQL store commit a conversation's
+ * turns in any order: a later turn, through a record whose writer was
+ * quicker, may have the smaller id. The conversation is the session's
+ * last request by the time it started, not by its id. */
+static void test_last_by_start_not_id(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/drift-fromdb-order-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    struct db *db;
+    struct diag d;
+    assert_int_equal(store_open(path, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    put_at(db, "s3", "main", "What is the pin for the blue door?",
+           "The pin for the blue door is 5678.", 1796000002.5);
+    put_at(db, "s3", "main", "The pin for the blue door is 5678.", "Noted.",
+           1796000001.0);
+    store_close(db);
+    struct drift_corpus c;
+    drift_corpus_init(&c);
+    assert_int_equal(drift_corpus_from_db(&c, path, NULL, &d), 0);
+    assert_int_equal(c.n, 1);
+    json_t *m = c.items[0].messages;
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(m, 1), "content")),
+        "What is the pin for the blue door?");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(m, 2), "content")),
+        "The pin for the blue door is 5678.");
+    drift_corpus_release(&c);
+    char *cmd = xasprintf("rm -f '%s' '%s-wal' '%s-shm'", path, path, path);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+}
+
 static void test_drift_from_db_end_to_end(void **state)
 {
     (void)state;
@@ -138,6 +182,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sessions_become_conversations),
+        cmocka_unit_test(test_last_by_start_not_id),
         cmocka_unit_test(test_drift_from_db_end_to_end),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

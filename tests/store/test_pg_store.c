@@ -5,9 +5,10 @@
  * into a PostgreSQL database read back identical, field by field; the
  * other schemas (probe's results and runs, probe --live's, drift's runs
  * and buckets, the intake frontier) created and used on both with the
- * same answers.
+ * same answers. A batch held up by another writer's lock is retried.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "drift/dstore.h"
 #include "probe/live.h"
@@ -252,6 +254,63 @@ static void test_exchanges_same(void **state)
     pair_close(&p);
 }
 
+/* A batch that waited past the lock timeout for another writer's
+ * transaction (which holds the blob table here; between records, the
+ * same message inserted by each, or two batches each waiting for the
+ * other) is begun again, not refused: it is stored once the other
+ * commits, and the spill file is left for a store that fails. */
+struct locked_put {
+    struct db *db;
+    int rc, one;
+    struct diag d;
+};
+
+static void *put_while_locked(void *arg)
+{
+    struct locked_put *lp = arg;
+    struct xchg_cache *c = xchg_cache_new();
+    struct xchg x;
+    xb_init(&x, 0, "s-locked", xb_body("m", turns(1, "while locked")));
+    xb_reply(&x, "done", NULL, NULL, 10, 2, "stop");
+    struct xchg *xs[] = {&x};
+    lp->rc = xchg_put_batch(lp->db, c, xs, 1, &lp->one, &lp->d);
+    xb_release(&x);
+    xchg_cache_free(c);
+    return NULL;
+}
+
+static void test_peer_lock_retried(void **state)
+{
+    (void)state;
+    char url[256];
+    struct diag d = {{0}};
+    struct db *holder = NULL;
+    struct locked_put lp = {0};
+    pgsrv_db(url, sizeof(url));
+    if (store_open(url, &holder, &d) || store_open(url, &lp.db, &d))
+        fail_msg("%s", d.msg);
+    assert_int_equal(xchg_schema(holder, &d), 0);
+    db_busy_timeout(lp.db, 100);
+    assert_int_equal(db_exec(holder, "BEGIN", NULL), DB_OK);
+    assert_int_equal(
+        db_exec(holder, "LOCK TABLE xchg_blob IN EXCLUSIVE MODE", NULL), DB_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, put_while_locked, &lp), 0);
+    clock_nap_ms(300); /* three lock timeouts */
+    assert_int_equal(db_exec(holder, "COMMIT", NULL), DB_OK);
+    pthread_join(th, NULL);
+    if (lp.rc || lp.one)
+        fail_msg("refused (%d, %d): %s", lp.rc, lp.one, lp.d.msg);
+    struct dump got;
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(xchg_each(holder, NULL, dump_fn, &got, &d), 0);
+    assert_int_equal(got.n, 1);
+    assert_non_null(strstr(got.s[0], "while locked"));
+    free(got.s[0]);
+    store_close(lp.db);
+    store_close(holder);
+}
+
 /* ---- the other schemas ---- */
 
 static char *run_summary(struct db *db,
@@ -436,6 +495,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchanges_same),
+        cmocka_unit_test(test_peer_lock_retried),
         cmocka_unit_test(test_drift_store),
         cmocka_unit_test(test_probe_stores),
     };

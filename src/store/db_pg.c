@@ -76,6 +76,7 @@ struct pg {
     unsigned long names; /* server-side statement names given */
     unsigned gen;        /* connections made: 1 is the first */
     bool txn;            /* inside a transaction when last seen */
+    bool gone;           /* the last failure said the server is going away */
     int lock_ms;
     struct table *tables;
     /* Taken by every call that talks to the server: one connection may
@@ -196,10 +197,21 @@ static int code_of(const PGresult *r)
     return DB_ERROR;
 }
 
+/* Whether a PostgreSQL error state is the server's going away: class 08
+ * (connection exception), or 57P01-57P03 (an administrator's shutdown, a
+ * crash shutdown, not accepting connections now). */
+static bool state_gone(const PGresult *r)
+{
+    const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return s && (!strncmp(s, "08", 2) || !strcmp(s, "57P01") ||
+                 !strcmp(s, "57P02") || !strcmp(s, "57P03"));
+}
+
 static int fail_res(struct pg *db, PGresult *r)
 {
     const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     set_err(db, m ? m : PQerrorMessage(db->c));
+    db->gone = state_gone(r) || PQstatus(db->c) != CONNECTION_OK;
     int rc = code_of(r);
     PQclear(r);
     return rc;
@@ -238,14 +250,17 @@ static int ready(struct pg *db, enum kind k, const char *sql)
         }
         set_err(db, "the connection to the server was lost during a "
                     "transaction");
+        db->gone = true;
         return DB_ERROR;
     }
     PQreset(db->c);
     if (PQstatus(db->c) != CONNECTION_OK) {
         set_err(db, PQerrorMessage(db->c));
+        db->gone = true;
         return DB_ERROR;
     }
     db->gen++;
+    db->gone = false;
     return setup(db);
 }
 
@@ -1306,6 +1321,15 @@ static unsigned int data_version(struct db *dbh)
     return 0;
 }
 
+static bool is_lost(struct db *dbh)
+{
+    struct pg *db = PG(dbh);
+    pthread_mutex_lock(&db->mu);
+    bool lost = db->gone || PQstatus(db->c) != CONNECTION_OK;
+    pthread_mutex_unlock(&db->mu);
+    return lost;
+}
+
 static int wal_hook(struct db *dbh, int (*fn)(void *arg, int pages), void *arg)
 {
     (void)dbh;
@@ -1422,6 +1446,7 @@ static const struct db_ops ops = {
     .has_table = has_table,
     .has_column = has_column,
     .data_version = data_version,
+    .is_lost = is_lost,
     .wal_hook = wal_hook,
     .checkpoint = checkpoint,
     .close = close_db,

@@ -357,7 +357,8 @@ int cmd_record(int argc, char **argv)
             (unsigned long long)st.stored, (unsigned long long)st.spilled,
             o.spill_path, (unsigned long long)st.lost);
     if (st.in_log) {
-        char *log = store_local_path(o.db_path, "-intake");
+        char *log = o.intake_path ? xstrdup(o.intake_path)
+                                  : store_local_path(o.db_path, "-intake");
         fprintf(stderr,
                 ", %llu in the intake log '%s' (recoverable: the next "
                 "start commits them)",

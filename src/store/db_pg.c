@@ -76,7 +76,10 @@ struct pg {
     unsigned long names; /* server-side statement names given */
     unsigned gen;        /* connections made: 1 is the first */
     bool txn;            /* inside a transaction when last seen */
-    bool gone;           /* the last failure said the server is going away */
+    /* the last failure was the server's going away; kept through the
+     * reconnection (the caller's ROLLBACK makes it) until a statement
+     * other than BEGIN, COMMIT, ROLLBACK or a savepoint succeeds */
+    bool gone;
     int lock_ms;
     struct table *tables;
     /* Taken by every call that talks to the server: one connection may
@@ -260,7 +263,6 @@ static int ready(struct pg *db, enum kind k, const char *sql)
         return DB_ERROR;
     }
     db->gen++;
-    db->gone = false;
     return setup(db);
 }
 
@@ -933,6 +935,8 @@ static int took(struct pg *db, enum kind k, PGresult *r)
     }
     if (k == K_INSERT || k == K_WRITE)
         db->changes = atoi(PQcmdTuples(r));
+    if (k != K_TXN && k != K_COMMIT)
+        db->gone = false;
     return DB_OK;
 }
 

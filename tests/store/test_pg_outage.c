@@ -9,6 +9,7 @@
  * for is stored exactly once.
  */
 #include <curl/curl.h>
+#include <libpq-fe.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -408,6 +409,141 @@ static void test_kill9_then_restart(void **state)
     free(run);
 }
 
+/* Ends record's sessions on the server (pg_terminate_backend: the
+ * connection is reset, the server stays up): how many it ended. */
+static int terminate_record(const char *url)
+{
+    PGconn *c = PQconnectdb(url);
+    int n = -1;
+    if (PQstatus(c) == CONNECTION_OK) {
+        PGresult *r = PQexec(c, "SELECT count(pg_terminate_backend(pid)) FROM"
+                                " pg_stat_activity WHERE application_name ="
+                                " 'fidelity' AND pid <> pg_backend_pid()");
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+            n = atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    PQfinish(c);
+    return n;
+}
+
+/* Waits until every answered request of run is stored (at most ms):
+ * whether it is, with *h what the store holds. */
+static bool all_held(const struct fx *f, const struct run *run, struct held *h,
+                     double ms, int *twice)
+{
+    double t0 = now_ms();
+    int missing = -1;
+    *twice = 0;
+    do {
+        if (!read_held(f->url, h)) {
+            tally(run, h, &missing, twice);
+            if (!missing)
+                return true;
+        }
+        usleep(100000);
+    } while (now_ms() - t0 < ms);
+    return false;
+}
+
+/* The connection reset while the server stays up (an administrator ends
+ * record's session): not a refusal of the exchanges, so nothing is
+ * spilled; the writer connects again and commits them from the log. */
+static void test_connection_reset(void **state)
+{
+    struct fx *f = *state;
+    start_sim_and_db(f);
+    assert_int_equal(start_record(f), 0);
+    struct run *run = xcalloc(1, sizeof(*run));
+    pthread_t t[CLIENTS];
+    run->pace = PACE_US;
+    start_clients(run, t, f->rec.port);
+    int ended = 0;
+    for (int i = 0; i < 3; i++) {
+        usleep(700000);
+        ended += terminate_record(f->url) > 0;
+    }
+    usleep(700000);
+    join_clients(run, t);
+    struct held *h = xcalloc(1, sizeof(*h));
+    int twice;
+    bool held = all_held(f, run, h, CATCH_UP_MS, &twice);
+    assert_int_equal(proc_stop(&f->rec), 0);
+    f->rec.pid = 0;
+    struct buf log = BUF_INIT;
+    rec_read_file(f->err, &log);
+    printf("record's log:\n%s", buf_str(&log));
+    int sent = 0, ok = 0;
+    for (int c = 0; c < CLIENTS; c++)
+        for (int r = 0; r < run->c[c].n; r++) {
+            sent++;
+            ok += run->c[c].s[r].ok;
+        }
+    printf("%d sessions ended; %d requests, %d answered, %d stored\n", ended,
+           sent, ok, h->total);
+    assert_true(ended > 0);
+    assert_int_equal(ok, sent);
+    assert_true(held);
+    assert_int_equal(twice, 0);
+    assert_int_equal(h->total, sent);
+    struct stat st;
+    assert_true(stat(f->spill, &st) != 0 || st.st_size == 0);
+    assert_null(strstr(buf_str(&log), "spilling"));
+    buf_release(&log);
+    free(h);
+    free(run);
+}
+
+/* Stopped while the server is away: record tries it once more, then
+ * leaves the exchanges in the log, says so and exits 4; the next start
+ * with the same --intake commits them, once. */
+static void test_stop_while_away(void **state)
+{
+    struct fx *f = *state;
+    start_sim_and_db(f);
+    assert_int_equal(start_record(f), 0);
+    struct run *run = xcalloc(1, sizeof(*run));
+    pthread_t t[CLIENTS];
+    run->pace = PACE_US;
+    start_clients(run, t, f->rec.port);
+    usleep(1000000);
+    pgsrv_pause();
+    usleep(2000000);
+    join_clients(run, t);
+    int rc = proc_stop(&f->rec);
+    f->rec.pid = 0;
+    pgsrv_resume();
+    struct buf log = BUF_INIT;
+    rec_read_file(f->err, &log);
+    printf("record's log:\n%s", buf_str(&log));
+    assert_int_equal(rc, 4);
+    /* counted as in the log, named as given */
+    char *in_log = xasprintf("'%s' (recoverable", f->intake);
+    assert_non_null(strstr(buf_str(&log), in_log));
+    free(in_log);
+    assert_null(strstr(buf_str(&log), "spilling"));
+    assert_int_equal(start_record(f), 0);
+    assert_int_equal(proc_stop(&f->rec), 0);
+    f->rec.pid = 0;
+    buf_reset(&log);
+    rec_read_file(f->err, &log);
+    assert_non_null(strstr(buf_str(&log), "a record that did not stop left"));
+    buf_release(&log);
+    struct held *h = xcalloc(1, sizeof(*h));
+    int missing, twice, sent = 0;
+    assert_int_equal(read_held(f->url, h), 0);
+    tally(run, h, &missing, &twice);
+    for (int c = 0; c < CLIENTS; c++)
+        sent += run->c[c].n;
+    printf("%d requests; the store holds %d, %d answered missing, %d twice\n",
+           sent, h->total, missing, twice);
+    assert_int_equal(missing, 0);
+    assert_int_equal(twice, 0);
+    assert_int_equal(h->total, sent);
+    free(h);
+    free(run);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -416,6 +552,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_kill9_then_restart, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_connection_reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_while_away, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pgsrv_stop();

@@ -605,9 +605,8 @@ static bool can_leave_idle(void)
 static void writer_policy(struct record *r, bool *idle, size_t waiting)
 {
     struct sched_param sp = {0};
-    /* a catch-up runs as any thread: the store is back when it is done */
+    /* a catch-up too: the clients' latency comes first */
     bool want = r->idle_ok && !atomic_load(&r->in_failed) &&
-                !atomic_load(&r->away) &&
                 waiting < (*idle ? WRITER_BEHIND : WRITER_CAUGHT_UP);
     if (want != *idle &&
         !pthread_setschedparam(pthread_self(), want ? SCHED_IDLE : SCHED_OTHER,

@@ -253,15 +253,22 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* The max and p99 of one client's latencies of requests sent in
- * [from, to) (ms since the start); *n how many. */
+ * [from, to) (ms since the start); *n how many, *at when the slowest was
+ * sent. */
 static void lat_stats(const struct client *c, double from, double to,
-                      double *max, double *p99, int *n)
+                      double *max, double *p99, int *n, double *at)
 {
     double *v = xcalloc(PER_CLIENT, sizeof(*v));
     int k = 0;
+    *at = 0;
     for (int i = 0; i < c->n; i++)
-        if (c->s[i].t0 >= from && c->s[i].t0 < to)
+        if (c->s[i].t0 >= from && c->s[i].t0 < to) {
             v[k++] = c->s[i].ms;
+            if (k == 1 || c->s[i].ms > *max) {
+                *max = c->s[i].ms;
+                *at = c->s[i].t0;
+            }
+        }
     qsort(v, (size_t)k, sizeof(*v), cmp_double);
     *n = k;
     *max = k ? v[k - 1] : 0;
@@ -287,7 +294,9 @@ static void test_server_stopped_for_10s(void **state)
     pgsrv_pause();
     usleep((useconds_t)(DOWN_MS * 1000));
     pgsrv_resume();
-    double back = now_ms();
+    double back = now_ms(), back_at = back - run->start;
+    printf("the server stopped at %.2f s, back at %.2f s\n", down_at / 1e3,
+           back_at / 1e3);
     usleep((useconds_t)(UP_MS * 1000));
     join_clients(run, t);
 
@@ -337,26 +346,34 @@ static void test_server_stopped_for_10s(void **state)
 
     /* No added latency: a reply leaves once its exchange is appended to
      * the intake log, and the store's state is not on that path. Each
-     * client's requests sent while the server was stopped, and after, are
-     * compared with its own requests sent before: the max with 4 times
-     * the max before plus 50 ms, and the p99 likewise plus 20 ms. The
-     * slack is for the machine, not for record: the outage phase has four
-     * times the samples (its max reaches further into the same tail), and
-     * PostgreSQL's shutdown, its start and the catch-up's commits take the
-     * same CPUs the clients, record and the sim share on a small machine.
-     * A client that waited for the store would wait the 10 s. */
+     * client's requests sent while the server was stopped, and after its
+     * return (the catch-up), are compared with its own requests sent
+     * before: the p99 with 4 times the p99 before plus 20 ms, the max with
+     * 4 times the max before plus 250 ms. The slack is for the machine,
+     * not for record: the phase of the outage has four times the samples
+     * (its max reaches further into the same tail), PostgreSQL's shutdown
+     * and start and the catch-up's commits take the CPUs that the
+     * clients, record and the sim share, and on a small shared machine a
+     * lone stall of tens of milliseconds comes and goes with other work.
+     * A client that waited for the store would wait for the outage, 10 s,
+     * or at least a try of the writer's (50 ms to 2 s apart), in many of
+     * its requests: the p99 would show it. */
     for (int c = 0; c < CLIENTS; c++) {
-        double up_max, up_p99, dn_max, dn_p99;
-        int nu, nd;
-        lat_stats(&run->c[c], 0, down_at, &up_max, &up_p99, &nu);
-        lat_stats(&run->c[c], down_at, 1e12, &dn_max, &dn_p99, &nd);
-        printf("client %d (%s): up %d requests, max %.1f ms, p99 %.1f ms; "
-               "during and after the outage %d, max %.1f ms, p99 %.1f ms\n",
-               c, c % 2 ? "SSE" : "JSON", nu, up_max, up_p99, nd, dn_max,
-               dn_p99);
-        assert_true(nu > 20 && nd > 80);
-        assert_true(dn_max <= 4 * up_max + 50);
+        double up_max, up_p99, dn_max, dn_p99, af_max, af_p99, t1, t2, t3;
+        int nu, nd, na;
+        lat_stats(&run->c[c], 0, down_at, &up_max, &up_p99, &nu, &t1);
+        lat_stats(&run->c[c], down_at, back_at, &dn_max, &dn_p99, &nd, &t2);
+        lat_stats(&run->c[c], back_at, 1e12, &af_max, &af_p99, &na, &t3);
+        printf("client %d (%s): before %d requests, max %.1f ms (at %.2f "
+               "s), p99 %.1f ms; during %d, max %.1f ms (at %.2f s), p99 "
+               "%.1f ms; after %d, max %.1f ms (at %.2f s), p99 %.1f ms\n",
+               c, c % 2 ? "SSE" : "JSON", nu, up_max, t1 / 1e3, up_p99, nd,
+               dn_max, t2 / 1e3, dn_p99, na, af_max, t3 / 1e3, af_p99);
+        assert_true(nu > 20 && nd > 80 && na > 20);
         assert_true(dn_p99 <= 4 * up_p99 + 20);
+        assert_true(af_p99 <= 4 * up_p99 + 20);
+        assert_true(dn_max <= 4 * up_max + 250);
+        assert_true(af_max <= 4 * up_max + 250);
     }
     free(h);
     free(run);

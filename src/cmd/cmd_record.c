@@ -43,9 +43,11 @@ const char CMD_RECORD_HELP[] =
     "command that opens the store commits what the log still holds.\n"
     "Messages are stored once, content-addressed and compressed. If the\n"
     "store fails, exchanges go to the spill file (JSON lines) and proxying\n"
-    "continues. Read the recordings with 'fidelity sessions', 'fidelity\n"
-    "show' and 'fidelity audit'. docs/RECORD.md describes the storage, the\n"
-    "intake log and the classification.\n"
+    "continues; while a PostgreSQL server cannot be reached they wait in\n"
+    "the intake log and are committed once it is back. Read the\n"
+    "recordings with 'fidelity sessions', 'fidelity show' and 'fidelity\n"
+    "audit'. docs/RECORD.md describes the storage, the intake log and the\n"
+    "classification.\n"
     "\n"
     "options:\n"
     "  --upstream URL      the server to forward to (http:// or https://;\n"
@@ -355,7 +357,8 @@ int cmd_record(int argc, char **argv)
             (unsigned long long)st.stored, (unsigned long long)st.spilled,
             o.spill_path, (unsigned long long)st.lost);
     if (st.in_log) {
-        char *log = store_local_path(o.db_path, "-intake");
+        char *log = o.intake_path ? xstrdup(o.intake_path)
+                                  : store_local_path(o.db_path, "-intake");
         fprintf(stderr,
                 ", %llu in the intake log '%s' (recoverable: the next "
                 "start commits them)",

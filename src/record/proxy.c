@@ -963,6 +963,7 @@ void proxy_stored_back(struct record *r, struct ex *e, double now)
     r->stats.spilled += e->outcome == 1;
     r->stats.lost += e->outcome == 2;
     r->stats.in_log += e->outcome == 3;
+    r->waited += e->outcome == 4;
     complete(r, e);
 }
 
@@ -1334,7 +1335,7 @@ int record_run(struct record *r, struct diag *d)
 
 void record_get_stats(const struct record *r, struct record_stats *s)
 {
-    *s = r->stats;
+    writer_stats(r, s);
 }
 
 void record_free(struct record *r)

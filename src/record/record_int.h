@@ -125,6 +125,32 @@ struct record {
      * log is neither emptied nor removed. Set by the writer. */
     atomic_bool log_stuck;
     bool idle_ok; /* the writer may leave SCHED_IDLE again (writer_main) */
+    /* The store is away: a batch failed because its server could not be
+     * reached (db_is_lost), with the intake log in use. Until it answers
+     * again, exchanges of the log are handed back at once (outcome 4) and
+     * wait in the log, others are spilled; the writer connects again at
+     * retry_at (retry_ms after the last try, doubling) and then commits the
+     * log from the store's frontier (catch_up). Set and cleared by the
+     * writer; the loop reads it (no inline store, no emptying the log). */
+    atomic_bool away;
+    double away_since, retry_at; /* now_ms() */
+    unsigned retry_ms;
+    uint64_t away_n; /* exchanges committed or spilled by catch-ups */
+    /* exchanges of the log of epoch caught_epoch that end at or before
+     * caught_to were committed (or spilled) by a catch-up: the writer
+     * hands them back without storing them again */
+    uint64_t caught_epoch, caught_to;
+    /* the batch whose failure sent the store away would have moved the
+     * frontier to lost_off, with lost_n exchanges of the log: when the
+     * store's frontier is there once it is back, its commit went through
+     * (only its answer was lost) */
+    bool lost_due;
+    uint64_t lost_off, lost_n;
+    /* exchanges handed back as waiting (outcome 4; the loop's count) and,
+     * of them, those catch-ups committed or spilled, or that were
+     * committed before the store went away (the writer's counts) */
+    uint64_t waited;
+    _Atomic uint64_t caught_stored, caught_spilled;
     /* CPU time spent storing (store_batch, on either thread), in ns: the
      * storing load that decides where a lone exchange is stored; and the
      * loop's window over it (storing_light: since win_start, store_ns was
@@ -152,7 +178,8 @@ struct ex {
     bool ct_json;     /* request Content-Type mentions json */
     const char *ct;   /* its Content-Type, during intake */
     /* 0 stored, 1 spilled, 2 lost, 3 left in the intake log for the next
-     * start (neither stored nor spilled, past the frontier) */
+     * start (neither stored nor spilled, past the frontier), 4 waits in
+     * the intake log while the store is away (record.away) */
     int outcome;
     struct front_conn *fc;   /* the client's connection; NULL once gone */
     bool head_req, finished; /* a HEAD request; finish_as() ran */
@@ -224,6 +251,10 @@ void writer_enqueue(struct record *r, struct ex *e);
 /* Stores a lone exchange on the loop's own thread when that is cheaper
  * than the hand-off (writer.c says when); false: it was not. */
 bool writer_store_inline(struct record *r, struct ex *e);
+/* r's counts, with the exchanges that waited in the intake log while the
+ * store was away counted as what became of them (stored, spilled, or
+ * still in the log). */
+void writer_stats(const struct record *r, struct record_stats *s);
 /* Stores what is queued and completes it, stops the writer and the
  * checkpointer, closes the intake log. */
 void writer_free(struct record *r);

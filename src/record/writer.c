@@ -5,7 +5,9 @@
  * cheaper: writer_store_inline), parsed and committed in batches, one
  * transaction each, appended to the spill file when the store refuses
  * them, and handed back for their clients' last bytes. With the intake log
- * an exchange is answered once appended and committed later. A
+ * an exchange is answered once appended and committed later; while the
+ * store's server cannot be reached its exchanges wait in the log, and are
+ * committed from it once the server is back (the store away). A
  * checkpointer thread keeps the WAL's checkpoints out of the commits.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
@@ -44,6 +46,16 @@
 #define INLINE_MAX_ACTIVE 64
 
 static void store_batch(struct record *r, struct ex **batch, size_t n);
+static int on_intake_commit(struct db *db, void *ud);
+
+/* Reconnecting to a store that went away: the first try RETRY_FIRST_MS
+ * after, each next one twice as late, at most RETRY_MAX_MS apart. A try
+ * costs one connection attempt, on the writer's thread. */
+#define RETRY_FIRST_MS 50u
+#define RETRY_MAX_MS 2000u
+/* Exchanges a catch-up commits before the writer takes its queue again
+ * (hands back what waits there, keeping the loop's counts low). */
+#define CATCH_UP_CHUNK 1024
 
 /* ---- the hand-off ---- */
 
@@ -152,7 +164,8 @@ static bool storing_light(struct record *r)
 bool writer_store_inline(struct record *r, struct ex *e)
 {
     bool mine;
-    if (r->nactive > INLINE_MAX_ACTIVE ||
+    /* while the store is away the writer does the connecting */
+    if (atomic_load(&r->away) || r->nactive > INLINE_MAX_ACTIVE ||
         e->body.len + e->x.resp_raw_len > INLINE_MAX_BYTES || !storing_light(r))
         return false;
     bool idle = false;
@@ -322,8 +335,129 @@ static void set_mark(struct record *r, struct ex **batch, size_t n,
     r->batch_refused = false;
 }
 
+/* ---- the store away ---- */
+
+/* Whether exchanges can wait for the store in the intake log. */
+static bool can_wait(struct record *r)
+{
+    return r->intake && !atomic_load(&r->log_stuck);
+}
+
+/* Whether a catch-up committed (or spilled) e already. */
+static bool is_caught(const struct record *r, const struct ex *e)
+{
+    return e->in_end && e->in_epoch == r->caught_epoch &&
+           e->in_end <= r->caught_to;
+}
+
+/* The batch being stored (set_mark) failed because the store's server
+ * could not be reached: the store is away from now on. */
+static void go_away(struct record *r, const char *why)
+{
+    r->lost_due = r->mark_due && r->mark_epoch == r->intake->epoch;
+    r->lost_off = r->mark_off;
+    r->lost_n = 0;
+    for (size_t i = 0; i < r->batch_n; i++)
+        r->lost_n += r->batch_ex[i]->in_end != 0;
+    r->away_since = now_ms();
+    r->retry_ms = RETRY_FIRST_MS;
+    r->retry_at = r->away_since + RETRY_FIRST_MS;
+    r->away_n = 0;
+    atomic_store(&r->away, true);
+    /* one line: libpq's messages span several */
+    char one[sizeof(((struct diag *)0)->msg)];
+    size_t n = 0;
+    for (const char *p = why; *p && n + 1 < sizeof(one); p++) {
+        bool space = *p == '\n' || *p == '\t' || *p == ' ';
+        if (!space)
+            one[n++] = *p;
+        else if (n && one[n - 1] != ' ')
+            one[n++] = ' ';
+    }
+    while (n && one[n - 1] == ' ')
+        n--;
+    one[n] = '\0';
+    char *shown = store_shown(r->o.db_path);
+    record_logf(r,
+                "the store '%s' cannot be reached (%s): exchanges wait in the "
+                "intake log '%s' and are committed from it once it answers",
+                shown, one, r->intake->path);
+    free(shown);
+}
+
+/* While the store is away: e waits in the log (outcome 4), or, not in
+ * it, is spilled. */
+static void wait_or_spill(struct record *r, struct ex *e, const char *why)
+{
+    e->outcome = e->in_end ? 4 : spill(r, e, why, false);
+    writer_done(e, r->timing != NULL);
+}
+
+/* Connects to the store again and commits up to CATCH_UP_CHUNK exchanges
+ * of the log past its frontier (store/replay.h): the store is back once
+ * the log is committed to its end. When it cannot be reached, the next
+ * try is later. */
+static void catch_up(struct record *r)
+{
+    struct replay_counts k;
+    struct replay_pos pos;
+    struct diag d = {{0}};
+    int rc = replay_catch_up(r->db, r->cache, r->ing, r->intake,
+                             r->o.spill_path, CATCH_UP_CHUNK, &k, &pos, &d);
+    xchg_cache_pre_commit(r->cache, on_intake_commit, r);
+    if (r->lost_due && pos.from >= r->lost_off)
+        atomic_fetch_add(&r->caught_stored, r->lost_n);
+    if (pos.from >= r->lost_off || !rc || k.stored || k.spilled)
+        r->lost_due = false; /* the frontier was read: known either way */
+    atomic_fetch_add(&r->caught_stored, k.stored);
+    atomic_fetch_add(&r->caught_spilled, k.spilled);
+    r->away_n += k.stored + k.spilled;
+    if (rc == -ENOTCONN) {
+        r->retry_ms =
+            r->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : r->retry_ms * 2;
+        r->retry_at = now_ms() + r->retry_ms;
+        return;
+    }
+    r->retry_ms = RETRY_FIRST_MS;
+    r->retry_at = now_ms();
+    if (!rc) {
+        r->caught_epoch = r->intake->epoch;
+        r->caught_to = pos.to;
+        if (pos.more)
+            return; /* the rest after a look at the queue */
+    }
+    char *shown = store_shown(r->o.db_path);
+    record_logf(r,
+                "the store '%s' answers again after %.1f s: %llu exchange%s "
+                "committed from the intake log",
+                shown, (now_ms() - r->away_since) / 1e3,
+                (unsigned long long)r->away_n, plural_s(r->away_n));
+    free(shown);
+    if (rc) { /* neither stored nor spilled: the log keeps them */
+        record_logf(r,
+                    "%s; it and the exchanges after it stay in the intake log "
+                    "for the next start",
+                    d.msg);
+        atomic_store(&r->log_stuck, true);
+    }
+    atomic_store(&r->away, false);
+}
+
+void writer_stats(const struct record *r, struct record_stats *s)
+{
+    *s = r->stats;
+    uint64_t st = atomic_load(&r->caught_stored);
+    uint64_t sp = atomic_load(&r->caught_spilled);
+    s->stored += st;
+    s->spilled += sp;
+    /* what has not been committed of what waited is in the log */
+    if (r->waited > st + sp)
+        s->in_log += r->waited - st - sp;
+}
+
 /* Parses, classifies and stores a batch; failures go to the spill file.
- * Once the log is stuck (log_stuck), its exchanges stay there. */
+ * Once the log is stuck (log_stuck), its exchanges stay there; while the
+ * store is away they wait there (outcome 4). */
 static void store_batch(struct record *r, struct ex **all, size_t nall)
 {
     struct xchg *xs[BATCH_MAX];
@@ -338,6 +472,8 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
         if (all[i]->in_end && atomic_load(&r->log_stuck)) {
             all[i]->outcome = 3;
             writer_done(all[i], timing);
+        } else if (is_caught(r, all[i]) || atomic_load(&r->away)) {
+            wait_or_spill(r, all[i], "the store cannot be reached");
         } else {
             batch[n++] = all[i];
         }
@@ -367,10 +503,16 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
     if (timing)
         note_batch(r->timing, batch, n, t0, t1, now_ms());
     bool one_by_one = rolled_back && r->batch_refused;
+    if (rolled_back && !one_by_one && can_wait(r) && db_is_lost(r->db))
+        go_away(r, d.msg);
     for (size_t i = 0; i < n; i++) {
         struct ex *e = batch[i];
         bool in_log = e->in_end && rolled_back;
         struct diag d1 = {{0}};
+        if (atomic_load(&r->away)) {
+            wait_or_spill(r, e, d.msg);
+            continue;
+        }
         if (one_by_one && e->in_end && atomic_load(&r->log_stuck)) {
             e->outcome = 3; /* with the one before it */
             writer_done(e, timing);
@@ -381,6 +523,11 @@ static void store_batch(struct record *r, struct ex **all, size_t nall)
             bool back =
                 xchg_put_batch(r->db, r->cache, &xs[i], 1, &rcs[i], &d1);
             in_log = e->in_end && back;
+            if (back && can_wait(r) && db_is_lost(r->db)) {
+                go_away(r, d1.msg);
+                wait_or_spill(r, e, d1.msg);
+                continue;
+            }
         }
         e->outcome =
             rcs[i] ? spill(r, e, one_by_one ? d1.msg : d.msg, in_log) : 0;
@@ -458,6 +605,7 @@ static bool can_leave_idle(void)
 static void writer_policy(struct record *r, bool *idle, size_t waiting)
 {
     struct sched_param sp = {0};
+    /* a catch-up too: the clients' latency comes first */
     bool want = r->idle_ok && !atomic_load(&r->in_failed) &&
                 waiting < (*idle ? WRITER_BEHIND : WRITER_CAUGHT_UP);
     if (want != *idle &&
@@ -466,12 +614,39 @@ static void writer_policy(struct record *r, bool *idle, size_t waiting)
         *idle = want;
 }
 
+/* Nanoseconds until the store away is tried again (at least 1). */
+static long until_retry(struct record *r)
+{
+    double ms = r->retry_at - now_ms();
+    return ms < 1e-6 ? 1 : (long)(ms * 1e6);
+}
+
+/* The store away: tries it again when due, or at once when quitting
+ * (until a try finds it still unreachable: *gave_up, the exchanges then
+ * stay in the log for the next start), the loop's thread kept out
+ * (storing_now). */
+static void maybe_catch_up(struct record *r, bool *gave_up)
+{
+    if (!atomic_load(&r->away) || *gave_up)
+        return;
+    bool quit = atomic_load(&r->quit);
+    if (!quit && now_ms() < r->retry_at)
+        return;
+    for (bool no = false;
+         !atomic_compare_exchange_weak(&r->storing_now, &no, true); no = false)
+        sched_yield();
+    catch_up(r);
+    atomic_store(&r->storing_now, false);
+    if (quit && atomic_load(&r->away) && r->retry_at > now_ms())
+        *gave_up = true;
+}
+
 static void *writer_main(void *arg)
 {
     struct record *r = arg;
     struct ex *batch[BATCH_MAX];
     size_t last = 0;
-    bool idle = false;
+    bool idle = false, gave_up = false;
     if (r->intake && !r->idle_ok) {
         struct sched_param sp = {0};
         pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
@@ -479,9 +654,10 @@ static void *writer_main(void *arg)
     struct ex *head = NULL, *tail = NULL; /* taken from q_in, in order */
     for (;;) {
         size_t n = 0;
+        bool away = atomic_load(&r->away);
         if (!head)
-            writer_wait(r, 1, 0);
-        if (last >= LINGER_FROM)
+            writer_wait(r, 1, away ? until_retry(r) : 0);
+        if (last >= LINGER_FROM && !away)
             writer_wait(r, LINGER_N, LINGER_NS);
         for (struct ex *e = take_all(&r->q_in); e; e = e->wnext) {
             if (tail)
@@ -500,8 +676,9 @@ static void *writer_main(void *arg)
         size_t waiting = atomic_fetch_sub(&r->q_n, n);
         if (r->intake)
             writer_policy(r, &idle, waiting);
+        maybe_catch_up(r, &gave_up);
         if (!n) {
-            if (atomic_load(&r->quit))
+            if (atomic_load(&r->quit) && (!atomic_load(&r->away) || gave_up))
                 break; /* quit with an empty queue */
             continue;
         }
@@ -538,10 +715,12 @@ static void on_stored(evutil_socket_t fd, short what, void *arg)
         proxy_stored_back(r, e, now);
         e = next;
     }
-    /* a long log is emptied once all it holds is committed; exchanges
-     * wait for their commit meanwhile (intake_put) */
+    /* a long log is emptied once all it holds is committed (not while the
+     * store is away: it holds what waits); exchanges wait for their
+     * commit meanwhile (intake_put) */
     if (r->intake && !r->in_failed && !r->in_pending &&
-        !atomic_load(&r->log_stuck) && r->intake->size >= INTAKE_ROTATE) {
+        !atomic_load(&r->log_stuck) && !atomic_load(&r->away) &&
+        r->intake->size >= INTAKE_ROTATE) {
         struct diag d = {{0}};
         if (intake_reset(r->intake, &d)) {
             record_logf(r,
@@ -775,7 +954,9 @@ void writer_free(struct record *r)
     checkpointer_stop(r);
     /* all it held is committed or in the spill file, unless exchanges
      * were left in it for the next start */
-    intake_close(r->intake, r->stats.in_log == 0 && r->stats.lost == 0);
+    struct record_stats st;
+    writer_stats(r, &st);
+    intake_close(r->intake, st.in_log == 0 && st.lost == 0);
     r->intake = NULL;
     if (r->done_ev)
         event_free(r->done_ev);

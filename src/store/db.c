@@ -197,6 +197,11 @@ unsigned int db_data_version(struct db *db)
     return db->ops->data_version(db);
 }
 
+bool db_is_lost(struct db *db)
+{
+    return db->ops->is_lost(db);
+}
+
 int db_wal_hook(struct db *db, int (*fn)(void *arg, int pages), void *arg)
 {
     return db->ops->wal_hook(db, fn, arg);

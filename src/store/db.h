@@ -134,6 +134,12 @@ bool db_has_column(struct db *db, const char *table, const char *column);
 /* A number that changes with every change to the store by any connection;
  * 0 when the backend cannot tell (then every cache must assume change). */
 unsigned int db_data_version(struct db *db);
+/* Whether the last failure was the server's going away rather than a
+ * refusal of the statement: the connection is lost (the server stopped,
+ * the connection was reset) or the server said it is shutting down. The
+ * next statement outside a transaction connects again. A SQLite store has
+ * no server: never. */
+bool db_is_lost(struct db *db);
 
 /* SQLite's write-ahead log, for record's own checkpointer: fn is called
  * after each commit with the log's size in pages; db_checkpoint copies

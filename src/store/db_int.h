@@ -42,6 +42,7 @@ struct db_ops {
     bool (*has_table)(struct db *db, const char *name);
     bool (*has_column)(struct db *db, const char *table, const char *column);
     unsigned int (*data_version)(struct db *db);
+    bool (*is_lost)(struct db *db);
     int (*wal_hook)(struct db *db, int (*fn)(void *arg, int pages), void *arg);
     int (*checkpoint)(struct db *db);
     void (*close)(struct db *db);

@@ -76,6 +76,10 @@ struct pg {
     unsigned long names; /* server-side statement names given */
     unsigned gen;        /* connections made: 1 is the first */
     bool txn;            /* inside a transaction when last seen */
+    /* the last failure was the server's going away; kept through the
+     * reconnection (the caller's ROLLBACK makes it) until a statement
+     * other than BEGIN, COMMIT, ROLLBACK or a savepoint succeeds */
+    bool gone;
     int lock_ms;
     struct table *tables;
     /* Taken by every call that talks to the server: one connection may
@@ -196,10 +200,21 @@ static int code_of(const PGresult *r)
     return DB_ERROR;
 }
 
+/* Whether a PostgreSQL error state is the server's going away: class 08
+ * (connection exception), or 57P01-57P03 (an administrator's shutdown, a
+ * crash shutdown, not accepting connections now). */
+static bool state_gone(const PGresult *r)
+{
+    const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return s && (!strncmp(s, "08", 2) || !strcmp(s, "57P01") ||
+                 !strcmp(s, "57P02") || !strcmp(s, "57P03"));
+}
+
 static int fail_res(struct pg *db, PGresult *r)
 {
     const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     set_err(db, m ? m : PQerrorMessage(db->c));
+    db->gone = state_gone(r) || PQstatus(db->c) != CONNECTION_OK;
     int rc = code_of(r);
     PQclear(r);
     return rc;
@@ -238,11 +253,13 @@ static int ready(struct pg *db, enum kind k, const char *sql)
         }
         set_err(db, "the connection to the server was lost during a "
                     "transaction");
+        db->gone = true;
         return DB_ERROR;
     }
     PQreset(db->c);
     if (PQstatus(db->c) != CONNECTION_OK) {
         set_err(db, PQerrorMessage(db->c));
+        db->gone = true;
         return DB_ERROR;
     }
     db->gen++;
@@ -918,6 +935,8 @@ static int took(struct pg *db, enum kind k, PGresult *r)
     }
     if (k == K_INSERT || k == K_WRITE)
         db->changes = atoi(PQcmdTuples(r));
+    if (k != K_TXN && k != K_COMMIT)
+        db->gone = false;
     return DB_OK;
 }
 
@@ -1306,6 +1325,15 @@ static unsigned int data_version(struct db *dbh)
     return 0;
 }
 
+static bool is_lost(struct db *dbh)
+{
+    struct pg *db = PG(dbh);
+    pthread_mutex_lock(&db->mu);
+    bool lost = db->gone || PQstatus(db->c) != CONNECTION_OK;
+    pthread_mutex_unlock(&db->mu);
+    return lost;
+}
+
 static int wal_hook(struct db *dbh, int (*fn)(void *arg, int pages), void *arg)
 {
     (void)dbh;
@@ -1422,6 +1450,7 @@ static const struct db_ops ops = {
     .has_table = has_table,
     .has_column = has_column,
     .data_version = data_version,
+    .is_lost = is_lost,
     .wal_hook = wal_hook,
     .checkpoint = checkpoint,
     .close = close_db,

@@ -256,6 +256,13 @@ static unsigned int data_version(struct db *db)
     return v;
 }
 
+/* A file has no server to lose. */
+static bool is_lost(struct db *db)
+{
+    (void)db;
+    return false;
+}
+
 static int on_wal(void *arg, sqlite3 *h, const char *name, int pages)
 {
     (void)h;
@@ -317,6 +324,7 @@ static const struct db_ops ops = {
     .has_table = has_table,
     .has_column = has_column,
     .data_version = data_version,
+    .is_lost = is_lost,
     .wal_hook = wal_hook,
     .checkpoint = checkpoint,
     .close = close_db,

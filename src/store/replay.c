@@ -40,6 +40,14 @@ struct replay {
     const int *rcs; /* its exchanges' results, for on_commit */
     size_t nrcs;
     bool stuck; /* an exchange could be neither stored nor spilled */
+    /* the store went away (db_is_lost): nothing more is tried, nothing
+     * spilled; the exchanges not committed stay in the log */
+    bool gone;
+    uint64_t max;  /* exchanges to read at most (0: all) */
+    uint64_t read; /* exchanges read */
+    bool more;     /* stopped at max with records left */
+    uint64_t to;   /* the offset after the last exchange committed or spilled */
+    bool unmarked; /* the last one was spilled: no commit moved past it */
     struct replay_counts k;
     struct diag why;   /* why the store refused the first one */
     struct diag first; /* why the first kept one was kept */
@@ -118,8 +126,12 @@ static int put(struct replay *p, struct rex **b, size_t n, int *rcs)
     p->nrcs = n;
     p->mark = b[n - 1]->end;
     int rc = xchg_put_batch(p->db, p->c, xs, n, rcs, &d);
-    if (rc && !p->why.msg[0])
+    if (rc && db_is_lost(p->db)) {
+        p->gone = true;
         p->why = d;
+    } else if (rc && !p->why.msg[0]) {
+        p->why = d;
+    }
     return rc;
 }
 
@@ -151,15 +163,25 @@ static void flush(struct replay *p)
         ingest_build(p->g, &p->batch[i]->x, &p->batch[i]->src);
     if (!put(p, p->batch, p->n, rcs)) {
         p->k.stored += p->n;
+        p->to = p->batch[p->n - 1]->end;
+        p->unmarked = false;
     } else {
         for (size_t i = 0; i < p->n; i++) {
             int rc1 = 0;
-            if (p->stuck)
+            bool stored = false;
+            if (p->stuck || p->gone)
                 p->k.kept++;
-            else if (p->n == 1 || put(p, &p->batch[i], 1, &rc1))
-                refused(p, p->batch[i]);
+            else if (p->n > 1 && !put(p, &p->batch[i], 1, &rc1))
+                stored = true;
+            else if (p->gone) /* not refused: the server went away */
+                p->k.kept++;
             else
-                p->k.stored++;
+                refused(p, p->batch[i]);
+            p->k.stored += stored;
+            if (!p->stuck && !p->gone) {
+                p->to = p->batch[i]->end;
+                p->unmarked = !stored; /* spilled */
+            }
         }
     }
     for (size_t i = 0; i < p->n; i++)
@@ -167,16 +189,98 @@ static void flush(struct replay *p)
     p->n = 0;
 }
 
+/* What on_rec returns to stop the walk (not an error). */
+#define STOP 1
+
 static int on_rec(const struct intake_rec *ir, uint64_t end, void *ud)
 {
     struct replay *p = ud;
+    if (p->gone) /* the rest waits in the log for the store */
+        return STOP;
     if (p->stuck) { /* left in the log, with the one before */
         p->k.kept++;
         return 0;
     }
+    if (p->max && p->read == p->max) {
+        p->more = true;
+        return STOP;
+    }
+    p->read++;
     p->batch[p->n++] = rex_of_rec(ir, end);
     if (p->n == REPLAY_BATCH)
         flush(p);
+    return 0;
+}
+
+/* Reads the log from the store's frontier for it into p's batches and
+ * stores them; *from gets that frontier (0 when the store has none for
+ * this log). 0, or -1 with d set when the log or the store could not be
+ * read. */
+static int walk(struct replay *p, struct replay_counts *out, uint64_t *from,
+                struct diag *d)
+{
+    uint64_t fe, fo;
+    memset(out, 0, sizeof(*out));
+    if (intake_frontier(p->db, p->in->epoch, &fe, &fo, d)) {
+        if (!db_is_lost(p->db))
+            return -1;
+        p->gone = true;
+        p->why = *d;
+        return 0;
+    }
+    if (fe != p->in->epoch)
+        fo = 0;
+    if (from)
+        *from = fo;
+    p->to = fo ? fo : INTAKE_HEAD;
+    xchg_cache_pre_commit(p->c, on_commit, p);
+    int rc = intake_read(p->in->fd, fe, fo, on_rec, p, &p->k.dmg, d);
+    p->k.torn = p->k.dmg.torn;
+    flush(p);
+    xchg_cache_pre_commit(p->c, NULL, NULL);
+    *out = p->k;
+    return rc && rc != STOP ? -1 : 0;
+}
+
+/* Moves the frontier past a spilled exchange that no commit passed, so
+ * that the next catch-up does not spill it again; when that fails, the
+ * next commit of the log's exchanges moves it. */
+static void mark_to(struct replay *p)
+{
+    if (db_exec(p->db, "BEGIN IMMEDIATE", NULL) != DB_OK)
+        return;
+    if (intake_mark(p->in, p->db, p->in->epoch, p->to) == DB_OK &&
+        db_exec(p->db, "COMMIT", NULL) == DB_OK)
+        return;
+    db_exec(p->db, "ROLLBACK", NULL);
+}
+
+int replay_catch_up(struct db *db, struct xchg_cache *c, struct ingest *g,
+                    struct intake *in, const char *spill_path, uint64_t max,
+                    struct replay_counts *out, struct replay_pos *pos,
+                    struct diag *d)
+{
+    struct replay p = {
+        .db = db, .c = c, .g = g, .in = in, .spill = spill_path, .max = max};
+    memset(pos, 0, sizeof(*pos));
+    int rc = walk(&p, out, &pos->from, d);
+    pos->to = p.to;
+    pos->more = p.more && !p.gone && !p.stuck;
+    if (rc)
+        return -1;
+    if (p.gone)
+        return diag_set(d, ENOTCONN, "%s",
+                        p.why.msg[0] ? p.why.msg : db_errmsg(db));
+    if (p.k.kept) {
+        diag_set(d, EIO,
+                 "cannot commit %llu exchange%s of the intake log '%s' to the "
+                 "store or the spill file '%s' (%s)",
+                 (unsigned long long)p.k.kept, plural_s(p.k.kept), in->path,
+                 spill_path, p.first.msg);
+        return -1;
+    }
+    if (p.unmarked)
+        mark_to(&p);
     return 0;
 }
 
@@ -185,18 +289,16 @@ int replay_log(struct db *db, struct xchg_cache *c, struct ingest *g,
                struct replay_counts *out, struct diag *d)
 {
     struct replay p = {.db = db, .c = c, .g = g, .in = in, .spill = spill_path};
-    uint64_t fe, fo;
-    memset(out, 0, sizeof(*out));
-    if (intake_frontier(db, in->epoch, &fe, &fo, d))
-        return -1;
-    xchg_cache_pre_commit(c, on_commit, &p);
-    int rc = intake_read(in->fd, fe, fo, on_rec, &p, &p.k.dmg, d);
-    p.k.torn = p.k.dmg.torn;
-    flush(&p);
-    xchg_cache_pre_commit(c, NULL, NULL);
-    *out = p.k;
+    int rc = walk(&p, out, NULL, d);
     if (rc)
         return -1;
+    if (p.gone) {
+        diag_set(d, ENOTCONN,
+                 "cannot commit the intake log '%s': the store went away "
+                 "(%s); the log is kept for the next try",
+                 in->path, p.why.msg);
+        return -1;
+    }
     if (p.k.kept) {
         diag_set(d, EIO,
                  "cannot commit %llu exchange%s of the intake log '%s' to the "

@@ -355,6 +355,8 @@ static void t_failure_in_transaction(struct db *db)
         rc = db_step(st);
     assert_true(rc != DB_OK && rc != DB_ROW && rc != DB_DONE);
     db_finalize(st);
+    /* refusals, not a server gone */
+    assert_false(db_is_lost(db));
     /* the transaction goes on; what a statement did is told as outside
      * one */
     ok_exec(db, "INSERT INTO u VALUES (3, 'c')");
@@ -612,6 +614,43 @@ static void test_pg_reconnect(void **state)
     assert_int_equal(one_int(db, "SELECT sum(x) FROM rc"), 3);
 }
 
+/* A failure because the server ended the connection is one of a lost
+ * server (db_is_lost), also once the caller's ROLLBACK has connected
+ * again, until a statement succeeds; a refused statement is not. */
+static void test_pg_lost(void **state)
+{
+    struct fx *f = *state;
+    struct db *db = f->db, *other = NULL;
+    struct diag d = {{0}};
+    char *err = NULL;
+    ok_exec(db, "CREATE TABLE lo(x INTEGER PRIMARY KEY)");
+    assert_false(db_is_lost(db));
+    ok_exec(db, "BEGIN IMMEDIATE");
+    ok_exec(db, "INSERT INTO lo VALUES (1)");
+    if (store_open(f->target, &other, &d))
+        fail_msg("%s", d.msg);
+    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
+                                    " pg_terminate_backend(pid) FROM"
+                                    " pg_stat_activity WHERE"
+                                    " application_name = 'fidelity' AND"
+                                    " pid <> pg_backend_pid()) AS k"),
+                     1);
+    store_close(other);
+    assert_int_not_equal(db_exec(db, "INSERT INTO lo VALUES (2)", &err), DB_OK);
+    free(err);
+    assert_true(db_is_lost(db));
+    assert_int_equal(db_exec(db, "ROLLBACK", NULL), DB_OK);
+    assert_true(db_is_lost(db)); /* what the failure was, still */
+    ok_exec(db, "INSERT INTO lo VALUES (3)");
+    assert_false(db_is_lost(db));
+    err = NULL;
+    assert_int_equal(db_exec(db, "INSERT INTO lo VALUES (3)", &err),
+                     DB_CONSTRAINT);
+    free(err);
+    assert_false(db_is_lost(db));
+    assert_int_equal(one_int(db, "SELECT sum(x) FROM lo"), 3);
+}
+
 #define T(fn)                                                                  \
     cmocka_unit_test_setup_teardown(lite_##fn, setup_lite, teardown),          \
         cmocka_unit_test_setup_teardown(pg_##fn, setup_pg, teardown)
@@ -633,6 +672,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pg_reconnect, setup_pg, teardown),
+        cmocka_unit_test_setup_teardown(test_pg_lost, setup_pg, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pgsrv_stop();

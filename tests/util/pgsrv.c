@@ -178,6 +178,8 @@ static void sweep(void)
     globfree(&g);
 }
 
+static bool launch(void);
+
 /* Starts the server; false (its log printed) when it does not. */
 static bool start(void)
 {
@@ -207,7 +209,15 @@ static bool start(void)
         print_log();
         return false;
     }
-    char path[512], log[128];
+    return launch();
+}
+
+/* Starts the postmaster on the initialized directory and waits until it
+ * answers; false (its log printed) when it does not. */
+static bool launch(void)
+{
+    char data[128], path[512], log[128];
+    snprintf(data, sizeof(data), "%s/data", dir);
     snprintf(path, sizeof(path), "%s/postgres", bindir);
     snprintf(log, sizeof(log), "%s/log", dir);
     pid_t parent = getpid();
@@ -287,6 +297,36 @@ void pgsrv_db(char *url, size_t size)
     int n = snprintf(url, size, "postgresql://fid@/%s?host=%s", name, dir);
     if (n < 0 || (size_t)n >= size)
         fail_msg("the test database's URL does not fit");
+}
+
+void pgsrv_pause(void)
+{
+    if (!postmaster)
+        fail_msg("pgsrv_pause: the test PostgreSQL server is not running");
+    kill(postmaster, SIGINT); /* fast shutdown */
+    int st;
+    for (int i = 0; i < 3000; i++) {
+        if (waitpid(postmaster, &st, WNOHANG) == postmaster) {
+            postmaster = 0;
+            return;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    pgsrv_stop();
+    fail_msg("the test PostgreSQL server did not stop within 30 s");
+}
+
+void pgsrv_resume(void)
+{
+    if (postmaster)
+        return;
+    if (!*dir)
+        fail_msg("pgsrv_resume: no test PostgreSQL server was started");
+    if (!launch()) {
+        pgsrv_stop();
+        fail_msg("the test PostgreSQL server did not start again");
+    }
 }
 
 void pgsrv_stop(void)

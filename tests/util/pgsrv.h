@@ -25,6 +25,13 @@ bool pgsrv_available(void);
  * need_missing; when the server does not start it fails.
  */
 void pgsrv_db(char *url, size_t size);
+/* Stops the server as an administrator would (fast shutdown: sessions
+ * are ended, the socket removed) and waits until it has exited, keeping
+ * its directory and databases; pgsrv_resume starts it again on the same
+ * directory and socket, so the URLs pgsrv_db gave work again. Either
+ * fails the test when the server does not stop or start in 30 s. */
+void pgsrv_pause(void);
+void pgsrv_resume(void);
 /* Stops the server (immediate shutdown) and removes its directory; also
  * run at exit. */
 void pgsrv_stop(void);

@@ -5,7 +5,9 @@
  * as they do in a SQLite file. The same runs made on each store give the
  * same JSON; a second probe reads every case back from the store; the
  * stored probe and drift runs and drift's buckets read back the same from
- * both; and `fidelity report` draws the same page from both.
+ * both; `fidelity report` draws the same page from both; and `probe
+ * --live` stores its sessions in each and reads every one back the
+ * second time.
  */
 #include <errno.h>
 #include <limits.h>
@@ -122,6 +124,7 @@ struct got {
     char *probe, *probe_again, *drift; /* the commands' JSON */
     char *probe_run, *drift_run, *buckets;
     char *page;
+    char *live, *live_again; /* probe --live's JSON, made and stored */
 };
 
 /* A stored run: its id and document (its time is the moment it was
@@ -268,6 +271,27 @@ static void runs_on(const char *db, const char *shown, const char *plain,
     }
     buf_release(&out);
     buf_release(&err);
+
+    /* probe --live: its sessions stored, then every one read back */
+    char *lj = xasprintf("%s/live.json", dir);
+    const char *live[] = {"probe", "--live", "--endpoint", plain, "--db",
+                          db,      "--json", lj,           NULL};
+    for (int round = 0; round < 2; round++) {
+        j = run_json(live, lj, 0);
+        size_t i, cached = 0, n = 0;
+        json_t *r;
+        json_array_foreach(json_object_get(j, "sessions"), i, r)
+        {
+            n++;
+            cached += json_is_true(json_object_get(r, "cached"));
+            json_object_set_new(r, "cached", json_false());
+        }
+        assert_true(n > 0);
+        assert_int_equal(cached, round ? n : 0);
+        *(round ? &g->live_again : &g->live) = dump(j);
+        json_decref(j);
+    }
+    free(lj);
     free(pj);
     free(dj);
     free(page);
@@ -275,8 +299,9 @@ static void runs_on(const char *db, const char *shown, const char *plain,
 
 static void got_release(struct got *g)
 {
-    char **all[] = {&g->probe,     &g->probe_again, &g->drift, &g->probe_run,
-                    &g->drift_run, &g->buckets,     &g->page};
+    char **all[] = {&g->probe,     &g->probe_again, &g->drift,
+                    &g->probe_run, &g->drift_run,   &g->buckets,
+                    &g->page,      &g->live,        &g->live_again};
     for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
         free(*all[i]);
 }
@@ -318,6 +343,10 @@ static void test_runs_same_on_both(void **state)
     same("the stored drift run", g[0].drift_run, g[1].drift_run);
     same("drift's buckets", g[0].buckets, g[1].buckets);
     same("the report", g[0].page, g[1].page);
+    same("probe --live's JSON", g[0].live, g[1].live);
+    same("probe --live's JSON from the store", g[0].live_again,
+         g[1].live_again);
+    same("probe --live's JSON, stored and made", g[1].live, g[1].live_again);
     got_release(&g[0]);
     got_release(&g[1]);
     free(shown);

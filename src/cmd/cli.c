@@ -321,11 +321,11 @@ int cli_parse_double(const char *s, double min, double max, double *out)
     return num_parse_double(s, min, max, out);
 }
 
-int cli_json_write(json_t *j, const char *path, struct diag *d)
+int cli_write_out(const char *path, int (*write)(FILE *f, void *ud), void *ud,
+                  struct diag *d)
 {
-    size_t flags = JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10);
     if (!strcmp(path, "-")) {
-        if (json_dumpf(j, stdout, flags) || fputc('\n', stdout) == EOF)
+        if (write(stdout, ud) || fputc('\n', stdout) == EOF)
             return diag_set(d, EIO, "cannot write JSON to standard output");
         fflush(stdout);
         return 0;
@@ -338,7 +338,7 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
         free(tmp);
         return -e;
     }
-    int bad = json_dumpf(j, f, flags) || fputc('\n', f) == EOF;
+    int bad = write(f, ud) || fputc('\n', f) == EOF;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path)) {
         int e = errno ? errno : EIO;
@@ -348,6 +348,17 @@ int cli_json_write(json_t *j, const char *path, struct diag *d)
     }
     free(tmp);
     return 0;
+}
+
+static int dump_json(FILE *f, void *ud)
+{
+    return json_dumpf(
+        ud, f, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+}
+
+int cli_json_write(json_t *j, const char *path, struct diag *d)
+{
+    return cli_write_out(path, dump_json, j, d);
 }
 
 /* The folder of path (".", when it names none) into out. */

@@ -125,6 +125,11 @@ int cli_check_store(const char *cmd, const char *path);
 
 /* Writes j (pretty, sorted keys) to path, "-" meaning standard output. */
 int cli_json_write(json_t *j, const char *path, struct diag *d);
+/* The same for any writer: write(f, ud) puts the document (without its
+ * final newline) on f, nonzero on failure; path "-" is standard output,
+ * any other is written through PATH.tmp and renamed. */
+int cli_write_out(const char *path, int (*write)(FILE *f, void *ud), void *ud,
+                  struct diag *d);
 
 /* The readiness request (cmd/ready.c): GETs BASE/v1/models with headers
  * and waits at most timeout_ms for any answer, drawing on a terminal what it

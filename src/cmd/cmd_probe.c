@@ -857,34 +857,22 @@ static int src_result(void *ud, size_t i, int side, struct probe_result *r)
 }
 
 /* --json FILE (or "-"): the document with every case, streamed. */
+struct json_out_args {
+    const struct probe_report_in *in;
+    json_t *j;
+};
+
+static int json_out_write(FILE *f, void *ud)
+{
+    struct json_out_args *a = ud;
+    return probe_report_json_write(a->in, a->j, f);
+}
+
 static int json_out(const struct probe_report_in *in, json_t *j,
                     const char *path, struct diag *d)
 {
-    if (!strcmp(path, "-")) {
-        if (probe_report_json_write(in, j, stdout) ||
-            fputc('\n', stdout) == EOF)
-            return diag_set(d, EIO, "cannot write JSON to standard output");
-        fflush(stdout);
-        return 0;
-    }
-    char *tmp = xasprintf("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        int e = errno;
-        diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
-        free(tmp);
-        return -e;
-    }
-    int bad = probe_report_json_write(in, j, f) || fputc('\n', f) == EOF;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
-        int e = errno ? errno : EIO;
-        unlink(tmp);
-        free(tmp);
-        return diag_set(d, e, "cannot write '%s': %s", path, strerror(e));
-    }
-    free(tmp);
-    return 0;
+    struct json_out_args a = {in, j};
+    return cli_write_out(path, json_out_write, &a, d);
 }
 
 static int finish(const struct opts *o, FILE *out, struct probe_run *run,

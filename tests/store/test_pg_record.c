@@ -35,25 +35,13 @@ static char home[PATH_MAX];
 static int setup(void **state)
 {
     (void)state;
-    char bin[PATH_MAX];
-    if (!realpath(fidelity_bin(), bin) || !getcwd(home, sizeof(home)))
-        return -1;
-    setenv("FIDELITY_BIN", bin, 1);
-    strcpy(dir, "/tmp/fidelity-pgrec-XXXXXX");
-    if (!mkdtemp(dir) || chdir(dir))
-        return -1;
-    return 0;
+    return pgsrv_enter_dir(dir, "/tmp/fidelity-pgrec-XXXXXX", home);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (chdir(home))
-        return -1;
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
+    return pgsrv_leave_dir(dir, home);
 }
 
 static char *exchange(struct http_client *hc, const char *url,
@@ -162,12 +150,7 @@ static void test_audit_same_as_sqlite(void **state)
 {
     (void)state;
     char url[256], db[128];
-    pgsrv_db(url, sizeof(url));
-    /* with a password, which the server (trust) does not ask for */
-    assert_memory_equal(url, "postgresql://fid@", 17);
-    char *pw = xasprintf("postgresql://fid:s3cret@%s", url + 17);
-    snprintf(url, sizeof(url), "%s", pw);
-    free(pw);
+    pgsrv_db_password(url, sizeof(url), "s3cret");
     snprintf(db, sizeof(db), "%s/t.db", dir);
     json_t *lite = record_and_audit(db);
     json_t *pg = record_and_audit(url);

@@ -56,14 +56,7 @@ static bool sim_up, rec_up[NREC];
 static int setup(void **state)
 {
     (void)state;
-    char bin[PATH_MAX];
-    if (!realpath(fidelity_bin(), bin) || !getcwd(home, sizeof(home)))
-        return -1;
-    setenv("FIDELITY_BIN", bin, 1);
-    strcpy(dir, "/tmp/fidelity-pgrep-XXXXXX");
-    if (!mkdtemp(dir) || chdir(dir))
-        return -1;
-    return 0;
+    return pgsrv_enter_dir(dir, "/tmp/fidelity-pgrep-XXXXXX", home);
 }
 
 static void stop_all(void)
@@ -83,12 +76,7 @@ static int teardown(void **state)
 {
     (void)state;
     stop_all();
-    if (chdir(home))
-        return -1;
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
+    return pgsrv_leave_dir(dir, home);
 }
 
 /* ---- the clients (threads: no cmocka assertion in them) ---- */

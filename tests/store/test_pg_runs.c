@@ -44,15 +44,8 @@ static bool up[2];
 static int setup(void **state)
 {
     (void)state;
-    char bin[PATH_MAX];
-    if (!realpath(fidelity_bin(), bin) || !getcwd(home, sizeof(home)))
-        return -1;
-    setenv("FIDELITY_BIN", bin, 1);
     setenv("SOURCE_DATE_EPOCH", "86400", 1);
-    strcpy(dir, "/tmp/fidelity-pgruns-XXXXXX");
-    if (!mkdtemp(dir) || chdir(dir))
-        return -1;
-    return 0;
+    return pgsrv_enter_dir(dir, "/tmp/fidelity-pgruns-XXXXXX", home);
 }
 
 static int teardown(void **state)
@@ -63,12 +56,7 @@ static int teardown(void **state)
             proc_stop(&sims[i]);
             up[i] = false;
         }
-    if (chdir(home))
-        return -1;
-    char *cmd = xasprintf("rm -rf '%s'", dir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
+    return pgsrv_leave_dir(dir, home);
 }
 
 static char *start_sim(int i, const char *const *opts)
@@ -310,13 +298,8 @@ static void test_runs_same_on_both(void **state)
 {
     (void)state;
     char url[256], lite[128];
-    pgsrv_db(url, sizeof(url));
-    /* with a password, which the server (trust) does not ask for, and
-     * which nothing may print */
-    assert_memory_equal(url, "postgresql://fid@", 17);
-    char *pw = xasprintf("postgresql://fid:s3cret@%s", url + 17);
-    snprintf(url, sizeof(url), "%s", pw);
-    free(pw);
+    /* with a password, which nothing may print */
+    pgsrv_db_password(url, sizeof(url), "s3cret");
     char *shown = xasprintf("postgresql://***@%s", strchr(url, '@') + 1);
     snprintf(lite, sizeof(lite), "%s/runs.db", dir);
     const char *fault[] = {"--context-limit",

@@ -8,6 +8,7 @@
 #include <glob.h>
 #include <grp.h>
 #include <libpq-fe.h>
+#include <limits.h>
 #include <pwd.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <cmocka.h>
 
 #include "util/need.h"
+#include "util/proc.h"
 
 static char bindir[256];
 static char dir[64];     /* the server's directory: socket and data */
@@ -354,4 +356,34 @@ void pgsrv_stop(void)
         }
         *dir = 0;
     }
+}
+
+void pgsrv_db_password(char *url, size_t size, const char *pw)
+{
+    char plain[512];
+    pgsrv_db(plain, sizeof(plain));
+    static const char user[] = "postgresql://fid@";
+    assert_memory_equal(plain, user, sizeof(user) - 1);
+    snprintf(url, size, "postgresql://fid:%s@%s", pw, plain + sizeof(user) - 1);
+}
+
+int pgsrv_enter_dir(char *into, const char *tmpl, char *home)
+{
+    char bin[PATH_MAX];
+    if (!realpath(fidelity_bin(), bin) || !getcwd(home, PATH_MAX))
+        return -1;
+    setenv("FIDELITY_BIN", bin, 1);
+    snprintf(into, 64, "%s", tmpl);
+    if (!mkdtemp(into) || chdir(into))
+        return -1;
+    return 0;
+}
+
+int pgsrv_leave_dir(const char *into, const char *home)
+{
+    if (chdir(home))
+        return -1;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", into);
+    return system(cmd);
 }

@@ -25,6 +25,19 @@ bool pgsrv_available(void);
  * need_missing; when the server does not start it fails.
  */
 void pgsrv_db(char *url, size_t size);
+/* pgsrv_db with pw as the URL's password ("postgresql://fid:PW@/tN?..."),
+ * which the server (trust) does not ask for: for tests that check nothing
+ * prints it. */
+void pgsrv_db_password(char *url, size_t size, const char *pw);
+/*
+ * For a test that runs record on a URL, which names its intake log and
+ * spill file in the current directory: makes into (from tmpl, ending in
+ * XXXXXX; at most 64 bytes) and enters it, keeping the directory it left
+ * in home (PATH_MAX bytes), with FIDELITY_BIN made absolute first. 0, or
+ * -1. pgsrv_leave_dir goes back to home and removes into: 0, or nonzero.
+ */
+int pgsrv_enter_dir(char *into, const char *tmpl, char *home);
+int pgsrv_leave_dir(const char *into, const char *home);
 /* Stops the server as an administrator would (fast shutdown: sessions
  * are ended, the socket removed) and waits until it has exited, keeping
  * its directory and databases; pgsrv_resume starts it again on the same

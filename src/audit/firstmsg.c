@@ -1,9 +1,9 @@
 /*
  * firstmsg: rule 5. A reply (content or reasoning) that claims there is no
  * earlier conversation while the conversation had one. When the request
- * carried two or more user turns the server lost them (template, window,
- * truncation); when it carried fewer than the session had, the harness
- * did.
+ * carried two or more user turns, or the summary of a compaction that kept
+ * the history, the server lost them (template, window, truncation); when
+ * it carried fewer than the session had, the harness did.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -124,31 +124,113 @@ static const char *truncated_by_server(const struct actx *c,
     return NULL;
 }
 
+/* The compactions the history rule (which runs before this one) found in
+ * this session with the summary request they relied on: request id and
+ * summary request id, in pairs. */
+struct kept {
+    int64_t *v; /* request, summary, request, summary, ... */
+    size_t n;   /* pairs */
+};
+
+static void compactions(const struct actx *c, struct kept *k)
+{
+    memset(k, 0, sizeof(*k));
+    /* the session's findings are the last ones of the list */
+    for (size_t i = c->out->n; i-- > 0;) {
+        const struct audit_finding *f = &c->out->v[i];
+        if (strcmp(f->session, c->s->id))
+            break;
+        json_int_t sum =
+            json_integer_value(json_object_get(f->evidence, "summary_request"));
+        if (strcmp(f->rule, "history.compaction") || !sum)
+            continue;
+        k->v = xrealloc(k->v, 2 * (k->n + 1) * sizeof(*k->v));
+        k->v[2 * k->n] = f->request;
+        k->v[2 * k->n + 1] = sum;
+        k->n++;
+    }
+}
+
+/* The summary request whose reply replaced the history at r and kept it
+ * (no history.compaction_lost on r), or NULL. */
+static const struct areq *
+kept_summary(const struct actx *c, const struct kept *k, const struct areq *r)
+{
+    if (r->lost_summary)
+        return NULL;
+    for (size_t p = 0; p < k->n; p++) {
+        if (k->v[2 * p] != r->x->id)
+            continue;
+        for (size_t j = 0; j < c->n; j++)
+            if (c->r[j].x->id == k->v[2 * p + 1] && c->r[j].content &&
+                *c->r[j].content)
+                return &c->r[j];
+    }
+    return NULL;
+}
+
+/* Whether a message of r holds text (the summary a compaction put there). */
+static bool carries_text(const struct areq *r, const char *text)
+{
+    bool yes = false;
+    for (size_t k = 0; k < r->nmsg && !yes; k++) {
+        char *t = audit_msg_text(json_array_get(r->msgs, k));
+        yes = strstr(t, text) != NULL;
+        free(t);
+    }
+    return yes;
+}
+
 void audit_rule_first_message(struct actx *c)
 {
-    struct hset seen = {0}; /* user turns of the session's main requests */
-    int64_t lost = 0;       /* the latest summary that lost the history */
+    struct hset seen = {0};  /* user turns of the session's main requests */
+    struct hset since = {0}; /* those since the latest kept summary */
+    int64_t lost = 0;        /* the latest summary that lost the history */
+    const struct areq *sum = NULL; /* the latest summary that kept it */
+    struct kept kept;
+    compactions(c, &kept);
     for (size_t i = 0; i < c->n; i++) {
         const struct areq *r = &c->r[i];
         if (!r->msgs || !audit_is_main_kind(r->kind))
             continue;
-        if (r->lost_summary)
+        if (r->lost_summary) {
             lost = r->lost_summary;
+            sum = NULL;
+        }
+        const struct areq *ks = kept_summary(c, &kept, r);
+        if (ks) {
+            /* the summary stands for the turns it replaced: a request
+             * that carries it carries them */
+            free(since.v);
+            memset(&since, 0, sizeof(since));
+            lost = 0;
+            sum = ks;
+        }
         int before = (int)seen.n;
         bool in_content =
             r->content && audit_is_first_message_claim(r->content);
         bool in_reason =
             r->reasoning && audit_is_first_message_claim(r->reasoning);
-        size_t miss = in_content || in_reason ? missing_turns(&seen, r) : 0;
+        /* the summary of a compaction that kept the history, when r
+         * carries it, stands for the user turns before it */
+        bool via_summary =
+            (in_content || in_reason) && sum && carries_text(r, sum->content);
+        size_t miss = in_content || in_reason
+                          ? missing_turns(via_summary ? &since : &seen, r)
+                          : 0;
         /* only the messages a prefix-linked request added are new */
         for (size_t k = r->prev >= 0 ? r->link_k : 0; k < r->nmsg; k++)
-            if (r->mrole[k] == AROLE_USER)
+            if (r->mrole[k] == AROLE_USER) {
                 hset_add(&seen, r->mhash[k]);
+                hset_add(&since, r->mhash[k]);
+            }
         if (!in_content && !in_reason)
             continue;
         /* the server is blamed only when the request carried the history:
-         * every user turn the session had so far */
-        bool carried = r->users >= 2 && !miss;
+         * every user turn the session had so far, two or more of them or
+         * the summary that stands for them (the facts then sit in
+         * assistant text, which the model has to read) */
+        bool carried = (r->users >= 2 || via_summary) && !miss;
         bool after_lost = lost != 0;
         /* a request the server cut: whatever the harness sent (a summary
          * that still held the history), the model saw less of it */
@@ -166,6 +248,9 @@ void audit_rule_first_message(struct actx *c)
                                 json_integer(lost));
         if (cut)
             json_object_set_new(ev, "truncation", json_string(cut));
+        if (via_summary && carried)
+            json_object_set_new(ev, "summary_request",
+                                json_integer(sum->x->id));
         if (cut && !carried)
             audit_finding_add(
                 c, AUDIT_ERROR, "first_message.claim", r, ev,
@@ -180,6 +265,13 @@ void audit_rule_first_message(struct actx *c)
                 "had lost it (history.compaction_lost); blame the "
                 "harness",
                 (long long)lost);
+        else if (via_summary && carried)
+            audit_finding_add(
+                c, AUDIT_ERROR, "first_message.claim", r, ev,
+                "reply claims no earlier conversation although the request "
+                "carried the history in the summary of request %lld; blame "
+                "the server",
+                (long long)sum->x->id);
         else
             audit_finding_add(
                 c, AUDIT_ERROR, "first_message.claim", r, ev,
@@ -190,4 +282,6 @@ void audit_rule_first_message(struct actx *c)
                 blame);
     }
     free(seen.v);
+    free(since.v);
+    free(kept.v);
 }

@@ -639,6 +639,80 @@ static void test_compaction_every_time_and_lost(void **state)
     free_xs(xs, 7);
 }
 
+/* Continue's automatic compaction: the summary request carries the
+ * history and the turn about to be sent; the history becomes [system,
+ * assistant(summary)], then cn's own "continue". A summary that kept the
+ * codes carries the history: a "first message" reply to it is the
+ * server's doing. A request that then leaves the summary out carries
+ * nothing of the earlier turns: the harness's. */
+static void build_auto_compaction(struct xchg *xs, bool keep_summary)
+{
+    static const char *const sum = "Summary: the codes are 4812 and 5523.";
+    json_t *sys = xb_msg("system", "You are an agent."), *m;
+    m = json_pack("[O, o]", sys, xb_msg("user", "The code is 4812."));
+    xb_init(&xs[0], 1, "ses_a", xb_body("m", json_deep_copy(m)));
+    xb_reply(&xs[0], "Noted.", NULL, NULL, 100, 5, "stop");
+    json_array_append_new(m, xb_echo(&xs[0]));
+    json_array_append_new(m, xb_msg("user", "Also 5523."));
+    xb_init(&xs[1], 2, "ses_a", xb_body("m", json_deep_copy(m)));
+    xb_reply(&xs[1], "Ok.", NULL, NULL, 110, 5, "stop");
+    json_array_append_new(m, xb_echo(&xs[1]));
+    json_array_append_new(m, xb_msg("user", "A long note."));
+    json_array_append_new(m, xb_msg("user", ASK_SUMMARY));
+    xb_init(&xs[2], 3, "ses_a", xb_body("m", m));
+    xb_reply(&xs[2], sum, NULL, NULL, 120, 9, "stop");
+    m = json_pack("[O, o]", sys, xb_msg("assistant", sum));
+    xb_init(&xs[3], 4, "ses_a", xb_body("m", json_deep_copy(m)));
+    xb_reply(&xs[3], LOST, NULL, NULL, 40, 9, "stop");
+    if (keep_summary) {
+        json_array_append_new(m, xb_echo(&xs[3]));
+    } else {
+        json_decref(m);
+        m = json_pack("[O]", sys);
+    }
+    json_array_append_new(m, xb_msg("user", "continue"));
+    xb_init(&xs[4], 5, "ses_a", xb_body("m", m));
+    xb_reply(&xs[4], LOST, NULL, NULL, 50, 9, "stop");
+    json_decref(sys);
+}
+
+static const char *blame_of(const struct audit_list *l, int64_t request)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].request == request &&
+            !strcmp(l->v[i].rule, "first_message.claim"))
+            return json_string_value(
+                json_object_get(l->v[i].evidence, "blame"));
+    return NULL;
+}
+
+static void test_claim_after_kept_summary_blames_server(void **state)
+{
+    (void)state;
+    struct xchg xs[5];
+    struct audit_list l;
+    build_auto_compaction(xs, true);
+    run_audit(xs, 5, NULL, &l);
+    const struct audit_finding *c = find_rule(&l, "history.compaction");
+    assert_non_null(c);
+    assert_int_equal(c->request, 4);
+    assert_int_equal(ev_int(c, "summary_request"), 3);
+    assert_null(find_rule(&l, "history.compaction_lost"));
+    assert_string_equal(blame_of(&l, 4), "server");
+    assert_string_equal(blame_of(&l, 5), "server");
+    assert_int_equal(
+        ev_int(find_rule(&l, "first_message.claim"), "summary_request"), 3);
+    audit_list_release(&l);
+    free_xs(xs, 5);
+    /* the summary left out again: the earlier turns are gone */
+    build_auto_compaction(xs, false);
+    run_audit(xs, 5, NULL, &l);
+    assert_string_equal(blame_of(&l, 4), "server");
+    assert_string_equal(blame_of(&l, 5), "harness");
+    audit_list_release(&l);
+    free_xs(xs, 5);
+}
+
 /* Continue's title request: one user message asking for a title, a small
  * max_tokens, no system prompt and no tools: a title request by structure,
  * not a main one (no sampling.expect, no turn of its own). */
@@ -730,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_interrupt_partial_sent_back),
         cmocka_unit_test(test_prune_and_echo_both_reported),
         cmocka_unit_test(test_compaction_every_time_and_lost),
+        cmocka_unit_test(test_claim_after_kept_summary_blames_server),
         cmocka_unit_test(test_title_by_structure),
         cmocka_unit_test(test_title_word_alone_is_no_title),
     };

@@ -242,6 +242,55 @@ static void test_continue_titles_and_compact(void **state)
     audit_set_release(&set);
 }
 
+/* The Continue CLI 1.5.47 compacting by itself
+ * (tests/e2e/continue/record_auto.sh: a 3,000-token context): the plain
+ * history went out (exchange 9), then, before the next turn, the summary
+ * request (exchange 11: the history, the new user turn and "Please provide
+ * a concise summary...", with tools), and the history replaced by its
+ * reply, [system, assistant(summary)], no user message left (exchange 12).
+ * The sim's summary kept both codes; its reply to the summary alone, and
+ * to Continue's "continue" after it, claims a first message, which is the
+ * server's doing: the request carried the history, in the summary. One
+ * session, the titles and the summary request attached, one
+ * history.compaction naming the summary request, no rewrite and no lost
+ * summary, the two claims blamed on the server with the summary named, the
+ * budget finding of the empty titles, and no other warn or error. */
+static void test_continue_auto_compaction(void **state)
+{
+    (void)state;
+    struct audit_set set;
+    struct audit_list l;
+    struct audit_opts o;
+    audit_opts_init(&o);
+    replay("../continue-1.5.47/auto-compaction-session.jsonl", &set, &o, &l);
+    one_session(&set, &l, 9, 1);
+    static const char *const expected[] = {
+        "history.compaction", "first_message.claim", "reasoning.budget", NULL};
+    assert_int_equal(other_warnings(&l, expected), 0);
+    assert_int_equal(count_rule(&l, "history.compaction"), 1);
+    assert_int_equal(count_rule(&l, "history.rewrite"), 0);
+    assert_int_equal(count_rule(&l, "history.compaction_lost"), 0);
+    const struct audit_finding *c = find_rule(&l, "history.compaction");
+    assert_int_equal(c->request, 12);
+    assert_int_equal(ev_int(c, "summary_request"), 11);
+    assert_non_null(xchg_by_id(&set.s[0], 11));
+    assert_int_equal(count_rule(&l, "first_message.claim"), 2);
+    for (size_t i = 0; i < l.n; i++) {
+        const struct audit_finding *f = &l.v[i];
+        if (strcmp(f->rule, "first_message.claim"))
+            continue;
+        assert_true(f->request == 12 || f->request == 14);
+        assert_string_equal(
+            json_string_value(json_object_get(f->evidence, "blame")), "server");
+        assert_int_equal(ev_int(f, "summary_request"), 11);
+        assert_null(json_object_get(f->evidence, "compaction_lost_request"));
+    }
+    assert_int_equal(count_rule(&l, "reasoning.budget"), 1);
+    assert_int_equal(audit_list_count(&l, AUDIT_WARN), 4);
+    audit_list_release(&l);
+    audit_set_release(&set);
+}
+
 /* The Kilo CLI 7.7.7 (tests/e2e/kilo/record.sh): `kilo run` turns, the
  * prompts on stdin, a read tool call run and its result sent back, a reply
  * interrupted with Ctrl-C (SIGINT) while it streamed (Kilo sends back the
@@ -281,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_opencode_two_compactions),
         cmocka_unit_test(test_kilo_two_compactions),
         cmocka_unit_test(test_continue_titles_and_compact),
+        cmocka_unit_test(test_continue_auto_compaction),
         cmocka_unit_test(test_kilo_tool_interrupt_compaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

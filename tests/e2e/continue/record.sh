@@ -9,9 +9,12 @@
 # (tests/e2e/opencode/dump.c), the temporary paths replaced. Run by hand;
 # `make test` only replays the fixture (tests/audit/test_replay.c).
 # usage: sh tests/e2e/continue/record.sh [OUT]  (from the repo root, after
-# make; KEEP=1 keeps the temporary directory with the store and the TUI log)
+# make; KEEP=1 keeps the temporary directory with the store and the TUI log;
+# DRIVER=drive_auto.py plays another driver of this folder, CONTEXT_LENGTH
+# and MAX_TOKENS set the model's defaultCompletionOptions: record_auto.sh)
 set -eu
 out=${1:-tests/fixtures/continue-1.5.47/session.jsonl}
+driver=${DRIVER:-drive.py}
 cn=$(sh tests/e2e/continue/install.sh)
 F=$PWD/fidelity
 d=$(mktemp -d)
@@ -40,11 +43,18 @@ models:
     apiKey: sk-not-a-secret
     roles: [chat, edit, apply, summarize]
 YAML
-timeout 300 python3 tests/e2e/continue/drive.py "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log" "$sim"
+if [ -n "${CONTEXT_LENGTH:-}" ]; then
+    cat >>"$d/config.yaml" <<YAML
+    defaultCompletionOptions:
+      contextLength: $CONTEXT_LENGTH
+      maxTokens: ${MAX_TOKENS:-512}
+YAML
+fi
+timeout 600 python3 "tests/e2e/continue/$driver" "$cn" "$d/config.yaml" "$d/proj" "$d/home" "$d/tui.log" "$sim"
 kill -TERM $rp; wait $rp 2>/dev/null || true
 make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
-    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread
+    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash libpq) -lm -lpthread
 "$d/dump" "$d/c.db" | sed "s#$d/proj#/home/user/proj#g; s#$d/home#/home/user#g; s#$d#/tmp/run#g" >"$out"
 echo "$(wc -l <"$out") exchanges -> $out"

@@ -102,7 +102,7 @@ kill -TERM $rp; wait $rp 2>/dev/null || true
 make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
-    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread
+    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash libpq) -lm -lpthread
 r=${d#/}
 "$d/dump" "$d/k.db" | sed "s#$d/proj#/home/user/proj#g; s#$d/home#/home/user#g; s#$d#/tmp/run#g;
     s#$r/proj#home/user/proj#g; s#$r#tmp/run#g" >"$out"

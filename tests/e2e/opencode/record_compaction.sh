@@ -78,6 +78,6 @@ kill -TERM $rp; wait $rp 2>/dev/null || true
 make -s build/libfidelity.a build/tests/util/rec.o build/tests/util/proc.o
 cc -std=gnu17 -O1 -Isrc -Itests -o "$d/dump" tests/e2e/opencode/dump.c \
     build/tests/util/rec.o build/tests/util/proc.o build/libfidelity.a \
-    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash) -lm -lpthread
+    $(pkg-config --libs libevent libcurl jansson sqlite3 zlib libxxhash libpq) -lm -lpthread
 "$d/dump" "$d/oc.db" | sed "s#$d/proj#/home/user/proj#g; s#$d/home#/home/user#g" >"$out"
 echo "$(wc -l <"$out") exchanges, $(compactions) compaction request(s) -> $out"

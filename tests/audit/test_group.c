@@ -166,7 +166,8 @@ static void test_summary_head_stays_one_session(void **state)
                           xb_msg("user", "write a game"));
     req(&xs[0], 1, json_deep_copy(m), "Here is the game.");
     json_t *title =
-        json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+        json_pack("[o, o, o]", xb_msg("system", "You are a title generator."),
+                  xb_msg("user", "Generate a title for this conversation:"),
                   xb_msg("user", "write a game"));
     xb_init(&xs[1], 2, "p:title", xb_body("m", title));
     xs[1].kind = xstrdup("title");
@@ -530,7 +531,9 @@ static void test_side_attached_by_exact_id(void **state)
                   xb_msg("user", "plan a trip"));
     hdr_req(&xs[1], 2, "ses_12", "title", t, 32);
     hdr_req(&xs[2], 3, "title-ses_1", "title",
-            json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+            json_pack("[o, o, o]",
+                      xb_msg("system", "You are a title generator."),
+                      xb_msg("user", "Generate a title for this chat:"),
                       xb_msg("user", "write a game")),
             32);
     struct audit_set set;

@@ -40,8 +40,9 @@ static char *text_with_role(json_t *msgs, size_t n, const char *role, bool last)
 }
 
 /* Kind when the recorder left none, by the rules record uses
- * (docs/RECORD.md): side requests carry no tools; a title request says
- * "title" early in its system prompt or asks to "generate a title"; a
+ * (docs/RECORD.md): side requests carry no tools; a title hint says
+ * "title" early in its system prompt or asks to "generate a title"
+ * (kinds_by_structure then decides by structure alone); a
  * compaction request mentions a summary early in its system prompt or
  * hands over the <conversation>. */
 static const char *classify(json_t *msgs, size_t n, bool tools)
@@ -487,9 +488,10 @@ static uint64_t text_key(const char *t)
  *    sends them).
  *  - a title request (audit_is_title): no tools, no assistant message,
  *    one or two user messages, a short answer, and a user text that
- *    carries, inside more text, a message an earlier request of the
- *    session sent or got. No word makes one: a question that mentions a
- *    title, or a system prompt about titles, is not one by itself.
+ *    carries, inside more text, a message another request of the session
+ *    (before or after it: quotes_a_neighbour) sent or got. No word makes
+ *    one: a question that mentions a title, or a system prompt about
+ *    titles, is not one by itself, and record's "title" is only a hint.
  * Linear: the head messages of main requests are indexed once. */
 #define HEAD 4
 

@@ -246,6 +246,11 @@ json_t *audit_session_json(const struct audit_session *s,
  * "prompt_tokens","completion_tokens","finish_reason","status","end",
  * "ttfb_ms","reply_bytes","reasoning_bytes","tool_calls"}. */
 json_t *audit_session_turns(const struct audit_session *s);
+/* The kind of each of s's requests as audit decides it by structure
+ * (main, title, compaction, subagent, other), in s->x's order: a fresh
+ * array of s->n strings that live as long as s. Record's stored kind is
+ * only a hint (docs/AUDIT.md). */
+const char **audit_session_kinds(const struct audit_session *s);
 
 /* Each request of the session against its predecessor, as `show
  * --messages` prints it (diff.c, docs/SHOW.md): an array of {"request",

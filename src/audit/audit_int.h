@@ -135,9 +135,10 @@ char *audit_msg_text(json_t *msg);
  * or two user messages) whose answer is short (one line of at most
  * AUDIT_TITLE_MAX bytes, or empty: a budget spent on reasoning), sent
  * under a system prompt of its own (another than from's, or none where
- * from has one), and whose user text quotes a message from sent or
- * received (a user turn, an assistant message, or from's reply: the first
- * 64 bytes of its first line, as harnesses cut what they quote): opencode
+ * from has one), and whose user text quotes, inside more text, a message
+ * from sent or received (a user turn, an assistant message, or from's
+ * reply: the first 64 bytes of its first line, as harnesses cut what they
+ * quote; a user text that is only that message quotes nothing): opencode
  * and Kilo send a title generator's prompt and quote the user's messages,
  * Continue no prompt and the last reply. A request under the
  * conversation's own system prompt (the same message sent again, a

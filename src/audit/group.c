@@ -263,7 +263,8 @@ static void group_add(struct group *g, struct xchg *x, size_t seq)
         g->x = xrealloc(g->x, g->alloc * sizeof(*g->x));
     }
     g->x[g->n++] = x;
-    g->active = seq;
+    if (seq > g->active) /* a title placed after the turn it names */
+        g->active = seq;
 }
 
 static void add_key(struct regroup *rg, uint64_t k)
@@ -460,8 +461,28 @@ static void shape_of(struct regroup *rg, struct xchg *x,
     sh->fresh = !sh->side && users <= 1 && !others;
 }
 
+/* Single-turn: one or two user messages, no assistant message or tool
+ * result (audit_is_title decides the rest). */
+static bool title_shaped(const struct shape *sh)
+{
+    size_t users = 0;
+    for (size_t i = 0; i < sh->n; i++) {
+        if (sh->role[i] == 'a' || sh->role[i] == 't')
+            return false;
+        users += sh->role[i] == 'u';
+    }
+    return users >= 1 && users <= 2;
+}
+
+/* How many later requests a title-shaped one that quotes nothing earlier
+ * is compared with: opencode sends its title request beside the first
+ * turn, before that turn's request. */
+#define AHEAD 8
+
+/* Places x (the seq-th request); into group force when force >= 0 (a
+ * title request sent before the turn it quotes, placed after it). */
 static void place(struct regroup *rg, struct xchg *x, size_t seq,
-                  const char *from, int *last_active)
+                  const char *from, int *last_active, int force)
 {
     size_t i;
     json_t *m;
@@ -469,7 +490,7 @@ static void place(struct regroup *rg, struct xchg *x, size_t seq,
     rg->rn = 0;
     for (i = 0; (m = xmsg(x, i)); i++)
         add_key(rg, rg->memo.k[memo_slot(&rg->memo, m)]);
-    int g = structural(rg, seq - 1);
+    int g = force >= 0 ? force : structural(rg, seq - 1);
     /* no structure decides: what the request shares with a session, but
      * a lone first message is no evidence (a stateless client, or a new
      * conversation that starts like another) */
@@ -478,7 +499,7 @@ static void place(struct regroup *rg, struct xchg *x, size_t seq,
         if (g < 0)
             g = best_group(rg, true);
     }
-    if (g == -1 && sh->side && *last_active >= 0)
+    if (g == -1 && sh->side && *last_active >= 0 && force < 0)
         g = *last_active; /* serves the conversation under way */
     if (g < 0)
         g = new_group(rg, from);
@@ -500,6 +521,19 @@ static void place(struct regroup *rg, struct xchg *x, size_t seq,
     /* a summary comes back as a user message too (Continue, opencode) */
     if (content && *content)
         kmap_put(&rg->keys, text_key('u', content, NULL), g);
+}
+
+/* Places all[i], then the title requests sent before it that quote it
+ * (ahead[k] == i) into its group. */
+static void place_with(struct regroup *rg, struct xchg **all, const long *ahead,
+                       size_t i, int force, int *last_active)
+{
+    place(rg, all[i], i + 1, all[i]->session ? all[i]->session : "",
+          last_active, force);
+    int g = *last_active;
+    for (size_t k = i > AHEAD ? i - AHEAD : 0; k < i; k++)
+        if (ahead[k] == (long)i)
+            place_with(rg, all, ahead, k, g, last_active);
 }
 
 static int by_start(const void *pa, const void *pb)
@@ -538,16 +572,27 @@ void audit_set_regroup(struct audit_set *set)
     qsort(all, n, sizeof(*all), by_start);
     rg.sh = xcalloc(n, sizeof(*rg.sh));
     rg.nsh = n;
+    long *ahead = xcalloc(n, sizeof(*ahead));
     const struct xchg *under_way = NULL;
     for (size_t i = 0; i < n; i++) {
         shape_of(&rg, all[i], under_way, &rg.sh[i]);
+        ahead[i] = -1;
+        if (!rg.sh[i].side && title_shaped(&rg.sh[i]))
+            for (size_t j = i + 1; j < n && j <= i + AHEAD; j++)
+                if (audit_is_title(all[i], all[j])) {
+                    ahead[i] = (long)j; /* sent before the turn it names */
+                    rg.sh[i].side = true;
+                    rg.sh[i].fresh = false;
+                    break;
+                }
         if (!rg.sh[i].side)
             under_way = all[i];
     }
     int last_active = -1;
     for (size_t i = 0; i < n; i++)
-        place(&rg, all[i], i + 1, all[i]->session ? all[i]->session : "",
-              &last_active);
+        if (ahead[i] < 0)
+            place_with(&rg, all, ahead, i, -1, &last_active);
+    free(ahead);
     /* the header sessions stay as they were, in their order */
     for (size_t i = 0; i < set->n; i++) {
         struct audit_session *s = &set->s[i];
@@ -570,6 +615,10 @@ void audit_set_regroup(struct audit_set *set)
         }
         struct audit_session *s = &set->s[set->n++];
         memset(s, 0, sizeof(*s));
+        /* in time order: a title request placed after the turn it
+         * quotes was sent before it */
+        if (gr->n > 1)
+            qsort(gr->x, gr->n, sizeof(*gr->x), by_start);
         s->id =
             same ? xasprintf("%s#%zu", gr->from, same + 1) : xstrdup(gr->from);
         s->x = gr->x;

@@ -59,7 +59,9 @@ static bool quotes(const char *text, size_t bytes, const char *t)
         k = (size_t)(nl - t);
     if (k > AUDIT_TITLE_QUOTE)
         k = AUDIT_TITLE_QUOTE;
-    return memmem(text, bytes, t, k) != NULL;
+    /* inside more text: a request that only repeats the message (a
+     * one-shot chat sent again) quotes nothing */
+    return bytes > k && memmem(text, bytes, t, k) != NULL;
 }
 
 /* The text of x's first system message (fresh; "" when none). */

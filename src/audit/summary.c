@@ -76,6 +76,16 @@ json_t *audit_session_json(const struct audit_session *s,
     return row;
 }
 
+const char **audit_session_kinds(const struct audit_session *s)
+{
+    struct areq *r = areqs_build(s);
+    const char **k = xcalloc(s->n + 1, sizeof(*k));
+    for (size_t i = 0; i < s->n; i++)
+        k[i] = r[i].kind;
+    areqs_free(r, s->n);
+    return k;
+}
+
 json_t *audit_session_turns(const struct audit_session *s)
 {
     struct areq *r = areqs_build(s);

@@ -40,8 +40,9 @@ static char *text_with_role(json_t *msgs, size_t n, const char *role, bool last)
 }
 
 /* Kind when the recorder left none, by the rules record uses
- * (docs/RECORD.md): side requests carry no tools; a title request says
- * "title" early in its system prompt or asks to "generate a title"; a
+ * (docs/RECORD.md): side requests carry no tools; a title hint says
+ * "title" early in its system prompt or asks to "generate a title"
+ * (kinds_by_structure then decides by structure alone); a
  * compaction request mentions a summary early in its system prompt or
  * hands over the <conversation>. */
 static const char *classify(json_t *msgs, size_t n, bool tools)
@@ -487,9 +488,10 @@ static uint64_t text_key(const char *t)
  *    sends them).
  *  - a title request (audit_is_title): no tools, no assistant message,
  *    one or two user messages, a short answer, and a user text that
- *    carries, inside more text, a message an earlier request of the
- *    session sent or got. No word makes one: a question that mentions a
- *    title, or a system prompt about titles, is not one by itself.
+ *    carries, inside more text, a message another request of the session
+ *    (before or after it: quotes_a_neighbour) sent or got. No word makes
+ *    one: a question that mentions a title, or a system prompt about
+ *    titles, is not one by itself, and record's "title" is only a hint.
  * Linear: the head messages of main requests are indexed once. */
 #define HEAD 4
 
@@ -546,6 +548,36 @@ static bool asks_summary(const struct areq *q, struct sys_memo *sm)
     return yes;
 }
 
+/* Single-turn and without tools: no assistant message, one or two user
+ * messages (audit_is_title checks the answer and the quote). */
+static bool title_shaped(const struct areq *q)
+{
+    return !q->tools && !q->lin->cum_assistants[q->nmsg] && q->users >= 1 &&
+           q->users <= 2;
+}
+
+/* How many requests on each side of a title-shaped one are searched for
+ * the message it quotes, nearest first: a harness sends its title request
+ * beside the turn it names (opencode alongside the first turn, before its
+ * answer; Continue and Kilo after), and each request re-sends the history
+ * before it, so the neighbours carry what it quotes. Bounded, so a session
+ * of thousands of one-shot requests stays linear. */
+#define TITLE_WINDOW 32
+
+/* Whether r[i] quotes (audit_is_title) a message of another request of
+ * the session, earlier or later: the nearest first, earlier before later
+ * at each distance. */
+static bool quotes_a_neighbour(struct areq *r, size_t n, size_t i)
+{
+    for (size_t d = 1; d <= TITLE_WINDOW && (d <= i || i + d < n); d++) {
+        if (d <= i && audit_is_title(r[i].x, r[i - d].x))
+            return true;
+        if (i + d < n && audit_is_title(r[i].x, r[i + d].x))
+            return true;
+    }
+    return false;
+}
+
 static void kinds_by_structure(struct areq *r, size_t n)
 {
     struct pmap heads = {0};
@@ -564,18 +596,16 @@ static void kinds_by_structure(struct areq *r, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         struct areq *q = &r[i];
-        /* a title by a word (record's first guess: "title" early in the
-         * system prompt) that carries a conversation, or tools, is no
-         * title: a chat about book titles is a conversation */
-        if (q->msgs && !strcmp(q->kind, "title") &&
-            (q->tools || q->users > 2 || q->lin->cum_assistants[q->nmsg])) {
+        /* record's "title" is a guess by a word: a hint, never the
+         * answer. Whatever it says, the request is a title only by the
+         * structure below; else it is a main request. */
+        bool hint = q->msgs && !strcmp(q->kind, "title");
+        if (hint)
             q->kind = "main";
+        if (!q->msgs || strcmp(q->kind, "main"))
             continue;
-        }
-        if (!q->msgs || !strcmp(q->kind, "title") ||
-            !strcmp(q->kind, "compaction"))
-            continue;
-        if (q->content && strlen(q->content) >= 16 && asks_summary(q, &sm)) {
+        if (!hint && q->content && strlen(q->content) >= 16 &&
+            asks_summary(q, &sm)) {
             long j = pmap_get(&heads, text_key(q->content));
             if (j > (long)i && areq_common(q, &r[j]) < q->nmsg &&
                 summary_heads(q, &r[j])) {
@@ -583,14 +613,8 @@ static void kinds_by_structure(struct areq *r, size_t n)
                 continue;
             }
         }
-        int users = q->users, assistants = q->lin->cum_assistants[q->nmsg];
-        if (q->tools || assistants || users < 1 || users > 2)
-            continue;
-        for (size_t j = i; j-- > 0;)
-            if (audit_is_title(q->x, r[j].x)) {
-                q->kind = "title";
-                break;
-            }
+        if (title_shaped(q) && quotes_a_neighbour(r, n, i))
+            q->kind = "title";
     }
     free(heads.key);
     free(heads.idx);

@@ -58,10 +58,12 @@ const char CMD_EXPORT_HELP[] =
 
 enum fmt { FMT_HAR, FMT_JSONL, FMT_OPENAI };
 
-/* An exchange of the chosen sessions: its id and session name. */
+/* An exchange of the chosen sessions: its id, session name and the kind
+ * audit decides by its structure (record's stored kind is only a hint). */
 struct pick {
     int64_t id;
     const char *session;
+    const char *kind;
 };
 
 struct run {
@@ -86,9 +88,13 @@ static void picks(struct run *r, const struct audit_set *set)
     for (size_t i = 0; i < set->n; i++)
         n += set->s[i].n;
     r->p = xcalloc(n + 1, sizeof(*r->p));
-    for (size_t i = 0; i < set->n; i++)
+    for (size_t i = 0; i < set->n; i++) {
+        const char **kinds = audit_session_kinds(&set->s[i]);
         for (size_t j = 0; j < set->s[i].n; j++)
-            r->p[r->n++] = (struct pick){set->s[i].x[j]->id, set->s[i].id};
+            r->p[r->n++] =
+                (struct pick){set->s[i].x[j]->id, set->s[i].id, kinds[j]};
+        free(kinds);
+    }
     qsort(r->p, r->n, sizeof(*r->p), by_id);
 }
 
@@ -108,16 +114,16 @@ static void put(struct run *r, json_t *v, const char *sep)
 static int each(const struct xchg *x, void *ud)
 {
     struct run *r = ud;
-    struct pick key = {x->id, NULL};
+    struct pick key = {x->id, NULL, NULL};
     struct pick *p = bsearch(&key, r->p, r->n, sizeof(*r->p), by_id);
     if (!p)
         return 0;
     if (r->fmt == FMT_HAR) {
         if (r->written && fputs(",\n", r->out) == EOF)
             r->err = errno ? errno : EIO;
-        put(r, export_har_entry(x, p->session), "");
+        put(r, export_har_entry(x, p->session, p->kind), "");
     } else {
-        put(r, export_jsonl(x, p->session), "\n");
+        put(r, export_jsonl(x, p->session, p->kind), "\n");
     }
     r->written++;
     return r->err ? -r->err : 0;

@@ -382,7 +382,9 @@ static bool text_has(const json_t *m, const char *needle, size_t n)
 }
 
 /* 't' title, 'c' compaction or 'n' neither, from the request's first
- * system, first user and last user message */
+ * system, first user and last user message: a cheap hint by words, stored
+ * with the exchange; audit decides a title by structure (view.c,
+ * kinds_by_structure) and every reader shows audit's kind */
 static char title_or_compaction(const json_t *sys, const json_t *first_user,
                                 const json_t *last_user)
 {

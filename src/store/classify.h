@@ -41,7 +41,9 @@ void classify_learn_message(struct classify_state *c, const json_t *msg);
 char *classify_session(const json_t *headers, const json_t *body);
 /* The same from the recorder's flat header list. */
 char *classify_session_hl(const struct hdrs *headers, const json_t *body);
-/* "main", "title", "compaction", "subagent" or "other" (static string). */
+/* "main", "title", "compaction", "subagent" or "other" (static string):
+ * record's hint by words; audit's kind, by structure, is what readers
+ * show (docs/AUDIT.md). */
 const char *classify_kind(struct classify_state *c, const json_t *body);
 
 /* The same two, remembered in c by the bytes of the messages they depend

@@ -72,7 +72,13 @@ static void body_into(json_t *o, const struct xchg *x)
     }
 }
 
-json_t *export_jsonl(const struct xchg *x, const char *session)
+static const char *kind_or(const struct xchg *x, const char *kind)
+{
+    return kind ? kind : x->kind ? x->kind : "other";
+}
+
+json_t *export_jsonl(const struct xchg *x, const char *session,
+                     const char *kind)
 {
     json_t *req =
         json_pack("{s:o}", "headers",
@@ -81,10 +87,10 @@ json_t *export_jsonl(const struct xchg *x, const char *session)
     json_t *o = json_pack(
         "{s:I, s:s, s:s, s:f, s:s, s:s, s:o, s:{s:i, s:o, s:b, s:I}, "
         "s:O, s:o, s:s}",
-        "id", (json_int_t)x->id, "session", session, "kind",
-        x->kind ? x->kind : "other", "started", x->started, "method",
-        x->method ? x->method : "", "path", x->path ? x->path : "", "request",
-        req, "response", "status", x->status, "headers",
+        "id", (json_int_t)x->id, "session", session, "kind", kind_or(x, kind),
+        "started", x->started, "method", x->method ? x->method : "", "path",
+        x->path ? x->path : "", "request", req, "response", "status", x->status,
+        "headers",
         x->resp_headers ? json_incref(x->resp_headers) : json_object(),
         "streamed", x->streamed, "bytes", (json_int_t)x->resp_raw_len, "reply",
         x->reply ? x->reply : json_null(), "timings", timings(x), "end",
@@ -236,7 +242,8 @@ static json_t *har_content(const struct xchg *x)
     return c;
 }
 
-json_t *export_har_entry(const struct xchg *x, const char *pageref)
+json_t *export_har_entry(const struct xchg *x, const char *pageref,
+                         const char *kind)
 {
     int st = xchg_status_sent(x);
     double wait = ms_or_0(x->down_ttfb_ms);
@@ -253,7 +260,7 @@ json_t *export_har_entry(const struct xchg *x, const char *pageref)
         "pageref", pageref, "startedDateTime", iso_time(x->started), "time",
         wait + recv, "request", har_request(x), "response", resp, "cache",
         "timings", "send", 0.0, "wait", wait, "receive", recv, "_id",
-        (json_int_t)x->id, "_kind", x->kind ? x->kind : "other", "_reply",
+        (json_int_t)x->id, "_kind", kind_or(x, kind), "_reply",
         x->reply ? x->reply : json_null(), "_end", xchg_end_name(x->end));
 }
 

@@ -20,14 +20,19 @@
  * {"status", "headers", "streamed", "bytes"}, "reply", "timings":
  * {"up_ttfb_ms", "up_total_ms", "down_ttfb_ms", "down_total_ms"}, "end"}.
  * "body" is the stored request body itself: written compactly (jansson
- * keeps the key order), its text is the store's canonical bytes. */
-json_t *export_jsonl(const struct xchg *x, const char *session);
+ * keeps the key order), its text is the store's canonical bytes. "kind"
+ * is kind, the one audit decides by structure (NULL: the stored one,
+ * record's hint). */
+json_t *export_jsonl(const struct xchg *x, const char *session,
+                     const char *kind);
 
 /* A HAR 1.2 "pages" entry for a session that started at unix time
  * started. */
 json_t *export_har_page(const char *session, double started);
-/* A HAR 1.2 "entries" entry for x, on page pageref (the session). */
-json_t *export_har_entry(const struct xchg *x, const char *pageref);
+/* A HAR 1.2 "entries" entry for x, on page pageref (the session); its
+ * "_kind" is kind (NULL: the stored one). */
+json_t *export_har_entry(const struct xchg *x, const char *pageref,
+                         const char *kind);
 /* The "creator" object of the log. */
 json_t *export_har_creator(void);
 

@@ -166,7 +166,8 @@ static void test_summary_head_stays_one_session(void **state)
                           xb_msg("user", "write a game"));
     req(&xs[0], 1, json_deep_copy(m), "Here is the game.");
     json_t *title =
-        json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+        json_pack("[o, o, o]", xb_msg("system", "You are a title generator."),
+                  xb_msg("user", "Generate a title for this conversation:"),
                   xb_msg("user", "write a game"));
     xb_init(&xs[1], 2, "p:title", xb_body("m", title));
     xs[1].kind = xstrdup("title");
@@ -512,6 +513,56 @@ static const struct audit_session *session_named(const struct audit_set *set,
     return NULL;
 }
 
+/* Without a header, a title request sent before the turn it names
+ * (opencode sends it beside the first turn): it quotes the next
+ * conversation's first message, not the one under way, and joins the
+ * next conversation, first in time, a title by its structure. */
+static void test_title_before_its_turn_joins_it(void **state)
+{
+    (void)state;
+    struct xchg xs[5];
+    struct audit_list l;
+    json_t *a = json_pack("[o, o]", xb_msg("system", SYS),
+                          xb_msg("user", "fix the parser"));
+    req(&xs[0], 1, json_deep_copy(a), "Fixed.");
+    json_array_append_new(a, xb_echo(&xs[0]));
+    json_array_append_new(a, xb_msg("user", "add a test for it"));
+    req(&xs[1], 2, a, "Added.");
+    xb_init(&xs[2], 3, "p:title",
+            xb_body("m", json_pack("[o, o, o]",
+                                   xb_msg("system", "You are a title "
+                                                    "generator."),
+                                   xb_msg("user", "Generate a title for this "
+                                                  "conversation:"),
+                                   xb_msg("user", "write a snake game"))));
+    xs[2].kind = xstrdup("title");
+    xs[2].started = 3;
+    xb_reply(&xs[2], "Snake game", NULL, NULL, 10, 2, "stop");
+    json_t *b = json_pack("[o, o]", xb_msg("system", SYS),
+                          xb_msg("user", "write a snake game"));
+    req(&xs[3], 4, json_deep_copy(b), "Here is the game.");
+    json_array_append_new(b, xb_echo(&xs[3]));
+    json_array_append_new(b, xb_msg("user", "save it to a file"));
+    req(&xs[4], 5, b, "Saved.");
+    struct audit_set *set = grouped(xs, 5, &l);
+    assert_int_equal(set->n, 2);
+    const struct audit_session *s = NULL;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->s[i].n == 3)
+            s = &set->s[i];
+    assert_non_null(s);
+    assert_int_equal(s->x[0]->id, 3);
+    assert_int_equal(s->x[1]->id, 4);
+    json_t *turns = audit_session_turns(s);
+    static const char *const kinds[] = {"title", "main", "main"};
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(turns, i), "kind")),
+                            kinds[i]);
+    json_decref(turns);
+    done(set, &l, xs, 5);
+}
+
 /* Side sessions join the session their id names exactly ("title-ses_1"
  * joins "ses_1"); a title session "ses_12" whose id only contains
  * "ses_1" stays a session of its own. */
@@ -530,7 +581,9 @@ static void test_side_attached_by_exact_id(void **state)
                   xb_msg("user", "plan a trip"));
     hdr_req(&xs[1], 2, "ses_12", "title", t, 32);
     hdr_req(&xs[2], 3, "title-ses_1", "title",
-            json_pack("[o, o]", xb_msg("system", "You are a title generator."),
+            json_pack("[o, o, o]",
+                      xb_msg("system", "You are a title generator."),
+                      xb_msg("user", "Generate a title for this chat:"),
                       xb_msg("user", "write a game")),
             32);
     struct audit_set set;
@@ -637,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_subagent_prompt_with_appended_block),
         cmocka_unit_test(test_side_attached_by_exact_id),
         cmocka_unit_test(test_title_by_structure_not_by_word),
+        cmocka_unit_test(test_title_before_its_turn_joins_it),
         cmocka_unit_test(test_title_needs_the_quote_not_the_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

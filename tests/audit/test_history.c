@@ -230,21 +230,39 @@ static void test_compaction_found_in_captures(void **state)
     free_xs(xs, 3);
 }
 
+/* opencode's title request (record left no kind) is a title by its
+ * structure: it quotes the first message of the main request sent after
+ * it (opencode sends it beside the first turn). Alone, quoting nothing
+ * the session sent, its words ("You are a title generator") make it no
+ * title: a main request. */
 static void test_title_request_classified(void **state)
 {
     (void)state;
-    struct xchg x;
+    struct xchg x[2];
     struct audit_set set;
-    xb_init(&x, 1, "s", fixture_body("plain-01-title-request.json"));
-    audit_set_init(&set);
-    audit_set_add(&set, &x);
-    json_t *turns = audit_session_turns(&set.s[0]);
-    assert_string_equal(
-        json_string_value(json_object_get(json_array_get(turns, 0), "kind")),
-        "title");
-    json_decref(turns);
-    audit_set_release(&set);
-    xb_release(&x);
+    xb_init(&x[0], 1, "s", fixture_body("plain-01-title-request.json"));
+    xb_reply(&x[0], "Tic tac toe in Python", NULL, NULL, 100, 6, "stop");
+    xb_init(&x[1], 2, "s", fixture_body("plain-02-turn1-first-request.json"));
+    xb_reply(&x[1], "Here is the game.", NULL, NULL, 200, 6, "stop");
+    for (int alone = 1; alone >= 0; alone--) {
+        audit_set_init(&set);
+        audit_set_add(&set, &x[0]);
+        if (!alone)
+            audit_set_add(&set, &x[1]);
+        assert_int_equal(set.n, 1);
+        json_t *turns = audit_session_turns(&set.s[0]);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(turns, 0), "kind")),
+                            alone ? "main" : "title");
+        if (!alone)
+            assert_string_equal(json_string_value(json_object_get(
+                                    json_array_get(turns, 1), "kind")),
+                                "main");
+        json_decref(turns);
+        audit_set_release(&set);
+    }
+    xb_release(&x[0]);
+    xb_release(&x[1]);
 }
 
 /* Crafted: a harness that silently drops the oldest user turn. */
@@ -780,8 +798,9 @@ static void test_title_word_alone_is_no_title(void **state)
     run_audit(xs, 3, &o, &l);
     const struct audit_finding *f = find_rule(&l, "sampling.expect");
     assert_non_null(f);
-    /* requests 2 and 3 carry the conversation: main requests */
-    assert_int_equal(ev_int(f, "requests"), 2);
+    /* requests 2 and 3 carry the conversation, and request 1 quotes
+     * nothing another request sent: all three are main requests */
+    assert_int_equal(ev_int(f, "requests"), 3);
     audit_list_release(&l);
     json_decref(o.expect);
     free_xs(xs, 3);

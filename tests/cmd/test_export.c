@@ -66,6 +66,28 @@ static void put_raw(struct db *s)
     xchg_release(&x);
 }
 
+/* A one-shot chat about titles: record's word-based guess stores it as a
+ * title ("titles" early in its system prompt, "generate a title" in its
+ * user text), but it quotes nothing another request sent: by structure a
+ * main request, of a normal session. */
+static void put_books(struct db *s)
+{
+    struct diag d;
+    struct xchg x;
+    xb_init(&x, 0, "ses_books",
+            xb_body("m", json_pack("[o, o]",
+                                   xb_msg("system", "You write titles for "
+                                                    "books."),
+                                   xb_msg("user", "Generate a title for my "
+                                                  "novel about a lighthouse "
+                                                  "keeper."))));
+    x.kind = xstrdup("title");
+    x.started = 1796137100.0;
+    xb_reply(&x, "The Last Light", NULL, NULL, 30, 4, "stop");
+    assert_int_equal(xchg_put(s, &x, &d), 0);
+    xb_release(&x);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -79,6 +101,7 @@ static int setup(void **state)
         if (xchg_spill_each(fixtures[i], xb_put_copy, s, &d))
             return -1;
     put_raw(s);
+    put_books(s);
     store_close(s);
     return 0;
 }
@@ -309,8 +332,9 @@ static void test_har_has_the_required_fields(void **state)
         har_need(v, har_page, "page");
         har_date(json_object_get(v, "startedDateTime"));
     }
-    /* 16 + 14 + 11 exchanges of the fixtures and the raw one */
-    assert_int_equal(json_array_size(json_object_get(log, "entries")), 42);
+    /* 16 + 14 + 11 exchanges of the fixtures, the raw one and the
+     * one-shot chat */
+    assert_int_equal(json_array_size(json_object_get(log, "entries")), 43);
     json_array_foreach(json_object_get(log, "entries"), i, v)
         har_check_entry(v);
     /* a stream's raw SSE is kept; the raw request body as its text */
@@ -387,8 +411,117 @@ static void test_openai_reads_as_a_drift_corpus(void **state)
         free(it.ids);
         n++;
     }
-    assert_int_equal(n, 3); /* the raw-body session has no conversation */
+    /* the three harness sessions and the one-shot chat; the raw-body
+     * session has no conversation */
+    assert_int_equal(n, 4);
     free(out);
+}
+
+/* session -> {kind: n}, counted from export's JSONL lines */
+static json_t *export_kinds(void)
+{
+    const char *av[] = {"export", "--db", db, "--format", "jsonl", NULL};
+    char *out = run_ok(av), *save = NULL;
+    json_t *by = json_object();
+    for (char *l = strtok_r(out, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(l, 0, NULL);
+        assert_non_null(j);
+        const char *ses = json_string_value(json_object_get(j, "session"));
+        const char *kind = json_string_value(json_object_get(j, "kind"));
+        assert_non_null(ses);
+        assert_non_null(kind);
+        json_t *k = json_object_get(by, ses);
+        if (!k)
+            json_object_set_new(by, ses, k = json_object());
+        json_object_set_new(
+            k, kind,
+            json_integer(json_integer_value(json_object_get(k, kind)) + 1));
+        json_decref(j);
+    }
+    free(out);
+    return by;
+}
+
+/* The session named ses among rows (an array of {"session", ...}). */
+static json_t *row_of(json_t *rows, const char *ses)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+    {
+        if (!strcmp(json_string_value(json_object_get(r, "session")), ses))
+            return r;
+    }
+    fail_msg("no session '%s'", ses);
+    return NULL;
+}
+
+/* Export writes the kind audit decides by structure, not record's stored
+ * guess: per session, the kinds of the JSONL lines are audit's and
+ * sessions' counts. The harnesses' title requests stay titles; the
+ * one-shot chat about book titles (stored as "title") is one main
+ * request of a normal session, with no side request. */
+static void test_kind_is_audits(void **state)
+{
+    (void)state;
+    json_t *by = export_kinds();
+    const char *aa[] = {"audit", "--db", db, "--json", "-", NULL};
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    proc_run(aa, NULL, &out, &err, 60);
+    json_t *audit = json_loads(buf_str(&out), 0, NULL);
+    assert_non_null(audit);
+    const char *sa[] = {"sessions", "--db", db, "--json", "-", NULL};
+    char *s = run_ok(sa);
+    json_t *listed = json_loads(s, 0, NULL);
+    free(s);
+    assert_non_null(listed);
+    json_t *rows = json_object_get(audit, "sessions");
+    assert_int_equal(json_array_size(rows), json_object_size(by));
+    size_t i, titles = 0;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+    {
+        const char *ses = json_string_value(json_object_get(r, "session"));
+        json_t *kinds = json_object_get(r, "requests");
+        json_t *got = json_object_get(by, ses);
+        if (!json_equal(kinds, got))
+            fail_msg("session %s: export's kinds %s, audit's %s", ses,
+                     json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS),
+                     json_dumps(kinds, JSON_COMPACT | JSON_SORT_KEYS));
+        assert_true(json_equal(
+            kinds,
+            json_object_get(row_of(json_object_get(listed, "sessions"), ses),
+                            "requests")));
+        titles += (size_t)json_integer_value(json_object_get(kinds, "title"));
+    }
+    /* opencode's, Kilo's and Continue's title requests */
+    assert_true(titles >= 3);
+    /* HAR's "_kind" is the same kind, entry by entry */
+    char *path = xasprintf("%s/kinds.har", dir);
+    json_t *har = export_har(path), *e;
+    json_array_foreach(json_object_get(json_object_get(har, "log"), "entries"),
+                       i, e)
+    {
+        const char *ses = json_string_value(json_object_get(e, "pageref"));
+        const char *kind = json_string_value(json_object_get(e, "_kind"));
+        json_t *k = json_object_get(by, ses);
+        assert_non_null(kind);
+        assert_true(json_integer_value(json_object_get(k, kind)) > 0);
+        json_object_set_new(
+            k, kind,
+            json_integer(json_integer_value(json_object_get(k, kind)) - 1));
+    }
+    json_decref(har);
+    free(path);
+    json_t *books = json_object_get(row_of(rows, "ses_books"), "requests");
+    assert_int_equal(json_object_size(books), 1);
+    assert_int_equal(json_integer_value(json_object_get(books, "main")), 1);
+    json_decref(audit);
+    json_decref(listed);
+    json_decref(by);
+    buf_release(&out);
+    buf_release(&err);
 }
 
 #define HEADER_SECRET "sk-header-7f3a9c1e5b"
@@ -457,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_har_has_the_required_fields),
         cmocka_unit_test(test_har_loads_in_har_validator),
         cmocka_unit_test(test_openai_reads_as_a_drift_corpus),
+        cmocka_unit_test(test_kind_is_audits),
         cmocka_unit_test(test_secrets_stay_redacted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -317,12 +317,22 @@ static int read_all(const char *path, struct buf *b, struct diag *d)
     int n, err = 0;
     while ((n = gzread(f, chunk, sizeof(chunk))) > 0)
         buf_add(b, chunk, (size_t)n);
-    const char *why = n < 0 ? gzerror(f, &err) : NULL;
+    /* gzerror's text lives in f: copied before gzclose frees it */
+    char why[128] = "gzip error";
+    if (n < 0) {
+        const char *m = gzerror(f, &err);
+        size_t pl = strlen(path);
+        /* zlib's text starts with the path, which the message names */
+        if (m && !strncmp(m, path, pl) && !strncmp(m + pl, ": ", 2))
+            m += pl + 2;
+        if (m && *m)
+            snprintf(why, sizeof(why), "%s", m);
+    }
     gzclose(f);
     if (n < 0)
         return diag_set(d, EBADMSG,
                         "'%s' is damaged (%s): save the golden again", path,
-                        why ? why : "gzip error");
+                        why);
     return 0;
 }
 

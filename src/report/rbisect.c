@@ -17,9 +17,30 @@
 #define BW 150 /* a harm bar's width in pixels */
 #define BH 18
 
-static bool is_culprit(const json_t *c)
+/* A document bisect wrote since it names its culprits (`culprits`, the
+ * first line's list, and the run's `verdict`) is read by those, so that
+ * the page says what the command said: a culprit by harm alone (a saved
+ * golden, recall not measured) is one. An older document has only each
+ * row's verdict, CULPRIT for a recall loss. */
+static const json_t *named_culprits(const json_t *doc)
 {
-    return !strcmp(html_jstr(c, "verdict", ""), "CULPRIT");
+    const json_t *k = html_jget(doc, "culprits");
+    return json_is_array(k) ? k : NULL;
+}
+
+static bool is_culprit(const json_t *doc, const json_t *c)
+{
+    const json_t *named = named_culprits(doc);
+    if (!named)
+        return !strcmp(html_jstr(c, "verdict", ""), "CULPRIT");
+    size_t i;
+    const json_t *k;
+    json_array_foreach(named, i, k)
+    {
+        if (!strcmp(html_jstr(k, "name", ""), html_jstr(c, "name", "?")))
+            return true;
+    }
+    return false;
 }
 
 /* The log axis of the harm bars: from a decade under the smallest positive
@@ -57,7 +78,8 @@ static double clampx(const struct axis *X, double v)
     return v >= X->hi ? X->p1 : html_axis_map(X, v);
 }
 
-static void harm_bar(struct buf *b, const json_t *c, const struct axis *X)
+static void harm_bar(struct buf *b, const json_t *c, const struct axis *X,
+                     bool culprit)
 {
     double h = html_jnum(c, "harm", NAN);
     buf_printf(b,
@@ -69,7 +91,7 @@ static void harm_bar(struct buf *b, const json_t *c, const struct axis *X)
     buf_printf(b,
                "<rect class=\"harm%s\" x=\"0\" y=\"4\" width=\"%.1f\" "
                "height=\"%d\"/>",
-               is_culprit(c) ? " culprit" : "", x, BH - 8);
+               culprit ? " culprit" : "", x, BH - 8);
     const json_t *ci = html_jget(c, "harm_ci");
     if (json_array_size(ci) == 2) {
         double a = clampx(X, json_number_value(json_array_get(ci, 0)));
@@ -136,18 +158,24 @@ static void recall_bar(struct buf *b, const json_t *c)
     buf_adds(b, "</small>");
 }
 
-/* The word of the summary: a culprit FAIL; drift without a recall loss
- * WARN; anything undecided or not measured INCONCLUSIVE; else PASS. */
+/* The word of the summary: the run's own verdict where the document has
+ * one (FAIL, INCONCLUSIVE or PASS, as bisect's exit status says). In an
+ * older document: a culprit FAIL; drift without a recall loss WARN;
+ * anything undecided or not measured INCONCLUSIVE; else PASS. */
 static const char *word(const json_t *doc)
 {
     size_t i;
     const json_t *c;
     bool warn = false, open = false;
+    const char *v = html_jstr(doc, "verdict", "");
+    if (named_culprits(doc) && (!strcmp(v, "FAIL") || !strcmp(v, "PASS") ||
+                                !strcmp(v, "INCONCLUSIVE")))
+        return v;
     if (!json_array_size(html_jget(doc, "configurations")))
         return "INCONCLUSIVE";
     json_array_foreach(html_jget(doc, "configurations"), i, c)
     {
-        if (is_culprit(c))
+        if (is_culprit(doc, c))
             return "FAIL";
         warn |= json_is_true(html_jget(c, "harmful"));
         open |= !json_is_true(html_jget(c, "measured")) ||
@@ -164,18 +192,27 @@ static void culprits(struct buf *b, const json_t *doc)
     const json_t *c;
     json_array_foreach(html_jget(doc, "configurations"), i, c)
     {
-        if (!is_culprit(c))
+        if (!is_culprit(doc, c))
             continue;
         buf_adds(b, n++ ? "; <b>" : "culprit: <b>");
         html_esc(b, html_jstr(c, "name", "?"), 200);
         buf_adds(b, "</b> (harm ");
         html_fmt_sig(b, html_jnum(c, "harm", NAN));
-        buf_printf(b, ", recall %+.0f points, measured ",
-                   100 * html_jnum(c, "pass_diff", NAN));
+        if (json_is_false(html_jget(c, "recall_measured")))
+            buf_adds(b, ", recall not measured");
+        else
+            buf_printf(b, ", recall %+.0f points",
+                       100 * html_jnum(c, "pass_diff", NAN));
+        buf_adds(b, ", measured ");
         html_esc(b, html_jstr(c, "attribution", "-"), 60);
         buf_adds(b, ")");
     }
-    if (!n)
+    if (!n && named_culprits(doc) && !strcmp(word(doc), "FAIL"))
+        buf_adds(b, "no culprit named: some configuration is harmful, but "
+                    "none alone explains it");
+    else if (!n && named_culprits(doc))
+        buf_adds(b, "no culprit");
+    else if (!n)
         buf_adds(b, "no configuration lost recall significantly");
     if (html_jstr(doc, "interaction", NULL)) {
         buf_adds(b, "; interaction: <b>");
@@ -226,7 +263,7 @@ int report_bisect_section(const json_t *doc, struct buf *b)
                 "<th>verdict</th></tr></thead><tbody>");
     json_array_foreach(cs, i, c)
     {
-        bool culprit = is_culprit(c);
+        bool culprit = is_culprit(doc, c);
         buf_printf(b, "<tr%s><td class=\"cfg\">%s<b>",
                    culprit ? " class=\"culprit\"" : "",
                    culprit ? "&#9888; " : "");
@@ -248,7 +285,7 @@ int report_bisect_section(const json_t *doc, struct buf *b)
             continue;
         }
         buf_adds(b, "<td class=\"n\">");
-        harm_bar(b, c, &X);
+        harm_bar(b, c, &X, culprit);
         buf_adds(b, "</td><td class=\"n\">");
         recall_bar(b, c);
         bool mm = json_is_true(html_jget(c, "path_mismatch"));

@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "report/report.h"
 #include "util/bisectfx.h"
 #include "util/marked.h"
 #include "util/proc.h"
@@ -235,6 +236,18 @@ static void test_golden_file_launches_no_golden(void **state)
     assert_string_equal(
         bisectfx_str(bisectfx_row(gj, "unread-flag"), "verdict"), "inert");
     assert_non_null(strstr(buf_str(&gout), "answers not compared"));
+    /* the report's bisect section says what the command said: a culprit
+     * by harm alone, its recall not measured, the one row marked */
+    struct buf page = BUF_INIT;
+    assert_int_equal(report_bisect_section(gj, &page), 0);
+    const char *ps = buf_str(&page);
+    assert_non_null(strstr(ps, "<span class=\"v FAIL\">FAIL</span> culprit: "
+                               "<b>mhc-bf16</b> (harm "));
+    assert_non_null(strstr(ps, ", recall not measured, measured "));
+    const char *row = strstr(ps, "<tr class=\"culprit\">");
+    assert_non_null(row);
+    assert_null(strstr(row + 1, "<tr class=\"culprit\">"));
+    buf_release(&page);
     json_decref(j);
     json_decref(gj);
     /* an edited file is refused before anything is launched */

@@ -4,11 +4,19 @@
  * scripts wait for, and reports what was stored when it stops.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -101,6 +109,11 @@ const char CMD_RECORD_HELP[] =
     "5 s), with every finished exchange committed and the intake log\n"
     "removed.\n"
     "\n"
+    "A second after the last exchange it committed, record keeps the\n"
+    "listing of 'fidelity sessions' up to date for a SQLite store of up to\n"
+    "64 MiB: it runs 'fidelity sessions' once, at low priority, so that a\n"
+    "listing reads the kept rows instead of every exchange.\n"
+    "\n"
     "examples:\n"
     "  # record opencode talking to a local vLLM\n"
     "  fidelity record --listen 127.0.0.1:8081 --upstream "
@@ -179,6 +192,153 @@ static int parse_secs(const char *s, long *ms)
  * forwards whatever reaches it to the upstream, with no authentication of
  * its own, so it must not become an open proxy without a word
  * (cli_check_listen). */
+/*
+ * The keeper: the listing of `fidelity sessions` kept up to date while
+ * record serves (store/slist.h). A second after the last exchange record
+ * committed, `fidelity sessions --db DB` runs in a child process at low
+ * priority and keeps its rows beside the store; a listing then reads them
+ * instead of every exchange. The child is this executable, so the rows are
+ * the ones a listing would compute (it keeps nothing when an exchange was
+ * committed during its load). Not for a PostgreSQL store (no mark) nor
+ * above KEEPER_MAX_BYTES of store, where the load would take the memory of
+ * an audit in the background unasked; and at most a tenth of the time: the
+ * next run waits nine times as long as the last one took.
+ */
+#define KEEPER_MAX_BYTES ((off_t)64 << 20)
+#define KEEPER_QUIET_MS 1000
+#define KEEPER_TICK_MS 200
+
+struct keeper {
+    const struct record *r;
+    const char *db, *spill;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, started;
+    pid_t child;
+};
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The child: this executable's `sessions`, its output discarded, nothing
+ * of record's open (its sockets, the store) passed on. */
+static pid_t keeper_spawn(const struct keeper *k)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+    }
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+    setpriority(PRIO_PROCESS, 0, 10);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    execl("/proc/self/exe", "fidelity", "sessions", "--db", k->db, "--spill",
+          k->spill, (char *)NULL);
+    _exit(127);
+}
+
+static bool keeper_fits(const struct keeper *k)
+{
+    struct stat st;
+    return stat(k->db, &st) == 0 && st.st_size <= KEEPER_MAX_BYTES;
+}
+
+static void *keeper_main(void *arg)
+{
+    struct keeper *k = arg;
+    uint64_t seen = record_stored(k->r), done = seen, changed = mono_ms();
+    uint64_t not_before = 0;
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += KEEPER_TICK_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&k->cv, &k->mu, &until);
+        if (k->stop)
+            break;
+        uint64_t n = record_stored(k->r), now = mono_ms();
+        if (n != seen) {
+            seen = n;
+            changed = now;
+            continue;
+        }
+        if (n == done || now - changed < KEEPER_QUIET_MS || now < not_before)
+            continue;
+        done = n;
+        if (!keeper_fits(k))
+            continue;
+        k->child = keeper_spawn(k);
+        if (k->child < 0) {
+            k->child = 0;
+            continue;
+        }
+        pid_t pid = k->child;
+        uint64_t t0 = now;
+        pthread_mutex_unlock(&k->mu);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        pthread_mutex_lock(&k->mu);
+        k->child = 0;
+        now = mono_ms();
+        not_before = now + 9 * (now - t0);
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+static void keeper_start(struct keeper *k, const struct record *r,
+                         const char *db, const char *spill)
+{
+    memset(k, 0, sizeof(*k));
+    if (db_is_url(db))
+        return;
+    k->r = r;
+    k->db = db;
+    k->spill = spill;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    k->started = pthread_create(&k->th, NULL, keeper_main, k) == 0;
+}
+
+/* Stops the keeper; a listing it has under way is stopped and its
+ * temporary file removed (the next listing computes the rows). */
+static void keeper_stop(struct keeper *k)
+{
+    if (!k->started)
+        return;
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pid_t pid = k->child;
+    if (pid > 0)
+        kill(pid, SIGKILL);
+    pthread_cond_signal(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->th, NULL);
+    if (pid > 0) {
+        char *tmp = xasprintf("%s-sessions.%ld.tmp", k->db, (long)pid);
+        unlink(tmp);
+        free(tmp);
+    }
+    pthread_cond_destroy(&k->cv);
+    pthread_mutex_destroy(&k->mu);
+}
+
 static void warn_remote(const char *host, int port, const char *upstream)
 {
     char *h = cli_url_host(host);
@@ -346,7 +506,10 @@ int cmd_record(int argc, char **argv)
     fflush(stdout);
     free(uh);
     free(shown);
+    struct keeper kp;
+    keeper_start(&kp, r, o.db_path, o.spill_path);
     rc = record_run(r, &d);
+    keeper_stop(&kp);
     struct record_stats st;
     record_get_stats(r, &st);
     record_free(r);

@@ -960,6 +960,7 @@ void proxy_stored_back(struct record *r, struct ex *e, double now)
         r->in_bytes -= e->in_size;
     }
     r->stats.stored += e->outcome == 0;
+    atomic_store(&r->loop_stored, r->stats.stored);
     r->stats.spilled += e->outcome == 1;
     r->stats.lost += e->outcome == 2;
     r->stats.in_log += e->outcome == 3;
@@ -1336,6 +1337,11 @@ int record_run(struct record *r, struct diag *d)
 void record_get_stats(const struct record *r, struct record_stats *s)
 {
     writer_stats(r, s);
+}
+
+uint64_t record_stored(const struct record *r)
+{
+    return atomic_load(&r->loop_stored) + atomic_load(&r->caught_stored);
 }
 
 void record_free(struct record *r)

@@ -81,6 +81,9 @@ int record_run(struct record *r, struct diag *d);
  * context (tests use a signal). */
 void record_stop(struct record *r);
 void record_get_stats(const struct record *r, struct record_stats *s);
+/* The exchanges committed to the store so far; any thread may ask while
+ * record_run serves (record_get_stats is the loop's). */
+uint64_t record_stored(const struct record *r);
 void record_free(struct record *r);
 
 #endif

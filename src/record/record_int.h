@@ -151,6 +151,8 @@ struct record {
      * committed before the store went away (the writer's counts) */
     uint64_t waited;
     _Atomic uint64_t caught_stored, caught_spilled;
+    /* stats.stored as other threads may read it (record_stored) */
+    _Atomic uint64_t loop_stored;
     /* CPU time spent storing (store_batch, on either thread), in ns: the
      * storing load that decides where a lone exchange is stored; and the
      * loop's window over it (storing_light: since win_start, store_ns was

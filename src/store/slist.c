@@ -1,6 +1,6 @@
 /*
  * store/slist: the kept rows of `fidelity sessions`, in DB-sessions: one
- * line "fidelity-sessions/1 VERSION\tMARK", then the rows. Contract in
+ * line "fidelity-sessions/2 VERSION\tMARK", then the rows. Contract in
  * slist.h.
  */
 #include "store/slist.h"
@@ -15,34 +15,56 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "store/db.h"
+#include "store/store.h"
+#include "store/xchg.h"
 
-static const char MAGIC[] = "fidelity-sessions/1 ";
-
-static void stat_mark(struct buf *b, const char *path)
-{
-    struct stat st;
-    if (stat(path, &st)) {
-        buf_adds(b, " -");
-        return;
-    }
-    buf_printf(b, " %llu:%llu:%lld:%lld.%09ld", (unsigned long long)st.st_dev,
-               (unsigned long long)st.st_ino, (long long)st.st_size,
-               (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-}
+static const char MAGIC[] = "fidelity-sessions/2 ";
+/* fidelity appends exchanges and never changes or removes one: their
+ * number and the largest id name the set (ids are unique; a set that only
+ * grows and keeps its size is the same set); the store's tokens (xchg.c:
+ * one from its creation, one per row another tool changed or removed)
+ * tell it from another store and from an edited one */
+static const char SQL_TRIGGERS[] =
+    "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN"
+    " ('xchg_edit_u', 'xchg_edit_d', 'xchg_blob_edit_u', 'xchg_blob_edit_d')";
+static const char SQL_MARK[] =
+    "SELECT count(*), coalesce(max(id), 0), (SELECT count(*) FROM xchg_edit),"
+    " (SELECT n FROM xchg_edit ORDER BY rowid DESC LIMIT 1) FROM xchg";
 
 int store_slist_mark(const char *db_path, char *mark)
 {
     struct stat st;
-    struct buf b = BUF_INIT;
-    if (stat(db_path, &st))
+    struct db *db = NULL;
+    struct db_stmt *q = NULL;
+    struct diag d;
+    int ret = -ENOENT;
+    if (db_is_url(db_path) || stat(db_path, &st))
         return -ENOENT;
-    char *wal = xasprintf("%s-wal", db_path);
-    stat_mark(&b, db_path);
-    stat_mark(&b, wal);
-    free(wal);
-    snprintf(mark, STORE_SLIST_MARK_MAX, "%s", buf_str(&b));
-    buf_release(&b);
-    return 0;
+    if (store_open(db_path, &db, &d))
+        return -EIO;
+    /* the edit count's table and triggers (xchg.c), in a store an older
+     * build made; without them (a read-only copy) no mark */
+    bool counted = !xchg_schema(db, &d) && db_has_table(db, "xchg_edit") &&
+                   !db_prepare(db, SQL_TRIGGERS, &q) && db_step(q) == DB_ROW &&
+                   db_column_int64(q, 0) == 4;
+    db_finalize(q);
+    q = NULL;
+    if (!counted) {
+        ret = -ENOENT;
+    } else if (!db_prepare(db, SQL_MARK, &q) && db_step(q) == DB_ROW) {
+        snprintf(mark, STORE_SLIST_MARK_MAX, "xchg %lld %lld %lld %llx",
+                 (long long)db_column_int64(q, 0),
+                 (long long)db_column_int64(q, 1),
+                 (long long)db_column_int64(q, 2),
+                 (unsigned long long)db_column_int64(q, 3));
+        ret = 0;
+    } else {
+        ret = -EIO;
+    }
+    db_finalize(q);
+    store_close(db);
+    return ret;
 }
 
 /* The header line of version and mark; fresh. */

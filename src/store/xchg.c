@@ -63,6 +63,24 @@ static const char SCHEMA[] =
     " req_redacted INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX IF NOT EXISTS xchg_by_session ON xchg(session, id);";
 
+/* A SQLite store keeps a random token from its creation and one more for
+ * each change or removal of an exchange or a blob (fidelity itself only
+ * appends): store/slist.c's mark includes their number and the last, so
+ * the kept listing is read neither for another store put in this one's
+ * place nor after another tool edited a row in place. */
+static const char SCHEMA_EDITS[] =
+    "CREATE TABLE IF NOT EXISTS xchg_edit (n INTEGER NOT NULL);"
+    "INSERT INTO xchg_edit SELECT random()"
+    " WHERE NOT EXISTS (SELECT 1 FROM xchg_edit);"
+    "CREATE TRIGGER IF NOT EXISTS xchg_edit_u AFTER UPDATE ON xchg"
+    " BEGIN INSERT INTO xchg_edit VALUES (random()); END;"
+    "CREATE TRIGGER IF NOT EXISTS xchg_edit_d AFTER DELETE ON xchg"
+    " BEGIN INSERT INTO xchg_edit VALUES (random()); END;"
+    "CREATE TRIGGER IF NOT EXISTS xchg_blob_edit_u AFTER UPDATE ON xchg_blob"
+    " BEGIN INSERT INTO xchg_edit VALUES (random()); END;"
+    "CREATE TRIGGER IF NOT EXISTS xchg_blob_edit_d AFTER DELETE ON xchg_blob"
+    " BEGIN INSERT INTO xchg_edit VALUES (random()); END;";
+
 static const char SQL_BLOB_EXISTS[] = "SELECT 1 FROM xchg_blob WHERE h=?";
 /* OR IGNORE: another writer of the same store may have stored the same
  * blob since SQL_BLOB_EXISTS (a PostgreSQL store has several) */
@@ -292,6 +310,9 @@ int xchg_schema(struct db *db, struct diag *d)
                 "ALTER TABLE xchg ADD COLUMN req_redacted INTEGER NOT"
                 " NULL DEFAULT 0",
                 NULL);
+    /* (a read-only copy may have none: its listing is not kept) */
+    if (db_backend(db) == DB_SQLITE)
+        db_exec(db, SCHEMA_EDITS, NULL);
     return 0;
 }
 

@@ -496,10 +496,70 @@ static void test_spill_keeps_non_object_messages(void **state)
     buf_release(&err);
 }
 
+/* A later request that extends the history with an element that is not a
+ * message object: the finding is that request's, not the earlier one's
+ * whose stored view shares the array (the store loads a session's
+ * messages as one array that each request sees the first of). */
+static void test_malformed_element_is_its_requests(void **state)
+{
+    (void)state;
+    struct buf out = BUF_INIT, err = BUF_INIT;
+    char *one = xasprintf("%s/ext.db", dir);
+    struct db *db;
+    struct diag d;
+    struct xchg x;
+    assert_int_equal(store_open(one, &db, &d), 0);
+    assert_int_equal(xchg_schema(db, &d), 0);
+    xb_init(&x, 0, "ses_ext",
+            xb_body("m", json_pack("[o]", xb_msg("user", "Remember 4812."))));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "Noted.", NULL, NULL, 10, 2, "stop");
+    assert_int_equal(xchg_put(db, &x, &d), 0);
+    xb_release(&x);
+    xb_init(
+        &x, 0, "ses_ext",
+        xb_body("m", json_pack("[o, o, i, o]", xb_msg("user", "Remember 4812."),
+                               xb_msg("assistant", "Noted."), 5,
+                               xb_msg("user", "What was it?"))));
+    x.kind = xstrdup("main");
+    xb_reply(&x, "4812.", NULL, NULL, 20, 2, "stop");
+    assert_int_equal(xchg_put(db, &x, &d), 0);
+    xb_release(&x);
+    store_close(db);
+    const char *argv[] = {"audit", "--db", one, "--json", "-", NULL};
+    run(argv, &out, &err);
+    json_t *j = json_loads(out.data, 0, NULL);
+    assert_non_null(j);
+    size_t i, n = 0;
+    json_t *f;
+    json_array_foreach(json_object_get(j, "findings"), i, f)
+    {
+        if (strcmp(json_string_value(json_object_get(f, "rule")),
+                   "request.malformed_messages"))
+            continue;
+        n++;
+        assert_int_equal(json_integer_value(json_object_get(f, "request")), 2);
+        json_t *ev = json_object_get(f, "evidence");
+        assert_int_equal(json_integer_value(json_object_get(ev, "messages")),
+                         4);
+        assert_int_equal(json_integer_value(
+                             json_array_get(json_object_get(ev, "indexes"), 0)),
+                         2);
+    }
+    if (n != 1)
+        fail_msg("%zu request.malformed_messages findings, not 1:\n%s", n,
+                 out.data);
+    json_decref(j);
+    free(one);
+    buf_release(&out);
+    buf_release(&err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_audit_finds_compaction_in_store),
+        cmocka_unit_test(test_malformed_element_is_its_requests),
         cmocka_unit_test(test_audit_human_output_and_exit_codes),
         cmocka_unit_test(test_bad_input_is_usage_error),
         cmocka_unit_test(test_store_errors_exit_4),

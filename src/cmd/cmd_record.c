@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -229,9 +230,14 @@ static uint64_t mono_ms(void)
  * of record's open (its sockets, the store) passed on. */
 static pid_t keeper_spawn(const struct keeper *k)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid)
         return pid;
+    /* killed with record (kill -9 included): no listing outlives it */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) {
         dup2(null, 0);

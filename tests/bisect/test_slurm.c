@@ -162,6 +162,17 @@ static void test_five_ranked_through_slurm(void **state)
     assert_true(!strncmp(buf_str(&out), "culprit: mhc-bf16: excess KL ", 29));
     json_t *j = json_load_file(jp, 0, NULL);
     assert_non_null(j);
+    /* a row not measured: its error and bisect's log, to tell why */
+    size_t k;
+    json_t *row;
+    json_array_foreach(json_object_get(j, "configurations"), k, row)
+    {
+        if (strcmp(bisectfx_str(row, "verdict"), "not measured"))
+            continue;
+        char *shown = json_dumps(row, JSON_INDENT(1));
+        fail_msg("%s was not measured:\n%s\n%s", bisectfx_str(row, "name"),
+                 shown, buf_str(&err));
+    }
     const json_t *c = json_array_get(json_object_get(j, "configurations"), 0);
     assert_string_equal(bisectfx_str(c, "name"), "mhc-bf16");
     assert_string_equal(bisectfx_str(c, "verdict"), "CULPRIT");

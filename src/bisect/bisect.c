@@ -283,7 +283,10 @@ static void measure_running(struct ctx *x, const char *name, size_t idx,
     char *mlog = path_of(x, name, ".measure.log");
     char *dj = path_of(x, name, ".drift.json");
     char *pj = path_of(x, name, ".probe.json");
-    char *db = path_of(x, "probe", ".db");
+    /* its own store: with --slots N the probes of N configurations run at
+     * once, and one shared file made them wait on each other's locks (a
+     * probe failed under load) */
+    char *db = path_of(x, name, ".probe.db");
     char fixed[2048];
     const char *file = x->c->golden_file;
     progress(x, name, idx, BISECT_COMPARING);

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
+#include "core/xalloc.h"
 #include "util/bisectfx.h"
 #include "util/marked.h"
 #include "util/proc.h"
@@ -170,8 +171,13 @@ static void test_five_ranked_through_slurm(void **state)
         if (strcmp(bisectfx_str(row, "verdict"), "not measured"))
             continue;
         char *shown = json_dumps(row, JSON_INDENT(1));
-        fail_msg("%s was not measured:\n%s\n%s", bisectfx_str(row, "name"),
-                 shown, buf_str(&err));
+        char *mlog =
+            xasprintf("%s/%s.measure.log", od, bisectfx_str(row, "name"));
+        struct buf lg = BUF_INIT;
+        rec_read_file(mlog, &lg);
+        fail_msg("%s was not measured:\n%s\n%s\n%s:\n%s",
+                 bisectfx_str(row, "name"), shown, buf_str(&err), mlog,
+                 buf_str(&lg));
     }
     const json_t *c = json_array_get(json_object_get(j, "configurations"), 0);
     assert_string_equal(bisectfx_str(c, "name"), "mhc-bf16");

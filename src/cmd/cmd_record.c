@@ -22,6 +22,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/cmds.h"
+#include "core/clock.h"
 #include "core/plural.h"
 #include "core/url.h"
 #include "core/xalloc.h"
@@ -206,7 +207,7 @@ static int parse_secs(const char *s, long *ms)
  * next run waits nine times as long as the last one took.
  */
 #define KEEPER_MAX_BYTES ((off_t)64 << 20)
-#define KEEPER_QUIET_MS 1000
+#define KEEPER_QUIET_S 1.0
 #define KEEPER_TICK_MS 200
 
 struct keeper {
@@ -218,13 +219,6 @@ struct keeper {
     bool stop, started;
     pid_t child;
 };
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* The child: this executable's `sessions`, its output discarded, nothing
  * of record's open (its sockets, the store) passed on. */
@@ -266,8 +260,8 @@ static bool keeper_fits(const struct keeper *k)
 static void *keeper_main(void *arg)
 {
     struct keeper *k = arg;
-    uint64_t seen = record_stored(k->r), done = seen, changed = mono_ms();
-    uint64_t not_before = 0;
+    uint64_t seen = record_stored(k->r), done = seen;
+    double changed = clock_now_s(), not_before = 0;
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
         struct timespec until;
@@ -278,13 +272,14 @@ static void *keeper_main(void *arg)
         pthread_cond_timedwait(&k->cv, &k->mu, &until);
         if (k->stop)
             break;
-        uint64_t n = record_stored(k->r), now = mono_ms();
+        uint64_t n = record_stored(k->r);
+        double now = clock_now_s();
         if (n != seen) {
             seen = n;
             changed = now;
             continue;
         }
-        if (n == done || now - changed < KEEPER_QUIET_MS || now < not_before)
+        if (n == done || now - changed < KEEPER_QUIET_S || now < not_before)
             continue;
         done = n;
         if (!keeper_fits(k))
@@ -295,13 +290,13 @@ static void *keeper_main(void *arg)
             continue;
         }
         pid_t pid = k->child;
-        uint64_t t0 = now;
+        double t0 = now;
         pthread_mutex_unlock(&k->mu);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         pthread_mutex_lock(&k->mu);
         k->child = 0;
-        now = mono_ms();
+        now = clock_now_s();
         not_before = now + 9 * (now - t0);
     }
     pthread_mutex_unlock(&k->mu);

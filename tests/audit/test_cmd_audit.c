@@ -52,6 +52,20 @@ static void add(struct db *db, long long id, const char *session,
     xb_release(&x);
 }
 
+/* Stores one main request of session with messages msgs (taken) and a
+ * reply of completion tokens 2 and prompt tokens ptok. */
+static void put_chat(struct db *db, const char *session, json_t *msgs,
+                     const char *reply, int ptok)
+{
+    struct xchg x;
+    struct diag d;
+    xb_init(&x, 0, session, xb_body("m", msgs));
+    x.kind = xstrdup("main");
+    xb_reply(&x, reply, NULL, NULL, ptok, 2, "stop");
+    assert_int_equal(xchg_put(db, &x, &d), 0);
+    xb_release(&x);
+}
+
 /* ses_compact: compact-02, -03 (summary), -04. ses_plain: the title
  * request and plain-02 -> plain-03, a clean two-turn session. */
 static int setup(void **state)
@@ -297,15 +311,10 @@ static void test_plural_of_one(void **state)
     char *one = xasprintf("%s/one.db", dir);
     struct db *db;
     struct diag d;
-    struct xchg x;
     assert_int_equal(store_open(one, &db, &d), 0);
     assert_int_equal(xchg_schema(db, &d), 0);
-    xb_init(&x, 0, "ses_one",
-            xb_body("m", json_pack("[o]", xb_msg("user", "Hello there."))));
-    x.kind = xstrdup("main");
-    xb_reply(&x, "Hi.", NULL, NULL, 10, 2, "stop");
-    assert_int_equal(xchg_put(db, &x, &d), 0);
-    xb_release(&x);
+    put_chat(db, "ses_one", json_pack("[o]", xb_msg("user", "Hello there.")),
+             "Hi.", 10);
     store_close(db);
     const char *argv[] = {"audit", "--db", one, "--fail-on", "never", NULL};
     assert_int_equal(run(argv, &out, &err), EXIT_PASS);
@@ -507,24 +516,15 @@ static void test_malformed_element_is_its_requests(void **state)
     char *one = xasprintf("%s/ext.db", dir);
     struct db *db;
     struct diag d;
-    struct xchg x;
     assert_int_equal(store_open(one, &db, &d), 0);
     assert_int_equal(xchg_schema(db, &d), 0);
-    xb_init(&x, 0, "ses_ext",
-            xb_body("m", json_pack("[o]", xb_msg("user", "Remember 4812."))));
-    x.kind = xstrdup("main");
-    xb_reply(&x, "Noted.", NULL, NULL, 10, 2, "stop");
-    assert_int_equal(xchg_put(db, &x, &d), 0);
-    xb_release(&x);
-    xb_init(
-        &x, 0, "ses_ext",
-        xb_body("m", json_pack("[o, o, i, o]", xb_msg("user", "Remember 4812."),
-                               xb_msg("assistant", "Noted."), 5,
-                               xb_msg("user", "What was it?"))));
-    x.kind = xstrdup("main");
-    xb_reply(&x, "4812.", NULL, NULL, 20, 2, "stop");
-    assert_int_equal(xchg_put(db, &x, &d), 0);
-    xb_release(&x);
+    put_chat(db, "ses_ext", json_pack("[o]", xb_msg("user", "Remember 4812.")),
+             "Noted.", 10);
+    put_chat(db, "ses_ext",
+             json_pack("[o, o, i, o]", xb_msg("user", "Remember 4812."),
+                       xb_msg("assistant", "Noted."), 5,
+                       xb_msg("user", "What was it?")),
+             "4812.", 20);
     store_close(db);
     const char *argv[] = {"audit", "--db", one, "--json", "-", NULL};
     run(argv, &out, &err);

@@ -225,7 +225,12 @@ static int fail_res(struct pg *db, PGresult *r)
 static void note_txn(struct pg *db)
 {
     PGTransactionStatusType t = PQtransactionStatus(db->c);
-    db->txn = t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
+    /* a connection lost says PQTRANS_UNKNOWN: a transaction open on it
+     * stays open for ready() until the caller's ROLLBACK, so that no
+     * statement of it runs on a new connection, outside it (committed at
+     * once, with the rows it refers to gone) */
+    if (t != PQTRANS_UNKNOWN)
+        db->txn = t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
 }
 
 static int setup(struct pg *db)

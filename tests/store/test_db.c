@@ -651,6 +651,52 @@ static void test_pg_lost(void **state)
     assert_int_equal(one_int(db, "SELECT sum(x) FROM lo"), 3);
 }
 
+/* A transaction whose connection the server ended stays failed until the
+ * caller's ROLLBACK: its later statements fail too, persistent ones
+ * included, and none runs on a new connection outside it (there it would
+ * commit at once, pointing at rows that went with the transaction). */
+static void test_pg_lost_transaction_stays_failed(void **state)
+{
+    struct fx *f = *state;
+    struct db *db = f->db, *other = NULL;
+    struct diag d = {{0}};
+    char *err = NULL;
+    ok_exec(db, "CREATE TABLE lt(x INTEGER PRIMARY KEY)");
+    struct db_stmt *ins = NULL;
+    assert_int_equal(
+        db_prepare_persistent(db, "INSERT INTO lt VALUES (?)", &ins), DB_OK);
+    ok_exec(db, "BEGIN IMMEDIATE");
+    ok_exec(db, "INSERT INTO lt VALUES (1)");
+    if (store_open(f->target, &other, &d))
+        fail_msg("%s", d.msg);
+    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
+                                    " pg_terminate_backend(pid) FROM"
+                                    " pg_stat_activity WHERE"
+                                    " application_name = 'fidelity' AND"
+                                    " pid <> pg_backend_pid()) AS k"),
+                     1);
+    store_close(other);
+    assert_int_not_equal(db_exec(db, "INSERT INTO lt VALUES (2)", &err), DB_OK);
+    free(err);
+    err = NULL;
+    assert_int_not_equal(db_exec(db, "INSERT INTO lt VALUES (4)", &err), DB_OK);
+    assert_non_null(strstr(err, "lost during a transaction"));
+    free(err);
+    db_bind_int(ins, 1, 8);
+    assert_int_equal(db_step(ins), DB_ERROR);
+    db_reset(ins);
+    assert_int_not_equal(db_exec(db, "COMMIT", NULL), DB_OK);
+    assert_true(db_is_lost(db));
+    assert_int_equal(db_exec(db, "ROLLBACK", NULL), DB_OK);
+    /* nothing of the transaction reached the store */
+    assert_int_equal(one_int(db, "SELECT count(*) FROM lt"), 0);
+    db_bind_int(ins, 1, 16);
+    assert_int_equal(db_step(ins), DB_DONE);
+    db_finalize(ins);
+    assert_false(db_is_lost(db));
+    assert_int_equal(one_int(db, "SELECT sum(x) FROM lt"), 16);
+}
+
 #define T(fn)                                                                  \
     cmocka_unit_test_setup_teardown(lite_##fn, setup_lite, teardown),          \
         cmocka_unit_test_setup_teardown(pg_##fn, setup_pg, teardown)
@@ -671,6 +717,8 @@ int main(void)
         cmocka_unit_test(test_pg_password_masked),
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_pg_lost_transaction_stays_failed,
+                                        setup_pg, teardown),
         cmocka_unit_test_setup_teardown(test_pg_reconnect, setup_pg, teardown),
         cmocka_unit_test_setup_teardown(test_pg_lost, setup_pg, teardown),
     };

@@ -244,6 +244,8 @@ static int setup(struct pg *db)
     return DB_OK;
 }
 
+static bool is_rollback(const char *sql);
+
 /* Before a statement: a connection that was lost is made again, unless a
  * transaction was open on it (its statements are gone: the caller must
  * roll back first, which then succeeds). */
@@ -252,7 +254,7 @@ static int ready(struct pg *db, enum kind k, const char *sql)
     if (PQstatus(db->c) == CONNECTION_OK)
         return DB_OK;
     if (db->txn) {
-        if (k == K_TXN && !strncasecmp(sql, "ROLLBACK", 8)) {
+        if (k == K_TXN && is_rollback(sql)) {
             db->txn = false;
             return DB_DONE; /* nothing to undo on a new connection */
         }
@@ -414,6 +416,22 @@ static size_t next_word(const char *p, const char **w)
     while (word_char(p[n]))
         n++;
     return n;
+}
+
+/* Whether sql is a ROLLBACK of the whole transaction ([WORK|TRANSACTION],
+ * not TO a savepoint, which leaves the transaction open). */
+static bool is_rollback(const char *sql)
+{
+    const char *w;
+    size_t n = next_word(sql, &w);
+    if (!is_word(w, n, "ROLLBACK"))
+        return false;
+    const char *p = w + n;
+    n = next_word(p, &w);
+    if (is_word(w, n, "WORK") || is_word(w, n, "TRANSACTION"))
+        p = w + n;
+    p = skip_ws(p);
+    return *p == '\0' || *p == ';';
 }
 
 struct xl {

@@ -667,6 +667,7 @@ static void test_pg_lost_transaction_stays_failed(void **state)
         db_prepare_persistent(db, "INSERT INTO lt VALUES (?)", &ins), DB_OK);
     ok_exec(db, "BEGIN IMMEDIATE");
     ok_exec(db, "INSERT INTO lt VALUES (1)");
+    ok_exec(db, "SAVEPOINT s");
     if (store_open(f->target, &other, &d))
         fail_msg("%s", d.msg);
     assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
@@ -682,6 +683,10 @@ static void test_pg_lost_transaction_stays_failed(void **state)
     assert_int_not_equal(db_exec(db, "INSERT INTO lt VALUES (4)", &err), DB_OK);
     assert_non_null(strstr(err, "lost during a transaction"));
     free(err);
+    /* undoing to a savepoint leaves the transaction open, and failed */
+    assert_int_not_equal(db_exec(db, "ROLLBACK TO s", NULL), DB_OK);
+    assert_int_not_equal(db_exec(db, "INSERT INTO lt VALUES (32)", NULL),
+                         DB_OK);
     db_bind_int(ins, 1, 8);
     assert_int_equal(db_step(ins), DB_ERROR);
     db_reset(ins);

@@ -576,13 +576,29 @@ static void test_pg_pragma_refused(void **state)
     free(err);
 }
 
+/* Has the server end db's session (pg_terminate_backend, from another
+ * connection): the connection is reset, the server stays up. */
+static void end_session(const struct fx *f)
+{
+    struct db *other = NULL;
+    struct diag d = {{0}};
+    if (store_open(f->target, &other, &d))
+        fail_msg("%s", d.msg);
+    int64_t ended = one_int(other, "SELECT count(*) FROM (SELECT"
+                                   " pg_terminate_backend(pid) FROM"
+                                   " pg_stat_activity WHERE"
+                                   " application_name = 'fidelity' AND"
+                                   " pid <> pg_backend_pid()) AS k");
+    store_close(other);
+    assert_int_equal(ended, 1);
+}
+
 /* A connection the server ended is made again at the next statement
  * outside a transaction; persistent statements are prepared again. */
 static void test_pg_reconnect(void **state)
 {
     struct fx *f = *state;
-    struct db *db = f->db, *other = NULL;
-    struct diag d = {{0}};
+    struct db *db = f->db;
     ok_exec(db, "CREATE TABLE rc(x INTEGER)");
     struct db_stmt *ins = NULL;
     assert_int_equal(
@@ -590,15 +606,7 @@ static void test_pg_reconnect(void **state)
     db_bind_int(ins, 1, 1);
     assert_int_equal(db_step(ins), DB_DONE);
     db_reset(ins);
-    if (store_open(f->target, &other, &d))
-        fail_msg("%s", d.msg);
-    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
-                                    " pg_terminate_backend(pid) FROM"
-                                    " pg_stat_activity WHERE"
-                                    " application_name = 'fidelity' AND"
-                                    " pid <> pg_backend_pid()) AS k"),
-                     1);
-    store_close(other);
+    end_session(f);
     /* the statement that finds the connection gone fails; the next one
      * runs on a new connection */
     db_bind_int(ins, 1, 2);
@@ -620,22 +628,13 @@ static void test_pg_reconnect(void **state)
 static void test_pg_lost(void **state)
 {
     struct fx *f = *state;
-    struct db *db = f->db, *other = NULL;
-    struct diag d = {{0}};
+    struct db *db = f->db;
     char *err = NULL;
     ok_exec(db, "CREATE TABLE lo(x INTEGER PRIMARY KEY)");
     assert_false(db_is_lost(db));
     ok_exec(db, "BEGIN IMMEDIATE");
     ok_exec(db, "INSERT INTO lo VALUES (1)");
-    if (store_open(f->target, &other, &d))
-        fail_msg("%s", d.msg);
-    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
-                                    " pg_terminate_backend(pid) FROM"
-                                    " pg_stat_activity WHERE"
-                                    " application_name = 'fidelity' AND"
-                                    " pid <> pg_backend_pid()) AS k"),
-                     1);
-    store_close(other);
+    end_session(f);
     assert_int_not_equal(db_exec(db, "INSERT INTO lo VALUES (2)", &err), DB_OK);
     free(err);
     assert_true(db_is_lost(db));
@@ -658,8 +657,7 @@ static void test_pg_lost(void **state)
 static void test_pg_lost_transaction_stays_failed(void **state)
 {
     struct fx *f = *state;
-    struct db *db = f->db, *other = NULL;
-    struct diag d = {{0}};
+    struct db *db = f->db;
     char *err = NULL;
     ok_exec(db, "CREATE TABLE lt(x INTEGER PRIMARY KEY)");
     struct db_stmt *ins = NULL;
@@ -668,15 +666,7 @@ static void test_pg_lost_transaction_stays_failed(void **state)
     ok_exec(db, "BEGIN IMMEDIATE");
     ok_exec(db, "INSERT INTO lt VALUES (1)");
     ok_exec(db, "SAVEPOINT s");
-    if (store_open(f->target, &other, &d))
-        fail_msg("%s", d.msg);
-    assert_int_equal(one_int(other, "SELECT count(*) FROM (SELECT"
-                                    " pg_terminate_backend(pid) FROM"
-                                    " pg_stat_activity WHERE"
-                                    " application_name = 'fidelity' AND"
-                                    " pid <> pg_backend_pid()) AS k"),
-                     1);
-    store_close(other);
+    end_session(f);
     assert_int_not_equal(db_exec(db, "INSERT INTO lt VALUES (2)", &err), DB_OK);
     free(err);
     err = NULL;

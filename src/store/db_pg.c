@@ -285,10 +285,21 @@ int db_pg_open(const char *url, struct db **out, struct diag *d)
 {
     *out = NULL;
     /* in order, the last of a key winning: what comes before the URL is
-     * a default that the URL may override, what comes after it is not */
-    const char *keys[] = {"connect_timeout", "application_name", "dbname",
-                          "client_encoding", NULL};
-    const char *vals[] = {"10", "fidelity", url, "UTF8", NULL};
+     * a default that the URL may override, what comes after it is not.
+     * Over TCP, a server that is gone without a word (its host down, the
+     * network cut) is found in about 10 s, not in the kernel's hours: a
+     * statement sent but not acknowledged for 10 s (tcp_user_timeout), or
+     * an idle wait for an answer whose peer misses 3 keepalive probes
+     * after 5 s (keepalives_*, all libpq's keywords, ignored on a Unix
+     * socket). The connection is then lost as for a reset (db_is_lost),
+     * instead of record's writer waiting for it. */
+    const char *keys[] = {"connect_timeout",  "keepalives",
+                          "keepalives_idle",  "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout",
+                          "application_name", "dbname",
+                          "client_encoding",  NULL};
+    const char *vals[] = {"10",    "1",        "5", "2",    "3",
+                          "10000", "fidelity", url, "UTF8", NULL};
     struct pg *db = xcalloc(1, sizeof(*db));
     db->head.ops = &ops;
     db->shown = url_mask(url);

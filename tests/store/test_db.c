@@ -7,7 +7,8 @@
  * INSERT OR REPLACE and OR IGNORE, the id an INSERT gave, the rows a
  * statement changed, the catalog reads, a failed statement inside a
  * transaction undoing only itself, persistent statements reused, threads
- * sharing a connection, and a PostgreSQL password never in an error.
+ * sharing a connection, a PostgreSQL password never in an error, and a
+ * PostgreSQL connection over TCP that finds a silent peer gone.
  */
 #include <errno.h>
 #include <float.h>
@@ -23,6 +24,15 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "util/pgsrv.h"
@@ -567,6 +577,93 @@ static void test_pg_password_masked(void **state)
         strstr(d.msg, "cannot open 'postgresql://***@127.0.0.1:1/x'"));
 }
 
+/* store_open of url (it fails) in a thread, for test_pg_tcp_keepalive. */
+static void *open_fails(void *arg)
+{
+    struct db *db = NULL;
+    struct diag d = {{0}};
+    if (!store_open(arg, &db, &d))
+        store_close(db);
+    return db ? arg : NULL;
+}
+
+/* The socket of this process connected to 127.0.0.1:port: its fd, or -1. */
+static int client_of(int port)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    int found = -1;
+    struct dirent *de;
+    while (dir && found < 0 && (de = readdir(dir))) {
+        int fd = atoi(de->d_name);
+        struct stat st;
+        struct sockaddr_in peer;
+        socklen_t len = sizeof(peer);
+        if (de->d_name[0] != '.' && fd != dirfd(dir) && !fstat(fd, &st) &&
+            S_ISSOCK(st.st_mode) &&
+            !getpeername(fd, (struct sockaddr *)&peer, &len) &&
+            peer.sin_family == AF_INET && ntohs(peer.sin_port) == port)
+            found = fd;
+    }
+    if (dir)
+        closedir(dir);
+    return found;
+}
+
+static int sockopt(int fd, int level, int name)
+{
+    int v = -1;
+    socklen_t len = sizeof(v);
+    assert_int_equal(getsockopt(fd, level, name, &v, &len), 0);
+    return v;
+}
+
+/* Over TCP, a PostgreSQL connection finds a silent peer gone in seconds:
+ * keepalive probes after 5 s idle, 2 s apart, 3 of them, and 10 s for
+ * what it sent to be acknowledged, unless the URL says otherwise. Read
+ * from the client's socket while it waits for a server (a listener of
+ * this test's) that never answers. */
+static void test_pg_tcp_keepalive(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 2; round++) {
+        int l = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t alen = sizeof(a);
+        assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(listen(l, 1), 0);
+        assert_int_equal(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+        int port = ntohs(a.sin_port);
+        char url[128];
+        snprintf(url, sizeof(url),
+                 "postgresql://fid@127.0.0.1:%d/x?connect_timeout=5%s", port,
+                 round ? "&keepalives_idle=42" : "");
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, open_fails, url), 0);
+        struct pollfd pf = {.fd = l, .events = POLLIN};
+        int ready = poll(&pf, 1, 5000);
+        int s = ready == 1 ? accept(l, NULL, NULL) : -1;
+        int c = s >= 0 ? client_of(port) : -1;
+        int alive = c >= 0 ? sockopt(c, SOL_SOCKET, SO_KEEPALIVE) : -1;
+        int idle = c >= 0 ? sockopt(c, IPPROTO_TCP, TCP_KEEPIDLE) : -1;
+        int intvl = c >= 0 ? sockopt(c, IPPROTO_TCP, TCP_KEEPINTVL) : -1;
+        int cnt = c >= 0 ? sockopt(c, IPPROTO_TCP, TCP_KEEPCNT) : -1;
+        int user = c >= 0 ? sockopt(c, IPPROTO_TCP, TCP_USER_TIMEOUT) : -1;
+        if (s >= 0)
+            close(s); /* the client's open fails now */
+        void *opened = NULL;
+        pthread_join(t, &opened);
+        close(l);
+        assert_null(opened);
+        assert_true(c >= 0);
+        assert_int_equal(alive, 1);
+        assert_int_equal(idle, round ? 42 : 5);
+        assert_int_equal(intvl, 2);
+        assert_int_equal(cnt, 3);
+        assert_int_equal(user, 10000);
+    }
+}
+
 static void test_pg_pragma_refused(void **state)
 {
     struct db *db = ((struct fx *)*state)->db;
@@ -710,6 +807,7 @@ int main(void)
         T(t_threads),
         T(t_snapshot),
         cmocka_unit_test(test_pg_password_masked),
+        cmocka_unit_test(test_pg_tcp_keepalive),
         cmocka_unit_test_setup_teardown(test_pg_pragma_refused, setup_pg,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pg_lost_transaction_stays_failed,

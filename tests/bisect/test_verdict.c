@@ -336,6 +336,69 @@ static void test_culprits_recall_first_and_unexplained(void **state)
     }
 }
 
+/* A FAIL drift over an excess of kl [lo, hi], with drift's default
+ * mean-KL thresholds (WARN 1e-4, FAIL 1e-3). */
+static json_t *drift_harm(double kl, double lo, double hi)
+{
+    json_t *d = drift(kl, 0, "PASS", "FAIL", "none", "FAIL");
+    json_object_set_new(
+        d, "harm",
+        json_pack("{s:f,s:f,s:f}", "excess_kl_mean", kl, "lo", lo, "hi", hi));
+    json_object_set_new(d, "thresholds",
+                        json_pack("{s:[f,f]}", "kl_mean", 1e-4, 1e-3));
+    return d;
+}
+
+/* leave-one-out over a and b, all on harmful: removing b takes the harm
+ * from 0.197 to 0.074 [0.04, 0.11], and names b; removing a takes it to
+ * 0.195 [0.15, 0.24], more than the FAIL level of 1e-3 less but all on's
+ * 0.197 inside that interval: noise, a named on it would be a wrong
+ * culprit (seen on the real model). */
+static void test_leave_one_out_drop_beyond_noise(void **state)
+{
+    (void)state;
+    json_t *docs[3] = {drift_harm(0.074, 0.04, 0.11),
+                       drift_harm(0.195, 0.15, 0.24),
+                       drift_harm(0.197, 0.15, 0.25)};
+    struct bisect_result res[3];
+    char names[3][8] = {"a", "b", "a+b"};
+    for (int i = 0; i < 3; i++) {
+        res[i].set = (bisect_set)(i + 1);
+        res[i].name = names[i];
+        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
+                               probe(25, 25, 25, 1, false, "x", "x"));
+    }
+    struct bisect_toggle tg[2] = {{0}};
+    struct bisect_config c = {0};
+    c.toggles = tg;
+    c.n_toggles = 2;
+    struct bisect_outcome out = {0};
+    out.results = res;
+    out.n_results = 3;
+    struct bisect_ranking rk;
+    bisect_rank(&c, BISECT_LEAVE_ONE_OUT, &out, &rk);
+    assert_true(rk.all_on && rk.all_on->v.harmful);
+    assert_int_equal(rk.n_culprits, 1);
+    assert_true(rk.culprits[0].set == 2);
+    assert_true(fabs(rk.culprits[0].harm - 0.123) < 1e-9);
+    bisect_ranking_release(&rk);
+    /* without intervals the point figures decide, as before */
+    for (int i = 0; i < 3; i++)
+        json_object_del(docs[i], "harm");
+    for (int i = 0; i < 3; i++) {
+        json_decref(res[i].doc);
+        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
+                               probe(25, 25, 25, 1, false, "x", "x"));
+    }
+    bisect_rank(&c, BISECT_LEAVE_ONE_OUT, &out, &rk);
+    assert_int_equal(rk.n_culprits, 2);
+    bisect_ranking_release(&rk);
+    for (int i = 0; i < 3; i++) {
+        json_decref(res[i].doc);
+        json_decref(docs[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_fail_with_harm_below_warn_is_not_harmful),
         cmocka_unit_test(test_culprits_recall_first_and_unexplained),
         cmocka_unit_test(test_rank_a_cache_fault),
+        cmocka_unit_test(test_leave_one_out_drop_beyond_noise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,24 +147,27 @@ static int log2_ceil(int n)
 void bisectfx_mode_names(const struct bisectfx *fx, const char *name,
                          const char *cfg, const char *mode, const char *want)
 {
-    struct buf out = BUF_INIT;
+    struct buf out = BUF_INIT, err = BUF_INIT;
     json_t *j;
     bool fresh = !strcmp(mode, "adaptive");
     int rc = bisectfx_bisect(fx, name, cfg, mode,
                              fresh ? "--slots=1" : "--resume --slots=2", &out,
-                             NULL, &j);
+                             &err, &j);
     assert_non_null(j);
     char got[256], head[128];
     bisectfx_culprits(j, got, sizeof(got));
     if (strcmp(got, want))
         fail_msg("%s %s named '%s', not '%s':\n%s", name, mode, got, want,
                  buf_str(&out));
-    assert_int_equal(rc, 1);
+    if (rc != 1)
+        fail_msg("%s %s exited %d, not 1:\n%s%s", name, mode, rc, buf_str(&out),
+                 buf_str(&err));
     size_t k = strcspn(want, ",");
     snprintf(head, sizeof(head), "culprit: %.*s", (int)k, want);
     assert_true(!strncmp(buf_str(&out), head, strlen(head)));
     json_decref(j);
     buf_release(&out);
+    buf_release(&err);
 }
 
 /* n toggles: n - specials label flags, then the specials; adaptive first

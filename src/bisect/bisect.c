@@ -18,18 +18,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bisect/inspect.h"
+#include "bisect/port.h"
 #include "bisect/verdict.h"
 #include "core/buf.h"
 #include "core/clock.h"
@@ -142,21 +141,6 @@ static void *monitor(void *arg)
         watch(x, x->golden_lx);
         clock_nap_ms(50);
     }
-}
-
-int bisect_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, len) &&
-        !getsockname(fd, (struct sockaddr *)&a, &len))
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
 }
 
 static void progress_at(struct ctx *x, const char *name, size_t idx,
@@ -360,7 +344,7 @@ static int start_set(struct ctx *x, bisect_set s, int slot, const char *name,
     const struct bisect_config *c = x->c;
     int port = c->first_port             ? c->first_port + slot
                : x->l->ops->port_on_node ? -1
-                                         : bisect_free_port();
+                                         : bisect_port_pick();
     char *cmd = bisect_set_command(c, s, port, slot);
     char *url = bisect_expand(c->ready_url, port, slot);
     char *log = path_of(x, name, ".server.log");

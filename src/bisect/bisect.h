@@ -79,10 +79,6 @@ char *bisect_set_command(const struct bisect_config *c, bisect_set s, int port,
  * did not start), -EOWNERDEAD (a watchdog died; every server stopped),
  * -errno; d says why. The outcome holds what
  * finished either way; release it with bisect_outcome_release. */
-/* A TCP port on 127.0.0.1 that was free a moment ago (bound, read, closed),
- * for a server started next; 0 when none could be had. */
-int bisect_free_port(void);
-
 int bisect_run(const struct bisect_config *c, const struct bisect_opts *o,
                struct bisect_outcome *out, struct diag *d);
 void bisect_outcome_release(struct bisect_outcome *out);

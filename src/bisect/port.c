@@ -15,9 +15,11 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -287,4 +289,72 @@ bool bisect_port_bindable(int port)
     int err = errno;
     close(fd);
     return ok || err != EADDRINUSE;
+}
+
+/* The kernel's ephemeral ports (net.ipv4.ip_local_port_range): where a
+ * connect() or a bind to port 0 takes its local port. */
+static void ephemeral_range(int *lo, int *hi)
+{
+    *lo = 32768, *hi = 60999; /* Linux's default */
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    int a, b;
+    if (f && fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a)
+        *lo = a, *hi = b;
+    if (f)
+        fclose(f);
+}
+
+/* Below the ephemeral range, from here up: above the ports services are
+ * usually given (5432, 8000, 8080, ...), though some sit here too (an
+ * sglang server's default 30000): each port is checked free before it is
+ * given. */
+#define PICK_FLOOR 10000
+#define PICK_TRIES 64
+#define PICK_RECENT 64
+
+static int pick_below_range(void)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int recent[PICK_RECENT];
+    static size_t nrecent;
+    int lo, hi;
+    ephemeral_range(&lo, &hi);
+    if (lo - PICK_FLOOR < 1000)
+        return 0; /* no room below it: the caller binds to port 0 */
+    uint32_t r[PICK_TRIES];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        for (int i = 0; i < PICK_TRIES; i++)
+            r[i] = (uint32_t)getpid() * 2654435761u + (uint32_t)i * 40503u;
+    pthread_mutex_lock(&mu);
+    int port = 0;
+    for (int i = 0; i < PICK_TRIES && !port; i++) {
+        int p = PICK_FLOOR + (int)(r[i] % (uint32_t)(lo - PICK_FLOOR));
+        bool given = false;
+        for (size_t k = 0; k < PICK_RECENT && k < nrecent; k++)
+            given |= recent[k] == p;
+        if (!given && bisect_port_listeners(p, NULL, 0) == 0 &&
+            bisect_port_bindable(p))
+            port = p;
+    }
+    if (port)
+        recent[nrecent++ % PICK_RECENT] = port;
+    pthread_mutex_unlock(&mu);
+    return port;
+}
+
+int bisect_port_pick(void)
+{
+    int port = pick_below_range();
+    if (port)
+        return port;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, len) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
 }

@@ -47,4 +47,13 @@ int bisect_port_of_url(const char *url, bool *local);
  * test bind, closed at once): false when the port is taken. */
 bool bisect_port_bindable(int port);
 
+/* A TCP port for a server started next, free now (no listener, and
+ * 127.0.0.1:port bindable): picked at random below the kernel's ephemeral
+ * range, so that no outgoing connection (drift's and probe's own) and no
+ * program's bind to port 0 takes it before the server binds it, and not
+ * one this process gave in its last 64 picks (two slots launching at
+ * once). Where there is no room below the range (under 1,000 ports above
+ * 10000), one the kernel gives for port 0. 0 when none could be had. */
+int bisect_port_pick(void);
+
 #endif

@@ -3,7 +3,9 @@
  * socket this test listens on (IPv4 and IPv6) is found with this process as
  * its owner, whether the owners are looked for among given pids first or
  * in every process; a port nobody listens on has no listener; a listener
- * the given pids do not hold is still found, its owner named.
+ * the given pids do not hold is still found, its owner named. The ports
+ * picked for servers are free, below the kernel's ephemeral range, and
+ * not given twice in a row.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -115,12 +118,39 @@ static void test_child_listener(void **state)
     waitpid(kid, NULL, 0);
 }
 
+/* Picks for servers: 100 of them, each free (bindable, no listener),
+ * below the ephemeral range where there is room (no connect() takes it),
+ * none given twice in a row of 64. */
+static void test_pick(void **state)
+{
+    (void)state;
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f && fscanf(f, "%d %d", &lo, &hi) != 2)
+        lo = 32768, hi = 60999;
+    if (f)
+        fclose(f);
+    bool room = lo - 10000 >= 1000;
+    int got[100];
+    for (int i = 0; i < 100; i++) {
+        got[i] = bisect_port_pick();
+        assert_true(got[i] > 0 && got[i] < 65536);
+        assert_true(bisect_port_bindable(got[i]));
+        assert_int_equal(bisect_port_listeners(got[i], NULL, 0), 0);
+        if (room)
+            assert_true(got[i] >= 10000 && got[i] < lo);
+        for (int k = i - 1; k >= 0 && k > i - 64; k--)
+            assert_int_not_equal(got[k], got[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ipv4_listener),
         cmocka_unit_test(test_ipv6_listener),
         cmocka_unit_test(test_child_listener),
+        cmocka_unit_test(test_pick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

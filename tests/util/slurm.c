@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bisect/bisect.h"
+#include "bisect/port.h"
 #include "util/need.h"
 #include "util/sh.h"
 
@@ -118,7 +119,7 @@ static int write_conf(struct slurm_cluster *c)
              "State=UNKNOWN\n"
              "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE "
              "State=UP\n",
-             c->node, bisect_free_port(), bisect_free_port(), c->dir, c->dir,
+             c->node, bisect_port_pick(), bisect_port_pick(), c->dir, c->dir,
              c->dir, c->dir, c->dir, c->dir, c->dir, c->node, c->cpus,
              mem_mb());
     return write_file(c->conf, text, 0644);

@@ -223,6 +223,43 @@ static void test_fail_with_harm_below_warn_is_not_harmful(void **state)
     json_decref(p);
 }
 
+/* Three measured configurations over n toggles, for bisect_rank: each
+ * result's set, name, drift document (a reference taken) and probe
+ * document (owned). */
+struct rank_fx {
+    char names[3][8];
+    struct bisect_result res[3];
+    struct bisect_toggle tg[3];
+    struct bisect_config c;
+    struct bisect_outcome out;
+};
+
+static void rank_fx_init(struct rank_fx *f, size_t n_toggles)
+{
+    memset(f, 0, sizeof(*f));
+    f->c.toggles = f->tg;
+    f->c.n_toggles = n_toggles;
+    f->out.results = f->res;
+    f->out.n_results = 3;
+}
+
+static void rank_fx_set(struct rank_fx *f, int i, bisect_set set,
+                        const char *name, json_t *drift_doc, json_t *probe_doc)
+{
+    snprintf(f->names[i], sizeof(f->names[i]), "%s", name);
+    f->res[i].set = set;
+    f->res[i].name = f->names[i];
+    json_decref(f->res[i].doc);
+    f->res[i].doc =
+        json_pack("{s:O,s:o}", "drift", drift_doc, "probe", probe_doc);
+}
+
+static void rank_fx_release(struct rank_fx *f)
+{
+    for (int i = 0; i < 3; i++)
+        json_decref(f->res[i].doc);
+}
+
 /* A warm-path fault: drift FAILs on its cache arm alone; harm counts the
  * warm positions, so the ranking puts it first, attributed to the warm
  * path; an undecided configuration comes next, a healthy one last. */
@@ -242,23 +279,14 @@ static void test_rank_a_cache_fault(void **state)
         drift(1.2e-4, 0, "PASS", "INCONCLUSIVE", "none", "INCONCLUSIVE");
     json_t *ok = drift(0, 0, "n/a", "PASS", "none", "PASS");
     json_t *docs[3] = {ok, und, cache};
-    struct bisect_result res[3];
-    char names[3][8] = {"healthy", "undec", "cache"};
-    for (int i = 0; i < 3; i++) {
-        res[i].set = (bisect_set)1 << i;
-        res[i].name = names[i];
-        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
-                               probe(25, 25, 25, 1, false, "a", "a"));
-    }
-    struct bisect_toggle tg[3] = {{0}};
-    struct bisect_config c = {0};
-    c.toggles = tg;
-    c.n_toggles = 3;
-    struct bisect_outcome out = {0};
-    out.results = res;
-    out.n_results = 3;
+    const char *names[3] = {"healthy", "undec", "cache"};
+    struct rank_fx f;
+    rank_fx_init(&f, 3);
+    for (int i = 0; i < 3; i++)
+        rank_fx_set(&f, i, (bisect_set)1 << i, names[i], docs[i],
+                    probe(25, 25, 25, 1, false, "a", "a"));
     struct bisect_ranking rk;
-    bisect_rank(&c, BISECT_ONE_AT_A_TIME, &out, &rk);
+    bisect_rank(&f.c, BISECT_ONE_AT_A_TIME, &f.out, &rk);
     assert_int_equal(rk.n, 3);
     assert_string_equal(rk.rows[0].r->name, "cache");
     assert_true(rk.rows[0].v.harmful);
@@ -269,10 +297,9 @@ static void test_rank_a_cache_fault(void **state)
     assert_string_equal(rk.rows[2].r->name, "healthy");
     assert_true(rk.culprit);
     bisect_ranking_release(&rk);
-    for (int i = 0; i < 3; i++) {
-        json_decref(res[i].doc);
+    rank_fx_release(&f);
+    for (int i = 0; i < 3; i++)
         json_decref(docs[i]);
-    }
 }
 
 /* Culprits by mode over two toggles a (drift only, harm 5e-3) and b
@@ -287,53 +314,40 @@ static void test_culprits_recall_first_and_unexplained(void **state)
     json_t *dab = drift(5.2e-3, 0, "PASS", "FAIL", "none", "FAIL");
     json_t *docs[3] = {da, db, dab};
     bool lost[3] = {false, true, true};
-    struct bisect_result res[3];
-    char names[3][8] = {"a", "b", "a+b"};
-    for (int i = 0; i < 3; i++) {
-        res[i].set = (bisect_set)(i + 1);
-        res[i].name = names[i];
-        res[i].doc =
-            json_pack("{s:O,s:o}", "drift", docs[i], "probe",
-                      lost[i] ? probe(15, 25, 25, 0.002, true, "x", "y")
-                              : probe(25, 25, 25, 1, false, "x", "x"));
-    }
-    struct bisect_toggle tg[2] = {{0}};
-    struct bisect_config c = {0};
-    c.toggles = tg;
-    c.n_toggles = 2;
-    struct bisect_outcome out = {0};
-    out.results = res;
-    out.n_results = 3;
+    const char *names[3] = {"a", "b", "a+b"};
+    struct rank_fx f;
+    rank_fx_init(&f, 2);
+    for (int i = 0; i < 3; i++)
+        rank_fx_set(&f, i, (bisect_set)(i + 1), names[i], docs[i],
+                    lost[i] ? probe(15, 25, 25, 0.002, true, "x", "y")
+                            : probe(25, 25, 25, 1, false, "x", "x"));
     struct bisect_ranking rk;
-    bisect_rank(&c, BISECT_ONE_AT_A_TIME, &out, &rk);
+    bisect_rank(&f.c, BISECT_ONE_AT_A_TIME, &f.out, &rk);
     assert_int_equal(rk.n_culprits, 2);
     assert_true(rk.culprits[0].set == 2 && rk.culprits[0].recall);
     assert_true(rk.culprits[1].set == 1 && !rk.culprits[1].recall);
     assert_false(rk.unexplained_recall || rk.unexplained_harm);
     bisect_ranking_release(&rk);
     /* adaptive that named a alone (its remainder b taken as harmless) */
-    out.adaptive.groups[0] = 1;
-    out.adaptive.n_groups = 1;
-    out.adaptive.culprits = 1;
-    out.adaptive.rest_harmless = true;
-    bisect_rank(&c, BISECT_ADAPTIVE, &out, &rk);
+    f.out.adaptive.groups[0] = 1;
+    f.out.adaptive.n_groups = 1;
+    f.out.adaptive.culprits = 1;
+    f.out.adaptive.rest_harmless = true;
+    bisect_rank(&f.c, BISECT_ADAPTIVE, &f.out, &rk);
     assert_int_equal(rk.n_culprits, 1);
     assert_true(rk.all_on && rk.unexplained_recall);
     assert_false(rk.unexplained_harm); /* the rest was measured harmless */
     bisect_ranking_release(&rk);
-    out.adaptive.rest_harmless = false;
+    f.out.adaptive.rest_harmless = false;
     json_object_set_new(json_object_get(dab, "total"), "kl_mean",
                         json_real(2e-2));
-    json_decref(res[2].doc);
-    res[2].doc = json_pack("{s:O,s:o}", "drift", dab, "probe",
-                           probe(15, 25, 25, 0.002, true, "x", "y"));
-    bisect_rank(&c, BISECT_ADAPTIVE, &out, &rk);
+    rank_fx_set(&f, 2, 3, "a+b", dab, probe(15, 25, 25, 0.002, true, "x", "y"));
+    bisect_rank(&f.c, BISECT_ADAPTIVE, &f.out, &rk);
     assert_true(rk.unexplained_harm); /* 5e-3 of 2e-2, the rest unknown */
     bisect_ranking_release(&rk);
-    for (int i = 0; i < 3; i++) {
-        json_decref(res[i].doc);
+    rank_fx_release(&f);
+    for (int i = 0; i < 3; i++)
         json_decref(docs[i]);
-    }
 }
 
 /* A FAIL drift over an excess of kl [lo, hi], with drift's default
@@ -360,43 +374,31 @@ static void test_leave_one_out_drop_beyond_noise(void **state)
     json_t *docs[3] = {drift_harm(0.074, 0.04, 0.11),
                        drift_harm(0.195, 0.15, 0.24),
                        drift_harm(0.197, 0.15, 0.25)};
-    struct bisect_result res[3];
-    char names[3][8] = {"a", "b", "a+b"};
-    for (int i = 0; i < 3; i++) {
-        res[i].set = (bisect_set)(i + 1);
-        res[i].name = names[i];
-        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
-                               probe(25, 25, 25, 1, false, "x", "x"));
-    }
-    struct bisect_toggle tg[2] = {{0}};
-    struct bisect_config c = {0};
-    c.toggles = tg;
-    c.n_toggles = 2;
-    struct bisect_outcome out = {0};
-    out.results = res;
-    out.n_results = 3;
+    const char *names[3] = {"a", "b", "a+b"};
+    struct rank_fx f;
+    rank_fx_init(&f, 2);
+    for (int i = 0; i < 3; i++)
+        rank_fx_set(&f, i, (bisect_set)(i + 1), names[i], docs[i],
+                    probe(25, 25, 25, 1, false, "x", "x"));
     struct bisect_ranking rk;
-    bisect_rank(&c, BISECT_LEAVE_ONE_OUT, &out, &rk);
+    bisect_rank(&f.c, BISECT_LEAVE_ONE_OUT, &f.out, &rk);
     assert_true(rk.all_on && rk.all_on->v.harmful);
     assert_int_equal(rk.n_culprits, 1);
     assert_true(rk.culprits[0].set == 2);
     assert_true(fabs(rk.culprits[0].harm - 0.123) < 1e-9);
     bisect_ranking_release(&rk);
     /* without intervals the point figures decide, as before */
-    for (int i = 0; i < 3; i++)
-        json_object_del(docs[i], "harm");
     for (int i = 0; i < 3; i++) {
-        json_decref(res[i].doc);
-        res[i].doc = json_pack("{s:O,s:o}", "drift", docs[i], "probe",
-                               probe(25, 25, 25, 1, false, "x", "x"));
+        json_object_del(docs[i], "harm");
+        rank_fx_set(&f, i, (bisect_set)(i + 1), names[i], docs[i],
+                    probe(25, 25, 25, 1, false, "x", "x"));
     }
-    bisect_rank(&c, BISECT_LEAVE_ONE_OUT, &out, &rk);
+    bisect_rank(&f.c, BISECT_LEAVE_ONE_OUT, &f.out, &rk);
     assert_int_equal(rk.n_culprits, 2);
     bisect_ranking_release(&rk);
-    for (int i = 0; i < 3; i++) {
-        json_decref(res[i].doc);
+    rank_fx_release(&f);
+    for (int i = 0; i < 3; i++)
         json_decref(docs[i]);
-    }
 }
 
 int main(void)

@@ -291,17 +291,17 @@ bool bisect_port_bindable(int port)
     return ok || err != EADDRINUSE;
 }
 
-/* The kernel's ephemeral ports (net.ipv4.ip_local_port_range): where a
- * connect() or a bind to port 0 takes its local port. */
-static void ephemeral_range(int *lo, int *hi)
+/* Where the kernel's ephemeral ports start (net.ipv4.ip_local_port_range):
+ * a connect() or a bind to port 0 takes its local port from there up. */
+static int ephemeral_low(void)
 {
-    *lo = 32768, *hi = 60999; /* Linux's default */
+    int lo = 32768, a, b; /* Linux's default */
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-    int a, b;
     if (f && fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a)
-        *lo = a, *hi = b;
+        lo = a;
     if (f)
         fclose(f);
+    return lo;
 }
 
 /* Below the ephemeral range, from here up: above the ports services are
@@ -317,8 +317,7 @@ static int pick_below_range(void)
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static int recent[PICK_RECENT];
     static size_t nrecent;
-    int lo, hi;
-    ephemeral_range(&lo, &hi);
+    int lo = ephemeral_low();
     if (lo - PICK_FLOOR < 1000)
         return 0; /* no room below it: the caller binds to port 0 */
     uint32_t r[PICK_TRIES];

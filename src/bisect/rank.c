@@ -137,7 +137,7 @@ static void by_rows(struct bisect_ranking *rk, bool together)
  * FAIL alone; point figures: a decode-only harm's interval over a few
  * decode steps reaches 0 however large it is), with all on's harm above
  * the interval of the configuration without the toggle: a drop inside
- * that interval (0.197 to 0.195 [0.15, 0.24] on the real model, above a
+ * that interval (0.197 to 0.195 [0.166, 0.228] on the real model, above a
  * FAIL level of 1e-3) is not a measurement of the toggle. */
 static void by_removal(const struct bisect_config *c, struct bisect_ranking *rk)
 {
